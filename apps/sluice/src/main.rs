@@ -1,1 +1,110 @@
-fn main() {}
+//! `sluice`: the command-line front end.
+
+mod config;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Exit code for a configuration or usage problem the user can fix.
+const EXIT_CONFIG_ERROR: u8 = 2;
+/// Exit code for a failure at run time (e.g. the port is in use).
+const EXIT_RUNTIME_ERROR: u8 = 1;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Userspace NVMe/TCP target, host and benchmark suite")]
+struct Cli {
+    /// Log filter (error, warn, info, debug, trace, or tracing directives).
+    #[arg(long, global = true, default_value = "info", env = "SLUICE_LOG")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve NVMe/TCP. Without --config: one 1 GiB RAM namespace on 127.0.0.1:4420,
+    /// discovery on 127.0.0.1:8009.
+    Serve {
+        /// TOML file describing listeners, subsystems and namespaces.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Threads (one per core); overrides the config file.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Configuration file tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check a config file and print what it describes.
+    Check { file: PathBuf },
+    /// Print the embedded default configuration as TOML.
+    Default,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| {
+        eprintln!("sluice: --log-level {:?} is not a valid filter; using \"info\"", cli.log_level);
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    match cli.command {
+        Command::Serve { config, threads } => {
+            let mut config = match config {
+                Some(path) => match Config::load(&path) {
+                    Ok(config) => config,
+                    Err(error) => return fail(error, EXIT_CONFIG_ERROR),
+                },
+                None => Config::embedded_default(),
+            };
+            if threads.is_some() {
+                config.runtime.threads = threads;
+            }
+            match serve::serve(&config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error @ (serve::ServeError::Config(_) | serve::ServeError::Target(_))) => {
+                    fail(error, EXIT_CONFIG_ERROR)
+                }
+                Err(error) => fail(error, EXIT_RUNTIME_ERROR),
+            }
+        }
+        Command::Config { command: ConfigCommand::Check { file } } => {
+            let checked = Config::load(&file).and_then(|config| config.target_spec().map(|spec| (config, spec)));
+            match checked.map_err(serve::ServeError::from).and_then(|(config, spec)| {
+                let target = nvme_target::Target::new(spec)?;
+                Ok((config, target))
+            }) {
+                Ok((config, target)) => {
+                    println!("{}: ok", file.display());
+                    println!("  listeners: {}", config.listeners.len());
+                    for subsystem in target.subsystems() {
+                        println!("  {}: {} namespace(s)", subsystem.nqn, subsystem.active_namespace_ids().len());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(error, EXIT_CONFIG_ERROR),
+            }
+        }
+        Command::Config { command: ConfigCommand::Default } => {
+            print!("{}", include_str!("default-config.toml"));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn fail(error: impl std::fmt::Display, code: u8) -> ExitCode {
+    eprintln!("sluice: error: {error}");
+    ExitCode::from(code)
+}

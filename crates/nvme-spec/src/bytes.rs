@@ -72,3 +72,13 @@ pub fn get_nul_padded(field: &[u8]) -> Option<&str> {
     let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
     core::str::from_utf8(&field[..end]).ok()
 }
+
+/// Copies `M` bytes starting at `offset` into an array, for handing a sub-structure
+/// (a power state descriptor, a discovery record) to a decoder that takes `&[u8; M]`.
+/// Like the other getters it indexes, so the caller passes a buffer whose length is
+/// fixed by its type.
+pub fn get_array<const M: usize>(bytes: &[u8], offset: usize) -> [u8; M] {
+    let mut out = [0u8; M];
+    out.copy_from_slice(&bytes[offset..offset + M]);
+    out
+}

@@ -9,6 +9,8 @@
 //! over Fabrics / NVMe-oF TCP Transport specifications.
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod bits;
 pub mod bytes;
 pub mod ids;
 pub mod opcode;
@@ -16,7 +18,21 @@ pub mod sqe;
 pub mod cqe;
 pub mod status;
 
+pub mod admin;
+pub mod discovery;
+pub mod fabrics;
+pub mod features;
+pub mod identify;
+pub mod log_page;
+pub mod registers;
+mod sorted_ids;
+
+#[cfg(test)]
+mod test_support;
+
 pub use cqe::CompletionQueueEntry;
 pub use ids::{CommandId, ControllerId, NamespaceId, QueueId};
 pub use sqe::{SglDescriptor, SubmissionQueueEntry};
 pub use status::Status;
+pub use identify::{IdentifyController, IdentifyNamespace, NamespaceDescriptor};
+pub use registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};

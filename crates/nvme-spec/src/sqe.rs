@@ -16,7 +16,7 @@ pub const PSDT_SGL_METADATA_BUFFER: u8 = 0b01;
 /// A submission queue entry kept as its sixteen command dwords (CDW0..CDW15).
 /// Accessors give the fields a name; the raw dwords stay available for
 /// command-specific fields.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct SubmissionQueueEntry {
     /// CDW0..CDW15 in host order.
     pub dwords: [u32; 16],
@@ -32,12 +32,6 @@ impl core::fmt::Debug for SubmissionQueueEntry {
             .field("cdw11", &format_args!("{:#x}", self.dwords[11]))
             .field("cdw12", &format_args!("{:#x}", self.dwords[12]))
             .finish()
-    }
-}
-
-impl Default for SubmissionQueueEntry {
-    fn default() -> Self {
-        Self { dwords: [0; 16] }
     }
 }
 
@@ -116,6 +110,17 @@ impl SubmissionQueueEntry {
     pub fn set_cdw0(&mut self, opcode: u8, command_id: CommandId, psdt: u8) {
         self.dwords[0] =
             u32::from(opcode) | (u32::from(psdt & 0b11) << 14) | (u32::from(command_id.0) << 16);
+    }
+
+    /// Sets NSID (CDW1).
+    pub fn set_namespace_id(&mut self, namespace_id: NamespaceId) {
+        self.dwords[1] = namespace_id.0;
+    }
+
+    /// Sets FCTYPE (byte 4) of a Fabrics command, leaving bytes 5..7 as they are
+    /// (they are reserved in every Fabrics command).
+    pub fn set_fabrics_command_type(&mut self, fabrics_command_type: u8) {
+        self.dwords[1] = (self.dwords[1] & !0xFF) | u32::from(fabrics_command_type);
     }
 
     /// Starting LBA of an NVM read/write-family command (SLBA, CDW10..CDW11).

@@ -1,1 +1,34 @@
-//! placeholder
+//! The Sluice NVMe/TCP target core, as sans-io state machines.
+//!
+//! A [`Connection`] is one TCP connection (one NVMe queue). The runtime feeds it the
+//! bytes it receives, the current time and storage completions; it answers with
+//! batches of PDUs to send and a wish to close. Controllers and subsystems live in a
+//! shared [`Target`]. No sockets, threads or clocks inside: everything here runs in
+//! plain unit tests.
+//!
+//! Layout: `connection` (PDU stream, transmit, timers), `dispatch` (command flow and
+//! storage), one file per command family (`fabrics`, `admin`, `io`), the data
+//! structures the admin commands return (`admin_data`, `discovery`), and the shared
+//! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
+#![forbid(unsafe_code)]
+
+mod admin;
+mod admin_data;
+pub mod connection;
+pub mod controller;
+mod discovery;
+mod dispatch;
+mod fabrics;
+mod io;
+pub mod limits;
+pub mod slots;
+pub mod stats;
+pub mod subsystem;
+pub mod target;
+pub mod transmit;
+
+pub use connection::{Connection, Phase, QueueBinding};
+pub use controller::{Controller, ControllerKind};
+pub use subsystem::{Namespace, NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
+pub use target::{AddressFamily, ListenerSpec, Target, TargetError, TargetSettings, TargetSpec};
+pub use transmit::TransmitBatch;

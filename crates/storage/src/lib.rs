@@ -1,1 +1,30 @@
-//! placeholder
+//! The storage seam of the Sluice NVMe/TCP target.
+//!
+//! A [`Backend`] is one namespace's device. The target opens a [`BackendQueue`] per
+//! connection thread, submits [`IoRequest`]s (the data buffer moves in and comes back in
+//! the [`IoCompletion`], so nothing is allocated per I/O) and reaps completions. The
+//! submit/reap shape fits asynchronous backends (io_uring files and block devices, RAID0,
+//! pools, cache tiers) as well as the synchronous ones here:
+//!
+//! - [`RamBackend`]: sparse, lock-free, in-memory namespace.
+//! - [`NullBackend`]: discards writes, reads zeroes.
+//!
+//! With the `conformance` feature, the `conformance` module holds the checks every backend must
+//! pass; other crates run them against their own backends from their tests.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod backend;
+mod geometry;
+mod io;
+mod null;
+mod ram;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use backend::{Backend, BackendQueue};
+pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
+pub use io::{validate_request, IoCompletion, IoError, IoOp, IoRequest};
+pub use null::NullBackend;
+pub use ram::{RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};

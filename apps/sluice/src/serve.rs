@@ -1,0 +1,190 @@
+//! `sluice serve`: the target on the thread-per-core runtime, until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nvme_target::{Connection, Target, TransmitBatch};
+use runtime::{CloseReason, ConnectionHandler, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+
+use crate::config::{Config, PollModeConfig};
+
+/// Accepts connections for the target.
+struct TargetService {
+    target: Arc<Target>,
+}
+
+/// One connection: the sans-io core driven by the runtime.
+struct TargetConnection {
+    connection: Connection,
+}
+
+/// A batch of PDUs the runtime sends without copying.
+struct Outgoing(TransmitBatch);
+
+impl SendSource for Outgoing {
+    fn io_slices<'a>(&'a self, out: &mut Vec<std::io::IoSlice<'a>>) {
+        self.0.io_slices(out);
+    }
+
+    fn total_len(&self) -> usize {
+        self.0.total_bytes()
+    }
+}
+
+impl Service for TargetService {
+    type Handler = TargetConnection;
+
+    fn accept(
+        &self,
+        thread: usize,
+        listener: usize,
+        _local: SocketAddr,
+        peer: SocketAddr,
+        now: Instant,
+    ) -> Option<TargetConnection> {
+        tracing::debug!(%peer, thread, listener, "connection accepted");
+        Some(TargetConnection {
+            connection: Connection::new(self.target.clone(), listener, peer.to_string(), now),
+        })
+    }
+}
+
+impl ConnectionHandler for TargetConnection {
+    type Batch = Outgoing;
+
+    fn on_receive(&mut self, data: &[u8], now: Instant) {
+        self.connection.handle_received(data, now);
+    }
+
+    fn take_send(&mut self) -> Option<Outgoing> {
+        self.connection.take_transmit().map(Outgoing)
+    }
+
+    fn on_sent(&mut self, batch: Outgoing, _now: Instant) {
+        self.connection.transmit_complete(batch.0);
+    }
+
+    fn on_timer(&mut self, now: Instant) {
+        self.connection.handle_timeout(now);
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.connection.next_deadline()
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.connection.has_pending_storage()
+    }
+
+    fn poll(&mut self, now: Instant) {
+        self.connection.poll_storage(now);
+    }
+
+    fn wants_close(&self) -> bool {
+        self.connection.wants_close()
+    }
+
+    fn on_closed(&mut self, reason: CloseReason) {
+        tracing::debug!(peer = %self.connection_peer(), ?reason, "connection closed");
+        self.connection.handle_closed();
+    }
+}
+
+impl TargetConnection {
+    fn connection_peer(&self) -> String {
+        format!("{:?}", self.connection.binding().map(|binding| binding.queue_id))
+    }
+}
+
+/// Errors of `sluice serve` with the exit code each one maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Target(#[from] nvme_target::TargetError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[from] runtime::RuntimeError),
+    #[error("cannot install the signal handler: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Runs the target described by `config` until SIGINT or SIGTERM.
+pub fn serve(config: &Config) -> Result<(), ServeError> {
+    let spec = config.target_spec()?;
+    let target = Target::new(spec)?;
+    let threads = config
+        .runtime
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .max(1);
+    let runtime_config = RuntimeConfig {
+        threads,
+        pin_threads: config.runtime.pin_threads,
+        poll_mode: match config.runtime.poll_mode {
+            PollModeConfig::Sleep => PollMode::Sleep,
+            PollModeConfig::BusyPoll => PollMode::BusyPoll,
+        },
+        listeners: config.listen_addresses()?,
+        recv_buffer_bytes: 256 * 1024,
+        ring_entries: 1024,
+        tcp_nodelay: true,
+    };
+    let runtime = Runtime::start(runtime_config, Arc::new(TargetService { target: target.clone() }))?;
+    print_banner(config, &target, runtime.local_addrs(), threads);
+
+    let handle = runtime.shutdown_handle();
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        .map_err(ServeError::Signals)?;
+    let signal_handle = signals.handle();
+    let waiter = std::thread::Builder::new()
+        .name("sluice-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                tracing::info!(signal, "stopping");
+                handle.shutdown();
+            }
+        })
+        .map_err(ServeError::Signals)?;
+    let result = runtime.join();
+    signal_handle.close();
+    let _ = waiter.join();
+    result?;
+    println!("sluice: stopped");
+    Ok(())
+}
+
+fn print_banner(config: &Config, target: &Target, bound: &[SocketAddr], threads: usize) {
+    let io_listener = bound
+        .iter()
+        .zip(&config.listeners)
+        .find(|(_, listener)| !listener.discovery_only)
+        .map(|(address, _)| *address);
+    let discovery_listener = bound
+        .iter()
+        .zip(&config.listeners)
+        .find(|(_, listener)| listener.discovery_only)
+        .map(|(address, _)| *address)
+        .or(io_listener);
+    for subsystem in target.subsystems() {
+        let total_bytes: u64 = subsystem.namespaces().map(|namespace| namespace.geometry.capacity_bytes()).sum();
+        println!(
+            "sluice: subsystem {} with {} namespace(s), {:.1} GiB",
+            subsystem.nqn,
+            subsystem.active_namespace_ids().len(),
+            total_bytes as f64 / (1u64 << 30) as f64
+        );
+    }
+    for (address, listener) in bound.iter().zip(&config.listeners) {
+        let role = if listener.discovery_only { "discovery" } else { "I/O and discovery" };
+        println!("sluice: listening on {address} ({role})");
+    }
+    println!("sluice: {threads} thread(s), {:?} mode", config.runtime.poll_mode);
+    if let (Some(io), Some(discovery), Some(subsystem)) = (io_listener, discovery_listener, target.subsystems().first()) {
+        println!("Connect from a Linux host with nvme-cli:");
+        println!("  nvme discover -t tcp -a {} -s {}", discovery.ip(), discovery.port());
+        println!("  nvme connect -t tcp -a {} -s {} -n {}", io.ip(), io.port(), subsystem.nqn);
+    }
+    println!("sluice: ready");
+}

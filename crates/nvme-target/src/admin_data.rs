@@ -1,0 +1,346 @@
+//! Identify and Get Log Page: the data structures the controller returns.
+
+use nvme_spec::admin::IdentifyCommand;
+use nvme_spec::bytes::put_u32;
+use nvme_spec::identify::{
+    cmic, cns, controller_type, csi, dlfeat, encode_io_command_set_vector,
+    encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, oaes, ofcs, oncs, sgls,
+    vwc, ctratt, command_set_vector, LbaFormat, IDENTIFY_DATA_BYTES,
+};
+use nvme_spec::log_page::{
+    command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects,
+    FirmwareSlotLog, GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES,
+    ERROR_INFORMATION_ENTRY_BYTES, FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
+};
+use nvme_spec::opcode::{AdminOpcode, IoOpcode};
+use nvme_spec::registers::Version;
+use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId, Status, SubmissionQueueEntry};
+
+use crate::connection::Connection;
+use crate::controller::{Controller, ControllerKind};
+use crate::dispatch::Outcome;
+use crate::fabrics::REPORTED_VERSION;
+use crate::limits::{
+    ERROR_LOG_ENTRIES, IN_CAPSULE_DATA_BYTES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
+    MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
+    MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
+};
+use crate::subsystem::Namespace;
+
+/// FR: firmware revision, the crate version.
+const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
+/// RAB: recommended arbitration burst (2^6 commands), as the Linux target reports.
+const RECOMMENDED_ARBITRATION_BURST: u8 = 6;
+/// SQES/CQES: required and maximum entry sizes, log2 (64-byte SQE, 16-byte CQE).
+const SUBMISSION_QUEUE_ENTRY_SIZES: u8 = 0x66;
+const COMPLETION_QUEUE_ENTRY_SIZES: u8 = 0x44;
+/// Byte offsets in the I/O Command Set Independent Identify Namespace structure.
+const INDEPENDENT_NMIC_OFFSET: usize = 1;
+const INDEPENDENT_NSTAT_OFFSET: usize = 13;
+/// NSTAT bit 0: the namespace is ready.
+const NAMESPACE_READY: u8 = 1;
+
+impl Connection {
+    /// The length of a controller-to-host transfer, from the command's SGL.
+    fn controller_to_host_length(sqe: &SubmissionQueueEntry) -> Result<u32, Status> {
+        let sgl = sqe.sgl();
+        if sgl.length == 0 {
+            return Ok(0);
+        }
+        if !sgl.is_transport() {
+            return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());
+        }
+        if sgl.length > MAX_DATA_TRANSFER_BYTES {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        Ok(sgl.length)
+    }
+
+    /// Puts the first `length` bytes of `data` into the slot's buffer to send.
+    fn respond_with(&mut self, slot_index: u16, data: &[u8], length: u32) -> Outcome {
+        let length = (length as usize).min(data.len());
+        let mut buffer = self.pool.take(length);
+        buffer.copy_from_slice(&data[..length]);
+        self.slots.slot(slot_index).buffer = buffer;
+        Outcome::Data(length as u32)
+    }
+
+    pub(crate) fn admin_identify(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let length = match Self::controller_to_host_length(sqe) {
+            Ok(length) => length,
+            Err(status) => return Outcome::status(status),
+        };
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let controller = binding.controller.clone();
+        let command = IdentifyCommand::decode(sqe);
+        let mut data = [0u8; IDENTIFY_DATA_BYTES];
+        let result = match controller.kind {
+            ControllerKind::Discovery => match command.cns {
+                cns::CONTROLLER => {
+                    self.identify_controller(&controller).encode(&mut data);
+                    Ok(())
+                }
+                _ => Err(Status::INVALID_FIELD.with_do_not_retry()),
+            },
+            ControllerKind::Io => self.identify_io(&controller, &command, &mut data),
+        };
+        match result {
+            Ok(()) => self.respond_with(slot_index, &data, length),
+            Err(status) => Outcome::status(status),
+        }
+    }
+
+    fn identify_io(
+        &self,
+        controller: &Controller,
+        command: &IdentifyCommand,
+        data: &mut [u8; IDENTIFY_DATA_BYTES],
+    ) -> Result<(), Status> {
+        let Some(subsystem) = &controller.subsystem else {
+            return Err(Status::INTERNAL_ERROR);
+        };
+        let nsid = command.namespace_id;
+        let namespace = || subsystem.namespace(nsid).ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+        let nvm_only = |csi_value: u8| if csi_value == csi::NVM { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
+        match command.cns {
+            cns::CONTROLLER => self.identify_controller(controller).encode(data),
+            cns::NAMESPACE => {
+                if nsid.0 == 0 || nsid.0 > MAX_NAMESPACE_ID {
+                    return Err(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+                }
+                // An inactive but valid NSID reads as all zeroes.
+                if let Some(namespace) = subsystem.namespace(nsid) {
+                    identify_namespace(namespace).encode(data);
+                }
+            }
+            cns::ACTIVE_NAMESPACE_LIST | cns::IO_COMMAND_SET_ACTIVE_NAMESPACE_LIST => {
+                if command.cns == cns::IO_COMMAND_SET_ACTIVE_NAMESPACE_LIST {
+                    nvm_only(command.command_set_identifier)?;
+                }
+                if nsid.0 >= 0xFFFF_FFFE {
+                    return Err(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+                }
+                let above = subsystem.active_namespace_ids().iter().copied().filter(|id| id.0 > nsid.0);
+                encode_namespace_list(above, data);
+            }
+            cns::NAMESPACE_DESCRIPTOR_LIST => {
+                let namespace = namespace()?;
+                encode_namespace_descriptors(
+                    &[
+                        NamespaceDescriptor::Nguid(namespace.nguid),
+                        NamespaceDescriptor::Uuid(namespace.uuid),
+                        NamespaceDescriptor::CommandSetIdentifier(csi::NVM),
+                    ],
+                    data,
+                );
+            }
+            cns::IO_COMMAND_SET_NAMESPACE => {
+                nvm_only(command.command_set_identifier)?;
+                // NVM command set specific namespace data: no extended LBA formats,
+                // no protection information; all zero.
+                namespace()?;
+            }
+            cns::IO_COMMAND_SET_CONTROLLER => {
+                // NVM command set specific controller data: zero limits mean "no
+                // limit beyond MDTS" for Verify, Write Zeroes and DSM.
+                nvm_only(command.command_set_identifier)?;
+            }
+            cns::IO_COMMAND_SET_INDEPENDENT_NAMESPACE => {
+                namespace()?;
+                data[INDEPENDENT_NMIC_OFFSET] = nmic::SHARED;
+                data[INDEPENDENT_NSTAT_OFFSET] = NAMESPACE_READY;
+            }
+            cns::IO_COMMAND_SET => encode_io_command_set_vector(&[command_set_vector::NVM], data),
+            _ => return Err(Status::INVALID_FIELD.with_do_not_retry()),
+        }
+        Ok(())
+    }
+
+    fn identify_controller(&self, controller: &Controller) -> IdentifyController {
+        let mut id = IdentifyController::default();
+        id.set_firmware_revision(FIRMWARE_REVISION);
+        id.recommended_arbitration_burst = RECOMMENDED_ARBITRATION_BURST;
+        id.maximum_data_transfer_size = MAX_DATA_TRANSFER_SIZE_LOG2_PAGES;
+        id.controller_id = controller.id;
+        id.version = Version(REPORTED_VERSION);
+        id.controller_attributes = ctratt::HOST_ID_128_BIT;
+        id.async_event_request_limit = (MAX_OUTSTANDING_ASYNC_EVENTS - 1) as u8;
+        id.log_page_attributes = lpa::EXTENDED_DATA;
+        id.error_log_page_entries = (ERROR_LOG_ENTRIES - 1) as u8;
+        id.keep_alive_support = KEEP_ALIVE_GRANULARITY_100MS;
+        id.submission_queue_entry_size = SUBMISSION_QUEUE_ENTRY_SIZES;
+        id.completion_queue_entry_size = COMPLETION_QUEUE_ENTRY_SIZES;
+        // SGLs without alignment rules, and data block descriptors with an offset
+        // into in-capsule data.
+        id.sgl_support = sgls::SUPPORTED_NO_ALIGNMENT | sgls::SGL_OFFSET;
+        id.io_command_capsule_size = (64 + IN_CAPSULE_DATA_BYTES) / 16;
+        id.io_response_capsule_size = 1;
+        id.in_capsule_data_offset = 0;
+        id.maximum_sgl_data_block_descriptors = 1;
+        id.optional_fabrics_commands_support = ofcs::DISCONNECT;
+        match (&controller.subsystem, controller.kind) {
+            (Some(subsystem), ControllerKind::Io) => {
+                id.set_serial_number(&subsystem.serial_number);
+                id.set_model_number(&subsystem.model_number);
+                id.set_subsystem_nqn(&subsystem.nqn);
+                id.controller_type = controller_type::IO;
+                // Several hosts may each have a controller on one subsystem.
+                id.multipath_capabilities = cmic::MULTIPLE_CONTROLLERS;
+                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES;
+                id.abort_command_limit = (MAX_OUTSTANDING_ABORTS - 1) as u8;
+                id.firmware_updates = frmw::SLOT_1_READ_ONLY | (1 << frmw::SLOT_COUNT_SHIFT);
+                id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
+                id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
+                id.number_of_namespaces = MAX_NAMESPACE_ID;
+                id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                id.volatile_write_cache = if subsystem.has_volatile_write_cache() {
+                    vwc::PRESENT | vwc::FLUSH_BROADCAST_SUPPORTED
+                } else {
+                    0
+                };
+            }
+            _ => {
+                id.set_serial_number("SLUICE-DISCOVERY");
+                id.set_model_number("Sluice discovery controller");
+                id.set_subsystem_nqn(nvme_spec::discovery::DISCOVERY_NQN);
+                id.controller_type = controller_type::DISCOVERY;
+                id.maximum_outstanding_commands = MAX_ADMIN_QUEUE_DEPTH;
+            }
+        }
+        id
+    }
+
+    pub(crate) fn admin_get_log_page(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let command = GetLogPageCommand::decode(sqe);
+        let sgl_length = match Self::controller_to_host_length(sqe) {
+            Ok(length) => length,
+            Err(status) => return Outcome::status(status),
+        };
+        let length = command.length_bytes();
+        if command.offset % 4 != 0 || length > u64::from(MAX_DATA_TRANSFER_BYTES) {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        if u64::from(sgl_length) < length {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let controller = binding.controller.clone();
+        let mut buffer = self.pool.take_zeroed(length as usize);
+        let result = match (controller.kind, command.log_page_id) {
+            (ControllerKind::Discovery, log_id::DISCOVERY) => {
+                Ok(self.copy_discovery_log(command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::ERROR_INFORMATION) => {
+                // No error entries are recorded yet: every entry has error count 0.
+                let page = [0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::SMART_HEALTH) => {
+                let mut page = [0u8; SMART_HEALTH_LOG_BYTES];
+                smart_health(&controller).encode(&mut page);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::FIRMWARE_SLOT) => {
+                let mut log = FirmwareSlotLog { active_firmware_info: 1, ..FirmwareSlotLog::default() };
+                log.set_revision(0, FIRMWARE_REVISION);
+                let mut page = [0u8; FIRMWARE_SLOT_LOG_BYTES];
+                log.encode(&mut page);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::CHANGED_NAMESPACE_LIST) => {
+                // Namespaces do not change while served yet: the list is empty.
+                Ok(copy_log_page_range(&[0u8; 4096], command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
+                let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
+                commands_supported_and_effects().encode(&mut page);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
+            _ => Err(Status::INVALID_LOG_PAGE.with_do_not_retry()),
+        };
+        match result {
+            Ok(copied) if copied == 0 && length > 0 => {
+                self.pool.give(buffer);
+                Outcome::status(Status::INVALID_FIELD.with_do_not_retry())
+            }
+            Ok(_) => {
+                self.slots.slot(slot_index).buffer = buffer;
+                Outcome::Data(length as u32)
+            }
+            Err(status) => {
+                self.pool.give(buffer);
+                Outcome::status(status)
+            }
+        }
+    }
+}
+
+fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
+    let blocks = namespace.geometry.block_count;
+    let mut id = IdentifyNamespace {
+        namespace_size: blocks,
+        namespace_capacity: blocks,
+        namespace_utilization: blocks,
+        number_of_lba_formats: 0,
+        formatted_lba_size: 0,
+        multipath_capabilities: nmic::SHARED,
+        // Deallocated blocks read as zeroes, and Write Zeroes may deallocate.
+        deallocate_features: dlfeat::READ_ZEROES | dlfeat::WRITE_ZEROES_DEALLOCATE,
+        namespace_globally_unique_identifier: namespace.nguid,
+        ..IdentifyNamespace::default()
+    };
+    id.lba_formats[0] = LbaFormat {
+        metadata_size: 0,
+        lba_data_size_log2: namespace.block_size_log2(),
+        relative_performance: 0,
+    };
+    id
+}
+
+fn smart_health(controller: &Controller) -> SmartHealthLog {
+    let totals = controller.subsystem.as_ref().map(|subsystem| subsystem.stats.snapshot()).unwrap_or_default();
+    SmartHealthLog {
+        available_spare: 100,
+        available_spare_threshold: 10,
+        data_units_read: data_units_from_bytes(u128::from(totals.bytes_read)),
+        data_units_written: data_units_from_bytes(u128::from(totals.bytes_written)),
+        host_read_commands: u128::from(totals.read_commands),
+        host_write_commands: u128::from(totals.write_commands),
+        media_errors: u128::from(totals.media_errors),
+        ..SmartHealthLog::default()
+    }
+}
+
+fn commands_supported_and_effects() -> CommandsSupportedAndEffects {
+    let mut log = CommandsSupportedAndEffects { admin: [0; 256], io: [0; 256] };
+    let supported = command_effects::COMMAND_SUPPORTED;
+    for opcode in [
+        AdminOpcode::GetLogPage,
+        AdminOpcode::Identify,
+        AdminOpcode::Abort,
+        AdminOpcode::SetFeatures,
+        AdminOpcode::GetFeatures,
+        AdminOpcode::AsynchronousEventRequest,
+        AdminOpcode::KeepAlive,
+    ] {
+        log.admin[opcode as usize] = supported;
+    }
+    log.io[IoOpcode::Flush as usize] = supported;
+    log.io[IoOpcode::Read as usize] = supported;
+    log.io[IoOpcode::Compare as usize] = supported;
+    let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
+    log.io[IoOpcode::Write as usize] = changes_content;
+    log.io[IoOpcode::WriteZeroes as usize] = changes_content;
+    log.io[IoOpcode::DatasetManagement as usize] = changes_content;
+    log
+}
+
+/// Silences the unused-import lint for helpers kept for the host side of tests.
+#[allow(dead_code)]
+fn _unused(_: NamespaceId) {
+    let _ = put_u32;
+}

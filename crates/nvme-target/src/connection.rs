@@ -1,0 +1,613 @@
+//! One NVMe/TCP connection (one queue) as a sans-io state machine.
+//!
+//! ```text
+//!  AwaitingIcReq --ICReq--> AwaitingConnect --Connect ok--> Live
+//!        |                        |                          |
+//!        +------ fatal error, setup timeout, host TermReq ---+--> Closing
+//! ```
+//! The runtime feeds received bytes (`handle_received`), the passage of time
+//! (`handle_timeout`) and storage completions (`poll_storage`); the connection answers
+//! with batches of PDUs to send (`take_transmit`) and a wish to close (`wants_close`).
+//! Nothing here touches a socket, a thread or a clock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::{CompletionQueueEntry, QueueId, Status};
+use nvme_tcp_wire::{
+    DataHeader, FatalErrorStatus, InitializeConnectionRequest,
+    InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent, ReaderLimits,
+    ReadyToTransfer, Role, TerminationRequest,
+};
+use storage::{BackendQueue, IoCompletion};
+
+use crate::controller::{Controller, ControllerKind};
+use crate::limits::{
+    CONNECTION_SETUP_TIMEOUT_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
+    MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES, MAX_R2T_LENGTH_BYTES,
+};
+use crate::slots::{SlotState, SlotTable};
+use crate::stats::QueueStats;
+use crate::target::Target;
+use crate::transmit::{BufferPool, TransmitBatch};
+
+/// Connection life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the host's ICReq.
+    AwaitingIcReq,
+    /// ICResp sent; the first command must be a Fabrics Connect.
+    AwaitingConnect,
+    /// Connected to a controller as `QueueBinding` describes.
+    Live,
+    /// Finishing: pending PDUs are flushed, then the socket closes.
+    Closing,
+}
+
+/// What the queue is, once connected.
+#[derive(Debug)]
+pub struct QueueBinding {
+    pub controller: Arc<Controller>,
+    /// QID: 0 for the admin queue.
+    pub queue_id: QueueId,
+    /// Queue size (SQSIZE + 1).
+    pub depth: u16,
+    /// SQHD: the submission queue head reported in each response.
+    pub submission_queue_head: u16,
+    /// Controller reset generation the queue was connected in.
+    pub generation: u32,
+}
+
+/// Where the data of the PDU being received goes.
+#[derive(Clone, Copy, Debug)]
+enum DataSink {
+    /// No PDU data expected.
+    None,
+    /// In-capsule data of the command in `slot`, written at `offset`.
+    InCapsule { slot: u16, offset: usize },
+    /// H2CData for the command in `slot`, written at `offset`.
+    HostData { slot: u16, offset: usize },
+}
+
+/// One NVMe/TCP connection.
+pub struct Connection {
+    pub(crate) target: Arc<Target>,
+    pub(crate) listener_index: usize,
+    /// Peer description for log messages.
+    pub(crate) peer: String,
+    pub(crate) phase: Phase,
+    reader: PduReader,
+    pub(crate) writer: PduWriter,
+    /// MAXR2T + 1: R2T PDUs the host accepts outstanding per command.
+    pub(crate) host_max_outstanding_r2t: u32,
+    /// DDGST negotiated: C2HData PDUs carry a data digest.
+    data_digest: bool,
+    pending: TransmitBatch,
+    spare: Option<TransmitBatch>,
+    pub(crate) pool: BufferPool,
+    pub(crate) slots: SlotTable,
+    sink: DataSink,
+    pub(crate) binding: Option<QueueBinding>,
+    /// Backend queues opened by this connection, by NSID - 1.
+    pub(crate) backend_queues: Vec<Option<Box<dyn BackendQueue>>>,
+    /// NSIDs with an opened backend queue (to poll only those).
+    pub(crate) opened_namespaces: Vec<u32>,
+    pub(crate) completions: Vec<IoCompletion>,
+    pub(crate) stats: Option<Arc<QueueStats>>,
+    /// Connection setup must finish by then.
+    setup_deadline: Option<Instant>,
+    /// Admin queue: the controller is torn down unless a Keep Alive arrives by then.
+    pub(crate) keep_alive_deadline: Option<Instant>,
+    /// I/O queue: next check whether the controller still exists.
+    controller_check_at: Option<Instant>,
+    /// Slots of held Asynchronous Event Requests, oldest first.
+    pub(crate) held_async_events: Vec<u16>,
+    cleaned_up: bool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.peer)
+            .field("phase", &self.phase)
+            .field("binding", &self.binding)
+            .finish()
+    }
+}
+
+/// Slot count before Connect: only the Connect command may be outstanding.
+const SETUP_QUEUE_DEPTH: u16 = 1;
+
+impl Connection {
+    /// A new connection accepted on `listener_index` of the target.
+    pub fn new(target: Arc<Target>, listener_index: usize, peer: String, now: Instant) -> Self {
+        Connection {
+            target,
+            listener_index,
+            peer,
+            phase: Phase::AwaitingIcReq,
+            reader: PduReader::new(
+                Role::Controller,
+                ReaderLimits { max_data_bytes: IN_CAPSULE_DATA_BYTES.max(MAX_H2C_DATA_BYTES) },
+            ),
+            writer: PduWriter::new(),
+            host_max_outstanding_r2t: 1,
+            data_digest: false,
+            pending: TransmitBatch::with_capacity(4096, 64),
+            spare: None,
+            pool: BufferPool::new(SETUP_QUEUE_DEPTH as usize),
+            slots: SlotTable::new(SETUP_QUEUE_DEPTH),
+            sink: DataSink::None,
+            binding: None,
+            backend_queues: Vec::new(),
+            opened_namespaces: Vec::new(),
+            completions: Vec::new(),
+            stats: None,
+            setup_deadline: Some(now + Duration::from_millis(CONNECTION_SETUP_TIMEOUT_MS)),
+            keep_alive_deadline: None,
+            controller_check_at: None,
+            held_async_events: Vec::new(),
+            cleaned_up: false,
+        }
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The queue this connection serves, once connected.
+    pub fn binding(&self) -> Option<&QueueBinding> {
+        self.binding.as_ref()
+    }
+
+    /// Bytes received from the host, in any chunking. Consumes all of them.
+    pub fn handle_received(&mut self, mut input: &[u8], now: Instant) {
+        while self.phase != Phase::Closing {
+            match self.reader.next_event(&mut input) {
+                Ok(None) => break,
+                Ok(Some(ReadEvent::Header { header, data_length })) => {
+                    self.on_header(header, data_length, now)
+                }
+                Ok(Some(ReadEvent::Data(chunk))) => self.on_data(chunk),
+                Ok(Some(ReadEvent::DataEnd { data_digest_ok })) => {
+                    self.on_data_end(data_digest_ok, now)
+                }
+                Err(error) => {
+                    tracing::warn!(peer = %self.peer, %error.kind, "broken PDU stream; terminating connection");
+                    self.terminate(error.status, error.info, &error.header[..error.header_length]);
+                }
+            }
+        }
+        self.poll_storage(now);
+    }
+
+    fn on_header(&mut self, header: PduHeader, data_length: u32, now: Instant) {
+        self.sink = DataSink::None;
+        match header {
+            PduHeader::IcReq(request) => self.on_initialize_connection(request),
+            PduHeader::CapsuleCmd(capsule) => self.on_capsule(capsule.sqe, data_length, now),
+            PduHeader::H2cData(data) => self.on_host_data_header(data, data_length),
+            PduHeader::H2cTermReq(request) => {
+                tracing::warn!(peer = %self.peer, status = ?request.status, info = request.info,
+                    "host terminated the connection");
+                self.phase = Phase::Closing;
+            }
+            // The reader only yields host-to-controller PDU types in the Controller role.
+            other => {
+                tracing::error!(peer = %self.peer, ?other, "reader yielded a PDU type it should have refused");
+                self.terminate(FatalErrorStatus::InvalidPduHeaderField, 0, &[]);
+            }
+        }
+    }
+
+    fn on_initialize_connection(&mut self, request: InitializeConnectionRequest) {
+        // The reader refuses a second ICReq and an unsupported PFV; HPDA is the
+        // alignment our C2H PDUs must honour, digests are whatever the host asks.
+        let digests = request.digests;
+        self.host_max_outstanding_r2t = request.max_r2t_outstanding.saturating_add(1);
+        let response = InitializeConnectionResponse {
+            protocol_format_version: 0,
+            controller_pdu_data_alignment: 0,
+            digests,
+            max_h2c_data_bytes: MAX_H2C_DATA_BYTES,
+        };
+        self.pending.push_header_with(|out| {
+            PduWriter::new().write_header(&PduHeader::IcResp(response), 0, out);
+        });
+        self.writer.set_digests(digests);
+        self.data_digest = digests.data;
+        self.writer.set_data_alignment(request.host_pdu_data_alignment);
+        self.reader.set_digests(digests);
+        self.phase = Phase::AwaitingConnect;
+        tracing::debug!(peer = %self.peer, ?digests, "ICReq accepted");
+    }
+
+    fn on_capsule(&mut self, sqe: nvme_spec::SubmissionQueueEntry, data_length: u32, now: Instant) {
+        if self.phase != Phase::AwaitingConnect && self.phase != Phase::Live {
+            self.terminate(FatalErrorStatus::PduSequenceError, 0, &[]);
+            return;
+        }
+        let Some(slot_index) = self.slots.allocate(sqe) else {
+            tracing::warn!(peer = %self.peer, depth = self.slots.depth(),
+                "host sent more commands than the queue depth");
+            self.terminate(FatalErrorStatus::PduSequenceError, 0, &[]);
+            return;
+        };
+        if let Some(binding) = &mut self.binding {
+            binding.submission_queue_head = (binding.submission_queue_head + 1) % binding.depth;
+        }
+        if data_length == 0 {
+            self.command_data_complete(slot_index, now);
+            return;
+        }
+        let sgl = sqe.sgl();
+        let status = if data_length > IN_CAPSULE_DATA_BYTES {
+            Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry()
+        } else if !sgl.is_in_capsule() {
+            Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry()
+        } else if sgl.address != 0 {
+            Status::INVALID_SGL_OFFSET.with_do_not_retry()
+        } else if sgl.length != data_length {
+            Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry()
+        } else {
+            Status::SUCCESS
+        };
+        let slot = self.slots.slot(slot_index);
+        if status.is_success() {
+            slot.host_data_bytes = data_length;
+            slot.buffer = self.pool.take(data_length as usize);
+        } else {
+            // The data is consumed and dropped so the stream stays in sync; the
+            // command fails once it has all arrived.
+            slot.deferred_status = status;
+        }
+        self.sink = DataSink::InCapsule { slot: slot_index, offset: 0 };
+    }
+
+    /// H2CData header: check it against the command it names before taking any data.
+    fn on_host_data_header(&mut self, data: DataHeader, data_length: u32) {
+        if self.phase != Phase::Live {
+            self.terminate(FatalErrorStatus::PduSequenceError, 0, &[]);
+            return;
+        }
+        // FEI values are byte offsets of the offending field in the H2CData header:
+        // CCCID at 8, TTAG at 10, DATAO at 12, DATAL at 16.
+        let Some(slot) = self.slots.get(data.transfer_tag) else {
+            self.terminate(FatalErrorStatus::InvalidPduHeaderField, 10, &[]);
+            return;
+        };
+        if slot.state != SlotState::ReceivingHostData {
+            self.terminate(FatalErrorStatus::InvalidPduHeaderField, 10, &[]);
+            return;
+        }
+        if slot.sqe.command_id() != data.command_id {
+            self.terminate(FatalErrorStatus::InvalidPduHeaderField, 8, &[]);
+            return;
+        }
+        if data.data_length != data_length {
+            self.terminate(FatalErrorStatus::InvalidPduHeaderField, 16, &[]);
+            return;
+        }
+        // Data must arrive in order and only inside what R2Ts asked for.
+        let end = u64::from(data.data_offset) + u64::from(data.data_length);
+        if data.data_offset != slot.received_bytes || end > u64::from(slot.requested_bytes) {
+            self.terminate(FatalErrorStatus::DataTransferOutOfRange, 12, &[]);
+            return;
+        }
+        self.sink = DataSink::HostData { slot: data.transfer_tag, offset: data.data_offset as usize };
+    }
+
+    fn on_data(&mut self, chunk: &[u8]) {
+        let (slot_index, offset) = match &mut self.sink {
+            DataSink::None => return,
+            DataSink::InCapsule { slot, offset } | DataSink::HostData { slot, offset } => {
+                let position = *offset;
+                *offset += chunk.len();
+                (*slot, position)
+            }
+        };
+        let slot = self.slots.slot(slot_index);
+        if !slot.deferred_status.is_success() {
+            return;
+        }
+        // The header checks bound the data by the buffer; `get_mut` keeps a bug from
+        // becoming a panic on network input.
+        if let Some(destination) = slot.buffer.get_mut(offset..offset + chunk.len()) {
+            destination.copy_from_slice(chunk);
+        } else {
+            slot.deferred_status = Status::DATA_TRANSFER_ERROR.with_do_not_retry();
+        }
+    }
+
+    fn on_data_end(&mut self, data_digest_ok: bool, now: Instant) {
+        let sink = std::mem::replace(&mut self.sink, DataSink::None);
+        match sink {
+            DataSink::None => {}
+            DataSink::InCapsule { slot, .. } => {
+                if !data_digest_ok {
+                    self.note_data_digest_error(slot);
+                }
+                self.command_data_complete(slot, now);
+            }
+            DataSink::HostData { slot: slot_index, offset } => {
+                if !data_digest_ok {
+                    self.note_data_digest_error(slot_index);
+                }
+                let slot = self.slots.slot(slot_index);
+                slot.received_bytes = offset as u32;
+                if slot.received_bytes == slot.host_data_bytes {
+                    self.host_data_complete(slot_index, now);
+                } else {
+                    self.request_host_data(slot_index);
+                }
+            }
+        }
+    }
+
+    /// A data digest mismatch is not a stream error (the lengths were right): the
+    /// command fails with Transient Transport Error so the host retries it.
+    fn note_data_digest_error(&mut self, slot_index: u16) {
+        tracing::warn!(peer = %self.peer, "data digest mismatch");
+        let slot = self.slots.slot(slot_index);
+        if slot.deferred_status.is_success() {
+            slot.deferred_status = Status::TRANSIENT_TRANSPORT_ERROR;
+        }
+    }
+
+    /// Sends R2T PDUs for the next pieces of a command's host data, keeping at most
+    /// MAXR2T + 1 outstanding.
+    pub(crate) fn request_host_data(&mut self, slot_index: u16) {
+        let max_outstanding = self.host_max_outstanding_r2t;
+        let slot = self.slots.slot(slot_index);
+        slot.state = SlotState::ReceivingHostData;
+        let command_id = slot.sqe.command_id();
+        loop {
+            let slot = self.slots.slot(slot_index);
+            let outstanding_bytes = slot.requested_bytes - slot.received_bytes;
+            let outstanding = outstanding_bytes.div_ceil(MAX_R2T_LENGTH_BYTES);
+            if slot.requested_bytes >= slot.host_data_bytes || outstanding >= max_outstanding {
+                break;
+            }
+            let offset = slot.requested_bytes;
+            let length = (slot.host_data_bytes - offset).min(MAX_R2T_LENGTH_BYTES);
+            slot.requested_bytes += length;
+            let r2t = ReadyToTransfer { command_id, transfer_tag: slot_index, offset, length };
+            let writer = &self.writer;
+            self.pending.push_header_with(|out| {
+                writer.write_header(&PduHeader::R2t(r2t), 0, out);
+            });
+        }
+    }
+
+    /// Queues a C2HTermReq and closes: the stream cannot be trusted any more.
+    pub(crate) fn terminate(&mut self, status: FatalErrorStatus, info: u32, offending_header: &[u8]) {
+        // Also before ICResp: a bad ICReq (e.g. unsupported PFV) is answered with a
+        // C2HTermReq too; no digests are negotiated then, so the host can parse it.
+        let request = TerminationRequest::new(status, info, offending_header);
+        let writer = &self.writer;
+        self.pending.push_header_with(|out| {
+            writer.write_header(&PduHeader::C2hTermReq(request), 0, out);
+        });
+        self.phase = Phase::Closing;
+    }
+
+    /// Queues the response of the command in `slot_index` (after its data, if any)
+    /// and frees the slot.
+    pub(crate) fn complete(&mut self, slot_index: u16, status: Status, result: u64) {
+        let Some(binding) = &self.binding else {
+            // Only Connect runs before a binding exists; it completes through
+            // `complete_unbound`.
+            self.complete_unbound(slot_index, status, result, QueueId::ADMIN, 0);
+            return;
+        };
+        let queue_id = binding.queue_id;
+        let head = binding.submission_queue_head;
+        self.complete_unbound(slot_index, status, result, queue_id, head);
+    }
+
+    pub(crate) fn complete_unbound(
+        &mut self,
+        slot_index: u16,
+        status: Status,
+        result: u64,
+        queue_id: QueueId,
+        submission_queue_head: u16,
+    ) {
+        let slot = self.slots.slot(slot_index);
+        let command_id = slot.sqe.command_id();
+        let send_bytes = if status.is_success() { slot.send_data_bytes as usize } else { 0 };
+        let buffer = std::mem::take(&mut slot.buffer);
+        let compare_buffer = std::mem::take(&mut slot.compare_buffer);
+        self.pool.give(compare_buffer);
+        let writer = &self.writer;
+        if send_bytes > 0 && send_bytes <= buffer.len() {
+            let data_digest = self.data_digest;
+            let index = self.pending.attach_buffer(buffer);
+            let mut offset = 0;
+            while offset < send_bytes {
+                let length = (send_bytes - offset).min(MAX_C2H_DATA_PDU_BYTES as usize);
+                let last = offset + length == send_bytes;
+                let header = DataHeader {
+                    command_id,
+                    transfer_tag: 0,
+                    data_offset: offset as u32,
+                    data_length: length as u32,
+                    last,
+                    success: false,
+                };
+                self.pending.push_header_with(|out| {
+                    writer.write_header(&PduHeader::C2hData(header), length as u32, out);
+                });
+                self.pending.push_data(index, offset, offset + length);
+                if data_digest {
+                    let digest =
+                        nvme_tcp_wire::crc32c(&self.pending.buffer(index)[offset..offset + length]);
+                    self.pending.push_header_with(|out| out.extend_from_slice(&digest.to_le_bytes()));
+                }
+                offset += length;
+            }
+        } else {
+            self.pool.give(buffer);
+        }
+        let cqe = CompletionQueueEntry {
+            result_dw0: result as u32,
+            result_dw1: (result >> 32) as u32,
+            submission_queue_head,
+            submission_queue_id: queue_id,
+            command_id,
+            status,
+            phase: false,
+        };
+        self.pending.push_header_with(|out| {
+            writer.write_header(&PduHeader::CapsuleResp(nvme_tcp_wire::CapsuleResponse { cqe }), 0, out);
+        });
+        self.slots.release(slot_index);
+    }
+
+    /// The next batch of PDUs to send, if any. The runtime hands it back through
+    /// `transmit_complete` once every byte is written.
+    pub fn take_transmit(&mut self) -> Option<TransmitBatch> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let replacement = self.spare.take().unwrap_or_else(|| TransmitBatch::with_capacity(4096, 64));
+        Some(std::mem::replace(&mut self.pending, replacement))
+    }
+
+    /// A batch from `take_transmit` was sent; its buffers return to the pool.
+    pub fn transmit_complete(&mut self, mut batch: TransmitBatch) {
+        batch.recycle(&mut self.pool);
+        if self.spare.is_none() {
+            self.spare = Some(batch);
+        }
+    }
+
+    /// True when the connection should be closed once pending PDUs are sent.
+    pub fn wants_close(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// The earliest time `handle_timeout` has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Time passed: enforce the setup timeout and keep-alive, and notice controllers
+    /// torn down elsewhere.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Closing {
+            return;
+        }
+        if let Some(deadline) = self.setup_deadline {
+            if now >= deadline && self.phase != Phase::Live {
+                tracing::info!(peer = %self.peer, phase = ?self.phase, "connection setup timed out");
+                self.phase = Phase::Closing;
+                return;
+            }
+        }
+        if let Some(deadline) = self.keep_alive_deadline {
+            if now >= deadline {
+                if let Some(binding) = &self.binding {
+                    tracing::warn!(peer = %self.peer, controller = binding.controller.id.0,
+                        "keep-alive timeout: tearing down the controller");
+                    binding.controller.tear_down();
+                }
+                self.phase = Phase::Closing;
+                return;
+            }
+        }
+        if let Some(check_at) = self.controller_check_at {
+            if now >= check_at {
+                self.controller_check_at =
+                    Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+                if self.controller_gone() {
+                    self.phase = Phase::Closing;
+                }
+            }
+        }
+    }
+
+    /// True when this I/O queue's controller was torn down.
+    pub(crate) fn controller_gone(&self) -> bool {
+        self.binding.as_ref().is_some_and(|binding| {
+            binding.controller.is_torn_down()
+                || (!binding.queue_id.is_admin() && binding.controller.generation() != binding.generation)
+        })
+    }
+
+    /// Connect succeeded: size the queue and start its timers.
+    pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
+        self.slots = SlotTable::new(binding.depth);
+        self.pool = BufferPool::new(binding.depth as usize + 8);
+        self.setup_deadline = None;
+        if binding.queue_id.is_admin() {
+            self.restart_keep_alive(&binding.controller, now);
+        } else {
+            self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+        }
+        if let Some(subsystem) = &binding.controller.subsystem {
+            self.stats = Some(subsystem.stats.register());
+        }
+        self.binding = Some(binding);
+        self.phase = Phase::Live;
+    }
+
+    /// Restarts the keep-alive timer from `now` (Keep Alive command, Connect,
+    /// Set Features KATO). The timeout is rounded up to whole seconds as the Linux
+    /// target does, which hosts are tested against.
+    pub(crate) fn restart_keep_alive(&mut self, controller: &Controller, now: Instant) {
+        let timeout_ms = u64::from(controller.state().features.keep_alive_timeout_ms);
+        self.keep_alive_deadline = if timeout_ms == 0 {
+            None
+        } else {
+            Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000))
+        };
+    }
+
+    /// The socket is gone (peer closed, error, shutdown or after `wants_close`).
+    /// Releases the controller or queue; call once, and it is safe to call again.
+    pub fn handle_closed(&mut self) {
+        if self.cleaned_up {
+            return;
+        }
+        self.cleaned_up = true;
+        self.phase = Phase::Closing;
+        if let (Some(stats), Some(binding)) = (&self.stats, &self.binding) {
+            if let Some(subsystem) = &binding.controller.subsystem {
+                subsystem.stats.retire(stats);
+            }
+        }
+        if let Some(binding) = &self.binding {
+            let controller = &binding.controller;
+            if binding.queue_id.is_admin() {
+                // Losing the admin queue ends the controller: its I/O queues close
+                // at their next check.
+                controller.tear_down();
+                self.target.remove_controller(controller);
+                tracing::info!(peer = %self.peer, controller = controller.id.0,
+                    kind = ?controller.kind, "controller released");
+            } else {
+                let queue = binding.queue_id.0;
+                let mut state = controller.state();
+                if queue < 128 {
+                    state.connected_io_queues &= !(1u128 << queue);
+                }
+            }
+        }
+    }
+
+    /// Kind of controller this connection belongs to, once connected.
+    pub fn controller_kind(&self) -> Option<ControllerKind> {
+        self.binding.as_ref().map(|binding| binding.controller.kind)
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.handle_closed();
+    }
+}

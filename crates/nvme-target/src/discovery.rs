@@ -1,0 +1,53 @@
+//! The discovery log (log page 70h): one record per (NVM subsystem, listener that
+//! serves I/O).
+
+use nvme_spec::discovery::{
+    address_family, copy_discovery_log_range, subsystem_type, DiscoveryLogEntry, DiscoveryLogHeader,
+};
+
+use crate::connection::Connection;
+use crate::limits::MAX_ADMIN_QUEUE_DEPTH;
+use crate::target::{AddressFamily, Target};
+
+/// Builds every record of the discovery log. The admin path may allocate: the log is
+/// read a few times per host connection.
+pub(crate) fn discovery_entries(target: &Target) -> Vec<DiscoveryLogEntry> {
+    let mut entries = Vec::new();
+    for subsystem in target.subsystems() {
+        for (index, listener) in target.listeners().iter().enumerate() {
+            if listener.discovery_only {
+                continue;
+            }
+            let family = match listener.family {
+                AddressFamily::Ipv4 => address_family::IPV4,
+                AddressFamily::Ipv6 => address_family::IPV6,
+            };
+            let mut entry = DiscoveryLogEntry::tcp(
+                subsystem_type::NVME_SUBSYSTEM,
+                family,
+                // PORTID: the listener's position, stable for a given configuration.
+                index as u16 + 1,
+                &listener.address,
+                &listener.port.to_string(),
+                &subsystem.nqn,
+            );
+            entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
+            entries.push(entry);
+        }
+    }
+    entries
+}
+
+impl Connection {
+    /// Copies `[offset, offset + out.len())` of the discovery log into `out`; returns
+    /// the bytes that came from the log.
+    pub(crate) fn copy_discovery_log(&self, offset: u64, out: &mut [u8]) -> usize {
+        let entries = discovery_entries(&self.target);
+        let header = DiscoveryLogHeader {
+            generation_counter: self.target.discovery_generation,
+            number_of_records: entries.len() as u64,
+            record_format: 0,
+        };
+        copy_discovery_log_range(&header, &entries, offset, out)
+    }
+}

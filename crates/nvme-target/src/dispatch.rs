@@ -1,0 +1,285 @@
+//! From a received command to its response: fetch host data (in-capsule or by R2T),
+//! route the command to its handler, run storage operations and finish.
+
+use std::time::Instant;
+
+use nvme_spec::opcode::AdminOpcode;
+use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
+use storage::{IoCompletion, IoError, IoOp, IoRequest};
+
+use crate::connection::{Connection, Phase};
+use crate::limits::MAX_DATA_TRANSFER_BYTES;
+use crate::slots::{PendingKind, SlotState};
+use crate::stats::QueueStats;
+
+/// What a command handler decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Respond now with this status and DW1:DW0 result.
+    Done(Status, u64),
+    /// Respond with success after sending the first `bytes` of the slot's buffer.
+    Data(u32),
+    /// The command continues later (storage in flight, held AER).
+    Pending,
+}
+
+impl Outcome {
+    pub(crate) fn status(status: Status) -> Self {
+        Outcome::Done(status, 0)
+    }
+}
+
+/// True when the command moves data from host to controller: opcode bits 1:0 are the
+/// data transfer direction (01b host to controller, 11b bidirectional). Fabrics
+/// commands (7Fh) carry their data in-capsule and are excluded.
+fn transfers_host_data(sqe: &SubmissionQueueEntry) -> bool {
+    sqe.opcode() != AdminOpcode::Fabrics as u8 && sqe.opcode() & 0b01 != 0
+}
+
+/// Maps a backend failure to the NVMe status the host sees for that command.
+pub(crate) fn status_from_io_error(error: IoError) -> Status {
+    match error {
+        IoError::OutOfRange => Status::LBA_OUT_OF_RANGE.with_do_not_retry(),
+        IoError::NoSpace => Status::CAPACITY_EXCEEDED.with_do_not_retry(),
+        IoError::WriteFault => Status::WRITE_FAULT,
+        IoError::ReadError => Status::UNRECOVERED_READ_ERROR,
+        IoError::BufferLengthMismatch | IoError::Internal => Status::INTERNAL_ERROR,
+    }
+}
+
+impl Connection {
+    /// The capsule and all its in-capsule data are in. Fetch remaining host data
+    /// with R2T, or run the command.
+    pub(crate) fn command_data_complete(&mut self, slot_index: u16, now: Instant) {
+        let slot = self.slots.slot(slot_index);
+        if !slot.deferred_status.is_success() {
+            let status = slot.deferred_status;
+            self.complete(slot_index, status, 0);
+            return;
+        }
+        let sqe = slot.sqe;
+        if self.phase == Phase::Live && transfers_host_data(&sqe) && slot.host_data_bytes == 0 {
+            let sgl = sqe.sgl();
+            if sgl.length > 0 {
+                let verdict = if !sgl.is_transport() {
+                    Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry())
+                } else if sgl.length > MAX_DATA_TRANSFER_BYTES {
+                    Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry())
+                } else {
+                    // Fail before asking for data the command cannot use.
+                    self.validate_before_host_data(&sqe)
+                };
+                if let Err(status) = verdict {
+                    self.complete(slot_index, status, 0);
+                    return;
+                }
+                let slot = self.slots.slot(slot_index);
+                slot.host_data_bytes = sgl.length;
+                slot.buffer = self.pool.take(sgl.length as usize);
+                self.request_host_data(slot_index);
+                return;
+            }
+        }
+        self.execute(slot_index, now);
+    }
+
+    /// All host data requested by R2T has arrived.
+    pub(crate) fn host_data_complete(&mut self, slot_index: u16, now: Instant) {
+        let slot = self.slots.slot(slot_index);
+        if !slot.deferred_status.is_success() {
+            let status = slot.deferred_status;
+            self.complete(slot_index, status, 0);
+            return;
+        }
+        self.execute(slot_index, now);
+    }
+
+    fn execute(&mut self, slot_index: u16, now: Instant) {
+        let outcome = match self.phase {
+            Phase::AwaitingConnect => {
+                self.execute_connect(slot_index, now);
+                return;
+            }
+            Phase::Live => match &self.binding {
+                Some(binding) if binding.queue_id.is_admin() => self.execute_admin(slot_index, now),
+                Some(_) => self.execute_io(slot_index),
+                None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
+            },
+            Phase::AwaitingIcReq | Phase::Closing => {
+                self.discard(slot_index);
+                return;
+            }
+        };
+        self.finish(slot_index, outcome);
+    }
+
+    /// Applies a handler's outcome.
+    pub(crate) fn finish(&mut self, slot_index: u16, outcome: Outcome) {
+        match outcome {
+            Outcome::Done(status, result) => self.complete(slot_index, status, result),
+            Outcome::Data(bytes) => {
+                self.slots.slot(slot_index).send_data_bytes = bytes;
+                self.complete(slot_index, Status::SUCCESS, 0);
+            }
+            Outcome::Pending => {}
+        }
+    }
+
+    /// Drops a command without a response (the connection is closing).
+    fn discard(&mut self, slot_index: u16) {
+        let slot = self.slots.slot(slot_index);
+        let buffer = std::mem::take(&mut slot.buffer);
+        self.pool.give(buffer);
+        self.slots.release(slot_index);
+    }
+
+    /// Submits one storage operation for the command in `slot_index`.
+    pub(crate) fn submit_storage(
+        &mut self,
+        slot_index: u16,
+        namespace_id: NamespaceId,
+        op: IoOp,
+        buffer: Vec<u8>,
+    ) -> Result<(), Status> {
+        let index = namespace_id.0 as usize - 1;
+        if self.backend_queues.len() <= index || self.backend_queues[index].is_none() {
+            let namespace = self
+                .binding
+                .as_ref()
+                .and_then(|binding| binding.controller.subsystem.as_ref())
+                .and_then(|subsystem| subsystem.namespace(namespace_id))
+                .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
+            if self.backend_queues.len() <= index {
+                self.backend_queues.resize_with(index + 1, || None);
+            }
+            self.backend_queues[index] = Some(namespace.backend.open_queue());
+            self.opened_namespaces.push(namespace_id.0);
+        }
+        let slot = self.slots.slot(slot_index);
+        slot.pending_operations += 1;
+        slot.state = SlotState::AwaitingStorage;
+        let request = IoRequest { token: u64::from(slot_index), op, buffer };
+        if let Some(queue) = self.backend_queues[index].as_mut() {
+            queue.submit(request);
+        }
+        Ok(())
+    }
+
+    /// True when storage operations are in flight (the runtime then calls
+    /// `poll_storage` without waiting for the socket).
+    pub fn has_pending_storage(&self) -> bool {
+        self.opened_namespaces.iter().any(|&nsid| {
+            self.backend_queues[nsid as usize - 1].as_ref().is_some_and(|queue| queue.in_flight() > 0)
+        })
+    }
+
+    /// Collects storage completions and finishes the commands they belong to.
+    pub fn poll_storage(&mut self, _now: Instant) {
+        let mut completions = std::mem::take(&mut self.completions);
+        for position in 0..self.opened_namespaces.len() {
+            let index = self.opened_namespaces[position] as usize - 1;
+            if let Some(queue) = self.backend_queues[index].as_mut() {
+                if queue.in_flight() > 0 {
+                    queue.reap(&mut completions);
+                }
+            }
+        }
+        for completion in completions.drain(..) {
+            self.on_storage_completion(completion);
+        }
+        self.completions = completions;
+    }
+
+    fn on_storage_completion(&mut self, completion: IoCompletion) {
+        let slot_index = completion.token as u16;
+        let Some(slot) = self.slots.get(slot_index) else {
+            self.pool.give(completion.buffer);
+            return;
+        };
+        if slot.state != SlotState::AwaitingStorage {
+            // Our bug: a completion for a slot that is not waiting for one.
+            debug_assert!(false, "storage completion for slot {slot_index} in {:?}", slot.state);
+            self.pool.give(completion.buffer);
+            return;
+        }
+        if slot.pending_kind == PendingKind::Compare && slot.compare_buffer.is_empty() {
+            slot.compare_buffer = completion.buffer;
+        } else if slot.buffer.is_empty() {
+            slot.buffer = completion.buffer;
+        } else {
+            self.pool.give(completion.buffer);
+        }
+        let slot = self.slots.slot(slot_index);
+        if let Err(error) = completion.result {
+            if slot.storage_status.is_success() {
+                slot.storage_status = status_from_io_error(error);
+            }
+        }
+        slot.pending_operations -= 1;
+        if slot.pending_operations == 0 {
+            self.storage_done(slot_index);
+        }
+    }
+
+    fn storage_done(&mut self, slot_index: u16) {
+        let slot = self.slots.slot(slot_index);
+        let status = slot.storage_status;
+        let stats = self.stats.as_deref();
+        if !status.is_success() {
+            if let Some(stats) = stats {
+                QueueStats::add(&stats.media_errors, 1);
+            }
+            self.complete(slot_index, status, 0);
+            return;
+        }
+        match slot.pending_kind {
+            PendingKind::Read => {
+                let bytes = slot.buffer.len() as u32;
+                if let Some(stats) = stats {
+                    QueueStats::add(&stats.read_commands, 1);
+                    QueueStats::add(&stats.bytes_read, u64::from(bytes));
+                }
+                self.finish(slot_index, Outcome::Data(bytes));
+            }
+            PendingKind::Write => {
+                if let Some(stats) = stats {
+                    QueueStats::add(&stats.write_commands, 1);
+                    QueueStats::add(&stats.bytes_written, u64::from(slot.host_data_bytes));
+                }
+                self.complete(slot_index, Status::SUCCESS, 0);
+            }
+            PendingKind::Compare => {
+                let equal = slot.buffer == slot.compare_buffer;
+                if let Some(stats) = stats {
+                    QueueStats::add(&stats.read_commands, 1);
+                    QueueStats::add(&stats.bytes_read, slot.compare_buffer.len() as u64);
+                }
+                let status = if equal { Status::SUCCESS } else { Status::COMPARE_FAILURE };
+                self.complete(slot_index, status, 0);
+            }
+            PendingKind::Other => self.complete(slot_index, Status::SUCCESS, 0),
+        }
+    }
+
+    /// Queues a storage request the command handler built; on a submit error the
+    /// command completes with it.
+    pub(crate) fn start_storage(
+        &mut self,
+        slot_index: u16,
+        namespace_id: NamespaceId,
+        kind: PendingKind,
+        op: IoOp,
+        buffer: Vec<u8>,
+    ) -> Outcome {
+        self.slots.slot(slot_index).pending_kind = kind;
+        match self.submit_storage(slot_index, namespace_id, op, buffer) {
+            Ok(()) => Outcome::Pending,
+            Err(status) => Outcome::status(status),
+        }
+    }
+
+    /// Used by `transmit`-side tests: number of commands outstanding.
+    pub fn outstanding_commands(&self) -> usize {
+        self.slots.in_use()
+    }
+}

@@ -1,0 +1,267 @@
+//! Fabrics commands: Connect (admin and I/O queues), Property Get/Set and Disconnect.
+
+use std::time::Instant;
+
+use nvme_spec::discovery::DISCOVERY_NQN;
+use nvme_spec::fabrics::{
+    connect_invalid_parameter_in_command, connect_invalid_parameter_in_data, property_offset,
+    ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
+};
+use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
+use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
+use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
+
+use crate::connection::{Connection, QueueBinding};
+use crate::controller::{Controller, ControllerKind};
+use crate::dispatch::Outcome;
+use crate::limits::{MAX_ADMIN_QUEUE_DEPTH, MEMORY_PAGE_BYTES, READY_TIMEOUT_500MS};
+
+/// VS: the NVMe version the controllers report (1.4: the descriptor list, command
+/// set CNS values and everything a current Linux host checks for).
+pub const REPORTED_VERSION: u32 = 0x0001_0400;
+
+/// Byte offsets of Connect fields, reported in IPO when a value is refused.
+mod connect_offset {
+    pub const QUEUE_ID: u16 = 42;
+    pub const SUBMISSION_QUEUE_SIZE: u16 = 44;
+    pub const DATA_CONTROLLER_ID: u16 = 16;
+    pub const DATA_SUBSYSTEM_NQN: u16 = 256;
+    pub const DATA_HOST_NQN: u16 = 512;
+}
+
+/// CC.IOSQES / CC.IOCQES the NVM command set requires (64-byte SQE, 16-byte CQE).
+const IO_SUBMISSION_QUEUE_ENTRY_SIZE_LOG2: u8 = 6;
+const IO_COMPLETION_QUEUE_ENTRY_SIZE_LOG2: u8 = 4;
+
+/// A refused Connect: status and DW0 (IATTR/IPO).
+struct Refusal(Status, u32);
+
+fn in_command(offset: u16) -> Refusal {
+    Refusal(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_command(offset))
+}
+
+fn in_data(offset: u16) -> Refusal {
+    Refusal(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_data(offset))
+}
+
+impl Connection {
+    /// The first command of a connection: it must be Connect.
+    pub(crate) fn execute_connect(&mut self, slot_index: u16, now: Instant) {
+        let sqe = self.slots.slot(slot_index).sqe;
+        let is_connect = sqe.opcode() == AdminOpcode::Fabrics as u8
+            && sqe.fabrics_command_type() == FabricsCommandType::Connect as u8;
+        if !is_connect {
+            tracing::debug!(peer = %self.peer, opcode = sqe.opcode(), "command before Connect");
+            let status = Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry();
+            self.complete_unbound(slot_index, status, 0, QueueId::ADMIN, 0);
+            return;
+        }
+        match self.accept_connect(slot_index, &sqe) {
+            Ok((controller, queue_id, depth)) => {
+                let cntlid = if queue_id.is_admin() { u64::from(controller.id.0) } else { 0 };
+                tracing::info!(peer = %self.peer, controller = controller.id.0, queue = queue_id.0,
+                    depth, host = %controller.host_nqn, kind = ?controller.kind, "queue connected");
+                // SQHD after taking the Connect command off the queue.
+                let head = 1 % depth;
+                self.complete_unbound(slot_index, Status::SUCCESS, cntlid, queue_id, head);
+                let generation = controller.generation();
+                self.bind(
+                    QueueBinding { controller, queue_id, depth, submission_queue_head: head, generation },
+                    now,
+                );
+            }
+            Err(Refusal(status, dw0)) => {
+                tracing::info!(peer = %self.peer, ?status, ipo = dw0 & 0xFFFF, "Connect refused");
+                let queue_id = ConnectCommand::decode(&sqe).queue_id;
+                self.complete_unbound(slot_index, status, u64::from(dw0), queue_id, 0);
+            }
+        }
+    }
+
+    fn accept_connect(
+        &mut self,
+        slot_index: u16,
+        sqe: &SubmissionQueueEntry,
+    ) -> Result<(std::sync::Arc<Controller>, QueueId, u16), Refusal> {
+        let command = ConnectCommand::decode(sqe);
+        if command.record_format != 0 {
+            return Err(Refusal(Status::CONNECT_INCOMPATIBLE_FORMAT.with_do_not_retry(), 0));
+        }
+        let slot = self.slots.slot(slot_index);
+        let Some(raw) = slot.buffer.get(..CONNECT_DATA_BYTES).and_then(|bytes| bytes.try_into().ok()) else {
+            return Err(Refusal(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry(), 0));
+        };
+        let data = ConnectData::decode(raw);
+        let subsystem_nqn = data.subsystem_nqn_str().filter(|nqn| !nqn.is_empty());
+        let Some(subsystem_nqn) = subsystem_nqn else {
+            return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN));
+        };
+        let host_nqn = data.host_nqn_str().filter(|nqn| !nqn.is_empty());
+        let Some(host_nqn) = host_nqn else {
+            return Err(in_data(connect_offset::DATA_HOST_NQN));
+        };
+        if command.submission_queue_size == 0 {
+            return Err(in_command(connect_offset::SUBMISSION_QUEUE_SIZE));
+        }
+        let depth = u32::from(command.submission_queue_size) + 1;
+        let listener_discovery_only = self
+            .target
+            .listeners()
+            .get(self.listener_index)
+            .is_some_and(|listener| listener.discovery_only);
+        let is_discovery = subsystem_nqn == DISCOVERY_NQN;
+        let subsystem = if is_discovery {
+            None
+        } else {
+            match self.target.subsystem_by_nqn(subsystem_nqn) {
+                Some(subsystem) if !listener_discovery_only => Some(subsystem.clone()),
+                _ => return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN)),
+            }
+        };
+
+        if command.queue_id.is_admin() {
+            if depth > u32::from(MAX_ADMIN_QUEUE_DEPTH) {
+                return Err(in_command(connect_offset::SUBMISSION_QUEUE_SIZE));
+            }
+            // Only the dynamic controller model: the host must ask for "any" (FFFFh).
+            if data.controller_id != ControllerId::DYNAMIC {
+                return Err(in_data(connect_offset::DATA_CONTROLLER_ID));
+            }
+            let kind = if is_discovery { ControllerKind::Discovery } else { ControllerKind::Io };
+            let controller = self
+                .target
+                .create_controller(
+                    kind,
+                    subsystem,
+                    host_nqn.to_string(),
+                    data.host_identifier,
+                    command.keep_alive_timeout_ms,
+                )
+                .ok_or(Refusal(Status::CONNECT_CONTROLLER_BUSY, 0))?;
+            return Ok((controller, QueueId::ADMIN, depth as u16));
+        }
+
+        // An I/O queue joins an existing, enabled controller of the same host.
+        let Some(subsystem) = subsystem else {
+            return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN));
+        };
+        let Some(controller) = self.target.controller(subsystem.index, data.controller_id) else {
+            return Err(in_data(connect_offset::DATA_CONTROLLER_ID));
+        };
+        if controller.host_nqn != host_nqn {
+            return Err(in_data(connect_offset::DATA_HOST_NQN));
+        }
+        if depth > u32::from(self.target.settings.max_io_queue_depth) {
+            return Err(in_command(connect_offset::SUBMISSION_QUEUE_SIZE));
+        }
+        let queue = command.queue_id.0;
+        {
+            let mut state = controller.state();
+            if !state.status.ready() {
+                return Err(Refusal(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry(), 0));
+            }
+            if queue > state.io_queues_allocated || queue >= 128 {
+                return Err(in_command(connect_offset::QUEUE_ID));
+            }
+            if state.connected_io_queues & (1u128 << queue) != 0 {
+                return Err(in_command(connect_offset::QUEUE_ID));
+            }
+            state.connected_io_queues |= 1u128 << queue;
+        }
+        Ok((controller, command.queue_id, depth as u16))
+    }
+
+    /// Fabrics commands on the admin queue.
+    pub(crate) fn execute_admin_fabrics(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
+        match FabricsCommandType::from_u8(sqe.fabrics_command_type()) {
+            Some(FabricsCommandType::PropertyGet) => self.property_get(sqe),
+            Some(FabricsCommandType::PropertySet) => self.property_set(sqe),
+            Some(FabricsCommandType::Disconnect) => {
+                self.phase_after_response_closing();
+                Outcome::status(Status::SUCCESS)
+            }
+            Some(FabricsCommandType::Connect) => {
+                Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry())
+            }
+            _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
+        }
+    }
+
+    fn capabilities(&self) -> ControllerCapabilities {
+        let depth = self.target.settings.max_io_queue_depth;
+        ControllerCapabilities::default()
+            .with_maximum_queue_entries_zero_based(depth - 1)
+            .with_contiguous_queues_required(true)
+            .with_timeout_500ms_units(READY_TIMEOUT_500MS)
+            .with_command_sets_supported(ControllerCapabilities::COMMAND_SET_NVM)
+            .with_memory_page_size_minimum(MEMORY_PAGE_BYTES.trailing_zeros() as u8 - 12)
+            .with_memory_page_size_maximum(MEMORY_PAGE_BYTES.trailing_zeros() as u8 - 12)
+    }
+
+    fn property_get(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
+        let property = PropertyGetCommand::decode(sqe);
+        let Some(size_bytes) = property.size_bytes() else {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        };
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let state = binding.controller.state();
+        let value = match property.offset {
+            property_offset::CAP => self.capabilities().raw(),
+            property_offset::VS => u64::from(Version(REPORTED_VERSION).raw()),
+            property_offset::CC => u64::from(state.configuration.raw()),
+            property_offset::CSTS => u64::from(state.status.raw()),
+            _ => return Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+        };
+        let value = if size_bytes == 4 { value & 0xFFFF_FFFF } else { value };
+        Outcome::Done(Status::SUCCESS, value)
+    }
+
+    fn property_set(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
+        let property = PropertySetCommand::decode(sqe);
+        if property.offset != property_offset::CC || property.size_bytes() != Some(4) {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let controller = binding.controller.clone();
+        write_controller_configuration(&controller, ControllerConfiguration(property.value as u32));
+        Outcome::status(Status::SUCCESS)
+    }
+}
+
+/// CC written by the host: enable (CSTS.RDY, or CSTS.CFS when the configuration is
+/// unusable), disable (reset) and shutdown (CSTS.SHST).
+fn write_controller_configuration(controller: &Controller, new: ControllerConfiguration) {
+    let mut state = controller.state();
+    let old = state.configuration;
+    state.configuration = new;
+    if new.enable() && !old.enable() {
+        let usable = new.io_submission_queue_entry_size() == IO_SUBMISSION_QUEUE_ENTRY_SIZE_LOG2
+            && new.io_completion_queue_entry_size() == IO_COMPLETION_QUEUE_ENTRY_SIZE_LOG2
+            && new.memory_page_size() == 0
+            && new.command_set_selected() == ControllerConfiguration::COMMAND_SET_NVM;
+        if usable {
+            state.status = state.status.with_ready(true);
+        } else {
+            tracing::warn!(controller = controller.id.0, cc = new.raw(), "CC.EN with an unusable configuration");
+            state.status = state.status.with_controller_fatal_status(true);
+        }
+    } else if !new.enable() && old.enable() {
+        // Controller reset: the I/O queues go away (they notice the new generation);
+        // the admin queue stays.
+        state.status = state.status.with_ready(false).with_controller_fatal_status(false);
+        state.connected_io_queues = 0;
+        state.number_of_queues_set = false;
+        controller.begin_new_generation();
+    }
+    if new.shutdown_notification() != 0 && old.shutdown_notification() == 0 {
+        // Every write is already durable in the backends served so far (RAM keeps
+        // nothing across a restart anyway), so shutdown processing completes at once.
+        state.status = state.status.with_shutdown_status(ControllerStatus::SHUTDOWN_COMPLETE);
+    } else if new.shutdown_notification() == 0 {
+        state.status = state.status.with_shutdown_status(ControllerStatus::SHUTDOWN_NORMAL_OPERATION);
+    }
+}

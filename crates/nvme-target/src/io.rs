@@ -1,0 +1,222 @@
+//! NVM I/O command handlers: Read, Write, Flush, Write Zeroes, Dataset Management,
+//! Compare, and the Fabrics commands an I/O queue accepts.
+
+use nvme_spec::opcode::{FabricsCommandType, IoOpcode};
+use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
+use storage::{Geometry, IoOp};
+
+use crate::connection::{Connection, Phase};
+use crate::dispatch::Outcome;
+use crate::limits::{MAX_DATASET_RANGES, MAX_DATA_TRANSFER_BYTES};
+use crate::slots::PendingKind;
+
+/// CDW12 bit 25 of Write Zeroes: DEAC, deallocate the blocks as well.
+const WRITE_ZEROES_DEALLOCATE: u32 = 1 << 25;
+/// CDW11 bit 2 of Dataset Management: AD, deallocate the ranges.
+const DATASET_ATTRIBUTE_DEALLOCATE: u32 = 1 << 2;
+/// Bytes of one Dataset Management range (context attributes, length, SLBA).
+const DATASET_RANGE_BYTES: usize = 16;
+
+fn invalid_namespace() -> Status {
+    Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry()
+}
+
+/// Checks an LBA range and returns its size in bytes.
+fn checked_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<u64, Status> {
+    if !geometry.contains(lba, blocks) {
+        return Err(Status::LBA_OUT_OF_RANGE.with_do_not_retry());
+    }
+    Ok(blocks * u64::from(geometry.block_size_bytes))
+}
+
+impl Connection {
+    fn namespace_geometry(&self, namespace_id: NamespaceId) -> Result<Geometry, Status> {
+        self.binding
+            .as_ref()
+            .and_then(|binding| binding.controller.subsystem.as_ref())
+            .and_then(|subsystem| subsystem.namespace(namespace_id))
+            .map(|namespace| namespace.geometry)
+            .ok_or_else(invalid_namespace)
+    }
+
+    /// Checks a read/write-family command's namespace, range and transfer length.
+    /// Returns (geometry, bytes).
+    fn validate_transfer(&self, sqe: &SubmissionQueueEntry) -> Result<(Geometry, u32), Status> {
+        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let bytes = checked_range(geometry, sqe.starting_lba(), u64::from(sqe.block_count()))?;
+        if bytes > u64::from(MAX_DATA_TRANSFER_BYTES) {
+            return Err(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let bytes = bytes as u32;
+        if sqe.sgl().length != bytes {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        Ok((geometry, bytes))
+    }
+
+    /// Checks done before R2T so that a command that will fail does not pull its data.
+    pub(crate) fn validate_before_host_data(&self, sqe: &SubmissionQueueEntry) -> Result<(), Status> {
+        let Some(binding) = &self.binding else { return Ok(()) };
+        if binding.queue_id.is_admin() {
+            return Ok(());
+        }
+        match IoOpcode::from_u8(sqe.opcode()) {
+            Some(IoOpcode::Write | IoOpcode::Compare) => self.validate_transfer(sqe).map(|_| ()),
+            Some(IoOpcode::DatasetManagement) => {
+                self.namespace_geometry(sqe.namespace_id()).map(|_| ())
+            }
+            _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
+        }
+    }
+
+    /// Runs an I/O queue command.
+    pub(crate) fn execute_io(&mut self, slot_index: u16) -> Outcome {
+        if self.controller_gone() {
+            self.phase = Phase::Closing;
+            return Outcome::status(Status::ABORTED_SQ_DELETION);
+        }
+        let sqe = self.slots.slot(slot_index).sqe;
+        let result = match IoOpcode::from_u8(sqe.opcode()) {
+            Some(IoOpcode::Read) => self.io_read(slot_index, &sqe),
+            Some(IoOpcode::Write) => self.io_write(slot_index, &sqe),
+            Some(IoOpcode::Compare) => self.io_compare(slot_index, &sqe),
+            Some(IoOpcode::Flush) => self.io_flush(slot_index, &sqe),
+            Some(IoOpcode::WriteZeroes) => self.io_write_zeroes(slot_index, &sqe),
+            Some(IoOpcode::DatasetManagement) => self.io_dataset_management(slot_index, &sqe),
+            Some(IoOpcode::Fabrics) => Ok(self.io_fabrics(&sqe)),
+            _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
+        };
+        result.unwrap_or_else(Outcome::status)
+    }
+
+    fn io_read(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let sgl = sqe.sgl();
+        if sgl.length > 0 && !sgl.is_transport() {
+            return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());
+        }
+        let (_, bytes) = self.validate_transfer(sqe)?;
+        let buffer = self.pool.take(bytes as usize);
+        let op = IoOp::Read { lba: sqe.starting_lba(), blocks: sqe.block_count() };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Read, op, buffer))
+    }
+
+    fn io_write(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let (_, bytes) = self.validate_transfer(sqe)?;
+        let slot = self.slots.slot(slot_index);
+        if slot.host_data_bytes != bytes {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let buffer = std::mem::take(&mut slot.buffer);
+        let op = IoOp::Write {
+            lba: sqe.starting_lba(),
+            blocks: sqe.block_count(),
+            force_unit_access: sqe.force_unit_access(),
+        };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Write, op, buffer))
+    }
+
+    fn io_compare(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let (_, bytes) = self.validate_transfer(sqe)?;
+        if self.slots.slot(slot_index).host_data_bytes != bytes {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        // Compare is rare; its second buffer comes from the pool like any other.
+        let read_buffer = self.pool.take(bytes as usize);
+        let op = IoOp::Read { lba: sqe.starting_lba(), blocks: sqe.block_count() };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Compare, op, read_buffer))
+    }
+
+    fn io_flush(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let namespace_id = sqe.namespace_id();
+        if namespace_id != NamespaceId::BROADCAST {
+            self.namespace_geometry(namespace_id)?;
+            return Ok(self.start_storage(slot_index, namespace_id, PendingKind::Other, IoOp::Flush, Vec::new()));
+        }
+        // Broadcast flush: every namespace of the subsystem.
+        let ids: Vec<NamespaceId> = self
+            .binding
+            .as_ref()
+            .and_then(|binding| binding.controller.subsystem.as_ref())
+            .map(|subsystem| subsystem.active_namespace_ids().to_vec())
+            .unwrap_or_default();
+        self.slots.slot(slot_index).pending_kind = PendingKind::Other;
+        let mut submitted = 0;
+        for id in ids {
+            self.submit_storage(slot_index, id, IoOp::Flush, Vec::new())?;
+            submitted += 1;
+        }
+        Ok(if submitted == 0 { Outcome::status(Status::SUCCESS) } else { Outcome::Pending })
+    }
+
+    fn io_write_zeroes(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let blocks = u64::from(sqe.block_count());
+        checked_range(geometry, sqe.starting_lba(), blocks)?;
+        let op = IoOp::WriteZeroes {
+            lba: sqe.starting_lba(),
+            blocks,
+            deallocate: sqe.dwords[12] & WRITE_ZEROES_DEALLOCATE != 0,
+            force_unit_access: sqe.force_unit_access(),
+        };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Other, op, Vec::new()))
+    }
+
+    fn io_dataset_management(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let range_count = (sqe.dwords[10] & 0xFF) + 1;
+        debug_assert!(range_count <= MAX_DATASET_RANGES);
+        let needed = range_count as usize * DATASET_RANGE_BYTES;
+        let slot = self.slots.slot(slot_index);
+        if (slot.host_data_bytes as usize) < needed {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        if sqe.dwords[11] & DATASET_ATTRIBUTE_DEALLOCATE == 0 {
+            // Integral read/write hints only: nothing to do.
+            return Ok(Outcome::status(Status::SUCCESS));
+        }
+        // Check every range before touching any, so a bad range changes nothing.
+        let ranges = &slot.buffer[..needed];
+        let mut work = [(0u64, 0u64); MAX_DATASET_RANGES as usize];
+        let mut work_count = 0;
+        for range in ranges.chunks_exact(DATASET_RANGE_BYTES) {
+            let blocks = u64::from(u32::from_le_bytes([range[4], range[5], range[6], range[7]]));
+            let mut lba_bytes = [0u8; 8];
+            lba_bytes.copy_from_slice(&range[8..16]);
+            let lba = u64::from_le_bytes(lba_bytes);
+            if blocks == 0 {
+                continue;
+            }
+            checked_range(geometry, lba, blocks)?;
+            work[work_count] = (lba, blocks);
+            work_count += 1;
+        }
+        if work_count == 0 {
+            return Ok(Outcome::status(Status::SUCCESS));
+        }
+        self.slots.slot(slot_index).pending_kind = PendingKind::Other;
+        for &(lba, blocks) in &work[..work_count] {
+            self.submit_storage(slot_index, sqe.namespace_id(), IoOp::Deallocate { lba, blocks }, Vec::new())?;
+        }
+        Ok(Outcome::Pending)
+    }
+
+    /// Fabrics commands on an I/O queue: Disconnect closes the queue; a second Connect
+    /// is out of sequence; Property commands belong to the admin queue.
+    fn io_fabrics(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
+        match FabricsCommandType::from_u8(sqe.fabrics_command_type()) {
+            Some(FabricsCommandType::Disconnect) => {
+                self.phase_after_response_closing();
+                Outcome::status(Status::SUCCESS)
+            }
+            Some(FabricsCommandType::Connect) => {
+                Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry())
+            }
+            _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
+        }
+    }
+
+    /// Closes the connection once the current response is queued.
+    pub(crate) fn phase_after_response_closing(&mut self) {
+        self.phase = Phase::Closing;
+    }
+}

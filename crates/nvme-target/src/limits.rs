@@ -1,0 +1,76 @@
+//! Every limit the target enforces, with where its value comes from. Limits protect
+//! the target from hostile or broken hosts: nothing from the network is buffered
+//! before its length is checked against one of these.
+
+/// In-capsule data the target accepts with a command (advertised through IOCCSZ).
+/// 16 KiB is what the Linux kernel target uses for TCP (4 pages); it carries Connect
+/// data (1 KiB), Dataset Management ranges (up to 4 KiB) and small writes without an
+/// R2T round trip.
+pub const IN_CAPSULE_DATA_BYTES: u32 = 16 * 1024;
+
+/// MAXH2CDATA: the largest H2CData PDU data the target accepts, advertised in ICResp.
+/// 128 KiB matches SPDK's default and equals the maximum data transfer size, so one
+/// R2T is answered by one H2CData PDU for the largest command. The spec requires a
+/// multiple of 4 and at least 4096.
+pub const MAX_H2C_DATA_BYTES: u32 = 128 * 1024;
+
+/// Largest data transfer of one command (MDTS). 128 KiB is SPDK's default
+/// `max_io_size`; the Linux host splits larger block requests. It bounds the buffer
+/// one command slot can hold.
+pub const MAX_DATA_TRANSFER_BYTES: u32 = 128 * 1024;
+
+/// MDTS encoding: transfer size as a power of two in units of the minimum memory page
+/// size (CAP.MPSMIN = 4 KiB). 4 KiB << 5 = 128 KiB.
+pub const MAX_DATA_TRANSFER_SIZE_LOG2_PAGES: u8 = 5;
+
+/// The minimum memory page size CAP.MPSMIN describes (2 ^ (12 + MPSMIN)).
+pub const MEMORY_PAGE_BYTES: u32 = 4096;
+
+/// Largest C2HData PDU the target sends. The host accepts any size; splitting at
+/// 128 KiB keeps each PDU's data digest computation and iovec bounded.
+pub const MAX_C2H_DATA_PDU_BYTES: u32 = 128 * 1024;
+
+/// Largest R2T length the target asks for at once. Equal to MAXH2CDATA so each R2T is
+/// answered by one H2CData PDU.
+pub const MAX_R2T_LENGTH_BYTES: u32 = MAX_H2C_DATA_BYTES;
+
+/// Deepest I/O queue a host may create (CAP.MQES + 1). The issue asks for at least
+/// 128; 1024 covers hosts that ask for deep queues (the Linux default is 128).
+pub const MAX_IO_QUEUE_DEPTH: u16 = 1024;
+
+/// Deepest admin queue (the Linux host uses 32, NVME_AQ_DEPTH). Admin commands are
+/// few; a deeper admin queue only costs slots.
+pub const MAX_ADMIN_QUEUE_DEPTH: u16 = 128;
+
+/// Most I/O queues one controller may have (upper bound for the configured value).
+pub const MAX_IO_QUEUES_PER_CONTROLLER: u16 = 128;
+
+/// Highest namespace id a subsystem may use (reported as NN). At least 1024
+/// namespaces per subsystem are required; NSIDs index a table, so this bounds it.
+pub const MAX_NAMESPACE_ID: u32 = 4096;
+
+/// AERL + 1: asynchronous event requests a controller holds at once.
+pub const MAX_OUTSTANDING_ASYNC_EVENTS: u16 = 4;
+
+/// ACL + 1: Abort commands outstanding at once.
+pub const MAX_OUTSTANDING_ABORTS: u16 = 4;
+
+/// Dataset Management ranges per command: NR is 8 bits, 0's based.
+pub const MAX_DATASET_RANGES: u32 = 256;
+
+/// A connection that has not sent ICReq and Connect within this time is closed: it
+/// holds a socket and memory without being a host.
+pub const CONNECTION_SETUP_TIMEOUT_MS: u64 = 10_000;
+
+/// How often an I/O queue checks whether its controller was torn down (keep-alive
+/// expiry, admin queue loss, controller reset on another thread).
+pub const CONTROLLER_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// Error Information log entries (ELPE + 1).
+pub const ERROR_LOG_ENTRIES: u32 = 64;
+
+/// Keep-alive granularity advertised in KAS, in units of 100 ms (10 = 1 s).
+pub const KEEP_ALIVE_GRANULARITY_100MS: u16 = 10;
+
+/// CAP.TO: worst-case time to become ready, in 500 ms units (15 = 7.5 s, as nvmet).
+pub const READY_TIMEOUT_500MS: u8 = 15;

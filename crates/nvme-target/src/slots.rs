@@ -1,0 +1,176 @@
+//! Command slots: one per submission queue entry the host may have outstanding,
+//! allocated when the queue connects. The slot index is the R2T transfer tag, so an
+//! H2CData PDU finds its command with one index.
+
+use nvme_spec::{Status, SubmissionQueueEntry};
+
+/// Where a command is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Not in use.
+    Free,
+    /// Receiving its in-capsule data.
+    ReceivingInCapsuleData,
+    /// Waiting for host data requested with R2T PDUs.
+    ReceivingHostData,
+    /// Storage operations are in flight.
+    AwaitingStorage,
+    /// An Asynchronous Event Request held until an event occurs.
+    HeldAsyncEvent,
+}
+
+/// What to do when a command's storage operations finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingKind {
+    /// Send the read data, then the response.
+    Read,
+    /// Respond (write-like commands: Write, Write Zeroes, Flush, Dataset Management).
+    Write,
+    /// Compare the read data (in `compare_buffer`) with the host's data.
+    Compare,
+    /// No data, no counting (Flush, Write Zeroes, Deallocate).
+    Other,
+}
+
+/// One outstanding command.
+#[derive(Debug)]
+pub struct CommandSlot {
+    pub state: SlotState,
+    pub sqe: SubmissionQueueEntry,
+    /// Host data (in-capsule or H2CData) or data for the host (reads, Identify...).
+    pub buffer: Vec<u8>,
+    /// A second buffer for Compare (the data read from the namespace).
+    pub compare_buffer: Vec<u8>,
+    /// Bytes of host data this command carries (the SGL length).
+    pub host_data_bytes: u32,
+    /// Host data bytes received so far.
+    pub received_bytes: u32,
+    /// Host data bytes requested by R2T PDUs so far.
+    pub requested_bytes: u32,
+    /// A failure found while receiving data (e.g. data digest): reported when the data
+    /// is complete, because the stream must stay in sync until then.
+    pub deferred_status: Status,
+    /// Storage operations in flight.
+    pub pending_operations: u32,
+    /// What finishing the storage operations means.
+    pub pending_kind: PendingKind,
+    /// First failure among the storage operations.
+    pub storage_status: Status,
+    /// Bytes of `buffer` to send to the host before the response.
+    pub send_data_bytes: u32,
+}
+
+impl CommandSlot {
+    fn new() -> Self {
+        CommandSlot {
+            state: SlotState::Free,
+            sqe: SubmissionQueueEntry::default(),
+            buffer: Vec::new(),
+            compare_buffer: Vec::new(),
+            host_data_bytes: 0,
+            received_bytes: 0,
+            requested_bytes: 0,
+            deferred_status: Status::SUCCESS,
+            pending_operations: 0,
+            pending_kind: PendingKind::Other,
+            storage_status: Status::SUCCESS,
+            send_data_bytes: 0,
+        }
+    }
+
+    /// Resets the per-command fields for a new command.
+    fn reset(&mut self, sqe: SubmissionQueueEntry) {
+        self.sqe = sqe;
+        self.host_data_bytes = 0;
+        self.received_bytes = 0;
+        self.requested_bytes = 0;
+        self.deferred_status = Status::SUCCESS;
+        self.pending_operations = 0;
+        self.pending_kind = PendingKind::Other;
+        self.storage_status = Status::SUCCESS;
+        self.send_data_bytes = 0;
+    }
+}
+
+/// The slots of one queue and a stack of free indices.
+#[derive(Debug)]
+pub struct SlotTable {
+    slots: Vec<CommandSlot>,
+    free: Vec<u16>,
+}
+
+impl SlotTable {
+    /// `depth` slots, all free. Depth is bounded by the queue-depth limits (<= 1024).
+    pub fn new(depth: u16) -> Self {
+        let slots = (0..depth).map(|_| CommandSlot::new()).collect();
+        // Pop from the end: hand out low indices first (easier to read in captures).
+        let free = (0..depth).rev().collect();
+        SlotTable { slots, free }
+    }
+
+    /// Number of slots.
+    pub fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots in use.
+    pub fn in_use(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Takes a free slot for `sqe`; `None` when the host has more commands outstanding
+    /// than the queue depth.
+    pub fn allocate(&mut self, sqe: SubmissionQueueEntry) -> Option<u16> {
+        let index = self.free.pop()?;
+        let slot = &mut self.slots[index as usize];
+        debug_assert_eq!(slot.state, SlotState::Free);
+        slot.reset(sqe);
+        slot.state = SlotState::ReceivingInCapsuleData;
+        Some(index)
+    }
+
+    /// Returns a slot to the free list. Its buffers stay with the caller's pool.
+    pub fn release(&mut self, index: u16) {
+        let slot = &mut self.slots[index as usize];
+        assert_ne!(slot.state, SlotState::Free, "slot {index} released twice");
+        slot.state = SlotState::Free;
+        self.free.push(index);
+    }
+
+    /// The slot at `index` (a transfer tag from the network is checked with `get`).
+    pub fn slot(&mut self, index: u16) -> &mut CommandSlot {
+        &mut self.slots[index as usize]
+    }
+
+    /// The slot at `index` if it exists.
+    pub fn get(&mut self, index: u16) -> Option<&mut CommandSlot> {
+        self.slots.get_mut(index as usize)
+    }
+
+    /// Indices of slots in `state`.
+    pub fn indices_in_state(&self, state: SlotState) -> impl Iterator<Item = u16> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(move |(_, slot)| slot.state == state)
+            .map(|(index, _)| index as u16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_run_out_at_the_depth_and_come_back() {
+        let mut table = SlotTable::new(2);
+        let a = table.allocate(SubmissionQueueEntry::default()).unwrap();
+        let b = table.allocate(SubmissionQueueEntry::default()).unwrap();
+        assert_ne!(a, b);
+        assert!(table.allocate(SubmissionQueueEntry::default()).is_none());
+        assert_eq!(table.in_use(), 2);
+        table.release(a);
+        assert_eq!(table.allocate(SubmissionQueueEntry::default()), Some(a));
+        assert!(table.get(2).is_none());
+    }
+}

@@ -1,0 +1,217 @@
+//! The target: listeners, subsystems and the controller table, shared by every
+//! connection on every thread.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use nvme_spec::ControllerId;
+
+use crate::controller::{Controller, ControllerKind};
+use crate::limits::{MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH};
+use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
+
+/// Address family of a listener (ADRFAM in the discovery log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressFamily {
+    Ipv4,
+    Ipv6,
+}
+
+/// A TCP listener as the discovery log describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// TRADDR: the address hosts connect to, e.g. "127.0.0.1".
+    pub address: String,
+    /// TRSVCID: the TCP port.
+    pub port: u16,
+    /// ADRFAM.
+    pub family: AddressFamily,
+    /// Serves only the discovery subsystem (like port 8009); not listed as a path to
+    /// NVM subsystems.
+    pub discovery_only: bool,
+}
+
+/// Tunables of the whole target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetSettings {
+    /// I/O queues a controller may have (granted through Number of Queues).
+    pub max_io_queues_per_controller: u16,
+    /// Deepest I/O queue a host may connect (reported as CAP.MQES + 1).
+    pub max_io_queue_depth: u16,
+}
+
+impl Default for TargetSettings {
+    fn default() -> Self {
+        TargetSettings { max_io_queues_per_controller: 64, max_io_queue_depth: MAX_IO_QUEUE_DEPTH }
+    }
+}
+
+/// What the target is built from.
+pub struct TargetSpec {
+    pub listeners: Vec<ListenerSpec>,
+    pub subsystems: Vec<SubsystemSpec>,
+    pub settings: TargetSettings,
+}
+
+/// Why a target description cannot be served.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    #[error(transparent)]
+    Subsystem(#[from] SubsystemError),
+    #[error("subsystem NQN {0} is listed twice")]
+    DuplicateSubsystem(String),
+    #[error("subsystem NQN {0} is the discovery subsystem's NQN; choose another")]
+    ReservedNqn(String),
+    #[error("max_io_queues_per_controller must be 1..={max}, not {value}")]
+    IoQueueCount { value: u16, max: u16 },
+    #[error("max_io_queue_depth must be 2..={max}, not {value}")]
+    IoQueueDepth { value: u16, max: u16 },
+}
+
+/// Key of the controller table: subsystem index (or `None` for discovery) and CNTLID.
+type ControllerKey = (Option<usize>, u16);
+
+#[derive(Default)]
+struct ControllerTable {
+    controllers: HashMap<ControllerKey, Weak<Controller>>,
+    /// Next CNTLID to try, per subsystem index; the last entry is the discovery
+    /// subsystem's.
+    next_id: Vec<u16>,
+}
+
+/// Shared state of a running target.
+pub struct Target {
+    listeners: Vec<ListenerSpec>,
+    subsystems: Vec<Arc<Subsystem>>,
+    by_nqn: HashMap<String, usize>,
+    controllers: Mutex<ControllerTable>,
+    /// Tunables.
+    pub settings: TargetSettings,
+    /// GENCTR of the discovery log: changes whenever the log's content changes.
+    pub discovery_generation: u64,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("listeners", &self.listeners)
+            .field("subsystems", &self.subsystems)
+            .finish()
+    }
+}
+
+impl Target {
+    /// Builds a target from its description.
+    pub fn new(spec: TargetSpec) -> Result<Arc<Target>, TargetError> {
+        let settings = spec.settings;
+        if settings.max_io_queues_per_controller == 0
+            || settings.max_io_queues_per_controller > MAX_IO_QUEUES_PER_CONTROLLER
+        {
+            return Err(TargetError::IoQueueCount {
+                value: settings.max_io_queues_per_controller,
+                max: MAX_IO_QUEUES_PER_CONTROLLER,
+            });
+        }
+        if settings.max_io_queue_depth < 2 || settings.max_io_queue_depth > MAX_IO_QUEUE_DEPTH {
+            return Err(TargetError::IoQueueDepth {
+                value: settings.max_io_queue_depth,
+                max: MAX_IO_QUEUE_DEPTH,
+            });
+        }
+        let mut subsystems = Vec::with_capacity(spec.subsystems.len());
+        let mut by_nqn = HashMap::new();
+        for (index, subsystem_spec) in spec.subsystems.into_iter().enumerate() {
+            if subsystem_spec.nqn == nvme_spec::discovery::DISCOVERY_NQN {
+                return Err(TargetError::ReservedNqn(subsystem_spec.nqn));
+            }
+            let nqn = subsystem_spec.nqn.clone();
+            if by_nqn.insert(nqn.clone(), index).is_some() {
+                return Err(TargetError::DuplicateSubsystem(nqn));
+            }
+            subsystems.push(Arc::new(Subsystem::new(subsystem_spec, index)?));
+        }
+        let next_id = vec![1; subsystems.len() + 1];
+        Ok(Arc::new(Target {
+            listeners: spec.listeners,
+            subsystems,
+            by_nqn,
+            controllers: Mutex::new(ControllerTable { controllers: HashMap::new(), next_id }),
+            settings,
+            discovery_generation: 1,
+        }))
+    }
+
+    /// The listeners, in configuration order (a connection names its listener by index).
+    pub fn listeners(&self) -> &[ListenerSpec] {
+        &self.listeners
+    }
+
+    /// The subsystems in configuration order.
+    pub fn subsystems(&self) -> &[Arc<Subsystem>] {
+        &self.subsystems
+    }
+
+    /// The subsystem with this NQN.
+    pub fn subsystem_by_nqn(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        self.by_nqn.get(nqn).map(|&index| &self.subsystems[index])
+    }
+
+    /// Creates a controller with a CNTLID unique within its subsystem.
+    /// `None` when all 65519 ids are in use.
+    pub fn create_controller(
+        &self,
+        kind: ControllerKind,
+        subsystem: Option<Arc<Subsystem>>,
+        host_nqn: String,
+        host_identifier: [u8; 16],
+        keep_alive_timeout_ms: u32,
+    ) -> Option<Arc<Controller>> {
+        let subsystem_index = subsystem.as_ref().map(|subsystem| subsystem.index);
+        let counter_index = subsystem_index.unwrap_or(self.subsystems.len());
+        let mut table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+        // Drop entries of controllers that no longer exist so their ids are reusable.
+        table.controllers.retain(|_, controller| controller.strong_count() > 0);
+        for _ in 0..ControllerId::MAX_VALID {
+            let candidate = table.next_id[counter_index];
+            table.next_id[counter_index] =
+                if candidate >= ControllerId::MAX_VALID { 1 } else { candidate + 1 };
+            let key = (subsystem_index, candidate);
+            if table.controllers.contains_key(&key) {
+                continue;
+            }
+            let io_queues = match kind {
+                ControllerKind::Io => self.settings.max_io_queues_per_controller,
+                ControllerKind::Discovery => 0,
+            };
+            let controller = Arc::new(Controller::new(
+                ControllerId(candidate),
+                kind,
+                subsystem,
+                host_nqn,
+                host_identifier,
+                io_queues,
+                keep_alive_timeout_ms,
+            ));
+            table.controllers.insert(key, Arc::downgrade(&controller));
+            return Some(controller);
+        }
+        None
+    }
+
+    /// The live controller `id` of a subsystem.
+    pub fn controller(&self, subsystem_index: usize, id: ControllerId) -> Option<Arc<Controller>> {
+        let table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+        table
+            .controllers
+            .get(&(Some(subsystem_index), id.0))
+            .and_then(Weak::upgrade)
+            .filter(|controller| !controller.is_torn_down())
+    }
+
+    /// Removes a controller from the table (its id becomes reusable).
+    pub fn remove_controller(&self, controller: &Controller) {
+        let subsystem_index = controller.subsystem.as_ref().map(|subsystem| subsystem.index);
+        let mut table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+        table.controllers.remove(&(subsystem_index, controller.id.0));
+    }
+}

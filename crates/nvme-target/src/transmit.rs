@@ -1,0 +1,190 @@
+//! Outgoing PDUs of a connection, gathered into batches that the runtime sends with
+//! one vectored write. Headers are encoded into one byte buffer; command data is not
+//! copied: the buffer that the backend filled travels in the batch and comes back to
+//! the pool once sent.
+
+use std::io::IoSlice;
+
+/// One contiguous piece of a batch.
+#[derive(Clone, Copy, Debug)]
+enum Segment {
+    /// `headers[start..end]`.
+    Header { start: u32, end: u32 },
+    /// `buffers[buffer][start..end]`.
+    Data { buffer: u32, start: u32, end: u32 },
+}
+
+/// PDUs queued for sending, in order.
+#[derive(Default, Debug)]
+pub struct TransmitBatch {
+    headers: Vec<u8>,
+    buffers: Vec<Vec<u8>>,
+    segments: Vec<Segment>,
+    total_bytes: usize,
+}
+
+impl TransmitBatch {
+    /// An empty batch with room for typical traffic, so steady state never grows it.
+    pub fn with_capacity(header_bytes: usize, segments: usize) -> Self {
+        TransmitBatch {
+            headers: Vec::with_capacity(header_bytes),
+            buffers: Vec::with_capacity(segments / 2),
+            segments: Vec::with_capacity(segments),
+            total_bytes: 0,
+        }
+    }
+
+    /// True when there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.total_bytes == 0
+    }
+
+    /// Bytes in the batch.
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+
+    /// Appends header bytes through `encode` (which appends to the header buffer) and
+    /// records them as a segment, merged with the previous one when adjacent.
+    pub fn push_header_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.headers.len();
+        encode(&mut self.headers);
+        let end = self.headers.len();
+        if end == start {
+            return;
+        }
+        self.total_bytes += end - start;
+        if let Some(Segment::Header { end: previous_end, .. }) = self.segments.last_mut() {
+            if *previous_end as usize == start {
+                *previous_end = end as u32;
+                return;
+            }
+        }
+        self.segments.push(Segment::Header { start: start as u32, end: end as u32 });
+    }
+
+    /// Takes ownership of a data buffer for the lifetime of the batch; returns its index
+    /// for `push_data`.
+    pub fn attach_buffer(&mut self, buffer: Vec<u8>) -> u32 {
+        self.buffers.push(buffer);
+        (self.buffers.len() - 1) as u32
+    }
+
+    /// The attached buffer `index` (to compute digests over the data being sent).
+    pub fn buffer(&self, index: u32) -> &[u8] {
+        &self.buffers[index as usize]
+    }
+
+    /// Queues `buffers[index][start..end]`.
+    pub fn push_data(&mut self, index: u32, start: usize, end: usize) {
+        debug_assert!(start <= end && end <= self.buffers[index as usize].len());
+        if end > start {
+            self.total_bytes += end - start;
+            self.segments.push(Segment::Data { buffer: index, start: start as u32, end: end as u32 });
+        }
+    }
+
+    /// The batch as a list of slices for a vectored send.
+    pub fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
+        for segment in &self.segments {
+            let bytes = match *segment {
+                Segment::Header { start, end } => &self.headers[start as usize..end as usize],
+                Segment::Data { buffer, start, end } => {
+                    &self.buffers[buffer as usize][start as usize..end as usize]
+                }
+            };
+            out.push(IoSlice::new(bytes));
+        }
+    }
+
+    /// Copies the batch into one contiguous buffer (tests and simulations).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut slices = Vec::new();
+        self.io_slices(&mut slices);
+        let mut bytes = Vec::with_capacity(self.total_bytes);
+        for slice in slices {
+            bytes.extend_from_slice(&slice);
+        }
+        bytes
+    }
+
+    /// Empties the batch for reuse, returning its data buffers to `pool`.
+    pub fn recycle(&mut self, pool: &mut BufferPool) {
+        self.headers.clear();
+        self.segments.clear();
+        self.total_bytes = 0;
+        for buffer in self.buffers.drain(..) {
+            pool.give(buffer);
+        }
+    }
+}
+
+/// Data buffers of one connection, reused across commands so that steady state
+/// allocates nothing. The pool keeps at most `max_kept` buffers.
+#[derive(Debug)]
+pub struct BufferPool {
+    free: Vec<Vec<u8>>,
+    max_kept: usize,
+}
+
+impl BufferPool {
+    /// A pool that keeps up to `max_kept` idle buffers.
+    pub fn new(max_kept: usize) -> Self {
+        BufferPool { free: Vec::with_capacity(max_kept), max_kept }
+    }
+
+    /// A buffer of exactly `length` bytes. Its contents are unspecified (the caller
+    /// overwrites all of it), which saves clearing on every command.
+    pub fn take(&mut self, length: usize) -> Vec<u8> {
+        let mut buffer = self.free.pop().unwrap_or_default();
+        if buffer.len() < length {
+            buffer.resize(length, 0);
+        } else {
+            buffer.truncate(length);
+        }
+        buffer
+    }
+
+    /// A buffer of `length` zero bytes.
+    pub fn take_zeroed(&mut self, length: usize) -> Vec<u8> {
+        let mut buffer = self.free.pop().unwrap_or_default();
+        buffer.clear();
+        buffer.resize(length, 0);
+        buffer
+    }
+
+    /// Returns a buffer for reuse.
+    pub fn give(&mut self, buffer: Vec<u8>) {
+        if self.free.len() < self.max_kept && buffer.capacity() > 0 {
+            self.free.push(buffer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_keep_order_and_adjacent_headers_merge() {
+        let mut batch = TransmitBatch::with_capacity(64, 8);
+        batch.push_header_with(|out| out.extend_from_slice(b"ab"));
+        batch.push_header_with(|out| out.extend_from_slice(b"cd"));
+        let index = batch.attach_buffer(b"0123456789".to_vec());
+        batch.push_data(index, 2, 5);
+        batch.push_header_with(|out| out.extend_from_slice(b"ef"));
+        batch.push_data(index, 5, 10);
+        let mut slices = Vec::new();
+        batch.io_slices(&mut slices);
+        assert_eq!(slices.len(), 4);
+        assert_eq!(batch.to_bytes(), b"abcd234ef56789");
+        assert_eq!(batch.total_bytes(), 14);
+
+        let mut pool = BufferPool::new(4);
+        batch.recycle(&mut pool);
+        assert!(batch.is_empty());
+        let reused = pool.take(3);
+        assert_eq!(reused.len(), 3);
+        assert!(reused.capacity() >= 10);
+    }
+}

@@ -1,0 +1,232 @@
+//! A scripted host brings a controller up the way the Linux host does and runs I/O.
+
+mod support;
+
+use nvme_spec::fabrics::property_offset;
+use nvme_spec::identify::{cns, decode_namespace_list, IDENTIFY_DATA_BYTES};
+use nvme_spec::opcode::{AdminOpcode, IoOpcode};
+use nvme_spec::registers::{ControllerCapabilities, ControllerStatus};
+use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceId, QueueId, Status};
+use nvme_tcp_wire::DigestSettings;
+use support::*;
+
+fn identify_controller(host: &mut FakeHost) -> IdentifyController {
+    let answer = host.command(identify(cns::CONTROLLER, 0), &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
+    IdentifyController::decode(&raw)
+}
+
+#[test]
+fn admin_queue_comes_up_and_identifies_like_linux_expects() {
+    let target = test_target();
+    let mut host = FakeHost::new(target, 0);
+    host.initialize(DigestSettings { header: false, data: false });
+    let answer = host.connect(QueueId::ADMIN, ControllerId::DYNAMIC, NQN, 32);
+    assert_status(&answer, Status::SUCCESS);
+    let cntlid = ControllerId(answer.cqe.result_dw0 as u16);
+    assert_ne!(cntlid.0, 0);
+
+    let cap = ControllerCapabilities(host.property_get(property_offset::CAP, 8).cqe.result_u64());
+    assert_eq!(cap.maximum_queue_entries(), 1024);
+    assert_eq!(cap.command_sets_supported() & ControllerCapabilities::COMMAND_SET_NVM, 1);
+    assert_eq!(host.property_get(property_offset::VS, 4).cqe.result_dw0, 0x0001_0400);
+
+    // Admin commands before CC.EN are out of sequence.
+    let early = host.command(identify(cns::CONTROLLER, 0), &[], &[]);
+    assert_status(&early, Status::COMMAND_SEQUENCE_ERROR);
+    assert!(early.cqe.status.do_not_retry());
+
+    host.connection.handle_timeout(host.now);
+    let cntlid_again = {
+        let cc = nvme_spec::registers::ControllerConfiguration(0)
+            .with_io_submission_queue_entry_size(6)
+            .with_io_completion_queue_entry_size(4)
+            .with_enable(true);
+        host.property_set(property_offset::CC, u64::from(cc.raw()));
+        cntlid
+    };
+    let csts = ControllerStatus(host.property_get(property_offset::CSTS, 4).cqe.result_dw0);
+    assert!(csts.ready());
+
+    let id = identify_controller(&mut host);
+    assert_eq!(id.controller_id, cntlid_again);
+    assert_ne!(id.keep_alive_support, 0, "KAS is mandatory for fabrics");
+    assert_eq!(id.sgl_support & 0b11, 1);
+    assert_eq!(id.in_capsule_data_offset, 0);
+    assert_eq!(id.io_command_capsule_size * 16, 64 + 16384);
+    assert_eq!(id.subsystem_nqn_str(), Some(NQN));
+    assert!(id.maximum_outstanding_commands >= 128);
+
+    let answer = host.command(identify(cns::ACTIVE_NAMESPACE_LIST, 0), &[], &[]);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = answer.data.try_into().unwrap();
+    let ids: Vec<NamespaceId> = decode_namespace_list(&raw).collect();
+    assert_eq!(ids, vec![NamespaceId(1), NamespaceId(2)]);
+
+    let answer = host.command(identify(cns::NAMESPACE, 1), &[], &[]);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = answer.data.try_into().unwrap();
+    let namespace = IdentifyNamespace::decode(&raw);
+    assert_eq!(namespace.namespace_size, NAMESPACE_BLOCKS);
+    assert_eq!(namespace.lba_formats[0].lba_data_size_log2, 9);
+
+    // The descriptor list must be stable across targets built from the same config.
+    let answer = host.command(identify(cns::NAMESPACE_DESCRIPTOR_LIST, 1), &[], &[]);
+    let mut second = FakeHost::new(test_target(), 0);
+    second.bring_up_admin(NQN);
+    let again = second.command(identify(cns::NAMESPACE_DESCRIPTOR_LIST, 1), &[], &[]);
+    assert_eq!(answer.data, again.data);
+    assert!(answer.data[..4] != [0, 0, 0, 0]);
+
+    let missing = host.command(identify(cns::NAMESPACE_DESCRIPTOR_LIST, 3), &[], &[]);
+    assert_status(&missing, Status::INVALID_NAMESPACE_OR_FORMAT);
+    let unknown_cns = host.command(identify(0x55, 0), &[], &[]);
+    assert_status(&unknown_cns, Status::INVALID_FIELD);
+}
+
+/// Brings up an admin queue and one I/O queue on the same target.
+fn io_queue(digests: DigestSettings) -> (FakeHost, FakeHost) {
+    let target = test_target();
+    let mut admin = FakeHost::new(target.clone(), 0);
+    let cntlid = admin.bring_up_admin(NQN);
+    let mut io = FakeHost::new(target, 0);
+    io.initialize(digests);
+    let answer = io.connect(QueueId(1), cntlid, NQN, 128);
+    assert_status(&answer, Status::SUCCESS);
+    (admin, io)
+}
+
+#[test]
+fn writes_read_back_in_capsule_and_through_r2t_with_and_without_digests() {
+    for digests in [
+        DigestSettings { header: false, data: false },
+        DigestSettings { header: true, data: true },
+    ] {
+        let (_admin, mut io) = io_queue(digests);
+        // 4 KiB fits in-capsule; 128 KiB needs R2T.
+        for (lba, blocks, seed) in [(0u64, 8u32, 1u8), (100, 256, 2), (NAMESPACE_BLOCKS - 256, 256, 3)] {
+            let data = pattern((blocks * BLOCK_BYTES) as usize, seed);
+            let write = read_write(IoOpcode::Write, 1, lba, blocks);
+            let answer = if data.len() <= 16384 {
+                io.command(write, &data, &[])
+            } else {
+                io.command(write, &[], &data)
+            };
+            assert_status(&answer, Status::SUCCESS);
+            let answer = io.command(read_write(IoOpcode::Read, 1, lba, blocks), &[], &[]);
+            assert_status(&answer, Status::SUCCESS);
+            assert_eq!(answer.data, data, "lba {lba} digests {digests:?}");
+        }
+        // Namespace 2 is independent of namespace 1.
+        let answer = io.command(read_write(IoOpcode::Read, 2, 0, 8), &[], &[]);
+        assert_eq!(answer.data, vec![0; 4096]);
+    }
+}
+
+#[test]
+fn io_errors_get_the_status_the_spec_names() {
+    let (_admin, mut io) = io_queue(DigestSettings { header: false, data: false });
+    let beyond = io.command(read_write(IoOpcode::Read, 1, NAMESPACE_BLOCKS - 1, 2), &[], &[]);
+    assert_status(&beyond, Status::LBA_OUT_OF_RANGE);
+    assert!(beyond.cqe.status.do_not_retry());
+    let overflow = io.command(read_write(IoOpcode::Read, 1, u64::MAX - 1, 8), &[], &[]);
+    assert_status(&overflow, Status::LBA_OUT_OF_RANGE);
+    let missing = io.command(read_write(IoOpcode::Read, 9, 0, 8), &[], &[]);
+    assert_status(&missing, Status::INVALID_NAMESPACE_OR_FORMAT);
+    let broadcast = io.command(read_write(IoOpcode::Read, 0xFFFF_FFFF, 0, 8), &[], &[]);
+    assert_status(&broadcast, Status::INVALID_NAMESPACE_OR_FORMAT);
+    let mut short_sgl = read_write(IoOpcode::Read, 1, 0, 8);
+    short_sgl.set_sgl(&nvme_spec::SglDescriptor::transport(512));
+    assert_status(&io.command(short_sgl, &[], &[]), Status::DATA_SGL_LENGTH_INVALID);
+    let too_big = io.command(read_write(IoOpcode::Read, 1, 0, 512), &[], &[]);
+    assert_status(&too_big, Status::INVALID_FIELD);
+    let unknown = io.command(sqe(0x7E, 1, 0), &[], &[]);
+    assert_status(&unknown, Status::INVALID_OPCODE);
+    // Writes beyond the end fail before any data is requested.
+    let id = io.send_command(read_write(IoOpcode::Write, 1, NAMESPACE_BLOCKS, 64), &[]);
+    let answer = io.await_answer(id, &[]);
+    assert_status(&answer, Status::LBA_OUT_OF_RANGE);
+    // The queue still works.
+    let answer = io.command(read_write(IoOpcode::Read, 1, 0, 1), &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+}
+
+#[test]
+fn flush_write_zeroes_deallocate_and_compare() {
+    let (_admin, mut io) = io_queue(DigestSettings { header: false, data: false });
+    let data = pattern(8192, 9);
+    assert_status(&io.command(read_write(IoOpcode::Write, 1, 10, 16), &data, &[]), Status::SUCCESS);
+    assert_status(&io.command(sqe(IoOpcode::Flush as u8, 1, 0), &[], &[]), Status::SUCCESS);
+    assert_status(&io.command(sqe(IoOpcode::Flush as u8, 0xFFFF_FFFF, 0), &[], &[]), Status::SUCCESS);
+
+    let compare = io.command(read_write(IoOpcode::Compare, 1, 10, 16), &data, &[]);
+    assert_status(&compare, Status::SUCCESS);
+    let mut different = data.clone();
+    different[100] ^= 1;
+    let compare = io.command(read_write(IoOpcode::Compare, 1, 10, 16), &different, &[]);
+    assert_status(&compare, Status::COMPARE_FAILURE);
+
+    // Write Zeroes over blocks 10..12.
+    let mut zeroes = sqe(IoOpcode::WriteZeroes as u8, 1, 0);
+    zeroes.dwords[10] = 10;
+    zeroes.dwords[12] = 1;
+    assert_status(&io.command(zeroes, &[], &[]), Status::SUCCESS);
+    // Deallocate blocks 14..16 with one DSM range.
+    let mut range = [0u8; 16];
+    range[4..8].copy_from_slice(&2u32.to_le_bytes());
+    range[8..16].copy_from_slice(&14u64.to_le_bytes());
+    let mut dsm = sqe(IoOpcode::DatasetManagement as u8, 1, 0);
+    dsm.dwords[11] = 1 << 2;
+    assert_status(&io.command(dsm, &range, &[]), Status::SUCCESS);
+
+    let answer = io.command(read_write(IoOpcode::Read, 1, 10, 16), &[], &[]);
+    let mut expected = data.clone();
+    expected[..1024].fill(0);
+    expected[2048..3072].fill(0);
+    assert_eq!(answer.data, expected);
+
+    // A DSM range beyond the end changes nothing and fails.
+    range[8..16].copy_from_slice(&(NAMESPACE_BLOCKS - 1).to_le_bytes());
+    assert_status(&io.command(dsm, &range, &[]), Status::LBA_OUT_OF_RANGE);
+}
+
+#[test]
+fn many_commands_in_flight_up_to_the_queue_depth() {
+    let (_admin, mut io) = io_queue(DigestSettings { header: false, data: false });
+    let mut bytes = Vec::new();
+    let mut ids = Vec::new();
+    for index in 0..128u32 {
+        let id = io.next_id();
+        let mut command = read_write(IoOpcode::Read, 1, u64::from(index), 1);
+        command.set_cdw0(IoOpcode::Read as u8, id, 1);
+        io.writer.write_header(
+            &nvme_tcp_wire::PduHeader::CapsuleCmd(nvme_tcp_wire::CapsuleCommand { sqe: command }),
+            0,
+            &mut bytes,
+        );
+        ids.push(id);
+    }
+    io.send_bytes(&bytes);
+    for id in ids {
+        let answer = io.await_answer(id, &[]);
+        assert_status(&answer, Status::SUCCESS);
+        assert_eq!(answer.data.len(), 512);
+    }
+}
+
+#[test]
+fn smart_log_counts_what_was_done() {
+    let (mut admin, mut io) = io_queue(DigestSettings { header: false, data: false });
+    for lba in 0..10 {
+        io.command(read_write(IoOpcode::Write, 1, lba * 8, 8), &pattern(4096, 1), &[]);
+    }
+    io.command(read_write(IoOpcode::Read, 1, 0, 8), &[], &[]);
+    let mut get_log = sqe(AdminOpcode::GetLogPage as u8, 0xFFFF_FFFF, 512);
+    get_log.dwords[10] = 0x02 | ((512 / 4 - 1) << 16);
+    let answer = admin.command(get_log, &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    let raw: [u8; 512] = answer.data.try_into().unwrap();
+    let log = nvme_spec::log_page::SmartHealthLog::decode(&raw);
+    assert_eq!(log.host_write_commands, 10);
+    assert_eq!(log.host_read_commands, 1);
+    assert_eq!(log.data_units_written, 1); // 40 KiB rounds up to one unit of 512,000 bytes
+}

@@ -1,0 +1,310 @@
+//! A scripted NVMe/TCP host for driving a target `Connection` without sockets.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::fabrics::{ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES};
+use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
+use nvme_spec::registers::ControllerConfiguration;
+use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry};
+use nvme_target::{Connection, ListenerSpec, AddressFamily, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_tcp_wire::{
+    CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
+    PduWriter, ReadEvent, ReaderLimits, Role,
+};
+use storage::{Geometry, RamBackend};
+
+pub const NQN: &str = "nqn.2026-11.io.sluice:test";
+pub const HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+pub const BLOCK_BYTES: u32 = 512;
+pub const NAMESPACE_BLOCKS: u64 = 8192; // 4 MiB
+
+/// A target with one subsystem holding RAM namespaces 1 and 2, a listener serving I/O
+/// and discovery (index 0) and a discovery-only listener (index 1).
+pub fn test_target() -> Arc<Target> {
+    let namespace = |id| NamespaceSpec {
+        id: NamespaceId(id),
+        backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
+        nguid: None,
+        uuid: None,
+    };
+    Target::new(TargetSpec {
+        listeners: vec![
+            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false },
+            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true },
+        ],
+        subsystems: vec![SubsystemSpec {
+            nqn: NQN.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: vec![namespace(1), namespace(2)],
+        }],
+        settings: TargetSettings::default(),
+    })
+    .expect("valid test target")
+}
+
+/// A PDU the host received: header and data.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub header: PduHeader,
+    pub data: Vec<u8>,
+    pub data_digest_ok: bool,
+}
+
+/// The answer to one command.
+#[derive(Debug)]
+pub struct Answer {
+    pub cqe: CompletionQueueEntry,
+    pub data: Vec<u8>,
+}
+
+pub struct FakeHost {
+    pub connection: Connection,
+    pub now: Instant,
+    reader: PduReader,
+    pub writer: PduWriter,
+    pub received: VecDeque<Received>,
+    current: Option<Received>,
+    next_command_id: u16,
+    pub wire_bytes_out: Vec<u8>,
+}
+
+impl FakeHost {
+    pub fn new(target: Arc<Target>, listener: usize) -> Self {
+        let now = Instant::now();
+        FakeHost {
+            connection: Connection::new(target, listener, "test-host".into(), now),
+            now,
+            reader: PduReader::new(Role::Host, ReaderLimits { max_data_bytes: 1 << 20 }),
+            writer: PduWriter::new(),
+            received: VecDeque::new(),
+            current: None,
+            next_command_id: 1,
+            wire_bytes_out: Vec::new(),
+        }
+    }
+
+    /// Sends raw bytes to the target and collects everything it answers.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.connection.handle_received(bytes, self.now);
+        self.collect();
+    }
+
+    /// Drains the connection's transmit batches through the host PDU reader.
+    pub fn collect(&mut self) {
+        while let Some(batch) = self.connection.take_transmit() {
+            let bytes = batch.to_bytes();
+            self.connection.transmit_complete(batch);
+            self.wire_bytes_out.extend_from_slice(&bytes);
+            let mut input = &bytes[..];
+            loop {
+                match self.reader.next_event(&mut input) {
+                    Ok(None) => break,
+                    Ok(Some(ReadEvent::Header { header, data_length })) => {
+                        let pdu = Received { header, data: Vec::new(), data_digest_ok: true };
+                        if data_length == 0 {
+                            if let PduHeader::IcResp(response) = header {
+                                self.reader.set_digests(response.digests);
+                            }
+                            self.received.push_back(pdu);
+                        } else {
+                            self.current = Some(pdu);
+                        }
+                    }
+                    Ok(Some(ReadEvent::Data(chunk))) => {
+                        self.current.as_mut().expect("data inside a PDU").data.extend_from_slice(chunk)
+                    }
+                    Ok(Some(ReadEvent::DataEnd { data_digest_ok })) => {
+                        let mut pdu = self.current.take().expect("data end inside a PDU");
+                        pdu.data_digest_ok = data_digest_ok;
+                        self.received.push_back(pdu);
+                    }
+                    Err(error) => panic!("target sent a broken PDU stream: {error}"),
+                }
+            }
+        }
+    }
+
+    /// Encodes and sends one PDU.
+    pub fn send_pdu(&mut self, header: PduHeader, data: &[u8]) {
+        let mut bytes = Vec::new();
+        self.writer.write_header(&header, data.len() as u32, &mut bytes);
+        if !matches!(header, PduHeader::H2cTermReq(_)) {
+            bytes.extend_from_slice(data);
+            self.writer.append_data_digest(&[data], &mut bytes);
+        }
+        self.send_bytes(&bytes);
+    }
+
+    pub fn initialize(&mut self, digests: DigestSettings) {
+        self.send_pdu(
+            PduHeader::IcReq(InitializeConnectionRequest {
+                protocol_format_version: 0,
+                host_pdu_data_alignment: 0,
+                digests,
+                max_r2t_outstanding: 0,
+            }),
+            &[],
+        );
+        let response = self.received.pop_front().expect("ICResp");
+        let PduHeader::IcResp(response) = response.header else { panic!("expected ICResp, got {response:?}") };
+        assert_eq!(response.digests, digests);
+        self.writer.set_digests(digests);
+    }
+
+    pub fn next_id(&mut self) -> CommandId {
+        let id = CommandId(self.next_command_id);
+        self.next_command_id = self.next_command_id.wrapping_add(1);
+        id
+    }
+
+    /// Sends a command capsule; `in_capsule` data rides in the capsule.
+    pub fn send_command(&mut self, mut sqe: SubmissionQueueEntry, in_capsule: &[u8]) -> CommandId {
+        let id = self.next_id();
+        let opcode = sqe.opcode();
+        sqe.set_cdw0(opcode, id, nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER);
+        if !in_capsule.is_empty() {
+            sqe.set_sgl(&SglDescriptor::in_capsule(0, in_capsule.len() as u32));
+        }
+        self.send_pdu(PduHeader::CapsuleCmd(CapsuleCommand { sqe }), in_capsule);
+        id
+    }
+
+    /// Runs a command to completion: answers R2Ts from `host_data`, gathers C2HData.
+    pub fn command(&mut self, sqe: SubmissionQueueEntry, in_capsule: &[u8], host_data: &[u8]) -> Answer {
+        let id = self.send_command(sqe, in_capsule);
+        self.await_answer(id, host_data)
+    }
+
+    pub fn await_answer(&mut self, id: CommandId, host_data: &[u8]) -> Answer {
+        let mut data = Vec::new();
+        for _ in 0..10_000 {
+            let Some(pdu) = self.received.pop_front() else {
+                panic!("no answer for command {id:?}; target phase {:?}", self.connection.phase());
+            };
+            match pdu.header {
+                PduHeader::C2hData(header) => {
+                    assert_eq!(header.command_id, id);
+                    assert!(pdu.data_digest_ok, "C2HData digest");
+                    assert_eq!(header.data_offset as usize, data.len(), "C2HData in order");
+                    data.extend_from_slice(&pdu.data);
+                }
+                PduHeader::R2t(r2t) => {
+                    assert_eq!(r2t.command_id, id);
+                    let start = r2t.offset as usize;
+                    let end = start + r2t.length as usize;
+                    let chunk = host_data[start..end].to_vec();
+                    self.send_pdu(
+                        PduHeader::H2cData(DataHeader {
+                            command_id: id,
+                            transfer_tag: r2t.transfer_tag,
+                            data_offset: r2t.offset,
+                            data_length: r2t.length,
+                            last: true,
+                            success: false,
+                        }),
+                        &chunk,
+                    );
+                }
+                PduHeader::CapsuleResp(response) => {
+                    if response.cqe.command_id == id {
+                        return Answer { cqe: response.cqe, data };
+                    }
+                    panic!("response for another command: {response:?}");
+                }
+                other => panic!("unexpected PDU {other:?}"),
+            }
+        }
+        panic!("command {id:?} never completed");
+    }
+
+    pub fn connect(&mut self, queue: QueueId, controller: ControllerId, nqn: &str, queue_size: u16) -> Answer {
+        let mut sqe = SubmissionQueueEntry::default();
+        sqe.set_cdw0(AdminOpcode::Fabrics as u8, CommandId(0), 1);
+        sqe.dwords[1] = FabricsCommandType::Connect as u32;
+        ConnectCommand {
+            record_format: 0,
+            queue_id: queue,
+            submission_queue_size: queue_size - 1,
+            connect_attributes: 0,
+            keep_alive_timeout_ms: if queue.is_admin() { 5000 } else { 0 },
+        }
+        .encode_into(&mut sqe);
+        let mut data = [0u8; CONNECT_DATA_BYTES];
+        ConnectData::new([7; 16], controller, nqn, HOST_NQN).encode(&mut data);
+        self.command(sqe, &data, &[])
+    }
+
+    pub fn property_get(&mut self, offset: u32, size_bytes: u8) -> Answer {
+        let mut sqe = SubmissionQueueEntry::default();
+        sqe.set_cdw0(AdminOpcode::Fabrics as u8, CommandId(0), 1);
+        sqe.dwords[1] = FabricsCommandType::PropertyGet as u32;
+        PropertyGetCommand { attributes: if size_bytes == 8 { 1 } else { 0 }, offset }.encode_into(&mut sqe);
+        self.command(sqe, &[], &[])
+    }
+
+    pub fn property_set(&mut self, offset: u32, value: u64) -> Answer {
+        let mut sqe = SubmissionQueueEntry::default();
+        sqe.set_cdw0(AdminOpcode::Fabrics as u8, CommandId(0), 1);
+        sqe.dwords[1] = FabricsCommandType::PropertySet as u32;
+        PropertySetCommand { attributes: 0, offset, value }.encode_into(&mut sqe);
+        self.command(sqe, &[], &[])
+    }
+
+    /// ICReq, admin Connect and CC.EN=1 as the Linux host does; returns the CNTLID.
+    pub fn bring_up_admin(&mut self, nqn: &str) -> ControllerId {
+        self.initialize(DigestSettings { header: false, data: false });
+        let answer = self.connect(QueueId::ADMIN, ControllerId::DYNAMIC, nqn, 32);
+        assert!(answer.cqe.status.is_success(), "admin connect: {:?}", answer.cqe.status);
+        let controller = ControllerId(answer.cqe.result_dw0 as u16);
+        let cc = ControllerConfiguration(0)
+            .with_io_submission_queue_entry_size(6)
+            .with_io_completion_queue_entry_size(4)
+            .with_enable(true);
+        let answer = self.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw()));
+        assert!(answer.cqe.status.is_success());
+        controller
+    }
+
+    pub fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.connection.handle_timeout(self.now);
+        self.collect();
+    }
+}
+
+/// An SQE for an admin or I/O command with a transport SGL of `length` bytes.
+pub fn sqe(opcode: u8, nsid: u32, length: u32) -> SubmissionQueueEntry {
+    let mut sqe = SubmissionQueueEntry::default();
+    sqe.set_cdw0(opcode, CommandId(0), 1);
+    sqe.dwords[1] = nsid;
+    if length > 0 {
+        sqe.set_sgl(&SglDescriptor::transport(length));
+    }
+    sqe
+}
+
+pub fn identify(cns: u8, nsid: u32) -> SubmissionQueueEntry {
+    let mut sqe = sqe(AdminOpcode::Identify as u8, nsid, 4096);
+    sqe.dwords[10] = u32::from(cns);
+    sqe
+}
+
+pub fn read_write(opcode: IoOpcode, nsid: u32, lba: u64, blocks: u32) -> SubmissionQueueEntry {
+    let mut sqe = sqe(opcode as u8, nsid, blocks * BLOCK_BYTES);
+    sqe.dwords[10] = lba as u32;
+    sqe.dwords[11] = (lba >> 32) as u32;
+    sqe.dwords[12] = blocks - 1;
+    sqe
+}
+
+pub fn assert_status(answer: &Answer, expected: Status) {
+    assert_eq!(answer.cqe.status.kind(), expected.kind(), "status {:?}", answer.cqe.status);
+}
+
+pub fn pattern(length: usize, seed: u8) -> Vec<u8> {
+    (0..length).map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}

@@ -1,0 +1,311 @@
+//! Per-connection work of the event loop: receive, send, drive the handler,
+//! timers, polls, and the close sequence that waits for outstanding
+//! operations before freeing what they point at.
+
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use io_uring::{opcode, types};
+
+use crate::event_loop::{EventLoop, MAX_SPARE_BUFFERS};
+use crate::send::SendState;
+use crate::user_data::{OpKind, UserData};
+use crate::{CloseReason, ConnectionHandler, Service};
+
+/// One accepted socket and its handler.
+pub struct Connection<H: ConnectionHandler> {
+    stream: TcpStream,
+    handler: H,
+    /// The kernel writes received bytes here; boxed, so moving the Connection
+    /// (the slab's Vec may grow) never moves the buffer.
+    recv_buffer: Box<[u8]>,
+    recv_in_flight: bool,
+    /// Boxed for the same reason: the kernel reads its msghdr and iovecs.
+    send: Box<SendState<H::Batch>>,
+    send_in_flight: bool,
+    /// `handler.next_deadline()` as of the last call into the handler.
+    deadline: Option<Instant>,
+    /// `handler.has_pending_work()` as of the last call into the handler.
+    pending_work: bool,
+    /// Set once closing has begun; the reason `on_closed` will get.
+    closing: Option<CloseReason>,
+}
+
+impl<H: ConnectionHandler> Connection<H> {
+    /// The abnormal exit path (operations may still be in flight): shut the
+    /// socket down so the peer sees the end at once, close the descriptor (the
+    /// ring keeps its own reference until its operations are cancelled), drop
+    /// the handler without `on_closed`, and leak the buffers the kernel may
+    /// still touch.
+    pub(crate) fn abandon(self) {
+        let Connection { stream, handler, recv_buffer, send, .. } = self;
+        let _ = stream.shutdown(Shutdown::Both);
+        drop(stream);
+        drop(handler);
+        std::mem::forget(recv_buffer);
+        std::mem::forget(send);
+    }
+}
+
+/// Errors that only mean the peer went away.
+fn is_normal_disconnect(kind: io::ErrorKind) -> bool {
+    matches!(kind, io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted)
+}
+
+impl<S: Service> EventLoop<S> {
+    pub(crate) fn add_connection(&mut self, stream: TcpStream, handler: S::Handler, now: Instant) {
+        let recv_buffer = self
+            .spare_recv_buffers
+            .pop()
+            .unwrap_or_else(|| vec![0u8; self.settings.recv_buffer_bytes].into_boxed_slice());
+        let connection = Connection {
+            stream,
+            handler,
+            recv_buffer,
+            recv_in_flight: false,
+            send: SendState::new(),
+            send_in_flight: false,
+            deadline: None,
+            pending_work: false,
+            closing: None,
+        };
+        let (index, generation) = self.connections.insert(connection);
+        self.arm_recv(index, generation);
+        // A handler may have something to say before the peer speaks.
+        self.drive(index, generation, now);
+    }
+
+    fn arm_recv(&mut self, index: u32, generation: u32) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        connection.recv_in_flight = true;
+        let entry = opcode::Recv::new(
+            types::Fd(connection.stream.as_raw_fd()),
+            connection.recv_buffer.as_mut_ptr(),
+            connection.recv_buffer.len() as u32,
+        )
+        .build()
+        .user_data(UserData::new(OpKind::Recv, generation, index).encode());
+        // SAFETY: the receive buffer is boxed and the connection (with it) is
+        // only removed from the slab once `recv_in_flight` is false again.
+        unsafe { self.push(&entry) };
+    }
+
+    fn submit_send(&mut self, index: u32, generation: u32) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        connection.send_in_flight = true;
+        let header = connection.send.prepare();
+        let entry = opcode::SendMsg::new(types::Fd(connection.stream.as_raw_fd()), header)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(UserData::new(OpKind::Send, generation, index).encode());
+        // SAFETY: `header`, the iovecs and the batch they describe live in the
+        // boxed SendState, which is neither touched nor freed until the send's
+        // completion clears `send_in_flight`.
+        unsafe { self.push(&entry) };
+    }
+
+    pub(crate) fn on_recv_completion(&mut self, index: u32, generation: u32, result: i32, now: Instant) {
+        self.outstanding_ops -= 1;
+        let Some(connection) = self.connections.get_mut(index, generation) else {
+            tracing::error!(index, "receive completion for a freed slot");
+            return;
+        };
+        connection.recv_in_flight = false;
+        if connection.closing.is_some() {
+            self.finish_close_if_idle(index, generation);
+            return;
+        }
+        if result > 0 {
+            // Once the handler wants to close, further bytes are discarded:
+            // the runtime is only flushing what the handler still sends.
+            if !connection.handler.wants_close() {
+                let data = &connection.recv_buffer[..result as usize];
+                connection.handler.on_receive(data, now);
+            }
+            self.arm_recv(index, generation);
+            self.drive(index, generation, now);
+        } else if result == 0 {
+            self.begin_close(index, generation, CloseReason::PeerClosed);
+        } else {
+            match -result {
+                libc::EINTR | libc::EAGAIN | libc::ENOBUFS => self.arm_recv(index, generation),
+                errno => self.close_on_error(index, generation, errno, "receive"),
+            }
+        }
+    }
+
+    pub(crate) fn on_send_completion(&mut self, index: u32, generation: u32, result: i32, now: Instant) {
+        self.outstanding_ops -= 1;
+        let Some(connection) = self.connections.get_mut(index, generation) else {
+            tracing::error!(index, "send completion for a freed slot");
+            return;
+        };
+        connection.send_in_flight = false;
+        if connection.closing.is_some() {
+            self.finish_close_if_idle(index, generation);
+            return;
+        }
+        if result > 0 {
+            connection.send.advance(result as usize);
+            if connection.send.is_done() {
+                if let Some(batch) = connection.send.take_batch() {
+                    connection.handler.on_sent(batch, now);
+                }
+                self.drive(index, generation, now);
+            } else {
+                // Partial send: resubmit from where the kernel stopped.
+                self.submit_send(index, generation);
+            }
+        } else if result == 0 {
+            self.close_on_error(index, generation, libc::EPIPE, "send");
+        } else {
+            match -result {
+                libc::EINTR | libc::EAGAIN | libc::ENOBUFS => self.submit_send(index, generation),
+                errno => self.close_on_error(index, generation, errno, "send"),
+            }
+        }
+    }
+
+    fn close_on_error(&mut self, index: u32, generation: u32, errno: i32, operation: &'static str) {
+        let error = io::Error::from_raw_os_error(errno);
+        let kind = error.kind();
+        if is_normal_disconnect(kind) {
+            tracing::debug!(thread = self.settings.thread, %error, operation, "connection closed by peer");
+        } else {
+            tracing::info!(thread = self.settings.thread, %error, operation, "connection failed");
+        }
+        self.begin_close(index, generation, CloseReason::Error(kind));
+    }
+
+    /// After any call into the handler: hand it the next send if none is in
+    /// flight, close if it asked to and nothing is left to send, and refresh the
+    /// cached deadline and pending-work flag.
+    pub(crate) fn drive(&mut self, index: u32, generation: u32, now: Instant) {
+        loop {
+            let Some(connection) = self.connections.get_mut(index, generation) else { return };
+            if connection.closing.is_some() {
+                return;
+            }
+            if !connection.send_in_flight {
+                if let Some(batch) = connection.handler.take_send() {
+                    connection.send.load(batch, &mut self.scratch_slices);
+                    if connection.send.is_done() {
+                        // Nothing to write: hand it straight back, ask again.
+                        if let Some(batch) = connection.send.take_batch() {
+                            connection.handler.on_sent(batch, now);
+                        }
+                        continue;
+                    }
+                    self.submit_send(index, generation);
+                } else if connection.handler.wants_close() {
+                    self.begin_close(index, generation, CloseReason::Requested);
+                    return;
+                }
+            }
+            break;
+        }
+        self.refresh_handler_state(index, generation);
+    }
+
+    fn refresh_handler_state(&mut self, index: u32, generation: u32) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        connection.deadline = connection.handler.next_deadline();
+        let pending_work = connection.handler.has_pending_work();
+        let deadline = connection.deadline;
+        let was_pending = std::mem::replace(&mut connection.pending_work, pending_work);
+        match (was_pending, pending_work) {
+            (false, true) => self.pending_work_connections += 1,
+            (true, false) => self.pending_work_connections -= 1,
+            _ => {}
+        }
+        // Written out rather than Option::is_none_or, which is newer than the
+        // workspace's rust-version (1.80).
+        self.earliest_deadline = match (self.earliest_deadline, deadline) {
+            (Some(earliest), Some(deadline)) => Some(earliest.min(deadline)),
+            (earliest, deadline) => earliest.or(deadline),
+        };
+    }
+
+    pub(crate) fn poll_connection(&mut self, index: u32, now: Instant) {
+        let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
+        if !connection.pending_work || connection.closing.is_some() {
+            return;
+        }
+        connection.handler.poll(now);
+        self.drive(index, generation, now);
+    }
+
+    /// Part of the timer scan: fires the timer if due and folds the
+    /// connection's (possibly new) deadline into `earliest_deadline`.
+    pub(crate) fn fire_timer_if_due(&mut self, index: u32, now: Instant) {
+        let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
+        if connection.closing.is_some() {
+            return;
+        }
+        if connection.deadline.is_some_and(|deadline| deadline <= now) {
+            connection.handler.on_timer(now);
+            self.drive(index, generation, now);
+        } else {
+            // Not due: keep it in the recomputed lower bound.
+            self.refresh_handler_state(index, generation);
+        }
+    }
+
+    /// Starts closing the connection at `index` (whatever its generation).
+    pub(crate) fn close_connection_at(&mut self, index: u32, reason: CloseReason) {
+        if let Some((_, generation)) = self.connections.get_mut_at(index) {
+            self.begin_close(index, generation, reason);
+        }
+    }
+
+    /// Stops the connection's traffic and cancels its operations; the slot is
+    /// freed (and `on_closed` called) once no operation points into it.
+    fn begin_close(&mut self, index: u32, generation: u32, reason: CloseReason) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        if connection.closing.is_some() {
+            return;
+        }
+        connection.closing = Some(reason);
+        tracing::debug!(thread = self.settings.thread, ?reason, "closing connection");
+        // After wants_close everything has been sent: shut down only the write
+        // side, so the FIN follows the data. Otherwise stop both directions so
+        // in-flight operations finish at once.
+        let how = if reason == CloseReason::Requested { Shutdown::Write } else { Shutdown::Both };
+        if let Err(error) = connection.stream.shutdown(how) {
+            tracing::debug!(%error, "shutdown on a closing socket failed");
+        }
+        let (recv_in_flight, send_in_flight) = (connection.recv_in_flight, connection.send_in_flight);
+        if connection.pending_work {
+            connection.pending_work = false;
+            self.pending_work_connections -= 1;
+        }
+        if recv_in_flight {
+            self.cancel(UserData::new(OpKind::Recv, generation, index));
+        }
+        if send_in_flight {
+            self.cancel(UserData::new(OpKind::Send, generation, index));
+        }
+        self.finish_close_if_idle(index, generation);
+    }
+
+    fn finish_close_if_idle(&mut self, index: u32, generation: u32) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        let Some(reason) = connection.closing else { return };
+        if connection.recv_in_flight || connection.send_in_flight {
+            return;
+        }
+        let Some(connection) = self.connections.remove(index) else { return };
+        let Connection { stream, mut handler, recv_buffer, mut send, .. } = connection;
+        // No operation points into this connection any more: drop an unsent
+        // batch, close the socket, then tell the handler.
+        drop(send.take_batch());
+        drop(stream);
+        handler.on_closed(reason);
+        drop(handler);
+        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.settings.recv_buffer_bytes {
+            self.spare_recv_buffers.push(recv_buffer);
+        }
+    }
+}

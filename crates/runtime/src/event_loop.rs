@@ -1,0 +1,482 @@
+//! One runtime thread: its ring, listeners, wake eventfd, and the loop that
+//! waits for completions, dispatches them, runs timers and polls, and drains
+//! everything on shutdown. Per-connection work lives in `connection.rs`.
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::connection::Connection;
+use crate::slab::Slab;
+use crate::user_data::{OpKind, UserData};
+use crate::{sys, PollMode, RuntimeError, Service, ShutdownHandle};
+
+/// How long accept stays paused after EMFILE/ENFILE/ENOBUFS/ENOMEM, so a full
+/// descriptor table does not turn the loop into a spin on failing accepts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How long shutdown waits for cancelled operations before giving up and
+/// leaking their buffers (cancellation normally takes microseconds).
+const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a thread needs from `RuntimeConfig`.
+pub struct ThreadSettings {
+    pub thread: usize,
+    pub pin_core: Option<usize>,
+    pub poll_mode: PollMode,
+    pub recv_buffer_bytes: usize,
+    pub ring_entries: u32,
+    pub tcp_nodelay: bool,
+}
+
+/// One listening socket owned by one thread.
+pub struct Listener {
+    /// Index into `RuntimeConfig::listeners`.
+    index: usize,
+    local: SocketAddr,
+    /// None once closed during shutdown.
+    socket: Option<TcpListener>,
+    accept_armed: bool,
+    /// Set after a resource-exhaustion error: re-arm accept at this time.
+    rearm_at: Option<Instant>,
+}
+
+impl Listener {
+    pub fn new(index: usize, local: SocketAddr, socket: TcpListener) -> Listener {
+        Listener { index, local, socket: Some(socket), accept_armed: false, rearm_at: None }
+    }
+}
+
+/// The per-thread state. Connection handling is in `connection.rs`.
+pub struct EventLoop<S: Service> {
+    pub(crate) settings: ThreadSettings,
+    pub(crate) ring: IoUring,
+    service: Arc<S>,
+    shutdown: ShutdownHandle,
+    listeners: Vec<Listener>,
+    pub(crate) connections: Slab<Connection<S::Handler>>,
+    /// The eventfd read lands here; boxed so its address is stable.
+    wake_buffer: Box<u64>,
+    wake_armed: bool,
+    /// Operations submitted whose final completion has not been seen. Nothing
+    /// an operation points at is freed while this is non-zero for it.
+    pub(crate) outstanding_ops: usize,
+    /// Completions copied out of the ring, then dispatched. Reused.
+    completions: Vec<(u64, i32, u32)>,
+    /// Empty Vec lent to `SendSource::io_slices`; keeps its capacity.
+    pub(crate) scratch_slices: Vec<IoSlice<'static>>,
+    /// A lower bound on every connection's deadline; a scan runs when it passes.
+    pub(crate) earliest_deadline: Option<Instant>,
+    /// How many connections reported `has_pending_work`.
+    pub(crate) pending_work_connections: usize,
+    shutting_down_since: Option<Instant>,
+    /// Receive buffers and send states of closed connections, for reuse.
+    pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
+    fatal: Option<io::Error>,
+}
+
+/// Spare buffers kept per thread; beyond this, closed connections' buffers are freed.
+pub(crate) const MAX_SPARE_BUFFERS: usize = 64;
+
+pub fn run_thread<S: Service>(
+    settings: ThreadSettings,
+    listeners: Vec<Listener>,
+    service: Arc<S>,
+    shutdown: ShutdownHandle,
+    ready: Sender<Result<(), RuntimeError>>,
+) -> Result<(), RuntimeError> {
+    if let Some(core) = settings.pin_core {
+        if let Err(error) = sys::pin_current_thread(core) {
+            tracing::warn!(thread = settings.thread, core, %error, "could not pin runtime thread; continuing unpinned");
+        }
+    }
+    let ring = match build_ring(settings.ring_entries) {
+        Ok(ring) => ring,
+        Err(error) => {
+            // start() returns this error; nothing more to report from here.
+            let _ = ready.send(Err(RuntimeError::RingSetup(error)));
+            return Ok(());
+        }
+    };
+    let mut event_loop = EventLoop {
+        settings,
+        ring,
+        service,
+        shutdown,
+        listeners,
+        connections: Slab::new(),
+        wake_buffer: Box::new(0),
+        wake_armed: false,
+        outstanding_ops: 0,
+        completions: Vec::with_capacity(1024),
+        scratch_slices: Vec::new(),
+        earliest_deadline: None,
+        pending_work_connections: 0,
+        shutting_down_since: None,
+        spare_recv_buffers: Vec::new(),
+        fatal: None,
+    };
+    let _ = ready.send(Ok(()));
+    tracing::debug!(thread = event_loop.settings.thread, "runtime thread started");
+    // A thread that dies (fatal ring error or a panicking handler) takes the
+    // whole runtime down, so `join` reports it instead of the target running
+    // on with a share of its connections silently gone.
+    let stop_all_on_failure = StopAllOnFailure(event_loop.shutdown.clone());
+    let result = event_loop.run();
+    if let Err(error) = &result {
+        tracing::error!(thread = event_loop.settings.thread, %error, "runtime thread failed; shutting the runtime down");
+        event_loop.shutdown.shutdown();
+    }
+    drop(stop_all_on_failure);
+    result
+}
+
+/// Requests shutdown of every thread if dropped during a panic.
+struct StopAllOnFailure(ShutdownHandle);
+
+impl Drop for StopAllOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.shutdown();
+        }
+    }
+}
+
+/// SINGLE_ISSUER + DEFER_TASKRUN: completions are processed only when this
+/// thread enters the kernel, instead of interrupting it (measured in
+/// docs/runtime.md). TASKRUN_FLAG lets the busy-poll loop see when deferred
+/// completions wait without a syscall. Older kernels reject these flags; fall
+/// back to a plain ring then.
+fn build_ring(entries: u32) -> io::Result<IoUring> {
+    let mut builder = IoUring::builder();
+    builder
+        .setup_cqsize(entries.saturating_mul(2))
+        .setup_submit_all()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag();
+    match builder.build(entries) {
+        Ok(ring) => Ok(ring),
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            tracing::info!("io_uring DEFER_TASKRUN unsupported; using a plain ring");
+            IoUring::builder().setup_cqsize(entries.saturating_mul(2)).build(entries)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+impl<S: Service> EventLoop<S> {
+    fn run(&mut self) -> Result<(), RuntimeError> {
+        self.arm_wake();
+        for index in 0..self.listeners.len() {
+            self.arm_accept(index);
+        }
+        loop {
+            if let Some(error) = self.fatal.take() {
+                return Err(RuntimeError::Submit(error));
+            }
+            if let Some(since) = self.shutting_down_since {
+                if self.connections.is_empty() && self.outstanding_ops == 0 {
+                    tracing::debug!(thread = self.settings.thread, "runtime thread stopped");
+                    return Ok(());
+                }
+                if since.elapsed() > SHUTDOWN_DRAIN_TIMEOUT {
+                    tracing::error!(
+                        thread = self.settings.thread,
+                        outstanding = self.outstanding_ops,
+                        "operations still outstanding after shutdown; leaking their buffers"
+                    );
+                    return Ok(()); // Drop leaks what the kernel may still touch.
+                }
+            }
+            self.wait()?;
+            let now = Instant::now();
+            self.dispatch_completions(now);
+            if self.shutting_down_since.is_none() && self.shutdown.is_shutdown() {
+                self.begin_shutdown(now);
+            }
+            self.run_polls_and_timers(now);
+        }
+    }
+
+    /// Submits queued entries and, in sleep mode, blocks until a completion,
+    /// the next deadline, or a wake. Busy-poll mode never blocks.
+    fn wait(&mut self) -> Result<(), RuntimeError> {
+        let may_block = self.settings.poll_mode == PollMode::Sleep && self.pending_work_connections == 0;
+        if !may_block {
+            let must_enter = {
+                let mut submission = self.ring.submission();
+                submission.sync();
+                !submission.is_empty() || submission.taskrun() || submission.cq_overflow()
+            };
+            if must_enter {
+                // submit_and_wait adds GETEVENTS when the TASKRUN flag is up,
+                // which is what runs deferred completions.
+                return self.check_enter(self.ring.submit_and_wait(0));
+            }
+            return Ok(());
+        }
+        if !self.ring.completion().is_empty() {
+            return self.check_enter(self.ring.submit());
+        }
+        match self.next_wakeup() {
+            None => self.check_enter(self.ring.submit_and_wait(1)),
+            Some(at) => {
+                let now = Instant::now();
+                if at <= now {
+                    return self.check_enter(self.ring.submit_and_wait(0));
+                }
+                let delay = at - now;
+                let timeout = types::Timespec::new().sec(delay.as_secs()).nsec(delay.subsec_nanos());
+                let arguments = types::SubmitArgs::new().timespec(&timeout);
+                self.check_enter(self.ring.submitter().submit_with_args(1, &arguments))
+            }
+        }
+    }
+
+    fn check_enter(&mut self, result: io::Result<usize>) -> Result<(), RuntimeError> {
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) => match error.raw_os_error() {
+                // Timed out, interrupted, or completions must be reaped first.
+                Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
+                _ => Err(RuntimeError::Submit(error)),
+            },
+        }
+    }
+
+    /// The earliest instant the loop must wake up by itself.
+    fn next_wakeup(&self) -> Option<Instant> {
+        let listeners = self.listeners.iter().filter_map(|listener| listener.rearm_at);
+        let drain = self.shutting_down_since.map(|since| since + SHUTDOWN_DRAIN_TIMEOUT);
+        listeners.chain(drain).chain(self.earliest_deadline).min()
+    }
+
+    /// Queues an entry, submitting to make room if the submission queue is full.
+    ///
+    /// # Safety
+    /// Every buffer `entry` points at must stay valid and unmoved until its
+    /// final completion has been dispatched.
+    pub(crate) unsafe fn push(&mut self, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: forwarded from this function's contract.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                self.outstanding_ops += 1;
+                return;
+            }
+            if let Err(error) = self.ring.submit() {
+                match error.raw_os_error() {
+                    // The completion queue is full: copy completions out (they
+                    // are dispatched by the running dispatch loop) and retry.
+                    Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => self.reap_completions(),
+                    _ => {
+                        // Cannot queue: remember the failure; the loop exits
+                        // with it. The entry is dropped, so no buffer is touched.
+                        self.fatal.get_or_insert(error);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn reap_completions(&mut self) {
+        let completions = &mut self.completions;
+        completions.extend(self.ring.completion().map(|entry| (entry.user_data(), entry.result(), entry.flags())));
+    }
+
+    fn dispatch_completions(&mut self, now: Instant) {
+        self.reap_completions();
+        // Indexing rather than iterating: handlers may submit, and a full
+        // submission queue reaps more completions onto the end of this Vec.
+        let mut next = 0;
+        while next < self.completions.len() {
+            let (user_data, result, flags) = self.completions[next];
+            next += 1;
+            let Some(data) = UserData::decode(user_data) else {
+                tracing::error!(user_data, "completion with unknown user_data");
+                continue;
+            };
+            match data.kind {
+                OpKind::Accept => self.on_accept_completion(data.index as usize, result, flags, now),
+                OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, now),
+                OpKind::Send => self.on_send_completion(data.index, data.generation, result, now),
+                OpKind::Wake => {
+                    self.outstanding_ops -= 1;
+                    self.wake_armed = false;
+                    if self.shutting_down_since.is_none() {
+                        self.arm_wake();
+                    }
+                }
+                OpKind::Cancel => self.outstanding_ops -= 1,
+            }
+        }
+        self.completions.clear();
+    }
+
+    fn arm_wake(&mut self) {
+        let fd = self.shutdown.shared.wake_fds[self.settings.thread].raw();
+        let buffer: *mut u64 = &mut *self.wake_buffer;
+        let entry = opcode::Read::new(types::Fd(fd), buffer.cast(), 8)
+            .build()
+            .user_data(UserData::new(OpKind::Wake, 0, 0).encode());
+        // SAFETY: `wake_buffer` is boxed and lives as long as the loop; Drop
+        // leaks it if the read is still outstanding.
+        unsafe { self.push(&entry) };
+        self.wake_armed = true;
+    }
+
+    fn arm_accept(&mut self, index: usize) {
+        let listener = &mut self.listeners[index];
+        let Some(socket) = listener.socket.as_ref() else { return };
+        listener.accept_armed = true;
+        listener.rearm_at = None;
+        let entry = opcode::AcceptMulti::new(types::Fd(socket.as_raw_fd()))
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(UserData::new(OpKind::Accept, 0, index as u32).encode());
+        // SAFETY: multishot accept points at no memory (no peer-address buffer).
+        unsafe { self.push(&entry) };
+    }
+
+    fn on_accept_completion(&mut self, index: usize, result: i32, flags: u32, now: Instant) {
+        let more = cqueue::more(flags);
+        if !more {
+            self.outstanding_ops -= 1;
+            self.listeners[index].accept_armed = false;
+        }
+        if result >= 0 {
+            // SAFETY: a non-negative accept result is a new descriptor that
+            // nothing else owns; the TcpStream closes it.
+            let stream = unsafe { TcpStream::from_raw_fd(result) };
+            self.on_new_connection(index, stream, now);
+        } else {
+            let errno = -result;
+            match errno {
+                libc::ECANCELED => {}
+                libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                    tracing::warn!(
+                        thread = self.settings.thread,
+                        address = %self.listeners[index].local,
+                        error = %io::Error::from_raw_os_error(errno),
+                        "accept failed for lack of resources; pausing accepts"
+                    );
+                    // Stop the multishot if it is still running, then re-arm later.
+                    if more {
+                        self.cancel(UserData::new(OpKind::Accept, 0, index as u32));
+                    }
+                    self.listeners[index].rearm_at = Some(now + ACCEPT_BACKOFF);
+                }
+                _ => tracing::debug!(
+                    thread = self.settings.thread,
+                    error = %io::Error::from_raw_os_error(errno),
+                    "accept failed"
+                ),
+            }
+        }
+        let listener = &self.listeners[index];
+        if !more && self.shutting_down_since.is_some() {
+            self.listeners[index].socket = None; // closes the listening socket
+        } else if !more && listener.rearm_at.is_none() {
+            self.arm_accept(index);
+        }
+    }
+
+    fn on_new_connection(&mut self, listener_index: usize, stream: TcpStream, now: Instant) {
+        if self.shutting_down_since.is_some() {
+            return; // dropping the stream closes it
+        }
+        if self.settings.tcp_nodelay {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "TCP_NODELAY failed");
+            }
+        }
+        let (local, peer) = match (stream.local_addr(), stream.peer_addr()) {
+            (Ok(local), Ok(peer)) => (local, peer),
+            (Err(error), _) | (_, Err(error)) => {
+                // The peer is already gone (ENOTCONN): nothing to serve.
+                tracing::debug!(%error, "accepted connection vanished before setup");
+                return;
+            }
+        };
+        let listener = self.listeners[listener_index].index;
+        let Some(handler) = self.service.accept(self.settings.thread, listener, local, peer, now) else {
+            tracing::debug!(%peer, "service refused connection");
+            return;
+        };
+        tracing::debug!(thread = self.settings.thread, %local, %peer, "connection accepted");
+        self.add_connection(stream, handler, now);
+    }
+
+    /// Submits an AsyncCancel for the operation(s) with this user_data.
+    pub(crate) fn cancel(&mut self, target: UserData) {
+        let entry = opcode::AsyncCancel::new(target.encode())
+            .build()
+            .user_data(UserData::new(OpKind::Cancel, 0, 0).encode());
+        // SAFETY: a cancel request points at no memory.
+        unsafe { self.push(&entry) };
+    }
+
+    fn begin_shutdown(&mut self, now: Instant) {
+        tracing::debug!(thread = self.settings.thread, connections = self.connections.len(), "shutting down");
+        self.shutting_down_since = Some(now);
+        for index in 0..self.listeners.len() {
+            let listener = &mut self.listeners[index];
+            listener.rearm_at = None;
+            if listener.accept_armed {
+                self.cancel(UserData::new(OpKind::Accept, 0, index as u32));
+            } else {
+                listener.socket = None;
+            }
+        }
+        if self.wake_armed {
+            self.cancel(UserData::new(OpKind::Wake, 0, 0));
+        }
+        for index in 0..self.connections.index_bound() {
+            self.close_connection_at(index, crate::CloseReason::Shutdown);
+        }
+    }
+
+    fn run_polls_and_timers(&mut self, now: Instant) {
+        if self.shutting_down_since.is_none() {
+            for index in 0..self.listeners.len() {
+                if self.listeners[index].rearm_at.is_some_and(|at| at <= now) && !self.listeners[index].accept_armed {
+                    self.arm_accept(index);
+                }
+            }
+        }
+        if self.pending_work_connections > 0 {
+            for index in 0..self.connections.index_bound() {
+                self.poll_connection(index, now);
+            }
+        }
+        if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {
+            // Recomputed by the scan: every live connection's deadline is
+            // re-read and due timers fire.
+            self.earliest_deadline = None;
+            for index in 0..self.connections.index_bound() {
+                self.fire_timer_if_due(index, now);
+            }
+        }
+    }
+}
+
+impl<S: Service> Drop for EventLoop<S> {
+    /// Normally every operation has completed by now. If not (a panicking
+    /// handler, a stuck drain), the kernel may still write into receive buffers
+    /// or read send batches, so those are leaked instead of freed; sockets are
+    /// still shut down and closed so peers are not left hanging.
+    fn drop(&mut self) {
+        if self.outstanding_ops > 0 {
+            let connections = std::mem::replace(&mut self.connections, Slab::new());
+            for connection in connections.into_values() {
+                connection.abandon();
+            }
+            std::mem::forget(std::mem::replace(&mut self.wake_buffer, Box::new(0)));
+        }
+    }
+}

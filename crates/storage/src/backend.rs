@@ -1,0 +1,81 @@
+//! The backend seam: a [`Backend`] describes a namespace and hands out per-thread
+//! [`BackendQueue`]s with submit/reap semantics.
+//!
+//! Submit/reap (rather than a blocking `read`/`write`) is what lets asynchronous backends
+//! such as io_uring files and block devices, RAID0 fan-out, pools and cache tiers sit
+//! behind the same trait as the synchronous RAM and null backends: the caller submits,
+//! goes on with other work, and reaps whatever has completed.
+
+use crate::{Geometry, IoCompletion, IoRequest};
+
+/// A storage device behind one namespace.
+pub trait Backend: Send + Sync + 'static {
+    /// Block size and block count.
+    fn geometry(&self) -> Geometry;
+
+    /// VWC: true when completed writes may sit in a volatile cache until Flush (RAM:
+    /// false; it is volatile by nature but there is no separate cache to flush; null:
+    /// false).
+    fn has_volatile_write_cache(&self) -> bool;
+
+    /// Human-readable kind for logs ("ram", "null").
+    fn kind(&self) -> &'static str;
+
+    /// A submission queue for one thread/connection. Queues of one backend may live on
+    /// different threads at once and submit concurrently.
+    fn open_queue(&self) -> Box<dyn BackendQueue>;
+
+    /// True when data written can be read back (false for the null backend, which the
+    /// conformance suite then checks only for completions and range errors).
+    fn retains_data(&self) -> bool {
+        true
+    }
+}
+
+/// A submission queue owned by one thread at a time.
+pub trait BackendQueue: Send {
+    /// Submits one request. Never blocks. Validation failures (out of range, wrong buffer
+    /// length) complete with an error rather than panicking.
+    fn submit(&mut self, request: IoRequest);
+
+    /// Appends completed requests to `out` (never allocates if `out` has capacity).
+    /// Synchronous backends complete inside `submit` and hand them over here.
+    fn reap(&mut self, out: &mut Vec<IoCompletion>);
+
+    /// Requests submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
+}
+
+/// Completions of a synchronous backend waiting to be reaped.
+///
+/// The list grows to the deepest queue depth the caller ever reaches and then keeps its
+/// capacity, so steady-state submit/reap does not allocate.
+#[derive(Debug)]
+pub(crate) struct ReadyCompletions {
+    ready: Vec<IoCompletion>,
+}
+
+/// Room for a typical NVMe/TCP queue depth before the list has to grow.
+const INITIAL_READY_CAPACITY: usize = 128;
+
+impl ReadyCompletions {
+    pub(crate) fn new() -> Self {
+        Self {
+            ready: Vec::with_capacity(INITIAL_READY_CAPACITY),
+        }
+    }
+
+    pub(crate) fn push(&mut self, completion: IoCompletion) {
+        self.ready.push(completion);
+    }
+
+    /// Moves everything into `out`. `append` keeps our capacity and allocates in `out`
+    /// only when `out` lacks room.
+    pub(crate) fn drain_into(&mut self, out: &mut Vec<IoCompletion>) {
+        out.append(&mut self.ready);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ready.len()
+    }
+}

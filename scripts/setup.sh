@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Install everything Sluice's tests and run command need on a fresh Debian 12 machine.
+#
+# Idempotent and quiet: only what is missing gets installed, details go to a log
+# file, and the script ends with a one-line summary. Fails with an actionable
+# message (and the tail of the log) when something cannot be installed.
+#
+#   scripts/setup.sh            install what is missing
+#   scripts/setup.sh --check    only report what is missing (exit 1 if anything is)
+#
+# Environment:
+#   SETUP_LOG         log file (default: <repo>/target/setup/setup.log)
+#   SETUP_NO_FUZZ=1   do not install cargo-fuzz / the nightly toolchain
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LOG=${SETUP_LOG:-$REPO/target/setup/setup.log}
+CHECK_ONLY=0
+case "${1:-}" in
+  --check) CHECK_ONLY=1 ;;
+  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
+t0=$(date +%s)
+
+die() {
+  echo "setup.sh: ERROR: $*" >&2
+  if [ -s "$LOG" ]; then
+    echo "setup.sh: last lines of $LOG:" >&2
+    tail -n 25 "$LOG" | sed 's/^/  | /' >&2
+  fi
+  exit 1
+}
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+  else die "need root (or passwordless sudo) to run: $*"; fi
+}
+
+have_cmd() {  # like command -v, but also looks in the sbin directories
+  command -v "$1" >/dev/null 2>&1 && return 0
+  local d
+  for d in /usr/sbin /sbin /usr/local/sbin; do [ -x "$d/$1" ] && return 0; done
+  return 1
+}
+
+installed=()   # what this run installed
+missing=()     # (--check) what is missing
+
+# ---------------------------------------------------------------------------
+# Debian packages: "command:package" (the command proves the package is there).
+#   qemu-system-x86, cpio, kmod, xz-utils, zstd, gzip, util-linux, coreutils,
+#   dpkg and libc-bin are what ../shared/linux-nvme-peer needs on the host (it
+#   would install them itself; pre-installing keeps the test output quiet).
+#   fio, nvme-cli: copied into the peer's guest from the host.
+#   tshark: capture + NVMe/TCP dissection in the interop tests.
+#   jq: JSON in scripts; iproute2 (ss): waiting for listening ports;
+#   ShellCheck: lint stage of scripts/test.sh; g++ / make: libFuzzer (cargo-fuzz).
+# ---------------------------------------------------------------------------
+APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
+  cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
+  flock:util-linux timeout:coreutils dpkg-deb:dpkg ldd:libc-bin shellcheck:shellcheck
+  g++:g++ make:make curl:curl"
+
+apt_missing=()
+for entry in $APT_TOOLS; do
+  cmd=${entry%%:*} pkg=${entry#*:}
+  if ! have_cmd "$cmd"; then
+    case " ${apt_missing[*]-} " in *" $pkg "*) ;; *) apt_missing+=("$pkg") ;; esac
+  fi
+done
+
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  if [ "$CHECK_ONLY" = 1 ]; then
+    missing+=("${apt_missing[@]}")
+  else
+    have_cmd apt-get || die "missing packages and no apt-get on this machine: ${apt_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # tshark's wireshark-common asks whether non-root users may capture; answer
+    # "no" up front (the tests run as root) so the install never prompts.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" |
+      as_root debconf-set-selections >>"$LOG" 2>&1 || true
+    apt_install() {
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends -o Dpkg::Options::=--force-confdef \
+        -o Dpkg::Options::=--force-confold "${apt_missing[@]}" >>"$LOG" 2>&1
+    }
+    # Refresh the package lists first when they are missing or older than a day.
+    newest_list=$(stat -c %Y /var/lib/apt/lists/*_InRelease 2>/dev/null | sort -n | tail -n 1)
+    if [ -z "$newest_list" ] || [ $(( $(date +%s) - newest_list )) -gt 86400 ]; then
+      echo "+ apt-get update" >>"$LOG"
+      as_root apt-get update -q >>"$LOG" 2>&1 || die "apt-get update failed: check the network / apt sources"
+    fi
+    echo "+ apt-get install ${apt_missing[*]}" >>"$LOG"
+    if ! apt_install; then
+      # stale lists are the usual cause: update once and retry
+      echo "+ apt-get update (retry)" >>"$LOG"
+      as_root apt-get update -q >>"$LOG" 2>&1 || die "apt-get update failed: check the network / apt sources"
+      apt_install || die "apt-get install ${apt_missing[*]} failed; run it by hand to see why"
+    fi
+    for entry in $APT_TOOLS; do
+      cmd=${entry%%:*}
+      have_cmd "$cmd" || die "'$cmd' is still missing after installing ${apt_missing[*]}"
+    done
+    installed+=("apt: ${apt_missing[*]}")
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+# Rust: stable with clippy (lint stage), nightly + cargo-fuzz (fuzz stage).
+# ---------------------------------------------------------------------------
+if [ -d "$HOME/.cargo/bin" ] && [[ ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+have_cmd cargo || die "cargo not found: install Rust with rustup (https://rustup.rs) and re-run"
+have_cmd rustup || die "rustup not found: the fuzz stage needs rustup to manage the nightly toolchain"
+
+if ! cargo clippy --version >/dev/null 2>&1; then
+  if [ "$CHECK_ONLY" = 1 ]; then missing+=("rustup component clippy")
+  else
+    echo "+ rustup component add clippy" >>"$LOG"
+    rustup component add clippy >>"$LOG" 2>&1 || die "rustup component add clippy failed"
+    installed+=("clippy")
+  fi
+fi
+
+if [ "${SETUP_NO_FUZZ:-0}" != 1 ]; then
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    if [ "$CHECK_ONLY" = 1 ]; then missing+=("nightly toolchain")
+    else
+      echo "+ rustup toolchain install nightly --profile minimal" >>"$LOG"
+      rustup toolchain install nightly --profile minimal >>"$LOG" 2>&1 ||
+        die "rustup toolchain install nightly failed (needed by cargo-fuzz)"
+      installed+=("nightly")
+    fi
+  fi
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    if [ "$CHECK_ONLY" = 1 ]; then missing+=("cargo-fuzz")
+    else
+      echo "+ cargo install cargo-fuzz --locked" >>"$LOG"
+      # built in its own target dir so it never races the workspace build
+      CARGO_TARGET_DIR="${TMPDIR:-/tmp}/cargo-fuzz-install" \
+        cargo install cargo-fuzz --locked >>"$LOG" 2>&1 ||
+        die "cargo install cargo-fuzz --locked failed (needs crates.io access and a C compiler)"
+      rm -rf "${TMPDIR:-/tmp}/cargo-fuzz-install"
+      installed+=("cargo-fuzz")
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+elapsed=$(( $(date +%s) - t0 ))
+if [ "$CHECK_ONLY" = 1 ]; then
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: missing: ${missing[*]} (run scripts/setup.sh)"
+    exit 1
+  fi
+  echo "setup: everything is installed"
+  exit 0
+fi
+if [ ${#installed[@]} -gt 0 ]; then
+  summary=$(printf '%s; ' "${installed[@]}")
+  summary=${summary%; }
+  echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
+else
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, shellcheck, clippy, nightly, cargo-fuzz) in ${elapsed}s"
+fi

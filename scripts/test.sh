@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Sluice's one test command: what CI runs (.ci/run) and what a developer runs.
+#
+# Stages, in order, failing fast (the failing stage is named at the end):
+#   setup       scripts/setup.sh (installs missing tools; no-op when present)
+#   build       cargo build --release --workspace --all-targets
+#   test        cargo test --release --workspace
+#   clippy      cargo clippy --workspace --all-targets -- -D warnings
+#   lint-sh     ShellCheck on scripts/, tests/interop/ and .ci/run
+#   fuzz        every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each
+#   interop     tests/interop/run-all.sh (Linux kernel host vs sluice, in QEMU)
+#
+# Environment (CI sets none of these):
+#   SKIP_FUZZ=1      skip the fuzz stage
+#   SKIP_INTEROP=1   skip the interop stage
+#   FUZZ_SECONDS=N   libFuzzer -max_total_time per target (default 20)
+#   OUT=DIR          interop artifacts (default target/interop)
+# See docs/testing.md.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+if [ -d "$HOME/.cargo/bin" ] && [[ ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+
+STAGES=(setup build test clippy lint-sh fuzz interop)
+declare -A RESULT=() TOOK=()
+run_start=$SECONDS
+
+# elapsed seconds since $1 (an $EPOCHREALTIME value), one decimal
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+summary() {
+  local s n_pass=0 n_fail=0 n_skip=0
+  echo
+  echo "==== scripts/test.sh summary ($((SECONDS - run_start))s in all)"
+  for s in "${STAGES[@]}"; do
+    case ${RESULT[$s]:-not run} in
+      ok) n_pass=$((n_pass + 1)) ;;
+      FAILED) n_fail=$((n_fail + 1)) ;;
+      skipped*) n_skip=$((n_skip + 1)) ;;
+    esac
+    printf '  %-11s %-28s %s\n' "$s" "${RESULT[$s]:-not run}" "${TOOK[$s]:+${TOOK[$s]}s}"
+  done
+  echo "stages: $n_pass passed, $n_fail failed, $n_skip skipped"
+}
+
+# stage NAME HINT CMD...: run one stage with a header and its duration
+stage() {
+  local name=$1 hint=$2 t0 rc
+  shift 2
+  echo
+  echo "==== [$name] $*"
+  t0=$EPOCHREALTIME
+  set +e
+  "$@"
+  rc=$?
+  set -e
+  TOOK[$name]=$(since "$t0")
+  if [ "$rc" -eq 0 ]; then
+    RESULT[$name]=ok
+    echo "==== [$name] ok (${TOOK[$name]}s)"
+    return 0
+  fi
+  RESULT[$name]=FAILED
+  echo "==== [$name] FAILED with exit status $rc after ${TOOK[$name]}s"
+  summary
+  echo
+  echo "scripts/test.sh: FAILED in stage '$name': $hint" >&2
+  exit 1
+}
+
+skip() {  # skip NAME WHY
+  RESULT[$1]="skipped ($2)"
+  echo
+  echo "==== [$1] skipped: $2"
+}
+
+shellcheck_all() {
+  local files=()
+  mapfile -t files < <(find scripts tests/interop -type f -name '*.sh' | LC_ALL=C sort)
+  files+=(.ci/run)
+  echo "shellcheck ${#files[@]} files"
+  shellcheck -x "${files[@]}"
+}
+
+fuzz_smoke() {
+  if [ ! -f fuzz/Cargo.toml ]; then
+    echo "fuzz/Cargo.toml does not exist yet: no fuzz targets to run"
+    return 0
+  fi
+  local targets=() t failed=() corpus
+  mapfile -t targets < <(cargo +nightly fuzz list)
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "fuzz/Cargo.toml lists no fuzz targets"
+    return 0
+  fi
+  echo "fuzz targets (${#targets[@]}): ${targets[*]}; ${FUZZ_SECONDS}s each"
+  echo "+ cargo +nightly fuzz build"
+  cargo +nightly fuzz build || { echo "cargo +nightly fuzz build failed"; return 1; }
+  for t in "${targets[@]}"; do
+    echo
+    echo "---- fuzz target $t (${FUZZ_SECONDS}s)"
+    corpus=(fuzz/corpus/"$t")
+    mkdir -p "fuzz/corpus/$t"
+    # checked-in seeds, if any, are read (new inputs go to fuzz/corpus/<t>)
+    [ -d "fuzz/seeds/$t" ] && corpus+=("fuzz/seeds/$t")
+    # libFuzzer's per-input progress lines (NEW/REDUCE/pulse) are dropped from the log
+    cargo +nightly fuzz run "$t" "${corpus[@]}" -- -max_total_time="$FUZZ_SECONDS" \
+      -print_final_stats=1 2>&1 | { grep --line-buffered -Ev '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' || true; }
+    if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+      failed+=("$t")
+      echo "fuzz target $t FAILED; reproduce with: cargo +nightly fuzz run $t fuzz/artifacts/$t/<crash-file>"
+      find "fuzz/artifacts/$t" -type f 2>/dev/null | sed 's/^/  /' || true
+    fi
+  done
+  [ ${#failed[@]} -eq 0 ] || { echo "failing fuzz targets: ${failed[*]}"; return 1; }
+}
+
+echo "scripts/test.sh in $REPO ($(git rev-parse --short HEAD 2>/dev/null || echo 'no git')), CI=${CI:-}"
+[ -z "${SKIP_FUZZ:-}${SKIP_INTEROP:-}" ] || echo "note: SKIP_FUZZ='${SKIP_FUZZ:-}' SKIP_INTEROP='${SKIP_INTEROP:-}' (CI sets neither)"
+
+stage setup "see the message above; scripts/setup.sh --check lists what is missing" \
+  scripts/setup.sh
+echo "rustc $(rustc --version | cut -d' ' -f2), $(cargo +nightly --version 2>/dev/null | cut -d' ' -f1-2 || echo 'no nightly'), tshark $(tshark --version 2>/dev/null | head -n1 | awk '{print $3}'), $(qemu-system-x86_64 --version | head -n1 | awk '{print $1, $4}')"
+stage build "fix the compile errors above" \
+  cargo build --release --workspace --all-targets
+stage test "a unit/integration test failed: see its output above" \
+  cargo test --release --workspace
+stage clippy "fix the clippy warnings above (they are errors here)" \
+  cargo clippy --workspace --all-targets -- -D warnings
+stage lint-sh "fix the ShellCheck findings above" \
+  shellcheck_all
+if [ "${SKIP_FUZZ:-0}" = 1 ]; then skip fuzz "SKIP_FUZZ=1"
+else
+  stage fuzz "a fuzz target crashed or did not build: see above and fuzz/artifacts/" \
+    fuzz_smoke
+fi
+if [ "${SKIP_INTEROP:-0}" = 1 ]; then skip interop "SKIP_INTEROP=1"
+else
+  # the binary the build stage made (no rebuild inside the interop tests)
+  export SLUICE_BIN=$TARGET_DIR/release/sluice
+  stage interop "see the interop output above and its artifacts in ${OUT:-target/interop}/" \
+    tests/interop/run-all.sh
+fi
+summary

@@ -1,0 +1,240 @@
+# shellcheck shell=bash
+# Helpers shared by the interop tests in tests/interop/*.sh (sourced, not run).
+#
+# Conventions: every wait is bounded; every helper that fails prints why; the
+# artifact directory of a test is $OUT_DIR (set by the test).
+
+# repository root and the linux-nvme-peer script (a sibling of the repo, also in CI)
+INTEROP_REPO=${INTEROP_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}
+LNP=${LNP:-$INTEROP_REPO/../shared/linux-nvme-peer}
+
+_t_start=$(date +%s)
+log() { printf '[%s +%3ss] %s\n' "${TEST_NAME:-interop}" "$(( $(date +%s) - _t_start ))" "$*"; }
+warn() { log "WARNING: $*" >&2; }
+die() { log "FAIL: $*" >&2; exit 1; }
+
+# tail_file FILE [N]: show the last N lines of FILE, indented
+tail_file() {
+  [ -s "$1" ] || { echo "  ($1 is empty)"; return 0; }
+  echo "  --- last ${2:-30} lines of $1:"
+  tail -n "${2:-30}" "$1" | sed 's/^/  | /'
+}
+
+# port_listening PORT: is something listening on TCP PORT (any local address)?
+port_listening() {
+  [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]
+}
+
+# port_owner PORT: describe who listens on PORT (for error messages)
+port_owner() {
+  ss -Htlnp "sport = :$1" 2>/dev/null | sed 's/^/    /'
+}
+
+# wait_for TIMEOUT DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds;
+# fails after TIMEOUT seconds
+wait_for() {
+  local timeout=$1 what=$2 deadline
+  shift 2
+  deadline=$(( $(date +%s) + timeout ))
+  until "$@"; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "timed out after ${timeout}s waiting for $what"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# stop_pid PID NAME [TIMEOUT] [SIGNAL]: send SIGNAL (default TERM), wait at most
+# TIMEOUT seconds (default 20), then SIGKILL. Sets STOP_RC to the exit status
+# (or 137 after SIGKILL); returns 0 when the process stopped by itself in time.
+stop_pid() {
+  local pid=$1 name=$2 timeout=${3:-20} sig=${4:-TERM} deadline
+  STOP_RC=0
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid" 2>/dev/null || STOP_RC=$?
+    log "$name (pid $pid) had already exited with status $STOP_RC"
+    return 0
+  fi
+  kill "-$sig" "$pid" 2>/dev/null || true
+  deadline=$(( $(date +%s) + timeout ))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "$name (pid $pid) did not exit within ${timeout}s of SIG$sig: killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      STOP_RC=137
+      return 1
+    fi
+    sleep 0.1
+  done
+  wait "$pid" 2>/dev/null || STOP_RC=$?
+  return 0
+}
+
+# ---------------------------------------------------------------------------
+# packet capture (tshark) on the loopback interface
+# ---------------------------------------------------------------------------
+TSHARK_PID=''
+
+# capture_start PCAP LOGFILE PORT...: capture TCP traffic of PORTs on lo into
+# PCAP (pcap format); returns once tshark reports that it is capturing
+capture_start() {
+  local pcap=$1 tlog=$2 filter='' p
+  shift 2
+  for p in "$@"; do filter="${filter:+$filter or }tcp port $p"; done
+  rm -f "$pcap"
+  tshark -i lo -n -q -B 64 -F pcap -f "$filter" -w "$pcap" >"$tlog" 2>&1 &
+  TSHARK_PID=$!
+  if ! wait_for 30 "tshark to start capturing" capture_running "$tlog"; then
+    tail_file "$tlog"
+    return 1
+  fi
+  log "tshark (pid $TSHARK_PID) capturing '$filter' on lo into $pcap"
+}
+capture_running() {
+  kill -0 "$TSHARK_PID" 2>/dev/null || { log "tshark exited early"; return 2; }
+  grep -q "^Capturing on" "$1"
+}
+
+# capture_stop LOGFILE: stop tshark (SIGTERM), report captured/dropped packets
+capture_stop() {
+  local tlog=$1
+  [ -n "$TSHARK_PID" ] || return 0
+  stop_pid "$TSHARK_PID" tshark 30 TERM || true
+  TSHARK_PID=''
+  CAPTURE_DROPPED=$(sed -n 's/^\([0-9][0-9]*\) packets\{0,1\} dropped.*/\1/p' "$tlog" | head -n 1)
+  log "tshark stopped: $(sed -n 's/^\([0-9][0-9]*\) packets\{0,1\} captured.*/\1/p' "$tlog" | head -n 1) packets captured${CAPTURE_DROPPED:+, $CAPTURE_DROPPED dropped}"
+  if [ "${CAPTURE_DROPPED:-0}" -gt 0 ]; then
+    warn "the capture lost $CAPTURE_DROPPED packets: dissection errors may come from the capture, not the target"
+  fi
+}
+
+# capture_check PCAP SUMMARY_FILE EXPECT_DIGESTS(0|1) PORT...
+# Dissects PCAP (one tshark pass) with every PORT decoded as NVMe/TCP and the
+# header and data digests verified. Fails unless the capture holds NVMe/TCP
+# PDUs and no frame is malformed or carries an expert-info error, a bad digest,
+# a termination request (H2C/C2HTermReq), an unknown PDU type or a PDU length
+# shorter than its header; with EXPECT_DIGESTS=1 PDUs with verified-good header
+# and data digests must be present too. NVMe completions with a non-zero status
+# and expert warnings are reported, not failed. Writes the counts, the expert
+# summary and the notable frames to SUMMARY_FILE.
+capture_check() {
+  local pcap=$1 summary=$2 expect_digests=$3 p
+  shift 3
+  local -a topt=(-n -o nvme-tcp.check_hdgst:TRUE -o nvme-tcp.check_ddgst:TRUE)
+  for p in "$@"; do topt+=(-d "tcp.port==$p,nvme-tcp"); done
+  [ -s "$pcap" ] || { log "capture $pcap is missing or empty"; return 1; }
+
+  # "name|display filter" (no commas: io,stat separates its columns with them).
+  # The first ones fail the test when they match any frame.
+  local -a fatal=(
+    "errors (malformed or expert error)|_ws.malformed || _ws.expert.severity >= error"
+    "bad digests|nvme-tcp.hdgst.status == 0 || nvme-tcp.hdgst.status == 4 || nvme-tcp.ddgst.status == 0 || nvme-tcp.ddgst.status == 4"
+    "termination requests|nvme-tcp.type == 2 || nvme-tcp.type == 3"
+    "unknown pdu types|nvme-tcp.type == 8 || nvme-tcp.type > 9"
+    "plen < hlen|nvme-tcp.plen < nvme-tcp.hlen"
+  )
+  local -a checks=(
+    "frames|frame"
+    "nvme-tcp frames|nvme-tcp"
+    "${fatal[@]}"
+    "nvme error completions|nvme.cqe.status.sc > 0 || nvme.cqe.status.sct > 0"
+    "expert warnings|_ws.expert.severity == warning"
+    "ICReq|nvme-tcp.type == 0"
+    "ICResp|nvme-tcp.type == 1"
+    "CapsuleCmd|nvme-tcp.type == 4"
+    "CapsuleResp|nvme-tcp.type == 5"
+    "H2CData|nvme-tcp.type == 6"
+    "C2HData|nvme-tcp.type == 7"
+    "R2T|nvme-tcp.type == 9"
+    "header digest good|nvme-tcp.hdgst.status == 1"
+    "data digest good|nvme-tcp.ddgst.status == 1"
+  )
+  local zarg='io,stat,0' notable='' c
+  for c in "${checks[@]}"; do zarg+=",${c#*|}"; done
+  for c in "${fatal[@]}" "nvme error completions|nvme.cqe.status.sc > 0 || nvme.cqe.status.sct > 0"; do
+    notable+="${notable:+ || }(${c#*|})"
+  done
+
+  # one pass: the notable frames as lines of fields, then the statistics
+  local raw=${summary%.txt}.raw.txt t0=$SECONDS
+  if ! tshark -r "$pcap" "${topt[@]}" -Y "$notable" -T fields -E separator=' ' \
+      -e frame.number -e tcp.stream -e _ws.col.Protocol -e _ws.col.Info -e _ws.expert.message \
+      -z "$zarg" -z expert,warn >"$raw" 2>"$raw.err"; then
+    log "tshark -r $pcap failed:"; tail_file "$raw.err"; return 1
+  fi
+  # the io,stat data row: "| 0.000 <> 12.345 | frames1 | bytes1 | frames2 | ..."
+  local row
+  row=$(grep -E '^\| *[0-9.]+ *<> *(Dur|[0-9.]+) *\|' "$raw" | tail -n 1 || true)
+  [ -n "$row" ] || { log "could not parse tshark's io,stat output ($raw)"; return 1; }
+  local -a counts
+  mapfile -t counts < <(awk -F'|' '{ for (i = 3; i < NF; i += 2) { gsub(/ /, "", $i); print $i } }' <<<"$row")
+  [ ${#counts[@]} -eq ${#checks[@]} ] ||
+    { log "tshark's io,stat gave ${#counts[@]} columns, expected ${#checks[@]} ($raw)"; return 1; }
+
+  declare -gA CAPTURE_COUNT=()
+  local i name
+  for i in "${!checks[@]}"; do CAPTURE_COUNT[${checks[$i]%%|*}]=${counts[$i]}; done
+  local notable_frames
+  notable_frames=$(grep -E '^[0-9]+ ' "$raw" || true)
+  {
+    echo "capture: $pcap ($(du -h "$pcap" | cut -f1)); decoded as nvme-tcp on port(s): $*; digests verified"
+    echo "tshark $(tshark --version 2>/dev/null | head -n 1 | grep -Eo '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1), one pass: $((SECONDS - t0))s"
+    echo
+    for i in "${!checks[@]}"; do
+      printf '%-36s %10s   [%s]\n' "${checks[$i]%%|*}" "${counts[$i]}" "${checks[$i]#*|}"
+    done
+    echo
+    echo "tshark expert info, warnings and above (-z expert,warn):"
+    awk '/^\| IO Statistics/ { exit } /^[0-9]+ / { next } { print }' "$raw" | grep -v '^=\{20,\}$' | head -n 60
+    echo
+    echo "notable frames (frame, tcp stream, protocol, info, expert message) matching:"
+    echo "  $notable"
+    if [ -n "$notable_frames" ]; then echo "$notable_frames" | head -n 200; else echo "  (none)"; fi
+  } >"$summary"
+
+  local bad=0 k
+  log "capture: ${CAPTURE_COUNT[frames]} frames, ${CAPTURE_COUNT[nvme-tcp frames]} with NVMe/TCP PDUs" \
+    "(ICReq ${CAPTURE_COUNT[ICReq]}, CapsuleCmd ${CAPTURE_COUNT[CapsuleCmd]}, C2HData ${CAPTURE_COUNT[C2HData]}," \
+    "H2CData ${CAPTURE_COUNT[H2CData]}, R2T ${CAPTURE_COUNT[R2T]}; good header/data digests:" \
+    "${CAPTURE_COUNT[header digest good]}/${CAPTURE_COUNT[data digest good]}); tshark took $((SECONDS - t0))s"
+  if [ "${CAPTURE_COUNT[nvme-tcp frames]}" -eq 0 ]; then
+    log "capture check FAILED: no NVMe/TCP PDU in the capture"; bad=1
+  fi
+  for c in "${fatal[@]}"; do
+    k=${c%%|*}
+    if [ "${CAPTURE_COUNT[$k]}" -ne 0 ]; then
+      log "capture check FAILED: ${CAPTURE_COUNT[$k]} frame(s) with $k [${c#*|}]"; bad=1
+      capture_detail "$pcap" "${summary%.txt}.offending.txt" "${c#*|}" "${topt[@]}"
+    fi
+  done
+  if [ "$expect_digests" = 1 ]; then
+    if [ "${CAPTURE_COUNT[header digest good]}" -eq 0 ] || [ "${CAPTURE_COUNT[data digest good]}" -eq 0 ]; then
+      log "capture check FAILED: expected PDUs with verified header and data digests"; bad=1
+    fi
+  fi
+  if [ "$bad" = 1 ] && [ -n "$notable_frames" ]; then
+    echo "  notable frames (first 20; all in $summary):"
+    echo "$notable_frames" | head -n 20 | sed 's/^/    /'
+  fi
+  if [ "${CAPTURE_COUNT[nvme error completions]}" -ne 0 ]; then
+    log "note: ${CAPTURE_COUNT[nvme error completions]} frame(s) carry NVMe completions with a non-zero status" \
+      "(e.g. AERs aborted at disconnect; listed in $(basename "$summary"))"
+  fi
+  [ "${CAPTURE_COUNT[expert warnings]}" -eq 0 ] ||
+    log "note: ${CAPTURE_COUNT[expert warnings]} frame(s) with expert warnings (TCP window/SACK/RST; see $(basename "$summary"))"
+  return "$bad"
+}
+
+# capture_detail PCAP OUTFILE FILTER TSHARK-OPTS...: append the full dissection
+# of the first 10 frames matching FILTER to OUTFILE (one extra pass)
+capture_detail() {
+  local pcap=$1 outf=$2 filter=$3 frames
+  shift 3
+  frames=$(tshark -r "$pcap" "$@" -Y "$filter" -T fields -e frame.number 2>/dev/null | head -n 10 | paste -sd, -)
+  [ -n "$frames" ] || return 0
+  { echo "===== first frames matching: $filter"
+    tshark -r "$pcap" "$@" -Y "frame.number in {$frames}" -V 2>/dev/null; } >>"$outf" || true
+  echo "  (full dissection of frames $frames in $outf)"
+}
