@@ -11,6 +11,7 @@
 # Environment:
 #   SETUP_LOG         log file (default: <repo>/target/setup/setup.log)
 #   SETUP_NO_FUZZ=1   do not install cargo-fuzz / the nightly toolchain
+#   SETUP_NO_PEER=1   do not build the linux-nvme-peer guest image
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +19,7 @@ LOG=${SETUP_LOG:-$REPO/target/setup/setup.log}
 CHECK_ONLY=0
 case "${1:-}" in
   --check) CHECK_ONLY=1 ;;
-  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
@@ -60,12 +61,13 @@ missing=()     # (--check) what is missing
 #   fio, nvme-cli: copied into the peer's guest from the host.
 #   tshark: capture + NVMe/TCP dissection in the interop tests.
 #   jq: JSON in scripts; iproute2 (ss): waiting for listening ports;
-#   ShellCheck: lint stage of scripts/test.sh; g++ / make: libFuzzer (cargo-fuzz).
+#   ShellCheck and python3: harness stage of scripts/test.sh (lint, capture
+#   self-test); g++ / make: libFuzzer (cargo-fuzz).
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
   flock:util-linux timeout:coreutils dpkg-deb:dpkg ldd:libc-bin shellcheck:shellcheck
-  g++:g++ make:make curl:curl"
+  g++:g++ make:make python3:python3"
 
 apt_missing=()
 for entry in $APT_TOOLS; do
@@ -130,7 +132,7 @@ if ! cargo clippy --version >/dev/null 2>&1; then
 fi
 
 if [ "${SETUP_NO_FUZZ:-0}" != 1 ]; then
-  if ! rustup toolchain list | grep -q '^nightly'; then
+  if ! rustup toolchain list | grep '^nightly' >/dev/null; then
     if [ "$CHECK_ONLY" = 1 ]; then missing+=("nightly toolchain")
     else
       echo "+ rustup toolchain install nightly --profile minimal" >>"$LOG"
@@ -154,6 +156,25 @@ if [ "${SETUP_NO_FUZZ:-0}" != 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# The linux-nvme-peer guest image (kernel + initramfs, cached; ~40 s to build on a
+# fresh machine, a no-op afterwards). The script lives next to the repository.
+# ---------------------------------------------------------------------------
+LNP=${LNP:-$REPO/../shared/linux-nvme-peer}
+if [ "${SETUP_NO_PEER:-0}" != 1 ]; then
+  if [ ! -x "$LNP" ]; then
+    if [ "$CHECK_ONLY" = 1 ]; then missing+=("linux-nvme-peer ($LNP)")
+    else die "linux-nvme-peer not found at $LNP: the interop tests expect ../shared/ next to the repository"; fi
+  elif ! { "$LNP" info 2>/dev/null || true; } | grep '^ *BUILT=' >/dev/null; then
+    if [ "$CHECK_ONLY" = 1 ]; then missing+=("linux-nvme-peer guest image")
+    else
+      echo "+ $LNP build" >>"$LOG"
+      "$LNP" build >>"$LOG" 2>&1 || die "building the linux-nvme-peer guest image failed ($LNP build)"
+      installed+=("linux-nvme-peer guest image")
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 elapsed=$(( $(date +%s) - t0 ))
 if [ "$CHECK_ONLY" = 1 ]; then
   if [ ${#missing[@]} -gt 0 ]; then
@@ -168,5 +189,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, shellcheck, clippy, nightly, cargo-fuzz) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
 fi

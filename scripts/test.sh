@@ -6,7 +6,8 @@
 #   build       cargo build --release --workspace --all-targets
 #   test        cargo test --release --workspace
 #   clippy      cargo clippy --workspace --all-targets -- -D warnings
-#   lint-sh     ShellCheck on scripts/, tests/interop/ and .ci/run
+#   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
+#               self-test of the interop capture check (tshark filters)
 #   fuzz        every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each
 #   interop     tests/interop/run-all.sh (Linux kernel host vs sluice, in QEMU)
 #
@@ -26,7 +27,7 @@ fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 
-STAGES=(setup build test clippy lint-sh fuzz interop)
+STAGES=(setup build test clippy harness fuzz interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -79,12 +80,14 @@ skip() {  # skip NAME WHY
   echo "==== [$1] skipped: $2"
 }
 
-shellcheck_all() {
+harness_checks() {
   local files=()
   mapfile -t files < <(find scripts tests/interop -type f -name '*.sh' | LC_ALL=C sort)
   files+=(.ci/run)
-  echo "shellcheck ${#files[@]} files"
-  shellcheck -x "${files[@]}"
+  echo "+ shellcheck -x (${#files[@]} files)"
+  shellcheck -x "${files[@]}" || return 1
+  echo "+ tests/interop/tools/capture-selftest.sh"
+  tests/interop/tools/capture-selftest.sh
 }
 
 fuzz_smoke() {
@@ -132,8 +135,8 @@ stage test "a unit/integration test failed: see its output above" \
   cargo test --release --workspace
 stage clippy "fix the clippy warnings above (they are errors here)" \
   cargo clippy --workspace --all-targets -- -D warnings
-stage lint-sh "fix the ShellCheck findings above" \
-  shellcheck_all
+stage harness "fix the ShellCheck findings / capture-check self-test failures above" \
+  harness_checks
 if [ "${SKIP_FUZZ:-0}" = 1 ]; then skip fuzz "SKIP_FUZZ=1"
 else
   stage fuzz "a fuzz target crashed or did not build: see above and fuzz/artifacts/" \

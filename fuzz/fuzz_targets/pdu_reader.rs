@@ -11,7 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use nvme_tcp_wire::{
-    DigestSettings, PduHeader, PduReader, ReadError, ReadEvent, ReaderLimits, Role,
+    DigestSettings, InitializeConnectionRequest, InitializeConnectionResponse, PduHeader,
+    PduReader, PduWriter, ReadError, ReadEvent, ReaderLimits, Role,
 };
 
 #[derive(Debug, PartialEq, Eq)]
@@ -27,6 +28,9 @@ struct Config {
     digests: DigestSettings,
     /// Take digests / alignment from the IC PDU instead of the configuration.
     follow_ic: bool,
+    /// Start the stream with a valid IC PDU, so that the fuzzer spends its time on
+    /// the PDUs after it.
+    prepend_ic: bool,
     alignment: u8,
     limit: u32,
     chunks: Vec<usize>,
@@ -34,19 +38,25 @@ struct Config {
 
 /// Splits the configuration off the front of the input.
 fn config(data: &[u8]) -> Option<(Config, &[u8])> {
-    let (&[mode, alignment, limit_low, limit_high, chunk_count], rest) = data.split_first_chunk::<5>()?
-    else {
-        return None;
-    };
+    let (&[mode, alignment, limit_low, limit_high, chunk_count], rest) =
+        data.split_first_chunk::<5>()?;
     let chunk_count = usize::from(chunk_count % 8) + 1;
     if rest.len() < chunk_count {
         return None;
     }
     let (chunk_bytes, stream) = rest.split_at(chunk_count);
     let config = Config {
-        role: if mode & 1 == 0 { Role::Controller } else { Role::Host },
-        digests: DigestSettings { header: mode & 2 != 0, data: mode & 4 != 0 },
+        role: if mode & 1 == 0 {
+            Role::Controller
+        } else {
+            Role::Host
+        },
+        digests: DigestSettings {
+            header: mode & 2 != 0,
+            data: mode & 4 != 0,
+        },
         follow_ic: mode & 8 != 0,
+        prepend_ic: mode & 16 != 0,
         alignment,
         limit: u32::from(u16::from_le_bytes([limit_low, limit_high])),
         chunks: chunk_bytes.iter().map(|&b| usize::from(b) + 1).collect(),
@@ -72,7 +82,12 @@ fn apply_ic(config: &Config, reader: &mut PduReader, header: &PduHeader) {
 /// Runs the reader over `stream` in pieces of the given sizes (cycled); an empty
 /// size list means one piece.
 fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
-    let mut reader = PduReader::new(config.role, ReaderLimits { max_data_bytes: config.limit });
+    let mut reader = PduReader::new(
+        config.role,
+        ReaderLimits {
+            max_data_bytes: config.limit,
+        },
+    );
     if !config.follow_ic {
         reader.set_data_alignment(config.alignment);
     }
@@ -85,7 +100,11 @@ fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
         let mut input: &[u8] = if finished_input {
             &[]
         } else {
-            let size = if chunks.is_empty() { stream.len() } else { chunks[chunk_index % chunks.len()] };
+            let size = if chunks.is_empty() {
+                stream.len()
+            } else {
+                chunks[chunk_index % chunks.len()]
+            };
             chunk_index += 1;
             let end = (offset + size).min(stream.len());
             let piece = &stream[offset..end];
@@ -95,7 +114,10 @@ fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
         };
         loop {
             match reader.next_event(&mut input) {
-                Ok(Some(ReadEvent::Header { header, data_length })) => {
+                Ok(Some(ReadEvent::Header {
+                    header,
+                    data_length,
+                })) => {
                     assert_eq!(data_left, 0, "header inside a PDU's data");
                     assert!(data_length <= config.limit, "data beyond the limit");
                     data_left = u64::from(data_length);
@@ -113,7 +135,10 @@ fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
                 }
                 Ok(Some(ReadEvent::DataEnd { data_digest_ok })) => {
                     assert_eq!(data_left, 0, "DataEnd before the data");
-                    assert!(matches!(records.last(), Some(Record::Data(_))), "DataEnd without data");
+                    assert!(
+                        matches!(records.last(), Some(Record::Data(_))),
+                        "DataEnd without data"
+                    );
                     records.push(Record::DataEnd(data_digest_ok));
                 }
                 Ok(None) => {
@@ -122,7 +147,11 @@ fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
                 }
                 Err(error) => {
                     let mut again: &[u8] = &[0; 8];
-                    assert_eq!(reader.next_event(&mut again), Err(error), "error not sticky");
+                    assert_eq!(
+                        reader.next_event(&mut again),
+                        Err(error),
+                        "error not sticky"
+                    );
                     assert_eq!(again.len(), 8, "failed reader consumed input");
                     assert!(error.header_length <= error.header.len());
                     records.push(Record::Error(error));
@@ -151,6 +180,29 @@ fn run(config: &Config, stream: &[u8], chunks: &[usize]) -> Vec<Record> {
 fuzz_target!(|data: &[u8]| {
     let Some((config, stream)) = config(data) else {
         return;
+    };
+    let mut owned = Vec::new();
+    let stream = if config.prepend_ic {
+        let alignment = config.alignment % 32;
+        let ic = match config.role {
+            Role::Controller => PduHeader::IcReq(InitializeConnectionRequest {
+                protocol_format_version: 0,
+                host_pdu_data_alignment: alignment,
+                digests: config.digests,
+                max_r2t_outstanding: 0,
+            }),
+            Role::Host => PduHeader::IcResp(InitializeConnectionResponse {
+                protocol_format_version: 0,
+                controller_pdu_data_alignment: alignment,
+                digests: config.digests,
+                max_h2c_data_bytes: 4096,
+            }),
+        };
+        PduWriter::new().write_header(&ic, 0, &mut owned);
+        owned.extend_from_slice(stream);
+        &owned[..]
+    } else {
+        stream
     };
     let chunked = run(&config, stream, &config.chunks);
     let whole = run(&config, stream, &[]);

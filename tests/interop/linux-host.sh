@@ -19,7 +19,9 @@
 #   INTEROP_TARGET=T     sluice (default) | linux-nvmet: run the same checks
 #                        against the Linux kernel target (harness self-check)
 #   GUEST_TIMEOUT=S      bound for the whole guest run (default 900)
-#   RUST_LOG=...         sluice's log filter (default info)
+#   INTEROP_IO_PORT=P    I/O + discovery port (default 4420)
+#   INTEROP_DISC_PORT=P  discovery-only port (default 8009)
+#   SLUICE_LOG=...       sluice's log filter (default info)
 # Functions here are also called indirectly (traps, wait_for), which ShellCheck
 # cannot see:
 # shellcheck disable=SC2317
@@ -36,8 +38,8 @@ mkdir -p "$OUT_ROOT"
 OUT_DIR=$(cd "$OUT_ROOT" && pwd)/$TEST_NAME
 TARGET_KIND=${INTEROP_TARGET:-sluice}
 GUEST_TIMEOUT=${GUEST_TIMEOUT:-900}
-IO_PORT=4420
-DISC_PORT=8009
+IO_PORT=${INTEROP_IO_PORT:-4420}
+DISC_PORT=${INTEROP_DISC_PORT:-8009}
 NQN=nqn.2026-11.io.sluice:interop
 SERIAL=SLUICEINTEROP01
 NS_SIZE_MIB=256
@@ -114,9 +116,11 @@ block_size = $BLOCK_SIZE
 threads = 2
 poll_mode = "sleep"
 EOF
+  "$SLUICE" config check "$OUT_DIR/sluice.toml" >"$OUT_DIR/config-check.txt" 2>&1 ||
+    { tail_file "$OUT_DIR/config-check.txt"; die "sluice config check rejected the generated $OUT_DIR/sluice.toml"; }
   TARGET_NAME=sluice
   log "starting $SLUICE serve --config $OUT_DIR/sluice.toml (log: sluice.log)"
-  RUST_LOG=${RUST_LOG:-info} "$SLUICE" serve --config "$OUT_DIR/sluice.toml" \
+  NO_COLOR=1 SLUICE_LOG=${SLUICE_LOG:-info} "$SLUICE" serve --config "$OUT_DIR/sluice.toml" \
     >"$OUT_DIR/sluice.stdout" 2>"$OUT_DIR/sluice.log" </dev/null &
   TARGET_PID=$!
   target_up() {
@@ -124,9 +128,13 @@ EOF
     port_listening "$IO_PORT" && port_listening "$DISC_PORT"
   }
   if ! wait_for 30 "sluice to listen on ports $IO_PORT and $DISC_PORT" target_up; then
-    kill -0 "$TARGET_PID" 2>/dev/null || { wait "$TARGET_PID" && rc=0 || rc=$?; log "sluice exited early with status $rc"; }
+    if ! kill -0 "$TARGET_PID" 2>/dev/null; then
+      rc=0; wait "$TARGET_PID" || rc=$?
+      log "sluice exited before listening, with status $rc"
+      TARGET_PID=''
+    fi
     tail_file "$OUT_DIR/sluice.stdout"; tail_file "$OUT_DIR/sluice.log"
-    die "sluice did not come up"
+    die "sluice did not come up (it must listen on 127.0.0.1:$IO_PORT and :$DISC_PORT within 30 s)"
   fi
   EXPECT_SERIAL=$SERIAL
 else
@@ -182,7 +190,7 @@ failures=()
 }
 
 if ! kill -0 "$TARGET_PID" 2>/dev/null; then
-  wait "$TARGET_PID" && rc=0 || rc=$?
+  rc=0; wait "$TARGET_PID" || rc=$?
   failures+=("$TARGET_NAME died during the test (exit status $rc)")
   TARGET_PID=''
 else
@@ -195,12 +203,17 @@ else
   TARGET_PID=''
 fi
 if [ "$TARGET_KIND" = sluice ]; then
+  # drop terminal colour codes, should the log have any
+  sed -i 's/\x1b\[[0-9;]*m//g' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"
   if grep -q 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"; then
     failures+=("sluice panicked (see sluice.log)")
     grep -h -A3 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout" | head -n 20 | sed 's/^/  | /'
   fi
-  n_err=$(grep -c -E '\bERROR\b' "$OUT_DIR/sluice.log" || true)
-  [ "$n_err" -eq 0 ] || { log "note: sluice.log has $n_err ERROR line(s):"; grep -E '\bERROR\b' "$OUT_DIR/sluice.log" | head -n 10 | sed 's/^/  | /'; }
+  n_err=$(grep -c -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$OUT_DIR/sluice.log" || true)
+  if [ "$n_err" -ne 0 ]; then
+    log "note: sluice.log has $n_err ERROR line(s):"
+    grep -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$OUT_DIR/sluice.log" | head -n 10 | sed 's/^/  | /'
+  fi
 fi
 
 capture_stop "$OUT_DIR/tshark-capture.log"

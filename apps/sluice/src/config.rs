@@ -300,10 +300,11 @@ fn build_backend(namespace: &NamespaceConfig, location: &str) -> Result<Arc<dyn 
         ));
     }
     let geometry = Geometry { block_size_bytes: block_size, block_count: bytes / u64::from(block_size) };
-    Ok(match namespace.backend {
-        BackendKind::Ram => RamBackend::new(geometry),
-        BackendKind::Null => NullBackend::new(geometry),
-    })
+    let built: Result<Arc<dyn Backend>, storage::GeometryError> = match namespace.backend {
+        BackendKind::Ram => RamBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>),
+        BackendKind::Null => NullBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>),
+    };
+    built.map_err(|error| invalid(format!("{location}.size"), error.to_string()))
 }
 
 /// Parses a 16-byte identifier written as 32 hex digits, with or without dashes.

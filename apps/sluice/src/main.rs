@@ -3,6 +3,7 @@
 mod config;
 mod serve;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,7 +59,11 @@ fn main() -> ExitCode {
         eprintln!("sluice: --log-level {:?} is not a valid filter; using \"info\"", cli.log_level);
         tracing_subscriber::EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 
     match cli.command {
         Command::Serve { config, threads } => {

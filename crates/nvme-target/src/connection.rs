@@ -102,6 +102,8 @@ pub struct Connection {
     controller_check_at: Option<Instant>,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
+    /// A C2HTermReq was queued: it must be the last PDU on the wire.
+    terminated: bool,
     cleaned_up: bool,
 }
 
@@ -147,6 +149,7 @@ impl Connection {
             keep_alive_deadline: None,
             controller_check_at: None,
             held_async_events: Vec::new(),
+            terminated: false,
             cleaned_up: false,
         }
     }
@@ -358,6 +361,9 @@ impl Connection {
     /// Sends R2T PDUs for the next pieces of a command's host data, keeping at most
     /// MAXR2T + 1 outstanding.
     pub(crate) fn request_host_data(&mut self, slot_index: u16) {
+        if self.terminated {
+            return;
+        }
         let max_outstanding = self.host_max_outstanding_r2t;
         let slot = self.slots.slot(slot_index);
         slot.state = SlotState::ReceivingHostData;
@@ -384,6 +390,10 @@ impl Connection {
     pub(crate) fn terminate(&mut self, status: FatalErrorStatus, info: u32, offending_header: &[u8]) {
         // Also before ICResp: a bad ICReq (e.g. unsupported PFV) is answered with a
         // C2HTermReq too; no digests are negotiated then, so the host can parse it.
+        if self.terminated {
+            return;
+        }
+        self.terminated = true;
         let request = TerminationRequest::new(status, info, offending_header);
         let writer = &self.writer;
         self.pending.push_header_with(|out| {
@@ -414,6 +424,15 @@ impl Connection {
         queue_id: QueueId,
         submission_queue_head: u16,
     ) {
+        if self.terminated {
+            // Nothing may follow the C2HTermReq: drop the response.
+            let slot = self.slots.slot(slot_index);
+            let buffers = (std::mem::take(&mut slot.buffer), std::mem::take(&mut slot.compare_buffer));
+            self.pool.give(buffers.0);
+            self.pool.give(buffers.1);
+            self.slots.release(slot_index);
+            return;
+        }
         let slot = self.slots.slot(slot_index);
         let command_id = slot.sqe.command_id();
         let send_bytes = if status.is_success() { slot.send_data_bytes as usize } else { 0 };

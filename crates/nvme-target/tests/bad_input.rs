@@ -263,3 +263,22 @@ fn host_termination_closes_quietly() {
     assert!(host.connection.wants_close());
     assert!(host.received.is_empty());
 }
+
+/// Found by fuzzing: a command whose storage completes after a fatal error in the
+/// same receive must not put a response behind the C2HTermReq.
+#[test]
+fn nothing_follows_the_termination_request() {
+    let target = test_target();
+    let (_admin, mut io) = connected_io_queue(&target, DigestSettings { header: false, data: false });
+    let mut bytes = Vec::new();
+    let mut command = read_write(IoOpcode::Read, 1, 0, 8);
+    let id = io.next_id();
+    command.set_cdw0(IoOpcode::Read as u8, id, 1);
+    io.writer.write_header(&PduHeader::CapsuleCmd(CapsuleCommand { sqe: command }), 0, &mut bytes);
+    bytes.extend_from_slice(&[0x0F, 0, 24, 0, 24, 0, 0, 0]);
+    bytes.resize(bytes.len() + 16, 0);
+    // The host-side reader refuses any PDU after a TermReq, so a response queued
+    // behind it would fail here.
+    io.send_bytes(&bytes);
+    expect_termination(&mut io, FatalErrorStatus::InvalidPduHeaderField);
+}

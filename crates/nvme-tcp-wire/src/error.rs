@@ -241,9 +241,13 @@ impl ReadError {
         TerminationRequest::new(self.status, self.info, self.offending_header())
     }
 
-    /// False when the offending PDU was itself a TermReq: a TermReq is never answered
-    /// with another; the connection is just closed.
+    /// False when the peer has already terminated: the offending PDU was itself a
+    /// TermReq, or followed one. A TermReq is never answered with another; the
+    /// connection is just closed.
     pub fn should_send_termination(&self) -> bool {
-        !matches!(self.pdu_type, Some(PduType::H2cTermReq | PduType::C2hTermReq))
+        !matches!(
+            self.pdu_type,
+            Some(PduType::H2cTermReq | PduType::C2hTermReq)
+        ) && !matches!(self.kind, ReadErrorKind::PduAfterTermination(_))
     }
 }

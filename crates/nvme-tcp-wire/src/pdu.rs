@@ -30,8 +30,7 @@ pub const IC_PDU_BYTES: usize = 128;
 /// HLEN of CapsuleCmd in bytes: CH + the 64-byte SQE.
 pub const CAPSULE_COMMAND_HEADER_BYTES: usize = COMMON_HEADER_BYTES + SUBMISSION_QUEUE_ENTRY_BYTES;
 /// HLEN of CapsuleResp in bytes: CH + the 16-byte CQE.
-pub const CAPSULE_RESPONSE_HEADER_BYTES: usize =
-    COMMON_HEADER_BYTES + COMPLETION_QUEUE_ENTRY_BYTES;
+pub const CAPSULE_RESPONSE_HEADER_BYTES: usize = COMMON_HEADER_BYTES + COMPLETION_QUEUE_ENTRY_BYTES;
 /// HLEN of H2CData and C2HData in bytes.
 pub const DATA_HEADER_BYTES: usize = 24;
 /// HLEN of R2T in bytes.
@@ -164,13 +163,19 @@ impl PduType {
 
     /// True for PDUs the host sends (ICReq, H2CTermReq, CapsuleCmd, H2CData).
     pub const fn is_host_to_controller(self) -> bool {
-        matches!(self, Self::IcReq | Self::H2cTermReq | Self::CapsuleCmd | Self::H2cData)
+        matches!(
+            self,
+            Self::IcReq | Self::H2cTermReq | Self::CapsuleCmd | Self::H2cData
+        )
     }
 
     /// True for the types that may carry digests (everything but IC PDUs and
     /// TermReqs, which never do).
     pub const fn carries_digests(self) -> bool {
-        !matches!(self, Self::IcReq | Self::IcResp | Self::H2cTermReq | Self::C2hTermReq)
+        !matches!(
+            self,
+            Self::IcReq | Self::IcResp | Self::H2cTermReq | Self::C2hTermReq
+        )
     }
 
     /// True for the types with a PDU data section moved by the data path
@@ -193,7 +198,10 @@ pub struct DigestSettings {
 
 impl DigestSettings {
     /// No digests.
-    pub const NONE: Self = Self { header: false, data: false };
+    pub const NONE: Self = Self {
+        header: false,
+        data: false,
+    };
 
     /// Decodes the DGST byte of ICReq / ICResp (reserved bits are ignored).
     pub const fn from_dgst(dgst_byte: u8) -> Self {
@@ -205,8 +213,15 @@ impl DigestSettings {
 
     /// Encodes as the DGST byte of ICReq / ICResp.
     pub const fn to_dgst(self) -> u8 {
-        (if self.header { dgst::HEADER_DIGEST_ENABLE } else { 0 })
-            | (if self.data { dgst::DATA_DIGEST_ENABLE } else { 0 })
+        (if self.header {
+            dgst::HEADER_DIGEST_ENABLE
+        } else {
+            0
+        }) | (if self.data {
+            dgst::DATA_DIGEST_ENABLE
+        } else {
+            0
+        })
     }
 }
 
@@ -324,7 +339,12 @@ impl TerminationRequest {
         let length = header.len().min(MAX_TERMINATION_DATA_BYTES);
         let mut offending_header = [0u8; MAX_TERMINATION_DATA_BYTES];
         offending_header[..length].copy_from_slice(&header[..length]);
-        Self { status, info, offending_header, offending_header_length: length }
+        Self {
+            status,
+            info,
+            offending_header,
+            offending_header_length: length,
+        }
     }
 
     /// The valid part of the offending header.
@@ -485,12 +505,16 @@ pub(crate) fn decode_specific(
         PduType::CapsuleCmd => {
             let mut sqe = [0u8; SUBMISSION_QUEUE_ENTRY_BYTES];
             sqe.copy_from_slice(&header[COMMON_HEADER_BYTES..CAPSULE_COMMAND_HEADER_BYTES]);
-            PduHeader::CapsuleCmd(CapsuleCommand { sqe: SubmissionQueueEntry::decode(&sqe) })
+            PduHeader::CapsuleCmd(CapsuleCommand {
+                sqe: SubmissionQueueEntry::decode(&sqe),
+            })
         }
         PduType::CapsuleResp => {
             let mut cqe = [0u8; COMPLETION_QUEUE_ENTRY_BYTES];
             cqe.copy_from_slice(&header[COMMON_HEADER_BYTES..CAPSULE_RESPONSE_HEADER_BYTES]);
-            PduHeader::CapsuleResp(CapsuleResponse { cqe: CompletionQueueEntry::decode(&cqe) })
+            PduHeader::CapsuleResp(CapsuleResponse {
+                cqe: CompletionQueueEntry::decode(&cqe),
+            })
         }
         PduType::H2cData | PduType::C2hData => {
             let data = DataHeader {

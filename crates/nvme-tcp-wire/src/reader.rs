@@ -36,9 +36,9 @@
 use crate::digest::{crc32c, DataDigest, DIGEST_BYTES};
 use crate::error::{ReadError, ReadErrorKind};
 use crate::pdu::{
-    data_offset, decode_specific, flags, offsets, PduHeader, PduType,
-    COMMON_HEADER_BYTES, MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES,
-    MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0, TERMINATION_HEADER_BYTES,
+    data_offset, decode_specific, flags, offsets, PduHeader, PduType, COMMON_HEADER_BYTES,
+    MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES, MAX_TERMINATION_PDU_BYTES,
+    PROTOCOL_FORMAT_VERSION_1_0, TERMINATION_HEADER_BYTES,
 };
 
 /// Which end of the connection the reader serves.
@@ -124,8 +124,19 @@ pub struct PduReader {
     staged: usize,
     staging: [u8; MAX_STAGED_HEADER_BYTES],
     current: Current,
+    /// Settings captured when the current PDU's common header was accepted, so that
+    /// a settings change in mid-PDU applies to the next PDU only.
+    frozen: FrozenSettings,
     data_digest: DataDigest,
     received_data_digest: [u8; DIGEST_BYTES],
+}
+
+/// The settings one PDU is read under.
+#[derive(Clone, Copy, Debug)]
+struct FrozenSettings {
+    data_digest: bool,
+    data_alignment: u8,
+    max_data_bytes: u32,
 }
 
 /// Digest settings as the reader applies them.
@@ -142,7 +153,10 @@ impl PduReader {
         Self {
             role,
             limits,
-            digests: DigestState { header: false, data: false },
+            digests: DigestState {
+                header: false,
+                data: false,
+            },
             data_alignment: 0,
             initialized: false,
             terminated: false,
@@ -154,15 +168,24 @@ impl PduReader {
                 padding: 0,
                 data_length: 0,
             },
+            frozen: FrozenSettings {
+                data_digest: false,
+                data_alignment: 0,
+                max_data_bytes: 0,
+            },
             data_digest: DataDigest::new(),
             received_data_digest: [0; DIGEST_BYTES],
         }
     }
 
-    /// Digests negotiated by ICReq/ICResp; applies to PDUs whose common header has
-    /// not been completed yet (call it right after the IC header event).
+    /// Digests negotiated by ICReq/ICResp; applies to PDUs after the IC exchange
+    /// (call it right after the IC header event). Like the other setters it takes
+    /// effect from the next PDU whose common header is not complete yet.
     pub fn set_digests(&mut self, digests: crate::pdu::DigestSettings) {
-        self.digests = DigestState { header: digests.header, data: digests.data };
+        self.digests = DigestState {
+            header: digests.header,
+            data: digests.data,
+        };
     }
 
     /// PDU data alignment the peer must use (CPDA for the Host role reading C2H PDUs,
@@ -215,7 +238,14 @@ impl PduReader {
                         return Ok(None);
                     }
                     match self.check_common_header() {
-                        Ok(total) => self.state = State::Header { total },
+                        Ok(total) => {
+                            self.frozen = FrozenSettings {
+                                data_digest: self.digests.data,
+                                data_alignment: self.data_alignment,
+                                max_data_bytes: self.limits.max_data_bytes,
+                            };
+                            self.state = State::Header { total };
+                        }
                         Err(kind) => return Err(self.fail(kind)),
                     }
                 }
@@ -235,7 +265,9 @@ impl PduReader {
                         self.state = State::Padding { remaining };
                         return Ok(None);
                     }
-                    self.state = State::Data { remaining: self.current.data_length };
+                    self.state = State::Data {
+                        remaining: self.current.data_length,
+                    };
                 }
                 State::Data { remaining } => {
                     let data = take(input, remaining);
@@ -252,7 +284,9 @@ impl PduReader {
                         self.staged = 0;
                         State::DataDigest
                     } else {
-                        State::DataEnd { data_digest_ok: true }
+                        State::DataEnd {
+                            data_digest_ok: true,
+                        }
                     };
                     return Ok(Some(ReadEvent::Data(data)));
                 }
@@ -266,8 +300,9 @@ impl PduReader {
                         return Ok(None);
                     }
                     let received = u32::from_le_bytes(self.received_data_digest);
-                    self.state =
-                        State::DataEnd { data_digest_ok: received == self.data_digest.value() };
+                    self.state = State::DataEnd {
+                        data_digest_ok: received == self.data_digest.value(),
+                    };
                 }
                 State::DataEnd { data_digest_ok } => {
                     self.state = State::CommonHeader;
@@ -352,7 +387,11 @@ impl PduReader {
             let minimum = TERMINATION_HEADER_BYTES as u32;
             let maximum = MAX_TERMINATION_PDU_BYTES as u32;
             if !(minimum..=maximum).contains(&plen) {
-                return Err(ReadErrorKind::BadPacketLength { received: plen, minimum, maximum });
+                return Err(ReadErrorKind::BadPacketLength {
+                    received: plen,
+                    minimum,
+                    maximum,
+                });
             }
             return Ok(plen as usize);
         }
@@ -390,73 +429,74 @@ impl PduReader {
         let plen = self.plen();
         let pdo = self.staging[offsets::PDO as usize];
         let header_end = (hlen + if header_digest { DIGEST_BYTES } else { 0 }) as u32;
-        let aligned_offset = data_offset(header_end, self.data_alignment);
+        let aligned_offset = data_offset(header_end, self.frozen.data_alignment);
         let mut current = Current {
             data_digest: false,
             padding: 0,
             data_length: 0,
         };
 
-        let termination_data_length = if matches!(
-            pdu_type,
-            PduType::H2cTermReq | PduType::C2hTermReq
-        ) {
-            // PDO is reserved in a TermReq; senders put 0 there, the data offset
-            // (24) is accepted as well.
-            if pdo != 0 && u32::from(pdo) != TERMINATION_HEADER_BYTES as u32 {
-                return Err(ReadErrorKind::BadDataOffset {
-                    received: pdo,
-                    expected: 0,
-                });
-            }
-            plen as usize - TERMINATION_HEADER_BYTES
-        } else if plen == header_end {
-            // No data: PDO is reserved; accept 0 or the aligned offset.
-            if pdo != 0 && u32::from(pdo) != aligned_offset {
-                return Err(ReadErrorKind::BadDataOffset { received: pdo, expected: 0 });
-            }
-            if flags_byte & flags::DDGSTF != 0 {
-                return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
-            }
-            0
-        } else if !pdu_type.may_carry_data() {
-            return Err(ReadErrorKind::BadPacketLength {
-                received: plen,
-                minimum: header_end,
-                maximum: header_end,
-            });
-        } else {
-            let data_digest = flags_byte & flags::DDGSTF != 0;
-            if data_digest != self.digests.data {
-                return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
-            }
-            if u32::from(pdo) != aligned_offset {
-                return Err(ReadErrorKind::BadDataOffset {
-                    received: pdo,
-                    expected: aligned_offset,
-                });
-            }
-            let digest_bytes = if data_digest { DIGEST_BYTES as u32 } else { 0 };
-            let minimum = aligned_offset + digest_bytes + 1;
-            if plen < minimum {
+        let termination_data_length =
+            if matches!(pdu_type, PduType::H2cTermReq | PduType::C2hTermReq) {
+                // PDO is reserved in a TermReq; senders put 0 there, the data offset
+                // (24) is accepted as well.
+                if pdo != 0 && u32::from(pdo) != TERMINATION_HEADER_BYTES as u32 {
+                    return Err(ReadErrorKind::BadDataOffset {
+                        received: pdo,
+                        expected: 0,
+                    });
+                }
+                plen as usize - TERMINATION_HEADER_BYTES
+            } else if plen == header_end {
+                // No data: PDO is reserved; accept 0 or the aligned offset.
+                if pdo != 0 && u32::from(pdo) != aligned_offset {
+                    return Err(ReadErrorKind::BadDataOffset {
+                        received: pdo,
+                        expected: 0,
+                    });
+                }
+                if flags_byte & flags::DDGSTF != 0 {
+                    return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
+                }
+                0
+            } else if !pdu_type.may_carry_data() {
                 return Err(ReadErrorKind::BadPacketLength {
                     received: plen,
-                    minimum,
-                    maximum: (minimum - 1).saturating_add(self.limits.max_data_bytes),
+                    minimum: header_end,
+                    maximum: header_end,
                 });
-            }
-            let data_length = plen - aligned_offset - digest_bytes;
-            if data_length > self.limits.max_data_bytes {
-                return Err(ReadErrorKind::DataTooLong {
-                    announced: data_length,
-                    limit: self.limits.max_data_bytes,
-                });
-            }
-            current.data_digest = data_digest;
-            current.padding = aligned_offset - header_end;
-            current.data_length = data_length;
-            0
-        };
+            } else {
+                let data_digest = flags_byte & flags::DDGSTF != 0;
+                if data_digest != self.frozen.data_digest {
+                    return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
+                }
+                if u32::from(pdo) != aligned_offset {
+                    return Err(ReadErrorKind::BadDataOffset {
+                        received: pdo,
+                        expected: aligned_offset,
+                    });
+                }
+                let digest_bytes = if data_digest { DIGEST_BYTES as u32 } else { 0 };
+                let minimum = aligned_offset + digest_bytes + 1;
+                if plen < minimum {
+                    return Err(ReadErrorKind::BadPacketLength {
+                        received: plen,
+                        minimum,
+                        maximum: (minimum - 1).saturating_add(self.frozen.max_data_bytes),
+                    });
+                }
+                let data_length = plen - aligned_offset - digest_bytes;
+                if data_length > self.frozen.max_data_bytes {
+                    return Err(ReadErrorKind::DataTooLong {
+                        announced: data_length,
+                        limit: self.frozen.max_data_bytes,
+                    });
+                }
+                current.data_digest = data_digest;
+                current.padding = aligned_offset - header_end;
+                current.data_length = data_length;
+                0
+            };
 
         let header = match decode_specific(pdu_type, &self.staging, termination_data_length) {
             Ok(header) => header,
@@ -506,11 +546,18 @@ impl PduReader {
         self.state = if current.data_length == 0 {
             State::CommonHeader
         } else if current.padding > 0 {
-            State::Padding { remaining: current.padding }
+            State::Padding {
+                remaining: current.padding,
+            }
         } else {
-            State::Data { remaining: current.data_length }
+            State::Data {
+                remaining: current.data_length,
+            }
         };
-        Ok(ReadEvent::Header { header, data_length: current.data_length })
+        Ok(ReadEvent::Header {
+            header,
+            data_length: current.data_length,
+        })
     }
 
     /// PFV and HPDA / CPDA checks shared by ICReq and ICResp.

@@ -76,7 +76,11 @@ impl PduWriter {
         }
         let header_digest = self.digests.header && pdu_type.carries_digests();
         let header_end = (hlen + if header_digest { DIGEST_BYTES } else { 0 }) as u32;
-        let data_length = if pdu_type.may_carry_data() { data_length } else { 0 };
+        let data_length = if pdu_type.may_carry_data() {
+            data_length
+        } else {
+            0
+        };
         if data_length == 0 {
             return Layout {
                 hlen,
@@ -107,7 +111,11 @@ impl PduWriter {
     pub fn header_bytes(&self, header: &PduHeader, data_length: u32) -> usize {
         let layout = self.layout(header, data_length);
         layout.hlen
-            + if layout.header_digest { DIGEST_BYTES } else { 0 }
+            + if layout.header_digest {
+                DIGEST_BYTES
+            } else {
+                0
+            }
             + layout.padding
             + layout.inline_data
     }
@@ -133,7 +141,11 @@ impl PduWriter {
         let pdu_type = header.pdu_type();
         staging[offsets::PDU_TYPE as usize] = pdu_type as u8;
         staging[offsets::FLAGS as usize] = header.specific_flags()
-            | if layout.header_digest { flags::HDGSTF } else { 0 }
+            | if layout.header_digest {
+                flags::HDGSTF
+            } else {
+                0
+            }
             | if layout.data_digest { flags::DDGSTF } else { 0 };
         staging[offsets::HLEN as usize] = layout.hlen as u8;
         // PDO is at most 128 (alignment is clamped), so it always fits.

@@ -6,6 +6,7 @@
 //! ```
 //! Press Enter (or close stdin) to shut it down: a plain thread calls
 //! `ShutdownHandle::shutdown`, the way a signal-handling thread would.
+//! `RUST_LOG=runtime=debug` shows the runtime's own log lines.
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -86,6 +87,7 @@ impl Service for EchoService {
 }
 
 fn main() {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let mut args = std::env::args().skip(1);
     let address: SocketAddr = args.next().as_deref().unwrap_or("127.0.0.1:7878").parse().expect("ADDRESS");
     let threads: usize = args.next().as_deref().unwrap_or("1").parse().expect("THREADS");

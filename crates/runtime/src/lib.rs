@@ -224,6 +224,7 @@ impl Runtime {
         let mut local_addrs = Vec::with_capacity(config.listeners.len());
         let mut listeners_per_thread: Vec<Vec<event_loop::Listener>> = (0..config.threads).map(|_| Vec::new()).collect();
         for (index, &requested) in config.listeners.iter().enumerate() {
+            sys::check_address_free(requested).map_err(|source| RuntimeError::Bind { address: requested, source })?;
             let first = sys::bind_listener(requested)
                 .map_err(|source| RuntimeError::Bind { address: requested, source })?;
             let bound = first.local_addr().map_err(|source| RuntimeError::Bind { address: requested, source })?;

@@ -56,6 +56,34 @@ pub fn bind_listener(address: SocketAddr) -> io::Result<TcpListener> {
     Ok(TcpListener::from(socket))
 }
 
+/// Fails with `AddrInUse` if anything listens on `address`, including another
+/// process's SO_REUSEPORT group (which a SO_REUSEPORT bind would silently join,
+/// splitting connections between two targets). Binds a probe socket without
+/// SO_REUSEPORT and closes it again. Port 0 needs no probe: the kernel never
+/// picks a shared port for it.
+pub fn check_address_free(address: SocketAddr) -> io::Result<()> {
+    if address.port() == 0 {
+        return Ok(());
+    }
+    let family = match address {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: socket(2) has no memory preconditions.
+    let fd = check(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let _probe = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SO_REUSEADDR only, so sockets in TIME_WAIT from a previous run do not count.
+    set_int_option(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    if family == libc::AF_INET6 {
+        set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+    }
+    let (storage, length) = socket_addr_to_raw(address);
+    // SAFETY: `storage` holds a valid sockaddr of `length` bytes for the family.
+    check(unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), length) })?;
+    Ok(())
+}
+
 fn socket_addr_to_raw(address: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };

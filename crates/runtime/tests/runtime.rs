@@ -224,6 +224,26 @@ fn bind_error_names_the_address_in_use() {
 }
 
 #[test]
+fn a_second_runtime_on_the_same_port_is_refused() {
+    // Without the check, SO_REUSEPORT would let the second runtime join the
+    // first one's group and silently take half of its connections.
+    let (first, _events) = start(Behavior::Echo, config(1, PollMode::Sleep));
+    let address = first.local_addrs()[0];
+    let mut second_config = config(1, PollMode::Sleep);
+    second_config.listeners = vec![address];
+    let service = Arc::new(TestService { behavior: Behavior::Echo, events: Arc::default(), refuse: false });
+    match Runtime::start(second_config, service) {
+        Err(RuntimeError::Bind { address: reported, source }) => {
+            assert_eq!(reported, address);
+            assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse);
+        }
+        Err(other) => panic!("expected a bind error, got {other}"),
+        Ok(_) => panic!("a second runtime joined the first one's port"),
+    }
+    shutdown_and_join(first);
+}
+
+#[test]
 fn port_zero_resolves_per_listener_and_listener_index_is_reported() {
     let mut config = config(2, PollMode::Sleep);
     config.listeners = vec!["127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()];

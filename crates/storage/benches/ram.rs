@@ -1,5 +1,6 @@
 //! RAM backend throughput for 4 KiB and 128 KiB reads and writes through the public
-//! submit/reap path, with a plain `copy_from_slice` of the same size as the ceiling.
+//! submit/reap path, cold (strided through DRAM) and hot (in cache), each with a plain
+//! `copy_from_slice` of the same size as the ceiling.
 //!
 //! Run with `cargo bench -p storage --bench ram`.
 
@@ -52,52 +53,57 @@ fn bench_ram(criterion: &mut Criterion) {
         run(&mut *queue, &mut out, op, fill.clone());
     }
 
-    let mut group = criterion.benchmark_group("ram");
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
-    for size in IO_SIZES_BYTES {
-        group.throughput(Throughput::Bytes(size as u64));
-        let blocks = (size / BLOCK_SIZE_BYTES as usize) as u32;
-        // Strided so consecutive I/Os land in different places.
-        let stride = u64::from(blocks) * 7;
-        let mut buffer = vec![0xA5u8; size];
-        let mut lba = 0;
-        let mut next_lba = move || {
-            lba = (lba + stride) % (NAMESPACE_BLOCKS - u64::from(blocks));
-            lba
-        };
+    // The ceiling for every copy below: a plain memcpy over the same namespace size.
+    let source = vec![0x5Au8; NAMESPACE_BLOCKS as usize * BLOCK_SIZE_BYTES as usize];
 
-        group.bench_with_input(BenchmarkId::new("write", size), &size, |bencher, _| {
-            bencher.iter(|| {
-                let op = IoOp::Write {
-                    lba: next_lba(),
-                    blocks,
-                    force_unit_access: false,
-                };
-                buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
+    // "cold": consecutive I/Os stride through the 64 MiB namespace, so data comes from
+    // DRAM as it would for a real working set. "hot": every I/O hits the same range,
+    // which stays in cache and shows the copy loop and per-request overhead alone.
+    for (name, stride_factor) in [("ram_cold", 7u64), ("ram_hot", 0)] {
+        let mut group = criterion.benchmark_group(name);
+        group
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2));
+        for size in IO_SIZES_BYTES {
+            group.throughput(Throughput::Bytes(size as u64));
+            let blocks = (size / BLOCK_SIZE_BYTES as usize) as u32;
+            let stride = u64::from(blocks) * stride_factor;
+            let mut buffer = vec![0xA5u8; size];
+            let mut lba = 0;
+            let mut next_lba = move || {
+                lba = (lba + stride) % (NAMESPACE_BLOCKS - u64::from(blocks));
+                lba
+            };
+
+            group.bench_with_input(BenchmarkId::new("write", size), &size, |bencher, _| {
+                bencher.iter(|| {
+                    let op = IoOp::Write {
+                        lba: next_lba(),
+                        blocks,
+                        force_unit_access: false,
+                    };
+                    buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
+                });
             });
-        });
-        group.bench_with_input(BenchmarkId::new("read", size), &size, |bencher, _| {
-            bencher.iter(|| {
-                let op = IoOp::Read {
-                    lba: next_lba(),
-                    blocks,
-                };
-                buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
+            group.bench_with_input(BenchmarkId::new("read", size), &size, |bencher, _| {
+                bencher.iter(|| {
+                    let op = IoOp::Read {
+                        lba: next_lba(),
+                        blocks,
+                    };
+                    buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
+                });
             });
-        });
-        // The ceiling: a plain memcpy of the same size from a same-sized region.
-        let source = vec![0x5Au8; NAMESPACE_BLOCKS as usize * BLOCK_SIZE_BYTES as usize];
-        group.bench_with_input(BenchmarkId::new("memcpy", size), &size, |bencher, _| {
-            bencher.iter(|| {
-                let offset = next_lba() as usize * BLOCK_SIZE_BYTES as usize;
-                buffer.copy_from_slice(&source[offset..offset + size]);
-                std::hint::black_box(&buffer);
+            group.bench_with_input(BenchmarkId::new("memcpy", size), &size, |bencher, _| {
+                bencher.iter(|| {
+                    let offset = next_lba() as usize * BLOCK_SIZE_BYTES as usize;
+                    buffer.copy_from_slice(&source[offset..offset + size]);
+                    std::hint::black_box(&buffer);
+                });
             });
-        });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 criterion_group!(benches, bench_ram);

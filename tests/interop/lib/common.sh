@@ -31,12 +31,19 @@ port_owner() {
 }
 
 # wait_for TIMEOUT DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds;
-# fails after TIMEOUT seconds
+# fails after TIMEOUT seconds, or at once when CMD returns 2 (= will never succeed)
 wait_for() {
-  local timeout=$1 what=$2 deadline
+  local timeout=$1 what=$2 deadline rc
   shift 2
   deadline=$(( $(date +%s) + timeout ))
-  until "$@"; do
+  while :; do
+    rc=0
+    "$@" || rc=$?
+    [ "$rc" -eq 0 ] && return 0
+    if [ "$rc" -eq 2 ]; then
+      log "gave up waiting for $what"
+      return 2
+    fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
       log "timed out after ${timeout}s waiting for $what"
       return 1

@@ -39,7 +39,7 @@ impl Args {
 }
 
 fn servers() -> Vec<&'static str> {
-    let mut names = vec!["uring-sleep", "uring-sleep-defer", "uring-busy-defer", "sluice-runtime", "monoio"];
+    let mut names = vec!["uring-sleep", "uring-sleep-defer", "uring-sleep-defer-bufring", "uring-busy-defer", "sluice-runtime", "monoio"];
     if cfg!(feature = "glommio") {
         names.push("glommio");
     }
@@ -51,22 +51,27 @@ fn serve(server: &str, address: SocketAddr, threads: usize) {
         "uring-sleep" => uring_server::run(
             address,
             threads,
-            uring_server::UringOptions { busy_poll: false, defer_taskrun: false },
+            uring_server::UringOptions { busy_poll: false, defer_taskrun: false, buffer_ring: false },
         ),
         "uring-sleep-defer" => uring_server::run(
             address,
             threads,
-            uring_server::UringOptions { busy_poll: false, defer_taskrun: true },
+            uring_server::UringOptions { busy_poll: false, defer_taskrun: true, buffer_ring: false },
+        ),
+        "uring-sleep-defer-bufring" => uring_server::run(
+            address,
+            threads,
+            uring_server::UringOptions { busy_poll: false, defer_taskrun: true, buffer_ring: true },
         ),
         "uring-busy" => uring_server::run(
             address,
             threads,
-            uring_server::UringOptions { busy_poll: true, defer_taskrun: false },
+            uring_server::UringOptions { busy_poll: true, defer_taskrun: false, buffer_ring: false },
         ),
         "uring-busy-defer" => uring_server::run(
             address,
             threads,
-            uring_server::UringOptions { busy_poll: true, defer_taskrun: true },
+            uring_server::UringOptions { busy_poll: true, defer_taskrun: true, buffer_ring: false },
         ),
         "sluice-runtime" => sluice_server::run(address, threads, false),
         "sluice-runtime-busy" => sluice_server::run(address, threads, true),

@@ -15,6 +15,73 @@ pub struct UringOptions {
     /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN: completions are only
     /// processed when this thread enters the kernel, cutting interrupts.
     pub defer_taskrun: bool,
+    /// Receive with multishot recv from a shared provided-buffer ring instead
+    /// of one single-shot recv into a per-connection buffer.
+    pub buffer_ring: bool,
+}
+
+/// Provided-buffer ring: entries and buffer size for the buffer_ring variant.
+const BUFFER_RING_ENTRIES: u16 = 256;
+const BUFFER_RING_BUFFER_BYTES: usize = 32 * 1024;
+const BUFFER_GROUP: u16 = 0;
+
+/// A provided-buffer ring shared by all connections of one thread.
+struct BufferRing {
+    entries: *mut io_uring::types::BufRingEntry,
+    buffers: Vec<u8>,
+    tail: u16,
+}
+
+impl BufferRing {
+    fn register(ring: &IoUring) -> BufferRing {
+        let ring_bytes = BUFFER_RING_ENTRIES as usize * std::mem::size_of::<io_uring::types::BufRingEntry>();
+        // SAFETY: anonymous private mapping; page-aligned as the kernel requires.
+        let memory = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(memory, libc::MAP_FAILED);
+        let mut this = BufferRing {
+            entries: memory.cast(),
+            buffers: vec![0; BUFFER_RING_ENTRIES as usize * BUFFER_RING_BUFFER_BYTES],
+            tail: 0,
+        };
+        // SAFETY: the mapping lives for the thread's life (never unmapped).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(memory as u64, BUFFER_RING_ENTRIES, BUFFER_GROUP, 0)
+                .expect("register buffer ring");
+        }
+        for id in 0..BUFFER_RING_ENTRIES {
+            this.give_back(id);
+        }
+        this
+    }
+
+    fn buffer(&self, id: u16, length: usize) -> &[u8] {
+        let start = id as usize * BUFFER_RING_BUFFER_BYTES;
+        &self.buffers[start..start + length]
+    }
+
+    fn give_back(&mut self, id: u16) {
+        let slot = (self.tail & (BUFFER_RING_ENTRIES - 1)) as usize;
+        // SAFETY: slot < entries; the buffer address is inside `buffers`.
+        unsafe {
+            let entry = &mut *self.entries.add(slot);
+            entry.set_addr(self.buffers.as_ptr().add(id as usize * BUFFER_RING_BUFFER_BYTES) as u64);
+            entry.set_len(BUFFER_RING_BUFFER_BYTES as u32);
+            entry.set_bid(id);
+            self.tail = self.tail.wrapping_add(1);
+            let tail = io_uring::types::BufRingEntry::tail(self.entries) as *const std::sync::atomic::AtomicU16;
+            (*tail).store(self.tail, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 const KIND_ACCEPT: u64 = 1;
@@ -68,6 +135,7 @@ fn thread_main(address: SocketAddr, thread: usize, options: UringOptions) {
         builder.setup_single_issuer().setup_defer_taskrun().setup_taskrun_flag();
     }
     let mut ring = builder.build(1024).expect("ring");
+    let mut buffer_ring = options.buffer_ring.then(|| BufferRing::register(&ring));
     let mut connections: Vec<Option<Connection>> = Vec::new();
     let mut free_slots: Vec<usize> = Vec::new();
 
@@ -124,7 +192,11 @@ fn thread_main(address: SocketAddr, thread: usize, options: UringOptions) {
                                 connections.len() - 1
                             }
                         };
-                        arm_recv(&mut ring, &mut connections, slot);
+                        if options.buffer_ring {
+                            arm_recv_multi(&mut ring, &mut connections, slot);
+                        } else {
+                            arm_recv(&mut ring, &mut connections, slot);
+                        }
                     }
                     if !io_uring::cqueue::more(flags) {
                         push(
@@ -133,6 +205,36 @@ fn thread_main(address: SocketAddr, thread: usize, options: UringOptions) {
                                 .build()
                                 .user_data(user_data(KIND_ACCEPT, 0)),
                         );
+                    }
+                }
+                KIND_RECV if options.buffer_ring => {
+                    let buffers = buffer_ring.as_mut().unwrap();
+                    let connection = connections[slot].as_mut().unwrap();
+                    let more = io_uring::cqueue::more(flags);
+                    if result > 0 && !connection.closing {
+                        let id = io_uring::cqueue::buffer_select(flags).expect("buffer id");
+                        let Connection { parser, pending, .. } = connection;
+                        parser.consume(buffers.buffer(id, result as usize), pending);
+                        buffers.give_back(id);
+                        if !more {
+                            connection.recv_armed = false;
+                            arm_recv_multi(&mut ring, &mut connections, slot);
+                        }
+                        start_send(&mut ring, &mut connections, slot);
+                    } else {
+                        if let Some(id) = io_uring::cqueue::buffer_select(flags) {
+                            buffers.give_back(id);
+                        }
+                        if !more {
+                            connection.recv_armed = false;
+                            if result == -libc::ENOBUFS && !connection.closing {
+                                arm_recv_multi(&mut ring, &mut connections, slot);
+                            } else {
+                                connection.closing = true;
+                            }
+                        } else if result <= 0 {
+                            connection.closing = true;
+                        }
                     }
                 }
                 KIND_RECV => {
@@ -200,6 +302,15 @@ fn arm_recv(ring: &mut IoUring, connections: &mut [Option<Connection>], slot: us
     )
     .build()
     .user_data(user_data(KIND_RECV, slot));
+    push(ring, entry);
+}
+
+fn arm_recv_multi(ring: &mut IoUring, connections: &mut [Option<Connection>], slot: usize) {
+    let connection = connections[slot].as_mut().unwrap();
+    connection.recv_armed = true;
+    let entry = opcode::RecvMulti::new(types::Fd(connection.fd), BUFFER_GROUP)
+        .build()
+        .user_data(user_data(KIND_RECV, slot));
     push(ring, entry);
 }
 

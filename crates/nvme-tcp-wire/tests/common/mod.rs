@@ -26,7 +26,11 @@ pub fn drive(
     let mut offset = 0;
     let mut chunk_index = 0;
     loop {
-        let size = if chunks.is_empty() { stream.len() } else { chunks[chunk_index % chunks.len()].max(1) };
+        let size = if chunks.is_empty() {
+            stream.len()
+        } else {
+            chunks[chunk_index % chunks.len()].max(1)
+        };
         chunk_index += 1;
         let end = (offset + size).min(stream.len());
         let mut input = &stream[offset..end];
@@ -61,9 +65,17 @@ pub fn drive(
     }
 }
 
-fn push(items: &mut Vec<Item>, event: ReadEvent<'_>, reader: &mut PduReader, digests: DigestSettings) {
+fn push(
+    items: &mut Vec<Item>,
+    event: ReadEvent<'_>,
+    reader: &mut PduReader,
+    digests: DigestSettings,
+) {
     match event {
-        ReadEvent::Header { header, data_length } => {
+        ReadEvent::Header {
+            header,
+            data_length,
+        } => {
             if matches!(header, PduHeader::IcReq(_) | PduHeader::IcResp(_)) {
                 reader.set_digests(digests);
             }
@@ -106,5 +118,11 @@ pub fn icresp(digests: DigestSettings) -> PduHeader {
     })
 }
 
-pub const BOTH: DigestSettings = DigestSettings { header: true, data: true };
-pub const NONE: DigestSettings = DigestSettings { header: false, data: false };
+pub const BOTH: DigestSettings = DigestSettings {
+    header: true,
+    data: true,
+};
+pub const NONE: DigestSettings = DigestSettings {
+    header: false,
+    data: false,
+};

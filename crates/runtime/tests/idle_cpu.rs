@@ -1,0 +1,36 @@
+//! Sleep mode must really sleep: an idle runtime (with connections open and a
+//! far-off timer) burns almost no CPU. Own test binary, so no other test's
+//! threads are counted in the process's CPU time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use runtime::PollMode;
+
+fn process_cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let time = |value: libc::timeval| Duration::new(value.tv_sec as u64, value.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+#[test]
+fn idle_sleep_mode_uses_almost_no_cpu() {
+    let (runtime, events) = start(Behavior::Timer { interval_ms: 60_000, ticks: 1 }, config(2, PollMode::Sleep));
+    let streams: Vec<_> = (0..4).map(|_| connect(runtime.local_addrs()[0])).collect();
+    wait_until(|| events.accepted.load(std::sync::atomic::Ordering::SeqCst) == 4, "accepts");
+    std::thread::sleep(Duration::from_millis(50));
+    let before = process_cpu_time();
+    std::thread::sleep(Duration::from_millis(500));
+    let used = process_cpu_time() - before;
+    assert!(used < Duration::from_millis(25), "idle runtime used {used:?} of CPU in 500 ms");
+    drop(streams);
+    events.wait_for_closed(4);
+    shutdown_and_join(runtime);
+}
