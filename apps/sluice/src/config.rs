@@ -293,7 +293,7 @@ fn build_backend(namespace: &NamespaceConfig, location: &str) -> Result<Arc<dyn 
         ));
     }
     let bytes = namespace.size.0;
-    if bytes == 0 || bytes % u64::from(block_size) != 0 {
+    if bytes == 0 || !bytes.is_multiple_of(u64::from(block_size)) {
         return Err(invalid(
             format!("{location}.size"),
             format!("{bytes} bytes is not a positive multiple of the block size {block_size}"),

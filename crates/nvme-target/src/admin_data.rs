@@ -1,7 +1,6 @@
 //! Identify and Get Log Page: the data structures the controller returns.
 
 use nvme_spec::admin::IdentifyCommand;
-use nvme_spec::bytes::put_u32;
 use nvme_spec::identify::{
     cmic, cns, controller_type, csi, dlfeat, encode_io_command_set_vector,
     encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, oaes, ofcs, oncs, sgls,
@@ -14,7 +13,7 @@ use nvme_spec::log_page::{
 };
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::Version;
-use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId, Status, SubmissionQueueEntry};
+use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
 use crate::controller::{Controller, ControllerKind};
@@ -219,7 +218,7 @@ impl Connection {
             Err(status) => return Outcome::status(status),
         };
         let length = command.length_bytes();
-        if command.offset % 4 != 0 || length > u64::from(MAX_DATA_TRANSFER_BYTES) {
+        if !command.offset.is_multiple_of(4) || length > u64::from(MAX_DATA_TRANSFER_BYTES) {
             return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
         }
         if u64::from(sgl_length) < length {
@@ -337,10 +336,4 @@ fn commands_supported_and_effects() -> CommandsSupportedAndEffects {
     log.io[IoOpcode::WriteZeroes as usize] = changes_content;
     log.io[IoOpcode::DatasetManagement as usize] = changes_content;
     log
-}
-
-/// Silences the unused-import lint for helpers kept for the host side of tests.
-#[allow(dead_code)]
-fn _unused(_: NamespaceId) {
-    let _ = put_u32;
 }
