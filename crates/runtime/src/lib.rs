@@ -217,6 +217,10 @@ impl Runtime {
     /// Binds every listener on every thread (so "address in use" errors surface
     /// here, synchronously, with the address in the error), creates every
     /// thread's ring (errors surface here too) and starts the threads.
+    ///
+    /// A non-zero port that anything already listens on is refused, even when
+    /// the other listener also uses SO_REUSEPORT (a second target would
+    /// otherwise silently share the port and take half the connections).
     pub fn start<S: Service>(config: RuntimeConfig, service: Arc<S>) -> Result<Runtime, RuntimeError> {
         config.validate()?;
         // Bind thread 0's sockets first so port 0 resolves to one real port

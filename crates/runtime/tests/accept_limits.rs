@@ -58,12 +58,14 @@ fn connect_existing(fd: libc::c_int, address: SocketAddr) -> std::net::TcpStream
 
 #[test]
 fn accept_survives_descriptor_exhaustion() {
+    let sockets: Vec<_> = (0..3).map(|_| unconnected_socket()).collect();
+    // io_uring captures RLIMIT_NOFILE when an accept is prepared, so the limit
+    // is lowered before the runtime arms its multishot accept.
+    let original = set_descriptor_limit(128);
     let (runtime, events) = start(Behavior::Echo, config(1, PollMode::Sleep));
     let address = runtime.local_addrs()[0];
-    let sockets: Vec<_> = (0..3).map(|_| unconnected_socket()).collect();
 
-    // Use up every remaining descriptor under a lowered limit.
-    let original = set_descriptor_limit(256);
+    // Use up every remaining descriptor under the lowered limit.
     let mut fillers = Vec::new();
     while let Ok(file) = File::open("/dev/null") {
         fillers.push(file);

@@ -102,9 +102,9 @@ pub fn run(
             }
         })
         .collect();
-    for index in 0..connections.len() {
-        arm_recv(&mut ring, &mut connections[index], index);
-        start_send(&mut ring, &mut connections[index], index, &requests);
+    for (index, connection) in connections.iter_mut().enumerate() {
+        arm_recv(&mut ring, connection, index);
+        start_send(&mut ring, connection, index, &requests);
     }
 
     let mut latencies_ns: Vec<u32> = Vec::with_capacity(4_000_000);
