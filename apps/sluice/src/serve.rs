@@ -1,101 +1,11 @@
 //! `sluice serve`: the target on the thread-per-core runtime, until SIGINT/SIGTERM.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Instant;
 
-use nvme_target::{Connection, Target, TransmitBatch};
-use runtime::{CloseReason, ConnectionHandler, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use nvme_target::Target;
+use target_server::{PollMode, RuntimeConfig};
 
 use crate::config::{Config, PollModeConfig};
-
-/// Accepts connections for the target.
-struct TargetService {
-    target: Arc<Target>,
-}
-
-/// One connection: the sans-io core driven by the runtime.
-struct TargetConnection {
-    connection: Connection,
-}
-
-/// A batch of PDUs the runtime sends without copying.
-struct Outgoing(TransmitBatch);
-
-impl SendSource for Outgoing {
-    fn io_slices<'a>(&'a self, out: &mut Vec<std::io::IoSlice<'a>>) {
-        self.0.io_slices(out);
-    }
-
-    fn total_len(&self) -> usize {
-        self.0.total_bytes()
-    }
-}
-
-impl Service for TargetService {
-    type Handler = TargetConnection;
-
-    fn accept(
-        &self,
-        thread: usize,
-        listener: usize,
-        _local: SocketAddr,
-        peer: SocketAddr,
-        now: Instant,
-    ) -> Option<TargetConnection> {
-        tracing::debug!(%peer, thread, listener, "connection accepted");
-        Some(TargetConnection {
-            connection: Connection::new(self.target.clone(), listener, peer.to_string(), now),
-        })
-    }
-}
-
-impl ConnectionHandler for TargetConnection {
-    type Batch = Outgoing;
-
-    fn on_receive(&mut self, data: &[u8], now: Instant) {
-        self.connection.handle_received(data, now);
-    }
-
-    fn take_send(&mut self) -> Option<Outgoing> {
-        self.connection.take_transmit().map(Outgoing)
-    }
-
-    fn on_sent(&mut self, batch: Outgoing, _now: Instant) {
-        self.connection.transmit_complete(batch.0);
-    }
-
-    fn on_timer(&mut self, now: Instant) {
-        self.connection.handle_timeout(now);
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.connection.next_deadline()
-    }
-
-    fn has_pending_work(&self) -> bool {
-        self.connection.has_pending_storage()
-    }
-
-    fn poll(&mut self, now: Instant) {
-        self.connection.poll_storage(now);
-    }
-
-    fn wants_close(&self) -> bool {
-        self.connection.wants_close()
-    }
-
-    fn on_closed(&mut self, reason: CloseReason) {
-        tracing::debug!(peer = %self.connection_peer(), ?reason, "connection closed");
-        self.connection.handle_closed();
-    }
-}
-
-impl TargetConnection {
-    fn connection_peer(&self) -> String {
-        format!("{:?}", self.connection.binding().map(|binding| binding.queue_id))
-    }
-}
 
 /// Errors of `sluice serve` with the exit code each one maps to.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +15,7 @@ pub enum ServeError {
     #[error("{0}")]
     Target(#[from] nvme_target::TargetError),
     #[error("cannot start the runtime: {0}")]
-    Runtime(#[from] runtime::RuntimeError),
+    Runtime(#[from] target_server::RuntimeError),
     #[error("cannot install the signal handler: {0}")]
     Signals(std::io::Error),
 }
@@ -131,7 +41,7 @@ pub fn serve(config: &Config) -> Result<(), ServeError> {
         ring_entries: 1024,
         tcp_nodelay: true,
     };
-    let runtime = Runtime::start(runtime_config, Arc::new(TargetService { target: target.clone() }))?;
+    let runtime = target_server::start(target.clone(), runtime_config)?;
     print_banner(config, &target, runtime.local_addrs(), threads);
 
     let handle = runtime.shutdown_handle();
