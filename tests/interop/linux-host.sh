@@ -20,7 +20,9 @@
 #                        against the Linux kernel target (harness self-check)
 #   GUEST_TIMEOUT=S      bound for the whole guest run (default 900)
 #   INTEROP_IO_PORT=P    I/O + discovery port (default 4420)
-#   INTEROP_DISC_PORT=P  discovery-only port (default 8009)
+#   INTEROP_DISC_PORT=P  discovery-only port (default 8009); when 4420 or 8009 is
+#                        taken and neither variable is set, two free ports are used
+#                        instead (with a warning)
 #   SLUICE_LOG=...       sluice's log filter (default info)
 # Functions here are also called indirectly (traps, wait_for), which ShellCheck
 # cannot see:
@@ -70,10 +72,20 @@ case $TARGET_KIND in sluice | linux-nvmet) ;; *) die "INTEROP_TARGET must be slu
 rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR/guest" "$OUT_DIR/peer"
 for p in $IO_PORT $DISC_PORT; do
-  if port_listening "$p"; then
+  port_listening "$p" || continue
+  if [ -n "${INTEROP_IO_PORT:-}${INTEROP_DISC_PORT:-}" ]; then
     die "TCP port $p is already in use (stop whatever listens there first):
 $(port_owner "$p")"
   fi
+  # the default ports are taken (e.g. by a `sluice serve` someone runs by hand):
+  # the port numbers do not matter to the test, so take two free ones instead
+  warn "TCP port $p is already in use, by:
+$(port_owner "$p")
+  using two free ports instead (set INTEROP_IO_PORT / INTEROP_DISC_PORT to choose)"
+  p=$(( 20000 + RANDOM % 30000 ))
+  while port_listening "$p" || port_listening "$((p + 1))"; do p=$((p + 2)); done
+  IO_PORT=$p DISC_PORT=$((p + 1))
+  break
 done
 
 log "target: $TARGET_KIND; subsystem $NQN on 127.0.0.1:$IO_PORT (I/O + discovery) and :$DISC_PORT (discovery)"
