@@ -1,6 +1,7 @@
 //! `sluice`: the command-line front end.
 
 mod config;
+mod host;
 mod serve;
 
 use std::io::IsTerminal;
@@ -17,11 +18,25 @@ const EXIT_CONFIG_ERROR: u8 = 2;
 const EXIT_RUNTIME_ERROR: u8 = 1;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "Userspace NVMe/TCP target, host and benchmark suite")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Userspace NVMe/TCP target, host and benchmark suite",
+    after_help = "\
+Host subcommands (discover, connect, list, id-ctrl, ...) speak nvme-cli's vocabulary
+over the network: `sluice <subcommand> --help` for each.
+
+Exit status:
+  0  success
+  1  run-time failure (the target answered with an NVMe error, the connection
+     failed, the port is in use)
+  2  usage or configuration error"
+)]
 struct Cli {
-    /// Log filter (error, warn, info, debug, trace, or tracing directives).
-    #[arg(long, global = true, default_value = "info", env = "SLUICE_LOG")]
-    log_level: String,
+    /// Log filter (error, warn, info, debug, trace, or tracing directives)
+    /// [default: info for serve, off for the host subcommands].
+    #[arg(long, global = true, env = "SLUICE_LOG")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +58,8 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    #[command(flatten)]
+    Host(Box<host::HostCommand>),
 }
 
 #[derive(Subcommand)]
@@ -55,9 +72,12 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| {
-        eprintln!("sluice: --log-level {:?} is not a valid filter; using \"info\"", cli.log_level);
-        tracing_subscriber::EnvFilter::new("info")
+    // Host subcommands report every failure as their own one-line message.
+    let default_level = if matches!(cli.command, Command::Host(_)) { "off" } else { "info" };
+    let log_level = cli.log_level.as_deref().unwrap_or(default_level);
+    let filter = tracing_subscriber::EnvFilter::try_new(log_level).unwrap_or_else(|_| {
+        eprintln!("sluice: --log-level {log_level:?} is not a valid filter; using \"{default_level}\"");
+        tracing_subscriber::EnvFilter::new(default_level)
     });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -106,6 +126,7 @@ fn main() -> ExitCode {
             print!("{}", include_str!("default-config.toml"));
             ExitCode::SUCCESS
         }
+        Command::Host(command) => host::run(*command),
     }
 }
 

@@ -1,0 +1,368 @@
+//! Command-line arguments of the host subcommands: target selection in `nvme connect`'s
+//! vocabulary, the output format, and the number parsers (decimal or 0x hex, like
+//! nvme-cli).
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use nvme_host_client::ConnectOptions;
+use nvme_spec::discovery::DISCOVERY_NQN;
+
+use super::HostError;
+
+/// Default NVMe/TCP I/O port (IANA).
+pub const DEFAULT_IO_PORT: u16 = 4420;
+/// Default NVMe/TCP discovery port (IANA).
+pub const DEFAULT_DISCOVERY_PORT: u16 = 8009;
+
+/// Which target to talk to and how to connect, spelled like `nvme connect`.
+///
+/// The letters are the same in every subcommand, with three exceptions where
+/// nvme-cli's own flag for that subcommand wins and the target option is long-only:
+/// `-s` (--sel) in get-feature, `-i`/`-l` (--log-id/--log-len) in get-log, and `-c`
+/// (--block-count) in read/write. The start block of read/write, nvme-cli's `-s`, is
+/// `-b` here, so a port can never be taken for an LBA.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Target (like `nvme connect`)")]
+pub struct TargetArgs {
+    /// The target as one string: tcp://ADDR[:PORT][/NQN] (IPv6 as [ADDR]); instead of
+    /// -a/-s/-n.
+    #[arg(value_name = "tcp://ADDR:PORT/NQN", value_parser = parse_target_url,
+          conflicts_with_all = ["traddr", "trsvcid", "nqn"])]
+    pub target: Option<TargetUrl>,
+    /// Transport type; only tcp.
+    #[arg(short = 't', long, value_enum, default_value_t = Transport::Tcp)]
+    pub transport: Transport,
+    /// Target address (IP address or host name).
+    #[arg(short = 'a', long, value_name = "ADDR")]
+    pub traddr: Option<String>,
+    /// Target port [default: 4420; 8009 for discover].
+    #[arg(short = 's', long, value_name = "PORT")]
+    pub trsvcid: Option<u16>,
+    /// Subsystem NQN (see `sluice discover`).
+    #[arg(short = 'n', long, value_name = "NQN")]
+    pub nqn: Option<String>,
+    /// Host NQN [default: /etc/nvme/hostnqn, else one derived from /etc/machine-id].
+    #[arg(short = 'q', long, value_name = "NQN")]
+    pub hostnqn: Option<String>,
+    /// Host identifier, a UUID [default: /etc/nvme/hostid, else the host NQN's UUID].
+    #[arg(short = 'I', long, value_name = "UUID", value_parser = parse_host_id)]
+    pub hostid: Option<[u8; 16]>,
+    /// Enable the TCP header digest (CRC32C).
+    #[arg(short = 'g', long)]
+    pub hdr_digest: bool,
+    /// Enable the TCP data digest (CRC32C).
+    #[arg(short = 'G', long)]
+    pub data_digest: bool,
+    /// Number of I/O queues to ask for.
+    #[arg(short = 'i', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub nr_io_queues: u16,
+    /// Entries per I/O queue [default: 128].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..))]
+    pub queue_size: Option<u16>,
+    /// Keep-alive timeout in seconds [default: 5].
+    #[arg(short = 'k', long, value_name = "SECONDS")]
+    pub keep_alive_tmo: Option<u32>,
+    /// Seconds between reconnect attempts [default: 2].
+    #[arg(short = 'c', long, value_name = "SECONDS")]
+    pub reconnect_delay: Option<u32>,
+    /// Seconds to keep trying to reconnect before giving up; -1 for ever [default: 60].
+    #[arg(short = 'l', long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub ctrl_loss_tmo: Option<i64>,
+    /// Per-command timeout in milliseconds, also capping connection setup [default:
+    /// 30000; 10000 to connect].
+    #[arg(long, value_name = "MS")]
+    pub timeout: Option<u64>,
+}
+
+/// Transport types; nvme-cli also knows rdma, fc and loop, which are not served here.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+}
+
+/// `-o/--output-format`.
+#[derive(Args, Debug, Clone, Copy)]
+#[command(next_help_heading = "Output")]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Normal)]
+    pub output_format: OutputFormat,
+}
+
+impl OutputArgs {
+    pub fn json(&self) -> bool {
+        self.output_format == OutputFormat::Json
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Text like nvme-cli's.
+    Normal,
+    /// JSON with nvme-cli's field names.
+    Json,
+}
+
+/// A parsed `tcp://ADDR[:PORT][/NQN]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetUrl {
+    pub host: String,
+    pub port: Option<u16>,
+    pub nqn: Option<String>,
+}
+
+/// Parses `tcp://ADDR[:PORT][/NQN]`; IPv6 addresses go in brackets.
+pub fn parse_target_url(text: &str) -> Result<TargetUrl, String> {
+    let rest = text
+        .strip_prefix("tcp://")
+        .ok_or_else(|| "expected tcp://ADDR[:PORT][/NQN] (only the tcp transport is supported)".to_string())?;
+    let (authority, nqn) = match rest.split_once('/') {
+        Some((authority, nqn)) => (authority, (!nqn.is_empty()).then(|| nqn.to_string())),
+        None => (rest, None),
+    };
+    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+        let (host, after) = bracketed.split_once(']').ok_or("missing ']' after the IPv6 address")?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':').ok_or("expected :PORT after ']'")?),
+        };
+        (host, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') => (host, Some(port)),
+            Some(_) => return Err("put an IPv6 address in brackets: tcp://[ADDR]:PORT/NQN".into()),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the address is missing: tcp://ADDR[:PORT][/NQN]".into());
+    }
+    let port = port
+        .map(|port| port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number")))
+        .transpose()?;
+    Ok(TargetUrl { host: host.to_string(), port, nqn })
+}
+
+/// Parses a UUID host identifier into its 16 bytes.
+pub fn parse_host_id(text: &str) -> Result<[u8; 16], String> {
+    uuid::Uuid::parse_str(text.trim())
+        .map(|uuid| *uuid.as_bytes())
+        .map_err(|error| format!("not a UUID ({error}); e.g. 4b5e8f3e-0d5a-4c1f-9a7e-2f1b3c4d5e6f"))
+}
+
+/// Parses a number in decimal or with a 0x prefix in hex, like nvme-cli, at most `max`.
+pub fn parse_number(text: &str, max: u64) -> Result<u64, String> {
+    let text = text.trim();
+    let value = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse::<u64>(),
+    }
+    .map_err(|_| format!("{text:?} is not a number (decimal, or hex with 0x)"))?;
+    if value > max {
+        return Err(format!("{text} is too large (at most {max})"));
+    }
+    Ok(value)
+}
+
+pub fn parse_u8(text: &str) -> Result<u8, String> {
+    parse_number(text, u8::MAX.into()).map(|value| value as u8)
+}
+
+pub fn parse_u32(text: &str) -> Result<u32, String> {
+    parse_number(text, u32::MAX.into()).map(|value| value as u32)
+}
+
+pub fn parse_u64(text: &str) -> Result<u64, String> {
+    parse_number(text, u64::MAX)
+}
+
+/// A byte count: a number with an optional binary suffix (k/K, m/M, g/G = KiB, MiB,
+/// GiB; "KiB" etc. also accepted).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, suffix) = if text.starts_with("0x") || text.starts_with("0X") {
+        (text, "")
+    } else {
+        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
+    };
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        other => return Err(format!("unknown size suffix {other:?}: use k, M or G (powers of 1024)")),
+    };
+    let value = parse_number(number, u64::MAX)?;
+    value.checked_mul(1 << shift).ok_or_else(|| format!("{text} is too large"))
+}
+
+/// What a subcommand needs the target for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Purpose {
+    /// Discovery controller on port 8009 by default, NQN the well-known one.
+    Discovery,
+    /// An I/O controller of a subsystem: -n is required.
+    Subsystem,
+}
+
+/// The resolved target: where to connect and with which options.
+pub struct Target {
+    /// tcp://ADDR:PORT/NQN, for messages and the Node column.
+    pub url: String,
+    pub address: SocketAddr,
+    pub nqn: String,
+    pub host_nqn: String,
+    pub purpose: Purpose,
+    options: Option<ConnectOptions>,
+}
+
+impl Target {
+    /// The connect options, once.
+    pub fn take_options(&mut self) -> ConnectOptions {
+        self.options.take().expect("connect options are taken once")
+    }
+}
+
+impl TargetArgs {
+    /// Resolves the address and builds the connect options. Errors are usage errors.
+    pub fn resolve(&self, purpose: Purpose) -> Result<Target, HostError> {
+        let (host, port, nqn) = match &self.target {
+            Some(url) => (Some(url.host.clone()), url.port, url.nqn.clone()),
+            None => (self.traddr.clone(), self.trsvcid, self.nqn.clone()),
+        };
+        let host = host.ok_or_else(|| {
+            HostError::usage("no target address: give -a/--traddr ADDR or tcp://ADDR:PORT/NQN")
+        })?;
+        let default_port = match purpose {
+            Purpose::Discovery => DEFAULT_DISCOVERY_PORT,
+            Purpose::Subsystem => DEFAULT_IO_PORT,
+        };
+        let port = port.unwrap_or(default_port);
+        let nqn = match (purpose, nqn) {
+            (Purpose::Discovery, Some(nqn)) if nqn != DISCOVERY_NQN => {
+                return Err(HostError::usage(format!(
+                    "discover always reads the discovery controller ({DISCOVERY_NQN}); drop the NQN {nqn:?}"
+                )))
+            }
+            (_, Some(nqn)) => nqn,
+            (Purpose::Discovery, None) => DISCOVERY_NQN.to_string(),
+            (Purpose::Subsystem, None) => {
+                return Err(HostError::usage(format!(
+                    "no subsystem NQN: give -n/--nqn NQN or tcp://{}/NQN; `sluice discover -a {host}` lists them",
+                    display_authority(&host, port)
+                )))
+            }
+        };
+        let address = resolve_address(&host, port)?;
+        // The library's defaults are nvme-cli's: /etc/nvme/hostnqn and /etc/nvme/hostid.
+        let mut options = ConnectOptions::new(address, nqn.clone());
+        if let Some(host_nqn) = &self.hostnqn {
+            options.host_nqn = host_nqn.clone();
+            if let Some(host_id) = host_id_from_nqn(host_nqn) {
+                options.host_identifier = host_id;
+            }
+        }
+        if let Some(host_id) = self.hostid {
+            options.host_identifier = host_id;
+        }
+        options.header_digest = self.hdr_digest;
+        options.data_digest = self.data_digest;
+        options.io_queues = self.nr_io_queues;
+        if let Some(size) = self.queue_size {
+            options.queue_size = size;
+        }
+        if let Some(seconds) = self.keep_alive_tmo {
+            options.keep_alive_timeout_ms = seconds.saturating_mul(1000);
+        }
+        if let Some(seconds) = self.reconnect_delay {
+            options.reconnect_delay = Duration::from_secs(u64::from(seconds));
+        }
+        if let Some(seconds) = self.ctrl_loss_tmo {
+            // nvme-cli: -1 means "never give up".
+            options.controller_loss_timeout = match u64::try_from(seconds) {
+                Ok(seconds) => Duration::from_secs(seconds),
+                Err(_) => Duration::from_secs(100 * 365 * 24 * 3600),
+            };
+        }
+        if let Some(ms) = self.timeout {
+            let timeout = Duration::from_millis(ms.max(1));
+            options.command_timeout = timeout;
+            options.connect_timeout = options.connect_timeout.min(timeout);
+        }
+        let url = format!("tcp://{}/{}", display_authority(&host, port), nqn);
+        let host_nqn = options.host_nqn.clone();
+        Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })
+    }
+}
+
+fn display_authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn resolve_address(host: &str, port: u16) -> Result<SocketAddr, HostError> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    match (host, port).to_socket_addrs() {
+        Ok(mut addresses) => addresses
+            .next()
+            .ok_or_else(|| HostError::usage(format!("{host:?} has no address"))),
+        Err(error) => Err(HostError::usage(format!(
+            "cannot resolve the target address {host:?}: {error}: give an IP address with -a"
+        ))),
+    }
+}
+
+/// nvme-cli derives the host identifier from a `nqn.2014-08.org.nvmexpress:uuid:<UUID>`
+/// host NQN.
+fn host_id_from_nqn(host_nqn: &str) -> Option<[u8; 16]> {
+    let (_, uuid) = host_nqn.rsplit_once(":uuid:")?;
+    parse_host_id(uuid).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_urls() {
+        let url = parse_target_url("tcp://127.0.0.1:4420/nqn.2026-11.io.sluice:default").unwrap();
+        assert_eq!(url.host, "127.0.0.1");
+        assert_eq!(url.port, Some(4420));
+        assert_eq!(url.nqn.as_deref(), Some("nqn.2026-11.io.sluice:default"));
+        let url = parse_target_url("tcp://[::1]:8009").unwrap();
+        assert_eq!((url.host.as_str(), url.port, url.nqn), ("::1", Some(8009), None));
+        let url = parse_target_url("tcp://host/").unwrap();
+        assert_eq!((url.host.as_str(), url.port, url.nqn), ("host", None, None));
+        assert!(parse_target_url("rdma://1.2.3.4").is_err());
+        assert!(parse_target_url("tcp://::1:4420").is_err());
+        assert!(parse_target_url("tcp://1.2.3.4:x/n").is_err());
+        assert!(parse_target_url("tcp://:4420/n").is_err());
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_u32("0x10"), Ok(16));
+        assert_eq!(parse_u32("17"), Ok(17));
+        assert!(parse_u8("256").is_err());
+        assert!(parse_u8("x").is_err());
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("0x200"), Ok(512));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("5q").is_err());
+    }
+
+    #[test]
+    fn host_ids() {
+        let id = host_id_from_nqn("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001").unwrap();
+        assert_eq!(id[15], 1);
+        assert!(parse_host_id("nope").is_err());
+    }
+}

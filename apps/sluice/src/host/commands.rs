@@ -1,0 +1,716 @@
+//! One function per host subcommand: resolve the target, connect, issue the commands,
+//! print, disconnect. Every failure becomes one line naming what failed and what to
+//! do, with exit status 1 (target or network) or 2 (usage).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use nvme_host_client::{ClientError, Controller};
+use nvme_spec::log_page::{log_id, SmartHealthLog, SMART_HEALTH_LOG_BYTES};
+use nvme_spec::{IdentifyNamespace, NamespaceId, Status};
+use serde_json::{json, Value};
+
+use super::args::{OutputArgs, Purpose, Target, TargetArgs};
+use super::output::{self, describe_status, ListRow, StatusContext};
+use super::{HostCommand, HostError, IoArgs};
+
+/// Largest piece read or written per client call: keeps memory bounded for big
+/// reads to stdout (the client splits each piece further at MDTS).
+const MAX_CHUNK_BYTES: u64 = 1 << 20;
+
+pub fn run(command: HostCommand) -> Result<(), HostError> {
+    match command {
+        HostCommand::Discover { target, output } => discover(&target, output),
+        HostCommand::Connect { target, output } => connect(&target, output),
+        HostCommand::List { target, output } => list(&target, output),
+        HostCommand::ListNs { target, output } => list_ns(&target, output),
+        HostCommand::IdCtrl { target, output, human_readable } => id_ctrl(&target, output, human_readable),
+        HostCommand::IdNs { target, output, namespace_id, human_readable } => {
+            id_ns(&target, output, namespace_id, human_readable)
+        }
+        HostCommand::SmartLog { target, output, namespace_id, human_readable } => {
+            smart_log(&target, output, namespace_id, human_readable)
+        }
+        HostCommand::GetLog { target, output, log_id, log_len, namespace_id, lpo, raw_binary } => {
+            get_log(&target, output, GetLog { log_id, log_len, namespace_id, offset: lpo, raw_binary })
+        }
+        HostCommand::GetFeature { target, output, feature_id, sel, namespace_id, cdw11, human_readable } => {
+            get_feature(&target, output, feature_id, sel, namespace_id, cdw11, human_readable)
+        }
+        HostCommand::SetFeature { target, output, feature_id, value, namespace_id, save } => {
+            set_feature(&target, output, feature_id, value, namespace_id, save)
+        }
+        HostCommand::Read { target, output, io } => read(&target, output, &io),
+        HostCommand::Write { target, output, io, force_unit_access } => {
+            write(&target, output, &io, force_unit_access)
+        }
+        HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Errors
+
+/// What a client error amounts to, for the message and its hint.
+enum Failure<'a> {
+    /// The target answered with an NVMe status (DW0 for a refused Connect).
+    Status { status: Status, dw0: Option<u32> },
+    /// The TCP connection could not be made or broke.
+    Io(&'a io::Error),
+    /// Nothing answered in time.
+    Timeout,
+    /// Anything else: the client's own message says it.
+    Other,
+}
+
+fn classify(error: &ClientError) -> Failure<'_> {
+    match error {
+        ClientError::Command { status, .. } => Failure::Status { status: *status, dw0: None },
+        ClientError::Protocol(nvme_host::HostError::ConnectRejected { status, dw0 }) => {
+            Failure::Status { status: *status, dw0: Some(*dw0) }
+        }
+        ClientError::Connect { source, .. } | ClientError::Io { source, .. } => Failure::Io(source),
+        ClientError::Timeout
+        | ClientError::Protocol(nvme_host::HostError::SetupTimeout { .. })
+        | ClientError::Protocol(nvme_host::HostError::CommandTimeout { .. }) => Failure::Timeout,
+        _ => Failure::Other,
+    }
+}
+
+/// "cannot connect to ADDR (subsystem NQN): REASON: HINT".
+fn connect_error(target: &Target, error: ClientError) -> HostError {
+    let place = if target.purpose == Purpose::Discovery {
+        target.address.to_string()
+    } else {
+        format!("{} subsystem {}", target.address, target.nqn)
+    };
+    match classify(&error) {
+        // The network failed before any NQN mattered: name the address only.
+        Failure::Io(io) => {
+            HostError::runtime(format!("cannot connect to {}: {}", target.address, io_reason(io, target)))
+        }
+        Failure::Status { status, dw0 } => {
+            let hint = connect_status_hint(status, dw0, target);
+            HostError::runtime(format!(
+                "cannot connect to {place}: {}{hint}",
+                describe_status(status, StatusContext::Fabrics)
+            ))
+        }
+        Failure::Timeout => HostError::runtime(format!(
+            "cannot connect to {}: no answer in time: is the address right, the port reachable and the target an NVMe/TCP target?",
+            target.address
+        )),
+        Failure::Other => {
+            let hint = match &error {
+                ClientError::Protocol(_) => format!(": is {} an NVMe/TCP port?", target.address),
+                _ => String::new(),
+            };
+            HostError::runtime(format!("cannot connect to {place}: {}{hint}", client_reason(&error)))
+        }
+    }
+}
+
+/// The client's message without its own "cannot connect to ADDR:" prefix.
+fn client_reason(error: &ClientError) -> String {
+    match error {
+        ClientError::Connect { source, .. } | ClientError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn io_reason(io: &io::Error, target: &Target) -> String {
+    let port = target.address.port();
+    match io.kind() {
+        io::ErrorKind::ConnectionRefused if target.purpose == Purpose::Discovery => format!(
+            "connection refused: is `sluice serve` running with a listener on port {port}? (discovery listens on 8009 by default; -s picks the port)"
+        ),
+        io::ErrorKind::ConnectionRefused => {
+            format!("connection refused: is `sluice serve` running and listening on port {port}?")
+        }
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            "no answer in time: is the address right and the port reachable?".to_string()
+        }
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::UnexpectedEof => {
+            format!("the target closed the connection ({io}): check the target's log")
+        }
+        _ => format!("{io}: is the address right and the port reachable?"),
+    }
+}
+
+fn connect_status_hint(status: Status, dw0: Option<u32>, target: &Target) -> String {
+    let discover = format!("`sluice discover -a {}` lists the target's subsystems", target.address.ip());
+    match (status.code_type(), status.code()) {
+        (0x1, 0x82) => {
+            // IATTR bit 16: 1 = in the Connect data; IPO bits 15:0: byte offset.
+            match dw0.map(|dw0| ((dw0 >> 16) & 1, dw0 & 0xFFFF)) {
+                Some((1, 512)) => format!(": the host NQN {:?} was refused (-q)", target.host_nqn),
+                Some((0, 44)) => ": the queue size was refused (--queue-size)".to_string(),
+                Some((1, 16)) => ": the target refused the controller ID (it may not support the dynamic controller model)".to_string(),
+                Some((1, 256)) | None => format!(": is the subsystem NQN {:?} right? {discover}", target.nqn),
+                Some((in_data, offset)) => format!(
+                    ": the target refused the Connect {} at byte {offset}",
+                    if in_data == 1 { "data" } else { "command" }
+                ),
+            }
+        }
+        (0x1, 0x84) => format!(": the target does not allow host NQN {:?} (-q)", target.host_nqn),
+        (0x1, 0x81) => ": the target has no controller left; try again later".to_string(),
+        (0x0, 0x1A) => ": the target refused the keep-alive timeout (-k)".to_string(),
+        _ => String::new(),
+    }
+}
+
+/// "WHAT failed: STATUS: HINT" for a command on a connected controller.
+fn command_error(what: &str, error: ClientError, context: StatusContext, hint: impl FnOnce(Status) -> String) -> HostError {
+    match classify(&error) {
+        Failure::Status { status, .. } => {
+            let hint = hint(status);
+            let hint = if hint.is_empty() { hint } else { format!(": {hint}") };
+            HostError::runtime(format!("{what} failed: {}{hint}", describe_status(status, context)))
+        }
+        Failure::Io(io) => HostError::runtime(format!("{what} failed: connection lost ({io})")),
+        Failure::Timeout => HostError::runtime(format!("{what} failed: no answer in time (see --timeout)")),
+        Failure::Other => HostError::runtime(format!("{what} failed: {}", client_reason(&error))),
+    }
+}
+
+fn no_hint(_: Status) -> String {
+    String::new()
+}
+
+fn namespace_hint(nsid: u32) -> impl FnOnce(Status) -> String {
+    move |status| match (status.code_type(), status.code()) {
+        (0x0, 0x0B) => format!("namespace {nsid} is not active; `sluice list-ns` lists the active ones"),
+        _ => String::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Sessions
+
+/// A connected controller that disconnects when dropped.
+struct Session {
+    controller: Option<Controller>,
+    target: Target,
+}
+
+impl Session {
+    fn open(args: &TargetArgs) -> Result<Self, HostError> {
+        let mut target = args.resolve(Purpose::Subsystem)?;
+        let options = target.take_options();
+        let controller = Controller::connect(options).map_err(|error| connect_error(&target, error))?;
+        Ok(Self { controller: Some(controller), target })
+    }
+
+    fn controller(&self) -> &Controller {
+        self.controller.as_ref().expect("the controller is there until the session is dropped")
+    }
+
+    fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace, HostError> {
+        self.controller()
+            .identify_namespace(NamespaceId(nsid))
+            .map_err(|error| command_error("identify namespace", error, StatusContext::Admin, namespace_hint(nsid)))
+    }
+
+    fn active_namespaces(&self) -> Result<Vec<u32>, HostError> {
+        self.controller()
+            .active_namespaces()
+            .map(|list| list.into_iter().map(|nsid| nsid.0).collect())
+            .map_err(|error| command_error("active namespace list", error, StatusContext::Admin, no_hint))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(controller) = self.controller.take() {
+            if let Err(error) = controller.disconnect() {
+                tracing::debug!(%error, "disconnect failed");
+            }
+        }
+    }
+}
+
+fn print_json(value: &Value) -> Result<(), HostError> {
+    let text = serde_json::to_string_pretty(value).expect("a serde_json::Value always serializes");
+    print_text(&format!("{text}\n"))
+}
+
+fn print_text(text: &str) -> Result<(), HostError> {
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|error| HostError::runtime(format!("cannot write to stdout: {error}")))
+}
+
+// ---------------------------------------------------------------------------------
+// Subcommands
+
+fn discover(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
+    let mut target = args.resolve(Purpose::Discovery)?;
+    let options = target.take_options();
+    let entries =
+        nvme_host_client::discover(target.address, &options).map_err(|error| connect_error(&target, error))?;
+    let generation = None;
+    if output.json() {
+        print_json(&output::discovery_json(generation, &entries))
+    } else {
+        print_text(&output::discovery_text(generation, &entries))
+    }
+}
+
+fn connect(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let controller = session.controller();
+    let id = controller.identify();
+    let namespaces = session.active_namespaces()?;
+    let io_queues = controller.io_queue_count();
+    let cntlid = controller.controller_id().0;
+    let subnqn = id.subsystem_nqn_str().unwrap_or("").to_string();
+    if output.json() {
+        print_json(&json!({
+            "device": session.target.url,
+            "traddr": session.target.address.ip().to_string(),
+            "trsvcid": session.target.address.port().to_string(),
+            "subnqn": subnqn,
+            "cntlid": cntlid,
+            "sn": output::ascii_field(&id.serial_number),
+            "mn": output::ascii_field(&id.model_number),
+            "fr": output::ascii_field(&id.firmware_revision),
+            "namespaces": namespaces,
+            "io_queues": io_queues,
+            "io_queues_requested": args.nr_io_queues,
+        }))?;
+    } else {
+        let list = namespaces.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        print_text(&format!(
+            "connected to {}\ncntlid     : {cntlid:#x}\nsubnqn     : {subnqn}\nmn         : {}\nsn         : {}\nfr         : {}\nnamespaces : {} ({list})\nio queues  : {io_queues} granted ({} requested)\ndisconnected (sluice has no kernel device: this was a connectivity check)\n",
+            session.target.url,
+            output::ascii_field(&id.model_number),
+            output::ascii_field(&id.serial_number),
+            output::ascii_field(&id.firmware_revision),
+            namespaces.len(),
+            args.nr_io_queues,
+        ))?;
+    }
+    drop(session);
+    Ok(())
+}
+
+fn list(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let id = *session.controller().identify();
+    let mut rows = Vec::new();
+    for nsid in session.active_namespaces()? {
+        let ns = session.identify_namespace(nsid)?;
+        let format = ns.formatted_lba_format().unwrap_or_default();
+        let block_bytes = format.block_size_bytes().unwrap_or(0);
+        rows.push(ListRow {
+            node: session.target.url.clone(),
+            nsid,
+            serial: output::ascii_field(&id.serial_number),
+            model: output::ascii_field(&id.model_number),
+            firmware: output::ascii_field(&id.firmware_revision),
+            used_bytes: ns.namespace_utilization.saturating_mul(block_bytes),
+            size_blocks: ns.namespace_size,
+            block_bytes,
+            metadata_bytes: format.metadata_size,
+        });
+    }
+    if output.json() {
+        print_json(&output::list_json(&rows))
+    } else {
+        print_text(&output::list_text(&rows))
+    }
+}
+
+fn list_ns(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let namespaces = session.active_namespaces()?;
+    if output.json() {
+        let list: Vec<Value> = namespaces.iter().map(|nsid| json!({ "nsid": nsid })).collect();
+        print_json(&json!({ "nsid_list": list }))
+    } else {
+        let text: String =
+            namespaces.iter().enumerate().map(|(index, nsid)| format!("[{index:>4}]:{nsid:#x}\n")).collect();
+        print_text(&text)
+    }
+}
+
+fn id_ctrl(args: &TargetArgs, output: OutputArgs, human: bool) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let id = session
+        .controller()
+        .identify_controller()
+        .map_err(|error| command_error("identify controller", error, StatusContext::Admin, no_hint))?;
+    if output.json() {
+        print_json(&output::id_ctrl_json(&id))
+    } else {
+        print_text(&output::id_ctrl_text(&id, human))
+    }
+}
+
+fn id_ns(args: &TargetArgs, output: OutputArgs, nsid: u32, human: bool) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let ns = session.identify_namespace(nsid)?;
+    if output.json() {
+        print_json(&output::id_ns_json(&ns))
+    } else {
+        print_text(&output::id_ns_text(nsid, &ns, human))
+    }
+}
+
+fn smart_log(args: &TargetArgs, output: OutputArgs, nsid: Option<u32>, human: bool) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let controller = session.controller();
+    let log = match nsid {
+        None => controller.smart_log(),
+        Some(nsid) => controller
+            .get_log_page(log_id::SMART_HEALTH, NamespaceId(nsid), 0, SMART_HEALTH_LOG_BYTES as u32)
+            .map(|bytes| {
+                let mut raw = [0u8; SMART_HEALTH_LOG_BYTES];
+                let length = bytes.len().min(raw.len());
+                raw[..length].copy_from_slice(&bytes[..length]);
+                SmartHealthLog::decode(&raw)
+            }),
+    }
+    .map_err(|error| {
+        command_error("smart-log", error, StatusContext::Admin, |status| match (status.code_type(), status.code()) {
+            (0x0, 0x02) | (0x0, 0x0B) => "the controller keeps SMART data per controller only: drop -N".to_string(),
+            _ => String::new(),
+        })
+    })?;
+    let nsid = nsid.unwrap_or(NamespaceId::BROADCAST.0);
+    if output.json() {
+        print_json(&output::smart_json(&log))
+    } else {
+        print_text(&output::smart_text(&session.target.url, nsid, &log, human))
+    }
+}
+
+struct GetLog {
+    log_id: u8,
+    log_len: u32,
+    namespace_id: u32,
+    offset: u64,
+    raw_binary: bool,
+}
+
+fn get_log(args: &TargetArgs, output: OutputArgs, request: GetLog) -> Result<(), HostError> {
+    if request.log_len == 0 {
+        return Err(HostError::usage("--log-len must be at least 1 (bytes to read)"));
+    }
+    if request.offset & 3 != 0 || request.log_len & 3 != 0 {
+        return Err(HostError::usage("--log-len and --lpo must be multiples of 4 (Get Log Page counts dwords)"));
+    }
+    let session = Session::open(args)?;
+    let log_id = request.log_id;
+    let data = session
+        .controller()
+        .get_log_page(log_id, NamespaceId(request.namespace_id), request.offset, request.log_len)
+        .map_err(|error| {
+            command_error(&format!("get-log (log id {log_id:#04x})"), error, StatusContext::Admin, |status| {
+                match (status.code_type(), status.code()) {
+                    (0x1, 0x09) => format!("the controller does not support log page {log_id:#04x}"),
+                    (0x0, 0x02) => "the controller refused a field: check -N and --lpo".to_string(),
+                    _ => String::new(),
+                }
+            })
+        })?;
+    if request.raw_binary {
+        let mut stdout = io::stdout().lock();
+        return stdout
+            .write_all(&data)
+            .and_then(|()| stdout.flush())
+            .map_err(|error| HostError::runtime(format!("cannot write to stdout: {error}")));
+    }
+    if output.json() {
+        print_json(&json!({
+            "device": session.target.url,
+            "log_id": log_id,
+            "namespace_id": request.namespace_id,
+            "offset": request.offset,
+            "length": data.len(),
+            "data": output::hex_string(&data),
+        }))
+    } else {
+        print_text(&format!(
+            "Device:{} log-id:{log_id} namespace-id:{:#x}\n{}",
+            session.target.url,
+            request.namespace_id,
+            output::hex_dump(&data)
+        ))
+    }
+}
+
+fn feature_hint(feature_id: u8) -> impl FnOnce(Status) -> String {
+    move |status| match (status.code_type(), status.code()) {
+        (0x0, 0x02) => format!(
+            "the controller does not support feature {feature_id:#04x} ({}) or this value",
+            output::feature_name(feature_id)
+        ),
+        (0x1, 0x0D) => "the feature cannot be saved: drop --save".to_string(),
+        (0x1, 0x0E) => "the feature cannot be changed".to_string(),
+        (0x0, 0x0C) if feature_id == nvme_spec::features::feature_id::NUMBER_OF_QUEUES => {
+            "Number of Queues can only be set before the I/O queues exist: use -i/--nr-io-queues".to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+fn get_feature(
+    args: &TargetArgs,
+    output: OutputArgs,
+    feature_id: u8,
+    select: u8,
+    nsid: u32,
+    cdw11: u32,
+    human: bool,
+) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let value = session
+        .controller()
+        .get_feature(feature_id, NamespaceId(nsid), select, cdw11)
+        .map_err(|error| command_error("get-feature", error, StatusContext::Admin, feature_hint(feature_id)))?;
+    if output.json() {
+        print_json(&output::get_feature_json(feature_id, select, value))
+    } else {
+        print_text(&output::get_feature_text(feature_id, select, value, human))
+    }
+}
+
+fn set_feature(
+    args: &TargetArgs,
+    output: OutputArgs,
+    feature_id: u8,
+    value: u32,
+    nsid: u32,
+    save: bool,
+) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    let result = session
+        .controller()
+        .set_feature(feature_id, NamespaceId(nsid), value, save)
+        .map_err(|error| command_error("set-feature", error, StatusContext::Admin, feature_hint(feature_id)))?;
+    if output.json() {
+        print_json(&output::set_feature_json(feature_id, value, save, result))
+    } else {
+        print_text(&output::set_feature_text(feature_id, value, save, result))
+    }
+}
+
+fn flush(args: &TargetArgs, output: OutputArgs, nsid: u32) -> Result<(), HostError> {
+    let session = Session::open(args)?;
+    session
+        .controller()
+        .flush(NamespaceId(nsid))
+        .map_err(|error| command_error("flush", error, StatusContext::Io, namespace_hint(nsid)))?;
+    if output.json() {
+        print_json(&json!({ "command": "flush", "namespace_id": nsid, "result": "success" }))
+    } else {
+        print_text("NVMe Flush: success\n")
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// read / write
+
+/// Blocks and bytes of one read or write.
+#[derive(Debug, PartialEq, Eq)]
+struct Transfer {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// Works out the transfer from -c (0's based), -z and, for a write without either,
+/// the input's length.
+fn plan_transfer(io: &IoArgs, block_bytes: u64, input_len: Option<u64>) -> Result<Transfer, HostError> {
+    let data_size = io.data_size.filter(|&size| size > 0);
+    match (io.block_count, data_size, input_len) {
+        (Some(count), size, _) => {
+            let blocks = u64::from(count) + 1;
+            let capacity = blocks * block_bytes;
+            let bytes = size.unwrap_or(capacity);
+            if bytes > capacity {
+                return Err(HostError::usage(format!(
+                    "--data-size {bytes} is more than --block-count {count} covers ({blocks} blocks of {block_bytes} bytes = {capacity}); raise -c or lower -z"
+                )));
+            }
+            Ok(Transfer { blocks, bytes })
+        }
+        (None, Some(size), _) => Ok(Transfer { blocks: size.div_ceil(block_bytes), bytes: size }),
+        (None, None, Some(0)) => Err(HostError::usage("the write input is empty: give -d FILE with data, or -c/-z")),
+        (None, None, Some(len)) => Ok(Transfer { blocks: len.div_ceil(block_bytes), bytes: len }),
+        (None, None, None) => Ok(Transfer { blocks: 1, bytes: block_bytes }),
+    }
+}
+
+/// Blocks per client call: [`MAX_CHUNK_BYTES`] worth, at least one.
+fn blocks_per_call(block_bytes: u64) -> u64 {
+    (MAX_CHUNK_BYTES / block_bytes).max(1)
+}
+
+/// The namespace's block size, or a runtime error for a namespace without a usable
+/// format.
+fn block_size(nsid: u32, ns: &IdentifyNamespace) -> Result<u64, HostError> {
+    if ns.namespace_size == 0 {
+        // Identify Namespace of an inactive NSID succeeds with all zeros.
+        return Err(HostError::runtime(format!(
+            "namespace {nsid} is not active on this subsystem; `sluice list-ns` lists the active ones"
+        )));
+    }
+    ns.formatted_lba_format()
+        .and_then(|format| format.block_size_bytes())
+        .ok_or_else(|| {
+            HostError::runtime(format!(
+                "namespace {nsid} reports no usable LBA format (is it active? `sluice list-ns` lists the active ones)"
+            ))
+        })
+}
+
+fn lba_hint(ns: &IdentifyNamespace, block_bytes: u64) -> impl FnOnce(Status) -> String {
+    let size = ns.namespace_size;
+    move |status| match (status.code_type(), status.code()) {
+        (0x0, 0x80) => format!(
+            "the namespace has {size} blocks of {block_bytes} bytes (LBAs 0..={})",
+            size.saturating_sub(1)
+        ),
+        (0x0, 0x0B) => "the namespace is not active; `sluice list-ns` lists the active ones".to_string(),
+        _ => String::new(),
+    }
+}
+
+fn read(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), HostError> {
+    if output.json() && io_args.data.is_none() {
+        return Err(HostError::usage("read -o json prints a summary: give -d FILE for the data"));
+    }
+    let session = Session::open(args)?;
+    let nsid = io_args.namespace_id;
+    let ns = session.identify_namespace(nsid)?;
+    let block_bytes = block_size(nsid, &ns)?;
+    let transfer = plan_transfer(io_args, block_bytes, None)?;
+    let mut sink: Box<dyn Write> = match &io_args.data {
+        Some(path) => Box::new(io::BufWriter::new(create_output(path)?)),
+        None => Box::new(io::stdout().lock()),
+    };
+    let per_call = blocks_per_call(block_bytes);
+    let mut lba = io_args.start_block;
+    let mut blocks_left = transfer.blocks;
+    let mut bytes_left = transfer.bytes;
+    while blocks_left > 0 {
+        let blocks = blocks_left.min(per_call);
+        let data = session
+            .controller()
+            .read(NamespaceId(nsid), lba, blocks as u32)
+            .map_err(|error| command_error("read", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
+        let keep = (data.len() as u64).min(bytes_left) as usize;
+        sink.write_all(&data[..keep]).map_err(|error| output_error(io_args, &error))?;
+        bytes_left -= keep as u64;
+        blocks_left -= blocks;
+        lba += blocks;
+    }
+    sink.flush().map_err(|error| output_error(io_args, &error))?;
+    drop(sink);
+    io_summary("read", output, nsid, io_args.start_block, &transfer)
+}
+
+fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> Result<(), HostError> {
+    // Read the input before connecting, so a missing file is a usage error that costs
+    // no connection.
+    let mut input = read_input(io_args)?;
+    let session = Session::open(args)?;
+    let nsid = io_args.namespace_id;
+    let ns = session.identify_namespace(nsid)?;
+    let block_bytes = block_size(nsid, &ns)?;
+    let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
+    let transfer = plan_transfer(io_args, block_bytes, (!explicit).then_some(input.len() as u64))?;
+    // Exactly `bytes` of the input, then zeros up to whole blocks.
+    input.truncate(transfer.bytes as usize);
+    input.resize((transfer.blocks * block_bytes) as usize, 0);
+    let per_call = blocks_per_call(block_bytes);
+    let mut lba = io_args.start_block;
+    for chunk in input.chunks((per_call * block_bytes) as usize) {
+        session
+            .controller()
+            .write(NamespaceId(nsid), lba, chunk, fua)
+            .map_err(|error| command_error("write", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
+        lba += chunk.len() as u64 / block_bytes;
+    }
+    io_summary("write", output, nsid, io_args.start_block, &transfer)
+}
+
+/// nvme-cli prints "read: Success" to stderr (stdout may carry the data); JSON goes to
+/// stdout.
+fn io_summary(command: &str, output: OutputArgs, nsid: u32, start: u64, transfer: &Transfer) -> Result<(), HostError> {
+    if output.json() {
+        print_json(&json!({
+            "command": command,
+            "namespace_id": nsid,
+            "start_block": start,
+            "blocks": transfer.blocks,
+            "bytes": transfer.bytes,
+            "result": "success",
+        }))
+    } else {
+        eprintln!("{command}: Success");
+        Ok(())
+    }
+}
+
+fn read_input(io_args: &IoArgs) -> Result<Vec<u8>, HostError> {
+    let limit = io_args
+        .data_size
+        .filter(|&size| size > 0)
+        .or(io_args.block_count.map(|count| (u64::from(count) + 1) * (1 << 16)))
+        .unwrap_or(u64::MAX);
+    let mut data = Vec::new();
+    let result = match &io_args.data {
+        Some(path) => File::open(path)
+            .map_err(|error| HostError::usage(format!("cannot open {}: {error}", path.display())))?
+            .take(limit)
+            .read_to_end(&mut data),
+        None => io::stdin().lock().take(limit).read_to_end(&mut data),
+    };
+    result.map_err(|error| {
+        let source = io_args.data.as_deref().map_or("stdin".to_string(), |path| path.display().to_string());
+        HostError::usage(format!("cannot read {source}: {error}"))
+    })?;
+    Ok(data)
+}
+
+fn create_output(path: &Path) -> Result<File, HostError> {
+    File::create(path).map_err(|error| HostError::usage(format!("cannot create {}: {error}", path.display())))
+}
+
+fn output_error(io_args: &IoArgs, error: &io::Error) -> HostError {
+    let sink = io_args.data.as_deref().map_or("stdout".to_string(), |path| path.display().to_string());
+    HostError::runtime(format!("cannot write to {sink}: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(count: Option<u32>, size: Option<u64>) -> IoArgs {
+        IoArgs { namespace_id: 1, start_block: 0, block_count: count, data_size: size, data: None }
+    }
+
+    #[test]
+    fn transfers() {
+        assert_eq!(plan_transfer(&io(None, None), 512, None).unwrap(), Transfer { blocks: 1, bytes: 512 });
+        assert_eq!(plan_transfer(&io(Some(7), None), 512, None).unwrap(), Transfer { blocks: 8, bytes: 4096 });
+        assert_eq!(plan_transfer(&io(Some(7), Some(100)), 512, None).unwrap(), Transfer { blocks: 8, bytes: 100 });
+        assert!(plan_transfer(&io(Some(0), Some(513)), 512, None).is_err());
+        assert_eq!(plan_transfer(&io(None, Some(1000)), 512, None).unwrap(), Transfer { blocks: 2, bytes: 1000 });
+        assert_eq!(plan_transfer(&io(None, None), 512, Some(1025)).unwrap(), Transfer { blocks: 3, bytes: 1025 });
+        assert!(plan_transfer(&io(None, None), 512, Some(0)).is_err());
+    }
+
+    #[test]
+    fn call_sizes() {
+        assert_eq!(blocks_per_call(512), 2048);
+        assert_eq!(blocks_per_call(4096), 256);
+        assert_eq!(blocks_per_call(1 << 21), 1);
+    }
+}

@@ -1,0 +1,254 @@
+//! Bringing up an association: the admin queue's connection, enabling the
+//! controller (CC.EN / CSTS.RDY), Identify Controller and Number of Queues.
+
+use std::time::{Duration, Instant};
+
+use nvme_host::{commands, HostCommand, HostCompletion, QueueConfig, MAX_COMMAND_DATA_BYTES};
+use nvme_spec::fabrics::property_offset;
+use nvme_spec::features::{async_event_configuration, feature_id, number_of_queues_request};
+use nvme_spec::identify::{cns, csi, oaes, sgls, IDENTIFY_DATA_BYTES};
+use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
+use nvme_spec::{ControllerId, IdentifyController, NamespaceId, QueueId};
+use nvme_tcp_wire::DigestSettings;
+
+use crate::connection::QueueConnection;
+use crate::{ClientError, ConnectOptions};
+
+/// Admin queue entries (Linux NVME_AQ_DEPTH): one caller command at a time, the
+/// keep-alive, the held Asynchronous Event Request and room to spare.
+pub(crate) const ADMIN_QUEUE_SIZE: u16 = 32;
+/// Largest transfer used when the controller reports no limit (MDTS 0).
+pub(crate) const UNLIMITED_TRANSFER_BYTES: u32 = 1024 * 1024;
+/// Longest wait for CSTS.SHST after a normal shutdown notification (Linux's default
+/// shutdown_timeout).
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// User tag of the held Asynchronous Event Request on the admin queue.
+pub(crate) const ASYNC_EVENT_TAG: u64 = u64::MAX;
+
+/// What an association is, once up.
+#[derive(Debug)]
+pub(crate) struct Association {
+    pub connection: QueueConnection,
+    pub controller_id: ControllerId,
+    pub capabilities: ControllerCapabilities,
+    pub version: Version,
+    pub identify: IdentifyController,
+    /// I/O queues granted (0 for discovery).
+    pub io_queue_count: usize,
+    /// Entries per I/O queue.
+    pub io_queue_size: u16,
+    /// IOCCSZ * 16 - 64.
+    pub io_in_capsule_data_bytes: u32,
+    /// MDTS in bytes (capped).
+    pub max_transfer_bytes: u32,
+}
+
+/// The queue configuration for queue `queue_id` of an association.
+pub(crate) fn queue_config(
+    options: &ConnectOptions,
+    subsystem_nqn: &str,
+    queue_id: QueueId,
+    queue_size: u16,
+    controller_id: ControllerId,
+    keep_alive_timeout_ms: u32,
+) -> QueueConfig {
+    QueueConfig {
+        queue_id,
+        queue_size,
+        controller_id,
+        subsystem_nqn: subsystem_nqn.to_string(),
+        host_nqn: options.host_nqn.clone(),
+        host_identifier: options.host_identifier,
+        keep_alive_timeout_ms,
+        digests: DigestSettings { header: options.header_digest, data: options.data_digest },
+        command_timeout_ms: options.command_timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+        max_r2t_outstanding: 0,
+    }
+}
+
+/// Runs one admin command on a connection that is not shared (setup, discovery),
+/// turning an error status into `ClientError::Command`.
+pub(crate) fn run_admin(connection: &mut QueueConnection, command: HostCommand) -> Result<HostCompletion, ClientError> {
+    let opcode = command.sqe.opcode();
+    let completion = connection.execute(command, 1, &mut |_| None)?;
+    check_admin(opcode, completion)
+}
+
+/// `Ok` for a successful completion, `ClientError::Command` otherwise.
+pub(crate) fn check_admin(opcode: u8, completion: HostCompletion) -> Result<HostCompletion, ClientError> {
+    if let Some(error) = &completion.transport_error {
+        return Err(ClientError::Protocol(error.clone()));
+    }
+    if !completion.cqe.status.is_success() {
+        return Err(ClientError::Command { admin: true, opcode, status: completion.cqe.status });
+    }
+    Ok(completion)
+}
+
+/// Decodes a 4096-byte Identify buffer.
+pub(crate) fn identify_data(completion: &HostCompletion) -> Result<&[u8; IDENTIFY_DATA_BYTES], ClientError> {
+    completion
+        .data
+        .as_slice()
+        .try_into()
+        .map_err(|_| ClientError::InvalidController(format!("Identify returned {} bytes", completion.data.len())))
+}
+
+/// Connects the admin queue to `subsystem_nqn` and enables the controller. With
+/// `io` set, also asks for I/O queues, enables namespace notices and arms an
+/// Asynchronous Event Request (tag [`ASYNC_EVENT_TAG`]).
+pub(crate) fn establish(
+    options: &ConnectOptions,
+    address: std::net::SocketAddr,
+    subsystem_nqn: &str,
+    keep_alive_timeout_ms: u32,
+    io: bool,
+) -> Result<Association, ClientError> {
+    let config = queue_config(
+        options,
+        subsystem_nqn,
+        QueueId::ADMIN,
+        ADMIN_QUEUE_SIZE,
+        ControllerId::DYNAMIC,
+        keep_alive_timeout_ms,
+    );
+    let mut connection = QueueConnection::connect(address, config, options.connect_timeout)?;
+    let controller_id = connection.queue.controller_id().unwrap_or(ControllerId::DYNAMIC);
+
+    let capabilities = ControllerCapabilities(
+        run_admin(&mut connection, commands::property_get(property_offset::CAP, 8))?.cqe.result_u64(),
+    );
+    let version = Version(run_admin(&mut connection, commands::property_get(property_offset::VS, 4))?.cqe.result_dw0);
+    if capabilities.memory_page_size_minimum() != 0 {
+        return Err(ClientError::InvalidController(format!(
+            "CAP.MPSMIN {} (this host uses 4 KiB pages)",
+            capabilities.memory_page_size_minimum()
+        )));
+    }
+    enable(&mut connection, capabilities)?;
+
+    let completion = run_admin(&mut connection, commands::identify(cns::CONTROLLER, NamespaceId::NONE, csi::NVM))?;
+    let identify = IdentifyController::decode(identify_data(&completion)?);
+    if identify.controller_id != controller_id {
+        return Err(ClientError::InvalidController(format!(
+            "Identify Controller CNTLID {} differs from Connect's {}",
+            identify.controller_id.0, controller_id.0
+        )));
+    }
+    if keep_alive_timeout_ms > 0 && identify.keep_alive_support == 0 {
+        return Err(ClientError::InvalidController("KAS is 0: no Keep Alive support".into()));
+    }
+    if identify.sgl_support & sgls::SUPPORT_MASK == 0 {
+        return Err(ClientError::InvalidController("SGLS reports no SGL support".into()));
+    }
+    let page_bytes = 4096u64;
+    let max_transfer_bytes = match identify.maximum_data_transfer_size {
+        0 => UNLIMITED_TRANSFER_BYTES,
+        mdts => (page_bytes << u32::from(mdts).min(20)).min(u64::from(MAX_COMMAND_DATA_BYTES)) as u32,
+    };
+    let io_in_capsule_data_bytes = identify.io_command_capsule_size.saturating_mul(16).saturating_sub(64);
+    let mut io_queue_size = u32::from(options.queue_size).min(capabilities.maximum_queue_entries());
+    if identify.maximum_outstanding_commands > 0 {
+        io_queue_size = io_queue_size.min(u32::from(identify.maximum_outstanding_commands));
+    }
+    let io_queue_size = io_queue_size.clamp(2, u32::from(u16::MAX)) as u16;
+
+    let mut io_queue_count = 0;
+    if io && options.io_queues > 0 {
+        let requested = u32::from(options.io_queues);
+        let completion = run_admin(
+            &mut connection,
+            commands::set_features(
+                feature_id::NUMBER_OF_QUEUES,
+                NamespaceId::NONE,
+                number_of_queues_request(requested, requested),
+                false,
+            ),
+        )?;
+        let granted_submission = (completion.cqe.result_dw0 & 0xFFFF) + 1;
+        let granted_completion = (completion.cqe.result_dw0 >> 16) + 1;
+        io_queue_count = requested.min(granted_submission).min(granted_completion) as usize;
+    }
+    if io {
+        if identify.optional_async_events_supported & oaes::NAMESPACE_ATTRIBUTE_NOTICES != 0 {
+            let enable = commands::set_features(
+                feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION,
+                NamespaceId::NONE,
+                async_event_configuration::NAMESPACE_ATTRIBUTE_NOTICES,
+                false,
+            );
+            if let Err(error) = run_admin(&mut connection, enable) {
+                tracing::info!(%error, "controller refused namespace attribute notices");
+            }
+        }
+        let mut request = commands::async_event_request();
+        request.user_tag = ASYNC_EVENT_TAG;
+        if connection.queue.submit(request, Instant::now()).is_err() {
+            return Err(ClientError::InvalidController("could not arm an Asynchronous Event Request".into()));
+        }
+        connection.flush()?;
+    }
+    tracing::info!(address = %address, controller = controller_id.0, io_queue_count, io_queue_size,
+        max_transfer_bytes, "controller ready");
+    Ok(Association {
+        connection,
+        controller_id,
+        capabilities,
+        version,
+        identify,
+        io_queue_count,
+        io_queue_size,
+        io_in_capsule_data_bytes,
+        max_transfer_bytes,
+    })
+}
+
+/// CC.EN = 1 (4 KiB pages, NVM command set, 64/16-byte entries), then CSTS.RDY within
+/// CAP.TO.
+fn enable(connection: &mut QueueConnection, capabilities: ControllerCapabilities) -> Result<(), ClientError> {
+    let configuration = ControllerConfiguration(0)
+        .with_command_set_selected(ControllerConfiguration::COMMAND_SET_NVM)
+        .with_io_submission_queue_entry_size(6)
+        .with_io_completion_queue_entry_size(4)
+        .with_enable(true);
+    run_admin(connection, commands::property_set(property_offset::CC, u64::from(configuration.raw())))?;
+    let timeout = Duration::from_millis(u64::from(capabilities.timeout_500ms_units()).max(1) * 500);
+    wait_for_status(connection, timeout, "CSTS.RDY after CC.EN", |status| status.ready())
+}
+
+/// Polls CSTS until `done` (CSTS.CFS is an error), at most `timeout`.
+pub(crate) fn wait_for_status(
+    connection: &mut QueueConnection,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(ControllerStatus) -> bool,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let status =
+            ControllerStatus(run_admin(connection, commands::property_get(property_offset::CSTS, 4))?.cqe.result_dw0);
+        if status.controller_fatal_status() {
+            return Err(ClientError::InvalidController(format!("CSTS.CFS set while waiting for {what}")));
+        }
+        if done(status) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(ClientError::InvalidController(format!("no {what} within {} ms", timeout.as_millis())));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// CC.SHN = normal, then CSTS.SHST = complete within [`SHUTDOWN_TIMEOUT`].
+pub(crate) fn shut_down(connection: &mut QueueConnection) -> Result<(), ClientError> {
+    let current = run_admin(connection, commands::property_get(property_offset::CC, 4))?.cqe.result_dw0;
+    let configuration =
+        ControllerConfiguration(current).with_shutdown_notification(ControllerConfiguration::SHUTDOWN_NORMAL);
+    run_admin(connection, commands::property_set(property_offset::CC, u64::from(configuration.raw())))?;
+    wait_for_status(connection, SHUTDOWN_TIMEOUT, "CSTS.SHST complete", |status| {
+        status.shutdown_status() == ControllerStatus::SHUTDOWN_COMPLETE
+    })
+}

@@ -1,0 +1,225 @@
+//! One TCP connection driving one `HostQueue`: the only place that touches sockets.
+//!
+//! The socket stays blocking. Reads wait with `SO_RCVTIMEO` set to the time the
+//! caller may wait (so `reap` honours its timeout without a poll loop), writes block
+//! with `SO_SNDTIMEO` set to the command timeout (a target that stops reading for
+//! that long is treated as gone). Blocking writes cannot deadlock against a
+//! well-behaved target: NVMe/TCP targets (this one, Linux nvmet, SPDK) keep reading
+//! while their own sends wait.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use nvme_host::{HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
+
+use crate::ClientError;
+
+/// Receive buffer per connection: the most one `read` takes.
+const RECEIVE_BUFFER_BYTES: usize = 64 * 1024;
+/// Shortest read timeout we set: the kernel counts in jiffies anyway, and 0 would
+/// mean "forever".
+const MIN_READ_WAIT: Duration = Duration::from_millis(1);
+/// Longest single wait while a command has no deadline (a held AER): wake up now and
+/// then to notice the caller's own limits.
+const MAX_READ_WAIT: Duration = Duration::from_secs(1);
+
+/// Why a connection stopped being usable, with the commands it had outstanding.
+#[derive(Debug)]
+pub(crate) struct LinkFailure {
+    /// What happened.
+    pub error: ClientError,
+    /// The queue's own error, if it failed itself (target misbehaviour, timeout).
+    pub queue_error: Option<HostError>,
+    /// Outstanding commands handed back by `HostQueue::abandon`, oldest first.
+    pub abandoned: Vec<HostCommand>,
+    /// Completions that had finished before the failure.
+    pub completed: Vec<HostCompletion>,
+}
+
+/// A connected queue.
+#[derive(Debug)]
+pub(crate) struct QueueConnection {
+    stream: TcpStream,
+    pub(crate) queue: HostQueue,
+    pub(crate) address: SocketAddr,
+    receive_buffer: Box<[u8]>,
+    send_buffer: Vec<u8>,
+    read_timeout: Option<Duration>,
+}
+
+impl QueueConnection {
+    /// Opens the TCP connection and runs ICReq/ICResp and Connect, all within
+    /// `connect_timeout`.
+    pub(crate) fn connect(
+        address: SocketAddr,
+        config: QueueConfig,
+        connect_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let started = Instant::now();
+        let deadline = started + connect_timeout;
+        let stream = TcpStream::connect_timeout(&address, connect_timeout)
+            .map_err(|source| ClientError::Connect { address, source })?;
+        let setup = |result: std::io::Result<()>| result.map_err(|source| ClientError::Connect { address, source });
+        setup(stream.set_nodelay(true))?;
+        let write_timeout = Duration::from_millis(config.command_timeout_ms.max(1000));
+        setup(stream.set_write_timeout(Some(write_timeout)))?;
+        let queue = HostQueue::new(config, started);
+        let mut connection = QueueConnection {
+            stream,
+            queue,
+            address,
+            receive_buffer: vec![0u8; RECEIVE_BUFFER_BYTES].into_boxed_slice(),
+            send_buffer: Vec::with_capacity(RECEIVE_BUFFER_BYTES),
+            read_timeout: None,
+        };
+        loop {
+            connection.flush()?;
+            match connection.queue.state() {
+                QueueState::Ready { .. } => return Ok(connection),
+                QueueState::Failed => {
+                    let error = connection.queue.error().cloned().unwrap_or(HostError::ConnectionLost);
+                    // Best effort: an H2CTermReq may be pending.
+                    let _ = connection.flush();
+                    return Err(ClientError::Protocol(error));
+                }
+                QueueState::Initializing | QueueState::Connecting => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout);
+            }
+            connection.receive(deadline - now)?;
+        }
+    }
+
+    fn io_error(&self, source: std::io::Error) -> ClientError {
+        ClientError::Io { address: self.address, source }
+    }
+
+    /// Writes everything the queue wants to send.
+    pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
+        self.send_buffer.clear();
+        if self.queue.transmit(&mut self.send_buffer) == 0 {
+            return Ok(());
+        }
+        let result = self.stream.write_all(&self.send_buffer);
+        result.map_err(|source| self.io_error(source))
+    }
+
+    /// Waits up to `wait` for bytes, feeds what arrives (all of it that is already
+    /// there, up to one buffer) and runs the queue's timers. Returns whether bytes
+    /// came. A closed or broken socket is an error.
+    pub(crate) fn receive(&mut self, wait: Duration) -> Result<bool, ClientError> {
+        // Whole milliseconds: the timeout is only re-set (one setsockopt) when it
+        // changes, and finer values buy nothing from a jiffy-based kernel timer.
+        let wait = Duration::from_millis(wait.as_millis() as u64).clamp(MIN_READ_WAIT, MAX_READ_WAIT);
+        if self.read_timeout != Some(wait) {
+            self.stream.set_read_timeout(Some(wait)).map_err(|source| self.io_error(source))?;
+            self.read_timeout = Some(wait);
+        }
+        let received = loop {
+            match self.stream.read(&mut self.receive_buffer) {
+                Ok(0) => return Err(self.io_error(ErrorKind::UnexpectedEof.into())),
+                Ok(count) => break count,
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break 0,
+                Err(error) => return Err(self.io_error(error)),
+            }
+        };
+        let now = Instant::now();
+        if received > 0 {
+            self.queue.handle_received(&self.receive_buffer[..received], now);
+        }
+        self.queue.handle_timeout(now);
+        Ok(received > 0)
+    }
+
+    /// Reads whatever has already arrived, without waiting.
+    pub(crate) fn receive_available(&mut self) -> Result<(), ClientError> {
+        self.stream.set_nonblocking(true).map_err(|source| self.io_error(source))?;
+        let mut result = Ok(());
+        loop {
+            match self.stream.read(&mut self.receive_buffer) {
+                Ok(0) => {
+                    result = Err(self.io_error(ErrorKind::UnexpectedEof.into()));
+                    break;
+                }
+                Ok(count) => {
+                    self.queue.handle_received(&self.receive_buffer[..count], Instant::now());
+                    if count < self.receive_buffer.len() {
+                        break;
+                    }
+                }
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                Err(error) => {
+                    result = Err(self.io_error(error));
+                    break;
+                }
+            }
+        }
+        let restored = self.stream.set_nonblocking(false).map_err(|source| self.io_error(source));
+        self.queue.handle_timeout(Instant::now());
+        result.and(restored)
+    }
+
+    /// How long the next wait may last, given the caller's `deadline` and the
+    /// queue's own timers.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> Duration {
+        let until = self.queue.next_deadline().map_or(deadline, |queue_deadline| queue_deadline.min(deadline));
+        until.saturating_duration_since(Instant::now())
+    }
+
+    /// Turns the connection's end into a `LinkFailure`: takes back every command.
+    pub(crate) fn into_failure(mut self, error: ClientError) -> LinkFailure {
+        let queue_error = self.queue.error().cloned();
+        // A pending H2CTermReq goes out if the socket still takes it.
+        if queue_error.is_some() {
+            let _ = self.flush();
+        }
+        let completed = std::iter::from_fn(|| self.queue.poll_completion()).collect();
+        let abandoned = self.queue.abandon(HostError::ConnectionLost);
+        LinkFailure { error, queue_error, abandoned, completed }
+    }
+
+    /// The error to report when the queue failed by itself.
+    pub(crate) fn queue_failure(&self) -> Option<ClientError> {
+        (self.queue.state() == QueueState::Failed)
+            .then(|| ClientError::Protocol(self.queue.error().cloned().unwrap_or(HostError::ConnectionLost)))
+    }
+
+    /// Submits `command` and waits for its completion (bounded by the queue's
+    /// command timeout). Completions of other commands go to `other`, which may
+    /// return a command to submit in turn (a re-armed AER).
+    pub(crate) fn execute(
+        &mut self,
+        mut command: HostCommand,
+        tag: u64,
+        other: &mut dyn FnMut(HostCompletion) -> Option<HostCommand>,
+    ) -> Result<HostCompletion, ClientError> {
+        command.user_tag = tag;
+        self.queue.submit(command, Instant::now()).map_err(|error| match error {
+            nvme_host::SubmitError::NotReady(_) => self.queue_failure().unwrap_or(ClientError::Closed),
+            other => ClientError::InvalidArgument(other.to_string()),
+        })?;
+        loop {
+            self.flush()?;
+            while let Some(completion) = self.queue.poll_completion() {
+                if completion.user_tag == tag {
+                    return Ok(completion);
+                }
+                if let Some(next) = other(completion) {
+                    if let Err(error) = self.queue.submit(next, Instant::now()) {
+                        tracing::warn!(%error, "could not resubmit a command");
+                    }
+                }
+            }
+            if let Some(error) = self.queue_failure() {
+                return Err(error);
+            }
+            let wait = self.wait_until(Instant::now() + MAX_READ_WAIT);
+            self.receive(wait)?;
+        }
+    }
+}

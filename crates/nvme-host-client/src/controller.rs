@@ -1,0 +1,620 @@
+//! The controller: admin commands, the supervisor thread (keep-alive, events,
+//! reconnect), convenience blocking I/O and handing out I/O queues.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nvme_host::{commands, HostCommand, HostCompletion, HostError};
+use nvme_spec::admin::{async_event_notice, async_event_type, AsynchronousEventCompletion};
+use nvme_spec::identify::{cns, csi, decode_namespace_descriptors, decode_namespace_list, NAMESPACE_LIST_CAPACITY};
+use nvme_spec::log_page::{log_id, SmartHealthLog, CHANGED_NAMESPACE_LIST_BYTES, SMART_HEALTH_LOG_BYTES};
+use nvme_spec::registers::{ControllerCapabilities, Version};
+use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId};
+
+use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
+use crate::io_queue::{IoQueue, IoQueueInner};
+use crate::shared::{lock, AdminLink, AssociationState, LinkStatus, Shared};
+use crate::{ClientError, ConnectOptions};
+
+/// A connected NVMe controller. `Send + Sync`: admin commands from any thread are
+/// serialised on the admin queue; I/O goes through [`IoQueue`]s or the convenience
+/// methods. Dropping it closes every connection (without a shutdown notification;
+/// use [`Controller::disconnect`] for a clean one).
+#[derive(Debug)]
+pub struct Controller {
+    shared: Arc<Shared>,
+    identify: IdentifyController,
+    capabilities: ControllerCapabilities,
+    version: Version,
+    supervisor: Option<JoinHandle<()>>,
+}
+
+fn association_state(epoch: u64, association: &Association) -> AssociationState {
+    AssociationState {
+        epoch,
+        status: LinkStatus::Live,
+        controller_id: association.controller_id,
+        io_queue_count: association.io_queue_count,
+        io_queue_size: association.io_queue_size,
+        io_in_capsule_data_bytes: association.io_in_capsule_data_bytes,
+        max_transfer_bytes: association.max_transfer_bytes,
+    }
+}
+
+impl Controller {
+    /// Connects the admin queue, enables the controller, identifies it, asks for
+    /// `options.io_queues` I/O queues and connects them (one TCP connection each),
+    /// arms an Asynchronous Event Request and starts the keep-alive thread.
+    pub fn connect(options: ConnectOptions) -> Result<Controller, ClientError> {
+        if options.subsystem_nqn.is_empty() || options.subsystem_nqn.len() > 223 {
+            return Err(ClientError::InvalidArgument("subsystem NQN must be 1..=223 bytes".into()));
+        }
+        let association =
+            establish(&options, options.address, &options.subsystem_nqn, options.keep_alive_timeout_ms, true)?;
+        let state = association_state(1, &association);
+        let identify = association.identify;
+        let (capabilities, version) = (association.capabilities, association.version);
+        let admin = AdminLink { connection: Some(association.connection), ..AdminLink::default() };
+        let shared = Arc::new(Shared::new(options, state, admin, state.io_queue_count));
+        for index in 0..state.io_queue_count {
+            let inner = IoQueueInner::connect(&shared, index)?;
+            *lock(&shared.io_slots[index]) = Some(inner);
+        }
+        let supervisor_shared = Arc::clone(&shared);
+        let supervisor = std::thread::Builder::new()
+            .name(format!("nvme-host-{}", identify.controller_id.0))
+            .spawn(move || supervise(&supervisor_shared))
+            .map_err(|error| ClientError::InvalidArgument(format!("cannot start the keep-alive thread: {error}")))?;
+        let controller = Controller { shared, identify, capabilities, version, supervisor: Some(supervisor) };
+        if let Ok(namespaces) = controller.active_namespaces() {
+            for nsid in namespaces {
+                if let Err(error) = controller.refresh_block_size(nsid) {
+                    tracing::warn!(nsid = nsid.0, %error, "cannot identify namespace");
+                }
+            }
+        }
+        Ok(controller)
+    }
+
+    /// CNTLID of the current association (changes when the controller reconnects).
+    pub fn controller_id(&self) -> ControllerId {
+        self.shared.snapshot().controller_id
+    }
+
+    /// How many times the association was rebuilt since `connect`.
+    pub fn reconnect_count(&self) -> u64 {
+        self.shared.snapshot().epoch - 1
+    }
+
+    /// Identify Controller data from the initial connect.
+    pub fn identify(&self) -> &IdentifyController {
+        &self.identify
+    }
+
+    /// CAP as read at the initial connect.
+    pub fn capabilities(&self) -> ControllerCapabilities {
+        self.capabilities
+    }
+
+    /// VS as read at the initial connect.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Number of I/O queues granted.
+    pub fn io_queue_count(&self) -> usize {
+        self.shared.io_slots.len()
+    }
+
+    /// Largest transfer of one command in bytes (MDTS).
+    pub fn max_transfer_bytes(&self) -> u32 {
+        self.shared.snapshot().max_transfer_bytes
+    }
+
+    /// Runs one admin command and waits for it (at most the command timeout once
+    /// sent; across a reconnect, until the controller is back or lost). An error
+    /// status is returned as a completion, not an error: check `cqe.status`.
+    pub fn admin_command(&self, command: HostCommand) -> Result<HostCompletion, ClientError> {
+        admin_command(&self.shared, command)
+    }
+
+    fn admin_checked(&self, command: HostCommand) -> Result<HostCompletion, ClientError> {
+        let opcode = command.sqe.opcode();
+        check_admin(opcode, self.admin_command(command)?)
+    }
+
+    /// Identify Controller, fresh.
+    pub fn identify_controller(&self) -> Result<IdentifyController, ClientError> {
+        let completion = self.admin_checked(commands::identify(cns::CONTROLLER, NamespaceId::NONE, csi::NVM))?;
+        Ok(IdentifyController::decode(identify_data(&completion)?))
+    }
+
+    /// Identify Namespace (NVM command set) of `nsid`.
+    pub fn identify_namespace(&self, nsid: NamespaceId) -> Result<IdentifyNamespace, ClientError> {
+        let completion = self.admin_checked(commands::identify(cns::NAMESPACE, nsid, csi::NVM))?;
+        Ok(IdentifyNamespace::decode(identify_data(&completion)?))
+    }
+
+    /// Every active NSID, paging through the Active Namespace ID list (CNS 02h).
+    pub fn active_namespaces(&self) -> Result<Vec<NamespaceId>, ClientError> {
+        let mut namespaces = Vec::new();
+        let mut after = NamespaceId::NONE;
+        loop {
+            let completion = self.admin_checked(commands::identify(cns::ACTIVE_NAMESPACE_LIST, after, csi::NVM))?;
+            let page: Vec<NamespaceId> = decode_namespace_list(identify_data(&completion)?).collect();
+            let full = page.len() == NAMESPACE_LIST_CAPACITY;
+            match page.last() {
+                // A list must ascend past the NSID asked for; anything else would loop.
+                Some(last) if last.0 > after.0 && last.0 < NamespaceId::BROADCAST.0 - 1 => after = *last,
+                _ => {
+                    namespaces.extend(page);
+                    return Ok(namespaces);
+                }
+            }
+            namespaces.extend(page);
+            if !full {
+                return Ok(namespaces);
+            }
+        }
+    }
+
+    /// Namespace Identification Descriptors (CNS 03h) of `nsid`.
+    pub fn namespace_descriptors(&self, nsid: NamespaceId) -> Result<Vec<NamespaceDescriptor>, ClientError> {
+        let completion = self.admin_checked(commands::identify(cns::NAMESPACE_DESCRIPTOR_LIST, nsid, csi::NVM))?;
+        Ok(decode_namespace_descriptors(identify_data(&completion)?).collect())
+    }
+
+    /// `length` bytes of log `log_id` from `offset`, in pieces of at most MDTS.
+    pub fn get_log_page(
+        &self,
+        log_id: u8,
+        nsid: NamespaceId,
+        offset: u64,
+        length: u32,
+    ) -> Result<Vec<u8>, ClientError> {
+        if !offset.is_multiple_of(4) {
+            return Err(ClientError::InvalidArgument("log page offset must be a multiple of 4".into()));
+        }
+        let chunk_bytes = self.max_transfer_bytes().max(4096) & !3;
+        let mut data = Vec::with_capacity(length as usize);
+        while (data.len() as u32) < length {
+            let piece = (length - data.len() as u32).min(chunk_bytes);
+            let completion =
+                self.admin_checked(commands::get_log_page(log_id, nsid, offset + data.len() as u64, piece))?;
+            let take = (piece as usize).min(completion.data.len());
+            data.extend_from_slice(&completion.data[..take]);
+            if take < piece as usize {
+                break;
+            }
+        }
+        Ok(data)
+    }
+
+    /// SMART / Health Information (log 02h) for the whole controller.
+    pub fn smart_log(&self) -> Result<SmartHealthLog, ClientError> {
+        let data = self.get_log_page(log_id::SMART_HEALTH, NamespaceId::BROADCAST, 0, SMART_HEALTH_LOG_BYTES as u32)?;
+        let raw: &[u8; SMART_HEALTH_LOG_BYTES] =
+            data.as_slice().try_into().map_err(|_| ClientError::InvalidController("short SMART log".into()))?;
+        Ok(SmartHealthLog::decode(raw))
+    }
+
+    /// Get Features: DW0 of the completion.
+    pub fn get_feature(&self, feature_id: u8, nsid: NamespaceId, select: u8, cdw11: u32) -> Result<u32, ClientError> {
+        Ok(self.admin_checked(commands::get_features(feature_id, nsid, select, cdw11))?.cqe.result_dw0)
+    }
+
+    /// Set Features: DW0 of the completion.
+    pub fn set_feature(&self, feature_id: u8, nsid: NamespaceId, cdw11: u32, save: bool) -> Result<u32, ClientError> {
+        Ok(self.admin_checked(commands::set_features(feature_id, nsid, cdw11, save))?.cqe.result_dw0)
+    }
+
+    /// NSIDs reported changed (namespace attribute notices) since the last call.
+    /// The event is noticed when the admin connection is next read: at the latest
+    /// at the next keep-alive (KATO/2), or within 1 s when KATO is 0.
+    pub fn take_namespace_changes(&self) -> Vec<NamespaceId> {
+        std::mem::take(&mut *lock(&self.shared.namespace_changes))
+    }
+
+    /// Block size of `nsid`, from the cache or Identify Namespace.
+    pub fn block_size(&self, nsid: NamespaceId) -> Result<u32, ClientError> {
+        if let Some(bytes) = self.shared.cached_block_size(nsid) {
+            return Ok(bytes);
+        }
+        self.refresh_block_size(nsid)?
+            .ok_or_else(|| ClientError::InvalidArgument(format!("namespace {} is not active", nsid.0)))
+    }
+
+    fn refresh_block_size(&self, nsid: NamespaceId) -> Result<Option<u32>, ClientError> {
+        let block_size = namespace_block_size(&self.identify_namespace(nsid)?);
+        self.shared.cache_block_size(nsid, block_size);
+        Ok(block_size)
+    }
+
+    /// Hands I/O queue `index` to the caller (one thread per queue). `None` when it
+    /// is out of range or already taken. Dropping the [`IoQueue`] gives it back.
+    pub fn take_io_queue(&self, index: usize) -> Option<IoQueue> {
+        let inner = lock(self.shared.io_slots.get(index)?).take()?;
+        Some(IoQueue { shared: Arc::clone(&self.shared), inner: Some(inner) })
+    }
+
+    /// Disconnects cleanly: closes the I/O queues, sends a normal shutdown
+    /// notification (CC.SHN) and waits for CSTS.SHST (at most 5 s), then closes the
+    /// admin queue.
+    pub fn disconnect(mut self) -> Result<(), ClientError> {
+        for slot in &self.shared.io_slots {
+            if let Some(inner) = lock(slot).as_mut() {
+                inner.close();
+            }
+        }
+        let result = {
+            let mut admin = lock(&self.shared.admin);
+            let live = self.shared.snapshot().status == LinkStatus::Live;
+            match admin.connection.as_mut() {
+                Some(connection) if live => shut_down(connection),
+                _ => Ok(()),
+            }
+        };
+        self.stop();
+        result
+    }
+
+    /// Marks the controller closed, stops the supervisor and closes the sockets.
+    fn stop(&mut self) {
+        self.shared.update(|state| state.status = LinkStatus::Closed);
+        if let Some(supervisor) = self.supervisor.take() {
+            let _ = supervisor.join();
+        }
+        lock(&self.shared.admin).connection = None;
+        for slot in &self.shared.io_slots {
+            if let Some(inner) = lock(slot).as_mut() {
+                inner.close();
+            }
+        }
+    }
+
+    /// Runs commands on the first I/O queue still held by the controller, up to its
+    /// depth at once; returns the completions in the order of `commands`.
+    fn run_io(&self, commands: Vec<HostCommand>) -> Result<Vec<HostCompletion>, ClientError> {
+        // Tags carry a per-call sequence number, so a completion left over from an
+        // earlier call that gave up (timeout, lost controller) is never taken for one
+        // of ours.
+        static CALLS: AtomicU64 = AtomicU64::new(1);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed) << 32;
+        let options = &self.shared.options;
+        let patience = options.command_timeout + options.controller_loss_timeout + options.connect_timeout;
+        for slot in &self.shared.io_slots {
+            let mut guard = lock(slot);
+            let Some(inner) = guard.as_mut() else { continue };
+            let total = commands.len();
+            let mut results: Vec<Option<HostCompletion>> = (0..total).map(|_| None).collect();
+            let mut pending = commands.into_iter().enumerate();
+            let mut done = 0;
+            let mut out = Vec::new();
+            let mut deadline = Instant::now() + patience;
+            while done < total {
+                while inner.in_flight() < inner.depth() {
+                    let Some((index, mut command)) = pending.next() else { break };
+                    command.user_tag = call | index as u64;
+                    inner.submit(&self.shared, command)?;
+                }
+                out.clear();
+                inner.reap(&self.shared, 1, Duration::from_secs(1), &mut out)?;
+                for completion in out.drain(..) {
+                    if completion.user_tag & !0xFFFF_FFFF != call {
+                        continue;
+                    }
+                    if let Some(entry @ None) = results.get_mut((completion.user_tag & 0xFFFF_FFFF) as usize) {
+                        *entry = Some(completion);
+                        done += 1;
+                        deadline = Instant::now() + patience;
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return Err(ClientError::Timeout);
+                }
+            }
+            return Ok(results.into_iter().flatten().collect());
+        }
+        Err(ClientError::InvalidArgument("no I/O queue available: all were taken or none was granted".into()))
+    }
+
+    /// Blocks per command for `blocks` blocks of `block_size` bytes.
+    fn blocks_per_command(&self, block_size: u32) -> u32 {
+        (self.max_transfer_bytes() / block_size).clamp(1, 65536)
+    }
+
+    /// Reads `blocks` blocks from `lba` (split at MDTS, several commands in flight).
+    pub fn read(&self, nsid: NamespaceId, lba: u64, blocks: u32) -> Result<Vec<u8>, ClientError> {
+        let block_size = self.block_size(nsid)?;
+        if blocks == 0 || lba.checked_add(u64::from(blocks)).is_none() {
+            return Err(ClientError::InvalidArgument(format!("cannot read {blocks} blocks at LBA {lba}")));
+        }
+        let total_bytes = u64::from(blocks) * u64::from(block_size);
+        if total_bytes > isize::MAX as u64 {
+            return Err(ClientError::InvalidArgument("read too large".into()));
+        }
+        let per_command = self.blocks_per_command(block_size);
+        let commands = (0..blocks)
+            .step_by(per_command as usize)
+            .map(|first| commands::read(nsid, lba + u64::from(first), per_command.min(blocks - first), block_size))
+            .collect();
+        let mut data = Vec::with_capacity(total_bytes as usize);
+        for completion in self.run_io(commands)? {
+            check_io(&completion, nvme_spec::opcode::IoOpcode::Read as u8)?;
+            data.extend_from_slice(&completion.data);
+        }
+        Ok(data)
+    }
+
+    /// Writes `data` (whole blocks) at `lba`, split at MDTS; `force_unit_access` sets
+    /// FUA on every command.
+    pub fn write(&self, nsid: NamespaceId, lba: u64, data: &[u8], force_unit_access: bool) -> Result<(), ClientError> {
+        let block_size = self.block_size(nsid)?;
+        if data.is_empty() || !data.len().is_multiple_of(block_size as usize) {
+            return Err(ClientError::InvalidArgument(format!(
+                "write of {} bytes is not a whole number of {block_size}-byte blocks",
+                data.len()
+            )));
+        }
+        let chunk_bytes = (self.blocks_per_command(block_size) * block_size) as usize;
+        let commands = data
+            .chunks(chunk_bytes)
+            .enumerate()
+            .map(|(index, chunk)| {
+                let first = (index * chunk_bytes / block_size as usize) as u64;
+                commands::write(nsid, lba + first, chunk.to_vec(), block_size, force_unit_access)
+            })
+            .collect();
+        for completion in self.run_io(commands)? {
+            check_io(&completion, nvme_spec::opcode::IoOpcode::Write as u8)?;
+        }
+        Ok(())
+    }
+
+    /// Flush of `nsid`.
+    pub fn flush(&self, nsid: NamespaceId) -> Result<(), ClientError> {
+        for completion in self.run_io(vec![commands::flush(nsid)])? {
+            check_io(&completion, nvme_spec::opcode::IoOpcode::Flush as u8)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Block size of a namespace from its formatted LBA format, `None` when inactive.
+fn namespace_block_size(identify: &IdentifyNamespace) -> Option<u32> {
+    if identify.namespace_size == 0 {
+        return None;
+    }
+    identify
+        .formatted_lba_format()
+        .and_then(|format| format.block_size_bytes())
+        .and_then(|bytes| u32::try_from(bytes).ok())
+}
+
+/// `Ok` for a successful I/O completion, the matching error otherwise.
+pub(crate) fn check_io(completion: &HostCompletion, opcode: u8) -> Result<(), ClientError> {
+    let status = completion.cqe.status;
+    if status.is_success() && completion.transport_error.is_none() {
+        return Ok(());
+    }
+    Err(match &completion.transport_error {
+        Some(HostError::ConnectionLost) => ClientError::ControllerLost,
+        Some(HostError::CommandTimeout { .. }) => ClientError::Timeout,
+        _ => ClientError::Command { admin: false, opcode, status },
+    })
+}
+
+/// One admin command across reconnects; see [`Controller::admin_command`].
+fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostCompletion, ClientError> {
+    let options = &shared.options;
+    let patience = options.controller_loss_timeout + options.reconnect_delay + options.connect_timeout * 2;
+    loop {
+        let state = shared.wait_while_reconnecting(Instant::now() + patience);
+        match state.status {
+            LinkStatus::Lost => return Err(ClientError::ControllerLost),
+            LinkStatus::Closed => return Err(ClientError::Closed),
+            LinkStatus::Reconnecting { .. } => return Err(ClientError::Timeout),
+            LinkStatus::Live => {}
+        }
+        let mut admin = lock(&shared.admin);
+        let tag = admin.next_tag();
+        let mut pending_event = false;
+        let Some(connection) = admin.connection.as_mut() else {
+            drop(admin);
+            // Failed, and the supervisor has not started reconnecting yet.
+            shared.request_reconnect(state.epoch);
+            continue;
+        };
+        let user_tag = command.user_tag;
+        let result = connection.execute(command, tag, &mut |other| on_admin_event(other, &mut pending_event));
+        if pending_event {
+            admin.namespace_event_pending = true;
+            shared.poke();
+        }
+        match result {
+            Ok(mut completion) => {
+                completion.user_tag = user_tag;
+                return Ok(completion);
+            }
+            Err(error) => {
+                let Some(connection) = admin.connection.take() else { return Err(error) };
+                let failure = connection.into_failure(error);
+                drop(admin);
+                shared.request_reconnect(state.epoch);
+                if let Some(HostError::CommandTimeout { .. }) = failure.queue_error {
+                    return Err(ClientError::Timeout);
+                }
+                if let Some(completion) = failure.completed.into_iter().find(|completion| completion.user_tag == tag) {
+                    return Ok(HostCompletion { user_tag, ..completion });
+                }
+                match failure.abandoned.into_iter().find(|abandoned| abandoned.user_tag == tag) {
+                    Some(abandoned) => command = HostCommand { user_tag, ..abandoned },
+                    None => return Err(failure.error),
+                }
+                tracing::info!(error = %failure.error, "admin connection lost; command resubmitted after reconnect");
+            }
+        }
+    }
+}
+
+/// A completion on the admin queue that nobody waits for: the AER. Returns the
+/// re-armed request.
+fn on_admin_event(completion: HostCompletion, pending_event: &mut bool) -> Option<HostCommand> {
+    if completion.user_tag != ASYNC_EVENT_TAG {
+        return None;
+    }
+    if !completion.cqe.status.is_success() {
+        tracing::info!(status = ?completion.cqe.status, "Asynchronous Event Request failed; not re-armed");
+        return None;
+    }
+    let event = AsynchronousEventCompletion::from_dword0(completion.cqe.result_dw0);
+    tracing::info!(?event, "asynchronous event");
+    if event.event_type == async_event_type::NOTICE
+        && event.event_info == async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED
+    {
+        *pending_event = true;
+    }
+    let mut request = commands::async_event_request();
+    request.user_tag = ASYNC_EVENT_TAG;
+    Some(request)
+}
+
+/// The supervisor thread: keep-alive every KATO/2, namespace change events and
+/// reconnects, until the controller is closed or lost.
+fn supervise(shared: &Shared) {
+    let keep_alive_ms = shared.options.keep_alive_timeout_ms;
+    // Without keep-alive, still wake up now and then to pick up asynchronous events.
+    let interval = if keep_alive_ms == 0 {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_millis(u64::from(keep_alive_ms / 2).max(100))
+    };
+    let mut next_keep_alive = Instant::now() + interval;
+    loop {
+        let state = shared.snapshot();
+        match state.status {
+            LinkStatus::Closed | LinkStatus::Lost => return,
+            LinkStatus::Reconnecting { since } => {
+                reconnect(shared, since);
+                next_keep_alive = Instant::now() + interval;
+                continue;
+            }
+            LinkStatus::Live => {}
+        }
+        shared.sleep_until(next_keep_alive);
+        if shared.snapshot().status != LinkStatus::Live {
+            continue;
+        }
+        if std::mem::take(&mut lock(&shared.admin).namespace_event_pending) {
+            read_namespace_changes(shared);
+        }
+        if Instant::now() >= next_keep_alive {
+            next_keep_alive = Instant::now() + interval;
+            // Also drains the admin socket, picking up asynchronous events.
+            let command = if keep_alive_ms > 0 { commands::keep_alive() } else { commands::property_get(0x1C, 4) };
+            if let Err(error) = admin_command_once(shared, command, state.epoch) {
+                tracing::warn!(%error, "keep-alive failed");
+            }
+        }
+    }
+}
+
+/// One admin command on the current connection, without waiting for reconnects (the
+/// supervisor is the one that would do them).
+fn admin_command_once(shared: &Shared, command: HostCommand, epoch: u64) -> Result<HostCompletion, ClientError> {
+    let mut admin = lock(&shared.admin);
+    let tag = admin.next_tag();
+    let mut pending_event = false;
+    let Some(connection) = admin.connection.as_mut() else {
+        drop(admin);
+        shared.request_reconnect(epoch);
+        return Err(ClientError::ControllerLost);
+    };
+    let result = connection.execute(command, tag, &mut |other| on_admin_event(other, &mut pending_event));
+    admin.namespace_event_pending |= pending_event;
+    if let Err(error) = &result {
+        tracing::warn!(%error, "admin connection failed");
+        if let Some(connection) = admin.connection.take() {
+            drop(connection.into_failure(ClientError::ControllerLost));
+        }
+        drop(admin);
+        shared.request_reconnect(epoch);
+    }
+    result
+}
+
+/// Reads the Changed Namespace List (log 04h, which also clears the event) and
+/// records the NSIDs; refreshes their cached block sizes.
+fn read_namespace_changes(shared: &Shared) {
+    let epoch = shared.snapshot().epoch;
+    let command = commands::get_log_page(
+        log_id::CHANGED_NAMESPACE_LIST,
+        NamespaceId::BROADCAST,
+        0,
+        CHANGED_NAMESPACE_LIST_BYTES as u32,
+    );
+    let Ok(completion) = admin_command_once(shared, command, epoch) else { return };
+    let Ok(raw) = identify_data(&completion) else { return };
+    let changed: Vec<NamespaceId> = decode_namespace_list(raw).collect();
+    for nsid in &changed {
+        if *nsid == NamespaceId::BROADCAST {
+            // More than 1024 changed: every namespace may have.
+            shared.block_sizes.write().unwrap_or_else(|poison| poison.into_inner()).clear();
+            continue;
+        }
+        let identify = commands::identify(cns::NAMESPACE, *nsid, csi::NVM);
+        if let Ok(completion) = admin_command_once(shared, identify, epoch) {
+            if let Ok(raw) = identify_data(&completion) {
+                shared.cache_block_size(*nsid, namespace_block_size(&IdentifyNamespace::decode(raw)));
+            }
+        }
+    }
+    tracing::info!(?changed, "namespaces changed");
+    lock(&shared.namespace_changes).extend(changed);
+}
+
+/// Builds a new association after `reconnect_delay`, retrying until the controller
+/// loss timeout (counted from `since`) expires.
+fn reconnect(shared: &Shared, since: Instant) {
+    let options = &shared.options;
+    // The old admin connection goes first: closing it makes the target tear the old
+    // controller down, which closes its remaining I/O queues.
+    drop(lock(&shared.admin).connection.take());
+    loop {
+        shared.sleep_until(Instant::now() + options.reconnect_delay);
+        let state = shared.snapshot();
+        if matches!(state.status, LinkStatus::Closed | LinkStatus::Lost) {
+            return;
+        }
+        if since.elapsed() >= options.controller_loss_timeout {
+            tracing::error!(after = ?since.elapsed(), "controller lost: giving up reconnecting");
+            shared.update(|state| state.status = LinkStatus::Lost);
+            return;
+        }
+        let mut admin = lock(&shared.admin);
+        match establish(options, options.address, &options.subsystem_nqn, options.keep_alive_timeout_ms, true) {
+            Ok(association) => {
+                let epoch = state.epoch + 1;
+                let next = association_state(epoch, &association);
+                admin.connection = Some(association.connection);
+                drop(admin);
+                tracing::info!(epoch, controller = next.controller_id.0, "controller reconnected");
+                shared.update(|state| {
+                    if state.status != LinkStatus::Closed {
+                        *state = next;
+                    }
+                });
+                return;
+            }
+            Err(error) => tracing::warn!(%error, "reconnect attempt failed"),
+        }
+    }
+}

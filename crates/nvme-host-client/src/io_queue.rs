@@ -1,0 +1,470 @@
+//! I/O queues: one TCP connection each, driven by the thread that owns it.
+//!
+//! Commands carry an internal tag (an index into a per-queue table sized at
+//! creation) while in flight, so the queue can resubmit them after a reconnect and
+//! give the caller its own tag back; nothing is allocated per command.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_host::status::{COMMAND_ABORTED_BY_HOST, HOST_PATHING_ERROR};
+use nvme_host::{HostCommand, HostCompletion, HostError, MAX_COMMAND_DATA_BYTES};
+use nvme_spec::{CompletionQueueEntry, NamespaceId, QueueId, Status, SubmissionQueueEntry};
+
+use crate::admin::queue_config;
+use crate::connection::{LinkFailure, QueueConnection};
+use crate::shared::{lock, LinkStatus, Shared};
+use crate::ClientError;
+
+/// Times one command is resubmitted after a retryable status (queue deleted under
+/// it, transient transport error, bad data digest) before the error is reported.
+/// Linux's nvme_max_retries is 5 too.
+const MAX_COMMAND_RETRIES: u8 = 5;
+
+/// One command in flight (in the queue's table).
+#[derive(Clone, Copy, Debug, Default)]
+struct Inflight {
+    in_use: bool,
+    user_tag: u64,
+    sqe: SubmissionQueueEntry,
+    data_in_bytes: u32,
+    retries: u8,
+}
+
+/// Whether the queue can talk to the controller right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Connectivity {
+    Connected,
+    /// Waiting for the supervisor's next association; `generation` is what was seen.
+    Waiting {
+        generation: u64,
+    },
+}
+
+/// The queue's state; lives in the controller's slot while nobody has taken it.
+#[derive(Debug)]
+pub(crate) struct IoQueueInner {
+    index: usize,
+    connection: Option<QueueConnection>,
+    /// Epoch of `connection`.
+    epoch: u64,
+    /// A connection of this epoch failed; wait for the next one.
+    failed_epoch: Option<u64>,
+    /// Shared generation last checked while connected (fast path).
+    seen_generation: u64,
+    backlog: VecDeque<HostCommand>,
+    table: Vec<Inflight>,
+    free: Vec<u32>,
+    ready: VecDeque<HostCompletion>,
+}
+
+impl IoQueueInner {
+    /// Connects I/O queue `index` (QID `index + 1`) of the current association.
+    pub(crate) fn connect(shared: &Shared, index: usize) -> Result<Self, ClientError> {
+        let state = shared.snapshot();
+        let depth = usize::from(state.io_queue_size.max(2) - 1);
+        let mut inner = IoQueueInner {
+            index,
+            connection: None,
+            epoch: state.epoch,
+            failed_epoch: None,
+            seen_generation: 0,
+            backlog: VecDeque::with_capacity(depth),
+            table: vec![Inflight::default(); depth],
+            free: (0..depth as u32).rev().collect(),
+            ready: VecDeque::with_capacity(depth),
+        };
+        inner.open(shared)?;
+        Ok(inner)
+    }
+
+    fn open(&mut self, shared: &Shared) -> Result<(), ClientError> {
+        let generation = shared.generation();
+        let state = shared.snapshot();
+        let options = &shared.options;
+        let config = queue_config(
+            options,
+            &options.subsystem_nqn,
+            QueueId(self.index as u16 + 1),
+            state.io_queue_size,
+            state.controller_id,
+            0,
+        );
+        let mut connection = QueueConnection::connect(options.address, config, options.connect_timeout)?;
+        connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
+        self.connection = Some(connection);
+        self.epoch = state.epoch;
+        self.failed_epoch = None;
+        self.seen_generation = generation;
+        Ok(())
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.table.len()
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.table.len() - self.free.len()
+    }
+
+    /// Makes sure the queue is connected to the current association if it can be.
+    fn poll_connection(&mut self, shared: &Shared) -> Result<Connectivity, ClientError> {
+        let generation = shared.generation();
+        if self.connection.is_some() && generation == self.seen_generation {
+            return Ok(Connectivity::Connected);
+        }
+        let state = shared.snapshot();
+        match state.status {
+            LinkStatus::Closed => {
+                self.fail_everything(HostError::ConnectionLost);
+                self.connection = None;
+                Err(ClientError::Closed)
+            }
+            LinkStatus::Lost => {
+                self.fail_everything(HostError::ConnectionLost);
+                self.connection = None;
+                Err(ClientError::ControllerLost)
+            }
+            LinkStatus::Reconnecting { .. } => {
+                if self.connection.is_some() {
+                    // Another connection of this association failed: this one is
+                    // going down with it. Take its commands back now.
+                    self.drop_connection(shared, ClientError::ControllerLost, false);
+                }
+                Ok(Connectivity::Waiting { generation })
+            }
+            LinkStatus::Live => {
+                if self.connection.is_some() && self.epoch == state.epoch {
+                    self.seen_generation = generation;
+                    return Ok(Connectivity::Connected);
+                }
+                if self.failed_epoch == Some(state.epoch) {
+                    return Ok(Connectivity::Waiting { generation });
+                }
+                if self.connection.is_some() {
+                    self.drop_connection(shared, ClientError::ControllerLost, false);
+                }
+                if self.index >= state.io_queue_count {
+                    tracing::warn!(
+                        index = self.index,
+                        granted = state.io_queue_count,
+                        "I/O queue not granted after reconnect"
+                    );
+                    self.fail_everything(HostError::ConnectionLost);
+                    return Err(ClientError::ControllerLost);
+                }
+                match self.open(shared) {
+                    Ok(()) => {
+                        tracing::info!(queue = self.index + 1, epoch = state.epoch, "I/O queue connected");
+                        self.submit_backlog(shared);
+                        Ok(Connectivity::Connected)
+                    }
+                    Err(error) => {
+                        tracing::warn!(queue = self.index + 1, %error, "I/O queue connect failed");
+                        self.failed_epoch = Some(state.epoch);
+                        shared.request_reconnect(state.epoch);
+                        Ok(Connectivity::Waiting { generation })
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection ended: keep its commands for resubmission and, when `report`
+    /// is set, ask for a new association.
+    fn drop_connection(&mut self, shared: &Shared, error: ClientError, report: bool) {
+        let Some(connection) = self.connection.take() else { return };
+        let failure = connection.into_failure(error);
+        self.take_failure(failure);
+        if report {
+            self.failed_epoch = Some(self.epoch);
+            shared.request_reconnect(self.epoch);
+        }
+    }
+
+    fn take_failure(&mut self, failure: LinkFailure) {
+        let LinkFailure { error, queue_error, abandoned, completed } = failure;
+        tracing::warn!(queue = self.index + 1, %error, "I/O queue connection ended");
+        for completion in completed {
+            self.on_completion(completion);
+        }
+        let timed_out = match queue_error {
+            Some(HostError::CommandTimeout { command_id }) => Some(command_id),
+            _ => None,
+        };
+        // Abandoned commands are older than anything in the backlog: they go first.
+        for command in abandoned.into_iter().rev() {
+            if timed_out == Some(command.sqe.command_id().0) {
+                let error = HostError::CommandTimeout { command_id: command.sqe.command_id().0 };
+                self.fail_command(command, COMMAND_ABORTED_BY_HOST, error);
+            } else {
+                self.backlog.push_front(command);
+            }
+        }
+    }
+
+    /// Completes an internal-tagged command with a host-made status.
+    fn fail_command(&mut self, command: HostCommand, status: Status, error: HostError) {
+        let cqe = CompletionQueueEntry {
+            command_id: command.sqe.command_id(),
+            submission_queue_id: QueueId(self.index as u16 + 1),
+            status: status.with_do_not_retry(),
+            ..CompletionQueueEntry::default()
+        };
+        let completion =
+            HostCompletion { user_tag: command.user_tag, cqe, data: command.data_out, transport_error: Some(error) };
+        self.deliver(completion);
+    }
+
+    /// Fails every command in flight (the controller is gone for good).
+    fn fail_everything(&mut self, error: HostError) {
+        if let Some(connection) = self.connection.take() {
+            let failure = connection.into_failure(ClientError::ControllerLost);
+            for completion in failure.completed {
+                self.on_completion(completion);
+            }
+            self.backlog.extend(failure.abandoned);
+        }
+        while let Some(command) = self.backlog.pop_front() {
+            self.fail_command(command, HOST_PATHING_ERROR, error.clone());
+        }
+    }
+
+    /// A completion from the connection (internal tag): retry or hand out.
+    fn on_completion(&mut self, mut completion: HostCompletion) {
+        let Some(entry) = self.table.get_mut(completion.user_tag as usize).filter(|entry| entry.in_use) else {
+            tracing::error!(tag = completion.user_tag, "completion for a command not in flight");
+            return;
+        };
+        let status = completion.cqe.status;
+        let retryable = !status.do_not_retry()
+            && [Status::ABORTED_SQ_DELETION, Status::TRANSIENT_TRANSPORT_ERROR, Status::DATA_TRANSFER_ERROR]
+                .contains(&status.kind());
+        if retryable && entry.retries < MAX_COMMAND_RETRIES {
+            entry.retries += 1;
+            tracing::debug!(status = ?status, retries = entry.retries, "retrying command");
+            let mut data = std::mem::take(&mut completion.data);
+            if entry.data_in_bytes > 0 {
+                data.clear();
+            }
+            self.backlog.push_back(HostCommand {
+                sqe: entry.sqe,
+                data_out: data,
+                data_in_bytes: entry.data_in_bytes,
+                user_tag: completion.user_tag,
+            });
+            return;
+        }
+        self.deliver(completion);
+    }
+
+    /// Frees the table entry and queues the completion for the caller.
+    fn deliver(&mut self, mut completion: HostCompletion) {
+        let index = completion.user_tag as usize;
+        if let Some(entry) = self.table.get_mut(index).filter(|entry| entry.in_use) {
+            entry.in_use = false;
+            completion.user_tag = entry.user_tag;
+            self.free.push(index as u32);
+            self.ready.push_back(completion);
+        }
+    }
+
+    /// Sends backlog commands while the queue has room; writes them out.
+    fn submit_backlog(&mut self, shared: &Shared) {
+        let Some(connection) = self.connection.as_mut() else { return };
+        let now = Instant::now();
+        while connection.queue.outstanding() < connection.queue.capacity() {
+            let Some(command) = self.backlog.pop_front() else { break };
+            if let Err(error) = connection.queue.submit(command, now) {
+                self.backlog.push_front(error.into_command());
+                break;
+            }
+        }
+        if let Err(error) = connection.flush() {
+            self.drop_connection(shared, error, true);
+        }
+    }
+
+    /// Moves finished commands out of the connection.
+    fn collect(&mut self, shared: &Shared) {
+        loop {
+            let Some(connection) = self.connection.as_mut() else { return };
+            let Some(completion) = connection.queue.poll_completion() else { break };
+            self.on_completion(completion);
+        }
+        let failure = self.connection.as_ref().and_then(QueueConnection::queue_failure);
+        if let Some(error) = failure {
+            self.drop_connection(shared, error, true);
+        } else if !self.backlog.is_empty() {
+            self.submit_backlog(shared);
+        }
+    }
+
+    pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), ClientError> {
+        if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
+            return Err(ClientError::InvalidArgument(format!(
+                "command data larger than {MAX_COMMAND_DATA_BYTES} bytes"
+            )));
+        }
+        if !command.data_out.is_empty() && command.data_in_bytes > 0 {
+            return Err(ClientError::InvalidArgument("command moves data in both directions".into()));
+        }
+        self.poll_connection(shared)?;
+        let Some(index) = self.free.pop() else { return Err(ClientError::QueueFull) };
+        self.table[index as usize] = Inflight {
+            in_use: true,
+            user_tag: command.user_tag,
+            sqe: command.sqe,
+            data_in_bytes: command.data_in_bytes,
+            retries: 0,
+        };
+        command.user_tag = u64::from(index);
+        self.backlog.push_back(command);
+        self.submit_backlog(shared);
+        Ok(())
+    }
+
+    pub(crate) fn reap(
+        &mut self,
+        shared: &Shared,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError> {
+        let deadline = Instant::now() + timeout;
+        let start = out.len();
+        let mut polled_once = false;
+        loop {
+            out.extend(self.ready.drain(..));
+            let got = out.len() - start;
+            if (got >= min_completions && (min_completions > 0 || polled_once)) || self.in_flight() == 0 {
+                return Ok(got);
+            }
+            if polled_once && Instant::now() >= deadline {
+                return Ok(got);
+            }
+            polled_once = true;
+            let connectivity = match self.poll_connection(shared) {
+                Ok(connectivity) => connectivity,
+                Err(error) => {
+                    out.extend(self.ready.drain(..));
+                    let got = out.len() - start;
+                    return if got > 0 { Ok(got) } else { Err(error) };
+                }
+            };
+            match connectivity {
+                Connectivity::Waiting { generation } => {
+                    if min_completions == 0 {
+                        out.extend(self.ready.drain(..));
+                        return Ok(out.len() - start);
+                    }
+                    shared.wait_for_change(generation, deadline);
+                }
+                Connectivity::Connected => {
+                    let Some(connection) = self.connection.as_mut() else { continue };
+                    let result = if min_completions == 0 {
+                        connection.receive_available()
+                    } else {
+                        let wait = connection.wait_until(deadline);
+                        connection.receive(wait).map(|_| ())
+                    };
+                    // R2T answers and anything else the received PDUs asked for.
+                    let result = result.and_then(|()| connection.flush());
+                    if let Err(error) = result {
+                        self.drop_connection(shared, error, true);
+                    }
+                    self.collect(shared);
+                }
+            }
+        }
+    }
+
+    /// Waits for everything in flight and discards it (bounded).
+    pub(crate) fn drain(&mut self, shared: &Shared, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut sink = Vec::new();
+        while self.in_flight() > 0 && Instant::now() < deadline {
+            sink.clear();
+            if self.reap(shared, 1, deadline.saturating_duration_since(Instant::now()), &mut sink).is_err() {
+                break;
+            }
+        }
+        self.ready.clear();
+    }
+
+    /// Closes the connection without waiting.
+    pub(crate) fn close(&mut self) {
+        self.connection = None;
+    }
+}
+
+/// One I/O queue handed to a caller thread: one TCP connection, not shared. See the
+/// crate documentation for how it reconnects. Dropping it waits (at most the command
+/// timeout) for its commands to finish and gives it back to the controller.
+#[derive(Debug)]
+pub struct IoQueue {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Option<IoQueueInner>,
+}
+
+impl IoQueue {
+    fn inner(&mut self) -> Result<&mut IoQueueInner, ClientError> {
+        self.inner.as_mut().ok_or(ClientError::Closed)
+    }
+
+    /// Commands that may be in flight at once (queue size - 1).
+    pub fn depth(&self) -> usize {
+        self.inner.as_ref().map_or(0, IoQueueInner::depth)
+    }
+
+    /// Commands submitted and not yet reaped.
+    pub fn in_flight(&self) -> usize {
+        self.inner.as_ref().map_or(0, IoQueueInner::in_flight)
+    }
+
+    /// The block size of `nsid` in bytes, from the identify data cached at connect
+    /// (and refreshed on namespace change events).
+    pub fn block_size(&self, nsid: NamespaceId) -> Option<u32> {
+        self.shared.cached_block_size(nsid)
+    }
+
+    /// Queues a command and writes what it can; never waits for the target. While
+    /// the controller reconnects the command is held and sent after. Fails with
+    /// `QueueFull` when `depth()` commands are in flight, `ControllerLost` /
+    /// `Closed` once the controller is gone.
+    pub fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
+        let shared = Arc::clone(&self.shared);
+        self.inner()?.submit(&shared, command)
+    }
+
+    /// Waits until at least `min_completions` completions are available or `timeout`
+    /// passes, and appends every available one to `out` (so possibly more than
+    /// asked, or fewer on timeout). Also sends what is pending. With
+    /// `min_completions` 0 it only collects what has already arrived. Returns the
+    /// number appended; returns early when nothing is in flight.
+    ///
+    /// Commands that could not be delivered before the controller loss timeout
+    /// complete with status Host Pathing Error (SCT 3h, SC 70h, DNR) and
+    /// `transport_error` set; a command that timed out completes with Command Aborted
+    /// By Host (SCT 3h, SC 71h, DNR).
+    pub fn reap(
+        &mut self,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError> {
+        let shared = Arc::clone(&self.shared);
+        self.inner()?.reap(&shared, min_completions, timeout, out)
+    }
+}
+
+impl Drop for IoQueue {
+    fn drop(&mut self) {
+        let Some(mut inner) = self.inner.take() else { return };
+        inner.drain(&self.shared, self.shared.options.command_timeout);
+        if let Some(slot) = self.shared.io_slots.get(inner.index) {
+            *lock(slot) = Some(inner);
+        }
+    }
+}

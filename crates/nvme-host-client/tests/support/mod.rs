@@ -1,0 +1,125 @@
+//! The real target on the io_uring runtime, in-process on loopback, started through
+//! the same `target-server` glue as `sluice serve`.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvme_host_client::ConnectOptions;
+use nvme_spec::NamespaceId;
+use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use target_server::{PollMode, Runtime, RuntimeConfig};
+use storage::{Backend, Geometry, RamBackend};
+
+pub const NQN: &str = "nqn.2026-11.io.sluice:client-test";
+pub const BLOCK_BYTES: u32 = 512;
+pub const NAMESPACE_BLOCKS: u64 = 65536; // 32 MiB
+pub const NAMESPACE: NamespaceId = NamespaceId(1);
+
+/// A RAM namespace that outlives target restarts.
+pub fn ram_backend() -> Arc<RamBackend> {
+    RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS })
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// A running target serving `backend` as namespace 1 of [`NQN`] (and discovery) on
+/// 127.0.0.1:`port`.
+pub struct TestTarget {
+    pub runtime: Option<Runtime>,
+    pub address: SocketAddr,
+    pub backend: Arc<RamBackend>,
+}
+
+impl TestTarget {
+    pub fn start(port: u16, backend: Arc<RamBackend>) -> TestTarget {
+        let shared: Arc<dyn Backend> = backend.clone();
+        let target = Target::new(TargetSpec {
+            listeners: vec![ListenerSpec {
+                address: "127.0.0.1".into(),
+                port,
+                family: AddressFamily::Ipv4,
+                discovery_only: false,
+            }],
+            subsystems: vec![SubsystemSpec {
+                nqn: NQN.into(),
+                serial_number: None,
+                model_number: None,
+                namespaces: vec![NamespaceSpec { id: NAMESPACE, backend: shared, nguid: None, uuid: None }],
+            }],
+            settings: TargetSettings::default(),
+        })
+        .expect("target");
+        let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let config = RuntimeConfig {
+            threads: 1,
+            pin_threads: false,
+            poll_mode: PollMode::Sleep,
+            listeners: vec![listen],
+            recv_buffer_bytes: 256 * 1024,
+            ring_entries: 256,
+            tcp_nodelay: true,
+        };
+        let mut attempts = 0;
+        let runtime = loop {
+            match target_server::start(target.clone(), config.clone()) {
+                Ok(runtime) => break runtime,
+                Err(error) if attempts < 50 => {
+                    attempts += 1;
+                    eprintln!("target start failed ({error}); retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => panic!("cannot start the target: {error}"),
+            }
+        };
+        let address = runtime.local_addrs()[0];
+        TestTarget { runtime: Some(runtime), address, backend }
+    }
+
+    /// A target on a free port with a fresh namespace.
+    pub fn new() -> TestTarget {
+        Self::start(free_port(), ram_backend())
+    }
+
+    /// Stops the runtime: every connection closes.
+    pub fn stop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_handle().shutdown();
+            runtime.join().expect("runtime stops cleanly");
+        }
+    }
+}
+
+impl Drop for TestTarget {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Options for tests: short timeouts so a broken test fails fast.
+pub fn options(address: SocketAddr) -> ConnectOptions {
+    let mut options = ConnectOptions::new(address, NQN);
+    options.io_queues = 2;
+    options.queue_size = 64;
+    options.command_timeout = Duration::from_secs(10);
+    options.connect_timeout = Duration::from_secs(5);
+    options.reconnect_delay = Duration::from_millis(200);
+    options.controller_loss_timeout = Duration::from_secs(20);
+    options
+}
+
+pub fn pattern(length: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}

@@ -1,0 +1,228 @@
+//! Builders for the commands a host sends. Each returns a [`HostCommand`] with
+//! `user_tag` 0; the queue fills in CID, PSDT and the SGL at submission.
+//!
+//! Arguments are not validated beyond what the encoding needs: a value the command
+//! cannot express (say 0 blocks, whose 0's based NLB wraps) yields a command whose
+//! transfer length disagrees with its fields, which the target refuses with an NVMe
+//! status rather than acting on it.
+
+use nvme_spec::admin::{
+    DatasetManagementCommand, DatasetRange, IdentifyCommand, WriteZeroesCommand, DATASET_RANGE_BYTES,
+};
+use nvme_spec::fabrics::{
+    property_offset, PropertyGetCommand, PropertySetCommand, PROPERTY_SIZE_4_BYTES, PROPERTY_SIZE_8_BYTES,
+};
+use nvme_spec::features::FeatureCommand;
+use nvme_spec::identify::IDENTIFY_DATA_BYTES;
+use nvme_spec::log_page::GetLogPageCommand;
+use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
+use nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER;
+use nvme_spec::{CommandId, NamespaceId, SubmissionQueueEntry};
+
+use crate::HostCommand;
+
+/// Most ranges one Dataset Management command carries (NR is 8 bits, 0's based).
+pub const MAX_DATASET_RANGES: usize = 256;
+
+/// An SQE with just the opcode (and PSDT) set.
+fn sqe_for(opcode: u8) -> SubmissionQueueEntry {
+    let mut sqe = SubmissionQueueEntry::default();
+    sqe.set_cdw0(opcode, CommandId(0), PSDT_SGL_METADATA_BUFFER);
+    sqe
+}
+
+fn command(sqe: SubmissionQueueEntry) -> HostCommand {
+    HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0 }
+}
+
+/// Identify (admin 06h): CNS selects the structure, CSI the command set; 4096 bytes.
+pub fn identify(cns: u8, nsid: NamespaceId, csi: u8) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::Identify as u8);
+    IdentifyCommand { namespace_id: nsid, cns, command_set_identifier: csi, ..IdentifyCommand::default() }
+        .encode_into(&mut sqe);
+    HostCommand { data_in_bytes: IDENTIFY_DATA_BYTES as u32, ..command(sqe) }
+}
+
+/// Get Log Page (admin 02h): `length` bytes of log `lid` from byte `offset` (a
+/// multiple of 4). NUMD counts dwords, so the length is rounded up to one; RAE is
+/// clear, so reading a log clears the asynchronous event that pointed at it.
+pub fn get_log_page(lid: u8, nsid: NamespaceId, offset: u64, length: u32) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::GetLogPage as u8);
+    let dwords = length.div_ceil(4).max(1);
+    GetLogPageCommand {
+        namespace_id: nsid,
+        log_page_id: lid,
+        dword_count: u64::from(dwords),
+        offset,
+        ..GetLogPageCommand::default()
+    }
+    .encode_into(&mut sqe);
+    HostCommand { data_in_bytes: dwords.saturating_mul(4), ..command(sqe) }
+}
+
+/// Get Features (admin 0Ah): the value comes back in DW0. Features that return a
+/// data structure (LBA Range Type, Timestamp, Host Identifier...) need
+/// `data_in_bytes` set by the caller.
+pub fn get_features(fid: u8, nsid: NamespaceId, select: u8, cdw11: u32) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::GetFeatures as u8);
+    FeatureCommand { namespace_id: nsid, feature_id: fid, select, dword11: cdw11, ..FeatureCommand::default() }
+        .encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// Set Features (admin 09h) with CDW11 as the value; `save` sets SV.
+pub fn set_features(fid: u8, nsid: NamespaceId, cdw11: u32, save: bool) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::SetFeatures as u8);
+    FeatureCommand { namespace_id: nsid, feature_id: fid, save, dword11: cdw11, ..FeatureCommand::default() }
+        .encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// Keep Alive (admin 18h).
+pub fn keep_alive() -> HostCommand {
+    command(sqe_for(AdminOpcode::KeepAlive as u8))
+}
+
+/// Asynchronous Event Request (admin 0Ch): completes when the controller has an
+/// event to report (see `nvme_spec::admin::AsynchronousEventCompletion`).
+pub fn async_event_request() -> HostCommand {
+    command(sqe_for(AdminOpcode::AsynchronousEventRequest as u8))
+}
+
+/// Property Get (Fabrics 7Fh, FCTYPE 04h) of `size_bytes` (4 or 8; anything else
+/// asks for 4) at `offset` ([`property_offset`]); the value is DW1:DW0.
+pub fn property_get(offset: u32, size_bytes: u8) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::Fabrics as u8);
+    sqe.set_fabrics_command_type(FabricsCommandType::PropertyGet as u8);
+    let attributes = if size_bytes == 8 { PROPERTY_SIZE_8_BYTES } else { PROPERTY_SIZE_4_BYTES };
+    PropertyGetCommand { attributes, offset }.encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// Property Set (Fabrics 7Fh, FCTYPE 00h): the width is the property's own (8 bytes
+/// for CAP, 4 for the others).
+pub fn property_set(offset: u32, value: u64) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::Fabrics as u8);
+    sqe.set_fabrics_command_type(FabricsCommandType::PropertySet as u8);
+    let attributes =
+        if property_offset::size_bytes(offset) == Some(8) { PROPERTY_SIZE_8_BYTES } else { PROPERTY_SIZE_4_BYTES };
+    PropertySetCommand { attributes, offset, value }.encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// SLBA (CDW10/11) and NLB (CDW12 bits 15:0, 0's based) of a read/write command.
+fn set_range(sqe: &mut SubmissionQueueEntry, nsid: NamespaceId, lba: u64, blocks: u32) {
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = lba as u32;
+    sqe.dwords[11] = (lba >> 32) as u32;
+    sqe.dwords[12] = (sqe.dwords[12] & !0xFFFF) | (blocks.wrapping_sub(1) & 0xFFFF);
+}
+
+/// Read (NVM 02h) of `blocks` (1..=65536) blocks of `block_size` bytes from `lba`.
+/// The read buffer is allocated at submission unless the caller puts a buffer with
+/// enough capacity (and length 0) in `data_out`.
+pub fn read(nsid: NamespaceId, lba: u64, blocks: u32, block_size: u32) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Read as u8);
+    set_range(&mut sqe, nsid, lba, blocks);
+    HostCommand { data_in_bytes: blocks.saturating_mul(block_size), ..command(sqe) }
+}
+
+/// Write (NVM 01h) of `data` (a whole number of `block_size` blocks, at most 65536)
+/// at `lba`; `fua` sets Force Unit Access (CDW12 bit 30).
+pub fn write(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32, fua: bool) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Write as u8);
+    let blocks = (data.len() / block_size.max(1) as usize) as u32;
+    set_range(&mut sqe, nsid, lba, blocks);
+    if fua {
+        sqe.dwords[12] |= 1 << 30;
+    }
+    HostCommand { data_out: data, ..command(sqe) }
+}
+
+/// Flush (NVM 00h) of the namespace's volatile write cache.
+pub fn flush(nsid: NamespaceId) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Flush as u8);
+    sqe.set_namespace_id(nsid);
+    command(sqe)
+}
+
+/// Write Zeroes (NVM 08h) of `blocks` (1..=65536) blocks from `lba`; `deallocate`
+/// sets DEAC, letting the target deallocate instead of writing.
+pub fn write_zeroes(nsid: NamespaceId, lba: u64, blocks: u32, deallocate: bool) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::WriteZeroes as u8);
+    sqe.set_namespace_id(nsid);
+    WriteZeroesCommand {
+        starting_lba: lba,
+        number_of_blocks_zero_based: blocks.wrapping_sub(1) as u16,
+        deallocate,
+        ..WriteZeroesCommand::default()
+    }
+    .encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// Dataset Management (NVM 09h) with AD set: deallocate (trim) the ranges. At most
+/// [`MAX_DATASET_RANGES`] ranges are sent (NR is 8 bits); an empty slice sends one
+/// empty range.
+pub fn dataset_management_deallocate(nsid: NamespaceId, ranges: &[DatasetRange]) -> HostCommand {
+    debug_assert!(ranges.len() <= MAX_DATASET_RANGES, "more than 256 Dataset Management ranges");
+    let count = ranges.len().clamp(1, MAX_DATASET_RANGES);
+    let mut sqe = sqe_for(IoOpcode::DatasetManagement as u8);
+    sqe.set_namespace_id(nsid);
+    DatasetManagementCommand {
+        number_of_ranges_zero_based: (count - 1) as u8,
+        deallocate: true,
+        ..DatasetManagementCommand::default()
+    }
+    .encode_into(&mut sqe);
+    let mut data = vec![0u8; count * DATASET_RANGE_BYTES];
+    for (range, out) in ranges.iter().zip(data.chunks_exact_mut(DATASET_RANGE_BYTES)) {
+        let mut raw = [0u8; DATASET_RANGE_BYTES];
+        range.encode(&mut raw);
+        out.copy_from_slice(&raw);
+    }
+    HostCommand { data_out: data, ..command(sqe) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_write_fields() {
+        let read = read(NamespaceId(3), 0x1_0000_0002, 8, 512);
+        assert_eq!(read.sqe.opcode(), 0x02);
+        assert_eq!(read.sqe.namespace_id(), NamespaceId(3));
+        assert_eq!(read.sqe.starting_lba(), 0x1_0000_0002);
+        assert_eq!(read.sqe.block_count(), 8);
+        assert_eq!(read.data_in_bytes, 4096);
+        let write = write(NamespaceId(1), 5, vec![0; 1024], 512, true);
+        assert_eq!(write.sqe.opcode(), 0x01);
+        assert_eq!(write.sqe.block_count(), 2);
+        assert!(write.sqe.force_unit_access());
+        let zeroes = write_zeroes(NamespaceId(1), 7, 65536, true);
+        assert_eq!(WriteZeroesCommand::decode(&zeroes.sqe).block_count(), 65536);
+        let trim = dataset_management_deallocate(
+            NamespaceId(1),
+            &[DatasetRange { context_attributes: 0, length_blocks: 4, starting_lba: 9 }; 2],
+        );
+        assert_eq!(trim.data_out.len(), 32);
+        assert_eq!(DatasetManagementCommand::decode(&trim.sqe).range_count(), 2);
+    }
+
+    #[test]
+    fn admin_fields() {
+        let log = get_log_page(2, NamespaceId::BROADCAST, 0, 512);
+        let decoded = GetLogPageCommand::decode(&log.sqe);
+        assert_eq!((decoded.log_page_id, decoded.length_bytes()), (2, 512));
+        assert_eq!(log.data_in_bytes, 512);
+        let get = property_get(property_offset::CAP, 8);
+        assert_eq!(PropertyGetCommand::decode(&get.sqe).size_bytes(), Some(8));
+        assert_eq!(get.sqe.fabrics_command_type(), FabricsCommandType::PropertyGet as u8);
+        let set = property_set(property_offset::CC, 0x46_0001);
+        assert_eq!(PropertySetCommand::decode(&set.sqe).size_bytes(), Some(4));
+        let id = identify(nvme_spec::identify::cns::CONTROLLER, NamespaceId::NONE, 0);
+        assert_eq!(IdentifyCommand::decode(&id.sqe).cns, 1);
+        assert_eq!(id.data_in_bytes, 4096);
+    }
+}

@@ -1,0 +1,215 @@
+//! What can go wrong on a host queue, and who caused it.
+
+use nvme_spec::Status;
+use nvme_tcp_wire::{DigestSettings, FatalErrorStatus, PduType, ReadErrorKind};
+
+use crate::status::StatusDisplay;
+use crate::HostCommand;
+
+/// Who is to blame for an error: decides whether retrying elsewhere makes sense and
+/// what a log line should say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultOrigin {
+    /// The target sent something the protocol does not allow.
+    Target,
+    /// The network or the passage of time: connection lost, nothing answered.
+    Transport,
+}
+
+/// Why an ICResp was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IcRespProblem {
+    /// DGST differs from what the ICReq asked for (NVMe/TCP lets a controller only
+    /// grant exactly what was requested).
+    #[error("digests {granted:?} granted, {requested:?} requested")]
+    DigestsNotEchoed {
+        /// What ICReq asked for.
+        requested: DigestSettings,
+        /// What ICResp announced.
+        granted: DigestSettings,
+    },
+    /// MAXH2CDATA below the 4096 bytes the spec requires (or not a dword multiple).
+    #[error("MAXH2CDATA {0} bytes (at least 4096 and a multiple of 4 required)")]
+    MaxH2cData(u32),
+    /// The PDU itself was malformed (PFV, CPDA, length...), as the reader found.
+    #[error("{0}")]
+    Malformed(ReadErrorKind),
+}
+
+/// An error on a host queue. Errors caused by the target name it; see
+/// [`HostError::origin`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// The target's ICResp was unacceptable.
+    #[error("target sent a bad ICResp: {reason}")]
+    BadIcResp {
+        /// What was wrong.
+        reason: IcRespProblem,
+    },
+    /// A PDU header failed its header digest: the stream cannot be trusted. Fatal.
+    #[error("target sent a PDU header with a bad digest (received {received:#010x}, computed {computed:#010x})")]
+    HeaderDigestMismatch {
+        /// HDGST as received.
+        received: u32,
+        /// CRC32C of the received header.
+        computed: u32,
+    },
+    /// A read's data failed its data digest. Per command: the command completes with
+    /// Data Transfer Error and the queue stays up, as Linux does.
+    #[error("target sent data with a bad data digest for command {command_id}")]
+    DataDigestMismatch {
+        /// CID of the command.
+        command_id: u16,
+    },
+    /// The PDU stream broke a rule of the transport (bad header field, length,
+    /// sequence); an H2CTermReq was sent.
+    #[error("target sent an invalid PDU: {kind}")]
+    InvalidPdu {
+        /// What the PDU reader found.
+        kind: ReadErrorKind,
+    },
+    /// The target ended the connection with a C2HTermReq.
+    #[error("target terminated the connection (FES {status:?}, FEI {info:#x})")]
+    TerminatedByTarget {
+        /// FES.
+        status: FatalErrorStatus,
+        /// FEI.
+        info: u32,
+    },
+    /// The Fabrics Connect command failed.
+    #[error("target rejected Connect: {} (DW0 {dw0:#010x})", StatusDisplay(*status))]
+    ConnectRejected {
+        /// The Connect completion status.
+        status: Status,
+        /// DW0: IATTR / IPO for Connect Invalid Parameters.
+        dw0: u32,
+    },
+    /// The Connect response was successful but unusable: a reserved CNTLID, or a
+    /// demand for authentication this host does not implement.
+    #[error("target sent an unusable Connect response (DW0 {dw0:#010x}): {reason}")]
+    BadConnectResponse {
+        /// DW0 of the response.
+        dw0: u32,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// A valid PDU that is not allowed here (e.g. data before Connect completed, or
+    /// an R2T for a command whose data went in-capsule).
+    #[error("target sent {pdu_type:?} out of place: {reason}")]
+    UnexpectedPdu {
+        /// The PDU type.
+        pdu_type: PduType,
+        /// Why it was not allowed.
+        reason: &'static str,
+    },
+    /// A PDU named a command that is not outstanding.
+    #[error("target sent {pdu_type:?} for command {command_id}, which is not outstanding")]
+    UnknownCommandId {
+        /// The PDU type.
+        pdu_type: PduType,
+        /// CID or CCCID as received.
+        command_id: u16,
+    },
+    /// Data placed outside the command's buffer, or out of order.
+    #[error("target sent {pdu_type:?} for command {command_id} at offset {offset} length {length}; expected offset {expected_offset} within {limit} bytes")]
+    DataOutOfRange {
+        /// The PDU type (C2HData or R2T).
+        pdu_type: PduType,
+        /// CID.
+        command_id: u16,
+        /// DATAO / R2TO.
+        offset: u32,
+        /// DATAL / R2TL.
+        length: u32,
+        /// Where the next piece had to start.
+        expected_offset: u32,
+        /// The command's data length.
+        limit: u32,
+    },
+    /// An R2T with more R2Ts outstanding for the command than MAXR2T allows.
+    #[error("target sent more R2Ts for command {command_id} than the {limit} allowed at once")]
+    R2tLimitExceeded {
+        /// CID.
+        command_id: u16,
+        /// MAXR2T + 1.
+        limit: u32,
+    },
+    /// A read completed successfully with fewer bytes than it asked for. Per command:
+    /// it completes with Data Transfer Error.
+    #[error("target completed read command {command_id} with {received} of {expected} bytes")]
+    ShortData {
+        /// CID.
+        command_id: u16,
+        /// Bytes received.
+        received: u32,
+        /// `data_in_bytes` of the command.
+        expected: u32,
+    },
+    /// The connection dropped (reported by the driver through
+    /// [`crate::HostQueue::abandon`]).
+    #[error("connection lost")]
+    ConnectionLost,
+    /// A command got no response within the command timeout.
+    #[error("command {command_id} timed out")]
+    CommandTimeout {
+        /// CID of the oldest command past its deadline.
+        command_id: u16,
+    },
+    /// ICResp or the Connect response did not arrive within the command timeout.
+    #[error("no {waiting_for} from the target in time")]
+    SetupTimeout {
+        /// "ICResp" or "Connect response".
+        waiting_for: &'static str,
+    },
+}
+
+impl HostError {
+    /// Who caused the error.
+    pub fn origin(&self) -> FaultOrigin {
+        match self {
+            Self::ConnectionLost | Self::CommandTimeout { .. } | Self::SetupTimeout { .. } => FaultOrigin::Transport,
+            _ => FaultOrigin::Target,
+        }
+    }
+}
+
+/// Why [`crate::HostQueue::submit`] refused a command; each variant hands the command
+/// back unchanged.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The queue is not `Ready` (still connecting, or failed).
+    #[error("queue not ready")]
+    NotReady(HostCommand),
+    /// `queue_size - 1` commands are outstanding already.
+    #[error("queue full")]
+    QueueFull(HostCommand),
+    /// `data_out` or `data_in_bytes` exceeds [`crate::MAX_COMMAND_DATA_BYTES`].
+    #[error("command data exceeds {} bytes", crate::MAX_COMMAND_DATA_BYTES)]
+    DataTooLarge(HostCommand),
+    /// Both `data_out` and `data_in_bytes` are set: NVMe/TCP commands move data in one
+    /// direction only.
+    #[error("command moves data in both directions")]
+    Bidirectional(HostCommand),
+}
+
+impl SubmitError {
+    /// The refused command.
+    pub fn into_command(self) -> HostCommand {
+        match self {
+            Self::NotReady(command)
+            | Self::QueueFull(command)
+            | Self::DataTooLarge(command)
+            | Self::Bidirectional(command) => command,
+        }
+    }
+
+    /// The refused command, borrowed.
+    pub fn command(&self) -> &HostCommand {
+        match self {
+            Self::NotReady(command)
+            | Self::QueueFull(command)
+            | Self::DataTooLarge(command)
+            | Self::Bidirectional(command) => command,
+        }
+    }
+}
