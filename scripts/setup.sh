@@ -62,12 +62,14 @@ missing=()     # (--check) what is missing
 #   tshark: capture + NVMe/TCP dissection in the interop tests.
 #   jq: JSON in scripts; iproute2 (ss): waiting for listening ports;
 #   ShellCheck and python3: harness stage of scripts/test.sh (lint, capture
-#   self-test); g++ / make: libFuzzer (cargo-fuzz).
+#   self-test); g++ / make: libFuzzer (cargo-fuzz); gcc: the C smoke test of the
+#   host C ABI; dpkg-dev (dpkg-source): `apt-get source fio` for the fio engine's
+#   headers; chromium: headless rendering check of the benchmark HTML report.
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
   flock:util-linux timeout:coreutils dpkg-deb:dpkg ldd:libc-bin shellcheck:shellcheck
-  g++:g++ make:make python3:python3"
+  g++:g++ make:make cc:gcc python3:python3 dpkg-source:dpkg-dev chromium:chromium"
 
 apt_missing=()
 for entry in $APT_TOOLS; do

@@ -1,0 +1,64 @@
+//! An in-process Sluice target (`target_server::start`, what `sluice serve` runs) on
+//! an ephemeral loopback port, for tests that need a real NVMe/TCP controller.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use nvme_spec::NamespaceId;
+use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use runtime::{PollMode, Runtime, RuntimeConfig};
+use storage::{Geometry, RamBackend};
+
+pub const NQN: &str = "nqn.2026-11.io.sluice:ffi-test";
+pub const BLOCK_BYTES: u32 = 512;
+pub const NAMESPACE_BLOCKS: u64 = 32768; // 16 MiB
+
+/// A running target; stopped on drop.
+pub struct InProcessTarget {
+    runtime: Option<Runtime>,
+    pub address: SocketAddr,
+}
+
+impl InProcessTarget {
+    pub fn start() -> InProcessTarget {
+        let target = Target::new(TargetSpec {
+            listeners: vec![ListenerSpec {
+                address: "127.0.0.1".into(),
+                port: 4420,
+                family: AddressFamily::Ipv4,
+                discovery_only: false,
+            }],
+            subsystems: vec![SubsystemSpec {
+                nqn: NQN.into(),
+                serial_number: None,
+                model_number: None,
+                namespaces: vec![NamespaceSpec {
+                    id: NamespaceId(1),
+                    backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
+                    nguid: None,
+                    uuid: None,
+                }],
+            }],
+            settings: TargetSettings::default(),
+        })
+        .expect("valid test target");
+        let config = RuntimeConfig {
+            threads: 1,
+            poll_mode: PollMode::Sleep,
+            listeners: vec!["127.0.0.1:0".parse().unwrap()],
+            ..RuntimeConfig::default()
+        };
+        let runtime = target_server::start(target, config).expect("target starts");
+        let address = runtime.local_addrs()[0];
+        InProcessTarget { runtime: Some(runtime), address }
+    }
+}
+
+impl Drop for InProcessTarget {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_handle().shutdown();
+            let _ = runtime.join();
+        }
+    }
+}
