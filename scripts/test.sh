@@ -9,6 +9,7 @@
 #   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
 #               self-test of the interop capture check (tshark filters)
 #   fuzz        every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each
+#   report      a sample benchmark report rendered in headless Chromium (screenshot)
 #   interop     tests/interop/run-all.sh (Linux kernel host vs sluice, in QEMU)
 #
 # Environment (CI sets none of these):
@@ -27,7 +28,7 @@ fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 
-STAGES=(setup build test clippy harness fuzz interop)
+STAGES=(setup build test clippy harness fuzz report interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -82,7 +83,7 @@ skip() {  # skip NAME WHY
 
 harness_checks() {
   local files=()
-  mapfile -t files < <(find scripts tests/interop -type f -name '*.sh' | LC_ALL=C sort)
+  mapfile -t files < <(find scripts tests/interop tests/report -type f -name '*.sh' | LC_ALL=C sort)
   files+=(.ci/run)
   echo "+ shellcheck -x (${#files[@]} files)"
   shellcheck -x "${files[@]}" || return 1
@@ -142,6 +143,8 @@ else
   stage fuzz "a fuzz target crashed or did not build: see above and fuzz/artifacts/" \
     fuzz_smoke
 fi
+stage report "the benchmark HTML report did not render in headless Chromium: see above" \
+  tests/report/render-check.sh
 if [ "${SKIP_INTEROP:-0}" = 1 ]; then skip interop "SKIP_INTEROP=1"
 else
   # the binary the build stage made (no rebuild inside the interop tests)

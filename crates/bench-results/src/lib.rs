@@ -1,0 +1,20 @@
+//! The result of a `sluice bench` run and the HTML report made from it.
+//!
+//! * [`result`]: the versioned JSON result (`"schema": "sluice-bench/1"`): serde types,
+//!   [`BenchResult::from_json`] / [`BenchResult::to_json_pretty`], and [`validate`] for the
+//!   semantic checks JSON Schema cannot express. The same shape is described for other
+//!   tools in `docs/bench-result.schema.json`.
+//! * [`report`]: [`render_html`] turns one or more results into a single self-contained
+//!   HTML file (inline CSS and SVG, no network).
+
+pub mod report;
+pub mod result;
+#[cfg(any(test, feature = "sample"))]
+pub mod sample;
+mod svg;
+
+pub use report::render_html;
+pub use result::{
+    validate, BaselineResult, BenchResult, Ceilings, CpuUse, Latency, Machine, Percentile,
+    Preconditioning, ResultError, RunResult, Sample, SteadyState, TargetInfo, SCHEMA_ID,
+};
