@@ -21,6 +21,7 @@
 mod connection;
 mod error;
 mod event_loop;
+pub mod file_backend;
 mod send;
 mod slab;
 mod sys;
@@ -34,6 +35,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use error::RuntimeError;
+pub use file_backend::{FileBackend, FileError, FileOptions};
 
 /// Something whose bytes can be sent with one vectored send.
 ///

@@ -1,0 +1,416 @@
+//! One queue of the file backend: its own io_uring, the requests in flight, and the
+//! bounce-buffer pool.
+//!
+//! Every request occupies a slot whose index is the SQE's user_data. A slot has at most
+//! one SQE in the kernel at a time; multi-step requests (a read split by a short
+//! transfer, a write-zeroes fallback, a FUA sync after fallocate) push their next SQE
+//! when the previous one completes. The slot owns the caller's buffer and any bounce
+//! buffer until its last CQE has arrived.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, squeue, types, IoUring};
+use storage::{validate_request, BackendQueue, IoCompletion, IoError, IoOp, IoRequest};
+
+use super::buffers::{AlignedBuf, BouncePool, DIRECT_IO_ALIGNMENT, ZEROES, ZERO_BLOCK_LEN};
+use super::Shared;
+
+/// Largest single read/write SQE (the SQE length is a u32); bigger requests are split.
+const MAX_TRANSFER_BYTES: u64 = 1 << 30;
+/// How long dropping a queue waits for its in-flight I/O before leaking the buffers.
+const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(super) fn build_ring(entries: u32) -> io::Result<IoUring> {
+    // No SINGLE_ISSUER/DEFER_TASKRUN: a queue may move between threads.
+    let mut builder = IoUring::builder();
+    builder.setup_cqsize(entries.saturating_mul(2)).setup_coop_taskrun().setup_taskrun_flag();
+    match builder.build(entries) {
+        Ok(ring) => Ok(ring),
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            IoUring::builder().setup_cqsize(entries.saturating_mul(2)).build(entries)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// What the slot's SQE in the kernel is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Read,
+    Write,
+    Flush,
+    /// fallocate(PUNCH_HOLE | KEEP_SIZE).
+    PunchHole,
+    /// fallocate(ZERO_RANGE | KEEP_SIZE).
+    ZeroRange,
+    /// Writing from the static zero block.
+    WriteZeroBlock,
+    /// fdatasync after a FUA write-zeroes/deallocate done with fallocate.
+    SyncAfter,
+}
+
+struct Slot {
+    token: u64,
+    stage: Stage,
+    /// The caller's buffer, handed back in the completion.
+    buffer: Vec<u8>,
+    /// Aligned staging copy for O_DIRECT when the caller's buffer is not aligned.
+    bounce: Option<AlignedBuf>,
+    /// Byte offset and length of the whole request in the file.
+    offset: u64,
+    len: u64,
+    /// Bytes already transferred.
+    done: u64,
+    force_unit_access: bool,
+}
+
+pub(crate) struct FileQueue {
+    shared: Arc<Shared>,
+    /// None when the ring could not be created: every request fails with Internal.
+    ring: Option<IoUring>,
+    slots: Vec<Option<Slot>>,
+    free_slots: Vec<usize>,
+    /// SQEs that did not fit the submission ring; pushed in `reap`.
+    backlog: VecDeque<squeue::Entry>,
+    /// SQEs handed to the ring (pushed, submitted or not) whose CQE has not arrived.
+    in_kernel: usize,
+    ready: Vec<IoCompletion>,
+    pool: BouncePool,
+    cqes: Vec<(u64, i32)>,
+}
+
+impl FileQueue {
+    pub(super) fn new(shared: Arc<Shared>) -> FileQueue {
+        let ring = match build_ring(shared.queue_entries) {
+            Ok(ring) => Some(ring),
+            Err(error) => {
+                tracing::error!(%error, "file backend: cannot create an io_uring for a queue; its requests will fail");
+                None
+            }
+        };
+        let depth = shared.queue_entries as usize;
+        FileQueue {
+            shared,
+            ring,
+            slots: Vec::with_capacity(depth),
+            free_slots: Vec::with_capacity(depth),
+            backlog: VecDeque::new(),
+            in_kernel: 0,
+            ready: Vec::with_capacity(depth),
+            pool: BouncePool::new(depth),
+            cqes: Vec::with_capacity(depth * 2),
+        }
+    }
+
+    fn fd(&self) -> types::Fd {
+        types::Fd(self.shared.file.as_raw_fd())
+    }
+
+    fn complete(&mut self, token: u64, result: Result<(), IoError>, buffer: Vec<u8>) {
+        self.ready.push(IoCompletion { token, result, buffer });
+    }
+
+    fn allocate_slot(&mut self, slot: Slot) -> usize {
+        match self.free_slots.pop() {
+            Some(index) => {
+                self.slots[index] = Some(slot);
+                index
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Builds and queues the SQE for the slot's current stage.
+    fn issue(&mut self, index: usize) {
+        let fd = self.fd();
+        let slot = self.slots[index].as_mut().expect("issue on a live slot");
+        let remaining = slot.len - slot.done;
+        let position = slot.offset + slot.done;
+        let chunk = remaining.min(MAX_TRANSFER_BYTES) as u32;
+        let dsync = if slot.force_unit_access { libc::RWF_DSYNC } else { 0 };
+        let entry = match slot.stage {
+            Stage::Read => {
+                let base = match slot.bounce.as_mut() {
+                    Some(bounce) => bounce.as_mut_ptr(),
+                    None => slot.buffer.as_mut_ptr(),
+                };
+                // SAFETY: `done < len <= buffer length`, so the pointer stays inside the
+                // (bounce or caller) buffer the slot owns.
+                let ptr = unsafe { base.add(slot.done as usize) };
+                opcode::Read::new(fd, ptr, chunk).offset(position).build()
+            }
+            Stage::Write => {
+                let base = match slot.bounce.as_ref() {
+                    Some(bounce) => bounce.as_ptr(),
+                    None => slot.buffer.as_ptr(),
+                };
+                // SAFETY: as for Read.
+                let ptr = unsafe { base.add(slot.done as usize) };
+                opcode::Write::new(fd, ptr, chunk).offset(position).rw_flags(dsync).build()
+            }
+            Stage::WriteZeroBlock => {
+                let chunk = remaining.min(ZERO_BLOCK_LEN as u64) as u32;
+                opcode::Write::new(fd, ZEROES.0.as_ptr(), chunk).offset(position).rw_flags(dsync).build()
+            }
+            Stage::Flush | Stage::SyncAfter => {
+                opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()
+            }
+            Stage::PunchHole => opcode::Fallocate::new(fd, slot.len)
+                .offset(slot.offset)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+            Stage::ZeroRange => opcode::Fallocate::new(fd, slot.len)
+                .offset(slot.offset)
+                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+        };
+        self.push(entry.user_data(index as u64));
+    }
+
+    /// Puts an SQE in the submission ring, flushing the ring to the kernel when full;
+    /// if it is still full, the entry waits in the backlog.
+    fn push(&mut self, entry: squeue::Entry) {
+        self.in_kernel += 1;
+        if !self.backlog.is_empty() || !self.try_push(&entry) {
+            self.backlog.push_back(entry);
+        }
+    }
+
+    fn try_push(&mut self, entry: &squeue::Entry) -> bool {
+        let ring = self.ring.as_mut().expect("requests are only issued with a ring");
+        // SAFETY: every pointer in the entry (caller buffer, bounce buffer or the static
+        // zero block) is owned by a slot that is not released until the entry's CQE
+        // has been reaped (or is leaked if the queue is dropped before that).
+        if unsafe { ring.submission().push(entry) }.is_ok() {
+            return true;
+        }
+        if let Err(error) = ring.submit() {
+            tracing::debug!(%error, "file backend: io_uring_enter with a full ring");
+        }
+        // SAFETY: as above.
+        unsafe { ring.submission().push(entry) }.is_ok()
+    }
+
+    fn flush_backlog(&mut self) {
+        while let Some(entry) = self.backlog.pop_front() {
+            let ring = self.ring.as_mut().expect("backlog only exists with a ring");
+            // SAFETY: as in `try_push`.
+            if unsafe { ring.submission().push(&entry) }.is_err() {
+                self.backlog.push_front(entry);
+                break;
+            }
+        }
+    }
+
+    /// Submits pushed SQEs (and lets the kernel run completion work).
+    fn enter(&mut self) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        match ring.submit() {
+            Ok(_) => {}
+            Err(error)
+                if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) => {}
+            Err(error) => tracing::warn!(%error, "file backend: io_uring_enter failed; retrying on the next reap"),
+        }
+    }
+
+    fn handle_cqe(&mut self, index: usize, result: i32) {
+        self.in_kernel -= 1;
+        let stage = self.slots[index].as_ref().expect("CQE for a live slot").stage;
+        if result < 0 {
+            let errno = -result;
+            let unsupported = matches!(errno, libc::EOPNOTSUPP | libc::EINVAL | libc::ENOTTY | libc::ENOSYS);
+            match stage {
+                Stage::PunchHole if unsupported => {
+                    self.shared.punch_hole_supported.store(false, Ordering::Relaxed);
+                    return self.start_zeroing(index);
+                }
+                Stage::ZeroRange if unsupported => {
+                    self.shared.zero_range_supported.store(false, Ordering::Relaxed);
+                    let slot = self.slots[index].as_mut().expect("live slot");
+                    slot.stage = Stage::WriteZeroBlock;
+                    return self.issue(index);
+                }
+                _ => return self.finish(index, Err(map_errno(stage, errno))),
+            }
+        }
+        let slot = self.slots[index].as_mut().expect("live slot");
+        match slot.stage {
+            Stage::Read | Stage::Write | Stage::WriteZeroBlock => {
+                if result == 0 {
+                    // End of file inside the namespace: someone truncated it.
+                    let error = if slot.stage == Stage::Read { IoError::ReadError } else { IoError::WriteFault };
+                    return self.finish(index, Err(error));
+                }
+                slot.done += result as u64;
+                if slot.done < slot.len {
+                    self.issue(index);
+                } else {
+                    self.finish(index, Ok(()));
+                }
+            }
+            Stage::PunchHole | Stage::ZeroRange => {
+                if slot.force_unit_access {
+                    slot.stage = Stage::SyncAfter;
+                    self.issue(index);
+                } else {
+                    self.finish(index, Ok(()));
+                }
+            }
+            Stage::Flush | Stage::SyncAfter => self.finish(index, Ok(())),
+        }
+    }
+
+    /// Write-zeroes without (or after a refused) punch hole.
+    fn start_zeroing(&mut self, index: usize) {
+        let zero_range = self.shared.zero_range_supported.load(Ordering::Relaxed);
+        let slot = self.slots[index].as_mut().expect("live slot");
+        slot.stage = if zero_range { Stage::ZeroRange } else { Stage::WriteZeroBlock };
+        self.issue(index);
+    }
+
+    fn finish(&mut self, index: usize, result: Result<(), IoError>) {
+        let mut slot = self.slots[index].take().expect("finish a live slot");
+        self.free_slots.push(index);
+        if let Some(bounce) = slot.bounce.take() {
+            if result.is_ok() && slot.stage == Stage::Read {
+                let len = slot.buffer.len();
+                slot.buffer.copy_from_slice(bounce.as_slice(len));
+            }
+            self.pool.give_back(bounce);
+        }
+        self.complete(slot.token, result, slot.buffer);
+    }
+}
+
+fn map_errno(stage: Stage, errno: i32) -> IoError {
+    match errno {
+        libc::ENOSPC | libc::EDQUOT => IoError::NoSpace,
+        libc::EINVAL | libc::EFAULT | libc::EBADF | libc::ECANCELED | libc::ENOMEM | libc::EAGAIN => {
+            IoError::Internal
+        }
+        _ if stage == Stage::Read => IoError::ReadError,
+        _ => IoError::WriteFault,
+    }
+}
+
+impl BackendQueue for FileQueue {
+    fn submit(&mut self, request: IoRequest) {
+        let IoRequest { token, op, buffer } = request;
+        let geometry = self.shared.geometry;
+        if let Err(error) = validate_request(&geometry, &op, buffer.len()) {
+            return self.complete(token, Err(error), buffer);
+        }
+        if self.ring.is_none() {
+            return self.complete(token, Err(IoError::Internal), buffer);
+        }
+        let block_size = u64::from(geometry.block_size_bytes);
+        let (lba, blocks) = op.range().unwrap_or((0, 0));
+        if op != IoOp::Flush && blocks == 0 {
+            return self.complete(token, Ok(()), buffer);
+        }
+        // In range, so these cannot overflow (validate_request checked the capacity).
+        let offset = lba * block_size;
+        let len = blocks * block_size;
+        let (stage, force_unit_access) = match op {
+            IoOp::Read { .. } => (Stage::Read, false),
+            IoOp::Write { force_unit_access, .. } => (Stage::Write, force_unit_access),
+            IoOp::Flush => (Stage::Flush, false),
+            IoOp::WriteZeroes { deallocate, force_unit_access, .. } => {
+                (self.zeroing_stage(deallocate), force_unit_access)
+            }
+            IoOp::Deallocate { .. } => (self.zeroing_stage(true), false),
+        };
+        let needs_bounce = self.shared.direct_io
+            && matches!(stage, Stage::Read | Stage::Write)
+            && (buffer.as_ptr() as usize & (DIRECT_IO_ALIGNMENT - 1)) != 0;
+        let bounce = needs_bounce.then(|| {
+            let mut bounce = self.pool.take(buffer.len());
+            if stage == Stage::Write {
+                bounce.as_mut_slice(buffer.len()).copy_from_slice(&buffer);
+            }
+            bounce
+        });
+        let index = self.allocate_slot(Slot { token, stage, buffer, bounce, offset, len, done: 0, force_unit_access });
+        self.issue(index);
+    }
+
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) {
+        if self.ring.is_some() && self.in_kernel > 0 {
+            self.flush_backlog();
+            let ring = self.ring.as_mut().expect("checked");
+            let pending_sqes = !ring.submission().is_empty();
+            let cq_empty = ring.completion().is_empty();
+            if pending_sqes || cq_empty {
+                self.enter();
+            }
+            let ring = self.ring.as_mut().expect("checked");
+            self.cqes.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
+            let mut cqes = std::mem::take(&mut self.cqes);
+            for (user_data, result) in cqes.drain(..) {
+                self.handle_cqe(user_data as usize, result);
+            }
+            self.cqes = cqes;
+            // Follow-up SQEs (split transfers, fallbacks) go out now rather than next time.
+            let ring = self.ring.as_mut().expect("checked");
+            if !ring.submission().is_empty() {
+                self.enter();
+            }
+        }
+        out.append(&mut self.ready);
+    }
+
+    fn in_flight(&self) -> usize {
+        self.slots.len() - self.free_slots.len() + self.ready.len()
+    }
+}
+
+impl FileQueue {
+    fn zeroing_stage(&self, deallocate: bool) -> Stage {
+        if deallocate && self.shared.punch_hole_supported.load(Ordering::Relaxed) {
+            Stage::PunchHole
+        } else if self.shared.zero_range_supported.load(Ordering::Relaxed) {
+            Stage::ZeroRange
+        } else {
+            Stage::WriteZeroBlock
+        }
+    }
+}
+
+impl Drop for FileQueue {
+    /// Waits for every SQE the kernel has seen, so no buffer it may still write is
+    /// freed. SQEs still in the user-space backlog were never seen and are dropped.
+    /// If the kernel does not finish within [`DROP_DRAIN_TIMEOUT`], the ring and the
+    /// slots' buffers are leaked instead of freed.
+    fn drop(&mut self) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        let mut in_kernel = self.in_kernel - self.backlog.len();
+        self.backlog.clear();
+        let deadline = Instant::now() + DROP_DRAIN_TIMEOUT;
+        while in_kernel > 0 && Instant::now() < deadline {
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+                Err(error) => {
+                    tracing::error!(%error, "file backend: cannot drain a dropped queue; leaking its buffers");
+                    break;
+                }
+            }
+            // Only the CQE matters: each slot has at most one SQE in the kernel, so
+            // after its CQE nothing refers to the slot's memory any more.
+            in_kernel -= ring.completion().count();
+        }
+        if in_kernel > 0 {
+            tracing::error!(in_kernel, "file backend: dropped queue still has I/O in the kernel; leaking its buffers");
+            std::mem::forget(std::mem::take(&mut self.slots));
+            std::mem::forget(self.ring.take());
+        }
+    }
+}
