@@ -249,8 +249,19 @@ proptest! {
             // reads against ranges no write of the same batch touches.
             let mut written: Vec<(u64, u64)> = Vec::new();
             let mut expected = Vec::new();
+            let mut left_out = 0;
             for (tag, operation) in group.iter().enumerate() {
                 match *operation {
+                    Operation::Write { lba, blocks, .. }
+                        if written.iter().any(|&(start, stop)| lba < stop && lba + u64::from(blocks) > start) =>
+                    {
+                        // Two outstanding writes to the same blocks may complete in
+                        // either order (a small in-capsule write overtakes a large one
+                        // waiting for its R2T), so no model can say which wins: leave
+                        // such a write out. (Found by this test in CI.)
+                        expected.push(None);
+                        left_out += 1;
+                    }
                     Operation::Write { lba, blocks, seed } => {
                         let data = pattern((blocks * BLOCK_BYTES) as usize, seed);
                         let start = (lba * u64::from(BLOCK_BYTES)) as usize;
@@ -283,7 +294,7 @@ proptest! {
                     }
                 }
             }
-            prop_assert_eq!(completions, group.len());
+            prop_assert_eq!(completions, group.len() - left_out);
         }
         // Finally every block reads back as the model says.
         for lba in (0..NAMESPACE_BLOCKS).step_by(256) {

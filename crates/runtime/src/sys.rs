@@ -65,6 +65,27 @@ pub fn check_address_free(address: SocketAddr) -> io::Result<()> {
     if address.port() == 0 {
         return Ok(());
     }
+    // A process killed with SIGKILL leaves its listening sockets behind for a moment:
+    // io_uring tears its rings down asynchronously and a pending multishot accept
+    // still holds the listener. A restart right after a crash (what a supervisor
+    // does) must not fail on that, so "in use" is retried for a bounded time.
+    let deadline = std::time::Instant::now() + BIND_RETRY;
+    loop {
+        match probe_bind(address) {
+            Err(error) if error.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                std::thread::sleep(BIND_RETRY_INTERVAL);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// How long a busy address is retried at start (covers io_uring teardown of a
+/// killed predecessor, which takes milliseconds; a real listener stays busy).
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+const BIND_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+fn probe_bind(address: SocketAddr) -> io::Result<()> {
     let family = match address {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
