@@ -8,6 +8,9 @@
 //!
 //! - [`RamBackend`]: sparse, lock-free, in-memory namespace.
 //! - [`NullBackend`]: discards writes, reads zeroes.
+//! - [`Raid0Backend`]: striping over several backends.
+//! - [`CacheBackend`]: a write-back or write-through cache tier over two backends.
+//! - [`Pool`]: thick and thin namespaces carved out of one backend, with a persisted table.
 //!
 //! With the `conformance` feature, the `conformance` module holds the checks every backend must
 //! pass; other crates run them against their own backends from their tests.
@@ -15,16 +18,22 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod cache;
 mod geometry;
 mod io;
 mod null;
+pub mod pool;
+mod raid0;
 mod ram;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use backend::{Backend, BackendQueue};
+pub use cache::{CacheBackend, CacheMode, DEFAULT_LINE_SIZE_BYTES};
 pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
 pub use io::{validate_request, IoCompletion, IoError, IoOp, IoRequest};
 pub use null::NullBackend;
+pub use pool::{CarveRecord, CarvedId, Pool, PoolError, TableStore};
+pub use raid0::{CompositionError, Raid0Backend};
 pub use ram::{RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};

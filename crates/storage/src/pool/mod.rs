@@ -1,0 +1,557 @@
+//! A storage pool: many namespaces ("carves") cut out of one backend.
+//!
+//! # Space
+//! The backend is divided into fixed allocation units (1 MiB by default). A thick carve
+//! reserves one contiguous run of units at create (first fit over the free units); a thin
+//! carve reserves nothing and maps a unit on the first write into it, through a per-carve
+//! unit map of atomics (reads and already-mapped writes take no lock; only the
+//! allocation of a new unit takes the pool lock). A write that cannot get its units fails
+//! with [`IoError::NoSpace`] on that command only. Every unit belongs to at most one
+//! carve by construction, and a loaded table that breaks this is rejected.
+//!
+//! # Free space reads as zeroes
+//! A fresh pool zeroes its backend once, and a deleted carve's units are zeroed (and
+//! flushed) before they are freed, so a new thick carve or a newly mapped thin unit never
+//! exposes another namespace's data and a thin unit's unwritten part reads as zeroes
+//! without zeroing it on the write path (which would race with writes from other queues
+//! into the same unit).
+//!
+//! # Persistence
+//! The table ([`CarveRecord`]s: id, NGUID, UUID, size, thin, extents or unit map) is
+//! saved on every create and delete, and thin mappings made by writes are saved before a
+//! Flush or FUA write to that carve completes (so the mapping of any data a host was told
+//! is durable is itself durable). Saving is a blocking file write on the submitting
+//! thread, but only when mappings changed since the last save.
+//!
+//! # Deleting
+//! The caller detaches a carve from every controller (no queue submitting) before
+//! deleting it; I/O submitted to a deleted carve's old handle fails with `Internal`.
+
+mod carve;
+mod table;
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Backend, Geometry, IoError, IoOp, IoRequest};
+use carve::{CarveBackend, CarveLayout, Placement, ThinMap};
+use table::{units_for_blocks, TableFile, TABLE_VERSION};
+
+pub use table::{CarveRecord, MemoryTable, TableStore, UnitExtent, UnitMapping};
+
+/// Default allocation unit of a new pool.
+pub const DEFAULT_UNIT_SIZE_BYTES: u64 = 1 << 20;
+/// Largest thin carve, in units: the unit map costs 8 bytes per unit, so this caps a
+/// hostile create at 128 MiB of map (16 TiB with 1 MiB units).
+pub const MAX_THIN_UNITS: u64 = 1 << 24;
+/// How long pool management I/O (zeroing on create/delete) waits for the backend.
+const MANAGEMENT_IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A carve's pool-unique id (1-based; never reused within a pool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CarvedId(pub u32);
+
+/// Why a pool operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// Not enough free space for a thick carve (the target maps this to the NVMe
+    /// capacity status).
+    #[error("not enough free space in the pool")]
+    NoSpace,
+    /// No carve with this id.
+    #[error("no carve with id {}", .0.0)]
+    NotFound(CarvedId),
+    /// The requested size is zero, overflows, or exceeds the thin limit.
+    #[error("invalid carve size of {0} blocks")]
+    InvalidSize(u64),
+    /// The allocation unit is not a power of two multiple of the block size, or the
+    /// backend holds less than one unit.
+    #[error("allocation unit of {unit_size_bytes} bytes does not fit a backend with {block_size_bytes}-byte blocks and {capacity_bytes} bytes")]
+    InvalidUnitSize {
+        /// The rejected unit size.
+        unit_size_bytes: u64,
+        /// The backend's block size.
+        block_size_bytes: u32,
+        /// The backend's capacity.
+        capacity_bytes: u64,
+    },
+    /// The persisted table is unreadable or inconsistent (overlaps, out of range).
+    #[error("corrupt pool table: {0}")]
+    CorruptTable(String),
+    /// Reading or writing the table failed.
+    #[error("pool table I/O: {0}")]
+    TableIo(String),
+    /// Zeroing units on the backend failed.
+    #[error("pool backend I/O failed: {0}")]
+    Device(IoError),
+}
+
+/// Shared by the pool handle and every carve view.
+struct PoolShared {
+    backend: Arc<dyn Backend>,
+    store: TableStore,
+    block_size_bytes: u32,
+    unit_size_bytes: u64,
+    unit_blocks: u64,
+    unit_count: u64,
+    state: Mutex<PoolState>,
+    /// Thin mappings changed since the table was last saved.
+    mappings_dirty: AtomicBool,
+}
+
+struct PoolState {
+    next_id: u32,
+    carves: BTreeMap<CarvedId, CarveEntry>,
+    used_units: Vec<bool>,
+    free_units: u64,
+    /// Where the next thin allocation starts looking, so allocation is not quadratic.
+    allocation_hint: u64,
+}
+
+struct CarveEntry {
+    record: CarveRecord,
+    layout: Arc<CarveLayout>,
+}
+
+impl PoolShared {
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        // Every update of the state completes before it can panic-free return, and a
+        // panic elsewhere leaves it consistent, so poisoning carries no information.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Maps `logical_unit` of a thin carve to a free unit (lowest free from the hint).
+    fn allocate_unit(&self, map: &ThinMap, logical_unit: u64) -> Result<(), IoError> {
+        let mut state = self.lock();
+        if map.physical_unit(logical_unit).is_some() {
+            return Ok(()); // Another queue mapped it while we waited for the lock.
+        }
+        if state.free_units == 0 {
+            return Err(IoError::NoSpace);
+        }
+        let count = self.unit_count as usize;
+        let hint = state.allocation_hint as usize;
+        let found = (hint..count)
+            .chain(0..hint)
+            .find(|&unit| !state.used_units[unit])
+            .ok_or(IoError::NoSpace)?;
+        state.used_units[found] = true;
+        state.free_units -= 1;
+        state.allocation_hint = (found as u64 + 1) % self.unit_count;
+        map.units[logical_unit as usize].store(found as u64 + 1, Ordering::Release);
+        self.mappings_dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Saves the table if thin mappings changed since the last save.
+    fn persist_if_dirty(&self) -> Result<(), PoolError> {
+        if !self.mappings_dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let state = self.lock();
+        self.save_locked(&state)
+    }
+
+    fn save_locked(&self, state: &PoolState) -> Result<(), PoolError> {
+        // Cleared before the snapshot: a mapping made after it (under the same lock, so
+        // not concurrently) sets the flag again.
+        self.mappings_dirty.store(false, Ordering::Release);
+        let table = TableFile {
+            version: TABLE_VERSION,
+            block_size_bytes: self.block_size_bytes,
+            unit_size_bytes: self.unit_size_bytes,
+            next_id: state.next_id,
+            carves: state
+                .carves
+                .values()
+                .map(|entry| entry.snapshot())
+                .collect(),
+        };
+        self.store.save(&table).inspect_err(|_| {
+            self.mappings_dirty.store(true, Ordering::Release);
+        })
+    }
+}
+
+impl CarveEntry {
+    /// The record with the thin unit map read from the live atomics.
+    fn snapshot(&self) -> CarveRecord {
+        let mut record = self.record.clone();
+        if let Placement::Thin { map } = &self.layout.placement {
+            record.unit_map = (0..map.units.len() as u64)
+                .filter_map(|logical_unit| {
+                    map.physical_unit(logical_unit)
+                        .map(|physical_unit| UnitMapping {
+                            logical_unit,
+                            physical_unit,
+                        })
+                })
+                .collect();
+        }
+        record
+    }
+}
+
+/// A pool of carved namespaces over one backend; see the module docs.
+pub struct Pool {
+    shared: Arc<PoolShared>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("unit_size_bytes", &self.shared.unit_size_bytes)
+            .field("unit_count", &self.shared.unit_count)
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Opens the pool stored in `table`, or creates a new one (1 MiB units) when the
+    /// table is empty.
+    pub fn open(backend: Arc<dyn Backend>, table: TableStore) -> Result<Pool, PoolError> {
+        Self::open_with_unit_size(backend, table, DEFAULT_UNIT_SIZE_BYTES)
+    }
+
+    /// Like [`Pool::open`] with a chosen allocation unit for a new pool; an existing table
+    /// keeps the unit it was created with.
+    pub fn open_with_unit_size(
+        backend: Arc<dyn Backend>,
+        table: TableStore,
+        unit_size_bytes: u64,
+    ) -> Result<Pool, PoolError> {
+        let geometry = backend.geometry();
+        let block_size_bytes = geometry.block_size_bytes;
+        let loaded = table.load()?;
+        let unit_size_bytes = loaded
+            .as_ref()
+            .map_or(unit_size_bytes, |loaded| loaded.unit_size_bytes);
+        let unit_count = geometry.capacity_bytes() / unit_size_bytes.max(1);
+        if !unit_size_bytes.is_power_of_two()
+            || unit_size_bytes < u64::from(block_size_bytes)
+            || unit_count == 0
+            || usize::try_from(unit_count).is_err()
+        {
+            let error = PoolError::InvalidUnitSize {
+                unit_size_bytes,
+                block_size_bytes,
+                capacity_bytes: geometry.capacity_bytes(),
+            };
+            return Err(match loaded {
+                Some(_) => PoolError::CorruptTable(error.to_string()),
+                None => error,
+            });
+        }
+        let unit_blocks = unit_size_bytes / u64::from(block_size_bytes);
+        let fresh = loaded.is_none();
+        let loaded = loaded.unwrap_or(TableFile {
+            version: TABLE_VERSION,
+            block_size_bytes,
+            unit_size_bytes,
+            next_id: 1,
+            carves: Vec::new(),
+        });
+        let used_units = loaded.validate(block_size_bytes, unit_count)?;
+        let free_units = used_units.iter().filter(|&&used| !used).count() as u64;
+        let shared = Arc::new(PoolShared {
+            backend,
+            store: table,
+            block_size_bytes,
+            unit_size_bytes,
+            unit_blocks,
+            unit_count,
+            state: Mutex::new(PoolState {
+                next_id: loaded.next_id,
+                carves: BTreeMap::new(),
+                used_units,
+                free_units,
+                allocation_hint: 0,
+            }),
+            mappings_dirty: AtomicBool::new(false),
+        });
+        let pool = Pool { shared };
+        {
+            let mut state = pool.shared.lock();
+            for record in loaded.carves {
+                let entry = pool.entry_for(record);
+                state.carves.insert(entry.record.id, entry);
+            }
+        }
+        if fresh {
+            // Establish "free space reads as zeroes" before the first carve exists.
+            pool.zero_units(&[UnitExtent {
+                start_unit: 0,
+                unit_count,
+            }])?;
+            let state = pool.shared.lock();
+            pool.shared.save_locked(&state)?;
+        }
+        Ok(pool)
+    }
+
+    fn entry_for(&self, mut record: CarveRecord) -> CarveEntry {
+        let shared = &self.shared;
+        let placement = if record.thin {
+            let units = units_for_blocks(record.size_blocks, shared.unit_blocks).unwrap_or(0);
+            let map = ThinMap::new(units);
+            for mapping in record.unit_map.drain(..) {
+                map.units[mapping.logical_unit as usize]
+                    .store(mapping.physical_unit + 1, Ordering::Relaxed);
+            }
+            Placement::Thin { map: Arc::new(map) }
+        } else {
+            Placement::Thick {
+                start_lba: record.extents[0].start_unit * shared.unit_blocks,
+            }
+        };
+        let layout = Arc::new(CarveLayout {
+            geometry: Geometry {
+                block_size_bytes: shared.block_size_bytes,
+                block_count: record.size_blocks,
+            },
+            unit_blocks: shared.unit_blocks,
+            placement,
+            pool: Arc::clone(shared),
+            deleted: Arc::new(AtomicBool::new(false)),
+        });
+        CarveEntry { record, layout }
+    }
+
+    /// Carves a namespace of `size_blocks` blocks (of the backend's block size).
+    pub fn create(&self, size_blocks: u64, thin: bool) -> Result<CarvedId, PoolError> {
+        let shared = &self.shared;
+        let geometry = Geometry {
+            block_size_bytes: shared.block_size_bytes,
+            block_count: size_blocks,
+        };
+        let units = units_for_blocks(size_blocks, shared.unit_blocks)
+            .filter(|_| geometry.validate().is_ok())
+            .ok_or(PoolError::InvalidSize(size_blocks))?;
+        if thin && units > MAX_THIN_UNITS {
+            return Err(PoolError::InvalidSize(size_blocks));
+        }
+        let mut state = shared.lock();
+        let extents = if thin {
+            Vec::new()
+        } else {
+            let start_unit = first_fit(&state.used_units, units).ok_or(PoolError::NoSpace)?;
+            vec![UnitExtent {
+                start_unit,
+                unit_count: units,
+            }]
+        };
+        let id = CarvedId(state.next_id);
+        let next_id = state.next_id.checked_add(1).ok_or(PoolError::NoSpace)?;
+        let (nguid, uuid) = new_identity(id);
+        let record = CarveRecord {
+            id,
+            nguid,
+            uuid,
+            size_blocks,
+            thin,
+            extents: extents.clone(),
+            unit_map: Vec::new(),
+        };
+        for extent in &extents {
+            for unit in extent.start_unit..extent.start_unit + extent.unit_count {
+                state.used_units[unit as usize] = true;
+            }
+            state.free_units -= extent.unit_count;
+        }
+        state.next_id = next_id;
+        let entry = self.entry_for(record);
+        state.carves.insert(id, entry);
+        if let Err(error) = shared.save_locked(&state) {
+            // Not persisted, so not created: undo.
+            state.carves.remove(&id);
+            for extent in &extents {
+                for unit in extent.start_unit..extent.start_unit + extent.unit_count {
+                    state.used_units[unit as usize] = false;
+                }
+                state.free_units += extent.unit_count;
+            }
+            return Err(error);
+        }
+        Ok(id)
+    }
+
+    /// Deletes a carve: its I/O starts failing, its units are zeroed and freed.
+    pub fn delete(&self, id: CarvedId) -> Result<(), PoolError> {
+        let units = {
+            let state = self.shared.lock();
+            let entry = state.carves.get(&id).ok_or(PoolError::NotFound(id))?;
+            entry.layout.deleted.store(true, Ordering::Release);
+            let record = entry.snapshot();
+            let mut units = record.extents;
+            units.extend(record.unit_map.iter().map(|mapping| UnitExtent {
+                start_unit: mapping.physical_unit,
+                unit_count: 1,
+            }));
+            units
+        };
+        // Zeroed outside the lock (it is device I/O); the carve stays in the table until
+        // its units read as zeroes, so a crash here leaves it intact, not leaked.
+        self.zero_units(&units)?;
+        let mut state = self.shared.lock();
+        state.carves.remove(&id);
+        for extent in &units {
+            for unit in extent.start_unit..extent.start_unit + extent.unit_count {
+                state.used_units[unit as usize] = false;
+            }
+            state.free_units += extent.unit_count;
+        }
+        self.shared.save_locked(&state)
+    }
+
+    /// A backend view of the carve.
+    pub fn get(&self, id: CarvedId) -> Result<Arc<dyn Backend>, PoolError> {
+        let state = self.shared.lock();
+        let entry = state.carves.get(&id).ok_or(PoolError::NotFound(id))?;
+        Ok(Arc::new(CarveBackend {
+            layout: Arc::clone(&entry.layout),
+        }))
+    }
+
+    /// The identity and placement of one carve (thin map as of now).
+    pub fn record(&self, id: CarvedId) -> Result<CarveRecord, PoolError> {
+        let state = self.shared.lock();
+        let entry = state.carves.get(&id).ok_or(PoolError::NotFound(id))?;
+        Ok(entry.snapshot())
+    }
+
+    /// Every carve, in id order.
+    pub fn records(&self) -> Vec<CarveRecord> {
+        let state = self.shared.lock();
+        state.carves.values().map(CarveEntry::snapshot).collect()
+    }
+
+    /// Saves thin mappings made since the last save (Flush does this per carve).
+    pub fn sync(&self) -> Result<(), PoolError> {
+        self.shared.persist_if_dirty()
+    }
+
+    /// The allocation unit.
+    pub fn unit_size_bytes(&self) -> u64 {
+        self.shared.unit_size_bytes
+    }
+
+    /// Units in the pool.
+    pub fn unit_count(&self) -> u64 {
+        self.shared.unit_count
+    }
+
+    /// Units not used by any carve.
+    pub fn free_units(&self) -> u64 {
+        self.shared.lock().free_units
+    }
+
+    /// Writes zeroes over the extents (merged where adjacent) and flushes, one request at
+    /// a time on a private queue.
+    fn zero_units(&self, extents: &[UnitExtent]) -> Result<(), PoolError> {
+        let unit_blocks = self.shared.unit_blocks;
+        let mut sorted = extents.to_vec();
+        sorted.sort_by_key(|extent| extent.start_unit);
+        let mut merged: Vec<UnitExtent> = Vec::with_capacity(sorted.len());
+        for extent in sorted {
+            match merged.last_mut() {
+                Some(last) if last.start_unit + last.unit_count == extent.start_unit => {
+                    last.unit_count += extent.unit_count;
+                }
+                _ => merged.push(extent),
+            }
+        }
+        let ops = merged
+            .iter()
+            .map(|extent| IoOp::WriteZeroes {
+                lba: extent.start_unit * unit_blocks,
+                blocks: extent.unit_count * unit_blocks,
+                deallocate: true,
+                force_unit_access: false,
+            })
+            .chain(std::iter::once(IoOp::Flush));
+        let mut queue = self.shared.backend.open_queue();
+        let mut completions = Vec::with_capacity(1);
+        for (token, op) in ops.enumerate() {
+            queue.submit(IoRequest {
+                token: token as u64,
+                op,
+                buffer: Vec::new(),
+            });
+            let deadline = Instant::now() + MANAGEMENT_IO_TIMEOUT;
+            while completions.is_empty() {
+                queue.reap(&mut completions);
+                if completions.is_empty() {
+                    if Instant::now() > deadline {
+                        return Err(PoolError::Device(IoError::Internal));
+                    }
+                    std::thread::yield_now();
+                }
+            }
+            if let Some(completion) = completions.pop() {
+                completion.result.map_err(PoolError::Device)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    /// Best effort: mappings that were never flushed may be lost anyway, but a clean
+    /// shutdown should keep them.
+    fn drop(&mut self) {
+        let _ = self.shared.persist_if_dirty();
+    }
+}
+
+/// Lowest start of `count` consecutive free units.
+fn first_fit(used_units: &[bool], count: u64) -> Option<u64> {
+    let mut run_start = 0usize;
+    let mut run_length = 0u64;
+    for (unit, &used) in used_units.iter().enumerate() {
+        if used {
+            run_length = 0;
+            run_start = unit + 1;
+        } else {
+            run_length += 1;
+            if run_length == count {
+                return Some(run_start as u64);
+            }
+        }
+    }
+    None
+}
+
+/// Random NGUID and UUID (version 4, RFC 4122 variant). The standard library's hasher
+/// keys are random per process; mixing in the time, the id and a counter makes every
+/// identity distinct without a `rand` dependency.
+fn new_identity(id: CarvedId) -> ([u8; 16], [u8; 16]) {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut random_words = [0u64; 4];
+    for (index, word) in random_words.iter_mut().enumerate() {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(id.0);
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_usize(index);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        hasher.write_u128(nanos);
+        *word = hasher.finish();
+    }
+    let mut nguid = [0u8; 16];
+    nguid[..8].copy_from_slice(&random_words[0].to_le_bytes());
+    nguid[8..].copy_from_slice(&random_words[1].to_le_bytes());
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&random_words[2].to_le_bytes());
+    uuid[8..].copy_from_slice(&random_words[3].to_le_bytes());
+    uuid[6] = (uuid[6] & 0x0F) | 0x40;
+    uuid[8] = (uuid[8] & 0x3F) | 0x80;
+    (nguid, uuid)
+}

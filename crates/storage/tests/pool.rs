@@ -1,0 +1,426 @@
+//! The pool: carving, first-fit, thin allocation and NoSpace, persistence and identities
+//! across reopen, corrupt tables, and the conformance suite on thick and thin carves.
+
+mod support;
+
+use std::sync::Arc;
+
+use storage::conformance::{self, pattern, submit_and_wait};
+use storage::pool::{UnitExtent, UnitMapping};
+use storage::{
+    Backend, CarvedId, Geometry, IoError, IoOp, IoRequest, Pool, PoolError, RamBackend, TableStore,
+};
+use support::DelayedBackend;
+
+const UNIT: u64 = 64 * 1024;
+
+fn ram(block_count: u64) -> Arc<dyn Backend> {
+    RamBackend::new(Geometry {
+        block_size_bytes: 512,
+        block_count,
+    })
+}
+
+/// A pool of `units` 64 KiB units (128 blocks each).
+fn pool(units: u64) -> (Pool, Arc<dyn Backend>, TableStore) {
+    let backend = ram(units * 128);
+    let table = TableStore::memory();
+    let pool = Pool::open_with_unit_size(Arc::clone(&backend), table.clone(), UNIT).unwrap();
+    (pool, backend, table)
+}
+
+fn write(backend: &Arc<dyn Backend>, lba: u64, data: Vec<u8>) -> Result<(), IoError> {
+    let mut queue = backend.open_queue();
+    let blocks = (data.len() / 512) as u32;
+    let op = IoOp::Write {
+        lba,
+        blocks,
+        force_unit_access: false,
+    };
+    submit_and_wait(
+        &mut *queue,
+        IoRequest {
+            token: 1,
+            op,
+            buffer: data,
+        },
+    )
+    .result
+}
+
+fn read(backend: &Arc<dyn Backend>, lba: u64, blocks: u32) -> Vec<u8> {
+    let mut queue = backend.open_queue();
+    let op = IoOp::Read { lba, blocks };
+    let completion = submit_and_wait(
+        &mut *queue,
+        IoRequest {
+            token: 2,
+            op,
+            buffer: vec![0xEE; blocks as usize * 512],
+        },
+    );
+    assert_eq!(completion.result, Ok(()));
+    completion.buffer
+}
+
+fn flush(backend: &Arc<dyn Backend>) {
+    let mut queue = backend.open_queue();
+    let completion = submit_and_wait(
+        &mut *queue,
+        IoRequest {
+            token: 3,
+            op: IoOp::Flush,
+            buffer: Vec::new(),
+        },
+    );
+    assert_eq!(completion.result, Ok(()));
+}
+
+/// A fresh pool per call (the suite runs checks in parallel), carve sized 8 MiB.
+fn thick_carve() -> Arc<dyn Backend> {
+    let (pool, _, _) = pool(256);
+    let _spacer = pool.create(300, false).unwrap();
+    let id = pool.create(8192 * 2 + 5, false).unwrap();
+    pool.get(id).unwrap()
+}
+
+fn thin_carve() -> Arc<dyn Backend> {
+    let (pool, _, _) = pool(512);
+    let id = pool.create(8192 * 2 + 5, true).unwrap();
+    // Another thin carve allocates units in between, so the map is not identity.
+    let other = pool.get(pool.create(1 << 14, true).unwrap()).unwrap();
+    for unit in 0..40 {
+        write(&other, unit * 128 * 3, vec![1; 512]).unwrap();
+    }
+    pool.get(id).unwrap()
+}
+
+fn thin_carve_delayed() -> Arc<dyn Backend> {
+    let backend = DelayedBackend::new(ram(512 * 128), 2);
+    let pool = Pool::open_with_unit_size(backend, TableStore::memory(), UNIT).unwrap();
+    let id = pool.create(8192, true).unwrap();
+    pool.get(id).unwrap()
+}
+
+fn thick_carve_delayed() -> Arc<dyn Backend> {
+    let backend = DelayedBackend::new(ram(512 * 128), 3);
+    let pool = Pool::open_with_unit_size(backend, TableStore::memory(), UNIT).unwrap();
+    pool.create(77, false).unwrap();
+    let id = pool.create(8192, false).unwrap();
+    pool.get(id).unwrap()
+}
+
+macro_rules! conformance_tests {
+    ($module:ident, $factory:path) => {
+        mod $module {
+            use super::*;
+            #[test]
+            fn run_all() {
+                conformance::run_all(&$factory);
+            }
+        }
+    };
+}
+
+/// Composition: a thin carve of a pool on a RAID0 of delayed members.
+fn thin_carve_on_raid0() -> Arc<dyn Backend> {
+    let members = (0..3)
+        .map(|_| DelayedBackend::new(ram(200 * 128), 1) as Arc<dyn Backend>)
+        .collect();
+    let raid = storage::Raid0Backend::new(members, 16384).unwrap();
+    let pool = Pool::open_with_unit_size(raid, TableStore::memory(), UNIT).unwrap();
+    let id = pool.create(8192 + 3, true).unwrap();
+    pool.get(id).unwrap()
+}
+
+conformance_tests!(thin_on_raid0, thin_carve_on_raid0);
+conformance_tests!(thick, thick_carve);
+conformance_tests!(thin, thin_carve);
+conformance_tests!(thick_delayed, thick_carve_delayed);
+conformance_tests!(thin_delayed, thin_carve_delayed);
+
+#[test]
+fn create_get_delete_and_reopen() {
+    let (pool, backend, table) = pool(64);
+    assert_eq!(pool.unit_count(), 64);
+    let a = pool.create(1000, false).unwrap();
+    let b = pool.create(128, true).unwrap();
+    assert_eq!((a, b), (CarvedId(1), CarvedId(2)));
+    let view = pool.get(a).unwrap();
+    assert_eq!(
+        view.geometry(),
+        Geometry {
+            block_size_bytes: 512,
+            block_count: 1000
+        }
+    );
+    assert_eq!(view.kind(), "pool-thick");
+    assert_eq!(pool.get(b).unwrap().kind(), "pool-thin");
+    assert_eq!(pool.free_units(), 64 - 8);
+    let data = pattern(1, 512 * 10);
+    write(&view, 990, data.clone()).unwrap();
+    let records = pool.records();
+    drop(view);
+    drop(pool);
+
+    let reopened = Pool::open(Arc::clone(&backend), table.clone()).unwrap();
+    assert_eq!(
+        reopened.unit_size_bytes(),
+        UNIT,
+        "the unit comes from the table"
+    );
+    assert_eq!(
+        reopened.records(),
+        records,
+        "ids, sizes, identities survive"
+    );
+    assert_eq!(read(&reopened.get(a).unwrap(), 990, 10), data);
+    reopened.delete(a).unwrap();
+    assert_eq!(reopened.get(a).err(), Some(PoolError::NotFound(a)));
+    assert_eq!(reopened.delete(a).unwrap_err(), PoolError::NotFound(a));
+    assert_eq!(reopened.free_units(), 64);
+    // Ids are never reused; the freed space reads as zeroes in a new carve.
+    let c = reopened.create(64 * 128, false).unwrap();
+    assert_eq!(c, CarvedId(3));
+    assert_eq!(read(&reopened.get(c).unwrap(), 990, 10), vec![0; 5120]);
+    assert_eq!(reopened.create(1, false).unwrap_err(), PoolError::NoSpace);
+}
+
+#[test]
+fn identities_are_distinct_and_stable() {
+    let (pool, backend, table) = pool(16);
+    let ids: Vec<_> = (0..4)
+        .map(|index| pool.create(100, index % 2 == 0).unwrap())
+        .collect();
+    let records = pool.records();
+    for (index, record) in records.iter().enumerate() {
+        assert_eq!(record.uuid[6] >> 4, 4, "UUID version 4");
+        for other in &records[index + 1..] {
+            assert_ne!(record.nguid, other.nguid);
+            assert_ne!(record.uuid, other.uuid);
+        }
+    }
+    drop(pool);
+    let reopened = Pool::open(backend, table).unwrap();
+    for (id, record) in ids.iter().zip(&records) {
+        assert_eq!(&reopened.record(*id).unwrap(), record);
+    }
+}
+
+#[test]
+fn thick_carves_are_first_fit() {
+    let (pool, _, _) = pool(16);
+    let a = pool.create(2 * 128, false).unwrap(); // units 0..2
+    let b = pool.create(3 * 128, false).unwrap(); // units 2..5
+    let c = pool.create(128, false).unwrap(); // unit 5
+    let d = pool.create(4 * 128, false).unwrap(); // units 6..10
+    pool.delete(b).unwrap(); // hole of 3 at unit 2
+    pool.delete(d).unwrap(); // hole of 10 at unit 6
+    let extent = |id| pool.record(id).unwrap().extents[0];
+    let e = pool.create(4 * 128, false).unwrap();
+    assert_eq!(
+        extent(e),
+        UnitExtent {
+            start_unit: 6,
+            unit_count: 4
+        },
+        "too big for the first hole"
+    );
+    let f = pool.create(2 * 128 + 1, false).unwrap();
+    assert_eq!(
+        extent(f),
+        UnitExtent {
+            start_unit: 2,
+            unit_count: 3
+        },
+        "rounded up to units"
+    );
+    assert_eq!(pool.create(7 * 128, false).unwrap_err(), PoolError::NoSpace);
+    let g = pool.create(6 * 128, false).unwrap();
+    assert_eq!(
+        extent(g),
+        UnitExtent {
+            start_unit: 10,
+            unit_count: 6
+        }
+    );
+    assert_eq!(pool.free_units(), 0);
+    let _ = (a, c);
+}
+
+#[test]
+fn thin_allocates_on_write_and_fails_the_write_with_no_space() {
+    let (pool, backend, table) = pool(8);
+    let thick = pool.create(5 * 128, false).unwrap();
+    let thin = pool.create(100 * 128, true).unwrap(); // overcommitted
+    let view = pool.get(thin).unwrap();
+    assert_eq!(
+        read(&view, 50 * 128, 4),
+        vec![0; 2048],
+        "unallocated reads zeroes"
+    );
+    assert!(
+        pool.record(thin).unwrap().unit_map.is_empty(),
+        "reads do not allocate"
+    );
+    // A write straddling two units allocates both.
+    write(&view, 10 * 128 + 127, vec![7; 1024]).unwrap();
+    let map = pool.record(thin).unwrap().unit_map;
+    assert_eq!(
+        map,
+        vec![
+            UnitMapping {
+                logical_unit: 10,
+                physical_unit: 5
+            },
+            UnitMapping {
+                logical_unit: 11,
+                physical_unit: 6
+            },
+        ]
+    );
+    assert_eq!(
+        read(&view, 10 * 128 + 126, 4),
+        [vec![0; 512], vec![7; 1024], vec![0; 512]].concat()
+    );
+    write(&view, 0, vec![9; 512]).unwrap();
+    assert_eq!(pool.free_units(), 0);
+    // Out of space: this write fails, earlier data and other commands are unaffected.
+    assert_eq!(write(&view, 99 * 128, vec![1; 512]), Err(IoError::NoSpace));
+    assert_eq!(read(&view, 99 * 128, 1), vec![0; 512]);
+    assert_eq!(read(&view, 0, 1), vec![9; 512]);
+    write(&view, 1, vec![8; 512]).unwrap();
+    flush(&view);
+    // Mappings survive reopen after a Flush.
+    drop(view);
+    drop(pool);
+    let reopened = Pool::open(backend, table).unwrap();
+    let view = reopened.get(thin).unwrap();
+    assert_eq!(read(&view, 0, 2), [vec![9; 512], vec![8; 512]].concat());
+    assert_eq!(read(&view, 10 * 128 + 127, 2), vec![7; 1024]);
+    // Deleting the thick carve frees space for the thin one.
+    reopened.delete(thick).unwrap();
+    write(&view, 99 * 128, vec![1; 512]).unwrap();
+    assert_eq!(read(&view, 99 * 128, 1), vec![1; 512]);
+}
+
+#[test]
+fn deleted_thin_units_are_zeroed_before_reuse() {
+    let (pool, _, _) = pool(4);
+    let first = pool.get(pool.create(4 * 128, true).unwrap()).unwrap();
+    write(&first, 0, vec![0xAB; 4 * 128 * 512]).unwrap();
+    let first_id = pool.records()[0].id;
+    pool.delete(first_id).unwrap();
+    // The old handle no longer reaches the device.
+    let mut queue = first.open_queue();
+    let completion = submit_and_wait(
+        &mut *queue,
+        IoRequest {
+            token: 1,
+            op: IoOp::Read { lba: 0, blocks: 1 },
+            buffer: vec![0; 512],
+        },
+    );
+    assert_eq!(completion.result, Err(IoError::Internal));
+    let second = pool.get(pool.create(4 * 128, true).unwrap()).unwrap();
+    write(&second, 5, vec![1; 512]).unwrap();
+    let contents = read(&second, 0, 128);
+    assert!(contents[..5 * 512].iter().all(|&byte| byte == 0));
+    assert!(contents[6 * 512..].iter().all(|&byte| byte == 0));
+}
+
+#[test]
+fn rejects_bad_sizes() {
+    let (pool, _, _) = pool(4);
+    assert_eq!(
+        pool.create(0, false).unwrap_err(),
+        PoolError::InvalidSize(0)
+    );
+    assert_eq!(
+        pool.create(u64::MAX, true).unwrap_err(),
+        PoolError::InvalidSize(u64::MAX)
+    );
+    assert_eq!(
+        pool.create(u64::MAX / 256, false).unwrap_err(),
+        PoolError::InvalidSize(u64::MAX / 256)
+    );
+    assert_eq!(
+        pool.create(u64::MAX / 512, false).unwrap_err(),
+        PoolError::NoSpace
+    );
+    assert_eq!(
+        pool.create(1 << 40, true).unwrap_err(),
+        PoolError::InvalidSize(1 << 40)
+    );
+    assert_eq!(pool.create(5 * 128, false).unwrap_err(), PoolError::NoSpace);
+    assert!(matches!(
+        Pool::open_with_unit_size(ram(1024), TableStore::memory(), 3000).unwrap_err(),
+        PoolError::InvalidUnitSize { .. }
+    ));
+    assert!(matches!(
+        Pool::open_with_unit_size(ram(64), TableStore::memory(), UNIT).unwrap_err(),
+        PoolError::InvalidUnitSize { .. }
+    ));
+}
+
+#[test]
+fn corrupt_tables_are_rejected_with_a_reason() {
+    let (pool, backend, table) = pool(8);
+    pool.create(2 * 128, false).unwrap();
+    let thin = pool.create(4 * 128, true).unwrap();
+    write(&pool.get(thin).unwrap(), 0, vec![1; 512]).unwrap();
+    pool.sync().unwrap();
+    drop(pool);
+    let good = table.text().unwrap().unwrap();
+    let reopen = |text: &str| {
+        table.set_memory_text(text);
+        Pool::open(Arc::clone(&backend), table.clone()).unwrap_err()
+    };
+    let overlapping = good.replacen("\"physical_unit\": 2", "\"physical_unit\": 1", 1);
+    assert_ne!(overlapping, good);
+    let error = reopen(&overlapping);
+    assert!(
+        matches!(&error, PoolError::CorruptTable(message) if message.contains("overlaps")),
+        "{error}"
+    );
+    let beyond = good.replacen("\"physical_unit\": 2", "\"physical_unit\": 80", 1);
+    let error = reopen(&beyond);
+    assert!(
+        matches!(&error, PoolError::CorruptTable(message) if message.contains("beyond")),
+        "{error}"
+    );
+    let error = reopen("{ not json");
+    assert!(matches!(error, PoolError::CorruptTable(_)), "{error}");
+    let error =
+        reopen(&good.replacen("\"block_size_bytes\": 512", "\"block_size_bytes\": 4096", 1));
+    assert!(
+        matches!(&error, PoolError::CorruptTable(message) if message.contains("4096")),
+        "{error}"
+    );
+    table.set_memory_text(&good);
+    Pool::open(backend, table).unwrap();
+}
+
+#[test]
+fn file_table_is_written_atomically_and_reopens() {
+    let directory = std::env::temp_dir().join(format!("sluice-pool-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join("pool.json");
+    let _ = std::fs::remove_file(&path);
+    let backend = ram(16 * 128);
+    let store = TableStore::File(path.clone());
+    let pool = Pool::open_with_unit_size(Arc::clone(&backend), store.clone(), UNIT).unwrap();
+    let id = pool.create(300, true).unwrap();
+    let view = pool.get(id).unwrap();
+    write(&view, 200, vec![5; 512]).unwrap();
+    flush(&view);
+    let record = pool.record(id).unwrap();
+    drop(view);
+    drop(pool);
+    assert!(path.exists());
+    assert!(!directory.join("pool.json.tmp").exists());
+    let reopened = Pool::open(backend, store).unwrap();
+    assert_eq!(reopened.record(id).unwrap(), record);
+    assert_eq!(read(&reopened.get(id).unwrap(), 200, 1), vec![5; 512]);
+    std::fs::remove_dir_all(&directory).unwrap();
+}
