@@ -11,6 +11,7 @@ use nvme_spec::NamespaceId;
 use nvme_target::{
     AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, TargetSettings, TargetSpec,
 };
+use runtime::{FileBackend, FileOptions};
 use storage::{Backend, Geometry, NullBackend, RamBackend};
 
 /// NQN of the subsystem `sluice serve` exports without a config file.
@@ -59,24 +60,35 @@ pub struct NamespaceConfig {
     #[serde(default)]
     pub nsid: Option<u32>,
     pub backend: BackendKind,
-    pub size: ByteSize,
-    #[serde(default = "default_block_size")]
-    pub block_size: u32,
+    /// Capacity; required for "ram" and "null", and for "file" when the file does
+    /// not exist yet (it is created or extended to this size, never shrunk).
+    #[serde(default)]
+    pub size: Option<ByteSize>,
+    /// Block size in bytes; default 512 for "ram"/"null", for "file" 4096 (regular
+    /// file) or the device's logical block size (block device).
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// "file": the regular file or block device holding the blocks.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// "file": O_DIRECT (default true). Buffered I/O when false, e.g. on tmpfs.
+    #[serde(default)]
+    pub direct_io: Option<bool>,
     #[serde(default)]
     pub nguid: Option<String>,
     #[serde(default)]
     pub uuid: Option<String>,
 }
 
-fn default_block_size() -> u32 {
-    512
-}
+/// Block size of RAM and null namespaces when the config does not say.
+const DEFAULT_BLOCK_SIZE_BYTES: u32 = 512;
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendKind {
     Ram,
     Null,
+    File,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
@@ -189,8 +201,10 @@ impl Config {
                 namespaces: vec![NamespaceConfig {
                     nsid: Some(1),
                     backend: BackendKind::Ram,
-                    size: ByteSize(DEFAULT_NAMESPACE_BYTES),
-                    block_size: 512,
+                    size: Some(ByteSize(DEFAULT_NAMESPACE_BYTES)),
+                    block_size: Some(DEFAULT_BLOCK_SIZE_BYTES),
+                    path: None,
+                    direct_io: None,
                     nguid: None,
                     uuid: None,
                 }],
@@ -285,14 +299,38 @@ impl Config {
 }
 
 fn build_backend(namespace: &NamespaceConfig, location: &str) -> Result<Arc<dyn Backend>, ConfigError> {
-    let block_size = namespace.block_size;
-    if !block_size.is_power_of_two() || !(512..=65536).contains(&block_size) {
-        return Err(invalid(
-            format!("{location}.block_size"),
-            format!("{block_size} is not a power of two between 512 and 65536"),
-        ));
+    if let Some(block_size) = namespace.block_size {
+        if !block_size.is_power_of_two() || !(512..=65536).contains(&block_size) {
+            return Err(invalid(
+                format!("{location}.block_size"),
+                format!("{block_size} is not a power of two between 512 and 65536"),
+            ));
+        }
     }
-    let bytes = namespace.size.0;
+    if namespace.backend != BackendKind::File && (namespace.path.is_some() || namespace.direct_io.is_some()) {
+        return Err(invalid(location, "`path` and `direct_io` only apply to backend = \"file\""));
+    }
+    if namespace.backend == BackendKind::File {
+        let Some(path) = &namespace.path else {
+            return Err(invalid(
+                format!("{location}.path"),
+                "backend = \"file\" needs path = \"/path/to/file-or-block-device\"",
+            ));
+        };
+        let options = FileOptions {
+            block_size_bytes: namespace.block_size,
+            direct_io: namespace.direct_io.unwrap_or(true),
+            size_bytes: namespace.size.map(|size| size.0),
+            ..FileOptions::default()
+        };
+        return FileBackend::open(path, options)
+            .map(|backend| backend as Arc<dyn Backend>)
+            .map_err(|error| invalid(location, error.to_string()));
+    }
+    let block_size = namespace.block_size.unwrap_or(DEFAULT_BLOCK_SIZE_BYTES);
+    let Some(ByteSize(bytes)) = namespace.size else {
+        return Err(invalid(format!("{location}.size"), "missing: give the capacity, e.g. size = \"1GiB\""));
+    };
     if bytes == 0 || !bytes.is_multiple_of(u64::from(block_size)) {
         return Err(invalid(
             format!("{location}.size"),
@@ -303,6 +341,7 @@ fn build_backend(namespace: &NamespaceConfig, location: &str) -> Result<Arc<dyn 
     let built: Result<Arc<dyn Backend>, storage::GeometryError> = match namespace.backend {
         BackendKind::Ram => RamBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>),
         BackendKind::Null => NullBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>),
+        BackendKind::File => unreachable!("file namespaces are built above"),
     };
     built.map_err(|error| invalid(format!("{location}.size"), error.to_string()))
 }
@@ -365,13 +404,39 @@ mod tests {
     }
 
     #[test]
+    fn file_namespaces_need_a_path_and_create_the_file() {
+        let directory = std::env::temp_dir().join(format!("sluice-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("ns1.img");
+        let text = format!(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:f\"\n\
+             [[subsystem.namespace]]\nbackend = \"file\"\npath = {:?}\nsize = \"8MiB\"\ndirect_io = false\n",
+            file
+        );
+        let spec = Config::parse(&text).unwrap().target_spec().unwrap();
+        let backend = &spec.subsystems[0].namespaces[0].backend;
+        assert_eq!(backend.kind(), "file");
+        assert_eq!(backend.geometry().capacity_bytes(), 8 << 20);
+        assert!(backend.has_volatile_write_cache());
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 8 << 20);
+
+        let missing_path = text.replace(&format!("path = {:?}\n", file), "");
+        let error = Config::parse(&missing_path).unwrap().target_spec().err().unwrap().to_string();
+        assert!(error.contains("namespace[0].path"), "{error}");
+        let ram_with_path = text.replace("backend = \"file\"", "backend = \"ram\"");
+        let error = Config::parse(&ram_with_path).unwrap().target_spec().err().unwrap().to_string();
+        assert!(error.contains("only apply"), "{error}");
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    #[test]
     fn errors_say_where_and_what() {
         let error = Config::parse("[[listener]]\naddres = \"x\"\n").unwrap_err();
         assert!(error.contains("line 2"), "{error}");
         assert!(error.contains("addres"), "{error}");
 
         let mut config = Config::embedded_default();
-        config.subsystems[0].namespaces[0].size = ByteSize(1000);
+        config.subsystems[0].namespaces[0].size = Some(ByteSize(1000));
         let error = config.target_spec().err().unwrap().to_string();
         assert!(error.contains("subsystem[0]") && error.contains("namespace[0].size"), "{error}");
 

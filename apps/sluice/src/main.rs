@@ -1,5 +1,6 @@
 //! `sluice`: the command-line front end.
 
+mod bench;
 mod config;
 mod host;
 mod serve;
@@ -58,6 +59,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Benchmark suites (quick, four-corners, eswa, curves, hci) against an embedded
+    /// or remote NVMe/TCP target: table, JSON result and HTML report.
+    Bench(Box<bench::BenchArgs>),
+    /// Render one or more `sluice bench` JSON results into one HTML report.
+    Report(bench::ReportArgs),
     #[command(flatten)]
     Host(Box<host::HostCommand>),
 }
@@ -73,7 +79,8 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Host subcommands report every failure as their own one-line message.
-    let default_level = if matches!(cli.command, Command::Host(_)) { "off" } else { "info" };
+    let default_level =
+        if matches!(cli.command, Command::Host(_) | Command::Bench(_) | Command::Report(_)) { "off" } else { "info" };
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     let filter = tracing_subscriber::EnvFilter::try_new(log_level).unwrap_or_else(|_| {
         eprintln!("sluice: --log-level {log_level:?} is not a valid filter; using \"{default_level}\"");
@@ -126,6 +133,8 @@ fn main() -> ExitCode {
             print!("{}", include_str!("default-config.toml"));
             ExitCode::SUCCESS
         }
+        Command::Bench(args) => bench::bench(*args),
+        Command::Report(args) => bench::report(args),
         Command::Host(command) => host::run(*command),
     }
 }

@@ -1,0 +1,470 @@
+//! Running jobs: the embedded or remote target, one run over the network, one run
+//! on the backend directly (local baseline), live progress and CPU accounting.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_host_client::{ConnectOptions, Controller};
+use nvme_spec::NamespaceId;
+use nvme_target::{
+    AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
+};
+use storage::{Backend, Geometry, NullBackend, RamBackend};
+use target_server::{PollMode, Runtime, RuntimeConfig};
+use workload::{
+    run_worker, Arrivals, Engine, JobSpec, RunControl, Shared, WorkerConfig, WorkerResult,
+};
+
+use super::engine::{LocalEngine, NvmeEngine};
+use super::system::CpuSnapshot;
+use super::BenchError;
+
+/// NQN of the embedded target's subsystem.
+pub const EMBEDDED_NQN: &str = "nqn.2026-11.io.sluice:bench";
+/// Logical block size of the embedded namespace.
+pub const EMBEDDED_BLOCK_SIZE: u32 = 512;
+
+/// Where the runs go.
+pub struct Endpoint {
+    pub address: SocketAddr,
+    pub nqn: String,
+    pub nsid: NamespaceId,
+    pub lba_bytes: u32,
+    pub capacity: u64,
+    /// The embedded target's backend (for the local baseline) and runtime.
+    pub embedded: Option<Embedded>,
+}
+
+pub struct Embedded {
+    pub backend: Arc<dyn Backend>,
+    pub backend_kind: &'static str,
+    runtime: Option<Runtime>,
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_handle().shutdown();
+            let _ = runtime.join();
+        }
+    }
+}
+
+/// Starts the embedded target on 127.0.0.1 (a free port) with one namespace.
+pub fn start_embedded(
+    backend_kind: &str,
+    capacity: u64,
+    threads: usize,
+) -> Result<Endpoint, BenchError> {
+    let geometry = Geometry {
+        block_size_bytes: EMBEDDED_BLOCK_SIZE,
+        block_count: capacity / u64::from(EMBEDDED_BLOCK_SIZE),
+    };
+    let (backend, kind): (Arc<dyn Backend>, &'static str) = match backend_kind {
+        "ram" => (
+            RamBackend::try_new(geometry)
+                .map_err(|e| BenchError::Usage(format!("--namespace-size: {e}")))?,
+            "ram",
+        ),
+        "null" => (
+            NullBackend::try_new(geometry)
+                .map_err(|e| BenchError::Usage(format!("--namespace-size: {e}")))?,
+            "null",
+        ),
+        other => {
+            return Err(BenchError::Usage(format!(
+                "--backend {other:?}: use ram or null"
+            )))
+        }
+    };
+    let spec = TargetSpec {
+        listeners: vec![ListenerSpec {
+            address: "127.0.0.1".into(),
+            port: 0,
+            family: AddressFamily::Ipv4,
+            discovery_only: false,
+        }],
+        subsystems: vec![SubsystemSpec {
+            nqn: EMBEDDED_NQN.into(),
+            serial_number: None,
+            model_number: Some("Sluice bench".into()),
+            namespaces: vec![NamespaceSpec {
+                id: NamespaceId(1),
+                backend: backend.clone(),
+                nguid: None,
+                uuid: None,
+            }],
+        }],
+        settings: TargetSettings::default(),
+    };
+    let target =
+        Target::new(spec).map_err(|e| BenchError::Runtime(format!("embedded target: {e}")))?;
+    // Port 0: the runtime binds a free port that all its threads share.
+    let bind: SocketAddr = "127.0.0.1:0".parse().expect("a socket address");
+    let config = RuntimeConfig {
+        threads: threads.max(1),
+        pin_threads: false,
+        poll_mode: PollMode::Sleep,
+        listeners: vec![bind],
+        recv_buffer_bytes: 256 * 1024,
+        ring_entries: 1024,
+        tcp_nodelay: true,
+    };
+    let runtime = target_server::start(target, config)
+        .map_err(|e| BenchError::Runtime(format!("embedded target: {e}")))?;
+    let address = runtime.local_addrs().first().copied().unwrap_or(bind);
+    Ok(Endpoint {
+        address,
+        nqn: EMBEDDED_NQN.into(),
+        nsid: NamespaceId(1),
+        lba_bytes: EMBEDDED_BLOCK_SIZE,
+        capacity: geometry.capacity_bytes(),
+        embedded: Some(Embedded {
+            backend,
+            backend_kind: kind,
+            runtime: Some(runtime),
+        }),
+    })
+}
+
+/// Parses `tcp://ADDR:PORT/NQN`.
+pub fn parse_target(text: &str) -> Result<(SocketAddr, String), BenchError> {
+    let usage = || BenchError::Usage(format!("--target {text:?}: expected tcp://ADDR:PORT/NQN"));
+    let rest = text.strip_prefix("tcp://").ok_or_else(usage)?;
+    let (address, nqn) = rest.split_once('/').ok_or_else(usage)?;
+    let address = std::net::ToSocketAddrs::to_socket_addrs(address)
+        .map_err(|_| usage())?
+        .next()
+        .ok_or_else(usage)?;
+    if nqn.is_empty() {
+        return Err(usage());
+    }
+    Ok((address, nqn.to_string()))
+}
+
+fn options(address: SocketAddr, nqn: &str, queues: u16, queue_size: u16) -> ConnectOptions {
+    let mut options = ConnectOptions::new(address, nqn);
+    options.io_queues = queues.max(1);
+    options.queue_size = queue_size.max(2);
+    options.connect_timeout = Duration::from_secs(5);
+    options.controller_loss_timeout = Duration::from_secs(5);
+    options.reconnect_delay = Duration::from_millis(500);
+    options
+}
+
+/// Connects to a remote target and finds its first active namespace.
+pub fn connect_remote(address: SocketAddr, nqn: &str) -> Result<Endpoint, BenchError> {
+    let controller = Controller::connect(options(address, nqn, 1, 32))
+        .map_err(|e| BenchError::Runtime(format!("cannot connect to {address} ({nqn}): {e}")))?;
+    let nsid = controller
+        .active_namespaces()
+        .map_err(|e| BenchError::Runtime(format!("{address}: listing namespaces failed: {e}")))?
+        .first()
+        .copied()
+        .ok_or_else(|| BenchError::Runtime(format!("{address} ({nqn}) has no active namespace")))?;
+    let identify = controller
+        .identify_namespace(nsid)
+        .map_err(|e| BenchError::Runtime(format!("{address}: Identify Namespace failed: {e}")))?;
+    let lba_bytes = controller
+        .block_size(nsid)
+        .map_err(|e| BenchError::Runtime(format!("{address}: namespace {}: {e}", nsid.0)))?;
+    let capacity = identify.namespace_size * u64::from(lba_bytes);
+    let _ = controller.disconnect();
+    Ok(Endpoint {
+        address,
+        nqn: nqn.to_string(),
+        nsid,
+        lba_bytes,
+        capacity,
+        embedded: None,
+    })
+}
+
+/// What one run measured, ready to become a `RunResult`.
+pub struct Measured {
+    pub result: WorkerResult,
+    pub samples: Vec<workload::SecondSample>,
+    pub initiator_seconds: f64,
+    pub target_seconds: f64,
+}
+
+/// Checks a job fits the endpoint.
+pub fn check_fits(job: &JobSpec, endpoint: &Endpoint) -> Result<u64, BenchError> {
+    job.validate()
+        .map_err(|e| BenchError::Usage(e.to_string()))?;
+    if !job.block_size.is_multiple_of(endpoint.lba_bytes) {
+        return Err(BenchError::Usage(format!(
+            "job {:?}: block size {} is not a multiple of the namespace's {} byte blocks",
+            job.name, job.block_size, endpoint.lba_bytes
+        )));
+    }
+    let region = job.effective_region(endpoint.capacity);
+    let needed = u64::from(job.block_size)
+        * match job.pattern {
+            workload::Pattern::Sequential => u64::from(job.threads),
+            workload::Pattern::Random => 1,
+        };
+    if region < needed {
+        return Err(BenchError::Usage(format!(
+            "namespace too small for job {:?}: {} bytes available, {} needed ({} thread(s) x {} byte blocks)",
+            job.name, region, needed, job.threads, job.block_size
+        )));
+    }
+    if let Some(size) = job.region_bytes {
+        if size > endpoint.capacity {
+            return Err(BenchError::Usage(format!(
+                "namespace too small for job {:?}: region {} bytes > namespace {} bytes",
+                job.name, size, endpoint.capacity
+            )));
+        }
+    }
+    Ok(region)
+}
+
+/// Runs `job` over NVMe/TCP against `endpoint`.
+pub fn run_network(
+    job: &JobSpec,
+    endpoint: &Endpoint,
+    stop: &RunControl,
+    progress: bool,
+) -> Result<Measured, BenchError> {
+    let region = check_fits(job, endpoint)?;
+    let threads = job.threads as usize;
+    // Queue entries: the job's depth times the commands one I/O takes (MDTS 128 KiB
+    // on Sluice; a larger I/O is split), plus one (a queue of N entries holds N-1).
+    let chunks = job.block_size.div_ceil(128 * 1024).max(1);
+    let queue_size = (job.queue_depth * chunks + 1).clamp(2, 1024) as u16;
+    // One controller with `threads` I/O queues; if the target grants fewer, more
+    // controllers are connected until every thread has a queue of its own.
+    let mut controllers = Vec::new();
+    let mut queues = Vec::new();
+    while queues.len() < threads {
+        let wanted = (threads - queues.len()).min(u16::MAX as usize) as u16;
+        let controller =
+            Controller::connect(options(endpoint.address, &endpoint.nqn, wanted, queue_size))
+                .map_err(|e| {
+                    BenchError::Runtime(format!(
+                        "cannot connect to {} ({}): {e}",
+                        endpoint.address, endpoint.nqn
+                    ))
+                })?;
+        let max_transfer = controller.max_transfer_bytes().max(endpoint.lba_bytes);
+        let granted = controller.io_queue_count();
+        if granted == 0 {
+            return Err(BenchError::Runtime(format!(
+                "{} granted no I/O queue",
+                endpoint.address
+            )));
+        }
+        for index in 0..granted.min(threads - queues.len()) {
+            let queue = controller
+                .take_io_queue(index)
+                .ok_or_else(|| BenchError::Runtime(format!("I/O queue {index} unavailable")))?;
+            queues.push(NvmeEngine::new(
+                queue,
+                endpoint.nsid,
+                endpoint.lba_bytes,
+                max_transfer,
+                job.block_size,
+            ));
+        }
+        controllers.push(controller);
+    }
+    let measured = run_engines(job, region, queues, stop, progress);
+    for controller in controllers {
+        let _ = controller.disconnect();
+    }
+    Ok(measured)
+}
+
+/// Runs `job` on the embedded backend directly (no network).
+pub fn run_local(
+    job: &JobSpec,
+    endpoint: &Endpoint,
+    stop: &RunControl,
+) -> Result<Option<Measured>, BenchError> {
+    let Some(embedded) = &endpoint.embedded else {
+        return Ok(None);
+    };
+    let region = check_fits(job, endpoint)?;
+    let engines: Vec<LocalEngine> = (0..job.threads)
+        .map(|_| {
+            LocalEngine::new(
+                embedded.backend.open_queue(),
+                endpoint.lba_bytes,
+                job.queue_depth as usize,
+            )
+        })
+        .collect();
+    Ok(Some(run_engines(job, region, engines, stop, false)))
+}
+
+fn run_engines<E: Engine + Send>(
+    job: &JobSpec,
+    region: u64,
+    mut engines: Vec<E>,
+    stop: &RunControl,
+    progress: bool,
+) -> Measured {
+    let shared = Shared::new(stop.clone());
+    let threads = engines.len() as u32;
+    let arrivals = match job.rate_limit_iops {
+        Some(rate) => Arrivals::Open {
+            rate: rate / f64::from(threads),
+        },
+        None => Arrivals::Closed,
+    };
+    let start = Instant::now() + Duration::from_millis(20);
+    let base = WorkerConfig {
+        job: job.clone(),
+        thread: 0,
+        region,
+        arrivals,
+        start,
+    };
+    let measure_start = base.measure_start();
+    let measure_end = base.measure_end();
+    // Workers wait here after their run until the coordinator has taken its last
+    // CPU snapshot: a thread that has exited is no longer in /proc.
+    let release = std::sync::Barrier::new(engines.len() + 1);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let (result, cpu) = std::thread::scope(|scope| {
+        let handles: Vec<_> = engines
+            .iter_mut()
+            .enumerate()
+            .map(|(thread, engine)| {
+                let config = WorkerConfig {
+                    thread: thread as u32,
+                    ..base.clone()
+                };
+                let (shared, release, done) = (&shared, &release, &done);
+                std::thread::Builder::new()
+                    .name(format!("bench-worker-{thread}"))
+                    .spawn_scoped(scope, move || {
+                        let result = run_worker(&config, engine, shared);
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        release.wait();
+                        result
+                    })
+                    .expect("spawn a bench worker")
+            })
+            .collect();
+        // Coordinator: CPU snapshots at the window's edges, progress every second.
+        let mut first: Option<CpuSnapshot> = None;
+        let mut last: Option<CpuSnapshot> = None;
+        let mut printer = Progress::new(progress, &job.name);
+        let mut next_tick = measure_start + Duration::from_secs(1);
+        loop {
+            let now = Instant::now();
+            let finished = done.load(std::sync::atomic::Ordering::Relaxed) == handles.len();
+            if first.is_none() && now >= measure_start {
+                first = Some(CpuSnapshot::take());
+            }
+            if last.is_none()
+                && (now >= measure_end
+                    || stop.load(std::sync::atomic::Ordering::Relaxed)
+                    || finished)
+            {
+                last = Some(CpuSnapshot::take());
+            }
+            if last.is_some() || finished {
+                break;
+            }
+            if now >= next_tick + Duration::from_millis(30) {
+                let second = next_tick.duration_since(measure_start).as_secs() as usize;
+                if let Some(sample) = shared.sample(second - 1) {
+                    printer.tick(second, &sample);
+                }
+                next_tick += Duration::from_secs(1);
+            }
+            let wake = [
+                measure_start,
+                measure_end,
+                next_tick + Duration::from_millis(30),
+            ]
+            .into_iter()
+            .filter(|at| *at > now)
+            .min()
+            .unwrap_or(now + Duration::from_millis(10));
+            std::thread::sleep(
+                wake.saturating_duration_since(now)
+                    .min(Duration::from_millis(50)),
+            );
+        }
+        printer.finish();
+        release.wait();
+        let mut total = WorkerResult::default();
+        for handle in handles {
+            if let Ok(result) = handle.join() {
+                total.merge(&result);
+            }
+        }
+        let cpu = match (first, last) {
+            (Some(first), Some(last)) => last.since(&first),
+            _ => Default::default(),
+        };
+        (total, cpu)
+    });
+    let seconds = result.measured.as_secs_f64().ceil() as usize;
+    Measured {
+        samples: shared.samples(seconds.max(1)),
+        result,
+        initiator_seconds: cpu.initiator_seconds,
+        target_seconds: cpu.target_seconds,
+    }
+}
+
+/// The live progress line: rewritten in place on a terminal, one line per second
+/// otherwise (both on stderr).
+struct Progress {
+    enabled: bool,
+    tty: bool,
+    name: String,
+    printed: bool,
+}
+
+impl Progress {
+    fn new(enabled: bool, name: &str) -> Progress {
+        Progress {
+            enabled,
+            tty: std::io::stderr().is_terminal(),
+            name: name.to_string(),
+            printed: false,
+        }
+    }
+
+    fn tick(&mut self, second: usize, sample: &workload::SecondSample) {
+        if !self.enabled {
+            return;
+        }
+        let line = format!(
+            "  {:<40} {:>4}s {:>10.0} IOPS {:>9.1} MB/s  p99 {:>8.1} us{}",
+            self.name,
+            second,
+            sample.ios as f64,
+            sample.bytes as f64 / 1e6,
+            sample.p99_ns as f64 / 1e3,
+            if sample.errors > 0 {
+                format!("  {} errors", sample.errors)
+            } else {
+                String::new()
+            }
+        );
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K{line}");
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+        self.printed = true;
+    }
+
+    fn finish(&mut self) {
+        if self.enabled && self.tty && self.printed {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}
