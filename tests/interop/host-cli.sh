@@ -115,42 +115,12 @@ for CURRENT in $TARGETS; do
   io_port=$port disc_port=$((port + 1))
   case $CURRENT in
     linux-nvmet)
-      [ -x "$LNP" ] || die "linux-nvme-peer not found at $LNP"
-      log "starting the Linux kernel target on 127.0.0.1:$io_port (discovery also on :$disc_port)"
-      "$LNP" target --port "$io_port" --discovery-port "$disc_port" --size-mib 256 --nqn "$PEER_NQN" \
-        --ready-file "$OUT_DIR/peer.ready" --lifetime 900 >"$OUT_DIR/peer.log" 2>&1 &
-      TARGET_PID=$! TARGET_NAME=linux-nvme-peer
-      peer_ready() {
-        kill -0 "$TARGET_PID" 2>/dev/null || return 2
-        # grep exits 2 for a missing file, which wait_for would take as "never".
-        grep -qs 'READY' "$OUT_DIR/peer.ready" || return 1
-      }
-      wait_for 300 "the Linux kernel target" peer_ready || { tail_file "$OUT_DIR/peer.log"; die "kernel target did not start"; }
+      start_linux_target "$io_port" "$disc_port" "$PEER_NQN" 256
       run_host_checks "$io_port" "$disc_port" "$PEER_NQN"
       ;;
     sluice)
-      cat >"$OUT_DIR/sluice.toml" <<TOML
-[[listener]]
-address = "127.0.0.1:$io_port"
-[[listener]]
-address = "127.0.0.1:$disc_port"
-discovery_only = true
-[[subsystem]]
-nqn = "$SLUICE_NQN"
-[[subsystem.namespace]]
-backend = "ram"
-size = "256MiB"
-[runtime]
-threads = 2
-TOML
-      log "starting sluice serve on 127.0.0.1:$io_port (discovery on :$disc_port)"
-      SLUICE_LOG=info "$SLUICE" serve --config "$OUT_DIR/sluice.toml" >"$OUT_DIR/sluice.stdout" 2>"$OUT_DIR/sluice.log" &
-      TARGET_PID=$! TARGET_NAME=sluice
-      sluice_ready() {
-        kill -0 "$TARGET_PID" 2>/dev/null || return 2
-        grep -qs 'sluice: ready' "$OUT_DIR/sluice.stdout" || return 1
-      }
-      wait_for 30 "sluice serve" sluice_ready || { tail_file "$OUT_DIR/sluice.log"; die "sluice serve did not start"; }
+      write_sluice_config "$OUT_DIR/sluice.toml" "$io_port" "$disc_port" "$SLUICE_NQN" 256 512 2
+      start_sluice "$SLUICE" "$OUT_DIR/sluice.toml" "$io_port" "$disc_port"
       run_host_checks "$io_port" "$disc_port" "$SLUICE_NQN"
       ;;
     *) die "unknown target '$CURRENT' in HOST_CLI_TARGETS" ;;
