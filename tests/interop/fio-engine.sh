@@ -224,26 +224,7 @@ fi
 # ---------------------------------------------------------------------------
 # stop the target
 # ---------------------------------------------------------------------------
-if ! kill -0 "$TARGET_PID" 2>/dev/null; then
-  rc=0; wait "$TARGET_PID" || rc=$?
-  failures+=("$TARGET_NAME died during the test (exit status $rc)")
-  TARGET_PID=''
-else
-  log "stopping $TARGET_NAME with SIGTERM"
-  if stop_pid "$TARGET_PID" "$TARGET_NAME" 20 TERM && [ "$STOP_RC" -eq 0 ]; then
-    log "$TARGET_NAME exited with status 0"
-  else
-    failures+=("$TARGET_NAME did not exit cleanly on SIGTERM (status $STOP_RC)")
-  fi
-  TARGET_PID=''
-fi
-if [ "$TARGET_KIND" = sluice ]; then
-  sed -i 's/\x1b\[[0-9;]*m//g' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"
-  if grep -q 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"; then
-    failures+=("sluice panicked (see sluice.log)")
-    grep -h -A3 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout" | head -n 20 | sed 's/^/  | /'
-  fi
-fi
+stop_target
 if grep -h 'panicked at' "$OUT_DIR"/*.log 2>/dev/null | grep -v sluice.log | head -n 5 | grep -q .; then
   failures+=("the host library panicked inside fio (see verify.log / randread.log)")
 fi

@@ -149,26 +149,8 @@ failures=()
   esac
 }
 
-if ! kill -0 "$TARGET_PID" 2>/dev/null; then
-  rc=0; wait "$TARGET_PID" || rc=$?
-  failures+=("$TARGET_NAME died during the test (exit status $rc)")
-  TARGET_PID=''
-else
-  log "stopping $TARGET_NAME with SIGTERM"
-  if stop_pid "$TARGET_PID" "$TARGET_NAME" 20 TERM && [ "$STOP_RC" -eq 0 ]; then
-    log "$TARGET_NAME exited with status 0"
-  else
-    failures+=("$TARGET_NAME did not exit cleanly on SIGTERM (status $STOP_RC)")
-  fi
-  TARGET_PID=''
-fi
+stop_target
 if [ "$TARGET_KIND" = sluice ]; then
-  # drop terminal colour codes, should the log have any
-  sed -i 's/\x1b\[[0-9;]*m//g' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"
-  if grep -q 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"; then
-    failures+=("sluice panicked (see sluice.log)")
-    grep -h -A3 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout" | head -n 20 | sed 's/^/  | /'
-  fi
   n_err=$(grep -c -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$OUT_DIR/sluice.log" || true)
   if [ "$n_err" -ne 0 ]; then
     log "note: sluice.log has $n_err ERROR line(s):"

@@ -318,3 +318,29 @@ start_linux_target() {
   wait_for 300 "the Linux kernel target to be ready" _linux_target_up ||
     { tail_file "$OUT_DIR/target.log"; die "the Linux kernel target did not come up"; }
 }
+
+# stop_target: stop $TARGET_PID with SIGTERM (at most 20 s) and, for sluice, look
+# for panics in its logs. Problems are appended to the caller's `failures` array.
+# shellcheck disable=SC2034
+stop_target() {
+  local rc
+  if ! kill -0 "$TARGET_PID" 2>/dev/null; then
+    rc=0; wait "$TARGET_PID" || rc=$?
+    failures+=("$TARGET_NAME died during the test (exit status $rc)")
+  else
+    log "stopping $TARGET_NAME with SIGTERM"
+    if stop_pid "$TARGET_PID" "$TARGET_NAME" 20 TERM && [ "$STOP_RC" -eq 0 ]; then
+      log "$TARGET_NAME exited with status 0"
+    else
+      failures+=("$TARGET_NAME did not exit cleanly on SIGTERM (status $STOP_RC)")
+    fi
+  fi
+  TARGET_PID=''
+  [ "$TARGET_NAME" = sluice ] || return 0
+  # drop terminal colour codes, should the log have any
+  sed -i 's/\x1b\[[0-9;]*m//g' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"
+  if grep -q 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout"; then
+    failures+=("sluice panicked (see sluice.log)")
+    grep -h -A3 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout" | head -n 20 | sed 's/^/  | /'
+  fi
+}
