@@ -34,6 +34,6 @@ pub use cache::{CacheBackend, CacheMode, DEFAULT_LINE_SIZE_BYTES};
 pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
 pub use io::{validate_request, IoCompletion, IoError, IoOp, IoRequest};
 pub use null::NullBackend;
-pub use pool::{CarveRecord, CarvedId, Pool, PoolError, TableStore};
+pub use pool::{CarveRecord, CarvedId, NamespaceBinding, Pool, PoolError, TableStore};
 pub use raid0::{CompositionError, Raid0Backend};
 pub use ram::{RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};

@@ -424,3 +424,31 @@ fn file_table_is_written_atomically_and_reopens() {
     assert_eq!(read(&reopened.get(id).unwrap(), 200, 1), vec![5; 512]);
     std::fs::remove_dir_all(&directory).unwrap();
 }
+
+#[test]
+fn bindings_are_saved_with_the_carve_and_survive_reopen() {
+    use storage::pool::NamespaceBinding;
+    let (pool, backend, table) = pool(16);
+    let binding = NamespaceBinding {
+        subsystem_nqn: "nqn.2026-11.io.sluice:pool".into(),
+        namespace_id: 7,
+        all_hosts: false,
+        hosts: vec![],
+    };
+    let id = pool.create_bound(256, true, Some(binding.clone())).unwrap();
+    assert_eq!(pool.allocated_blocks(id).unwrap(), 0, "a thin carve uses nothing before a write");
+    let attached = NamespaceBinding { hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:host-a".into()], ..binding };
+    pool.set_binding(id, Some(attached.clone())).unwrap();
+    let carve = pool.get(id).unwrap();
+    write(&carve, 0, pattern(1, 512)).unwrap();
+    flush(&carve);
+    assert_eq!(pool.allocated_blocks(id).unwrap(), 128, "one 64 KiB unit mapped");
+    assert_eq!(pool.capacity_bytes(), 16 * UNIT);
+    assert_eq!(pool.free_bytes(), 15 * UNIT);
+    assert_eq!(pool.block_size_bytes(), 512);
+    drop(carve);
+    drop(pool);
+    let reopened = Pool::open_with_unit_size(backend, table, UNIT).unwrap();
+    assert_eq!(reopened.record(id).unwrap().binding, Some(attached));
+    assert_eq!(reopened.set_binding(CarvedId(99), None), Err(PoolError::NotFound(CarvedId(99))));
+}

@@ -42,7 +42,7 @@ use crate::{Backend, Geometry, IoError, IoOp, IoRequest};
 use carve::{CarveBackend, CarveLayout, Placement, ThinMap};
 use table::{units_for_blocks, TableFile, TABLE_VERSION};
 
-pub use table::{CarveRecord, MemoryTable, TableStore, UnitExtent, UnitMapping};
+pub use table::{CarveRecord, MemoryTable, NamespaceBinding, TableStore, UnitExtent, UnitMapping};
 
 /// Default allocation unit of a new pool.
 pub const DEFAULT_UNIT_SIZE_BYTES: u64 = 1 << 20;
@@ -326,6 +326,17 @@ impl Pool {
 
     /// Carves a namespace of `size_blocks` blocks (of the backend's block size).
     pub fn create(&self, size_blocks: u64, thin: bool) -> Result<CarvedId, PoolError> {
+        self.create_bound(size_blocks, thin, None)
+    }
+
+    /// Like [`Pool::create`], recording how the carve is exported in the same table
+    /// save (so a crash cannot leave a carve without its NSID).
+    pub fn create_bound(
+        &self,
+        size_blocks: u64,
+        thin: bool,
+        binding: Option<NamespaceBinding>,
+    ) -> Result<CarvedId, PoolError> {
         let shared = &self.shared;
         let geometry = Geometry {
             block_size_bytes: shared.block_size_bytes,
@@ -358,6 +369,7 @@ impl Pool {
             thin,
             extents: extents.clone(),
             unit_map: Vec::new(),
+            binding,
         };
         for extent in &extents {
             for unit in extent.start_unit..extent.start_unit + extent.unit_count {
@@ -408,6 +420,52 @@ impl Pool {
             state.free_units += extent.unit_count;
         }
         self.shared.save_locked(&state)
+    }
+
+    /// Changes how a carve is exported; persisted before it returns. On a failed save
+    /// the old binding stays in force.
+    pub fn set_binding(&self, id: CarvedId, binding: Option<NamespaceBinding>) -> Result<(), PoolError> {
+        let mut state = self.shared.lock();
+        let entry = state.carves.get_mut(&id).ok_or(PoolError::NotFound(id))?;
+        let previous = std::mem::replace(&mut entry.record.binding, binding);
+        if let Err(error) = self.shared.save_locked(&state) {
+            if let Some(entry) = state.carves.get_mut(&id) {
+                entry.record.binding = previous;
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Blocks of the carve backed by pool space: its size when thick, the mapped units
+    /// (capped at its size) when thin. NUSE of the namespace.
+    pub fn allocated_blocks(&self, id: CarvedId) -> Result<u64, PoolError> {
+        let state = self.shared.lock();
+        let entry = state.carves.get(&id).ok_or(PoolError::NotFound(id))?;
+        Ok(match &entry.layout.placement {
+            Placement::Thick { .. } => entry.record.size_blocks,
+            Placement::Thin { map } => {
+                let mapped = (0..map.units.len() as u64)
+                    .filter(|&unit| map.physical_unit(unit).is_some())
+                    .count() as u64;
+                (mapped * self.shared.unit_blocks).min(entry.record.size_blocks)
+            }
+        })
+    }
+
+    /// Block size of every carve (the backend's).
+    pub fn block_size_bytes(&self) -> u32 {
+        self.shared.block_size_bytes
+    }
+
+    /// Bytes the pool can hand out (whole units).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.shared.unit_count * self.shared.unit_size_bytes
+    }
+
+    /// Bytes in free units.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_units() * self.shared.unit_size_bytes
     }
 
     /// A backend view of the carve.

@@ -135,6 +135,28 @@ pub struct CarveRecord {
     pub extents: Vec<UnitExtent>,
     /// Thin: the units allocated so far. Thick: empty.
     pub unit_map: Vec<UnitMapping>,
+    /// Which subsystem serves the carve as which namespace, and to which hosts; `None`
+    /// for a carve no subsystem exports. Stored with the carve so that a restart
+    /// restores the same NSID and attachments as well as the same identity.
+    #[serde(default)]
+    pub binding: Option<NamespaceBinding>,
+}
+
+/// How a carve is exported: the NVMe view of it, kept in the pool table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceBinding {
+    /// SUBNQN of the subsystem that serves it.
+    pub subsystem_nqn: String,
+    /// NSID in that subsystem.
+    pub namespace_id: u32,
+    /// Attached to the controllers of every host (namespaces declared in a config).
+    #[serde(default)]
+    pub all_hosts: bool,
+    /// Host NQNs whose controllers it is attached to (Namespace Attachment). Hosts, not
+    /// CNTLIDs: fabrics controllers are created per connection, and a host that
+    /// reconnects must find its namespaces again.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// The whole table as stored.
