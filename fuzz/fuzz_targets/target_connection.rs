@@ -23,6 +23,7 @@ fn target() -> Arc<Target> {
     Target::new(TargetSpec {
         listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false }],
         subsystems: vec![SubsystemSpec {
+            pool: None,
             nqn: NQN.into(),
             serial_number: None,
             model_number: None,

@@ -277,6 +277,7 @@ impl Config {
                 });
             }
             subsystems.push(SubsystemSpec {
+                pool: None,
                 nqn: subsystem.nqn.clone(),
                 serial_number: subsystem.serial.clone(),
                 model_number: subsystem.model.clone(),

@@ -68,6 +68,10 @@ pub struct SubsystemSpec {
     pub model_number: Option<String>,
     /// Its namespaces.
     pub namespaces: Vec<NamespaceSpec>,
+    /// The pool Namespace Management creates namespaces in; `None` turns Namespace
+    /// Management off. The pool's carves bound to this subsystem's NQN become
+    /// namespaces at start (with their NSIDs, identities and attachments).
+    pub pool: Option<Arc<storage::Pool>>,
 }
 
 /// An NVM subsystem: an NQN, identity strings and a table of namespaces indexed by
@@ -223,6 +227,7 @@ mod tests {
 
     fn spec(ids: &[u32]) -> SubsystemSpec {
         SubsystemSpec {
+            pool: None,
             nqn: "nqn.2026-11.io.sluice:test".into(),
             serial_number: None,
             model_number: None,

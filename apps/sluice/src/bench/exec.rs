@@ -87,6 +87,7 @@ pub fn start_embedded(
             discovery_only: false,
         }],
         subsystems: vec![SubsystemSpec {
+            pool: None,
             nqn: EMBEDDED_NQN.into(),
             serial_number: None,
             model_number: Some("Sluice bench".into()),

@@ -46,6 +46,7 @@ impl TestTarget {
                 discovery_only: false,
             }],
             subsystems: vec![SubsystemSpec {
+                pool: None,
                 nqn: NQN.into(),
                 serial_number: None,
                 model_number: None,

@@ -29,6 +29,7 @@ impl InProcessTarget {
                 discovery_only: false,
             }],
             subsystems: vec![SubsystemSpec {
+                pool: None,
                 nqn: NQN.into(),
                 serial_number: None,
                 model_number: None,

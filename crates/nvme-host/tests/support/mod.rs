@@ -35,6 +35,7 @@ pub fn test_target() -> Arc<Target> {
             discovery_only: false,
         }],
         subsystems: vec![SubsystemSpec {
+            pool: None,
             nqn: NQN.into(),
             serial_number: None,
             model_number: None,
