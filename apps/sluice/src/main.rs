@@ -122,7 +122,7 @@ fn main() -> ExitCode {
                     println!("{}: ok", file.display());
                     println!("  listeners: {}", config.listeners.len());
                     for subsystem in target.subsystems() {
-                        println!("  {}: {} namespace(s)", subsystem.nqn, subsystem.active_namespace_ids().len());
+                        println!("  {}: {} namespace(s)", subsystem.nqn, subsystem.namespace_ids().len());
                     }
                     ExitCode::SUCCESS
                 }

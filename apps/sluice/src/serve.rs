@@ -78,11 +78,19 @@ fn print_banner(config: &Config, target: &Target, bound: &[SocketAddr], threads:
         .map(|(address, _)| *address)
         .or(io_listener);
     for subsystem in target.subsystems() {
-        let total_bytes: u64 = subsystem.namespaces().map(|namespace| namespace.geometry.capacity_bytes()).sum();
+        let total_bytes = subsystem.capacity_bytes();
+        let management = match &subsystem.pool {
+            Some(pool) => format!(
+                ", namespace management on a pool with {:.1} of {:.1} GiB free",
+                pool.free_bytes() as f64 / (1u64 << 30) as f64,
+                pool.capacity_bytes() as f64 / (1u64 << 30) as f64
+            ),
+            None => String::new(),
+        };
         println!(
-            "sluice: subsystem {} with {} namespace(s), {:.1} GiB",
+            "sluice: subsystem {} with {} namespace(s), {:.1} GiB{management}",
             subsystem.nqn,
-            subsystem.active_namespace_ids().len(),
+            subsystem.namespace_ids().len(),
             total_bytes as f64 / (1u64 << 30) as f64
         );
     }

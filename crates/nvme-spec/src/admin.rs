@@ -97,6 +97,73 @@ impl AbortCommand {
     }
 }
 
+/// SEL values of Namespace Management (CDW10 bits 3:0).
+pub mod namespace_management_select {
+    /// Create a namespace from the Identify Namespace-shaped data.
+    pub const CREATE: u8 = 0;
+    /// Delete the namespace in NSID (FFFFFFFFh: every namespace).
+    pub const DELETE: u8 = 1;
+}
+
+/// Namespace Management (admin opcode 0Dh).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamespaceManagementCommand {
+    /// NSID: the namespace to delete (ignored by create).
+    pub namespace_id: NamespaceId,
+    /// SEL: CDW10 bits 3:0 ([`namespace_management_select`]).
+    pub select: u8,
+    /// CSI: command set of the namespace to create, CDW11 bits 31:24.
+    pub command_set_identifier: u8,
+}
+
+impl NamespaceManagementCommand {
+    /// Decodes the command fields.
+    pub fn decode(sqe: &SubmissionQueueEntry) -> Self {
+        Self {
+            namespace_id: sqe.namespace_id(),
+            select: get_bits(sqe.dwords[10], 0, 4) as u8,
+            command_set_identifier: get_bits(sqe.dwords[11], 24, 8) as u8,
+        }
+    }
+
+    /// Writes the fields into an SQE (opcode and data pointer are the caller's).
+    pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
+        sqe.set_namespace_id(self.namespace_id);
+        set_bits(&mut sqe.dwords[10], 0, 4, u32::from(self.select));
+        set_bits(&mut sqe.dwords[11], 24, 8, u32::from(self.command_set_identifier));
+    }
+}
+
+/// SEL values of Namespace Attachment (CDW10 bits 3:0).
+pub mod namespace_attachment_select {
+    /// Attach the namespace to the controllers in the list.
+    pub const ATTACH: u8 = 0;
+    /// Detach it from them.
+    pub const DETACH: u8 = 1;
+}
+
+/// Namespace Attachment (admin opcode 15h); its data is a controller list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamespaceAttachmentCommand {
+    /// NSID: the namespace to attach or detach.
+    pub namespace_id: NamespaceId,
+    /// SEL: CDW10 bits 3:0 ([`namespace_attachment_select`]).
+    pub select: u8,
+}
+
+impl NamespaceAttachmentCommand {
+    /// Decodes the command fields.
+    pub fn decode(sqe: &SubmissionQueueEntry) -> Self {
+        Self { namespace_id: sqe.namespace_id(), select: get_bits(sqe.dwords[10], 0, 4) as u8 }
+    }
+
+    /// Writes the fields into an SQE (opcode and data pointer are the caller's).
+    pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
+        sqe.set_namespace_id(self.namespace_id);
+        set_bits(&mut sqe.dwords[10], 0, 4, u32::from(self.select));
+    }
+}
+
 /// Asynchronous event types (completion DW0 bits 2:0).
 pub mod async_event_type {
     /// Error status.

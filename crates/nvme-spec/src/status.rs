@@ -108,12 +108,22 @@ impl Status {
     pub const FEATURE_IDENTIFIER_NOT_SAVEABLE: Status =
         Status::new(StatusCodeType::CommandSpecific, 0x0D);
     pub const FEATURE_NOT_CHANGEABLE: Status = Status::new(StatusCodeType::CommandSpecific, 0x0E);
+    /// Namespace Management / Format: the LBA format (FLBAS) or protection settings
+    /// are not supported.
+    pub const INVALID_FORMAT: Status = Status::new(StatusCodeType::CommandSpecific, 0x0A);
     pub const NAMESPACE_INSUFFICIENT_CAPACITY: Status =
         Status::new(StatusCodeType::CommandSpecific, 0x15);
     pub const NAMESPACE_IDENTIFIER_UNAVAILABLE: Status =
         Status::new(StatusCodeType::CommandSpecific, 0x16);
     pub const NAMESPACE_ALREADY_ATTACHED: Status = Status::new(StatusCodeType::CommandSpecific, 0x18);
+    /// Namespace Attachment: the namespace is private and cannot be attached to more
+    /// controllers.
+    pub const NAMESPACE_IS_PRIVATE: Status = Status::new(StatusCodeType::CommandSpecific, 0x19);
     pub const NAMESPACE_NOT_ATTACHED: Status = Status::new(StatusCodeType::CommandSpecific, 0x1A);
+    /// Namespace Management: NCAP below NSZE asks for thin provisioning, which the
+    /// controller does not offer.
+    pub const THIN_PROVISIONING_NOT_SUPPORTED: Status =
+        Status::new(StatusCodeType::CommandSpecific, 0x1B);
     pub const CONTROLLER_LIST_INVALID: Status = Status::new(StatusCodeType::CommandSpecific, 0x1C);
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(StatusCodeType::CommandSpecific, 0x80);
     /// Fabrics Connect: the Connect command or data format is not supported.

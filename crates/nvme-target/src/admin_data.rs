@@ -2,7 +2,7 @@
 
 use nvme_spec::admin::IdentifyCommand;
 use nvme_spec::identify::{
-    cmic, cns, controller_type, csi, dlfeat, encode_io_command_set_vector,
+    cmic, cns, controller_type, csi, dlfeat, encode_controller_list, encode_io_command_set_vector, nsfeat, oacs,
     encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, oaes, ofcs, oncs, sgls,
     vwc, ctratt, command_set_vector, LbaFormat, IDENTIFY_DATA_BYTES,
 };
@@ -13,7 +13,7 @@ use nvme_spec::log_page::{
 };
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::Version;
-use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, Status, SubmissionQueueEntry};
+use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
 use crate::controller::{Controller, ControllerKind};
@@ -24,7 +24,8 @@ use crate::limits::{
     MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
     MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
 };
-use crate::subsystem::Namespace;
+use crate::namespaces::Namespace;
+use crate::subsystem::Subsystem;
 
 /// FR: firmware revision, the crate version.
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
@@ -101,16 +102,21 @@ impl Connection {
             return Err(Status::INTERNAL_ERROR);
         };
         let nsid = command.namespace_id;
-        let namespace = || subsystem.namespace(nsid).ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+        let invalid_namespace = || Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry();
+        let active = || self.view.get(nsid).ok_or_else(invalid_namespace);
         let nvm_only = |csi_value: u8| if csi_value == csi::NVM { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
+        let managed = subsystem.supports_namespace_management();
+        let managed_only = || if managed { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
         match command.cns {
             cns::CONTROLLER => self.identify_controller(controller).encode(data),
             cns::NAMESPACE => {
-                if nsid.0 == 0 || nsid.0 > MAX_NAMESPACE_ID {
-                    return Err(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
-                }
-                // An inactive but valid NSID reads as all zeroes.
-                if let Some(namespace) = subsystem.namespace(nsid) {
+                if nsid == NamespaceId::BROADCAST && managed {
+                    // Capabilities common to all namespaces: what create may ask for.
+                    common_namespace_capabilities(subsystem).encode(data);
+                } else if nsid.0 == 0 || nsid.0 > MAX_NAMESPACE_ID {
+                    return Err(invalid_namespace());
+                } else if let Some(namespace) = self.view.get(nsid) {
+                    // An inactive but valid NSID reads as all zeroes.
                     identify_namespace(namespace).encode(data);
                 }
             }
@@ -119,13 +125,13 @@ impl Connection {
                     nvm_only(command.command_set_identifier)?;
                 }
                 if nsid.0 >= 0xFFFF_FFFE {
-                    return Err(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+                    return Err(invalid_namespace());
                 }
-                let above = subsystem.active_namespace_ids().iter().copied().filter(|id| id.0 > nsid.0);
+                let above = self.view.active_ids().iter().copied().filter(|id| id.0 > nsid.0);
                 encode_namespace_list(above, data);
             }
             cns::NAMESPACE_DESCRIPTOR_LIST => {
-                let namespace = namespace()?;
+                let namespace = active()?;
                 encode_namespace_descriptors(
                     &[
                         NamespaceDescriptor::Nguid(namespace.nguid),
@@ -139,7 +145,7 @@ impl Connection {
                 nvm_only(command.command_set_identifier)?;
                 // NVM command set specific namespace data: no extended LBA formats,
                 // no protection information; all zero.
-                namespace()?;
+                active()?;
             }
             cns::IO_COMMAND_SET_CONTROLLER => {
                 // NVM command set specific controller data: zero limits mean "no
@@ -147,11 +153,51 @@ impl Connection {
                 nvm_only(command.command_set_identifier)?;
             }
             cns::IO_COMMAND_SET_INDEPENDENT_NAMESPACE => {
-                namespace()?;
+                active()?;
                 data[INDEPENDENT_NMIC_OFFSET] = nmic::SHARED;
                 data[INDEPENDENT_NSTAT_OFFSET] = NAMESPACE_READY;
             }
             cns::IO_COMMAND_SET => encode_io_command_set_vector(&[command_set_vector::NVM], data),
+            cns::ALLOCATED_NAMESPACE_LIST => {
+                managed_only()?;
+                if nsid.0 >= 0xFFFF_FFFE {
+                    return Err(invalid_namespace());
+                }
+                let table = subsystem.table();
+                encode_namespace_list(table.allocated_ids().filter(|id| id.0 > nsid.0), data);
+            }
+            cns::ALLOCATED_NAMESPACE => {
+                managed_only()?;
+                if nsid.0 == 0 || nsid.0 > MAX_NAMESPACE_ID {
+                    return Err(invalid_namespace());
+                }
+                if let Some(entry) = subsystem.table().get(nsid) {
+                    identify_namespace(&entry.namespace).encode(data);
+                }
+            }
+            cns::NAMESPACE_ATTACHED_CONTROLLER_LIST => {
+                managed_only()?;
+                let table = subsystem.table();
+                let entry = table.get(nsid).ok_or_else(invalid_namespace)?;
+                let attached = self
+                    .target
+                    .controllers_of(subsystem.index)
+                    .into_iter()
+                    .filter(|other| entry.attachment.includes(&other.host_nqn))
+                    .map(|other| other.id)
+                    .filter(|id| id.0 >= command.controller_id.0);
+                encode_controller_list(attached, data);
+            }
+            cns::CONTROLLER_LIST => {
+                managed_only()?;
+                let all = self
+                    .target
+                    .controllers_of(subsystem.index)
+                    .into_iter()
+                    .map(|other| other.id)
+                    .filter(|id| id.0 >= command.controller_id.0);
+                encode_controller_list(all, data);
+            }
             _ => return Err(Status::INVALID_FIELD.with_do_not_retry()),
         }
         Ok(())
@@ -194,6 +240,11 @@ impl Connection {
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
                 id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                if let Some(pool) = &subsystem.pool {
+                    id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
+                    id.total_nvm_capacity = u128::from(pool.capacity_bytes());
+                    id.unallocated_nvm_capacity = u128::from(pool.free_bytes());
+                }
                 id.volatile_write_cache = if subsystem.has_volatile_write_cache() {
                     vwc::PRESENT | vwc::FLUSH_BROADCAST_SUPPORTED
                 } else {
@@ -251,12 +302,13 @@ impl Connection {
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             (ControllerKind::Io, log_id::CHANGED_NAMESPACE_LIST) => {
-                // Namespaces do not change while served yet: the list is empty.
-                Ok(copy_log_page_range(&[0u8; 4096], command.offset, &mut buffer))
+                let page = controller.changed_namespace_log(command.retain_asynchronous_event);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
                 let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
-                commands_supported_and_effects().encode(&mut page);
+                let managed = controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
+                commands_supported_and_effects(managed).encode(&mut page);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             _ => Err(Status::INVALID_LOG_PAGE.with_do_not_retry()),
@@ -280,10 +332,13 @@ impl Connection {
 
 fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
     let blocks = namespace.geometry.block_count;
+    let thin = namespace.carve.as_ref().is_some_and(|carve| carve.thin);
     let mut id = IdentifyNamespace {
         namespace_size: blocks,
         namespace_capacity: blocks,
-        namespace_utilization: blocks,
+        namespace_utilization: namespace.utilization_blocks(),
+        namespace_features: if thin { nsfeat::THIN_PROVISIONING } else { 0 },
+        nvm_capacity: u128::from(namespace.geometry.capacity_bytes()),
         number_of_lba_formats: 0,
         formatted_lba_size: 0,
         multipath_capabilities: nmic::SHARED,
@@ -295,6 +350,24 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
     id.lba_formats[0] = LbaFormat {
         metadata_size: 0,
         lba_data_size_log2: namespace.block_size_log2(),
+        relative_performance: 0,
+    };
+    id
+}
+
+/// Identify Namespace for NSID FFFFFFFFh with Namespace Management: the one LBA
+/// format (the pool's block size) namespaces can be created with.
+fn common_namespace_capabilities(subsystem: &Subsystem) -> IdentifyNamespace {
+    let block_size_bytes = subsystem.pool.as_ref().map_or(512, |pool| pool.block_size_bytes());
+    let mut id = IdentifyNamespace {
+        number_of_lba_formats: 0,
+        multipath_capabilities: nmic::SHARED,
+        deallocate_features: dlfeat::READ_ZEROES | dlfeat::WRITE_ZEROES_DEALLOCATE,
+        ..IdentifyNamespace::default()
+    };
+    id.lba_formats[0] = LbaFormat {
+        metadata_size: 0,
+        lba_data_size_log2: block_size_bytes.trailing_zeros() as u8,
         relative_performance: 0,
     };
     id
@@ -314,7 +387,7 @@ fn smart_health(controller: &Controller) -> SmartHealthLog {
     }
 }
 
-fn commands_supported_and_effects() -> CommandsSupportedAndEffects {
+fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupportedAndEffects {
     let mut log = CommandsSupportedAndEffects { admin: [0; 256], io: [0; 256] };
     let supported = command_effects::COMMAND_SUPPORTED;
     for opcode in [
@@ -327,6 +400,15 @@ fn commands_supported_and_effects() -> CommandsSupportedAndEffects {
         AdminOpcode::KeepAlive,
     ] {
         log.admin[opcode as usize] = supported;
+    }
+    if namespace_management {
+        // Hosts rescan namespaces after commands marked so (Linux does, for
+        // passthrough), besides the namespace attribute notice.
+        let inventory = supported
+            | command_effects::NAMESPACE_CAPABILITY_CHANGE
+            | command_effects::NAMESPACE_INVENTORY_CHANGE;
+        log.admin[AdminOpcode::NamespaceManagement as usize] = inventory;
+        log.admin[AdminOpcode::NamespaceAttachment as usize] = inventory;
     }
     log.io[IoOpcode::Flush as usize] = supported;
     log.io[IoOpcode::Read as usize] = supported;

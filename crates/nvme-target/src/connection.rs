@@ -19,13 +19,15 @@ use nvme_tcp_wire::{
     InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent, ReaderLimits,
     ReadyToTransfer, Role, TerminationRequest,
 };
+use nvme_spec::NamespaceId;
 use storage::{BackendQueue, IoCompletion};
 
 use crate::controller::{Controller, ControllerKind};
 use crate::limits::{
-    CONNECTION_SETUP_TIMEOUT_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
+    ASYNC_EVENT_CHECK_INTERVAL_MS, CONNECTION_SETUP_TIMEOUT_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
     MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES, MAX_R2T_LENGTH_BYTES,
 };
+use crate::namespaces::{Namespace, NamespaceView};
 use crate::slots::{SlotState, SlotTable};
 use crate::stats::QueueStats;
 use crate::target::Target;
@@ -69,6 +71,13 @@ enum DataSink {
     HostData { slot: u16, offset: usize },
 }
 
+/// A backend queue this connection opened, with the namespace it serves (held so
+/// that a deleted namespace's space is not reused while I/O to it is in flight).
+pub(crate) struct OpenQueue {
+    pub(crate) namespace: Arc<Namespace>,
+    pub(crate) queue: Box<dyn BackendQueue>,
+}
+
 /// One NVMe/TCP connection.
 pub struct Connection {
     pub(crate) target: Arc<Target>,
@@ -88,10 +97,16 @@ pub struct Connection {
     pub(crate) slots: SlotTable,
     sink: DataSink,
     pub(crate) binding: Option<QueueBinding>,
+    /// The namespaces active for this queue's controller, rebuilt when the
+    /// subsystem's table changes.
+    pub(crate) view: NamespaceView,
     /// Backend queues opened by this connection, by NSID - 1.
-    pub(crate) backend_queues: Vec<Option<Box<dyn BackendQueue>>>,
+    pub(crate) backend_queues: Vec<Option<OpenQueue>>,
     /// NSIDs with an opened backend queue (to poll only those).
     pub(crate) opened_namespaces: Vec<u32>,
+    /// Queues of namespaces that went away (detached, deleted) with I/O still in
+    /// flight: polled until drained, then dropped.
+    pub(crate) retired_queues: Vec<OpenQueue>,
     pub(crate) completions: Vec<IoCompletion>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// Connection setup must finish by then.
@@ -100,6 +115,8 @@ pub struct Connection {
     pub(crate) keep_alive_deadline: Option<Instant>,
     /// I/O queue: next check whether the controller still exists.
     controller_check_at: Option<Instant>,
+    /// Admin queue: next check for due asynchronous events (while requests are held).
+    event_check_at: Option<Instant>,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
@@ -141,13 +158,16 @@ impl Connection {
             slots: SlotTable::new(SETUP_QUEUE_DEPTH),
             sink: DataSink::None,
             binding: None,
+            view: NamespaceView::default(),
             backend_queues: Vec::new(),
             opened_namespaces: Vec::new(),
+            retired_queues: Vec::new(),
             completions: Vec::new(),
             stats: None,
             setup_deadline: Some(now + Duration::from_millis(CONNECTION_SETUP_TIMEOUT_MS)),
             keep_alive_deadline: None,
             controller_check_at: None,
+            event_check_at: None,
             held_async_events: Vec::new(),
             terminated: false,
             cleaned_up: false,
@@ -509,7 +529,8 @@ impl Connection {
 
     /// The earliest time `handle_timeout` has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at]
+        let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
+        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at, event_check_at]
             .into_iter()
             .flatten()
             .min()
@@ -545,7 +566,62 @@ impl Connection {
                     Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
                 if self.controller_gone() {
                     self.phase = Phase::Closing;
+                    return;
                 }
+                // Also lets an idle queue drop namespaces that were deleted.
+                self.refresh_namespaces();
+            }
+        }
+        if let Some(check_at) = self.event_check_at {
+            if now >= check_at {
+                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+                self.refresh_namespaces();
+                self.deliver_due_events();
+            }
+        }
+    }
+
+    /// Rebuilds the namespace view if the subsystem's table changed since, and retires
+    /// backend queues of namespaces that are no longer active here. One atomic load
+    /// when nothing changed.
+    pub(crate) fn refresh_namespaces(&mut self) {
+        let Some(binding) = &self.binding else { return };
+        let Some(subsystem) = &binding.controller.subsystem else { return };
+        let generation = subsystem.generation();
+        if self.view.generation == Some(generation) {
+            return;
+        }
+        let table = subsystem.table();
+        self.view.rebuild(&table, &binding.controller.host_nqn, generation);
+        for position in (0..self.opened_namespaces.len()).rev() {
+            let nsid = self.opened_namespaces[position];
+            let index = nsid as usize - 1;
+            let still_active = match (&self.backend_queues[index], self.view.get(NamespaceId(nsid))) {
+                (Some(open), Some(namespace)) => Arc::ptr_eq(&open.namespace, namespace),
+                _ => false,
+            };
+            if still_active {
+                continue;
+            }
+            if let Some(open) = self.backend_queues[index].take() {
+                if open.queue.in_flight() > 0 {
+                    self.retired_queues.push(open);
+                }
+            }
+            self.opened_namespaces.swap_remove(position);
+        }
+    }
+
+    /// Completes a held Asynchronous Event Request with a due event, if both exist.
+    pub(crate) fn deliver_due_events(&mut self) {
+        if self.held_async_events.is_empty() {
+            return;
+        }
+        let Some(binding) = &self.binding else { return };
+        let controller = Arc::clone(&binding.controller);
+        if let Some(result) = controller.take_due_event() {
+            if !self.raise_async_event(result) {
+                controller.restore_due_event();
             }
         }
     }
@@ -565,6 +641,9 @@ impl Connection {
         self.setup_deadline = None;
         if binding.queue_id.is_admin() {
             self.restart_keep_alive(&binding.controller, now);
+            if binding.controller.kind == ControllerKind::Io {
+                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+            }
         } else {
             self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         }
@@ -573,6 +652,7 @@ impl Connection {
         }
         self.binding = Some(binding);
         self.phase = Phase::Live;
+        self.refresh_namespaces();
     }
 
     /// Restarts the keep-alive timer from `now` (Keep Alive command, Connect,

@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use nvme_spec::admin::{async_event_notice, async_event_result, async_event_type};
+use nvme_spec::log_page::{encode_changed_namespace_list, log_id, CHANGED_NAMESPACE_LIST_BYTES};
 use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
-use nvme_spec::ControllerId;
+use nvme_spec::{ControllerId, NamespaceId};
 
 use crate::subsystem::Subsystem;
 
@@ -52,6 +54,26 @@ pub struct ControllerState {
     pub features: FeatureValues,
 }
 
+/// Asynchronous Event Configuration bit 8: report namespace attribute notices.
+const NAMESPACE_ATTRIBUTE_NOTICES_ENABLED: u32 = 1 << 8;
+/// NSIDs the Changed Namespace List holds before it overflows into "everything".
+const CHANGED_NAMESPACE_LIST_CAPACITY: usize = CHANGED_NAMESPACE_LIST_BYTES / 4;
+
+/// Namespace attribute notices of one controller: the Changed Namespace List (log
+/// 04h) and the state of the event that points at it.
+#[derive(Debug, Default)]
+struct NamespaceNotices {
+    /// NSIDs changed since the host last read the log (bounded by the log's size).
+    changed: Vec<NamespaceId>,
+    /// More changed than the log holds: it reads as FFFFFFFFh, "rescan everything".
+    overflowed: bool,
+    /// An event should complete the next (or a held) Asynchronous Event Request.
+    event_due: bool,
+    /// An event was reported and the log not yet read: the spec masks further events
+    /// of the type until then, so changes are only recorded.
+    event_masked: bool,
+}
+
 /// A controller shared by its admin queue and its I/O queues (which may run on other
 /// threads). The mutex guards `ControllerState`; it is taken on admin commands and
 /// Connect only.
@@ -72,6 +94,11 @@ pub struct Controller {
     /// Bumped by a controller reset (CC.EN 1 -> 0): I/O queues connected in an older
     /// generation are gone.
     generation: AtomicU32,
+    /// Namespace change notices (changed by other controllers' commands, on any
+    /// thread; read by this controller's admin queue).
+    notices: Mutex<NamespaceNotices>,
+    /// True while `notices.event_due`: lets the admin queue check without the lock.
+    notice_due: AtomicBool,
 }
 
 impl Controller {
@@ -107,7 +134,81 @@ impl Controller {
             }),
             torn_down: AtomicBool::new(false),
             generation: AtomicU32::new(0),
+            notices: Mutex::new(NamespaceNotices::default()),
+            notice_due: AtomicBool::new(false),
         }
+    }
+
+    /// Records that namespaces changed for this controller (attached, detached,
+    /// deleted, resized) and makes a namespace attribute notice due if the host
+    /// enabled them and none is outstanding.
+    pub fn note_namespaces_changed(&self, ids: &[NamespaceId]) {
+        let enabled =
+            self.state().features.async_event_configuration & NAMESPACE_ATTRIBUTE_NOTICES_ENABLED != 0;
+        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        for &id in ids {
+            if notices.overflowed || notices.changed.contains(&id) {
+                continue;
+            }
+            if notices.changed.len() == CHANGED_NAMESPACE_LIST_CAPACITY {
+                notices.overflowed = true;
+                notices.changed.clear();
+            } else {
+                notices.changed.push(id);
+            }
+        }
+        if enabled && !notices.event_masked {
+            notices.event_due = true;
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The DW0 of a due asynchronous event, which is then reported (and masked until
+    /// its log is read). `None` when nothing is due; cheap then.
+    pub fn take_due_event(&self) -> Option<u32> {
+        if !self.notice_due.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        self.notice_due.store(false, Ordering::Release);
+        if !notices.event_due {
+            return None;
+        }
+        notices.event_due = false;
+        notices.event_masked = true;
+        Some(async_event_result(
+            async_event_type::NOTICE,
+            async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED,
+            log_id::CHANGED_NAMESPACE_LIST,
+        ))
+    }
+
+    /// Puts back an event taken with `take_due_event` that could not be reported
+    /// (no request was held after all).
+    pub fn restore_due_event(&self) {
+        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        notices.event_due = true;
+        notices.event_masked = false;
+        self.notice_due.store(true, Ordering::Release);
+    }
+
+    /// The Changed Namespace List log page. Reading it with RAE clear empties it and
+    /// unmasks the event.
+    pub fn changed_namespace_log(&self, retain_event: bool) -> [u8; CHANGED_NAMESPACE_LIST_BYTES] {
+        let mut page = [0u8; CHANGED_NAMESPACE_LIST_BYTES];
+        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        if notices.overflowed {
+            // "More than the list holds": one FFFFFFFFh entry, the rest zero.
+            page[..4].copy_from_slice(&NamespaceId::BROADCAST.0.to_le_bytes());
+        } else {
+            encode_changed_namespace_list(notices.changed.iter().copied(), &mut page);
+        }
+        if !retain_event {
+            notices.changed.clear();
+            notices.overflowed = false;
+            notices.event_masked = false;
+        }
+        page
     }
 
     /// Locks the register state. A poisoned lock means a panic elsewhere (our bug);

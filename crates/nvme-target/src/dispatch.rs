@@ -7,7 +7,7 @@ use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{IoCompletion, IoError, IoOp, IoRequest};
 
-use crate::connection::{Connection, Phase};
+use crate::connection::{Connection, OpenQueue, Phase};
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::slots::{PendingKind, SlotState};
 use crate::stats::QueueStats;
@@ -141,26 +141,28 @@ impl Connection {
         op: IoOp,
         buffer: Vec<u8>,
     ) -> Result<(), Status> {
-        let index = namespace_id.0 as usize - 1;
+        let index = (namespace_id.0 as usize)
+            .checked_sub(1)
+            .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
         if self.backend_queues.len() <= index || self.backend_queues[index].is_none() {
             let namespace = self
-                .binding
-                .as_ref()
-                .and_then(|binding| binding.controller.subsystem.as_ref())
-                .and_then(|subsystem| subsystem.namespace(namespace_id))
+                .view
+                .get(namespace_id)
+                .cloned()
                 .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
             if self.backend_queues.len() <= index {
                 self.backend_queues.resize_with(index + 1, || None);
             }
-            self.backend_queues[index] = Some(namespace.backend.open_queue());
+            let queue = namespace.backend.open_queue();
+            self.backend_queues[index] = Some(OpenQueue { namespace, queue });
             self.opened_namespaces.push(namespace_id.0);
         }
         let slot = self.slots.slot(slot_index);
         slot.pending_operations += 1;
         slot.state = SlotState::AwaitingStorage;
         let request = IoRequest { token: u64::from(slot_index), op, buffer };
-        if let Some(queue) = self.backend_queues[index].as_mut() {
-            queue.submit(request);
+        if let Some(open) = self.backend_queues[index].as_mut() {
+            open.queue.submit(request);
         }
         Ok(())
     }
@@ -169,8 +171,8 @@ impl Connection {
     /// `poll_storage` without waiting for the socket).
     pub fn has_pending_storage(&self) -> bool {
         self.opened_namespaces.iter().any(|&nsid| {
-            self.backend_queues[nsid as usize - 1].as_ref().is_some_and(|queue| queue.in_flight() > 0)
-        })
+            self.backend_queues[nsid as usize - 1].as_ref().is_some_and(|open| open.queue.in_flight() > 0)
+        }) || !self.retired_queues.is_empty()
     }
 
     /// Collects storage completions and finishes the commands they belong to.
@@ -178,11 +180,17 @@ impl Connection {
         let mut completions = std::mem::take(&mut self.completions);
         for position in 0..self.opened_namespaces.len() {
             let index = self.opened_namespaces[position] as usize - 1;
-            if let Some(queue) = self.backend_queues[index].as_mut() {
-                if queue.in_flight() > 0 {
-                    queue.reap(&mut completions);
+            if let Some(open) = self.backend_queues[index].as_mut() {
+                if open.queue.in_flight() > 0 {
+                    open.queue.reap(&mut completions);
                 }
             }
+        }
+        if !self.retired_queues.is_empty() {
+            for open in &mut self.retired_queues {
+                open.queue.reap(&mut completions);
+            }
+            self.retired_queues.retain(|open| open.queue.in_flight() > 0);
         }
         for completion in completions.drain(..) {
             self.on_storage_completion(completion);

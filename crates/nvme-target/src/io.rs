@@ -31,12 +31,7 @@ fn checked_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<u64, Statu
 
 impl Connection {
     fn namespace_geometry(&self, namespace_id: NamespaceId) -> Result<Geometry, Status> {
-        self.binding
-            .as_ref()
-            .and_then(|binding| binding.controller.subsystem.as_ref())
-            .and_then(|subsystem| subsystem.namespace(namespace_id))
-            .map(|namespace| namespace.geometry)
-            .ok_or_else(invalid_namespace)
+        self.view.get(namespace_id).map(|namespace| namespace.geometry).ok_or_else(invalid_namespace)
     }
 
     /// Checks a read/write-family command's namespace, range and transfer length.
@@ -55,11 +50,12 @@ impl Connection {
     }
 
     /// Checks done before R2T so that a command that will fail does not pull its data.
-    pub(crate) fn validate_before_host_data(&self, sqe: &SubmissionQueueEntry) -> Result<(), Status> {
+    pub(crate) fn validate_before_host_data(&mut self, sqe: &SubmissionQueueEntry) -> Result<(), Status> {
         let Some(binding) = &self.binding else { return Ok(()) };
         if binding.queue_id.is_admin() {
             return Ok(());
         }
+        self.refresh_namespaces();
         match IoOpcode::from_u8(sqe.opcode()) {
             Some(IoOpcode::Write | IoOpcode::Compare) => self.validate_transfer(sqe).map(|_| ()),
             Some(IoOpcode::DatasetManagement) => {
@@ -75,6 +71,7 @@ impl Connection {
             self.phase = Phase::Closing;
             return Outcome::status(Status::ABORTED_SQ_DELETION);
         }
+        self.refresh_namespaces();
         let sqe = self.slots.slot(slot_index).sqe;
         let result = match IoOpcode::from_u8(sqe.opcode()) {
             Some(IoOpcode::Read) => self.io_read(slot_index, &sqe),
@@ -133,15 +130,10 @@ impl Connection {
             return Ok(self.start_storage(slot_index, namespace_id, PendingKind::Other, IoOp::Flush, Vec::new()));
         }
         // Broadcast flush: every namespace of the subsystem.
-        let ids: Vec<NamespaceId> = self
-            .binding
-            .as_ref()
-            .and_then(|binding| binding.controller.subsystem.as_ref())
-            .map(|subsystem| subsystem.active_namespace_ids().to_vec())
-            .unwrap_or_default();
         self.slots.slot(slot_index).pending_kind = PendingKind::Other;
         let mut submitted = 0;
-        for id in ids {
+        for position in 0..self.view.active_ids().len() {
+            let id = self.view.active_ids()[position];
             self.submit_storage(slot_index, id, IoOp::Flush, Vec::new())?;
             submitted += 1;
         }

@@ -20,6 +20,8 @@ mod discovery;
 mod dispatch;
 mod fabrics;
 mod io;
+pub mod management;
+pub mod namespaces;
 pub mod limits;
 pub mod slots;
 pub mod stats;
@@ -29,6 +31,8 @@ pub mod transmit;
 
 pub use connection::{Connection, Phase, QueueBinding};
 pub use controller::{Controller, ControllerKind};
-pub use subsystem::{Namespace, NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
+pub use management::{ManagementError, NamespaceChange};
+pub use namespaces::{Attachment, Namespace, NamespaceTable};
+pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
 pub use target::{AddressFamily, ListenerSpec, Target, TargetError, TargetSettings, TargetSpec};
 pub use transmit::TransmitBatch;

@@ -65,6 +65,10 @@ pub const CONNECTION_SETUP_TIMEOUT_MS: u64 = 10_000;
 /// How often an I/O queue checks whether its controller was torn down (keep-alive
 /// expiry, admin queue loss, controller reset on another thread).
 pub const CONTROLLER_CHECK_INTERVAL_MS: u64 = 1_000;
+/// How often an admin queue holding Asynchronous Event Requests looks for events
+/// raised by other queues (namespace changes), in milliseconds: the delay before a
+/// host hears of a new namespace.
+pub const ASYNC_EVENT_CHECK_INTERVAL_MS: u64 = 200;
 
 /// Error Information log entries (ELPE + 1).
 pub const ERROR_LOG_ENTRIES: u32 = 64;

@@ -1,11 +1,13 @@
 //! NVM subsystems and their namespaces as the target serves them.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use nvme_spec::NamespaceId;
-use storage::{Backend, Geometry};
+use storage::{Backend, Pool};
 
 use crate::limits::MAX_NAMESPACE_ID;
+use crate::namespaces::{Attachment, Namespace, NamespaceTable, PoolCarve, TableEntry};
 use crate::stats::SubsystemStats;
 
 /// Longest NQN the spec allows (NVMe Base 2.0, "NVMe Qualified Names": 223 bytes).
@@ -14,37 +16,6 @@ pub const MAX_NQN_BYTES: usize = 223;
 /// Namespace for deriving stable identifiers: NGUID and UUID are UUIDv5 values of the
 /// subsystem NQN and NSID, so they survive a restart without being stored anywhere.
 const IDENTITY_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x5b1c_e000_4e56_4d65_9f2a_1d0c_7a11_0001);
-
-/// A namespace: an NSID bound to a storage backend, with stable identifiers.
-pub struct Namespace {
-    /// NSID.
-    pub id: NamespaceId,
-    /// Where the blocks live.
-    pub backend: Arc<dyn Backend>,
-    /// Cached backend geometry (block size, block count).
-    pub geometry: Geometry,
-    /// NGUID: namespace globally unique identifier.
-    pub nguid: [u8; 16],
-    /// UUID: namespace UUID.
-    pub uuid: [u8; 16],
-}
-
-impl Namespace {
-    /// log2 of the block size, as LBADS in the LBA format.
-    pub fn block_size_log2(&self) -> u8 {
-        self.geometry.block_size_bytes.trailing_zeros() as u8
-    }
-}
-
-impl std::fmt::Debug for Namespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Namespace")
-            .field("id", &self.id.0)
-            .field("backend", &self.backend.kind())
-            .field("geometry", &self.geometry)
-            .finish()
-    }
-}
 
 /// What a namespace is made from (the app builds backends from its config).
 pub struct NamespaceSpec {
@@ -74,9 +45,9 @@ pub struct SubsystemSpec {
     pub pool: Option<Arc<storage::Pool>>,
 }
 
-/// An NVM subsystem: an NQN, identity strings and a table of namespaces indexed by
-/// NSID. Immutable once built; the table is a `Vec` so an I/O finds its namespace
-/// with one index, not a search.
+/// An NVM subsystem: an NQN, identity strings and a table of namespaces. The table
+/// is replaced as a whole when namespaces change (see `namespaces`); connections
+/// notice through `generation`.
 pub struct Subsystem {
     /// SUBNQN.
     pub nqn: String,
@@ -84,10 +55,15 @@ pub struct Subsystem {
     pub serial_number: String,
     /// MN, space padded to 40 bytes when encoded.
     pub model_number: String,
-    /// Namespaces by NSID - 1.
-    namespaces: Vec<Option<Arc<Namespace>>>,
-    /// Active NSIDs in ascending order.
-    active_ids: Vec<NamespaceId>,
+    /// The current namespace table.
+    table: RwLock<Arc<NamespaceTable>>,
+    /// Bumped after every table swap.
+    generation: AtomicU64,
+    /// Serialises changes (Namespace Management, Attachment, management API) so each
+    /// one reads and replaces the table without another change in between.
+    changes: Mutex<()>,
+    /// Namespace Management's pool; `None` when the subsystem does not offer it.
+    pub pool: Option<Arc<Pool>>,
     /// Index of this subsystem in the target (stable for the target's lifetime).
     pub index: usize,
     /// SMART counters shared by every controller of the subsystem.
@@ -98,7 +74,8 @@ impl std::fmt::Debug for Subsystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subsystem")
             .field("nqn", &self.nqn)
-            .field("namespaces", &self.active_ids.len())
+            .field("namespaces", &self.table().allocated_ids().count())
+            .field("pool", &self.pool.is_some())
             .finish()
     }
 }
@@ -112,6 +89,8 @@ pub enum SubsystemError {
     NamespaceIdOutOfRange { nqn: String, nsid: u32, max: u32 },
     #[error("subsystem {nqn}: namespace id {nsid} is used twice")]
     DuplicateNamespaceId { nqn: String, nsid: u32 },
+    #[error("subsystem {nqn}: pool carve {carve} cannot be opened: {reason}")]
+    PoolCarve { nqn: String, carve: u32, reason: String },
 }
 
 /// Checks an NQN: non-empty, at most 223 bytes, printable ASCII, "nqn." prefix.
@@ -132,14 +111,14 @@ pub fn validate_nqn(nqn: &str) -> Result<(), &'static str> {
 }
 
 impl Subsystem {
-    /// Builds a subsystem, deriving missing identifiers.
+    /// Builds a subsystem, deriving missing identifiers. With a pool, the pool's
+    /// carves bound to this NQN become namespaces too.
     pub fn new(spec: SubsystemSpec, index: usize) -> Result<Subsystem, SubsystemError> {
         validate_nqn(&spec.nqn)
             .map_err(|reason| SubsystemError::InvalidNqn { nqn: spec.nqn.clone(), reason })?;
-        let mut namespaces: Vec<Option<Arc<Namespace>>> = Vec::new();
-        let mut active_ids = Vec::with_capacity(spec.namespaces.len());
-        for namespace in spec.namespaces {
-            let nsid = namespace.id.0;
+        let mut table = NamespaceTable::default();
+        let add = |table: &mut NamespaceTable, entry: TableEntry| {
+            let nsid = entry.namespace.id.0;
             if nsid == 0 || nsid > MAX_NAMESPACE_ID {
                 return Err(SubsystemError::NamespaceIdOutOfRange {
                     nqn: spec.nqn.clone(),
@@ -147,55 +126,111 @@ impl Subsystem {
                     max: MAX_NAMESPACE_ID,
                 });
             }
-            let slot = nsid as usize - 1;
-            if namespaces.len() <= slot {
-                namespaces.resize(slot + 1, None);
-            }
-            if namespaces[slot].is_some() {
+            if table.contains(entry.namespace.id) {
                 return Err(SubsystemError::DuplicateNamespaceId { nqn: spec.nqn.clone(), nsid });
             }
-            let geometry = namespace.backend.geometry();
-            namespaces[slot] = Some(Arc::new(Namespace {
-                id: namespace.id,
-                geometry,
-                nguid: namespace.nguid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"nguid")),
-                uuid: namespace.uuid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"uuid")),
-                backend: namespace.backend,
-            }));
-            active_ids.push(namespace.id);
+            table.insert(entry);
+            Ok(())
+        };
+        for namespace in spec.namespaces {
+            let nsid = namespace.id.0;
+            let entry = TableEntry {
+                namespace: Arc::new(Namespace::new(
+                    namespace.id,
+                    namespace.backend,
+                    namespace.nguid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"nguid")),
+                    namespace.uuid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"uuid")),
+                    None,
+                )),
+                attachment: Attachment::AllHosts,
+            };
+            add(&mut table, entry)?;
         }
-        active_ids.sort();
+        if let Some(pool) = &spec.pool {
+            for record in pool.records() {
+                let Some(binding) = record.binding.filter(|binding| binding.subsystem_nqn == spec.nqn) else {
+                    continue;
+                };
+                let backend = pool.get(record.id).map_err(|error| SubsystemError::PoolCarve {
+                    nqn: spec.nqn.clone(),
+                    carve: record.id.0,
+                    reason: error.to_string(),
+                })?;
+                let attachment =
+                    if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
+                let carve = PoolCarve { pool: Arc::clone(pool), id: record.id, thin: record.thin };
+                let namespace = Namespace::new(
+                    NamespaceId(binding.namespace_id),
+                    backend,
+                    record.nguid,
+                    record.uuid,
+                    Some(carve),
+                );
+                add(&mut table, TableEntry { namespace: Arc::new(namespace), attachment })?;
+            }
+        }
         let serial_number = spec.serial_number.unwrap_or_else(|| derive_serial_number(&spec.nqn));
         Ok(Subsystem {
             model_number: spec.model_number.unwrap_or_else(|| "Sluice NVMe/TCP target".to_string()),
             nqn: spec.nqn,
             serial_number,
-            namespaces,
-            active_ids,
+            table: RwLock::new(Arc::new(table)),
+            generation: AtomicU64::new(0),
+            changes: Mutex::new(()),
+            pool: spec.pool,
             index,
             stats: SubsystemStats::default(),
         })
     }
 
-    /// The active namespace with this NSID.
-    pub fn namespace(&self, id: NamespaceId) -> Option<&Arc<Namespace>> {
-        let slot = (id.0 as usize).checked_sub(1)?;
-        self.namespaces.get(slot)?.as_ref()
+    /// The current namespace table.
+    pub fn table(&self) -> Arc<NamespaceTable> {
+        let table = self.table.read().unwrap_or_else(|poison| poison.into_inner());
+        Arc::clone(&table)
     }
 
-    /// Active NSIDs in ascending order.
-    pub fn active_namespace_ids(&self) -> &[NamespaceId] {
-        &self.active_ids
+    /// Changes with every table swap; connections compare it to their view's.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    /// Iterates the active namespaces in NSID order.
-    pub fn namespaces(&self) -> impl Iterator<Item = &Arc<Namespace>> {
-        self.namespaces.iter().flatten()
+    /// Takes the change lock: hold it from reading the table to replacing it.
+    pub(crate) fn lock_changes(&self) -> MutexGuard<'_, ()> {
+        self.changes.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// True when any namespace's backend has a volatile write cache (VWC).
+    /// Swaps in a new table (caller holds the change lock), then bumps the generation
+    /// so that a view built from the old table is rebuilt.
+    pub(crate) fn replace_table(&self, table: NamespaceTable) {
+        *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The allocated namespace with this NSID (attached or not).
+    pub fn namespace(&self, id: NamespaceId) -> Option<Arc<Namespace>> {
+        self.table().get(id).map(|entry| Arc::clone(&entry.namespace))
+    }
+
+    /// Allocated NSIDs in ascending order.
+    pub fn namespace_ids(&self) -> Vec<NamespaceId> {
+        self.table().allocated_ids().collect()
+    }
+
+    /// Total capacity of the allocated namespaces, in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.table().entries().map(|entry| entry.namespace.geometry.capacity_bytes()).sum()
+    }
+
+    /// True when Namespace Management and Attachment are offered (OACS bit 3).
+    pub fn supports_namespace_management(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// True when any namespace's backend has a volatile write cache (VWC). With a
+    /// pool, the pool's backend counts too, since namespaces may be created on it.
     pub fn has_volatile_write_cache(&self) -> bool {
-        self.namespaces().any(|namespace| namespace.backend.has_volatile_write_cache())
+        self.table().entries().any(|entry| entry.namespace.backend.has_volatile_write_cache())
+            || self.pool.as_ref().is_some_and(|pool| pool.has_volatile_write_cache())
     }
 }
 
@@ -219,7 +254,7 @@ fn derive_serial_number(nqn: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use storage::RamBackend;
+    use storage::{Geometry, RamBackend};
 
     fn ram(blocks: u64) -> Arc<dyn Backend> {
         RamBackend::new(Geometry { block_size_bytes: 512, block_count: blocks })
@@ -241,10 +276,7 @@ mod tests {
     #[test]
     fn namespaces_are_found_by_id_and_listed_in_order() {
         let subsystem = Subsystem::new(spec(&[7, 1, 4096]), 0).unwrap();
-        assert_eq!(
-            subsystem.active_namespace_ids(),
-            &[NamespaceId(1), NamespaceId(7), NamespaceId(4096)]
-        );
+        assert_eq!(subsystem.namespace_ids(), [NamespaceId(1), NamespaceId(7), NamespaceId(4096)]);
         assert!(subsystem.namespace(NamespaceId(7)).is_some());
         assert!(subsystem.namespace(NamespaceId(2)).is_none());
         assert!(subsystem.namespace(NamespaceId(0)).is_none());

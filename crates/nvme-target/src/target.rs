@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use nvme_spec::ControllerId;
 
 use crate::controller::{Controller, ControllerKind};
+use crate::management::NamespaceChange;
 use crate::limits::{MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH};
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
 
@@ -206,6 +207,28 @@ impl Target {
             .get(&(Some(subsystem_index), id.0))
             .and_then(Weak::upgrade)
             .filter(|controller| !controller.is_torn_down())
+    }
+
+    /// The live controllers of a subsystem, in no particular order.
+    pub fn controllers_of(&self, subsystem_index: usize) -> Vec<Arc<Controller>> {
+        let table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+        table
+            .controllers
+            .iter()
+            .filter(|((index, _), _)| *index == Some(subsystem_index))
+            .filter_map(|(_, controller)| controller.upgrade())
+            .filter(|controller| !controller.is_torn_down())
+            .collect()
+    }
+
+    /// Tells every controller of the change's hosts that the namespace changed (its
+    /// admin queue reports a namespace attribute notice).
+    pub fn notify_namespace_change(&self, subsystem: &Subsystem, change: &NamespaceChange) {
+        for controller in self.controllers_of(subsystem.index) {
+            if change.hosts.includes(&controller.host_nqn) {
+                controller.note_namespaces_changed(&[change.namespace_id]);
+            }
+        }
     }
 
     /// Removes a controller from the table (its id becomes reusable).

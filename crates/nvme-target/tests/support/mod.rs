@@ -223,6 +223,18 @@ impl FakeHost {
     }
 
     pub fn connect(&mut self, queue: QueueId, controller: ControllerId, nqn: &str, queue_size: u16) -> Answer {
+        self.connect_as(queue, controller, nqn, queue_size, HOST_NQN)
+    }
+
+    /// Connect with a chosen host NQN.
+    pub fn connect_as(
+        &mut self,
+        queue: QueueId,
+        controller: ControllerId,
+        nqn: &str,
+        queue_size: u16,
+        host_nqn: &str,
+    ) -> Answer {
         let mut sqe = SubmissionQueueEntry::default();
         sqe.set_cdw0(AdminOpcode::Fabrics as u8, CommandId(0), 1);
         sqe.dwords[1] = FabricsCommandType::Connect as u32;
@@ -235,7 +247,7 @@ impl FakeHost {
         }
         .encode_into(&mut sqe);
         let mut data = [0u8; CONNECT_DATA_BYTES];
-        ConnectData::new([7; 16], controller, nqn, HOST_NQN).encode(&mut data);
+        ConnectData::new([7; 16], controller, nqn, host_nqn).encode(&mut data);
         self.command(sqe, &data, &[])
     }
 
@@ -257,8 +269,13 @@ impl FakeHost {
 
     /// ICReq, admin Connect and CC.EN=1 as the Linux host does; returns the CNTLID.
     pub fn bring_up_admin(&mut self, nqn: &str) -> ControllerId {
+        self.bring_up_admin_as(nqn, HOST_NQN)
+    }
+
+    /// `bring_up_admin` with a chosen host NQN.
+    pub fn bring_up_admin_as(&mut self, nqn: &str, host_nqn: &str) -> ControllerId {
         self.initialize(DigestSettings { header: false, data: false });
-        let answer = self.connect(QueueId::ADMIN, ControllerId::DYNAMIC, nqn, 32);
+        let answer = self.connect_as(QueueId::ADMIN, ControllerId::DYNAMIC, nqn, 32, host_nqn);
         assert!(answer.cqe.status.is_success(), "admin connect: {:?}", answer.cqe.status);
         let controller = ControllerId(answer.cqe.result_dw0 as u16);
         let cc = ControllerConfiguration(0)

@@ -453,6 +453,11 @@ impl Pool {
         })
     }
 
+    /// VWC of the pool's backend, which every carve inherits.
+    pub fn has_volatile_write_cache(&self) -> bool {
+        self.shared.backend.has_volatile_write_cache()
+    }
+
     /// Block size of every carve (the backend's).
     pub fn block_size_bytes(&self) -> u32 {
         self.shared.block_size_bytes

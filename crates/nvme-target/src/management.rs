@@ -1,0 +1,333 @@
+//! Namespace Management (create, delete) and Namespace Attachment (attach, detach):
+//! the subsystem operations, shared with the management API, and the admin commands.
+//!
+//! Each change holds the subsystem's change lock from reading the table to swapping
+//! in the new one, persists to the pool table before the new table is visible (a
+//! change the host saw succeed survives a restart), and then tells the controllers
+//! whose view changed, which report a namespace attribute notice.
+
+use std::sync::Arc;
+
+use nvme_spec::admin::{
+    namespace_attachment_select, namespace_management_select, NamespaceAttachmentCommand,
+    NamespaceManagementCommand,
+};
+use nvme_spec::identify::{csi, flbas, IDENTIFY_DATA_BYTES};
+use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, Status, SubmissionQueueEntry};
+use storage::{NamespaceBinding, PoolError};
+
+use crate::connection::Connection;
+use crate::dispatch::Outcome;
+use crate::limits::MAX_NAMESPACE_ID;
+use crate::namespaces::{Attachment, Namespace, PoolCarve, TableEntry};
+use crate::subsystem::Subsystem;
+
+/// Bytes of a controller list: a 2-byte count and up to 2047 2-byte CNTLIDs.
+const CONTROLLER_LIST_MAX_ENTRIES: usize = 2047;
+/// Bytes of the create data the handler reads: NSZE through NMIC (byte 30).
+const CREATE_DATA_MIN_BYTES: usize = 32;
+
+/// Why a namespace change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManagementError {
+    #[error("the subsystem has no pool, so namespaces cannot be created or deleted")]
+    NoPool,
+    #[error("no free namespace id (all {max} are allocated)")]
+    NoFreeNamespaceId { max: u32 },
+    #[error("namespace id {0} is already allocated")]
+    NamespaceIdInUse(u32),
+    #[error("namespace id {0} is not allocated")]
+    NotAllocated(u32),
+    #[error("namespace {0} comes from the configuration; change the configuration to remove or re-attach it")]
+    ConfiguredNamespace(u32),
+    #[error("the pool has not enough free space")]
+    InsufficientCapacity,
+    #[error("size of {0} blocks is not valid")]
+    InvalidSize(u64),
+    #[error("namespace {0} is already attached to that host")]
+    AlreadyAttached(u32),
+    #[error("namespace {0} is not attached to that host")]
+    NotAttached(u32),
+    #[error("pool: {0}")]
+    Pool(String),
+}
+
+impl ManagementError {
+    /// The NVMe status of a Namespace Management or Attachment command refused so.
+    pub fn status(&self) -> Status {
+        match self {
+            ManagementError::NoPool => Status::INVALID_OPCODE.with_do_not_retry(),
+            ManagementError::NoFreeNamespaceId { .. } | ManagementError::NamespaceIdInUse(_) => {
+                Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry()
+            }
+            ManagementError::NotAllocated(_) => Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry(),
+            ManagementError::ConfiguredNamespace(_) => Status::INVALID_FIELD.with_do_not_retry(),
+            ManagementError::InsufficientCapacity => Status::NAMESPACE_INSUFFICIENT_CAPACITY.with_do_not_retry(),
+            ManagementError::InvalidSize(_) => Status::INVALID_FIELD.with_do_not_retry(),
+            ManagementError::AlreadyAttached(_) => Status::NAMESPACE_ALREADY_ATTACHED.with_do_not_retry(),
+            ManagementError::NotAttached(_) => Status::NAMESPACE_NOT_ATTACHED.with_do_not_retry(),
+            // A table write failed: the change did not happen; the host may retry.
+            ManagementError::Pool(_) => Status::INTERNAL_ERROR,
+        }
+    }
+}
+
+fn pool_error(error: PoolError) -> ManagementError {
+    match error {
+        PoolError::NoSpace => ManagementError::InsufficientCapacity,
+        PoolError::InvalidSize(blocks) => ManagementError::InvalidSize(blocks),
+        other => ManagementError::Pool(other.to_string()),
+    }
+}
+
+/// Which controllers must hear about a change: those of these hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceChange {
+    pub namespace_id: NamespaceId,
+    pub hosts: Attachment,
+}
+
+impl Subsystem {
+    /// Creates a namespace of `size_blocks` in the pool, unattached, with the lowest
+    /// free NSID or `requested`.
+    pub fn create_namespace(
+        &self,
+        size_blocks: u64,
+        thin: bool,
+        requested: Option<NamespaceId>,
+    ) -> Result<NamespaceId, ManagementError> {
+        let pool = self.pool.as_ref().ok_or(ManagementError::NoPool)?;
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        let id = match requested {
+            Some(id) if id.0 == 0 || id.0 > MAX_NAMESPACE_ID => return Err(ManagementError::NotAllocated(id.0)),
+            Some(id) if table.contains(id) => return Err(ManagementError::NamespaceIdInUse(id.0)),
+            Some(id) => id,
+            None => table
+                .lowest_free_id(MAX_NAMESPACE_ID)
+                .ok_or(ManagementError::NoFreeNamespaceId { max: MAX_NAMESPACE_ID })?,
+        };
+        let binding = NamespaceBinding {
+            subsystem_nqn: self.nqn.clone(),
+            namespace_id: id.0,
+            all_hosts: false,
+            hosts: Vec::new(),
+        };
+        let carve_id = pool.create_bound(size_blocks, thin, Some(binding)).map_err(pool_error)?;
+        let record = pool.record(carve_id).map_err(pool_error)?;
+        let backend = pool.get(carve_id).map_err(pool_error)?;
+        let carve = PoolCarve { pool: Arc::clone(pool), id: carve_id, thin };
+        let namespace = Namespace::new(id, backend, record.nguid, record.uuid, Some(carve));
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::Hosts(Vec::new()) });
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, size_blocks, thin, "namespace created");
+        Ok(id)
+    }
+
+    /// Deletes a namespace created in the pool. Hosts it was attached to lose it now;
+    /// its space returns to the pool once no queue holds it.
+    pub fn delete_namespace(&self, id: NamespaceId) -> Result<NamespaceChange, ManagementError> {
+        let pool = self.pool.as_ref().ok_or(ManagementError::NoPool)?;
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        let Some(carve) = entry.namespace.carve.as_ref().filter(|_| entry.attachment != Attachment::AllHosts) else {
+            return Err(ManagementError::ConfiguredNamespace(id.0));
+        };
+        // Unbind first (persisted): after a crash from here on the carve is an orphan
+        // that the next start frees, never a namespace that comes back.
+        pool.set_binding(carve.id, None).map_err(pool_error)?;
+        let entry = table.remove(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        entry.namespace.mark_deleted();
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace deleted");
+        Ok(NamespaceChange { namespace_id: id, hosts: entry.attachment })
+    }
+
+    /// Namespaces Namespace Management may delete (broadcast delete).
+    pub fn managed_namespace_ids(&self) -> Vec<NamespaceId> {
+        self.table()
+            .entries()
+            .filter(|entry| entry.namespace.carve.is_some() && entry.attachment != Attachment::AllHosts)
+            .map(|entry| entry.namespace.id)
+            .collect()
+    }
+
+    /// Attaches (`attach`) or detaches a namespace to or from the controllers of
+    /// `hosts`. All or nothing: one host already in the wanted state refuses the lot.
+    pub fn change_attachment(
+        &self,
+        id: NamespaceId,
+        hosts: &[String],
+        attach: bool,
+    ) -> Result<NamespaceChange, ManagementError> {
+        let pool = self.pool.as_ref().ok_or(ManagementError::NoPool)?;
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        let (Some(carve), Attachment::Hosts(current)) = (&entry.namespace.carve, &entry.attachment) else {
+            return Err(if attach {
+                ManagementError::AlreadyAttached(id.0)
+            } else {
+                ManagementError::ConfiguredNamespace(id.0)
+            });
+        };
+        let mut updated = current.clone();
+        for host in hosts {
+            let present = updated.contains(host);
+            match (attach, present) {
+                (true, true) => return Err(ManagementError::AlreadyAttached(id.0)),
+                (false, false) => return Err(ManagementError::NotAttached(id.0)),
+                (true, false) => updated.push(host.clone()),
+                (false, true) => updated.retain(|existing| existing != host),
+            }
+        }
+        let binding = NamespaceBinding {
+            subsystem_nqn: self.nqn.clone(),
+            namespace_id: id.0,
+            all_hosts: false,
+            hosts: updated.clone(),
+        };
+        pool.set_binding(carve.id, Some(binding)).map_err(pool_error)?;
+        let namespace = Arc::clone(&entry.namespace);
+        table.insert(TableEntry { namespace, attachment: Attachment::Hosts(updated) });
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, ?hosts, attach, "namespace attachment changed");
+        Ok(NamespaceChange { namespace_id: id, hosts: Attachment::Hosts(hosts.to_vec()) })
+    }
+}
+
+impl Connection {
+    /// Namespace Management (0Dh).
+    pub(crate) fn admin_namespace_management(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let Some(subsystem) = self.bound_subsystem() else {
+            return Outcome::status(Status::INVALID_OPCODE.with_do_not_retry());
+        };
+        if !subsystem.supports_namespace_management() {
+            return Outcome::status(Status::INVALID_OPCODE.with_do_not_retry());
+        }
+        let command = NamespaceManagementCommand::decode(sqe);
+        match command.select {
+            namespace_management_select::CREATE => {
+                if command.command_set_identifier != csi::NVM {
+                    return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+                }
+                let slot = self.slots.slot(slot_index);
+                let length = (slot.host_data_bytes as usize).min(slot.buffer.len());
+                if length < CREATE_DATA_MIN_BYTES {
+                    return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+                }
+                let mut raw = [0u8; IDENTIFY_DATA_BYTES];
+                let copied = length.min(IDENTIFY_DATA_BYTES);
+                raw[..copied].copy_from_slice(&slot.buffer[..copied]);
+                let request = IdentifyNamespace::decode(&raw);
+                let size_blocks = request.namespace_size;
+                let capacity_blocks = request.namespace_capacity;
+                if size_blocks == 0 || capacity_blocks == 0 || capacity_blocks > size_blocks {
+                    return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+                }
+                // One LBA format (index 0, the pool's block size), no metadata, no
+                // protection information.
+                let format_index = (request.formatted_lba_size & flbas::INDEX_LOW_MASK)
+                    | ((request.formatted_lba_size & flbas::INDEX_HIGH_MASK) >> 1);
+                if format_index != 0
+                    || request.formatted_lba_size & flbas::EXTENDED_METADATA != 0
+                    || request.protection_settings != 0
+                {
+                    return Outcome::status(Status::INVALID_FORMAT.with_do_not_retry());
+                }
+                // NCAP below NSZE asks for thin provisioning: space on first write.
+                let thin = capacity_blocks < size_blocks;
+                match subsystem.create_namespace(size_blocks, thin, None) {
+                    Ok(id) => Outcome::Done(Status::SUCCESS, u64::from(id.0)),
+                    Err(error) => {
+                        tracing::info!(peer = %self.peer, %error, "Namespace Management create refused");
+                        Outcome::status(error.status())
+                    }
+                }
+            }
+            namespace_management_select::DELETE => {
+                let ids = if command.namespace_id == NamespaceId::BROADCAST {
+                    subsystem.managed_namespace_ids()
+                } else {
+                    vec![command.namespace_id]
+                };
+                for id in ids {
+                    match subsystem.delete_namespace(id) {
+                        Ok(change) => self.target.notify_namespace_change(&subsystem, &change),
+                        Err(error) => {
+                            tracing::info!(peer = %self.peer, %error, "Namespace Management delete refused");
+                            return Outcome::status(error.status());
+                        }
+                    }
+                }
+                Outcome::status(Status::SUCCESS)
+            }
+            _ => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+        }
+    }
+
+    /// Namespace Attachment (15h): the data is a controller list of this subsystem.
+    pub(crate) fn admin_namespace_attachment(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let Some(subsystem) = self.bound_subsystem() else {
+            return Outcome::status(Status::INVALID_OPCODE.with_do_not_retry());
+        };
+        if !subsystem.supports_namespace_management() {
+            return Outcome::status(Status::INVALID_OPCODE.with_do_not_retry());
+        }
+        let command = NamespaceAttachmentCommand::decode(sqe);
+        let attach = match command.select {
+            namespace_attachment_select::ATTACH => true,
+            namespace_attachment_select::DETACH => false,
+            _ => return Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+        };
+        if command.namespace_id.0 == 0 || command.namespace_id.0 > MAX_NAMESPACE_ID {
+            return Outcome::status(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+        }
+        let controller_ids = match self.controller_list(slot_index) {
+            Ok(ids) => ids,
+            Err(status) => return Outcome::status(status),
+        };
+        let mut hosts: Vec<String> = Vec::with_capacity(controller_ids.len());
+        for id in controller_ids {
+            let Some(controller) = self.target.controller(subsystem.index, id) else {
+                return Outcome::status(Status::CONTROLLER_LIST_INVALID.with_do_not_retry());
+            };
+            if !hosts.contains(&controller.host_nqn) {
+                hosts.push(controller.host_nqn.clone());
+            }
+        }
+        match subsystem.change_attachment(command.namespace_id, &hosts, attach) {
+            Ok(change) => {
+                self.target.notify_namespace_change(&subsystem, &change);
+                Outcome::status(Status::SUCCESS)
+            }
+            Err(error) => {
+                tracing::info!(peer = %self.peer, %error, attach, "Namespace Attachment refused");
+                Outcome::status(error.status())
+            }
+        }
+    }
+
+    /// The controller list in a command's data: a count, then that many CNTLIDs.
+    fn controller_list(&mut self, slot_index: u16) -> Result<Vec<ControllerId>, Status> {
+        let slot = self.slots.slot(slot_index);
+        let data = &slot.buffer[..(slot.host_data_bytes as usize).min(slot.buffer.len())];
+        let Some(count_bytes) = data.get(..2) else {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        };
+        let count = usize::from(u16::from_le_bytes([count_bytes[0], count_bytes[1]]));
+        if count == 0 || count > CONTROLLER_LIST_MAX_ENTRIES {
+            return Err(Status::CONTROLLER_LIST_INVALID.with_do_not_retry());
+        }
+        let Some(entries) = data.get(2..2 + count * 2) else {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        };
+        Ok(entries.chunks_exact(2).map(|raw| ControllerId(u16::from_le_bytes([raw[0], raw[1]]))).collect())
+    }
+
+    /// The subsystem of this connection's controller.
+    pub(crate) fn bound_subsystem(&self) -> Option<Arc<Subsystem>> {
+        self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone())
+    }
+}

@@ -1,0 +1,248 @@
+//! The namespace table of a subsystem and each connection's view of it.
+//!
+//! The table is immutable: a change (Namespace Management, Namespace Attachment, the
+//! management API) builds a new table and swaps it in, then bumps the subsystem's
+//! generation counter. A connection keeps its own view (the namespaces active for its
+//! controller's host, indexed by NSID) and rebuilds it only when the generation moved,
+//! so the I/O path costs one atomic load and one index, with no lock.
+//!
+//! A namespace removed from the table stays alive while a view or an open backend
+//! queue still holds it; a deleted pool namespace gives its space back only when the
+//! last holder lets go (see [`Namespace::mark_deleted`]), so no I/O still in flight
+//! can write into space that a new namespace is about to receive.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use nvme_spec::NamespaceId;
+use storage::{Backend, CarvedId, Geometry, Pool};
+
+/// A namespace: an NSID bound to a storage backend, with stable identifiers.
+pub struct Namespace {
+    /// NSID.
+    pub id: NamespaceId,
+    /// Where the blocks live.
+    pub backend: Arc<dyn Backend>,
+    /// Cached backend geometry (block size, block count).
+    pub geometry: Geometry,
+    /// NGUID: namespace globally unique identifier.
+    pub nguid: [u8; 16],
+    /// UUID: namespace UUID.
+    pub uuid: [u8; 16],
+    /// The pool carve behind it, when Namespace Management created it or the config
+    /// carved it from a pool.
+    pub carve: Option<PoolCarve>,
+    /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
+    /// freed) when the last holder drops this namespace.
+    deleted: AtomicBool,
+}
+
+/// A namespace's place in a pool.
+#[derive(Clone)]
+pub struct PoolCarve {
+    /// The pool it was carved from.
+    pub pool: Arc<Pool>,
+    /// Its id in the pool.
+    pub id: CarvedId,
+    /// Thin provisioned (NSFEAT bit 0): space is allocated on first write.
+    pub thin: bool,
+}
+
+impl Namespace {
+    /// A namespace over `backend`.
+    pub fn new(
+        id: NamespaceId,
+        backend: Arc<dyn Backend>,
+        nguid: [u8; 16],
+        uuid: [u8; 16],
+        carve: Option<PoolCarve>,
+    ) -> Namespace {
+        Namespace {
+            id,
+            geometry: backend.geometry(),
+            backend,
+            nguid,
+            uuid,
+            carve,
+            deleted: AtomicBool::new(false),
+        }
+    }
+
+    /// log2 of the block size, as LBADS in the LBA format.
+    pub fn block_size_log2(&self) -> u8 {
+        self.geometry.block_size_bytes.trailing_zeros() as u8
+    }
+
+    /// NUSE: blocks that hold space (all of them unless thin).
+    pub fn utilization_blocks(&self) -> u64 {
+        match &self.carve {
+            Some(carve) if carve.thin => {
+                carve.pool.allocated_blocks(carve.id).unwrap_or(self.geometry.block_count)
+            }
+            _ => self.geometry.block_count,
+        }
+    }
+
+    /// Marks the namespace deleted: its carve goes back to the pool once nothing holds
+    /// the namespace any more.
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        if !self.deleted.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(carve) = self.carve.take() else { return };
+        // Zeroing the carve is device I/O of up to its whole size: do it off the
+        // runtime thread that happened to drop the last reference.
+        let spawned = std::thread::Builder::new().name("sluice-ns-delete".into()).spawn(move || {
+            match carve.pool.delete(carve.id) {
+                Ok(()) => tracing::info!(carve = carve.id.0, "deleted namespace's space returned to the pool"),
+                Err(error) => tracing::error!(carve = carve.id.0, %error,
+                    "could not free a deleted namespace's space; it stays allocated until the next start"),
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "could not start the thread that frees a deleted namespace's space");
+        }
+    }
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespace")
+            .field("id", &self.id.0)
+            .field("backend", &self.backend.kind())
+            .field("geometry", &self.geometry)
+            .field("carve", &self.carve.as_ref().map(|carve| carve.id.0))
+            .finish()
+    }
+}
+
+/// Which hosts' controllers a namespace is attached to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attachment {
+    /// Every controller (namespaces from the config).
+    AllHosts,
+    /// Controllers of these host NQNs (Namespace Attachment). Attachment is kept per
+    /// host rather than per CNTLID because fabrics controllers are created per
+    /// association: a host that reconnects gets a new CNTLID and must find its
+    /// namespaces again.
+    Hosts(Vec<String>),
+}
+
+impl Attachment {
+    /// True when controllers of `host_nqn` see the namespace.
+    pub fn includes(&self, host_nqn: &str) -> bool {
+        match self {
+            Attachment::AllHosts => true,
+            Attachment::Hosts(hosts) => hosts.iter().any(|host| host == host_nqn),
+        }
+    }
+}
+
+/// One allocated namespace and where it is attached.
+#[derive(Clone, Debug)]
+pub struct TableEntry {
+    pub namespace: Arc<Namespace>,
+    pub attachment: Attachment,
+}
+
+/// The allocated namespaces of a subsystem at one moment, by NSID.
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceTable {
+    /// By NSID - 1.
+    entries: Vec<Option<TableEntry>>,
+}
+
+impl NamespaceTable {
+    /// The entry of an allocated NSID.
+    pub fn get(&self, id: NamespaceId) -> Option<&TableEntry> {
+        let slot = (id.0 as usize).checked_sub(1)?;
+        self.entries.get(slot)?.as_ref()
+    }
+
+    /// Allocated entries in NSID order.
+    pub fn entries(&self) -> impl Iterator<Item = &TableEntry> {
+        self.entries.iter().flatten()
+    }
+
+    /// Allocated NSIDs in ascending order.
+    pub fn allocated_ids(&self) -> impl Iterator<Item = NamespaceId> + '_ {
+        self.entries().map(|entry| entry.namespace.id)
+    }
+
+    /// True when the NSID is allocated.
+    pub fn contains(&self, id: NamespaceId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Lowest NSID in 1..=max that is not allocated.
+    pub fn lowest_free_id(&self, max: u32) -> Option<NamespaceId> {
+        (1..=max).map(NamespaceId).find(|&id| !self.contains(id))
+    }
+
+    /// Adds or replaces the entry for its NSID (NSID already checked in range).
+    pub(crate) fn insert(&mut self, entry: TableEntry) {
+        let slot = entry.namespace.id.0 as usize - 1;
+        if self.entries.len() <= slot {
+            self.entries.resize(slot + 1, None);
+        }
+        self.entries[slot] = Some(entry);
+    }
+
+    /// Removes and returns the entry of an NSID.
+    pub(crate) fn remove(&mut self, id: NamespaceId) -> Option<TableEntry> {
+        let slot = (id.0 as usize).checked_sub(1)?;
+        let removed = self.entries.get_mut(slot)?.take();
+        while matches!(self.entries.last(), Some(None)) {
+            self.entries.pop();
+        }
+        removed
+    }
+}
+
+/// A connection's view: the namespaces active for its controller's host.
+#[derive(Debug, Default)]
+pub(crate) struct NamespaceView {
+    /// Subsystem generation the view was built from; `None` before the first build.
+    pub(crate) generation: Option<u64>,
+    /// Active namespaces by NSID - 1.
+    active: Vec<Option<Arc<Namespace>>>,
+    /// Active NSIDs in ascending order.
+    active_ids: Vec<NamespaceId>,
+}
+
+impl NamespaceView {
+    /// Rebuilds the view from a table for one host.
+    pub(crate) fn rebuild(&mut self, table: &NamespaceTable, host_nqn: &str, generation: u64) {
+        self.active.clear();
+        self.active_ids.clear();
+        for entry in table.entries() {
+            if !entry.attachment.includes(host_nqn) {
+                continue;
+            }
+            let slot = entry.namespace.id.0 as usize - 1;
+            if self.active.len() <= slot {
+                self.active.resize(slot + 1, None);
+            }
+            self.active[slot] = Some(Arc::clone(&entry.namespace));
+            self.active_ids.push(entry.namespace.id);
+        }
+        self.generation = Some(generation);
+    }
+
+    /// The active namespace with this NSID.
+    pub(crate) fn get(&self, id: NamespaceId) -> Option<&Arc<Namespace>> {
+        let slot = (id.0 as usize).checked_sub(1)?;
+        self.active.get(slot)?.as_ref()
+    }
+
+    /// Active NSIDs in ascending order.
+    pub(crate) fn active_ids(&self) -> &[NamespaceId] {
+        &self.active_ids
+    }
+}

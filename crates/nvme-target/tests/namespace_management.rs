@@ -1,0 +1,315 @@
+//! Namespace Management and Attachment on a pool-backed subsystem, driven by a
+//! scripted host: create, attach, the namespace attribute notice and the Changed
+//! Namespace List, I/O, detach, delete, restart, refusals, and hosts kept apart.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::admin::{namespace_attachment_select, namespace_management_select};
+use nvme_spec::features::feature_id;
+use nvme_spec::identify::{cns, decode_controller_list, decode_namespace_list, oacs, IDENTIFY_DATA_BYTES};
+use nvme_spec::log_page::log_id;
+use nvme_spec::opcode::{AdminOpcode, IoOpcode};
+use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceId, QueueId, Status};
+use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use storage::{Backend, Geometry, Pool, RamBackend, TableStore};
+use support::*;
+
+const POOL_NQN: &str = "nqn.2026-11.io.sluice:pool";
+const OTHER_HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000bb";
+/// Pool of 64 MiB in 1 MiB units.
+const POOL_BYTES: u64 = 64 << 20;
+/// Namespace Attribute Changed notice for log 04h.
+const NAMESPACE_NOTICE_DW0: u32 = 0x0004_0002;
+
+struct PoolSetup {
+    backend: Arc<dyn Backend>,
+    table: TableStore,
+}
+
+impl PoolSetup {
+    fn new() -> Self {
+        PoolSetup {
+            backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: POOL_BYTES / 512 }),
+            table: TableStore::memory(),
+        }
+    }
+
+    /// A target whose pool subsystem also has one config namespace (NSID 1) and whose
+    /// second subsystem has no pool.
+    fn target(&self) -> (Arc<Target>, Arc<Pool>) {
+        let pool = Arc::new(Pool::open(Arc::clone(&self.backend), self.table.clone()).unwrap());
+        let ram = || RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 2048 });
+        let target = Target::new(TargetSpec {
+            listeners: vec![ListenerSpec {
+                address: "127.0.0.1".into(),
+                port: 4420,
+                family: AddressFamily::Ipv4,
+                discovery_only: false,
+            }],
+            subsystems: vec![
+                SubsystemSpec {
+                    pool: Some(Arc::clone(&pool)),
+                    nqn: POOL_NQN.into(),
+                    serial_number: None,
+                    model_number: None,
+                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None }],
+                },
+                SubsystemSpec {
+                    pool: None,
+                    nqn: NQN.into(),
+                    serial_number: None,
+                    model_number: None,
+                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None }],
+                },
+            ],
+            settings: TargetSettings::default(),
+        })
+        .unwrap();
+        (target, pool)
+    }
+}
+
+/// An admin queue of `host_nqn` on the pool subsystem with namespace notices enabled
+/// and one Asynchronous Event Request held.
+fn admin(target: &Arc<Target>, host_nqn: &str) -> (FakeHost, ControllerId, nvme_spec::CommandId) {
+    let mut host = FakeHost::new(Arc::clone(target), 0);
+    let controller = host.bring_up_admin_as(POOL_NQN, host_nqn);
+    let mut set = sqe(AdminOpcode::SetFeatures as u8, 0, 0);
+    set.dwords[10] = u32::from(feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION);
+    set.dwords[11] = 1 << 8;
+    assert_status(&host.command(set, &[], &[]), Status::SUCCESS);
+    let event = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
+    assert!(host.received.is_empty(), "the request is held");
+    (host, controller, event)
+}
+
+fn create(host: &mut FakeHost, size_blocks: u64, capacity_blocks: u64, flbas: u8) -> Answer {
+    let mut data = [0u8; IDENTIFY_DATA_BYTES];
+    data[0..8].copy_from_slice(&size_blocks.to_le_bytes());
+    data[8..16].copy_from_slice(&capacity_blocks.to_le_bytes());
+    data[26] = flbas;
+    let mut command = sqe(AdminOpcode::NamespaceManagement as u8, 0, 0);
+    command.dwords[10] = u32::from(namespace_management_select::CREATE);
+    host.command(command, &data, &[])
+}
+
+fn delete(host: &mut FakeHost, nsid: u32) -> Answer {
+    let mut command = sqe(AdminOpcode::NamespaceManagement as u8, nsid, 0);
+    command.dwords[10] = u32::from(namespace_management_select::DELETE);
+    host.command(command, &[], &[])
+}
+
+fn attachment(host: &mut FakeHost, nsid: u32, controllers: &[u16], attach: bool) -> Answer {
+    let mut data = vec![0u8; 4096];
+    data[0..2].copy_from_slice(&(controllers.len() as u16).to_le_bytes());
+    for (index, id) in controllers.iter().enumerate() {
+        data[2 + index * 2..4 + index * 2].copy_from_slice(&id.to_le_bytes());
+    }
+    let select = if attach { namespace_attachment_select::ATTACH } else { namespace_attachment_select::DETACH };
+    let mut command = sqe(AdminOpcode::NamespaceAttachment as u8, nsid, 0);
+    command.dwords[10] = u32::from(select);
+    host.command(command, &data, &[])
+}
+
+fn identify_data(host: &mut FakeHost, cns_value: u8, nsid: u32) -> [u8; IDENTIFY_DATA_BYTES] {
+    let answer = host.command(identify(cns_value, nsid), &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    answer.data.try_into().expect("4 KiB identify data")
+}
+
+fn namespace_list(host: &mut FakeHost, cns_value: u8) -> Vec<u32> {
+    decode_namespace_list(&identify_data(host, cns_value, 0)).map(|id| id.0).collect()
+}
+
+fn changed_namespace_log(host: &mut FakeHost) -> Vec<u32> {
+    let mut command = sqe(AdminOpcode::GetLogPage as u8, 0xFFFF_FFFF, 4096);
+    command.dwords[10] = u32::from(log_id::CHANGED_NAMESPACE_LIST) | (1023 << 16);
+    let answer = host.command(command, &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    answer.data.chunks_exact(4).map(|raw| u32::from_le_bytes(raw.try_into().unwrap())).take_while(|&id| id != 0).collect()
+}
+
+/// Lets time pass until the held event request completes; returns its DW0.
+fn await_event(host: &mut FakeHost, event: nvme_spec::CommandId) -> u32 {
+    for _ in 0..10 {
+        host.advance(Duration::from_millis(250));
+        if !host.received.is_empty() {
+            let answer = host.await_answer(event, &[]);
+            assert_status(&answer, Status::SUCCESS);
+            return answer.cqe.result_dw0;
+        }
+    }
+    panic!("no asynchronous event within 2.5 s");
+}
+
+fn io_queue(target: &Arc<Target>, controller: ControllerId, host_nqn: &str) -> FakeHost {
+    let mut host = FakeHost::new(Arc::clone(target), 0);
+    host.initialize(nvme_tcp_wire::DigestSettings { header: false, data: false });
+    let answer = host.connect_as(QueueId(1), controller, POOL_NQN, 32, host_nqn);
+    assert_status(&answer, Status::SUCCESS);
+    host
+}
+
+#[test]
+fn create_attach_notice_io_detach_delete() {
+    let setup = PoolSetup::new();
+    let (target, pool) = setup.target();
+    let (mut host, controller, event) = admin(&target, HOST_NQN);
+
+    let id = IdentifyController::decode(&identify_data(&mut host, cns::CONTROLLER, 0));
+    assert_ne!(id.optional_admin_command_support & oacs::NAMESPACE_MANAGEMENT, 0, "OACS bit 3");
+    assert_eq!(id.total_nvm_capacity, u128::from(POOL_BYTES));
+    assert_eq!(id.unallocated_nvm_capacity, u128::from(POOL_BYTES));
+
+    // 8 MiB thick namespace: created, allocated, not active until attached.
+    let answer = create(&mut host, 16384, 16384, 0);
+    assert_status(&answer, Status::SUCCESS);
+    assert_eq!(answer.cqe.result_dw0, 2, "lowest free NSID after the config's 1");
+    assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1]);
+    assert_eq!(namespace_list(&mut host, cns::ALLOCATED_NAMESPACE_LIST), [1, 2]);
+    assert!(identify_data(&mut host, cns::NAMESPACE, 2).iter().all(|&byte| byte == 0), "inactive reads as zeroes");
+    let allocated = IdentifyNamespace::decode(&identify_data(&mut host, cns::ALLOCATED_NAMESPACE, 2));
+    assert_eq!(allocated.namespace_size, 16384);
+    let id = IdentifyController::decode(&identify_data(&mut host, cns::CONTROLLER, 0));
+    assert_eq!(id.unallocated_nvm_capacity, u128::from(POOL_BYTES - (8 << 20)));
+    assert!(host.received.is_empty(), "creating an unattached namespace raises no notice");
+
+    assert_status(&attachment(&mut host, 2, &[controller.0], true), Status::SUCCESS);
+    assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0);
+    assert_eq!(changed_namespace_log(&mut host), [2]);
+    assert!(changed_namespace_log(&mut host).is_empty(), "reading with RAE clear empties the log");
+    assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1, 2]);
+    let attached = identify_data(&mut host, cns::NAMESPACE_ATTACHED_CONTROLLER_LIST, 2);
+    assert_eq!(decode_controller_list(&attached).collect::<Vec<_>>(), [controller]);
+
+    // I/O to the new namespace, then detach: the same queue is refused.
+    let mut io = io_queue(&target, controller, HOST_NQN);
+    let data = pattern(4096, 9);
+    assert_status(&io.command(read_write(IoOpcode::Write, 2, 100, 8), &data, &[]), Status::SUCCESS);
+    let answer = io.command(read_write(IoOpcode::Read, 2, 100, 8), &[], &[]);
+    assert_eq!(answer.data, data);
+
+    let event = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
+    assert_status(&attachment(&mut host, 2, &[controller.0], false), Status::SUCCESS);
+    assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0);
+    assert_eq!(changed_namespace_log(&mut host), [2]);
+    let answer = io.command(read_write(IoOpcode::Read, 2, 100, 8), &[], &[]);
+    assert_status(&answer, Status::INVALID_NAMESPACE_OR_FORMAT);
+
+    // Delete: the space comes back once no queue holds the namespace.
+    assert_status(&delete(&mut host, 2), Status::SUCCESS);
+    assert_eq!(namespace_list(&mut host, cns::ALLOCATED_NAMESPACE_LIST), [1]);
+    drop(io);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.free_bytes() != POOL_BYTES {
+        assert!(Instant::now() < deadline, "deleted namespace's space never returned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn refusals_carry_the_spec_status() {
+    let setup = PoolSetup::new();
+    let (target, _pool) = setup.target();
+    let (mut host, controller, _event) = admin(&target, HOST_NQN);
+
+    assert_status(&create(&mut host, POOL_BYTES / 512 + 1, POOL_BYTES / 512 + 1, 0), Status::NAMESPACE_INSUFFICIENT_CAPACITY);
+    assert_status(&create(&mut host, 2048, 2048, 1), Status::INVALID_FORMAT);
+    assert_status(&create(&mut host, 2048, 4096, 0), Status::INVALID_FIELD);
+    assert_status(&create(&mut host, 0, 0, 0), Status::INVALID_FIELD);
+    let answer = create(&mut host, 2048, 2048, 0);
+    assert_status(&answer, Status::SUCCESS);
+    let nsid = answer.cqe.result_dw0;
+
+    assert_status(&attachment(&mut host, nsid, &[controller.0 + 100], true), Status::CONTROLLER_LIST_INVALID);
+    assert_status(&attachment(&mut host, nsid, &[], true), Status::CONTROLLER_LIST_INVALID);
+    assert_status(&attachment(&mut host, nsid, &[controller.0], false), Status::NAMESPACE_NOT_ATTACHED);
+    assert_status(&attachment(&mut host, nsid, &[controller.0], true), Status::SUCCESS);
+    assert_status(&attachment(&mut host, nsid, &[controller.0], true), Status::NAMESPACE_ALREADY_ATTACHED);
+    assert_status(&attachment(&mut host, 77, &[controller.0], true), Status::INVALID_NAMESPACE_OR_FORMAT);
+    assert_status(&attachment(&mut host, 1, &[controller.0], true), Status::NAMESPACE_ALREADY_ATTACHED);
+    assert_status(&delete(&mut host, 1), Status::INVALID_FIELD);
+    assert_status(&delete(&mut host, 77), Status::INVALID_NAMESPACE_OR_FORMAT);
+
+    // A subsystem without a pool offers neither command.
+    let mut plain = FakeHost::new(Arc::clone(&target), 0);
+    let plain_controller = plain.bring_up_admin(NQN);
+    assert_status(&create(&mut plain, 2048, 2048, 0), Status::INVALID_OPCODE);
+    assert_status(&attachment(&mut plain, 1, &[plain_controller.0], true), Status::INVALID_OPCODE);
+    let id = IdentifyController::decode(&identify_data(&mut plain, cns::CONTROLLER, 0));
+    assert_eq!(id.optional_admin_command_support & oacs::NAMESPACE_MANAGEMENT, 0);
+}
+
+#[test]
+fn hosts_see_only_what_is_attached_to_them() {
+    let setup = PoolSetup::new();
+    let (target, _pool) = setup.target();
+    let (mut host_a, controller_a, event_a) = admin(&target, HOST_NQN);
+    let (mut host_b, controller_b, _event_b) = admin(&target, OTHER_HOST_NQN);
+
+    let nsid = create(&mut host_a, 2048, 2048, 0).cqe.result_dw0;
+    // Host A attaches the namespace to host B's controller: B is told, A is not.
+    assert_status(&attachment(&mut host_a, nsid, &[controller_b.0], true), Status::SUCCESS);
+    host_a.advance(Duration::from_secs(1));
+    assert!(host_a.received.is_empty(), "host A's request stays held");
+    assert_eq!(namespace_list(&mut host_b, cns::ACTIVE_NAMESPACE_LIST), [1, nsid]);
+    assert_eq!(namespace_list(&mut host_a, cns::ACTIVE_NAMESPACE_LIST), [1]);
+    let mut io_a = io_queue(&target, controller_a, HOST_NQN);
+    assert_status(&io_a.command(read_write(IoOpcode::Read, nsid, 0, 1), &[], &[]), Status::INVALID_NAMESPACE_OR_FORMAT);
+    let mut io_b = io_queue(&target, controller_b, OTHER_HOST_NQN);
+    assert_status(&io_b.command(read_write(IoOpcode::Read, nsid, 0, 1), &[], &[]), Status::SUCCESS);
+    let all = identify_data(&mut host_a, cns::CONTROLLER_LIST, 0);
+    assert_eq!(decode_controller_list(&all).count(), 2);
+    let _ = event_a;
+}
+
+#[test]
+fn namespaces_and_attachments_survive_a_restart() {
+    let setup = PoolSetup::new();
+    let (nguid, nsids) = {
+        let (target, _pool) = setup.target();
+        let (mut host, controller, _event) = admin(&target, HOST_NQN);
+        // The field report's layout scaled down: 3 cache-sized and 21 capacity-sized.
+        let mut nsids = Vec::new();
+        for index in 0..24u64 {
+            let blocks = if index < 3 { 4096 } else { 2048 };
+            let answer = create(&mut host, blocks, blocks, 0);
+            assert_status(&answer, Status::SUCCESS);
+            nsids.push(answer.cqe.result_dw0);
+            assert_status(&attachment(&mut host, answer.cqe.result_dw0, &[controller.0], true), Status::SUCCESS);
+        }
+        assert_eq!(nsids, (2..=25).collect::<Vec<u32>>());
+        let nguid = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, 5)).namespace_globally_unique_identifier;
+        (nguid, nsids)
+    };
+    let (target, _pool) = setup.target();
+    let (mut host, _controller, _event) = admin(&target, HOST_NQN);
+    let mut expected = vec![1];
+    expected.extend(&nsids);
+    assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), expected);
+    let restored = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, 5));
+    assert_eq!(restored.namespace_globally_unique_identifier, nguid);
+    assert_eq!(restored.namespace_size, 2048);
+    let (mut other, _, _) = admin(&target, OTHER_HOST_NQN);
+    assert_eq!(namespace_list(&mut other, cns::ACTIVE_NAMESPACE_LIST), [1], "attachments are per host");
+}
+
+#[test]
+fn thin_namespaces_report_what_they_use() {
+    let setup = PoolSetup::new();
+    let (target, _pool) = setup.target();
+    let (mut host, controller, _event) = admin(&target, HOST_NQN);
+    // NCAP below NSZE asks for thin provisioning.
+    let nsid = create(&mut host, 32768, 2048, 0).cqe.result_dw0;
+    assert_status(&attachment(&mut host, nsid, &[controller.0], true), Status::SUCCESS);
+    let before = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, nsid));
+    assert_eq!(before.namespace_utilization, 0);
+    assert_eq!(before.namespace_features & 1, 1, "NSFEAT thin provisioning");
+    let mut io = io_queue(&target, controller, HOST_NQN);
+    assert_status(&io.command(read_write(IoOpcode::Write, nsid, 0, 8), &pattern(4096, 1), &[]), Status::SUCCESS);
+    let after = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, nsid));
+    assert_eq!(after.namespace_utilization, 2048, "one 1 MiB unit");
+}
