@@ -44,7 +44,7 @@ impl Connection {
     pub(crate) fn copy_discovery_log(&self, offset: u64, out: &mut [u8]) -> usize {
         let entries = discovery_entries(&self.target);
         let header = DiscoveryLogHeader {
-            generation_counter: self.target.discovery_generation,
+            generation_counter: self.target.discovery_generation(),
             number_of_records: entries.len() as u64,
             record_format: 0,
         };

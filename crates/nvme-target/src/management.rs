@@ -20,7 +20,7 @@ use crate::connection::Connection;
 use crate::dispatch::Outcome;
 use crate::limits::MAX_NAMESPACE_ID;
 use crate::namespaces::{Attachment, Namespace, PoolCarve, TableEntry};
-use crate::subsystem::Subsystem;
+use crate::subsystem::{derive_identifier, NamespaceSpec, Subsystem};
 
 /// Bytes of a controller list: a 2-byte count and up to 2047 2-byte CNTLIDs.
 const CONTROLLER_LIST_MAX_ENTRIES: usize = 2047;
@@ -141,6 +141,48 @@ impl Subsystem {
         entry.namespace.mark_deleted();
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace deleted");
+        Ok(NamespaceChange { namespace_id: id, hosts: entry.attachment })
+    }
+
+    /// Adds a namespace over any backend, attached to every host (the management
+    /// API's "ns add"; the config's namespaces are added the same way at start).
+    pub fn add_namespace(&self, spec: NamespaceSpec) -> Result<NamespaceChange, ManagementError> {
+        let id = spec.id;
+        if id.0 == 0 || id.0 > MAX_NAMESPACE_ID {
+            return Err(ManagementError::NotAllocated(id.0));
+        }
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        if table.contains(id) {
+            return Err(ManagementError::NamespaceIdInUse(id.0));
+        }
+        let namespace = Namespace::new(
+            id,
+            spec.backend,
+            spec.nguid.unwrap_or_else(|| derive_identifier(&self.nqn, id.0, b"nguid")),
+            spec.uuid.unwrap_or_else(|| derive_identifier(&self.nqn, id.0, b"uuid")),
+            None,
+        );
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::AllHosts });
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace added");
+        Ok(NamespaceChange { namespace_id: id, hosts: Attachment::AllHosts })
+    }
+
+    /// Removes any namespace (the management API's "ns remove"). A namespace carved
+    /// from this subsystem's pool is deleted, its space returned; any other backend is
+    /// only let go (its file or device keeps the data).
+    pub fn remove_namespace(&self, id: NamespaceId) -> Result<NamespaceChange, ManagementError> {
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        if let Some(carve) = &entry.namespace.carve {
+            carve.pool.set_binding(carve.id, None).map_err(pool_error)?;
+            entry.namespace.mark_deleted();
+        }
+        let entry = table.remove(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace removed");
         Ok(NamespaceChange { namespace_id: id, hosts: entry.attachment })
     }
 

@@ -2,7 +2,8 @@
 //! connection on every thread.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvme_spec::ControllerId;
 
@@ -67,6 +68,8 @@ pub enum TargetError {
     IoQueueCount { value: u16, max: u16 },
     #[error("max_io_queue_depth must be 2..={max}, not {value}")]
     IoQueueDepth { value: u16, max: u16 },
+    #[error("no subsystem with NQN {0}")]
+    UnknownSubsystem(String),
 }
 
 /// Key of the controller table: subsystem index (or `None` for discovery) and CNTLID.
@@ -75,28 +78,35 @@ type ControllerKey = (Option<usize>, u16);
 #[derive(Default)]
 struct ControllerTable {
     controllers: HashMap<ControllerKey, Weak<Controller>>,
-    /// Next CNTLID to try, per subsystem index; the last entry is the discovery
-    /// subsystem's.
-    next_id: Vec<u16>,
+    /// Next CNTLID to try, per subsystem index (`None`: the discovery subsystem).
+    next_id: HashMap<Option<usize>, u16>,
+}
+
+/// The subsystems, changed by the management API while connections read them.
+#[derive(Default)]
+struct SubsystemRegistry {
+    /// By subsystem index; a removed subsystem leaves `None` so indexes are never
+    /// reused (controllers and connections of the removed one may still name it).
+    by_index: Vec<Option<Arc<Subsystem>>>,
+    by_nqn: HashMap<String, usize>,
 }
 
 /// Shared state of a running target.
 pub struct Target {
     listeners: Vec<ListenerSpec>,
-    subsystems: Vec<Arc<Subsystem>>,
-    by_nqn: HashMap<String, usize>,
+    subsystems: RwLock<SubsystemRegistry>,
     controllers: Mutex<ControllerTable>,
     /// Tunables.
     pub settings: TargetSettings,
     /// GENCTR of the discovery log: changes whenever the log's content changes.
-    pub discovery_generation: u64,
+    discovery_generation: AtomicU64,
 }
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
             .field("listeners", &self.listeners)
-            .field("subsystems", &self.subsystems)
+            .field("subsystems", &self.subsystems())
             .finish()
     }
 }
@@ -119,27 +129,62 @@ impl Target {
                 max: MAX_IO_QUEUE_DEPTH,
             });
         }
-        let mut subsystems = Vec::with_capacity(spec.subsystems.len());
-        let mut by_nqn = HashMap::new();
-        for (index, subsystem_spec) in spec.subsystems.into_iter().enumerate() {
-            if subsystem_spec.nqn == nvme_spec::discovery::DISCOVERY_NQN {
-                return Err(TargetError::ReservedNqn(subsystem_spec.nqn));
-            }
-            let nqn = subsystem_spec.nqn.clone();
-            if by_nqn.insert(nqn.clone(), index).is_some() {
-                return Err(TargetError::DuplicateSubsystem(nqn));
-            }
-            subsystems.push(Arc::new(Subsystem::new(subsystem_spec, index)?));
-        }
-        let next_id = vec![1; subsystems.len() + 1];
-        Ok(Arc::new(Target {
+        let target = Arc::new(Target {
             listeners: spec.listeners,
-            subsystems,
-            by_nqn,
-            controllers: Mutex::new(ControllerTable { controllers: HashMap::new(), next_id }),
+            subsystems: RwLock::new(SubsystemRegistry::default()),
+            controllers: Mutex::new(ControllerTable::default()),
             settings,
-            discovery_generation: 1,
-        }))
+            discovery_generation: AtomicU64::new(1),
+        });
+        for subsystem_spec in spec.subsystems {
+            target.add_subsystem(subsystem_spec)?;
+        }
+        target.discovery_generation.store(1, Ordering::Release);
+        Ok(target)
+    }
+
+    /// Adds a subsystem while the target runs (its NQN must be new).
+    pub fn add_subsystem(&self, spec: SubsystemSpec) -> Result<Arc<Subsystem>, TargetError> {
+        if spec.nqn == nvme_spec::discovery::DISCOVERY_NQN {
+            return Err(TargetError::ReservedNqn(spec.nqn));
+        }
+        let mut registry = self.subsystems.write().unwrap_or_else(|poison| poison.into_inner());
+        if registry.by_nqn.contains_key(&spec.nqn) {
+            return Err(TargetError::DuplicateSubsystem(spec.nqn));
+        }
+        let index = registry.by_index.len();
+        let subsystem = Arc::new(Subsystem::new(spec, index)?);
+        registry.by_nqn.insert(subsystem.nqn.clone(), index);
+        registry.by_index.push(Some(Arc::clone(&subsystem)));
+        drop(registry);
+        self.bump_discovery_generation();
+        Ok(subsystem)
+    }
+
+    /// Removes a subsystem while the target runs: new Connects to it fail, and its
+    /// controllers are torn down (their queues close at their next check).
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, TargetError> {
+        let mut registry = self.subsystems.write().unwrap_or_else(|poison| poison.into_inner());
+        let index = registry.by_nqn.remove(nqn).ok_or_else(|| TargetError::UnknownSubsystem(nqn.to_string()))?;
+        let removed = registry.by_index.get_mut(index).and_then(Option::take);
+        drop(registry);
+        let removed = removed.ok_or_else(|| TargetError::UnknownSubsystem(nqn.to_string()))?;
+        for controller in self.controllers_of(index) {
+            controller.tear_down();
+        }
+        self.bump_discovery_generation();
+        Ok(removed)
+    }
+
+    /// GENCTR of the discovery log.
+    pub fn discovery_generation(&self) -> u64 {
+        self.discovery_generation.load(Ordering::Acquire)
+    }
+
+    /// Records that the discovery log's content changed (subsystems, listeners or
+    /// allowed hosts), so hosts that compare GENCTR read it again.
+    pub fn bump_discovery_generation(&self) {
+        self.discovery_generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The listeners, in configuration order (a connection names its listener by index).
@@ -147,14 +192,16 @@ impl Target {
         &self.listeners
     }
 
-    /// The subsystems in configuration order.
-    pub fn subsystems(&self) -> &[Arc<Subsystem>] {
-        &self.subsystems
+    /// The subsystems, in the order they were added.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        let registry = self.subsystems.read().unwrap_or_else(|poison| poison.into_inner());
+        registry.by_index.iter().flatten().cloned().collect()
     }
 
     /// The subsystem with this NQN.
-    pub fn subsystem_by_nqn(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.by_nqn.get(nqn).map(|&index| &self.subsystems[index])
+    pub fn subsystem_by_nqn(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let registry = self.subsystems.read().unwrap_or_else(|poison| poison.into_inner());
+        registry.by_nqn.get(nqn).and_then(|&index| registry.by_index[index].clone())
     }
 
     /// Creates a controller with a CNTLID unique within its subsystem.
@@ -168,14 +215,13 @@ impl Target {
         keep_alive_timeout_ms: u32,
     ) -> Option<Arc<Controller>> {
         let subsystem_index = subsystem.as_ref().map(|subsystem| subsystem.index);
-        let counter_index = subsystem_index.unwrap_or(self.subsystems.len());
         let mut table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
         // Drop entries of controllers that no longer exist so their ids are reusable.
         table.controllers.retain(|_, controller| controller.strong_count() > 0);
         for _ in 0..ControllerId::MAX_VALID {
-            let candidate = table.next_id[counter_index];
-            table.next_id[counter_index] =
-                if candidate >= ControllerId::MAX_VALID { 1 } else { candidate + 1 };
+            let next = table.next_id.entry(subsystem_index).or_insert(1);
+            let candidate = *next;
+            *next = if candidate >= ControllerId::MAX_VALID { 1 } else { candidate + 1 };
             let key = (subsystem_index, candidate);
             if table.controllers.contains_key(&key) {
                 continue;

@@ -51,6 +51,7 @@ impl PoolSetup {
             }],
             subsystems: vec![
                 SubsystemSpec {
+                    hosts: nvme_target::HostAccess::allow_any(),
                     pool: Some(Arc::clone(&pool)),
                     nqn: POOL_NQN.into(),
                     serial_number: None,
@@ -58,6 +59,7 @@ impl PoolSetup {
                     namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None }],
                 },
                 SubsystemSpec {
+                    hosts: nvme_target::HostAccess::allow_any(),
                     pool: None,
                     nqn: NQN.into(),
                     serial_number: None,
@@ -312,4 +314,47 @@ fn thin_namespaces_report_what_they_use() {
     assert_status(&io.command(read_write(IoOpcode::Write, nsid, 0, 8), &pattern(4096, 1), &[]), Status::SUCCESS);
     let after = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, nsid));
     assert_eq!(after.namespace_utilization, 2048, "one 1 MiB unit");
+}
+
+#[test]
+fn live_changes_through_the_management_interface() {
+    let setup = PoolSetup::new();
+    let (target, pool) = setup.target();
+    let (mut host, _controller, event) = admin(&target, HOST_NQN);
+    let subsystem = target.subsystem_by_nqn(POOL_NQN).unwrap();
+
+    // A namespace over any backend, added live: every host hears of it.
+    let backend = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 4096 });
+    let change = subsystem
+        .add_namespace(NamespaceSpec { id: NamespaceId(9), backend, nguid: None, uuid: None })
+        .unwrap();
+    target.notify_namespace_change(&subsystem, &change);
+    assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0);
+    assert_eq!(changed_namespace_log(&mut host), [9]);
+    assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1, 9]);
+    let duplicate = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
+    let refused = subsystem.add_namespace(NamespaceSpec { id: NamespaceId(9), backend: duplicate, nguid: None, uuid: None });
+    assert_eq!(refused.unwrap_err().status(), Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry());
+
+    // Removing a pool namespace deletes it and returns its space.
+    let created = subsystem.create_namespace(2048, false, None).unwrap();
+    assert!(pool.free_bytes() < POOL_BYTES);
+    subsystem.remove_namespace(created).unwrap();
+    subsystem.remove_namespace(NamespaceId(9)).unwrap();
+    assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.free_bytes() != POOL_BYTES {
+        assert!(Instant::now() < deadline, "removed namespace's space never returned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Subsystems come and go; a removed one's controllers are torn down.
+    let generation = target.discovery_generation();
+    let controller = target.controllers_of(subsystem.index);
+    assert_eq!(controller.len(), 1);
+    target.remove_subsystem(POOL_NQN).unwrap();
+    assert!(controller[0].is_torn_down());
+    assert!(target.subsystem_by_nqn(POOL_NQN).is_none());
+    assert!(target.discovery_generation() > generation);
+    assert!(target.remove_subsystem(POOL_NQN).is_err());
 }
