@@ -15,7 +15,7 @@ use nvme_tcp_wire::{
     CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
     PduWriter, ReadEvent, ReaderLimits, Role,
 };
-use storage::{Geometry, RamBackend};
+use storage::{Geometry, Pool, RamBackend, TableStore};
 
 const NQN: &str = "nqn.2026-11.io.sluice:fuzz";
 
@@ -23,7 +23,16 @@ fn target() -> Arc<Target> {
     Target::new(TargetSpec {
         listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false }],
         subsystems: vec![SubsystemSpec {
-            pool: None,
+            hosts: nvme_target::HostAccess::allow_any(),
+            // A pool, so Namespace Management and Attachment are reachable too.
+            pool: Some(Arc::new(
+                Pool::open_with_unit_size(
+                    RamBackend::new(Geometry { block_size_bytes: 512, block_count: 8192 }),
+                    TableStore::memory(),
+                    64 * 1024,
+                )
+                .expect("valid pool"),
+            )),
             nqn: NQN.into(),
             serial_number: None,
             model_number: None,

@@ -277,6 +277,7 @@ impl Config {
                 });
             }
             subsystems.push(SubsystemSpec {
+                hosts: nvme_target::HostAccess::allow_any(),
                 pool: None,
                 nqn: subsystem.nqn.clone(),
                 serial_number: subsystem.serial.clone(),

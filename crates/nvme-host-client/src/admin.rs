@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nvme_host::{commands, HostCommand, HostCompletion, QueueConfig, MAX_COMMAND_DATA_BYTES};
+use nvme_host::{commands, DhchapSecrets, HostCommand, HostCompletion, QueueConfig, MAX_COMMAND_DATA_BYTES};
 use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{async_event_configuration, feature_id, number_of_queues_request};
 use nvme_spec::identify::{cns, csi, oaes, sgls, IDENTIFY_DATA_BYTES};
@@ -63,6 +63,10 @@ pub(crate) fn queue_config(
         digests: DigestSettings { header: options.header_digest, data: options.data_digest },
         command_timeout_ms: options.command_timeout.as_millis().min(u128::from(u64::MAX)) as u64,
         max_r2t_outstanding: 0,
+        dhchap: options.dhchap_secret.clone().map(|secret| DhchapSecrets {
+            secret,
+            controller_secret: options.dhchap_controller_secret.clone(),
+        }),
     }
 }
 
@@ -104,6 +108,11 @@ pub(crate) fn establish(
     keep_alive_timeout_ms: u32,
     io: bool,
 ) -> Result<Association, ClientError> {
+    if options.dhchap_controller_secret.is_some() && options.dhchap_secret.is_none() {
+        return Err(ClientError::InvalidArgument(
+            "a DH-HMAC-CHAP controller secret needs a host secret too (--dhchap-secret)".into(),
+        ));
+    }
     let config = queue_config(
         options,
         subsystem_nqn,

@@ -83,7 +83,7 @@ impl QueueConnection {
                     let _ = connection.flush();
                     return Err(ClientError::Protocol(error));
                 }
-                QueueState::Initializing | QueueState::Connecting => {}
+                QueueState::Initializing | QueueState::Connecting | QueueState::Authenticating => {}
             }
             let now = Instant::now();
             if now >= deadline {

@@ -42,6 +42,12 @@ pub struct ConnectOptions {
     /// [`crate::ClientError::ControllerLost`]) after this long. Default 60 s; Linux's
     /// ctrl_loss_tmo is 600 s, too long for a benchmark or CLI to sit blocked.
     pub controller_loss_timeout: Duration,
+    /// DH-HMAC-CHAP host secret (nvme-cli's `--dhchap-secret`): used on every queue
+    /// whose Connect response asks for authentication. Default: none.
+    pub dhchap_secret: Option<nvme_host::Secret>,
+    /// DH-HMAC-CHAP controller secret (`--dhchap-ctrl-secret`): the controller must
+    /// prove it knows it (bidirectional authentication). Needs `dhchap_secret`.
+    pub dhchap_controller_secret: Option<nvme_host::Secret>,
 }
 
 impl ConnectOptions {
@@ -62,6 +68,8 @@ impl ConnectOptions {
             connect_timeout: Duration::from_secs(10),
             reconnect_delay: Duration::from_secs(2),
             controller_loss_timeout: Duration::from_secs(60),
+            dhchap_secret: None,
+            dhchap_controller_secret: None,
         }
     }
 }

@@ -7,17 +7,19 @@
 //! status rather than acting on it.
 
 use nvme_spec::admin::{
-    DatasetManagementCommand, DatasetRange, IdentifyCommand, WriteZeroesCommand, DATASET_RANGE_BYTES,
+    namespace_attachment_select, namespace_management_select, DatasetManagementCommand, DatasetRange,
+    IdentifyCommand, NamespaceAttachmentCommand, NamespaceManagementCommand, WriteZeroesCommand,
+    DATASET_RANGE_BYTES,
 };
 use nvme_spec::fabrics::{
     property_offset, PropertyGetCommand, PropertySetCommand, PROPERTY_SIZE_4_BYTES, PROPERTY_SIZE_8_BYTES,
 };
 use nvme_spec::features::FeatureCommand;
-use nvme_spec::identify::IDENTIFY_DATA_BYTES;
+use nvme_spec::identify::{cns, csi, encode_controller_list, IdentifyNamespace, IDENTIFY_DATA_BYTES};
 use nvme_spec::log_page::GetLogPageCommand;
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER;
-use nvme_spec::{CommandId, NamespaceId, SubmissionQueueEntry};
+use nvme_spec::{CommandId, ControllerId, NamespaceId, SubmissionQueueEntry};
 
 use crate::HostCommand;
 
@@ -41,6 +43,102 @@ pub fn identify(cns: u8, nsid: NamespaceId, csi: u8) -> HostCommand {
     IdentifyCommand { namespace_id: nsid, cns, command_set_identifier: csi, ..IdentifyCommand::default() }
         .encode_into(&mut sqe);
     HostCommand { data_in_bytes: IDENTIFY_DATA_BYTES as u32, ..command(sqe) }
+}
+
+/// Identify a controller list (CNS 12h or 13h): with `nsid`, the controllers the
+/// namespace is attached to (12h); without, every controller of the NVM subsystem
+/// (13h). Either lists only CNTLIDs of `first` and above, so a host pages through a
+/// long list by asking again from the last one it saw plus one.
+pub fn identify_controller_list(nsid: Option<NamespaceId>, first: ControllerId) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::Identify as u8);
+    let (cns, namespace_id) = match nsid {
+        Some(nsid) => (cns::NAMESPACE_ATTACHED_CONTROLLER_LIST, nsid),
+        None => (cns::CONTROLLER_LIST, NamespaceId::NONE),
+    };
+    IdentifyCommand { namespace_id, cns, controller_id: first, ..IdentifyCommand::default() }.encode_into(&mut sqe);
+    HostCommand { data_in_bytes: IDENTIFY_DATA_BYTES as u32, ..command(sqe) }
+}
+
+/// The fields a host chooses when it creates a namespace: the host-settable part of
+/// the Identify Namespace structure that Namespace Management create carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceCreate {
+    /// NSZE: size in logical blocks of the chosen format.
+    pub size_blocks: u64,
+    /// NCAP: blocks that may be allocated at once; below NSZE asks for a thinly
+    /// provisioned namespace.
+    pub capacity_blocks: u64,
+    /// FLBAS: the LBA format index (and the extended-metadata bit).
+    pub formatted_lba_size: u8,
+    /// DPS: end-to-end data protection type settings.
+    pub protection_settings: u8,
+    /// NMIC: multi-path I/O and sharing capabilities (bit 0: may be attached to two
+    /// or more controllers at once).
+    pub multipath_capabilities: u8,
+}
+
+/// Namespace Management create (admin 0Dh, SEL 0) of an NVM command set namespace.
+/// The data is a whole Identify Namespace structure (4096 bytes) as nvme-cli sends
+/// it, zero outside the fields of `settings`. The new NSID comes back in DW0.
+pub fn namespace_create(settings: &NamespaceCreate) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::NamespaceManagement as u8);
+    NamespaceManagementCommand {
+        namespace_id: NamespaceId::NONE,
+        select: namespace_management_select::CREATE,
+        command_set_identifier: csi::NVM,
+    }
+    .encode_into(&mut sqe);
+    let structure = IdentifyNamespace {
+        namespace_size: settings.size_blocks,
+        namespace_capacity: settings.capacity_blocks,
+        formatted_lba_size: settings.formatted_lba_size,
+        protection_settings: settings.protection_settings,
+        multipath_capabilities: settings.multipath_capabilities,
+        ..IdentifyNamespace::default()
+    };
+    let mut data = vec![0u8; IDENTIFY_DATA_BYTES];
+    let raw: &mut [u8; IDENTIFY_DATA_BYTES] = data.as_mut_slice().try_into().expect("4096-byte buffer");
+    structure.encode(raw);
+    HostCommand { data_out: data, ..command(sqe) }
+}
+
+/// Namespace Management delete (admin 0Dh, SEL 1) of `nsid`; FFFFFFFFh deletes every
+/// namespace the controller may delete.
+pub fn namespace_delete(nsid: NamespaceId) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::NamespaceManagement as u8);
+    NamespaceManagementCommand {
+        namespace_id: nsid,
+        select: namespace_management_select::DELETE,
+        command_set_identifier: 0,
+    }
+    .encode_into(&mut sqe);
+    command(sqe)
+}
+
+/// Namespace Attachment attach (admin 15h, SEL 0): makes `nsid` active on the
+/// `controllers` (at most 2047; sorted and de-duplicated into the controller list).
+pub fn namespace_attach(nsid: NamespaceId, controllers: &[ControllerId]) -> HostCommand {
+    namespace_attachment(nsid, namespace_attachment_select::ATTACH, controllers)
+}
+
+/// Namespace Attachment detach (admin 15h, SEL 1): makes `nsid` inactive on the
+/// `controllers`.
+pub fn namespace_detach(nsid: NamespaceId, controllers: &[ControllerId]) -> HostCommand {
+    namespace_attachment(nsid, namespace_attachment_select::DETACH, controllers)
+}
+
+fn namespace_attachment(nsid: NamespaceId, select: u8, controllers: &[ControllerId]) -> HostCommand {
+    debug_assert!(
+        controllers.len() <= nvme_spec::identify::CONTROLLER_LIST_CAPACITY,
+        "a controller list holds at most 2047 controllers"
+    );
+    let mut sqe = sqe_for(AdminOpcode::NamespaceAttachment as u8);
+    NamespaceAttachmentCommand { namespace_id: nsid, select }.encode_into(&mut sqe);
+    // The controller list is a 4096-byte structure, like the one Identify returns.
+    let mut data = vec![0u8; IDENTIFY_DATA_BYTES];
+    let raw: &mut [u8; IDENTIFY_DATA_BYTES] = data.as_mut_slice().try_into().expect("4096-byte buffer");
+    encode_controller_list(controllers.iter().copied(), raw);
+    HostCommand { data_out: data, ..command(sqe) }
 }
 
 /// Get Log Page (admin 02h): `length` bytes of log `lid` from byte `offset` (a
@@ -224,5 +322,54 @@ mod tests {
         let id = identify(nvme_spec::identify::cns::CONTROLLER, NamespaceId::NONE, 0);
         assert_eq!(IdentifyCommand::decode(&id.sqe).cns, 1);
         assert_eq!(id.data_in_bytes, 4096);
+    }
+    #[test]
+    fn namespace_management_fields() {
+        let create = namespace_create(&NamespaceCreate {
+            size_blocks: 0x1_0000_0000,
+            capacity_blocks: 2048,
+            formatted_lba_size: 1,
+            protection_settings: 0,
+            multipath_capabilities: 1,
+        });
+        assert_eq!(create.sqe.opcode(), 0x0D);
+        let fields = NamespaceManagementCommand::decode(&create.sqe);
+        assert_eq!(fields.select, namespace_management_select::CREATE);
+        assert_eq!(fields.command_set_identifier, csi::NVM);
+        assert_eq!(fields.namespace_id, NamespaceId::NONE);
+        assert_eq!(create.data_out.len(), IDENTIFY_DATA_BYTES);
+        assert_eq!(create.data_in_bytes, 0);
+        // NSZE bytes 7:0, NCAP 15:8, FLBAS 26, DPS 29, NMIC 30 (NVMe Base 2.0, figure 280).
+        assert_eq!(create.data_out[0..8], 0x1_0000_0000u64.to_le_bytes());
+        assert_eq!(create.data_out[8..16], 2048u64.to_le_bytes());
+        assert_eq!((create.data_out[26], create.data_out[29], create.data_out[30]), (1, 0, 1));
+        assert!(create.data_out[31..].iter().all(|&byte| byte == 0));
+
+        let delete = namespace_delete(NamespaceId(7));
+        let fields = NamespaceManagementCommand::decode(&delete.sqe);
+        assert_eq!((delete.sqe.opcode(), fields.select, fields.namespace_id), (0x0D, 1, NamespaceId(7)));
+        assert!(delete.data_out.is_empty());
+    }
+
+    #[test]
+    fn namespace_attachment_fields() {
+        let attach = namespace_attach(NamespaceId(5), &[ControllerId(9), ControllerId(2), ControllerId(9)]);
+        assert_eq!(attach.sqe.opcode(), 0x15);
+        let fields = NamespaceAttachmentCommand::decode(&attach.sqe);
+        assert_eq!((fields.namespace_id, fields.select), (NamespaceId(5), namespace_attachment_select::ATTACH));
+        assert_eq!(attach.data_out.len(), IDENTIFY_DATA_BYTES);
+        // A count, then the CNTLIDs ascending without duplicates.
+        assert_eq!(attach.data_out[0..6], [2, 0, 2, 0, 9, 0]);
+        assert!(attach.data_out[6..].iter().all(|&byte| byte == 0));
+        let detach = namespace_detach(NamespaceId(5), &[ControllerId(0x1234)]);
+        assert_eq!(NamespaceAttachmentCommand::decode(&detach.sqe).select, namespace_attachment_select::DETACH);
+        assert_eq!(detach.data_out[0..4], [1, 0, 0x34, 0x12]);
+
+        let attached = identify_controller_list(Some(NamespaceId(5)), ControllerId(3));
+        let fields = IdentifyCommand::decode(&attached.sqe);
+        assert_eq!((fields.cns, fields.namespace_id, fields.controller_id), (0x12, NamespaceId(5), ControllerId(3)));
+        assert_eq!(attached.data_in_bytes, 4096);
+        let all = IdentifyCommand::decode(&identify_controller_list(None, ControllerId(0)).sqe);
+        assert_eq!((all.cns, all.namespace_id), (0x13, NamespaceId::NONE));
     }
 }

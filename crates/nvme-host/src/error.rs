@@ -155,6 +155,13 @@ pub enum HostError {
         /// CID of the oldest command past its deadline.
         command_id: u16,
     },
+    /// DH-HMAC-CHAP failed: a wrong secret, a controller that cannot prove the
+    /// controller secret, no common hash or group.
+    #[error("DH-HMAC-CHAP authentication failed: {error}")]
+    Authentication {
+        /// What went wrong.
+        error: nvme_auth::HostAuthError,
+    },
     /// ICResp or the Connect response did not arrive within the command timeout.
     #[error("no {waiting_for} from the target in time")]
     SetupTimeout {

@@ -9,10 +9,16 @@
 //!
 //! ```text
 //!  Initializing --ICResp ok--> Connecting --Connect ok--> Ready { controller_id }
-//!        \______ bad ICResp, Connect rejected, TermReq, bad PDU, timeout ______/--> Failed
+//!                                   |                       ^
+//!                                   +- AUTHREQ.ATR --> Authenticating (DH-HMAC-CHAP)
+//!        \__ bad ICResp, Connect rejected, authentication failed, TermReq, bad PDU,
+//!            timeout __/--> Failed
 //! ```
 //!
 //! - `queue`: configuration, command slots, submission, timers, `abandon`.
+//! - `authentication`: DH-HMAC-CHAP after Connect when the controller asks for it
+//!   (or the host wants the controller to prove itself), run with nvme-auth's host
+//!   state machine over Authentication Send/Receive commands.
 //! - `receive`: the PDU stream from the target (ICResp, CapsuleResp, C2HData, R2T,
 //!   C2HTermReq), every field checked before any data is taken.
 //! - `transmit`: ICReq, Connect, command capsules (with in-capsule data) and H2CData
@@ -28,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod authentication;
 pub mod commands;
 mod error;
 mod queue;
@@ -36,6 +43,7 @@ pub mod status;
 mod transmit;
 
 pub use error::{FaultOrigin, HostError, IcRespProblem, SubmitError};
+pub use nvme_auth::{HostAuthError, Secret, SecretError};
 pub use queue::HostQueue;
 pub use status::StatusDisplay;
 
@@ -88,6 +96,22 @@ pub struct QueueConfig {
     /// MAXR2T offered in ICReq (0's based): R2Ts the target may have outstanding per
     /// command minus one. 0 is what Linux sends.
     pub max_r2t_outstanding: u32,
+    /// DH-HMAC-CHAP secrets, for a controller that asks for authentication.
+    pub dhchap: Option<DhchapSecrets>,
+}
+
+/// The host's DH-HMAC-CHAP secrets (nvme-cli's `--dhchap-secret` and
+/// `--dhchap-ctrl-secret`). `Debug` never shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhchapSecrets {
+    /// The host secret: proves who we are when the Connect response sets
+    /// AUTHREQ.ATR.
+    pub secret: Secret,
+    /// The controller secret: when set, the controller must prove it knows it
+    /// (bidirectional authentication), and a controller that does not ask for
+    /// authentication is made to run it anyway, so a missing proof fails the queue
+    /// instead of passing silently.
+    pub controller_secret: Option<Secret>,
 }
 
 /// Where a queue is in its life.
@@ -97,6 +121,8 @@ pub enum QueueState {
     Initializing,
     /// Fabrics Connect queued or sent; waiting for its response.
     Connecting,
+    /// Connected; running DH-HMAC-CHAP before the queue may be used.
+    Authenticating,
     /// Connected; commands may be submitted.
     Ready {
         /// CNTLID: from the Connect response on the admin queue, from the

@@ -24,6 +24,8 @@ pub(crate) const CONNECT_COMMAND_ID: CommandId = CommandId(0);
 pub(crate) enum Phase {
     Initializing,
     Connecting,
+    /// DH-HMAC-CHAP commands run in the slots; the caller cannot submit yet.
+    Authenticating,
     Ready,
     Failed,
 }
@@ -101,6 +103,8 @@ pub struct HostQueue {
     /// ICResp / Connect response must arrive by then.
     pub(crate) setup_deadline: Option<Instant>,
     pub(crate) next_sequence: u64,
+    /// The DH-HMAC-CHAP transaction while `Authenticating`.
+    pub(crate) authentication: Option<Box<nvme_auth::HostAuthentication>>,
 }
 
 impl HostQueue {
@@ -127,6 +131,7 @@ impl HostQueue {
             max_h2c_data_bytes: MIN_MAX_H2C_DATA_BYTES,
             setup_deadline,
             next_sequence: 0,
+            authentication: None,
             phase: Phase::Initializing,
             error: None,
             controller_id: None,
@@ -144,6 +149,7 @@ impl HostQueue {
         match self.phase {
             Phase::Initializing => QueueState::Initializing,
             Phase::Connecting => QueueState::Connecting,
+            Phase::Authenticating => QueueState::Authenticating,
             Phase::Ready => {
                 QueueState::Ready { controller_id: self.controller_id.unwrap_or(self.config.controller_id) }
             }
@@ -186,6 +192,18 @@ impl HostQueue {
         if self.phase != Phase::Ready {
             return Err(SubmitError::NotReady(command));
         }
+        // A held Asynchronous Event Request completes only when an event happens,
+        // which may be never: it has no timeout (Linux does not time it out either).
+        let is_async_event =
+            self.config.queue_id.is_admin() && command.sqe.opcode() == AdminOpcode::AsynchronousEventRequest as u8;
+        let deadline = if is_async_event { None } else { deadline_after(now, self.config.command_timeout_ms) };
+        self.enqueue(command, deadline)
+    }
+
+    /// Takes a command into a slot and queues it for sending; `deadline` is when it
+    /// times out. Used by `submit` and by the queue's own authentication commands.
+    #[allow(clippy::result_large_err)] // The error hands the command back by value.
+    pub(crate) fn enqueue(&mut self, command: HostCommand, deadline: Option<Instant>) -> Result<(), SubmitError> {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
             return Err(SubmitError::DataTooLarge(command));
         }
@@ -210,10 +228,6 @@ impl HostQueue {
             SglDescriptor::transport(data_in_bytes)
         };
         sqe.set_sgl(&sgl);
-        // A held Asynchronous Event Request completes only when an event happens,
-        // which may be never: it has no timeout (Linux does not time it out either).
-        let is_async_event = self.config.queue_id.is_admin() && opcode == AdminOpcode::AsynchronousEventRequest as u8;
-        let deadline = if is_async_event { None } else { deadline_after(now, self.config.command_timeout_ms) };
 
         let (data_out, data_in) = if data_in_bytes > 0 {
             // The (empty) data_out buffer becomes the receive buffer: its capacity is
@@ -271,7 +285,11 @@ impl HostQueue {
         }
         if let Some(deadline) = self.setup_deadline {
             if now >= deadline {
-                let waiting_for = if self.phase == Phase::Initializing { "ICResp" } else { "Connect response" };
+                let waiting_for = match self.phase {
+                    Phase::Initializing => "ICResp",
+                    Phase::Authenticating => "end of DH-HMAC-CHAP authentication",
+                    _ => "Connect response",
+                };
                 self.fail(HostError::SetupTimeout { waiting_for }, None);
                 return;
             }
@@ -355,6 +373,11 @@ impl HostQueue {
 
     /// Completes the command in `index` with `cqe`, handing its buffer back.
     pub(crate) fn complete(&mut self, index: u16, mut cqe: nvme_spec::CompletionQueueEntry) {
+        if self.phase == Phase::Authenticating {
+            // Only the queue's own Authentication Send/Receive run now.
+            self.authentication_command_done(index, &cqe);
+            return;
+        }
         let slot = &mut self.slots[usize::from(index)];
         let mut transport_error = slot.transport_error.take();
         let received = slot.data_in.len() as u32;

@@ -55,7 +55,7 @@ impl HostQueue {
         self.sink = Sink::None;
         match header {
             PduHeader::IcResp(response) => self.on_initialize_connection(response, now),
-            PduHeader::CapsuleResp(response) => self.on_response(response.cqe),
+            PduHeader::CapsuleResp(response) => self.on_response(response.cqe, now),
             PduHeader::C2hData(data) => self.on_controller_data(data, data_length),
             PduHeader::R2t(request) => self.on_ready_to_transfer(request),
             PduHeader::C2hTermReq(request) => {
@@ -113,10 +113,10 @@ impl HostQueue {
         );
     }
 
-    fn on_response(&mut self, cqe: CompletionQueueEntry) {
+    fn on_response(&mut self, cqe: CompletionQueueEntry, now: Instant) {
         match self.phase {
-            Phase::Connecting => self.on_connect_response(cqe),
-            Phase::Ready => match self.outstanding_slot(cqe.command_id) {
+            Phase::Connecting => self.on_connect_response(cqe, now),
+            Phase::Ready | Phase::Authenticating => match self.outstanding_slot(cqe.command_id) {
                 Some(index) => self.complete(index, cqe),
                 None => self.fail(
                     HostError::UnknownCommandId { pdu_type: PduType::CapsuleResp, command_id: cqe.command_id.0 },
@@ -131,7 +131,7 @@ impl HostQueue {
         }
     }
 
-    fn on_connect_response(&mut self, cqe: CompletionQueueEntry) {
+    fn on_connect_response(&mut self, cqe: CompletionQueueEntry, now: Instant) {
         if cqe.command_id != CONNECT_COMMAND_ID {
             self.fail(
                 HostError::UnknownCommandId { pdu_type: PduType::CapsuleResp, command_id: cqe.command_id.0 },
@@ -144,10 +144,18 @@ impl HostQueue {
             self.fail(HostError::ConnectRejected { status: cqe.status, dw0 }, None);
             return;
         }
-        let authentication =
-            connect_authentication_required::TRANSACTION | connect_authentication_required::SECURE_CHANNEL;
-        if dw0 & authentication != 0 {
-            self.fail(HostError::BadConnectResponse { dw0, reason: "authentication required (not supported)" }, None);
+        if dw0 & connect_authentication_required::SECURE_CHANNEL != 0 {
+            let reason = "secure channel concatenation required (not supported)";
+            self.fail(HostError::BadConnectResponse { dw0, reason }, None);
+            return;
+        }
+        let authentication_required = dw0 & connect_authentication_required::TRANSACTION != 0;
+        // With a controller secret the controller must prove itself whether or not
+        // it asks for authentication: not asking must not skip the proof.
+        let wants_proof = self.config.dhchap.as_ref().is_some_and(|secrets| secrets.controller_secret.is_some());
+        if authentication_required && self.config.dhchap.is_none() {
+            let reason = "authentication required (AUTHREQ.ATR) but no DH-HMAC-CHAP secret is configured";
+            self.fail(HostError::BadConnectResponse { dw0, reason }, None);
             return;
         }
         let controller_id = if self.config.queue_id.is_admin() {
@@ -163,13 +171,19 @@ impl HostQueue {
             self.config.controller_id
         };
         self.controller_id = Some(controller_id);
+        tracing::debug!(queue = self.config.queue_id.0, controller = controller_id.0, "queue connected");
+        if authentication_required || wants_proof {
+            // The exchange counts as part of setup: a fresh setup deadline bounds it.
+            self.setup_deadline = deadline_after(now, self.config.command_timeout_ms);
+            self.start_authentication();
+            return;
+        }
         self.phase = Phase::Ready;
         self.setup_deadline = None;
-        tracing::debug!(queue = self.config.queue_id.0, controller = controller_id.0, "queue connected");
     }
 
     fn on_controller_data(&mut self, data: DataHeader, data_length: u32) {
-        if self.phase != Phase::Ready {
+        if !matches!(self.phase, Phase::Ready | Phase::Authenticating) {
             self.fail(
                 HostError::UnexpectedPdu { pdu_type: PduType::C2hData, reason: "data before the queue is connected" },
                 termination(FatalErrorStatus::PduSequenceError, 0),
@@ -237,7 +251,7 @@ impl HostQueue {
     }
 
     fn on_ready_to_transfer(&mut self, request: ReadyToTransfer) {
-        if self.phase != Phase::Ready {
+        if !matches!(self.phase, Phase::Ready | Phase::Authenticating) {
             self.fail(
                 HostError::UnexpectedPdu { pdu_type: PduType::R2t, reason: "R2T before the queue is connected" },
                 termination(FatalErrorStatus::PduSequenceError, 0),

@@ -1,7 +1,7 @@
 //! NVMe over Fabrics commands (opcode 7Fh, selected by FCTYPE): Connect and its data,
-//! the Connect response, Property Get and Property Set (NVMe Base 2.0, "Fabrics
-//! Command Set"). The typed property values live in [`crate::registers`] and are
-//! re-exported here.
+//! the Connect response, Property Get and Property Set, Authentication Send and
+//! Receive (NVMe Base 2.0, "Fabrics Command Set"). The typed property values live
+//! in [`crate::registers`] and are re-exported here.
 //!
 //! Fabrics SQEs use bytes 40..63 for command-specific fields rather than named
 //! CDWs, so the views below document byte offsets within the 64-byte SQE.
@@ -10,6 +10,7 @@ use crate::bits::{get_bits, set_bits};
 use crate::bytes::{get_array, get_nul_padded, get_u16, put_nul_padded, put_u16};
 use crate::ids::{ControllerId, QueueId};
 use crate::sqe::SubmissionQueueEntry;
+use crate::status::{Status, StatusCodeType};
 
 pub use crate::registers::{
     ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version,
@@ -331,6 +332,63 @@ impl PropertySetCommand {
     }
 }
 
+/// Authentication Send (FCTYPE 05h) and Authentication Receive (FCTYPE 06h) fields
+/// (NVMe Base 2.0, "Authentication Send command" / "Authentication Receive
+/// command"). Both carry a security protocol message: Send moves TL bytes from the
+/// host (in-capsule), Receive returns up to AL bytes to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuthenticationCommand {
+    /// SPSP0: security protocol specific, byte 41 (CDW10 bits 15:8); 01h for
+    /// DH-HMAC-CHAP.
+    pub security_protocol_specific_0: u8,
+    /// SPSP1: security protocol specific, byte 42 (CDW10 bits 23:16); 01h for
+    /// DH-HMAC-CHAP.
+    pub security_protocol_specific_1: u8,
+    /// SECP: security protocol, byte 43 (CDW10 bits 31:24); E9h for DH-HMAC-CHAP.
+    pub security_protocol: u8,
+    /// TL (Send: transfer length) or AL (Receive: allocation length) in bytes,
+    /// bytes 47:44 (CDW11).
+    pub length: u32,
+}
+
+impl AuthenticationCommand {
+    /// Reads the fields from a submission queue entry.
+    pub fn decode(sqe: &SubmissionQueueEntry) -> Self {
+        Self {
+            security_protocol_specific_0: get_bits(sqe.dwords[10], 8, 8) as u8,
+            security_protocol_specific_1: get_bits(sqe.dwords[10], 16, 8) as u8,
+            security_protocol: get_bits(sqe.dwords[10], 24, 8) as u8,
+            length: sqe.dwords[11],
+        }
+    }
+
+    /// Writes the fields into a submission queue entry (host side); byte 40 is
+    /// reserved and left zero.
+    pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
+        sqe.dwords[10] = (u32::from(self.security_protocol_specific_0) << 8)
+            | (u32::from(self.security_protocol_specific_1) << 16)
+            | (u32::from(self.security_protocol) << 24);
+        sqe.dwords[11] = self.length;
+    }
+}
+
+/// Byte offsets of the Authentication Send / Receive fields within the SQE.
+pub mod authentication_command_offset {
+    /// SPSP0.
+    pub const SECURITY_PROTOCOL_SPECIFIC_0: u16 = 41;
+    /// SPSP1.
+    pub const SECURITY_PROTOCOL_SPECIFIC_1: u16 = 42;
+    /// SECP.
+    pub const SECURITY_PROTOCOL: u16 = 43;
+    /// TL / AL.
+    pub const LENGTH: u16 = 44;
+}
+
+/// Authentication Required (SCT 1h, SC 91h): the queue has not completed the
+/// authentication the Connect response asked for (AUTHREQ), so the command is not
+/// processed.
+pub const AUTHENTICATION_REQUIRED: Status = Status::new(StatusCodeType::CommandSpecific, 0x91);
+
 const _: () = assert!(CONNECT_DATA_BYTES == 1024);
 
 #[cfg(test)]
@@ -409,6 +467,35 @@ mod tests {
         assert_eq!(back.host_nqn_str(), Some("nqn.host"));
         raw[512] = 0xFF;
         assert_eq!(ConnectData::decode(&raw).host_nqn_str(), None);
+    }
+
+    #[test]
+    fn authentication_fields_sit_at_the_spec_offsets() {
+        let mut raw = [0u8; 64];
+        raw[0] = 0x7F;
+        raw[4] = 0x05; // FCTYPE Authentication Send
+        raw[41] = 0x01;
+        raw[42] = 0x02;
+        raw[43] = 0xE9;
+        raw[44..48].copy_from_slice(&1168u32.to_le_bytes());
+        let sqe = SubmissionQueueEntry::decode(&raw);
+        let command = AuthenticationCommand::decode(&sqe);
+        assert_eq!(
+            command,
+            AuthenticationCommand {
+                security_protocol_specific_0: 1,
+                security_protocol_specific_1: 2,
+                security_protocol: 0xE9,
+                length: 1168
+            }
+        );
+        let mut rebuilt = SubmissionQueueEntry::default();
+        rebuilt.dwords[0] = 0x7F;
+        rebuilt.set_fabrics_command_type(0x05);
+        command.encode_into(&mut rebuilt);
+        assert_eq!(sqe_bytes(&rebuilt), raw);
+        assert_eq!(AUTHENTICATION_REQUIRED.code_type(), 1);
+        assert_eq!(AUTHENTICATION_REQUIRED.code(), 0x91);
     }
 
     #[test]

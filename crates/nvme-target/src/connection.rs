@@ -76,6 +76,22 @@ enum DataSink {
 pub(crate) struct OpenQueue {
     pub(crate) namespace: Arc<Namespace>,
     pub(crate) queue: Box<dyn BackendQueue>,
+    /// This queue's shard of the namespace's counters.
+    pub(crate) stats: Arc<QueueStats>,
+}
+
+impl OpenQueue {
+    pub(crate) fn new(namespace: Arc<Namespace>) -> Self {
+        let queue = namespace.backend.open_queue();
+        let stats = namespace.stats.register();
+        OpenQueue { namespace, queue, stats }
+    }
+}
+
+impl Drop for OpenQueue {
+    fn drop(&mut self) {
+        self.namespace.stats.retire(&self.stats);
+    }
 }
 
 /// One NVMe/TCP connection.
@@ -119,6 +135,8 @@ pub struct Connection {
     event_check_at: Option<Instant>,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
+    /// DH-HMAC-CHAP state when the host must authenticate this queue (`access`).
+    pub(crate) authentication: Option<Box<crate::access::QueueAuthentication>>,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
     terminated: bool,
     cleaned_up: bool,
@@ -169,6 +187,7 @@ impl Connection {
             controller_check_at: None,
             event_check_at: None,
             held_async_events: Vec::new(),
+            authentication: None,
             terminated: false,
             cleaned_up: false,
         }
@@ -257,6 +276,7 @@ impl Connection {
             self.terminate(FatalErrorStatus::PduSequenceError, 0, &[]);
             return;
         };
+        self.slots.slot(slot_index).received_at = Some(now);
         if let Some(binding) = &mut self.binding {
             binding.submission_queue_head = (binding.submission_queue_head + 1) % binding.depth;
         }
@@ -530,7 +550,8 @@ impl Connection {
     /// The earliest time `handle_timeout` has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
         let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
-        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at, event_check_at]
+        let authentication_deadline = self.authentication_deadline();
+        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at, event_check_at, authentication_deadline]
             .into_iter()
             .flatten()
             .min()
@@ -548,6 +569,10 @@ impl Connection {
                 self.phase = Phase::Closing;
                 return;
             }
+        }
+        if self.authentication_timed_out(now) {
+            self.phase = Phase::Closing;
+            return;
         }
         if let Some(deadline) = self.keep_alive_deadline {
             if now >= deadline {

@@ -1,5 +1,6 @@
 //! The discovery log (log page 70h): one record per (NVM subsystem, listener that
-//! serves I/O).
+//! serves I/O), for the subsystems the reading host may connect to: a host not on
+//! a subsystem's allow-list does not learn that it exists.
 
 use nvme_spec::discovery::{
     address_family, copy_discovery_log_range, subsystem_type, DiscoveryLogEntry, DiscoveryLogHeader,
@@ -9,11 +10,11 @@ use crate::connection::Connection;
 use crate::limits::MAX_ADMIN_QUEUE_DEPTH;
 use crate::target::{AddressFamily, Target};
 
-/// Builds every record of the discovery log. The admin path may allocate: the log is
-/// read a few times per host connection.
-pub(crate) fn discovery_entries(target: &Target) -> Vec<DiscoveryLogEntry> {
+/// Builds the records of the discovery log as `host_nqn` sees it. The admin path may
+/// allocate: the log is read a few times per host connection.
+pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<DiscoveryLogEntry> {
     let mut entries = Vec::new();
-    for subsystem in target.subsystems() {
+    for subsystem in target.subsystems().iter().filter(|subsystem| subsystem.hosts.allows(host_nqn)) {
         for (index, listener) in target.listeners().iter().enumerate() {
             if listener.discovery_only {
                 continue;
@@ -42,7 +43,8 @@ impl Connection {
     /// Copies `[offset, offset + out.len())` of the discovery log into `out`; returns
     /// the bytes that came from the log.
     pub(crate) fn copy_discovery_log(&self, offset: u64, out: &mut [u8]) -> usize {
-        let entries = discovery_entries(&self.target);
+        let host_nqn = self.binding.as_ref().map_or("", |binding| binding.controller.host_nqn.as_str());
+        let entries = discovery_entries(&self.target, host_nqn);
         let header = DiscoveryLogHeader {
             generation_counter: self.target.discovery_generation(),
             number_of_records: entries.len() as u64,

@@ -36,6 +36,27 @@ fn transfers_host_data(sqe: &SubmissionQueueEntry) -> bool {
     sqe.opcode() != AdminOpcode::Fabrics as u8 && sqe.opcode() & 0b01 != 0
 }
 
+/// Counts one finished storage command into a shard.
+fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_bytes: u64, latency_microseconds: u64) {
+    if !status.is_success() {
+        QueueStats::add(&stats.media_errors, 1);
+        return;
+    }
+    match kind {
+        PendingKind::Read | PendingKind::Compare => {
+            QueueStats::add(&stats.read_commands, 1);
+            QueueStats::add(&stats.bytes_read, data_bytes);
+            stats.read_latency.record(latency_microseconds);
+        }
+        PendingKind::Write => {
+            QueueStats::add(&stats.write_commands, 1);
+            QueueStats::add(&stats.bytes_written, data_bytes);
+            stats.write_latency.record(latency_microseconds);
+        }
+        PendingKind::Other => QueueStats::add(&stats.other_commands, 1),
+    }
+}
+
 /// Maps a backend failure to the NVMe status the host sees for that command.
 pub(crate) fn status_from_io_error(error: IoError) -> Status {
     match error {
@@ -100,10 +121,15 @@ impl Connection {
                 self.execute_connect(slot_index, now);
                 return;
             }
-            Phase::Live => match &self.binding {
-                Some(binding) if binding.queue_id.is_admin() => self.execute_admin(slot_index, now),
-                Some(_) => self.execute_io(slot_index),
-                None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
+            // Authentication Send/Receive, and the refusal of other commands before
+            // the queue authenticated, come first (see `access`).
+            Phase::Live => match self.authentication_gate(slot_index) {
+                Some(outcome) => outcome,
+                None => match &self.binding {
+                    Some(binding) if binding.queue_id.is_admin() => self.execute_admin(slot_index, now),
+                    Some(_) => self.execute_io(slot_index),
+                    None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
+                },
             },
             Phase::AwaitingIcReq | Phase::Closing => {
                 self.discard(slot_index);
@@ -153,8 +179,7 @@ impl Connection {
             if self.backend_queues.len() <= index {
                 self.backend_queues.resize_with(index + 1, || None);
             }
-            let queue = namespace.backend.open_queue();
-            self.backend_queues[index] = Some(OpenQueue { namespace, queue });
+            self.backend_queues[index] = Some(OpenQueue::new(namespace));
             self.opened_namespaces.push(namespace_id.0);
         }
         let slot = self.slots.slot(slot_index);
@@ -176,7 +201,7 @@ impl Connection {
     }
 
     /// Collects storage completions and finishes the commands they belong to.
-    pub fn poll_storage(&mut self, _now: Instant) {
+    pub fn poll_storage(&mut self, now: Instant) {
         let mut completions = std::mem::take(&mut self.completions);
         for position in 0..self.opened_namespaces.len() {
             let index = self.opened_namespaces[position] as usize - 1;
@@ -193,12 +218,12 @@ impl Connection {
             self.retired_queues.retain(|open| open.queue.in_flight() > 0);
         }
         for completion in completions.drain(..) {
-            self.on_storage_completion(completion);
+            self.on_storage_completion(completion, now);
         }
         self.completions = completions;
     }
 
-    fn on_storage_completion(&mut self, completion: IoCompletion) {
+    fn on_storage_completion(&mut self, completion: IoCompletion, now: Instant) {
         let slot_index = completion.token as u16;
         let Some(slot) = self.slots.get(slot_index) else {
             self.pool.give(completion.buffer);
@@ -225,47 +250,46 @@ impl Connection {
         }
         slot.pending_operations -= 1;
         if slot.pending_operations == 0 {
-            self.storage_done(slot_index);
+            self.storage_done(slot_index, now);
         }
     }
 
-    fn storage_done(&mut self, slot_index: u16) {
+    fn storage_done(&mut self, slot_index: u16, now: Instant) {
         let slot = self.slots.slot(slot_index);
         let status = slot.storage_status;
-        let stats = self.stats.as_deref();
+        let latency_microseconds =
+            slot.received_at.map_or(0, |received_at| now.saturating_duration_since(received_at).as_micros() as u64);
+        let kind = slot.pending_kind;
+        let data_bytes = match kind {
+            PendingKind::Read => slot.buffer.len() as u64,
+            PendingKind::Compare => slot.compare_buffer.len() as u64,
+            PendingKind::Write => u64::from(slot.host_data_bytes),
+            PendingKind::Other => 0,
+        };
+        // Counted for the subsystem (SMART) and for the namespace (metrics); a
+        // broadcast Flush has no single namespace.
+        let namespace_index = (slot.sqe.namespace_id().0 as usize).wrapping_sub(1);
+        let namespace_stats =
+            self.backend_queues.get(namespace_index).and_then(Option::as_ref).map(|open| &*open.stats);
+        for stats in [self.stats.as_deref(), namespace_stats].into_iter().flatten() {
+            count_completion(stats, kind, status, data_bytes, latency_microseconds);
+        }
         if !status.is_success() {
-            if let Some(stats) = stats {
-                QueueStats::add(&stats.media_errors, 1);
-            }
             self.complete(slot_index, status, 0);
             return;
         }
-        match slot.pending_kind {
+        match kind {
             PendingKind::Read => {
-                let bytes = slot.buffer.len() as u32;
-                if let Some(stats) = stats {
-                    QueueStats::add(&stats.read_commands, 1);
-                    QueueStats::add(&stats.bytes_read, u64::from(bytes));
-                }
+                let bytes = data_bytes as u32;
                 self.finish(slot_index, Outcome::Data(bytes));
             }
-            PendingKind::Write => {
-                if let Some(stats) = stats {
-                    QueueStats::add(&stats.write_commands, 1);
-                    QueueStats::add(&stats.bytes_written, u64::from(slot.host_data_bytes));
-                }
-                self.complete(slot_index, Status::SUCCESS, 0);
-            }
             PendingKind::Compare => {
+                let slot = self.slots.slot(slot_index);
                 let equal = slot.buffer == slot.compare_buffer;
-                if let Some(stats) = stats {
-                    QueueStats::add(&stats.read_commands, 1);
-                    QueueStats::add(&stats.bytes_read, slot.compare_buffer.len() as u64);
-                }
                 let status = if equal { Status::SUCCESS } else { Status::COMPARE_FAILURE };
                 self.complete(slot_index, status, 0);
             }
-            PendingKind::Other => self.complete(slot_index, Status::SUCCESS, 0),
+            PendingKind::Write | PendingKind::Other => self.complete(slot_index, Status::SUCCESS, 0),
         }
     }
 

@@ -1,16 +1,19 @@
-//! Fabrics commands: Connect (admin and I/O queues), Property Get/Set and Disconnect.
+//! Fabrics commands: Connect (admin and I/O queues, with the subsystem's host
+//! allow-list), Property Get/Set and Disconnect. Authentication Send/Receive are in
+//! `access`.
 
 use std::time::Instant;
 
 use nvme_spec::discovery::DISCOVERY_NQN;
 use nvme_spec::fabrics::{
-    connect_invalid_parameter_in_command, connect_invalid_parameter_in_data, property_offset,
-    ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
+    connect_authentication_required, connect_invalid_parameter_in_command, connect_invalid_parameter_in_data,
+    property_offset, ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
 };
 use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
 use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
 
+use crate::access::{HostVerdict, QueueAuthentication};
 use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
 use crate::dispatch::Outcome;
@@ -58,20 +61,37 @@ impl Connection {
         }
         match self.accept_connect(slot_index, &sqe) {
             Ok((controller, queue_id, depth)) => {
+                // A host with a DH-HMAC-CHAP secret authenticates every queue before
+                // using it: AUTHREQ.ATR tells it so (Linux sets it on I/O queues too).
+                let authentication = controller.subsystem.as_ref().and_then(|subsystem| {
+                    match subsystem.hosts.verdict(&controller.host_nqn) {
+                        HostVerdict::AuthenticationRequired(entry) => {
+                            QueueAuthentication::new(entry, &subsystem.nqn, now)
+                        }
+                        HostVerdict::Allowed | HostVerdict::Refused => None,
+                    }
+                });
                 let cntlid = if queue_id.is_admin() { u64::from(controller.id.0) } else { 0 };
+                let authentication_required =
+                    if authentication.is_some() { u64::from(connect_authentication_required::TRANSACTION) } else { 0 };
                 tracing::info!(peer = %self.peer, controller = controller.id.0, queue = queue_id.0,
-                    depth, host = %controller.host_nqn, kind = ?controller.kind, "queue connected");
+                    depth, host = %controller.host_nqn, kind = ?controller.kind,
+                    authentication = authentication.is_some(), "queue connected");
                 // SQHD after taking the Connect command off the queue.
                 let head = 1 % depth;
-                self.complete_unbound(slot_index, Status::SUCCESS, cntlid, queue_id, head);
+                self.complete_unbound(slot_index, Status::SUCCESS, cntlid | authentication_required, queue_id, head);
                 let generation = controller.generation();
                 self.bind(
                     QueueBinding { controller, queue_id, depth, submission_queue_head: head, generation },
                     now,
                 );
+                self.authentication = authentication.map(Box::new);
             }
             Err(Refusal(status, dw0)) => {
-                tracing::info!(peer = %self.peer, ?status, ipo = dw0 & 0xFFFF, "Connect refused");
+                // An unknown host was already logged, with its NQN, where it was refused.
+                if status.kind() != Status::CONNECT_INVALID_HOST {
+                    tracing::info!(peer = %self.peer, ?status, ipo = dw0 & 0xFFFF, "Connect refused");
+                }
                 let queue_id = ConnectCommand::decode(&sqe).queue_id;
                 self.complete_unbound(slot_index, status, u64::from(dw0), queue_id, 0);
             }
@@ -118,6 +138,18 @@ impl Connection {
                 _ => return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN)),
             }
         };
+        // The allow-list, before anything is created for the host. Discovery is open
+        // to every host; the log it reads is filtered instead.
+        if let Some(subsystem) = &subsystem {
+            if !subsystem.hosts.allows(host_nqn) {
+                tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn,
+                    queue = command.queue_id.0, "Connect refused: host not allowed");
+                return Err(Refusal(
+                    Status::CONNECT_INVALID_HOST.with_do_not_retry(),
+                    connect_invalid_parameter_in_data(connect_offset::DATA_HOST_NQN),
+                ));
+            }
+        }
 
         if command.queue_id.is_admin() {
             if depth > u32::from(MAX_ADMIN_QUEUE_DEPTH) {

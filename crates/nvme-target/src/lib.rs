@@ -12,6 +12,7 @@
 //! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
 #![forbid(unsafe_code)]
 
+pub mod access;
 mod admin;
 mod admin_data;
 pub mod connection;
@@ -29,6 +30,7 @@ pub mod subsystem;
 pub mod target;
 pub mod transmit;
 
+pub use access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
 pub use connection::{Connection, Phase, QueueBinding};
 pub use controller::{Controller, ControllerKind};
 pub use management::{ManagementError, NamespaceChange};

@@ -17,6 +17,8 @@ use std::sync::Arc;
 use nvme_spec::NamespaceId;
 use storage::{Backend, CarvedId, Geometry, Pool};
 
+use crate::stats::StatsRegistry;
+
 /// A namespace: an NSID bound to a storage backend, with stable identifiers.
 pub struct Namespace {
     /// NSID.
@@ -32,6 +34,8 @@ pub struct Namespace {
     /// The pool carve behind it, when Namespace Management created it or the config
     /// carved it from a pool.
     pub carve: Option<PoolCarve>,
+    /// I/O counters and latency of this namespace, over every queue that used it.
+    pub stats: StatsRegistry,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
     /// freed) when the last holder drops this namespace.
     deleted: AtomicBool,
@@ -64,6 +68,7 @@ impl Namespace {
             nguid,
             uuid,
             carve,
+            stats: StatsRegistry::default(),
             deleted: AtomicBool::new(false),
         }
     }

@@ -58,6 +58,8 @@ pub struct CommandSlot {
     pub storage_status: Status,
     /// Bytes of `buffer` to send to the host before the response.
     pub send_data_bytes: u32,
+    /// When the command capsule arrived (latency is measured from here).
+    pub received_at: Option<std::time::Instant>,
 }
 
 impl CommandSlot {
@@ -75,6 +77,7 @@ impl CommandSlot {
             pending_kind: PendingKind::Other,
             storage_status: Status::SUCCESS,
             send_data_bytes: 0,
+            received_at: None,
         }
     }
 
@@ -89,6 +92,7 @@ impl CommandSlot {
         self.pending_kind = PendingKind::Other;
         self.storage_status = Status::SUCCESS;
         self.send_data_bytes = 0;
+        self.received_at = None;
     }
 }
 

@@ -1,24 +1,89 @@
-//! SMART counters. Each queue counts into its own shard (written by one thread only,
-//! so the atomics are never contended); readers add the shards up.
+//! I/O counters and latency histograms for SMART and metrics. Each queue counts into
+//! its own shard (written by one thread only, so the atomics are never contended);
+//! readers add the shards up. A subsystem and each namespace have a registry of
+//! shards.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Counters of one queue. Only the owning connection writes them.
+/// Buckets of a latency histogram: bucket `b` counts completions faster than 2^b
+/// microseconds (bucket 0: under 1 µs); the last one also takes everything slower.
+/// 2^25 µs is about 33 s.
+pub const LATENCY_BUCKETS: usize = 26;
+
+/// A latency histogram with power-of-two microsecond buckets: coarse, but one add per
+/// I/O and no allocation, and enough for percentiles to within a factor of two.
+#[derive(Default, Debug)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+    sum_microseconds: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Counts one completion (single writer per shard, as for the counters).
+    pub fn record(&self, latency_microseconds: u64) {
+        let bucket = (u64::BITS - latency_microseconds.leading_zeros()) as usize;
+        QueueStats::add(&self.buckets[bucket.min(LATENCY_BUCKETS - 1)], 1);
+        QueueStats::add(&self.sum_microseconds, latency_microseconds);
+    }
+
+    fn add_to(&self, snapshot: &mut HistogramSnapshot) {
+        for (total, bucket) in snapshot.buckets.iter_mut().zip(&self.buckets) {
+            *total += bucket.load(Ordering::Relaxed);
+        }
+        snapshot.sum_microseconds += self.sum_microseconds.load(Ordering::Relaxed);
+    }
+}
+
+/// Summed histogram buckets (not cumulative).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    pub buckets: [u64; LATENCY_BUCKETS],
+    pub sum_microseconds: u64,
+}
+
+impl HistogramSnapshot {
+    /// Completions counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// Upper bound of bucket `index` in microseconds.
+    pub fn bucket_upper_bound_microseconds(index: usize) -> u64 {
+        1u64 << index
+    }
+
+    fn merge(&mut self, other: &HistogramSnapshot) {
+        for (total, bucket) in self.buckets.iter_mut().zip(&other.buckets) {
+            *total += bucket;
+        }
+        self.sum_microseconds += other.sum_microseconds;
+    }
+}
+
+/// Counters of one queue (or of one queue's use of one namespace). Only the owning
+/// connection writes them.
 #[derive(Default, Debug)]
 pub struct QueueStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub read_commands: AtomicU64,
     pub write_commands: AtomicU64,
+    /// Flush, Write Zeroes, Dataset Management.
+    pub other_commands: AtomicU64,
+    /// Commands failed by the storage (SMART media and data integrity errors).
     pub media_errors: AtomicU64,
+    /// Receipt to completion, reads and compares.
+    pub read_latency: LatencyHistogram,
+    /// Receipt to completion, writes.
+    pub write_latency: LatencyHistogram,
 }
 
 impl QueueStats {
     /// Adds to a counter. Relaxed: each shard has a single writer and readers only
     /// need an eventually consistent sum.
     pub fn add(counter: &AtomicU64, amount: u64) {
-        counter.store(counter.load(Ordering::Relaxed) + amount, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed).saturating_add(amount), Ordering::Relaxed);
     }
 }
 
@@ -29,7 +94,13 @@ pub struct StatsSnapshot {
     pub bytes_written: u64,
     pub read_commands: u64,
     pub write_commands: u64,
+    pub other_commands: u64,
     pub media_errors: u64,
+    pub read_latency: HistogramSnapshot,
+    pub write_latency: HistogramSnapshot,
+    /// Queues counting now (connected I/O and admin queues, or for a namespace, the
+    /// queues that have used it).
+    pub live_queues: u64,
 }
 
 impl StatsSnapshot {
@@ -38,25 +109,44 @@ impl StatsSnapshot {
         self.bytes_written += stats.bytes_written.load(Ordering::Relaxed);
         self.read_commands += stats.read_commands.load(Ordering::Relaxed);
         self.write_commands += stats.write_commands.load(Ordering::Relaxed);
+        self.other_commands += stats.other_commands.load(Ordering::Relaxed);
         self.media_errors += stats.media_errors.load(Ordering::Relaxed);
+        stats.read_latency.add_to(&mut self.read_latency);
+        stats.write_latency.add_to(&mut self.write_latency);
+    }
+
+    /// Adds another snapshot (e.g. to total several namespaces).
+    pub fn merge(&mut self, other: &StatsSnapshot) {
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.read_commands += other.read_commands;
+        self.write_commands += other.write_commands;
+        self.other_commands += other.other_commands;
+        self.media_errors += other.media_errors;
+        self.read_latency.merge(&other.read_latency);
+        self.write_latency.merge(&other.write_latency);
+        self.live_queues += other.live_queues;
     }
 }
 
-/// Counters of a subsystem: the shards of live queues plus the totals of queues that
-/// have closed. The mutex is taken when a queue connects or closes and when a host
-/// reads the SMART log, never per I/O.
+/// Counters of a subsystem.
+pub type SubsystemStats = StatsRegistry;
+
+/// Counters of a subsystem or a namespace: the shards of live queues plus the totals
+/// of queues that have closed. The mutex is taken when a queue connects or closes and
+/// when someone reads the totals (SMART log, metrics), never per I/O.
 #[derive(Default, Debug)]
-pub struct SubsystemStats {
-    inner: Mutex<SubsystemStatsInner>,
+pub struct StatsRegistry {
+    inner: Mutex<StatsRegistryInner>,
 }
 
 #[derive(Default, Debug)]
-struct SubsystemStatsInner {
+struct StatsRegistryInner {
     live: Vec<Arc<QueueStats>>,
     retired: StatsSnapshot,
 }
 
-impl SubsystemStats {
+impl StatsRegistry {
     /// Registers a new queue's shard.
     pub fn register(&self) -> Arc<QueueStats> {
         let shard = Arc::new(QueueStats::default());
@@ -78,6 +168,7 @@ impl SubsystemStats {
     pub fn snapshot(&self) -> StatsSnapshot {
         let inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
         let mut total = inner.retired;
+        total.live_queues = inner.live.len() as u64;
         for shard in &inner.live {
             total.add(shard);
         }
@@ -102,5 +193,23 @@ mod tests {
         let snapshot = stats.snapshot();
         assert_eq!(snapshot.bytes_read, 4608);
         assert_eq!(snapshot.write_commands, 3);
+        assert_eq!(snapshot.live_queues, 1);
+    }
+
+    #[test]
+    fn latency_lands_in_power_of_two_buckets() {
+        let stats = StatsRegistry::default();
+        let shard = stats.register();
+        for latency in [0, 1, 2, 3, 100, 1_000_000, u64::MAX / 2] {
+            shard.read_latency.record(latency);
+        }
+        let histogram = stats.snapshot().read_latency;
+        assert_eq!(histogram.count(), 7);
+        assert_eq!(histogram.buckets[0], 1, "0 µs");
+        assert_eq!(histogram.buckets[1], 1, "1 µs is under 2");
+        assert_eq!(histogram.buckets[2], 2, "2 and 3 µs are under 4");
+        assert_eq!(histogram.buckets[7], 1, "100 µs is under 128");
+        assert_eq!(histogram.buckets[20], 1, "1 s is under 2^20 µs");
+        assert_eq!(histogram.buckets[LATENCY_BUCKETS - 1], 1, "huge values land in the last bucket");
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use nvme_spec::NamespaceId;
 use storage::{Backend, Pool};
 
+use crate::access::{HostAccess, SharedHostAccess};
 use crate::limits::MAX_NAMESPACE_ID;
 use crate::namespaces::{Attachment, Namespace, NamespaceTable, PoolCarve, TableEntry};
 use crate::stats::SubsystemStats;
@@ -43,6 +44,8 @@ pub struct SubsystemSpec {
     /// Management off. The pool's carves bound to this subsystem's NQN become
     /// namespaces at start (with their NSIDs, identities and attachments).
     pub pool: Option<Arc<storage::Pool>>,
+    /// Which hosts may connect, and their DH-HMAC-CHAP secrets.
+    pub hosts: HostAccess,
 }
 
 /// An NVM subsystem: an NQN, identity strings and a table of namespaces. The table
@@ -68,6 +71,9 @@ pub struct Subsystem {
     pub index: usize,
     /// SMART counters shared by every controller of the subsystem.
     pub stats: SubsystemStats,
+    /// Which hosts may connect, and their DH-HMAC-CHAP secrets; replaced while the
+    /// subsystem runs by the management API.
+    pub hosts: SharedHostAccess,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -178,6 +184,7 @@ impl Subsystem {
             generation: AtomicU64::new(0),
             changes: Mutex::new(()),
             pool: spec.pool,
+            hosts: SharedHostAccess::new(spec.hosts),
             index,
             stats: SubsystemStats::default(),
         })
@@ -262,6 +269,7 @@ mod tests {
 
     fn spec(ids: &[u32]) -> SubsystemSpec {
         SubsystemSpec {
+            hosts: HostAccess::allow_any(),
             pool: None,
             nqn: "nqn.2026-11.io.sluice:test".into(),
             serial_number: None,

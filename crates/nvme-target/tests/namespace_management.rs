@@ -314,6 +314,17 @@ fn thin_namespaces_report_what_they_use() {
     assert_status(&io.command(read_write(IoOpcode::Write, nsid, 0, 8), &pattern(4096, 1), &[]), Status::SUCCESS);
     let after = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, nsid));
     assert_eq!(after.namespace_utilization, 2048, "one 1 MiB unit");
+
+    // The namespace's own counters (what the metrics endpoint exports).
+    assert_status(&io.command(read_write(IoOpcode::Read, nsid, 0, 8), &[], &[]), Status::SUCCESS);
+    let namespace = target.subsystem_by_nqn(POOL_NQN).unwrap().namespace(NamespaceId(nsid)).unwrap();
+    let counted = namespace.stats.snapshot();
+    assert_eq!((counted.write_commands, counted.bytes_written), (1, 4096));
+    assert_eq!((counted.read_commands, counted.bytes_read), (1, 4096));
+    assert_eq!((counted.write_latency.count(), counted.read_latency.count()), (1, 1));
+    assert_eq!(counted.live_queues, 1);
+    let config_namespace = target.subsystem_by_nqn(POOL_NQN).unwrap().namespace(NamespaceId(1)).unwrap();
+    assert_eq!(config_namespace.stats.snapshot().write_commands, 0, "counted per namespace");
 }
 
 #[test]

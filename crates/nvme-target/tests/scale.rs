@@ -18,6 +18,7 @@ fn a_subsystem_serves_1024_namespaces_each_with_its_own_data() {
     let target = Target::new(TargetSpec {
         listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false }],
         subsystems: vec![SubsystemSpec {
+            hosts: nvme_target::HostAccess::allow_any(),
             pool: None,
             nqn: NQN.into(),
             serial_number: None,

@@ -87,6 +87,7 @@ pub fn start_embedded(
             discovery_only: false,
         }],
         subsystems: vec![SubsystemSpec {
+            hosts: nvme_target::HostAccess::allow_any(),
             pool: None,
             nqn: EMBEDDED_NQN.into(),
             serial_number: None,

@@ -46,6 +46,7 @@ impl TestTarget {
                 discovery_only: false,
             }],
             subsystems: vec![SubsystemSpec {
+                hosts: nvme_target::HostAccess::allow_any(),
                 pool: None,
                 nqn: NQN.into(),
                 serial_number: None,

@@ -29,6 +29,7 @@ impl InProcessTarget {
                 discovery_only: false,
             }],
             subsystems: vec![SubsystemSpec {
+                hosts: nvme_target::HostAccess::allow_any(),
                 pool: None,
                 nqn: NQN.into(),
                 serial_number: None,

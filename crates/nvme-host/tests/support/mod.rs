@@ -35,6 +35,7 @@ pub fn test_target() -> Arc<Target> {
             discovery_only: false,
         }],
         subsystems: vec![SubsystemSpec {
+            hosts: nvme_target::HostAccess::allow_any(),
             pool: None,
             nqn: NQN.into(),
             serial_number: None,
@@ -85,6 +86,7 @@ pub fn admin_config(digests: DigestSettings) -> QueueConfig {
         digests,
         command_timeout_ms: 30_000,
         max_r2t_outstanding: 0,
+        dhchap: None,
     }
 }
 

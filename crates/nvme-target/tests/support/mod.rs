@@ -36,6 +36,7 @@ pub fn test_target() -> Arc<Target> {
             ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true },
         ],
         subsystems: vec![SubsystemSpec {
+            hosts: nvme_target::HostAccess::allow_any(),
             pool: None,
             nqn: NQN.into(),
             serial_number: None,

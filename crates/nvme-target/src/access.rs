@@ -1,0 +1,435 @@
+//! Which hosts may use a subsystem, and with which DH-HMAC-CHAP secrets.
+//!
+//! Per subsystem: an allow-list of host NQNs, each with an optional host secret
+//! (the host must authenticate, NVMe in-band authentication) and an optional
+//! controller secret (the controller proves itself too when the host asks). A host
+//! not on the list is refused at Connect (Connect Invalid Host) and does not see
+//! the subsystem in the discovery log. Any host is allowed only when
+//! `allow_any_host` is set explicitly; listed hosts keep their secrets then.
+//!
+//! Secrets are [`nvme_auth::Secret`]s: they never appear in `Debug` output or logs.
+//!
+//! A running subsystem holds its rules in a [`SharedHostAccess`], which the
+//! management API replaces as a whole (allow, deny, secret rotation); a Connect reads
+//! the rules current at that moment.
+
+use std::borrow::Borrow;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use nvme_auth::message::MAX_MESSAGE_BYTES;
+use nvme_auth::{
+    ControllerAuthentication, ControllerCredentials, ControllerPolicy, OsRandom, Progress, Secret,
+    SECURITY_PROTOCOL_DHCHAP, SECURITY_PROTOCOL_SPECIFIC_DHCHAP,
+};
+use nvme_spec::fabrics::{AuthenticationCommand, AUTHENTICATION_REQUIRED};
+use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
+use nvme_spec::{Status, SubmissionQueueEntry};
+
+use crate::connection::Connection;
+use crate::dispatch::Outcome;
+use crate::limits::MAX_DATA_TRANSFER_BYTES;
+
+/// How long a queue may take from the Connect that asked for authentication to a
+/// successful DH-HMAC-CHAP transaction before the connection is closed. An
+/// unauthenticated queue holds a socket, slots and a controller without being
+/// usable; the Linux host finishes within a second, and 30 s leaves room for
+/// ffdhe8192 on a slow (emulated) host. (The connection setup timeout only covers
+/// ICReq and Connect.)
+pub const AUTHENTICATION_TIMEOUT_MS: u64 = 30_000;
+
+/// One host allowed to connect.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    /// HOSTNQN.
+    pub nqn: String,
+    /// The host's DH-HMAC-CHAP secret: when set, the host must authenticate on every
+    /// queue before any other command is processed.
+    pub dhchap_secret: Option<Secret>,
+    /// The controller's DH-HMAC-CHAP secret, for bidirectional authentication (the
+    /// host asks for it with its own copy). Requires `dhchap_secret`.
+    pub dhchap_controller_secret: Option<Secret>,
+}
+
+impl std::fmt::Debug for HostEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secret's own Debug is redacted; say only whether there is one.
+        f.debug_struct("HostEntry")
+            .field("nqn", &self.nqn)
+            .field("dhchap_secret", &self.dhchap_secret.is_some())
+            .field("dhchap_controller_secret", &self.dhchap_controller_secret.is_some())
+            .finish()
+    }
+}
+
+impl HostEntry {
+    /// A host allowed without authentication.
+    pub fn new(nqn: impl Into<String>) -> Self {
+        HostEntry { nqn: nqn.into(), dhchap_secret: None, dhchap_controller_secret: None }
+    }
+}
+
+/// The access rules of one subsystem.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostAccess {
+    /// Any host NQN may connect (hosts listed below still need their secrets).
+    /// Off unless set explicitly: the default is an empty allow-list, which admits
+    /// nobody.
+    pub allow_any_host: bool,
+    /// The listed hosts.
+    pub hosts: Vec<HostEntry>,
+}
+
+/// Why access rules cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HostAccessError {
+    /// The same host NQN is listed twice.
+    #[error("host {0} is listed twice")]
+    DuplicateHost(String),
+    /// A controller secret without a host secret: bidirectional authentication
+    /// needs the host to authenticate first.
+    #[error("host {0}: a controller secret (dhchap_ctrl_secret) needs a host secret (dhchap_secret) too")]
+    ControllerSecretWithoutHostSecret(String),
+}
+
+/// Whether a host may connect, and how.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HostVerdict {
+    /// Not allowed: refuse the Connect.
+    Refused,
+    /// Allowed without authentication.
+    Allowed,
+    /// Allowed once it authenticates with this entry's secrets (a copy: the rules
+    /// may be replaced while the queue authenticates).
+    AuthenticationRequired(HostEntry),
+}
+
+impl HostAccess {
+    /// Any host, no authentication: for the embedded demo and tests.
+    pub fn allow_any() -> Self {
+        HostAccess { allow_any_host: true, hosts: Vec::new() }
+    }
+
+    /// Only these hosts, each without authentication.
+    pub fn only(nqns: &[&str]) -> Self {
+        HostAccess { allow_any_host: false, hosts: nqns.iter().map(|nqn| HostEntry::new(*nqn)).collect() }
+    }
+
+    /// Checks the rules: no host twice, no controller secret without a host secret.
+    pub fn validate(&self) -> Result<(), HostAccessError> {
+        for (index, host) in self.hosts.iter().enumerate() {
+            if self.hosts[..index].iter().any(|earlier| earlier.nqn == host.nqn) {
+                return Err(HostAccessError::DuplicateHost(host.nqn.clone()));
+            }
+            if host.dhchap_controller_secret.is_some() && host.dhchap_secret.is_none() {
+                return Err(HostAccessError::ControllerSecretWithoutHostSecret(host.nqn.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The listed entry of `host_nqn`.
+    pub fn entry(&self, host_nqn: &str) -> Option<&HostEntry> {
+        self.hosts.iter().find(|host| host.nqn == host_nqn)
+    }
+
+    /// Whether `host_nqn` may connect, and whether it must authenticate. An entry
+    /// with a controller secret but no host secret (which `validate` refuses) fails
+    /// closed: the host is refused rather than let in unauthenticated.
+    pub fn verdict(&self, host_nqn: &str) -> HostVerdict {
+        match self.entry(host_nqn) {
+            Some(entry) if entry.dhchap_secret.is_some() => HostVerdict::AuthenticationRequired(entry.clone()),
+            Some(entry) if entry.dhchap_controller_secret.is_some() => HostVerdict::Refused,
+            Some(_) => HostVerdict::Allowed,
+            None if self.allow_any_host => HostVerdict::Allowed,
+            None => HostVerdict::Refused,
+        }
+    }
+
+    /// True when `host_nqn` may connect (and so may see the subsystem in the
+    /// discovery log).
+    pub fn allows(&self, host_nqn: &str) -> bool {
+        match self.entry(host_nqn) {
+            Some(entry) => entry.dhchap_secret.is_some() || entry.dhchap_controller_secret.is_none(),
+            None => self.allow_any_host,
+        }
+    }
+}
+
+/// The rules of a running subsystem, replaced as a whole while connections read
+/// them. Readers take a snapshot (`current`); only Connect and the discovery log
+/// read the rules, never the I/O path.
+#[derive(Debug)]
+pub struct SharedHostAccess(RwLock<Arc<HostAccess>>);
+
+impl SharedHostAccess {
+    pub fn new(access: HostAccess) -> Self {
+        SharedHostAccess(RwLock::new(Arc::new(access)))
+    }
+
+    /// The rules in force now.
+    pub fn current(&self) -> Arc<HostAccess> {
+        Arc::clone(&self.0.read().unwrap_or_else(|poison| poison.into_inner()))
+    }
+
+    /// Puts new rules in force for every later Connect and discovery log read.
+    /// Connected controllers are not touched: the caller tears down those whose
+    /// host the new rules refuse.
+    pub fn replace(&self, access: HostAccess) {
+        *self.0.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(access);
+    }
+
+    /// [`HostAccess::verdict`] under the current rules.
+    pub fn verdict(&self, host_nqn: &str) -> HostVerdict {
+        self.current().verdict(host_nqn)
+    }
+
+    /// [`HostAccess::allows`] under the current rules.
+    pub fn allows(&self, host_nqn: &str) -> bool {
+        self.current().allows(host_nqn)
+    }
+}
+
+/// A queue's DH-HMAC-CHAP state on the target: the transaction and its deadline.
+#[derive(Debug)]
+pub(crate) struct QueueAuthentication {
+    pub(crate) transaction: ControllerAuthentication,
+    /// Set once a transaction succeeded; stays set through a re-authentication
+    /// (a failed one closes the connection).
+    pub(crate) authenticated: bool,
+    /// The connection closes unless authenticated by then.
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl QueueAuthentication {
+    /// The state for a queue of `host` (which has a host secret) connected to
+    /// `subsystem_nqn` at `now`.
+    pub(crate) fn new(host: impl Borrow<HostEntry>, subsystem_nqn: &str, now: Instant) -> Option<Self> {
+        let host = host.borrow();
+        let secret = host.dhchap_secret.as_ref()?;
+        let credentials =
+            ControllerCredentials::new(&host.nqn, subsystem_nqn, secret, host.dhchap_controller_secret.as_ref());
+        Some(QueueAuthentication {
+            transaction: ControllerAuthentication::new(credentials, ControllerPolicy::default(), Box::new(OsRandom)),
+            authenticated: false,
+            deadline: Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS)),
+        })
+    }
+}
+
+/// Refuses an Authentication Send/Receive whose SECP, SPSP0, SPSP1 or TL/AL is not
+/// DH-HMAC-CHAP's (as Linux does: Invalid Field, do not retry).
+fn check_fields(command: &AuthenticationCommand) -> Result<(), Status> {
+    let dhchap = command.security_protocol == SECURITY_PROTOCOL_DHCHAP
+        && command.security_protocol_specific_0 == SECURITY_PROTOCOL_SPECIFIC_DHCHAP
+        && command.security_protocol_specific_1 == SECURITY_PROTOCOL_SPECIFIC_DHCHAP;
+    if !dhchap || command.length == 0 {
+        return Err(Status::INVALID_FIELD.with_do_not_retry());
+    }
+    Ok(())
+}
+
+impl Connection {
+    /// When the queue must be authenticated by: the earliest `handle_timeout` must
+    /// run for it.
+    pub(crate) fn authentication_deadline(&self) -> Option<Instant> {
+        self.authentication.as_ref().filter(|state| !state.authenticated).and_then(|state| state.deadline)
+    }
+
+    /// True (once logged) when the queue missed its authentication deadline: the
+    /// connection must close.
+    pub(crate) fn authentication_timed_out(&mut self, now: Instant) -> bool {
+        let Some(deadline) = self.authentication_deadline() else { return false };
+        if now < deadline {
+            return false;
+        }
+        tracing::warn!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(),
+            "DH-HMAC-CHAP authentication not completed in time; closing the connection");
+        if let Some(state) = self.authentication.as_mut() {
+            state.deadline = None;
+        }
+        true
+    }
+
+    fn host_nqn(&self) -> &str {
+        self.binding.as_ref().map_or("", |binding| binding.controller.host_nqn.as_str())
+    }
+
+    fn queue_number(&self) -> u16 {
+        self.binding.as_ref().map_or(0, |binding| binding.queue_id.0)
+    }
+
+    /// Runs Authentication Send/Receive, and refuses every other non-Fabrics command
+    /// with Authentication Required while the queue is not authenticated. `None`:
+    /// the command goes to its usual handler. Property Get/Set, Connect and
+    /// Disconnect stay allowed before authentication, as Linux nvmet allows every
+    /// Fabrics command.
+    pub(crate) fn authentication_gate(&mut self, slot_index: u16) -> Option<Outcome> {
+        let sqe = self.slots.slot(slot_index).sqe;
+        // Fabrics is opcode 7Fh on the admin and I/O queues alike.
+        if sqe.opcode() == AdminOpcode::Fabrics as u8 {
+            return match FabricsCommandType::from_u8(sqe.fabrics_command_type()) {
+                Some(FabricsCommandType::AuthenticationSend) => Some(self.authentication_send(slot_index, &sqe)),
+                Some(FabricsCommandType::AuthenticationReceive) => Some(self.authentication_receive(slot_index, &sqe)),
+                _ => None,
+            };
+        }
+        match &self.authentication {
+            Some(state) if !state.authenticated => {
+                Some(Outcome::status(AUTHENTICATION_REQUIRED.with_do_not_retry()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Authentication Send (FCTYPE 05h): TL bytes of in-capsule data hold a message.
+    /// A bad message does not fail the command (the next Receive answers with
+    /// AUTH_Failure1); only malformed command fields do.
+    fn authentication_send(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        if self.authentication.is_none() {
+            // Nothing to authenticate on this queue: the Connect did not ask for it.
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        }
+        let command = AuthenticationCommand::decode(sqe);
+        if let Err(status) = check_fields(&command) {
+            return Outcome::status(status);
+        }
+        let length = command.length as usize;
+        if length > MAX_MESSAGE_BYTES {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        // Messages are small (at most a few KiB): they always ride in the capsule.
+        let slot = self.slots.slot(slot_index);
+        if slot.host_data_bytes as usize != length || slot.buffer.len() < length {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let Some(state) = self.authentication.as_mut() else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let progress = state.transaction.on_send(&slot.buffer[..length]);
+        self.authentication_progress(progress);
+        Outcome::status(Status::SUCCESS)
+    }
+
+    /// Authentication Receive (FCTYPE 06h): the next message, padded with zeros to
+    /// AL bytes (as Linux sends it).
+    fn authentication_receive(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        if self.authentication.is_none() {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        }
+        let command = AuthenticationCommand::decode(sqe);
+        if let Err(status) = check_fields(&command) {
+            return Outcome::status(status);
+        }
+        if command.length > MAX_DATA_TRANSFER_BYTES {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let sgl = sqe.sgl();
+        if !sgl.is_transport() {
+            return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());
+        }
+        if sgl.length != command.length {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let Some(state) = self.authentication.as_mut() else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let allocation_length = command.length as usize;
+        let (message, progress) = match state.transaction.on_receive(allocation_length) {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::debug!(peer = %self.peer, %error, "Authentication Receive refused");
+                return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+            }
+        };
+        let mut buffer = self.pool.take_zeroed(allocation_length);
+        buffer[..message.len()].copy_from_slice(&message);
+        self.slots.slot(slot_index).buffer = buffer;
+        self.authentication_progress(progress);
+        Outcome::Data(command.length)
+    }
+
+    /// Acts on where the transaction got: success lifts the gate, failure closes
+    /// the connection once the response is out (Linux makes the controller fatal).
+    fn authentication_progress(&mut self, progress: Progress) {
+        let Some(state) = self.authentication.as_mut() else { return };
+        match progress {
+            Progress::InProgress => {}
+            Progress::Authenticated => {
+                state.authenticated = true;
+                state.deadline = None;
+                tracing::info!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(),
+                    "DH-HMAC-CHAP authentication succeeded");
+            }
+            Progress::Failed(reason) => {
+                tracing::warn!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(), ?reason,
+                    "DH-HMAC-CHAP authentication failed; closing the connection");
+                self.phase_after_response_closing();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> Secret {
+        Secret::from_key(&[7; 32], None).unwrap()
+    }
+
+    #[test]
+    fn verdicts() {
+        let mut access = HostAccess::only(&["nqn.a"]);
+        access.hosts.push(HostEntry { nqn: "nqn.b".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None });
+        assert_eq!(access.verdict("nqn.a"), HostVerdict::Allowed);
+        assert!(matches!(access.verdict("nqn.b"), HostVerdict::AuthenticationRequired(_)));
+        assert_eq!(access.verdict("nqn.c"), HostVerdict::Refused);
+        assert!(!access.allows("nqn.c"));
+        access.allow_any_host = true;
+        assert_eq!(access.verdict("nqn.c"), HostVerdict::Allowed);
+        assert!(matches!(access.verdict("nqn.b"), HostVerdict::AuthenticationRequired(_)));
+        assert_eq!(HostAccess::default().verdict("nqn.a"), HostVerdict::Refused);
+        assert_eq!(HostAccess::allow_any().verdict("nqn.a"), HostVerdict::Allowed);
+    }
+
+    #[test]
+    fn shared_rules_are_replaced_whole_and_allows_matches_verdict() {
+        let shared = SharedHostAccess::new(HostAccess::allow_any());
+        assert!(shared.allows("nqn.a"));
+        let mut rules = HostAccess::only(&["nqn.a"]);
+        rules.hosts.push(HostEntry { nqn: "nqn.b".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None });
+        rules.hosts.push(HostEntry { nqn: "nqn.c".into(), dhchap_secret: None, dhchap_controller_secret: Some(secret()) });
+        let before = shared.current();
+        shared.replace(rules.clone());
+        assert!(before.allow_any_host, "a snapshot taken before keeps the old rules");
+        for host in ["nqn.a", "nqn.b", "nqn.c", "nqn.d"] {
+            assert_eq!(shared.allows(host), rules.verdict(host) != HostVerdict::Refused, "{host}");
+        }
+        assert!(matches!(shared.verdict("nqn.b"), HostVerdict::AuthenticationRequired(entry) if entry.nqn == "nqn.b"));
+        assert!(!shared.allows("nqn.d"));
+    }
+
+    #[test]
+    fn validation_and_fail_closed() {
+        let mut access = HostAccess::only(&["nqn.a", "nqn.a"]);
+        assert_eq!(access.validate(), Err(HostAccessError::DuplicateHost("nqn.a".into())));
+        access.hosts.pop();
+        access.hosts[0].dhchap_controller_secret = Some(secret());
+        assert_eq!(access.validate(), Err(HostAccessError::ControllerSecretWithoutHostSecret("nqn.a".into())));
+        assert_eq!(access.verdict("nqn.a"), HostVerdict::Refused);
+        access.hosts[0].dhchap_secret = Some(secret());
+        assert_eq!(access.validate(), Ok(()));
+    }
+
+    #[test]
+    fn debug_output_has_no_secrets() {
+        let access = HostAccess {
+            allow_any_host: false,
+            hosts: vec![HostEntry { nqn: "nqn.a".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None }],
+        };
+        let text = format!("{access:?}");
+        assert!(!text.contains("BwcH"), "{text}");
+        assert!(text.contains("dhchap_secret: true"), "{text}");
+    }
+}
