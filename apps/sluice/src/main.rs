@@ -3,6 +3,8 @@
 mod bench;
 mod config;
 mod host;
+mod manage;
+mod metrics;
 mod serve;
 
 use std::io::IsTerminal;
@@ -53,7 +55,20 @@ enum Command {
         /// Threads (one per core); overrides the config file.
         #[arg(long)]
         threads: Option<usize>,
+        /// Serve Prometheus metrics at http://ADDRESS/metrics (e.g. 127.0.0.1:9520).
+        #[arg(long, value_name = "ADDRESS")]
+        metrics_address: Option<std::net::SocketAddr>,
+        /// Management API socket [default: /run/sluice/sluice.sock as root, else
+        /// $XDG_RUNTIME_DIR/sluice.sock]. Changes made through it are written to --config.
+        #[arg(long, env = "SLUICE_RPC_SOCKET", value_name = "PATH", conflicts_with = "no_rpc_socket")]
+        rpc_socket: Option<PathBuf>,
+        /// Run without a management socket.
+        #[arg(long)]
+        no_rpc_socket: bool,
     },
+    /// Live per-namespace IOPS, bandwidth and latency of a running `sluice serve`
+    /// (read from its metrics endpoint).
+    Stat(metrics::stat::StatArgs),
     /// Configuration file tools.
     Config {
         #[command(subcommand)]
@@ -66,11 +81,14 @@ enum Command {
     Report(bench::ReportArgs),
     #[command(flatten)]
     Host(Box<host::HostCommand>),
+    #[command(flatten)]
+    Manage(manage::cli::ManageCommand),
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Check a config file and print what it describes.
+    /// Check a config file and print what it describes (touches no storage: files,
+    /// pools and cache tiers are only created or opened by `serve`).
     Check { file: PathBuf },
     /// Print the embedded default configuration as TOML.
     Default,
@@ -80,7 +98,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Host subcommands report every failure as their own one-line message.
     let default_level =
-        if matches!(cli.command, Command::Host(_) | Command::Bench(_) | Command::Report(_)) { "off" } else { "info" };
+        if matches!(cli.command, Command::Host(_) | Command::Bench(_) | Command::Report(_) | Command::Stat(_) | Command::Manage(_)) {
+            "off"
+        } else {
+            "info"
+        };
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     let filter = tracing_subscriber::EnvFilter::try_new(log_level).unwrap_or_else(|_| {
         eprintln!("sluice: --log-level {log_level:?} is not a valid filter; using \"{default_level}\"");
@@ -93,9 +115,14 @@ fn main() -> ExitCode {
         .init();
 
     match cli.command {
-        Command::Serve { config, threads } => {
-            let mut config = match config {
-                Some(path) => match Config::load(&path) {
+        Command::Serve { config: config_path, threads, metrics_address, rpc_socket, no_rpc_socket } => {
+            let rpc_socket = match (rpc_socket, no_rpc_socket) {
+                (_, true) => manage::SocketChoice::Off,
+                (Some(path), false) => manage::SocketChoice::Path(path),
+                (None, false) => manage::SocketChoice::Default,
+            };
+            let mut config = match &config_path {
+                Some(path) => match Config::load(path) {
                     Ok(config) => config,
                     Err(error) => return fail(error, EXIT_CONFIG_ERROR),
                 },
@@ -104,7 +131,7 @@ fn main() -> ExitCode {
             if threads.is_some() {
                 config.runtime.threads = threads;
             }
-            match serve::serve(&config) {
+            match serve::serve(&config, &serve::ServeOptions { metrics_address, config_path, rpc_socket }) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error @ (serve::ServeError::Config(_) | serve::ServeError::Target(_))) => {
                     fail(error, EXIT_CONFIG_ERROR)
@@ -113,16 +140,15 @@ fn main() -> ExitCode {
             }
         }
         Command::Config { command: ConfigCommand::Check { file } } => {
-            let checked = Config::load(&file).and_then(|config| config.target_spec().map(|spec| (config, spec)));
-            match checked.map_err(serve::ServeError::from).and_then(|(config, spec)| {
-                let target = nvme_target::Target::new(spec)?;
-                Ok((config, target))
-            }) {
-                Ok((config, target)) => {
+            // Validation only: nothing is created, opened for writing or formatted.
+            match Config::load(&file).and_then(|config| config.check()) {
+                Ok(report) => {
                     println!("{}: ok", file.display());
-                    println!("  listeners: {}", config.listeners.len());
-                    for subsystem in target.subsystems() {
-                        println!("  {}: {} namespace(s)", subsystem.nqn, subsystem.namespace_ids().len());
+                    for line in &report.lines {
+                        println!("  {line}");
+                    }
+                    for warning in &report.warnings {
+                        eprintln!("sluice: warning: {warning}");
                     }
                     ExitCode::SUCCESS
                 }
@@ -133,9 +159,17 @@ fn main() -> ExitCode {
             print!("{}", include_str!("default-config.toml"));
             ExitCode::SUCCESS
         }
+        Command::Stat(args) => match metrics::stat::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error @ (metrics::stat::StatError::Interval(_) | metrics::stat::StatError::Format(_))) => {
+                fail(error, EXIT_CONFIG_ERROR)
+            }
+            Err(error) => fail(error, EXIT_RUNTIME_ERROR),
+        },
         Command::Bench(args) => bench::bench(*args),
         Command::Report(args) => bench::report(args),
         Command::Host(command) => host::run(*command),
+        Command::Manage(command) => manage::cli::run(command),
     }
 }
 

@@ -18,10 +18,25 @@ pub enum ServeError {
     Runtime(#[from] target_server::RuntimeError),
     #[error("cannot install the signal handler: {0}")]
     Signals(std::io::Error),
+    #[error("cannot serve metrics on {address}: {source}")]
+    Metrics { address: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Management(#[from] crate::manage::SocketError),
+}
+
+/// Options of `sluice serve` given on the command line rather than in the config.
+#[derive(Debug, Default, Clone)]
+pub struct ServeOptions {
+    /// Where to serve Prometheus metrics; `None`: no endpoint.
+    pub metrics_address: Option<SocketAddr>,
+    /// The file the config came from: the management API writes its changes there.
+    pub config_path: Option<std::path::PathBuf>,
+    /// Where the management API listens.
+    pub rpc_socket: crate::manage::SocketChoice,
 }
 
 /// Runs the target described by `config` until SIGINT or SIGTERM.
-pub fn serve(config: &Config) -> Result<(), ServeError> {
+pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
     let spec = config.target_spec()?;
     let target = Target::new(spec)?;
     let threads = config
@@ -42,6 +57,18 @@ pub fn serve(config: &Config) -> Result<(), ServeError> {
         tcp_nodelay: true,
     };
     let runtime = target_server::start(target.clone(), runtime_config)?;
+    let bound: Vec<(SocketAddr, bool)> =
+        runtime.local_addrs().iter().zip(&config.listeners).map(|(address, listener)| (*address, listener.discovery_only)).collect();
+    let management = crate::manage::start_for_serve(&target, options.config_path.as_deref(), options.rpc_socket.clone(), &bound)?;
+    if let Some(server) = &management {
+        println!("sluice: management socket {}", server.path().display());
+    }
+    // Before the banner: its last line, "sluice: ready", means everything is up.
+    if let Some(address) = options.metrics_address {
+        let bound = crate::metrics::server::start(address, target.clone())
+            .map_err(|source| ServeError::Metrics { address, source })?;
+        println!("sluice: metrics at http://{bound}/metrics");
+    }
     print_banner(config, &target, runtime.local_addrs(), threads);
 
     let handle = runtime.shutdown_handle();
@@ -58,6 +85,7 @@ pub fn serve(config: &Config) -> Result<(), ServeError> {
         })
         .map_err(ServeError::Signals)?;
     let result = runtime.join();
+    drop(management);
     signal_handle.close();
     let _ = waiter.join();
     result?;

@@ -2,17 +2,14 @@
 //! on free local ports. Every wait is bounded; servers are stopped with SIGTERM (and
 //! killed if they do not stop).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod support;
+
+use std::path::PathBuf;
+use std::process::Output;
 
 use serde_json::Value;
+use support::{free_port, scratch_dir, sluice, ServeProcess};
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const NQN: &str = "nqn.2026-11.io.sluice:cli-test";
 const SERIAL: &str = "SLUICECLI0001";
 const MODEL: &str = "Sluice CLI test";
@@ -20,32 +17,10 @@ const MODEL: &str = "Sluice CLI test";
 const NS1_BLOCKS: u64 = 16 * 1024 * 1024 / 512;
 /// Namespace 2: 8 MiB of 4096-byte blocks.
 const NS2_BLOCKS: u64 = 8 * 1024 * 1024 / 4096;
-/// Longest any one `sluice` invocation may take.
-const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
-/// Longest `sluice serve` may take to print "sluice: ready".
-const READY_DEADLINE: Duration = Duration::from_secs(30);
-
-/// A scratch directory per test under Cargo's target tmpdir.
-fn scratch_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "cli-{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-/// A port nobody listens on right now (bound, then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().unwrap().port()
-}
 
 /// `sluice serve` with an I/O listener, a discovery listener and two RAM namespaces.
 struct Server {
-    child: Child,
+    _process: ServeProcess,
     io_port: u16,
     discovery_port: u16,
     dir: PathBuf,
@@ -96,32 +71,8 @@ threads = 1
                 ),
             )
             .expect("write config");
-            let mut child = Command::new(SLUICE)
-                .args(["serve", "--config"])
-                .arg(&config)
-                .env("SLUICE_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn sluice serve");
-            let stdout = child.stdout.take().unwrap();
-            let (ready_tx, ready_rx) = mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if line.trim() == "sluice: ready" {
-                        let _ = ready_tx.send(());
-                    }
-                }
-            });
-            match ready_rx.recv_timeout(READY_DEADLINE) {
-                Ok(()) => return Server { child, io_port, discovery_port, dir },
-                Err(_) => {
-                    // Exited (a port was taken) or hung: stop it and try other ports.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
+            if let Some(process) = ServeProcess::start(&config, &[]) {
+                return Server { _process: process, io_port, discovery_port, dir };
             }
         }
         panic!("sluice serve did not become ready");
@@ -140,49 +91,8 @@ threads = 1
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break;
-                }
-            }
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Runs `sluice ARGS`, bounded by [`COMMAND_DEADLINE`].
-fn sluice<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
-    let child = Command::new(SLUICE)
-        .args(args)
-        .env_remove("SLUICE_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let pid = child.id();
-    let (done_tx, done_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(child.wait_with_output());
-    });
-    match done_rx.recv_timeout(COMMAND_DEADLINE) {
-        Ok(output) => output.expect("wait for sluice"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            panic!("sluice {:?} did not finish within {COMMAND_DEADLINE:?}", args_text(args));
-        }
-    }
-}
-
-fn args_text<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
-    args.iter().map(|arg| arg.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
 }
 
 /// `sluice SUBCOMMAND TARGET... EXTRA...`, which must succeed; returns stdout.

@@ -109,10 +109,18 @@ impl Connection {
         let value = command.dword11;
         let mut state = controller.state();
         let outcome = match command.feature_id {
-            feature_id::KEEP_ALIVE_TIMER => {
-                state.features.keep_alive_timeout_ms = value;
-                Outcome::status(Status::SUCCESS)
-            }
+            // The same bounds as at Connect (keep-alive limits): a host may not
+            // switch keep-alive off or stretch it past the maximum afterwards.
+            feature_id::KEEP_ALIVE_TIMER => match self.target.settings.keep_alive_timeout(controller.kind, value) {
+                Ok(granted) => {
+                    state.features.keep_alive_timeout_ms = granted;
+                    Outcome::status(Status::SUCCESS)
+                }
+                Err(refusal) => {
+                    tracing::info!(peer = %self.peer, requested_ms = value, ?refusal, "Set Features KATO refused");
+                    Outcome::status(Status::INVALID_FIELD.with_do_not_retry())
+                }
+            },
             feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION => {
                 state.features.async_event_configuration = value & ASYNC_EVENT_MASK_SUPPORTED;
                 Outcome::status(Status::SUCCESS)

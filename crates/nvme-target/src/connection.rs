@@ -10,6 +10,7 @@
 //! with batches of PDUs to send (`take_transmit`) and a wish to close (`wants_close`).
 //! Nothing here touches a socket, a thread or a clock.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,13 +25,13 @@ use storage::{BackendQueue, IoCompletion};
 
 use crate::controller::{Controller, ControllerKind};
 use crate::limits::{
-    ASYNC_EVENT_CHECK_INTERVAL_MS, CONNECTION_SETUP_TIMEOUT_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
+    ASYNC_EVENT_CHECK_INTERVAL_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
     MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES, MAX_R2T_LENGTH_BYTES,
 };
 use crate::namespaces::{Namespace, NamespaceView};
 use crate::slots::{SlotState, SlotTable};
 use crate::stats::QueueStats;
-use crate::target::Target;
+use crate::target::{HostConnectionGuard, Target};
 use crate::transmit::{BufferPool, TransmitBatch};
 
 /// Connection life cycle.
@@ -105,6 +106,15 @@ pub struct Connection {
     pub(crate) writer: PduWriter,
     /// MAXR2T + 1: R2T PDUs the host accepts outstanding per command.
     pub(crate) host_max_outstanding_r2t: u32,
+    /// Host data requested by R2T and not received yet, over all commands
+    /// (bounded by `max_outstanding_r2t_bytes_per_connection`).
+    r2t_outstanding_bytes: u64,
+    /// Commands waiting for R2T budget, first come first served. A waiting command
+    /// has nothing requested outstanding and holds no data buffer.
+    r2t_waiting: VecDeque<u16>,
+    /// Most host data ever requested and not received at once (for tests and
+    /// diagnostics: never above the budget).
+    r2t_outstanding_high_water: u64,
     /// DDGST negotiated: C2HData PDUs carry a data digest.
     data_digest: bool,
     pending: TransmitBatch,
@@ -137,6 +147,9 @@ pub struct Connection {
     pub(crate) held_async_events: Vec<u16>,
     /// DH-HMAC-CHAP state when the host must authenticate this queue (`access`).
     pub(crate) authentication: Option<Box<crate::access::QueueAuthentication>>,
+    /// This connection's place in its host's `max_connections_per_host`, from a
+    /// successful Connect until the connection closes.
+    pub(crate) host_connection: Option<HostConnectionGuard>,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
     terminated: bool,
     cleaned_up: bool,
@@ -158,6 +171,7 @@ const SETUP_QUEUE_DEPTH: u16 = 1;
 impl Connection {
     /// A new connection accepted on `listener_index` of the target.
     pub fn new(target: Arc<Target>, listener_index: usize, peer: String, now: Instant) -> Self {
+        let setup_timeout = Duration::from_millis(target.settings.connection_setup_timeout_ms);
         Connection {
             target,
             listener_index,
@@ -169,6 +183,9 @@ impl Connection {
             ),
             writer: PduWriter::new(),
             host_max_outstanding_r2t: 1,
+            r2t_outstanding_bytes: 0,
+            r2t_waiting: VecDeque::new(),
+            r2t_outstanding_high_water: 0,
             data_digest: false,
             pending: TransmitBatch::with_capacity(4096, 64),
             spare: None,
@@ -182,12 +199,13 @@ impl Connection {
             retired_queues: Vec::new(),
             completions: Vec::new(),
             stats: None,
-            setup_deadline: Some(now + Duration::from_millis(CONNECTION_SETUP_TIMEOUT_MS)),
+            setup_deadline: Some(now + setup_timeout),
             keep_alive_deadline: None,
             controller_check_at: None,
             event_check_at: None,
             held_async_events: Vec::new(),
             authentication: None,
+            host_connection: None,
             terminated: false,
             cleaned_up: false,
         }
@@ -378,12 +396,15 @@ impl Connection {
                     self.note_data_digest_error(slot_index);
                 }
                 let slot = self.slots.slot(slot_index);
+                let arrived = (offset as u32).saturating_sub(slot.received_bytes);
                 slot.received_bytes = offset as u32;
+                self.r2t_outstanding_bytes = self.r2t_outstanding_bytes.saturating_sub(u64::from(arrived));
                 if slot.received_bytes == slot.host_data_bytes {
                     self.host_data_complete(slot_index, now);
                 } else {
                     self.request_host_data(slot_index);
                 }
+                self.grant_waiting_r2ts();
             }
         }
     }
@@ -398,32 +419,119 @@ impl Connection {
         }
     }
 
-    /// Sends R2T PDUs for the next pieces of a command's host data, keeping at most
-    /// MAXR2T + 1 outstanding.
+    /// Asks for the next pieces of a command's host data with R2T PDUs, keeping at
+    /// most MAXR2T + 1 outstanding for the command and at most
+    /// `max_outstanding_r2t_bytes_per_connection` for the connection. A command that
+    /// gets no R2T now waits in `r2t_waiting` (a new command behind the ones already
+    /// waiting, one whose transfer has started in front of them) until data arrives.
     pub(crate) fn request_host_data(&mut self, slot_index: u16) {
         if self.terminated {
             return;
         }
-        let max_outstanding = self.host_max_outstanding_r2t;
         let slot = self.slots.slot(slot_index);
         slot.state = SlotState::ReceivingHostData;
-        let command_id = slot.sqe.command_id();
-        loop {
+        let started = slot.requested_bytes > 0;
+        if !started && !self.r2t_waiting.is_empty() {
+            self.wait_for_r2t_budget(slot_index, false);
+            return;
+        }
+        self.send_r2ts(slot_index);
+        let slot = self.slots.slot(slot_index);
+        if slot.requested_bytes == slot.received_bytes && slot.received_bytes < slot.host_data_bytes {
+            // Nothing of it is outstanding: no arriving data would wake it up.
+            self.wait_for_r2t_budget(slot_index, started);
+        }
+    }
+
+    /// The next R2T length of a command, if it needs more data.
+    fn next_r2t_length(&mut self, slot_index: u16) -> Option<u32> {
+        let slot = self.slots.slot(slot_index);
+        (slot.state == SlotState::ReceivingHostData && slot.requested_bytes < slot.host_data_bytes)
+            .then(|| (slot.host_data_bytes - slot.requested_bytes).min(MAX_R2T_LENGTH_BYTES))
+    }
+
+    /// True when an R2T of `length` bytes fits the connection's budget. With nothing
+    /// outstanding any R2T fits, so the connection always makes progress.
+    fn r2t_budget_allows(&self, length: u32) -> bool {
+        let budget = u64::from(self.target.settings.max_outstanding_r2t_bytes_per_connection);
+        self.r2t_outstanding_bytes == 0 || self.r2t_outstanding_bytes + u64::from(length) <= budget
+    }
+
+    /// Sends as many R2Ts for the command as its MAXR2T and the budget allow.
+    fn send_r2ts(&mut self, slot_index: u16) {
+        let max_outstanding = self.host_max_outstanding_r2t;
+        while let Some(length) = self.next_r2t_length(slot_index) {
             let slot = self.slots.slot(slot_index);
-            let outstanding_bytes = slot.requested_bytes - slot.received_bytes;
-            let outstanding = outstanding_bytes.div_ceil(MAX_R2T_LENGTH_BYTES);
-            if slot.requested_bytes >= slot.host_data_bytes || outstanding >= max_outstanding {
+            let outstanding = (slot.requested_bytes - slot.received_bytes).div_ceil(MAX_R2T_LENGTH_BYTES);
+            if outstanding >= max_outstanding || !self.r2t_budget_allows(length) {
                 break;
             }
+            let slot = self.slots.slot(slot_index);
+            if slot.buffer.len() != slot.host_data_bytes as usize {
+                // Given back while it waited for budget.
+                let length = slot.host_data_bytes as usize;
+                let buffer = self.pool.take(length);
+                self.slots.slot(slot_index).buffer = buffer;
+            }
+            let slot = self.slots.slot(slot_index);
             let offset = slot.requested_bytes;
-            let length = (slot.host_data_bytes - offset).min(MAX_R2T_LENGTH_BYTES);
             slot.requested_bytes += length;
-            let r2t = ReadyToTransfer { command_id, transfer_tag: slot_index, offset, length };
+            let r2t = ReadyToTransfer { command_id: slot.sqe.command_id(), transfer_tag: slot_index, offset, length };
+            self.r2t_outstanding_bytes += u64::from(length);
+            self.r2t_outstanding_high_water = self.r2t_outstanding_high_water.max(self.r2t_outstanding_bytes);
             let writer = &self.writer;
             self.pending.push_header_with(|out| {
                 writer.write_header(&PduHeader::R2t(r2t), 0, out);
             });
         }
+    }
+
+    /// Parks a command until R2T budget frees up. One that has received nothing yet
+    /// gives its buffer back, so waiting commands hold no memory.
+    fn wait_for_r2t_budget(&mut self, slot_index: u16, in_front: bool) {
+        let slot = self.slots.slot(slot_index);
+        if slot.received_bytes == 0 {
+            let buffer = std::mem::take(&mut slot.buffer);
+            self.pool.give(buffer);
+        }
+        tracing::trace!(peer = %self.peer, slot = slot_index, outstanding = self.r2t_outstanding_bytes,
+            waiting = self.r2t_waiting.len(), "command waits for R2T budget (max_outstanding_r2t_bytes_per_connection)");
+        if in_front {
+            self.r2t_waiting.push_front(slot_index);
+        } else {
+            self.r2t_waiting.push_back(slot_index);
+        }
+    }
+
+    /// Host data arrived (or a command went away): hand R2Ts to waiting commands, in
+    /// order, while the budget allows.
+    fn grant_waiting_r2ts(&mut self) {
+        while let Some(&slot_index) = self.r2t_waiting.front() {
+            if self.terminated {
+                return;
+            }
+            let Some(length) = self.next_r2t_length(slot_index) else {
+                // Not waiting any more (cannot happen while the stream is in sync).
+                self.r2t_waiting.pop_front();
+                continue;
+            };
+            if !self.r2t_budget_allows(length) {
+                return;
+            }
+            self.r2t_waiting.pop_front();
+            self.send_r2ts(slot_index);
+        }
+    }
+
+    /// Largest amount of host data this connection ever had requested by R2T and not
+    /// yet received (at most `max_outstanding_r2t_bytes_per_connection`).
+    pub fn r2t_outstanding_high_water_bytes(&self) -> u64 {
+        self.r2t_outstanding_high_water
+    }
+
+    /// Commands waiting for R2T budget now.
+    pub fn r2t_waiting_commands(&self) -> usize {
+        self.r2t_waiting.len()
     }
 
     /// Queues a C2HTermReq and closes: the stream cannot be trusted any more.
@@ -474,6 +582,9 @@ impl Connection {
             return;
         }
         let slot = self.slots.slot(slot_index);
+        // A command completes only once all the data its R2Ts asked for arrived (or
+        // before any R2T): the connection's R2T budget stays exact.
+        debug_assert_eq!(slot.requested_bytes, slot.received_bytes, "slot {slot_index} completes with data outstanding");
         let command_id = slot.sqe.command_id();
         let send_bytes = if status.is_success() { slot.send_data_bytes as usize } else { 0 };
         let buffer = std::mem::take(&mut slot.buffer);
@@ -565,7 +676,13 @@ impl Connection {
         }
         if let Some(deadline) = self.setup_deadline {
             if now >= deadline && self.phase != Phase::Live {
-                tracing::info!(peer = %self.peer, phase = ?self.phase, "connection setup timed out");
+                let timeout_ms = self.target.settings.connection_setup_timeout_ms;
+                let log = self.target.setup_timeouts.lock().unwrap_or_else(|poison| poison.into_inner()).refused(now);
+                if let Some(unlogged) = log {
+                    tracing::info!(peer = %self.peer, phase = ?self.phase, closed_unlogged = unlogged,
+                        "closing connection from {}: no ICReq and Connect within {timeout_ms} ms \
+                         (connection_setup_timeout_ms)", self.peer);
+                }
                 self.phase = Phase::Closing;
                 return;
             }
@@ -684,7 +801,10 @@ impl Connection {
     /// Set Features KATO). The timeout is rounded up to whole seconds as the Linux
     /// target does, which hosts are tested against.
     pub(crate) fn restart_keep_alive(&mut self, controller: &Controller, now: Instant) {
-        let timeout_ms = u64::from(controller.state().features.keep_alive_timeout_ms);
+        // The Connect KATO passed `keep_alive_timeout` already; a Set Features value
+        // outside the configured range runs the nearest allowed timer instead.
+        let stored_ms = controller.state().features.keep_alive_timeout_ms;
+        let timeout_ms = u64::from(self.target.settings.effective_keep_alive_timeout(controller.kind, stored_ms));
         self.keep_alive_deadline = if timeout_ms == 0 {
             None
         } else {
@@ -700,6 +820,8 @@ impl Connection {
         }
         self.cleaned_up = true;
         self.phase = Phase::Closing;
+        // Gives the place back to the host's max_connections_per_host.
+        self.host_connection = None;
         if let (Some(stats), Some(binding)) = (&self.stats, &self.binding) {
             if let Some(subsystem) = &binding.controller.subsystem {
                 subsystem.stats.retire(stats);

@@ -18,6 +18,7 @@ use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
 use crate::dispatch::Outcome;
 use crate::limits::{MAX_ADMIN_QUEUE_DEPTH, MEMORY_PAGE_BYTES, READY_TIMEOUT_500MS};
+use crate::target::{HostConnectionGuard, KeepAliveRefusal};
 
 /// VS: the NVMe version the controllers report (1.4: the descriptor list, command
 /// set CNS values and everything a current Linux host checks for).
@@ -27,6 +28,7 @@ pub const REPORTED_VERSION: u32 = 0x0001_0400;
 mod connect_offset {
     pub const QUEUE_ID: u16 = 42;
     pub const SUBMISSION_QUEUE_SIZE: u16 = 44;
+    pub const KEEP_ALIVE_TIMEOUT: u16 = 48;
     pub const DATA_CONTROLLER_ID: u16 = 16;
     pub const DATA_SUBSYSTEM_NQN: u16 = 256;
     pub const DATA_HOST_NQN: u16 = 512;
@@ -36,15 +38,39 @@ mod connect_offset {
 const IO_SUBMISSION_QUEUE_ENTRY_SIZE_LOG2: u8 = 6;
 const IO_COMPLETION_QUEUE_ENTRY_SIZE_LOG2: u8 = 4;
 
-/// A refused Connect: status and DW0 (IATTR/IPO).
-struct Refusal(Status, u32);
+/// A refused Connect: status, DW0 (IATTR/IPO) and whether the reason was logged
+/// already (with the host and the setting involved) where it was found.
+struct Refusal(Status, u32, bool);
+
+impl Refusal {
+    fn new(status: Status, dw0: u32) -> Self {
+        Refusal(status, dw0, false)
+    }
+
+    /// Marks the refusal as logged where it was found.
+    fn logged(self) -> Self {
+        Refusal(self.0, self.1, true)
+    }
+}
 
 fn in_command(offset: u16) -> Refusal {
-    Refusal(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_command(offset))
+    Refusal::new(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_command(offset))
 }
 
 fn in_data(offset: u16) -> Refusal {
-    Refusal(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_data(offset))
+    Refusal::new(Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(), connect_invalid_parameter_in_data(offset))
+}
+
+/// What an accepted Connect binds the queue to.
+struct Accepted {
+    controller: std::sync::Arc<Controller>,
+    queue_id: QueueId,
+    depth: u16,
+    /// The connection's place in its host's `max_connections_per_host`.
+    host_connection: HostConnectionGuard,
+    /// The host rules the Connect was admitted under: authentication is decided by
+    /// the same snapshot, so a rule change in between cannot skip it.
+    host_rules: Option<std::sync::Arc<crate::access::HostAccess>>,
 }
 
 impl Connection {
@@ -59,12 +85,12 @@ impl Connection {
             self.complete_unbound(slot_index, status, 0, QueueId::ADMIN, 0);
             return;
         }
-        match self.accept_connect(slot_index, &sqe) {
-            Ok((controller, queue_id, depth)) => {
+        match self.accept_connect(slot_index, &sqe, now) {
+            Ok(Accepted { controller, queue_id, depth, host_connection, host_rules }) => {
                 // A host with a DH-HMAC-CHAP secret authenticates every queue before
                 // using it: AUTHREQ.ATR tells it so (Linux sets it on I/O queues too).
-                let authentication = controller.subsystem.as_ref().and_then(|subsystem| {
-                    match subsystem.hosts.verdict(&controller.host_nqn) {
+                let authentication = controller.subsystem.as_ref().zip(host_rules.as_ref()).and_then(|(subsystem, rules)| {
+                    match rules.verdict(&controller.host_nqn) {
                         HostVerdict::AuthenticationRequired(entry) => {
                             QueueAuthentication::new(entry, &subsystem.nqn, now)
                         }
@@ -86,10 +112,10 @@ impl Connection {
                     now,
                 );
                 self.authentication = authentication.map(Box::new);
+                self.host_connection = Some(host_connection);
             }
-            Err(Refusal(status, dw0)) => {
-                // An unknown host was already logged, with its NQN, where it was refused.
-                if status.kind() != Status::CONNECT_INVALID_HOST {
+            Err(Refusal(status, dw0, logged)) => {
+                if !logged {
                     tracing::info!(peer = %self.peer, ?status, ipo = dw0 & 0xFFFF, "Connect refused");
                 }
                 let queue_id = ConnectCommand::decode(&sqe).queue_id;
@@ -102,14 +128,15 @@ impl Connection {
         &mut self,
         slot_index: u16,
         sqe: &SubmissionQueueEntry,
-    ) -> Result<(std::sync::Arc<Controller>, QueueId, u16), Refusal> {
+        now: Instant,
+    ) -> Result<Accepted, Refusal> {
         let command = ConnectCommand::decode(sqe);
         if command.record_format != 0 {
-            return Err(Refusal(Status::CONNECT_INCOMPATIBLE_FORMAT.with_do_not_retry(), 0));
+            return Err(Refusal::new(Status::CONNECT_INCOMPATIBLE_FORMAT.with_do_not_retry(), 0));
         }
         let slot = self.slots.slot(slot_index);
         let Some(raw) = slot.buffer.get(..CONNECT_DATA_BYTES).and_then(|bytes| bytes.try_into().ok()) else {
-            return Err(Refusal(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry(), 0));
+            return Err(Refusal::new(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry(), 0));
         };
         let data = ConnectData::decode(raw);
         let subsystem_nqn = data.subsystem_nqn_str().filter(|nqn| !nqn.is_empty());
@@ -140,14 +167,16 @@ impl Connection {
         };
         // The allow-list, before anything is created for the host. Discovery is open
         // to every host; the log it reads is filtered instead.
-        if let Some(subsystem) = &subsystem {
-            if !subsystem.hosts.allows(host_nqn) {
+        let host_rules = subsystem.as_ref().map(|subsystem| subsystem.hosts.current());
+        if let (Some(subsystem), Some(rules)) = (&subsystem, &host_rules) {
+            if !rules.allows(host_nqn) {
                 tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn,
                     queue = command.queue_id.0, "Connect refused: host not allowed");
-                return Err(Refusal(
+                return Err(Refusal::new(
                     Status::CONNECT_INVALID_HOST.with_do_not_retry(),
                     connect_invalid_parameter_in_data(connect_offset::DATA_HOST_NQN),
-                ));
+                )
+                .logged());
             }
         }
 
@@ -160,17 +189,13 @@ impl Connection {
                 return Err(in_data(connect_offset::DATA_CONTROLLER_ID));
             }
             let kind = if is_discovery { ControllerKind::Discovery } else { ControllerKind::Io };
+            let keep_alive_timeout_ms = self.connect_keep_alive_timeout(kind, command.keep_alive_timeout_ms, host_nqn)?;
+            let host_connection = self.admit_host_connection(host_nqn, now)?;
             let controller = self
                 .target
-                .create_controller(
-                    kind,
-                    subsystem,
-                    host_nqn.to_string(),
-                    data.host_identifier,
-                    command.keep_alive_timeout_ms,
-                )
-                .ok_or(Refusal(Status::CONNECT_CONTROLLER_BUSY, 0))?;
-            return Ok((controller, QueueId::ADMIN, depth as u16));
+                .create_controller(kind, subsystem, host_nqn.to_string(), data.host_identifier, keep_alive_timeout_ms)
+                .ok_or(Refusal::new(Status::CONNECT_CONTROLLER_BUSY, 0))?;
+            return Ok(Accepted { controller, queue_id: QueueId::ADMIN, depth: depth as u16, host_connection, host_rules });
         }
 
         // An I/O queue joins an existing, enabled controller of the same host.
@@ -186,11 +211,13 @@ impl Connection {
         if depth > u32::from(self.target.settings.max_io_queue_depth) {
             return Err(in_command(connect_offset::SUBMISSION_QUEUE_SIZE));
         }
+        // Counted before the queue is marked connected; a refusal below drops it.
+        let host_connection = self.admit_host_connection(host_nqn, now)?;
         let queue = command.queue_id.0;
         {
             let mut state = controller.state();
             if !state.status.ready() {
-                return Err(Refusal(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry(), 0));
+                return Err(Refusal::new(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry(), 0));
             }
             if queue > state.io_queues_allocated || queue >= 128 {
                 return Err(in_command(connect_offset::QUEUE_ID));
@@ -200,7 +227,48 @@ impl Connection {
             }
             state.connected_io_queues |= 1u128 << queue;
         }
-        Ok((controller, command.queue_id, depth as u16))
+        Ok(Accepted { controller, queue_id: command.queue_id, depth: depth as u16, host_connection, host_rules })
+    }
+
+    /// The keep-alive timeout an admin Connect's KATO gets (`TargetSettings::
+    /// keep_alive_timeout`), or its refusal pointing at KATO, logged with the setting.
+    fn connect_keep_alive_timeout(&self, kind: ControllerKind, requested_ms: u32, host_nqn: &str) -> Result<u32, Refusal> {
+        let settings = &self.target.settings;
+        match settings.keep_alive_timeout(kind, requested_ms) {
+            Ok(granted_ms) => {
+                if requested_ms != 0 && granted_ms != requested_ms {
+                    tracing::info!(peer = %self.peer, host = %host_nqn, requested_ms, granted_ms,
+                        "raising the keep-alive timeout the host asked for to min_keep_alive_timeout_ms");
+                }
+                Ok(granted_ms)
+            }
+            Err(KeepAliveRefusal::Disabled) => {
+                tracing::warn!(peer = %self.peer, host = %host_nqn,
+                    "refusing Connect from host {host_nqn}: KATO 0 would disable keep-alive \
+                     (allow_keep_alive_disabled is false)");
+                Err(in_command(connect_offset::KEEP_ALIVE_TIMEOUT).logged())
+            }
+            Err(KeepAliveRefusal::AboveMaximum) => {
+                tracing::warn!(peer = %self.peer, host = %host_nqn, requested_ms,
+                    "refusing Connect from host {host_nqn}: KATO {requested_ms} ms is above {} ms \
+                     (max_keep_alive_timeout_ms)", settings.max_keep_alive_timeout_ms);
+                Err(in_command(connect_offset::KEEP_ALIVE_TIMEOUT).logged())
+            }
+        }
+    }
+
+    /// Counts the connection against `max_connections_per_host`. A host at the limit
+    /// gets Connect Controller Busy without DNR (the Linux host keeps reconnecting),
+    /// logged once per burst of refusals.
+    fn admit_host_connection(&self, host_nqn: &str, now: Instant) -> Result<HostConnectionGuard, Refusal> {
+        self.target.admit_host_connection(host_nqn, now).map_err(|exhausted| {
+            if let Some(unlogged) = exhausted.log {
+                tracing::warn!(peer = %self.peer, host = %host_nqn, refused_unlogged = unlogged,
+                    "refusing Connect from host {host_nqn}: {} connections already (max_connections_per_host)",
+                    exhausted.live);
+            }
+            Refusal::new(Status::CONNECT_CONTROLLER_BUSY, 0).logged()
+        })
     }
 
     /// Fabrics commands on the admin queue.

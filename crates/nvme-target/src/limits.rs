@@ -58,9 +58,24 @@ pub const MAX_OUTSTANDING_ABORTS: u16 = 4;
 /// Dataset Management ranges per command: NR is 8 bits, 0's based.
 pub const MAX_DATASET_RANGES: u32 = 256;
 
-/// A connection that has not sent ICReq and Connect within this time is closed: it
-/// holds a socket and memory without being a host.
-pub const CONNECTION_SETUP_TIMEOUT_MS: u64 = 10_000;
+/// Longest `connection_setup_timeout_ms` accepted (the setting: a connection that has
+/// not sent ICReq and a successful Connect within it is closed).
+pub const MAX_CONNECTION_SETUP_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Largest `max_outstanding_r2t_bytes_per_connection` accepted: 1 GiB of host data
+/// requested at once on one connection is already more than any queue needs.
+pub const MAX_OUTSTANDING_R2T_BYTES_LIMIT: u32 = 1 << 30;
+
+/// Keep-alive timeout of a discovery controller whose host sent KATO 0 (the Linux
+/// host does for a one-shot `nvme discover`). As nvmet: a discovery session that
+/// never sends Keep Alive still ends 2 minutes after the last one, so a host that
+/// vanishes does not hold it forever. Clamped into the configured KATO range.
+pub const DISCOVERY_KEEP_ALIVE_TIMEOUT_MS: u32 = 120_000;
+
+/// A refusal that keeps happening (a host retrying a refused Connect, connections that
+/// never finish setup) is logged again at most this often, with the number of
+/// refusals not logged in between.
+pub const REFUSAL_LOG_REPEAT_MS: u64 = 60_000;
 
 /// How often an I/O queue checks whether its controller was torn down (keep-alive
 /// expiry, admin queue loss, controller reset on another thread).
@@ -78,3 +93,58 @@ pub const KEEP_ALIVE_GRANULARITY_100MS: u16 = 10;
 
 /// CAP.TO: worst-case time to become ready, in 500 ms units (15 = 7.5 s, as nvmet).
 pub const READY_TIMEOUT_500MS: u8 = 15;
+
+/// Logs a repeated refusal once per burst: the first refusal is logged, later ones
+/// only counted until `REFUSAL_LOG_REPEAT_MS` passed (then one line with the count),
+/// and `cleared` ends the burst. Sans-io: the caller passes the time.
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    logged_at: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    /// A refusal happened. `Some(n)` when it should be logged now, `n` being the
+    /// refusals not logged since the previous line; `None` when it is only counted.
+    pub fn refused(&mut self, now: std::time::Instant) -> Option<u64> {
+        let repeat = std::time::Duration::from_millis(REFUSAL_LOG_REPEAT_MS);
+        match self.logged_at {
+            Some(at) if now.saturating_duration_since(at) < repeat => {
+                self.unlogged += 1;
+                None
+            }
+            _ => {
+                self.logged_at = Some(now);
+                Some(std::mem::take(&mut self.unlogged))
+            }
+        }
+    }
+
+    /// The condition ended (the host was admitted again). `Some(n)` when a burst was
+    /// logged, `n` being its refusals not logged yet.
+    pub fn cleared(&mut self) -> Option<u64> {
+        self.logged_at.take().map(|_| std::mem::take(&mut self.unlogged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_burst_of_refusals_is_logged_once_then_once_per_interval() {
+        let mut log = RefusalLog::default();
+        let start = Instant::now();
+        assert_eq!(log.refused(start), Some(0));
+        for step in 1..=100 {
+            assert_eq!(log.refused(start + Duration::from_millis(step * 10)), None);
+        }
+        assert_eq!(log.refused(start + Duration::from_millis(REFUSAL_LOG_REPEAT_MS)), Some(100));
+        assert_eq!(log.refused(start + Duration::from_millis(REFUSAL_LOG_REPEAT_MS + 1)), None);
+        assert_eq!(log.cleared(), Some(1));
+        assert_eq!(log.cleared(), None);
+        // A new burst is logged at once.
+        assert_eq!(log.refused(start + Duration::from_millis(REFUSAL_LOG_REPEAT_MS + 2)), Some(0));
+    }
+}

@@ -4,12 +4,16 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
 
 use nvme_spec::ControllerId;
 
 use crate::controller::{Controller, ControllerKind};
 use crate::management::NamespaceChange;
-use crate::limits::{MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH};
+use crate::limits::{
+    RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS, MAX_DATA_TRANSFER_BYTES,
+    MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH, MAX_OUTSTANDING_R2T_BYTES_LIMIT,
+};
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
 
 /// Address family of a listener (ADRFAM in the discovery log).
@@ -33,18 +37,85 @@ pub struct ListenerSpec {
     pub discovery_only: bool,
 }
 
-/// Tunables of the whole target.
+/// Tunables of the whole target. Most of them bound what one host can make the target
+/// hold (connections, queues, buffers, time); the defaults are in `Default` and the
+/// accepted ranges in `Target::new`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TargetSettings {
     /// I/O queues a controller may have (granted through Number of Queues).
     pub max_io_queues_per_controller: u16,
     /// Deepest I/O queue a host may connect (reported as CAP.MQES + 1).
     pub max_io_queue_depth: u16,
+    /// Live connections one host NQN may hold: admin and I/O queues of all its
+    /// controllers, discovery included. A Connect beyond is refused with Connect
+    /// Controller Busy without DNR, which hosts retry later. At least
+    /// `max_io_queues_per_controller` + 1 (one whole controller).
+    pub max_connections_per_host: u32,
+    /// Host data the target asks for with R2T and has not received yet, summed over
+    /// all commands of one connection. A write over the budget waits for its R2T
+    /// (first come, first served) until earlier data arrives; this is flow control,
+    /// not an error. At least the maximum data transfer size (128 KiB), so every
+    /// command fits.
+    pub max_outstanding_r2t_bytes_per_connection: u32,
+    /// A connection that has not sent ICReq and a successful Connect this long after
+    /// it was accepted is closed: it holds a socket and memory without being a host.
+    pub connection_setup_timeout_ms: u64,
+    /// Shortest keep-alive timeout: an admin Connect asking for less (but not 0) gets
+    /// this one (a host sending Keep Alive more often than needed is fine).
+    pub min_keep_alive_timeout_ms: u32,
+    /// Longest keep-alive timeout: an admin Connect asking for more is refused with
+    /// Connect Invalid Parameters pointing at KATO. Bounds how long a host that
+    /// vanished holds its controller.
+    pub max_keep_alive_timeout_ms: u32,
+    /// An I/O controller's admin Connect may ask for KATO 0 (no keep-alive; the
+    /// controller then lives until its admin connection closes). Refused when false.
+    /// Discovery controllers asking for 0 always get `DISCOVERY_KEEP_ALIVE_TIMEOUT_MS`.
+    pub allow_keep_alive_disabled: bool,
 }
 
 impl Default for TargetSettings {
     fn default() -> Self {
-        TargetSettings { max_io_queues_per_controller: 64, max_io_queue_depth: MAX_IO_QUEUE_DEPTH }
+        TargetSettings {
+            max_io_queues_per_controller: 64,
+            max_io_queue_depth: MAX_IO_QUEUE_DEPTH,
+            max_connections_per_host: 1024,
+            max_outstanding_r2t_bytes_per_connection: 16 * 1024 * 1024,
+            connection_setup_timeout_ms: 10_000,
+            min_keep_alive_timeout_ms: 1_000,
+            max_keep_alive_timeout_ms: 300_000,
+            allow_keep_alive_disabled: false,
+        }
+    }
+}
+
+/// Why a KATO a host asked for is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepAliveRefusal {
+    /// KATO 0 on an I/O controller while `allow_keep_alive_disabled` is false.
+    Disabled,
+    /// More than `max_keep_alive_timeout_ms`.
+    AboveMaximum,
+}
+
+impl TargetSettings {
+    /// The keep-alive timeout (milliseconds, 0: none) a controller of `kind` runs
+    /// when its host asks for `requested_ms`, or why the request is refused.
+    pub fn keep_alive_timeout(&self, kind: ControllerKind, requested_ms: u32) -> Result<u32, KeepAliveRefusal> {
+        match (requested_ms, kind) {
+            (0, ControllerKind::Discovery) => Ok(DISCOVERY_KEEP_ALIVE_TIMEOUT_MS
+                .clamp(self.min_keep_alive_timeout_ms, self.max_keep_alive_timeout_ms)),
+            (0, ControllerKind::Io) if self.allow_keep_alive_disabled => Ok(0),
+            (0, ControllerKind::Io) => Err(KeepAliveRefusal::Disabled),
+            (requested, _) if requested > self.max_keep_alive_timeout_ms => Err(KeepAliveRefusal::AboveMaximum),
+            (requested, _) => Ok(requested.max(self.min_keep_alive_timeout_ms)),
+        }
+    }
+
+    /// The timer actually run for a stored KATO: what `keep_alive_timeout` grants,
+    /// and the nearest allowed value for one it would refuse (a value set through Set
+    /// Features, which does not pass the Connect checks).
+    pub fn effective_keep_alive_timeout(&self, kind: ControllerKind, stored_ms: u32) -> u32 {
+        self.keep_alive_timeout(kind, stored_ms).unwrap_or(self.max_keep_alive_timeout_ms)
     }
 }
 
@@ -70,6 +141,61 @@ pub enum TargetError {
     IoQueueDepth { value: u16, max: u16 },
     #[error("no subsystem with NQN {0}")]
     UnknownSubsystem(String),
+    #[error(
+        "max_connections_per_host must be at least {min} (an admin queue and max_io_queues_per_controller \
+         I/O queues), not {value}"
+    )]
+    ConnectionsPerHost { value: u32, min: u32 },
+    #[error("max_outstanding_r2t_bytes_per_connection must be {min}..={max} (at least the maximum data transfer size), not {value}")]
+    OutstandingR2tBytes { value: u32, min: u32, max: u32 },
+    #[error("connection_setup_timeout_ms must be 1..={max}, not {value}")]
+    ConnectionSetupTimeout { value: u64, max: u64 },
+    #[error(
+        "min_keep_alive_timeout_ms ({min}) must be at least 1 and at most max_keep_alive_timeout_ms ({max})"
+    )]
+    KeepAliveRange { min: u32, max: u32 },
+}
+
+/// Live connections of one host NQN, and the log state of Connects refused for it.
+#[derive(Default)]
+struct HostConnections {
+    live: u32,
+    refusals: RefusalLog,
+}
+
+/// One live connection counted against its host's `max_connections_per_host`;
+/// dropping it (when the connection closes) gives the place back.
+pub struct HostConnectionGuard {
+    target: Arc<Target>,
+    host_nqn: String,
+}
+
+impl std::fmt::Debug for HostConnectionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostConnectionGuard").field("host_nqn", &self.host_nqn).finish()
+    }
+}
+
+impl Drop for HostConnectionGuard {
+    fn drop(&mut self) {
+        let mut hosts = self.target.host_connections.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(entry) = hosts.get_mut(&self.host_nqn) {
+            entry.live = entry.live.saturating_sub(1);
+            if entry.live == 0 {
+                hosts.remove(&self.host_nqn);
+            }
+        }
+    }
+}
+
+/// A Connect refused because the host holds `max_connections_per_host` connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostConnectionsExhausted {
+    /// Connections the host holds.
+    pub live: u32,
+    /// `Some(n)` when this refusal should be logged (`n`: refusals of the burst not
+    /// logged since the previous line); `None` when it is only counted.
+    pub log: Option<u64>,
 }
 
 /// Key of the controller table: subsystem index (or `None` for discovery) and CNTLID.
@@ -100,6 +226,11 @@ pub struct Target {
     pub settings: TargetSettings,
     /// GENCTR of the discovery log: changes whenever the log's content changes.
     discovery_generation: AtomicU64,
+    /// Live connections per host NQN (only hosts with at least one).
+    host_connections: Mutex<HashMap<String, HostConnections>>,
+    /// Connections closed because they did not finish setup in time (logged once per
+    /// burst: a flood of idle connections must not flood the log).
+    pub(crate) setup_timeouts: Mutex<RefusalLog>,
 }
 
 impl std::fmt::Debug for Target {
@@ -129,12 +260,15 @@ impl Target {
                 max: MAX_IO_QUEUE_DEPTH,
             });
         }
+        settings.validate_limits()?;
         let target = Arc::new(Target {
             listeners: spec.listeners,
             subsystems: RwLock::new(SubsystemRegistry::default()),
             controllers: Mutex::new(ControllerTable::default()),
             settings,
             discovery_generation: AtomicU64::new(1),
+            host_connections: Mutex::new(HashMap::new()),
+            setup_timeouts: Mutex::new(RefusalLog::default()),
         });
         for subsystem_spec in spec.subsystems {
             target.add_subsystem(subsystem_spec)?;
@@ -277,10 +411,143 @@ impl Target {
         }
     }
 
+    /// Counts a new connection of `host_nqn` against `max_connections_per_host`; the
+    /// guard gives the place back when dropped. Refused when the host is at the limit.
+    pub fn admit_host_connection(
+        self: &Arc<Self>,
+        host_nqn: &str,
+        now: Instant,
+    ) -> Result<HostConnectionGuard, HostConnectionsExhausted> {
+        let mut hosts = self.host_connections.lock().unwrap_or_else(|poison| poison.into_inner());
+        let entry = hosts.entry(host_nqn.to_string()).or_default();
+        if entry.live >= self.settings.max_connections_per_host {
+            return Err(HostConnectionsExhausted { live: entry.live, log: entry.refusals.refused(now) });
+        }
+        entry.live += 1;
+        if let Some(unlogged) = entry.refusals.cleared() {
+            tracing::info!(host = %host_nqn, live = entry.live, refused_unlogged = unlogged,
+                "accepting Connects from host again (max_connections_per_host)");
+        }
+        drop(hosts);
+        Ok(HostConnectionGuard { target: Arc::clone(self), host_nqn: host_nqn.to_string() })
+    }
+
+    /// Live connections of `host_nqn` counted against `max_connections_per_host`.
+    pub fn host_connection_count(&self, host_nqn: &str) -> u32 {
+        let hosts = self.host_connections.lock().unwrap_or_else(|poison| poison.into_inner());
+        hosts.get(host_nqn).map_or(0, |entry| entry.live)
+    }
+
     /// Removes a controller from the table (its id becomes reusable).
     pub fn remove_controller(&self, controller: &Controller) {
         let subsystem_index = controller.subsystem.as_ref().map(|subsystem| subsystem.index);
         let mut table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
         table.controllers.remove(&(subsystem_index, controller.id.0));
+    }
+}
+
+impl TargetSettings {
+    /// Range checks of the resource limits (the queue limits are checked in
+    /// `Target::new` itself).
+    fn validate_limits(&self) -> Result<(), TargetError> {
+        let min_connections = u32::from(self.max_io_queues_per_controller) + 1;
+        if self.max_connections_per_host < min_connections {
+            return Err(TargetError::ConnectionsPerHost { value: self.max_connections_per_host, min: min_connections });
+        }
+        let r2t_bytes = self.max_outstanding_r2t_bytes_per_connection;
+        if !(MAX_DATA_TRANSFER_BYTES..=MAX_OUTSTANDING_R2T_BYTES_LIMIT).contains(&r2t_bytes) {
+            return Err(TargetError::OutstandingR2tBytes {
+                value: r2t_bytes,
+                min: MAX_DATA_TRANSFER_BYTES,
+                max: MAX_OUTSTANDING_R2T_BYTES_LIMIT,
+            });
+        }
+        if !(1..=MAX_CONNECTION_SETUP_TIMEOUT_MS).contains(&self.connection_setup_timeout_ms) {
+            return Err(TargetError::ConnectionSetupTimeout {
+                value: self.connection_setup_timeout_ms,
+                max: MAX_CONNECTION_SETUP_TIMEOUT_MS,
+            });
+        }
+        if self.min_keep_alive_timeout_ms == 0 || self.min_keep_alive_timeout_ms > self.max_keep_alive_timeout_ms {
+            return Err(TargetError::KeepAliveRange {
+                min: self.min_keep_alive_timeout_ms,
+                max: self.max_keep_alive_timeout_ms,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(settings: TargetSettings) -> TargetSpec {
+        TargetSpec { listeners: Vec::new(), subsystems: Vec::new(), settings }
+    }
+
+    #[test]
+    fn default_settings_are_valid() {
+        assert!(Target::new(spec(TargetSettings::default())).is_ok());
+    }
+
+    #[test]
+    fn out_of_range_limits_are_refused() {
+        let defaults = TargetSettings::default();
+        let cases = [
+            TargetSettings { max_connections_per_host: 64, ..defaults },
+            TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES - 1, ..defaults },
+            TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_OUTSTANDING_R2T_BYTES_LIMIT + 1, ..defaults },
+            TargetSettings { connection_setup_timeout_ms: 0, ..defaults },
+            TargetSettings { min_keep_alive_timeout_ms: 0, ..defaults },
+            TargetSettings { min_keep_alive_timeout_ms: 10_000, max_keep_alive_timeout_ms: 5_000, ..defaults },
+        ];
+        for settings in cases {
+            assert!(Target::new(spec(settings)).is_err(), "{settings:?} was accepted");
+        }
+        let smallest = TargetSettings {
+            max_connections_per_host: 65,
+            max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES,
+            connection_setup_timeout_ms: 1,
+            min_keep_alive_timeout_ms: 1,
+            max_keep_alive_timeout_ms: 1,
+            ..defaults
+        };
+        assert!(Target::new(spec(smallest)).is_ok());
+    }
+
+    #[test]
+    fn keep_alive_requests_are_granted_clamped_or_refused() {
+        let settings = TargetSettings::default();
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 5_000), Ok(5_000));
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 10), Ok(1_000));
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 0), Err(KeepAliveRefusal::Disabled));
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 300_001), Err(KeepAliveRefusal::AboveMaximum));
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Discovery, 0), Ok(DISCOVERY_KEEP_ALIVE_TIMEOUT_MS));
+        assert_eq!(settings.keep_alive_timeout(ControllerKind::Discovery, 30_000), Ok(30_000));
+        let permissive = TargetSettings { allow_keep_alive_disabled: true, ..settings };
+        assert_eq!(permissive.keep_alive_timeout(ControllerKind::Io, 0), Ok(0));
+        // Set Features values outside the range run the nearest allowed timer.
+        assert_eq!(settings.effective_keep_alive_timeout(ControllerKind::Io, 0), 300_000);
+        assert_eq!(settings.effective_keep_alive_timeout(ControllerKind::Io, u32::MAX), 300_000);
+        let short = TargetSettings { max_keep_alive_timeout_ms: 60_000, ..settings };
+        assert_eq!(short.keep_alive_timeout(ControllerKind::Discovery, 0), Ok(60_000));
+    }
+
+    #[test]
+    fn host_connections_are_counted_until_their_guards_drop() {
+        let settings = TargetSettings { max_io_queues_per_controller: 1, max_connections_per_host: 2, ..Default::default() };
+        let target = Target::new(spec(settings)).unwrap();
+        let now = Instant::now();
+        let first = target.admit_host_connection("host-a", now).unwrap();
+        let _second = target.admit_host_connection("host-a", now).unwrap();
+        let refused = target.admit_host_connection("host-a", now).unwrap_err();
+        assert_eq!(refused, HostConnectionsExhausted { live: 2, log: Some(0) });
+        assert_eq!(target.admit_host_connection("host-a", now).unwrap_err().log, None);
+        let _other = target.admit_host_connection("host-b", now).unwrap();
+        drop(first);
+        assert_eq!(target.host_connection_count("host-a"), 1);
+        let _again = target.admit_host_connection("host-a", now).unwrap();
+        assert_eq!(target.host_connection_count("host-a"), 2);
     }
 }

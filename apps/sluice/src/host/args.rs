@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use nvme_host::Secret;
 use nvme_host_client::ConnectOptions;
 use nvme_spec::discovery::DISCOVERY_NQN;
 
@@ -74,6 +75,15 @@ pub struct TargetArgs {
     /// 30000; 10000 to connect].
     #[arg(long, value_name = "MS")]
     pub timeout: Option<u64>,
+    /// DH-HMAC-CHAP host secret, as `nvme gen-dhchap-key` prints it
+    /// (DHHC-1:<hash>:<base64>:), for a target that asks for authentication.
+    #[arg(short = 'S', long, value_name = "DHHC-1:..", value_parser = parse_secret)]
+    pub dhchap_secret: Option<Secret>,
+    /// DH-HMAC-CHAP controller secret: the target must prove it knows it
+    /// (bidirectional authentication). Needs --dhchap-secret.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "DHHC-1:..", value_parser = parse_secret,
+          requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<Secret>,
 }
 
 /// Transport types; nvme-cli also knows rdma, fc and loop, which are not served here.
@@ -143,6 +153,11 @@ pub fn parse_target_url(text: &str) -> Result<TargetUrl, String> {
         .map(|port| port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number")))
         .transpose()?;
     Ok(TargetUrl { host: host.to_string(), port, nqn })
+}
+
+/// Parses a DH-HMAC-CHAP secret; the error never repeats the text (it is a secret).
+pub fn parse_secret(text: &str) -> Result<Secret, String> {
+    Secret::parse(text).map_err(|error| error.to_string())
 }
 
 /// Parses a UUID host identifier into its 16 bytes.
@@ -291,6 +306,8 @@ impl TargetArgs {
             options.command_timeout = timeout;
             options.connect_timeout = options.connect_timeout.min(timeout);
         }
+        options.dhchap_secret = self.dhchap_secret.clone();
+        options.dhchap_controller_secret = self.dhchap_ctrl_secret.clone();
         let url = format!("tcp://{}/{}", display_authority(&host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })
@@ -357,6 +374,14 @@ mod tests {
         assert_eq!(parse_size("0x200"), Ok(512));
         assert_eq!(parse_size("512"), Ok(512));
         assert!(parse_size("5q").is_err());
+    }
+
+    #[test]
+    fn secrets() {
+        let secret = parse_secret("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:").unwrap();
+        assert_eq!(secret.key_length(), 32);
+        let error = parse_secret("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaS:").unwrap_err();
+        assert!(!error.contains("AAEC"), "{error}");
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
             write(&target, output, &io, force_unit_access)
         }
         HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
+        HostCommand::Namespace(command) => super::namespaces::run(command),
     }
 }
 
@@ -103,6 +104,10 @@ fn connect_error(target: &Target, error: ClientError) -> HostError {
         )),
         Failure::Other => {
             let hint = match &error {
+                // The target answered as an NVMe/TCP target does; the message says why.
+                ClientError::Protocol(
+                    nvme_host::HostError::Authentication { .. } | nvme_host::HostError::BadConnectResponse { .. },
+                ) => String::new(),
                 ClientError::Protocol(_) => format!(": is {} an NVMe/TCP port?", target.address),
                 _ => String::new(),
             };
@@ -156,13 +161,14 @@ fn connect_status_hint(status: Status, dw0: Option<u32>, target: &Target) -> Str
         }
         (0x1, 0x84) => format!(": the target does not allow host NQN {:?} (-q)", target.host_nqn),
         (0x1, 0x81) => ": the target has no controller left; try again later".to_string(),
+        (0x1, 0x91) => ": the target requires DH-HMAC-CHAP authentication (--dhchap-secret)".to_string(),
         (0x0, 0x1A) => ": the target refused the keep-alive timeout (-k)".to_string(),
         _ => String::new(),
     }
 }
 
 /// "WHAT failed: STATUS: HINT" for a command on a connected controller.
-fn command_error(what: &str, error: ClientError, context: StatusContext, hint: impl FnOnce(Status) -> String) -> HostError {
+pub(super) fn command_error(what: &str, error: ClientError, context: StatusContext, hint: impl FnOnce(Status) -> String) -> HostError {
     match classify(&error) {
         Failure::Status { status, .. } => {
             let hint = hint(status);
@@ -190,20 +196,20 @@ fn namespace_hint(nsid: u32) -> impl FnOnce(Status) -> String {
 // Sessions
 
 /// A connected controller that disconnects when dropped.
-struct Session {
+pub(super) struct Session {
     controller: Option<Controller>,
-    target: Target,
+    pub(super) target: Target,
 }
 
 impl Session {
-    fn open(args: &TargetArgs) -> Result<Self, HostError> {
+    pub(super) fn open(args: &TargetArgs) -> Result<Self, HostError> {
         let mut target = args.resolve(Purpose::Subsystem)?;
         let options = target.take_options();
         let controller = Controller::connect(options).map_err(|error| connect_error(&target, error))?;
         Ok(Self { controller: Some(controller), target })
     }
 
-    fn controller(&self) -> &Controller {
+    pub(super) fn controller(&self) -> &Controller {
         self.controller.as_ref().expect("the controller is there until the session is dropped")
     }
 
@@ -231,12 +237,12 @@ impl Drop for Session {
     }
 }
 
-fn print_json(value: &Value) -> Result<(), HostError> {
+pub(super) fn print_json(value: &Value) -> Result<(), HostError> {
     let text = serde_json::to_string_pretty(value).expect("a serde_json::Value always serializes");
     print_text(&format!("{text}\n"))
 }
 
-fn print_text(text: &str) -> Result<(), HostError> {
+pub(super) fn print_text(text: &str) -> Result<(), HostError> {
     let mut stdout = io::stdout().lock();
     stdout
         .write_all(text.as_bytes())

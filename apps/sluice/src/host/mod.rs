@@ -5,10 +5,13 @@
 //! - `args`: target selection (`-a/-s/-n/...` or `tcp://ADDR:PORT/NQN`), output format,
 //!   number parsers.
 //! - `commands`: one function per subcommand: connect, issue, print, disconnect.
+//! - `namespaces`: Namespace Management and Attachment (`create-ns`, `delete-ns`,
+//!   `attach-ns`, `detach-ns`, `list-ctrl`).
 //! - `output`: nvme-cli-style text and JSON renderings, status names, hex dump.
 
 mod args;
 mod commands;
+mod namespaces;
 mod output;
 
 use std::path::PathBuf;
@@ -255,6 +258,9 @@ pub enum HostCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// create-ns, delete-ns, attach-ns, detach-ns, list-ctrl (namespaces.rs).
+    #[command(flatten)]
+    Namespace(namespaces::NamespaceCommand),
 }
 
 /// The block range and data file of `read` and `write`, with nvme-cli's letters.

@@ -1,0 +1,119 @@
+//! Parsing, sizes and building the existing kinds of config (inline namespaces).
+
+use nvme_spec::NamespaceId;
+
+use super::*;
+
+#[test]
+fn sizes_parse_with_units_and_refuse_nonsense() {
+    assert_eq!(parse_byte_size("4096"), Ok(4096));
+    assert_eq!(parse_byte_size("1GiB"), Ok(1 << 30));
+    assert_eq!(parse_byte_size("512 MiB"), Ok(512 << 20));
+    assert_eq!(parse_byte_size("2TB"), Ok(2_000_000_000_000));
+    assert!(parse_byte_size("1 parsec").unwrap_err().contains("unknown unit"));
+    assert!(parse_byte_size("GiB").unwrap_err().contains("must start with a number"));
+    assert!(parse_byte_size("99999999999TiB").unwrap_err().contains("too large"));
+}
+
+#[test]
+fn a_full_config_parses_and_builds() {
+    let config = Config::parse(
+        r#"
+        [[listener]]
+        address = "127.0.0.1:4420"
+        [[listener]]
+        address = "127.0.0.1:8009"
+        discovery_only = true
+        [[subsystem]]
+        nqn = "nqn.2026-11.io.sluice:a"
+        [[subsystem.namespace]]
+        backend = "ram"
+        size = "64MiB"
+        [[subsystem.namespace]]
+        backend = "null"
+        size = 1048576
+        block_size = 4096
+        [runtime]
+        threads = 1
+        poll_mode = "busy-poll"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.runtime.poll_mode, PollModeConfig::BusyPoll);
+    let spec = config.target_spec().unwrap();
+    assert_eq!(spec.listeners.len(), 2);
+    assert!(spec.listeners[1].discovery_only);
+    let namespaces = &spec.subsystems[0].namespaces;
+    assert_eq!(namespaces[0].id, NamespaceId(1));
+    assert_eq!(namespaces[1].id, NamespaceId(2));
+    assert_eq!(namespaces[1].backend.geometry().block_count, 256);
+}
+
+#[test]
+fn file_namespaces_need_a_path_and_create_the_file() {
+    let directory = std::env::temp_dir().join(format!("sluice-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let file = directory.join("ns1.img");
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:f\"\n\
+         [[subsystem.namespace]]\nbackend = \"file\"\npath = {:?}\nsize = \"8MiB\"\ndirect_io = false\n",
+        file
+    );
+    let spec = Config::parse(&text).unwrap().target_spec().unwrap();
+    let backend = &spec.subsystems[0].namespaces[0].backend;
+    assert_eq!(backend.kind(), "file");
+    assert_eq!(backend.geometry().capacity_bytes(), 8 << 20);
+    assert!(backend.has_volatile_write_cache());
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 8 << 20);
+
+    let missing_path = text.replace(&format!("path = {:?}\n", file), "");
+    let error = Config::parse(&missing_path).unwrap().target_spec().err().unwrap().to_string();
+    assert!(error.contains("namespace[0].path"), "{error}");
+    let ram_with_path = text.replace("backend = \"file\"", "backend = \"ram\"");
+    let error = Config::parse(&ram_with_path).unwrap().target_spec().err().unwrap().to_string();
+    assert!(error.contains("only apply"), "{error}");
+    std::fs::remove_dir_all(&directory).unwrap();
+}
+
+#[test]
+fn hosts_and_secrets_build_the_allow_list() {
+    let secret = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n\
+         [[subsystem.host]]\nnqn = \"nqn.2014-08.org.example:h1\"\ndhchap_secret = \"{secret}\"\n\
+         dhchap_ctrl_secret = \"{secret}\"\n[[subsystem.host]]\nnqn = \"nqn.2014-08.org.example:h2\"\n"
+    );
+    let config = Config::parse(&text).unwrap();
+    assert!(!format!("{config:?}").contains("AAEC"), "Debug shows no secret");
+    let spec = config.target_spec().unwrap();
+    let hosts = &spec.subsystems[0].hosts;
+    assert!(!hosts.allow_any_host, "listing hosts makes the list exclusive");
+    assert!(hosts.allows("nqn.2014-08.org.example:h2") && !hosts.allows("nqn.2014-08.org.example:h3"));
+    assert!(hosts.entry("nqn.2014-08.org.example:h1").unwrap().dhchap_secret.is_some());
+    let bad = text.replace("KfiaR:", "KfiaS:");
+    let error = Config::parse(&bad).unwrap_err();
+    assert!(error.contains("CRC") && !error.contains("AAEC"), "{error}");
+    let ctrl_only = text.replacen(&format!("dhchap_secret = \"{secret}\"\n"), "", 1);
+    let error = Config::parse(&ctrl_only).unwrap().target_spec().err().expect("refused").to_string();
+    assert!(error.contains("needs a host secret"), "{error}");
+    // The side-effect-free check refuses it too.
+    let error = Config::parse(&ctrl_only).unwrap().check().unwrap_err().to_string();
+    assert!(error.contains("needs a host secret"), "{error}");
+}
+
+#[test]
+fn errors_say_where_and_what() {
+    let error = Config::parse("[[listener]]\naddres = \"x\"\n").unwrap_err();
+    assert!(error.contains("line 2"), "{error}");
+    assert!(error.contains("addres"), "{error}");
+
+    let mut config = Config::embedded_default();
+    config.subsystems[0].namespaces[0].size = Some(ByteSize(1000));
+    let error = config.target_spec().err().unwrap().to_string();
+    assert!(error.contains("subsystem[0]") && error.contains("namespace[0].size"), "{error}");
+
+    let mut config = Config::embedded_default();
+    config.listeners[0].address = "localhost".into();
+    let error = config.target_spec().err().unwrap().to_string();
+    assert!(error.contains("listener[0].address"), "{error}");
+}

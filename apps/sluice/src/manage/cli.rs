@@ -1,0 +1,678 @@
+//! `sluice subsystem|ns|host|listener|rpc`: clients of the management socket of a
+//! running `sluice serve`, with human output by default and `-o json` for scripts.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Map, Value};
+
+use super::protocol::{self, RpcError, APPLY_FAILED, INTERNAL_ERROR, PERSIST_FAILED};
+use super::server::default_socket_path;
+
+/// Exit status when the request was refused and the user can fix it (arguments, a
+/// conflicting or invalid change).
+const EXIT_REFUSED: u8 = 2;
+/// Exit status when the target could not be reached or failed.
+const EXIT_FAILED: u8 = 1;
+/// How long to wait for an answer. Changes build backends (a file namespace may be
+/// created and sized) but nothing takes minutes.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest response read: a `subsystem_show` of 4096 namespaces is about 1 MiB.
+const MAX_RESPONSE_BYTES: u64 = 16 << 20;
+
+/// After-help of the management commands.
+const AFTER_HELP: &str = "\
+Talks to the management socket of a running `sluice serve` (docs/operations.md).
+Changes are written to its config file and applied at once, except listener
+changes, which take effect at the next start.
+
+Exit status:
+  0  success
+  1  the socket could not be reached, or the target failed
+  2  the request was refused (bad arguments, or a change that conflicts or would
+     make the config invalid): nothing was changed";
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Normal,
+    Json,
+}
+
+/// Options every management command takes.
+#[derive(Debug, Args)]
+pub struct ClientOptions {
+    /// Management socket of `sluice serve` [default: /run/sluice/sluice.sock as root,
+    /// else $XDG_RUNTIME_DIR/sluice.sock].
+    #[arg(long, global = true, env = "SLUICE_RPC_SOCKET", value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Normal)]
+    output_format: Format,
+}
+
+/// The management commands (flattened into `sluice`'s subcommands).
+#[derive(Debug, Subcommand)]
+pub enum ManageCommand {
+    /// Subsystems of a running `sluice serve`: add, remove, list, show.
+    #[command(after_help = AFTER_HELP)]
+    Subsystem {
+        #[command(subcommand)]
+        command: SubsystemCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Namespaces of a subsystem: add, remove, list. Connected hosts are notified.
+    #[command(after_help = AFTER_HELP)]
+    Ns {
+        #[command(subcommand)]
+        command: NamespaceCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Hosts allowed to connect to a subsystem, with DH-HMAC-CHAP secrets: allow,
+    /// deny, list.
+    #[command(after_help = AFTER_HELP)]
+    Host {
+        #[command(subcommand)]
+        command: HostAccessCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Listeners: add, remove, list (changes take effect at the next start).
+    #[command(after_help = AFTER_HELP)]
+    Listener {
+        #[command(subcommand)]
+        command: ListenerCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Calls any management method with JSON params, e.g.
+    /// `sluice rpc ns_list '{"nqn":"nqn.2026-11.io.sluice:default"}'` or
+    /// `sluice rpc rpc_methods`. Prints the JSON result.
+    #[command(after_help = AFTER_HELP)]
+    Rpc {
+        /// Method name.
+        method: String,
+        /// Params as a JSON object.
+        params: Option<String>,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SubsystemCommand {
+    /// Adds an empty subsystem (add namespaces with `sluice ns add`).
+    Add {
+        /// Subsystem NQN, e.g. nqn.2026-11.io.sluice:db1.
+        nqn: String,
+        /// Serial number [default: derived from the NQN].
+        #[arg(long)]
+        serial: Option<String>,
+        /// Model number.
+        #[arg(long)]
+        model: Option<String>,
+        /// Let any host connect (otherwise only hosts added with `sluice host allow`).
+        #[arg(long)]
+        allow_any_host: bool,
+    },
+    /// Removes a subsystem; its hosts are disconnected.
+    Remove { nqn: String },
+    /// Lists the subsystems.
+    List,
+    /// Shows one subsystem with its namespaces, hosts and controllers.
+    Show { nqn: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NamespaceCommand {
+    /// Adds a namespace (the lowest free NSID unless --nsid is given).
+    Add {
+        /// Subsystem NQN.
+        nqn: String,
+        /// Namespace ID [default: the lowest free one].
+        #[arg(long, short = 'N')]
+        nsid: Option<u32>,
+        /// Inline backend: ram, null or file.
+        #[arg(long, short = 'b')]
+        backend: Option<String>,
+        /// Capacity, e.g. 1GiB (required for ram and null, and for a file that does
+        /// not exist yet).
+        #[arg(long, short = 's')]
+        size: Option<String>,
+        /// Block size in bytes [default: 512 for ram/null, 4096 or the device's for file].
+        #[arg(long)]
+        block_size: Option<u32>,
+        /// File or block device (backend file).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// O_DIRECT for backend file [default: true].
+        #[arg(long)]
+        direct_io: Option<bool>,
+        /// NGUID override (32 hex digits) [default: derived from NQN and NSID].
+        #[arg(long)]
+        nguid: Option<String>,
+        /// UUID override [default: derived from NQN and NSID].
+        #[arg(long)]
+        uuid: Option<String>,
+    },
+    /// Removes a namespace (a file or device backend keeps its data).
+    Remove {
+        /// Subsystem NQN.
+        nqn: String,
+        /// Namespace ID.
+        nsid: u32,
+    },
+    /// Lists a subsystem's namespaces.
+    List {
+        /// Subsystem NQN.
+        nqn: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostAccessCommand {
+    /// Allows a host, or replaces its secrets (secret rotation).
+    Allow {
+        /// Subsystem NQN.
+        nqn: String,
+        /// Host NQN.
+        host: String,
+        /// The host's DH-HMAC-CHAP secret (DHHC-1:...): the host must authenticate.
+        /// `@FILE` reads it from FILE (a command line is visible to other users).
+        #[arg(long, value_name = "SECRET|@FILE")]
+        dhchap_secret: Option<String>,
+        /// The controller's secret, for bidirectional authentication (`@FILE` too).
+        #[arg(long, value_name = "SECRET|@FILE")]
+        dhchap_ctrl_secret: Option<String>,
+    },
+    /// Removes a host from the allowed hosts.
+    Deny {
+        /// Subsystem NQN.
+        nqn: String,
+        /// Host NQN.
+        host: String,
+    },
+    /// Lists the allowed hosts (secrets are never shown).
+    List {
+        /// Subsystem NQN.
+        nqn: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ListenerCommand {
+    /// Adds a listener to the config file.
+    Add {
+        /// IP:port, e.g. 0.0.0.0:4420 or [::]:4420.
+        address: String,
+        /// Serve only discovery on it (like port 8009).
+        #[arg(long)]
+        discovery_only: bool,
+    },
+    /// Removes a listener from the config file.
+    Remove { address: String },
+    /// Lists configured and bound listeners.
+    List,
+}
+
+/// How a result is printed in normal output.
+#[derive(Debug, Clone, Copy)]
+enum View {
+    SubsystemAdded,
+    SubsystemRemoved,
+    Subsystems,
+    Subsystem,
+    NamespaceAdded,
+    NamespaceRemoved,
+    Namespaces,
+    HostChanged,
+    Hosts,
+    ListenerChanged,
+    Listeners,
+    Raw,
+}
+
+/// A failure with its exit status.
+struct Failure {
+    message: String,
+    code: u8,
+    /// The JSON-RPC error object, printed with `-o json`.
+    error: Option<Value>,
+}
+
+impl Failure {
+    fn refused(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: EXIT_REFUSED, error: None }
+    }
+
+    fn failed(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: EXIT_FAILED, error: None }
+    }
+}
+
+/// Runs a management command; errors are one `sluice: error: ...` line on stderr.
+pub fn run(command: ManageCommand) -> ExitCode {
+    let (client, method, params, view) = match request_of(command) {
+        Ok(request) => request,
+        Err(failure) => return report(failure, Format::Normal),
+    };
+    let outcome = socket_path(&client).and_then(|path| call(&path, &method, params));
+    match outcome {
+        Ok(result) => {
+            match client.output_format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default()),
+                Format::Normal => print!("{}", render(view, &result)),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => report(failure, client.output_format),
+    }
+}
+
+fn report(failure: Failure, format: Format) -> ExitCode {
+    if let (Format::Json, Some(error)) = (format, &failure.error) {
+        println!("{}", serde_json::to_string_pretty(&json!({ "error": error })).unwrap_or_default());
+    }
+    eprintln!("sluice: error: {}", failure.message);
+    ExitCode::from(failure.code)
+}
+
+type Call = (ClientOptions, String, Value, View);
+
+/// The method, params and view of a command.
+fn request_of(command: ManageCommand) -> Result<Call, Failure> {
+    let mut params = Map::new();
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            params.insert(key.to_string(), value);
+        }
+    };
+    let (client, method, view) = match command {
+        ManageCommand::Subsystem { command, client } => match command {
+            SubsystemCommand::Add { nqn, serial, model, allow_any_host } => {
+                put("nqn", Some(json!(nqn)));
+                put("serial", serial.map(Value::from));
+                put("model", model.map(Value::from));
+                put("allow_any_host", allow_any_host.then_some(json!(true)));
+                (client, "subsystem_add", View::SubsystemAdded)
+            }
+            SubsystemCommand::Remove { nqn } => {
+                put("nqn", Some(json!(nqn)));
+                (client, "subsystem_remove", View::SubsystemRemoved)
+            }
+            SubsystemCommand::List => (client, "subsystem_list", View::Subsystems),
+            SubsystemCommand::Show { nqn } => {
+                put("nqn", Some(json!(nqn)));
+                (client, "subsystem_show", View::Subsystem)
+            }
+        },
+        ManageCommand::Ns { command, client } => match command {
+            NamespaceCommand::Add { nqn, nsid, backend, size, block_size, path, direct_io, nguid, uuid } => {
+                put("nqn", Some(json!(nqn)));
+                put("nsid", nsid.map(Value::from));
+                put("backend", backend.map(Value::from));
+                put("size", size.map(|size| size_value(&size)));
+                put("block_size", block_size.map(Value::from));
+                put("path", path.map(|path| json!(path.display().to_string())));
+                put("direct_io", direct_io.map(Value::from));
+                put("nguid", nguid.map(Value::from));
+                put("uuid", uuid.map(Value::from));
+                (client, "ns_add", View::NamespaceAdded)
+            }
+            NamespaceCommand::Remove { nqn, nsid } => {
+                put("nqn", Some(json!(nqn)));
+                put("nsid", Some(json!(nsid)));
+                (client, "ns_remove", View::NamespaceRemoved)
+            }
+            NamespaceCommand::List { nqn } => {
+                put("nqn", Some(json!(nqn)));
+                (client, "ns_list", View::Namespaces)
+            }
+        },
+        ManageCommand::Host { command, client } => match command {
+            HostAccessCommand::Allow { nqn, host, dhchap_secret, dhchap_ctrl_secret } => {
+                put("nqn", Some(json!(nqn)));
+                put("host", Some(json!(host)));
+                put("dhchap_secret", dhchap_secret.map(|text| secret_value(&text)).transpose()?);
+                put("dhchap_ctrl_secret", dhchap_ctrl_secret.map(|text| secret_value(&text)).transpose()?);
+                (client, "host_allow", View::HostChanged)
+            }
+            HostAccessCommand::Deny { nqn, host } => {
+                put("nqn", Some(json!(nqn)));
+                put("host", Some(json!(host)));
+                (client, "host_deny", View::HostChanged)
+            }
+            HostAccessCommand::List { nqn } => {
+                put("nqn", Some(json!(nqn)));
+                (client, "host_list", View::Hosts)
+            }
+        },
+        ManageCommand::Listener { command, client } => match command {
+            ListenerCommand::Add { address, discovery_only } => {
+                put("address", Some(json!(address)));
+                put("discovery_only", discovery_only.then_some(json!(true)));
+                (client, "listener_add", View::ListenerChanged)
+            }
+            ListenerCommand::Remove { address } => {
+                put("address", Some(json!(address)));
+                (client, "listener_remove", View::ListenerChanged)
+            }
+            ListenerCommand::List => (client, "listener_list", View::Listeners),
+        },
+        ManageCommand::Rpc { method, params: text, client } => {
+            let params = match text {
+                None => Value::Object(Map::new()),
+                Some(text) => serde_json::from_str::<Value>(&text)
+                    .map_err(|error| Failure::refused(format!("params are not JSON: {error}")))?,
+            };
+            return Ok((client, method, params, View::Raw));
+        }
+    };
+    Ok((client, method.to_string(), Value::Object(params), view))
+}
+
+/// A secret given as `@FILE` is read from FILE (surrounding whitespace dropped).
+fn secret_value(text: &str) -> Result<Value, Failure> {
+    let Some(path) = text.strip_prefix('@') else { return Ok(json!(text)) };
+    std::fs::read_to_string(path)
+        .map(|secret| json!(secret.trim()))
+        .map_err(|error| Failure::refused(format!("cannot read the secret file {path}: {error}")))
+}
+
+/// "4096" is sent as a number of bytes, anything else as the text the user wrote.
+fn size_value(text: &str) -> Value {
+    text.trim().parse::<u64>().map_or_else(|_| json!(text), Value::from)
+}
+
+fn socket_path(client: &ClientOptions) -> Result<PathBuf, Failure> {
+    client.socket.clone().or_else(default_socket_path).ok_or_else(|| {
+        Failure::refused("no management socket path: give --socket PATH (or set SLUICE_RPC_SOCKET or XDG_RUNTIME_DIR)")
+    })
+}
+
+/// One request and its response over the socket.
+fn call(path: &Path, method: &str, params: Value) -> Result<Value, Failure> {
+    let unreachable = |error: std::io::Error| {
+        Failure::failed(format!(
+            "cannot reach the management socket {}: {error}: is `sluice serve` running (with --rpc-socket {} if it \
+             uses another path)?",
+            path.display(),
+            path.display()
+        ))
+    };
+    let stream = UnixStream::connect(path).map_err(unreachable)?;
+    let broken = |error: std::io::Error| Failure::failed(format!("management socket {}: {error}", path.display()));
+    stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
+    stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
+    let mut line = serde_json::to_vec(&protocol::request(1, method, params))
+        .map_err(|error| Failure::failed(format!("cannot encode the request: {error}")))?;
+    line.push(b'\n');
+    (&stream).write_all(&line).map_err(broken)?;
+    let mut response = Vec::new();
+    BufReader::new(&stream).take(MAX_RESPONSE_BYTES).read_until(b'\n', &mut response).map_err(broken)?;
+    if response.is_empty() {
+        return Err(Failure::failed(format!("management socket {}: closed without an answer", path.display())));
+    }
+    let response: Value = serde_json::from_slice(&response).map_err(|error| {
+        Failure::failed(format!("management socket {}: the answer is not JSON: {error}", path.display()))
+    })?;
+    if let Some(result) = response.get("result") {
+        return Ok(result.clone());
+    }
+    let error = response.get("error").cloned().unwrap_or(Value::Null);
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(INTERNAL_ERROR);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("malformed error answer").to_string();
+    let rpc_error = RpcError { code, message, data: error.get("data").cloned() };
+    let exit = if matches!(code, INTERNAL_ERROR | PERSIST_FAILED | APPLY_FAILED) { EXIT_FAILED } else { EXIT_REFUSED };
+    Err(Failure { message: format!("{} (JSON-RPC error {code})", rpc_error.message), code: exit, error: Some(error) })
+}
+
+// ---- normal output ----
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn number(value: &Value, key: &str) -> u64 {
+    value.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn flag(value: &Value, key: &str) -> bool {
+    value.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn items<'a>(value: &'a Value, key: &str) -> &'a [Value] {
+    value.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+/// "64 MiB", "1.5 GiB", "512 B".
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit_bytes, unit) in UNITS {
+        if bytes >= unit_bytes {
+            let whole = bytes / unit_bytes;
+            return if whole * unit_bytes == bytes {
+                format!("{whole} {unit}")
+            } else {
+                format!("{:.1} {unit}", bytes as f64 / unit_bytes as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Rows as aligned columns under a header.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
+            if index + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn namespace_rows(namespaces: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = namespaces
+        .iter()
+        .map(|namespace| {
+            vec![
+                number(namespace, "nsid").to_string(),
+                human_bytes(number(namespace, "size_bytes")),
+                number(namespace, "block_size").to_string(),
+                text(namespace, "backend").to_string(),
+                text(namespace, "source").to_string(),
+                text(namespace, "nguid").to_string(),
+            ]
+        })
+        .collect();
+    table(&["NSID", "SIZE", "BLOCK", "BACKEND", "SOURCE", "NGUID"], &rows)
+}
+
+fn host_rows(hosts: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = hosts
+        .iter()
+        .map(|host| {
+            let authentication = match (flag(host, "dhchap"), flag(host, "bidirectional")) {
+                (true, true) => "DH-HMAC-CHAP, bidirectional",
+                (true, false) => "DH-HMAC-CHAP",
+                _ => "none",
+            };
+            vec![text(host, "host").to_string(), authentication.to_string()]
+        })
+        .collect();
+    table(&["HOST", "AUTHENTICATION"], &rows)
+}
+
+fn render(view: View, result: &Value) -> String {
+    match view {
+        View::SubsystemAdded => {
+            format!("added subsystem {} (serial {})\n", text(result, "nqn"), text(result, "serial"))
+        }
+        View::SubsystemRemoved => format!(
+            "removed subsystem {}; {} controller(s) disconnected\n",
+            text(result, "nqn"),
+            number(result, "controllers_disconnected")
+        ),
+        View::Subsystems => {
+            let rows: Vec<Vec<String>> = items(result, "subsystems")
+                .iter()
+                .map(|subsystem| {
+                    vec![
+                        text(subsystem, "nqn").to_string(),
+                        number(subsystem, "namespaces").to_string(),
+                        human_bytes(number(subsystem, "capacity_bytes")),
+                        number(subsystem, "controllers").to_string(),
+                        if flag(subsystem, "allow_any_host") {
+                            "any".to_string()
+                        } else {
+                            number(subsystem, "hosts").to_string()
+                        },
+                    ]
+                })
+                .collect();
+            table(&["NQN", "NAMESPACES", "CAPACITY", "CONTROLLERS", "HOSTS"], &rows)
+        }
+        View::Subsystem => {
+            let mut out = format!(
+                "nqn:          {}\nserial:       {}\nmodel:        {}\ncapacity:     {}\nnamespace management: {}\n\
+                 allow any host: {}\n",
+                text(result, "nqn"),
+                text(result, "serial"),
+                text(result, "model"),
+                human_bytes(number(result, "capacity_bytes")),
+                if flag(result, "namespace_management") { "yes" } else { "no" },
+                if flag(result, "allow_any_host") { "yes" } else { "no" },
+            );
+            out.push_str("\nnamespaces:\n");
+            out.push_str(&namespace_rows(items(result, "namespace_list")));
+            out.push_str("\nallowed hosts:\n");
+            out.push_str(&host_rows(items(result, "host_list")));
+            out.push_str("\ncontrollers:\n");
+            let rows: Vec<Vec<String>> = items(result, "controller_list")
+                .iter()
+                .map(|controller| vec![number(controller, "cntlid").to_string(), text(controller, "host").to_string()])
+                .collect();
+            out.push_str(&table(&["CNTLID", "HOST"], &rows));
+            out
+        }
+        View::NamespaceAdded => format!(
+            "added namespace {} ({}, {}-byte blocks, {}), NGUID {}\n",
+            number(result, "nsid"),
+            human_bytes(number(result, "size_bytes")),
+            number(result, "block_size"),
+            text(result, "backend"),
+            text(result, "nguid"),
+        ),
+        View::NamespaceRemoved => format!(
+            "removed namespace {} from {}{}\n",
+            number(result, "nsid"),
+            text(result, "nqn"),
+            if flag(result, "removed_from_config_file") { "" } else { " (it was not in the config file)" }
+        ),
+        View::Namespaces => namespace_rows(items(result, "namespaces")),
+        View::HostChanged => {
+            let what = match text(result, "change") {
+                "added" => "allowed",
+                "updated" => "updated the secrets of",
+                _ => "denied",
+            };
+            let mut out = format!("{what} host {} on {}\n", text(result, "host"), text(result, "nqn"));
+            if !flag(result, "allow_any_host") {
+                out.push_str(&format!("only the {} listed host(s) may connect\n", number(result, "allowed_hosts")));
+            }
+            let disconnected = number(result, "controllers_disconnected");
+            if disconnected > 0 {
+                out.push_str(&format!("{disconnected} controller(s) of hosts no longer allowed were disconnected\n"));
+            }
+            out
+        }
+        View::Hosts => {
+            let mut out = format!(
+                "{}: {}\n",
+                text(result, "nqn"),
+                if flag(result, "allow_any_host") { "any host may connect" } else { "only these hosts may connect" }
+            );
+            out.push_str(&host_rows(items(result, "hosts")));
+            out
+        }
+        View::ListenerChanged => format!(
+            "{} listener {} {} the config file; takes effect {}\n",
+            if flag(result, "removed") { "removed" } else { "added" },
+            text(result, "address"),
+            if flag(result, "removed") { "from" } else { "to" },
+            text(result, "takes_effect")
+        ),
+        View::Listeners => {
+            let rows: Vec<Vec<String>> = items(result, "listeners")
+                .iter()
+                .map(|listener| {
+                    let state = match (flag(listener, "configured"), flag(listener, "active")) {
+                        (true, true) => "active",
+                        (true, false) => "at next start",
+                        (false, true) => "active until restart",
+                        (false, false) => "",
+                    };
+                    let role = if flag(listener, "discovery_only") { "discovery" } else { "I/O and discovery" };
+                    vec![text(listener, "address").to_string(), role.to_string(), state.to_string()]
+                })
+                .collect();
+            table(&["ADDRESS", "ROLE", "STATE"], &rows)
+        }
+        View::Raw => format!("{}\n", serde_json::to_string_pretty(result).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commands_are_consistent() {
+        let command = ManageCommand::augment_subcommands(clap::Command::new("sluice"));
+        command.debug_assert();
+    }
+
+    #[test]
+    fn sizes_and_tables_read_well() {
+        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(human_bytes(100), "100 B");
+        assert_eq!(size_value("4096"), json!(4096));
+        assert_eq!(size_value("1GiB"), json!("1GiB"));
+        let text = table(&["A", "LONGER"], &[vec!["wide cell".into(), "x".into()]]);
+        assert_eq!(text, "A          LONGER\nwide cell  x\n");
+    }
+
+    #[test]
+    fn namespaces_render_as_a_table() {
+        let result = json!({"namespaces": [{"nsid": 1, "size_bytes": 1 << 30, "block_size": 512, "backend": "ram",
+            "source": "config", "nguid": "00112233445566778899aabbccddeeff"}]});
+        let text = render(View::Namespaces, &result);
+        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID\n"), "{text}");
+        assert!(text.contains("1     1 GiB  512    ram      config  00112233"), "{text}");
+    }
+}

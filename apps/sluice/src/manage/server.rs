@@ -1,0 +1,278 @@
+//! The management socket: a Unix stream socket, mode 0600, served by one thread.
+//!
+//! Management is rare and never on the I/O path, so one thread answers every client
+//! in turn, one newline-terminated request at a time; the runtime's threads never
+//! wait for it. A client that stalls is dropped after `IDLE_TIMEOUT`.
+//!
+//! The socket is created where nobody else can reach it (a private 0700 directory
+//! next to the final path), chmod-ed to 0600, then hard-linked into place: the link
+//! fails if the path exists, so two servers cannot both take one path, and no other
+//! user can connect in the moment before the chmod.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::protocol::{self, RpcError, INTERNAL_ERROR, INVALID_REQUEST, MAX_REQUEST_BYTES};
+use super::service::Management;
+
+/// The socket's mode: only the owner (the user running `sluice serve`) may connect.
+const SOCKET_MODE: u32 = 0o600;
+/// Mode of a directory created for the socket (e.g. /run/sluice).
+const DIRECTORY_MODE: u32 = 0o700;
+/// How long a connected client may stay silent before it is dropped, so one stuck
+/// client cannot hold the only management thread for ever.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long writing a response may block on a client that does not read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// Socket path when running as root.
+const ROOT_SOCKET_PATH: &str = "/run/sluice/sluice.sock";
+/// Socket file name under $XDG_RUNTIME_DIR.
+const USER_SOCKET_NAME: &str = "sluice.sock";
+
+/// Why the management socket cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error(
+        "another sluice serve is answering on the management socket {0}; stop it, or give this one \
+         its own --rpc-socket PATH"
+    )]
+    InUse(PathBuf),
+    #[error("{0} exists and is not a socket; remove it or choose another --rpc-socket PATH")]
+    NotASocket(PathBuf),
+    #[error("cannot create the management socket {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot read the config file {path} for the management API: {source}")]
+    ConfigFile { path: PathBuf, source: std::io::Error },
+}
+
+/// The default socket path: /run/sluice/sluice.sock for root, else
+/// $XDG_RUNTIME_DIR/sluice.sock; `None` when neither applies.
+pub fn default_socket_path() -> Option<PathBuf> {
+    // /proc/self belongs to the process's effective user.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0);
+    if root {
+        return Some(PathBuf::from(ROOT_SOCKET_PATH));
+    }
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|directory| !directory.is_empty())
+        .map(|directory| PathBuf::from(directory).join(USER_SOCKET_NAME))
+}
+
+/// The running management socket; stopped (and its file removed) on `stop` or drop.
+pub struct ManagementServer {
+    path: PathBuf,
+    /// Device and inode of the socket file we created: removed only if still ours.
+    identity: (u64, u64),
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ManagementServer {
+    /// Creates the socket at `path` and serves `management` on a thread of its own.
+    pub fn start(path: &Path, management: Management) -> Result<ManagementServer, SocketError> {
+        let io_error = |source| SocketError::Io { path: path.to_path_buf(), source };
+        let listener = bind(path)?;
+        let metadata = std::fs::metadata(path).map_err(io_error)?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stopping = Arc::clone(&stopping);
+            std::thread::Builder::new()
+                .name("sluice-rpc".into())
+                .spawn(move || accept_loop(listener, management, &stopping))
+                .map_err(io_error)?
+        };
+        Ok(ManagementServer {
+            path: path.to_path_buf(),
+            identity: (metadata.dev(), metadata.ino()),
+            stopping,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops answering and removes the socket file (run on drop).
+    fn stop_now(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.stopping.store(true, Ordering::Release);
+        // Wake the blocking accept with a connection of our own. If that fails the
+        // thread stays parked in accept; it holds nothing that needs a clean exit.
+        if UnixStream::connect(&self.path).is_ok() {
+            let _ = thread.join();
+        }
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == self.identity);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for ManagementServer {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// Creates the listening socket at `path` (see the module comment).
+fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+    let io_error = |source| SocketError::Io { path: path.to_path_buf(), source };
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.exists() {
+        std::fs::DirBuilder::new().recursive(true).mode(DIRECTORY_MODE).create(&parent).map_err(io_error)?;
+    }
+    remove_if_stale(path)?;
+    let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let staging = parent.join(format!(".{file_name}.{}.d", std::process::id()));
+    let staged = staging.join("s");
+    // Left over by a crash of a process with our id: remove our socket and the then
+    // empty directory, never anything else.
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
+    std::fs::DirBuilder::new().mode(DIRECTORY_MODE).create(&staging).map_err(io_error)?;
+    let result = (|| {
+        let listener = UnixListener::bind(&staged).map_err(io_error)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(io_error)?;
+        match std::fs::hard_link(&staged, path) {
+            Ok(()) => Ok(listener),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(SocketError::InUse(path.to_path_buf()))
+            }
+            Err(error) => Err(io_error(error)),
+        }
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
+    result
+}
+
+/// Removes a socket file nobody answers on (left by a server that was killed);
+/// refuses a live one and anything that is not a socket.
+fn remove_if_stale(path: &Path) -> Result<(), SocketError> {
+    let metadata = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(SocketError::Io { path: path.to_path_buf(), source }),
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(SocketError::NotASocket(path.to_path_buf()));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(SocketError::InUse(path.to_path_buf())),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %path.display(), "removing the stale management socket of a stopped sluice serve");
+            std::fs::remove_file(path).map_err(|source| SocketError::Io { path: path.to_path_buf(), source })
+        }
+        Err(source) => Err(SocketError::Io { path: path.to_path_buf(), source }),
+    }
+}
+
+fn accept_loop(listener: UnixListener, mut management: Management, stopping: &AtomicBool) {
+    for incoming in listener.incoming() {
+        if stopping.load(Ordering::Acquire) {
+            break;
+        }
+        match incoming {
+            Ok(stream) => serve_client(&stream, &mut management),
+            Err(error) => {
+                tracing::warn!(%error, "management socket: accept failed");
+                std::thread::sleep(ACCEPT_RETRY_DELAY);
+            }
+        }
+    }
+}
+
+/// Answers one client's requests until it closes, stalls or sends an oversized line.
+fn serve_client(stream: &UnixStream, management: &mut Management) {
+    if stream.set_read_timeout(Some(IDLE_TIMEOUT)).is_err() || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
+        return;
+    }
+    let mut reader = BufReader::new(stream);
+    let mut writer = stream;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // One byte over the limit tells an oversized request from one that fits.
+        let limit = MAX_REQUEST_BYTES as u64 + 1;
+        match (&mut reader).take(limit).read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(%error, "management client dropped");
+                return;
+            }
+        }
+        let complete = line.last() == Some(&b'\n');
+        if !complete && line.len() > MAX_REQUEST_BYTES {
+            // The rest of the line cannot be told from a next request: answer, close.
+            let error = RpcError::new(
+                INVALID_REQUEST,
+                format!("request longer than {MAX_REQUEST_BYTES} bytes; send one request per line"),
+            );
+            let _ = send(&mut writer, &protocol::failure(Value::Null, &error));
+            return;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            if complete {
+                continue;
+            }
+            return;
+        }
+        let response = answer(&line, management);
+        if send(&mut writer, &response).is_err() {
+            return;
+        }
+    }
+}
+
+/// The response to one request line.
+fn answer(line: &[u8], management: &mut Management) -> Value {
+    let request = match protocol::parse_request(line) {
+        Ok(request) => request,
+        Err(refused) => return protocol::failure(refused.id, &refused.error),
+    };
+    let id = request.id;
+    let method = request.method;
+    tracing::debug!(%method, "management request");
+    // A bug in one method must not take the management socket down with it.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| management.call(&method, request.params)));
+    match outcome {
+        Ok(Ok(result)) => protocol::success(id, result),
+        Ok(Err(error)) => {
+            // A refused host_allow may quote the secret it was given (a config parse
+            // error shows the line): never log its message.
+            if method == "host_allow" {
+                tracing::info!(%method, code = error.code, "management request refused");
+            } else {
+                tracing::info!(%method, code = error.code, message = %error.message, "management request refused");
+            }
+            protocol::failure(id, &error)
+        }
+        Err(_) => {
+            tracing::error!(%method, "management method panicked");
+            protocol::failure(id, &RpcError::new(INTERNAL_ERROR, format!("internal error in {method}; see the log")))
+        }
+    }
+}
+
+fn send(writer: &mut &UnixStream, response: &Value) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(response).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    writer.write_all(&bytes)?;
+    writer.flush()
+}

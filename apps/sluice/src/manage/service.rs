@@ -1,0 +1,714 @@
+//! The management methods over the running target and its config file.
+//!
+//! Every change runs the same steps, and stops at the first that fails:
+//! 1. edit the config file's TOML document (comments and layout kept);
+//! 2. parse and check the whole edited configuration, without side effects;
+//! 3. build the new piece (a backend, a subsystem) through the config module;
+//! 4. write the file atomically (temporary file, fsync, rename, fsync directory);
+//! 5. apply the change to the running target;
+//! 6. if the target refuses it, put the previous file back.
+//!
+//! So a refused change leaves the file byte for byte as it was and the running
+//! target untouched, and an accepted one is on disk before any host sees it: a
+//! restart from the file brings back exactly what was running.
+//!
+//! Allowed hosts apply at once: the subsystem's rules are replaced whole, the
+//! discovery log generation moves, and controllers of hosts the new rules refuse are
+//! torn down (connections of hosts still allowed keep running; a rotated secret is
+//! used from the next Connect or re-authentication on).
+//!
+//! Listeners are the exception: the runtime binds them at start, so listener
+//! changes are written to the file and take effect at the next start (the answer
+//! says so, and `listener_list` shows what is configured next to what is bound).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use toml_edit::{value, DocumentMut, Table};
+
+use nvme_spec::NamespaceId;
+use nvme_target::limits::MAX_NAMESPACE_ID;
+use nvme_target::subsystem::validate_nqn;
+use nvme_target::{HostAccess, Namespace, Subsystem, Target};
+
+use super::assemble::{self, edit_error};
+use super::document::{self, Namespaces};
+use super::persist;
+use super::protocol::{
+    Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, METHOD_NOT_FOUND,
+    NO_CONFIG_FILE, PERSIST_FAILED,
+};
+
+/// Every method, for `method not found` answers and the docs.
+pub const METHODS: [&str; 16] = [
+    "subsystem_add",
+    "subsystem_remove",
+    "subsystem_list",
+    "subsystem_show",
+    "ns_add",
+    "ns_remove",
+    "ns_list",
+    "host_allow",
+    "host_deny",
+    "host_list",
+    "listener_add",
+    "listener_remove",
+    "listener_list",
+    "config_show",
+    "rpc_methods",
+    "target_show",
+];
+
+/// What a listener change answers: it is in the file, not yet bound.
+const LISTENER_TAKES_EFFECT: &str = "at the next start of sluice serve (listeners are bound at start)";
+
+/// A listener the runtime bound at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveListener {
+    pub address: SocketAddr,
+    pub discovery_only: bool,
+}
+
+/// The config file the running target was built from, as last read or written.
+struct ConfigFile {
+    path: PathBuf,
+    text: String,
+}
+
+/// A change being prepared: the edited document and the text it replaces.
+struct Draft {
+    previous: String,
+    document: DocumentMut,
+}
+
+/// The management API's view of the running target.
+pub struct Management {
+    target: Arc<Target>,
+    config_file: Option<ConfigFile>,
+    active_listeners: Vec<ActiveListener>,
+}
+
+impl Management {
+    /// Manages `target`, built from the file at `config_path` (None: the embedded
+    /// default, and no change can be made persistent). A symbolic link is resolved
+    /// so that writes replace the file it points at, not the link.
+    pub fn new(
+        target: Arc<Target>,
+        config_path: Option<&Path>,
+        active_listeners: Vec<ActiveListener>,
+    ) -> std::io::Result<Management> {
+        let config_file = match config_path {
+            None => None,
+            Some(path) => {
+                let path = std::fs::canonicalize(path)?;
+                let text = std::fs::read_to_string(&path)?;
+                Some(ConfigFile { path, text })
+            }
+        };
+        Ok(Management { target, config_file, active_listeners })
+    }
+
+    /// Runs one method.
+    pub fn call(&mut self, method: &str, params: Params) -> Result<Value, RpcError> {
+        match method {
+            "subsystem_add" => self.subsystem_add(params),
+            "subsystem_remove" => self.subsystem_remove(params),
+            "subsystem_list" => self.subsystem_list(params),
+            "subsystem_show" => self.subsystem_show(params),
+            "ns_add" => self.ns_add(params),
+            "ns_remove" => self.ns_remove(params),
+            "ns_list" => self.ns_list(params),
+            "host_allow" => self.host_allow(params),
+            "host_deny" => self.host_deny(params),
+            "host_list" => self.host_list(params),
+            "listener_add" => self.listener_add(params),
+            "listener_remove" => self.listener_remove(params),
+            "listener_list" => self.listener_list(params),
+            "config_show" => self.config_show(params),
+            "target_show" => self.target_show(params),
+            "rpc_methods" => {
+                params.finish(method)?;
+                Ok(json!(METHODS))
+            }
+            _ => Err(RpcError {
+                code: METHOD_NOT_FOUND,
+                message: format!("no method {method:?}; `rpc_methods` lists them"),
+                data: Some(json!({ "method": method, "methods": METHODS })),
+            }),
+        }
+    }
+
+    // ---- subsystems ----
+
+    fn subsystem_add(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        let serial = params.optional_string("serial")?;
+        let model = params.optional_string("model")?;
+        let allow_any_host = params.optional_bool("allow_any_host")?;
+        params.finish("subsystem_add")?;
+        validate_nqn(&nqn).map_err(|reason| RpcError::invalid_params("nqn", reason))?;
+        if self.target.subsystem_by_nqn(&nqn).is_some() {
+            return Err(RpcError::refused("nqn", format!("subsystem {nqn} already exists")));
+        }
+        let mut draft = self.draft()?;
+        let mut table = Table::new();
+        table.insert("nqn", value(nqn.as_str()));
+        if let Some(serial) = &serial {
+            table.insert("serial", value(serial.as_str()));
+        }
+        if let Some(model) = &model {
+            table.insert("model", value(model.as_str()));
+        }
+        if let Some(allow_any_host) = allow_any_host {
+            table.insert("allow_any_host", value(allow_any_host));
+        }
+        document::add_subsystem(&mut draft.document, table).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        let spec = assemble::build_subsystem(&draft.document, &nqn, Namespaces::All)?;
+        self.write(&text)?;
+        match self.target.add_subsystem(spec) {
+            Ok(subsystem) => {
+                tracing::info!(subsystem = %nqn, "management: subsystem added");
+                Ok(self.subsystem_json(&subsystem, false))
+            }
+            Err(error) => Err(self.restore(draft.previous, error.to_string())),
+        }
+    }
+
+    fn subsystem_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        params.finish("subsystem_remove")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        let controllers = self.target.controllers_of(subsystem.index).len();
+        let mut draft = self.draft()?;
+        document::remove_subsystem(&mut draft.document, &nqn).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        self.write(&text)?;
+        match self.target.remove_subsystem(&nqn) {
+            Ok(_) => {
+                tracing::info!(subsystem = %nqn, controllers, "management: subsystem removed");
+                Ok(json!({ "nqn": nqn, "removed": true, "controllers_disconnected": controllers }))
+            }
+            Err(error) => Err(self.restore(draft.previous, error.to_string())),
+        }
+    }
+
+    fn subsystem_list(&mut self, params: Params) -> Result<Value, RpcError> {
+        params.finish("subsystem_list")?;
+        let subsystems: Vec<Value> =
+            self.target.subsystems().iter().map(|subsystem| self.subsystem_json(subsystem, false)).collect();
+        Ok(json!({ "subsystems": subsystems }))
+    }
+
+    fn subsystem_show(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        params.finish("subsystem_show")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        Ok(self.subsystem_json(&subsystem, true))
+    }
+
+    // ---- namespaces ----
+
+    fn ns_add(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        let requested_id = params.optional_u32("nsid")?;
+        // The namespace's keys, in the order a person would write them.
+        let mut table = Table::new();
+        for key in ["backend", "device", "pool"] {
+            if let Some(text) = params.optional_string(key)? {
+                table.insert(key, value(text));
+            }
+        }
+        match params.optional_size("size")? {
+            Some(SizeParam::Bytes(bytes)) => {
+                let bytes = i64::try_from(bytes).map_err(|_| RpcError::invalid_params("size", "is too large"))?;
+                table.insert("size", value(bytes));
+            }
+            Some(SizeParam::Text(text)) => {
+                table.insert("size", value(text));
+            }
+            None => {}
+        }
+        if let Some(thin) = params.optional_bool("thin")? {
+            table.insert("thin", value(thin));
+        }
+        if let Some(block_size) = params.optional_u32("block_size")? {
+            table.insert("block_size", value(i64::from(block_size)));
+        }
+        if let Some(path) = params.optional_string("path")? {
+            table.insert("path", value(path));
+        }
+        if let Some(direct_io) = params.optional_bool("direct_io")? {
+            table.insert("direct_io", value(direct_io));
+        }
+        for key in ["nguid", "uuid"] {
+            if let Some(text) = params.optional_string(key)? {
+                if uuid::Uuid::try_parse(&text).is_err() {
+                    return Err(RpcError::invalid_params(
+                        key,
+                        format!("{text:?} is not 32 hex digits (dashes allowed)"),
+                    ));
+                }
+                table.insert(key, value(text));
+            }
+        }
+        params.finish("ns_add")?;
+        if ["backend", "device", "pool"].iter().all(|key| !table.contains_key(key)) {
+            return Err(RpcError::invalid_params("backend", "missing: give backend = \"ram\", \"null\" or \"file\""));
+        }
+        let subsystem = self.live_subsystem(&nqn)?;
+        let live_table = subsystem.table();
+        let mut draft = self.draft()?;
+        let id = match requested_id {
+            Some(id) if id == 0 || id > MAX_NAMESPACE_ID => {
+                return Err(RpcError::invalid_params("nsid", format!("{id} is outside 1..={MAX_NAMESPACE_ID}")))
+            }
+            Some(id) if live_table.contains(NamespaceId(id)) => {
+                return Err(RpcError::refused("nsid", format!("subsystem {nqn} already has namespace {id}")))
+            }
+            Some(id) => id,
+            None => {
+                // The lowest NSID neither the running target nor the file uses.
+                let in_file =
+                    document::subsystem(&draft.document, &nqn).and_then(document::namespace_ids).map_err(edit_error)?;
+                (1..=MAX_NAMESPACE_ID)
+                    .find(|&id| !live_table.contains(NamespaceId(id)) && !in_file.contains(&id))
+                    .ok_or_else(|| RpcError::refused("nsid", format!("subsystem {nqn} has no free NSID left")))?
+            }
+        };
+        document::add_namespace(&mut draft.document, &nqn, id, table).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        let spec = assemble::build_namespace(&draft.document, &nqn, id)?;
+        self.write(&text)?;
+        match subsystem.add_namespace(spec) {
+            Ok(change) => {
+                // Connected hosts get a namespace attribute notice and rescan.
+                self.target.notify_namespace_change(&subsystem, &change);
+                tracing::info!(subsystem = %nqn, nsid = id, "management: namespace added");
+                let added = subsystem
+                    .namespace(NamespaceId(id))
+                    .map(|namespace| namespace_json(&namespace, true))
+                    .unwrap_or_else(|| json!({ "nsid": id }));
+                Ok(added)
+            }
+            Err(error) => Err(self.restore(draft.previous, error.to_string())),
+        }
+    }
+
+    fn ns_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        let id = params.required_u32("nsid")?;
+        params.finish("ns_remove")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        if subsystem.namespace(NamespaceId(id)).is_none() {
+            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {id}")));
+        }
+        let mut draft = self.draft()?;
+        // Not in the file: a namespace a host created through Namespace Management,
+        // persisted in its pool's table, which `remove_namespace` updates.
+        let in_file = document::remove_namespace(&mut draft.document, &nqn, id).map_err(edit_error)?;
+        if in_file {
+            let text = self.check(&draft)?;
+            self.write(&text)?;
+        }
+        match subsystem.remove_namespace(NamespaceId(id)) {
+            Ok(change) => {
+                self.target.notify_namespace_change(&subsystem, &change);
+                tracing::info!(subsystem = %nqn, nsid = id, in_file, "management: namespace removed");
+                Ok(json!({ "nqn": nqn, "nsid": id, "removed": true, "removed_from_config_file": in_file }))
+            }
+            Err(error) if in_file => Err(self.restore(draft.previous, error.to_string())),
+            Err(error) => Err(RpcError::new(APPLY_FAILED, format!("the running target refused: {error}"))),
+        }
+    }
+
+    fn ns_list(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        params.finish("ns_list")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        Ok(json!({ "nqn": nqn, "namespaces": self.namespaces_json(&subsystem) }))
+    }
+
+    // ---- hosts ----
+
+    fn host_allow(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        let host = params.required_string("host")?;
+        let secret = params.optional_string("dhchap_secret")?;
+        let controller_secret = params.optional_string("dhchap_ctrl_secret")?;
+        params.finish("host_allow")?;
+        validate_nqn(&host).map_err(|reason| RpcError::invalid_params("host", reason))?;
+        if controller_secret.is_some() && secret.is_none() {
+            return Err(RpcError::invalid_params(
+                "dhchap_ctrl_secret",
+                "bidirectional authentication needs the host's secret too: give dhchap_secret",
+            ));
+        }
+        let subsystem = self.live_subsystem(&nqn)?;
+        let mut draft = self.draft()?;
+        let mut table = Table::new();
+        if let Some(secret) = &secret {
+            table.insert("dhchap_secret", value(secret.as_str()));
+        }
+        if let Some(controller_secret) = &controller_secret {
+            table.insert("dhchap_ctrl_secret", value(controller_secret.as_str()));
+        }
+        let change = document::allow_host(&mut draft.document, &nqn, &host, table).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        // The rules exactly as the next start will read them (secrets parsed).
+        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None)?.hosts;
+        self.write(&text)?;
+        let disconnected = self.apply_host_rules(&subsystem, rules.clone());
+        tracing::info!(subsystem = %nqn, %host, ?change, authenticated = secret.is_some(), disconnected,
+            "management: host allowed");
+        Ok(json!({
+            "nqn": nqn,
+            "host": host,
+            "change": match change { document::HostChange::Added => "added", document::HostChange::Updated => "updated" },
+            "dhchap": secret.is_some(),
+            "bidirectional": controller_secret.is_some(),
+            "allow_any_host": rules.allow_any_host,
+            "allowed_hosts": rules.hosts.len(),
+            "controllers_disconnected": disconnected,
+        }))
+    }
+
+    fn host_deny(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        let host = params.required_string("host")?;
+        params.finish("host_deny")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        let mut draft = self.draft()?;
+        document::deny_host(&mut draft.document, &nqn, &host).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None)?.hosts;
+        self.write(&text)?;
+        let disconnected = self.apply_host_rules(&subsystem, rules.clone());
+        tracing::info!(subsystem = %nqn, %host, disconnected, "management: host denied");
+        Ok(json!({
+            "nqn": nqn,
+            "host": host,
+            "change": "removed",
+            "allow_any_host": rules.allow_any_host,
+            "allowed_hosts": rules.hosts.len(),
+            "controllers_disconnected": disconnected,
+        }))
+    }
+
+    /// Puts `rules` in force on `subsystem`: later Connects and discovery log reads
+    /// see them, and controllers of hosts they refuse are torn down (their queues
+    /// close at their next check). Returns how many were torn down.
+    fn apply_host_rules(&self, subsystem: &Subsystem, rules: HostAccess) -> usize {
+        subsystem.hosts.replace(rules);
+        // The discovery log lists the subsystem only to allowed hosts.
+        self.target.bump_discovery_generation();
+        let rules = subsystem.hosts.current();
+        let mut disconnected = 0;
+        for controller in self.target.controllers_of(subsystem.index) {
+            if !rules.allows(&controller.host_nqn) {
+                controller.tear_down();
+                disconnected += 1;
+            }
+        }
+        disconnected
+    }
+
+    fn host_list(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let nqn = params.required_string("nqn")?;
+        params.finish("host_list")?;
+        let subsystem = self.live_subsystem(&nqn)?;
+        Ok(hosts_json(&nqn, &subsystem.hosts.current()))
+    }
+
+    // ---- listeners ----
+
+    fn listener_add(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let address = parse_address(&params.required_string("address")?)?;
+        let discovery_only = params.optional_bool("discovery_only")?.unwrap_or(false);
+        params.finish("listener_add")?;
+        let mut draft = self.draft()?;
+        document::add_listener(&mut draft.document, address, discovery_only).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        let active = self.is_active(address);
+        if !active {
+            // Refuse now what the next start would fail on.
+            if let Err(error) = TcpListener::bind(address) {
+                let reason = match error.kind() {
+                    std::io::ErrorKind::AddrInUse => format!("{address} is in use by another program"),
+                    std::io::ErrorKind::AddrNotAvailable => format!("{address} is not an address of this machine"),
+                    _ => format!("cannot listen on {address}: {error}"),
+                };
+                return Err(RpcError::refused("address", reason));
+            }
+        }
+        self.write(&text)?;
+        tracing::info!(%address, discovery_only, "management: listener added to the config file");
+        Ok(json!({
+            "address": address.to_string(),
+            "discovery_only": discovery_only,
+            "active": active,
+            "takes_effect": LISTENER_TAKES_EFFECT,
+        }))
+    }
+
+    fn listener_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let address = parse_address(&params.required_string("address")?)?;
+        params.finish("listener_remove")?;
+        let mut draft = self.draft()?;
+        document::remove_listener(&mut draft.document, address).map_err(edit_error)?;
+        let text = self.check(&draft)?;
+        self.write(&text)?;
+        tracing::info!(%address, "management: listener removed from the config file");
+        Ok(json!({
+            "address": address.to_string(),
+            "removed": true,
+            "active": self.is_active(address),
+            "takes_effect": LISTENER_TAKES_EFFECT,
+        }))
+    }
+
+    fn listener_list(&mut self, params: Params) -> Result<Value, RpcError> {
+        params.finish("listener_list")?;
+        let mut listeners: Vec<Value> = Vec::new();
+        let configured = match &self.config_file {
+            Some(file) => {
+                let document: DocumentMut = file.text.parse().map_err(|error| {
+                    RpcError::new(CONFIG_INVALID, format!("the config file no longer parses: {error}"))
+                })?;
+                document::listeners(&document).map_err(edit_error)?
+            }
+            None => self
+                .active_listeners
+                .iter()
+                .map(|listener| (listener.address.to_string(), listener.discovery_only))
+                .collect(),
+        };
+        let mut seen = Vec::new();
+        for (text, discovery_only) in configured {
+            let address = text.parse::<SocketAddr>().ok();
+            let active = address.is_some_and(|address| self.is_active(address));
+            seen.extend(address);
+            listeners.push(
+                json!({ "address": text, "discovery_only": discovery_only, "configured": true, "active": active }),
+            );
+        }
+        for listener in self.active_listeners.iter().filter(|listener| !seen.contains(&listener.address)) {
+            listeners.push(json!({
+                "address": listener.address.to_string(),
+                "discovery_only": listener.discovery_only,
+                "configured": false,
+                "active": true,
+            }));
+        }
+        Ok(json!({ "listeners": listeners }))
+    }
+
+    // ---- whole target ----
+
+    fn config_show(&mut self, params: Params) -> Result<Value, RpcError> {
+        params.finish("config_show")?;
+        Ok(match &self.config_file {
+            Some(file) => json!({ "path": file.path.display().to_string(), "persistent": true, "text": file.text }),
+            None => json!({ "path": null, "persistent": false, "text": null }),
+        })
+    }
+
+    fn target_show(&mut self, params: Params) -> Result<Value, RpcError> {
+        params.finish("target_show")?;
+        let settings = self.target.settings;
+        Ok(json!({
+            "subsystems": self.target.subsystems().len(),
+            "listeners": self.active_listeners.iter().map(|listener| listener.address.to_string()).collect::<Vec<_>>(),
+            "max_io_queues_per_controller": settings.max_io_queues_per_controller,
+            "max_io_queue_depth": settings.max_io_queue_depth,
+            "discovery_generation": self.target.discovery_generation(),
+            "config_file": self.config_file.as_ref().map(|file| file.path.display().to_string()),
+        }))
+    }
+
+    // ---- the steps every change shares ----
+
+    /// Step 1: the file's document, refused when the file on disk is not what the
+    /// running target was built from (someone edited it by hand): writing our edit
+    /// over theirs would lose it, and applying theirs is a restart.
+    fn draft(&self) -> Result<Draft, RpcError> {
+        let file = self.config_file.as_ref().ok_or_else(|| {
+            RpcError::new(
+                NO_CONFIG_FILE,
+                "sluice serve runs without a config file, so changes cannot be made persistent; \
+                 start it with --config FILE (`sluice config default > FILE` writes a starting point)",
+            )
+        })?;
+        let on_disk = std::fs::read_to_string(&file.path).map_err(|error| {
+            RpcError::new(PERSIST_FAILED, format!("cannot read the config file {}: {error}", file.path.display()))
+        })?;
+        if on_disk != file.text {
+            return Err(RpcError {
+                code: CONFIG_CHANGED_ON_DISK,
+                message: format!(
+                    "the config file {} was changed outside the management API since sluice serve loaded it; \
+                     put the old content back, or restart sluice serve to run what the file says",
+                    file.path.display()
+                ),
+                data: Some(json!({ "path": file.path.display().to_string() })),
+            });
+        }
+        let document = on_disk.parse::<DocumentMut>().map_err(|error| {
+            RpcError::new(CONFIG_INVALID, format!("the config file {} does not parse: {error}", file.path.display()))
+        })?;
+        Ok(Draft { previous: on_disk, document })
+    }
+
+    /// Step 2: the edited text, parsed and checked.
+    fn check(&self, draft: &Draft) -> Result<String, RpcError> {
+        let text = draft.document.to_string();
+        assemble::parse_and_check(&text)?;
+        Ok(text)
+    }
+
+    /// Step 4: the new file, on disk durably.
+    fn write(&mut self, text: &str) -> Result<(), RpcError> {
+        let Some(file) = self.config_file.as_mut() else {
+            return Err(RpcError::new(NO_CONFIG_FILE, "no config file"));
+        };
+        persist::write_atomically(&file.path, text.as_bytes()).map_err(|error| {
+            RpcError::new(
+                PERSIST_FAILED,
+                format!("cannot write the config file {}: {error}; nothing was changed", file.path.display()),
+            )
+        })?;
+        file.text = text.to_string();
+        Ok(())
+    }
+
+    /// Step 6: the running target refused; put the previous file back.
+    fn restore(&mut self, previous: String, refusal: String) -> RpcError {
+        let Some(file) = self.config_file.as_mut() else {
+            return RpcError::new(APPLY_FAILED, format!("the running target refused the change: {refusal}"));
+        };
+        match persist::write_atomically(&file.path, previous.as_bytes()) {
+            Ok(()) => {
+                file.text = previous;
+                RpcError {
+                    code: APPLY_FAILED,
+                    message: format!("the running target refused the change ({refusal}); the config file was restored"),
+                    data: Some(json!({ "file_restored": true, "reason": refusal })),
+                }
+            }
+            Err(error) => {
+                tracing::error!(path = %file.path.display(), %error, %refusal,
+                    "the running target refused a change and the previous config file could not be restored");
+                RpcError {
+                    code: APPLY_FAILED,
+                    message: format!(
+                        "the running target refused the change ({refusal}) and the previous config file could not be \
+                         restored ({error}): {} describes a change the running target does not have; \
+                         restore it from your backup",
+                        file.path.display()
+                    ),
+                    data: Some(json!({ "file_restored": false, "reason": refusal })),
+                }
+            }
+        }
+    }
+
+    // ---- views ----
+
+    fn live_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, RpcError> {
+        self.target.subsystem_by_nqn(nqn).ok_or_else(|| {
+            RpcError::refused("nqn", format!("no subsystem {nqn} in the running target (`sluice subsystem list`)"))
+        })
+    }
+
+    fn is_active(&self, address: SocketAddr) -> bool {
+        self.active_listeners.iter().any(|listener| listener.address == address)
+    }
+
+    /// NSIDs the config file describes for `nqn` (the rest come from a pool).
+    fn configured_ids(&self, nqn: &str) -> Vec<u32> {
+        let Some(file) = &self.config_file else { return Vec::new() };
+        file.text
+            .parse::<DocumentMut>()
+            .ok()
+            .and_then(|document| document::subsystem(&document, nqn).and_then(document::namespace_ids).ok())
+            .unwrap_or_default()
+    }
+
+    fn namespaces_json(&self, subsystem: &Subsystem) -> Vec<Value> {
+        let configured = self.configured_ids(&subsystem.nqn);
+        let table = subsystem.table();
+        table
+            .entries()
+            .map(|entry| namespace_json(&entry.namespace, configured.contains(&entry.namespace.id.0)))
+            .collect()
+    }
+
+    fn subsystem_json(&self, subsystem: &Subsystem, detailed: bool) -> Value {
+        let controllers = self.target.controllers_of(subsystem.index);
+        let hosts = subsystem.hosts.current();
+        let mut summary = json!({
+            "nqn": subsystem.nqn,
+            "serial": subsystem.serial_number,
+            "model": subsystem.model_number,
+            "namespaces": subsystem.namespace_ids().len(),
+            "capacity_bytes": subsystem.capacity_bytes(),
+            "namespace_management": subsystem.supports_namespace_management(),
+            "allow_any_host": hosts.allow_any_host,
+            "hosts": hosts.hosts.len(),
+            "controllers": controllers.len(),
+        });
+        if detailed {
+            summary["namespace_list"] = Value::Array(self.namespaces_json(subsystem));
+            summary["host_list"] = hosts_json(&subsystem.nqn, &hosts)["hosts"].clone();
+            summary["controller_list"] = controllers
+                .iter()
+                .map(|controller| json!({ "cntlid": controller.id.0, "host": controller.host_nqn }))
+                .collect();
+        }
+        summary
+    }
+}
+
+fn namespace_json(namespace: &Namespace, in_config_file: bool) -> Value {
+    let geometry = namespace.geometry;
+    json!({
+        "nsid": namespace.id.0,
+        "backend": namespace.backend.kind(),
+        "size_bytes": geometry.capacity_bytes(),
+        "block_size": geometry.block_size_bytes,
+        "blocks": geometry.block_count,
+        "nguid": namespace.nguid.iter().map(|byte| format!("{byte:02x}")).collect::<String>(),
+        "uuid": uuid::Uuid::from_bytes(namespace.uuid).hyphenated().to_string(),
+        "source": if in_config_file { "config" } else if namespace.carve.is_some() { "pool" } else { "runtime" },
+    })
+}
+
+/// Allowed hosts without their secrets: only whether each has one.
+fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
+    let entries: Vec<Value> = hosts
+        .hosts
+        .iter()
+        .map(|host| {
+            json!({
+                "host": host.nqn,
+                "dhchap": host.dhchap_secret.is_some(),
+                "bidirectional": host.dhchap_controller_secret.is_some(),
+            })
+        })
+        .collect();
+    json!({ "nqn": nqn, "allow_any_host": hosts.allow_any_host, "hosts": entries })
+}
+
+fn parse_address(text: &str) -> Result<SocketAddr, RpcError> {
+    text.parse().map_err(|_| {
+        RpcError::invalid_params(
+            "address",
+            format!("{text:?} is not IP:port (e.g. \"127.0.0.1:4420\" or \"[::1]:4420\")"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

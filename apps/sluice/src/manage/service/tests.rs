@@ -1,0 +1,343 @@
+//! The management methods against a real `Target` built from a config file in a
+//! temporary directory: accepted changes reach the file and the target; refused ones
+//! leave both as they were.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::config::Config;
+use crate::manage::protocol::{CHANGE_REFUSED, INVALID_PARAMS};
+
+const A: &str = "nqn.2026-11.io.sluice:a";
+
+const FILE: &str = r#"# operator's notes stay
+[[listener]]
+address = "127.0.0.1:4420"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.sluice:a"
+
+[[subsystem.namespace]]
+backend = "ram"
+size = "1MiB"
+"#;
+
+struct Fixture {
+    directory: PathBuf,
+    path: PathBuf,
+    management: Management,
+    target: Arc<Target>,
+}
+
+impl Fixture {
+    fn new(name: &str, text: &str) -> Fixture {
+        let directory = std::env::temp_dir().join(format!("sluice-manage-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("sluice.toml");
+        std::fs::write(&path, text).unwrap();
+        let target = Target::new(Config::parse(text).unwrap().target_spec().unwrap()).unwrap();
+        let listeners = vec![ActiveListener { address: "127.0.0.1:4420".parse().unwrap(), discovery_only: false }];
+        let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap();
+        Fixture { directory, path, management, target }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let params = Params::new(params.as_object().cloned().unwrap_or_default());
+        self.management.call(method, params)
+    }
+
+    fn file(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap()
+    }
+
+    fn live_ids(&self, nqn: &str) -> Vec<u32> {
+        self.target.subsystem_by_nqn(nqn).unwrap().namespace_ids().iter().map(|id| id.0).collect()
+    }
+
+    /// `method` is refused with `code`, naming `field`, and changes nothing.
+    fn assert_refused(&mut self, method: &str, params: Value, code: i64, field: &str) -> RpcError {
+        let before = self.file();
+        let live_before = self.live_ids(A);
+        let error = self.call(method, params.clone()).expect_err(&format!("{method} {params}"));
+        assert_eq!(error.code, code, "{method} {params}: {error:?}");
+        let named = error.data.as_ref().and_then(|data| data.get("field")).and_then(Value::as_str).unwrap_or("");
+        assert_eq!(named, field, "{method} {params}: {error:?}");
+        assert_eq!(self.file(), before, "{method} {params}: the file must be byte-identical");
+        assert_eq!(self.live_ids(A), live_before, "{method} {params}: the target must be unchanged");
+        error
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+#[test]
+fn a_namespace_added_is_live_in_the_file_and_noticed_by_hosts() {
+    let mut fixture = Fixture::new("ns-add", FILE);
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    let controller = fixture
+        .target
+        .create_controller(nvme_target::ControllerKind::Io, Some(subsystem), "nqn.host".into(), [1; 16], 0)
+        .unwrap();
+
+    let added =
+        fixture.call("ns_add", json!({"nqn": A, "backend": "ram", "size": "2MiB", "block_size": 4096})).unwrap();
+    assert_eq!(added["nsid"], 2, "{added}");
+    assert_eq!(added["block_size"], 4096);
+    assert_eq!(added["size_bytes"], 2 << 20);
+    assert_eq!(fixture.live_ids(A), [1, 2]);
+    let log = controller.changed_namespace_log(false);
+    assert_eq!(u32::from_le_bytes(log[..4].try_into().unwrap()), 2, "the controller is told NSID 2 changed");
+
+    let file = fixture.file();
+    assert!(file.starts_with("# operator's notes stay"), "{file}");
+    assert!(file.contains("nsid = 2\nbackend = \"ram\"\nsize = \"2MiB\"\nblock_size = 4096"), "{file}");
+    // A restart from the file builds the same namespaces with the same identity.
+    let restarted = Target::new(Config::parse(&file).unwrap().target_spec().unwrap()).unwrap();
+    let before = fixture.target.subsystem_by_nqn(A).unwrap();
+    let after = restarted.subsystem_by_nqn(A).unwrap();
+    for id in [1, 2] {
+        let id = NamespaceId(id);
+        assert_eq!(before.namespace(id).unwrap().nguid, after.namespace(id).unwrap().nguid);
+        assert_eq!(before.namespace(id).unwrap().uuid, after.namespace(id).unwrap().uuid);
+    }
+
+    let listed = fixture.call("ns_list", json!({"nqn": A})).unwrap();
+    let namespaces = listed["namespaces"].as_array().unwrap();
+    assert_eq!(namespaces.len(), 2);
+    assert_eq!(namespaces[1]["source"], "config");
+    assert_eq!(namespaces[1]["nguid"].as_str().unwrap().len(), 32);
+}
+
+#[test]
+fn refused_changes_leave_file_and_target_untouched() {
+    let mut fixture = Fixture::new("refused", FILE);
+    fixture.assert_refused(
+        "ns_add",
+        json!({"nqn": A, "nsid": 1, "backend": "ram", "size": "1MiB"}),
+        CHANGE_REFUSED,
+        "nsid",
+    );
+    let error =
+        fixture.assert_refused("ns_add", json!({"nqn": A, "backend": "tape", "size": "1MiB"}), CONFIG_INVALID, "");
+    assert!(error.message.contains("tape"), "{error:?}");
+    fixture.assert_refused("ns_add", json!({"nqn": A, "backend": "ram", "size": 1000}), CONFIG_INVALID, "size");
+    fixture.assert_refused("ns_add", json!({"nqn": A, "backend": "ram"}), CONFIG_INVALID, "size");
+    fixture.assert_refused("ns_add", json!({"nqn": A, "size": "1MiB"}), INVALID_PARAMS, "backend");
+    fixture.assert_refused("ns_add", json!({"backend": "ram", "size": "1MiB"}), INVALID_PARAMS, "nqn");
+    fixture.assert_refused(
+        "ns_add",
+        json!({"nqn": A, "backend": "ram", "size": "1MiB", "colour": 1}),
+        INVALID_PARAMS,
+        "colour",
+    );
+    fixture.assert_refused("ns_add", json!({"nqn": A, "backend": "ram", "nsid": 0}), INVALID_PARAMS, "nsid");
+    fixture.assert_refused("ns_add", json!({"nqn": A, "backend": "ram", "nguid": "xyz"}), INVALID_PARAMS, "nguid");
+    fixture.assert_refused(
+        "ns_add",
+        json!({"nqn": "nqn.none", "backend": "ram", "size": "1MiB"}),
+        CHANGE_REFUSED,
+        "nqn",
+    );
+    // A reference to storage the file does not define.
+    let error = fixture.assert_refused(
+        "ns_add",
+        json!({"nqn": A, "pool": "fast", "size": "1MiB", "nsid": 5}),
+        CONFIG_INVALID,
+        "",
+    );
+    assert!(error.message.contains("\"fast\""), "{error:?}");
+    fixture.assert_refused("ns_add", json!({"nqn": A, "device": "disk0"}), CONFIG_INVALID, "");
+    fixture.assert_refused("ns_remove", json!({"nqn": A, "nsid": 9}), CHANGE_REFUSED, "nsid");
+    fixture.assert_refused("subsystem_add", json!({"nqn": A}), CHANGE_REFUSED, "nqn");
+    fixture.assert_refused("subsystem_add", json!({"nqn": "not an nqn"}), INVALID_PARAMS, "nqn");
+    fixture.assert_refused("subsystem_remove", json!({"nqn": "nqn.2026-11.io.sluice:none"}), CHANGE_REFUSED, "nqn");
+    fixture.assert_refused("listener_add", json!({"address": "localhost"}), INVALID_PARAMS, "address");
+    fixture.assert_refused("listener_add", json!({"address": "127.0.0.1:4420"}), CHANGE_REFUSED, "address");
+    fixture.assert_refused("listener_remove", json!({"address": "127.0.0.1:4420"}), CONFIG_INVALID, "");
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_address = busy.local_addr().unwrap().to_string();
+    let error = fixture.assert_refused("listener_add", json!({"address": busy_address}), CHANGE_REFUSED, "address");
+    assert!(error.message.contains("in use"), "{error:?}");
+    let error = fixture.call("no_such_method", json!({})).unwrap_err();
+    assert_eq!(error.code, METHOD_NOT_FOUND);
+}
+
+#[test]
+fn removing_a_namespace_keeps_the_identity_of_the_others() {
+    let two = format!("{FILE}\n[[subsystem.namespace]]\nbackend = \"null\"\nsize = \"1MiB\"\n");
+    let mut fixture = Fixture::new("ns-remove", &two);
+    let nguid_of_two = fixture.target.subsystem_by_nqn(A).unwrap().namespace(NamespaceId(2)).unwrap().nguid;
+    let removed = fixture.call("ns_remove", json!({"nqn": A, "nsid": 1})).unwrap();
+    assert_eq!(removed["removed_from_config_file"], true);
+    assert_eq!(fixture.live_ids(A), [2]);
+    let restarted = Target::new(Config::parse(&fixture.file()).unwrap().target_spec().unwrap()).unwrap();
+    let subsystem = restarted.subsystem_by_nqn(A).unwrap();
+    assert_eq!(subsystem.namespace_ids(), [NamespaceId(2)], "NSID 2 did not become 1");
+    assert_eq!(subsystem.namespace(NamespaceId(2)).unwrap().nguid, nguid_of_two);
+}
+
+#[test]
+fn subsystems_come_and_go_live_and_in_the_file() {
+    let mut fixture = Fixture::new("subsystems", FILE);
+    let nqn = "nqn.2026-11.io.sluice:b";
+    let added = fixture.call("subsystem_add", json!({"nqn": nqn, "serial": "SN-B", "model": "Model B"})).unwrap();
+    assert_eq!(added["serial"], "SN-B");
+    assert!(fixture.target.subsystem_by_nqn(nqn).is_some());
+    fixture.call("ns_add", json!({"nqn": nqn, "backend": "null", "size": 1048576})).unwrap();
+    let shown = fixture.call("subsystem_show", json!({"nqn": nqn})).unwrap();
+    assert_eq!(shown["namespace_list"][0]["nsid"], 1);
+    assert_eq!(shown["model"], "Model B");
+    let listed = fixture.call("subsystem_list", json!({})).unwrap();
+    assert_eq!(listed["subsystems"].as_array().unwrap().len(), 2);
+    let config = Config::parse(&fixture.file()).unwrap();
+    assert_eq!(config.subsystems[1].nqn, nqn);
+
+    fixture.call("subsystem_remove", json!({"nqn": nqn})).unwrap();
+    assert!(fixture.target.subsystem_by_nqn(nqn).is_none());
+    assert!(!fixture.file().contains(nqn));
+    // The NQN can be used again, and its namespace gets the same identity back.
+    fixture.call("subsystem_add", json!({"nqn": nqn})).unwrap();
+}
+
+#[test]
+fn listeners_change_the_file_for_the_next_start() {
+    let mut fixture = Fixture::new("listeners", FILE);
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let added = fixture.call("listener_add", json!({"address": free.to_string(), "discovery_only": true})).unwrap();
+    assert_eq!(added["active"], false);
+    assert!(fixture.file().contains(&format!("address = \"{free}\"\ndiscovery_only = true")));
+    let listed = fixture.call("listener_list", json!({})).unwrap();
+    let listeners = listed["listeners"].as_array().unwrap();
+    assert_eq!(listeners.len(), 2);
+    assert_eq!((listeners[0]["active"].clone(), listeners[1]["active"].clone()), (json!(true), json!(false)));
+    let removed = fixture.call("listener_remove", json!({"address": "127.0.0.1:4420"})).unwrap();
+    assert_eq!(removed["active"], true, "still bound until the next start");
+    let listed = fixture.call("listener_list", json!({})).unwrap();
+    assert_eq!(listed["listeners"][1]["configured"], false);
+}
+
+#[test]
+fn hand_edits_and_missing_files_refuse_changes() {
+    let mut fixture = Fixture::new("hand-edit", FILE);
+    std::fs::write(&fixture.path, format!("{FILE}# edited by hand\n")).unwrap();
+    let error = fixture.call("ns_add", json!({"nqn": A, "backend": "ram", "size": "1MiB"})).unwrap_err();
+    assert_eq!(error.code, CONFIG_CHANGED_ON_DISK);
+    assert!(fixture.file().ends_with("# edited by hand\n"));
+    assert_eq!(fixture.live_ids(A), [1]);
+
+    let target = Target::new(Config::parse(FILE).unwrap().target_spec().unwrap()).unwrap();
+    let mut embedded = Management::new(target, None, Vec::new()).unwrap();
+    let params = Params::new(json!({"nqn": A, "backend": "ram", "size": "1MiB"}).as_object().cloned().unwrap());
+    assert_eq!(embedded.call("ns_add", params).unwrap_err().code, NO_CONFIG_FILE);
+    let shown = embedded.call("config_show", Params::default()).unwrap();
+    assert_eq!(shown["persistent"], false);
+}
+
+#[test]
+fn a_symbolic_link_to_the_config_stays_a_link() {
+    let mut fixture = Fixture::new("symlink", FILE);
+    let link = fixture.directory.join("link.toml");
+    std::os::unix::fs::symlink(&fixture.path, &link).unwrap();
+    let target = Arc::clone(&fixture.target);
+    fixture.management = Management::new(target, Some(&link), Vec::new()).unwrap();
+    fixture.call("ns_add", json!({"nqn": A, "backend": "ram", "size": "1MiB"})).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(fixture.file().contains("nsid = 2"));
+}
+
+#[test]
+fn host_rules_apply_live_and_disconnect_hosts_no_longer_allowed() {
+    const HOST: &str = "nqn.2014-08.io.sluice:h";
+    let mut fixture = Fixture::new("hosts", FILE);
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    let other = fixture
+        .target
+        .create_controller(
+            nvme_target::ControllerKind::Io,
+            Some(Arc::clone(&subsystem)),
+            "nqn.other".into(),
+            [2; 16],
+            0,
+        )
+        .unwrap();
+    let generation = fixture.target.discovery_generation();
+
+    let allowed = fixture.call("host_allow", json!({"nqn": A, "host": HOST})).unwrap();
+    assert_eq!(allowed["allow_any_host"], false, "listing a host closes the subsystem to the others");
+    assert_eq!(allowed["controllers_disconnected"], 1);
+    assert!(other.is_torn_down());
+    assert!(subsystem.hosts.allows(HOST) && !subsystem.hosts.allows("nqn.other"));
+    assert!(fixture.target.discovery_generation() > generation, "hosts re-read the discovery log");
+    assert!(fixture.file().contains(&format!("[[subsystem.host]]\nnqn = \"{HOST}\"")));
+
+    let before = fixture.file();
+    let error =
+        fixture.call("host_allow", json!({"nqn": A, "host": HOST, "dhchap_secret": "DHHC-1:00:bad:"})).unwrap_err();
+    assert_eq!(error.code, CONFIG_INVALID, "{error:?}");
+    assert_eq!(fixture.file(), before);
+    fixture.assert_refused(
+        "host_allow",
+        json!({"nqn": A, "host": HOST, "dhchap_ctrl_secret": "DHHC-1:00:x:"}),
+        INVALID_PARAMS,
+        "dhchap_ctrl_secret",
+    );
+    fixture.assert_refused("host_allow", json!({"nqn": A, "host": "host one"}), INVALID_PARAMS, "host");
+    fixture.assert_refused(
+        "host_deny",
+        json!({"nqn": A, "host": "nqn.2014-08.io.sluice:none"}),
+        CHANGE_REFUSED,
+        "host",
+    );
+    assert!(subsystem.hosts.allows(HOST) && !subsystem.hosts.allows("nqn.other"), "refusals change no rule");
+
+    let secret = nvme_host::Secret::from_key(&[3; 32], None).unwrap().to_representation().to_string();
+    let rotated = fixture.call("host_allow", json!({"nqn": A, "host": HOST, "dhchap_secret": secret})).unwrap();
+    assert_eq!((rotated["change"].as_str(), rotated["dhchap"].as_bool()), (Some("updated"), Some(true)));
+    let listed = fixture.call("host_list", json!({"nqn": A})).unwrap();
+    assert_eq!(listed["hosts"][0]["dhchap"], true);
+    assert!(!listed.to_string().contains("DHHC-1"), "secrets are never shown: {listed}");
+
+    fixture.call("host_deny", json!({"nqn": A, "host": HOST})).unwrap();
+    assert!(subsystem.hosts.allows("nqn.other"), "no host listed: any host again");
+}
+
+#[test]
+fn a_subsystem_with_a_pool_takes_inline_namespaces_live_and_refuses_pool_ones() {
+    let pooled = FILE.replace(
+        "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
+        "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
+         [[pool]]\nname = \"fast\"\ndevice = \"pooldev\"\n\n\
+         [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\npool = \"fast\"\n",
+    );
+    let mut fixture = Fixture::new("pool", &pooled);
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    assert!(subsystem.supports_namespace_management());
+    fixture.call("ns_add", json!({"nqn": A, "backend": "ram", "size": "1MiB"})).unwrap();
+    // Carving from the pool while it is open is refused before anything changes.
+    fixture.assert_refused(
+        "ns_add",
+        json!({"nqn": A, "pool": "fast", "size": "1MiB", "nsid": 9}),
+        CHANGE_REFUSED,
+        "pool",
+    );
+
+    // A namespace a host created through Namespace Management lives in the pool's
+    // table, not the file: listed as such, removed without touching the file.
+    let created = subsystem.create_namespace(256, false, None).unwrap();
+    let listed = fixture.call("ns_list", json!({"nqn": A})).unwrap();
+    let sources: Vec<&str> =
+        listed["namespaces"].as_array().unwrap().iter().map(|ns| ns["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, ["config", "config", "pool"], "{listed}");
+    let before = fixture.file();
+    let removed = fixture.call("ns_remove", json!({"nqn": A, "nsid": created.0})).unwrap();
+    assert_eq!(removed["removed_from_config_file"], false);
+    assert_eq!(fixture.file(), before);
+    assert_eq!(fixture.live_ids(A), [1, 2]);
+}

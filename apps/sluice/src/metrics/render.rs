@@ -1,0 +1,124 @@
+//! The Prometheus text exposition of a running target: per subsystem, namespace and
+//! controller counters, latency histograms and gauges. Pure: a target in, text out.
+
+use std::fmt::Write as _;
+
+use nvme_target::stats::{HistogramSnapshot, StatsSnapshot, LATENCY_BUCKETS};
+use nvme_target::Target;
+
+/// Renders every metric. Label values are NQNs (printable ASCII, checked at
+/// Connect and in the config) but are escaped anyway.
+pub fn render(target: &Target) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let subsystems = target.subsystems();
+    header(&mut out, "sluice_discovery_generation", "gauge", "GENCTR of the discovery log.");
+    let _ = writeln!(out, "sluice_discovery_generation {}", target.discovery_generation());
+
+    header(&mut out, "sluice_subsystem_namespaces", "gauge", "Allocated namespaces per subsystem.");
+    for subsystem in &subsystems {
+        let _ = writeln!(out, "sluice_subsystem_namespaces{{subsystem=\"{}\"}} {}", escape(&subsystem.nqn), subsystem.namespace_ids().len());
+    }
+    header(&mut out, "sluice_subsystem_controllers", "gauge", "Live controllers per subsystem.");
+    for subsystem in &subsystems {
+        let controllers = target.controllers_of(subsystem.index).len();
+        let _ = writeln!(out, "sluice_subsystem_controllers{{subsystem=\"{}\"}} {controllers}", escape(&subsystem.nqn));
+    }
+    header(&mut out, "sluice_controller_io_queues", "gauge", "Connected I/O queues per controller.");
+    for subsystem in &subsystems {
+        for controller in target.controllers_of(subsystem.index) {
+            let queues = controller.state().connected_io_queues.count_ones();
+            let _ = writeln!(
+                out,
+                "sluice_controller_io_queues{{subsystem=\"{}\",cntlid=\"{}\",host=\"{}\"}} {queues}",
+                escape(&subsystem.nqn),
+                controller.id.0,
+                escape(&controller.host_nqn)
+            );
+        }
+    }
+
+    let mut subsystem_rows = Vec::new();
+    let mut namespace_rows = Vec::new();
+    let mut capacity_rows = Vec::new();
+    for subsystem in &subsystems {
+        let subsystem_label = format!("subsystem=\"{}\"", escape(&subsystem.nqn));
+        subsystem_rows.push((subsystem_label.clone(), subsystem.stats.snapshot()));
+        for entry in subsystem.table().entries() {
+            let namespace = &entry.namespace;
+            let labels = format!("{subsystem_label},nsid=\"{}\"", namespace.id.0);
+            capacity_rows.push((labels.clone(), namespace.geometry.capacity_bytes(), namespace.utilization_blocks() * u64::from(namespace.geometry.block_size_bytes)));
+            namespace_rows.push((labels, namespace.stats.snapshot()));
+        }
+    }
+    header(&mut out, "sluice_namespace_capacity_bytes", "gauge", "Namespace size (NSZE) in bytes.");
+    for (labels, capacity, _) in &capacity_rows {
+        let _ = writeln!(out, "sluice_namespace_capacity_bytes{{{labels}}} {capacity}");
+    }
+    header(&mut out, "sluice_namespace_used_bytes", "gauge", "Bytes holding space (NUSE); below capacity for thin namespaces.");
+    for (labels, _, used) in &capacity_rows {
+        let _ = writeln!(out, "sluice_namespace_used_bytes{{{labels}}} {used}");
+    }
+    counters(&mut out, "sluice_subsystem", &subsystem_rows);
+    counters(&mut out, "sluice_namespace", &namespace_rows);
+    out
+}
+
+/// Reads one counter out of a snapshot.
+type CounterOf = fn(&StatsSnapshot) -> u64;
+/// Reads one histogram out of a snapshot.
+type HistogramOf = fn(&StatsSnapshot) -> HistogramSnapshot;
+
+fn counters(out: &mut String, prefix: &str, rows: &[(String, StatsSnapshot)]) {
+    let simple: [(&str, &str, CounterOf); 7] = [
+        ("read_commands_total", "Reads and compares completed successfully.", |s| s.read_commands),
+        ("write_commands_total", "Writes completed successfully.", |s| s.write_commands),
+        ("other_commands_total", "Flush, Write Zeroes and Dataset Management completed successfully.", |s| s.other_commands),
+        ("read_bytes_total", "Bytes read.", |s| s.bytes_read),
+        ("written_bytes_total", "Bytes written.", |s| s.bytes_written),
+        ("errors_total", "Commands the storage failed.", |s| s.media_errors),
+        ("queues", "Queues counting into these totals now.", |s| s.live_queues),
+    ];
+    for (name, help, value) in simple {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let metric = format!("{prefix}_{name}");
+        header(out, &metric, kind, help);
+        for (labels, snapshot) in rows {
+            let _ = writeln!(out, "{metric}{{{labels}}} {}", value(snapshot));
+        }
+    }
+    for (name, help, pick) in [
+        ("read_latency_seconds", "Capsule receipt to completion, reads.", (|s: &StatsSnapshot| s.read_latency) as HistogramOf),
+        ("write_latency_seconds", "Capsule receipt to completion, writes.", |s: &StatsSnapshot| s.write_latency),
+    ] {
+        let metric = format!("{prefix}_{name}");
+        header(out, &metric, "histogram", help);
+        for (labels, snapshot) in rows {
+            histogram(out, &metric, labels, &pick(snapshot));
+        }
+    }
+}
+
+fn histogram(out: &mut String, metric: &str, labels: &str, histogram: &HistogramSnapshot) {
+    let mut cumulative = 0;
+    for (index, count) in histogram.buckets.iter().enumerate() {
+        cumulative += count;
+        if index == LATENCY_BUCKETS - 1 {
+            break;
+        }
+        let bound_seconds = HistogramSnapshot::bucket_upper_bound_microseconds(index) as f64 / 1e6;
+        let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"{bound_seconds}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(out, "{metric}_sum{{{labels}}} {}", histogram.sum_microseconds as f64 / 1e6);
+    let _ = writeln!(out, "{metric}_count{{{labels}}} {cumulative}");
+}
+
+fn header(out: &mut String, metric: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {metric} {help}");
+    let _ = writeln!(out, "# TYPE {metric} {kind}");
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

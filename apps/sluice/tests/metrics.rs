@@ -1,0 +1,95 @@
+//! The metrics endpoint and `sluice stat` against a running `sluice serve`: counters
+//! match the I/O done through the host CLI, the exposition parses, stat shows rates.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use support::{free_port, scratch_dir, sluice, ServeProcess};
+
+const NQN: &str = "nqn.2026-11.io.sluice:metrics-test";
+
+fn scrape(address: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect to the metrics endpoint");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    response.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+fn value(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no series {series} in:\n{exposition}"))
+}
+
+#[test]
+fn counters_match_the_io_done_and_stat_shows_it() {
+    let dir = scratch_dir("metrics");
+    let (server, io_port, metrics) = (0..5)
+        .find_map(|_| {
+            let (io_port, metrics_port) = (free_port(), free_port());
+            let config = dir.join("sluice.toml");
+            std::fs::write(
+                &config,
+                format!(
+                    "[[listener]]\naddress = \"127.0.0.1:{io_port}\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+                     [[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"16MiB\"\n\
+                     [[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"8MiB\"\n[runtime]\nthreads = 1\n"
+                ),
+            )
+            .unwrap();
+            let metrics = format!("127.0.0.1:{metrics_port}");
+            ServeProcess::start(&config, &["--metrics-address", &metrics]).map(|server| (server, io_port, metrics))
+        })
+        .expect("sluice serve with metrics did not start");
+    assert_eq!(server.printed("sluice: metrics at ").as_deref(), Some(format!("http://{metrics}/metrics").as_str()));
+
+    // 64 KiB written to namespace 2 in one command, read back twice.
+    let data = dir.join("data.bin");
+    std::fs::write(&data, vec![0x5a; 64 * 1024]).unwrap();
+    let url = format!("tcp://127.0.0.1:{io_port}/{NQN}");
+    let data_path = data.to_str().unwrap();
+    assert!(sluice(&["write", &url, "-N", "2", "-b", "0", "-d", data_path]).status.success());
+    for _ in 0..2 {
+        assert!(sluice(&["read", &url, "-N", "2", "-b", "0", "-c", "127", "-d", data_path]).status.success());
+    }
+
+    let text = scrape(&metrics);
+    let ns2 = format!("{{subsystem=\"{NQN}\",nsid=\"2\"}}");
+    let ns1 = format!("{{subsystem=\"{NQN}\",nsid=\"1\"}}");
+    assert_eq!(value(&text, &format!("sluice_namespace_write_commands_total{ns2}")), 1.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_written_bytes_total{ns2}")), 65536.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_read_commands_total{ns2}")), 2.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_read_bytes_total{ns2}")), 131072.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_read_latency_seconds_count{ns2}")), 2.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_read_commands_total{ns1}")), 0.0);
+    assert_eq!(value(&text, &format!("sluice_namespace_capacity_bytes{ns1}")), 16.0 * 1024.0 * 1024.0);
+    let subsystem = format!("{{subsystem=\"{NQN}\"}}");
+    assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0);
+    assert_eq!(value(&text, &format!("sluice_subsystem_namespaces{subsystem}")), 2.0);
+    assert!(text.contains(&format!("sluice_namespace_read_latency_seconds_bucket{{subsystem=\"{NQN}\",nsid=\"2\",le=\"+Inf\"}} 2")));
+
+    // Anything else is refused politely.
+    let mut stream = TcpStream::connect(&metrics).unwrap();
+    write!(stream, "POST /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+
+    // sluice stat: one JSON sample with a row per namespace.
+    let output = sluice(&["stat", "--metrics-address", &metrics, "--interval", "0.2", "--count", "1", "-o", "json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "{rows}");
+    assert_eq!(rows[1]["nsid"], "2");
+
+    let output = sluice(&["stat", "--metrics-address", &format!("127.0.0.1:{}", free_port()), "--count", "1"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is `sluice serve --metrics-address"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
