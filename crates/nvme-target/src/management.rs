@@ -134,8 +134,9 @@ impl Subsystem {
         let Some(carve) = entry.namespace.carve.as_ref().filter(|_| entry.attachment != Attachment::AllHosts) else {
             return Err(ManagementError::ConfiguredNamespace(id.0));
         };
-        // Unbind first (persisted): after a crash from here on the carve is an orphan
-        // that the next start frees, never a namespace that comes back.
+        // Unbind first (persisted): after a stop or crash from here on the carve is an
+        // orphan that the next start frees (`Subsystem::new`), never a namespace that
+        // comes back.
         pool.set_binding(carve.id, None).map_err(pool_error)?;
         let entry = table.remove(id).ok_or(ManagementError::NotAllocated(id.0))?;
         entry.namespace.mark_deleted();

@@ -153,6 +153,7 @@ impl Subsystem {
             add(&mut table, entry)?;
         }
         if let Some(pool) = &spec.pool {
+            free_orphan_carves(&spec.nqn, pool);
             for record in pool.records() {
                 let Some(binding) = record.binding.filter(|binding| binding.subsystem_nqn == spec.nqn) else {
                     continue;
@@ -238,6 +239,21 @@ impl Subsystem {
     pub fn has_volatile_write_cache(&self) -> bool {
         self.table().entries().any(|entry| entry.namespace.backend.has_volatile_write_cache())
             || self.pool.as_ref().is_some_and(|pool| pool.has_volatile_write_cache())
+    }
+}
+
+/// Frees carves no namespace is bound to: a namespace deleted shortly before a stop
+/// or crash is unbound at once (persisted) but its space is released in the
+/// background, which a stop cuts short. Every carve the target or the config creates
+/// is bound, so an unbound one is such a leftover.
+fn free_orphan_carves(nqn: &str, pool: &Pool) {
+    for record in pool.records().into_iter().filter(|record| record.binding.is_none()) {
+        match pool.delete(record.id) {
+            Ok(()) => tracing::info!(subsystem = %nqn, carve = record.id.0, blocks = record.size_blocks,
+                "freed the space of a namespace deleted before the last stop"),
+            Err(error) => tracing::warn!(subsystem = %nqn, carve = record.id.0, %error,
+                "could not free the space of a namespace deleted before the last stop"),
+        }
     }
 }
 
