@@ -137,12 +137,12 @@ file_backend() {  # file_backend NAME MIB
   file_backend disk2 "$DISK_MIB"
   printf '[[backend]]\nname = "stripe"\nkind = "raid0"\nmembers = ["disk0", "disk1", "disk2"]\nstrip_size = "128KiB"\n\n'
   printf '[[pool]]\nname = "capacity"\ndevice = "stripe"\ntable = "%s/capacity.table.json"\nunit_size = "1MiB"\n\n' "$DATA_DIR"
-  printf '[[subsystem]]\nnqn = "%s"\nserial = "SLUICESTORPOOL01"\npool = "capacity"\n\n' "$POOL_NQN"
+  printf '[[subsystem]]\nnqn = "%s"\nserial = "SLUICESTORPOOL01"\npool = "capacity"\nallow_any_host = true\n\n' "$POOL_NQN"
   echo "# (b) a write-back cache tier: file fast tier over file slow tier"
   file_backend flash "$TIER_FAST_MIB"
   file_backend slow "$TIER_SLOW_MIB"
   printf '[[backend]]\nname = "tier"\nkind = "cache"\nfast = "flash"\nslow = "slow"\nmode = "write-back"\n\n'
-  printf '[[subsystem]]\nnqn = "%s"\nserial = "SLUICESTORCACHE1"\n\n' "$CACHE_NQN"
+  printf '[[subsystem]]\nnqn = "%s"\nserial = "SLUICESTORCACHE1"\nallow_any_host = true\n\n' "$CACHE_NQN"
   printf '[[subsystem.namespace]]\nnsid = 1\ndevice = "tier"\n\n'
   printf '[runtime]\nthreads = 2\npoll_mode = "sleep"\n'
 } >"$CONFIG"

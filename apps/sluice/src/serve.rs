@@ -56,6 +56,13 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         ring_entries: 1024,
         tcp_nodelay: true,
     };
+    for subsystem in target.subsystems() {
+        let rules = subsystem.hosts.current();
+        if !rules.allow_any_host && rules.hosts.is_empty() {
+            tracing::warn!(subsystem = %subsystem.nqn,
+                "no host may connect: add [[subsystem.host]] nqn = \"...\" entries, `sluice host allow`, or allow_any_host = true");
+        }
+    }
     let runtime = target_server::start(target.clone(), runtime_config)?;
     let bound: Vec<(SocketAddr, bool)> =
         runtime.local_addrs().iter().zip(&config.listeners).map(|(address, listener)| (*address, listener.discovery_only)).collect();

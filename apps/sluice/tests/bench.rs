@@ -267,11 +267,72 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
         stderr(&output)
     );
 
-    for args in [["--driver", "fio"], ["--compare", "iscsi"]] {
-        let output = sluice(&["bench", args[0], args[1]]);
-        assert_eq!(output.status.code(), Some(1));
-        assert!(stderr(&output).contains("not yet"), "{}", stderr(&output));
+    // Driver and comparison mistakes are one line each, before anything starts.
+    for (args, code, needle) in [
+        (&["--driver", "vdbench"][..], 2, "use sluice"),
+        (&["--compare", "fc"][..], 2, "use iscsi"),
+        (&["--compare", "iscsi", "--driver", "sluice"][..], 2, "driven by fio"),
+        (
+            &["--compare", "iscsi", "--target", "tcp://127.0.0.1:1/nqn.x"][..],
+            2,
+            "drop --target",
+        ),
+        (&["--backend", "file"][..], 2, "--backing-file"),
+        (&["--backend", "tape"][..], 2, "use ram, null or file"),
+        (
+            &["--driver", "fio", "--fio-engine-dir", "/nonexistent/sluice-fio"][..],
+            1,
+            "scripts/build-fio-engine.sh",
+        ),
+    ] {
+        let mut all = vec!["bench", "--scale", "mini"];
+        all.extend_from_slice(args);
+        let output = sluice(&all);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {message}");
+        // Without fio installed the fio error names the package instead.
+        assert!(
+            message.contains(needle) || message.contains("fio is not installed"),
+            "{args:?}: {message}"
+        );
+        assert_eq!(message.trim().lines().count(), 1, "{message}");
     }
+}
+
+/// Where scripts/build-fio-engine.sh put the engines, if it ran (the interop stage of
+/// scripts/test.sh runs it; tests/interop/bench-fio.sh covers the fio driver and the
+/// iSCSI comparison end to end).
+fn fio_engine_dir() -> Option<PathBuf> {
+    let dirs = [
+        std::env::var_os("SLUICE_FIO_OUT").map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fio")),
+    ];
+    let found = dirs
+        .into_iter()
+        .flatten()
+        .find(|dir| dir.join("libsluice_fio.so").is_file());
+    let fio = Command::new("fio").arg("--version").output();
+    found.filter(|_| fio.is_ok_and(|o| o.status.success()))
+}
+
+/// `--driver fio` in miniature, when fio and the engine are there.
+#[test]
+fn fio_driver_in_miniature() {
+    let Some(engines) = fio_engine_dir() else {
+        eprintln!("skipped: fio or target/fio/libsluice_fio.so missing (scripts/build-fio-engine.sh)");
+        return;
+    };
+    let result = mini_suite(
+        "hci",
+        "300ms",
+        &["--driver", "fio", "--fio-engine-dir", engines.to_str().unwrap()],
+    );
+    assert_eq!(result.driver, "fio");
+    assert!(result.notes.iter().any(|note| note.contains("fio-")), "{:?}", result.notes);
+    // A mixed run has reads and writes in one latency distribution.
+    let mixed = result.runs.iter().find(|run| run.read_percent == 70).unwrap();
+    assert!(mixed.latency_us.percentiles.len() >= 5 && mixed.latency_us.mean > 0.0);
+    assert!(result.runs.iter().all(|run| !run.time_series.is_empty()));
 }
 
 /// `--target` against a separate `sluice serve` process: no target CPU, no ceilings.
@@ -282,7 +343,7 @@ fn remote_target_over_tcp() {
     let config = write(
         &dir,
         "serve.toml",
-        "[[listener]]\naddress = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:remote\"\n[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"32MiB\"\n",
+        "[[listener]]\naddress = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:remote\"\nallow_any_host = true\n[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"32MiB\"\n",
     );
     let mut serve = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args([

@@ -50,6 +50,7 @@ discovery_only = true
 
 [[subsystem]]
 nqn = "{NQN}"
+allow_any_host = true
 serial = "{SERIAL}"
 model = "{MODEL}"
 

@@ -278,7 +278,7 @@ fn config_file(directory: &Path, port: u16, layout: &Layout, seed: u64) -> PathB
     let path = directory.join("sluice.toml");
     let storage = (layout.storage)(seed)
         .replace("{dir}", &directory.display().to_string())
-        .replace("{subsystem}", &format!("[[subsystem]]\nnqn = \"{NQN}\"\n"));
+        .replace("{subsystem}", &format!("[[subsystem]]\nnqn = \"{NQN}\"\nallow_any_host = true\n"));
     let text = format!("[[listener]]\naddress = \"127.0.0.1:{port}\"\n\n{storage}\n[runtime]\nthreads = 1\n");
     std::fs::write(&path, text).unwrap();
     path

@@ -45,6 +45,7 @@ address = "127.0.0.1:{port}"
 
 [[subsystem]]
 nqn = "{BASE}"
+allow_any_host = true
 
 [[subsystem.namespace]]
 backend = "ram"
@@ -218,7 +219,7 @@ fn changes_apply_live_persist_and_survive_a_kill() {
     let mode = std::fs::metadata(server.socket()).expect("the socket exists").permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "only the owner may use the management socket");
 
-    let text = server.ok(&["subsystem", "add", LIVE, "--model", "Managed"]);
+    let text = server.ok(&["subsystem", "add", LIVE, "--model", "Managed", "--allow-any-host"]);
     assert!(text.contains(&format!("added subsystem {LIVE}")), "{text}");
     let text = server.ok(&["ns", "add", LIVE, "--backend", "ram", "--size", "32MiB"]);
     assert!(text.contains("added namespace 1 (32 MiB"), "{text}");
@@ -309,12 +310,15 @@ fn allowed_hosts_and_secrets_change_live() {
     let server = Server::start_new(&dir);
     server.ok(&["subsystem", "add", LIVE]);
     server.ok(&["ns", "add", LIVE, "-b", "ram", "-s", "8MiB"]);
-    // No host listed: any host may connect.
-    let host_a = connect_as(&server, LIVE, HOST_A, None).expect("any host may connect at first");
+    // Neither hosts listed nor allow_any_host: nobody may connect.
+    assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "closed until hosts are allowed");
+    server.ok(&["host", "allow", LIVE, HOST_A]);
+    let host_a = connect_as(&server, LIVE, HOST_A, None).expect("an allowed host connects");
 
     let (old_secret, new_secret) = (dhchap_secret(1), dhchap_secret(2));
     let text = server.ok(&["host", "allow", LIVE, HOST_B, "--dhchap-secret", &old_secret]);
-    assert!(text.contains("only the 1 listed host(s) may connect"), "{text}");
+    assert!(text.contains("only the 2 listed host(s) may connect"), "{text}");
+    let text = server.ok(&["host", "deny", LIVE, HOST_A]);
     assert!(text.contains("1 controller(s) of hosts no longer allowed were disconnected"), "{text}");
     drop(host_a);
     assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "host A is no longer allowed");
@@ -346,9 +350,10 @@ fn allowed_hosts_and_secrets_change_live() {
     assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "still only host B after a restart");
     drop(connect_as(&server, LIVE, HOST_B, Some(&new_secret)).expect("host B after a restart"));
 
-    // Denying the last listed host opens the subsystem to any host again.
+    // Denying the last listed host closes the subsystem: any-host access is only
+    // ever set explicitly.
     server.ok(&["host", "deny", LIVE, HOST_B]);
-    drop(connect_as(&server, LIVE, HOST_A, None).expect("any host again"));
+    assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "nobody after the last host is denied");
     assert!(!String::from_utf8(server.file()).unwrap().contains("subsystem.host"));
 }
 

@@ -36,7 +36,7 @@ fn counters_match_the_io_done_and_stat_shows_it() {
             std::fs::write(
                 &config,
                 format!(
-                    "[[listener]]\naddress = \"127.0.0.1:{io_port}\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+                    "[[listener]]\naddress = \"127.0.0.1:{io_port}\"\n[[subsystem]]\nnqn = \"{NQN}\"\nallow_any_host = true\n\
                      [[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"16MiB\"\n\
                      [[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"8MiB\"\n[runtime]\nthreads = 1\n"
                 ),

@@ -82,11 +82,9 @@ pub struct SubsystemConfig {
     pub pool: Option<String>,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
-    /// Any host may connect (listed hosts still need their secrets). Unset: true
-    /// when no `[[subsystem.host]]` is listed, false otherwise.
-    // TODO(issue 6): the issue asks for allow-any only when set explicitly; making
-    // the unset case deny needs `allow_any_host = true` in every existing config
-    // (default-config.toml, tests/interop/lib/common.sh, apps/sluice/tests, manage).
+    /// Any host may connect (listed hosts still need their secrets). Only when set
+    /// explicitly: unset, only the `[[subsystem.host]]` entries may connect, and a
+    /// subsystem with none admits nobody (the start warns about it).
     #[serde(default)]
     pub allow_any_host: Option<bool>,
     #[serde(default, rename = "host")]
@@ -115,7 +113,7 @@ impl SubsystemConfig {
     /// The hosts allowed to connect, checked; `location` names the subsystem.
     pub(crate) fn host_access(&self, location: &str) -> Result<HostAccess, ConfigError> {
         let hosts = HostAccess {
-            allow_any_host: self.allow_any_host.unwrap_or(self.hosts.is_empty()),
+            allow_any_host: self.allow_any_host.unwrap_or(false),
             hosts: self
                 .hosts
                 .iter()

@@ -305,7 +305,10 @@ fn host_rules_apply_live_and_disconnect_hosts_no_longer_allowed() {
     assert!(!listed.to_string().contains("DHHC-1"), "secrets are never shown: {listed}");
 
     fixture.call("host_deny", json!({"nqn": A, "host": HOST})).unwrap();
-    assert!(subsystem.hosts.allows("nqn.other"), "no host listed: any host again");
+    assert!(
+        !subsystem.hosts.allows("nqn.other") && !subsystem.hosts.allows(HOST),
+        "no host listed and allow_any_host unset: nobody may connect"
+    );
 }
 
 #[test]
