@@ -1,0 +1,302 @@
+#!/bin/sh
+# shellcheck shell=dash
+# Guest half of tests/interop/operations.sh. Runs inside the linux-nvme-peer guest
+# (busybox ash, Linux 6.1 nvme-tcp, nvme-cli 2.3, fio 3.33), drives `sluice serve`
+# on the host through 10.0.2.2 and takes turns with the host script through marker
+# files in the 9p share (/host/sync): the host adds a namespace through the
+# management API, scrapes the metrics during fio, and SIGKILLs and restarts sluice
+# while this guest stays connected.
+#
+# Every check prints "CHECK <name>: ok" or "CHECK <name>: FAIL (<why>)"; the script
+# exits 0 only when no check failed. Details (fio JSON, id-ns, dmesg, ...) go to
+# /host (the host's artifact directory).
+#
+# Environment (set by operations.sh / linux-nvme-peer):
+#   LNP_SUBNQN, LNP_TARGET_ADDR   subsystem NQN, target address (10.0.2.2)
+#   IO_PORT                       I/O port of sluice
+#   CTRL_LOSS_TMO                 nvme connect --ctrl-loss-tmo (default 120)
+#   FIO_SIZE / NS2_FIO_SIZE       bytes fio writes to namespace 1 / 2 (32m / 8m)
+#   WAIT_HOST                     bound in seconds for each wait on the host (default 120)
+
+NQN=${LNP_SUBNQN:?LNP_SUBNQN is not set}
+ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
+IO_PORT=${IO_PORT:?IO_PORT is not set}
+CTRL_LOSS_TMO=${CTRL_LOSS_TMO:-120}
+FIO_SIZE=${FIO_SIZE:-32m}
+NS2_FIO_SIZE=${NS2_FIO_SIZE:-8m}
+WAIT_HOST=${WAIT_HOST:-120}
+LOGDIR=/host
+SYNC=$LOGDIR/sync
+
+passed=0 failed=0 failed_names=''
+ok() { echo "CHECK $1: ok${2:+ ($2)}"; passed=$((passed + 1)); }
+fail() {
+  echo "CHECK $1: FAIL${2:+ ($2)}"
+  failed=$((failed + 1)); failed_names="$failed_names $1"
+}
+section() { echo; echo "=== $*"; }
+show_tail() { [ -s "$1" ] && { echo "--- last lines of ${1##*/}:"; tail -n "${2:-25}" "$1" | sed 's/^/  | /'; }; }
+
+# seconds since boot, with two decimals; elapsed T0: seconds since T0
+now() { cut -d' ' -f1 /proc/uptime; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# signal NAME [TEXT]: tell the host (marker file, written atomically)
+signal() { printf '%s\n' "${2:-}" >"$SYNC/.$1.tmp" && mv "$SYNC/.$1.tmp" "$SYNC/$1"; }
+# await NAME TIMEOUT: wait for the host's marker NAME; 1 on timeout, 2 if the host gave up
+await() {
+  local deadline
+  deadline=$(awk -v t="$(now)" -v d="$2" 'BEGIN { printf "%d", t + d }')
+  while [ ! -e "$SYNC/$1" ]; do
+    [ -e "$SYNC/host-abort" ] && { echo "the host gave up: $(cat "$SYNC/host-abort")"; return 2; }
+    [ "$(cut -d. -f1 /proc/uptime)" -ge "$deadline" ] && { echo "no '$1' from the host within $2 s"; return 1; }
+    usleep 100000
+  done
+}
+abort() { signal guest-abort "$1"; echo "guest: giving up: $1"; }
+
+# run NAME TIMEOUT CMD...: bounded, output to $LOGDIR/NAME.txt, check = exit 0
+run() {
+  local name="$1" tmo="$2" out rc
+  shift 2
+  out=$LOGDIR/$name.txt
+  echo "+ $*" >"$out"
+  timeout "$tmo" "$@" >>"$out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then ok "$name"; return 0; fi
+  if [ $rc -eq 143 ] || [ $rc -eq 124 ]; then fail "$name" "timed out after ${tmo}s"
+  else fail "$name" "exit $rc"; fi
+  show_tail "$out"
+  return 1
+}
+
+is_ours() { [ -r "$1/subsysnqn" ] && [ "$(cat "$1/subsysnqn")" = "$NQN" ]; }
+# find_ctrl: the fabrics controller (nvmeN) of $NQN, whatever its state
+find_ctrl() {
+  for c in /sys/class/nvme/nvme*; do
+    is_ours "$c" && { echo "${c##*/}"; return 0; }
+  done
+  return 1
+}
+ctrl_state() { cat "/sys/class/nvme/$CTRL/state" 2>/dev/null || echo gone; }
+# ns_dev NSID: the block device of namespace NSID of $NQN (multipath head or plain)
+ns_dev() {
+  local d
+  for d in /sys/class/nvme-subsystem/*/nvme*n* /sys/class/nvme/*/nvme*n*; do
+    case ${d##*/} in *c*) continue ;; esac   # nvmeXcYnZ: hidden per-path devices
+    if ! [ -r "$d/nsid" ] || ! is_ours "${d%/*}"; then continue; fi
+    [ "$(cat "$d/nsid")" = "$1" ] && [ -b "/dev/${d##*/}" ] && { echo "/dev/${d##*/}"; return 0; }
+  done
+  return 1
+}
+nguid_of() { cat "/sys/block/${1#/dev/}/nguid" 2>/dev/null; }
+# nguid_id_ns DEV: the NGUID Identify Namespace returns now (asks the target)
+nguid_id_ns() {
+  timeout 30 nvme id-ns "$1" 2>/dev/null | awk -F: '$1 ~ /^nguid *$/ { gsub(/ /, "", $2); print $2; exit }'
+}
+# the kernel log's nvme lines since line $1 (dmesg is short in this guest)
+dmesg_nvme() { dmesg | grep -i nvme | tail -n +"$(( ${1:-0} + 1 ))"; }
+
+# fio_job NAME DEV SIZE IODEPTH [EXTRA...]: the write + crc32c verify job; the very
+# same options with --verify_only=1 re-check what it wrote. JSON to $LOGDIR/NAME.json.
+fio_job() {
+  local name="$1" dev="$2" size="$3" qd="$4"
+  shift 4
+  run "$name" 300 fio --name=ops --filename="$dev" --ioengine=libaio --direct=1 \
+    --rw=write --bs=128k --iodepth="$qd" --size="$size" --verify=crc32c --do_verify=1 \
+    --verify_fatal=1 --exitall_on_error=1 --end_fsync=1 \
+    --output-format=json --output="$LOGDIR/$name.json" "$@" || { show_tail "$LOGDIR/$name.json"; return 1; }
+}
+
+section "environment"
+echo "kernel $(uname -r); $(nvme version 2>&1 | head -n 1); $(fio --version)"
+echo "target $ADDR:$IO_PORT, subsystem $NQN, host NQN $(cat /etc/nvme/hostnqn 2>/dev/null)"
+mkdir -p "$SYNC" 2>/dev/null
+if ! : >"$SYNC/.probe" 2>/dev/null; then
+  echo "CHECK share: FAIL (/host/sync is not writable: run with --share)"; exit 1
+fi
+rm -f "$SYNC/.probe"
+
+CTRL='' NS1='' NS2=''
+go=1
+section "connect (ctrl-loss-tmo $CTRL_LOSS_TMO s, reconnect-delay 1 s)"
+if run connect 60 nvme connect -t tcp -a "$ADDR" -s "$IO_PORT" -n "$NQN" \
+    --ctrl-loss-tmo "$CTRL_LOSS_TMO" --reconnect-delay 1; then
+  i=0
+  while [ $i -lt 100 ]; do
+    CTRL=$(find_ctrl) || CTRL=''
+    NS1=$(ns_dev 1) || NS1=''
+    [ -n "$CTRL" ] && [ "$(ctrl_state)" = live ] && [ -n "$NS1" ] && break
+    usleep 200000; i=$((i + 1))
+  done
+  if [ -n "$CTRL" ] && [ -n "$NS1" ]; then
+    ok connect-device "controller $CTRL, namespace 1 is $NS1"
+  else
+    fail connect-device "controller '${CTRL:-none}' / namespace 1 '${NS1:-none}' not there within 20 s"; go=0
+  fi
+else
+  go=0
+fi
+if [ $go = 1 ] && ns_dev 2 >/dev/null; then
+  fail ns2-absent-before "namespace 2 exists before the host added it"
+fi
+dmesg_lines_at_connect=$(dmesg | grep -ci nvme)
+
+# ---------------------------------------------------------------------------
+if [ $go = 1 ]; then
+  section "namespace added through the management API appears without reconnecting"
+  signal connected "$CTRL $NS1"
+  if await ns-added "$WAIT_HOST"; then
+    t0=$(now)
+    api_nguid=$(cat "$SYNC/ns-added")
+    i=0
+    while [ $i -lt 150 ]; do
+      NS2=$(ns_dev 2) && break
+      NS2=''; usleep 100000; i=$((i + 1))
+    done
+    if [ -n "$NS2" ]; then
+      ok ns-add-visible "$NS2 appeared $(elapsed "$t0") s after the API call returned, no nvme command run"
+      ns2_nguid=$(nguid_of "$NS2" | tr -d -)
+      if [ "$ns2_nguid" = "$api_nguid" ]; then ok ns-add-nguid "$ns2_nguid, as the API reported"
+      else fail ns-add-nguid "sysfs NGUID '$ns2_nguid', the API reported '$api_nguid'"; fi
+      ns_size=$(cat "/sys/block/${NS2#/dev/}/size" 2>/dev/null)
+      echo "  $NS2: $ns_size 512-byte sectors, nguid $(nguid_of "$NS2")"
+    else
+      fail ns-add-visible "namespace 2 did not appear within 15 s of the API call"
+      find /sys/class/nvme-subsystem/*/ /sys/class/nvme/*/ -maxdepth 1 -name 'nvme*' 2>&1 | sed 's/^/  | /'
+    fi
+    if [ "$(find_ctrl)" = "$CTRL" ] && [ "$(ctrl_state)" = live ]; then
+      ok ns-add-same-controller "$CTRL still live"
+    else
+      fail ns-add-same-controller "controller now '$(find_ctrl)' in state '$(ctrl_state)'"
+    fi
+    dmesg_nvme "$dmesg_lines_at_connect" >"$LOGDIR/dmesg-ns-add.txt"
+    if grep -Eqi 'reconnect|error recovery|Removing ctrl|reset' "$LOGDIR/dmesg-ns-add.txt"; then
+      fail ns-add-no-reconnect "the kernel log shows a reset or reconnect"; show_tail "$LOGDIR/dmesg-ns-add.txt"
+    else
+      ok ns-add-no-reconnect
+    fi
+  else
+    fail ns-add-visible "the host did not add the namespace"; go=0
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+if [ $go = 1 ]; then
+  section "fio: 128 KiB sequential write $FIO_SIZE + crc32c verify on $NS1 (iodepth 1, end_fsync), metrics scraped by the host"
+  signal fio-start
+  if await metrics-baseline "$WAIT_HOST"; then
+    t0=$(now)
+    fio_job fio-ns1 "$NS1" "$FIO_SIZE" 1
+    echo "  fio on $NS1 took $(elapsed "$t0") s"
+    signal fio-done
+    [ -n "$NS2" ] && { section "fio: write $NS2_FIO_SIZE + verify on the added namespace $NS2"
+      fio_job fio-ns2 "$NS2" "$NS2_FIO_SIZE" 4; }
+  else
+    go=0
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+if [ $go = 1 ]; then
+  section "restart: the host SIGKILLs sluice and starts it again"
+  {
+    for n in 1 2; do d=$(ns_dev $n) && echo "$n $d $(nguid_of "$d")"; done
+  } >"$LOGDIR/nguid-before.txt"
+  sed 's/^/  nsid /' "$LOGDIR/nguid-before.txt"
+  dmesg_lines_before=$(dmesg | grep -ci nvme)
+  signal pre-restart "$(cat "$LOGDIR/nguid-before.txt")"
+  # watch the controller: it must leave "live" (the connection dropped) and come
+  # back by itself once the host has restarted sluice
+  t0=$(now) states='live' last=live t_down='' t_up='' t_restarted=''
+  limit=$((WAIT_HOST + 40))
+  while :; do
+    s=$(ctrl_state)
+    [ "$s" != "$last" ] && { states="$states -> $s"; last=$s
+      [ -z "$t_down" ] && [ "$s" != live ] && t_down=$(elapsed "$t0"); }
+    if [ -z "$t_restarted" ] && [ -e "$SYNC/restarted" ]; then t_restarted=$(elapsed "$t0"); fi
+    [ -e "$SYNC/host-abort" ] && { echo "  the host gave up: $(cat "$SYNC/host-abort")"; break; }
+    if [ -n "$t_down" ] && [ "$s" = live ]; then t_up=$(elapsed "$t0"); break; fi
+    # after the restart, the reconnect must happen within 30 s
+    if [ -n "$t_restarted" ] && awk -v a="$(elapsed "$t0")" -v b="$t_restarted" 'BEGIN { exit !(a - b > 30) }'; then break; fi
+    [ "$(elapsed "$t0" | cut -d. -f1)" -ge "$limit" ] && break
+    [ "$s" = gone ] && break
+    usleep 100000
+  done
+  [ -z "$t_restarted" ] && [ -e "$SYNC/restarted" ] && t_restarted=$(elapsed "$t0")
+  echo "  controller $CTRL states: $states (down at +${t_down:-?} s, sluice back at +${t_restarted:-?} s, live at +${t_up:-?} s)"
+  if [ -n "$t_down" ]; then ok restart-connection-lost "$CTRL went $(echo "$states" | cut -d' ' -f3) $t_down s after the marker"
+  else fail restart-connection-lost "the controller never left 'live'"; fi
+  if [ -n "$t_up" ] && [ -n "$t_restarted" ]; then
+    ok restart-reconnected "live again at most $(awk -v a="$t_up" -v b="$t_restarted" 'BEGIN { printf "%.1f", (a > b ? a - b : 0) }') s after the host reported sluice restarted, no nvme command run"
+  elif [ -n "$t_up" ]; then
+    fail restart-reconnected "live again at +$t_up s, but the host never reported the restart"
+  else
+    fail restart-reconnected "state '$(ctrl_state)' (${t_restarted:+30 s after the restart}${t_restarted:-the host did not restart sluice})"; go=0
+  fi
+  dmesg_nvme "$dmesg_lines_before" >"$LOGDIR/dmesg-restart.txt"
+  echo "  kernel log during the restart:"
+  sed 's/^/    /' "$LOGDIR/dmesg-restart.txt"
+  if grep -qi 'reconnected' "$LOGDIR/dmesg-restart.txt"; then ok restart-kernel-reconnect-log
+  else fail restart-kernel-reconnect-log "no 'Successfully reconnected' line"; fi
+fi
+
+if [ $go = 1 ]; then
+  section "after the restart: same namespaces, same NGUIDs, same data"
+  while read -r n dev nguid_before; do
+    d=$(ns_dev "$n") || d=''
+    if [ "$d" != "$dev" ]; then
+      fail "ns$n-same-device" "namespace $n is '${d:-gone}', was $dev"; continue
+    fi
+    now_sysfs=$(nguid_of "$d") now_id=$(nguid_id_ns "$d" | tr -d -)
+    if [ "$now_sysfs" = "$nguid_before" ] && [ "$now_id" = "$(echo "$nguid_before" | tr -d -)" ]; then
+      ok "ns$n-same-nguid" "$d $nguid_before (sysfs and a fresh Identify Namespace)"
+    else
+      fail "ns$n-same-nguid" "before $nguid_before; now sysfs '$now_sysfs', id-ns '$now_id'"
+    fi
+  done <"$LOGDIR/nguid-before.txt"
+  grep -q '^1 ' "$LOGDIR/nguid-before.txt" || fail ns1-same-nguid "namespace 1 was not recorded"
+  [ -z "$NS2" ] || grep -q '^2 ' "$LOGDIR/nguid-before.txt" || fail ns2-same-nguid "namespace 2 was not recorded"
+
+  section "fio --verify_only over what was written before the SIGKILL"
+  fio_job fio-ns1-verify-only "$NS1" "$FIO_SIZE" 1 --verify_only=1
+  [ -n "$NS2" ] && fio_job fio-ns2-verify-only "$NS2" "$NS2_FIO_SIZE" 4 --verify_only=1
+  signal verify-done
+fi
+
+# ---------------------------------------------------------------------------
+if [ -n "$CTRL" ]; then
+  section "disconnect"
+  if run disconnect 60 nvme disconnect -n "$NQN"; then
+    if grep -q 'disconnected 1 controller' "$LOGDIR/disconnect.txt"; then ok disconnect-count
+    else fail disconnect-count "expected 'disconnected 1 controller(s)'"; show_tail "$LOGDIR/disconnect.txt"; fi
+    i=0
+    while find_ctrl >/dev/null && [ $i -lt 100 ]; do usleep 200000; i=$((i + 1)); done
+    if find_ctrl >/dev/null; then fail disconnect-gone "controller still there after 20 s"; else ok disconnect-gone; fi
+  fi
+fi
+[ $go = 1 ] || abort "a step failed (see the CHECK lines)"
+
+section "kernel log"
+dmesg >"$LOGDIR/dmesg.txt" 2>&1
+echo "--- dmesg | grep -i nvme:"
+grep -i nvme "$LOGDIR/dmesg.txt" | sed 's/^/  /'
+# nvme lines that report a problem, except what a target restart is expected to
+# log (error recovery, refused reconnect attempts, the reconnect itself)
+grep -i nvme "$LOGDIR/dmesg.txt" |
+  grep -Ei 'error|fail|timeout|timed out|reset|abort|invalid|unexpected|corrupt|digest|refused|unable|cannot|mismatch|bad |warn|identifiers changed' |
+  grep -Eiv 'shutdown timeout set to|starting error recovery|failed to connect socket: -111|Failed reconnect attempt [0-9]+|Reconnecting in [0-9]+ seconds|Successfully reconnected' \
+  >"$LOGDIR/dmesg-nvme-errors.txt"
+grep -E 'BUG:|Oops|Call Trace|WARNING:|general protection|Kernel panic|blocked for more than|hung_task|I/O error' \
+  "$LOGDIR/dmesg.txt" >>"$LOGDIR/dmesg-nvme-errors.txt"
+if [ -s "$LOGDIR/dmesg-nvme-errors.txt" ]; then
+  fail kernel-log "$(wc -l <"$LOGDIR/dmesg-nvme-errors.txt") unexpected line(s)"
+  sed 's/^/  ! /' "$LOGDIR/dmesg-nvme-errors.txt"
+else
+  ok kernel-log "only the expected reconnect lines"
+fi
+
+section "summary"
+echo "guest checks: $passed ok, $failed FAILED${failed_names:+ (failed:$failed_names)}"
+signal guest-done "$passed $failed"
+[ "$failed" -eq 0 ]
