@@ -18,6 +18,10 @@
 #   4. cargo build --release -p nvme-host-ffi (libsluice_host.a)
 #   5. make -C fio (the engine), then checks that every symbol the engine needs
 #      from fio is exported by the fio binary, and that fio loads the engine.
+#   6. when Debian's libiscsi-dev is installed: fio's own libiscsi engine
+#      (engines/libiscsi.c of the same sources; Debian's fio is built without it) as
+#      the external engine libfio_libiscsi.so, with the same checks. `sluice bench
+#      --compare iscsi` needs it; without libiscsi-dev this step is skipped with a note.
 #
 # Every step is skipped when its result is already there (idempotent); a failing
 # step says what to do.
@@ -240,6 +244,41 @@ if ! "$FIO" --enghelp="$ENGINE" >"$OUT/enghelp.txt" 2>&1 ||
   cat "$OUT/enghelp.txt" >&2
   fail "fio could not load $ENGINE (output above)"
 fi
-say "built $ENGINE ($(du -h "$ENGINE" | cut -f1)) in $((SECONDS - t0))s"
+say "built $ENGINE ($(du -h "$ENGINE" | cut -f1))"
+
+# ---------------------------------------------------------------------------
+# 6. fio's libiscsi engine (for sluice bench --compare iscsi)
+# ---------------------------------------------------------------------------
+ISCSI_HEADER=/usr/include/iscsi/iscsi.h
+if [ -f "$ISCSI_HEADER" ]; then
+  iscsi_out=$OUT/make-iscsi.log
+  make -C "$REPO/fio" --no-print-directory FIO_SRC="$SRC" OUT="$OUT" iscsi >"$iscsi_out" 2>&1 ||
+    { cat "$iscsi_out" >&2; fail "compiling fio's engines/libiscsi.c failed (log: $iscsi_out)"; }
+  ISCSI_ENGINE=$OUT/libfio_libiscsi.so
+  # Its undefined symbols come from fio, libiscsi or the C library.
+  libiscsi=$(ldd "$ISCSI_ENGINE" | awk '/libiscsi/ {print $3; exit}')
+  [ -n "$libiscsi" ] || fail "$ISCSI_ENGINE is not linked with libiscsi"
+  nm -D --defined-only "$libiscsi" | awk '{print $NF}' >>"$provided"
+  missing=()
+  while read -r sym; do
+    sym=${sym%%@*}
+    grep -qx "$sym" "$provided" && continue
+    case $sym in
+      __gmon_start__ | _ITM_* | __cxa_finalize | __cxa_thread_atexit_impl | _Unwind_*) continue ;;
+    esac
+    missing+=("$sym")
+  done < <(nm -D --undefined-only "$ISCSI_ENGINE" | awk '$NF !~ /@/ {print $NF}')
+  [ ${#missing[@]} -eq 0 ] ||
+    fail "fio's libiscsi engine needs symbols neither fio nor libiscsi export: ${missing[*]}"
+  if ! "$FIO" --enghelp="$ISCSI_ENGINE" >"$OUT/enghelp-iscsi.txt" 2>&1 ||
+    ! grep -q initiator "$OUT/enghelp-iscsi.txt"; then
+    cat "$OUT/enghelp-iscsi.txt" >&2
+    fail "fio could not load $ISCSI_ENGINE (output above)"
+  fi
+  say "built $ISCSI_ENGINE (fio's libiscsi engine, $(du -h "$ISCSI_ENGINE" | cut -f1))"
+else
+  say "skipped fio's libiscsi engine: $ISCSI_HEADER is missing (apt-get install libiscsi-dev, or scripts/setup.sh; only sluice bench --compare iscsi needs it)"
+fi
+say "done in $((SECONDS - t0))s"
 [ "$PRINT_PATH" = 1 ] && echo "$ENGINE"
 exit 0

@@ -43,7 +43,8 @@ as_root() {
   else die "need root (or passwordless sudo) to run: $*"; fi
 }
 
-have_cmd() {  # like command -v, but also looks in the sbin directories
+have_cmd() {  # like command -v, but also looks in the sbin directories; /path: a file
+  case $1 in /*) [ -e "$1" ]; return ;; esac
   command -v "$1" >/dev/null 2>&1 && return 0
   local d
   for d in /usr/sbin /sbin /usr/local/sbin; do [ -x "$d/$1" ] && return 0; done
@@ -65,11 +66,15 @@ missing=()     # (--check) what is missing
 #   self-test); g++ / make: libFuzzer (cargo-fuzz); gcc: the C smoke test of the
 #   host C ABI; dpkg-dev (dpkg-source): `apt-get source fio` for the fio engine's
 #   headers; chromium: headless rendering check of the benchmark HTML report.
+#   tgt (tgtd, tgtadm), libiscsi-bin and libiscsi-dev: `sluice bench --compare iscsi`
+#   (Debian's userspace iSCSI target, and the libiscsi initiator that fio's libiscsi
+#   engine is built against; an entry that starts with / is a file, not a command).
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
   flock:util-linux timeout:coreutils dpkg-deb:dpkg ldd:libc-bin shellcheck:shellcheck
-  g++:g++ make:make cc:gcc python3:python3 dpkg-source:dpkg-dev chromium:chromium"
+  g++:g++ make:make cc:gcc python3:python3 dpkg-source:dpkg-dev chromium:chromium
+  tgtd:tgt tgtadm:tgt iscsi-inq:libiscsi-bin /usr/include/iscsi/iscsi.h:libiscsi-dev"
 
 apt_missing=()
 for entry in $APT_TOOLS; do
@@ -191,5 +196,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
 fi

@@ -271,7 +271,11 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
     for (args, code, needle) in [
         (&["--driver", "vdbench"][..], 2, "use sluice"),
         (&["--compare", "fc"][..], 2, "use iscsi"),
-        (&["--compare", "iscsi", "--driver", "sluice"][..], 2, "driven by fio"),
+        (
+            &["--compare", "iscsi", "--driver", "sluice"][..],
+            2,
+            "driven by fio",
+        ),
         (
             &["--compare", "iscsi", "--target", "tcp://127.0.0.1:1/nqn.x"][..],
             2,
@@ -280,7 +284,12 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
         (&["--backend", "file"][..], 2, "--backing-file"),
         (&["--backend", "tape"][..], 2, "use ram, null or file"),
         (
-            &["--driver", "fio", "--fio-engine-dir", "/nonexistent/sluice-fio"][..],
+            &[
+                "--driver",
+                "fio",
+                "--fio-engine-dir",
+                "/nonexistent/sluice-fio",
+            ][..],
             1,
             "scripts/build-fio-engine.sh",
         ),
@@ -319,18 +328,33 @@ fn fio_engine_dir() -> Option<PathBuf> {
 #[test]
 fn fio_driver_in_miniature() {
     let Some(engines) = fio_engine_dir() else {
-        eprintln!("skipped: fio or target/fio/libsluice_fio.so missing (scripts/build-fio-engine.sh)");
+        eprintln!(
+            "skipped: fio or target/fio/libsluice_fio.so missing (scripts/build-fio-engine.sh)"
+        );
         return;
     };
     let result = mini_suite(
         "hci",
         "300ms",
-        &["--driver", "fio", "--fio-engine-dir", engines.to_str().unwrap()],
+        &[
+            "--driver",
+            "fio",
+            "--fio-engine-dir",
+            engines.to_str().unwrap(),
+        ],
     );
     assert_eq!(result.driver, "fio");
-    assert!(result.notes.iter().any(|note| note.contains("fio-")), "{:?}", result.notes);
+    assert!(
+        result.notes.iter().any(|note| note.contains("fio-")),
+        "{:?}",
+        result.notes
+    );
     // A mixed run has reads and writes in one latency distribution.
-    let mixed = result.runs.iter().find(|run| run.read_percent == 70).unwrap();
+    let mixed = result
+        .runs
+        .iter()
+        .find(|run| run.read_percent == 70)
+        .unwrap();
     assert!(mixed.latency_us.percentiles.len() >= 5 && mixed.latency_us.mean > 0.0);
     assert!(result.runs.iter().all(|run| !run.time_series.is_empty()));
 }

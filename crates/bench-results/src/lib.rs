@@ -6,7 +6,10 @@
 //!   tools in `docs/bench-result.schema.json`.
 //! * [`report`]: [`render_html`] turns one or more results into a single self-contained
 //!   HTML file (inline CSS and SVG, no network).
+//! * [`fio`]: fio's JSON output (`--output-format=json+`) read into the same quantities,
+//!   for `sluice bench --driver fio` and `--compare iscsi`.
 
+pub mod fio;
 pub mod report;
 pub mod result;
 #[cfg(any(test, feature = "sample"))]

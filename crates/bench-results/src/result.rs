@@ -16,10 +16,11 @@ pub const SCHEMA_ID: &str = "sluice-bench/1";
 
 /// Drivers a run can be made with.
 pub const DRIVERS: &[&str] = &["sluice-host", "fio", "local"];
-/// Kinds of target.
-pub const TARGET_KINDS: &[&str] = &["embedded", "remote"];
-/// Namespace backends.
-pub const BACKENDS: &[&str] = &["ram", "null", "remote"];
+/// Kinds of target: Sluice's embedded target, any NVMe/TCP target (`--target`), or
+/// Debian's `tgt` iSCSI target started by `--compare iscsi`.
+pub const TARGET_KINDS: &[&str] = &["embedded", "remote", "iscsi-tgt"];
+/// Namespace backends (`file`: a regular file, for the embedded target and `tgt`).
+pub const BACKENDS: &[&str] = &["ram", "null", "file", "remote"];
 /// Access patterns.
 pub const PATTERNS: &[&str] = &["random", "sequential"];
 /// Ceilings a run can be bound by.
@@ -68,13 +69,15 @@ pub struct Machine {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TargetInfo {
-    /// `"embedded" | "remote"`.
+    /// `"embedded" | "remote" | "iscsi-tgt"`.
     pub kind: String,
     /// `host:port`.
     pub address: String,
+    /// The subsystem NQN; for `iscsi-tgt` the iSCSI target's IQN.
     pub subsystem_nqn: String,
+    /// The namespace ID; for `iscsi-tgt` the LUN.
     pub namespace_id: u32,
-    /// `"ram" | "null" | "remote"`.
+    /// `"ram" | "null" | "file" | "remote"`.
     pub backend: String,
     /// Logical block size in bytes.
     pub block_size: u32,

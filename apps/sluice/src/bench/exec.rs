@@ -29,12 +29,93 @@ pub const EMBEDDED_BLOCK_SIZE: u32 = 512;
 /// Where the runs go.
 pub struct Endpoint {
     pub address: SocketAddr,
+    /// The subsystem NQN (for iSCSI: the target's IQN).
     pub nqn: String,
+    /// The namespace (for iSCSI: the LUN).
     pub nsid: NamespaceId,
     pub lba_bytes: u32,
     pub capacity: u64,
+    pub protocol: Protocol,
     /// The embedded target's backend (for the local baseline) and runtime.
     pub embedded: Option<Embedded>,
+}
+
+/// How the endpoint is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    NvmeTcp,
+    /// iSCSI to the `tgtd` process with this pid (its CPU time is the target's).
+    Iscsi {
+        tgtd_pid: u32,
+    },
+}
+
+impl Endpoint {
+    /// The target runs on this machine, started by the bench: its CPU time can be read
+    /// and the loopback ceiling applies.
+    pub fn is_local(&self) -> bool {
+        self.embedded.is_some() || matches!(self.protocol, Protocol::Iscsi { .. })
+    }
+
+    /// `"embedded" | "remote" | "iscsi-tgt"` (`TargetInfo::kind`).
+    pub fn kind(&self) -> &'static str {
+        match (self.protocol, &self.embedded) {
+            (Protocol::Iscsi { .. }, _) => "iscsi-tgt",
+            (Protocol::NvmeTcp, Some(_)) => "embedded",
+            (Protocol::NvmeTcp, None) => "remote",
+        }
+    }
+
+    /// The backend's name (`TargetInfo::backend`).
+    pub fn backend_kind(&self) -> &'static str {
+        match (self.protocol, &self.embedded) {
+            (_, Some(embedded)) => embedded.backend_kind,
+            (Protocol::Iscsi { .. }, None) => "file",
+            (Protocol::NvmeTcp, None) => "remote",
+        }
+    }
+
+    /// Where the target's CPU time can be read.
+    pub fn target_cpu(&self) -> TargetCpu {
+        match (self.protocol, &self.embedded) {
+            (Protocol::Iscsi { tgtd_pid }, _) => TargetCpu::Process(tgtd_pid),
+            (Protocol::NvmeTcp, Some(_)) => TargetCpu::EmbeddedThreads,
+            (Protocol::NvmeTcp, None) => TargetCpu::Unknown,
+        }
+    }
+}
+
+/// Where a target's CPU time comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetCpu {
+    /// A remote target: not readable.
+    Unknown,
+    /// The embedded target's runtime threads in this process.
+    EmbeddedThreads,
+    /// Another process on this machine (all its threads).
+    Process(u32),
+}
+
+impl TargetCpu {
+    /// CPU seconds used so far (user + system), `None` when not readable.
+    pub fn seconds(self) -> Option<f64> {
+        match self {
+            TargetCpu::Unknown => None,
+            TargetCpu::EmbeddedThreads => Some(CpuSnapshot::take().target_seconds()),
+            TargetCpu::Process(pid) => super::system::process_cpu_seconds(pid),
+        }
+    }
+}
+
+/// The embedded namespace's storage.
+pub enum EmbeddedBackend<'a> {
+    Ram,
+    Null,
+    /// A regular file, created sparse at the namespace size when missing.
+    File {
+        path: &'a std::path::Path,
+        direct_io: bool,
+    },
 }
 
 pub struct Embedded {
@@ -54,7 +135,7 @@ impl Drop for Embedded {
 
 /// Starts the embedded target on 127.0.0.1 (a free port) with one namespace.
 pub fn start_embedded(
-    backend_kind: &str,
+    storage: EmbeddedBackend<'_>,
     capacity: u64,
     threads: usize,
 ) -> Result<Endpoint, BenchError> {
@@ -62,21 +143,27 @@ pub fn start_embedded(
         block_size_bytes: EMBEDDED_BLOCK_SIZE,
         block_count: capacity / u64::from(EMBEDDED_BLOCK_SIZE),
     };
-    let (backend, kind): (Arc<dyn Backend>, &'static str) = match backend_kind {
-        "ram" => (
+    let (backend, kind): (Arc<dyn Backend>, &'static str) = match storage {
+        EmbeddedBackend::Ram => (
             RamBackend::try_new(geometry)
                 .map_err(|e| BenchError::Usage(format!("--namespace-size: {e}")))?,
             "ram",
         ),
-        "null" => (
+        EmbeddedBackend::Null => (
             NullBackend::try_new(geometry)
                 .map_err(|e| BenchError::Usage(format!("--namespace-size: {e}")))?,
             "null",
         ),
-        other => {
-            return Err(BenchError::Usage(format!(
-                "--backend {other:?}: use ram or null"
-            )))
+        EmbeddedBackend::File { path, direct_io } => {
+            let options = runtime::FileOptions {
+                block_size_bytes: Some(EMBEDDED_BLOCK_SIZE),
+                direct_io,
+                size_bytes: Some(geometry.capacity_bytes()),
+                ..runtime::FileOptions::default()
+            };
+            let backend = runtime::FileBackend::open(path, options)
+                .map_err(|e| BenchError::Usage(format!("--backing-file: {e}")))?;
+            (backend as Arc<dyn Backend>, "file")
         }
     };
     let spec = TargetSpec {
@@ -123,6 +210,7 @@ pub fn start_embedded(
         nsid: NamespaceId(1),
         lba_bytes: EMBEDDED_BLOCK_SIZE,
         capacity: geometry.capacity_bytes(),
+        protocol: Protocol::NvmeTcp,
         embedded: Some(Embedded {
             backend,
             backend_kind: kind,
@@ -180,6 +268,7 @@ pub fn connect_remote(address: SocketAddr, nqn: &str) -> Result<Endpoint, BenchE
         nsid,
         lba_bytes,
         capacity,
+        protocol: Protocol::NvmeTcp,
         embedded: None,
     })
 }
@@ -232,6 +321,11 @@ pub fn run_network(
     stop: &RunControl,
     progress: bool,
 ) -> Result<Measured, BenchError> {
+    if endpoint.protocol != Protocol::NvmeTcp {
+        return Err(BenchError::Usage(
+            "Sluice's host speaks NVMe/TCP only: drive an iSCSI target with --driver fio".into(),
+        ));
+    }
     let region = check_fits(job, endpoint)?;
     let threads = job.threads as usize;
     // Queue entries: the job's depth times the commands one I/O takes (MDTS 128 KiB
@@ -420,7 +514,7 @@ fn run_engines<E: Engine + Send>(
 
 /// The live progress line: rewritten in place on a terminal, one line per second
 /// otherwise (both on stderr).
-struct Progress {
+pub struct Progress {
     enabled: bool,
     tty: bool,
     name: String,
@@ -428,7 +522,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(enabled: bool, name: &str) -> Progress {
+    pub fn new(enabled: bool, name: &str) -> Progress {
         Progress {
             enabled,
             tty: std::io::stderr().is_terminal(),
@@ -438,18 +532,36 @@ impl Progress {
     }
 
     fn tick(&mut self, second: usize, sample: &workload::SecondSample) {
+        self.show(
+            second as f64,
+            sample.ios as f64,
+            sample.bytes as f64,
+            sample.p99_ns as f64 / 1e3,
+            sample.errors,
+        );
+    }
+
+    /// One interval ending `seconds` into the measured time.
+    pub fn show(
+        &mut self,
+        seconds: f64,
+        iops: f64,
+        bytes_per_second: f64,
+        p99_us: f64,
+        errors: u64,
+    ) {
         if !self.enabled {
             return;
         }
         let line = format!(
-            "  {:<40} {:>4}s {:>10.0} IOPS {:>9.1} MB/s  p99 {:>8.1} us{}",
+            "  {:<40} {:>4.0}s {:>10.0} IOPS {:>9.1} MB/s  p99 {:>8.1} us{}",
             self.name,
-            second,
-            sample.ios as f64,
-            sample.bytes as f64 / 1e6,
-            sample.p99_ns as f64 / 1e3,
-            if sample.errors > 0 {
-                format!("  {} errors", sample.errors)
+            seconds,
+            iops,
+            bytes_per_second / 1e6,
+            p99_us,
+            if errors > 0 {
+                format!("  {errors} errors")
             } else {
                 String::new()
             }
@@ -464,7 +576,7 @@ impl Progress {
         self.printed = true;
     }
 
-    fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if self.enabled && self.tty && self.printed {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
         }

@@ -4,26 +4,37 @@
 //! progress, CPU per I/O, ceilings measured in the same run, a versioned JSON result
 //! and an HTML report.
 //!
+//! Drivers: Sluice's own host (default), or fio through the Sluice ioengine
+//! (`--driver fio`, see `fio.rs`). `--compare iscsi` runs the suite through fio twice:
+//! over NVMe/TCP to the embedded target on a file, and over iSCSI to Debian's `tgt` on
+//! the same kind of file (`iscsi.rs`), and puts the two side by side.
+//!
 //! Threads and queues: every run connects one controller asking for `threads` I/O
 //! queues and gives each worker thread its own queue (its own TCP connection). If
 //! the target grants fewer queues, further controllers are connected until every
 //! thread has a queue of its own: threads never share a queue, so a thread's queue
-//! depth is exactly what the job says.
+//! depth is exactly what the job says. (fio: every job clone connects its own
+//! controller with one queue, or its own iSCSI session: the same shape.)
 
 mod engine;
 mod exec;
+mod fio;
+mod iscsi;
 mod output;
 mod suites;
 mod system;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bench_results::{BenchResult, Ceilings, Preconditioning, TargetInfo, SCHEMA_ID};
+use nvme_spec::NamespaceId;
 use workload::{parse_duration, JobSpec, Pattern};
+
+use exec::{EmbeddedBackend, Endpoint, Protocol};
 
 pub use suites::Scale;
 
@@ -57,7 +68,13 @@ Suites: quick (default, about a minute), four-corners, eswa, curves, hci.
 Without --target an embedded Sluice target is started on 127.0.0.1 (a free port)
 with one RAM namespace. Results: a table on stdout, JSON and HTML under
 target/bench/ (or --json PATH). Ctrl-C stops the current run and writes the
-partial result (exit 130).")]
+partial result (exit 130).
+
+--driver fio runs every job through fio and the Sluice ioengine (build it with
+scripts/build-fio-engine.sh). --compare iscsi runs the suite through fio over
+NVMe/TCP to the embedded target and over iSCSI to Debian's tgt, both on sparse
+files of --namespace-size, and prints them side by side (needs the tgt and
+libiscsi-dev packages: scripts/setup.sh installs them).")]
 pub struct BenchArgs {
     /// Named suite.
     #[arg(long, default_value = "quick", value_parser = clap::builder::PossibleValuesParser::new(suites::SUITES))]
@@ -90,9 +107,17 @@ pub struct BenchArgs {
     /// An NVMe/TCP target instead of the embedded one: tcp://ADDR:PORT/NQN.
     #[arg(long)]
     target: Option<String>,
-    /// Backend of the embedded namespace.
-    #[arg(long, default_value = "ram", value_parser = ["ram", "null"])]
-    backend: String,
+    /// Backend of the embedded namespace: ram, null or file (--backing-file) [default: ram].
+    #[arg(long)]
+    backend: Option<String>,
+    /// The regular file behind --backend file (created sparse at --namespace-size
+    /// when missing).
+    #[arg(long)]
+    backing_file: Option<PathBuf>,
+    /// File backends (and tgt's LUN under --compare iscsi) bypass the page cache
+    /// (O_DIRECT); by default they use it.
+    #[arg(long)]
+    direct_io: bool,
     /// Size of the embedded namespace.
     #[arg(long, default_value = "1GiB", value_parser = parse_size_arg)]
     namespace_size: u64,
@@ -100,20 +125,28 @@ pub struct BenchArgs {
     #[arg(long)]
     target_threads: Option<usize>,
     /// Precondition first: 128 KiB sequential writes over twice the capacity, then
-    /// rounds of the first job until steady state (SNIA PTS) or 25 rounds.
+    /// rounds of the first job until steady state (SNIA PTS) or 25 rounds (always
+    /// with Sluice's host).
     #[arg(long)]
     precondition: bool,
     /// Skip the local-baseline ceiling runs.
     #[arg(long)]
     no_baseline: bool,
     /// Where to write the JSON result [default: target/bench/<suite>-<time>.json];
-    /// the HTML report goes next to it.
+    /// the HTML report goes next to it. With --compare: the stem of the two results
+    /// (<stem>-nvme-tcp.json, <stem>-iscsi.json), the report and the table (<stem>.md).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// I/O driver: sluice (the built-in host). fio is not available yet.
-    #[arg(long, default_value = "sluice")]
-    driver: String,
-    /// Also run the suite over another transport (iscsi: not available yet).
+    /// I/O driver: sluice (Sluice's own host) [default], or fio (fio through the Sluice
+    /// ioengine; scripts/build-fio-engine.sh builds it).
+    #[arg(long)]
+    driver: Option<String>,
+    /// Directory holding the fio engines libsluice_fio.so and libfio_libiscsi.so
+    /// [default: $SLUICE_FIO_OUT or target/fio, where scripts/build-fio-engine.sh puts them].
+    #[arg(long)]
+    fio_engine_dir: Option<PathBuf>,
+    /// Also run the suite over iSCSI (Debian's tgt, through fio's libiscsi engine) and
+    /// compare: iscsi.
     #[arg(long)]
     compare: Option<String>,
 }
@@ -178,7 +211,7 @@ pub fn report(args: ReportArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn write_file(path: &std::path::Path, text: &str) -> Result<(), BenchError> {
+fn write_file(path: &Path, text: &str) -> Result<(), BenchError> {
     if let Some(parent) = path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
@@ -198,25 +231,175 @@ pub fn bench(args: BenchArgs) -> ExitCode {
     }
 }
 
+/// Which host drives the I/O.
+enum Driver {
+    /// Sluice's own host (`nvme-host-client`), in this process.
+    SluiceHost,
+    /// fio through an external ioengine, one fio process per job.
+    Fio(fio::FioRunner),
+}
+
+impl Driver {
+    /// `BenchResult::driver`.
+    fn name(&self) -> &'static str {
+        match self {
+            Driver::SluiceHost => "sluice-host",
+            Driver::Fio(_) => "fio",
+        }
+    }
+}
+
+/// A finished (or interrupted) suite.
+struct Outcome {
+    result: BenchResult,
+    any_errors: bool,
+}
+
+/// Ctrl-C and SIGTERM: the first stops the current run (the partial result is
+/// written, tgtd is stopped in order); a second one stops tgtd the quick way and exits
+/// at once.
+fn install_interrupts() -> workload::RunControl {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+        Ok(mut signals) => {
+            let spawned = std::thread::Builder::new()
+                .name("bench-signals".into())
+                .spawn(move || {
+                    for _ in signals.forever() {
+                        if flag.swap(true, Ordering::SeqCst) {
+                            fio::emergency_stop();
+                            iscsi::emergency_stop();
+                            ScratchDir::emergency_remove();
+                            std::process::exit(i32::from(EXIT_INTERRUPTED));
+                        }
+                    }
+                });
+            if let Err(error) = spawned {
+                eprintln!("sluice: warning: Ctrl-C will not stop the bench cleanly: {error}");
+            }
+        }
+        Err(error) => {
+            eprintln!("sluice: warning: Ctrl-C will not stop the bench cleanly: {error}")
+        }
+    }
+    stop
+}
+
+/// What the parts of one `sluice bench` invocation share.
+#[derive(Clone, Copy)]
+struct Invocation<'a> {
+    args: &'a BenchArgs,
+    suite_name: &'a str,
+    stop: &'a workload::RunControl,
+    paths: &'a OutputPaths,
+}
+
+/// Where the results go.
+struct OutputPaths {
+    /// Without --compare: the JSON file; with it: the stem (no extension).
+    base: PathBuf,
+}
+
+impl OutputPaths {
+    fn new(json: Option<&Path>, suite: &str, started: SystemTime, compare: bool) -> OutputPaths {
+        let stamp = system::compact_timestamp(started);
+        let base = match (json, compare) {
+            (Some(path), false) => path.to_path_buf(),
+            (Some(path), true) => path.with_extension(""),
+            (None, false) => PathBuf::from("target/bench").join(format!("{suite}-{stamp}.json")),
+            (None, true) => PathBuf::from("target/bench").join(format!("{suite}-vs-iscsi-{stamp}")),
+        };
+        OutputPaths { base }
+    }
+
+    /// `<base>` with `suffix` appended to the file name (before any extension).
+    fn with_suffix(&self, suffix: &str, extension: &str) -> PathBuf {
+        let stem = self.base.with_extension("");
+        let name = stem
+            .file_name()
+            .map_or_else(|| "bench".into(), |n| n.to_string_lossy().into_owned());
+        stem.with_file_name(format!("{name}{suffix}"))
+            .with_extension(extension)
+    }
+
+    /// fio's job files, outputs and logs (and tgtd's log): `<base>-fio/[side/]`.
+    fn fio_dir(&self, side: Option<&str>) -> PathBuf {
+        let dir = self.with_suffix("-fio", "");
+        side.map_or_else(|| dir.clone(), |side| dir.join(side))
+    }
+}
+
 fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
-    if args.driver == "fio" {
-        return Err(BenchError::Runtime(
-            "--driver fio: not yet (the fio ioengine is a later issue); use --driver sluice".into(),
+    let driver_name = args.driver.as_deref().unwrap_or("sluice");
+    if !matches!(driver_name, "sluice" | "fio") {
+        return Err(BenchError::Usage(format!(
+            "--driver {driver_name:?}: use sluice (Sluice's own host) or fio (fio through the Sluice ioengine)"
+        )));
+    }
+    let compare = match args.compare.as_deref() {
+        None => false,
+        Some("iscsi") => true,
+        Some(other) => {
+            return Err(BenchError::Usage(format!(
+                "--compare {other:?}: use iscsi (the suite over NVMe/TCP and over iSCSI to tgt)"
+            )))
+        }
+    };
+    let backend = args.backend.as_deref().unwrap_or("ram");
+    if !matches!(backend, "ram" | "null" | "file") {
+        return Err(BenchError::Usage(format!(
+            "--backend {backend:?}: use ram, null or file"
+        )));
+    }
+    if compare {
+        let conflict = if args.driver.as_deref() == Some("sluice") {
+            Some("--driver sluice: both transports are driven by fio (the iSCSI side has no Sluice host); drop --driver")
+        } else if args.target.is_some() {
+            Some("--target: --compare iscsi starts both targets itself, on loopback; drop --target")
+        } else if args.backend.as_deref().is_some_and(|b| b != "file") {
+            Some("--backend: --compare iscsi puts both targets on sparse files; drop --backend")
+        } else if args.backing_file.is_some() {
+            Some("--backing-file: --compare iscsi makes its own temporary sparse files; drop --backing-file")
+        } else if args.precondition {
+            Some("--precondition: preconditioning runs Sluice's host, which has no iSCSI side; drop --precondition")
+        } else {
+            None
+        };
+        if let Some(conflict) = conflict {
+            return Err(BenchError::Usage(format!(
+                "--compare iscsi with {conflict}"
+            )));
+        }
+    } else if backend == "file" && args.backing_file.is_none() {
+        return Err(BenchError::Usage(
+            "--backend file needs --backing-file PATH (created sparse at --namespace-size when missing)".into(),
+        ));
+    } else if backend != "file" && args.backing_file.is_some() {
+        return Err(BenchError::Usage(
+            "--backing-file is for --backend file".into(),
         ));
     }
-    if args.driver != "sluice" {
-        return Err(BenchError::Usage(format!(
-            "--driver {:?}: use sluice",
-            args.driver
-        )));
+
+    // Everything a driver needs is checked before anything starts.
+    let fio_tools = if driver_name == "fio" || compare {
+        let what = if compare {
+            "--compare iscsi"
+        } else {
+            "--driver fio"
+        };
+        Some(fio::find_tools(
+            args.fio_engine_dir.as_deref(),
+            compare,
+            what,
+        )?)
+    } else {
+        None
+    };
+    if compare {
+        iscsi::check_installed()?;
     }
-    if let Some(other) = &args.compare {
-        return Err(BenchError::Runtime(format!(
-            "--compare {other}: not yet (the NVMe/TCP versus iSCSI comparison is a later issue)"
-        )));
-    }
-    let started = SystemTime::now();
-    let mini = args.scale == Scale::Mini;
 
     // Jobs from a file are checked before anything starts.
     let (suite_name, file_jobs) = match &args.suite_file {
@@ -234,31 +417,113 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         None => (args.suite.clone(), None),
     };
 
-    // Ctrl-C: the first stops the current run (the partial result is written), a
-    // second one exits at once.
-    let stop = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register_conditional_shutdown(
-        signal_hook::consts::SIGINT,
-        EXIT_INTERRUPTED as i32,
-        stop.clone(),
-    );
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
-
+    let stop = install_interrupts();
+    let started = SystemTime::now();
+    let paths = OutputPaths::new(args.json.as_deref(), &suite_name, started, compare);
     let target_threads = args
         .target_threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 2)
         .max(1);
+
+    let invocation = Invocation {
+        args: &args,
+        suite_name: &suite_name,
+        stop: &stop,
+        paths: &paths,
+    };
+    if let (true, Some(tools)) = (compare, fio_tools.clone()) {
+        return compare_iscsi(&invocation, file_jobs, tools, target_threads, started);
+    }
+
     let endpoint = match &args.target {
         Some(text) => {
             let (address, nqn) = exec::parse_target(text)?;
             exec::connect_remote(address, &nqn)?
         }
-        None => exec::start_embedded(&args.backend, args.namespace_size, target_threads)?,
+        None => {
+            let storage = match backend {
+                "null" => EmbeddedBackend::Null,
+                "file" => EmbeddedBackend::File {
+                    path: args.backing_file.as_deref().expect("checked above"),
+                    direct_io: args.direct_io,
+                },
+                _ => EmbeddedBackend::Ram,
+            };
+            exec::start_embedded(storage, args.namespace_size, target_threads)?
+        }
     };
+    let jobs = plan_jobs(&args, &suite_name, file_jobs, &endpoint)?;
+    let mut driver = match fio_tools {
+        Some(tools) => Driver::Fio(fio::FioRunner::new(tools, paths.fio_dir(None))?),
+        None => Driver::SluiceHost,
+    };
+    let outcome = run_suite(
+        &invocation,
+        &jobs,
+        &endpoint,
+        &mut driver,
+        started,
+        Vec::new(),
+    )?;
+    drop(endpoint);
 
+    let result = outcome.result;
+    output::print_table(&result);
+    let json_path = paths.base.clone();
+    let html_path = json_path.with_extension("html");
+    write_file(&json_path, &(result.to_json_pretty() + "\n"))?;
+    let label = json_path
+        .file_stem()
+        .map_or_else(|| suite_name.clone(), |s| s.to_string_lossy().into_owned());
+    write_file(
+        &html_path,
+        &bench_results::render_html(&[(label, result.clone())]),
+    )?;
+    println!();
+    println!("result: {}", json_path.display());
+    println!("report: {}", html_path.display());
+    if let Driver::Fio(runner) = &driver {
+        println!("fio job files and output: {}", runner.dir().display());
+    }
+    println!(
+        "took {:.1} s",
+        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
+    );
+    finish(&[&result], outcome.any_errors)
+}
+
+/// Warns about a result that does not validate; maps the outcome to the exit status.
+fn finish(results: &[&BenchResult], any_errors: bool) -> Result<ExitCode, BenchError> {
+    for result in results {
+        if let Err(problems) = bench_results::validate(result) {
+            eprintln!(
+                "sluice: warning: the result does not validate: {}",
+                problems.join("; ")
+            );
+        }
+    }
+    if results.iter().any(|result| result.partial) {
+        eprintln!("sluice: interrupted; partial result written");
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    if any_errors {
+        eprintln!("sluice: error: some runs had I/O errors (flagged with ! in the table)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The suite's jobs for `endpoint`'s namespace, with the scale and overrides applied,
+/// checked against the namespace, with unique names.
+fn plan_jobs(
+    args: &BenchArgs,
+    suite_name: &str,
+    file_jobs: Option<Vec<JobSpec>>,
+    endpoint: &Endpoint,
+) -> Result<Vec<JobSpec>, BenchError> {
     let mut jobs = match file_jobs {
         Some(jobs) => jobs,
-        None => suites::suite(&suite_name, endpoint.capacity).ok_or_else(|| {
+        None => suites::suite(suite_name, endpoint.capacity).ok_or_else(|| {
             BenchError::Usage(format!(
                 "--suite {suite_name:?}: use one of {:?}",
                 suites::SUITES
@@ -275,29 +540,263 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
     };
     suites::apply(&mut jobs, args.scale, &overrides);
     for job in &jobs {
-        exec::check_fits(job, &endpoint)?;
+        exec::check_fits(job, endpoint)?;
     }
     dedupe_names(&mut jobs);
+    Ok(jobs)
+}
 
+/// `--compare iscsi`: the suite through fio over NVMe/TCP to the embedded target on a
+/// sparse file, then over iSCSI to tgtd on another sparse file of the same size in the
+/// same directory; both results, a comparison report and a side-by-side table.
+fn compare_iscsi(
+    invocation: &Invocation<'_>,
+    file_jobs: Option<Vec<JobSpec>>,
+    tools: fio::FioTools,
+    target_threads: usize,
+    started: SystemTime,
+) -> Result<ExitCode, BenchError> {
+    let Invocation {
+        args,
+        suite_name,
+        stop,
+        paths,
+    } = *invocation;
+    let scratch = ScratchDir::new()?;
+    let nvme_file = scratch.0.join("nvme-tcp.img");
+    let iscsi_file = scratch.0.join("iscsi.img");
+    let cache = if args.direct_io {
+        "O_DIRECT"
+    } else {
+        "through the page cache"
+    };
+    eprintln!(
+        "sluice bench --compare iscsi: suite {suite_name} through {} over NVMe/TCP (Sluice's target), then over iSCSI (tgt), each on a sparse {} MiB file in {} ({cache})",
+        tools.version,
+        args.namespace_size >> 20,
+        scratch.0.display()
+    );
+
+    let endpoint = exec::start_embedded(
+        EmbeddedBackend::File {
+            path: &nvme_file,
+            direct_io: args.direct_io,
+        },
+        args.namespace_size,
+        target_threads,
+    )?;
+    let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
+    let capacity = endpoint.capacity;
+    let lba_bytes = endpoint.lba_bytes;
+    let common_note = format!(
+        "compare iscsi: the same suite through {} over NVMe/TCP (Sluice's embedded target, Sluice's fio engine) and over iSCSI (tgt, fio's libiscsi engine); each target on its own sparse file, {cache}",
+        tools.version
+    );
+    let mut nvme_driver = Driver::Fio(fio::FioRunner::new(
+        tools.clone(),
+        paths.fio_dir(Some("nvme-tcp")),
+    )?);
+    let nvme = run_suite(
+        invocation,
+        &jobs,
+        &endpoint,
+        &mut nvme_driver,
+        started,
+        vec![common_note.clone()],
+    )?;
+    drop(endpoint);
+
+    // The NVMe/TCP result is written even when the iSCSI side fails.
+    let iscsi = if stop.load(Ordering::Relaxed) {
+        Ok(None)
+    } else {
+        run_iscsi_side(
+            invocation,
+            &jobs,
+            &tools,
+            &iscsi_file,
+            (capacity, lba_bytes),
+            common_note,
+        )
+        .map(Some)
+    };
+    drop(scratch);
+
+    let nvme_json = paths.with_suffix("-nvme-tcp", "json");
+    let iscsi_json = paths.with_suffix("-iscsi", "json");
+    let html = paths.with_suffix("", "html");
+    let markdown = paths.with_suffix("", "md");
+    write_file(&nvme_json, &(nvme.result.to_json_pretty() + "\n"))?;
+    let mut labelled = vec![("NVMe/TCP (Sluice)".to_string(), nvme.result.clone())];
+    let mut any_errors = nvme.any_errors;
+    let iscsi = match iscsi {
+        Ok(iscsi) => iscsi,
+        Err(error) => {
+            output::print_table(&nvme.result);
+            println!();
+            println!("result: {}", nvme_json.display());
+            return Err(error);
+        }
+    };
+    if let Some(iscsi) = &iscsi {
+        write_file(&iscsi_json, &(iscsi.result.to_json_pretty() + "\n"))?;
+        labelled.push(("iSCSI (tgt)".to_string(), iscsi.result.clone()));
+        any_errors |= iscsi.any_errors;
+        let table = output::comparison_markdown(&nvme.result, &iscsi.result);
+        println!();
+        print!("{table}");
+        write_file(&markdown, &table)?;
+    } else {
+        output::print_table(&nvme.result);
+    }
+    write_file(&html, &bench_results::render_html(&labelled))?;
+    println!();
+    println!("result: {}", nvme_json.display());
+    if iscsi.is_some() {
+        println!("result: {}", iscsi_json.display());
+        println!("table:  {}", markdown.display());
+    }
+    println!("report: {}", html.display());
+    println!(
+        "fio job files and output: {}",
+        paths.fio_dir(None).display()
+    );
+    println!(
+        "took {:.1} s",
+        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
+    );
+    let mut results = vec![&nvme.result];
+    if let Some(iscsi) = &iscsi {
+        results.push(&iscsi.result);
+    }
+    finish(&results, any_errors)
+}
+
+/// The iSCSI half of `--compare iscsi`: tgtd on `backing`, the suite through fio's
+/// libiscsi engine, tgtd stopped in order whatever happened.
+fn run_iscsi_side(
+    invocation: &Invocation<'_>,
+    jobs: &[JobSpec],
+    tools: &fio::FioTools,
+    backing: &Path,
+    (capacity, lba_bytes): (u64, u32),
+    common_note: String,
+) -> Result<Outcome, BenchError> {
+    let Invocation { args, paths, .. } = *invocation;
+    std::fs::File::create(backing)
+        .and_then(|file| file.set_len(capacity))
+        .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", backing.display())))?;
+    let log_dir = paths.fio_dir(None);
+    std::fs::create_dir_all(&log_dir)
+        .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", log_dir.display())))?;
+    let tgtd = iscsi::Tgtd::start(
+        backing,
+        lba_bytes,
+        args.direct_io,
+        &log_dir.join("tgtd.log"),
+    )?;
+    let version = tgtd.version();
+    eprintln!(
+        "  {version} (tgtd pid {}) serves {} LUN {} at {} (loopback only)",
+        tgtd.pid(),
+        iscsi::IQN,
+        iscsi::LUN,
+        tgtd.portal
+    );
+    let endpoint = Endpoint {
+        address: tgtd.portal,
+        nqn: iscsi::IQN.into(),
+        nsid: NamespaceId(iscsi::LUN),
+        lba_bytes,
+        capacity,
+        protocol: Protocol::Iscsi {
+            tgtd_pid: tgtd.pid(),
+        },
+        embedded: None,
+    };
+    let mut driver = Driver::Fio(fio::FioRunner::new(
+        tools.clone(),
+        paths.fio_dir(Some("iscsi")),
+    )?);
+    let notes = vec![
+        common_note,
+        format!("iSCSI target: {version} (tgtd, userspace, backing store rdwr: pread/pwrite from a pool of threads)"),
+    ];
+    let outcome = run_suite(
+        invocation,
+        jobs,
+        &endpoint,
+        &mut driver,
+        SystemTime::now(),
+        notes,
+    );
+    // Stopped in order before anything else happens, also after a failed run.
+    if let Err(error) = tgtd.stop() {
+        eprintln!("sluice: warning: {error}");
+    }
+    outcome
+}
+
+/// A private directory under the system's temporary directory, removed on drop (or,
+/// after a second Ctrl-C, by [`ScratchDir::emergency_remove`]).
+struct ScratchDir(PathBuf);
+
+/// The scratch directory in use, for a second Ctrl-C.
+static SCRATCH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+impl ScratchDir {
+    fn new() -> Result<ScratchDir, BenchError> {
+        let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", dir.display())))?;
+        *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+        Ok(ScratchDir(dir))
+    }
+
+    fn emergency_remove() {
+        if let Some(dir) = SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `jobs` against `endpoint` with `driver`: ceilings, preconditioning, the runs
+/// and their baselines. An interrupt ends it early with a partial result.
+fn run_suite(
+    invocation: &Invocation<'_>,
+    jobs: &[JobSpec],
+    endpoint: &Endpoint,
+    driver: &mut Driver,
+    started: SystemTime,
+    mut notes: Vec<String>,
+) -> Result<Outcome, BenchError> {
+    let Invocation {
+        args,
+        suite_name,
+        stop,
+        ..
+    } = *invocation;
+    let mini = args.scale == Scale::Mini;
     let estimate: Duration = jobs.iter().map(|job| job.duration + job.ramp).sum();
     eprintln!(
-        "sluice bench: suite {suite_name}, {} run(s), ~{:.0} s of I/O, target {} {} ({} {} MiB)",
+        "sluice bench: suite {suite_name}, {} run(s), ~{:.0} s of I/O, driver {}, target {} {} ({} {} MiB)",
         jobs.len(),
         estimate.as_secs_f64(),
-        if endpoint.embedded.is_some() {
-            "embedded"
-        } else {
-            "remote"
-        },
+        driver.name(),
+        endpoint.kind(),
         endpoint.address,
-        endpoint
-            .embedded
-            .as_ref()
-            .map_or("remote", |e| e.backend_kind),
+        endpoint.backend_kind(),
         endpoint.capacity >> 20
     );
 
-    let mut notes = Vec::new();
     if mini {
         notes.push(
             "scale mini: 300 ms runs at <= 2 threads x QD 4 (a smoke test, not a measurement)"
@@ -315,9 +814,32 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
             notes.push(format!("override {flag}"));
         }
     }
+    if let Driver::Fio(runner) = driver {
+        notes.push(format!(
+            "driver {}: every job as an fio job (numjobs = threads, each with its own connection), engine {}; latency and initiator CPU are fio's (lat histogram; usr + sys of the job processes)",
+            runner.tools.version,
+            match endpoint.protocol {
+                Protocol::NvmeTcp => runner.tools.nvme_engine.display().to_string(),
+                Protocol::Iscsi { .. } => runner
+                    .tools
+                    .iscsi_engine
+                    .as_ref()
+                    .map_or("?".into(), |p| p.display().to_string()),
+            }
+        ));
+        if jobs
+            .iter()
+            .any(|job| job.rate_limit_iops.is_some() || job.load_percent.is_some())
+        {
+            notes.push("driver fio: rate-limited runs measure latency from the actual issue time, not the intended one (fio's rate_process=poisson), so queueing behind a slow I/O is not counted as Sluice's host counts it".into());
+        }
+        if args.precondition {
+            notes.push("preconditioning ran with Sluice's host".into());
+        }
+    }
 
     // Ceilings measured on this machine, now.
-    let loopback = if endpoint.embedded.is_some() {
+    let loopback = if endpoint.is_local() {
         let window = if mini || args.duration.is_some_and(|d| d < Duration::from_secs(2)) {
             Duration::from_millis(200)
         } else {
@@ -339,7 +861,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
     };
 
     let preconditioning = if args.precondition && !stop.load(Ordering::Relaxed) {
-        Some(precondition(&jobs[0], &endpoint, &stop, mini)?)
+        Some(precondition(&jobs[0], endpoint, stop, mini)?)
     } else {
         None
     };
@@ -349,7 +871,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
     let mut baseline_cache: Vec<(String, f64, f64)> = Vec::new();
     let mut max_rates: Vec<(String, f64)> = Vec::new();
     let mut any_errors = false;
-    for job in &jobs {
+    for job in jobs {
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -368,12 +890,28 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
             };
             job.rate_limit_iops = Some(max * load / 100.0);
         }
-        let measured = exec::run_network(&job, &endpoint, &stop, true)?;
+        let (mut run, first_error) = match driver {
+            Driver::SluiceHost => {
+                let measured = exec::run_network(&job, endpoint, stop, true)?;
+                (
+                    output::run_result(&job, &measured, endpoint.embedded.is_some()),
+                    measured.result.first_error.clone(),
+                )
+            }
+            Driver::Fio(runner) => {
+                let Some(measured) = runner.run(&job, endpoint, stop, true)? else {
+                    break; // interrupted before fio measured anything
+                };
+                (
+                    output::run_result_fio(&job, &measured.measurement, measured.target_seconds),
+                    measured.measurement.first_error.clone(),
+                )
+            }
+        };
         let interrupted = stop.load(Ordering::Relaxed);
-        if interrupted && measured.result.ios() == 0 {
+        if interrupted && run.ios == 0 {
             break;
         }
-        let mut run = output::run_result(&job, &measured, endpoint.embedded.is_some());
         if job.rate_limit_iops.is_none() && job.load_percent.is_none() {
             max_rates.push((job.group.clone(), run.iops));
         }
@@ -383,7 +921,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
                 "run {:?}: {} I/O error(s), first: {}",
                 run.name,
                 run.errors,
-                measured.result.first_error.as_deref().unwrap_or("?")
+                first_error.as_deref().unwrap_or("?")
             ));
         }
         // Local baseline: the same workload at full rate on the backend, no network.
@@ -413,7 +951,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
                         (job.duration / 4).clamp(Duration::from_millis(200), Duration::from_secs(2))
                     };
                     local.ramp = Duration::from_millis(if mini { 20 } else { 100 });
-                    match exec::run_local(&local, &endpoint, &stop)? {
+                    match exec::run_local(&local, endpoint, stop)? {
                         Some(m) => {
                             let seconds = m.result.measured.as_secs_f64().max(1e-9);
                             let found = (
@@ -453,24 +991,15 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         partial,
         started_at: system::rfc3339(started),
         finished_at: system::rfc3339(SystemTime::now()),
-        suite: suite_name.clone(),
-        driver: "sluice-host".into(),
+        suite: suite_name.to_string(),
+        driver: driver.name().into(),
         machine: system::machine(),
         target: TargetInfo {
-            kind: if endpoint.embedded.is_some() {
-                "embedded"
-            } else {
-                "remote"
-            }
-            .into(),
+            kind: endpoint.kind().into(),
             address: endpoint.address.to_string(),
             subsystem_nqn: endpoint.nqn.clone(),
             namespace_id: endpoint.nsid.0,
-            backend: endpoint
-                .embedded
-                .as_ref()
-                .map_or("remote", |e| e.backend_kind)
-                .into(),
+            backend: endpoint.backend_kind().into(),
             block_size: endpoint.lba_bytes,
             capacity_bytes: endpoint.capacity,
         },
@@ -482,46 +1011,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         runs,
         notes,
     };
-    drop(endpoint);
-
-    output::print_table(&result);
-    let json_path = args.json.clone().unwrap_or_else(|| {
-        PathBuf::from("target/bench").join(format!(
-            "{suite_name}-{}.json",
-            system::compact_timestamp(started)
-        ))
-    });
-    let html_path = json_path.with_extension("html");
-    write_file(&json_path, &(result.to_json_pretty() + "\n"))?;
-    let label = json_path
-        .file_stem()
-        .map_or_else(|| suite_name.clone(), |s| s.to_string_lossy().into_owned());
-    write_file(
-        &html_path,
-        &bench_results::render_html(&[(label, result.clone())]),
-    )?;
-    println!();
-    println!("result: {}", json_path.display());
-    println!("report: {}", html_path.display());
-    println!(
-        "took {:.1} s",
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
-    if let Err(problems) = bench_results::validate(&result) {
-        eprintln!(
-            "sluice: warning: the result does not validate: {}",
-            problems.join("; ")
-        );
-    }
-    if partial {
-        eprintln!("sluice: interrupted; partial result written");
-        return Ok(ExitCode::from(EXIT_INTERRUPTED));
-    }
-    if any_errors {
-        eprintln!("sluice: error: some runs had I/O errors (flagged with ! in the table)");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Outcome { result, any_errors })
 }
 
 /// Makes run names unique ("name", "name #2", ...).

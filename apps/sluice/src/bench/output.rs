@@ -84,6 +84,54 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
     }
 }
 
+/// The result of one run driven by fio. `target_seconds`: the target's CPU over fio's
+/// measured window, when readable.
+pub fn run_result_fio(
+    job: &JobSpec,
+    measured: &bench_results::fio::FioMeasurement,
+    target_seconds: Option<f64>,
+) -> RunResult {
+    let seconds = measured.duration_seconds;
+    let ios = measured.ios;
+    let per_second = |count: f64| if seconds > 0.0 { count / seconds } else { 0.0 };
+    let per_io = |cpu: f64| if ios > 0 { cpu * 1e6 / ios as f64 } else { 0.0 };
+    let initiator = measured.initiator_seconds;
+    RunResult {
+        name: job.name.clone(),
+        group: job.group.clone(),
+        pattern: job.pattern.as_str().into(),
+        read_percent: u32::from(job.read_percent),
+        block_size: job.block_size,
+        threads: job.threads,
+        queue_depth: job.queue_depth,
+        rate_limit_iops: job.rate_limit_iops,
+        load_percent: job
+            .load_percent
+            .map(|load| (load.round() as u32).clamp(1, 100)),
+        duration_seconds: seconds,
+        ios,
+        bytes: measured.bytes,
+        errors: measured.errors,
+        iops: per_second(ios as f64),
+        bytes_per_second: per_second(measured.bytes as f64),
+        latency_us: measured.latency_us.clone(),
+        cpu: CpuUse {
+            initiator_seconds: initiator,
+            target_seconds,
+            initiator_us_per_io: per_io(initiator),
+            target_us_per_io: target_seconds.map(per_io),
+            iops_per_initiator_core: if initiator > 0.0 {
+                ios as f64 / initiator
+            } else {
+                0.0
+            },
+        },
+        percent_of_ceiling: None,
+        bound_by: None,
+        time_series: measured.time_series.clone(),
+    }
+}
+
 /// Sets `percent_of_ceiling` and `bound_by` from the tighter ceiling (in I/Os per
 /// second: the local baseline's IOPS, or loopback bandwidth / block size).
 pub fn apply_ceilings(
@@ -187,5 +235,161 @@ pub fn print_table(result: &BenchResult) {
     }
     if result.partial {
         println!("PARTIAL: interrupted");
+    }
+}
+
+/// `new` against `old` in percent, e.g. "+14.6%"; "-" when `old` is zero.
+fn change(new: f64, old: f64) -> String {
+    if old > 0.0 && new.is_finite() {
+        format!("{:+.1}%", (new - old) / old * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+fn or_dash(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The side-by-side table of `--compare iscsi` (markdown, also printed as is): per run
+/// IOPS, MB/s, average and p99 latency, and CPU per I/O on the initiator and the target,
+/// NVMe/TCP next to iSCSI, with NVMe/TCP's change against iSCSI (the field report's
+/// direction: "NVMe-oF vs iSCSI: +14.6 % throughput, -21.4 % latency").
+pub fn comparison_markdown(nvme: &BenchResult, iscsi: &BenchResult) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "NVMe/TCP (Sluice target, Sluice fio engine) vs iSCSI (tgt, fio libiscsi engine), suite {}; change = NVMe/TCP against iSCSI\n\n",
+        nvme.suite
+    ));
+    out.push_str("| run | TxQD | IOPS NVMe/TCP | IOPS iSCSI | change | MB/s NVMe/TCP | MB/s iSCSI | avg us NVMe/TCP | avg us iSCSI | change | p99 us NVMe/TCP | p99 us iSCSI | host CPU us/IO NVMe/TCP | host CPU us/IO iSCSI | target CPU us/IO NVMe/TCP | target CPU us/IO iSCSI |\n");
+    out.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    for a in &nvme.runs {
+        let b = iscsi.runs.iter().find(|run| run.name == a.name);
+        let get = |f: &dyn Fn(&RunResult) -> f64| b.map(f);
+        let b_iops = get(&|r| r.iops);
+        let b_mean = get(&|r| r.latency_us.mean);
+        let flag = |run: &RunResult| if run.errors > 0 { " !" } else { "" };
+        out.push_str(&format!(
+            "| {}{} | {}x{} | {:.0} | {} | {} | {:.1} | {} | {:.1} | {} | {} | {:.1} | {} | {:.2} | {} | {} | {} |\n",
+            a.name,
+            if a.errors > 0 || b.is_some_and(|b| b.errors > 0) {
+                format!("{}{}", flag(a), b.map_or("", flag))
+            } else {
+                String::new()
+            },
+            a.threads,
+            a.queue_depth,
+            a.iops,
+            or_dash(b_iops, 0),
+            b_iops.map_or("-".into(), |b| change(a.iops, b)),
+            a.bytes_per_second / 1e6,
+            or_dash(get(&|r| r.bytes_per_second / 1e6), 1),
+            a.latency_us.mean,
+            or_dash(b_mean, 1),
+            b_mean.map_or("-".into(), |b| change(a.latency_us.mean, b)),
+            percentile(a, 99.0),
+            or_dash(get(&|r| percentile(r, 99.0)), 1),
+            a.cpu.initiator_us_per_io,
+            or_dash(get(&|r| r.cpu.initiator_us_per_io), 2),
+            or_dash(a.cpu.target_us_per_io, 2),
+            or_dash(b.and_then(|r| r.cpu.target_us_per_io), 2),
+        ));
+    }
+    if nvme.partial || iscsi.partial {
+        out.push_str("\nPARTIAL: interrupted\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(runs: &[(&str, f64, f64)]) -> BenchResult {
+        let runs = runs
+            .iter()
+            .map(|&(name, iops, mean)| {
+                let job = JobSpec::new(name, workload::Pattern::Random, 100, 4096, 1, 1);
+                let measured = bench_results::fio::FioMeasurement {
+                    fio_version: "fio-3.33".into(),
+                    duration_seconds: 10.0,
+                    ios: (iops * 10.0) as u64,
+                    bytes: (iops * 10.0) as u64 * 4096,
+                    errors: 0,
+                    first_error: None,
+                    latency_us: Latency {
+                        mean,
+                        min: mean / 2.0,
+                        max: mean * 10.0,
+                        stddev: 1.0,
+                        percentiles: vec![Percentile {
+                            percentile: 99.0,
+                            value: mean * 3.0,
+                        }],
+                    },
+                    initiator_seconds: 5.0,
+                    time_series: Vec::new(),
+                    window_ms: (0.0, 10_000.0),
+                };
+                run_result_fio(&job, &measured, Some(2.0))
+            })
+            .collect();
+        BenchResult {
+            schema: bench_results::SCHEMA_ID.into(),
+            partial: false,
+            started_at: "2026-11-21T18:42:17Z".into(),
+            finished_at: "2026-11-21T18:43:17Z".into(),
+            suite: "four-corners".into(),
+            driver: "fio".into(),
+            machine: crate::bench::system::machine(),
+            target: bench_results::TargetInfo {
+                kind: "embedded".into(),
+                address: "127.0.0.1:4420".into(),
+                subsystem_nqn: "nqn.2026-11.io.sluice:bench".into(),
+                namespace_id: 1,
+                backend: "file".into(),
+                block_size: 512,
+                capacity_bytes: 1 << 30,
+            },
+            ceilings: bench_results::Ceilings {
+                loopback_tcp_bytes_per_second: None,
+                local_baseline: Vec::new(),
+            },
+            preconditioning: None,
+            runs,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn comparison_lines_up_runs_by_name() {
+        let nvme = result(&[
+            ("4K random read", 20_000.0, 100.0),
+            ("64K random write", 5_000.0, 400.0),
+        ]);
+        // iSCSI made only the first run, at half the IOPS and twice the latency.
+        let iscsi = result(&[("4K random read", 10_000.0, 200.0)]);
+        assert_eq!(bench_results::validate(&nvme), Ok(()));
+        let table = comparison_markdown(&nvme, &iscsi);
+        let first = table
+            .lines()
+            .find(|line| line.starts_with("| 4K random read |"))
+            .unwrap();
+        assert!(first.contains("| 20000 | 10000 | +100.0% |"), "{first}");
+        assert!(first.contains("| 100.0 | 200.0 | -50.0% |"), "{first}");
+        // CPU per I/O: 5 s / 200000 I/Os = 25 us on the host, 2 s -> 10 us on the target.
+        assert!(
+            first.contains("| 25.00 | 50.00 | 10.00 | 20.00 |"),
+            "{first}"
+        );
+        let second = table
+            .lines()
+            .find(|line| line.starts_with("| 64K random write |"))
+            .unwrap();
+        assert!(second.contains("| 5000 | - | - |"), "{second}");
+        assert_eq!(
+            table.lines().filter(|line| line.starts_with("| ")).count(),
+            3
+        );
     }
 }

@@ -65,6 +65,15 @@ impl CpuSnapshot {
         CpuSnapshot { threads }
     }
 
+    /// CPU seconds of the embedded target's threads alive now.
+    pub fn target_seconds(&self) -> f64 {
+        self.threads
+            .values()
+            .filter(|(comm, _)| comm.starts_with(TARGET_THREAD_PREFIX))
+            .map(|(_, nanos)| *nanos as f64 / 1e9)
+            .sum()
+    }
+
     /// CPU used since `earlier`, split into target threads and everything else.
     /// Threads that ended in between are not counted (the bench keeps its workers
     /// alive until after the last snapshot).
@@ -81,6 +90,17 @@ impl CpuSnapshot {
         }
         delta
     }
+}
+
+/// CPU seconds (user + system, all threads, living and ended) of process `pid` from
+/// `/proc/PID/stat`, in 10 ms ticks; `None` when the process is gone.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised comm: state is field 3; utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / USER_HZ as f64)
 }
 
 /// The machine the bench runs on.
@@ -222,5 +242,11 @@ mod tests {
         assert!(x > 0);
         assert!(delta.initiator_seconds > 0.02, "{delta:?}");
         assert_eq!(delta.target_seconds, 0.0);
+        assert_eq!(CpuSnapshot::take().target_seconds(), 0.0);
+        // This process, read from the outside view (/proc/PID/stat): at least the 20 ms
+        // spun above, in 10 ms ticks.
+        let own = process_cpu_seconds(std::process::id()).unwrap();
+        assert!(own >= 0.01, "{own}");
+        assert_eq!(process_cpu_seconds(u32::MAX), None);
     }
 }
