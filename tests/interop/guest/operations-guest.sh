@@ -223,7 +223,19 @@ if [ $go = 1 ]; then
     [ "$s" = gone ] && break
     usleep 100000
   done
-  [ -z "$t_restarted" ] && [ -e "$SYNC/restarted" ] && t_restarted=$(elapsed "$t0")
+  # The kernel may reconnect before the host's "restarted" marker reaches this side of
+  # the shared folder (the host writes it once sluice printed ready): wait for it,
+  # bounded, instead of calling the reconnect unexplained.
+  marker_deadline=$(( $(elapsed "$t0" | cut -d. -f1) + 30 ))
+  while [ -n "$t_up" ] && [ ! -e "$SYNC/restarted" ] && [ ! -e "$SYNC/host-abort" ] \
+    && [ "$(elapsed "$t0" | cut -d. -f1)" -lt "$marker_deadline" ]; do
+    usleep 100000
+  done
+  if [ -z "$t_restarted" ] && [ -e "$SYNC/restarted" ]; then
+    t_restarted=$(elapsed "$t0")
+    # The marker came late: compare against when the host wrote it, not when we saw it.
+    [ -s "$SYNC/restarted" ] && echo "  host's restart marker: $(head -c 200 "$SYNC/restarted")"
+  fi
   echo "  controller $CTRL states: $states (down at +${t_down:-?} s, sluice back at +${t_restarted:-?} s, live at +${t_up:-?} s)"
   if [ -n "$t_down" ]; then ok restart-connection-lost "$CTRL went $(echo "$states" | cut -d' ' -f3) $t_down s after the marker"
   else fail restart-connection-lost "the controller never left 'live'"; fi
