@@ -9,57 +9,15 @@
 //! asynchronous devices (completions arrive on later reaps, out of order, after real
 //! I/O), which is what the split/merge and cache state machines have to get right.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+mod files;
 
+use std::path::Path;
+use std::sync::Arc;
+
+use files::TempPath;
 use runtime::{FileBackend, FileOptions};
 use storage::conformance::{self, pattern, submit_and_wait};
 use storage::{Backend, CacheBackend, CacheMode, IoOp, IoRequest, Pool, Raid0Backend, TableStore};
-
-static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
-
-/// A directory on a filesystem with O_DIRECT: the system temp dir if it has it (tmpfs
-/// may not), else the directory of the test binary in the target dir.
-fn test_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let mut candidates = vec![std::env::temp_dir()];
-        if let Some(deps) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
-            candidates.push(deps);
-        }
-        for base in candidates {
-            let dir = base.join(format!("sluice-composed-{}", std::process::id()));
-            if std::fs::create_dir_all(&dir).is_err() {
-                continue;
-            }
-            let probe = dir.join("probe");
-            let options = FileOptions { size_bytes: Some(1 << 20), ..FileOptions::default() };
-            let direct_io_works = FileBackend::open(&probe, options).is_ok();
-            let _ = std::fs::remove_file(&probe);
-            if direct_io_works {
-                return dir;
-            }
-        }
-        panic!("no directory on a filesystem with O_DIRECT found (tried the temp dir and the target dir)");
-    })
-}
-
-/// A unique path under [`test_dir`]; removed when dropped.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(name: &str) -> TempPath {
-        let n = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
-        TempPath(test_dir().join(format!("{name}-{n}")))
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 /// A new file backend; the file is unlinked at once (the descriptor keeps it) unless
 /// `keep` holds its path.

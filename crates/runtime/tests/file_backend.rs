@@ -2,63 +2,17 @@
 //! persistence across reopen, actionable open errors, concurrency, and a crash test
 //! that SIGKILLs a writer and checks every acknowledged write.
 
+mod files;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use files::TempPath;
 use runtime::{FileBackend, FileError, FileOptions};
 use storage::conformance::{pattern, reap_exactly, submit_and_wait};
 use storage::{Backend, BackendQueue, IoError, IoOp, IoRequest};
-
-static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
-
-/// A directory for test files on a filesystem that supports O_DIRECT: the system temp
-/// dir if it does (it may be tmpfs, which refuses O_DIRECT on older kernels), else the
-/// cargo target dir next to the test binary.
-fn test_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let mut candidates = vec![std::env::temp_dir()];
-        if let Ok(exe) = std::env::current_exe() {
-            if let Some(deps) = exe.parent() {
-                candidates.push(deps.to_path_buf());
-            }
-        }
-        for base in candidates {
-            let dir = base.join(format!("sluice-file-backend-{}", std::process::id()));
-            if std::fs::create_dir_all(&dir).is_err() {
-                continue;
-            }
-            let probe = dir.join("probe");
-            let options = FileOptions { size_bytes: Some(1 << 20), ..FileOptions::default() };
-            let ok = FileBackend::open(&probe, options).is_ok();
-            let _ = std::fs::remove_file(&probe);
-            if ok {
-                return dir;
-            }
-        }
-        panic!("no directory on a filesystem with O_DIRECT found (tried the temp dir and the target dir)");
-    })
-}
-
-/// A fresh, unique path under [`test_dir`]; the file is removed when the guard drops.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(name: &str) -> TempPath {
-        let n = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
-        TempPath(test_dir().join(format!("{name}-{n}.img")))
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 fn options(direct_io: bool, block_size: u32, size_bytes: u64) -> FileOptions {
     FileOptions { block_size_bytes: Some(block_size), direct_io, size_bytes: Some(size_bytes), queue_entries: 32 }
