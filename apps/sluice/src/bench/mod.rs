@@ -17,6 +17,7 @@
 //! controller with one queue, or its own iSCSI session: the same shape.)
 
 mod engine;
+mod compare;
 mod exec;
 mod fio;
 mod iscsi;
@@ -271,7 +272,7 @@ fn install_interrupts() -> workload::RunControl {
                         if flag.swap(true, Ordering::SeqCst) {
                             fio::emergency_stop();
                             iscsi::emergency_stop();
-                            ScratchDir::emergency_remove();
+                            compare::ScratchDir::emergency_remove();
                             std::process::exit(i32::from(EXIT_INTERRUPTED));
                         }
                     }
@@ -432,7 +433,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         paths: &paths,
     };
     if let (true, Some(tools)) = (compare, fio_tools.clone()) {
-        return compare_iscsi(&invocation, file_jobs, tools, target_threads, started);
+        return compare::compare_iscsi(&invocation, file_jobs, tools, target_threads, started);
     }
 
     let endpoint = match &args.target {
@@ -544,228 +545,6 @@ fn plan_jobs(
     }
     dedupe_names(&mut jobs);
     Ok(jobs)
-}
-
-/// `--compare iscsi`: the suite through fio over NVMe/TCP to the embedded target on a
-/// sparse file, then over iSCSI to tgtd on another sparse file of the same size in the
-/// same directory; both results, a comparison report and a side-by-side table.
-fn compare_iscsi(
-    invocation: &Invocation<'_>,
-    file_jobs: Option<Vec<JobSpec>>,
-    tools: fio::FioTools,
-    target_threads: usize,
-    started: SystemTime,
-) -> Result<ExitCode, BenchError> {
-    let Invocation {
-        args,
-        suite_name,
-        stop,
-        paths,
-    } = *invocation;
-    let scratch = ScratchDir::new()?;
-    let nvme_file = scratch.0.join("nvme-tcp.img");
-    let iscsi_file = scratch.0.join("iscsi.img");
-    let cache = if args.direct_io {
-        "O_DIRECT"
-    } else {
-        "through the page cache"
-    };
-    eprintln!(
-        "sluice bench --compare iscsi: suite {suite_name} through {} over NVMe/TCP (Sluice's target), then over iSCSI (tgt), each on a sparse {} MiB file in {} ({cache})",
-        tools.version,
-        args.namespace_size >> 20,
-        scratch.0.display()
-    );
-
-    let endpoint = exec::start_embedded(
-        EmbeddedBackend::File {
-            path: &nvme_file,
-            direct_io: args.direct_io,
-        },
-        args.namespace_size,
-        target_threads,
-    )?;
-    let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
-    let capacity = endpoint.capacity;
-    let lba_bytes = endpoint.lba_bytes;
-    let common_note = format!(
-        "compare iscsi: the same suite through {} over NVMe/TCP (Sluice's embedded target, Sluice's fio engine) and over iSCSI (tgt, fio's libiscsi engine); each target on its own sparse file, {cache}",
-        tools.version
-    );
-    let mut nvme_driver = Driver::Fio(fio::FioRunner::new(
-        tools.clone(),
-        paths.fio_dir(Some("nvme-tcp")),
-    )?);
-    let nvme = run_suite(
-        invocation,
-        &jobs,
-        &endpoint,
-        &mut nvme_driver,
-        started,
-        vec![common_note.clone()],
-    )?;
-    drop(endpoint);
-
-    // The NVMe/TCP result is written even when the iSCSI side fails.
-    let iscsi = if stop.load(Ordering::Relaxed) {
-        Ok(None)
-    } else {
-        run_iscsi_side(
-            invocation,
-            &jobs,
-            &tools,
-            &iscsi_file,
-            (capacity, lba_bytes),
-            common_note,
-        )
-        .map(Some)
-    };
-    drop(scratch);
-
-    let nvme_json = paths.with_suffix("-nvme-tcp", "json");
-    let iscsi_json = paths.with_suffix("-iscsi", "json");
-    let html = paths.with_suffix("", "html");
-    let markdown = paths.with_suffix("", "md");
-    write_file(&nvme_json, &(nvme.result.to_json_pretty() + "\n"))?;
-    let mut labelled = vec![("NVMe/TCP (Sluice)".to_string(), nvme.result.clone())];
-    let mut any_errors = nvme.any_errors;
-    let iscsi = match iscsi {
-        Ok(iscsi) => iscsi,
-        Err(error) => {
-            output::print_table(&nvme.result);
-            println!();
-            println!("result: {}", nvme_json.display());
-            return Err(error);
-        }
-    };
-    if let Some(iscsi) = &iscsi {
-        write_file(&iscsi_json, &(iscsi.result.to_json_pretty() + "\n"))?;
-        labelled.push(("iSCSI (tgt)".to_string(), iscsi.result.clone()));
-        any_errors |= iscsi.any_errors;
-        let table = output::comparison_markdown(&nvme.result, &iscsi.result);
-        println!();
-        print!("{table}");
-        write_file(&markdown, &table)?;
-    } else {
-        output::print_table(&nvme.result);
-    }
-    write_file(&html, &bench_results::render_html(&labelled))?;
-    println!();
-    println!("result: {}", nvme_json.display());
-    if iscsi.is_some() {
-        println!("result: {}", iscsi_json.display());
-        println!("table:  {}", markdown.display());
-    }
-    println!("report: {}", html.display());
-    println!(
-        "fio job files and output: {}",
-        paths.fio_dir(None).display()
-    );
-    println!(
-        "took {:.1} s",
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
-    let mut results = vec![&nvme.result];
-    if let Some(iscsi) = &iscsi {
-        results.push(&iscsi.result);
-    }
-    finish(&results, any_errors)
-}
-
-/// The iSCSI half of `--compare iscsi`: tgtd on `backing`, the suite through fio's
-/// libiscsi engine, tgtd stopped in order whatever happened.
-fn run_iscsi_side(
-    invocation: &Invocation<'_>,
-    jobs: &[JobSpec],
-    tools: &fio::FioTools,
-    backing: &Path,
-    (capacity, lba_bytes): (u64, u32),
-    common_note: String,
-) -> Result<Outcome, BenchError> {
-    let Invocation { args, paths, .. } = *invocation;
-    std::fs::File::create(backing)
-        .and_then(|file| file.set_len(capacity))
-        .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", backing.display())))?;
-    let log_dir = paths.fio_dir(None);
-    std::fs::create_dir_all(&log_dir)
-        .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", log_dir.display())))?;
-    let tgtd = iscsi::Tgtd::start(
-        backing,
-        lba_bytes,
-        args.direct_io,
-        &log_dir.join("tgtd.log"),
-    )?;
-    let version = tgtd.version();
-    eprintln!(
-        "  {version} (tgtd pid {}) serves {} LUN {} at {} (loopback only)",
-        tgtd.pid(),
-        iscsi::IQN,
-        iscsi::LUN,
-        tgtd.portal
-    );
-    let endpoint = Endpoint {
-        address: tgtd.portal,
-        nqn: iscsi::IQN.into(),
-        nsid: NamespaceId(iscsi::LUN),
-        lba_bytes,
-        capacity,
-        protocol: Protocol::Iscsi {
-            tgtd_pid: tgtd.pid(),
-        },
-        embedded: None,
-    };
-    let mut driver = Driver::Fio(fio::FioRunner::new(
-        tools.clone(),
-        paths.fio_dir(Some("iscsi")),
-    )?);
-    let notes = vec![
-        common_note,
-        format!("iSCSI target: {version} (tgtd, userspace, backing store rdwr: pread/pwrite from a pool of threads)"),
-    ];
-    let outcome = run_suite(
-        invocation,
-        jobs,
-        &endpoint,
-        &mut driver,
-        SystemTime::now(),
-        notes,
-    );
-    // Stopped in order before anything else happens, also after a failed run.
-    if let Err(error) = tgtd.stop() {
-        eprintln!("sluice: warning: {error}");
-    }
-    outcome
-}
-
-/// A private directory under the system's temporary directory, removed on drop (or,
-/// after a second Ctrl-C, by [`ScratchDir::emergency_remove`]).
-struct ScratchDir(PathBuf);
-
-/// The scratch directory in use, for a second Ctrl-C.
-static SCRATCH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-
-impl ScratchDir {
-    fn new() -> Result<ScratchDir, BenchError> {
-        let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| BenchError::Runtime(format!("cannot create {}: {e}", dir.display())))?;
-        *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
-        Ok(ScratchDir(dir))
-    }
-
-    fn emergency_remove() {
-        if let Some(dir) = SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Runs `jobs` against `endpoint` with `driver`: ceilings, preconditioning, the runs
