@@ -326,24 +326,4 @@ fi
 # ---------------------------------------------------------------------------
 # verdict
 # ---------------------------------------------------------------------------
-n_ok=$(grep -c '^CHECK .*: ok' "$OUT_DIR/guest.log" || true)
-mapfile -t failed_checks < <(grep '^CHECK .*: FAIL' "$OUT_DIR/guest.log" || true)
-{
-  echo "storage interop against sluice ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-  echo "guest checks ok: $n_ok, failed: ${#failed_checks[@]}"
-  printf '  %s\n' "${failed_checks[@]}"
-  echo "checks on this machine ok: $HOST_OK, failed: ${#HOST_FAILED[@]}"
-  printf '  %s\n' "${HOST_FAILED[@]}"
-  echo "problems: ${#failures[@]}"
-  printf '  %s\n' "${failures[@]}"
-} >"$OUT_DIR/result.txt"
-
-if [ ${#failures[@]} -eq 0 ]; then
-  log "PASS: $n_ok guest checks and $HOST_OK checks on this machine ok, capture clean, sluice stopped cleanly (artifacts: $OUT_DIR)"
-  exit 0
-fi
-log "FAIL: ${#failures[@]} problem(s):"
-printf '  - %s\n' "${failures[@]}"
-[ ${#failed_checks[@]} -eq 0 ] || { echo "  failed guest checks:"; printf '    %s\n' "${failed_checks[@]}"; }
-echo "  artifacts: $OUT_DIR (guest.log, guest/*.txt, sluice.log, capture.pcap, tshark-summary.txt)"
-exit 1
+finish_with_verdict storage ", capture clean, sluice stopped cleanly" "guest.log, guest/*.txt, sluice.log, capture.pcap, tshark-summary.txt"

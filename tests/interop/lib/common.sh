@@ -344,3 +344,32 @@ stop_target() {
     grep -h -A3 'panicked at' "$OUT_DIR/sluice.log" "$OUT_DIR/sluice.stdout" | head -n 20 | sed 's/^/  | /'
   fi
 }
+
+# Writes $OUT_DIR/result.txt from the guest's CHECK lines, the host's checks
+# (HOST_OK, HOST_FAILED) and the problems in `failures`, prints the verdict and exits:
+# 0 when there is no problem, 1 otherwise.
+#   finish_with_verdict NAME PASS_DETAIL ARTIFACTS_HINT
+finish_with_verdict() {
+  local name=$1 pass_detail=$2 artifacts=$3 n_ok
+  local -a failed_checks
+  n_ok=$(grep -c '^CHECK .*: ok' "$OUT_DIR/guest.log" || true)
+  mapfile -t failed_checks < <(grep '^CHECK .*: FAIL' "$OUT_DIR/guest.log" || true)
+  {
+    echo "$name interop against sluice ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    echo "guest checks ok: $n_ok, failed: ${#failed_checks[@]}"
+    printf '  %s\n' "${failed_checks[@]}"
+    echo "checks on this machine ok: $HOST_OK, failed: ${#HOST_FAILED[@]}"
+    printf '  %s\n' "${HOST_FAILED[@]}"
+    echo "problems: ${#failures[@]}"
+    printf '  %s\n' "${failures[@]}"
+  } >"$OUT_DIR/result.txt"
+  if [ ${#failures[@]} -eq 0 ]; then
+    log "PASS: $n_ok guest checks and $HOST_OK checks on this machine ok$pass_detail (artifacts: $OUT_DIR)"
+    exit 0
+  fi
+  log "FAIL: ${#failures[@]} problem(s):"
+  printf '  - %s\n' "${failures[@]}"
+  [ ${#failed_checks[@]} -eq 0 ] || { echo "  failed guest checks:"; printf '    %s\n' "${failed_checks[@]}"; }
+  echo "  artifacts: $OUT_DIR ($artifacts)"
+  exit 1
+}
