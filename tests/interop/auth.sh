@@ -8,16 +8,21 @@
 #
 # 1. The Linux kernel host (nvme-cli 2.3 in one linux-nvme-peer guest boot): an
 #    unlisted host NQN is refused at Connect, the listed one connects, and the
-#    discovery log each host reads lists only what it may connect to. When the
-#    guest kernel has NVMe in-band authentication (CONFIG_NVME_AUTH), `nvme connect
-#    --dhchap-secret` (also with --dhchap-ctrl-secret) must succeed and a wrong
-#    secret must fail; Debian's 6.1 guest kernel is built without it, so the guest
-#    checks for the nvme_auth symbols and reports SKIP instead.
+#    discovery log each host reads lists only what it may connect to. Then
+#    DH-HMAC-CHAP: `nvme connect --dhchap-secret` succeeds with the default choice
+#    (SHA-256, ffdhe2048), with a host limited to SHA-512/ffdhe4096 and
+#    `--dhchap-ctrl-secret` (bidirectional), and with SHA-384 and the null group;
+#    each connection carries I/O; a wrong host secret, a wrong controller secret and
+#    no secret fail. The target's log must show the negotiated hash and group of
+#    every queue. Debian bookworm's 6.1 kernel has no NVMe in-band authentication,
+#    so this guest runs bookworm-backports' kernel (use_auth_kernel_peer in
+#    lib/common.sh); SLUICE_AUTH_KERNEL=stock keeps the stock kernel and reports
+#    the DH-HMAC-CHAP checks as SKIP.
 # 2. Sluice's own host (`sluice connect/discover`) against the same target: listed
 #    and unlisted host NQNs, --dhchap-secret and --dhchap-ctrl-secret, wrong host and
 #    controller secrets.
-# The Linux kernel target with dhchap keys is not exercised: its nvmet module in
-# the guest lacks CONFIG_NVME_TARGET_AUTH (no dhchap_key attribute on host entries).
+# The Linux kernel target with dhchap keys is not exercised: linux-nvme-peer's
+# target mode configures allow_any_host only.
 #
 # Usage: tests/interop/auth.sh
 # Environment:
@@ -42,6 +47,9 @@ CHAP_NQN=nqn.2026-11.io.sluice:chap
 GUEST_HOST=nqn.2014-08.org.nvmexpress:uuid:6a7f0c1e-0000-4000-8000-00000000a001
 SLUICE_HOST=nqn.2014-08.org.nvmexpress:uuid:6a7f0c1e-0000-4000-8000-00000000a002
 STRANGER=nqn.2014-08.org.nvmexpress:uuid:6a7f0c1e-0000-4000-8000-00000000dead
+# Guest host NQNs with their own DH-HMAC-CHAP choices (see the config below).
+GUEST_BIDI=nqn.2014-08.org.nvmexpress:uuid:6a7f0c1e-0000-4000-8000-00000000a003
+GUEST_NULL=nqn.2014-08.org.nvmexpress:uuid:6a7f0c1e-0000-4000-8000-00000000a004
 
 TARGET_PID='' TARGET_NAME=''
 cleanup() {
@@ -72,6 +80,10 @@ gen_key() { # HMAC KEY-LENGTH NQN FALLBACK
   nvme gen-dhchap-key -m "$1" -l "$2" -n "$3" 2>/dev/null || echo "$4"
 }
 GUEST_SECRET=$(gen_key 1 32 "$GUEST_HOST" 'DHHC-1:01:B46EA9NPfwA9odngcp0p1uBz8sbm6jki4Bcycn2xBlah1I03:')
+BIDI_SECRET=$(gen_key 3 64 "$GUEST_BIDI" \
+  'DHHC-1:00:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj/jBqb2:')
+NULL_SECRET=$(gen_key 2 48 "$GUEST_NULL" \
+  'DHHC-1:02:1vIQguDM2qWmOklVCPeu6R/qV33YcCrRGRRwcgJoz1/HbWrP3b2MCvfwoT9hYfZrs7kXhw==:')
 SLUICE_SECRET=$(gen_key 0 32 "$SLUICE_HOST" 'DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:')
 CTRL_SECRET=$(gen_key 2 48 "$CHAP_NQN" \
   'DHHC-1:02:1vIQguDM2qWmOklVCPeu6R/qV33YcCrRGRRwcgJoz1/HbWrP3b2MCvfwoT9hYfZrs7kXhw==:')
@@ -93,6 +105,11 @@ CONFIG=$OUT_DIR/sluice.toml
   printf '[[subsystem.host]]\nnqn = "%s"\ndhchap_secret = "%s"\n\n' "$GUEST_HOST" "$GUEST_SECRET"
   printf '[[subsystem.host]]\nnqn = "%s"\ndhchap_secret = "%s"\ndhchap_ctrl_secret = "%s"\n\n' \
     "$SLUICE_HOST" "$SLUICE_SECRET" "$CTRL_SECRET"
+  printf '[[subsystem.host]]\nnqn = "%s"\ndhchap_secret = "%s"\ndhchap_ctrl_secret = "%s"\n' \
+    "$GUEST_BIDI" "$BIDI_SECRET" "$CTRL_SECRET"
+  printf 'dhchap_hashes = ["sha512"]\ndhchap_groups = ["ffdhe4096"]\n\n'
+  printf '[[subsystem.host]]\nnqn = "%s"\ndhchap_secret = "%s"\n' "$GUEST_NULL" "$NULL_SECRET"
+  printf 'dhchap_hashes = ["sha384"]\ndhchap_groups = ["null"]\n\n'
   printf '[runtime]\nthreads = 1\npoll_mode = "sleep"\n'
 } >"$CONFIG"
 start_sluice "$SLUICE" "$CONFIG" "$IO_PORT" "$DISC_PORT"
@@ -172,10 +189,44 @@ if grep -q "$ACL_NQN" /tmp/listed && ! grep -q "$ACL_NQN" /tmp/stranger; then
 else
   echo "CHECK linux-discovery-filtered: FAIL"; cat /tmp/listed /tmp/stranger; fail=1
 fi
-if grep -q ' nvme_auth_\| nvmf_auth\| nvme_auth_negotiate' /proc/kallsyms 2>/dev/null; then
-  check linux-dhchap ok nvme connect $T -n "$CHAP_NQN" --hostnqn "$GUEST_HOST" --dhchap-secret "$GUEST_SECRET"
+# The controller device connected to subsystem $1 (empty when none).
+ctrl_of() {
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { basename "$c"; return; }
+  done
+}
+# connect_io NAME HOSTNQN SECRET [CTRL-SECRET]: connect with DH-HMAC-CHAP, then
+# write and read back 1 MiB through the namespace (authenticated I/O queues).
+connect_io() {
+  name=$1 host=$2 secret=$3 ctrl=${4:-}
+  if [ -n "$ctrl" ]; then
+    check "$name" ok nvme connect $T -n "$CHAP_NQN" --hostnqn "$host" --dhchap-secret "$secret" --dhchap-ctrl-secret "$ctrl"
+  else
+    check "$name" ok nvme connect $T -n "$CHAP_NQN" --hostnqn "$host" --dhchap-secret "$secret"
+  fi
+  c=$(ctrl_of "$CHAP_NQN")
+  dev=/dev/${c}n1
+  i=0; while [ -n "$c" ] && [ ! -b "$dev" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  if [ -n "$c" ] && [ -b "$dev" ] && dd if=/dev/urandom of=/tmp/pattern bs=64k count=16 2>/dev/null &&
+    dd if=/tmp/pattern of="$dev" bs=64k count=16 oflag=direct 2>/dev/null &&
+    dd if="$dev" of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null && cmp -s /tmp/pattern /tmp/back; then
+    echo "CHECK $name-io: ok (1 MiB written and read back on $dev)"
+  else
+    echo "CHECK $name-io: FAIL (controller '${c}', device $dev)"; fail=1
+  fi
   nvme disconnect -n "$CHAP_NQN" >/dev/null 2>&1
+}
+if grep -q ' nvme_auth_' /proc/kallsyms 2>/dev/null; then
+  echo "guest kernel $(uname -r) has NVMe in-band authentication"
+  connect_io linux-dhchap "$GUEST_HOST" "$GUEST_SECRET"
+  connect_io linux-dhchap-ctrl "$GUEST_BIDI" "$BIDI_SECRET" "$CTRL_SECRET"
+  connect_io linux-dhchap-null-group "$GUEST_NULL" "$NULL_SECRET"
   check linux-dhchap-wrong fail nvme connect $T -n "$CHAP_NQN" --hostnqn "$GUEST_HOST" --dhchap-secret "$WRONG_SECRET"
+  check linux-dhchap-wrong-ctrl fail nvme connect $T -n "$CHAP_NQN" --hostnqn "$GUEST_BIDI" \
+    --dhchap-secret "$BIDI_SECRET" --dhchap-ctrl-secret "$WRONG_SECRET"
+  check linux-dhchap-missing fail nvme connect $T -n "$CHAP_NQN" --hostnqn "$GUEST_HOST"
+  [ -z "$(ctrl_of "$CHAP_NQN")" ] && echo "CHECK linux-dhchap-nothing-left: ok" ||
+    { echo "CHECK linux-dhchap-nothing-left: FAIL (a refused connect left a controller)"; fail=1; }
 else
   echo "SKIP linux-dhchap: the guest kernel $(uname -r) has no NVMe in-band authentication (CONFIG_NVME_AUTH)"
   # Without it, Linux refuses a Connect that asks for authentication: check that
@@ -186,6 +237,9 @@ exit $fail
 EOF
 guest_env="IO_PORT=$IO_PORT DISC_PORT=$DISC_PORT ACL_NQN=$ACL_NQN CHAP_NQN=$CHAP_NQN GUEST_HOST=$GUEST_HOST"
 guest_env="$guest_env STRANGER=$STRANGER GUEST_SECRET='$GUEST_SECRET' WRONG_SECRET='$WRONG_SECRET'"
+guest_env="$guest_env GUEST_BIDI=$GUEST_BIDI BIDI_SECRET='$BIDI_SECRET' CTRL_SECRET='$CTRL_SECRET'"
+guest_env="$guest_env GUEST_NULL=$GUEST_NULL NULL_SECRET='$NULL_SECRET'"
+use_auth_kernel_peer
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log)"
 set +e
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --timeout "$GUEST_TIMEOUT" --target-port "$IO_PORT" \
@@ -194,6 +248,28 @@ TMPDIR=$OUT_DIR/peer "$LNP" initiator --timeout "$GUEST_TIMEOUT" --target-port "
 guest_rc=${PIPESTATUS[0]}
 set -e
 [ "$guest_rc" -eq 0 ] || failures+=("guest checks (status $guest_rc)")
+
+# The target's side of the Linux connections: every queue of each host negotiated
+# what that host's entry allows (admin queue and one I/O queue per guest vCPU).
+negotiated() { # HOSTNQN HASH GROUP BIDIRECTIONAL: queues authenticated that way
+  grep "DH-HMAC-CHAP authentication succeeded" "$OUT_DIR/sluice.log" | grep -F "host=\"$1\"" |
+    grep -c "hash=\"\?$2\"\? dhgroup=\"\?$3\"\? bidirectional=$4" || true
+}
+if grep -q "^SKIP linux-dhchap" "$OUT_DIR/guest.log"; then
+  log "SKIP target-side negotiation checks (the guest kernel cannot authenticate)"
+else
+  for expect in "$GUEST_HOST sha256 ffdhe2048 false" "$GUEST_BIDI sha512 ffdhe4096 true" "$GUEST_NULL sha384 null false"; do
+    # shellcheck disable=SC2086
+    set -- $expect
+    queues=$(negotiated "$@")
+    if [ "$queues" -ge 2 ]; then
+      log "CHECK negotiated $2/$3 bidirectional=$4 for ${1##*:}: ok ($queues queues)"
+    else
+      log "CHECK negotiated $2/$3 bidirectional=$4 for ${1##*:}: FAIL ($queues queues in sluice.log)"
+      failures+=("negotiated-$2-$3")
+    fi
+  done
+fi
 
 stop_target
 if [ ${#failures[@]} -ne 0 ]; then

@@ -59,6 +59,25 @@ impl Default for ControllerPolicy {
     }
 }
 
+impl ControllerPolicy {
+    /// A policy of exactly these hashes and groups, most preferred first; `None`
+    /// when either list is empty (nothing could ever be negotiated).
+    pub fn new(hashes: Vec<HashFunction>, groups: Vec<DhGroup>) -> Option<Self> {
+        (!hashes.is_empty() && !groups.is_empty()).then_some(ControllerPolicy { hashes, groups })
+    }
+}
+
+/// What a transaction negotiated, for log lines and statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The hash function chosen from the host's list.
+    pub hash: HashFunction,
+    /// The Diffie-Hellman group chosen from the host's list.
+    pub group: DhGroup,
+    /// The host asked the controller to authenticate itself too.
+    pub bidirectional: bool,
+}
+
 /// The secrets of one (host, subsystem) pair, already transformed.
 pub struct ControllerCredentials {
     host_nqn: String,
@@ -156,6 +175,8 @@ pub struct ControllerAuthentication {
     policy: ControllerPolicy,
     random: Box<dyn RandomSource>,
     state: State,
+    /// Set by the Negotiate of the latest transaction.
+    negotiated: Option<Negotiated>,
 }
 
 impl std::fmt::Debug for ControllerAuthentication {
@@ -170,12 +191,17 @@ impl std::fmt::Debug for ControllerAuthentication {
 impl ControllerAuthentication {
     /// A queue waiting for the host's AUTH_Negotiate.
     pub fn new(credentials: ControllerCredentials, policy: ControllerPolicy, random: Box<dyn RandomSource>) -> Self {
-        ControllerAuthentication { credentials, policy, random, state: State::AwaitingNegotiate }
+        ControllerAuthentication { credentials, policy, random, state: State::AwaitingNegotiate, negotiated: None }
     }
 
     /// The state's name, for log lines.
     pub fn state_name(&self) -> &'static str {
         self.state.name()
+    }
+
+    /// The hash, group and direction of the latest transaction, once negotiated.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.negotiated
     }
 
     /// True once the transaction succeeded (until a re-authentication starts).
@@ -281,6 +307,7 @@ impl ControllerAuthentication {
         else {
             return fail(FailureReason::DhGroupUnusable);
         };
+        self.negotiated = Some(Negotiated { hash, group, bidirectional: false });
         (State::ChallengePending { transaction_id, hash, group }, Progress::InProgress)
     }
 
@@ -336,6 +363,9 @@ impl ControllerAuthentication {
             }
             _ => None,
         };
+        if let Some(negotiated) = self.negotiated.as_mut() {
+            negotiated.bidirectional = controller_response.is_some();
+        }
         Ok(Verified { transaction_id: reply.transaction_id, hash, controller_response })
     }
 

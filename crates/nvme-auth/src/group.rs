@@ -106,6 +106,11 @@ impl DhGroup {
         }
     }
 
+    /// The group named `name` ("null", "ffdhe2048"...); `None` otherwise.
+    pub fn from_name(name: &str) -> Option<Self> {
+        DhGroup::ALL.into_iter().find(|group| group.name().eq_ignore_ascii_case(name))
+    }
+
     /// Bytes of a public value (DHVLEN): the size of the prime; 0 for the null group.
     pub const fn value_bytes(self) -> usize {
         match self {

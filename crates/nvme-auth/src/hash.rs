@@ -62,6 +62,13 @@ impl HashFunction {
         }
     }
 
+    /// The hash function named `name`: "sha256", or the Linux crypto name
+    /// "hmac(sha256)" (what nvmet's `dhchap_hash` attribute shows); `None` otherwise.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let bare = name.strip_prefix("hmac(").and_then(|rest| rest.strip_suffix(')')).unwrap_or(name);
+        HashFunction::ALL.into_iter().find(|hash| hash.name().eq_ignore_ascii_case(bare))
+    }
+
     /// H(data).
     pub fn hash(self, data: &[u8]) -> DigestValue {
         let mut out = DigestValue::empty(self.length());

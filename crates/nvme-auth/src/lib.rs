@@ -38,7 +38,9 @@ mod random;
 mod response;
 mod secret;
 
-pub use controller::{ControllerAuthentication, ControllerCredentials, ControllerPolicy, Progress, ReceiveError};
+pub use controller::{
+    ControllerAuthentication, ControllerCredentials, ControllerPolicy, Negotiated, Progress, ReceiveError,
+};
 pub use group::{DhError, DhGroup, EphemeralKey, MAX_PUBLIC_VALUE_BYTES};
 pub use hash::{DigestValue, HashFunction, MAX_DIGEST_BYTES};
 pub use host::{

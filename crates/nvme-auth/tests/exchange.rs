@@ -3,8 +3,8 @@
 
 use nvme_auth::{
     CommandResult, ControllerAuthentication, ControllerCredentials, ControllerPolicy, DhGroup, FailureReason,
-    HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, Progress, Secret,
-    SeededRandom,
+    HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, Negotiated, Progress,
+    Secret, SeededRandom,
 };
 
 const HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
@@ -93,6 +93,7 @@ fn every_hash_and_group_authenticates_both_ways() {
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert!(controller.is_authenticated());
             assert_eq!(outcome.steps, 5);
+            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: false }));
             // Bidirectional: and Success2.
             let (mut host, mut controller) = pair(
                 &host_secret,
@@ -107,6 +108,7 @@ fn every_hash_and_group_authenticates_both_ways() {
             assert_eq!(outcome.host, Ok(()), "bidirectional {} {}", hash.name(), group.name());
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert_eq!(outcome.steps, 6);
+            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: true }));
         }
     }
 }
@@ -252,4 +254,40 @@ fn re_authentication_restarts_with_a_new_negotiate() {
     let (mut again, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 13);
     assert_eq!(exchange(&mut again, &mut controller).host, Ok(()));
     assert!(controller.is_authenticated());
+}
+
+#[test]
+fn the_controller_picks_its_most_preferred_choice_the_host_offers() {
+    let host_secret = secret(3, None, 32);
+    let (mut host, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Null, 7);
+    let policy = ControllerPolicy::new(
+        vec![HashFunction::Sha512, HashFunction::Sha256],
+        vec![DhGroup::Ffdhe3072, DhGroup::Null],
+    )
+    .expect("both lists are non-empty");
+    let mut controller = ControllerAuthentication::new(
+        ControllerCredentials::new(HOST_NQN, SUBSYSTEM_NQN, &host_secret, None),
+        policy,
+        Box::new(SeededRandom::new(7)),
+    );
+    assert_eq!(controller.negotiated(), None);
+    let outcome = exchange(&mut host, &mut controller);
+    assert_eq!(outcome.host, Ok(()));
+    let negotiated = controller.negotiated().expect("negotiated");
+    assert_eq!((negotiated.hash, negotiated.group), (HashFunction::Sha512, DhGroup::Ffdhe3072));
+    assert_eq!(ControllerPolicy::new(vec![], vec![DhGroup::Null]), None);
+    assert_eq!(ControllerPolicy::new(vec![HashFunction::Sha256], vec![]), None);
+}
+
+#[test]
+fn names_parse_as_nvme_cli_and_nvmet_spell_them() {
+    assert_eq!(HashFunction::from_name("sha384"), Some(HashFunction::Sha384));
+    assert_eq!(HashFunction::from_name("hmac(sha512)"), Some(HashFunction::Sha512));
+    assert_eq!(HashFunction::from_name("SHA256"), Some(HashFunction::Sha256));
+    assert_eq!(HashFunction::from_name("md5"), None);
+    assert_eq!(HashFunction::from_name("hmac(sha256"), None);
+    for group in DhGroup::ALL {
+        assert_eq!(DhGroup::from_name(group.name()), Some(group));
+    }
+    assert_eq!(DhGroup::from_name("ffdhe1024"), None);
 }

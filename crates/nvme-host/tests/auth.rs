@@ -43,9 +43,9 @@ fn secured_target(secret: Option<Secret>, controller: Option<Secret>) -> Arc<Tar
             hosts: HostAccess {
                 allow_any_host: false,
                 hosts: vec![HostEntry {
-                    nqn: HOST_NQN.into(),
                     dhchap_secret: secret,
                     dhchap_controller_secret: controller,
+                    ..HostEntry::new(HOST_NQN)
                 }],
             },
             pool: None,

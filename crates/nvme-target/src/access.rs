@@ -49,6 +49,9 @@ pub struct HostEntry {
     /// The controller's DH-HMAC-CHAP secret, for bidirectional authentication (the
     /// host asks for it with its own copy). Requires `dhchap_secret`.
     pub dhchap_controller_secret: Option<Secret>,
+    /// The hash functions and DH groups this host may negotiate, most preferred
+    /// first (as nvmet's per-host `dhchap_hash` and `dhchap_dhgroup`, but lists).
+    pub dhchap_policy: ControllerPolicy,
 }
 
 impl std::fmt::Debug for HostEntry {
@@ -58,6 +61,7 @@ impl std::fmt::Debug for HostEntry {
             .field("nqn", &self.nqn)
             .field("dhchap_secret", &self.dhchap_secret.is_some())
             .field("dhchap_controller_secret", &self.dhchap_controller_secret.is_some())
+            .field("dhchap_policy", &self.dhchap_policy)
             .finish()
     }
 }
@@ -65,7 +69,12 @@ impl std::fmt::Debug for HostEntry {
 impl HostEntry {
     /// A host allowed without authentication.
     pub fn new(nqn: impl Into<String>) -> Self {
-        HostEntry { nqn: nqn.into(), dhchap_secret: None, dhchap_controller_secret: None }
+        HostEntry {
+            nqn: nqn.into(),
+            dhchap_secret: None,
+            dhchap_controller_secret: None,
+            dhchap_policy: ControllerPolicy::default(),
+        }
     }
 }
 
@@ -210,7 +219,7 @@ impl QueueAuthentication {
         let credentials =
             ControllerCredentials::new(&host.nqn, subsystem_nqn, secret, host.dhchap_controller_secret.as_ref());
         Some(QueueAuthentication {
-            transaction: ControllerAuthentication::new(credentials, ControllerPolicy::default(), Box::new(OsRandom)),
+            transaction: ControllerAuthentication::new(credentials, host.dhchap_policy.clone(), Box::new(OsRandom)),
             authenticated: false,
             deadline: Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS)),
         })
@@ -358,7 +367,11 @@ impl Connection {
             Progress::Authenticated => {
                 state.authenticated = true;
                 state.deadline = None;
+                let negotiated = state.transaction.negotiated();
                 tracing::info!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(),
+                    hash = negotiated.map_or("", |n| n.hash.name()),
+                    dhgroup = negotiated.map_or("", |n| n.group.name()),
+                    bidirectional = negotiated.is_some_and(|n| n.bidirectional),
                     "DH-HMAC-CHAP authentication succeeded");
             }
             Progress::Failed(reason) => {
@@ -381,7 +394,7 @@ mod tests {
     #[test]
     fn verdicts() {
         let mut access = HostAccess::only(&["nqn.a"]);
-        access.hosts.push(HostEntry { nqn: "nqn.b".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None });
+        access.hosts.push(HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.b") });
         assert_eq!(access.verdict("nqn.a"), HostVerdict::Allowed);
         assert!(matches!(access.verdict("nqn.b"), HostVerdict::AuthenticationRequired(_)));
         assert_eq!(access.verdict("nqn.c"), HostVerdict::Refused);
@@ -398,8 +411,8 @@ mod tests {
         let shared = SharedHostAccess::new(HostAccess::allow_any());
         assert!(shared.allows("nqn.a"));
         let mut rules = HostAccess::only(&["nqn.a"]);
-        rules.hosts.push(HostEntry { nqn: "nqn.b".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None });
-        rules.hosts.push(HostEntry { nqn: "nqn.c".into(), dhchap_secret: None, dhchap_controller_secret: Some(secret()) });
+        rules.hosts.push(HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.b") });
+        rules.hosts.push(HostEntry { dhchap_secret: None, dhchap_controller_secret: Some(secret()), ..HostEntry::new("nqn.c") });
         let before = shared.current();
         shared.replace(rules.clone());
         assert!(before.allow_any_host, "a snapshot taken before keeps the old rules");
@@ -426,7 +439,7 @@ mod tests {
     fn debug_output_has_no_secrets() {
         let access = HostAccess {
             allow_any_host: false,
-            hosts: vec![HostEntry { nqn: "nqn.a".into(), dhchap_secret: Some(secret()), dhchap_controller_secret: None }],
+            hosts: vec![HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.a") }],
         };
         let text = format!("{access:?}");
         assert!(!text.contains("BwcH"), "{text}");

@@ -31,6 +31,8 @@ pub mod target;
 pub mod transmit;
 
 pub use access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
+/// The DH-HMAC-CHAP choices a host entry allows (its `dhchap_policy`).
+pub use nvme_auth::{ControllerPolicy, DhGroup, HashFunction};
 pub use connection::{Connection, Phase, QueueBinding};
 pub use controller::{Controller, ControllerKind};
 pub use management::{ManagementError, NamespaceChange};

@@ -65,11 +65,11 @@ fn access_target() -> Arc<Target> {
         allow_any_host: false,
         hosts: vec![
             HostEntry {
-                nqn: HOST_A.into(),
                 dhchap_secret: Some(host_secret()),
                 dhchap_controller_secret: Some(controller_secret()),
+                ..HostEntry::new(HOST_A)
             },
-            HostEntry { nqn: HOST_B.into(), dhchap_secret: Some(host_secret()), dhchap_controller_secret: None },
+            HostEntry { dhchap_secret: Some(host_secret()), ..HostEntry::new(HOST_B) },
         ],
     };
     Target::new(TargetSpec {

@@ -373,3 +373,37 @@ finish_with_verdict() {
   echo "  artifacts: $OUT_DIR ($artifacts)"
   exit 1
 }
+
+# use_auth_kernel_peer: point linux-nvme-peer (for the rest of this test) at a guest
+# image built from Debian bookworm-backports' kernel (6.12), which has NVMe in-band
+# authentication (CONFIG_NVME_HOST_AUTH, CONFIG_NVME_TARGET_AUTH) that bookworm's
+# 6.1 kernel lacks. Nothing on the system changes: a private apt configuration
+# (the system's sources plus bookworm-backports, a pin for the kernel metapackage
+# only, lists in its own directory) is handed to the peer through APT_CONFIG, and
+# the image is cached apart from the stock one. SLUICE_AUTH_KERNEL=stock keeps the
+# stock kernel (the DH-HMAC-CHAP checks of the Linux host then report SKIP).
+use_auth_kernel_peer() {
+  [ "${SLUICE_AUTH_KERNEL:-backports}" = stock ] && { log "SLUICE_AUTH_KERNEL=stock: stock guest kernel"; return 0; }
+  local base=${XDG_CACHE_HOME:-$HOME/.cache}/sluice-auth-kernel
+  local apt_dir=$base/apt
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/preferences.d"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main\n' \
+    >"$apt_dir/backports.list"
+  printf 'Package: linux-image-amd64\nPin: release n=bookworm-backports\nPin-Priority: 990\n' \
+    >"$apt_dir/preferences.d/backports-kernel.pref"
+  {
+    printf 'Dir::Etc::SourceList "%s";\n' "$apt_dir/backports.list"
+    printf 'Dir::Etc::PreferencesParts "%s";\n' "$apt_dir/preferences.d"
+    printf 'Dir::State::Lists "%s";\n' "$apt_dir/lists"
+    printf 'Dir::Cache "%s";\n' "$apt_dir/cache"
+  } >"$apt_dir/apt.conf"
+  export APT_CONFIG=$apt_dir/apt.conf
+  export LNP_CACHE_DIR=$base/peer
+  if [ ! -s "$LNP_CACHE_DIR/image/image.env" ]; then
+    log "building the backports-kernel guest image (one-time; cache: $LNP_CACHE_DIR)"
+    # The private lists start empty: fetch them (the system's own stay untouched).
+    apt-get update -q >"$base/apt-update.log" 2>&1 || { tail_file "$base/apt-update.log"; die "apt-get update (bookworm-backports) failed"; }
+    "$LNP" build >"$base/build.log" 2>&1 || { tail_file "$base/build.log"; die "building the backports-kernel guest image failed"; }
+  fi
+  log "guest kernel for authentication: $(sed -n 's/^KERNEL_PKG_VERSION=//p' "$LNP_CACHE_DIR/image/image.env")"
+}

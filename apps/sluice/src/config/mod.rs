@@ -29,7 +29,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use nvme_host::Secret;
-use nvme_target::{AddressFamily, HostAccess, HostEntry, ListenerSpec, TargetSettings, TargetSpec};
+use nvme_target::{
+    AddressFamily, ControllerPolicy, DhGroup, HashFunction, HostAccess, HostEntry, ListenerSpec, TargetSettings,
+    TargetSpec,
+};
 
 pub use plan::CheckReport;
 pub use schema::{BackendConfig, CacheModeConfig, PoolConfig};
@@ -102,11 +105,66 @@ pub struct HostConfig {
     pub dhchap_secret: Option<Secret>,
     #[serde(default, deserialize_with = "secret")]
     pub dhchap_ctrl_secret: Option<Secret>,
+    /// Hash functions this host may negotiate, most preferred first ("sha256",
+    /// "sha384", "sha512"); default all three, SHA-256 first.
+    #[serde(default)]
+    pub dhchap_hashes: Option<Vec<String>>,
+    /// DH groups this host may negotiate, most preferred first ("ffdhe2048" ...
+    /// "ffdhe8192", "null"); default every ffdhe group, then null.
+    #[serde(default)]
+    pub dhchap_groups: Option<Vec<String>>,
 }
+
 
 fn secret<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Secret>, D::Error> {
     let text = String::deserialize(deserializer)?;
     Secret::parse(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+impl HostConfig {
+    /// The DH-HMAC-CHAP choices of this host: the defaults unless listed.
+    fn dhchap_policy(&self, location: &str) -> Result<ControllerPolicy, ConfigError> {
+        let defaults = ControllerPolicy::default();
+        let where_ = || format!("{location} [[subsystem.host]] {}", self.nqn);
+        let hashes = match &self.dhchap_hashes {
+            None => defaults.hashes,
+            Some(names) => parse_names(names, HashFunction::from_name, "dhchap_hashes", "sha256, sha384, sha512")
+                .map_err(|message| invalid(where_(), message))?,
+        };
+        let groups = match &self.dhchap_groups {
+            None => defaults.groups,
+            Some(names) => parse_names(
+                names,
+                DhGroup::from_name,
+                "dhchap_groups",
+                "null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192",
+            )
+            .map_err(|message| invalid(where_(), message))?,
+        };
+        if self.dhchap_secret.is_none() && (self.dhchap_hashes.is_some() || self.dhchap_groups.is_some()) {
+            return Err(invalid(where_(), "dhchap_hashes/dhchap_groups need a dhchap_secret (they choose how it is used)"));
+        }
+        ControllerPolicy::new(hashes, groups)
+            .ok_or_else(|| invalid(where_(), "dhchap_hashes and dhchap_groups must each name at least one choice"))
+    }
+}
+
+/// Parses a list of DH-HMAC-CHAP names, refusing unknown and repeated ones.
+fn parse_names<T: PartialEq>(
+    names: &[String],
+    parse: impl Fn(&str) -> Option<T>,
+    key: &str,
+    known: &str,
+) -> Result<Vec<T>, String> {
+    let mut parsed = Vec::with_capacity(names.len());
+    for name in names {
+        let value = parse(name).ok_or_else(|| format!("{key}: unknown name {name:?} (known: {known})"))?;
+        if parsed.contains(&value) {
+            return Err(format!("{key}: {name:?} is listed twice"));
+        }
+        parsed.push(value);
+    }
+    Ok(parsed)
 }
 
 impl SubsystemConfig {
@@ -117,12 +175,15 @@ impl SubsystemConfig {
             hosts: self
                 .hosts
                 .iter()
-                .map(|host| HostEntry {
-                    nqn: host.nqn.clone(),
-                    dhchap_secret: host.dhchap_secret.clone(),
-                    dhchap_controller_secret: host.dhchap_ctrl_secret.clone(),
+                .map(|host| {
+                    Ok(HostEntry {
+                        nqn: host.nqn.clone(),
+                        dhchap_secret: host.dhchap_secret.clone(),
+                        dhchap_controller_secret: host.dhchap_ctrl_secret.clone(),
+                        dhchap_policy: host.dhchap_policy(location)?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, ConfigError>>()?,
         };
         hosts.validate().map_err(|error| invalid(format!("{location} [[subsystem.host]]"), error.to_string()))?;
         Ok(hosts)

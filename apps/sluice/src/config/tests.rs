@@ -102,6 +102,33 @@ fn hosts_and_secrets_build_the_allow_list() {
 }
 
 #[test]
+fn dhchap_hashes_and_groups_choose_what_a_host_may_negotiate() {
+    let secret = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n\
+         [[subsystem.host]]\nnqn = \"nqn.2014-08.org.example:h1\"\ndhchap_secret = \"{secret}\"\n\
+         dhchap_hashes = [\"sha512\", \"hmac(sha256)\"]\ndhchap_groups = [\"ffdhe4096\", \"null\"]\n\
+         [[subsystem.host]]\nnqn = \"nqn.2014-08.org.example:h2\"\ndhchap_secret = \"{secret}\"\n"
+    );
+    let spec = Config::parse(&text).unwrap().target_spec().unwrap();
+    let hosts = &spec.subsystems[0].hosts;
+    let chosen = &hosts.entry("nqn.2014-08.org.example:h1").unwrap().dhchap_policy;
+    assert_eq!(chosen.hashes, vec![HashFunction::Sha512, HashFunction::Sha256]);
+    assert_eq!(chosen.groups, vec![DhGroup::Ffdhe4096, DhGroup::Null]);
+    assert_eq!(hosts.entry("nqn.2014-08.org.example:h2").unwrap().dhchap_policy, ControllerPolicy::default());
+
+    let refused = |text: String, expected: &str| {
+        let error = Config::parse(&text).unwrap().target_spec().err().expect("refused").to_string();
+        assert!(error.contains(expected) && error.contains("nqn.2014-08.org.example:h1"), "{error}");
+    };
+    refused(text.replace("\"sha512\"", "\"md5\""), "dhchap_hashes: unknown name \"md5\"");
+    refused(text.replace("\"null\"]", "\"ffdhe4096\"]"), "dhchap_groups: \"ffdhe4096\" is listed twice");
+    refused(text.replace("[\"ffdhe4096\", \"null\"]", "[]"), "at least one choice");
+    let no_secret = text.replacen(&format!("dhchap_secret = \"{secret}\"\n"), "", 1);
+    refused(no_secret, "need a dhchap_secret");
+}
+
+#[test]
 fn errors_say_where_and_what() {
     let error = Config::parse("[[listener]]\naddres = \"x\"\n").unwrap_err();
     assert!(error.contains("line 2"), "{error}");

@@ -190,6 +190,14 @@ pub enum HostAccessCommand {
         /// The controller's secret, for bidirectional authentication (`@FILE` too).
         #[arg(long, value_name = "SECRET|@FILE")]
         dhchap_ctrl_secret: Option<String>,
+        /// Hash functions the host may negotiate, most preferred first
+        /// (comma-separated: sha256,sha384,sha512).
+        #[arg(long, value_name = "LIST")]
+        dhchap_hashes: Option<String>,
+        /// DH groups the host may negotiate, most preferred first
+        /// (comma-separated: ffdhe2048,...,ffdhe8192,null).
+        #[arg(long, value_name = "LIST")]
+        dhchap_groups: Option<String>,
     },
     /// Removes a host from the allowed hosts.
     Deny {
@@ -336,11 +344,13 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Host { command, client } => match command {
-            HostAccessCommand::Allow { nqn, host, dhchap_secret, dhchap_ctrl_secret } => {
+            HostAccessCommand::Allow { nqn, host, dhchap_secret, dhchap_ctrl_secret, dhchap_hashes, dhchap_groups } => {
                 put("nqn", Some(json!(nqn)));
                 put("host", Some(json!(host)));
                 put("dhchap_secret", dhchap_secret.map(|text| secret_value(&text)).transpose()?);
                 put("dhchap_ctrl_secret", dhchap_ctrl_secret.map(|text| secret_value(&text)).transpose()?);
+                put("dhchap_hashes", dhchap_hashes.map(|list| json!(list)));
+                put("dhchap_groups", dhchap_groups.map(|list| json!(list)));
                 (client, "host_allow", View::HostChanged)
             }
             HostAccessCommand::Deny { nqn, host } => {

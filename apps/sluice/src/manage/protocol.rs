@@ -218,6 +218,22 @@ impl Params {
         }
     }
 
+    /// A list of names: a JSON array of strings, or one comma-separated string
+    /// (what a CLI flag gives).
+    pub fn optional_string_list(&mut self, name: &str) -> Result<Option<Vec<String>>, RpcError> {
+        let must = || RpcError::invalid_params(name, "must be an array of strings or a comma-separated string");
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => {
+                Ok(Some(text.split(',').map(str::trim).filter(|item| !item.is_empty()).map(str::to_string).collect()))
+            }
+            Some(Value::Array(items)) => {
+                items.into_iter().map(|item| item.as_str().map(str::to_string).ok_or_else(must)).collect::<Result<_, _>>().map(Some)
+            }
+            Some(_) => Err(must()),
+        }
+    }
+
     pub fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, RpcError> {
         match self.take(name) {
             None => Ok(None),

@@ -338,6 +338,8 @@ impl Management {
         let host = params.required_string("host")?;
         let secret = params.optional_string("dhchap_secret")?;
         let controller_secret = params.optional_string("dhchap_ctrl_secret")?;
+        let hashes = params.optional_string_list("dhchap_hashes")?;
+        let groups = params.optional_string_list("dhchap_groups")?;
         params.finish("host_allow")?;
         validate_nqn(&host).map_err(|reason| RpcError::invalid_params("host", reason))?;
         if controller_secret.is_some() && secret.is_none() {
@@ -354,6 +356,11 @@ impl Management {
         }
         if let Some(controller_secret) = &controller_secret {
             table.insert("dhchap_ctrl_secret", value(controller_secret.as_str()));
+        }
+        for (key, names) in [("dhchap_hashes", &hashes), ("dhchap_groups", &groups)] {
+            if let Some(names) = names {
+                table.insert(key, value(names.iter().map(String::as_str).collect::<toml_edit::Array>()));
+            }
         }
         let change = document::allow_host(&mut draft.document, &nqn, &host, table).map_err(edit_error)?;
         let text = self.check(&draft)?;
