@@ -21,8 +21,9 @@
 # 2. Sluice's own host (`sluice connect/discover`) against the same target: listed
 #    and unlisted host NQNs, --dhchap-secret and --dhchap-ctrl-secret, wrong host and
 #    controller secrets.
-# The Linux kernel target with dhchap keys is not exercised: linux-nvme-peer's
-# target mode configures allow_any_host only.
+# 3. Sluice's host against the Linux kernel target's DH-HMAC-CHAP, in the same
+#    guest: nvmet on the guest's loopback with dhchap_key (and dhchap_ctrl_key,
+#    hmac(sha512), ffdhe3072) per host; `sluice connect/write/read` run there.
 #
 # Usage: tests/interop/auth.sh
 # Environment:
@@ -233,17 +234,67 @@ else
   # the target asked (the host then fails rather than using the queue).
   check linux-dhchap-required fail nvme connect $T -n "$CHAP_NQN" --hostnqn "$GUEST_HOST"
 fi
+# Sluice's host against the Linux kernel target's DH-HMAC-CHAP (nvmet on the
+# guest's own loopback, CONFIG_NVME_TARGET_AUTH): unidirectional with nvmet's
+# default choice, bidirectional with SHA-512/ffdhe3072, I/O, wrong secrets.
+kernel_target_auth() {
+  S=/sys/kernel/config/nvmet
+  modprobe nvmet && modprobe nvmet_tcp || { echo "CHECK kt-setup: FAIL (nvmet modules)"; fail=1; return; }
+  ip link set lo up 2>/dev/null
+  mkdir -p /kt && mount -t tmpfs -o size=40m tmpfs /kt && dd if=/dev/zero of=/kt/ns1.img bs=1048576 count=0 seek=32 2>/dev/null
+  sub=$S/subsystems/$KT_NQN
+  { mkdir "$sub" && echo 0 >"$sub/attr_allow_any_host" && mkdir "$sub/namespaces/1" &&
+    printf /kt/ns1.img >"$sub/namespaces/1/device_path" && echo 1 >"$sub/namespaces/1/buffered_io" &&
+    echo 1 >"$sub/namespaces/1/enable"; } || { echo "CHECK kt-setup: FAIL (subsystem)"; fail=1; return; }
+  h1=$S/hosts/$GUEST_HOST h2=$S/hosts/$GUEST_BIDI
+  { mkdir "$h1" && echo "$GUEST_SECRET" >"$h1/dhchap_key" && ln -s "$h1" "$sub/allowed_hosts/" &&
+    mkdir "$h2" && echo "$BIDI_SECRET" >"$h2/dhchap_key" && echo "$CTRL_SECRET" >"$h2/dhchap_ctrl_key" &&
+    echo "hmac(sha512)" >"$h2/dhchap_hash" && echo ffdhe3072 >"$h2/dhchap_dhgroup" &&
+    ln -s "$h2" "$sub/allowed_hosts/"; } || { echo "CHECK kt-setup: FAIL (hosts: no dhchap attributes?)"; fail=1; return; }
+  pd=$S/ports/9
+  { mkdir "$pd" && echo tcp >"$pd/addr_trtype" && echo ipv4 >"$pd/addr_adrfam" &&
+    echo 127.0.0.1 >"$pd/addr_traddr" && echo 4421 >"$pd/addr_trsvcid" && ln -s "$sub" "$pd/subsystems/$KT_NQN"; } ||
+    { echo "CHECK kt-setup: FAIL (port)"; fail=1; return; }
+  K="-a 127.0.0.1 -s 4421 -n $KT_NQN"
+  dd if=/dev/urandom of=/tmp/kt-pattern bs=4096 count=64 2>/dev/null
+  check kt-sluice-dhchap ok /root/sluice connect $K -q "$GUEST_HOST" --dhchap-secret "$GUEST_SECRET"
+  check kt-sluice-dhchap-ctrl ok /root/sluice connect $K -q "$GUEST_BIDI" --dhchap-secret "$BIDI_SECRET" \
+    --dhchap-ctrl-secret "$CTRL_SECRET"
+  check kt-sluice-dhchap-write ok /root/sluice write $K -q "$GUEST_BIDI" --dhchap-secret "$BIDI_SECRET" \
+    --dhchap-ctrl-secret "$CTRL_SECRET" -N 1 -b 8 -d /tmp/kt-pattern
+  check kt-sluice-dhchap-read ok /root/sluice read $K -q "$GUEST_HOST" --dhchap-secret "$GUEST_SECRET" \
+    -N 1 -b 8 -z 256k -d /tmp/kt-back
+  if cmp -s /tmp/kt-pattern /tmp/kt-back; then echo "CHECK kt-sluice-dhchap-data: ok"; else
+    echo "CHECK kt-sluice-dhchap-data: FAIL (read back differs)"; fail=1; fi
+  check kt-sluice-wrong-secret fail /root/sluice connect $K -q "$GUEST_HOST" --dhchap-secret "$WRONG_SECRET"
+  check kt-sluice-wrong-ctrl-secret fail /root/sluice connect $K -q "$GUEST_BIDI" --dhchap-secret "$BIDI_SECRET" \
+    --dhchap-ctrl-secret "$WRONG_SECRET"
+  check kt-sluice-no-secret fail /root/sluice connect $K -q "$GUEST_HOST"
+  dmesg | grep -i "nvmet.*auth\|dhchap" | tail -n 12
+}
+[ -e /sys/module/nvmet ] || modprobe nvmet 2>/dev/null
+if [ -x /root/sluice ] && grep -q ' nvmet_setup_auth' /proc/kallsyms 2>/dev/null; then
+  kernel_target_auth
+else
+  echo "SKIP kt-sluice-dhchap: the guest kernel's nvmet has no DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH)"
+fi
 exit $fail
 EOF
 guest_env="IO_PORT=$IO_PORT DISC_PORT=$DISC_PORT ACL_NQN=$ACL_NQN CHAP_NQN=$CHAP_NQN GUEST_HOST=$GUEST_HOST"
 guest_env="$guest_env STRANGER=$STRANGER GUEST_SECRET='$GUEST_SECRET' WRONG_SECRET='$WRONG_SECRET'"
 guest_env="$guest_env GUEST_BIDI=$GUEST_BIDI BIDI_SECRET='$BIDI_SECRET' CTRL_SECRET='$CTRL_SECRET'"
-guest_env="$guest_env GUEST_NULL=$GUEST_NULL NULL_SECRET='$NULL_SECRET'"
+guest_env="$guest_env GUEST_NULL=$GUEST_NULL NULL_SECRET='$NULL_SECRET' KT_NQN=nqn.2026-11.io.sluice:kernel-target-auth"
 use_auth_kernel_peer
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log)"
 set +e
+# Sluice's host runs in the guest too (against nvmet there): a stripped copy, with
+# the one library the guest image lacks.
+strip -o "$OUT_DIR/sluice-guest" "$SLUICE" 2>/dev/null || cp "$SLUICE" "$OUT_DIR/sluice-guest"
+libgcc=$(ldd "$SLUICE" | sed -n 's/.*libgcc_s.so.1 => \([^ ]*\).*/\1/p')
+guest_adds=(--add "$OUT_DIR/guest.sh:/root/auth-guest.sh" --add "$OUT_DIR/sluice-guest:/root/sluice")
+[ -n "$libgcc" ] && guest_adds+=(--add "$libgcc:/usr/lib/x86_64-linux-gnu/libgcc_s.so.1")
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --timeout "$GUEST_TIMEOUT" --target-port "$IO_PORT" \
-  --hostnqn "$GUEST_HOST" --add "$OUT_DIR/guest.sh:/root/auth-guest.sh" \
+  --hostnqn "$GUEST_HOST" "${guest_adds[@]}" \
   -- "$guest_env sh /root/auth-guest.sh" </dev/null 2>&1 | tee "$OUT_DIR/guest.log"
 guest_rc=${PIPESTATUS[0]}
 set -e
