@@ -5,10 +5,14 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
+use nvme_host_client::{ConnectOptions, Controller};
+use nvme_spec::NamespaceId;
 use support::{free_port, scratch_dir, sluice, ServeProcess};
 
 const NQN: &str = "nqn.2026-11.io.sluice:metrics-test";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0e0a0d-0000-4000-8000-00000000000c";
 
 fn scrape(address: &str) -> String {
     let mut stream = TcpStream::connect(address).expect("connect to the metrics endpoint");
@@ -72,6 +76,28 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0);
     assert_eq!(value(&text, &format!("sluice_subsystem_namespaces{subsystem}")), 2.0);
     assert!(text.contains(&format!("sluice_namespace_read_latency_seconds_bucket{{subsystem=\"{NQN}\",nsid=\"2\",le=\"+Inf\"}} 2")));
+
+    // A live controller: its own counters (from its queues' shards), and errors of
+    // any kind (here LBA Out of Range) counted at the subsystem and controller.
+    let mut options = ConnectOptions::new(format!("127.0.0.1:{io_port}").parse().unwrap(), NQN);
+    options.host_nqn = HOST.into();
+    options.io_queues = 1;
+    options.command_timeout = Duration::from_secs(10);
+    let controller = Controller::connect(options).expect("connect");
+    controller.write(NamespaceId(1), 0, &[0xa5; 8192], false).expect("write");
+    assert!(controller.read(NamespaceId(1), 1 << 30, 1).is_err(), "beyond the 16 MiB namespace");
+    let text = scrape(&metrics);
+    let cntlid = controller.controller_id().0;
+    let labels = format!("{{subsystem=\"{NQN}\",cntlid=\"{cntlid}\",host=\"{HOST}\"}}");
+    assert_eq!(value(&text, &format!("sluice_controller_write_commands_total{labels}")), 1.0);
+    assert_eq!(value(&text, &format!("sluice_controller_written_bytes_total{labels}")), 8192.0);
+    assert_eq!(value(&text, &format!("sluice_controller_error_completions_total{labels}")), 1.0);
+    assert_eq!(value(&text, &format!("sluice_controller_outstanding_commands{labels}")), 0.0, "nothing in flight");
+    assert_eq!(value(&text, &format!("sluice_controller_queues{labels}")), 2.0, "admin and one I/O queue");
+    assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0 + 8192.0);
+    assert!(value(&text, &format!("sluice_subsystem_error_completions_total{subsystem}")) >= 1.0);
+    assert!(!text.contains("sluice_namespace_error_completions_total"), "queue-only metrics are not per namespace");
+    drop(controller);
 
     // Anything else is refused politely.
     let mut stream = TcpStream::connect(&metrics).unwrap();

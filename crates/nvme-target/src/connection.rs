@@ -620,6 +620,11 @@ impl Connection {
         } else {
             self.pool.give(buffer);
         }
+        if !status.is_success() {
+            if let Some(stats) = &self.stats {
+                QueueStats::add(&stats.error_completions, 1);
+            }
+        }
         let cqe = CompletionQueueEntry {
             result_dw0: result as u32,
             result_dw1: (result >> 32) as u32,
@@ -638,6 +643,13 @@ impl Connection {
     /// The next batch of PDUs to send, if any. The runtime hands it back through
     /// `transmit_complete` once every byte is written.
     pub fn take_transmit(&mut self) -> Option<TransmitBatch> {
+        if let (Some(stats), Some(binding)) = (&self.stats, &self.binding) {
+            // Once per batch, not per command: the gauge the metrics read. I/O queues
+            // only: an admin queue always holds its Asynchronous Event Requests.
+            if !binding.queue_id.is_admin() {
+                stats.outstanding_commands.store(self.slots.in_use() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         if self.pending.is_empty() {
             return None;
         }
@@ -790,7 +802,9 @@ impl Connection {
             self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         }
         if let Some(subsystem) = &binding.controller.subsystem {
-            self.stats = Some(subsystem.stats.register());
+            let shard = subsystem.stats.register();
+            binding.controller.stats.adopt(shard.clone());
+            self.stats = Some(shard);
         }
         self.binding = Some(binding);
         self.phase = Phase::Live;
@@ -826,6 +840,7 @@ impl Connection {
             if let Some(subsystem) = &binding.controller.subsystem {
                 subsystem.stats.retire(stats);
             }
+            binding.controller.stats.retire(stats);
         }
         if let Some(binding) = &self.binding {
             let controller = &binding.controller;

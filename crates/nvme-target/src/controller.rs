@@ -10,6 +10,7 @@ use nvme_spec::log_page::{encode_changed_namespace_list, log_id, CHANGED_NAMESPA
 use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
 use nvme_spec::{ControllerId, NamespaceId};
 
+use crate::stats::StatsRegistry;
 use crate::subsystem::Subsystem;
 
 /// What a controller serves.
@@ -99,6 +100,8 @@ pub struct Controller {
     notices: Mutex<NamespaceNotices>,
     /// True while `notices.event_due`: lets the admin queue check without the lock.
     notice_due: AtomicBool,
+    /// Counters of this controller's queues (the same shards as the subsystem's).
+    pub stats: StatsRegistry,
 }
 
 impl Controller {
@@ -136,6 +139,7 @@ impl Controller {
             generation: AtomicU32::new(0),
             notices: Mutex::new(NamespaceNotices::default()),
             notice_due: AtomicBool::new(false),
+            stats: StatsRegistry::default(),
         }
     }
 

@@ -73,6 +73,12 @@ pub struct QueueStats {
     pub other_commands: AtomicU64,
     /// Commands failed by the storage (SMART media and data integrity errors).
     pub media_errors: AtomicU64,
+    /// Commands completed with any error status (invalid fields and opcodes,
+    /// refusals and storage failures alike). Counted on queue shards only.
+    pub error_completions: AtomicU64,
+    /// I/O commands received and not yet completed, as of the queue's last transmit
+    /// (a gauge: it is not kept for closed queues; admin queues leave it at 0).
+    pub outstanding_commands: AtomicU64,
     /// Receipt to completion, reads and compares.
     pub read_latency: LatencyHistogram,
     /// Receipt to completion, writes.
@@ -96,6 +102,9 @@ pub struct StatsSnapshot {
     pub write_commands: u64,
     pub other_commands: u64,
     pub media_errors: u64,
+    pub error_completions: u64,
+    /// Commands in flight on the live queues.
+    pub outstanding_commands: u64,
     pub read_latency: HistogramSnapshot,
     pub write_latency: HistogramSnapshot,
     /// Queues counting now (connected I/O and admin queues, or for a namespace, the
@@ -111,6 +120,7 @@ impl StatsSnapshot {
         self.write_commands += stats.write_commands.load(Ordering::Relaxed);
         self.other_commands += stats.other_commands.load(Ordering::Relaxed);
         self.media_errors += stats.media_errors.load(Ordering::Relaxed);
+        self.error_completions += stats.error_completions.load(Ordering::Relaxed);
         stats.read_latency.add_to(&mut self.read_latency);
         stats.write_latency.add_to(&mut self.write_latency);
     }
@@ -123,6 +133,8 @@ impl StatsSnapshot {
         self.write_commands += other.write_commands;
         self.other_commands += other.other_commands;
         self.media_errors += other.media_errors;
+        self.error_completions += other.error_completions;
+        self.outstanding_commands += other.outstanding_commands;
         self.read_latency.merge(&other.read_latency);
         self.write_latency.merge(&other.write_latency);
         self.live_queues += other.live_queues;
@@ -155,6 +167,14 @@ impl StatsRegistry {
         shard
     }
 
+    /// Registers a shard that another registry created: the queue counts into both
+    /// (a controller's totals come from its queues' subsystem shards, at no cost per
+    /// I/O).
+    pub fn adopt(&self, shard: Arc<QueueStats>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
+        inner.live.push(shard);
+    }
+
     /// Folds a closed queue's shard into the retired totals.
     pub fn retire(&self, shard: &Arc<QueueStats>) {
         let mut inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -171,6 +191,7 @@ impl StatsRegistry {
         total.live_queues = inner.live.len() as u64;
         for shard in &inner.live {
             total.add(shard);
+            total.outstanding_commands += shard.outstanding_commands.load(Ordering::Relaxed);
         }
         total
     }
@@ -194,6 +215,25 @@ mod tests {
         assert_eq!(snapshot.bytes_read, 4608);
         assert_eq!(snapshot.write_commands, 3);
         assert_eq!(snapshot.live_queues, 1);
+    }
+
+    #[test]
+    fn an_adopted_shard_counts_in_both_registries_and_outstanding_is_live_only() {
+        let subsystem = StatsRegistry::default();
+        let controller = StatsRegistry::default();
+        let shard = subsystem.register();
+        controller.adopt(shard.clone());
+        QueueStats::add(&shard.write_commands, 2);
+        QueueStats::add(&shard.error_completions, 1);
+        shard.outstanding_commands.store(5, Ordering::Relaxed);
+        for registry in [&subsystem, &controller] {
+            let snapshot = registry.snapshot();
+            assert_eq!((snapshot.write_commands, snapshot.error_completions), (2, 1));
+            assert_eq!(snapshot.outstanding_commands, 5);
+        }
+        controller.retire(&shard);
+        let retired = controller.snapshot();
+        assert_eq!((retired.write_commands, retired.outstanding_commands, retired.live_queues), (2, 0, 0));
     }
 
     #[test]

@@ -58,9 +58,30 @@ pub fn render(target: &Target) -> String {
     for (labels, _, used) in &capacity_rows {
         let _ = writeln!(out, "sluice_namespace_used_bytes{{{labels}}} {used}");
     }
-    counters(&mut out, "sluice_subsystem", &subsystem_rows);
-    counters(&mut out, "sluice_namespace", &namespace_rows);
+    let mut controller_rows = Vec::new();
+    for subsystem in &subsystems {
+        for controller in target.controllers_of(subsystem.index) {
+            let labels = format!(
+                "subsystem=\"{}\",cntlid=\"{}\",host=\"{}\"",
+                escape(&subsystem.nqn),
+                controller.id.0,
+                escape(&controller.host_nqn)
+            );
+            controller_rows.push((labels, controller.stats.snapshot()));
+        }
+    }
+    counters(&mut out, "sluice_subsystem", &subsystem_rows, Scope::Subsystem);
+    counters(&mut out, "sluice_namespace", &namespace_rows, Scope::Namespace);
+    counters(&mut out, "sluice_controller", &controller_rows, Scope::Controller);
     out
+}
+
+/// Which rows a counter family is rendered for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Subsystem,
+    Namespace,
+    Controller,
 }
 
 /// Reads one counter out of a snapshot.
@@ -68,23 +89,36 @@ type CounterOf = fn(&StatsSnapshot) -> u64;
 /// Reads one histogram out of a snapshot.
 type HistogramOf = fn(&StatsSnapshot) -> HistogramSnapshot;
 
-fn counters(out: &mut String, prefix: &str, rows: &[(String, StatsSnapshot)]) {
-    let simple: [(&str, &str, CounterOf); 7] = [
+fn counters(out: &mut String, prefix: &str, rows: &[(String, StatsSnapshot)], scope: Scope) {
+    let simple: [(&str, &str, CounterOf); 9] = [
         ("read_commands_total", "Reads and compares completed successfully.", |s| s.read_commands),
         ("write_commands_total", "Writes completed successfully.", |s| s.write_commands),
         ("other_commands_total", "Flush, Write Zeroes and Dataset Management completed successfully.", |s| s.other_commands),
         ("read_bytes_total", "Bytes read.", |s| s.bytes_read),
         ("written_bytes_total", "Bytes written.", |s| s.bytes_written),
         ("errors_total", "Commands the storage failed.", |s| s.media_errors),
+        ("error_completions_total", "Commands completed with any error status (admin and I/O).", |s| s.error_completions),
+        ("outstanding_commands", "I/O commands received and not yet completed (queue depth in use).", |s| s.outstanding_commands),
         ("queues", "Queues counting into these totals now.", |s| s.live_queues),
     ];
     for (name, help, value) in simple {
+        // Namespace shards count I/O only: errors of other kinds and queue depth
+        // belong to the queue, so to the subsystem and the controller.
+        let queue_only = matches!(name, "error_completions_total" | "outstanding_commands");
+        if scope == Scope::Namespace && queue_only {
+            continue;
+        }
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
         let metric = format!("{prefix}_{name}");
         header(out, &metric, kind, help);
         for (labels, snapshot) in rows {
             let _ = writeln!(out, "{metric}{{{labels}}} {}", value(snapshot));
         }
+    }
+    if scope == Scope::Controller {
+        // Per-controller latency histograms would multiply the series by the hosts;
+        // the subsystem's and namespaces' cover latency.
+        return;
     }
     for (name, help, pick) in [
         ("read_latency_seconds", "Capsule receipt to completion, reads.", (|s: &StatsSnapshot| s.read_latency) as HistogramOf),
