@@ -106,6 +106,25 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 405"), "{response}");
 
+    // Clients that connect and send nothing hold a request thread each (for up to
+    // 5 s), not the endpoint: with two stalled, a scrape is answered at once (the
+    // thread of the previous request may still be finishing); with the limit of four
+    // reached, the next connection gets 503 instead of waiting.
+    let mut stalled: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(&metrics).unwrap()).collect();
+    let started = std::time::Instant::now();
+    assert!(scrape(&metrics).contains("sluice_subsystem_namespaces"));
+    assert!(started.elapsed() < Duration::from_secs(4), "a scrape waited behind stalled clients");
+    std::thread::sleep(Duration::from_millis(100));
+    stalled.extend((0..2).map(|_| TcpStream::connect(&metrics).unwrap()));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut busy = TcpStream::connect(&metrics).unwrap();
+    write!(busy, "GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    let mut response = String::new();
+    busy.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    drop(stalled);
+
     // sluice stat: one JSON sample with a row per namespace.
     let output = sluice(&["stat", "--metrics-address", &metrics, "--interval", "0.2", "--count", "1", "-o", "json"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
