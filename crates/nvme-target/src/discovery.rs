@@ -14,8 +14,9 @@ use crate::target::{AddressFamily, Target};
 /// allocate: the log is read a few times per host connection.
 pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<DiscoveryLogEntry> {
     let mut entries = Vec::new();
+    let listeners = target.listeners();
     for subsystem in target.subsystems().iter().filter(|subsystem| subsystem.hosts.allows(host_nqn)) {
-        for (index, listener) in target.listeners().iter().enumerate() {
+        for (id, listener) in &listeners {
             if listener.discovery_only {
                 continue;
             }
@@ -26,8 +27,10 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
             let mut entry = DiscoveryLogEntry::tcp(
                 subsystem_type::NVME_SUBSYSTEM,
                 family,
-                // PORTID: the listener's position, stable for a given configuration.
-                index as u16 + 1,
+                // PORTID: from the listener's id, which stays the same while the
+                // target runs (other listeners coming and going do not move it)
+                // and follows configuration order at start.
+                port_id(*id),
                 &listener.address,
                 &listener.port.to_string(),
                 &subsystem.nqn,
@@ -37,6 +40,13 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
         }
     }
     entries
+}
+
+/// PORTID of the listener with `id`: id + 1 (0 reads as "no port" to some
+/// hosts). Ids past 65534 (that many listeners added while running) share the
+/// last value rather than wrap onto a live listener's.
+fn port_id(id: usize) -> u16 {
+    u16::try_from(id + 1).unwrap_or(u16::MAX)
 }
 
 impl Connection {

@@ -151,11 +151,8 @@ impl Connection {
             return Err(in_command(connect_offset::SUBMISSION_QUEUE_SIZE));
         }
         let depth = u32::from(command.submission_queue_size) + 1;
-        let listener_discovery_only = self
-            .target
-            .listeners()
-            .get(self.listener_index)
-            .is_some_and(|listener| listener.discovery_only);
+        let listener_discovery_only =
+            self.target.listener(self.listener_index).is_some_and(|listener| listener.discovery_only);
         let is_discovery = subsystem_nqn == DISCOVERY_NQN;
         let subsystem = if is_discovery {
             None

@@ -170,6 +170,37 @@ impl Subsystem {
         Ok(NamespaceChange { namespace_id: id, hosts: Attachment::AllHosts })
     }
 
+    /// Serves the carve of this subsystem's pool that is bound to `id`, attached as its
+    /// binding says: a pool namespace the config adds while the target runs (at start,
+    /// `Subsystem::new` loads every bound carve). Like a namespace Namespace Management
+    /// created, removing it deletes the carve.
+    pub fn add_bound_carve(&self, id: NamespaceId) -> Result<NamespaceChange, ManagementError> {
+        let pool = self.pool.as_ref().ok_or(ManagementError::NoPool)?;
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        if table.contains(id) {
+            return Err(ManagementError::NamespaceIdInUse(id.0));
+        }
+        let (record, binding) = pool
+            .records()
+            .into_iter()
+            .find_map(|record| {
+                let binding = record.binding.clone().filter(|binding| {
+                    binding.subsystem_nqn == self.nqn && binding.namespace_id == id.0
+                })?;
+                Some((record, binding))
+            })
+            .ok_or(ManagementError::NotAllocated(id.0))?;
+        let backend = pool.get(record.id).map_err(pool_error)?;
+        let attachment = if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
+        let carve = PoolCarve { pool: Arc::clone(pool), id: record.id, thin: record.thin };
+        let namespace = Namespace::new(id, backend, record.nguid, record.uuid, Some(carve));
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: attachment.clone() });
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, carve = record.id.0, "pool namespace added");
+        Ok(NamespaceChange { namespace_id: id, hosts: attachment })
+    }
+
     /// Removes any namespace (the management API's "ns remove"). A namespace carved
     /// from this subsystem's pool is deleted, its space returned; any other backend is
     /// only let go (its file or device keeps the data).

@@ -141,6 +141,10 @@ pub enum TargetError {
     IoQueueDepth { value: u16, max: u16 },
     #[error("no subsystem with NQN {0}")]
     UnknownSubsystem(String),
+    #[error("listener id {0} is already in use")]
+    DuplicateListener(usize),
+    #[error("no listener with id {0}")]
+    UnknownListener(usize),
     #[error(
         "max_connections_per_host must be at least {min} (an admin queue and max_io_queues_per_controller \
          I/O queues), not {value}"
@@ -219,7 +223,11 @@ struct SubsystemRegistry {
 
 /// Shared state of a running target.
 pub struct Target {
-    listeners: Vec<ListenerSpec>,
+    /// (listener id, listener) in id order. The ids are the runtime's: a
+    /// connection names the listener it came through by id, and a removed
+    /// listener's id is never given to another, so connections never mistake
+    /// one listener for another.
+    listeners: RwLock<Vec<(usize, ListenerSpec)>>,
     subsystems: RwLock<SubsystemRegistry>,
     controllers: Mutex<ControllerTable>,
     /// Tunables.
@@ -262,7 +270,7 @@ impl Target {
         }
         settings.validate_limits()?;
         let target = Arc::new(Target {
-            listeners: spec.listeners,
+            listeners: RwLock::new(spec.listeners.into_iter().enumerate().collect()),
             subsystems: RwLock::new(SubsystemRegistry::default()),
             controllers: Mutex::new(ControllerTable::default()),
             settings,
@@ -321,9 +329,46 @@ impl Target {
         self.discovery_generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The listeners, in configuration order (a connection names its listener by index).
-    pub fn listeners(&self) -> &[ListenerSpec] {
-        &self.listeners
+    /// The listeners as (id, listener), in id order. Those of the `TargetSpec`
+    /// have ids 0, 1, ... in its order; the runtime numbers its listeners the
+    /// same way.
+    pub fn listeners(&self) -> Vec<(usize, ListenerSpec)> {
+        self.listeners.read().unwrap_or_else(|poison| poison.into_inner()).clone()
+    }
+
+    /// The listener with this id (None once removed).
+    pub fn listener(&self, id: usize) -> Option<ListenerSpec> {
+        let listeners = self.listeners.read().unwrap_or_else(|poison| poison.into_inner());
+        listeners.iter().find(|(listener_id, _)| *listener_id == id).map(|(_, listener)| listener.clone())
+    }
+
+    /// Adds a listener while the target runs, under the id its runtime gave it
+    /// (an id never used before). Register it before the runtime accepts on it,
+    /// so a Connect through it finds it. The discovery log lists it from now on.
+    pub fn add_listener(&self, id: usize, spec: ListenerSpec) -> Result<(), TargetError> {
+        let mut listeners = self.listeners.write().unwrap_or_else(|poison| poison.into_inner());
+        let position = listeners.partition_point(|(listener_id, _)| *listener_id < id);
+        if listeners.get(position).is_some_and(|(listener_id, _)| *listener_id == id) {
+            return Err(TargetError::DuplicateListener(id));
+        }
+        listeners.insert(position, (id, spec));
+        drop(listeners);
+        self.bump_discovery_generation();
+        Ok(())
+    }
+
+    /// Removes a listener while the target runs (after the runtime has closed
+    /// it and its connections): the discovery log stops listing it.
+    pub fn remove_listener(&self, id: usize) -> Result<ListenerSpec, TargetError> {
+        let mut listeners = self.listeners.write().unwrap_or_else(|poison| poison.into_inner());
+        let position = listeners
+            .iter()
+            .position(|(listener_id, _)| *listener_id == id)
+            .ok_or(TargetError::UnknownListener(id))?;
+        let (_, removed) = listeners.remove(position);
+        drop(listeners);
+        self.bump_discovery_generation();
+        Ok(removed)
     }
 
     /// The subsystems, in the order they were added.
@@ -532,6 +577,62 @@ mod tests {
         assert_eq!(settings.effective_keep_alive_timeout(ControllerKind::Io, u32::MAX), 300_000);
         let short = TargetSettings { max_keep_alive_timeout_ms: 60_000, ..settings };
         assert_eq!(short.keep_alive_timeout(ControllerKind::Discovery, 0), Ok(60_000));
+    }
+
+    fn listener(address: &str, port: u16, discovery_only: bool) -> ListenerSpec {
+        ListenerSpec { address: address.into(), port, family: AddressFamily::Ipv4, discovery_only }
+    }
+
+    /// (PORTID, TRADDR, TRSVCID) of every discovery log record.
+    fn discovery_records(target: &Target) -> Vec<(u16, String, String)> {
+        crate::discovery::discovery_entries(target, "nqn.2014-08.io.sluice:any-host")
+            .iter()
+            .map(|entry| {
+                let address = entry.transport_address_str().unwrap_or_default().to_string();
+                (entry.port_id, address, entry.transport_service_id_str().unwrap_or_default().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn listeners_added_and_removed_live_change_the_discovery_log() {
+        let spec = TargetSpec {
+            listeners: vec![listener("127.0.0.1", 4420, false), listener("127.0.0.1", 8009, true)],
+            subsystems: vec![SubsystemSpec {
+                nqn: "nqn.2026-11.io.sluice:a".into(),
+                serial_number: None,
+                model_number: None,
+                namespaces: Vec::new(),
+                pool: None,
+                hosts: crate::HostAccess::allow_any(),
+            }],
+            settings: TargetSettings::default(),
+        };
+        let target = Target::new(spec).unwrap();
+        // Discovery-only listeners are not paths to NVM subsystems.
+        assert_eq!(discovery_records(&target), [(1, "127.0.0.1".into(), "4420".into())]);
+        let generation = target.discovery_generation();
+
+        target.add_listener(2, listener("10.0.0.1", 4421, false)).unwrap();
+        assert!(target.discovery_generation() > generation, "hosts comparing GENCTR read the log again");
+        assert_eq!(
+            discovery_records(&target),
+            [(1, "127.0.0.1".into(), "4420".into()), (3, "10.0.0.1".into(), "4421".into())]
+        );
+        assert_eq!(target.add_listener(2, listener("10.0.0.2", 4420, false)), Err(TargetError::DuplicateListener(2)));
+
+        // Removing the first listener does not renumber the others: PORTID and
+        // the id connections carry stay the same.
+        let generation = target.discovery_generation();
+        assert_eq!(target.remove_listener(0).unwrap(), listener("127.0.0.1", 4420, false));
+        assert!(target.discovery_generation() > generation);
+        assert_eq!(discovery_records(&target), [(3, "10.0.0.1".into(), "4421".into())]);
+        assert_eq!(target.listener(0), None);
+        assert_eq!(target.listener(1), Some(listener("127.0.0.1", 8009, true)));
+        assert_eq!(target.listener(2).map(|spec| spec.port), Some(4421));
+        assert_eq!(target.remove_listener(0), Err(TargetError::UnknownListener(0)));
+        let ids: Vec<usize> = target.listeners().iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1, 2]);
     }
 
     #[test]

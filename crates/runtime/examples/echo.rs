@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use runtime::{CloseReason, ConnectionHandler, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
 
 /// Echoed chunks, sent with one vectored send.
 struct EchoBatch(Vec<Vec<u8>>);
@@ -80,7 +80,7 @@ struct EchoService;
 impl Service for EchoService {
     type Handler = Echo;
 
-    fn accept(&self, thread: usize, _listener: usize, _local: SocketAddr, peer: SocketAddr, _now: Instant) -> Option<Echo> {
+    fn accept(&self, thread: usize, _listener: ListenerId, _local: SocketAddr, peer: SocketAddr, _now: Instant) -> Option<Echo> {
         println!("{peer} connected (thread {thread})");
         Some(Echo { peer, waiting: Vec::new(), spare: Vec::new(), spare_batch: Vec::new() })
     }

@@ -12,12 +12,14 @@ use io_uring::{opcode, types};
 use crate::event_loop::{EventLoop, MAX_SPARE_BUFFERS};
 use crate::send::SendState;
 use crate::user_data::{OpKind, UserData};
-use crate::{CloseReason, ConnectionHandler, Service};
+use crate::{CloseReason, ConnectionHandler, ListenerId, Service};
 
 /// One accepted socket and its handler.
 pub struct Connection<H: ConnectionHandler> {
     stream: TcpStream,
     handler: H,
+    /// The listener it was accepted through: removing that listener closes it.
+    listener: ListenerId,
     /// The kernel writes received bytes here; boxed, so moving the Connection
     /// (the slab's Vec may grow) never moves the buffer.
     recv_buffer: Box<[u8]>,
@@ -55,7 +57,13 @@ fn is_normal_disconnect(kind: io::ErrorKind) -> bool {
 }
 
 impl<S: Service> EventLoop<S> {
-    pub(crate) fn add_connection(&mut self, stream: TcpStream, handler: S::Handler, now: Instant) {
+    pub(crate) fn add_connection(
+        &mut self,
+        stream: TcpStream,
+        handler: S::Handler,
+        listener: ListenerId,
+        now: Instant,
+    ) {
         let recv_buffer = self
             .spare_recv_buffers
             .pop()
@@ -63,6 +71,7 @@ impl<S: Service> EventLoop<S> {
         let connection = Connection {
             stream,
             handler,
+            listener,
             recv_buffer,
             recv_in_flight: false,
             send: SendState::new(),
@@ -251,6 +260,13 @@ impl<S: Service> EventLoop<S> {
             // Not due: keep it in the recomputed lower bound.
             self.refresh_handler_state(index, generation);
         }
+    }
+
+    /// The listener of the connection at `index`, if one is there and not
+    /// already closing.
+    pub(crate) fn connection_listener(&mut self, index: u32) -> Option<ListenerId> {
+        let (connection, _) = self.connections.get_mut_at(index)?;
+        connection.closing.is_none().then_some(connection.listener)
     }
 
     /// Starts closing the connection at `index` (whatever its generation).

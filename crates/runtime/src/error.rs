@@ -3,7 +3,10 @@
 use std::io;
 use std::net::SocketAddr;
 
-/// Why the runtime could not start, or why a thread stopped.
+use crate::ListenerId;
+
+/// Why the runtime could not start, why a thread stopped, or why a listener
+/// could not be added or removed.
 #[derive(thiserror::Error, Debug)]
 pub enum RuntimeError {
     /// A listening socket could not be created, bound or put into listen mode.
@@ -21,4 +24,18 @@ pub enum RuntimeError {
     /// The configuration makes no sense (zero threads, say).
     #[error("invalid runtime configuration: {0}")]
     InvalidConfig(String),
+    /// A listener change was asked of a runtime that is shutting down or stopped.
+    #[error("the runtime is not running")]
+    NotRunning,
+    /// No open listener has this id (never started, or already removed).
+    #[error("no {0} is open")]
+    UnknownListener(ListenerId),
+    /// Some runtime threads did not confirm a listener removal in time (a
+    /// handler blocking its thread). The removal stays queued: they apply it
+    /// when they get to it.
+    #[error("{pending_threads} runtime thread(s) did not confirm the listener change within {waited_ms} ms")]
+    ListenerChangeTimedOut { pending_threads: usize, waited_ms: u64 },
+    /// All 2^32 listener ids were handed out; ids are never reused.
+    #[error("no listener id left (ids are never reused)")]
+    ListenerIdsExhausted,
 }

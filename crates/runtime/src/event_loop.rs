@@ -1,20 +1,22 @@
 //! One runtime thread: its ring, listeners, wake eventfd, and the loop that
-//! waits for completions, dispatches them, runs timers and polls, and drains
-//! everything on shutdown. Per-connection work lives in `connection.rs`.
+//! waits for completions, dispatches them, runs timers and polls, applies
+//! listener changes from its mailbox, and drains everything on shutdown.
+//! Per-connection work lives in `connection.rs`.
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::connection::Connection;
+use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
 use crate::slab::Slab;
 use crate::user_data::{OpKind, UserData};
-use crate::{sys, PollMode, RuntimeError, Service, ShutdownHandle};
+use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};
 
 /// How long accept stays paused after EMFILE/ENFILE/ENOBUFS/ENOMEM, so a full
 /// descriptor table does not turn the loop into a spin on failing accepts.
@@ -35,19 +37,23 @@ pub struct ThreadSettings {
 
 /// One listening socket owned by one thread.
 pub struct Listener {
-    /// Index into `RuntimeConfig::listeners`.
-    index: usize,
+    /// Also the index in its accept's user_data.
+    id: ListenerId,
     local: SocketAddr,
     /// None once closed during shutdown.
     socket: Option<TcpListener>,
     accept_armed: bool,
     /// Set after a resource-exhaustion error: re-arm accept at this time.
     rearm_at: Option<Instant>,
+    /// Set while the listener is being removed: the accept is cancelled, and
+    /// when its final completion arrives the socket is closed, the listener
+    /// dropped and the remover told how many connections were closed.
+    removal: Option<(Sender<usize>, usize)>,
 }
 
 impl Listener {
-    pub fn new(index: usize, local: SocketAddr, socket: TcpListener) -> Listener {
-        Listener { index, local, socket: Some(socket), accept_armed: false, rearm_at: None }
+    pub fn new(id: ListenerId, local: SocketAddr, socket: TcpListener) -> Listener {
+        Listener { id, local, socket: Some(socket), accept_armed: false, rearm_at: None, removal: None }
     }
 }
 
@@ -62,6 +68,11 @@ pub struct EventLoop<S: Service> {
     /// The eventfd read lands here; boxed so its address is stable.
     wake_buffer: Box<u64>,
     wake_armed: bool,
+    /// The wake eventfd fired: look at the mailbox after this round of
+    /// completions.
+    mailbox_due: bool,
+    /// Commands taken from the mailbox, applied, then cleared. Reused.
+    listener_commands: Vec<ListenerCommand>,
     /// Operations submitted whose final completion has not been seen. Nothing
     /// an operation points at is freed while this is non-zero for it.
     pub(crate) outstanding_ops: usize,
@@ -111,6 +122,8 @@ pub fn run_thread<S: Service>(
         connections: Slab::new(),
         wake_buffer: Box::new(0),
         wake_armed: false,
+        mailbox_due: false,
+        listener_commands: Vec::new(),
         outstanding_ops: 0,
         completions: Vec::with_capacity(1024),
         scratch_slices: Vec::new(),
@@ -126,6 +139,10 @@ pub fn run_thread<S: Service>(
     // whole runtime down, so `join` reports it instead of the target running
     // on with a share of its connections silently gone.
     let stop_all_on_failure = StopAllOnFailure(event_loop.shutdown.clone());
+    // However the loop ends, later listener commands are dropped rather than
+    // left for a thread that is gone.
+    let _close_mailbox =
+        CloseMailboxOnExit { shared: Arc::clone(&event_loop.shutdown.shared), thread: event_loop.settings.thread };
     let result = event_loop.run();
     if let Err(error) = &result {
         tracing::error!(thread = event_loop.settings.thread, %error, "runtime thread failed; shutting the runtime down");
@@ -172,8 +189,8 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
 impl<S: Service> EventLoop<S> {
     fn run(&mut self) -> Result<(), RuntimeError> {
         self.arm_wake();
-        for index in 0..self.listeners.len() {
-            self.arm_accept(index);
+        for position in 0..self.listeners.len() {
+            self.arm_accept(position);
         }
         loop {
             if let Some(error) = self.fatal.take() {
@@ -198,6 +215,9 @@ impl<S: Service> EventLoop<S> {
             self.dispatch_completions(now);
             if self.shutting_down_since.is_none() && self.shutdown.is_shutdown() {
                 self.begin_shutdown(now);
+            }
+            if std::mem::take(&mut self.mailbox_due) && self.shutting_down_since.is_none() {
+                self.apply_listener_commands();
             }
             self.run_polls_and_timers(now);
         }
@@ -302,13 +322,14 @@ impl<S: Service> EventLoop<S> {
                 continue;
             };
             match data.kind {
-                OpKind::Accept => self.on_accept_completion(data.index as usize, result, flags, now),
+                OpKind::Accept => self.on_accept_completion(ListenerId::new(data.index), result, flags, now),
                 OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, now),
                 OpKind::Send => self.on_send_completion(data.index, data.generation, result, now),
                 OpKind::Wake => {
                     self.outstanding_ops -= 1;
                     self.wake_armed = false;
                     if self.shutting_down_since.is_none() {
+                        self.mailbox_due = true;
                         self.arm_wake();
                     }
                 }
@@ -330,30 +351,44 @@ impl<S: Service> EventLoop<S> {
         self.wake_armed = true;
     }
 
-    fn arm_accept(&mut self, index: usize) {
-        let listener = &mut self.listeners[index];
+    /// Arms the multishot accept of the listener at `position` in `listeners`.
+    fn arm_accept(&mut self, position: usize) {
+        let listener = &mut self.listeners[position];
         let Some(socket) = listener.socket.as_ref() else { return };
         listener.accept_armed = true;
         listener.rearm_at = None;
         let entry = opcode::AcceptMulti::new(types::Fd(socket.as_raw_fd()))
             .flags(libc::SOCK_CLOEXEC)
             .build()
-            .user_data(UserData::new(OpKind::Accept, 0, index as u32).encode());
+            .user_data(UserData::new(OpKind::Accept, 0, listener.id.user_data_index()).encode());
         // SAFETY: multishot accept points at no memory (no peer-address buffer).
         unsafe { self.push(&entry) };
     }
 
-    fn on_accept_completion(&mut self, index: usize, result: i32, flags: u32, now: Instant) {
+    fn on_accept_completion(&mut self, id: ListenerId, result: i32, flags: u32, now: Instant) {
         let more = cqueue::more(flags);
         if !more {
             self.outstanding_ops -= 1;
-            self.listeners[index].accept_armed = false;
+        }
+        let Some(position) = self.listener_position(id) else {
+            // Unreachable: a listener is dropped only after its final
+            // completion. Still, never leak a descriptor.
+            tracing::error!(thread = self.settings.thread, %id, "accept completion for an unknown listener");
+            if result >= 0 {
+                // SAFETY: a non-negative accept result is a new descriptor that
+                // nothing else owns; dropping the TcpStream closes it.
+                drop(unsafe { TcpStream::from_raw_fd(result) });
+            }
+            return;
+        };
+        if !more {
+            self.listeners[position].accept_armed = false;
         }
         if result >= 0 {
             // SAFETY: a non-negative accept result is a new descriptor that
             // nothing else owns; the TcpStream closes it.
             let stream = unsafe { TcpStream::from_raw_fd(result) };
-            self.on_new_connection(index, stream, now);
+            self.on_new_connection(position, stream, now);
         } else {
             let errno = -result;
             match errno {
@@ -361,15 +396,17 @@ impl<S: Service> EventLoop<S> {
                 libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
                     tracing::warn!(
                         thread = self.settings.thread,
-                        address = %self.listeners[index].local,
+                        address = %self.listeners[position].local,
                         error = %io::Error::from_raw_os_error(errno),
                         "accept failed for lack of resources; pausing accepts"
                     );
                     // Stop the multishot if it is still running, then re-arm later.
                     if more {
-                        self.cancel(UserData::new(OpKind::Accept, 0, index as u32));
+                        self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
                     }
-                    self.listeners[index].rearm_at = Some(now + ACCEPT_BACKOFF);
+                    if self.listeners[position].removal.is_none() {
+                        self.listeners[position].rearm_at = Some(now + ACCEPT_BACKOFF);
+                    }
                 }
                 _ => tracing::debug!(
                     thread = self.settings.thread,
@@ -378,16 +415,39 @@ impl<S: Service> EventLoop<S> {
                 ),
             }
         }
-        let listener = &self.listeners[index];
-        if !more && self.shutting_down_since.is_some() {
-            self.listeners[index].socket = None; // closes the listening socket
-        } else if !more && listener.rearm_at.is_none() {
-            self.arm_accept(index);
+        if more {
+            return;
+        }
+        let listener = &self.listeners[position];
+        if self.shutting_down_since.is_some() || listener.removal.is_some() {
+            self.release_listener(position);
+        } else if listener.rearm_at.is_none() {
+            self.arm_accept(position);
         }
     }
 
-    fn on_new_connection(&mut self, listener_index: usize, stream: TcpStream, now: Instant) {
-        if self.shutting_down_since.is_some() {
+    fn listener_position(&self, id: ListenerId) -> Option<usize> {
+        self.listeners.iter().position(|listener| listener.id == id)
+    }
+
+    /// The listener at `position` has no accept outstanding any more: close its
+    /// socket, and if it is being removed, drop it and confirm the removal.
+    fn release_listener(&mut self, position: usize) {
+        if self.listeners[position].removal.is_none() {
+            self.listeners[position].socket = None; // closes the listening socket
+            return;
+        }
+        let listener = self.listeners.remove(position);
+        let Listener { socket, removal, .. } = listener;
+        drop(socket); // closed before the remover hears of it
+        if let Some((done, connections_closed)) = removal {
+            // The remover may have given up waiting; nothing else to do then.
+            let _ = done.send(connections_closed);
+        }
+    }
+
+    fn on_new_connection(&mut self, position: usize, stream: TcpStream, now: Instant) {
+        if self.shutting_down_since.is_some() || self.listeners[position].removal.is_some() {
             return; // dropping the stream closes it
         }
         if self.settings.tcp_nodelay {
@@ -403,13 +463,58 @@ impl<S: Service> EventLoop<S> {
                 return;
             }
         };
-        let listener = self.listeners[listener_index].index;
+        let listener = self.listeners[position].id;
         let Some(handler) = self.service.accept(self.settings.thread, listener, local, peer, now) else {
             tracing::debug!(%peer, "service refused connection");
             return;
         };
         tracing::debug!(thread = self.settings.thread, %local, %peer, "connection accepted");
-        self.add_connection(stream, handler, now);
+        self.add_connection(stream, handler, listener, now);
+    }
+
+    /// Applies the listener changes waiting in this thread's mailbox. Runs only
+    /// after the wake eventfd fired, never on the I/O path.
+    fn apply_listener_commands(&mut self) {
+        let mut commands = std::mem::take(&mut self.listener_commands);
+        listeners::lock(&self.shutdown.shared.mailboxes[self.settings.thread]).take_into(&mut commands);
+        for command in commands.drain(..) {
+            match command {
+                ListenerCommand::Start { id, local, socket } => {
+                    tracing::debug!(thread = self.settings.thread, %id, %local, "accepting on a new listener");
+                    self.listeners.push(Listener::new(id, local, socket));
+                    self.arm_accept(self.listeners.len() - 1);
+                }
+                ListenerCommand::Stop { id, done } => self.stop_listener(id, done),
+            }
+        }
+        self.listener_commands = commands;
+    }
+
+    /// Stops accepting on `id`, begins closing the connections accepted through
+    /// it, and confirms through `done` once its socket is closed.
+    fn stop_listener(&mut self, id: ListenerId, done: mpsc::Sender<usize>) {
+        let mut connections_closed = 0;
+        for index in 0..self.connections.index_bound() {
+            if self.connection_listener(index) == Some(id) {
+                self.close_connection_at(index, CloseReason::ListenerRemoved);
+                connections_closed += 1;
+            }
+        }
+        tracing::debug!(thread = self.settings.thread, %id, connections_closed, "stopping a listener");
+        let Some(position) = self.listener_position(id) else {
+            // Never started here (its socket was dropped with a closed mailbox).
+            let _ = done.send(connections_closed);
+            return;
+        };
+        let listener = &mut self.listeners[position];
+        listener.rearm_at = None;
+        listener.removal = Some((done, connections_closed));
+        if listener.accept_armed {
+            // The socket closes when the accept's final completion arrives.
+            self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
+        } else {
+            self.release_listener(position);
+        }
     }
 
     /// Submits an AsyncCancel for the operation(s) with this user_data.
@@ -424,13 +529,15 @@ impl<S: Service> EventLoop<S> {
     fn begin_shutdown(&mut self, now: Instant) {
         tracing::debug!(thread = self.settings.thread, connections = self.connections.len(), "shutting down");
         self.shutting_down_since = Some(now);
-        for index in 0..self.listeners.len() {
-            let listener = &mut self.listeners[index];
+        // Backwards: releasing a listener that is being removed drops it.
+        for position in (0..self.listeners.len()).rev() {
+            let listener = &mut self.listeners[position];
             listener.rearm_at = None;
             if listener.accept_armed {
-                self.cancel(UserData::new(OpKind::Accept, 0, index as u32));
+                let id = listener.id;
+                self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
             } else {
-                listener.socket = None;
+                self.release_listener(position);
             }
         }
         if self.wake_armed {
@@ -443,9 +550,10 @@ impl<S: Service> EventLoop<S> {
 
     fn run_polls_and_timers(&mut self, now: Instant) {
         if self.shutting_down_since.is_none() {
-            for index in 0..self.listeners.len() {
-                if self.listeners[index].rearm_at.is_some_and(|at| at <= now) && !self.listeners[index].accept_armed {
-                    self.arm_accept(index);
+            for position in 0..self.listeners.len() {
+                let listener = &self.listeners[position];
+                if listener.rearm_at.is_some_and(|at| at <= now) && !listener.accept_armed {
+                    self.arm_accept(position);
                 }
             }
         }

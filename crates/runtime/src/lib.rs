@@ -1,13 +1,14 @@
 //! The thin thread-per-core I/O runtime Sluice runs on.
 //!
 //! One OS thread per configured core, each with its own io_uring, its own
-//! SO_REUSEPORT listening socket for every configured address, and its own
+//! SO_REUSEPORT listening socket for every listening address, and its own
 //! connections. The kernel spreads incoming connections across the threads and
 //! a connection never moves, so protocol handlers are single-threaded and need
 //! not be `Send`. The runtime knows nothing about NVMe: it accepts TCP
 //! connections, receives bytes into a per-connection buffer, sends batches with
 //! one vectored `sendmsg` at a time per connection, runs per-connection timers,
-//! and calls a [`ConnectionHandler`].
+//! and calls a [`ConnectionHandler`]. Listening addresses can be added and
+//! removed while it runs ([`ListenerControl`]).
 //!
 //! Why a hand-written loop on `io-uring` rather than an existing runtime, and
 //! the measurements behind that choice: see `docs/runtime.md`.
@@ -22,6 +23,7 @@ mod connection;
 mod error;
 mod event_loop;
 pub mod file_backend;
+mod listeners;
 mod send;
 mod slab;
 mod sys;
@@ -30,12 +32,13 @@ mod user_data;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use error::RuntimeError;
 pub use file_backend::{FileBackend, FileError, FileOptions};
+pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 
 /// Something whose bytes can be sent with one vectored send.
 ///
@@ -107,19 +110,23 @@ pub enum CloseReason {
     Error(std::io::ErrorKind),
     /// The runtime is shutting down.
     Shutdown,
+    /// The listener it was accepted through was removed
+    /// ([`ListenerControl::remove_listener`]).
+    ListenerRemoved,
 }
 
 /// Creates handlers. Shared by all threads.
 pub trait Service: Send + Sync + 'static {
     type Handler: ConnectionHandler;
     /// Called on the thread that will own the connection. `listener` is the
-    /// index into [`RuntimeConfig::listeners`]; `local` is the connection's own
-    /// local address (the concrete address even when listening on 0.0.0.0).
-    /// Return None to refuse (the socket is closed).
+    /// listener it came through (the configured ones are 0, 1, ... in
+    /// [`RuntimeConfig::listeners`] order; added ones get new ids); `local` is
+    /// the connection's own local address (the concrete address even when
+    /// listening on 0.0.0.0). Return None to refuse (the socket is closed).
     fn accept(
         &self,
         thread: usize,
-        listener: usize,
+        listener: ListenerId,
         local: SocketAddr,
         peer: SocketAddr,
         now: Instant,
@@ -146,6 +153,8 @@ pub struct RuntimeConfig {
     pub poll_mode: PollMode,
     /// Every thread listens on every address with SO_REUSEPORT, so the kernel
     /// spreads connections and a connection never moves between threads.
+    /// These get [`ListenerId`]s 0, 1, ... in order; more can be added later
+    /// through [`Runtime::listener_control`].
     pub listeners: Vec<SocketAddr>,
     /// Per connection, e.g. 64 KiB: the most `on_receive` gets in one call.
     pub recv_buffer_bytes: usize,
@@ -168,11 +177,24 @@ impl Default for RuntimeConfig {
     }
 }
 
-/// State shared by the runtime's threads and every [`ShutdownHandle`].
-struct SharedShutdown {
+/// State shared by the runtime's threads, every [`ShutdownHandle`] and every
+/// [`ListenerControl`].
+struct Shared {
     requested: AtomicBool,
-    /// One eventfd per thread; each thread keeps a read armed on its own.
+    /// One eventfd per thread; each thread keeps a read armed on its own. It
+    /// wakes the thread for shutdown and for its mailbox.
     wake_fds: Vec<sys::EventFd>,
+    /// One per thread: listener changes for it to apply at its next wake. Only
+    /// locked on a wake and by `ListenerControl`, never on the I/O path.
+    mailboxes: Vec<Mutex<listeners::Mailbox>>,
+    /// The listeners open now and the next id to hand out.
+    registry: Mutex<listeners::Registry>,
+}
+
+impl Shared {
+    fn is_shutdown(&self) -> bool {
+        self.requested.load(Ordering::Acquire)
+    }
 }
 
 /// Stops the runtime from any thread.
@@ -182,7 +204,7 @@ struct SharedShutdown {
 /// `write(2)` per thread), so it can be called from a signal-handling thread.
 #[derive(Clone)]
 pub struct ShutdownHandle {
-    shared: Arc<SharedShutdown>,
+    shared: Arc<Shared>,
 }
 
 impl ShutdownHandle {
@@ -198,7 +220,7 @@ impl ShutdownHandle {
 
     /// True once [`ShutdownHandle::shutdown`] has been called.
     pub fn is_shutdown(&self) -> bool {
-        self.shared.requested.load(Ordering::Acquire)
+        self.shared.is_shutdown()
     }
 }
 
@@ -230,25 +252,35 @@ impl Runtime {
         let mut local_addrs = Vec::with_capacity(config.listeners.len());
         let mut listeners_per_thread: Vec<Vec<event_loop::Listener>> = (0..config.threads).map(|_| Vec::new()).collect();
         for (index, &requested) in config.listeners.iter().enumerate() {
-            sys::check_address_free(requested).map_err(|source| RuntimeError::Bind { address: requested, source })?;
+            let id = ListenerId::new(
+                u32::try_from(index).map_err(|_| RuntimeError::InvalidConfig("too many listeners".into()))?,
+            );
+            sys::check_address_free(requested, sys::BIND_RETRY)
+                .map_err(|source| RuntimeError::Bind { address: requested, source })?;
             let first = sys::bind_listener(requested)
                 .map_err(|source| RuntimeError::Bind { address: requested, source })?;
             let bound = first.local_addr().map_err(|source| RuntimeError::Bind { address: requested, source })?;
             local_addrs.push(bound);
-            listeners_per_thread[0].push(event_loop::Listener::new(index, bound, first));
+            listeners_per_thread[0].push(event_loop::Listener::new(id, bound, first));
             for thread_listeners in listeners_per_thread.iter_mut().skip(1) {
                 let socket =
                     sys::bind_listener(bound).map_err(|source| RuntimeError::Bind { address: bound, source })?;
-                thread_listeners.push(event_loop::Listener::new(index, bound, socket));
+                thread_listeners.push(event_loop::Listener::new(id, bound, socket));
             }
         }
 
         let wake_fds = (0..config.threads)
             .map(|_| sys::EventFd::new().map_err(RuntimeError::RingSetup))
             .collect::<Result<Vec<_>, _>>()?;
-        let shutdown = ShutdownHandle {
-            shared: Arc::new(SharedShutdown { requested: AtomicBool::new(false), wake_fds }),
-        };
+        let open = local_addrs.iter().enumerate().map(|(index, &address)| (ListenerId::new(index as u32), address));
+        let registry = listeners::Registry { open: open.collect(), next_id: local_addrs.len() as u32 };
+        let shared = Arc::new(Shared {
+            requested: AtomicBool::new(false),
+            wake_fds,
+            mailboxes: (0..config.threads).map(|_| Mutex::default()).collect(),
+            registry: Mutex::new(registry),
+        });
+        let shutdown = ShutdownHandle { shared };
 
         let mut runtime = Runtime { local_addrs, shutdown: shutdown.clone(), threads: Vec::new() };
         // Each ring is created on its own thread (IORING_SETUP_SINGLE_ISSUER ties
@@ -289,10 +321,17 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// Local addresses actually bound (port 0 resolves to the real port) in
-    /// listener order.
+    /// Local addresses actually bound at start (port 0 resolves to the real
+    /// port), in [`RuntimeConfig::listeners`] order. Listeners added or removed
+    /// later are in [`ListenerControl::listeners`].
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// A handle that adds and removes listening addresses while the runtime
+    /// runs, from any thread.
+    pub fn listener_control(&self) -> ListenerControl {
+        ListenerControl { shared: Arc::clone(&self.shutdown.shared) }
     }
 
     /// A handle that can stop the runtime from another thread or a

@@ -60,16 +60,12 @@ pub fn bind_listener(address: SocketAddr) -> io::Result<TcpListener> {
 /// process's SO_REUSEPORT group (which a SO_REUSEPORT bind would silently join,
 /// splitting connections between two targets). Binds a probe socket without
 /// SO_REUSEPORT and closes it again. Port 0 needs no probe: the kernel never
-/// picks a shared port for it.
-pub fn check_address_free(address: SocketAddr) -> io::Result<()> {
+/// picks a shared port for it. "In use" is retried for `retry_for` (zero: once).
+pub fn check_address_free(address: SocketAddr, retry_for: std::time::Duration) -> io::Result<()> {
     if address.port() == 0 {
         return Ok(());
     }
-    // A process killed with SIGKILL leaves its listening sockets behind for a moment:
-    // io_uring tears its rings down asynchronously and a pending multishot accept
-    // still holds the listener. A restart right after a crash (what a supervisor
-    // does) must not fail on that, so "in use" is retried for a bounded time.
-    let deadline = std::time::Instant::now() + BIND_RETRY;
+    let deadline = std::time::Instant::now() + retry_for;
     loop {
         match probe_bind(address) {
             Err(error) if error.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
@@ -80,9 +76,12 @@ pub fn check_address_free(address: SocketAddr) -> io::Result<()> {
     }
 }
 
-/// How long a busy address is retried at start (covers io_uring teardown of a
-/// killed predecessor, which takes milliseconds; a real listener stays busy).
-const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a busy address is retried at start. A process killed with SIGKILL
+/// leaves its listening sockets behind for a moment: io_uring tears its rings
+/// down asynchronously and a pending multishot accept still holds the listener.
+/// A restart right after a crash (what a supervisor does) must not fail on
+/// that; the teardown takes milliseconds, a real listener stays busy.
+pub const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 const BIND_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn probe_bind(address: SocketAddr) -> io::Result<()> {

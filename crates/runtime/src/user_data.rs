@@ -1,7 +1,7 @@
 //! What a completion belongs to, packed into the 64-bit io_uring user_data.
 //!
 //! Layout: bits 56..64 the operation kind, bits 32..56 the slot generation
-//! (24 bits), bits 0..32 the slot index (or listener index). A completion
+//! (24 bits), bits 0..32 the slot index (or the listener id). A completion
 //! whose generation no longer matches its slot belongs to a connection that has
 //! been closed and whose slot was reused; the loop ignores it. In practice the
 //! loop never frees a slot while operations are outstanding, so the generation

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use runtime::{CloseReason, PollMode, Runtime, RuntimeError, ShutdownHandle};
+use runtime::{CloseReason, ListenerId, PollMode, Runtime, RuntimeError, ShutdownHandle};
 
 /// Each client writes random-sized chunks from one thread while reading the
 /// echo on another, then checks every byte came back in order.
@@ -256,7 +256,8 @@ fn port_zero_resolves_per_listener_and_listener_index_is_reported() {
         let mut stream = connect(address);
         write_all(&mut stream, b"hi");
         assert_eq!(read_exact_bytes(&mut stream, 2), b"hi");
-        assert_eq!(events.listeners_seen.lock().unwrap().last(), Some(&index));
+        let seen = events.listeners_seen.lock().unwrap().last().copied();
+        assert_eq!(seen.map(ListenerId::index), Some(index));
     }
     shutdown_and_join(runtime);
     events.assert_no_violations();

@@ -1,18 +1,23 @@
 //! The NVMe/TCP target on the runtime: each accepted TCP connection becomes an
 //! `nvme_target::Connection` driven by the runtime's events. `sluice serve`, the host
-//! library's tests and the benchmarks all start targets through `start`.
+//! library's tests and the benchmarks all start targets through `start`;
+//! `LiveListeners` adds and removes listeners while it runs.
 #![forbid(unsafe_code)]
+
+mod live_listeners;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use nvme_target::{Connection, Target, TransmitBatch};
-pub use runtime::{PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
+pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
+pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
 use runtime::{CloseReason, ConnectionHandler, SendSource, Service};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
-/// same order as the target's listener specs, which connections refer to by index).
+/// same order as the target's listener specs: the runtime's listener ids 0, 1, ...
+/// are the target's listener ids, by which connections name their listener).
 pub fn start(target: Arc<Target>, config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
     Runtime::start(config, Arc::new(TargetService { target }))
 }
@@ -46,14 +51,14 @@ impl Service for TargetService {
     fn accept(
         &self,
         thread: usize,
-        listener: usize,
+        listener: ListenerId,
         _local: SocketAddr,
         peer: SocketAddr,
         now: Instant,
     ) -> Option<TargetConnection> {
-        tracing::debug!(%peer, thread, listener, "connection accepted");
+        tracing::debug!(%peer, thread, %listener, "connection accepted");
         Some(TargetConnection {
-            connection: Connection::new(self.target.clone(), listener, peer.to_string(), now),
+            connection: Connection::new(self.target.clone(), listener.index(), peer.to_string(), now),
         })
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use runtime::{CloseReason, ConnectionHandler, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
 
 use crate::common::{RequestParser, RECV_BUFFER_BYTES};
 
@@ -58,7 +58,7 @@ struct Bench;
 
 impl Service for Bench {
     type Handler = Handler;
-    fn accept(&self, _: usize, _: usize, _: SocketAddr, _: SocketAddr, _: Instant) -> Option<Handler> {
+    fn accept(&self, _: usize, _: ListenerId, _: SocketAddr, _: SocketAddr, _: Instant) -> Option<Handler> {
         Some(Handler { parser: RequestParser::default(), pending: Vec::with_capacity(1 << 20), spare: None })
     }
 }

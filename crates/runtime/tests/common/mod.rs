@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use runtime::{CloseReason, ConnectionHandler, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
 
 /// The longest any single test step may take.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -40,7 +40,7 @@ pub struct Events {
     pub closed: Mutex<Vec<CloseReason>>,
     pub batches_sent: AtomicUsize,
     pub bytes_received: AtomicUsize,
-    pub listeners_seen: Mutex<Vec<usize>>,
+    pub listeners_seen: Mutex<Vec<ListenerId>>,
     /// Anything a handler found wrong (callback after close, wrong thread...).
     pub violations: Mutex<Vec<String>>,
 }
@@ -73,7 +73,7 @@ impl Service for TestService {
     fn accept(
         &self,
         _thread: usize,
-        listener: usize,
+        listener: ListenerId,
         _local: SocketAddr,
         _peer: SocketAddr,
         now: Instant,
