@@ -5,6 +5,7 @@ mod config;
 mod host;
 mod manage;
 mod metrics;
+mod notify;
 mod serve;
 
 use std::io::IsTerminal;

@@ -1,4 +1,6 @@
 //! `sluice serve`: the target on the thread-per-core runtime, until SIGINT/SIGTERM.
+//! SIGHUP reloads the config file (on the management thread, see manage/worker.rs);
+//! the service manager hears of each state through `notify`.
 
 use std::net::SocketAddr;
 
@@ -37,7 +39,7 @@ pub struct ServeOptions {
 
 /// Runs the target described by `config` until SIGINT or SIGTERM.
 pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
-    let spec = config.target_spec()?;
+    let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
     let threads = config
         .runtime
@@ -64,10 +66,11 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         }
     }
     let runtime = target_server::start(target.clone(), runtime_config)?;
-    let bound: Vec<(SocketAddr, bool)> =
-        runtime.local_addrs().iter().zip(&config.listeners).map(|(address, listener)| (*address, listener.discovery_only)).collect();
-    let management = crate::manage::start_for_serve(&target, options.config_path.as_deref(), options.rpc_socket.clone(), &bound)?;
-    if let Some(server) = &management {
+    let listeners = target_server::LiveListeners::new(target.clone(), &runtime);
+    let config_path = options.config_path.as_deref();
+    let management =
+        crate::manage::start_for_serve(&target, config_path, options.rpc_socket.clone(), listeners, storage)?;
+    if let Some(server) = &management.server {
         println!("sluice: management socket {}", server.path().display());
     }
     // Before the banner: its last line, "sluice: ready", means everything is up.
@@ -76,22 +79,36 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
             .map_err(|source| ServeError::Metrics { address, source })?;
         println!("sluice: metrics at http://{bound}/metrics");
     }
+    // Before "ready": a SIGHUP sent by whoever waited for it must reload, not kill
+    // (SIGHUP's default action ends the process).
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(ServeError::Signals)?;
+    let signal_handle = signals.handle();
     print_banner(config, &target, runtime.local_addrs(), threads);
 
     let handle = runtime.shutdown_handle();
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-        .map_err(ServeError::Signals)?;
-    let signal_handle = signals.handle();
+    let reload = management.thread.handle();
     let waiter = std::thread::Builder::new()
         .name("sluice-signals".into())
         .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
+            for signal in signals.forever() {
+                if signal == SIGHUP {
+                    // The management thread reloads; this one stays free for SIGTERM.
+                    tracing::info!("SIGHUP: reloading the config file");
+                    reload.request_reload();
+                    continue;
+                }
                 tracing::info!(signal, "stopping");
+                crate::notify::stopping();
                 handle.shutdown();
+                break;
             }
         })
         .map_err(ServeError::Signals)?;
+    crate::notify::ready(&format!("serving {} subsystem(s)", target.subsystems().len()));
     let result = runtime.join();
+    // Also when the runtime stopped by itself (a failure) rather than on a signal.
+    crate::notify::stopping();
     drop(management);
     signal_handle.close();
     let _ = waiter.join();

@@ -456,3 +456,106 @@ fn a_live_socket_is_never_taken_over() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("is not a socket"));
     assert_eq!(std::fs::read_to_string(&plain).unwrap(), "keep me");
 }
+
+/// The TCP ports the discovery log read through `port` lists for `nqn`.
+fn discovered_ports(port: u16, nqn: &str) -> Vec<String> {
+    let output = Command::new(SLUICE)
+        .args(["discover", "-a", "127.0.0.1", "-s", &port.to_string(), "-o", "json"])
+        .output()
+        .expect("run sluice discover");
+    assert!(output.status.success(), "discover: {}", String::from_utf8_lossy(&output.stderr));
+    let log: Value = serde_json::from_slice(&output.stdout).expect("discover JSON");
+    log["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter(|record| record["subnqn"] == nqn)
+        .map(|record| record["trsvcid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A controller of `BASE` through `port` that gives up quickly once its target is gone.
+fn connect_through(port: u16) -> Controller {
+    let mut options = ConnectOptions::new(SocketAddr::from(([127, 0, 0, 1], port)), BASE);
+    options.io_queues = 1;
+    options.command_timeout = Duration::from_secs(5);
+    options.connect_timeout = Duration::from_secs(5);
+    options.reconnect_delay = Duration::from_millis(200);
+    options.controller_loss_timeout = Duration::from_secs(2);
+    Controller::connect(options).expect("connect through the listener")
+}
+
+#[test]
+fn listeners_change_live_and_removal_closes_only_their_connections() {
+    let dir = scratch_dir("listeners");
+    let server = Server::start_new(&dir);
+    let port = server.port;
+
+    // Added: discovery and Connect work through it at once.
+    let added = free_port();
+    let text = server.ok(&["listener", "add", &format!("127.0.0.1:{added}")]);
+    assert!(text.contains(&format!("added listener 127.0.0.1:{added}")) && text.contains("accepting"), "{text}");
+    assert_eq!(discovered_ports(added, BASE), [port.to_string(), added.to_string()]);
+    let output = Command::new(SLUICE)
+        .args(["connect", "-a", "127.0.0.1", "-s", &added.to_string(), "-n", BASE, "-o", "json"])
+        .output()
+        .expect("run sluice connect");
+    assert!(output.status.success(), "connect: {}", String::from_utf8_lossy(&output.stderr));
+    let listed = server.ok_json(&["listener", "list"]);
+    let active: Vec<&str> = listed["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|listener| listener["active"] == true && listener["configured"] == true)
+        .map(|listener| listener["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(active, [format!("127.0.0.1:{port}"), format!("127.0.0.1:{added}")], "{listed}");
+    assert!(String::from_utf8(server.file()).unwrap().contains(&format!("127.0.0.1:{added}")));
+
+    // Removed: the controller through it loses its queues (admin and one I/O
+    // queue), the one through the other listener keeps answering.
+    let leaving = connect_through(added);
+    let staying = connect_through(port);
+    let removed = server.ok_json(&["listener", "remove", &format!("127.0.0.1:{added}")]);
+    assert_eq!(removed["connections_closed"], 2, "{removed}");
+    let deadline = Instant::now() + NOTICE_DEADLINE;
+    while leaving.active_namespaces().is_ok() {
+        assert!(Instant::now() < deadline, "the controller through the removed listener still answers");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(staying.active_namespaces().expect("the other listener's controller"), [NamespaceId(1)]);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", added)).is_err(), "nothing listens on the removed port");
+    assert_eq!(discovered_ports(port, BASE), [port.to_string()]);
+    drop(leaving);
+
+    // An address in use: refused, exit 2, the file byte-identical.
+    let before = server.file();
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_address = busy.local_addr().unwrap().to_string();
+    let output = server.sluice(&["listener", "add", &busy_address]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("address") && stderr.contains("in use"), "{stderr}");
+    assert_eq!(server.file(), before, "the config file must be untouched");
+    let response = server.raw(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "listener_add", "params": {"address": busy_address}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(response["error"]["data"]["field"], "address", "{response}");
+    assert_eq!(server.file(), before);
+    // The only listener stays.
+    let output = server.sluice(&["listener", "remove", &format!("127.0.0.1:{port}")]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(server.file(), before);
+    assert_eq!(staying.active_namespaces().expect("still served"), [NamespaceId(1)]);
+    drop(staying);
+
+    // A listener added live is back after a restart: it is in the file.
+    let again = free_port();
+    server.ok(&["listener", "add", &format!("127.0.0.1:{again}")]);
+    server.kill();
+    let server = Server::restart(&dir, port);
+    assert_eq!(discovered_ports(again, BASE), [port.to_string(), again.to_string()]);
+    drop(server);
+}

@@ -1,8 +1,12 @@
 //! The half of the config with side effects: builds a validated [`Plan`] into backends,
 //! pools and subsystem specs. Files are created or extended, cache tiers formatted or
 //! recovered, new pools zeroed, missing carves created and recorded in their tables.
+//!
+//! A build starts from the storage that is open already ([`OpenStorage`]: nothing at
+//! start; everything built so far while the target runs) and opens only what is not:
+//! an entry is never opened twice. What it opens and creates comes back as
+//! [`StorageChanges`], for the caller to keep once the change is in force.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use nvme_spec::NamespaceId;
@@ -17,58 +21,152 @@ use super::graph::Node;
 use super::namespaces::{Source, CARVE_BACKEND_NQN_PREFIX};
 use super::plan::Plan;
 use super::schema::{BackendConfig, CacheModeConfig, StorageKind, DEFAULT_STRIP_SIZE_BYTES, DEFAULT_UNIT_SIZE_BYTES};
+use super::storage::{canonical_file, CreatedCarve, OpenBackend, OpenPool, OpenStorage, StorageChanges};
 use super::{describe_bytes, invalid, BackendKind, Config, ConfigError, NamespaceConfig, DEFAULT_BLOCK_SIZE_BYTES};
 
-/// Built storage entries: backends until their one user takes them, pools for good.
-#[derive(Default)]
-struct Built {
-    backends: HashMap<usize, Arc<dyn Backend>>,
-    pools: HashMap<usize, Arc<Pool>>,
+/// What a build made.
+pub struct BuildOutput {
+    pub subsystems: Vec<SubsystemSpec>,
+    /// (subsystem index, NSID) of the pool namespaces carved from their subsystem's own
+    /// Namespace Management pool. The subsystem serves those from the pool's table
+    /// (`Subsystem::new` at start, `Subsystem::add_bound_carve` while running), so they
+    /// are not in its spec.
+    pub pool_namespaces: Vec<(usize, u32)>,
+    /// Backends that were open before this build and that it used, as a namespace's
+    /// device or as a part: the caller checks that no running namespace still serves
+    /// them.
+    pub reused_backends: Vec<String>,
+    /// What the build opened and created.
+    pub storage: StorageChanges,
 }
 
-impl Built {
-    /// Hands a backend to its user. Validation guarantees one user per backend and
-    /// that parts are built first, so a miss is a bug here, reported rather than a panic.
-    fn take(&mut self, config: &Config, index: usize) -> Result<Arc<dyn Backend>, ConfigError> {
-        self.backends.remove(&index).ok_or_else(|| {
-            invalid(config.backends[index].location(), "internal error: built out of order or used twice")
-        })
-    }
-
-    fn pool(&self, config: &Config, index: usize) -> Result<Arc<Pool>, ConfigError> {
-        self.pools
-            .get(&index)
-            .cloned()
-            .ok_or_else(|| invalid(config.pools[index].location(), "internal error: pool used before it was opened"))
-    }
+/// The storage at hand during a build: what was open before and what it opened.
+struct Builder<'a> {
+    config: &'a Config,
+    open: &'a OpenStorage,
+    changes: StorageChanges,
+    reused_backends: Vec<String>,
 }
 
-/// Builds the storage and returns the subsystem specs.
-pub fn build(config: &Config, plan: &Plan) -> Result<Vec<SubsystemSpec>, ConfigError> {
-    let mut built = Built::default();
-    for &node in &plan.order {
+impl Builder<'_> {
+    fn is_open(&self, node: Node) -> bool {
         match node {
             Node::Backend(index) => {
-                let backend = build_backend(config, index, &mut built)?;
-                built.backends.insert(index, backend);
+                let name = &self.config.backends[index].name;
+                self.open.backend(name).is_some() || self.changes.opened.backend(name).is_some()
+            }
+            Node::Pool(index) => {
+                let name = &self.config.pools[index].name;
+                self.open.pool(name).is_some() || self.changes.opened.pool(name).is_some()
+            }
+        }
+    }
+
+    /// Backend `index` for its one user. Validation guarantees one user per backend
+    /// and that parts are built first, so a miss is a bug here, reported rather than a
+    /// panic. A backend that was open before must not be a part of another open entry:
+    /// open storage is not regrouped while it runs.
+    fn backend(&mut self, index: usize) -> Result<Arc<dyn Backend>, ConfigError> {
+        let name = &self.config.backends[index].name;
+        if let Some(opened) = self.changes.opened.backend(name) {
+            return Ok(Arc::clone(&opened.backend));
+        }
+        let Some(open) = self.open.backend(name) else {
+            return Err(invalid(self.config.backends[index].location(), "internal error: built out of order"));
+        };
+        if let Some(owner) = open_owner(self.open, name) {
+            return Err(invalid(
+                self.config.backends[index].location(),
+                format!(
+                    "it is open as a part of {owner}, which the running target still holds; a new use of it takes \
+                     effect at the next start of sluice serve"
+                ),
+            ));
+        }
+        self.reused_backends.push(name.clone());
+        Ok(Arc::clone(&open.backend))
+    }
+
+    fn pool(&self, index: usize) -> Result<Arc<Pool>, ConfigError> {
+        let name = &self.config.pools[index].name;
+        self.changes
+            .opened
+            .pool(name)
+            .or_else(|| self.open.pool(name))
+            .map(|open| Arc::clone(&open.pool))
+            .ok_or_else(|| invalid(self.config.pools[index].location(), "internal error: pool used before it was opened"))
+    }
+
+    /// Refuses to open `file` for entry `name` when another open entry has it open.
+    fn refuse_second_open(&self, file: &std::path::Path, name: &str, location: &str) -> Result<(), ConfigError> {
+        let holder = self.open.holder_of_file(file, name).or_else(|| self.changes.opened.holder_of_file(file, name));
+        match holder {
+            Some(holder) => Err(invalid(
+                location,
+                format!(
+                    "{} is open already as {holder} (an entry the config no longer names, or names differently); \
+                     one file has one owner, so this takes effect at the next start of sluice serve",
+                    file.display()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The open entry that `name` is a part of (a RAID0 member, a cache tier, a pool's
+/// device), by the definitions the open entries were built from.
+fn open_owner(open: &OpenStorage, name: &str) -> Option<String> {
+    let composite = open.backends().find(|(_, entry)| {
+        let definition = &entry.definition;
+        definition.members.iter().flatten().any(|member| member == name)
+            || definition.fast.as_deref() == Some(name)
+            || definition.slow.as_deref() == Some(name)
+    });
+    if let Some((_, entry)) = composite {
+        return Some(entry.definition.location());
+    }
+    open.pools().find(|(_, entry)| entry.definition.device == name).map(|(_, entry)| entry.definition.location())
+}
+
+/// Builds the storage the plan needs that `open` does not hold yet, and the subsystem
+/// specs.
+pub fn build(config: &Config, plan: &Plan, open: &OpenStorage) -> Result<BuildOutput, ConfigError> {
+    let mut builder = Builder { config, open, changes: StorageChanges::default(), reused_backends: Vec::new() };
+    for &node in &plan.order {
+        if builder.is_open(node) {
+            continue;
+        }
+        match node {
+            Node::Backend(index) => {
+                let (backend, file) = build_backend(config, index, &mut builder)?;
+                let definition = config.backends[index].clone();
+                let open = OpenBackend { definition, backend, file };
+                builder.changes.opened.insert_backend(config.backends[index].name.clone(), open);
             }
             Node::Pool(index) => {
                 let pool_config = &config.pools[index];
                 let device = match config.backends.iter().position(|backend| backend.name == pool_config.device) {
-                    Some(device) => built.take(config, device)?,
+                    Some(device) => builder.backend(device)?,
                     None => return Err(invalid(pool_config.location(), "internal error: device not built")),
                 };
+                let table = pool_config.table.as_deref().map(canonical_file);
+                if let Some(table) = &table {
+                    builder.refuse_second_open(table, &pool_config.name, &pool_config.location())?;
+                }
                 let store = pool_config.table.clone().map_or_else(TableStore::memory, TableStore::File);
                 let unit = pool_config.unit_size.map_or(DEFAULT_UNIT_SIZE_BYTES, |size| size.0);
                 let pool = Pool::open_with_unit_size(device, store, unit).map_err(|error| {
                     invalid(pool_config.location(), format!("cannot open the pool: {error}"))
                 })?;
-                built.pools.insert(index, Arc::new(pool));
+                let open = OpenPool { definition: pool_config.clone(), pool: Arc::new(pool), table };
+                builder.changes.opened.insert_pool(pool_config.name.clone(), open);
             }
         }
     }
     let mut specs = Vec::with_capacity(plan.subsystems.len());
-    for (subsystem_plan, subsystem) in plan.subsystems.iter().zip(&config.subsystems) {
+    let mut pool_namespaces = Vec::new();
+    for (subsystem_index, (subsystem_plan, subsystem)) in plan.subsystems.iter().zip(&config.subsystems).enumerate() {
         let mut namespaces = Vec::with_capacity(subsystem_plan.namespaces.len());
         for namespace_plan in &subsystem_plan.namespaces {
             let location = namespace_plan.location.as_str();
@@ -78,9 +176,9 @@ pub fn build(config: &Config, plan: &Plan) -> Result<Vec<SubsystemSpec>, ConfigE
                     let namespace = &subsystem.namespaces[namespace_plan.index];
                     (build_inline(*kind, namespace, location)?, namespace_plan.nguid, namespace_plan.uuid)
                 }
-                Source::Device(index) => (built.take(config, *index)?, namespace_plan.nguid, namespace_plan.uuid),
+                Source::Device(index) => (builder.backend(*index)?, namespace_plan.nguid, namespace_plan.uuid),
                 Source::Pool { pool: pool_index, size_bytes, thin } => {
-                    let pool = built.pool(config, *pool_index)?;
+                    let pool = builder.pool(*pool_index)?;
                     let binding = NamespaceBinding {
                         subsystem_nqn: subsystem.nqn.clone(),
                         namespace_id: namespace_plan.nsid,
@@ -88,9 +186,11 @@ pub fn build(config: &Config, plan: &Plan) -> Result<Vec<SubsystemSpec>, ConfigE
                         hosts: Vec::new(),
                     };
                     let what = format!("pool {:?}", config.pools[*pool_index].name);
-                    let record = ensure_carve(&pool, binding, *size_bytes, *thin, location, &what)?;
+                    let record =
+                        ensure_carve(&pool, binding, *size_bytes, *thin, location, &what, &mut builder.changes)?;
                     if subsystem_plan.management_pool == Some(*pool_index) {
                         // The subsystem loads the carves bound to it from its own pool.
+                        pool_namespaces.push((subsystem_index, namespace_plan.nsid));
                         continue;
                     }
                     let backend = pool.get(record.id).map_err(|error| invalid(location, error.to_string()))?;
@@ -102,7 +202,7 @@ pub fn build(config: &Config, plan: &Plan) -> Result<Vec<SubsystemSpec>, ConfigE
         let pool = match subsystem_plan.management_pool {
             None => None,
             Some(pool_index) => {
-                let pool = built.pool(config, pool_index)?;
+                let pool = builder.pool(pool_index)?;
                 check_management_nsids(&pool, &subsystem.nqn, &namespaces, subsystem_plan, &config.pools[pool_index].name)?;
                 Some(pool)
             }
@@ -116,7 +216,12 @@ pub fn build(config: &Config, plan: &Plan) -> Result<Vec<SubsystemSpec>, ConfigE
             pool,
         });
     }
-    Ok(specs)
+    Ok(BuildOutput {
+        subsystems: specs,
+        pool_namespaces,
+        reused_backends: builder.reused_backends,
+        storage: builder.changes,
+    })
 }
 
 /// A namespace with its own `backend = "ram" | "null" | "file"`.
@@ -163,38 +268,46 @@ fn memory_backend(ram: bool, size: Option<u64>, block_size: Option<u32>, locatio
     built.map_err(|error| invalid(format!("{location}.size"), error.to_string()))
 }
 
-fn build_backend(config: &Config, index: usize, built: &mut Built) -> Result<Arc<dyn Backend>, ConfigError> {
+/// Builds backend `index` from its parts; also returns the file it opened, if any.
+fn build_backend(
+    config: &Config,
+    index: usize,
+    builder: &mut Builder<'_>,
+) -> Result<(Arc<dyn Backend>, Option<std::path::PathBuf>), ConfigError> {
     let backend = &config.backends[index];
     let location = backend.location();
     let size = backend.size.map(|size| size.0);
     let part = |name: &str| config.backends.iter().position(|other| other.name == name);
-    match backend.kind {
+    let built = match backend.kind {
         StorageKind::Ram | StorageKind::Null => {
-            memory_backend(backend.kind == StorageKind::Ram, size, backend.block_size, &location)
+            memory_backend(backend.kind == StorageKind::Ram, size, backend.block_size, &location)?
         }
         StorageKind::File => {
             let path = backend.path.as_deref().unwrap_or(std::path::Path::new(""));
-            open_file(path, size, backend.block_size, backend.direct_io, &location)
+            let file = canonical_file(path);
+            builder.refuse_second_open(&file, &backend.name, &location)?;
+            let opened = open_file(path, size, backend.block_size, backend.direct_io, &location)?;
+            return Ok((opened, Some(file)));
         }
         StorageKind::Raid0 => {
             let names = backend.members.clone().unwrap_or_default();
             let mut members = Vec::with_capacity(names.len());
             for name in &names {
                 let member = part(name).ok_or_else(|| invalid(&location, format!("internal error: member {name:?} unknown")))?;
-                members.push(built.take(config, member)?);
+                members.push(builder.backend(member)?);
             }
             let strip = backend.strip_size.map_or(DEFAULT_STRIP_SIZE_BYTES, |size| size.0);
             let strip = u32::try_from(strip).map_err(|_| invalid(&location, "strip_size is too large"))?;
             Raid0Backend::new(members, strip)
                 .map(|raid| raid as Arc<dyn Backend>)
-                .map_err(|error| invalid(&location, composition_message(&error, backend)))
+                .map_err(|error| invalid(&location, composition_message(&error, backend)))?
         }
         StorageKind::Cache => {
             let tier = |name: &Option<String>| name.as_deref().and_then(part);
             let (Some(fast), Some(slow)) = (tier(&backend.fast), tier(&backend.slow)) else {
                 return Err(invalid(&location, "internal error: tier unknown"));
             };
-            let (fast, slow) = (built.take(config, fast)?, built.take(config, slow)?);
+            let (fast, slow) = (builder.backend(fast)?, builder.backend(slow)?);
             let mode = match backend.mode {
                 Some(CacheModeConfig::WriteBack) => CacheMode::WriteBack,
                 _ => CacheMode::WriteThrough,
@@ -203,14 +316,14 @@ fn build_backend(config: &Config, index: usize, built: &mut Built) -> Result<Arc
             let line = u32::try_from(line).map_err(|_| invalid(&location, "line_size is too large"))?;
             CacheBackend::with_line_size(fast, slow, mode, line)
                 .map(|cache| cache as Arc<dyn Backend>)
-                .map_err(|error| invalid(&location, composition_message(&error, backend)))
+                .map_err(|error| invalid(&location, composition_message(&error, backend)))?
         }
         StorageKind::Carve => {
             let pool_name = backend.pool.as_deref().unwrap_or_default();
             let Some(pool_index) = config.pools.iter().position(|pool| pool.name == pool_name) else {
                 return Err(invalid(&location, format!("internal error: pool {pool_name:?} unknown")));
             };
-            let pool = built.pool(config, pool_index)?;
+            let pool = builder.pool(pool_index)?;
             let binding = NamespaceBinding {
                 subsystem_nqn: format!("{CARVE_BACKEND_NQN_PREFIX}{}", backend.name),
                 namespace_id: 1,
@@ -218,10 +331,12 @@ fn build_backend(config: &Config, index: usize, built: &mut Built) -> Result<Arc
                 hosts: Vec::new(),
             };
             let what = format!("pool {pool_name:?}");
-            let record = ensure_carve(&pool, binding, size.unwrap_or(0), backend.thin.unwrap_or(false), &location, &what)?;
-            pool.get(record.id).map_err(|error| invalid(&location, error.to_string()))
+            let thin = backend.thin.unwrap_or(false);
+            let record = ensure_carve(&pool, binding, size.unwrap_or(0), thin, &location, &what, &mut builder.changes)?;
+            pool.get(record.id).map_err(|error| invalid(&location, error.to_string()))?
         }
-    }
+    };
+    Ok((built, None))
 }
 
 /// A composition error with member indexes replaced by the names from the config.
@@ -245,20 +360,25 @@ fn composition_message(error: &CompositionError, backend: &BackendConfig) -> Str
     }
 }
 
-/// The carve recorded under `binding`, created on first start. A stored carve whose
+/// The carve recorded under `binding`, created on first start (and noted in `changes`,
+/// so that a change refused after the build deletes it again). A stored carve whose
 /// size or provisioning differs from the config is an error, never silently resized.
+/// Errors about the size or provisioning name the key (`location.size`), so the
+/// management API can name the request field.
 fn ensure_carve(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     binding: NamespaceBinding,
     size_bytes: u64,
     thin: bool,
     location: &str,
     what: &str,
+    changes: &mut StorageChanges,
 ) -> Result<CarveRecord, ConfigError> {
+    let size_location = format!("{location}.size");
     let block_size = u64::from(pool.block_size_bytes());
     if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
         return Err(invalid(
-            location,
+            &size_location,
             format!("size {size_bytes} bytes is not a positive multiple of {what}'s {block_size}-byte blocks"),
         ));
     }
@@ -277,7 +397,7 @@ fn ensure_carve(
         [] => {
             let id = pool.create_bound(size_blocks, thin, Some(binding)).map_err(|error| match error {
                 PoolError::NoSpace => invalid(
-                    location,
+                    &size_location,
                     format!(
                         "{what} has no room for a thick carve of {} ({} free); make it smaller, thin = true, or the pool larger",
                         describe_bytes(size_bytes),
@@ -287,10 +407,11 @@ fn ensure_carve(
                 other => invalid(location, format!("cannot create the carve in {what}: {other}")),
             })?;
             tracing::info!("config: {location}: created a {} carve of {} in {what}", provisioning(thin), describe_bytes(size_bytes));
+            changes.created_carves.push(CreatedCarve { pool: Arc::clone(pool), id, location: location.to_string() });
             pool.record(id).map_err(|error| invalid(location, error.to_string()))
         }
         [record] if record.size_blocks != size_blocks => Err(invalid(
-            location,
+            &size_location,
             format!(
                 "{what} already holds this carve (id {}) with {}, but size = {}: carves are not resized; set size = \"{}\"",
                 record.id.0,
@@ -300,7 +421,7 @@ fn ensure_carve(
             ),
         )),
         [record] if record.thin != thin => Err(invalid(
-            location,
+            format!("{location}.thin"),
             format!(
                 "{what} already holds this carve (id {}) as {}, but the config says {}; set thin = {}",
                 record.id.0,

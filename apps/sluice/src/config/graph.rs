@@ -119,6 +119,11 @@ impl Graph {
         }
     }
 
+    /// Who uses the entry named `name` (none when the name is unknown).
+    pub fn uses_of(&self, name: &str) -> &[Use] {
+        self.names.get(name).and_then(|node| self.uses.get(node)).map(Vec::as_slice).unwrap_or_default()
+    }
+
     pub fn add_use(&mut self, node: Node, user: String, role: &'static str, owner: Option<Node>) {
         self.uses.entry(node).or_default().push(Use { user, role, owner });
     }

@@ -13,11 +13,13 @@
 //! The reference of every key is docs/config.md.
 
 mod build;
+mod diff;
 mod graph;
 mod namespaces;
 mod plan;
 mod schema;
 mod shapes;
+mod storage;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -34,8 +36,11 @@ use nvme_target::{
     TargetSpec,
 };
 
+pub use build::BuildOutput;
+pub use diff::{diff, Change};
 pub use plan::CheckReport;
 pub use schema::{BackendConfig, CacheModeConfig, PoolConfig};
+pub use storage::{OpenStorage, StorageChanges};
 
 /// NQN of the subsystem `sluice serve` exports without a config file.
 pub const DEFAULT_SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:default";
@@ -61,7 +66,7 @@ pub struct Config {
     pub target: TargetSection,
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// "IP:port" to listen on.
@@ -71,7 +76,7 @@ pub struct ListenerConfig {
     pub discovery_only: bool,
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SubsystemConfig {
     pub nqn: String,
@@ -97,7 +102,7 @@ pub struct SubsystemConfig {
 /// `[[subsystem.host]]`: a host allowed to connect, with its DH-HMAC-CHAP secrets
 /// in the `DHHC-1:...` form `nvme gen-dhchap-key` prints. Parsed on load, so a bad
 /// secret is refused with the entry's line, never echoed.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfig {
     pub nqn: String,
@@ -114,7 +119,6 @@ pub struct HostConfig {
     #[serde(default)]
     pub dhchap_groups: Option<Vec<String>>,
 }
-
 
 fn secret<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Secret>, D::Error> {
     let text = String::deserialize(deserializer)?;
@@ -192,7 +196,7 @@ impl SubsystemConfig {
 
 /// One namespace: exactly one of `backend` (inline), `device` (a `[[backend]]`) or
 /// `pool` (a carve of a `[[pool]]`).
-#[derive(Debug, Deserialize, Clone, Default)]
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     #[serde(default)]
@@ -251,7 +255,7 @@ pub enum PollModeConfig {
     BusyPoll,
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSection {
     /// Threads (one per core); default: the number of CPUs.
@@ -269,7 +273,7 @@ impl Default for RuntimeSection {
     }
 }
 
-#[derive(Debug, Deserialize, Clone, Default)]
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TargetSection {
     #[serde(default)]
@@ -463,14 +467,47 @@ impl Config {
     }
 
     /// Validates, then builds the target description: opens (and creates) files,
-    /// formats or recovers cache tiers, opens pools and creates missing carves.
+    /// formats or recovers cache tiers, opens pools and creates missing carves. (Tests
+    /// build targets this way; `sluice serve` keeps the storage too: [`Config::open`].)
+    #[cfg(test)]
     pub fn target_spec(&self) -> Result<TargetSpec, ConfigError> {
+        self.open().map(|(spec, _)| spec)
+    }
+
+    /// [`Config::target_spec`], also returning the named storage it opened, which the
+    /// running target keeps so that namespaces added while it runs use the same open
+    /// backends and pools (see `storage.rs`).
+    pub fn open(&self) -> Result<(TargetSpec, OpenStorage), ConfigError> {
         let plan = plan::validate(self)?;
         for warning in &plan.warnings {
             tracing::warn!("config: {warning}");
         }
-        let subsystems = build::build(self, &plan)?;
-        self.spec_with(subsystems)
+        let mut open = OpenStorage::default();
+        let output = build::build(self, &plan, &open)?;
+        let spec = self.spec_with(output.subsystems)?;
+        output.storage.keep(&mut open);
+        Ok((spec, open))
+    }
+
+    /// Validates, then builds this config's subsystems on top of storage that is open
+    /// already: only the entries its namespaces need that `open` does not hold are
+    /// opened (the management API passes a document with the one subsystem it
+    /// changes). Nothing is logged and nothing is kept: the caller keeps
+    /// [`BuildOutput::storage`] once the change is in force.
+    pub fn build_with(&self, open: &OpenStorage) -> Result<BuildOutput, ConfigError> {
+        let plan = plan::validate(self)?;
+        build::build(self, &plan, open)
+    }
+
+    /// Who uses the `[[backend]]` or `[[pool]]` named `name`, the way messages say it
+    /// ("subsystem[0] (nqn...) namespace[1] as its device"). Empty when nothing does,
+    /// or the name is unknown, or the config does not resolve.
+    pub fn users_of(&self, name: &str) -> Vec<String> {
+        let Ok(mut graph) = graph::Graph::new(self) else { return Vec::new() };
+        if namespaces::resolve(self, &mut graph).is_err() {
+            return Vec::new();
+        }
+        graph.uses_of(name).iter().map(ToString::to_string).collect()
     }
 
     fn spec_with(&self, subsystems: Vec<nvme_target::SubsystemSpec>) -> Result<TargetSpec, ConfigError> {

@@ -40,7 +40,8 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
         .iter()
         .map(|&node| {
             format!(
-                "{} is not used by any namespace, subsystem or other entry; it is not built (remove it, or use it)",
+                "{} is not used by any namespace, subsystem or other entry; it is not opened until a namespace \
+                 uses it (through the management API or a reload)",
                 Graph::location(config, node)
             )
         })

@@ -12,7 +12,7 @@ use super::{invalid, ByteSize, ConfigError};
 /// Flat rather than one struct per kind, so that a key given to the wrong kind gets a
 /// message naming the entry and the kind that takes it (serde's tagged enums would only
 /// say "unknown field").
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
     /// Unique among backends and pools; other entries refer to it by this name.
@@ -88,7 +88,7 @@ pub enum CacheModeConfig {
 }
 
 /// One `[[pool]]`: thick and thin namespaces carved out of one backend.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     /// Unique among backends and pools.
@@ -112,6 +112,28 @@ impl BackendConfig {
     /// `backend "name" (kind)`, the prefix of every message about this entry.
     pub fn location(&self) -> String {
         format!("backend {:?} ({})", self.name, self.kind.as_str())
+    }
+
+    /// The first key whose value differs from `other`'s (a reload reports it).
+    pub fn first_difference(&self, other: &BackendConfig) -> Option<&'static str> {
+        [
+            ("name", self.name == other.name),
+            ("kind", self.kind == other.kind),
+            ("size", self.size == other.size),
+            ("block_size", self.block_size == other.block_size),
+            ("path", self.path == other.path),
+            ("direct_io", self.direct_io == other.direct_io),
+            ("members", self.members == other.members),
+            ("strip_size", self.strip_size == other.strip_size),
+            ("fast", self.fast == other.fast),
+            ("slow", self.slow == other.slow),
+            ("mode", self.mode == other.mode),
+            ("line_size", self.line_size == other.line_size),
+            ("pool", self.pool == other.pool),
+            ("thin", self.thin == other.thin),
+        ]
+        .into_iter()
+        .find_map(|(key, same)| (!same).then_some(key))
     }
 
     /// The names this entry refers to, with the role each plays (in a fixed order).
@@ -209,6 +231,18 @@ impl PoolConfig {
     /// `pool "name"`, the prefix of every message about this entry.
     pub fn location(&self) -> String {
         format!("pool {:?}", self.name)
+    }
+
+    /// The first key whose value differs from `other`'s (a reload reports it).
+    pub fn first_difference(&self, other: &PoolConfig) -> Option<&'static str> {
+        [
+            ("name", self.name == other.name),
+            ("device", self.device == other.device),
+            ("table", self.table == other.table),
+            ("unit_size", self.unit_size == other.unit_size),
+        ]
+        .into_iter()
+        .find_map(|(key, same)| (!same).then_some(key))
     }
 }
 

@@ -392,7 +392,7 @@ fn composed_storage_builds_and_keeps_carve_identities_across_a_restart() {
     let grown = text.replace("size = \"2MiB\"\nthin = true", "size = \"3MiB\"\nthin = true");
     let message = config(&scratch, &grown).target_spec().err().unwrap().to_string();
     assert_contains(&message, &[
-        "config subsystem[0] (nqn.2026-11.io.sluice:test) namespace[1]: pool \"capacity\" already holds this carve",
+        "config subsystem[0] (nqn.2026-11.io.sluice:test) namespace[1].size: pool \"capacity\" already holds this carve",
         "with 2 MiB, but size = 3 MiB: carves are not resized; set size = \"2MiB\"",
     ]);
     let thick = text.replace("size = \"2MiB\"\nthin = true", "size = \"2MiB\"");

@@ -2,32 +2,55 @@
 //! without side effects, and build only the new piece (a subsystem, a namespace's
 //! backend, a subsystem's host rules) without rebuilding what already runs.
 //!
-//! Building a piece goes through the config module's own `target_spec` on a
-//! stand-alone document holding just that subsystem (see
+//! Building a piece goes through the config module's own build on a stand-alone
+//! document holding that subsystem and every `[[backend]]` and `[[pool]]` entry (see
 //! `document::standalone_subsystem`), so a namespace added live is built exactly as
-//! it will be built from the file at the next start.
-//!
-//! Pieces this cannot build live are refused before anything changes: namespaces
-//! over a named `[[backend]]` (`device`) or a pool (`pool`), and new subsystems with
-//! a Namespace Management pool. Their storage may already be open in the running
-//! target, and building it a second time would open a pool table twice. (Inline
-//! namespaces and host rules of a subsystem with a pool are built without it.)
+//! it will be built from the file at the next start. The build starts from the
+//! storage the target holds open ([`OpenStorage`]): a namespace over a named backend,
+//! or carved from a pool, uses the open one, and only entries nothing opened yet are
+//! opened (at their first use). What a build opens or creates comes back in
+//! [`StorageChanges`], kept once the change is in force and undone otherwise.
 
 use nvme_spec::NamespaceId;
 use nvme_target::{NamespaceSpec, SubsystemSpec};
-use toml_edit::DocumentMut;
+use toml_edit::{DocumentMut, Item};
 
 use super::document::{self, Namespaces};
 use super::protocol::{RpcError, CONFIG_INVALID, INTERNAL_ERROR};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, OpenStorage, StorageChanges};
 
 /// The listener of a stand-alone document: the config module wants one, and nothing
 /// is ever bound to it.
 const STANDALONE_LISTENER: &str = "127.0.0.1:4420";
 
-/// Keys that make a namespace or subsystem use shared storage that the running
-/// target may hold open already (see the module comment).
-const SHARED_STORAGE_KEYS: [&str; 2] = ["device", "pool"];
+/// A subsystem built for a change.
+pub struct BuiltSubsystem {
+    pub spec: SubsystemSpec,
+    /// NSIDs of the pool namespaces it serves from its own Namespace Management pool
+    /// (not in `spec`; the subsystem loads them from the pool's table).
+    pub pool_namespaces: Vec<u32>,
+    /// Backends that were open already and that the build used: no running namespace
+    /// may still serve them when the change is applied.
+    pub reused_backends: Vec<String>,
+    pub storage: StorageChanges,
+}
+
+/// What a namespace is built into.
+pub enum NamespacePiece {
+    /// Storage of its own (inline, a named backend, or a carve of a pool other than
+    /// the subsystem's Namespace Management pool).
+    Spec(NamespaceSpec),
+    /// A carve of the subsystem's own Namespace Management pool, created and bound to
+    /// the NSID: `Subsystem::add_bound_carve` serves it.
+    SubsystemPoolCarve(NamespaceId),
+}
+
+/// A namespace built for a change.
+pub struct BuiltNamespace {
+    pub piece: NamespacePiece,
+    pub reused_backends: Vec<String>,
+    pub storage: StorageChanges,
+}
 
 /// Parses `text` and checks the whole configuration with the config module's
 /// side-effect-free `Config::check` (references, NSIDs, NQNs, shapes, paths used
@@ -38,57 +61,74 @@ pub fn parse_and_check(text: &str) -> Result<Config, RpcError> {
     Ok(config)
 }
 
-/// Builds subsystem `nqn` of `document` with the namespaces `keep` selects.
-pub fn build_subsystem(document: &DocumentMut, nqn: &str, keep: Namespaces) -> Result<SubsystemSpec, RpcError> {
+/// Builds subsystem `nqn` of `document` with the namespaces `keep` selects, on top of
+/// the storage `open` holds.
+pub fn build_subsystem(
+    document: &DocumentMut,
+    nqn: &str,
+    keep: Namespaces,
+    open: &OpenStorage,
+) -> Result<BuiltSubsystem, RpcError> {
     let mut standalone =
         document::standalone_subsystem(document, nqn, STANDALONE_LISTENER, keep).map_err(edit_error)?;
-    if keep != Namespaces::All {
-        // A namespace or the host rules alone do not need the subsystem's Namespace
-        // Management pool, which the running target holds open already.
-        document::remove_subsystem_key(&mut standalone, nqn, "pool").map_err(edit_error)?;
-    }
-    refuse_shared_storage(&standalone, nqn)?;
-    let config = Config::parse(&standalone.to_string())
-        .map_err(|reason| RpcError::config_invalid(&format!("subsystem {nqn}"), reason))?;
-    let mut spec = config.target_spec().map_err(|error| config_error(&error, Some(keep)))?;
-    spec.subsystems
-        .pop()
-        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, format!("building subsystem {nqn} produced no subsystem")))
-}
-
-/// Builds namespace `id` of subsystem `nqn` (its backend is opened or created).
-pub fn build_namespace(document: &DocumentMut, nqn: &str, id: u32) -> Result<NamespaceSpec, RpcError> {
-    let mut spec = build_subsystem(document, nqn, Namespaces::Only(id))?;
-    spec.namespaces
-        .pop()
-        .filter(|namespace| namespace.id == NamespaceId(id))
-        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, format!("building namespace {id} of {nqn} produced no namespace")))
-}
-
-fn refuse_shared_storage(standalone: &DocumentMut, nqn: &str) -> Result<(), RpcError> {
-    let subsystem = document::subsystem(standalone, nqn).map_err(edit_error)?;
-    if subsystem.contains_key("pool") {
-        return Err(RpcError::refused(
-            "pool",
-            format!(
-                "subsystem {nqn} uses a Namespace Management pool, which cannot be opened while the target runs; \
-                 add it to the config file and restart sluice serve"
-            ),
-        ));
-    }
-    let namespaces = subsystem.get("namespace").and_then(toml_edit::Item::as_array_of_tables);
-    for namespace in namespaces.into_iter().flat_map(|tables| tables.iter()) {
-        if let Some(key) = SHARED_STORAGE_KEYS.iter().find(|key| namespace.contains_key(key)) {
-            return Err(RpcError::refused(
-                key,
-                format!(
-                    "namespaces over a named backend or a pool (`{key}`) cannot be built while the target runs yet; \
-                     add it to the config file and restart sluice serve"
-                ),
-            ));
+    // The storage entries come along; the build opens only those the kept namespaces
+    // need and `open` does not hold.
+    for key in ["backend", "pool"] {
+        if let Some(item) = document.get(key) {
+            standalone.insert(key, item.clone());
         }
     }
-    Ok(())
+    if keep != Namespaces::All && !keeps_a_carve_of_its_own_pool(&standalone, nqn)? {
+        // A namespace or the host rules alone do not need the subsystem's Namespace
+        // Management pool (which the running subsystem holds already).
+        document::remove_subsystem_key(&mut standalone, nqn, "pool").map_err(edit_error)?;
+    }
+    let config = Config::parse(&standalone.to_string())
+        .map_err(|reason| RpcError::config_invalid(&format!("subsystem {nqn}"), reason))?;
+    let mut output = config.build_with(open).map_err(|error| config_error(&error, Some(keep)))?;
+    let spec = output
+        .subsystems
+        .pop()
+        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, format!("building subsystem {nqn} produced no subsystem")))?;
+    Ok(BuiltSubsystem {
+        spec,
+        pool_namespaces: output.pool_namespaces.iter().map(|&(_, nsid)| nsid).collect(),
+        reused_backends: std::mem::take(&mut output.reused_backends),
+        storage: output.storage,
+    })
+}
+
+/// Whether the stand-alone subsystem's namespaces include a carve of its own
+/// Namespace Management pool (which then has to stay in the document).
+fn keeps_a_carve_of_its_own_pool(standalone: &DocumentMut, nqn: &str) -> Result<bool, RpcError> {
+    let subsystem = document::subsystem(standalone, nqn).map_err(edit_error)?;
+    let Some(own_pool) = subsystem.get("pool").and_then(Item::as_str) else { return Ok(false) };
+    let namespaces = subsystem.get("namespace").and_then(Item::as_array_of_tables);
+    Ok(namespaces
+        .into_iter()
+        .flat_map(|tables| tables.iter())
+        .any(|namespace| namespace.get("pool").and_then(Item::as_str) == Some(own_pool)))
+}
+
+/// Builds namespace `id` of subsystem `nqn` (its backend is opened or created, or the
+/// open one is used).
+pub fn build_namespace(
+    document: &DocumentMut,
+    nqn: &str,
+    id: u32,
+    open: &OpenStorage,
+) -> Result<BuiltNamespace, RpcError> {
+    let mut built = build_subsystem(document, nqn, Namespaces::Only(id), open)?;
+    let piece = if built.pool_namespaces.contains(&id) {
+        NamespacePiece::SubsystemPoolCarve(NamespaceId(id))
+    } else {
+        let spec =
+            built.spec.namespaces.pop().filter(|namespace| namespace.id == NamespaceId(id)).ok_or_else(|| {
+                RpcError::new(INTERNAL_ERROR, format!("building namespace {id} of {nqn} produced no namespace"))
+            })?;
+        NamespacePiece::Spec(spec)
+    };
+    Ok(BuiltNamespace { piece, reused_backends: built.reused_backends, storage: built.storage })
 }
 
 /// A config module error as a JSON-RPC error. Locations of a stand-alone build
@@ -171,7 +211,8 @@ block_size = 4096
 
     #[test]
     fn one_namespace_is_built_with_its_nsid() {
-        let Ok(namespace) = build_namespace(&document(FILE), "nqn.2026-11.io.sluice:a", 2) else { panic!("builds") };
+        let built = build_namespace(&document(FILE), "nqn.2026-11.io.sluice:a", 2, &OpenStorage::default());
+        let Ok(BuiltNamespace { piece: NamespacePiece::Spec(namespace), .. }) = built else { panic!("builds") };
         assert_eq!(namespace.id, NamespaceId(2));
         assert_eq!(namespace.backend.kind(), "null");
         assert_eq!(namespace.backend.geometry().block_count, 512);
@@ -180,24 +221,72 @@ block_size = 4096
     #[test]
     fn a_bad_namespace_names_its_nsid_and_field() {
         let bad = FILE.replace("size = \"2MiB\"", "size = 1000");
-        let error = build_namespace(&document(&bad), "nqn.2026-11.io.sluice:a", 2).err().unwrap();
+        let error =
+            build_namespace(&document(&bad), "nqn.2026-11.io.sluice:a", 2, &OpenStorage::default()).err().unwrap();
         let data = error.data.unwrap();
         assert_eq!(data["field"], "size", "{data}");
         assert!(data["location"].as_str().unwrap().contains("namespace 2"), "{data}");
     }
 
     #[test]
-    fn shared_storage_is_refused_before_it_is_opened() {
-        let pooled = FILE.replace("backend = \"null\"", "device = \"fast\"");
-        let error = build_subsystem(&document(&pooled), "nqn.2026-11.io.sluice:a", Namespaces::All).err().unwrap();
-        assert_eq!(error.data.unwrap()["field"], "device");
-        // Only the namespaces selected count.
-        assert!(build_subsystem(&document(&pooled), "nqn.2026-11.io.sluice:a", Namespaces::Only(1)).is_ok());
-        // A subsystem's management pool is refused whole, and left out for one namespace.
-        let managed =
-            FILE.replace("nqn = \"nqn.2026-11.io.sluice:a\"", "nqn = \"nqn.2026-11.io.sluice:a\"\npool = \"p\"");
-        let error = build_subsystem(&document(&managed), "nqn.2026-11.io.sluice:a", Namespaces::All).err().unwrap();
-        assert_eq!(error.data.unwrap()["field"], "pool");
-        assert!(build_namespace(&document(&managed), "nqn.2026-11.io.sluice:a", 1).is_ok());
+    fn named_storage_is_built_once_and_reused_when_open() {
+        let pooled = format!(
+            "{FILE}\n[[subsystem.namespace]]\nnsid = 3\ndevice = \"fast\"\n\n\
+             [[subsystem.namespace]]\nnsid = 4\npool = \"p\"\nsize = \"1MiB\"\n"
+        )
+        .replacen(
+            "[[subsystem]]",
+            "[[backend]]\nname = \"fast\"\nkind = \"ram\"\nsize = \"4MiB\"\n\n\
+             [[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"8MiB\"\n\n\
+             [[pool]]\nname = \"p\"\ndevice = \"pooldev\"\n\n[[subsystem]]",
+            1,
+        );
+        let document = document(&pooled);
+        let (_, open) = Config::parse(&pooled).unwrap().open().unwrap();
+        let fast = std::sync::Arc::clone(&open.backend("fast").unwrap().backend);
+        // The named backend that is open is the one the namespace gets.
+        let built = build_namespace(&document, "nqn.2026-11.io.sluice:a", 3, &open).ok().unwrap();
+        let NamespacePiece::Spec(spec) = &built.piece else { panic!("a namespace of its own") };
+        assert!(std::sync::Arc::ptr_eq(&spec.backend, &fast));
+        assert_eq!(built.reused_backends, ["fast"]);
+        assert!(built.storage.opened_names().is_empty(), "nothing opened twice");
+        // The pool namespace's carve is found again in the open pool (created at start).
+        let pool = std::sync::Arc::clone(&open.pool("p").unwrap().pool);
+        let built = build_namespace(&document, "nqn.2026-11.io.sluice:a", 4, &open).ok().unwrap();
+        assert!(built.storage.opened_names().is_empty());
+        assert_eq!(pool.records().len(), 1);
+        drop(built);
+        assert_eq!(pool.records().len(), 1, "a carve found, not created, stays when the change is dropped");
+
+        // Without open storage the same build opens what it needs, and the change
+        // keeps it.
+        let mut fresh = OpenStorage::default();
+        let built = build_namespace(&document, "nqn.2026-11.io.sluice:a", 3, &fresh).ok().unwrap();
+        assert_eq!(built.storage.opened_names(), ["fast"]);
+        built.storage.keep(&mut fresh);
+        assert!(fresh.backend("fast").is_some());
+        assert!(fresh.pool("p").is_none(), "only what the namespace needs is opened");
+        assert!(open.backend("pooldev").is_some());
+    }
+
+    #[test]
+    fn a_carve_created_for_a_dropped_change_is_deleted_again() {
+        let with_pool = FILE.replacen(
+            "[[subsystem]]",
+            "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"8MiB\"\n\n\
+             [[pool]]\nname = \"p\"\ndevice = \"pooldev\"\n\n[[subsystem]]",
+            1,
+        );
+        let (_, open) = Config::parse(&with_pool).unwrap().open().unwrap();
+        assert!(open.pool("p").is_none(), "nothing used the pool at start");
+        let pooled = format!("{with_pool}\n[[subsystem.namespace]]\nnsid = 4\npool = \"p\"\nsize = \"1MiB\"\n");
+        let built = build_namespace(&document(&pooled), "nqn.2026-11.io.sluice:a", 4, &open).ok().unwrap();
+        assert_eq!(built.storage.opened_names(), ["pooldev", "p"], "opened lazily at first use");
+        let NamespacePiece::Spec(spec) = &built.piece else { panic!("a carve served as a namespace") };
+        assert_eq!(spec.backend.geometry().capacity_bytes(), 1 << 20);
+        let pool = std::sync::Arc::clone(&built.storage.opened.pool("p").unwrap().pool);
+        assert_eq!(pool.records().len(), 1);
+        drop(built);
+        assert!(pool.records().is_empty(), "the change was dropped, so its carve was deleted");
     }
 }

@@ -1,4 +1,4 @@
-//! `sluice subsystem|ns|host|listener|rpc`: clients of the management socket of a
+//! `sluice subsystem|ns|host|listener|backend|pool|limits|rpc`: clients of the management socket of a
 //! running `sluice serve`, with human output by default and `-o json` for scripts.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -27,8 +27,7 @@ const MAX_RESPONSE_BYTES: u64 = 16 << 20;
 /// After-help of the management commands.
 const AFTER_HELP: &str = "\
 Talks to the management socket of a running `sluice serve` (docs/operations.md).
-Changes are written to its config file and applied at once, except listener
-changes, which take effect at the next start.
+Changes are written to its config file and applied at once.
 
 Exit status:
   0  success
@@ -83,11 +82,35 @@ pub enum ManageCommand {
         #[command(flatten)]
         client: ClientOptions,
     },
-    /// Listeners: add, remove, list (changes take effect at the next start).
+    /// Listeners: add, remove, list (changes apply at once).
     #[command(after_help = AFTER_HELP)]
     Listener {
         #[command(subcommand)]
         command: ListenerCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Named backends of the config file: kind, size, whether open, who uses them.
+    #[command(after_help = AFTER_HELP)]
+    Backend {
+        #[command(subcommand)]
+        command: BackendCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// Pools of the config file: capacity, free space, carves and who uses them.
+    #[command(after_help = AFTER_HELP)]
+    Pool {
+        #[command(subcommand)]
+        command: PoolCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
+    /// The limits in effect (the config's [target] section and the protocol's).
+    #[command(after_help = AFTER_HELP)]
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
         #[command(flatten)]
         client: ClientOptions,
     },
@@ -139,8 +162,17 @@ pub enum NamespaceCommand {
         #[arg(long, short = 'N')]
         nsid: Option<u32>,
         /// Inline backend: ram, null or file.
-        #[arg(long, short = 'b')]
+        #[arg(long, short = 'b', conflicts_with_all = ["device", "pool"])]
         backend: Option<String>,
+        /// A [[backend]] of the config file, served whole (`sluice backend list`).
+        #[arg(long, conflicts_with = "pool")]
+        device: Option<String>,
+        /// A [[pool]] of the config file to carve the namespace from (needs --size).
+        #[arg(long)]
+        pool: Option<String>,
+        /// With --pool: allocate on write instead of reserving the space now.
+        #[arg(long, requires = "pool")]
+        thin: bool,
         /// Capacity, e.g. 1GiB (required for ram and null, and for a file that does
         /// not exist yet).
         #[arg(long, short = 's')]
@@ -173,6 +205,24 @@ pub enum NamespaceCommand {
         /// Subsystem NQN.
         nqn: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackendCommand {
+    /// Lists the [[backend]] entries.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Lists the [[pool]] entries.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Shows the limits in effect.
+    Show,
 }
 
 #[derive(Debug, Subcommand)]
@@ -215,7 +265,8 @@ pub enum HostAccessCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ListenerCommand {
-    /// Adds a listener to the config file.
+    /// Listens on an address now and at every start (added to the config file).
+    /// An address in use is refused.
     Add {
         /// IP:port, e.g. 0.0.0.0:4420 or [::]:4420.
         address: String,
@@ -223,9 +274,10 @@ pub enum ListenerCommand {
         #[arg(long)]
         discovery_only: bool,
     },
-    /// Removes a listener from the config file.
+    /// Stops listening on an address and closes the connections accepted through
+    /// it (only those); removed from the config file. The last listener stays.
     Remove { address: String },
-    /// Lists configured and bound listeners.
+    /// Lists configured and active listeners.
     List,
 }
 
@@ -243,6 +295,9 @@ enum View {
     Hosts,
     ListenerChanged,
     Listeners,
+    Backends,
+    Pools,
+    Limits,
     Raw,
 }
 
@@ -321,10 +376,13 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Ns { command, client } => match command {
-            NamespaceCommand::Add { nqn, nsid, backend, size, block_size, path, direct_io, nguid, uuid } => {
+            NamespaceCommand::Add { nqn, nsid, backend, device, pool, thin, size, block_size, path, direct_io, nguid, uuid } => {
                 put("nqn", Some(json!(nqn)));
                 put("nsid", nsid.map(Value::from));
                 put("backend", backend.map(Value::from));
+                put("device", device.map(Value::from));
+                put("pool", pool.map(Value::from));
+                put("thin", thin.then_some(json!(true)));
                 put("size", size.map(|size| size_value(&size)));
                 put("block_size", block_size.map(Value::from));
                 put("path", path.map(|path| json!(path.display().to_string())));
@@ -375,6 +433,9 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
             ListenerCommand::List => (client, "listener_list", View::Listeners),
         },
+        ManageCommand::Backend { command: BackendCommand::List, client } => (client, "backend_list", View::Backends),
+        ManageCommand::Pool { command: PoolCommand::List, client } => (client, "pool_list", View::Pools),
+        ManageCommand::Limits { command: LimitsCommand::Show, client } => (client, "limits_show", View::Limits),
         ManageCommand::Rpc { method, params: text, client } => {
             let params = match text {
                 None => Value::Object(Map::new()),
@@ -629,12 +690,21 @@ fn render(view: View, result: &Value) -> String {
             out.push_str(&host_rows(items(result, "hosts")));
             out
         }
+        View::ListenerChanged if flag(result, "removed") => {
+            let mut out = format!(
+                "removed listener {}: no longer accepting; {} connection(s) through it were closed\n",
+                text(result, "address"),
+                number(result, "connections_closed")
+            );
+            if number(result, "io_listeners_left") == 0 {
+                out.push_str("warning: no listener serves I/O any more: hosts can discover subsystems but not connect\n");
+            }
+            out
+        }
         View::ListenerChanged => format!(
-            "{} listener {} {} the config file; takes effect {}\n",
-            if flag(result, "removed") { "removed" } else { "added" },
+            "added listener {} ({}): accepting connections now\n",
             text(result, "address"),
-            if flag(result, "removed") { "from" } else { "to" },
-            text(result, "takes_effect")
+            if flag(result, "discovery_only") { "discovery" } else { "I/O and discovery" }
         ),
         View::Listeners => {
             let rows: Vec<Vec<String>> = items(result, "listeners")
@@ -642,8 +712,8 @@ fn render(view: View, result: &Value) -> String {
                 .map(|listener| {
                     let state = match (flag(listener, "configured"), flag(listener, "active")) {
                         (true, true) => "active",
-                        (true, false) => "at next start",
-                        (false, true) => "active until restart",
+                        (true, false) => "not listening",
+                        (false, true) => "active, not in the config file",
                         (false, false) => "",
                     };
                     let role = if flag(listener, "discovery_only") { "discovery" } else { "I/O and discovery" };
@@ -651,6 +721,75 @@ fn render(view: View, result: &Value) -> String {
                 })
                 .collect();
             table(&["ADDRESS", "ROLE", "STATE"], &rows)
+        }
+        View::Backends => {
+            let rows: Vec<Vec<String>> = items(result, "backends")
+                .iter()
+                .map(|backend| {
+                    let open = flag(backend, "open");
+                    let used_by = match backend.get("namespace").filter(|namespace| !namespace.is_null()) {
+                        Some(namespace) => format!("namespace {} of {}", number(namespace, "nsid"), text(namespace, "nqn")),
+                        None => items(backend, "used_by")
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    };
+                    vec![
+                        text(backend, "name").to_string(),
+                        text(backend, "kind").to_string(),
+                        if open { human_bytes(number(backend, "size_bytes")) } else { "-".to_string() },
+                        if open { number(backend, "block_size").to_string() } else { "-".to_string() },
+                        match (open, flag(backend, "configured")) {
+                            (true, true) => "open",
+                            (false, _) => "not open",
+                            (true, false) => "open, not in the config file",
+                        }
+                        .to_string(),
+                        if used_by.is_empty() { "-".to_string() } else { used_by },
+                    ]
+                })
+                .collect();
+            table(&["NAME", "KIND", "SIZE", "BLOCK", "STATE", "USED BY"], &rows)
+        }
+        View::Pools => {
+            let rows: Vec<Vec<String>> = items(result, "pools")
+                .iter()
+                .map(|pool| {
+                    let open = flag(pool, "open");
+                    let carves = items(pool, "carves");
+                    let served = carves.iter().filter(|carve| flag(carve, "served")).count();
+                    let management = items(pool, "management_subsystems")
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    vec![
+                        text(pool, "name").to_string(),
+                        text(pool, "device").to_string(),
+                        if open { human_bytes(number(pool, "capacity_bytes")) } else { "-".to_string() },
+                        if open { human_bytes(number(pool, "free_bytes")) } else { "-".to_string() },
+                        if open { format!("{} ({served} served)", carves.len()) } else { "-".to_string() },
+                        if management.is_empty() { "-".to_string() } else { management },
+                    ]
+                })
+                .collect();
+            table(&["NAME", "DEVICE", "CAPACITY", "FREE", "CARVES", "NAMESPACE MANAGEMENT"], &rows)
+        }
+        View::Limits => {
+            let mut out = String::new();
+            for section in ["target", "protocol"] {
+                let Some(values) = result.get(section).and_then(Value::as_object) else { continue };
+                out.push_str(&format!("{section}:\n"));
+                let width = values.keys().map(String::len).max().unwrap_or(0);
+                for (key, value) in values {
+                    out.push_str(&format!("  {key:<width$}  {value}\n"));
+                }
+            }
+            if !text(result, "takes_effect").is_empty() {
+                out.push_str(&format!("{}\n", text(result, "takes_effect")));
+            }
+            out
         }
         View::Raw => format!("{}\n", serde_json::to_string_pretty(result).unwrap_or_default()),
     }
@@ -675,6 +814,23 @@ mod tests {
         assert_eq!(size_value("1GiB"), json!("1GiB"));
         let text = table(&["A", "LONGER"], &[vec!["wide cell".into(), "x".into()]]);
         assert_eq!(text, "A          LONGER\nwide cell  x\n");
+    }
+
+    #[test]
+    fn backends_and_pools_render_as_tables() {
+        let result = json!({"backends": [
+            {"name": "disk0", "kind": "file", "open": true, "configured": true, "size_bytes": 1 << 30, "block_size": 4096,
+             "used_by": ["subsystem[0] (nqn.a) namespace[0] as its device"], "namespace": {"nqn": "nqn.a", "nsid": 1}},
+            {"name": "spare", "kind": "ram", "open": false, "configured": true, "size_bytes": null, "block_size": null,
+             "used_by": [], "namespace": null}]});
+        let text = render(View::Backends, &result);
+        assert!(text.starts_with("NAME   KIND  SIZE   BLOCK  STATE     USED BY\n"), "{text}");
+        assert!(text.contains("disk0  file  1 GiB  4096   open      namespace 1 of nqn.a"), "{text}");
+        assert!(text.contains("spare  ram   -      -      not open  -"), "{text}");
+        let result = json!({"pools": [{"name": "p", "device": "d", "open": true, "capacity_bytes": 64 << 20,
+            "free_bytes": 32 << 20, "carves": [{"served": true}, {"served": false}], "management_subsystems": []}]});
+        let text = render(View::Pools, &result);
+        assert!(text.contains("p     d       64 MiB    32 MiB  2 (1 served)  -"), "{text}");
     }
 
     #[test]

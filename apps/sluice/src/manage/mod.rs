@@ -10,6 +10,8 @@
 //!   config module.
 //! - `persist`: the atomic write.
 //! - `server`: the socket and its one thread.
+//! - `worker`: the management thread, the one owner of the service's state; the
+//!   socket thread and SIGHUP (reload) hand it their work.
 //! - `cli`: the client commands.
 //!
 //! docs/operations.md describes the API for operators.
@@ -21,15 +23,18 @@ mod persist;
 pub mod protocol;
 mod server;
 mod service;
+mod worker;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nvme_target::Target;
 
 pub use server::{default_socket_path, ManagementServer, SocketError};
-pub use service::{ActiveListener, Management};
+pub use service::Management;
+pub use worker::ManagementThread;
+
+use crate::config::OpenStorage;
 
 /// Where `sluice serve` offers the management API.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -44,35 +49,50 @@ pub enum SocketChoice {
     Off,
 }
 
-/// Starts the management socket of `sluice serve`. `Ok(None)`: not offered (turned
-/// off, no default path, or the default path is taken by another server).
+/// The management side of a running `sluice serve`: the thread that owns the API's
+/// state (and runs reloads), and the socket when one is offered. Dropping it stops
+/// the socket first, then the thread.
+pub struct ManagementRunning {
+    /// `None`: no socket (turned off, no default path, or the default path is taken by
+    /// another server); reloads still work.
+    pub server: Option<ManagementServer>,
+    pub thread: ManagementThread,
+}
+
+/// Starts the management thread and socket of `sluice serve`. `storage` is the named
+/// storage the target was built with (`Config::open`); `listeners` changes the
+/// runtime's listeners live.
 pub fn start_for_serve(
     target: &Arc<Target>,
     config_path: Option<&Path>,
     choice: SocketChoice,
-    bound: &[(SocketAddr, bool)],
-) -> Result<Option<ManagementServer>, SocketError> {
+    listeners: target_server::LiveListeners,
+    storage: OpenStorage,
+) -> Result<ManagementRunning, SocketError> {
+    // The live listeners replace the fixed list `new` takes.
+    let management = Management::new(Arc::clone(target), config_path, Vec::new()).map_err(|source| {
+        SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }
+    })?;
+    let thread = ManagementThread::start(management.with_storage(storage).with_live_listeners(listeners))
+        .map_err(|source| SocketError::Io { path: PathBuf::from("(management thread)"), source })?;
     let (path, explicit) = match choice {
-        SocketChoice::Off => return Ok(None),
+        SocketChoice::Off => return Ok(ManagementRunning { server: None, thread }),
         SocketChoice::Path(path) => (path, true),
         SocketChoice::Default => match default_socket_path() {
             Some(path) => (path, false),
             None => {
                 tracing::warn!("no management socket: XDG_RUNTIME_DIR is not set; give --rpc-socket PATH");
-                return Ok(None);
+                return Ok(ManagementRunning { server: None, thread });
             }
         },
     };
-    let listeners = bound.iter().map(|&(address, discovery_only)| ActiveListener { address, discovery_only }).collect();
-    let management = Management::new(Arc::clone(target), config_path, listeners).map_err(|source| {
-        SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }
-    })?;
-    match ManagementServer::start(&path, management) {
-        Ok(server) => Ok(Some(server)),
+    let server = match ManagementServer::start(&path, thread.handle()) {
+        Ok(server) => Some(server),
         Err(error @ SocketError::InUse(_)) if !explicit => {
             tracing::warn!("{error}; this target runs without a management socket");
-            Ok(None)
+            None
         }
-        Err(error) => Err(error),
-    }
+        Err(error) => return Err(error),
+    };
+    Ok(ManagementRunning { server, thread })
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::protocol::{self, RpcError, INTERNAL_ERROR, INVALID_REQUEST, MAX_REQUEST_BYTES};
-use super::service::Management;
+use super::worker::ManagementHandle;
 
 /// The socket's mode: only the owner (the user running `sluice serve`) may connect.
 const SOCKET_MODE: u32 = 0o600;
@@ -78,8 +78,9 @@ pub struct ManagementServer {
 }
 
 impl ManagementServer {
-    /// Creates the socket at `path` and serves `management` on a thread of its own.
-    pub fn start(path: &Path, management: Management) -> Result<ManagementServer, SocketError> {
+    /// Creates the socket at `path` and serves it on a thread of its own, handing each
+    /// request to the management thread behind `management`.
+    pub fn start(path: &Path, management: ManagementHandle) -> Result<ManagementServer, SocketError> {
         let io_error = |source| SocketError::Io { path: path.to_path_buf(), source };
         let listener = bind(path)?;
         let metadata = std::fs::metadata(path).map_err(io_error)?;
@@ -182,13 +183,13 @@ fn remove_if_stale(path: &Path) -> Result<(), SocketError> {
     }
 }
 
-fn accept_loop(listener: UnixListener, mut management: Management, stopping: &AtomicBool) {
+fn accept_loop(listener: UnixListener, management: ManagementHandle, stopping: &AtomicBool) {
     for incoming in listener.incoming() {
         if stopping.load(Ordering::Acquire) {
             break;
         }
         match incoming {
-            Ok(stream) => serve_client(&stream, &mut management),
+            Ok(stream) => serve_client(&stream, &management),
             Err(error) => {
                 tracing::warn!(%error, "management socket: accept failed");
                 std::thread::sleep(ACCEPT_RETRY_DELAY);
@@ -198,7 +199,7 @@ fn accept_loop(listener: UnixListener, mut management: Management, stopping: &At
 }
 
 /// Answers one client's requests until it closes, stalls or sends an oversized line.
-fn serve_client(stream: &UnixStream, management: &mut Management) {
+fn serve_client(stream: &UnixStream, management: &ManagementHandle) {
     if stream.set_read_timeout(Some(IDLE_TIMEOUT)).is_err() || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
         return;
     }
@@ -241,7 +242,7 @@ fn serve_client(stream: &UnixStream, management: &mut Management) {
 }
 
 /// The response to one request line.
-fn answer(line: &[u8], management: &mut Management) -> Value {
+fn answer(line: &[u8], management: &ManagementHandle) -> Value {
     let request = match protocol::parse_request(line) {
         Ok(request) => request,
         Err(refused) => return protocol::failure(refused.id, &refused.error),

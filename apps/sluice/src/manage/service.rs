@@ -17,11 +17,18 @@
 //! torn down (connections of hosts still allowed keep running; a rotated secret is
 //! used from the next Connect or re-authentication on).
 //!
-//! Listeners are the exception: the runtime binds them at start, so listener
-//! changes are written to the file and take effect at the next start (the answer
-//! says so, and `listener_list` shows what is configured next to what is bound).
+//! Namespaces over a named `[[backend]]` (`device`) or carved from a `[[pool]]`
+//! (`pool`) use the storage the target holds open (`storage`, by name; entries
+//! nothing used yet are opened at their first use), never a second opening of it;
+//! `backends.rs` has the checks. A reload (SIGHUP) applies an edited file through
+//! the same steps, without the edit and the write (`reload.rs`).
+//!
+//! Listeners apply at once too: an added address is bound on every runtime thread
+//! before the file is written (so "in use" refuses it with nothing changed), a
+//! removed one stops accepting and closes only its own connections
+//! (`listeners.rs`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,6 +42,7 @@ use nvme_target::{HostAccess, Namespace, Subsystem, Target};
 
 use super::assemble::{self, edit_error};
 use super::document::{self, Namespaces};
+use crate::config::OpenStorage;
 use super::persist;
 use super::protocol::{
     Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, METHOD_NOT_FOUND,
@@ -42,7 +50,7 @@ use super::protocol::{
 };
 
 /// Every method, for `method not found` answers and the docs.
-pub const METHODS: [&str; 16] = [
+pub const METHODS: [&str; 19] = [
     "subsystem_add",
     "subsystem_remove",
     "subsystem_list",
@@ -59,12 +67,12 @@ pub const METHODS: [&str; 16] = [
     "config_show",
     "rpc_methods",
     "target_show",
+    "backend_list",
+    "pool_list",
+    "limits_show",
 ];
 
-/// What a listener change answers: it is in the file, not yet bound.
-const LISTENER_TAKES_EFFECT: &str = "at the next start of sluice serve (listeners are bound at start)";
-
-/// A listener the runtime bound at start.
+/// A listener the runtime accepts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveListener {
     pub address: SocketAddr,
@@ -87,7 +95,12 @@ struct Draft {
 pub struct Management {
     target: Arc<Target>,
     config_file: Option<ConfigFile>,
+    /// The listeners when no runtime is attached (`live_listeners` is None).
     active_listeners: Vec<ActiveListener>,
+    /// The runtime's listeners, changed live (`with_live_listeners`).
+    live_listeners: Option<target_server::LiveListeners>,
+    /// The named backends and pools the target holds open (see the module comment).
+    storage: OpenStorage,
 }
 
 impl Management {
@@ -107,7 +120,14 @@ impl Management {
                 Some(ConfigFile { path, text })
             }
         };
-        Ok(Management { target, config_file, active_listeners })
+        Ok(Management { target, config_file, active_listeners, live_listeners: None, storage: OpenStorage::default() })
+    }
+
+    /// The named storage the target was built with (`Config::open`). Without it,
+    /// namespaces over named backends and pools would open them a second time.
+    pub fn with_storage(mut self, storage: OpenStorage) -> Management {
+        self.storage = storage;
+        self
     }
 
     /// Runs one method.
@@ -128,6 +148,9 @@ impl Management {
             "listener_list" => self.listener_list(params),
             "config_show" => self.config_show(params),
             "target_show" => self.target_show(params),
+            "backend_list" => self.backend_list(params),
+            "pool_list" => self.pool_list(params),
+            "limits_show" => self.limits_show(params),
             "rpc_methods" => {
                 params.finish(method)?;
                 Ok(json!(METHODS))
@@ -166,14 +189,14 @@ impl Management {
         }
         document::add_subsystem(&mut draft.document, table).map_err(edit_error)?;
         let text = self.check(&draft)?;
-        let spec = assemble::build_subsystem(&draft.document, &nqn, Namespaces::All)?;
+        let built = assemble::build_subsystem(&draft.document, &nqn, Namespaces::All, &self.storage)?;
         self.write(&text)?;
-        match self.target.add_subsystem(spec) {
+        match self.apply_subsystem(built) {
             Ok(subsystem) => {
                 tracing::info!(subsystem = %nqn, "management: subsystem added");
                 Ok(self.subsystem_json(&subsystem, false))
             }
-            Err(error) => Err(self.restore(draft.previous, error.to_string())),
+            Err(refusal) => Err(self.restore(draft.previous, refusal)),
         }
     }
 
@@ -278,22 +301,21 @@ impl Management {
                     .ok_or_else(|| RpcError::refused("nsid", format!("subsystem {nqn} has no free NSID left")))?
             }
         };
+        if let Ok(running) = crate::config::Config::parse(&draft.previous) {
+            self.refuse_unusable_storage(&running, &nqn, id, &table)?;
+        }
+        let pool = table.get("pool").and_then(toml_edit::Item::as_str).map(str::to_string);
         document::add_namespace(&mut draft.document, &nqn, id, table).map_err(edit_error)?;
-        let text = self.check(&draft)?;
-        let spec = assemble::build_namespace(&draft.document, &nqn, id)?;
+        let text = self.check(&draft).map_err(|error| backends::name_the_size(error, pool.as_deref()))?;
+        let built = assemble::build_namespace(&draft.document, &nqn, id, &self.storage)?;
+        self.refuse_served(&built.reused_backends, &[])?;
         self.write(&text)?;
-        match subsystem.add_namespace(spec) {
-            Ok(change) => {
-                // Connected hosts get a namespace attribute notice and rescan.
-                self.target.notify_namespace_change(&subsystem, &change);
+        match self.apply_namespace(&subsystem, built) {
+            Ok(added) => {
                 tracing::info!(subsystem = %nqn, nsid = id, "management: namespace added");
-                let added = subsystem
-                    .namespace(NamespaceId(id))
-                    .map(|namespace| namespace_json(&namespace, true))
-                    .unwrap_or_else(|| json!({ "nsid": id }));
                 Ok(added)
             }
-            Err(error) => Err(self.restore(draft.previous, error.to_string())),
+            Err(refusal) => Err(self.restore(draft.previous, refusal)),
         }
     }
 
@@ -365,7 +387,7 @@ impl Management {
         let change = document::allow_host(&mut draft.document, &nqn, &host, table).map_err(edit_error)?;
         let text = self.check(&draft)?;
         // The rules exactly as the next start will read them (secrets parsed).
-        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None)?.hosts;
+        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None, &self.storage)?.spec.hosts;
         self.write(&text)?;
         let disconnected = self.apply_host_rules(&subsystem, rules.clone());
         tracing::info!(subsystem = %nqn, %host, ?change, authenticated = secret.is_some(), disconnected,
@@ -390,7 +412,7 @@ impl Management {
         let mut draft = self.draft()?;
         document::deny_host(&mut draft.document, &nqn, &host).map_err(edit_error)?;
         let text = self.check(&draft)?;
-        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None)?.hosts;
+        let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None, &self.storage)?.spec.hosts;
         self.write(&text)?;
         let disconnected = self.apply_host_rules(&subsystem, rules.clone());
         tracing::info!(subsystem = %nqn, %host, disconnected, "management: host denied");
@@ -429,88 +451,7 @@ impl Management {
         Ok(hosts_json(&nqn, &subsystem.hosts.current()))
     }
 
-    // ---- listeners ----
-
-    fn listener_add(&mut self, mut params: Params) -> Result<Value, RpcError> {
-        let address = parse_address(&params.required_string("address")?)?;
-        let discovery_only = params.optional_bool("discovery_only")?.unwrap_or(false);
-        params.finish("listener_add")?;
-        let mut draft = self.draft()?;
-        document::add_listener(&mut draft.document, address, discovery_only).map_err(edit_error)?;
-        let text = self.check(&draft)?;
-        let active = self.is_active(address);
-        if !active {
-            // Refuse now what the next start would fail on.
-            if let Err(error) = TcpListener::bind(address) {
-                let reason = match error.kind() {
-                    std::io::ErrorKind::AddrInUse => format!("{address} is in use by another program"),
-                    std::io::ErrorKind::AddrNotAvailable => format!("{address} is not an address of this machine"),
-                    _ => format!("cannot listen on {address}: {error}"),
-                };
-                return Err(RpcError::refused("address", reason));
-            }
-        }
-        self.write(&text)?;
-        tracing::info!(%address, discovery_only, "management: listener added to the config file");
-        Ok(json!({
-            "address": address.to_string(),
-            "discovery_only": discovery_only,
-            "active": active,
-            "takes_effect": LISTENER_TAKES_EFFECT,
-        }))
-    }
-
-    fn listener_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
-        let address = parse_address(&params.required_string("address")?)?;
-        params.finish("listener_remove")?;
-        let mut draft = self.draft()?;
-        document::remove_listener(&mut draft.document, address).map_err(edit_error)?;
-        let text = self.check(&draft)?;
-        self.write(&text)?;
-        tracing::info!(%address, "management: listener removed from the config file");
-        Ok(json!({
-            "address": address.to_string(),
-            "removed": true,
-            "active": self.is_active(address),
-            "takes_effect": LISTENER_TAKES_EFFECT,
-        }))
-    }
-
-    fn listener_list(&mut self, params: Params) -> Result<Value, RpcError> {
-        params.finish("listener_list")?;
-        let mut listeners: Vec<Value> = Vec::new();
-        let configured = match &self.config_file {
-            Some(file) => {
-                let document: DocumentMut = file.text.parse().map_err(|error| {
-                    RpcError::new(CONFIG_INVALID, format!("the config file no longer parses: {error}"))
-                })?;
-                document::listeners(&document).map_err(edit_error)?
-            }
-            None => self
-                .active_listeners
-                .iter()
-                .map(|listener| (listener.address.to_string(), listener.discovery_only))
-                .collect(),
-        };
-        let mut seen = Vec::new();
-        for (text, discovery_only) in configured {
-            let address = text.parse::<SocketAddr>().ok();
-            let active = address.is_some_and(|address| self.is_active(address));
-            seen.extend(address);
-            listeners.push(
-                json!({ "address": text, "discovery_only": discovery_only, "configured": true, "active": active }),
-            );
-        }
-        for listener in self.active_listeners.iter().filter(|listener| !seen.contains(&listener.address)) {
-            listeners.push(json!({
-                "address": listener.address.to_string(),
-                "discovery_only": listener.discovery_only,
-                "configured": false,
-                "active": true,
-            }));
-        }
-        Ok(json!({ "listeners": listeners }))
-    }
+    // ---- listeners: listeners.rs ----
 
     // ---- whole target ----
 
@@ -527,7 +468,7 @@ impl Management {
         let settings = self.target.settings;
         Ok(json!({
             "subsystems": self.target.subsystems().len(),
-            "listeners": self.active_listeners.iter().map(|listener| listener.address.to_string()).collect::<Vec<_>>(),
+            "listeners": self.accepting_listeners().iter().map(|active| active.address.to_string()).collect::<Vec<_>>(),
             "max_io_queues_per_controller": settings.max_io_queues_per_controller,
             "max_io_queue_depth": settings.max_io_queue_depth,
             "discovery_generation": self.target.discovery_generation(),
@@ -539,7 +480,7 @@ impl Management {
 
     /// Step 1: the file's document, refused when the file on disk is not what the
     /// running target was built from (someone edited it by hand): writing our edit
-    /// over theirs would lose it, and applying theirs is a restart.
+    /// over theirs would lose it, and applying theirs is a reload.
     fn draft(&self) -> Result<Draft, RpcError> {
         let file = self.config_file.as_ref().ok_or_else(|| {
             RpcError::new(
@@ -556,7 +497,8 @@ impl Management {
                 code: CONFIG_CHANGED_ON_DISK,
                 message: format!(
                     "the config file {} was changed outside the management API since sluice serve loaded it; \
-                     put the old content back, or restart sluice serve to run what the file says",
+                     put the old content back, or reload sluice serve (SIGHUP, `systemctl reload sluice`) to run what \
+                     the file says",
                     file.path.display()
                 ),
                 data: Some(json!({ "path": file.path.display().to_string() })),
@@ -627,10 +569,6 @@ impl Management {
         self.target.subsystem_by_nqn(nqn).ok_or_else(|| {
             RpcError::refused("nqn", format!("no subsystem {nqn} in the running target (`sluice subsystem list`)"))
         })
-    }
-
-    fn is_active(&self, address: SocketAddr) -> bool {
-        self.active_listeners.iter().any(|listener| listener.address == address)
     }
 
     /// NSIDs the config file describes for `nqn` (the rest come from a pool).
@@ -708,14 +646,9 @@ fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
     json!({ "nqn": nqn, "allow_any_host": hosts.allow_any_host, "hosts": entries })
 }
 
-fn parse_address(text: &str) -> Result<SocketAddr, RpcError> {
-    text.parse().map_err(|_| {
-        RpcError::invalid_params(
-            "address",
-            format!("{text:?} is not IP:port (e.g. \"127.0.0.1:4420\" or \"[::1]:4420\")"),
-        )
-    })
-}
+mod backends;
+mod listeners;
+mod reload;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! temporary directory: accepted changes reach the file and the target; refused ones
 //! leave both as they were.
 
+use std::net::TcpListener;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
@@ -38,9 +39,11 @@ impl Fixture {
         std::fs::create_dir_all(&directory).unwrap();
         let path = directory.join("sluice.toml");
         std::fs::write(&path, text).unwrap();
-        let target = Target::new(Config::parse(text).unwrap().target_spec().unwrap()).unwrap();
+        // As `sluice serve` does: the named storage the target opened goes to the API.
+        let (spec, storage) = Config::parse(text).unwrap().open().unwrap();
+        let target = Target::new(spec).unwrap();
         let listeners = vec![ActiveListener { address: "127.0.0.1:4420".parse().unwrap(), discovery_only: false }];
-        let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap();
+        let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap().with_storage(storage);
         Fixture { directory, path, management, target }
     }
 
@@ -149,22 +152,23 @@ fn refused_changes_leave_file_and_target_untouched() {
     let error = fixture.assert_refused(
         "ns_add",
         json!({"nqn": A, "pool": "fast", "size": "1MiB", "nsid": 5}),
-        CONFIG_INVALID,
-        "",
+        CHANGE_REFUSED,
+        "pool",
     );
-    assert!(error.message.contains("\"fast\""), "{error:?}");
-    fixture.assert_refused("ns_add", json!({"nqn": A, "device": "disk0"}), CONFIG_INVALID, "");
+    assert!(error.message.contains("no [[pool]] named \"fast\""), "{error:?}");
+    let error = fixture.assert_refused("ns_add", json!({"nqn": A, "device": "disk0"}), CHANGE_REFUSED, "device");
+    assert!(error.message.contains("no [[backend]] named \"disk0\""), "{error:?}");
     fixture.assert_refused("ns_remove", json!({"nqn": A, "nsid": 9}), CHANGE_REFUSED, "nsid");
     fixture.assert_refused("subsystem_add", json!({"nqn": A}), CHANGE_REFUSED, "nqn");
     fixture.assert_refused("subsystem_add", json!({"nqn": "not an nqn"}), INVALID_PARAMS, "nqn");
     fixture.assert_refused("subsystem_remove", json!({"nqn": "nqn.2026-11.io.sluice:none"}), CHANGE_REFUSED, "nqn");
     fixture.assert_refused("listener_add", json!({"address": "localhost"}), INVALID_PARAMS, "address");
     fixture.assert_refused("listener_add", json!({"address": "127.0.0.1:4420"}), CHANGE_REFUSED, "address");
-    fixture.assert_refused("listener_remove", json!({"address": "127.0.0.1:4420"}), CONFIG_INVALID, "");
-    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
-    let busy_address = busy.local_addr().unwrap().to_string();
-    let error = fixture.assert_refused("listener_add", json!({"address": busy_address}), CHANGE_REFUSED, "address");
-    assert!(error.message.contains("in use"), "{error:?}");
+    fixture.assert_refused("listener_remove", json!({"address": "127.0.0.1:4420"}), CHANGE_REFUSED, "address");
+    // Listener changes apply to a runtime; without one they are refused after their
+    // checks (listeners.rs tests them on a running target).
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    fixture.assert_refused("listener_add", json!({"address": free}), APPLY_FAILED, "");
     let error = fixture.call("no_such_method", json!({})).unwrap_err();
     assert_eq!(error.code, METHOD_NOT_FOUND);
 }
@@ -207,20 +211,11 @@ fn subsystems_come_and_go_live_and_in_the_file() {
 }
 
 #[test]
-fn listeners_change_the_file_for_the_next_start() {
+fn listener_list_shows_the_file_next_to_the_listeners_accepting() {
     let mut fixture = Fixture::new("listeners", FILE);
-    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let added = fixture.call("listener_add", json!({"address": free.to_string(), "discovery_only": true})).unwrap();
-    assert_eq!(added["active"], false);
-    assert!(fixture.file().contains(&format!("address = \"{free}\"\ndiscovery_only = true")));
     let listed = fixture.call("listener_list", json!({})).unwrap();
-    let listeners = listed["listeners"].as_array().unwrap();
-    assert_eq!(listeners.len(), 2);
-    assert_eq!((listeners[0]["active"].clone(), listeners[1]["active"].clone()), (json!(true), json!(false)));
-    let removed = fixture.call("listener_remove", json!({"address": "127.0.0.1:4420"})).unwrap();
-    assert_eq!(removed["active"], true, "still bound until the next start");
-    let listed = fixture.call("listener_list", json!({})).unwrap();
-    assert_eq!(listed["listeners"][1]["configured"], false);
+    let expected = json!([{"address": "127.0.0.1:4420", "discovery_only": false, "configured": true, "active": true}]);
+    assert_eq!(listed["listeners"], expected);
 }
 
 #[test]
@@ -312,7 +307,7 @@ fn host_rules_apply_live_and_disconnect_hosts_no_longer_allowed() {
 }
 
 #[test]
-fn a_subsystem_with_a_pool_takes_inline_namespaces_live_and_refuses_pool_ones() {
+fn a_subsystem_with_a_pool_takes_inline_and_pool_namespaces_live() {
     let pooled = FILE.replace(
         "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
         "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
@@ -323,13 +318,15 @@ fn a_subsystem_with_a_pool_takes_inline_namespaces_live_and_refuses_pool_ones() 
     let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
     assert!(subsystem.supports_namespace_management());
     fixture.call("ns_add", json!({"nqn": A, "backend": "ram", "size": "1MiB"})).unwrap();
-    // Carving from the pool while it is open is refused before anything changes.
-    fixture.assert_refused(
-        "ns_add",
-        json!({"nqn": A, "pool": "fast", "size": "1MiB", "nsid": 9}),
-        CHANGE_REFUSED,
-        "pool",
-    );
+    // A carve of the subsystem's own pool is served from the pool's table, like
+    // one a host created; removing it deletes the carve.
+    let pool = Arc::clone(subsystem.pool.as_ref().unwrap());
+    let added = fixture.call("ns_add", json!({"nqn": A, "pool": "fast", "size": "1MiB", "nsid": 9})).unwrap();
+    assert_eq!((added["nsid"].as_u64(), added["size_bytes"].as_u64()), (Some(9), Some(1 << 20)), "{added}");
+    assert_eq!(fixture.live_ids(A), [1, 2, 9]);
+    assert_eq!(pool.records().len(), 1, "carved from the open pool, not a second opening of it");
+    fixture.call("ns_remove", json!({"nqn": A, "nsid": 9})).unwrap();
+    assert_eq!(fixture.live_ids(A), [1, 2]);
 
     // A namespace a host created through Namespace Management lives in the pool's
     // table, not the file: listed as such, removed without touching the file.

@@ -1,0 +1,358 @@
+//! What differs between the configuration a target runs and an edited file: the list
+//! of changes a reload (SIGHUP) applies, and what only a restart can change.
+//!
+//! A pure function of two parsed configs, so that it is tested without a target. It
+//! compares by identity: subsystems by NQN, namespaces by (NQN, NSID) with NSIDs
+//! numbered the way the config module numbers them (explicit, else the previous one
+//! plus one), listeners by address, storage entries by name.
+
+use std::net::SocketAddr;
+
+use super::{Config, ListenerConfig, NamespaceConfig, SubsystemConfig};
+
+/// One difference, as a reload applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A `[[subsystem]]` the running config does not have (with its namespaces and hosts).
+    SubsystemAdded {
+        nqn: String,
+    },
+    /// A `[[subsystem]]` the file no longer has.
+    SubsystemRemoved {
+        nqn: String,
+    },
+    /// A namespace of a subsystem in both configs that only the file has.
+    NamespaceAdded {
+        nqn: String,
+        nsid: u32,
+    },
+    /// A namespace of a subsystem in both configs that the file no longer has.
+    NamespaceRemoved {
+        nqn: String,
+        nsid: u32,
+    },
+    /// `allow_any_host` or the `[[subsystem.host]]` entries (NQNs or secrets) changed.
+    HostsChanged {
+        nqn: String,
+    },
+    ListenerAdded {
+        address: String,
+        discovery_only: bool,
+    },
+    ListenerRemoved {
+        address: String,
+    },
+    /// A `[[backend]]` or `[[pool]]` entry (`entry` is `backend "x"` or `pool "p"`)
+    /// whose `key` changed: nothing to do unless it is open, which only a restart
+    /// can change.
+    StorageChanged {
+        entry: String,
+        key: &'static str,
+    },
+    /// Cannot be applied while running; `key` names the setting (`runtime.threads`,
+    /// `subsystem "nqn".serial`, `subsystem "nqn" namespace 3.device`).
+    NeedsRestart {
+        key: String,
+        reason: &'static str,
+    },
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::SubsystemAdded { nqn } => write!(f, "subsystem {nqn} added"),
+            Change::SubsystemRemoved { nqn } => write!(f, "subsystem {nqn} removed"),
+            Change::NamespaceAdded { nqn, nsid } => write!(f, "namespace {nsid} of {nqn} added"),
+            Change::NamespaceRemoved { nqn, nsid } => write!(f, "namespace {nsid} of {nqn} removed"),
+            Change::HostsChanged { nqn } => write!(f, "allowed hosts of {nqn} changed"),
+            Change::ListenerAdded { address, .. } => write!(f, "listener {address} added"),
+            Change::ListenerRemoved { address } => write!(f, "listener {address} removed"),
+            Change::StorageChanged { entry, key } => write!(f, "{entry}.{key} changed"),
+            Change::NeedsRestart { key, reason } => write!(f, "{key} changed: {reason}"),
+        }
+    }
+}
+
+const RESTART_SETTING: &str = "read at start; takes effect at the next start of sluice serve";
+const RESTART_IDENTITY: &str =
+    "a subsystem's identity and Namespace Management pool are fixed while it runs; takes effect at the next start \
+     (or remove the subsystem, reload, add it back, reload)";
+const RESTART_NAMESPACE: &str = "a namespace's storage or identity does not change under the same NSID while hosts \
+     may use it; takes effect at the next start (or give the new definition another nsid)";
+
+/// The changes that turn `running` into `edited`, in a fixed order: subsystems, then
+/// namespaces and hosts per subsystem, listeners, storage, settings.
+pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for subsystem in &running.subsystems {
+        if !edited.subsystems.iter().any(|other| other.nqn == subsystem.nqn) {
+            changes.push(Change::SubsystemRemoved { nqn: subsystem.nqn.clone() });
+        }
+    }
+    for subsystem in &edited.subsystems {
+        match running.subsystems.iter().find(|other| other.nqn == subsystem.nqn) {
+            None => changes.push(Change::SubsystemAdded { nqn: subsystem.nqn.clone() }),
+            Some(before) => diff_subsystem(before, subsystem, &mut changes),
+        }
+    }
+    diff_listeners(&running.listeners, &edited.listeners, &mut changes);
+    for backend in &edited.backends {
+        let before = running.backends.iter().find(|other| other.name == backend.name);
+        if let Some(key) = before.and_then(|before| before.first_difference(backend)) {
+            changes.push(Change::StorageChanged { entry: format!("backend {:?}", backend.name), key });
+        }
+    }
+    for pool in &edited.pools {
+        let before = running.pools.iter().find(|other| other.name == pool.name);
+        if let Some(key) = before.and_then(|before| before.first_difference(pool)) {
+            changes.push(Change::StorageChanged { entry: format!("pool {:?}", pool.name), key });
+        }
+    }
+    let (before, after) = (&running.runtime, &edited.runtime);
+    let runtime = [
+        ("threads", before.threads == after.threads),
+        ("poll_mode", before.poll_mode == after.poll_mode),
+        ("pin_threads", before.pin_threads == after.pin_threads),
+    ];
+    let (before, after) = (&running.target, &edited.target);
+    let target = [
+        ("max_io_queues_per_controller", before.max_io_queues_per_controller == after.max_io_queues_per_controller),
+        ("max_io_queue_depth", before.max_io_queue_depth == after.max_io_queue_depth),
+        ("max_connections_per_host", before.max_connections_per_host == after.max_connections_per_host),
+        (
+            "max_outstanding_r2t_bytes_per_connection",
+            before.max_outstanding_r2t_bytes_per_connection == after.max_outstanding_r2t_bytes_per_connection,
+        ),
+        ("connection_setup_timeout_ms", before.connection_setup_timeout_ms == after.connection_setup_timeout_ms),
+        ("min_keep_alive_timeout_ms", before.min_keep_alive_timeout_ms == after.min_keep_alive_timeout_ms),
+        ("max_keep_alive_timeout_ms", before.max_keep_alive_timeout_ms == after.max_keep_alive_timeout_ms),
+        ("allow_keep_alive_disabled", before.allow_keep_alive_disabled == after.allow_keep_alive_disabled),
+    ];
+    let settings = runtime
+        .iter()
+        .map(|(key, same)| ("runtime", key, same))
+        .chain(target.iter().map(|(key, same)| ("target", key, same)));
+    for (section, key, same) in settings {
+        if !same {
+            changes.push(Change::NeedsRestart { key: format!("{section}.{key}"), reason: RESTART_SETTING });
+        }
+    }
+    changes
+}
+
+fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &mut Vec<Change>) {
+    let nqn = &after.nqn;
+    let identity = [
+        ("serial", before.serial == after.serial),
+        ("model", before.model == after.model),
+        ("pool", before.pool == after.pool),
+    ];
+    for (key, same) in identity {
+        if !same {
+            changes.push(Change::NeedsRestart { key: format!("subsystem {nqn:?}.{key}"), reason: RESTART_IDENTITY });
+        }
+    }
+    let (old, new) = (numbered(&before.namespaces), numbered(&after.namespaces));
+    for (nsid, _) in old.iter().filter(|(nsid, _)| !new.iter().any(|(other, _)| other == nsid)) {
+        changes.push(Change::NamespaceRemoved { nqn: nqn.clone(), nsid: *nsid });
+    }
+    for (nsid, namespace) in &new {
+        match old.iter().find(|(other, _)| other == nsid) {
+            None => changes.push(Change::NamespaceAdded { nqn: nqn.clone(), nsid: *nsid }),
+            Some((_, previous)) => {
+                if let Some(key) = namespace_difference(previous, namespace) {
+                    changes.push(Change::NeedsRestart {
+                        key: format!("subsystem {nqn:?} namespace {nsid}.{key}"),
+                        reason: RESTART_NAMESPACE,
+                    });
+                }
+            }
+        }
+    }
+    if before.allow_any_host != after.allow_any_host || before.hosts != after.hosts {
+        changes.push(Change::HostsChanged { nqn: nqn.clone() });
+    }
+}
+
+/// The namespaces with their NSIDs (explicit, else the previous one plus one).
+fn numbered(namespaces: &[NamespaceConfig]) -> Vec<(u32, &NamespaceConfig)> {
+    let mut next = 1u32;
+    namespaces
+        .iter()
+        .map(|namespace| {
+            let nsid = namespace.nsid.unwrap_or(next);
+            next = nsid.saturating_add(1);
+            (nsid, namespace)
+        })
+        .collect()
+}
+
+/// The first key (other than `nsid`, which is the identity) that differs.
+fn namespace_difference(before: &NamespaceConfig, after: &NamespaceConfig) -> Option<&'static str> {
+    [
+        ("backend", before.backend == after.backend),
+        ("device", before.device == after.device),
+        ("pool", before.pool == after.pool),
+        ("size", before.size == after.size),
+        ("thin", before.thin == after.thin),
+        ("block_size", before.block_size == after.block_size),
+        ("path", before.path == after.path),
+        ("direct_io", before.direct_io == after.direct_io),
+        ("nguid", before.nguid == after.nguid),
+        ("uuid", before.uuid == after.uuid),
+    ]
+    .into_iter()
+    .find_map(|(key, same)| (!same).then_some(key))
+}
+
+/// Listeners by address value ("127.0.0.1:4420" and "127.0.0.1:04420" are one); a
+/// changed `discovery_only` is a removal and an addition.
+fn diff_listeners(before: &[ListenerConfig], after: &[ListenerConfig], changes: &mut Vec<Change>) {
+    let key = |listener: &ListenerConfig| {
+        let address = listener
+            .address
+            .parse::<SocketAddr>()
+            .map_or_else(|_| listener.address.clone(), |address| address.to_string());
+        (address, listener.discovery_only)
+    };
+    let (old, new): (Vec<_>, Vec<_>) = (before.iter().map(key).collect(), after.iter().map(key).collect());
+    for (address, discovery_only) in &old {
+        if !new.contains(&(address.clone(), *discovery_only)) {
+            changes.push(Change::ListenerRemoved { address: address.clone() });
+        }
+    }
+    for (address, discovery_only) in &new {
+        if !old.contains(&(address.clone(), *discovery_only)) {
+            changes.push(Change::ListenerAdded { address: address.clone(), discovery_only: *discovery_only });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUNNING: &str = r#"
+[[listener]]
+address = "127.0.0.1:4420"
+
+[[backend]]
+name = "disk"
+kind = "ram"
+size = "8MiB"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.sluice:a"
+allow_any_host = true
+
+[[subsystem.namespace]]
+backend = "ram"
+size = "1MiB"
+
+[[subsystem.namespace]]
+device = "disk"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.sluice:b"
+
+[[subsystem.host]]
+nqn = "nqn.2014-08.io.sluice:h"
+"#;
+    const A: &str = "nqn.2026-11.io.sluice:a";
+    const B: &str = "nqn.2026-11.io.sluice:b";
+
+    fn changes(edited: &str) -> Vec<Change> {
+        diff(&Config::parse(RUNNING).unwrap(), &Config::parse(edited).unwrap())
+    }
+
+    #[test]
+    fn the_same_file_has_no_changes_even_with_nsids_written_out() {
+        assert_eq!(changes(RUNNING), []);
+        // The management API pins implicit NSIDs; that is not a change.
+        let pinned = RUNNING.replacen("[[subsystem.namespace]]\n", "[[subsystem.namespace]]\nnsid = 1\n", 1);
+        assert_eq!(changes(&pinned), []);
+        let reformatted =
+            RUNNING.replace("size = \"1MiB\"", "size = 1048576").replace("127.0.0.1:4420", "127.0.0.1:04420");
+        assert_eq!(changes(&reformatted), []);
+    }
+
+    #[test]
+    fn subsystems_and_namespaces_come_and_go() {
+        let edited = format!(
+            "{RUNNING}\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:c\"\n[[subsystem.namespace]]\nbackend = \"null\"\nsize = \"1MiB\"\n"
+        )
+        .replace(&format!("nqn = \"{B}\"\n\n[[subsystem.host]]\nnqn = \"nqn.2014-08.io.sluice:h\"\n"), "nqn = \"nqn.2026-11.io.sluice:d\"\n");
+        assert_eq!(
+            changes(&edited),
+            [
+                Change::SubsystemRemoved { nqn: B.into() },
+                Change::SubsystemAdded { nqn: "nqn.2026-11.io.sluice:d".into() },
+                Change::SubsystemAdded { nqn: "nqn.2026-11.io.sluice:c".into() },
+            ]
+        );
+        // Namespace 1 removed, 2 kept (now explicit), 5 added.
+        let edited = RUNNING.replacen("[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"1MiB\"\n", "", 1).replace(
+            "device = \"disk\"",
+            "nsid = 2\ndevice = \"disk\"\n\n[[subsystem.namespace]]\nnsid = 5\nbackend = \"null\"\nsize = \"4MiB\"",
+        );
+        assert_eq!(
+            changes(&edited),
+            [Change::NamespaceRemoved { nqn: A.into(), nsid: 1 }, Change::NamespaceAdded { nqn: A.into(), nsid: 5 }]
+        );
+    }
+
+    #[test]
+    fn hosts_and_secrets_are_live_changes() {
+        let secret = nvme_host::Secret::from_key(&[7; 32], None).unwrap().to_representation().to_string();
+        let edited = RUNNING.replace(
+            "nqn = \"nqn.2014-08.io.sluice:h\"\n",
+            &format!("nqn = \"nqn.2014-08.io.sluice:h\"\ndhchap_secret = \"{secret}\"\n"),
+        );
+        assert_eq!(changes(&edited), [Change::HostsChanged { nqn: B.into() }]);
+        let edited = RUNNING.replace("allow_any_host = true\n", "");
+        assert_eq!(changes(&edited), [Change::HostsChanged { nqn: A.into() }]);
+    }
+
+    #[test]
+    fn what_cannot_change_live_names_its_key() {
+        let edited = RUNNING
+            .replace("size = \"1MiB\"", "size = \"2MiB\"")
+            .replace(&format!("nqn = \"{A}\"\n"), &format!("nqn = \"{A}\"\nmodel = \"New\"\n"))
+            .replace("size = \"8MiB\"", "size = \"16MiB\"")
+            + "\n[runtime]\nthreads = 3\n[target]\nmax_io_queue_depth = 128\n";
+        let keys: Vec<String> = changes(&edited)
+            .iter()
+            .map(|change| match change {
+                Change::NeedsRestart { key, .. } => key.clone(),
+                Change::StorageChanged { entry, key } => format!("{entry}.{key}"),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                format!("subsystem {A:?}.model"),
+                format!("subsystem {A:?} namespace 1.size"),
+                "backend \"disk\".size".to_string(),
+                "runtime.threads".to_string(),
+                "target.max_io_queue_depth".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn listeners_compare_by_address_and_role() {
+        let edited = RUNNING.replace(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n",
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\ndiscovery_only = true\n\n[[listener]]\naddress = \"[::1]:4420\"\n",
+        );
+        assert_eq!(
+            changes(&edited),
+            [
+                Change::ListenerRemoved { address: "127.0.0.1:4420".into() },
+                Change::ListenerAdded { address: "127.0.0.1:4420".into(), discovery_only: true },
+                Change::ListenerAdded { address: "[::1]:4420".into(), discovery_only: false },
+            ]
+        );
+    }
+}
