@@ -97,7 +97,21 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0 + 8192.0);
     assert!(value(&text, &format!("sluice_subsystem_error_completions_total{subsystem}")) >= 1.0);
     assert!(!text.contains("sluice_namespace_error_completions_total"), "queue-only metrics are not per namespace");
+    assert!(value(&text, "sluice_connections_open") >= 2.0, "the admin and I/O queue connections");
+    let accepted_before = value(&text, "sluice_connections_accepted_total");
+    let refused_before = value(&text, "sluice_connect_refusals_total{reason=\"invalid_parameters\"}");
     drop(controller);
+
+    // A Connect to a subsystem that does not exist is refused and counted.
+    let mut options = ConnectOptions::new(format!("127.0.0.1:{io_port}").parse().unwrap(), "nqn.2026-11.io.sluice:nowhere");
+    options.host_nqn = HOST.into();
+    options.command_timeout = Duration::from_secs(10);
+    assert!(Controller::connect(options).is_err(), "no such subsystem");
+    let text = scrape(&metrics);
+    assert_eq!(value(&text, "sluice_connect_refusals_total{reason=\"invalid_parameters\"}"), refused_before + 1.0);
+    assert_eq!(value(&text, "sluice_connect_refusals_total{reason=\"host_not_allowed\"}"), 0.0);
+    assert!(value(&text, "sluice_connections_accepted_total") > accepted_before);
+    assert_eq!(value(&text, "sluice_transport_errors_total"), 0.0);
 
     // Anything else is refused politely.
     let mut stream = TcpStream::connect(&metrics).unwrap();

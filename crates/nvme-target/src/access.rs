@@ -28,6 +28,7 @@ use nvme_spec::{Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
 use crate::dispatch::Outcome;
+use crate::stats::TargetCounters;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 
 /// How long a queue may take from the Connect that asked for authentication to a
@@ -257,6 +258,7 @@ impl Connection {
         if let Some(state) = self.authentication.as_mut() {
             state.deadline = None;
         }
+        TargetCounters::count(&self.target.counters.authentication_failures);
         true
     }
 
@@ -367,6 +369,7 @@ impl Connection {
             Progress::Authenticated => {
                 state.authenticated = true;
                 state.deadline = None;
+                TargetCounters::count(&self.target.counters.authentication_successes);
                 let negotiated = state.transaction.negotiated();
                 tracing::info!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(),
                     hash = negotiated.map_or("", |n| n.hash.name()),
@@ -375,6 +378,7 @@ impl Connection {
                     "DH-HMAC-CHAP authentication succeeded");
             }
             Progress::Failed(reason) => {
+                TargetCounters::count(&self.target.counters.authentication_failures);
                 tracing::warn!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(), ?reason,
                     "DH-HMAC-CHAP authentication failed; closing the connection");
                 self.phase_after_response_closing();

@@ -30,7 +30,7 @@ use crate::limits::{
 };
 use crate::namespaces::{Namespace, NamespaceView};
 use crate::slots::{SlotState, SlotTable};
-use crate::stats::QueueStats;
+use crate::stats::{QueueStats, TargetCounters};
 use crate::target::{HostConnectionGuard, Target};
 use crate::transmit::{BufferPool, TransmitBatch};
 
@@ -172,6 +172,8 @@ impl Connection {
     /// A new connection accepted on `listener_index` of the target.
     pub fn new(target: Arc<Target>, listener_index: usize, peer: String, now: Instant) -> Self {
         let setup_timeout = Duration::from_millis(target.settings.connection_setup_timeout_ms);
+        TargetCounters::count(&target.counters.connections_accepted);
+        TargetCounters::count(&target.counters.connections_open);
         Connection {
             target,
             listener_index,
@@ -542,6 +544,7 @@ impl Connection {
             return;
         }
         self.terminated = true;
+        TargetCounters::count(&self.target.counters.transport_errors);
         let request = TerminationRequest::new(status, info, offending_header);
         let writer = &self.writer;
         self.pending.push_header_with(|out| {
@@ -689,6 +692,7 @@ impl Connection {
         if let Some(deadline) = self.setup_deadline {
             if now >= deadline && self.phase != Phase::Live {
                 let timeout_ms = self.target.settings.connection_setup_timeout_ms;
+                TargetCounters::count(&self.target.counters.setup_timeouts);
                 let log = self.target.setup_timeouts.lock().unwrap_or_else(|poison| poison.into_inner()).refused(now);
                 if let Some(unlogged) = log {
                     tracing::info!(peer = %self.peer, phase = ?self.phase, closed_unlogged = unlogged,
@@ -706,6 +710,7 @@ impl Connection {
         if let Some(deadline) = self.keep_alive_deadline {
             if now >= deadline {
                 if let Some(binding) = &self.binding {
+                    TargetCounters::count(&self.target.counters.keep_alive_timeouts);
                     tracing::warn!(peer = %self.peer, controller = binding.controller.id.0,
                         "keep-alive timeout: tearing down the controller");
                     binding.controller.tear_down();
@@ -833,6 +838,7 @@ impl Connection {
             return;
         }
         self.cleaned_up = true;
+        self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;
         // Gives the place back to the host's max_connections_per_host.
         self.host_connection = None;

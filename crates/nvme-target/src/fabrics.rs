@@ -13,6 +13,7 @@ use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, Cont
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
 use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
 
+use crate::stats::ConnectRefusalReason;
 use crate::access::{HostVerdict, QueueAuthentication};
 use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
@@ -115,6 +116,7 @@ impl Connection {
                 self.host_connection = Some(host_connection);
             }
             Err(Refusal(status, dw0, logged)) => {
+                self.target.counters.count_refusal(ConnectRefusalReason::of(status));
                 if !logged {
                     tracing::info!(peer = %self.peer, ?status, ipo = dw0 & 0xFFFF, "Connect refused");
                 }

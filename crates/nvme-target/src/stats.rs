@@ -144,6 +144,96 @@ impl StatsSnapshot {
 /// Counters of a subsystem.
 pub type SubsystemStats = StatsRegistry;
 
+/// Why a Connect was refused: the `reason` of the refusal counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectRefusalReason {
+    /// Connect Invalid Host: not on the subsystem's allow-list.
+    HostNotAllowed,
+    /// Connect Controller Busy: a limit (max_connections_per_host, queues) reached.
+    ControllerBusy,
+    /// Connect Invalid Parameters: unknown subsystem or controller, a bad queue id,
+    /// size or keep-alive timeout.
+    InvalidParameters,
+    /// Any other status.
+    Other,
+}
+
+impl ConnectRefusalReason {
+    /// Every reason, in label order.
+    pub const ALL: [ConnectRefusalReason; 4] = [
+        ConnectRefusalReason::HostNotAllowed,
+        ConnectRefusalReason::ControllerBusy,
+        ConnectRefusalReason::InvalidParameters,
+        ConnectRefusalReason::Other,
+    ];
+
+    /// The reason a Connect status stands for.
+    pub fn of(status: nvme_spec::Status) -> Self {
+        let same = |other: nvme_spec::Status| status.code_type() == other.code_type() && status.code() == other.code();
+        if same(nvme_spec::Status::CONNECT_INVALID_HOST) {
+            ConnectRefusalReason::HostNotAllowed
+        } else if same(nvme_spec::Status::CONNECT_CONTROLLER_BUSY) {
+            ConnectRefusalReason::ControllerBusy
+        } else if same(nvme_spec::Status::CONNECT_INVALID_PARAMETERS) {
+            ConnectRefusalReason::InvalidParameters
+        } else {
+            ConnectRefusalReason::Other
+        }
+    }
+
+    /// The metric label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            ConnectRefusalReason::HostNotAllowed => "host_not_allowed",
+            ConnectRefusalReason::ControllerBusy => "controller_busy",
+            ConnectRefusalReason::InvalidParameters => "invalid_parameters",
+            ConnectRefusalReason::Other => "other",
+        }
+    }
+}
+
+/// Counters of the whole target: connections, refusals and the reasons connections
+/// end. Written by every runtime thread (so `fetch_add`), once per connection or
+/// refusal, never per I/O.
+#[derive(Default, Debug)]
+pub struct TargetCounters {
+    /// TCP connections handed to the target.
+    pub connections_accepted: AtomicU64,
+    /// TCP connections open now (a gauge).
+    pub connections_open: AtomicU64,
+    /// Connect commands refused, by `ConnectRefusalReason` (index in `ALL`).
+    connect_refusals: [AtomicU64; 4],
+    /// DH-HMAC-CHAP transactions that succeeded (one per queue, and re-authentications).
+    pub authentication_successes: AtomicU64,
+    /// DH-HMAC-CHAP transactions that failed or timed out (the connection closes).
+    pub authentication_failures: AtomicU64,
+    /// Connections closed for not sending ICReq and Connect in time.
+    pub setup_timeouts: AtomicU64,
+    /// Controllers torn down because the host's keep-alive stopped.
+    pub keep_alive_timeouts: AtomicU64,
+    /// Connections ended with a C2HTermReq (a broken PDU stream).
+    pub transport_errors: AtomicU64,
+}
+
+impl TargetCounters {
+    /// Counts one event.
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a refused Connect.
+    pub fn count_refusal(&self, reason: ConnectRefusalReason) {
+        let index = ConnectRefusalReason::ALL.iter().position(|known| *known == reason).unwrap_or(3);
+        Self::count(&self.connect_refusals[index]);
+    }
+
+    /// Refused Connects for `reason` so far.
+    pub fn refusals(&self, reason: ConnectRefusalReason) -> u64 {
+        let index = ConnectRefusalReason::ALL.iter().position(|known| *known == reason).unwrap_or(3);
+        self.connect_refusals[index].load(Ordering::Relaxed)
+    }
+}
+
 /// Counters of a subsystem or a namespace: the shards of live queues plus the totals
 /// of queues that have closed. The mutex is taken when a queue connects or closes and
 /// when someone reads the totals (SMART log, metrics), never per I/O.
@@ -234,6 +324,23 @@ mod tests {
         controller.retire(&shard);
         let retired = controller.snapshot();
         assert_eq!((retired.write_commands, retired.outstanding_commands, retired.live_queues), (2, 0, 0));
+    }
+
+    #[test]
+    fn connect_refusals_are_counted_by_the_status_reason() {
+        use nvme_spec::Status;
+        let counters = TargetCounters::default();
+        for status in [
+            Status::CONNECT_INVALID_HOST.with_do_not_retry(),
+            Status::CONNECT_INVALID_HOST,
+            Status::CONNECT_CONTROLLER_BUSY,
+            Status::CONNECT_INVALID_PARAMETERS.with_do_not_retry(),
+            Status::INVALID_FIELD,
+        ] {
+            counters.count_refusal(ConnectRefusalReason::of(status));
+        }
+        let counts: Vec<u64> = ConnectRefusalReason::ALL.iter().map(|reason| counters.refusals(*reason)).collect();
+        assert_eq!(counts, vec![2, 1, 1, 1]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::limits::{
     RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS, MAX_DATA_TRANSFER_BYTES,
     MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH, MAX_OUTSTANDING_R2T_BYTES_LIMIT,
 };
+use crate::stats::TargetCounters;
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
 
 /// Address family of a listener (ADRFAM in the discovery log).
@@ -239,6 +240,8 @@ pub struct Target {
     /// Connections closed because they did not finish setup in time (logged once per
     /// burst: a flood of idle connections must not flood the log).
     pub(crate) setup_timeouts: Mutex<RefusalLog>,
+    /// Connections, refusals and why connections ended, for the metrics.
+    pub counters: TargetCounters,
 }
 
 impl std::fmt::Debug for Target {
@@ -277,6 +280,7 @@ impl Target {
             discovery_generation: AtomicU64::new(1),
             host_connections: Mutex::new(HashMap::new()),
             setup_timeouts: Mutex::new(RefusalLog::default()),
+            counters: TargetCounters::default(),
         });
         for subsystem_spec in spec.subsystems {
             target.add_subsystem(subsystem_spec)?;

@@ -2,8 +2,9 @@
 //! controller counters, latency histograms and gauges. Pure: a target in, text out.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use nvme_target::stats::{HistogramSnapshot, StatsSnapshot, LATENCY_BUCKETS};
+use nvme_target::stats::{ConnectRefusalReason, HistogramSnapshot, StatsSnapshot, TargetCounters, LATENCY_BUCKETS};
 use nvme_target::Target;
 
 /// Renders every metric. Label values are NQNs (printable ASCII, checked at
@@ -13,6 +14,8 @@ pub fn render(target: &Target) -> String {
     let subsystems = target.subsystems();
     header(&mut out, "sluice_discovery_generation", "gauge", "GENCTR of the discovery log.");
     let _ = writeln!(out, "sluice_discovery_generation {}", target.discovery_generation());
+
+    target_counters(&mut out, &target.counters);
 
     header(&mut out, "sluice_subsystem_namespaces", "gauge", "Allocated namespaces per subsystem.");
     for subsystem in &subsystems {
@@ -74,6 +77,29 @@ pub fn render(target: &Target) -> String {
     counters(&mut out, "sluice_namespace", &namespace_rows, Scope::Namespace);
     counters(&mut out, "sluice_controller", &controller_rows, Scope::Controller);
     out
+}
+
+/// Connections, refusals and why connections ended, for the whole target.
+fn target_counters(out: &mut String, counters: &TargetCounters) {
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let simple: [(&str, &str, &str, &AtomicU64); 6] = [
+        ("sluice_connections_accepted_total", "counter", "TCP connections accepted.", &counters.connections_accepted),
+        ("sluice_connections_open", "gauge", "TCP connections open now.", &counters.connections_open),
+        ("sluice_setup_timeouts_total", "counter", "Connections closed without ICReq and Connect in time (connection_setup_timeout_ms).", &counters.setup_timeouts),
+        ("sluice_keep_alive_timeouts_total", "counter", "Controllers torn down because the host's keep-alive stopped.", &counters.keep_alive_timeouts),
+        ("sluice_transport_errors_total", "counter", "Connections ended with a C2HTermReq (broken PDU stream).", &counters.transport_errors),
+        ("sluice_authentication_failures_total", "counter", "DH-HMAC-CHAP transactions failed or timed out.", &counters.authentication_failures),
+    ];
+    for (metric, kind, help, counter) in simple {
+        header(out, metric, kind, help);
+        let _ = writeln!(out, "{metric} {}", load(counter));
+    }
+    header(out, "sluice_authentication_successes_total", "counter", "DH-HMAC-CHAP transactions that succeeded (one per queue).");
+    let _ = writeln!(out, "sluice_authentication_successes_total {}", load(&counters.authentication_successes));
+    header(out, "sluice_connect_refusals_total", "counter", "Connect commands refused, by reason.");
+    for reason in ConnectRefusalReason::ALL {
+        let _ = writeln!(out, "sluice_connect_refusals_total{{reason=\"{}\"}} {}", reason.label(), counters.refusals(reason));
+    }
 }
 
 /// Which rows a counter family is rendered for.
