@@ -14,12 +14,20 @@
 #      namespace 1 grow during the run and end equal to what fio did (written bytes
 #      and write commands exactly; reads at least the verify reads; a Flush);
 #      `sluice stat -o json` samples the same endpoint;
-#   3. SIGKILLs sluice, restarts it from the same config file: the file is byte for
+#   3. adds a listener on a fourth free port with `sluice listener add`: the guest
+#      connects a second controller (--ctrl-loss-tmo 2) through it; `sluice listener
+#      remove` closes that controller's connections only: it leaves "live" and goes
+#      away, while the first stays live and fio --verify_only passes through it;
+#   4. edits the config file by hand (namespace 3, 16 MiB RAM) and sends SIGHUP: the
+#      guest sees the namespace by itself, and sluice leaves the file as written;
+#      then a broken edit + SIGHUP is refused (the log names the file and the line)
+#      while the guest's I/O goes on; the good file is put back and reloaded;
+#   5. SIGKILLs sluice, restarts it from the same config file: the file is byte for
 #      byte the same, `sluice ns list` gives the same NSIDs, NGUIDs and UUIDs, the
 #      guest reconnects by itself within 30 s, sees the same NGUIDs (sysfs and a
 #      fresh Identify Namespace), and fio --verify_only passes on both namespaces;
 #      the new process counts the verify reads and no writes;
-#   4. the guest disconnects, its kernel log has no nvme error besides the expected
+#   6. the guest disconnects, its kernel log has no nvme error besides the expected
 #      reconnect lines, and sluice exits 0 on SIGTERM.
 #
 # Usage: tests/interop/operations.sh     (or: tests/interop/run-all.sh operations)
@@ -109,6 +117,9 @@ while port_listening "$IO_PORT" || port_listening "$((IO_PORT + 1))" || port_lis
 done
 DISC_PORT=$((IO_PORT + 1))
 METRICS=127.0.0.1:$((IO_PORT + 2))
+# and one for the listener added (and removed) while sluice runs
+LISTENER_PORT=$((IO_PORT + 3))
+while port_listening "$LISTENER_PORT"; do LISTENER_PORT=$((LISTENER_PORT + 1)); done
 # a Unix socket path must fit in 108 bytes
 SOCK=$OUT_DIR/rpc.sock
 if [ ${#SOCK} -gt 100 ]; then SOCK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sluice-ops.XXXXXX"); SOCK=$SOCK_DIR/rpc.sock; fi
@@ -171,6 +182,31 @@ delta() {
   echo $(( ${y:-0} - ${x:-0} ))
 }
 
+# milliseconds since the epoch; ms_since T0: seconds (two decimals) since T0
+now_ms() { date +%s%3N; }
+ms_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }'; }
+contains() { case $1 in *"$2"*) return 0 ;; esac; return 1; }
+not_listening() { ! port_listening "$1"; }
+lacks() { ! grep -qF -- "$1" "$2"; }
+config_check() { "$SLUICE" config check "$1" >"$2" 2>&1; }
+sha() { sha256sum <"$1" | cut -d' ' -f1; }
+# log_count PATTERN: lines of the running sluice's log with the fixed string PATTERN
+log_count() { grep -cF -- "$1" "$OUT_DIR/sluice-$RUN.log" || true; }
+# replace_config FILE: the config file becomes FILE's content (as an editor saves:
+# a new file renamed over the old one)
+replace_config() { cp "$1" "$CONFIG.edit" && mv "$CONFIG.edit" "$CONFIG"; }
+# sighup_and_wait PATTERN: SIGHUP sluice, wait (at most 20 s) for one more log line
+# with PATTERN; sets RELOAD_LINE to that line and RELOAD_SECONDS to how long it took
+sighup_and_wait() {
+  local before t0
+  before=$(log_count "$1") t0=$(now_ms) RELOAD_LINE='' RELOAD_SECONDS=''
+  kill -HUP "$TARGET_PID"
+  _more_lines() { kill -0 "$TARGET_PID" 2>/dev/null || return 2; [ "$(log_count "$1")" -gt "$2" ]; }
+  wait_for 20 "'$1' in sluice-$RUN.log after SIGHUP" _more_lines "$1" "$before" || return 1
+  RELOAD_SECONDS=$(ms_since "$t0")
+  RELOAD_LINE=$(grep -F -- "$1" "$OUT_DIR/sluice-$RUN.log" | tail -n 1)
+}
+
 # guest markers (files in the 9p share): host_signal NAME [TEXT]; await_guest NAME TIMEOUT
 host_signal() { printf '%s\n' "${2:-}" >"$SYNC/.$1.tmp" && mv "$SYNC/.$1.tmp" "$SYNC/$1"; }
 _guest_marker() {
@@ -187,7 +223,7 @@ failures=()
 # ---------------------------------------------------------------------------
 start_serve 1 || die "sluice did not come up"
 T_START=$SECONDS
-guest_env="IO_PORT=$IO_PORT CTRL_LOSS_TMO=120 FIO_SIZE=${FIO_MIB}m NS2_FIO_SIZE=${NS2_FIO_MIB}m WAIT_HOST=120"
+guest_env="IO_PORT=$IO_PORT LISTENER_PORT=$LISTENER_PORT CTRL_LOSS_TMO=120 FIO_SIZE=${FIO_MIB}m NS2_FIO_SIZE=${NS2_FIO_MIB}m WAIT_HOST=120"
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log, details: guest/)"
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \
   --target-port "$IO_PORT" --subnqn "$NQN" \
@@ -310,7 +346,123 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# 4. SIGKILL and restart from the same config file
+# 4. a listener added live, a second controller through it, the listener removed
+# ---------------------------------------------------------------------------
+NEW_LISTENER=127.0.0.1:$LISTENER_PORT
+if [ $steps_ok = 1 ] && await_guest listener-ready 300; then
+  t0=$(now_ms)
+  if sl listener add "$NEW_LISTENER" -o json >"$OUT_DIR/listener-add.json" 2>"$OUT_DIR/listener-add.err"; then
+    host_ok listener-add "$NEW_LISTENER accepting after $(ms_since "$t0") s: $(jq -c . "$OUT_DIR/listener-add.json")"
+    expect listener-add-listening "something listens on :$LISTENER_PORT" port_listening "$LISTENER_PORT"
+    expect listener-add-in-config "the config file lists $NEW_LISTENER" grep -qF "address = \"$NEW_LISTENER\"" "$CONFIG"
+    host_signal listener-added "$LISTENER_PORT"
+  else
+    host_fail listener-add "exit status $?: $(cat "$OUT_DIR/listener-add.err")"
+    host_signal host-abort "sluice listener add failed"; steps_ok=0
+  fi
+  if [ $steps_ok = 1 ] && await_guest ctrl2-connected "$WAIT_GUEST"; then
+    sl subsystem show "$NQN" -o json >"$OUT_DIR/subsystem-show-2.json" 2>&1 || true
+    expect listener-second-controller "sluice subsystem show: controllers $(jq -c '[.controller_list[]?.cntlid]' "$OUT_DIR/subsystem-show-2.json" 2>/dev/null); the guest's second is cntlid $(cut -d' ' -f2 "$SYNC/ctrl2-connected")" \
+      test "$(jq -r .controllers "$OUT_DIR/subsystem-show-2.json" 2>/dev/null)" = 2
+    t0=$(now_ms)
+    if sl listener remove "$NEW_LISTENER" -o json >"$OUT_DIR/listener-remove.json" 2>"$OUT_DIR/listener-remove.err"; then
+      closed=$(jq -r .connections_closed "$OUT_DIR/listener-remove.json")
+      host_ok listener-remove "$NEW_LISTENER removed in $(ms_since "$t0") s: $closed connection(s) through it closed"
+      host_signal listener-removed "removed $NEW_LISTENER: $closed connection(s) through it closed"
+      expect listener-remove-connections "$closed >= 2: the second controller's admin and I/O queues" test "$closed" -ge 2
+      expect listener-remove-not-listening "nothing listens on :$LISTENER_PORT" not_listening "$LISTENER_PORT"
+      expect listener-remove-config "the config file no longer lists $NEW_LISTENER" \
+        lacks "address = \"$NEW_LISTENER\"" "$CONFIG"
+      _one_controller() { [ "$(sl subsystem show "$NQN" -o json 2>/dev/null | jq -r .controllers)" = 1 ]; }
+      if wait_for 10 "sluice to release the second controller" _one_controller; then
+        host_ok listener-remove-controller-released "1 controller left $(ms_since "$t0") s after the removal (the first one)"
+      else
+        host_fail listener-remove-controller-released "sluice subsystem show still lists 2 controllers after 10 s"
+      fi
+    else
+      host_fail listener-remove "exit status $?: $(cat "$OUT_DIR/listener-remove.err")"
+      host_signal host-abort "sluice listener remove failed"; steps_ok=0
+    fi
+  else
+    steps_ok=0
+  fi
+else
+  steps_ok=0
+fi
+
+# ---------------------------------------------------------------------------
+# 5. reload (SIGHUP) of an edited config file, then of a broken one
+# ---------------------------------------------------------------------------
+if [ $steps_ok = 1 ] && await_guest listener-done "$WAIT_GUEST"; then
+  cp "$CONFIG" "$OUT_DIR/sluice.toml.before-reload"
+  # by hand: namespace 3 (16 MiB of RAM) in the subsystem, before [runtime]
+  awk '/^\[runtime\]/ && !done { printf "[[subsystem.namespace]]\nnsid = 3\nbackend = \"ram\"\nsize = \"16MiB\"\n\n"; done = 1 } { print }' \
+    "$OUT_DIR/sluice.toml.before-reload" >"$OUT_DIR/sluice.toml.reload"
+  replace_config "$OUT_DIR/sluice.toml.reload"
+  sum_written=$(sha "$CONFIG")
+  expect reload-config-check "sluice config check accepts the edited file" \
+    config_check "$CONFIG" "$OUT_DIR/config-check-reload.txt"
+  if sighup_and_wait "reloaded: "; then
+    line=$RELOAD_LINE
+    expect reload-applied "after ${RELOAD_SECONDS} s: ${line##*reloaded: }" contains "$line" "reloaded: 1 change(s) applied, 0 need a restart, 0 failed"
+    expect reload-config-untouched "the file is what this script wrote (sha256 $(sha "$CONFIG"))" test "$(sha "$CONFIG")" = "$sum_written"
+    sl rpc config_show >"$OUT_DIR/config-show-reload.json" 2>&1 || true
+    expect reload-config-show "config_show is the edited file" cmp -s <(jq -j .text "$OUT_DIR/config-show-reload.json") "$CONFIG"
+    sl ns list "$NQN" -o json >"$OUT_DIR/ns-list-reload.json" 2>&1 || true
+    NS3_NGUID=$(jq -r '.namespaces[] | select(.nsid == 3) | .nguid' "$OUT_DIR/ns-list-reload.json" 2>/dev/null || true)
+    expect reload-ns-list "sluice ns list: namespaces $(jq -c '[.namespaces[].nsid]' "$OUT_DIR/ns-list-reload.json" 2>/dev/null), NGUID of 3: $NS3_NGUID" \
+      test "$(jq -c '[.namespaces[].nsid]' "$OUT_DIR/ns-list-reload.json" 2>/dev/null)" = '[1,2,3]'
+    host_signal ns3-added "$NS3_NGUID"
+  else
+    host_fail reload-applied "no 'reloaded:' line within 20 s of SIGHUP"
+    tail_file "$OUT_DIR/sluice-$RUN.log" 10
+    host_signal host-abort "the reload did not happen"; steps_ok=0
+  fi
+  if [ $steps_ok = 1 ] && await_guest ns3-seen "$WAIT_GUEST"; then
+    # a typo: a size without its quotes, appended to the file
+    cp "$CONFIG" "$OUT_DIR/sluice.toml.good"
+    { cat "$OUT_DIR/sluice.toml.good"; printf '\n[[subsystem.namespace]]\nnsid = 4\nbackend = "ram"\nsize = 16MiB\n'; } \
+      >"$OUT_DIR/sluice.toml.broken"
+    bad_line=$(grep -n '^size = 16MiB$' "$OUT_DIR/sluice.toml.broken" | cut -d: -f1)
+    replace_config "$OUT_DIR/sluice.toml.broken"
+    rc=0; "$SLUICE" config check "$CONFIG" >"$OUT_DIR/config-check-broken.txt" 2>&1 || rc=$?
+    expect reload-broken-config-check "sluice config check exits $rc: $(head -n 1 "$OUT_DIR/config-check-broken.txt")" test "$rc" = 2
+    if sighup_and_wait "reload refused"; then
+      line=$RELOAD_LINE
+      want="reload refused, still running the previous configuration: config file $CONFIG: TOML parse error at line $bad_line,"
+      expect reload-broken-refused "after ${RELOAD_SECONDS} s, the log names the file and line $bad_line: ${line#*ERROR }" contains "$line" "$want"
+      expect reload-broken-alive "sluice (pid $TARGET_PID) still runs" kill -0 "$TARGET_PID"
+      expect reload-broken-file-kept "the broken file is left as written" cmp -s "$CONFIG" "$OUT_DIR/sluice.toml.broken"
+      host_signal broken-reload "$line"
+      if await_guest broken-io-done "$WAIT_GUEST"; then
+        sl ns list "$NQN" -o json >"$OUT_DIR/ns-list-broken.json" 2>&1 || true
+        expect reload-broken-unchanged "sluice still serves namespaces $(jq -c '[.namespaces[].nsid]' "$OUT_DIR/ns-list-broken.json" 2>/dev/null)" \
+          test "$(jq -c '[.namespaces[].nsid]' "$OUT_DIR/ns-list-broken.json" 2>/dev/null)" = '[1,2,3]'
+        # the good file back, and reloaded: nothing to change
+        replace_config "$OUT_DIR/sluice.toml.good"
+        if sighup_and_wait "reload: the config file is unchanged"; then
+          host_ok reload-restored "the good file put back; SIGHUP: the config file is unchanged (${RELOAD_SECONDS} s)"
+        else
+          host_fail reload-restored "no 'unchanged' line after the good file was put back"; steps_ok=0
+        fi
+      else
+        steps_ok=0
+      fi
+    else
+      host_fail reload-broken-refused "no 'reload refused' line within 20 s of SIGHUP"
+      tail_file "$OUT_DIR/sluice-$RUN.log" 10
+      replace_config "$OUT_DIR/sluice.toml.good"
+      host_signal host-abort "the broken reload was not refused"; steps_ok=0
+    fi
+  else
+    steps_ok=0
+  fi
+else
+  steps_ok=0
+fi
+
+# ---------------------------------------------------------------------------
+# 6. SIGKILL and restart from the same config file
 # ---------------------------------------------------------------------------
 if [ $steps_ok = 1 ] && await_guest pre-restart 300; then
   sum_before=$(sha256sum <"$CONFIG" | cut -d' ' -f1)
@@ -361,7 +513,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# 5. the guest's end, then SIGTERM
+# 7. the guest's end, then SIGTERM
 # ---------------------------------------------------------------------------
 guest_rc=0
 if [ $steps_ok = 0 ] && [ ! -e "$SYNC/guest-abort" ] && [ ! -e "$SYNC/host-abort" ] &&
@@ -395,10 +547,11 @@ if [ -n "$TARGET_PID" ]; then
 fi
 for f in "$OUT_DIR"/sluice-*.log; do
   if grep -q 'panicked at' "$f"; then host_fail no-panic "$(basename "$f")"; fi
-  n_err=$(grep -c -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$f" || true)
+  # (the refused reload of step 5 logs one ERROR on purpose)
+  n_err=$(grep -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$f" | grep -cvF 'reload refused, still running' || true)
   if [ "$n_err" -ne 0 ]; then
-    log "note: $(basename "$f") has $n_err ERROR line(s):"
-    grep -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$f" | head -n 10 | sed 's/^/  | /'
+    log "note: $(basename "$f") has $n_err unexpected ERROR line(s):"
+    grep -E '(^|[^[:alnum:]])ERROR([^[:alnum:]]|$)' "$f" | grep -vF 'reload refused, still running' | head -n 10 | sed 's/^/  | /'
   fi
 done
 [ ${#HOST_FAILED[@]} -eq 0 ] || failures+=("${#HOST_FAILED[@]} check(s) on this machine failed: ${HOST_FAILED[*]}")

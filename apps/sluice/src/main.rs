@@ -41,8 +41,21 @@ struct Cli {
     /// [default: info for serve, off for the host subcommands].
     #[arg(long, global = true, env = "SLUICE_LOG")]
     log_level: Option<String>,
+    /// Log line format on stderr: text (human-readable) or json (one JSON object
+    /// per line: timestamp, level, fields.message, target, spans).
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`: how log events are written to stderr.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (colour on a terminal).
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -109,11 +122,11 @@ fn main() -> ExitCode {
         eprintln!("sluice: --log-level {log_level:?} is not a valid filter; using \"{default_level}\"");
         tracing_subscriber::EnvFilter::new(default_level)
     });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => subscriber.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => subscriber.json().with_ansi(false).init(),
+    }
 
     match cli.command {
         Command::Serve { config: config_path, threads, metrics_address, rpc_socket, no_rpc_socket } => {

@@ -4,8 +4,10 @@
 # (busybox ash, Linux 6.1 nvme-tcp, nvme-cli 2.3, fio 3.33), drives `sluice serve`
 # on the host through 10.0.2.2 and takes turns with the host script through marker
 # files in the 9p share (/host/sync): the host adds a namespace through the
-# management API, scrapes the metrics during fio, and SIGKILLs and restarts sluice
-# while this guest stays connected.
+# management API, scrapes the metrics during fio, adds a listener (this guest
+# connects a second controller through it) and removes it again, reloads an edited
+# config file with SIGHUP (a namespace added, then a broken edit refused), and
+# SIGKILLs and restarts sluice while this guest stays connected.
 #
 # Every check prints "CHECK <name>: ok" or "CHECK <name>: FAIL (<why>)"; the script
 # exits 0 only when no check failed. Details (fio JSON, id-ns, dmesg, ...) go to
@@ -16,11 +18,13 @@
 #   IO_PORT                       I/O port of sluice
 #   CTRL_LOSS_TMO                 nvme connect --ctrl-loss-tmo (default 120)
 #   FIO_SIZE / NS2_FIO_SIZE       bytes fio writes to namespace 1 / 2 (32m / 8m)
+#   LISTENER_PORT                 the port the host adds as a listener (and removes)
 #   WAIT_HOST                     bound in seconds for each wait on the host (default 120)
 
 NQN=${LNP_SUBNQN:?LNP_SUBNQN is not set}
 ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
 IO_PORT=${IO_PORT:?IO_PORT is not set}
+LISTENER_PORT=${LISTENER_PORT:?LISTENER_PORT is not set}
 CTRL_LOSS_TMO=${CTRL_LOSS_TMO:-120}
 FIO_SIZE=${FIO_SIZE:-32m}
 NS2_FIO_SIZE=${NS2_FIO_SIZE:-8m}
@@ -90,6 +94,16 @@ ns_dev() {
   return 1
 }
 nguid_of() { cat "/sys/block/${1#/dev/}/nguid" 2>/dev/null; }
+# ctrl_on_port PORT: our controller connected through port PORT (sysfs address)
+ctrl_on_port() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    is_ours "$c" || continue
+    case ",$(cat "$c/address" 2>/dev/null)," in *",trsvcid=$1,"*) echo "${c##*/}"; return 0 ;; esac
+  done
+  return 1
+}
+state_of() { cat "/sys/class/nvme/$1/state" 2>/dev/null || echo gone; }
 # nguid_id_ns DEV: the NGUID Identify Namespace returns now (asks the target)
 nguid_id_ns() {
   timeout 30 nvme id-ns "$1" 2>/dev/null | awk -F: '$1 ~ /^nguid *$/ { gsub(/ /, "", $2); print $2; exit }'
@@ -198,6 +212,167 @@ if [ $go = 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# A listener added live: a second controller through it (10.0.2.2 reaches any port
+# of the host's loopback: linux-nvme-peer's initiator mode runs QEMU's user network
+# with restrict=off). Removing the listener drops that controller only.
+CTRL2=''
+if [ $go = 1 ]; then
+  section "live listener: a second controller through port $LISTENER_PORT, dropped when the host removes the listener"
+  signal listener-ready
+  if await listener-added "$WAIT_HOST"; then
+    dmesg_lines_before=$(dmesg | grep -ci nvme)
+    echo "  nvme_core multipath: $(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null || echo '?')"
+    t0=$(now)
+    if run listener2-connect 60 nvme connect -t tcp -a "$ADDR" -s "$LISTENER_PORT" -n "$NQN" \
+        --ctrl-loss-tmo 2 --reconnect-delay 1; then
+      i=0
+      while [ $i -lt 50 ]; do
+        CTRL2=$(ctrl_on_port "$LISTENER_PORT") && [ "$(state_of "$CTRL2")" = live ] && break
+        CTRL2=''; usleep 200000; i=$((i + 1))
+      done
+    fi
+    if [ -n "$CTRL2" ] && [ "$CTRL2" != "$CTRL" ]; then
+      c1=$(cat "/sys/class/nvme/$CTRL/cntlid" 2>/dev/null) c2=$(cat "/sys/class/nvme/$CTRL2/cntlid" 2>/dev/null)
+      ok listener2-controller "$CTRL2 live through $ADDR:$LISTENER_PORT $(elapsed "$t0") s after nvme connect started (cntlid $c2; $CTRL through :$IO_PORT has cntlid $c1)"
+      run listener2-id-ctrl 30 nvme id-ctrl "/dev/$CTRL2"
+      timeout 10 nvme list-subsys >"$LOGDIR/list-subsys-2.txt" 2>&1
+      sed 's/^/  | /' "$LOGDIR/list-subsys-2.txt"
+      signal ctrl2-connected "$CTRL2 $c2"
+      if await listener-removed "$WAIT_HOST"; then
+        echo "  host: $(cat "$SYNC/listener-removed")"
+        # CTRL2 must leave "live"; CTRL must stay live throughout
+        t0=$(now) states2=live last2=live t_drop='' c1_states=''
+        while :; do
+          s2=$(state_of "$CTRL2") s1=$(ctrl_state)
+          [ "$s1" != live ] && case " $c1_states " in *" $s1 "*) ;; *) c1_states="$c1_states $s1" ;; esac
+          [ "$s2" != "$last2" ] && { states2="$states2 -> $s2"; last2=$s2; }
+          if [ -z "$t_drop" ] && [ "$s2" != live ]; then t_drop=$(elapsed "$t0"); break; fi
+          [ "$(elapsed "$t0" | cut -d. -f1)" -ge 15 ] && break
+          usleep 100000
+        done
+        if [ -n "$t_drop" ]; then ok listener2-dropped "$CTRL2 went '$last2' $t_drop s after the host's marker"
+        else fail listener2-dropped "$CTRL2 still '$(state_of "$CTRL2")' 15 s after the host removed its listener"; fi
+        # the path through the remaining listener serves I/O: verify 4 MiB of what fio wrote
+        fio_job fio-ns1-verify-after-listener-remove "$NS1" 4m 1 --verify_only=1
+        # the kernel retries (ctrl-loss-tmo 2, reconnect-delay 1) and then gives up by
+        # itself; a leftover after 8 s is disconnected
+        t_gone=''
+        while [ "$(elapsed "$t0" | cut -d. -f1)" -lt 8 ]; do
+          s2=$(state_of "$CTRL2") s1=$(ctrl_state)
+          [ "$s1" != live ] && case " $c1_states " in *" $s1 "*) ;; *) c1_states="$c1_states $s1" ;; esac
+          [ "$s2" != "$last2" ] && { states2="$states2 -> $s2"; last2=$s2; }
+          [ "$s2" = gone ] && { t_gone=$(elapsed "$t0"); break; }
+          usleep 100000
+        done
+        echo "  $CTRL2 states: $states2"
+        if [ -n "$t_gone" ]; then
+          how="the kernel removed it by itself $t_gone s after the marker (ctrl-loss-tmo 2 s)"
+        else
+          s2=$(state_of "$CTRL2")
+          timeout 30 nvme disconnect -d "$CTRL2" >"$LOGDIR/listener2-disconnect.txt" 2>&1
+          rc=$?
+          how="still '$s2' after 8 s: nvme disconnect -d $CTRL2 (exit $rc)"
+          i=0; while [ "$(state_of "$CTRL2")" != gone ] && [ $i -lt 50 ]; do usleep 200000; i=$((i + 1)); done
+        fi
+        if [ "$(state_of "$CTRL2")" = gone ]; then ok listener2-gone "$how"
+        else fail listener2-gone "$how; still '$(state_of "$CTRL2")'"; go=0; fi
+        if [ -z "$c1_states" ] && [ "$(ctrl_state)" = live ]; then
+          ok listener1-stays-live "$CTRL (through :$IO_PORT) never left 'live'"
+        else
+          fail listener1-stays-live "$CTRL was in state(s)$c1_states, now '$(ctrl_state)'"; go=0
+        fi
+        dmesg_nvme "$dmesg_lines_before" >"$LOGDIR/dmesg-listener.txt"
+        echo "  kernel log while the listener came and went:"
+        sed 's/^/    /' "$LOGDIR/dmesg-listener.txt"
+        if grep -Eq "nvme $CTRL2: .*(error recovery|Reconnecting|reconnect attempt|failed to connect socket|Removing ctrl)" \
+            "$LOGDIR/dmesg-listener.txt"; then
+          ok listener2-kernel-log "$(grep -Eo "nvme $CTRL2: (starting error recovery|Reconnecting in [0-9]+ seconds|Failed reconnect attempt [0-9]+|failed to connect socket: -?[0-9]+|Removing ctrl)" \
+            "$LOGDIR/dmesg-listener.txt" | sed "s/^nvme $CTRL2: //" | awk '!seen[$0]++ { printf "%s%s", (n++ ? "; " : ""), $0 }')"
+        else
+          fail listener2-kernel-log "no error recovery / reconnect line for $CTRL2"
+        fi
+        if grep -Eqi "nvme $CTRL: .*(error recovery|reconnect|reset|Removing ctrl)" "$LOGDIR/dmesg-listener.txt"; then
+          fail listener1-no-reconnect "the kernel log shows $CTRL recovering"
+        else
+          ok listener1-no-reconnect "no kernel log line about $CTRL"
+        fi
+      else
+        go=0
+      fi
+    else
+      fail listener2-controller "no live controller through :$LISTENER_PORT within 10 s (found '${CTRL2:-none}')"; go=0
+      for c in /sys/class/nvme/nvme*; do echo "  | ${c##*/}: $(cat "$c/state" "$c/address" 2>/dev/null | tr '\n' ' ')"; done
+    fi
+  else
+    go=0
+  fi
+  [ $go = 1 ] && signal listener-done
+fi
+
+# ---------------------------------------------------------------------------
+# Reload (SIGHUP): the host adds namespace 3 to the config file by hand; then a
+# broken edit, which sluice refuses while it keeps serving.
+NS3=''
+if [ $go = 1 ]; then
+  section "reload (SIGHUP): namespace 3, added to the config file by hand, appears without reconnecting"
+  dmesg_lines_before=$(dmesg | grep -ci nvme)
+  ns_dev 3 >/dev/null && fail ns3-absent-before "namespace 3 exists before the host added it"
+  if await ns3-added "$WAIT_HOST"; then
+    t0=$(now)
+    api_nguid=$(cat "$SYNC/ns3-added")
+    i=0
+    while [ $i -lt 150 ]; do
+      NS3=$(ns_dev 3) && break
+      NS3=''; usleep 100000; i=$((i + 1))
+    done
+    if [ -n "$NS3" ]; then
+      ok reload-ns-visible "$NS3 appeared $(elapsed "$t0") s after the host's reload marker, no nvme command run"
+      ns3_nguid=$(nguid_of "$NS3" | tr -d -) ns3_size=$(cat "/sys/block/${NS3#/dev/}/size" 2>/dev/null)
+      if [ "$ns3_nguid" = "$api_nguid" ] && [ "$ns3_size" = 32768 ]; then
+        ok reload-ns-identity "NGUID $ns3_nguid as sluice ns list reports, $ns3_size sectors (16 MiB)"
+      else
+        fail reload-ns-identity "sysfs NGUID '$ns3_nguid' (API '$api_nguid'), $ns3_size sectors (expected 32768)"
+      fi
+      run reload-ns-read 30 dd if="$NS3" of=/dev/null bs=1048576 count=16
+    else
+      fail reload-ns-visible "namespace 3 did not appear within 15 s of the reload"
+    fi
+    if [ "$(find_ctrl)" = "$CTRL" ] && [ "$(ctrl_state)" = live ]; then
+      ok reload-same-controller "$CTRL still live"
+    else
+      fail reload-same-controller "controller now '$(find_ctrl)' in state '$(ctrl_state)'"
+    fi
+    dmesg_nvme "$dmesg_lines_before" >"$LOGDIR/dmesg-reload.txt"
+    if grep -Eqi 'reconnect|error recovery|Removing ctrl|reset' "$LOGDIR/dmesg-reload.txt"; then
+      fail reload-no-reconnect "the kernel log shows a reset or reconnect"; show_tail "$LOGDIR/dmesg-reload.txt"
+    else
+      ok reload-no-reconnect
+    fi
+    signal ns3-seen
+  else
+    fail reload-ns-visible "the host did not reload"; go=0
+  fi
+fi
+if [ $go = 1 ]; then
+  section "reload (SIGHUP) of a broken config file: refused, sluice keeps serving"
+  if await broken-reload "$WAIT_HOST"; then
+    echo "  host: $(head -c 300 "$SYNC/broken-reload")"
+    t0=$(now)
+    fio_job fio-ns1-verify-after-broken-reload "$NS1" 4m 1 --verify_only=1
+    [ -n "$NS3" ] && fio_job fio-ns3 "$NS3" 4m 4
+    n=0; for i in 1 2 3; do ns_dev $i >/dev/null && n=$((n + 1)); done
+    if [ "$(find_ctrl)" = "$CTRL" ] && [ "$(ctrl_state)" = live ] && [ "$n" = 3 ]; then
+      ok reload-broken-still-serving "$CTRL live, namespaces 1-3 present, I/O done in $(elapsed "$t0") s"
+    else
+      fail reload-broken-still-serving "controller '$(find_ctrl)' '$(ctrl_state)', $n of 3 namespaces"
+    fi
+    signal broken-io-done
+  else
+    go=0
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 if [ $go = 1 ]; then
   section "restart: the host SIGKILLs sluice and starts it again"
   {
@@ -293,19 +468,23 @@ section "kernel log"
 dmesg >"$LOGDIR/dmesg.txt" 2>&1
 echo "--- dmesg | grep -i nvme:"
 grep -i nvme "$LOGDIR/dmesg.txt" | sed 's/^/  /'
-# nvme lines that report a problem, except what a target restart is expected to
-# log (error recovery, refused reconnect attempts, the reconnect itself)
+# nvme lines that report a problem, except what a target restart or a removed
+# listener is expected to log (error recovery, refused reconnect attempts, the
+# reconnect itself) and, for the controller whose listener was removed only, the
+# shutdown the kernel cannot send when it deletes it after ctrl-loss-tmo (Property
+# Set of CC, offset 0x14, status 0x370 = 880: host path error, no connection left)
+expected='shutdown timeout set to|starting error recovery|failed to connect socket: -111|Failed reconnect attempt [0-9]+|Reconnecting in [0-9]+ seconds|Successfully reconnected'
+[ -n "$CTRL2" ] && expected="$expected|nvme $CTRL2: Property Set error: 880, offset 0x14"
 grep -i nvme "$LOGDIR/dmesg.txt" |
   grep -Ei 'error|fail|timeout|timed out|reset|abort|invalid|unexpected|corrupt|digest|refused|unable|cannot|mismatch|bad |warn|identifiers changed' |
-  grep -Eiv 'shutdown timeout set to|starting error recovery|failed to connect socket: -111|Failed reconnect attempt [0-9]+|Reconnecting in [0-9]+ seconds|Successfully reconnected' \
-  >"$LOGDIR/dmesg-nvme-errors.txt"
+  grep -Eiv "$expected" >"$LOGDIR/dmesg-nvme-errors.txt"
 grep -E 'BUG:|Oops|Call Trace|WARNING:|general protection|Kernel panic|blocked for more than|hung_task|I/O error' \
   "$LOGDIR/dmesg.txt" >>"$LOGDIR/dmesg-nvme-errors.txt"
 if [ -s "$LOGDIR/dmesg-nvme-errors.txt" ]; then
   fail kernel-log "$(wc -l <"$LOGDIR/dmesg-nvme-errors.txt") unexpected line(s)"
   sed 's/^/  ! /' "$LOGDIR/dmesg-nvme-errors.txt"
 else
-  ok kernel-log "only the expected reconnect lines"
+  ok kernel-log "only the expected reconnect lines${CTRL2:+ (and the Property Set error of $CTRL2 at its removal)}"
 fi
 
 section "summary"
