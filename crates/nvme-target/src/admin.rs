@@ -12,16 +12,19 @@ use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::controller::ControllerKind;
+use crate::controller::{ControllerKind, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
+use crate::discovery::discovery_log_fingerprint;
 use crate::dispatch::Outcome;
 use crate::limits::MAX_OUTSTANDING_ASYNC_EVENTS;
 use crate::slots::SlotState;
 
 /// Power states the controller reports (NPSS + 1): one, state 0.
 const POWER_STATES: u32 = 1;
-/// Asynchronous event configuration bits kept: SMART/health warnings (7:0) and
-/// namespace attribute notices (bit 8), the events this controller can report.
+/// Asynchronous event configuration bits an I/O controller keeps: SMART/health
+/// warnings (7:0) and namespace attribute notices (bit 8), the events it can report.
 const ASYNC_EVENT_MASK_SUPPORTED: u32 = 0x0000_01FF;
+/// The bit a discovery controller keeps: Discovery Log Page Change notices (31).
+const ASYNC_EVENT_MASK_DISCOVERY: u32 = DISCOVERY_LOG_CHANGE_NOTICES_ENABLED;
 
 impl Connection {
     /// Runs an admin queue command.
@@ -39,6 +42,12 @@ impl Connection {
         }
         let discovery = controller.kind == ControllerKind::Discovery;
         self.refresh_namespaces();
+        if discovery {
+            // A discovery controller's admin queue has no periodic event check: a
+            // due Discovery Log Page Change notice leaves with the next command
+            // (Keep Alive at the latest) or Asynchronous Event Request.
+            self.deliver_due_events();
+        }
         match AdminOpcode::from_u8(sqe.opcode()) {
             Some(AdminOpcode::Identify) => self.admin_identify(slot_index, &sqe),
             Some(AdminOpcode::GetLogPage) => self.admin_get_log_page(slot_index, &sqe),
@@ -69,7 +78,8 @@ impl Connection {
     }
 
     /// Asynchronous Event Request: held until an event happens (namespace changes
-    /// made through any controller), up to AERL + 1 at once.
+    /// made through any controller for an I/O controller, discovery log changes its
+    /// host can see for a discovery controller), up to AERL + 1 at once.
     fn admin_async_event_request(&mut self, slot_index: u16) -> Outcome {
         if self.held_async_events.len() >= usize::from(MAX_OUTSTANDING_ASYNC_EVENTS) {
             return Outcome::status(Status::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED);
@@ -122,7 +132,8 @@ impl Connection {
                 }
             },
             feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION => {
-                state.features.async_event_configuration = value & ASYNC_EVENT_MASK_SUPPORTED;
+                let supported = if discovery { ASYNC_EVENT_MASK_DISCOVERY } else { ASYNC_EVENT_MASK_SUPPORTED };
+                state.features.async_event_configuration = value & supported;
                 Outcome::status(Status::SUCCESS)
             }
             _ if discovery => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
@@ -164,9 +175,15 @@ impl Connection {
             _ => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
         };
         let restart_keep_alive = command.feature_id == feature_id::KEEP_ALIVE_TIMER;
+        let watch_discovery_log = command.feature_id == feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION
+            && state.features.async_event_configuration & DISCOVERY_LOG_CHANGE_NOTICES_ENABLED != 0;
         drop(state);
         if restart_keep_alive && matches!(outcome, Outcome::Done(status, _) if status.is_success()) {
             self.restart_keep_alive(&controller, now);
+        }
+        if watch_discovery_log {
+            // Later discovery log changes are compared with what the host sees now.
+            controller.watch_discovery_log(|| discovery_log_fingerprint(&self.target, &controller.host_nqn));
         }
         outcome
     }

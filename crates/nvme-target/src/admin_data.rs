@@ -257,6 +257,9 @@ impl Connection {
                 id.set_subsystem_nqn(nvme_spec::discovery::DISCOVERY_NQN);
                 id.controller_type = controller_type::DISCOVERY;
                 id.maximum_outstanding_commands = MAX_ADMIN_QUEUE_DEPTH;
+                // Linux enables the notice (Set Features 0Bh bit 31) only when
+                // advertised here, then holds an Asynchronous Event Request.
+                id.optional_async_events_supported = oaes::DISCOVERY_LOG_PAGE_CHANGE;
             }
         }
         id
@@ -282,7 +285,7 @@ impl Connection {
         let mut buffer = self.pool.take_zeroed(length as usize);
         let result = match (controller.kind, command.log_page_id) {
             (ControllerKind::Discovery, log_id::DISCOVERY) => {
-                Ok(self.copy_discovery_log(command.offset, &mut buffer))
+                Ok(self.copy_discovery_log(command.offset, &mut buffer, command.retain_asynchronous_event))
             }
             (ControllerKind::Io, log_id::ERROR_INFORMATION) => {
                 // No error entries are recorded yet: every entry has error count 0.

@@ -800,9 +800,9 @@ impl Connection {
         self.setup_deadline = None;
         if binding.queue_id.is_admin() {
             self.restart_keep_alive(&binding.controller, now);
-            if binding.controller.kind == ControllerKind::Io {
-                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
-            }
+            // Namespace notices (I/O controllers) and Discovery Log Page Change
+            // notices (discovery controllers) both wait for this check.
+            self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
         } else {
             self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         }

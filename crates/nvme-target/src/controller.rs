@@ -57,22 +57,80 @@ pub struct ControllerState {
 
 /// Asynchronous Event Configuration bit 8: report namespace attribute notices.
 const NAMESPACE_ATTRIBUTE_NOTICES_ENABLED: u32 = 1 << 8;
+/// Asynchronous Event Configuration bit 31: report Discovery Log Page Change notices
+/// (discovery controllers).
+pub(crate) const DISCOVERY_LOG_CHANGE_NOTICES_ENABLED: u32 = 1 << 31;
 /// NSIDs the Changed Namespace List holds before it overflows into "everything".
 const CHANGED_NAMESPACE_LIST_CAPACITY: usize = CHANGED_NAMESPACE_LIST_BYTES / 4;
 
-/// Namespace attribute notices of one controller: the Changed Namespace List (log
-/// 04h) and the state of the event that points at it.
+/// The life of one kind of notice event:
+///
+/// ```text
+///  idle --change, enabled--> due --reported to a held AER--> masked --log read, RAE 0--> idle
+///                                                              (changes only recorded)
+/// ```
+#[derive(Debug, Default)]
+struct NoticeEvent {
+    /// An event should complete the next (or a held) Asynchronous Event Request.
+    due: bool,
+    /// An event was reported and its log not yet read: the spec masks further events
+    /// of the type until then, so changes are only recorded.
+    masked: bool,
+}
+
+impl NoticeEvent {
+    /// Something changed: the event becomes due unless disabled or masked. Returns
+    /// true when it is due now.
+    fn raise(&mut self, enabled: bool) -> bool {
+        if enabled && !self.masked {
+            self.due = true;
+        }
+        self.due
+    }
+
+    /// Reports the event if due (and masks it). Returns true when it was due.
+    fn take(&mut self) -> bool {
+        let was_due = self.due;
+        if was_due {
+            self.due = false;
+            self.masked = true;
+        }
+        was_due
+    }
+
+    /// Undoes `take`.
+    fn restore(&mut self) {
+        self.due = true;
+        self.masked = false;
+    }
+}
+
+/// Namespace attribute notices of one I/O controller: the Changed Namespace List
+/// (log 04h) and the state of the event that points at it.
 #[derive(Debug, Default)]
 struct NamespaceNotices {
     /// NSIDs changed since the host last read the log (bounded by the log's size).
     changed: Vec<NamespaceId>,
     /// More changed than the log holds: it reads as FFFFFFFFh, "rescan everything".
     overflowed: bool,
-    /// An event should complete the next (or a held) Asynchronous Event Request.
-    event_due: bool,
-    /// An event was reported and the log not yet read: the spec masks further events
-    /// of the type until then, so changes are only recorded.
-    event_masked: bool,
+    event: NoticeEvent,
+}
+
+/// Discovery Log Page Change notices of one discovery controller.
+#[derive(Debug, Default)]
+struct DiscoveryNotices {
+    /// Fingerprint of the discovery log records as this controller's host saw them
+    /// at the last change (GENCTR aside); `None` until the host enabled the notices.
+    /// A change that leaves the host's records as they were raises no event.
+    view: Option<u64>,
+    event: NoticeEvent,
+}
+
+/// The notices of a controller; which ones are used depends on its kind.
+#[derive(Debug, Default)]
+struct Notices {
+    namespaces: NamespaceNotices,
+    discovery: DiscoveryNotices,
 }
 
 /// A controller shared by its admin queue and its I/O queues (which may run on other
@@ -95,10 +153,12 @@ pub struct Controller {
     /// Bumped by a controller reset (CC.EN 1 -> 0): I/O queues connected in an older
     /// generation are gone.
     generation: AtomicU32,
-    /// Namespace change notices (changed by other controllers' commands, on any
-    /// thread; read by this controller's admin queue).
-    notices: Mutex<NamespaceNotices>,
-    /// True while `notices.event_due`: lets the admin queue check without the lock.
+    /// Namespace change notices (I/O controllers) or discovery log change notices
+    /// (discovery controllers), changed by other controllers' commands and the
+    /// management API on any thread; read by this controller's admin queue.
+    notices: Mutex<Notices>,
+    /// True while an event of `notices` is due: lets the admin queue check without
+    /// the lock.
     notice_due: AtomicBool,
     /// Counters of this controller's queues (the same shards as the subsystem's).
     pub stats: StatsRegistry,
@@ -137,7 +197,7 @@ impl Controller {
             }),
             torn_down: AtomicBool::new(false),
             generation: AtomicU32::new(0),
-            notices: Mutex::new(NamespaceNotices::default()),
+            notices: Mutex::new(Notices::default()),
             notice_due: AtomicBool::new(false),
             stats: StatsRegistry::default(),
         }
@@ -147,23 +207,60 @@ impl Controller {
     /// deleted, resized) and makes a namespace attribute notice due if the host
     /// enabled them and none is outstanding.
     pub fn note_namespaces_changed(&self, ids: &[NamespaceId]) {
-        let enabled =
-            self.state().features.async_event_configuration & NAMESPACE_ATTRIBUTE_NOTICES_ENABLED != 0;
-        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        let enabled = self.async_event_enabled(NAMESPACE_ATTRIBUTE_NOTICES_ENABLED);
+        let mut notices = self.notices();
+        let namespaces = &mut notices.namespaces;
         for &id in ids {
-            if notices.overflowed || notices.changed.contains(&id) {
+            if namespaces.overflowed || namespaces.changed.contains(&id) {
                 continue;
             }
-            if notices.changed.len() == CHANGED_NAMESPACE_LIST_CAPACITY {
-                notices.overflowed = true;
-                notices.changed.clear();
+            if namespaces.changed.len() == CHANGED_NAMESPACE_LIST_CAPACITY {
+                namespaces.overflowed = true;
+                namespaces.changed.clear();
             } else {
-                notices.changed.push(id);
+                namespaces.changed.push(id);
             }
         }
-        if enabled && !notices.event_masked {
-            notices.event_due = true;
+        if namespaces.event.raise(enabled) {
             self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The host enabled Discovery Log Page Change notices: `fingerprint` (of the
+    /// discovery log records as this host sees them) is what later changes are
+    /// compared with. Called again while enabled, it keeps the first.
+    pub(crate) fn watch_discovery_log(&self, fingerprint: impl FnOnce() -> u64) {
+        let mut notices = self.notices();
+        if notices.discovery.view.is_none() {
+            notices.discovery.view = Some(fingerprint());
+        }
+    }
+
+    /// The discovery log changed somewhere: if the records this host sees differ
+    /// from the last time (`fingerprint` computes them now), a Discovery Log Page
+    /// Change notice becomes due (when enabled and not masked). Nothing happens for
+    /// a host that never enabled the notices. `fingerprint` runs under this
+    /// controller's notice lock, so concurrent changes leave the newest view.
+    pub(crate) fn check_discovery_log(&self, fingerprint: impl FnOnce() -> u64) {
+        let enabled = self.async_event_enabled(DISCOVERY_LOG_CHANGE_NOTICES_ENABLED);
+        let mut notices = self.notices();
+        let Some(seen) = notices.discovery.view else { return };
+        let current = fingerprint();
+        if current == seen {
+            return;
+        }
+        notices.discovery.view = Some(current);
+        if notices.discovery.event.raise(enabled) {
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The host reads the discovery log: with RAE clear, a reported Discovery Log
+    /// Page Change notice is unmasked. Call before building the log, so a change
+    /// that lands after the log was built raises a new event.
+    pub(crate) fn discovery_log_read(&self, retain_event: bool) {
+        if !retain_event {
+            self.notices().discovery.event.masked = false;
         }
     }
 
@@ -173,46 +270,71 @@ impl Controller {
         if !self.notice_due.load(Ordering::Acquire) {
             return None;
         }
-        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut notices = self.notices();
         self.notice_due.store(false, Ordering::Release);
-        if !notices.event_due {
-            return None;
-        }
-        notices.event_due = false;
-        notices.event_masked = true;
-        Some(async_event_result(
-            async_event_type::NOTICE,
-            async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED,
-            log_id::CHANGED_NAMESPACE_LIST,
-        ))
+        let (event, result) = self.kind_notice(&mut notices);
+        event.take().then_some(result)
     }
 
     /// Puts back an event taken with `take_due_event` that could not be reported
     /// (no request was held after all).
     pub fn restore_due_event(&self) {
-        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
-        notices.event_due = true;
-        notices.event_masked = false;
+        let mut notices = self.notices();
+        let (event, _) = self.kind_notice(&mut notices);
+        event.restore();
         self.notice_due.store(true, Ordering::Release);
+    }
+
+    /// The one notice event this kind of controller reports, and its DW0.
+    fn kind_notice<'a>(&self, notices: &'a mut Notices) -> (&'a mut NoticeEvent, u32) {
+        match self.kind {
+            ControllerKind::Io => (
+                &mut notices.namespaces.event,
+                async_event_result(
+                    async_event_type::NOTICE,
+                    async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED,
+                    log_id::CHANGED_NAMESPACE_LIST,
+                ),
+            ),
+            ControllerKind::Discovery => (
+                &mut notices.discovery.event,
+                async_event_result(
+                    async_event_type::NOTICE,
+                    async_event_notice::DISCOVERY_LOG_PAGE_CHANGE,
+                    log_id::DISCOVERY,
+                ),
+            ),
+        }
     }
 
     /// The Changed Namespace List log page. Reading it with RAE clear empties it and
     /// unmasks the event.
     pub fn changed_namespace_log(&self, retain_event: bool) -> [u8; CHANGED_NAMESPACE_LIST_BYTES] {
         let mut page = [0u8; CHANGED_NAMESPACE_LIST_BYTES];
-        let mut notices = self.notices.lock().unwrap_or_else(|poison| poison.into_inner());
-        if notices.overflowed {
+        let mut notices = self.notices();
+        let namespaces = &mut notices.namespaces;
+        if namespaces.overflowed {
             // "More than the list holds": one FFFFFFFFh entry, the rest zero.
             page[..4].copy_from_slice(&NamespaceId::BROADCAST.0.to_le_bytes());
         } else {
-            encode_changed_namespace_list(notices.changed.iter().copied(), &mut page);
+            encode_changed_namespace_list(namespaces.changed.iter().copied(), &mut page);
         }
         if !retain_event {
-            notices.changed.clear();
-            notices.overflowed = false;
-            notices.event_masked = false;
+            namespaces.changed.clear();
+            namespaces.overflowed = false;
+            namespaces.event.masked = false;
         }
         page
+    }
+
+    /// True when the host enabled the events of `bit` (Set Features 0Bh).
+    fn async_event_enabled(&self, bit: u32) -> bool {
+        self.state().features.async_event_configuration & bit != 0
+    }
+
+    /// Locks the notices (poisoning as for `state`).
+    fn notices(&self) -> MutexGuard<'_, Notices> {
+        self.notices.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// Locks the register state. A poisoned lock means a panic elsewhere (our bug);

@@ -1,9 +1,14 @@
 //! The discovery log (log page 70h): one record per (NVM subsystem, listener that
 //! serves I/O), for the subsystems the reading host may connect to: a host not on
-//! a subsystem's allow-list does not learn that it exists.
+//! a subsystem's allow-list does not learn that it exists. When the log changes,
+//! discovery controllers whose host sees different records get a Discovery Log Page
+//! Change notice.
+
+use std::hash::{DefaultHasher, Hasher};
 
 use nvme_spec::discovery::{
     address_family, copy_discovery_log_range, subsystem_type, DiscoveryLogEntry, DiscoveryLogHeader,
+    DISCOVERY_LOG_RECORD_BYTES,
 };
 
 use crate::connection::Connection;
@@ -42,6 +47,31 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
     entries
 }
 
+/// A fingerprint of the records `host_nqn` sees (GENCTR aside): equal fingerprints
+/// mean the host would read the same records.
+pub(crate) fn discovery_log_fingerprint(target: &Target, host_nqn: &str) -> u64 {
+    // SipHash with fixed keys: the same records give the same value within the
+    // process, which is all a comparison needs.
+    let mut hasher = DefaultHasher::new();
+    let mut record = [0u8; DISCOVERY_LOG_RECORD_BYTES];
+    for entry in discovery_entries(target, host_nqn) {
+        entry.encode(&mut record);
+        hasher.write(&record);
+    }
+    hasher.finish()
+}
+
+impl Target {
+    /// The discovery log changed (GENCTR moved): every discovery controller whose
+    /// host now sees different records gets a Discovery Log Page Change notice, if
+    /// its host enabled them. Runs on the management path, never on I/O.
+    pub(crate) fn notify_discovery_log_change(&self) {
+        for controller in self.discovery_controllers() {
+            controller.check_discovery_log(|| discovery_log_fingerprint(self, &controller.host_nqn));
+        }
+    }
+}
+
 /// PORTID of the listener with `id`: id + 1 (0 reads as "no port" to some
 /// hosts). Ids past 65534 (that many listeners added while running) share the
 /// last value rather than wrap onto a live listener's.
@@ -51,9 +81,15 @@ fn port_id(id: usize) -> u16 {
 
 impl Connection {
     /// Copies `[offset, offset + out.len())` of the discovery log into `out`; returns
-    /// the bytes that came from the log.
-    pub(crate) fn copy_discovery_log(&self, offset: u64, out: &mut [u8]) -> usize {
-        let host_nqn = self.binding.as_ref().map_or("", |binding| binding.controller.host_nqn.as_str());
+    /// the bytes that came from the log. With `retain_event` clear the read unmasks
+    /// the Discovery Log Page Change notice first, so a change that lands after the
+    /// log was built raises a new one.
+    pub(crate) fn copy_discovery_log(&self, offset: u64, out: &mut [u8], retain_event: bool) -> usize {
+        let controller = self.binding.as_ref().map(|binding| &binding.controller);
+        if let Some(controller) = controller {
+            controller.discovery_log_read(retain_event);
+        }
+        let host_nqn = controller.map_or("", |controller| controller.host_nqn.as_str());
         let entries = discovery_entries(&self.target, host_nqn);
         let header = DiscoveryLogHeader {
             generation_counter: self.target.discovery_generation(),

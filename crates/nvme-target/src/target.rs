@@ -328,9 +328,11 @@ impl Target {
     }
 
     /// Records that the discovery log's content changed (subsystems, listeners or
-    /// allowed hosts), so hosts that compare GENCTR read it again.
+    /// allowed hosts), so hosts that compare GENCTR read it again, and discovery
+    /// controllers whose host sees different records get a notice (`discovery`).
     pub fn bump_discovery_generation(&self) {
         self.discovery_generation.fetch_add(1, Ordering::AcqRel);
+        self.notify_discovery_log_change();
     }
 
     /// The listeners as (id, listener), in id order. Those of the `TargetSpec`
@@ -445,6 +447,18 @@ impl Target {
             .controllers
             .iter()
             .filter(|((index, _), _)| *index == Some(subsystem_index))
+            .filter_map(|(_, controller)| controller.upgrade())
+            .filter(|controller| !controller.is_torn_down())
+            .collect()
+    }
+
+    /// The live discovery controllers, in no particular order.
+    pub(crate) fn discovery_controllers(&self) -> Vec<Arc<Controller>> {
+        let table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+        table
+            .controllers
+            .iter()
+            .filter(|((index, _), _)| index.is_none())
             .filter_map(|(_, controller)| controller.upgrade())
             .filter(|controller| !controller.is_torn_down())
             .collect()
