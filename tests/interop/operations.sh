@@ -223,7 +223,7 @@ failures=()
 # ---------------------------------------------------------------------------
 start_serve 1 || die "sluice did not come up"
 T_START=$SECONDS
-guest_env="IO_PORT=$IO_PORT LISTENER_PORT=$LISTENER_PORT CTRL_LOSS_TMO=120 FIO_SIZE=${FIO_MIB}m NS2_FIO_SIZE=${NS2_FIO_MIB}m WAIT_HOST=120"
+guest_env="IO_PORT=$IO_PORT DISC_PORT=$DISC_PORT LISTENER_PORT=$LISTENER_PORT CTRL_LOSS_TMO=120 FIO_SIZE=${FIO_MIB}m NS2_FIO_SIZE=${NS2_FIO_MIB}m WAIT_HOST=120"
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log, details: guest/)"
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \
   --target-port "$IO_PORT" --subnqn "$NQN" \

@@ -18,6 +18,8 @@
 #   IO_PORT                       I/O port of sluice
 #   CTRL_LOSS_TMO                 nvme connect --ctrl-loss-tmo (default 120)
 #   FIO_SIZE / NS2_FIO_SIZE       bytes fio writes to namespace 1 / 2 (32m / 8m)
+#   DISC_PORT                     the discovery-only port (a persistent discovery
+#                                 controller there must hear of the listener changes)
 #   LISTENER_PORT                 the port the host adds as a listener (and removes)
 #   WAIT_HOST                     bound in seconds for each wait on the host (default 120)
 
@@ -25,6 +27,7 @@ NQN=${LNP_SUBNQN:?LNP_SUBNQN is not set}
 ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
 IO_PORT=${IO_PORT:?IO_PORT is not set}
 LISTENER_PORT=${LISTENER_PORT:?LISTENER_PORT is not set}
+DISC_PORT=${DISC_PORT:?DISC_PORT is not set}
 CTRL_LOSS_TMO=${CTRL_LOSS_TMO:-120}
 FIO_SIZE=${FIO_SIZE:-32m}
 NS2_FIO_SIZE=${NS2_FIO_SIZE:-8m}
@@ -60,6 +63,16 @@ await() {
 abort() { signal guest-abort "$1"; echo "guest: giving up: $1"; }
 
 # run NAME TIMEOUT CMD...: bounded, output to $LOGDIR/NAME.txt, check = exit 0
+# aen_wait COUNT TIMEOUT: wait until the persistent discovery controller $DCTRL got
+# COUNT discovery log change events (lines of /tmp/nvme-aen.log)
+aen_wait() {
+  local i=0
+  while [ "$(grep -c "^$DCTRL 0x70f002$" /tmp/nvme-aen.log)" -lt "$1" ]; do
+    [ $i -ge $(( $2 * 10 )) ] && return 1
+    usleep 100000; i=$((i + 1))
+  done
+}
+
 run() {
   local name="$1" tmo="$2" out rc
   shift 2
@@ -218,8 +231,36 @@ fi
 CTRL2=''
 if [ $go = 1 ]; then
   section "live listener: a second controller through port $LISTENER_PORT, dropped when the host removes the listener"
+  # A persistent discovery controller (what nvme-stas keeps) must hear of both
+  # changes as a Discovery Log Page Change event (AER DW0 0x0070F002), which Linux
+  # reports as a uevent with NVME_AEN=0x70f002: busybox's uevent applet records them.
+  : >/tmp/nvme-aen.log
+  printf '#!/bin/sh\n[ -n "$NVME_AEN" ] && echo "$DEVNAME $NVME_AEN" >>/tmp/nvme-aen.log\nexit 0\n' >/tmp/uevent.sh
+  chmod +x /tmp/uevent.sh
+  busybox uevent /tmp/uevent.sh >/dev/null 2>&1 &
+  UEVENT_PID=$!
+  DCTRL=''
+  if run discovery-persistent-connect 30 nvme connect -t tcp -a "$ADDR" -s "$DISC_PORT" \
+      -n nqn.2014-08.org.nvmexpress.discovery -k 5; then
+    for c in /sys/class/nvme/nvme*; do
+      [ "$(cat "$c/subsysnqn" 2>/dev/null)" = nqn.2014-08.org.nvmexpress.discovery ] && DCTRL=${c##*/}
+    done
+    [ -n "$DCTRL" ] || fail discovery-persistent-connect "no discovery controller in /sys/class/nvme"
+  fi
   signal listener-ready
   if await listener-added "$WAIT_HOST"; then
+    if [ -n "$DCTRL" ]; then
+      t0=$(now)
+      if aen_wait 1 10; then ok discovery-change-event "$DCTRL: NVME_AEN=0x70f002 $(elapsed "$t0") s after the host's marker"
+      else fail discovery-change-event "no NVME_AEN=0x70f002 for $DCTRL within 10 s ($(tr '\n' ';' </tmp/nvme-aen.log))"; fi
+      # Reading log 70h (RAE clear) unmasks the next event; it lists the new port.
+      if run discovery-log-read 30 nvme discover -d "/dev/$DCTRL" &&
+        grep -q "trsvcid: *$LISTENER_PORT" "$LOGDIR/discovery-log-read.txt"; then
+        ok discovery-log-lists-listener "port $LISTENER_PORT is in the log read through $DCTRL"
+      else
+        fail discovery-log-lists-listener "port $LISTENER_PORT not in $LOGDIR/discovery-log-read.txt"
+      fi
+    fi
     dmesg_lines_before=$(dmesg | grep -ci nvme)
     echo "  nvme_core multipath: $(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null || echo '?')"
     t0=$(now)
@@ -240,6 +281,12 @@ if [ $go = 1 ]; then
       signal ctrl2-connected "$CTRL2 $c2"
       if await listener-removed "$WAIT_HOST"; then
         echo "  host: $(cat "$SYNC/listener-removed")"
+        if [ -n "$DCTRL" ]; then
+          t0=$(now)
+          if aen_wait 2 10; then ok discovery-change-event-2 "$DCTRL: a second NVME_AEN=0x70f002 $(elapsed "$t0") s after the removal"
+          else fail discovery-change-event-2 "no second event for $DCTRL within 10 s ($(tr '\n' ';' </tmp/nvme-aen.log))"; fi
+          timeout 30 nvme disconnect -d "$DCTRL" >"$LOGDIR/discovery-disconnect.txt" 2>&1
+        fi
         # CTRL2 must leave "live"; CTRL must stay live throughout
         t0=$(now) states2=live last2=live t_drop='' c1_states=''
         while :; do
@@ -306,6 +353,7 @@ if [ $go = 1 ]; then
   else
     go=0
   fi
+  [ -n "${UEVENT_PID:-}" ] && kill "$UEVENT_PID" 2>/dev/null
   [ $go = 1 ] && signal listener-done
 fi
 
