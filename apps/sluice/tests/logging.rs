@@ -7,15 +7,16 @@
 mod support;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::{ConnectOptions, Controller};
 use serde_json::Value;
 
-use support::{free_port, scratch_dir, sluice, READY_DEADLINE, SLUICE};
+use support::{on_a_free_port, scratch_dir, sluice, wait_until_ready, READY_LINE, SLUICE};
 
 const NQN: &str = "nqn.2026-11.io.sluice:logging";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6c0f5b1e-8a7d-4a38-9d51-0c2a3f4e5d61";
@@ -56,18 +57,16 @@ struct JsonServer {
     child: Child,
     port: u16,
     log: PathBuf,
-    stdout: std::sync::mpsc::Receiver<String>,
+    stdout: Arc<Mutex<Vec<String>>>,
 }
 
 impl JsonServer {
     fn start(dir: &Path, secret: &str) -> JsonServer {
-        // A port free a moment ago may be taken by the time sluice binds it: retry.
-        for _ in 0..5 {
-            let port = free_port();
+        on_a_free_port(|port| {
             let config = dir.join("sluice.toml");
             std::fs::write(&config, config_text(port, secret)).unwrap();
             let log = dir.join("serve.log");
-            let mut child = Command::new(SLUICE)
+            let child = Command::new(SLUICE)
                 .args(["--log-format", "json", "--log-level", "debug", "serve", "--no-rpc-socket", "--config"])
                 .arg(&config)
                 .env_remove("SLUICE_LOG")
@@ -78,31 +77,9 @@ impl JsonServer {
                 .stderr(File::create(&log).unwrap())
                 .spawn()
                 .expect("spawn sluice serve");
-            let stdout = child.stdout.take().unwrap();
-            let (line_tx, line_rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if line_tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            let deadline = Instant::now() + READY_DEADLINE;
-            let mut ready = false;
-            while let Ok(line) = line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                if line.trim() == "sluice: ready" {
-                    ready = true;
-                    break;
-                }
-            }
-            if ready {
-                return JsonServer { child, port, log, stdout: line_rx };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("sluice serve did not become ready");
+            let (child, stdout) = wait_until_ready(child)?;
+            Some(JsonServer { child, port, log, stdout })
+        })
     }
 
     fn connect(&self, secret: &str) -> Result<Controller, String> {
@@ -128,7 +105,11 @@ impl JsonServer {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert!(exit.success(), "sluice serve exited with {exit:?}");
-        let stdout: Vec<String> = self.stdout.try_iter().collect();
+        // What it printed after "sluice: ready".
+        let stdout: Vec<String> = {
+            let lines = self.stdout.lock().unwrap();
+            lines.iter().skip_while(|line| line.trim() != READY_LINE).skip(1).cloned().collect()
+        };
         let mut stderr = String::new();
         File::open(&self.log).unwrap().read_to_string(&mut stderr).unwrap();
         (stdout.join("\n"), stderr)

@@ -4,100 +4,38 @@
 //! byte-identical, and a target killed with SIGKILL must come back from the file with
 //! the same subsystems, namespaces and NGUIDs. Every wait is bounded.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::{ConnectOptions, Controller};
 use nvme_spec::NamespaceId;
 use serde_json::{json, Value};
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
-const BASE: &str = "nqn.2026-11.io.sluice:base";
+use support::{
+    await_namespace_notice, free_port, managed_config, scratch_dir, ManagedServer, ServeSetup, BASE, NOTICE_DEADLINE,
+    SLUICE,
+};
+
 const LIVE: &str = "nqn.2026-11.io.sluice:live";
-/// Longest `sluice serve` may take to print "sluice: ready".
-const READY_DEADLINE: Duration = Duration::from_secs(30);
-/// Longest a connected host may take to hear of a namespace change: the client
-/// reads its admin queue at least once a second.
-const NOTICE_DEADLINE: Duration = Duration::from_secs(10);
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("manage-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+/// A running `sluice serve` on a fresh [`managed_config`] file in `dir` (killed on drop).
+fn start(dir: &Path) -> ManagedServer {
+    ManagedServer::start(dir, &ServeSetup::QUIET)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().unwrap().port()
+/// Starts again from the file in `dir` as it is now.
+fn restart(dir: &Path, port: u16) -> ManagedServer {
+    ManagedServer::restart(dir, &ServeSetup::QUIET, port)
 }
 
-fn config_text(port: u16) -> String {
-    format!(
-        r#"# Written by the test; the management API must keep this comment.
-[[listener]]
-address = "127.0.0.1:{port}"
-
-[[subsystem]]
-nqn = "{BASE}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-backend = "ram"
-size = "16MiB"
-
-[runtime]
-threads = 1
-"#
-    )
-}
-
-/// A running `sluice serve` (killed on drop).
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Server {
-    /// Starts on a fresh config file in `dir`, trying a few ports.
-    fn start_new(dir: &Path) -> Server {
-        for _ in 0..5 {
-            let port = free_port();
-            std::fs::write(dir.join("sluice.toml"), config_text(port)).expect("write config");
-            if let Some(child) = spawn_serve(dir) {
-                return Server { child, port, dir: dir.to_path_buf() };
-            }
-        }
-        panic!("sluice serve did not become ready");
-    }
-
-    /// Starts again from the file in `dir` as it is now.
-    fn restart(dir: &Path, port: u16) -> Server {
-        // The killed process's listener may linger a moment; serve retries briefly,
-        // and so does this.
-        for _ in 0..5 {
-            if let Some(child) = spawn_serve(dir) {
-                return Server { child, port, dir: dir.to_path_buf() };
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("sluice serve did not come back from its config file");
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("sluice.sock")
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.join("sluice.toml")
-    }
-
+impl ManagedServer {
     fn file(&self) -> Vec<u8> {
         std::fs::read(self.config()).expect("read config")
     }
@@ -154,53 +92,6 @@ impl Server {
         assert_ne!(nguid.trim_start_matches("0x").trim_matches('0'), "", "namespace {nsid} has an NGUID");
         nguid
     }
-
-    fn kill(mut self) {
-        // SIGKILL: no chance to clean up, the socket file stays behind.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `sluice serve --config DIR/sluice.toml --rpc-socket DIR/sluice.sock`, once ready.
-fn spawn_serve(dir: &Path) -> Option<Child> {
-    let mut child = Command::new(SLUICE)
-        .arg("serve")
-        .arg("--config")
-        .arg(dir.join("sluice.toml"))
-        .arg("--rpc-socket")
-        .arg(dir.join("sluice.sock"))
-        .env("SLUICE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sluice serve");
-    let stdout = child.stdout.take().unwrap();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.trim() == "sluice: ready" {
-                let _ = ready_tx.send(());
-            }
-        }
-    });
-    match ready_rx.recv_timeout(READY_DEADLINE) {
-        Ok(()) => Some(child),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
 }
 
 fn namespace_ids(list: &Value) -> Vec<u64> {
@@ -215,7 +106,7 @@ fn namespace_ids(list: &Value) -> Vec<u64> {
 #[test]
 fn changes_apply_live_persist_and_survive_a_kill() {
     let dir = scratch_dir("live");
-    let server = Server::start_new(&dir);
+    let server = start(&dir);
     let mode = std::fs::metadata(server.socket()).expect("the socket exists").permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "only the owner may use the management socket");
 
@@ -231,13 +122,7 @@ fn changes_apply_live_persist_and_survive_a_kill() {
     let controller = Controller::connect(options).expect("connect to the new subsystem");
     let added = server.ok_json(&["ns", "add", LIVE, "-b", "null", "-s", "8MiB", "--block-size", "4096", "-N", "5"]);
     assert_eq!(added["nsid"], 5, "{added}");
-    let deadline = Instant::now() + NOTICE_DEADLINE;
-    let mut changed = Vec::new();
-    while !changed.contains(&NamespaceId(5)) {
-        assert!(Instant::now() < deadline, "no namespace attribute notice for NSID 5 (got {changed:?})");
-        std::thread::sleep(Duration::from_millis(100));
-        changed.extend(controller.take_namespace_changes());
-    }
+    await_namespace_notice(&controller, NamespaceId(5));
     let active = controller.active_namespaces().expect("active namespace list");
     assert_eq!(active, [NamespaceId(1), NamespaceId(5)]);
     drop(controller);
@@ -270,7 +155,7 @@ fn changes_apply_live_persist_and_survive_a_kill() {
     let port = server.port;
     server.kill();
     assert!(dir.join("sluice.sock").exists(), "a killed server leaves its socket file");
-    let server = Server::restart(&dir, port);
+    let server = restart(&dir, port);
     let listed = server.ok_json(&["ns", "list", LIVE]);
     assert_eq!(namespace_ids(&listed), [5], "{listed}");
     assert_eq!(server.nguid(LIVE, 5), nguid_of_5, "NSID 5 keeps its NGUID across the restart");
@@ -281,14 +166,14 @@ fn changes_apply_live_persist_and_survive_a_kill() {
     // Removing the subsystem survives a restart too.
     server.ok(&["subsystem", "remove", LIVE]);
     server.kill();
-    let server = Server::restart(&dir, port);
+    let server = restart(&dir, port);
     let listed = server.ok_json(&["subsystem", "list"]);
     let nqns: Vec<&str> = listed["subsystems"].as_array().unwrap().iter().map(|s| s["nqn"].as_str().unwrap()).collect();
     assert_eq!(nqns, [BASE]);
 }
 
 /// Connects to `nqn` as `host` (with `secret` if given); the error text on refusal.
-fn connect_as(server: &Server, nqn: &str, host: &str, secret: Option<&str>) -> Result<Controller, String> {
+fn connect_as(server: &ManagedServer, nqn: &str, host: &str, secret: Option<&str>) -> Result<Controller, String> {
     let mut options = ConnectOptions::new(server.address(), nqn);
     options.host_nqn = host.to_string();
     options.io_queues = 1;
@@ -307,7 +192,7 @@ fn allowed_hosts_and_secrets_change_live() {
     const HOST_A: &str = "nqn.2014-08.io.sluice:host-a";
     const HOST_B: &str = "nqn.2014-08.io.sluice:host-b";
     let dir = scratch_dir("hosts");
-    let server = Server::start_new(&dir);
+    let server = start(&dir);
     server.ok(&["subsystem", "add", LIVE]);
     server.ok(&["ns", "add", LIVE, "-b", "ram", "-s", "8MiB"]);
     // Neither hosts listed nor allow_any_host: nobody may connect.
@@ -346,7 +231,7 @@ fn allowed_hosts_and_secrets_change_live() {
     // A restart reads the same rules from the file.
     let port = server.port;
     server.kill();
-    let server = Server::restart(&dir, port);
+    let server = restart(&dir, port);
     assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "still only host B after a restart");
     drop(connect_as(&server, LIVE, HOST_B, Some(&new_secret)).expect("host B after a restart"));
 
@@ -360,7 +245,7 @@ fn allowed_hosts_and_secrets_change_live() {
 #[test]
 fn refused_requests_leave_the_file_byte_identical() {
     let dir = scratch_dir("refused");
-    let server = Server::start_new(&dir);
+    let server = start(&dir);
     let before = server.file();
 
     let refused = |line: &str, code: i64, field: Option<&str>| {
@@ -419,10 +304,10 @@ fn refused_requests_leave_the_file_byte_identical() {
 #[test]
 fn a_live_socket_is_never_taken_over() {
     let dir = scratch_dir("taken");
-    let server = Server::start_new(&dir);
+    let server = start(&dir);
     // A second target (its own config and port) asking for the same socket path.
     let other = scratch_dir("taken-other");
-    std::fs::write(other.join("sluice.toml"), config_text(free_port())).unwrap();
+    std::fs::write(other.join("sluice.toml"), managed_config(free_port())).unwrap();
     let output = Command::new(SLUICE)
         .arg("serve")
         .arg("--config")
@@ -488,7 +373,7 @@ fn connect_through(port: u16) -> Controller {
 #[test]
 fn listeners_change_live_and_removal_closes_only_their_connections() {
     let dir = scratch_dir("listeners");
-    let server = Server::start_new(&dir);
+    let server = start(&dir);
     let port = server.port;
 
     // Added: discovery and Connect work through it at once.
@@ -555,7 +440,7 @@ fn listeners_change_live_and_removal_closes_only_their_connections() {
     let again = free_port();
     server.ok(&["listener", "add", &format!("127.0.0.1:{again}")]);
     server.kill();
-    let server = Server::restart(&dir, port);
+    let server = restart(&dir, port);
     assert_eq!(discovered_ports(again, BASE), [port.to_string(), again.to_string()]);
     drop(server);
 }

@@ -6,116 +6,29 @@
 
 mod support;
 
-use std::fs::File;
-use std::io::Read;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::{ConnectOptions, Controller};
 use nvme_spec::NamespaceId;
 use serde_json::Value;
 
-use support::{free_port, scratch_dir, SLUICE};
+use support::{await_namespace_notice, scratch_dir, ManagedServer, ServeSetup, BASE, SLUICE};
 
-const BASE: &str = "nqn.2026-11.io.sluice:base";
 const ADDED: &str = "nqn.2026-11.io.sluice:added";
 /// Longest a reload may take to show (it builds RAM backends; seconds is generous).
 const RELOAD_DEADLINE: Duration = Duration::from_secs(20);
-/// Longest a connected host may take to hear of a namespace change (its admin queue
-/// is read at every keep-alive, once a second here).
-const NOTICE_DEADLINE: Duration = Duration::from_secs(10);
 
-fn config_text(port: u16) -> String {
-    format!(
-        r#"# Edited by hand in this test.
-[[listener]]
-address = "127.0.0.1:{port}"
-
-[[backend]]
-name = "spare"
-kind = "ram"
-size = "8MiB"
-
-[[subsystem]]
-nqn = "{BASE}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-backend = "ram"
-size = "16MiB"
-
-[runtime]
-threads = 1
-"#
-    )
+/// `sluice serve` on a [`support::managed_config`] file with its stderr in a file the
+/// test reads (the reload log), and `notify` as its NOTIFY_SOCKET (never the runner's).
+fn start(dir: &Path, notify: Option<&Path>) -> ManagedServer {
+    let env = [("NOTIFY_SOCKET", notify.map(Path::as_os_str))];
+    ManagedServer::start(dir, &ServeSetup { log_level: "info", stderr_to_file: true, env: &env })
 }
 
-/// `sluice serve` with its stderr in a file the test reads (the reload log).
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start(dir: &Path, notify: Option<&Path>) -> Server {
-        for _ in 0..5 {
-            let port = free_port();
-            std::fs::write(dir.join("sluice.toml"), config_text(port)).unwrap();
-            let mut command = Command::new(SLUICE);
-            command
-                .arg("serve")
-                .arg("--config")
-                .arg(dir.join("sluice.toml"))
-                .arg("--rpc-socket")
-                .arg(dir.join("sluice.sock"))
-                .env("SLUICE_LOG", "info")
-                .env_remove("NOTIFY_SOCKET")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(File::create(dir.join("serve.log")).unwrap());
-            if let Some(socket) = notify {
-                command.env("NOTIFY_SOCKET", socket);
-            }
-            let mut child = command.spawn().expect("spawn sluice serve");
-            let stdout = child.stdout.take().unwrap();
-            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                use std::io::BufRead;
-                for line in std::io::BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if line.trim() == "sluice: ready" {
-                        let _ = ready_tx.send(());
-                    }
-                }
-            });
-            if ready_rx.recv_timeout(support::READY_DEADLINE).is_ok() {
-                return Server { child, port, dir: dir.to_path_buf() };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("sluice serve did not become ready");
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.join("sluice.toml")
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -{name}");
-    }
-
-    fn log(&self) -> String {
-        let mut text = String::new();
-        File::open(self.dir.join("serve.log")).unwrap().read_to_string(&mut text).unwrap();
-        text
-    }
-
+impl ManagedServer {
     /// Waits until the log contains `needle` `count` times.
     fn wait_for_log(&self, needle: &str, count: usize) -> String {
         let deadline = Instant::now() + RELOAD_DEADLINE;
@@ -134,7 +47,7 @@ impl Server {
         let output = Command::new(SLUICE)
             .args(args)
             .args(["-o", "json", "--socket"])
-            .arg(self.dir.join("sluice.sock"))
+            .arg(self.socket())
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -153,13 +66,6 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn namespace_ids(list: &Value) -> Vec<u64> {
     list["namespaces"].as_array().unwrap().iter().map(|namespace| namespace["nsid"].as_u64().unwrap()).collect()
 }
@@ -167,7 +73,7 @@ fn namespace_ids(list: &Value) -> Vec<u64> {
 #[test]
 fn sighup_applies_an_edited_file_and_refuses_a_broken_one() {
     let dir = scratch_dir("reload");
-    let server = Server::start(&dir, None);
+    let server = start(&dir, None);
     let host = server.connect(BASE);
     assert_eq!(host.active_namespaces().unwrap(), [NamespaceId(1)]);
 
@@ -187,13 +93,7 @@ fn sighup_applies_an_edited_file_and_refuses_a_broken_one() {
     server.wait_for_log("reloaded: 2 change(s) applied, 0 need a restart, 0 failed", 1);
 
     // The connected host hears of namespace 2 and sees it, without reconnecting.
-    let deadline = Instant::now() + NOTICE_DEADLINE;
-    let mut changed = Vec::new();
-    while !changed.contains(&NamespaceId(2)) {
-        assert!(Instant::now() < deadline, "no namespace attribute notice for NSID 2 (got {changed:?})");
-        std::thread::sleep(Duration::from_millis(100));
-        changed.extend(host.take_namespace_changes());
-    }
+    await_namespace_notice(&host, NamespaceId(2));
     assert_eq!(host.active_namespaces().unwrap(), [NamespaceId(1), NamespaceId(2)]);
     let added = server.connect(ADDED);
     assert_eq!(added.active_namespaces().unwrap(), [NamespaceId(1)]);
@@ -233,7 +133,7 @@ fn the_service_manager_hears_ready_reloading_and_stopping() {
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     socket.set_read_timeout(Some(RELOAD_DEADLINE)).unwrap();
-    let mut server = Server::start(&dir, Some(&socket_path));
+    let mut server = start(&dir, Some(&socket_path));
 
     let ready = receive(&socket);
     assert!(ready.starts_with("READY=1\n") && ready.contains("STATUS=serving 1 subsystem(s)"), "{ready}");

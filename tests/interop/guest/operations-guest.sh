@@ -235,6 +235,7 @@ if [ $go = 1 ]; then
   # changes as a Discovery Log Page Change event (AER DW0 0x0070F002), which Linux
   # reports as a uevent with NVME_AEN=0x70f002: busybox's uevent applet records them.
   : >/tmp/nvme-aen.log
+  # shellcheck disable=SC2016  # the variables belong to the uevent script, not here
   printf '#!/bin/sh\n[ -n "$NVME_AEN" ] && echo "$DEVNAME $NVME_AEN" >>/tmp/nvme-aen.log\nexit 0\n' >/tmp/uevent.sh
   chmod +x /tmp/uevent.sh
   busybox uevent /tmp/uevent.sh >/dev/null 2>&1 &

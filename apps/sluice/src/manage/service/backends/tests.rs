@@ -15,7 +15,10 @@ use nvme_target::Target;
 
 const A: &str = "nqn.2026-11.io.sluice:a";
 
-const FILE: &str = r#"[[listener]]
+/// The config both these tests and the reload tests start from: subsystem A with
+/// namespace 1 over the named backend "disk", a named backend "spare" nothing uses,
+/// and a pool "capacity" over "pooldev".
+pub(crate) const FILE: &str = r#"[[listener]]
 address = "127.0.0.1:4420"
 
 [[backend]]
@@ -43,6 +46,7 @@ nqn = "nqn.2026-11.io.sluice:a"
 allow_any_host = true
 
 [[subsystem.namespace]]
+nsid = 1
 device = "disk"
 "#;
 

@@ -6,42 +6,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::super::backends::tests::Fixture;
+use super::super::backends::tests::{Fixture, FILE};
 use nvme_spec::NamespaceId;
 
 const A: &str = "nqn.2026-11.io.sluice:a";
 const B: &str = "nqn.2026-11.io.sluice:b";
-
-const FILE: &str = r#"[[listener]]
-address = "127.0.0.1:4420"
-
-[[backend]]
-name = "disk"
-kind = "ram"
-size = "4MiB"
-
-[[backend]]
-name = "spare"
-kind = "null"
-size = "2MiB"
-
-[[backend]]
-name = "pooldev"
-kind = "ram"
-size = "8MiB"
-
-[[pool]]
-name = "capacity"
-device = "pooldev"
-
-[[subsystem]]
-nqn = "nqn.2026-11.io.sluice:a"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-device = "disk"
-"#;
 
 #[test]
 fn a_reload_adds_and_removes_what_the_file_says() {
