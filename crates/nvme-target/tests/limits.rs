@@ -10,45 +10,14 @@ use std::time::Duration;
 use nvme_spec::discovery::DISCOVERY_NQN;
 use nvme_spec::fabrics::{connect_command_offset, connect_invalid_parameter_in_command, ConnectCommand, ConnectData, CONNECT_DATA_BYTES};
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
-use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, Status, SubmissionQueueEntry};
-use nvme_target::{
-    AddressFamily, HostAccess, ListenerSpec, NamespaceSpec, Phase, SubsystemSpec, Target, TargetSettings, TargetSpec,
-};
+use nvme_spec::{CommandId, ControllerId, QueueId, Status, SubmissionQueueEntry};
+use nvme_target::{Phase, Target, TargetSettings};
 use nvme_tcp_wire::{DataHeader, DigestSettings, FatalErrorStatus, PduHeader};
-use storage::{Geometry, RamBackend};
 use support::*;
 
 const OTHER_HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000002";
 const NO_DIGESTS: DigestSettings = DigestSettings { header: false, data: false };
 const KIB: u32 = 1024;
-
-/// `test_target` with other settings.
-fn target_with(settings: TargetSettings) -> Arc<Target> {
-    let namespace = |id| NamespaceSpec {
-        id: NamespaceId(id),
-        backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
-        nguid: None,
-        uuid: None,
-    };
-    Target::new(TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "127.0.0.1".into(),
-            port: 4420,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-        }],
-        subsystems: vec![SubsystemSpec {
-            hosts: HostAccess::allow_any(),
-            pool: None,
-            nqn: NQN.into(),
-            serial_number: None,
-            model_number: None,
-            namespaces: vec![namespace(1), namespace(2)],
-        }],
-        settings,
-    })
-    .expect("valid target")
-}
 
 /// An admin queue Connect with a chosen KATO, after ICReq.
 fn connect_admin_with_kato(host: &mut FakeHost, nqn: &str, host_nqn: &str, keep_alive_timeout_ms: u32) -> Answer {
@@ -85,7 +54,7 @@ fn assert_busy_and_retryable(answer: &Answer) {
 fn connects_beyond_the_per_host_limit_are_busy_until_a_connection_closes() {
     let settings =
         TargetSettings { max_io_queues_per_controller: 2, max_connections_per_host: 3, ..TargetSettings::default() };
-    let target = target_with(settings);
+    let target = test_target_with(settings);
     let mut admin = FakeHost::new(target.clone(), 0);
     let cntlid = admin.bring_up_admin(NQN);
     let (_first_io, answer) = io_queue_as(&target, cntlid, 1, 32, HOST_NQN);
@@ -128,7 +97,7 @@ fn connects_beyond_the_per_host_limit_are_busy_until_a_connection_closes() {
 
 #[test]
 fn refused_connects_are_not_counted() {
-    let target = target_with(TargetSettings::default());
+    let target = test_target_with(TargetSettings::default());
     let mut host = FakeHost::new(target.clone(), 0);
     let answer = connect_admin_with_kato(&mut host, "nqn.2026-11.io.sluice:missing", HOST_NQN, 5000);
     assert_status(&answer, Status::CONNECT_INVALID_PARAMETERS);
@@ -139,7 +108,7 @@ fn refused_connects_are_not_counted() {
 
 #[test]
 fn keep_alive_disabled_is_refused_at_kato_unless_allowed() {
-    let target = target_with(TargetSettings::default());
+    let target = test_target_with(TargetSettings::default());
     let mut host = FakeHost::new(target.clone(), 0);
     let answer = connect_admin_with_kato(&mut host, NQN, HOST_NQN, 0);
     assert_status(&answer, Status::CONNECT_INVALID_PARAMETERS);
@@ -150,7 +119,7 @@ fn keep_alive_disabled_is_refused_at_kato_unless_allowed() {
     );
     assert!(target.controllers_of(0).is_empty());
 
-    let target = target_with(TargetSettings { allow_keep_alive_disabled: true, ..TargetSettings::default() });
+    let target = test_target_with(TargetSettings { allow_keep_alive_disabled: true, ..TargetSettings::default() });
     let mut host = FakeHost::new(target.clone(), 0);
     assert_status(&connect_admin_with_kato(&mut host, NQN, HOST_NQN, 0), Status::SUCCESS);
     host.advance(Duration::from_secs(3600));
@@ -159,7 +128,7 @@ fn keep_alive_disabled_is_refused_at_kato_unless_allowed() {
 
 #[test]
 fn discovery_with_keep_alive_zero_works_and_ends_after_two_minutes() {
-    let target = target_with(TargetSettings::default());
+    let target = test_target_with(TargetSettings::default());
     let mut host = FakeHost::new(target.clone(), 0);
     let answer = connect_admin_with_kato(&mut host, DISCOVERY_NQN, HOST_NQN, 0);
     assert_status(&answer, Status::SUCCESS);
@@ -175,7 +144,7 @@ fn discovery_with_keep_alive_zero_works_and_ends_after_two_minutes() {
 fn keep_alive_above_the_maximum_is_refused_and_below_the_minimum_raised() {
     let settings =
         TargetSettings { min_keep_alive_timeout_ms: 5_000, max_keep_alive_timeout_ms: 60_000, ..TargetSettings::default() };
-    let target = target_with(settings);
+    let target = test_target_with(settings);
     let mut host = FakeHost::new(target.clone(), 0);
     let answer = connect_admin_with_kato(&mut host, NQN, HOST_NQN, 60_001);
     assert_status(&answer, Status::CONNECT_INVALID_PARAMETERS);
@@ -197,7 +166,7 @@ fn keep_alive_above_the_maximum_is_refused_and_below_the_minimum_raised() {
 
 #[test]
 fn connection_setup_timeout_is_a_setting() {
-    let target = target_with(TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() });
+    let target = test_target_with(TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() });
     let mut idle = FakeHost::new(target.clone(), 0);
     idle.advance(Duration::from_millis(499));
     assert!(!idle.connection.wants_close());
@@ -218,7 +187,7 @@ fn connection_setup_timeout_is_a_setting() {
 /// An I/O queue of `depth` on a target whose connections may have `budget` bytes of
 /// R2T data outstanding.
 fn io_queue_with_budget(budget: u32, depth: u16) -> (Arc<Target>, FakeHost, FakeHost) {
-    let target = target_with(TargetSettings {
+    let target = test_target_with(TargetSettings {
         max_outstanding_r2t_bytes_per_connection: budget,
         ..TargetSettings::default()
     });

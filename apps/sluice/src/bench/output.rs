@@ -9,12 +9,22 @@ fn us(nanoseconds: f64) -> f64 {
     nanoseconds / 1e3
 }
 
+/// What any driver measured for one run: the rest of a `RunResult` derives from it
+/// and the job.
+struct Totals {
+    seconds: f64,
+    ios: u64,
+    bytes: u64,
+    errors: u64,
+    initiator_seconds: f64,
+    target_seconds: Option<f64>,
+    latency_us: Latency,
+    time_series: Vec<Sample>,
+}
+
 /// The result of one run.
 pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResult {
     let result = &measured.result;
-    let seconds = result.measured.as_secs_f64();
-    let ios = result.ios();
-    let per_second = |count: f64| if seconds > 0.0 { count / seconds } else { 0.0 };
     let summary = result.latency.summary();
     let mut percentiles: Vec<Percentile> = PERCENTILES
         .iter()
@@ -30,27 +40,13 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
             percentiles[index].value = percentiles[index - 1].value;
         }
     }
-    let per_io = |cpu: f64| if ios > 0 { cpu * 1e6 / ios as f64 } else { 0.0 };
-    let initiator = measured.initiator_seconds;
-    let target = embedded.then_some(measured.target_seconds);
-    RunResult {
-        name: job.name.clone(),
-        group: job.group.clone(),
-        pattern: job.pattern.as_str().into(),
-        read_percent: u32::from(job.read_percent),
-        block_size: job.block_size,
-        threads: job.threads,
-        queue_depth: job.queue_depth,
-        rate_limit_iops: job.rate_limit_iops,
-        load_percent: job
-            .load_percent
-            .map(|load| (load.round() as u32).clamp(1, 100)),
-        duration_seconds: seconds,
-        ios,
+    let totals = Totals {
+        seconds: result.measured.as_secs_f64(),
+        ios: result.ios(),
         bytes: result.bytes,
         errors: result.errors,
-        iops: per_second(ios as f64),
-        bytes_per_second: per_second(result.bytes as f64),
+        initiator_seconds: measured.initiator_seconds,
+        target_seconds: embedded.then_some(measured.target_seconds),
         latency_us: Latency {
             mean: us(summary.mean_ns),
             min: us(summary.min_ns as f64),
@@ -58,19 +54,6 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
             stddev: us(summary.stddev_ns),
             percentiles,
         },
-        cpu: CpuUse {
-            initiator_seconds: initiator,
-            target_seconds: target,
-            initiator_us_per_io: per_io(initiator),
-            target_us_per_io: target.map(per_io),
-            iops_per_initiator_core: if initiator > 0.0 {
-                ios as f64 / initiator
-            } else {
-                0.0
-            },
-        },
-        percent_of_ceiling: None,
-        bound_by: None,
         time_series: measured
             .samples
             .iter()
@@ -81,7 +64,8 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
                 p99_us: us(sample.p99_ns as f64),
             })
             .collect(),
-    }
+    };
+    assemble(job, totals)
 }
 
 /// The result of one run driven by fio. `target_seconds`: the target's CPU over fio's
@@ -91,11 +75,24 @@ pub fn run_result_fio(
     measured: &bench_results::fio::FioMeasurement,
     target_seconds: Option<f64>,
 ) -> RunResult {
-    let seconds = measured.duration_seconds;
-    let ios = measured.ios;
+    let totals = Totals {
+        seconds: measured.duration_seconds,
+        ios: measured.ios,
+        bytes: measured.bytes,
+        errors: measured.errors,
+        initiator_seconds: measured.initiator_seconds,
+        target_seconds,
+        latency_us: measured.latency_us.clone(),
+        time_series: measured.time_series.clone(),
+    };
+    assemble(job, totals)
+}
+
+/// The job's parameters, the totals and the rates and CPU costs derived from them.
+fn assemble(job: &JobSpec, totals: Totals) -> RunResult {
+    let Totals { seconds, ios, bytes, errors, initiator_seconds, target_seconds, latency_us, time_series } = totals;
     let per_second = |count: f64| if seconds > 0.0 { count / seconds } else { 0.0 };
     let per_io = |cpu: f64| if ios > 0 { cpu * 1e6 / ios as f64 } else { 0.0 };
-    let initiator = measured.initiator_seconds;
     RunResult {
         name: job.name.clone(),
         group: job.group.clone(),
@@ -110,25 +107,25 @@ pub fn run_result_fio(
             .map(|load| (load.round() as u32).clamp(1, 100)),
         duration_seconds: seconds,
         ios,
-        bytes: measured.bytes,
-        errors: measured.errors,
+        bytes,
+        errors,
         iops: per_second(ios as f64),
-        bytes_per_second: per_second(measured.bytes as f64),
-        latency_us: measured.latency_us.clone(),
+        bytes_per_second: per_second(bytes as f64),
+        latency_us,
         cpu: CpuUse {
-            initiator_seconds: initiator,
+            initiator_seconds,
             target_seconds,
-            initiator_us_per_io: per_io(initiator),
+            initiator_us_per_io: per_io(initiator_seconds),
             target_us_per_io: target_seconds.map(per_io),
-            iops_per_initiator_core: if initiator > 0.0 {
-                ios as f64 / initiator
+            iops_per_initiator_core: if initiator_seconds > 0.0 {
+                ios as f64 / initiator_seconds
             } else {
                 0.0
             },
         },
         percent_of_ceiling: None,
         bound_by: None,
-        time_series: measured.time_series.clone(),
+        time_series,
     }
 }
 

@@ -24,6 +24,11 @@ pub const NAMESPACE_BLOCKS: u64 = 8192; // 4 MiB
 /// A target with one subsystem holding RAM namespaces 1 and 2, a listener serving I/O
 /// and discovery (index 0) and a discovery-only listener (index 1).
 pub fn test_target() -> Arc<Target> {
+    test_target_with(TargetSettings::default())
+}
+
+/// `test_target` with other settings (limits, keep-alive bounds).
+pub fn test_target_with(settings: TargetSettings) -> Arc<Target> {
     let namespace = |id| NamespaceSpec {
         id: NamespaceId(id),
         backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
@@ -43,7 +48,7 @@ pub fn test_target() -> Arc<Target> {
             model_number: None,
             namespaces: vec![namespace(1), namespace(2)],
         }],
-        settings: TargetSettings::default(),
+        settings,
     })
     .expect("valid test target")
 }
