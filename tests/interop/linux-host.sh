@@ -128,7 +128,7 @@ t_guest=$SECONDS
 set +e
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \
   --target-port "$IO_PORT" --subnqn "$NQN" \
-  --share "$OUT_DIR/guest" --add "$GUEST_SCRIPT:/root/linux-host-guest.sh" \
+  --share "$OUT_DIR/guest" --add "$GUEST_SCRIPT:/root/linux-host-guest.sh" --add "$REPO/tests/interop/guest/checks.sh:/root/checks.sh" \
   -- "$guest_env sh /root/linux-host-guest.sh" </dev/null 2>&1 | tee "$OUT_DIR/guest.log"
 guest_rc=${PIPESTATUS[0]}
 set -e

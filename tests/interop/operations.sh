@@ -227,7 +227,7 @@ guest_env="IO_PORT=$IO_PORT DISC_PORT=$DISC_PORT LISTENER_PORT=$LISTENER_PORT CT
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log, details: guest/)"
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \
   --target-port "$IO_PORT" --subnqn "$NQN" \
-  --share "$OUT_DIR/guest" --add "$GUEST_SCRIPT:/root/operations-guest.sh" \
+  --share "$OUT_DIR/guest" --add "$GUEST_SCRIPT:/root/operations-guest.sh" --add "$REPO/tests/interop/guest/checks.sh:/root/checks.sh" \
   -- "$guest_env sh /root/operations-guest.sh" </dev/null >"$OUT_DIR/guest.log" 2>&1 &
 GUEST_PID=$!
 # show the guest's output as it comes (tail ends with the guest)

@@ -201,7 +201,7 @@ log "booting the Linux host guest (host NQN $GUEST_HOSTNQN; timeout ${GUEST_TIME
 t_guest=$SECONDS
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \
   --target-port "$IO_PORT" --hostnqn "$GUEST_HOSTNQN" \
-  --share "$SHARE" --add "$GUEST_SCRIPT:/root/storage-guest.sh" \
+  --share "$SHARE" --add "$GUEST_SCRIPT:/root/storage-guest.sh" --add "$REPO/tests/interop/guest/checks.sh:/root/checks.sh" \
   -- "$guest_env sh /root/storage-guest.sh" </dev/null >"$OUT_DIR/guest.log" 2>&1 &
 GUEST_PID=$!
 # Stream the guest's output here as it comes.

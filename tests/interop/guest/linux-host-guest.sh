@@ -29,32 +29,9 @@ EXPECT_LBADS=${EXPECT_LBADS:-}
 if [ -d /host ] && : 2>/dev/null >/host/.writable; then LOGDIR=/host; rm -f /host/.writable
 else LOGDIR=/tmp/linux-host; mkdir -p "$LOGDIR"; fi
 
-passed=0 failed=0 failed_names=''
+# shellcheck source=tests/interop/guest/checks.sh
+. /root/checks.sh  # ok, fail, section, show_tail, run, run_quiet (tests/interop/guest/checks.sh)
 CTRL='' NSDEV=''
-
-ok() { echo "CHECK $1: ok"; passed=$((passed + 1)); }
-fail() {
-  echo "CHECK $1: FAIL${2:+ ($2)}"
-  failed=$((failed + 1)); failed_names="$failed_names $1"
-}
-section() { echo; echo "=== $*"; }
-# show the last lines of a detail file (on failure)
-show_tail() { [ -s "$1" ] && { echo "--- last lines of ${1##*/}:"; tail -n "${2:-25}" "$1" | sed 's/^/  | /'; }; }
-
-# run NAME TIMEOUT CMD...: run CMD bounded, output to $LOGDIR/NAME.txt, check = exit 0
-run() {
-  local name="$1" tmo="$2" out rc
-  shift 2
-  out=$LOGDIR/$name.txt
-  echo "+ $*" >"$out"
-  timeout "$tmo" "$@" >>"$out" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then ok "$name"; return 0; fi
-  if [ $rc -eq 143 ] || [ $rc -eq 124 ]; then fail "$name" "timed out after ${tmo}s"
-  else fail "$name" "exit $rc"; fi
-  show_tail "$out"
-  return 1
-}
 
 # is_ours DIR: is the sysfs controller/subsystem DIR the one of $NQN?
 is_ours() { [ -r "$1/subsysnqn" ] && [ "$(cat "$1/subsysnqn")" = "$NQN" ]; }

@@ -35,14 +35,8 @@ WAIT_HOST=${WAIT_HOST:-120}
 LOGDIR=/host
 SYNC=$LOGDIR/sync
 
-passed=0 failed=0 failed_names=''
-ok() { echo "CHECK $1: ok${2:+ ($2)}"; passed=$((passed + 1)); }
-fail() {
-  echo "CHECK $1: FAIL${2:+ ($2)}"
-  failed=$((failed + 1)); failed_names="$failed_names $1"
-}
-section() { echo; echo "=== $*"; }
-show_tail() { [ -s "$1" ] && { echo "--- last lines of ${1##*/}:"; tail -n "${2:-25}" "$1" | sed 's/^/  | /'; }; }
+# shellcheck source=tests/interop/guest/checks.sh
+. /root/checks.sh  # ok, fail, section, show_tail, run, run_quiet (tests/interop/guest/checks.sh)
 
 # seconds since boot, with two decimals; elapsed T0: seconds since T0
 now() { cut -d' ' -f1 /proc/uptime; }
@@ -62,7 +56,6 @@ await() {
 }
 abort() { signal guest-abort "$1"; echo "guest: giving up: $1"; }
 
-# run NAME TIMEOUT CMD...: bounded, output to $LOGDIR/NAME.txt, check = exit 0
 # aen_wait COUNT TIMEOUT: wait until the persistent discovery controller $DCTRL got
 # COUNT discovery log change events (lines of /tmp/nvme-aen.log)
 aen_wait() {
@@ -71,20 +64,6 @@ aen_wait() {
     [ $i -ge $(( $2 * 10 )) ] && return 1
     usleep 100000; i=$((i + 1))
   done
-}
-
-run() {
-  local name="$1" tmo="$2" out rc
-  shift 2
-  out=$LOGDIR/$name.txt
-  echo "+ $*" >"$out"
-  timeout "$tmo" "$@" >>"$out" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then ok "$name"; return 0; fi
-  if [ $rc -eq 143 ] || [ $rc -eq 124 ]; then fail "$name" "timed out after ${tmo}s"
-  else fail "$name" "exit $rc"; fi
-  show_tail "$out"
-  return 1
 }
 
 is_ours() { [ -r "$1/subsysnqn" ] && [ "$(cat "$1/subsysnqn")" = "$NQN" ]; }

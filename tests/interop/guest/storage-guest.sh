@@ -55,34 +55,9 @@ HOST_WAIT_S=120
 if [ -d /host ] && : 2>/dev/null >/host/.writable; then LOGDIR=/host; rm -f /host/.writable
 else LOGDIR=/tmp/storage; mkdir -p "$LOGDIR"; fi
 
-passed=0 failed=0 failed_names=''
+# shellcheck source=tests/interop/guest/checks.sh
+. /root/checks.sh  # ok, fail, section, show_tail, run, run_quiet (tests/interop/guest/checks.sh)
 POOL_CTRL='' CNTLID=''
-
-ok() { echo "CHECK $1: ok${2:+ ($2)}"; passed=$((passed + 1)); }
-fail() {
-  echo "CHECK $1: FAIL${2:+ ($2)}"
-  failed=$((failed + 1)); failed_names="$failed_names $1"
-}
-section() { echo; echo "=== $*"; }
-show_tail() { [ -s "$1" ] && { echo "--- last lines of ${1##*/}:"; tail -n "${2:-25}" "$1" | sed 's/^/  | /'; }; }
-
-# run NAME TIMEOUT CMD...: run CMD bounded, output to $LOGDIR/NAME.txt; no check line
-# unless it fails (returns CMD's status)
-run_quiet() {
-  local name="$1" tmo="$2" out rc
-  shift 2
-  out=$LOGDIR/$name.txt
-  echo "+ $*" >"$out"
-  timeout "$tmo" "$@" >>"$out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] && return 0
-  if [ $rc -eq 143 ] || [ $rc -eq 124 ]; then fail "$name" "timed out after ${tmo}s"
-  else fail "$name" "exit $rc"; fi
-  show_tail "$out"
-  return 1
-}
-# run NAME TIMEOUT CMD...: like run_quiet, and a check line on success
-run() { run_quiet "$@" && ok "$1"; }
 
 # uptime in centiseconds (busybox date has whole seconds only)
 now_cs() { awk '{ split($1, t, "."); print t[1] * 100 + t[2] }' /proc/uptime; }
