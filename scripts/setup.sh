@@ -69,12 +69,17 @@ missing=()     # (--check) what is missing
 #   tgt (tgtd, tgtadm), libiscsi-bin and libiscsi-dev: `sluice bench --compare iscsi`
 #   (Debian's userspace iSCSI target, and the libiscsi initiator that fio's libiscsi
 #   engine is built against; an entry that starts with / is a file, not a command).
+#   ceph-mon, ceph-osd, ceph-common, librbd-dev, librados-dev: the one-node Ceph
+#   cluster (../shared/ceph-single-node.sh) behind the RBD backend's tests and the
+#   librbd/librados the `rbd` backend loads at run time (fio's rbd engine comes with fio).
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
   flock:util-linux timeout:coreutils dpkg-deb:dpkg ldd:libc-bin shellcheck:shellcheck
   g++:g++ make:make cc:gcc python3:python3 dpkg-source:dpkg-dev chromium:chromium
-  tgtd:tgt tgtadm:tgt iscsi-inq:libiscsi-bin /usr/include/iscsi/iscsi.h:libiscsi-dev"
+  tgtd:tgt tgtadm:tgt iscsi-inq:libiscsi-bin /usr/include/iscsi/iscsi.h:libiscsi-dev
+  ceph-mon:ceph-mon ceph-osd:ceph-osd ceph:ceph-common rbd:ceph-common
+  /usr/include/rbd/librbd.h:librbd-dev /usr/include/rados/librados.h:librados-dev"
 
 apt_missing=()
 for entry in $APT_TOOLS; do
@@ -196,5 +201,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
 fi

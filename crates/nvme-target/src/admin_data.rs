@@ -345,8 +345,13 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         number_of_lba_formats: 0,
         formatted_lba_size: 0,
         multipath_capabilities: nmic::SHARED,
-        // Deallocated blocks read as zeroes, and Write Zeroes may deallocate.
-        deallocate_features: dlfeat::READ_ZEROES | dlfeat::WRITE_ZEROES_DEALLOCATE,
+        // Write Zeroes may deallocate; deallocated blocks read as zeroes where the
+        // backend promises it (RBD does not: its discards skip partial objects).
+        deallocate_features: if namespace.backend.deallocate_reads_zeroes() {
+            dlfeat::READ_ZEROES | dlfeat::WRITE_ZEROES_DEALLOCATE
+        } else {
+            dlfeat::WRITE_ZEROES_DEALLOCATE
+        },
         namespace_globally_unique_identifier: namespace.nguid,
         ..IdentifyNamespace::default()
     };

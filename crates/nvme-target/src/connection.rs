@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use nvme_spec::{CompletionQueueEntry, QueueId, Status};
@@ -21,6 +22,7 @@ use nvme_tcp_wire::{
     ReadyToTransfer, Role, TerminationRequest,
 };
 use nvme_spec::NamespaceId;
+
 use storage::{BackendQueue, IoCompletion};
 
 use crate::controller::{Controller, ControllerKind};
@@ -82,8 +84,13 @@ pub(crate) struct OpenQueue {
 }
 
 impl OpenQueue {
-    pub(crate) fn new(namespace: Arc<Namespace>) -> Self {
-        let queue = namespace.backend.open_queue();
+    /// Opens a queue on `namespace`'s backend; with a waker, a backend whose
+    /// completions arrive on its own threads wakes the caller instead of being polled.
+    pub(crate) fn new(namespace: Arc<Namespace>, waker: Option<&Waker>) -> Self {
+        let queue = match waker {
+            Some(waker) => namespace.backend.open_queue_with_waker(waker),
+            None => namespace.backend.open_queue(),
+        };
         let stats = namespace.stats.register();
         OpenQueue { namespace, queue, stats }
     }
@@ -134,6 +141,9 @@ pub struct Connection {
     /// flight: polled until drained, then dropped.
     pub(crate) retired_queues: Vec<OpenQueue>,
     pub(crate) completions: Vec<IoCompletion>,
+    /// Given by the runtime: backend queues that complete on threads of their own
+    /// wake the owning thread through it (see [`Connection::set_storage_waker`]).
+    pub(crate) storage_waker: Option<Waker>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// Connection setup must finish by then.
     setup_deadline: Option<Instant>,
@@ -169,6 +179,14 @@ impl std::fmt::Debug for Connection {
 const SETUP_QUEUE_DEPTH: u16 = 1;
 
 impl Connection {
+    /// The owning thread's waker: backend queues opened from now on that complete on
+    /// threads of their own (RBD) call it, so the thread may sleep while their
+    /// requests are in flight and then calls [`Connection::poll_storage`]. Without
+    /// one, every queue with requests in flight counts as pending work.
+    pub fn set_storage_waker(&mut self, waker: Waker) {
+        self.storage_waker = Some(waker);
+    }
+
     /// A new connection accepted on `listener_index` of the target.
     pub fn new(target: Arc<Target>, listener_index: usize, peer: String, now: Instant) -> Self {
         let setup_timeout = Duration::from_millis(target.settings.connection_setup_timeout_ms);
@@ -200,6 +218,7 @@ impl Connection {
             opened_namespaces: Vec::new(),
             retired_queues: Vec::new(),
             completions: Vec::new(),
+            storage_waker: None,
             stats: None,
             setup_deadline: Some(now + setup_timeout),
             keep_alive_deadline: None,

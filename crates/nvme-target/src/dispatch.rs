@@ -64,6 +64,7 @@ pub(crate) fn status_from_io_error(error: IoError) -> Status {
         IoError::NoSpace => Status::CAPACITY_EXCEEDED.with_do_not_retry(),
         IoError::WriteFault => Status::WRITE_FAULT,
         IoError::ReadError => Status::UNRECOVERED_READ_ERROR,
+        IoError::Unavailable => Status::NAMESPACE_NOT_READY,
         IoError::BufferLengthMismatch | IoError::Internal => Status::INTERNAL_ERROR,
     }
 }
@@ -179,7 +180,7 @@ impl Connection {
             if self.backend_queues.len() <= index {
                 self.backend_queues.resize_with(index + 1, || None);
             }
-            self.backend_queues[index] = Some(OpenQueue::new(namespace));
+            self.backend_queues[index] = Some(OpenQueue::new(namespace, self.storage_waker.as_ref()));
             self.opened_namespaces.push(namespace_id.0);
         }
         let slot = self.slots.slot(slot_index);
@@ -192,12 +193,16 @@ impl Connection {
         Ok(())
     }
 
-    /// True when storage operations are in flight (the runtime then calls
-    /// `poll_storage` without waiting for the socket).
+    /// True when storage operations are in flight that nothing will wake the thread
+    /// for (the runtime then calls `poll_storage` without waiting for the socket).
+    /// Queues that call the storage waker on completion do not count: the thread
+    /// sleeps and polls when woken.
     pub fn has_pending_storage(&self) -> bool {
-        self.opened_namespaces.iter().any(|&nsid| {
-            self.backend_queues[nsid as usize - 1].as_ref().is_some_and(|open| open.queue.in_flight() > 0)
-        }) || !self.retired_queues.is_empty()
+        let must_poll = |open: &OpenQueue| open.queue.in_flight() > 0 && !open.queue.wakes_on_completion();
+        self.opened_namespaces
+            .iter()
+            .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
+            || self.retired_queues.iter().any(must_poll)
     }
 
     /// Collects storage completions and finishes the commands they belong to.

@@ -80,7 +80,7 @@ struct EchoService;
 impl Service for EchoService {
     type Handler = Echo;
 
-    fn accept(&self, thread: usize, _listener: ListenerId, _local: SocketAddr, peer: SocketAddr, _now: Instant) -> Option<Echo> {
+    fn accept(&self, thread: usize, _listener: ListenerId, _local: SocketAddr, peer: SocketAddr, _storage_waker: &std::task::Waker, _now: Instant) -> Option<Echo> {
         println!("{peer} connected (thread {thread})");
         Some(Echo { peer, waiting: Vec::new(), spare: Vec::new(), spare_batch: Vec::new() })
     }

@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -15,6 +16,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use crate::connection::Connection;
 use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
 use crate::slab::Slab;
+use crate::storage_wake::StorageWake;
 use crate::user_data::{OpKind, UserData};
 use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};
 
@@ -71,6 +73,15 @@ pub struct EventLoop<S: Service> {
     /// The wake eventfd fired: look at the mailbox after this round of
     /// completions.
     mailbox_due: bool,
+    /// Storage completing on other threads (RBD) rings this; its waker goes to every
+    /// connection accepted here.
+    storage_wake: Arc<StorageWake>,
+    storage_waker: Waker,
+    /// The storage eventfd read lands here; boxed so its address is stable.
+    storage_wake_buffer: Box<u64>,
+    storage_wake_armed: bool,
+    /// The storage eventfd fired: poll every connection this iteration.
+    storage_due: bool,
     /// Commands taken from the mailbox, applied, then cleared. Reused.
     listener_commands: Vec<ListenerCommand>,
     /// Operations submitted whose final completion has not been seen. Nothing
@@ -105,14 +116,16 @@ pub fn run_thread<S: Service>(
             tracing::warn!(thread = settings.thread, core, %error, "could not pin runtime thread; continuing unpinned");
         }
     }
-    let ring = match build_ring(settings.ring_entries) {
-        Ok(ring) => ring,
+    let ring_and_wake = build_ring(settings.ring_entries).and_then(|ring| Ok((ring, StorageWake::new()?)));
+    let (ring, storage_wake) = match ring_and_wake {
+        Ok(built) => built,
         Err(error) => {
             // start() returns this error; nothing more to report from here.
             let _ = ready.send(Err(RuntimeError::RingSetup(error)));
             return Ok(());
         }
     };
+    let storage_waker = storage_wake.waker();
     let mut event_loop = EventLoop {
         settings,
         ring,
@@ -123,6 +136,11 @@ pub fn run_thread<S: Service>(
         wake_buffer: Box::new(0),
         wake_armed: false,
         mailbox_due: false,
+        storage_wake,
+        storage_waker,
+        storage_wake_buffer: Box::new(0),
+        storage_wake_armed: false,
+        storage_due: false,
         listener_commands: Vec::new(),
         outstanding_ops: 0,
         completions: Vec::with_capacity(1024),
@@ -189,6 +207,7 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
 impl<S: Service> EventLoop<S> {
     fn run(&mut self) -> Result<(), RuntimeError> {
         self.arm_wake();
+        self.arm_storage_wake();
         for position in 0..self.listeners.len() {
             self.arm_accept(position);
         }
@@ -333,6 +352,17 @@ impl<S: Service> EventLoop<S> {
                         self.arm_wake();
                     }
                 }
+                OpKind::StorageWake => {
+                    self.outstanding_ops -= 1;
+                    self.storage_wake_armed = false;
+                    // Taken before the connections are polled (run_polls_and_timers),
+                    // so a completion after that poll wakes the thread again.
+                    self.storage_wake.take();
+                    self.storage_due = true;
+                    if self.shutting_down_since.is_none() {
+                        self.arm_storage_wake();
+                    }
+                }
                 OpKind::Cancel => self.outstanding_ops -= 1,
             }
         }
@@ -349,6 +379,18 @@ impl<S: Service> EventLoop<S> {
         // leaks it if the read is still outstanding.
         unsafe { self.push(&entry) };
         self.wake_armed = true;
+    }
+
+    fn arm_storage_wake(&mut self) {
+        let buffer: *mut u64 = &mut *self.storage_wake_buffer;
+        let entry = opcode::Read::new(types::Fd(self.storage_wake.raw_fd()), buffer.cast(), 8)
+            .build()
+            .user_data(UserData::new(OpKind::StorageWake, 0, 0).encode());
+        // SAFETY: `storage_wake_buffer` is boxed and lives as long as the loop; Drop
+        // leaks it if the read is still outstanding. The eventfd lives in
+        // `storage_wake`, which the loop holds as long as it runs.
+        unsafe { self.push(&entry) };
+        self.storage_wake_armed = true;
     }
 
     /// Arms the multishot accept of the listener at `position` in `listeners`.
@@ -464,7 +506,8 @@ impl<S: Service> EventLoop<S> {
             }
         };
         let listener = self.listeners[position].id;
-        let Some(handler) = self.service.accept(self.settings.thread, listener, local, peer, now) else {
+        let accepted = self.service.accept(self.settings.thread, listener, local, peer, &self.storage_waker, now);
+        let Some(handler) = accepted else {
             tracing::debug!(%peer, "service refused connection");
             return;
         };
@@ -543,6 +586,9 @@ impl<S: Service> EventLoop<S> {
         if self.wake_armed {
             self.cancel(UserData::new(OpKind::Wake, 0, 0));
         }
+        if self.storage_wake_armed {
+            self.cancel(UserData::new(OpKind::StorageWake, 0, 0));
+        }
         for index in 0..self.connections.index_bound() {
             self.close_connection_at(index, crate::CloseReason::Shutdown);
         }
@@ -557,7 +603,9 @@ impl<S: Service> EventLoop<S> {
                 }
             }
         }
-        if self.pending_work_connections > 0 {
+        // Storage woke the thread: any connection may have completions to reap.
+        let storage_due = std::mem::take(&mut self.storage_due);
+        if self.pending_work_connections > 0 || storage_due {
             for index in 0..self.connections.index_bound() {
                 self.poll_connection(index, now);
             }
@@ -585,6 +633,9 @@ impl<S: Service> Drop for EventLoop<S> {
                 connection.abandon();
             }
             std::mem::forget(std::mem::replace(&mut self.wake_buffer, Box::new(0)));
+            std::mem::forget(std::mem::replace(&mut self.storage_wake_buffer, Box::new(0)));
+            // The eventfd too: an outstanding read may still name it.
+            std::mem::forget(Arc::clone(&self.storage_wake));
         }
     }
 }

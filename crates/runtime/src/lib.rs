@@ -24,8 +24,10 @@ mod error;
 mod event_loop;
 pub mod file_backend;
 mod listeners;
+pub mod rbd_backend;
 mod send;
 mod slab;
+mod storage_wake;
 mod sys;
 mod user_data;
 
@@ -39,6 +41,7 @@ use std::time::Instant;
 pub use error::RuntimeError;
 pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
+pub use rbd_backend::{ClusterSpec, RbdBackend, RbdError, RbdOptions, RbdStatus};
 
 /// Something whose bytes can be sent with one vectored send.
 ///
@@ -122,13 +125,18 @@ pub trait Service: Send + Sync + 'static {
     /// listener it came through (the configured ones are 0, 1, ... in
     /// [`RuntimeConfig::listeners`] order; added ones get new ids); `local` is
     /// the connection's own local address (the concrete address even when
-    /// listening on 0.0.0.0). Return None to refuse (the socket is closed).
+    /// listening on 0.0.0.0). `storage_waker` wakes the owning thread: storage
+    /// that completes on threads of its own calls it, and the runtime then polls
+    /// every connection of the thread, so a handler need not report such work in
+    /// [`ConnectionHandler::has_pending_work`]. Return None to refuse (the
+    /// socket is closed).
     fn accept(
         &self,
         thread: usize,
         listener: ListenerId,
         local: SocketAddr,
         peer: SocketAddr,
+        storage_waker: &std::task::Waker,
         now: Instant,
     ) -> Option<Self::Handler>;
 }

@@ -20,6 +20,8 @@ pub enum OpKind {
     Wake = 4,
     /// An AsyncCancel; only its completion count matters.
     Cancel = 5,
+    /// The read armed on the thread's storage-completion eventfd.
+    StorageWake = 6,
 }
 
 impl OpKind {
@@ -30,6 +32,7 @@ impl OpKind {
             3 => OpKind::Send,
             4 => OpKind::Wake,
             5 => OpKind::Cancel,
+            6 => OpKind::StorageWake,
             _ => return None,
         })
     }

@@ -6,6 +6,8 @@
 //! behind the same trait as the synchronous RAM and null backends: the caller submits,
 //! goes on with other work, and reaps whatever has completed.
 
+use std::task::Waker;
+
 use crate::{Geometry, IoCompletion, IoRequest};
 
 /// A storage device behind one namespace.
@@ -24,6 +26,23 @@ pub trait Backend: Send + Sync + 'static {
     /// A submission queue for one thread/connection. Queues of one backend may live on
     /// different threads at once and submit concurrently.
     fn open_queue(&self) -> Box<dyn BackendQueue>;
+
+    /// Like [`Backend::open_queue`], for a caller that sleeps between reaps: a backend
+    /// whose requests complete on threads of their own (librbd, say) calls
+    /// `waker.wake_by_ref()` after each completion it makes reapable, and its queue
+    /// answers true to [`BackendQueue::wakes_on_completion`]. The default ignores the
+    /// waker: the caller keeps polling while requests are in flight.
+    fn open_queue_with_waker(&self, waker: &Waker) -> Box<dyn BackendQueue> {
+        let _ = waker;
+        self.open_queue()
+    }
+
+    /// DLFEAT read behaviour: true when a deallocated block reads back as zeroes. A
+    /// backend that discards only what it can free cheaply (RBD: whole objects) says
+    /// false, and the target then reports "not reported" instead of "reads zeroes".
+    fn deallocate_reads_zeroes(&self) -> bool {
+        true
+    }
 
     /// True when data written can be read back (false for the null backend, which the
     /// conformance suite then checks only for completions and range errors).
@@ -44,6 +63,13 @@ pub trait BackendQueue: Send {
 
     /// Requests submitted and not yet reaped.
     fn in_flight(&self) -> usize;
+
+    /// True when this queue was opened with a waker
+    /// ([`Backend::open_queue_with_waker`]) and calls it whenever a request in flight
+    /// becomes reapable: the caller may then sleep instead of polling.
+    fn wakes_on_completion(&self) -> bool {
+        false
+    }
 }
 
 /// Completions of a synchronous backend waiting to be reaped.

@@ -66,6 +66,11 @@ pub enum IoError {
     /// A thin-provisioned backend ran out of space (Capacity Exceeded).
     #[error("no space left")]
     NoSpace,
+    /// The device cannot be reached for now (a network backend timed out, or its
+    /// cluster fenced this client): Namespace Not Ready, without Do Not Retry, so the
+    /// host retries or fails over to another path.
+    #[error("storage unavailable")]
+    Unavailable,
     /// Anything else (Internal Error).
     #[error("internal backend error")]
     Internal,

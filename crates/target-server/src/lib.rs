@@ -54,12 +54,13 @@ impl Service for TargetService {
         listener: ListenerId,
         _local: SocketAddr,
         peer: SocketAddr,
+        storage_waker: &std::task::Waker,
         now: Instant,
     ) -> Option<TargetConnection> {
         tracing::debug!(%peer, thread, %listener, "connection accepted");
-        Some(TargetConnection {
-            connection: Connection::new(self.target.clone(), listener.index(), peer.to_string(), now),
-        })
+        let mut connection = Connection::new(self.target.clone(), listener.index(), peer.to_string(), now);
+        connection.set_storage_waker(storage_waker.clone());
+        Some(TargetConnection { connection })
     }
 }
 

@@ -76,6 +76,7 @@ impl Service for TestService {
         listener: ListenerId,
         _local: SocketAddr,
         _peer: SocketAddr,
+        _storage_waker: &std::task::Waker,
         now: Instant,
     ) -> Option<TestHandler> {
         self.events.listeners_seen.lock().unwrap().push(listener);

@@ -18,6 +18,8 @@ pub(super) struct Device {
     pub(super) block_size: usize,
     pub(super) kind: &'static str,
     pub(super) retains_data: bool,
+    /// DLFEAT "read zeroes": deallocated blocks must read back as zeroes.
+    pub(super) deallocate_reads_zeroes: bool,
     next_token: u64,
 }
 
@@ -38,6 +40,7 @@ impl Device {
         let queue = backend.open_queue();
         Self {
             retains_data: backend.retains_data(),
+            deallocate_reads_zeroes: backend.deallocate_reads_zeroes(),
             block_size: geometry.block_size_bytes as usize,
             backend,
             queue,
@@ -375,12 +378,23 @@ pub fn write_zeroes(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
 }
 
 /// Deallocated blocks read as zeroes (DLFEAT "read zeroes"); neighbours keep their data.
+/// A backend that does not promise zeroes ([`Backend::deallocate_reads_zeroes`] false)
+/// is held only to the neighbours, and to reading back what is written afterwards.
 pub fn deallocate_reads_zeroes(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     let mut device = Device::new(make_backend);
     let block_size = device.block_size;
     let data = device.write_pattern(0, 32, 41);
     device.expect(IoOp::Deallocate { lba: 3, blocks: 13 }, Vec::new(), Ok(()));
     if !device.retains_data {
+        return;
+    }
+    if !device.deallocate_reads_zeroes {
+        device.expect_contents(0, &data[..3 * block_size], "blocks before the deallocated range");
+        device.expect_contents(16, &data[16 * block_size..], "blocks after the deallocated range");
+        let last = device.last_lba();
+        device.expect(IoOp::Deallocate { lba: last, blocks: 1 }, Vec::new(), Ok(()));
+        let again = device.write_pattern(5, 2, 43);
+        device.expect_contents(5, &again, "write after deallocate");
         return;
     }
     let mut expected = data;

@@ -154,6 +154,9 @@ fn run_case(
     let mut device = Device::new(make_backend);
     let block_size = device.block_size;
     let mut model = read_blocks(&mut device, 0, window.model_blocks);
+    // Per byte: false once deallocated on a backend that does not promise zeroes there,
+    // until the next write or Write Zeroes defines it again.
+    let mut defined = vec![true; model.len()];
 
     for op in ops {
         let io_op = match *op {
@@ -207,19 +210,25 @@ fn run_case(
         let inside_model = bytes.end <= model.len();
         match *op {
             ModelOp::Read { .. } if inside_model => {
-                if let Some(offset) = first_difference(&completion.buffer, &model[bytes]) {
+                let defined = &defined[bytes.clone()];
+                if let Some(offset) = first_defined_difference(&completion.buffer, &model[bytes], defined) {
                     return Err(TestCaseError::fail(format!(
                         "{op:?} differs from the model at byte {offset}"
                     )));
                 }
             }
-            ModelOp::Write { .. } if inside_model => model[bytes].copy_from_slice(&written),
+            ModelOp::Write { .. } if inside_model => {
+                model[bytes.clone()].copy_from_slice(&written);
+                defined[bytes].fill(true);
+            }
             ModelOp::Read { .. } | ModelOp::Write { .. } => {}
             ModelOp::WriteZeroes { .. } | ModelOp::Deallocate { .. } => {
                 // Zeroing ops may run past the model window on a large device.
                 let end = bytes.end.min(model.len());
                 if bytes.start < end {
                     model[bytes.start..end].fill(0);
+                    let zeroes = matches!(op, ModelOp::WriteZeroes { .. }) || device.deallocate_reads_zeroes;
+                    defined[bytes.start..end].fill(zeroes);
                 }
             }
             ModelOp::Flush => {}
@@ -228,7 +237,7 @@ fn run_case(
 
     if device.retains_data {
         let contents = read_blocks(&mut device, 0, window.model_blocks);
-        if let Some(offset) = first_difference(&contents, &model) {
+        if let Some(offset) = first_defined_difference(&contents, &model, &defined) {
             return Err(TestCaseError::fail(format!(
                 "final contents differ from the model at byte {offset}"
             )));
@@ -249,6 +258,8 @@ fn read_blocks(device: &mut Device, lba: u64, blocks: u64) -> Vec<u8> {
     contents
 }
 
-fn first_difference(actual: &[u8], expected: &[u8]) -> Option<usize> {
-    actual.iter().zip(expected).position(|(a, e)| a != e)
+/// The first byte where `actual` differs from `expected` among the bytes `defined` says
+/// the model knows.
+fn first_defined_difference(actual: &[u8], expected: &[u8], defined: &[bool]) -> Option<usize> {
+    actual.iter().zip(expected).zip(defined).position(|((a, e), &known)| known && a != e)
 }

@@ -1,0 +1,311 @@
+//! Cluster connections and open images.
+//!
+//! One librados connection per (configuration file, cephx user, op timeout) in the
+//! process, shared by every image opened through it: a connection costs threads,
+//! sockets to every monitor and OSD, and memory, so 64 images on one cluster must not
+//! cost 64 of them. Connecting and opening block (up to the connect timeout), so they
+//! run where the config is built (the main or management thread), never on an I/O
+//! thread.
+
+use std::ffi::{c_int, CStr, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+
+use super::library::{self, IoContext, Library, Rados};
+use super::RbdError;
+
+/// How long connecting may take before librados gives up (`client_mount_timeout`,
+/// whose default of 300 s would hold `sluice serve` for five minutes when a monitor
+/// is unreachable).
+pub const CONNECT_TIMEOUT_SECONDS: u64 = 10;
+
+/// Which cluster, as whom, and how long an operation may take.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClusterSpec {
+    /// The ceph.conf to read; `None`: librados' own lookup ($CEPH_CONF, then
+    /// /etc/ceph/ceph.conf, ~/.ceph/config, ./ceph.conf).
+    pub ceph_conf: Option<PathBuf>,
+    /// The cephx user without `client.` (e.g. "admin").
+    pub client: String,
+    /// `rados_osd_op_timeout` and `rados_mon_op_timeout` in milliseconds (rounded up to
+    /// whole seconds for librados): a request the cluster does not answer in time fails
+    /// with ETIMEDOUT instead of waiting forever (librados' default, 0).
+    pub op_timeout_ms: u64,
+}
+
+impl ClusterSpec {
+    /// "conf /etc/ceph/ceph.conf, client.admin" for messages.
+    pub fn describe(&self) -> String {
+        let conf = match &self.ceph_conf {
+            Some(path) => path.display().to_string(),
+            None => match std::env::var_os("CEPH_CONF") {
+                Some(path) => format!("{} (from $CEPH_CONF)", PathBuf::from(path).display()),
+                None => "librados' default (/etc/ceph/ceph.conf)".to_string(),
+            },
+        };
+        format!("conf {conf}, client.{}", self.client)
+    }
+
+    fn op_timeout_seconds(&self) -> u64 {
+        self.op_timeout_ms.div_ceil(1000).max(1)
+    }
+}
+
+/// One connected librados client.
+pub(crate) struct Cluster {
+    handle: Rados,
+    pub(crate) spec: ClusterSpec,
+    /// The monitors it reached (`mon_host`), for `sluice backend list` and messages.
+    pub(crate) monitors: String,
+    library: &'static Library,
+}
+
+// SAFETY: a `rados_t` may be used from any thread at once (librados is thread-safe);
+// the handle is only shut down in Drop, when no other reference exists.
+unsafe impl Send for Cluster {}
+// SAFETY: as above; the struct has no interior state of its own besides the handle.
+unsafe impl Sync for Cluster {}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rados_create + rados_connect and every image
+        // and pool context made from it holds an Arc of this cluster, so none is left.
+        unsafe { (self.library.rados_shutdown)(self.handle) };
+    }
+}
+
+/// The connections open now, by spec; entries die with their last image.
+static CLUSTERS: Mutex<Vec<(ClusterSpec, Weak<Cluster>)>> = Mutex::new(Vec::new());
+
+/// The process's connection for `spec`, connecting when there is none.
+pub(crate) fn connect(spec: &ClusterSpec) -> Result<Arc<Cluster>, RbdError> {
+    let mut clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    clusters.retain(|(_, cluster)| cluster.strong_count() > 0);
+    if let Some(cluster) = clusters.iter().find(|(open, _)| open == spec).and_then(|(_, cluster)| cluster.upgrade()) {
+        return Ok(cluster);
+    }
+    let cluster = Arc::new(connect_new(spec)?);
+    clusters.push((spec.clone(), Arc::downgrade(&cluster)));
+    Ok(cluster)
+}
+
+/// How many cluster connections are open in this process (for tests and status).
+pub fn open_connections() -> usize {
+    let clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    clusters.iter().filter(|(_, cluster)| cluster.strong_count() > 0).count()
+}
+
+fn cstring(text: &str, what: &str) -> Result<CString, RbdError> {
+    CString::new(text).map_err(|_| RbdError::Invalid(format!("{what} {text:?} contains a NUL byte")))
+}
+
+fn connect_new(spec: &ClusterSpec) -> Result<Cluster, RbdError> {
+    let library = library::library().map_err(RbdError::LibraryMissing)?;
+    let failed = |step: &str, code: c_int| RbdError::Cluster {
+        cluster: spec.describe(),
+        step: step.to_string(),
+        code: i64::from(code),
+    };
+    let client = cstring(&spec.client, "client")?;
+    let mut handle: Rados = std::ptr::null_mut();
+    // SAFETY: `handle` is a valid out pointer and `client` a NUL-terminated string
+    // that outlives the call.
+    let code = unsafe { (library.rados_create)(&mut handle, client.as_ptr()) };
+    if code < 0 {
+        return Err(failed("creating the client", code));
+    }
+    // From here on, Drop shuts the handle down on every error path.
+    let mut cluster = Cluster { handle, spec: spec.clone(), monitors: String::new(), library };
+    let path = spec.ceph_conf.as_ref().map(|path| cstring(&path.to_string_lossy(), "ceph_conf")).transpose()?;
+    // SAFETY: the handle is live; the path is NUL-terminated or null (default lookup).
+    let code = unsafe { (library.rados_conf_read_file)(handle, path.as_ref().map_or(std::ptr::null(), |path| path.as_ptr())) };
+    if code < 0 {
+        return Err(failed("reading the configuration file", code));
+    }
+    // SAFETY: the handle is live; null means the CEPH_ARGS variable.
+    unsafe { (library.rados_conf_parse_env)(handle, std::ptr::null()) };
+    let timeout = spec.op_timeout_seconds().to_string();
+    let connect_timeout = CONNECT_TIMEOUT_SECONDS.to_string();
+    let settings: [(&str, &str); 7] = [
+        // Writes are acknowledged only once the OSDs have them: no volatile cache to
+        // flush, so the namespace advertises none and FUA needs nothing extra.
+        ("rbd_cache", "false"),
+        ("rados_osd_op_timeout", &timeout),
+        ("rados_mon_op_timeout", &timeout),
+        ("client_mount_timeout", &connect_timeout),
+        // librados would print its own retries on sluice's stderr; sluice reports
+        // failures itself, with the backend they belong to.
+        ("log_to_stderr", "false"),
+        ("err_to_stderr", "false"),
+        ("log_file", ""),
+    ];
+    for (option, value) in settings {
+        let (option_c, value_c) = (cstring(option, "option")?, cstring(value, "value")?);
+        // SAFETY: the handle is live; both strings are NUL-terminated.
+        let code = unsafe { (library.rados_conf_set)(handle, option_c.as_ptr(), value_c.as_ptr()) };
+        if code < 0 {
+            return Err(failed(&format!("setting {option}"), code));
+        }
+    }
+    cluster.monitors = conf_get(library, handle, "mon_host").unwrap_or_default();
+    // SAFETY: the handle is live and configured.
+    let code = unsafe { (library.rados_connect)(handle) };
+    if code < 0 {
+        return Err(failed(&format!("connecting to the monitors ({})", display_monitors(&cluster.monitors)), code));
+    }
+    Ok(cluster)
+}
+
+fn display_monitors(monitors: &str) -> &str {
+    if monitors.is_empty() {
+        "no mon_host configured"
+    } else {
+        monitors
+    }
+}
+
+/// One option's value as librados sees it.
+fn conf_get(library: &Library, handle: Rados, option: &str) -> Option<String> {
+    let option = CString::new(option).ok()?;
+    let mut buffer = vec![0u8; 1024];
+    // SAFETY: the handle is live; the buffer is writable for its whole length.
+    let code = unsafe { (library.rados_conf_get)(handle, option.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+    if code < 0 {
+        return None;
+    }
+    CStr::from_bytes_until_nul(&buffer).ok().map(|value| value.to_string_lossy().into_owned())
+}
+
+/// An open image and the pool context it was opened through.
+pub(crate) struct OpenImage {
+    pub(crate) cluster: Arc<Cluster>,
+    io: IoContext,
+    pub(crate) image: library::Image,
+    pub(crate) pool: String,
+    pub(crate) name: String,
+}
+
+// SAFETY: librbd allows asynchronous requests on one `rbd_image_t` from several
+// threads at once; the handles are closed only in Drop, when no queue is left.
+unsafe impl Send for OpenImage {}
+// SAFETY: as above.
+unsafe impl Sync for OpenImage {}
+
+impl Drop for OpenImage {
+    fn drop(&mut self) {
+        let library = self.cluster.library;
+        // SAFETY: both handles are live; every queue holds an Arc of this image and
+        // drains (or leaks) its requests before letting go, so nothing uses them.
+        unsafe {
+            (library.rbd_close)(self.image);
+            (library.rados_ioctx_destroy)(self.io);
+        }
+    }
+}
+
+/// What opening found or did.
+pub(crate) struct Opened {
+    pub(crate) image: OpenImage,
+    pub(crate) size_bytes: u64,
+    /// The image did not exist and was created with the configured size.
+    pub(crate) created: bool,
+    /// The image was smaller than the configured size and was grown (from this size).
+    pub(crate) grown_from_bytes: Option<u64>,
+}
+
+/// Whether opening may change the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenMode {
+    /// Create a missing image and grow a smaller one to `size` (`sluice serve`).
+    CreateOrGrow,
+    /// Change nothing; a missing image is reported, not created (`sluice config check`).
+    Inspect,
+}
+
+/// Opens `pool/name` on `cluster`.
+pub(crate) fn open_image(
+    cluster: Arc<Cluster>,
+    pool: &str,
+    name: &str,
+    size_bytes: Option<u64>,
+    mode: OpenMode,
+) -> Result<Opened, RbdError> {
+    let library = cluster.library;
+    let image_spec = format!("{pool}/{name}");
+    let failed = |step: &str, code: c_int| RbdError::Image {
+        image: image_spec.clone(),
+        cluster: cluster.spec.describe(),
+        step: step.to_string(),
+        code: i64::from(code),
+    };
+    let (pool_c, name_c) = (cstring(pool, "pool")?, cstring(name, "image")?);
+    let mut io: IoContext = std::ptr::null_mut();
+    // SAFETY: the cluster is connected; `io` is a valid out pointer.
+    let code = unsafe { (library.rados_ioctx_create)(cluster.handle, pool_c.as_ptr(), &mut io) };
+    if code < 0 {
+        return Err(if code == -libc::ENOENT {
+            RbdError::PoolMissing { pool: pool.to_string(), cluster: cluster.spec.describe() }
+        } else {
+            failed("opening the pool", code)
+        });
+    }
+    let mut image: library::Image = std::ptr::null_mut();
+    let open = |image: &mut library::Image| {
+        // SAFETY: `io` is a live pool context, `image` a valid out pointer, and a null
+        // snapshot name opens the image itself.
+        unsafe { (library.rbd_open)(io, name_c.as_ptr(), image, std::ptr::null()) }
+    };
+    let destroy_io = || {
+        // SAFETY: `io` is live and nothing else uses it on this error path.
+        unsafe { (library.rados_ioctx_destroy)(io) }
+    };
+    let mut created = false;
+    let mut code = open(&mut image);
+    if code == -libc::ENOENT {
+        match (size_bytes, mode) {
+            (Some(size), OpenMode::CreateOrGrow) => {
+                let mut order: c_int = 0; // 0: the default object size (4 MiB)
+                // SAFETY: `io` is live; `order` is a valid in/out pointer.
+                let create = unsafe { (library.rbd_create)(io, name_c.as_ptr(), size, &mut order) };
+                if create < 0 && create != -libc::EEXIST {
+                    destroy_io();
+                    return Err(failed("creating the image", create));
+                }
+                created = create == 0;
+                code = open(&mut image);
+            }
+            _ => {
+                destroy_io();
+                return Err(RbdError::ImageMissing {
+                    image: image_spec.clone(),
+                    cluster: cluster.spec.describe(),
+                    will_create: size_bytes.is_some(),
+                });
+            }
+        }
+    }
+    if code < 0 {
+        destroy_io();
+        return Err(failed("opening the image", code));
+    }
+    let opened_image = OpenImage { cluster: Arc::clone(&cluster), io, image, pool: pool.to_string(), name: name.to_string() };
+    let mut current: u64 = 0;
+    // SAFETY: the image is open; `current` is a valid out pointer.
+    let code = unsafe { (library.rbd_get_size)(opened_image.image, &mut current) };
+    if code < 0 {
+        return Err(failed("reading the image size", code));
+    }
+    let mut grown_from_bytes = None;
+    if let (Some(wanted), OpenMode::CreateOrGrow) = (size_bytes, mode) {
+        if wanted > current {
+            // SAFETY: the image is open; growing never discards data.
+            let code = unsafe { (library.rbd_resize)(opened_image.image, wanted) };
+            if code < 0 {
+                return Err(failed("growing the image to the configured size", code));
+            }
+            grown_from_bytes = Some(current);
+            current = wanted;
+        }
+    }
+    Ok(Opened { image: opened_image, size_bytes: current, created, grown_from_bytes })
+}

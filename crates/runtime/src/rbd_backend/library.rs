@@ -1,0 +1,148 @@
+//! librados and librbd, loaded at run time.
+//!
+//! `sluice` must start and serve other backends on a machine without Ceph, so the two
+//! libraries are opened with `dlopen` (through `libloading`) the first time an `rbd`
+//! backend is configured, never linked. Only the functions the backend uses are looked
+//! up; their signatures are those of Ceph 16.2's `rados/librados.h` and `rbd/librbd.h`
+//! (stable C ABI since long before that release).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+/// `rados_t`: one cluster connection.
+pub(crate) type Rados = *mut c_void;
+/// `rados_ioctx_t`: a pool context of a cluster connection.
+pub(crate) type IoContext = *mut c_void;
+/// `rbd_image_t`: an open image.
+pub(crate) type Image = *mut c_void;
+/// `rbd_completion_t`: one asynchronous request.
+pub(crate) type Completion = *mut c_void;
+/// `rbd_callback_t`: called on a librbd thread when a request completes.
+pub(crate) type Callback = unsafe extern "C" fn(completion: Completion, argument: *mut c_void);
+
+/// `LIBRADOS_OP_FLAG_FADVISE_FUA`: ask the OSD to make the write durable before it
+/// acknowledges (it always does for replicated pools; the flag keeps the intent).
+pub(crate) const OP_FLAG_FADVISE_FUA: c_int = 0x80;
+
+/// The shared objects tried, in order (the Debian packages librados2 and librbd1).
+const RADOS_SONAME: &str = "librados.so.2";
+const RBD_SONAME: &str = "librbd.so.1";
+
+/// What to install when the libraries are missing (shown in config and serve errors).
+pub const INSTALL_HINT: &str =
+    "install Ceph's client libraries (Debian/Ubuntu: apt-get install librbd1 librados2; RHEL/Fedora: dnf install librbd1)";
+
+/// The function table. Function pointers stay valid while the `Library` values they
+/// came from are loaded, and those are kept here for the life of the process.
+pub(crate) struct Library {
+    pub rados_create: unsafe extern "C" fn(cluster: *mut Rados, id: *const c_char) -> c_int,
+    pub rados_conf_read_file: unsafe extern "C" fn(cluster: Rados, path: *const c_char) -> c_int,
+    pub rados_conf_parse_env: unsafe extern "C" fn(cluster: Rados, variable: *const c_char) -> c_int,
+    pub rados_conf_set: unsafe extern "C" fn(cluster: Rados, option: *const c_char, value: *const c_char) -> c_int,
+    pub rados_conf_get:
+        unsafe extern "C" fn(cluster: Rados, option: *const c_char, buffer: *mut c_char, length: usize) -> c_int,
+    pub rados_connect: unsafe extern "C" fn(cluster: Rados) -> c_int,
+    pub rados_shutdown: unsafe extern "C" fn(cluster: Rados),
+    pub rados_ioctx_create: unsafe extern "C" fn(cluster: Rados, pool: *const c_char, io: *mut IoContext) -> c_int,
+    pub rados_ioctx_destroy: unsafe extern "C" fn(io: IoContext),
+    pub rbd_create: unsafe extern "C" fn(io: IoContext, name: *const c_char, size: u64, order: *mut c_int) -> c_int,
+    pub rbd_open:
+        unsafe extern "C" fn(io: IoContext, name: *const c_char, image: *mut Image, snapshot: *const c_char) -> c_int,
+    pub rbd_close: unsafe extern "C" fn(image: Image) -> c_int,
+    pub rbd_get_size: unsafe extern "C" fn(image: Image, size: *mut u64) -> c_int,
+    pub rbd_resize: unsafe extern "C" fn(image: Image, size: u64) -> c_int,
+    pub rbd_aio_create_completion:
+        unsafe extern "C" fn(argument: *mut c_void, callback: Callback, completion: *mut Completion) -> c_int,
+    pub rbd_aio_get_return_value: unsafe extern "C" fn(completion: Completion) -> isize,
+    pub rbd_aio_release: unsafe extern "C" fn(completion: Completion),
+    pub rbd_aio_read:
+        unsafe extern "C" fn(image: Image, offset: u64, length: usize, buffer: *mut c_char, c: Completion) -> c_int,
+    pub rbd_aio_write2: unsafe extern "C" fn(
+        image: Image,
+        offset: u64,
+        length: usize,
+        buffer: *const c_char,
+        c: Completion,
+        op_flags: c_int,
+    ) -> c_int,
+    pub rbd_aio_flush: unsafe extern "C" fn(image: Image, c: Completion) -> c_int,
+    pub rbd_aio_discard: unsafe extern "C" fn(image: Image, offset: u64, length: u64, c: Completion) -> c_int,
+    pub rbd_aio_write_zeroes: unsafe extern "C" fn(
+        image: Image,
+        offset: u64,
+        length: usize,
+        c: Completion,
+        zero_flags: c_int,
+        op_flags: c_int,
+    ) -> c_int,
+    _rados: libloading::Library,
+    _rbd: libloading::Library,
+}
+
+static LIBRARY: OnceLock<Result<Library, String>> = OnceLock::new();
+
+/// The loaded libraries, or why they could not be loaded (with what to install).
+/// Loaded once per process; later calls return the same answer.
+pub(crate) fn library() -> Result<&'static Library, String> {
+    LIBRARY.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+/// True when librbd and librados can be loaded here.
+pub fn available() -> bool {
+    library().is_ok()
+}
+
+fn open(soname: &str) -> Result<libloading::Library, String> {
+    // SAFETY: loading a shared object runs its initialisers; librados and librbd are
+    // the system's Ceph client libraries, whose initialisers only set up their own
+    // globals.
+    unsafe { libloading::Library::new(soname) }
+        .map_err(|error| format!("cannot load {soname} ({error}); {INSTALL_HINT}"))
+}
+
+fn load() -> Result<Library, String> {
+    let rados = open(RADOS_SONAME)?;
+    let rbd = open(RBD_SONAME)?;
+    macro_rules! symbol {
+        ($library:expr, $name:ident) => {{
+            // SAFETY: the type of the field this initialises is the C prototype of
+            // `$name` in Ceph's headers; the pointer is used only while the library
+            // stays loaded (it is stored next to it, for the life of the process).
+            let symbol = unsafe { $library.get(concat!(stringify!($name), "\0").as_bytes()) }
+                .map_err(|error| format!("{} lacks {} ({error}); {INSTALL_HINT}", stringify!($library), stringify!($name)))?;
+            *symbol
+        }};
+    }
+    Ok(Library {
+        rados_create: symbol!(rados, rados_create),
+        rados_conf_read_file: symbol!(rados, rados_conf_read_file),
+        rados_conf_parse_env: symbol!(rados, rados_conf_parse_env),
+        rados_conf_set: symbol!(rados, rados_conf_set),
+        rados_conf_get: symbol!(rados, rados_conf_get),
+        rados_connect: symbol!(rados, rados_connect),
+        rados_shutdown: symbol!(rados, rados_shutdown),
+        rados_ioctx_create: symbol!(rados, rados_ioctx_create),
+        rados_ioctx_destroy: symbol!(rados, rados_ioctx_destroy),
+        rbd_create: symbol!(rbd, rbd_create),
+        rbd_open: symbol!(rbd, rbd_open),
+        rbd_close: symbol!(rbd, rbd_close),
+        rbd_get_size: symbol!(rbd, rbd_get_size),
+        rbd_resize: symbol!(rbd, rbd_resize),
+        rbd_aio_create_completion: symbol!(rbd, rbd_aio_create_completion),
+        rbd_aio_get_return_value: symbol!(rbd, rbd_aio_get_return_value),
+        rbd_aio_release: symbol!(rbd, rbd_aio_release),
+        rbd_aio_read: symbol!(rbd, rbd_aio_read),
+        rbd_aio_write2: symbol!(rbd, rbd_aio_write2),
+        rbd_aio_flush: symbol!(rbd, rbd_aio_flush),
+        rbd_aio_discard: symbol!(rbd, rbd_aio_discard),
+        rbd_aio_write_zeroes: symbol!(rbd, rbd_aio_write_zeroes),
+        _rados: rados,
+        _rbd: rbd,
+    })
+}
+
+/// `strerror` for a negative errno from librados/librbd, e.g. "Connection timed out".
+pub(crate) fn describe_errno(code: i64) -> String {
+    let errno = i32::try_from(code.unsigned_abs()).unwrap_or(i32::MAX);
+    std::io::Error::from_raw_os_error(errno).to_string()
+}

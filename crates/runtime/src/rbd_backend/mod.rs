@@ -1,0 +1,317 @@
+//! The `rbd` storage backend: a Ceph RBD image served through librbd's asynchronous
+//! API.
+//!
+//! - librados and librbd are loaded at run time ([`library`]): a `sluice` binary without
+//!   Ceph installed serves every other backend, and an `rbd` entry says what to install.
+//! - One cluster connection per (ceph.conf, cephx user, op timeout) in the process,
+//!   one image handle per backend, shared by all its queues ([`cluster`]).
+//! - Each queue submits on the thread that owns it; completions arrive on librbd's
+//!   threads and wake that thread through the waker it opened the queue with, so the
+//!   runtime sleeps while requests are at the cluster ([`queue`]).
+//! - Semantics: librbd's cache is off, so a write completes once the OSDs have it
+//!   (durable in the cluster): no volatile write cache is advertised, FUA needs nothing
+//!   more, and Flush is `rbd_aio_flush` (a barrier for requests already completed).
+//!   Write Zeroes is `rbd_aio_write_zeroes`. Deallocate is `rbd_aio_discard`, which
+//!   frees whole objects and may leave partial ones untouched, so deallocated blocks
+//!   are not promised to read as zeroes (DLFEAT says "not reported").
+//! - A cluster that does not answer fails requests after the op timeout
+//!   (`rados_osd_op_timeout`) with [`storage::IoError::Unavailable`] (Namespace Not
+//!   Ready, retryable), never a hang; requests succeed again once it is back.
+
+mod cluster;
+mod library;
+mod queue;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use storage::{Backend, BackendQueue, Geometry};
+
+pub use cluster::{open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
+pub use library::{available as library_available, INSTALL_HINT};
+pub use queue::RBD_QUEUE_SLOTS;
+
+use cluster::{OpenImage, OpenMode};
+use library::describe_errno;
+
+/// Default op timeout: below the Linux host's 30 s I/O timeout, so the host hears
+/// Namespace Not Ready from Sluice (and may fail over) before it gives up on its own.
+pub const DEFAULT_OP_TIMEOUT_MS: u64 = 20_000;
+/// Default logical block size of an RBD namespace.
+pub const DEFAULT_RBD_BLOCK_SIZE_BYTES: u32 = 512;
+/// Default cephx user.
+pub const DEFAULT_CLIENT: &str = "admin";
+
+/// How to open an [`RbdBackend`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RbdOptions {
+    /// RADOS pool holding the image.
+    pub pool: String,
+    /// Image name within the pool.
+    pub image: String,
+    /// Create the image with this size when it does not exist, grow it to this size
+    /// when it is smaller (never shrinks). `None`: the image must exist.
+    pub size_bytes: Option<u64>,
+    /// Logical block size of the namespace (power of two, 512..=4096 makes sense).
+    pub block_size_bytes: u32,
+    /// Which cluster, as whom, with which op timeout.
+    pub cluster: ClusterSpec,
+}
+
+impl RbdOptions {
+    /// Options with the defaults for everything but pool and image.
+    pub fn new(pool: impl Into<String>, image: impl Into<String>) -> RbdOptions {
+        RbdOptions {
+            pool: pool.into(),
+            image: image.into(),
+            size_bytes: None,
+            block_size_bytes: DEFAULT_RBD_BLOCK_SIZE_BYTES,
+            cluster: ClusterSpec {
+                ceph_conf: None,
+                client: DEFAULT_CLIENT.to_string(),
+                op_timeout_ms: DEFAULT_OP_TIMEOUT_MS,
+            },
+        }
+    }
+}
+
+/// Why an image could not be opened. Each message names the image or pool, the
+/// cluster, the step that failed and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RbdError {
+    /// librados/librbd are not installed.
+    #[error("{0}")]
+    LibraryMissing(String),
+    /// A value cannot be passed to librados (a NUL byte).
+    #[error("{0}")]
+    Invalid(String),
+    /// Connecting to the cluster failed.
+    #[error("cluster ({cluster}): {step} failed: {}; {}", describe_errno(*code), cluster_hint(*code))]
+    Cluster {
+        /// [`ClusterSpec::describe`].
+        cluster: String,
+        /// What was being done.
+        step: String,
+        /// The negative errno librados returned.
+        code: i64,
+    },
+    /// The pool does not exist.
+    #[error("pool {pool:?} does not exist in the cluster ({cluster}); create it (ceph osd pool create {pool} && rbd pool init {pool}) or fix `pool`")]
+    PoolMissing {
+        /// The pool name.
+        pool: String,
+        /// [`ClusterSpec::describe`].
+        cluster: String,
+    },
+    /// The image does not exist (and was not to be created).
+    #[error("image {image} does not exist in the cluster ({cluster}); {}", if *will_create { "sluice serve creates it with the configured size" } else { "set `size` to create it, or create it with rbd create" })]
+    ImageMissing {
+        /// pool/image.
+        image: String,
+        /// [`ClusterSpec::describe`].
+        cluster: String,
+        /// A size is configured: serve creates the image.
+        will_create: bool,
+    },
+    /// Another step on the image failed.
+    #[error("image {image} in the cluster ({cluster}): {step} failed: {}", describe_errno(*code))]
+    Image {
+        /// pool/image.
+        image: String,
+        /// [`ClusterSpec::describe`].
+        cluster: String,
+        /// What was being done.
+        step: String,
+        /// The negative errno librbd returned.
+        code: i64,
+    },
+    /// The image size does not fit the block size.
+    #[error("image {image} holds {size_bytes} bytes, not a positive multiple of the {block_size_bytes}-byte block size; resize the image or change block_size")]
+    Geometry {
+        /// pool/image.
+        image: String,
+        /// Its size.
+        size_bytes: u64,
+        /// The configured block size.
+        block_size_bytes: u32,
+    },
+}
+
+fn cluster_hint(code: i64) -> &'static str {
+    match i32::try_from(-code).unwrap_or(0) {
+        libc::ENOENT => "check that the ceph.conf exists (ceph_conf or $CEPH_CONF) and names a keyring for the client",
+        libc::EACCES | libc::EPERM => "the cephx key was refused: check the client name and its keyring",
+        libc::ETIMEDOUT => "no monitor answered: check mon_host in the ceph.conf and that the monitors run and are reachable",
+        libc::EINVAL => "the ceph.conf or CEPH_ARGS holds an invalid setting",
+        _ => "check the cluster's health (ceph -s) and the ceph.conf",
+    }
+}
+
+/// Errors seen on an image since it was opened, for `sluice backend list`.
+#[derive(Debug, Default)]
+pub struct Health {
+    errors: AtomicU64,
+    /// Negative errno of the last failed request (0: none yet).
+    last_error_code: AtomicI64,
+    /// When it failed, in milliseconds since the Unix epoch.
+    last_error_at_unix_ms: AtomicU64,
+}
+
+impl Health {
+    fn record_error(&self, code: i64) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        self.last_error_code.store(code, Ordering::Relaxed);
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64);
+        self.last_error_at_unix_ms.store(now_ms, Ordering::Relaxed);
+    }
+}
+
+/// What `sluice backend list` shows of an RBD backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdStatus {
+    /// [`ClusterSpec::describe`].
+    pub cluster: String,
+    /// The monitors the connection was made to (`mon_host`).
+    pub monitors: String,
+    pub pool: String,
+    pub image: String,
+    pub size_bytes: u64,
+    /// "connected", or "errors" when the last request failed within the last minute.
+    pub state: &'static str,
+    /// Failed requests since the image was opened.
+    pub errors: u64,
+    /// The last failure, e.g. "Connection timed out", if any.
+    pub last_error: Option<String>,
+}
+
+/// A Ceph RBD image as a namespace's device.
+pub struct RbdBackend {
+    image: Arc<OpenImage>,
+    geometry: Geometry,
+    library: &'static library::Library,
+    health: Arc<Health>,
+}
+
+/// What [`RbdBackend::open`] did to the image, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageChange {
+    /// Opened as it was.
+    None,
+    /// Created with the configured size.
+    Created,
+    /// Grown from this many bytes to the configured size.
+    Grown {
+        /// The size before.
+        from_bytes: u64,
+    },
+}
+
+impl RbdBackend {
+    /// Connects (or reuses the process's connection to the cluster), creates or grows
+    /// the image as configured, and opens it. Blocks up to the connect timeout: never
+    /// call it on an I/O thread.
+    pub fn open(options: &RbdOptions) -> Result<(Arc<RbdBackend>, ImageChange), RbdError> {
+        Self::open_with(options, OpenMode::CreateOrGrow)
+    }
+
+    /// Checks that the cluster answers and the pool exists, and that the image exists
+    /// unless a size is configured, changing nothing (`sluice config check`). Returns
+    /// the image size when it exists.
+    pub fn inspect(options: &RbdOptions) -> Result<Option<u64>, RbdError> {
+        match Self::open_with(options, OpenMode::Inspect) {
+            Ok((backend, _)) => Ok(Some(backend.geometry.capacity_bytes())),
+            Err(RbdError::ImageMissing { will_create: true, .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn open_with(options: &RbdOptions, mode: OpenMode) -> Result<(Arc<RbdBackend>, ImageChange), RbdError> {
+        let library = library::library().map_err(RbdError::LibraryMissing)?;
+        let cluster = cluster::connect(&options.cluster)?;
+        let opened = cluster::open_image(cluster, &options.pool, &options.image, options.size_bytes, mode)?;
+        let block_size = u64::from(options.block_size_bytes);
+        let geometry = Geometry { block_size_bytes: options.block_size_bytes, block_count: opened.size_bytes / block_size };
+        if opened.size_bytes == 0 || opened.size_bytes % block_size != 0 || geometry.validate().is_err() {
+            return Err(RbdError::Geometry {
+                image: format!("{}/{}", options.pool, options.image),
+                size_bytes: opened.size_bytes,
+                block_size_bytes: options.block_size_bytes,
+            });
+        }
+        let change = match (opened.created, opened.grown_from_bytes) {
+            (true, _) => ImageChange::Created,
+            (false, Some(from_bytes)) => ImageChange::Grown { from_bytes },
+            (false, None) => ImageChange::None,
+        };
+        let backend = RbdBackend { image: Arc::new(opened.image), geometry, library, health: Arc::default() };
+        Ok((Arc::new(backend), change))
+    }
+
+    /// Cluster, pool, image and connection state.
+    pub fn status(&self) -> RbdStatus {
+        let code = self.health.last_error_code.load(Ordering::Relaxed);
+        let at_ms = self.health.last_error_at_unix_ms.load(Ordering::Relaxed);
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64);
+        let recent_error = code != 0 && now_ms.saturating_sub(at_ms) < 60_000;
+        RbdStatus {
+            cluster: self.image.cluster.spec.describe(),
+            monitors: self.image.cluster.monitors.clone(),
+            pool: self.image.pool.clone(),
+            image: self.image.name.clone(),
+            size_bytes: self.geometry.capacity_bytes(),
+            state: if recent_error { "errors" } else { "connected" },
+            errors: self.health.errors.load(Ordering::Relaxed),
+            last_error: (code != 0).then(|| describe_errno(code)),
+        }
+    }
+
+    fn queue(&self, waker: Option<&Waker>) -> Box<dyn BackendQueue> {
+        Box::new(queue::RbdQueue::new(
+            Arc::clone(&self.image),
+            self.geometry,
+            self.library,
+            waker,
+            Arc::clone(&self.health),
+        ))
+    }
+}
+
+impl std::fmt::Debug for RbdBackend {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RbdBackend")
+            .field("pool", &self.image.pool)
+            .field("image", &self.image.name)
+            .field("geometry", &self.geometry)
+            .finish()
+    }
+}
+
+impl Backend for RbdBackend {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// librbd's cache is off: a completed write is in the cluster.
+    fn has_volatile_write_cache(&self) -> bool {
+        false
+    }
+
+    fn kind(&self) -> &'static str {
+        "rbd"
+    }
+
+    fn open_queue(&self) -> Box<dyn BackendQueue> {
+        self.queue(None)
+    }
+
+    fn open_queue_with_waker(&self, waker: &Waker) -> Box<dyn BackendQueue> {
+        self.queue(Some(waker))
+    }
+
+    fn deallocate_reads_zeroes(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,307 @@
+//! One submission queue on an RBD image.
+//!
+//! Requests go to librbd's asynchronous API from the thread that owns the queue. librbd
+//! completes them on its own threads, in a callback that only records the result in a
+//! preallocated slot, sets the slot's bit in a bitmap and wakes the owning thread; the
+//! owner reaps the bits. So the data path takes no lock and allocates nothing: slots,
+//! the bitmap and the completion list are sized when the queue opens, and a request
+//! beyond the slots waits in a list of its own until one frees up.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+
+use storage::{validate_request, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
+
+use super::cluster::OpenImage;
+use super::library::{self, Completion, Library, OP_FLAG_FADVISE_FUA};
+use super::Health;
+
+/// Requests one queue has at librbd at once. The target's deepest I/O queue is 1024;
+/// librbd itself throttles well below that per image, so more slots would only cost
+/// memory per connection and namespace (about 40 bytes each). Requests beyond this
+/// wait in the queue, in order.
+pub const RBD_QUEUE_SLOTS: usize = 256;
+const BITMAP_WORDS: usize = RBD_QUEUE_SLOTS / 64;
+
+/// What the completion callback reaches: shared by the queue and librbd's threads.
+struct Shared {
+    slots: Box<[SlotShared]>,
+    /// Bit `i` set: slot `i` finished and waits to be reaped.
+    finished: [AtomicU64; BITMAP_WORDS],
+    waker: Option<Waker>,
+}
+
+/// The callback's argument: one per slot, at a fixed address for the queue's life.
+struct SlotShared {
+    /// rbd_aio_get_return_value of the finished request.
+    result: AtomicI64,
+    index: u32,
+    /// The `Shared` this slot lives in (set once, right after the Arc is made).
+    owner: AtomicPtr<Shared>,
+}
+
+/// A request at librbd: what comes back with its completion.
+struct InFlight {
+    token: u64,
+    buffer: Vec<u8>,
+    completion: Completion,
+    is_read: bool,
+}
+
+pub(crate) struct RbdQueue {
+    image: Arc<OpenImage>,
+    geometry: Geometry,
+    library: &'static Library,
+    shared: Arc<Shared>,
+    slots: Box<[Option<InFlight>]>,
+    free_slots: Vec<u32>,
+    /// Requests beyond the slots, in arrival order.
+    waiting: VecDeque<IoRequest>,
+    /// Completed without reaching librbd (validation or submission errors).
+    ready: Vec<IoCompletion>,
+    in_flight: usize,
+    health: Arc<Health>,
+}
+
+// SAFETY: the raw completion handles in `slots` belong to this queue alone; librbd
+// allows a completion to be released from any thread.
+unsafe impl Send for RbdQueue {}
+
+impl RbdQueue {
+    pub(crate) fn new(
+        image: Arc<OpenImage>,
+        geometry: Geometry,
+        library: &'static Library,
+        waker: Option<&Waker>,
+        health: Arc<Health>,
+    ) -> RbdQueue {
+        let slots = (0..RBD_QUEUE_SLOTS as u32)
+            .map(|index| SlotShared { result: AtomicI64::new(0), index, owner: AtomicPtr::new(std::ptr::null_mut()) })
+            .collect();
+        let shared = Arc::new(Shared {
+            slots,
+            finished: std::array::from_fn(|_| AtomicU64::new(0)),
+            waker: waker.cloned(),
+        });
+        let owner = Arc::as_ptr(&shared).cast_mut();
+        for slot in shared.slots.iter() {
+            slot.owner.store(owner, Ordering::Release);
+        }
+        RbdQueue {
+            image,
+            geometry,
+            library,
+            shared,
+            slots: (0..RBD_QUEUE_SLOTS).map(|_| None).collect(),
+            free_slots: (0..RBD_QUEUE_SLOTS as u32).rev().collect(),
+            waiting: VecDeque::with_capacity(RBD_QUEUE_SLOTS),
+            ready: Vec::with_capacity(RBD_QUEUE_SLOTS),
+            in_flight: 0,
+            health,
+        }
+    }
+
+    /// Hands `request` to librbd in a free slot (the caller checked there is one).
+    fn start(&mut self, request: IoRequest) {
+        let Some(slot) = self.free_slots.pop() else {
+            self.waiting.push_back(request);
+            return;
+        };
+        let IoRequest { token, op, mut buffer } = request;
+        let argument = (&self.shared.slots[slot as usize] as *const SlotShared).cast_mut().cast::<c_void>();
+        let mut completion: Completion = std::ptr::null_mut();
+        // SAFETY: `argument` points into `shared`, which outlives every request of this
+        // queue (Drop waits or leaks); `completion` is a valid out pointer.
+        let code = unsafe { (self.library.rbd_aio_create_completion)(argument, on_complete, &mut completion) };
+        if code < 0 {
+            self.free_slots.push(slot);
+            self.finish_now(token, buffer, Err(IoError::Internal));
+            return;
+        }
+        let block_size = u64::from(self.geometry.block_size_bytes);
+        let image = self.image.image;
+        let library = self.library;
+        // SAFETY (every call below): the image is open for the queue's life; the
+        // buffer is moved into `slots` before librbd can touch it and stays there,
+        // unmoved (a Vec's heap data does not move with the Vec), until the request's
+        // completion is reaped; the completion was just created.
+        let code = match op {
+            IoOp::Read { lba, .. } => unsafe {
+                (library.rbd_aio_read)(image, lba * block_size, buffer.len(), buffer.as_mut_ptr().cast(), completion)
+            },
+            IoOp::Write { lba, force_unit_access, .. } => {
+                let flags = if force_unit_access { OP_FLAG_FADVISE_FUA } else { 0 };
+                unsafe {
+                    (library.rbd_aio_write2)(image, lba * block_size, buffer.len(), buffer.as_ptr().cast(), completion, flags)
+                }
+            }
+            IoOp::Flush => unsafe { (library.rbd_aio_flush)(image, completion) },
+            // Validation bounded lba + blocks by the image size, so these cannot
+            // overflow; a deallocating Write Zeroes is still a zeroing one.
+            IoOp::WriteZeroes { lba, blocks, .. } => unsafe {
+                (library.rbd_aio_write_zeroes)(image, lba * block_size, (blocks * block_size) as usize, completion, 0, 0)
+            },
+            IoOp::Deallocate { lba, blocks } => unsafe {
+                (library.rbd_aio_discard)(image, lba * block_size, blocks * block_size, completion)
+            },
+        };
+        if code < 0 {
+            // SAFETY: librbd refused the request, so it never completes: ours to release.
+            unsafe { (library.rbd_aio_release)(completion) };
+            self.free_slots.push(slot);
+            self.health.record_error(i64::from(code));
+            self.finish_now(token, buffer, Err(error_for(&op, i64::from(code))));
+            return;
+        }
+        let is_read = matches!(op, IoOp::Read { .. });
+        self.slots[slot as usize] = Some(InFlight { token, buffer, completion, is_read });
+    }
+
+    fn finish_now(&mut self, token: u64, buffer: Vec<u8>, result: Result<(), IoError>) {
+        self.in_flight -= 1;
+        self.ready.push(IoCompletion { token, result, buffer });
+    }
+
+    /// Moves every finished slot's completion to `out` and starts waiting requests.
+    fn collect_finished(&mut self, out: &mut Vec<IoCompletion>) {
+        for word in 0..BITMAP_WORDS {
+            // Acquire pairs with the callback's Release: the result is visible.
+            let mut bits = self.shared.finished[word].swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let slot = word * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(request) = self.slots[slot].take() else {
+                    debug_assert!(false, "slot {slot} finished with nothing in flight");
+                    continue;
+                };
+                let code = self.shared.slots[slot].result.load(Ordering::Relaxed);
+                // SAFETY: the request finished (its bit was set after librbd had
+                // produced the result), and only this queue releases it, once.
+                unsafe { (self.library.rbd_aio_release)(request.completion) };
+                let result = if code >= 0 {
+                    Ok(())
+                } else {
+                    self.health.record_error(code);
+                    Err(error_for_kind(request.is_read, code))
+                };
+                self.free_slots.push(slot as u32);
+                self.in_flight -= 1;
+                out.push(IoCompletion { token: request.token, result, buffer: request.buffer });
+            }
+        }
+        while !self.free_slots.is_empty() {
+            let Some(request) = self.waiting.pop_front() else { break };
+            self.start(request);
+        }
+    }
+}
+
+/// Called by librbd on one of its threads when a request completes. Records the
+/// result, publishes the slot's bit, then wakes the owner.
+///
+/// # Safety
+/// `argument` is the `SlotShared` pointer given at submission; its `Shared` is alive
+/// (the queue holds it until the request is reaped, and this callback holds its own
+/// reference from before it publishes the bit until it returns).
+unsafe extern "C" fn on_complete(completion: Completion, argument: *mut c_void) {
+    // SAFETY: per the contract, `argument` is a live SlotShared.
+    let slot = unsafe { &*argument.cast::<SlotShared>() };
+    let owner = slot.owner.load(Ordering::Acquire);
+    // SAFETY: `owner` came from Arc::as_ptr of a Shared the queue still holds (its
+    // request has not been reaped: its bit is not set yet), so taking another strong
+    // reference is sound; it keeps the Shared alive after the bit is published.
+    let shared = unsafe {
+        Arc::increment_strong_count(owner);
+        Arc::from_raw(owner)
+    };
+    let code = match library::library() {
+        // SAFETY: the completion is the one this callback is for, still unreleased.
+        Ok(library) => (unsafe { (library.rbd_aio_get_return_value)(completion) }) as i64,
+        Err(_) => -i64::from(libc::EIO), // unreachable: the library made this call
+    };
+    slot.result.store(code, Ordering::Relaxed);
+    let index = slot.index as usize;
+    // Release: the result above is visible to the owner's Acquire swap. After this
+    // line the slot may be reaped and reused; only `shared` is touched from here on.
+    shared.finished[index / 64].fetch_or(1 << (index % 64), Ordering::Release);
+    if let Some(waker) = &shared.waker {
+        waker.wake_by_ref();
+    }
+}
+
+/// The IoError for a failed request, by what it was.
+fn error_for(op: &IoOp, code: i64) -> IoError {
+    error_for_kind(matches!(op, IoOp::Read { .. }), code)
+}
+
+fn error_for_kind(is_read: bool, code: i64) -> IoError {
+    let errno = i32::try_from(-code).unwrap_or(libc::EIO);
+    match errno {
+        // The cluster did not answer within the op timeout, the connection to it is
+        // gone, or the cluster fenced this client (EBLOCKLISTED is ESHUTDOWN): the host
+        // may retry, or use another path.
+        libc::ETIMEDOUT | libc::ESHUTDOWN | libc::ENOTCONN | libc::ECONNREFUSED | libc::ECANCELED => {
+            IoError::Unavailable
+        }
+        libc::ENOSPC | libc::EDQUOT => IoError::NoSpace,
+        _ if is_read => IoError::ReadError,
+        _ => IoError::WriteFault,
+    }
+}
+
+impl BackendQueue for RbdQueue {
+    fn submit(&mut self, request: IoRequest) {
+        self.in_flight += 1;
+        if let Err(error) = validate_request(&self.geometry, &request.op, request.buffer.len()) {
+            self.finish_now(request.token, request.buffer, Err(error));
+            return;
+        }
+        if self.waiting.is_empty() {
+            self.start(request);
+        } else {
+            self.waiting.push_back(request); // keep arrival order
+        }
+    }
+
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) {
+        out.append(&mut self.ready);
+        self.collect_finished(out);
+        // Starting a waiting request can fail at once: hand that over too.
+        out.append(&mut self.ready);
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Completions at librbd wake the owner; ones made here (errors before librbd)
+    /// do not, so the caller must poll while any are ready.
+    fn wakes_on_completion(&self) -> bool {
+        self.shared.waker.is_some() && self.ready.is_empty()
+    }
+}
+
+impl Drop for RbdQueue {
+    /// Requests still at librbd would write into their buffers and call back into
+    /// `shared` later: the target drains a queue before dropping it, so this happens
+    /// only when a thread is torn down abnormally, and then the memory is leaked
+    /// rather than freed under librbd's feet.
+    fn drop(&mut self) {
+        let mut scratch = Vec::new();
+        self.collect_finished(&mut scratch);
+        let at_librbd = self.slots.iter().filter(|slot| slot.is_some()).count();
+        if at_librbd > 0 {
+            tracing::warn!(
+                image = %format!("{}/{}", self.image.pool, self.image.name),
+                requests = at_librbd,
+                "RBD queue closed with requests in flight; leaking their buffers until librbd completes them"
+            );
+            std::mem::forget(std::mem::take(&mut self.slots));
+            std::mem::forget(Arc::clone(&self.shared));
+            std::mem::forget(Arc::clone(&self.image));
+        }
+    }
+}
