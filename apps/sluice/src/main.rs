@@ -155,7 +155,14 @@ fn main() -> ExitCode {
         }
         Command::Config { command: ConfigCommand::Check { file } } => {
             // Validation only: nothing is created, opened for writing or formatted.
-            match Config::load(&file).and_then(|config| config.check()) {
+            let checked = Config::load(&file).and_then(|config| {
+                let report = config.check()?;
+                // Ceph clusters answer here too (connected, pool and image looked up,
+                // nothing created): a config that validates but cannot serve fails now.
+                config.check_clusters()?;
+                Ok(report)
+            });
+            match checked {
                 Ok(report) => {
                     println!("{}: ok", file.display());
                     for line in &report.lines {

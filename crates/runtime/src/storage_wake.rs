@@ -76,7 +76,7 @@ mod tests {
         let waker = wake.waker();
         waker.wake_by_ref();
         waker.wake_by_ref();
-        waker.clone().wake();
+        waker.wake_by_ref();
         assert_eq!(counter(&wake), 1, "three wakes before the loop looked: one write");
         wake.take();
         waker.wake_by_ref();

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use nvme_spec::NamespaceId;
 use nvme_target::{NamespaceSpec, SubsystemSpec};
-use runtime::{FileBackend, FileOptions};
+use runtime::rbd_backend::ImageChange;
+use runtime::{FileBackend, FileOptions, RbdBackend};
 use storage::{
     Backend, CacheBackend, CacheMode, CarveRecord, CompositionError, Geometry, NamespaceBinding, NullBackend, Pool,
     PoolError, Raid0Backend, RamBackend, TableStore,
@@ -318,6 +319,7 @@ fn build_backend(
                 .map(|cache| cache as Arc<dyn Backend>)
                 .map_err(|error| invalid(&location, composition_message(&error, backend)))?
         }
+        StorageKind::Rbd => open_rbd(backend, &location)?,
         StorageKind::Carve => {
             let pool_name = backend.pool.as_deref().unwrap_or_default();
             let Some(pool_index) = config.pools.iter().position(|pool| pool.name == pool_name) else {
@@ -337,6 +339,26 @@ fn build_backend(
         }
     };
     Ok((built, None))
+}
+
+/// Connects to the cluster (or reuses the process's connection) and opens the image,
+/// creating or growing it to `size`. Blocks up to the connect timeout: builds run on
+/// the main or management thread, never on an I/O thread.
+fn open_rbd(backend: &BackendConfig, location: &str) -> Result<Arc<dyn Backend>, ConfigError> {
+    let Some(options) = backend.rbd_options() else {
+        return Err(invalid(location, "internal error: not an rbd entry"));
+    };
+    let (rbd, change) = RbdBackend::open(&options).map_err(|error| invalid(location, error.to_string()))?;
+    let image = format!("{}/{}", options.pool, options.image);
+    let size = describe_bytes(rbd.geometry().capacity_bytes());
+    match change {
+        ImageChange::Created => tracing::info!("config: {location}: created image {image} of {size}"),
+        ImageChange::Grown { from_bytes } => {
+            tracing::info!("config: {location}: grew image {image} from {} to {size}", describe_bytes(from_bytes))
+        }
+        ImageChange::None => tracing::info!("config: {location}: opened image {image} ({size})"),
+    }
+    Ok(rbd)
 }
 
 /// A composition error with member indexes replaced by the names from the config.

@@ -466,6 +466,17 @@ impl Config {
         Ok(plan.report(self))
     }
 
+    /// Connects to the cluster of every `rbd` entry and looks up its pool and image,
+    /// changing nothing (a missing image with a `size` is fine: serve creates it).
+    /// Blocks up to the connect timeout per cluster. The first failure names the entry.
+    pub fn check_clusters(&self) -> Result<(), ConfigError> {
+        for backend in &self.backends {
+            let Some(options) = backend.rbd_options() else { continue };
+            runtime::RbdBackend::inspect(&options).map_err(|error| invalid(backend.location(), error.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Validates, then builds the target description: opens (and creates) files,
     /// formats or recovers cache tiers, opens pools and creates missing carves. (Tests
     /// build targets this way; `sluice serve` keeps the storage too: [`Config::open`].)

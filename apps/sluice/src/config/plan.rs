@@ -132,6 +132,10 @@ impl Plan {
                             backend.pool.as_deref().unwrap_or_default(),
                             if backend.thin == Some(true) { ", thin" } else { ", thick" }
                         ),
+                        StorageKind::Rbd => backend
+                            .rbd_options()
+                            .map(|options| format!(" image {}/{} ({})", options.pool, options.image, options.cluster.describe()))
+                            .unwrap_or_default(),
                     };
                     format!("backend {:?}: {}{detail}, {shape}", backend.name, backend.kind.as_str())
                 }

@@ -19,9 +19,10 @@ pub struct BackendConfig {
     pub name: String,
     pub kind: StorageKind,
     /// ram, null, carve: capacity (required). file: create or extend to this size.
+    /// rbd: create the image with this size when missing, grow it when smaller.
     #[serde(default)]
     pub size: Option<ByteSize>,
-    /// ram, null, file: logical block size.
+    /// ram, null, file, rbd: logical block size.
     #[serde(default)]
     pub block_size: Option<u32>,
     /// file: regular file or block device.
@@ -48,9 +49,22 @@ pub struct BackendConfig {
     /// cache: cache line size (default 64 KiB).
     #[serde(default)]
     pub line_size: Option<ByteSize>,
-    /// carve: the pool to carve from.
+    /// carve: the pool to carve from. rbd: the RADOS pool holding the image.
     #[serde(default)]
     pub pool: Option<String>,
+    /// rbd: the image name in `pool`.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// rbd: the ceph.conf to read (default: librados' own lookup, $CEPH_CONF first).
+    #[serde(default)]
+    pub ceph_conf: Option<PathBuf>,
+    /// rbd: the cephx user, without `client.` (default "admin").
+    #[serde(default)]
+    pub client: Option<String>,
+    /// rbd: how long the cluster may take to answer one request before it fails with
+    /// Namespace Not Ready (rados_osd_op_timeout; default 20000).
+    #[serde(default)]
+    pub op_timeout_ms: Option<u64>,
     /// carve: allocate on write instead of reserving the space at creation.
     #[serde(default)]
     pub thin: Option<bool>,
@@ -65,6 +79,7 @@ pub enum StorageKind {
     Raid0,
     Cache,
     Carve,
+    Rbd,
 }
 
 impl StorageKind {
@@ -76,6 +91,7 @@ impl StorageKind {
             StorageKind::Raid0 => "raid0",
             StorageKind::Cache => "cache",
             StorageKind::Carve => "carve",
+            StorageKind::Rbd => "rbd",
         }
     }
 }
@@ -131,6 +147,10 @@ impl BackendConfig {
             ("line_size", self.line_size == other.line_size),
             ("pool", self.pool == other.pool),
             ("thin", self.thin == other.thin),
+            ("image", self.image == other.image),
+            ("ceph_conf", self.ceph_conf == other.ceph_conf),
+            ("client", self.client == other.client),
+            ("op_timeout_ms", self.op_timeout_ms == other.op_timeout_ms),
         ]
         .into_iter()
         .find_map(|(key, same)| (!same).then_some(key))
@@ -148,7 +168,8 @@ impl BackendConfig {
         if let Some(slow) = &self.slow {
             references.push(("slow tier", slow.as_str()));
         }
-        if let Some(pool) = &self.pool {
+        // An rbd entry's `pool` is a RADOS pool, not one of the config's.
+        if let (Some(pool), StorageKind::Carve) = (&self.pool, self.kind) {
             references.push(("pool", pool.as_str()));
         }
         references
@@ -159,9 +180,9 @@ impl BackendConfig {
         use StorageKind::*;
         let location = self.location();
         // (key, given, the kinds that take it)
-        let keys: [(&str, bool, &[StorageKind]); 12] = [
-            ("size", self.size.is_some(), &[Ram, Null, File, Carve]),
-            ("block_size", self.block_size.is_some(), &[Ram, Null, File]),
+        let keys: [(&str, bool, &[StorageKind]); 16] = [
+            ("size", self.size.is_some(), &[Ram, Null, File, Carve, Rbd]),
+            ("block_size", self.block_size.is_some(), &[Ram, Null, File, Rbd]),
             ("path", self.path.is_some(), &[File]),
             ("direct_io", self.direct_io.is_some(), &[File]),
             ("members", self.members.is_some(), &[Raid0]),
@@ -170,8 +191,12 @@ impl BackendConfig {
             ("slow", self.slow.is_some(), &[Cache]),
             ("mode", self.mode.is_some(), &[Cache]),
             ("line_size", self.line_size.is_some(), &[Cache]),
-            ("pool", self.pool.is_some(), &[Carve]),
+            ("pool", self.pool.is_some(), &[Carve, Rbd]),
             ("thin", self.thin.is_some(), &[Carve]),
+            ("image", self.image.is_some(), &[Rbd]),
+            ("ceph_conf", self.ceph_conf.is_some(), &[Rbd]),
+            ("client", self.client.is_some(), &[Rbd]),
+            ("op_timeout_ms", self.op_timeout_ms.is_some(), &[Rbd]),
         ];
         for (key, given, kinds) in keys {
             if given && !kinds.contains(&self.kind) {
@@ -199,6 +224,10 @@ impl BackendConfig {
                 ("pool", self.pool.is_some(), "pool = \"<pool name>\""),
                 ("size", self.size.is_some(), "size = \"100GiB\""),
             ],
+            Rbd => &[
+                ("pool", self.pool.is_some(), "pool = \"rbd\" (the RADOS pool)"),
+                ("image", self.image.is_some(), "image = \"vol1\""),
+            ],
         };
         for (key, given, example) in required {
             if !given {
@@ -220,10 +249,40 @@ impl BackendConfig {
                 ));
             }
         }
+        if self.op_timeout_ms == Some(0) {
+            return Err(invalid(
+                &location,
+                "`op_timeout_ms` is 0, which librados takes as \"wait forever\": a stopped OSD would hang I/O; \
+                 give a timeout (default 20000)",
+            ));
+        }
         if self.kind == Cache && self.fast.is_some() && self.fast == self.slow {
             return Err(invalid(&location, "`fast` and `slow` name the same backend; the tiers must be two different backends"));
         }
         Ok(())
+    }
+}
+
+impl BackendConfig {
+    /// How to open an `rbd` entry (`None` for other kinds).
+    pub fn rbd_options(&self) -> Option<runtime::RbdOptions> {
+        if self.kind != StorageKind::Rbd {
+            return None;
+        }
+        let mut options =
+            runtime::RbdOptions::new(self.pool.clone().unwrap_or_default(), self.image.clone().unwrap_or_default());
+        options.size_bytes = self.size.map(|size| size.0);
+        if let Some(block_size) = self.block_size {
+            options.block_size_bytes = block_size;
+        }
+        options.cluster.ceph_conf = self.ceph_conf.clone();
+        if let Some(client) = &self.client {
+            options.cluster.client = client.strip_prefix("client.").unwrap_or(client).to_string();
+        }
+        if let Some(timeout) = self.op_timeout_ms {
+            options.cluster.op_timeout_ms = timeout;
+        }
+        Some(options)
     }
 }
 

@@ -318,6 +318,16 @@ fn backend_shape(
             }
             Ok(Shape { block_size, capacity_bytes: slow_shape.capacity_bytes, retention: slow_shape.retention })
         }
+        StorageKind::Rbd => {
+            // The image's size is known only once it is opened (an existing image may
+            // be larger than `size`); the build checks it then.
+            let block_size = backend.block_size.unwrap_or(runtime::rbd_backend::DEFAULT_RBD_BLOCK_SIZE_BYTES);
+            check_block_size(block_size, &location)?;
+            if let Some(bytes) = size {
+                check_capacity(bytes, block_size, &location)?;
+            }
+            Ok(Shape { block_size: Some(block_size), capacity_bytes: None, retention: Retention::Persistent })
+        }
         StorageKind::Carve => {
             let pool_shape = parts[0].2;
             let bytes = size.unwrap_or(0);

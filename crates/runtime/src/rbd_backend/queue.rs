@@ -124,29 +124,39 @@ impl RbdQueue {
         let block_size = u64::from(self.geometry.block_size_bytes);
         let image = self.image.image;
         let library = self.library;
-        // SAFETY (every call below): the image is open for the queue's life; the
-        // buffer is moved into `slots` before librbd can touch it and stays there,
-        // unmoved (a Vec's heap data does not move with the Vec), until the request's
-        // completion is reaped; the completion was just created.
+        // Every call below relies on the same facts: the image is open for the queue's
+        // life; the completion was just created; the buffer's heap memory stays where it
+        // is (a Vec's data does not move with the Vec) because the buffer is parked in
+        // `slots` right after the call and only leaves it once the completion is reaped,
+        // which happens on this thread, after `start` returns.
         let code = match op {
-            IoOp::Read { lba, .. } => unsafe {
-                (library.rbd_aio_read)(image, lba * block_size, buffer.len(), buffer.as_mut_ptr().cast(), completion)
-            },
+            IoOp::Read { lba, .. } => {
+                // SAFETY: see above; the buffer is writable for `buffer.len()` bytes.
+                unsafe {
+                    (library.rbd_aio_read)(image, lba * block_size, buffer.len(), buffer.as_mut_ptr().cast(), completion)
+                }
+            }
             IoOp::Write { lba, force_unit_access, .. } => {
                 let flags = if force_unit_access { OP_FLAG_FADVISE_FUA } else { 0 };
+                // SAFETY: see above; the buffer is readable for `buffer.len()` bytes.
                 unsafe {
                     (library.rbd_aio_write2)(image, lba * block_size, buffer.len(), buffer.as_ptr().cast(), completion, flags)
                 }
             }
+            // SAFETY: see above; no buffer.
             IoOp::Flush => unsafe { (library.rbd_aio_flush)(image, completion) },
             // Validation bounded lba + blocks by the image size, so these cannot
             // overflow; a deallocating Write Zeroes is still a zeroing one.
-            IoOp::WriteZeroes { lba, blocks, .. } => unsafe {
-                (library.rbd_aio_write_zeroes)(image, lba * block_size, (blocks * block_size) as usize, completion, 0, 0)
-            },
-            IoOp::Deallocate { lba, blocks } => unsafe {
-                (library.rbd_aio_discard)(image, lba * block_size, blocks * block_size, completion)
-            },
+            IoOp::WriteZeroes { lba, blocks, .. } => {
+                // SAFETY: see above; no buffer.
+                unsafe {
+                    (library.rbd_aio_write_zeroes)(image, lba * block_size, (blocks * block_size) as usize, completion, 0, 0)
+                }
+            }
+            IoOp::Deallocate { lba, blocks } => {
+                // SAFETY: see above; no buffer.
+                unsafe { (library.rbd_aio_discard)(image, lba * block_size, blocks * block_size, completion) }
+            }
         };
         if code < 0 {
             // SAFETY: librbd refused the request, so it never completes: ours to release.
