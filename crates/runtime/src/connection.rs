@@ -237,9 +237,12 @@ impl<S: Service> EventLoop<S> {
         };
     }
 
-    pub(crate) fn poll_connection(&mut self, index: u32, now: Instant) {
+    /// Polls the connection at `index` if it reported pending work, or always when
+    /// `storage_woke`: a storage completion that wakes the thread leaves its
+    /// connection with nothing pending until it is polled.
+    pub(crate) fn poll_connection(&mut self, index: u32, storage_woke: bool, now: Instant) {
         let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
-        if !connection.pending_work || connection.closing.is_some() {
+        if !(connection.pending_work || storage_woke) || connection.closing.is_some() {
             return;
         }
         connection.handler.poll(now);

@@ -607,7 +607,7 @@ impl<S: Service> EventLoop<S> {
         let storage_due = std::mem::take(&mut self.storage_due);
         if self.pending_work_connections > 0 || storage_due {
             for index in 0..self.connections.index_bound() {
-                self.poll_connection(index, now);
+                self.poll_connection(index, storage_due, now);
             }
         }
         if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {

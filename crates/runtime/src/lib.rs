@@ -90,6 +90,10 @@ pub trait ConnectionHandler {
     fn has_pending_work(&self) -> bool {
         false
     }
+    /// Progress work not driven by the socket. Called every iteration while
+    /// `has_pending_work` is true, and once after each wake of the storage waker
+    /// handed to [`Service::accept`] (whatever `has_pending_work` says), so work
+    /// that wakes the thread itself need not report pending work meanwhile.
     fn poll(&mut self, _now: Instant) {}
     /// True when the handler wants the connection closed: the runtime sends
     /// what take_send still returns, then shuts down and closes the socket,

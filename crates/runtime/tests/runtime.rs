@@ -162,6 +162,22 @@ fn pending_work_is_polled_until_done() {
 }
 
 #[test]
+fn a_storage_wake_polls_a_connection_that_reports_no_pending_work() {
+    // Sleep mode must block (nothing pending), and the wake from another thread must
+    // still reach the handler's poll: this is how RBD completions arrive.
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
+        let (runtime, events) = start(Behavior::StorageWake { delay_ms: 50 }, config(1, poll_mode));
+        let mut stream = connect(runtime.local_addrs()[0]);
+        write_all(&mut stream, b"go");
+        assert_eq!(read_exact_bytes(&mut stream, 6), b"woken\n");
+        drop(stream);
+        events.wait_for_closed(1);
+        shutdown_and_join(runtime);
+        events.assert_no_violations();
+    }
+}
+
+#[test]
 fn shutdown_closes_open_connections_once() {
     for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
         let threads = if poll_mode == PollMode::Sleep { 2 } else { 1 };

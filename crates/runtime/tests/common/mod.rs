@@ -29,6 +29,10 @@ pub enum Behavior {
     Timer { interval_ms: u64, ticks: usize },
     /// Report pending work for `polls` polls after the first byte, then send "polled\n".
     PendingWork { polls: usize },
+    /// On the first byte, start a thread that sleeps `delay_ms`, marks the work done
+    /// and wakes the storage waker; report no pending work meanwhile. The poll after
+    /// the wake sends "woken\n".
+    StorageWake { delay_ms: u64 },
     /// Panic in on_receive (a buggy handler).
     PanicOnReceive,
 }
@@ -76,7 +80,7 @@ impl Service for TestService {
         listener: ListenerId,
         _local: SocketAddr,
         _peer: SocketAddr,
-        _storage_waker: &std::task::Waker,
+        storage_waker: &std::task::Waker,
         now: Instant,
     ) -> Option<TestHandler> {
         self.events.listeners_seen.lock().unwrap().push(listener);
@@ -101,6 +105,8 @@ impl Service for TestService {
             ticks_sent: 0,
             polls_left: None,
             in_flight: 0,
+            storage_waker: storage_waker.clone(),
+            woken: None,
         })
     }
 }
@@ -131,6 +137,9 @@ pub struct TestHandler {
     ticks_sent: usize,
     polls_left: Option<usize>,
     in_flight: usize,
+    storage_waker: std::task::Waker,
+    /// Set by the StorageWake behavior's thread; None until it is started.
+    woken: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Byte `index` of a BigResponse batch: a pattern the client can verify.
@@ -191,6 +200,18 @@ impl ConnectionHandler for TestHandler {
             }
             Behavior::Timer { .. } => {}
             Behavior::PanicOnReceive => panic!("test handler panics on purpose"),
+            Behavior::StorageWake { delay_ms } => {
+                if self.woken.is_none() {
+                    let woken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let (flag, waker) = (Arc::clone(&woken), self.storage_waker.clone());
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(delay_ms));
+                        flag.store(true, Ordering::Release);
+                        waker.wake();
+                    });
+                    self.woken = Some(woken);
+                }
+            }
             Behavior::PendingWork { polls } => {
                 if self.polls_left.is_none() {
                     self.polls_left = Some(polls);
@@ -247,6 +268,14 @@ impl ConnectionHandler for TestHandler {
 
     fn poll(&mut self, _now: Instant) {
         self.check("poll");
+        if let Behavior::StorageWake { .. } = self.behavior {
+            // Polled after any wake on the thread: only the first poll that sees
+            // the flag answers.
+            if self.woken.as_ref().is_some_and(|flag| flag.swap(false, Ordering::Acquire)) {
+                self.queue(b"woken\n");
+            }
+            return;
+        }
         match self.polls_left {
             Some(left) if left > 0 => {
                 self.polls_left = Some(left - 1);
