@@ -4,6 +4,8 @@
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
 #   build       cargo build --release --workspace --all-targets
+#   cluster     a one-node Ceph cluster (../shared/ceph-single-node.sh, memstore) for
+#               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
 #   clippy      cargo clippy --workspace --all-targets -- -D warnings
 #   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
@@ -28,7 +30,7 @@ fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 
-STAGES=(setup build test clippy harness fuzz report interop)
+STAGES=(setup build cluster test clippy harness fuzz report interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -79,6 +81,32 @@ skip() {  # skip NAME WHY
   RESULT[$1]="skipped ($2)"
   echo
   echo "==== [$1] skipped: $2"
+}
+
+# One Ceph cluster for the whole run: the RBD tests (cargo tests and interop) read
+# CEPH_CONF, and SLUICE_REQUIRE_CEPH makes them fail rather than skip without it.
+CEPH_SCRIPT=${CEPH_SCRIPT:-$REPO/../shared/ceph-single-node.sh}
+ceph_cluster() {
+  [ -x "$CEPH_SCRIPT" ] || { echo "ceph-single-node.sh not found at $CEPH_SCRIPT (expected in ../shared/ next to the repository)"; return 1; }
+  local dir env_file
+  # Short path: the daemons' admin sockets live under it (sun_path has 108 bytes).
+  dir=$(mktemp -d /tmp/sluice-ceph.XXXXXX)
+  env_file=$dir.env
+  trap 'ceph_down' EXIT
+  CEPH_CLUSTER_DIR=$dir
+  # A short watch timeout: after a SIGKILL the next opener of an image waits this long.
+  CEPH_WATCH_TIMEOUT=5 "$CEPH_SCRIPT" up "$dir" > "$env_file" || return 1
+  # shellcheck disable=SC1090
+  . "$env_file"
+  export CEPH_DIR CEPH_CONF SLUICE_REQUIRE_CEPH=1
+  echo "ceph cluster up: CEPH_CONF=$CEPH_CONF"
+}
+CEPH_CLUSTER_DIR=''
+ceph_down() {
+  [ -n "$CEPH_CLUSTER_DIR" ] || return 0
+  "$CEPH_SCRIPT" down "$CEPH_CLUSTER_DIR" >/dev/null 2>&1 || true
+  rm -f "$CEPH_CLUSTER_DIR.env"
+  CEPH_CLUSTER_DIR=''
 }
 
 harness_checks() {
@@ -132,6 +160,8 @@ stage setup "see the message above; scripts/setup.sh --check lists what is missi
 echo "rustc $(rustc --version | cut -d' ' -f2), $(cargo +nightly --version 2>/dev/null | cut -d' ' -f1-2 || echo 'no nightly'), tshark $(tshark --version 2>/dev/null | head -n1 | awk '{print $3}'), $(qemu-system-x86_64 --version | head -n1 | awk '{print $1, $4}')"
 stage build "fix the compile errors above" \
   cargo build --release --workspace --all-targets
+stage cluster "the one-node Ceph cluster did not come up: see above and its log directory" \
+  ceph_cluster
 stage test "a unit/integration test failed: see its output above" \
   cargo test --release --workspace
 stage clippy "fix the clippy warnings above (they are errors here)" \

@@ -3,7 +3,8 @@
 # linux-nvme-peer QEMU guest) against `sluice serve` with composed storage:
 #   (a) subsystem POOL_NQN: Namespace Management on a pool over RAID0 of 3 files;
 #   (b) subsystem CACHE_NQN: one namespace on a write-back cache tier (file fast
-#       tier over file slow tier).
+#       tier over file slow tier), and namespace 2 on a Ceph RBD image when a
+#       cluster is given (CEPH_CONF; scripts/test.sh starts one), with fio verify.
 #
 # One guest boot (tests/interop/guest/storage-guest.sh) connects both, creates and
 # attaches 24 namespaces with nvme-cli (3 "cache" + 21 "capacity"), sees them all in
@@ -32,6 +33,9 @@
 #   SLUICE_BIN=PATH      sluice binary (default: build target/release/sluice)
 #   GUEST_TIMEOUT=S      bound for the whole guest run (default 600)
 #   SLUICE_LOG=...       sluice's log filter (default info)
+#   CEPH_CONF=PATH       a Ceph cluster with pool "rbd": namespace 2 of CACHE_NQN is
+#                        an RBD image there (removed afterwards); without it that part
+#                        is skipped, unless SLUICE_REQUIRE_CEPH is set (then it fails)
 # Functions here are also called indirectly (traps, wait_for), which ShellCheck
 # cannot see:
 # shellcheck disable=SC2317
@@ -66,16 +70,19 @@ CAPACITY_NS_MIB=12          # x21: with the cache ones 324 MiB
 EVENT_NS_MIB=16             # created from this machine
 TIER_FAST_MIB=32
 TIER_SLOW_MIB=128
+RBD_MIB=64
+RBD_IMAGE=interop-storage-$$
 blocks_of() { echo $(( $1 * 1024 * 1024 / BLOCK_SIZE )); }
 POOL_BLOCKS=$(blocks_of $((3 * DISK_MIB)))
 
-TARGET_PID='' TARGET_NAME='' GUEST_PID=''
+TARGET_PID='' TARGET_NAME='' GUEST_PID='' RBD_NSID=''
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   [ -n "$GUEST_PID" ] && { stop_pid "$GUEST_PID" linux-nvme-peer 10 TERM >/dev/null 2>&1 || true; }
   [ -n "$TSHARK_PID" ] && stop_pid "$TSHARK_PID" tshark 10 TERM >/dev/null 2>&1
   [ -n "$TARGET_PID" ] && { stop_pid "$TARGET_PID" "$TARGET_NAME" 20 TERM || true; }
+  [ -n "$RBD_NSID" ] && { rbd -c "$CEPH_CONF" rm "rbd/$RBD_IMAGE" >/dev/null 2>&1 || true; }
   exit "$rc"
 }
 trap cleanup EXIT
@@ -89,6 +96,15 @@ for tool in tshark ss capinfos; do
 done
 [ -x "$LNP" ] || die "linux-nvme-peer not found at $LNP (expected in ../shared/ next to the repository)"
 [ -r "$GUEST_SCRIPT" ] || die "guest script $GUEST_SCRIPT is missing"
+
+if [ -n "${CEPH_CONF:-}" ]; then
+  command -v rbd >/dev/null || die "CEPH_CONF is set but the rbd tool is missing: run scripts/setup.sh"
+  RBD_NSID=2
+elif [ -n "${SLUICE_REQUIRE_CEPH:-}" ]; then
+  die "SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: start a cluster (scripts/test.sh does)"
+else
+  warn "CEPH_CONF is not set: the RBD namespace is skipped"
+fi
 
 rm -rf "$OUT_DIR"
 mkdir -p "$SHARE" "$OUT_DIR/peer" "$DATA_DIR"
@@ -144,6 +160,12 @@ file_backend() {  # file_backend NAME MIB
   printf '[[backend]]\nname = "tier"\nkind = "cache"\nfast = "flash"\nslow = "slow"\nmode = "write-back"\n\n'
   printf '[[subsystem]]\nnqn = "%s"\nserial = "SLUICESTORCACHE1"\nallow_any_host = true\n\n' "$CACHE_NQN"
   printf '[[subsystem.namespace]]\nnsid = 1\ndevice = "tier"\n\n'
+  if [ -n "$RBD_NSID" ]; then
+    echo "# (c) a Ceph RBD image (created at start)"
+    printf '[[backend]]\nname = "rbdvol"\nkind = "rbd"\npool = "rbd"\nimage = "%s"\nsize = "%sMiB"\nblock_size = %s\n\n' \
+      "$RBD_IMAGE" "$RBD_MIB" "$BLOCK_SIZE"
+    printf '[[subsystem.namespace]]\nnsid = %s\ndevice = "rbdvol"\n\n' "$RBD_NSID"
+  fi
   printf '[runtime]\nthreads = 2\npoll_mode = "sleep"\n'
 } >"$CONFIG"
 
@@ -197,6 +219,7 @@ capture_start "$OUT_DIR/capture.pcap" "$OUT_DIR/tshark-capture.log" "$IO_PORT" "
 guest_env="IO_PORT=$IO_PORT POOL_NQN=$POOL_NQN CACHE_NQN=$CACHE_NQN EVENT_NSID=$EVENT_NSID"
 guest_env+=" EVENT_BLOCKS=$EVENT_BLOCKS BLOCK_SIZE=$BLOCK_SIZE CACHE_TIER_BLOCKS=$(blocks_of "$TIER_SLOW_MIB")"
 guest_env+=" CACHE_NS_BLOCKS=$(blocks_of "$CACHE_NS_MIB") CAPACITY_NS_BLOCKS=$(blocks_of "$CAPACITY_NS_MIB")"
+guest_env+=" RBD_NSID=${RBD_NSID:-none} RBD_BLOCKS=$(blocks_of "$RBD_MIB")"
 log "booting the Linux host guest (host NQN $GUEST_HOSTNQN; timeout ${GUEST_TIMEOUT}s; output: guest.log, details: guest/)"
 t_guest=$SECONDS
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" \

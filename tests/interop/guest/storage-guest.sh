@@ -30,6 +30,8 @@
 #   CACHE_NS_BLOCKS, CAPACITY_NS_BLOCKS  sizes of the namespaces created here
 #   BLOCK_SIZE          the pool's logical block size in bytes
 #   CACHE_TIER_BLOCKS   size of the cache-tier namespace in logical blocks
+#   RBD_NSID            the namespace of CACHE_NQN on a Ceph RBD image, or "none"
+#   RBD_BLOCKS          its size in logical blocks
 
 ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
 IO_PORT=${IO_PORT:?IO_PORT is not set}
@@ -301,6 +303,24 @@ if [ -n "$tier" ]; then
     --name=tier-seq-128k --rw=write --bs=128k --iodepth=8 --size=48m --offset=16m
 else
   fail cache-tier-device "no block device for namespace 1 of $CACHE_NQN"
+fi
+
+section "fio: the Ceph RBD namespace"
+if [ "${RBD_NSID:-none}" = none ]; then
+  echo "  skipped: no Ceph cluster on the host side (CEPH_CONF)"
+else
+  rbd_dev=$(device_of "$CACHE_NQN" "$RBD_NSID")
+  if [ -n "$rbd_dev" ]; then
+    blocks=$(size_blocks "$rbd_dev")
+    if [ "$blocks" -eq "$RBD_BLOCKS" ]; then ok rbd-size "$rbd_dev, $blocks blocks"
+    else fail rbd-size "$rbd_dev has $blocks blocks, expected $RBD_BLOCKS"; fi
+    # Random 4 KiB over 16 MiB at depth 16, then 128 KiB sequential over 32 MiB.
+    fio_verify fio-rbd 300 --filename="$rbd_dev" \
+      --name=rbd-rand-4k --rw=randwrite --bs=4k --iodepth=16 --size=16m --offset=0 \
+      --name=rbd-seq-128k --rw=write --bs=128k --iodepth=8 --size=32m --offset=32m
+  else
+    fail rbd-device "no block device for namespace $RBD_NSID of $CACHE_NQN"
+  fi
 fi
 
 section "nvme detach-ns + delete-ns of all $TOTAL"

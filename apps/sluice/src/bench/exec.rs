@@ -48,6 +48,9 @@ pub enum Protocol {
     Iscsi {
         tgtd_pid: u32,
     },
+    /// No target: fio's own rbd engine straight to the image named by `nqn`
+    /// ("POOL/IMAGE"), the baseline of `--compare fio-rbd`.
+    Rbd,
 }
 
 impl Endpoint {
@@ -61,6 +64,7 @@ impl Endpoint {
     pub fn kind(&self) -> &'static str {
         match (self.protocol, &self.embedded) {
             (Protocol::Iscsi { .. }, _) => "iscsi-tgt",
+            (Protocol::Rbd, _) => "fio-rbd",
             (Protocol::NvmeTcp, Some(_)) => "embedded",
             (Protocol::NvmeTcp, None) => "remote",
         }
@@ -71,6 +75,7 @@ impl Endpoint {
         match (self.protocol, &self.embedded) {
             (_, Some(embedded)) => embedded.backend_kind,
             (Protocol::Iscsi { .. }, None) => "file",
+            (Protocol::Rbd, None) => "rbd",
             (Protocol::NvmeTcp, None) => "remote",
         }
     }
@@ -80,7 +85,8 @@ impl Endpoint {
         match (self.protocol, &self.embedded) {
             (Protocol::Iscsi { tgtd_pid }, _) => TargetCpu::Process(tgtd_pid),
             (Protocol::NvmeTcp, Some(_)) => TargetCpu::EmbeddedThreads,
-            (Protocol::NvmeTcp, None) => TargetCpu::Unknown,
+            (Protocol::NvmeTcp | Protocol::Rbd, None) => TargetCpu::Unknown,
+            (Protocol::Rbd, Some(_)) => TargetCpu::Unknown,
         }
     }
 }
@@ -116,6 +122,9 @@ pub enum EmbeddedBackend<'a> {
         path: &'a std::path::Path,
         direct_io: bool,
     },
+    /// A Ceph RBD image, as POOL/IMAGE, in the cluster of $CEPH_CONF (or librados'
+    /// default lookup); created or grown to the namespace size.
+    Rbd(String),
 }
 
 pub struct Embedded {
@@ -164,6 +173,16 @@ pub fn start_embedded(
             let backend = runtime::FileBackend::open(path, options)
                 .map_err(|e| BenchError::Usage(format!("--backing-file: {e}")))?;
             (backend as Arc<dyn Backend>, "file")
+        }
+        EmbeddedBackend::Rbd(pool_and_image) => {
+            let (pool, image) = pool_and_image.split_once('/').unwrap_or(("rbd", &pool_and_image));
+            let mut options = runtime::RbdOptions::new(pool, image);
+            options.size_bytes = Some(geometry.capacity_bytes());
+            options.block_size_bytes = EMBEDDED_BLOCK_SIZE;
+            let (backend, _) = runtime::RbdBackend::open(&options)
+                .map_err(|e| BenchError::Usage(format!("--rbd-image {pool_and_image}: {e}")))?;
+            // The image may be larger than asked (never shrunk): serve all of it.
+            (backend as Arc<dyn Backend>, "rbd")
         }
     };
     let spec = TargetSpec {

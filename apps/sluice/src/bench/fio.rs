@@ -173,9 +173,13 @@ pub fn job_file(job: &JobSpec, region: u64, endpoint: &Endpoint, engine: &Path) 
         format!("; sluice bench --driver fio: {}", job.name),
         "; repeat by hand: fio --output-format=json+ THIS-FILE".to_string(),
         "[global]".to_string(),
-        // The engine first: fio knows an external engine's options only once loaded.
-        format!("ioengine=external:{}", engine.display()),
     ];
+    // The engine first: fio knows an external engine's options only once loaded.
+    if endpoint.protocol == Protocol::Rbd {
+        lines.push("ioengine=rbd".to_string());
+    } else {
+        lines.push(format!("ioengine=external:{}", engine.display()));
+    }
     match endpoint.protocol {
         Protocol::NvmeTcp => {
             lines.push(format!("traddr={}", endpoint.address.ip()));
@@ -199,6 +203,14 @@ pub fn job_file(job: &JobSpec, region: u64, endpoint: &Endpoint, engine: &Path) 
             lines.push(format!("filename={}", fio_escape(&url)));
             // One iSCSI session per job (each numjobs clone), again one queue per thread.
             lines.push("initiator=iqn.2026-11.io.sluice:bench-initiator".to_string());
+        }
+        Protocol::Rbd => {
+            // The cluster is librados' default lookup ($CEPH_CONF): the same one the
+            // Sluice side opened. Each job (numjobs clone) opens the image itself.
+            let (pool, image) = endpoint.nqn.split_once('/').unwrap_or(("rbd", &endpoint.nqn));
+            lines.push("clientname=admin".to_string());
+            lines.push(format!("pool={}", fio_escape(pool)));
+            lines.push(format!("rbdname={}", fio_escape(image)));
         }
     }
     let read = job.read_percent;
@@ -387,7 +399,8 @@ impl FioRunner {
     ) -> Result<Option<FioRun>, BenchError> {
         let region = check_fits(job, endpoint)?;
         let engine = match endpoint.protocol {
-            Protocol::NvmeTcp => self.tools.nvme_engine.clone(),
+            // fio's built-in engine: no file to load.
+            Protocol::NvmeTcp | Protocol::Rbd => self.tools.nvme_engine.clone(),
             Protocol::Iscsi { .. } => self.tools.iscsi_engine.clone().ok_or_else(|| {
                 BenchError::Runtime(format!("fio's libiscsi engine {ISCSI_ENGINE} is not built"))
             })?,

@@ -18,6 +18,7 @@
 
 mod engine;
 mod compare;
+mod compare_rbd;
 mod exec;
 mod fio;
 mod iscsi;
@@ -75,7 +76,12 @@ partial result (exit 130).
 scripts/build-fio-engine.sh). --compare iscsi runs the suite through fio over
 NVMe/TCP to the embedded target and over iSCSI to Debian's tgt, both on sparse
 files of --namespace-size, and prints them side by side (needs the tgt and
-libiscsi-dev packages: scripts/setup.sh installs them).")]
+libiscsi-dev packages: scripts/setup.sh installs them).
+
+--backend rbd --rbd-image POOL/IMAGE serves a Ceph RBD image (the cluster of
+--ceph-conf or $CEPH_CONF). --compare fio-rbd runs the suite through Sluice to that
+image (fio and Sluice's engine; --driver sluice: Sluice's host), then through
+fio's own rbd engine straight to the same image, and prints them side by side.")]
 pub struct BenchArgs {
     /// Named suite.
     #[arg(long, default_value = "quick", value_parser = clap::builder::PossibleValuesParser::new(suites::SUITES))]
@@ -108,9 +114,18 @@ pub struct BenchArgs {
     /// An NVMe/TCP target instead of the embedded one: tcp://ADDR:PORT/NQN.
     #[arg(long)]
     target: Option<String>,
-    /// Backend of the embedded namespace: ram, null or file (--backing-file) [default: ram].
+    /// Backend of the embedded namespace: ram, null, file (--backing-file) or rbd
+    /// (--rbd-image) [default: ram].
     #[arg(long)]
     backend: Option<String>,
+    /// The Ceph RBD image behind --backend rbd and --compare fio-rbd, as POOL/IMAGE:
+    /// created at --namespace-size when missing, grown when smaller (never shrunk).
+    #[arg(long, value_name = "POOL/IMAGE")]
+    rbd_image: Option<String>,
+    /// ceph.conf of the cluster holding --rbd-image [default: librados' own lookup:
+    /// $CEPH_CONF, /etc/ceph/ceph.conf].
+    #[arg(long, value_name = "PATH")]
+    ceph_conf: Option<PathBuf>,
     /// The regular file behind --backend file (created sparse at --namespace-size
     /// when missing).
     #[arg(long)]
@@ -146,8 +161,9 @@ pub struct BenchArgs {
     /// [default: $SLUICE_FIO_OUT or target/fio, where scripts/build-fio-engine.sh puts them].
     #[arg(long)]
     fio_engine_dir: Option<PathBuf>,
-    /// Also run the suite over iSCSI (Debian's tgt, through fio's libiscsi engine) and
-    /// compare: iscsi.
+    /// Also run the suite another way and compare: iscsi (over iSCSI to Debian's tgt,
+    /// through fio's libiscsi engine) or fio-rbd (fio's rbd engine straight to
+    /// --rbd-image).
     #[arg(long)]
     compare: Option<String>,
 }
@@ -339,22 +355,25 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
             "--driver {driver_name:?}: use sluice (Sluice's own host) or fio (fio through the Sluice ioengine)"
         )));
     }
-    let compare = match args.compare.as_deref() {
-        None => false,
-        Some("iscsi") => true,
+    let (compare_iscsi, compare_rbd) = match args.compare.as_deref() {
+        None => (false, false),
+        Some("iscsi") => (true, false),
+        Some("fio-rbd") => (false, true),
         Some(other) => {
             return Err(BenchError::Usage(format!(
-                "--compare {other:?}: use iscsi (the suite over NVMe/TCP and over iSCSI to tgt)"
+                "--compare {other:?}: use iscsi (the suite over NVMe/TCP and over iSCSI to tgt) or fio-rbd \
+                 (through Sluice to an RBD image and through fio's rbd engine to the same image)"
             )))
         }
     };
-    let backend = args.backend.as_deref().unwrap_or("ram");
-    if !matches!(backend, "ram" | "null" | "file") {
+    let compare = compare_iscsi || compare_rbd;
+    let backend = args.backend.as_deref().unwrap_or(if compare_rbd { "rbd" } else { "ram" });
+    if !matches!(backend, "ram" | "null" | "file" | "rbd") {
         return Err(BenchError::Usage(format!(
-            "--backend {backend:?}: use ram, null or file"
+            "--backend {backend:?}: use ram, null, file or rbd"
         )));
     }
-    if compare {
+    if compare_iscsi {
         let conflict = if args.driver.as_deref() == Some("sluice") {
             Some("--driver sluice: both transports are driven by fio (the iSCSI side has no Sluice host); drop --driver")
         } else if args.target.is_some() {
@@ -373,6 +392,10 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
                 "--compare iscsi with {conflict}"
             )));
         }
+    } else if compare_rbd && (args.target.is_some() || backend != "rbd") {
+        return Err(BenchError::Usage(
+            "--compare fio-rbd serves --rbd-image from the embedded target itself: drop --target and --backend".into(),
+        ));
     } else if backend == "file" && args.backing_file.is_none() {
         return Err(BenchError::Usage(
             "--backend file needs --backing-file PATH (created sparse at --namespace-size when missing)".into(),
@@ -382,23 +405,55 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
             "--backing-file is for --backend file".into(),
         ));
     }
+    let rbd_image = match (backend, &args.rbd_image) {
+        ("rbd", Some(image)) if image.split_once('/').is_some_and(|(pool, name)| !pool.is_empty() && !name.is_empty()) => {
+            Some(image.clone())
+        }
+        ("rbd", Some(image)) => {
+            return Err(BenchError::Usage(format!(
+                "--rbd-image {image:?}: give POOL/IMAGE, e.g. rbd/sluice-bench"
+            )))
+        }
+        ("rbd", None) => {
+            return Err(BenchError::Usage(
+                "--backend rbd and --compare fio-rbd need --rbd-image POOL/IMAGE (created at --namespace-size when missing; \
+                 its data is overwritten)"
+                    .into(),
+            ))
+        }
+        (_, Some(_)) => return Err(BenchError::Usage("--rbd-image is for --backend rbd and --compare fio-rbd".into())),
+        (_, None) => None,
+    };
+    if let Some(conf) = &args.ceph_conf {
+        if rbd_image.is_none() {
+            return Err(BenchError::Usage("--ceph-conf is for --backend rbd and --compare fio-rbd".into()));
+        }
+        if !conf.is_file() {
+            return Err(BenchError::Usage(format!("--ceph-conf {}: no such file", conf.display())));
+        }
+        // Both the embedded target's librados and fio's rbd engine (a child process)
+        // read it from there; nothing else runs yet, so the environment is not shared.
+        std::env::set_var("CEPH_CONF", conf);
+    }
 
     // Everything a driver needs is checked before anything starts.
     let fio_tools = if driver_name == "fio" || compare {
-        let what = if compare {
+        let what = if compare_iscsi {
             "--compare iscsi"
+        } else if compare_rbd {
+            "--compare fio-rbd"
         } else {
             "--driver fio"
         };
         Some(fio::find_tools(
             args.fio_engine_dir.as_deref(),
-            compare,
+            compare_iscsi,
             what,
         )?)
     } else {
         None
     };
-    if compare {
+    if compare_iscsi {
         iscsi::check_installed()?;
     }
 
@@ -432,8 +487,14 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         stop: &stop,
         paths: &paths,
     };
-    if let (true, Some(tools)) = (compare, fio_tools.clone()) {
-        return compare::compare_iscsi(&invocation, file_jobs, tools, target_threads, started);
+    match (compare_iscsi, compare_rbd, fio_tools.clone(), rbd_image.as_deref()) {
+        (true, _, Some(tools), _) => {
+            return compare::compare_iscsi(&invocation, file_jobs, tools, target_threads, started);
+        }
+        (_, true, Some(tools), Some(image)) => {
+            return compare_rbd::compare_fio_rbd(&invocation, file_jobs, tools, image, target_threads, started);
+        }
+        _ => {}
     }
 
     let endpoint = match &args.target {
@@ -448,6 +509,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
                     path: args.backing_file.as_deref().expect("checked above"),
                     direct_io: args.direct_io,
                 },
+                "rbd" => EmbeddedBackend::Rbd(rbd_image.clone().expect("checked above")),
                 _ => EmbeddedBackend::Ram,
             };
             exec::start_embedded(storage, args.namespace_size, target_threads)?
@@ -599,6 +661,7 @@ fn run_suite(
             runner.tools.version,
             match endpoint.protocol {
                 Protocol::NvmeTcp => runner.tools.nvme_engine.display().to_string(),
+                Protocol::Rbd => "rbd (fio's own librbd engine)".to_string(),
                 Protocol::Iscsi { .. } => runner
                     .tools
                     .iscsi_engine

@@ -253,12 +253,32 @@ fn or_dash(value: Option<f64>, digits: usize) -> String {
 /// NVMe/TCP next to iSCSI, with NVMe/TCP's change against iSCSI (the field report's
 /// direction: "NVMe-oF vs iSCSI: +14.6 % throughput, -21.4 % latency").
 pub fn comparison_markdown(nvme: &BenchResult, iscsi: &BenchResult) -> String {
+    let sides = Sides {
+        title: "NVMe/TCP (Sluice target, Sluice fio engine) vs iSCSI (tgt, fio libiscsi engine)",
+        a: "NVMe/TCP",
+        b: "iSCSI",
+    };
+    labelled_comparison_markdown(nvme, iscsi, &sides)
+}
+
+/// The two sides of a comparison table: a title and a short label for each.
+pub struct Sides<'a> {
+    pub title: &'a str,
+    pub a: &'a str,
+    pub b: &'a str,
+}
+
+/// Side `a` against side `b`, run by run (matched by name): IOPS, MB/s, mean and p99
+/// latency, host and target CPU per I/O; "change" is a against b.
+pub fn labelled_comparison_markdown(nvme: &BenchResult, iscsi: &BenchResult, sides: &Sides<'_>) -> String {
+    let Sides { title, a: la, b: lb } = *sides;
     let mut out = String::new();
+    out.push_str(&format!("{title}, suite {}; change = {la} against {lb}\n\n", nvme.suite));
     out.push_str(&format!(
-        "NVMe/TCP (Sluice target, Sluice fio engine) vs iSCSI (tgt, fio libiscsi engine), suite {}; change = NVMe/TCP against iSCSI\n\n",
-        nvme.suite
+        "| run | TxQD | IOPS {la} | IOPS {lb} | change | MB/s {la} | MB/s {lb} | avg us {la} | avg us {lb} | change | \
+         p99 us {la} | p99 us {lb} | host CPU us/IO {la} | host CPU us/IO {lb} | target CPU us/IO {la} | \
+         target CPU us/IO {lb} |\n"
     ));
-    out.push_str("| run | TxQD | IOPS NVMe/TCP | IOPS iSCSI | change | MB/s NVMe/TCP | MB/s iSCSI | avg us NVMe/TCP | avg us iSCSI | change | p99 us NVMe/TCP | p99 us iSCSI | host CPU us/IO NVMe/TCP | host CPU us/IO iSCSI | target CPU us/IO NVMe/TCP | target CPU us/IO iSCSI |\n");
     out.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for a in &nvme.runs {
         let b = iscsi.runs.iter().find(|run| run.name == a.name);

@@ -39,6 +39,29 @@ pub struct BuildOutput {
     pub reused_backends: Vec<String>,
     /// What the build opened and created.
     pub storage: StorageChanges,
+    /// Entries left out under [`OnUnavailable::Skip`], with why: an `rbd` entry whose
+    /// cluster or image could not be reached, and everything built on it.
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// What a build does when an entry's external storage (an RBD cluster) cannot be
+/// reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnUnavailable {
+    /// The build fails (config check, the management API: the caller sees the error).
+    Fail,
+    /// The entry, whatever is built on it and the namespaces on those are left out;
+    /// everything else is served (`sluice serve` at start).
+    Skip,
+}
+
+/// An entry a build left out.
+#[derive(Clone, Debug)]
+pub struct Unavailable {
+    /// Where it is in the config (`backend[0] ("vol")`, `subsystem[1] (...) namespace[0]`).
+    pub location: String,
+    /// Why: the cluster's error, or the part it depends on.
+    pub reason: String,
 }
 
 /// The storage at hand during a build: what was open before and what it opened.
@@ -47,9 +70,23 @@ struct Builder<'a> {
     open: &'a OpenStorage,
     changes: StorageChanges,
     reused_backends: Vec<String>,
+    /// Names of the backends and pools left out (under `OnUnavailable::Skip`).
+    down: std::collections::BTreeSet<String>,
+    unavailable: Vec<Unavailable>,
 }
 
 impl Builder<'_> {
+    /// Leaves out `name` (an entry at `location`) for `reason`.
+    fn mark_down(&mut self, name: &str, location: String, reason: String) {
+        self.down.insert(name.to_owned());
+        self.unavailable.push(Unavailable { location, reason });
+    }
+
+    /// The first of `parts` that is left out, if any.
+    fn down_part<'n>(&self, mut parts: impl Iterator<Item = &'n str>) -> Option<&'n str> {
+        parts.find(|part| self.down.contains(*part))
+    }
+
     fn is_open(&self, node: Node) -> bool {
         match node {
             Node::Backend(index) => {
@@ -132,21 +169,52 @@ fn open_owner(open: &OpenStorage, name: &str) -> Option<String> {
 
 /// Builds the storage the plan needs that `open` does not hold yet, and the subsystem
 /// specs.
-pub fn build(config: &Config, plan: &Plan, open: &OpenStorage) -> Result<BuildOutput, ConfigError> {
-    let mut builder = Builder { config, open, changes: StorageChanges::default(), reused_backends: Vec::new() };
+pub fn build(
+    config: &Config,
+    plan: &Plan,
+    open: &OpenStorage,
+    on_unavailable: OnUnavailable,
+) -> Result<BuildOutput, ConfigError> {
+    let mut builder = Builder {
+        config,
+        open,
+        changes: StorageChanges::default(),
+        reused_backends: Vec::new(),
+        down: Default::default(),
+        unavailable: Vec::new(),
+    };
     for &node in &plan.order {
         if builder.is_open(node) {
             continue;
         }
         match node {
             Node::Backend(index) => {
-                let (backend, file) = build_backend(config, index, &mut builder)?;
+                let entry = &config.backends[index];
+                let parts = entry.references();
+                if let Some(part) = builder.down_part(parts.iter().map(|(_, name)| *name)) {
+                    let reason = format!("it is built on {part:?}, which is not available");
+                    builder.mark_down(&entry.name, entry.location(), reason);
+                    continue;
+                }
+                let built = build_backend(config, index, &mut builder);
+                let built = match built {
+                    Err(error) if entry.kind == StorageKind::Rbd && on_unavailable == OnUnavailable::Skip => {
+                        builder.mark_down(&entry.name, entry.location(), error.to_string());
+                        continue;
+                    }
+                    built => built?,
+                };
                 let definition = config.backends[index].clone();
-                let open = OpenBackend { definition, backend, file };
+                let open = OpenBackend { definition, backend: built.backend, file: built.file, rbd: built.rbd };
                 builder.changes.opened.insert_backend(config.backends[index].name.clone(), open);
             }
             Node::Pool(index) => {
                 let pool_config = &config.pools[index];
+                if builder.down.contains(&pool_config.device) {
+                    let reason = format!("its device {:?} is not available", pool_config.device);
+                    builder.mark_down(&pool_config.name, pool_config.location(), reason);
+                    continue;
+                }
                 let device = match config.backends.iter().position(|backend| backend.name == pool_config.device) {
                     Some(device) => builder.backend(device)?,
                     None => return Err(invalid(pool_config.location(), "internal error: device not built")),
@@ -172,6 +240,16 @@ pub fn build(config: &Config, plan: &Plan, open: &OpenStorage) -> Result<BuildOu
         for namespace_plan in &subsystem_plan.namespaces {
             let location = namespace_plan.location.as_str();
             let id = NamespaceId(namespace_plan.nsid);
+            let part = match &namespace_plan.source {
+                Source::Inline(_) => None,
+                Source::Device(index) => Some(config.backends[*index].name.as_str()),
+                Source::Pool { pool, .. } => Some(config.pools[*pool].name.as_str()),
+            };
+            if let Some(part) = builder.down_part(part.into_iter()) {
+                let reason = format!("NSID {} is on {part:?}, which is not available", namespace_plan.nsid);
+                builder.unavailable.push(Unavailable { location: location.to_owned(), reason });
+                continue;
+            }
             let (backend, nguid, uuid) = match &namespace_plan.source {
                 Source::Inline(kind) => {
                     let namespace = &subsystem.namespaces[namespace_plan.index];
@@ -202,6 +280,14 @@ pub fn build(config: &Config, plan: &Plan, open: &OpenStorage) -> Result<BuildOu
         }
         let pool = match subsystem_plan.management_pool {
             None => None,
+            Some(pool_index) if builder.down.contains(&config.pools[pool_index].name) => {
+                let reason = format!(
+                    "its Namespace Management pool {:?} is not available: served without namespace management",
+                    config.pools[pool_index].name
+                );
+                builder.unavailable.push(Unavailable { location: subsystem_plan.location.clone(), reason });
+                None
+            }
             Some(pool_index) => {
                 let pool = builder.pool(pool_index)?;
                 check_management_nsids(&pool, &subsystem.nqn, &namespaces, subsystem_plan, &config.pools[pool_index].name)?;
@@ -222,6 +308,7 @@ pub fn build(config: &Config, plan: &Plan, open: &OpenStorage) -> Result<BuildOu
         pool_namespaces,
         reused_backends: builder.reused_backends,
         storage: builder.changes,
+        unavailable: builder.unavailable,
     })
 }
 
@@ -269,12 +356,17 @@ fn memory_backend(ram: bool, size: Option<u64>, block_size: Option<u32>, locatio
     built.map_err(|error| invalid(format!("{location}.size"), error.to_string()))
 }
 
-/// Builds backend `index` from its parts; also returns the file it opened, if any.
-fn build_backend(
-    config: &Config,
-    index: usize,
-    builder: &mut Builder<'_>,
-) -> Result<(Arc<dyn Backend>, Option<std::path::PathBuf>), ConfigError> {
+/// A backend just built, with what the running target keeps to describe it.
+struct BuiltBackend {
+    backend: Arc<dyn Backend>,
+    /// The file a `kind = "file"` backend opened.
+    file: Option<std::path::PathBuf>,
+    /// The image handle of a `kind = "rbd"` backend, for its status.
+    rbd: Option<Arc<RbdBackend>>,
+}
+
+/// Builds backend `index` from its parts.
+fn build_backend(config: &Config, index: usize, builder: &mut Builder<'_>) -> Result<BuiltBackend, ConfigError> {
     let backend = &config.backends[index];
     let location = backend.location();
     let size = backend.size.map(|size| size.0);
@@ -288,7 +380,7 @@ fn build_backend(
             let file = canonical_file(path);
             builder.refuse_second_open(&file, &backend.name, &location)?;
             let opened = open_file(path, size, backend.block_size, backend.direct_io, &location)?;
-            return Ok((opened, Some(file)));
+            return Ok(BuiltBackend { backend: opened, file: Some(file), rbd: None });
         }
         StorageKind::Raid0 => {
             let names = backend.members.clone().unwrap_or_default();
@@ -319,7 +411,10 @@ fn build_backend(
                 .map(|cache| cache as Arc<dyn Backend>)
                 .map_err(|error| invalid(&location, composition_message(&error, backend)))?
         }
-        StorageKind::Rbd => open_rbd(backend, &location)?,
+        StorageKind::Rbd => {
+            let rbd = open_rbd(backend, &location)?;
+            return Ok(BuiltBackend { backend: Arc::clone(&rbd) as Arc<dyn Backend>, file: None, rbd: Some(rbd) });
+        }
         StorageKind::Carve => {
             let pool_name = backend.pool.as_deref().unwrap_or_default();
             let Some(pool_index) = config.pools.iter().position(|pool| pool.name == pool_name) else {
@@ -338,13 +433,13 @@ fn build_backend(
             pool.get(record.id).map_err(|error| invalid(&location, error.to_string()))?
         }
     };
-    Ok((built, None))
+    Ok(BuiltBackend { backend: built, file: None, rbd: None })
 }
 
 /// Connects to the cluster (or reuses the process's connection) and opens the image,
 /// creating or growing it to `size`. Blocks up to the connect timeout: builds run on
 /// the main or management thread, never on an I/O thread.
-fn open_rbd(backend: &BackendConfig, location: &str) -> Result<Arc<dyn Backend>, ConfigError> {
+fn open_rbd(backend: &BackendConfig, location: &str) -> Result<Arc<RbdBackend>, ConfigError> {
     let Some(options) = backend.rbd_options() else {
         return Err(invalid(location, "internal error: not an rbd entry"));
     };

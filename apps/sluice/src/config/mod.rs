@@ -494,7 +494,15 @@ impl Config {
             tracing::warn!("config: {warning}");
         }
         let mut open = OpenStorage::default();
-        let output = build::build(self, &plan, &open)?;
+        let output = build::build(self, &plan, &open, build::OnUnavailable::Skip)?;
+        for left_out in &output.unavailable {
+            tracing::error!(
+                "config: {}: not served: {}. Everything else is served; fix the cause, then restart sluice serve \
+                 or reload the config to bring it in",
+                left_out.location,
+                left_out.reason
+            );
+        }
         let spec = self.spec_with(output.subsystems)?;
         output.storage.keep(&mut open);
         Ok((spec, open))
@@ -507,7 +515,7 @@ impl Config {
     /// [`BuildOutput::storage`] once the change is in force.
     pub fn build_with(&self, open: &OpenStorage) -> Result<BuildOutput, ConfigError> {
         let plan = plan::validate(self)?;
-        build::build(self, &plan, open)
+        build::build(self, &plan, open, build::OnUnavailable::Fail)
     }
 
     /// Who uses the `[[backend]]` or `[[pool]]` named `name`, the way messages say it

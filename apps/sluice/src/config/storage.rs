@@ -29,6 +29,8 @@ pub struct OpenBackend {
     pub backend: Arc<dyn Backend>,
     /// The file a `kind = "file"` backend opened, symbolic links resolved.
     pub file: Option<PathBuf>,
+    /// The image of a `kind = "rbd"` backend, for `sluice backend list`.
+    pub rbd: Option<Arc<runtime::RbdBackend>>,
 }
 
 /// One open `[[pool]]`.

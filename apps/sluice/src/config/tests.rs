@@ -144,3 +144,55 @@ fn errors_say_where_and_what() {
     let error = config.target_spec().err().unwrap().to_string();
     assert!(error.contains("listener[0].address"), "{error}");
 }
+
+#[test]
+fn an_unreachable_rbd_backend_is_left_out_at_start_and_everything_else_is_served() {
+    // No cluster answers at this ceph.conf (it does not exist), so the rbd entry fails
+    // to open whether or not librbd is installed; the RAM namespaces and the subsystem
+    // without RBD are still served, and the cache tier built on the image is left out.
+    let config = Config::parse(
+        r#"
+        [[listener]]
+        address = "127.0.0.1:4420"
+        [[backend]]
+        name = "vol"
+        kind = "rbd"
+        pool = "rbd"
+        image = "vol1"
+        ceph_conf = "/nonexistent/sluice-test/ceph.conf"
+        [[backend]]
+        name = "fast"
+        kind = "ram"
+        size = "8MiB"
+        [[backend]]
+        name = "tiered"
+        kind = "cache"
+        fast = "fast"
+        slow = "vol"
+        mode = "write-through"
+        [[subsystem]]
+        nqn = "nqn.2026-11.io.sluice:mixed"
+        [[subsystem.namespace]]
+        backend = "ram"
+        size = "8MiB"
+        [[subsystem.namespace]]
+        device = "tiered"
+        [[subsystem]]
+        nqn = "nqn.2026-11.io.sluice:plain"
+        [[subsystem.namespace]]
+        backend = "ram"
+        size = "8MiB"
+        "#,
+    )
+    .unwrap();
+    let (spec, open) = config.open().expect("serve starts without the cluster");
+    assert_eq!(spec.subsystems.len(), 2);
+    assert_eq!(spec.subsystems[0].namespaces.len(), 1, "only the RAM namespace of the mixed subsystem");
+    assert_eq!(spec.subsystems[0].namespaces[0].id, NamespaceId(1));
+    assert_eq!(spec.subsystems[1].namespaces.len(), 1);
+    assert!(open.backend("vol").is_none() && open.backend("tiered").is_none());
+
+    // The management API's builds (and config check) fail instead, naming the entry.
+    let error = config.build_with(&OpenStorage::default()).err().expect("no cluster").to_string();
+    assert!(error.contains("\"vol\" (rbd)"), "{error}");
+}

@@ -740,17 +740,13 @@ fn render(view: View, result: &Value) -> String {
                         text(backend, "kind").to_string(),
                         if open { human_bytes(number(backend, "size_bytes")) } else { "-".to_string() },
                         if open { number(backend, "block_size").to_string() } else { "-".to_string() },
-                        match (open, flag(backend, "configured")) {
-                            (true, true) => "open",
-                            (false, _) => "not open",
-                            (true, false) => "open, not in the config file",
-                        }
-                        .to_string(),
+                        backend_state(backend, open),
+                        backend_source(backend),
                         if used_by.is_empty() { "-".to_string() } else { used_by },
                     ]
                 })
                 .collect();
-            table(&["NAME", "KIND", "SIZE", "BLOCK", "STATE", "USED BY"], &rows)
+            table(&["NAME", "KIND", "SIZE", "BLOCK", "STATE", "SOURCE", "USED BY"], &rows)
         }
         View::Pools => {
             let rows: Vec<Vec<String>> = items(result, "pools")
@@ -795,6 +791,37 @@ fn render(view: View, result: &Value) -> String {
     }
 }
 
+
+/// STATE of a `sluice backend list` row: open or not, and for RBD the cluster state
+/// ("open, errors: 3, last: Connection timed out").
+fn backend_state(backend: &Value, open: bool) -> String {
+    let mut state = match (open, flag(backend, "configured")) {
+        (true, true) => "open".to_string(),
+        (false, _) => "not open".to_string(),
+        (true, false) => "open, not in the config file".to_string(),
+    };
+    if let Some(rbd) = backend.get("rbd").filter(|_| open) {
+        let errors = number(rbd, "errors");
+        if text(rbd, "state") != "connected" || errors > 0 {
+            state.push_str(&format!(", {}", text(rbd, "state")));
+            if let Some(last) = rbd.get("last_error").and_then(Value::as_str) {
+                state.push_str(&format!(" ({errors} failed, last: {last})"));
+            }
+        }
+    }
+    state
+}
+
+/// SOURCE of a `sluice backend list` row: the file, or the RBD image and its cluster.
+fn backend_source(backend: &Value) -> String {
+    if let Some(rbd) = backend.get("rbd") {
+        return format!("rbd:{}/{} @ {}", text(rbd, "pool"), text(rbd, "image"), text(rbd, "cluster"));
+    }
+    match backend.get("path").and_then(Value::as_str) {
+        Some(path) => path.to_string(),
+        None => "-".to_string(),
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,9 +851,17 @@ mod tests {
             {"name": "spare", "kind": "ram", "open": false, "configured": true, "size_bytes": null, "block_size": null,
              "used_by": [], "namespace": null}]});
         let text = render(View::Backends, &result);
-        assert!(text.starts_with("NAME   KIND  SIZE   BLOCK  STATE     USED BY\n"), "{text}");
-        assert!(text.contains("disk0  file  1 GiB  4096   open      namespace 1 of nqn.a"), "{text}");
-        assert!(text.contains("spare  ram   -      -      not open  -"), "{text}");
+        assert!(text.starts_with("NAME   KIND  SIZE   BLOCK  STATE     SOURCE  USED BY\n"), "{text}");
+        assert!(text.contains("disk0  file  1 GiB  4096   open      -       namespace 1 of nqn.a"), "{text}");
+        assert!(text.contains("spare  ram   -      -      not open  -       -"), "{text}");
+        let result = json!({"backends": [
+            {"name": "vol", "kind": "rbd", "open": true, "configured": true, "size_bytes": 1 << 30, "block_size": 512,
+             "used_by": [], "namespace": {"nqn": "nqn.a", "nsid": 2},
+             "rbd": {"cluster": "client.admin, /etc/ceph/ceph.conf", "pool": "rbd", "image": "vol1",
+                     "state": "errors", "errors": 3, "last_error": "Connection timed out"}}]});
+        let text = render(View::Backends, &result);
+        assert!(text.contains("open, errors (3 failed, last: Connection timed out)"), "{text}");
+        assert!(text.contains("rbd:rbd/vol1 @ client.admin, /etc/ceph/ceph.conf"), "{text}");
         let result = json!({"pools": [{"name": "p", "device": "d", "open": true, "capacity_bytes": 64 << 20,
             "free_bytes": 32 << 20, "carves": [{"served": true}, {"served": false}], "management_subsystems": []}]});
         let text = render(View::Pools, &result);

@@ -208,27 +208,34 @@ impl Management {
             let open = self.storage.backend(&backend.name);
             let users = running.as_ref().map(|config| config.users_of(&backend.name)).unwrap_or_default();
             let path = backend.path.as_ref().map(|path| path.display().to_string());
-            backends.push(self.backend_json(
+            let mut entry = self.backend_json(
                 &backend.name,
                 backend.kind.as_str(),
                 open.map(|open| &open.backend),
                 path,
                 users,
                 true,
-            ));
+            );
+            if let Some(options) = backend.rbd_options() {
+                // Not open: the cluster was not reachable at start (or the entry is new).
+                entry["rbd"] = match open.and_then(|open| open.rbd.as_ref()) {
+                    Some(rbd) => rbd_json(&rbd.status()),
+                    None => json!({ "cluster": options.cluster.describe(), "pool": options.pool,
+                                    "image": options.image, "state": "not open" }),
+                };
+            }
+            backends.push(entry);
             listed.push(backend.name.clone());
         }
         // Open, but no longer in the file (a reload removed the entry while it was in use).
         for (name, open) in self.storage.backends().filter(|(name, _)| !listed.iter().any(|listed| listed == name)) {
             let path = open.file.as_ref().map(|path| path.display().to_string());
-            backends.push(self.backend_json(
-                name,
-                open.definition.kind.as_str(),
-                Some(&open.backend),
-                path,
-                Vec::new(),
-                false,
-            ));
+            let mut entry =
+                self.backend_json(name, open.definition.kind.as_str(), Some(&open.backend), path, Vec::new(), false);
+            if let Some(rbd) = &open.rbd {
+                entry["rbd"] = rbd_json(&rbd.status());
+            }
+            backends.push(entry);
         }
         Ok(json!({ "backends": backends }))
     }
@@ -257,6 +264,23 @@ impl Management {
         })
     }
 
+}
+
+/// An RBD backend's cluster, image and connection state.
+fn rbd_json(status: &runtime::rbd_backend::RbdStatus) -> Value {
+    json!({
+        "cluster": status.cluster,
+        "monitors": status.monitors,
+        "pool": status.pool,
+        "image": status.image,
+        "size_bytes": status.size_bytes,
+        "state": status.state,
+        "errors": status.errors,
+        "last_error": status.last_error,
+    })
+}
+
+impl Management {
     pub(super) fn pool_list(&mut self, params: Params) -> Result<Value, RpcError> {
         params.finish("pool_list")?;
         let running = self.running_config();
