@@ -8,7 +8,11 @@
 //!   smaller than the namespace, so lines are evicted and destaged all the time),
 //!   20 seeds;
 //! - pool carves (thin and thick) on a RAID0 of three files, with and without
-//!   Namespace Management on the pool, a few seeds.
+//!   Namespace Management on the pool, a few seeds;
+//! - a Ceph RBD image (a new one per seed), 10 seeds, when a cluster is given
+//!   (`CEPH_CONF`; scripts/test.sh starts one and sets `SLUICE_REQUIRE_CEPH`). There
+//!   the kill also leaves librbd's exclusive lock with a dead owner, which the
+//!   restarted target must take over before it can write again.
 //!
 //! A SIGKILL keeps the page cache, so this proves the target never acknowledges a
 //! write before handing it to the kernel with the durability the host asked for (no
@@ -39,6 +43,8 @@ const FLUSH_EVERY_WRITES: usize = 16;
 const ROUNDS: u64 = 20;
 /// Pool carves on RAID0: a few rounds (thin and thick) on top of the 40 above.
 const POOL_ROUNDS: u64 = 4;
+/// RBD images: each round needs a cluster round trip per write, so fewer rounds.
+const RBD_ROUNDS: u64 = 10;
 const NAMESPACE: NamespaceId = NamespaceId(1);
 
 /// A tiny deterministic generator (splitmix64) so each seed replays exactly.
@@ -274,6 +280,37 @@ thin = {}
     )
 }
 
+/// The round's RBD image: new for every seed (a fresh image reads zeroes).
+fn rbd_image(seed: u64) -> String {
+    format!("sluice-crash-{}-{seed}", std::process::id())
+}
+
+/// An 8 MiB RBD image with 4096-byte blocks in pool `rbd` of the cluster at $CEPH_CONF,
+/// created at the first start of the round.
+fn rbd_namespace(seed: u64) -> String {
+    format!(
+        "[[backend]]\nname = \"image\"\nkind = \"rbd\"\npool = \"rbd\"\nimage = \"{}\"\nsize = {}\n\
+         block_size = {BLOCK_BYTES}\n\n{{subsystem}}\n[[subsystem.namespace]]\nnsid = 1\ndevice = \"image\"\n",
+        rbd_image(seed),
+        BLOCKS * u64::from(BLOCK_BYTES)
+    )
+}
+
+/// Whether a Ceph cluster is given; without one the RBD round is skipped, unless
+/// SLUICE_REQUIRE_CEPH says the test command started one.
+fn ceph_cluster_given(test: &str) -> bool {
+    if std::env::var_os("CEPH_CONF").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("SLUICE_REQUIRE_CEPH").is_none(),
+        "{test}: SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: the test command must start a Ceph cluster \
+         (scripts/test.sh does, with ../shared/ceph-single-node.sh)"
+    );
+    eprintln!("{test}: skipped: no Ceph cluster (set CEPH_CONF; ../shared/ceph-single-node.sh up DIR starts one)");
+    false
+}
+
 fn config_file(directory: &Path, port: u16, layout: &Layout, seed: u64) -> PathBuf {
     let path = directory.join("sluice.toml");
     let storage = (layout.storage)(seed)
@@ -366,4 +403,21 @@ fn acknowledged_writes_survive_a_target_kill_with_a_write_back_cache_tier() {
 #[test]
 fn acknowledged_writes_survive_a_target_kill_on_pool_carves_on_raid0_of_files() {
     kill_and_verify(&Layout { name: "pool-on-raid0", rounds: POOL_ROUNDS, storage: pool_carve_on_raid0 });
+}
+
+#[test]
+fn acknowledged_writes_survive_a_target_kill_on_an_rbd_image() {
+    if !ceph_cluster_given("acknowledged_writes_survive_a_target_kill_on_an_rbd_image") {
+        return;
+    }
+    kill_and_verify(&Layout { name: "rbd", rounds: RBD_ROUNDS, storage: rbd_namespace });
+    // Best effort: an image whose last opener was killed keeps its watch until the
+    // cluster's watch timeout, and `rbd rm` refuses it until then.
+    for seed in 1..=RBD_ROUNDS {
+        let _ = Command::new("rbd")
+            .args(["rm", "--no-progress", &format!("rbd/{}", rbd_image(seed))])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }

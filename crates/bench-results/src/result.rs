@@ -16,11 +16,13 @@ pub const SCHEMA_ID: &str = "sluice-bench/1";
 
 /// Drivers a run can be made with.
 pub const DRIVERS: &[&str] = &["sluice-host", "fio", "local"];
-/// Kinds of target: Sluice's embedded target, any NVMe/TCP target (`--target`), or
-/// Debian's `tgt` iSCSI target started by `--compare iscsi`.
-pub const TARGET_KINDS: &[&str] = &["embedded", "remote", "iscsi-tgt"];
-/// Namespace backends (`file`: a regular file, for the embedded target and `tgt`).
-pub const BACKENDS: &[&str] = &["ram", "null", "file", "remote"];
+/// Kinds of target: Sluice's embedded target, any NVMe/TCP target (`--target`),
+/// Debian's `tgt` iSCSI target started by `--compare iscsi`, or none: fio's rbd engine
+/// straight to the image (`--compare fio-rbd`).
+pub const TARGET_KINDS: &[&str] = &["embedded", "remote", "iscsi-tgt", "fio-rbd"];
+/// Namespace backends (`file`: a regular file, for the embedded target and `tgt`;
+/// `rbd`: a Ceph RBD image).
+pub const BACKENDS: &[&str] = &["ram", "null", "file", "rbd", "remote"];
 /// Access patterns.
 pub const PATTERNS: &[&str] = &["random", "sequential"];
 /// Ceilings a run can be bound by.
@@ -69,7 +71,7 @@ pub struct Machine {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TargetInfo {
-    /// `"embedded" | "remote" | "iscsi-tgt"`.
+    /// `"embedded" | "remote" | "iscsi-tgt" | "fio-rbd"`.
     pub kind: String,
     /// `host:port`.
     pub address: String,
@@ -77,7 +79,7 @@ pub struct TargetInfo {
     pub subsystem_nqn: String,
     /// The namespace ID; for `iscsi-tgt` the LUN.
     pub namespace_id: u32,
-    /// `"ram" | "null" | "file" | "remote"`.
+    /// `"ram" | "null" | "file" | "rbd" | "remote"`.
     pub backend: String,
     /// Logical block size in bytes.
     pub block_size: u32,

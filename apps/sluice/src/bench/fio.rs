@@ -612,6 +612,7 @@ mod tests {
             nqn: match protocol {
                 Protocol::NvmeTcp => "nqn.2026-11.io.sluice:bench".into(),
                 Protocol::Iscsi { .. } => "iqn.2026-11.io.sluice:bench".into(),
+                Protocol::Rbd => "rbd/bench-image".into(),
             },
             nsid: NamespaceId(1),
             lba_bytes: 512,
@@ -732,6 +733,17 @@ mod tests {
         );
         assert!(l.contains(&"rw=randwrite"), "{text}");
         assert!(!text.contains("traddr"), "{text}");
+    }
+
+    #[test]
+    fn fio_rbd_jobs_use_fio_s_own_engine_on_the_image() {
+        let job = JobSpec::new("r", workload::Pattern::Random, 100, 4096, 1, 16);
+        let text = job_file(&job, 1 << 30, &endpoint(Protocol::Rbd), Path::new("/x/libsluice_fio.so"));
+        let l = lines(&text);
+        for expected in ["ioengine=rbd", "clientname=admin", "pool=rbd", "rbdname=bench-image", "rw=randread"] {
+            assert!(l.contains(&expected), "{expected} missing:\n{text}");
+        }
+        assert!(!text.contains("external:") && !text.contains("traddr") && !text.contains("filename"), "{text}");
     }
 
     #[test]
