@@ -105,7 +105,7 @@ CEPH_CLUSTER_DIR=''
 ceph_down() {
   [ -n "$CEPH_CLUSTER_DIR" ] || return 0
   "$CEPH_SCRIPT" down "$CEPH_CLUSTER_DIR" >/dev/null 2>&1 || true
-  rm -f "$CEPH_CLUSTER_DIR.env"
+  rm -rf "$CEPH_CLUSTER_DIR" "$CEPH_CLUSTER_DIR.env"
   CEPH_CLUSTER_DIR=''
 }
 

@@ -17,6 +17,10 @@ pub(super) fn compare_fio_rbd(
     started: SystemTime,
 ) -> Result<ExitCode, BenchError> {
     let Invocation { args, suite_name, stop, paths } = *invocation;
+    // fio (with Sluice's engine) unless --driver sluice: the same load generator on
+    // both sides, and one that sleeps while it waits; Sluice's host polls, which on a
+    // machine that also runs the OSDs takes CPU from them (measured here: 20-30 %
+    // fewer IOPS through Sluice's host than through fio on every profile).
     let sluice_host = args.driver.as_deref() == Some("sluice");
     let cluster = std::env::var("CEPH_CONF").unwrap_or_else(|_| "librados' default ceph.conf".into());
     eprintln!(

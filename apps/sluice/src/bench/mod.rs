@@ -80,8 +80,9 @@ libiscsi-dev packages: scripts/setup.sh installs them).
 
 --backend rbd --rbd-image POOL/IMAGE serves a Ceph RBD image (the cluster of
 --ceph-conf or $CEPH_CONF). --compare fio-rbd runs the suite through Sluice to that
-image (fio and Sluice's engine; --driver sluice: Sluice's host), then through
-fio's own rbd engine straight to the same image, and prints them side by side.")]
+image (fio and Sluice's engine; --driver sluice: Sluice's host), then through fio's
+own rbd engine straight to the same image (librbd's cache off, so writes complete
+once the OSDs have them on both sides), and prints them side by side.")]
 pub struct BenchArgs {
     /// Named suite.
     #[arg(long, default_value = "quick", value_parser = clap::builder::PossibleValuesParser::new(suites::SUITES))]

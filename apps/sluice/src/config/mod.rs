@@ -498,7 +498,7 @@ impl Config {
         for left_out in &output.unavailable {
             tracing::error!(
                 "config: {}: not served: {}. Everything else is served; fix the cause, then restart sluice serve \
-                 or reload the config to bring it in",
+                 to bring it in",
                 left_out.location,
                 left_out.reason
             );
