@@ -1,7 +1,7 @@
 //! No data loss: a writer does random writes with FUA and periodic Flush against a
 //! namespace of `sluice serve`; the target is killed with SIGKILL at a random moment
 //! and restarted; every write acknowledged under FUA, or before a Flush that
-//! completed, must read back intact. Three storage layouts, all declared in the TOML
+//! completed, must read back intact. Four storage layouts, all declared in the TOML
 //! config the way a user would:
 //! - a file namespace, 20 seeds;
 //! - a write-back cache tier (file fast tier over file slow tier, a fast tier much
@@ -11,8 +11,9 @@
 //!   Namespace Management on the pool, a few seeds;
 //! - a Ceph RBD image (a new one per seed), 10 seeds, when a cluster is given
 //!   (`CEPH_CONF`; scripts/test.sh starts one and sets `SLUICE_REQUIRE_CEPH`). There
-//!   the kill also leaves librbd's exclusive lock with a dead owner, which the
-//!   restarted target must take over before it can write again.
+//!   the kill leaves the image's watch and exclusive lock with a dead owner, and the
+//!   restarted target must open and read the image all the same (tests/rbd.rs checks
+//!   that it also writes again); each round's image is removed after it.
 //!
 //! A SIGKILL keeps the page cache, so this proves the target never acknowledges a
 //! write before handing it to the kernel with the durability the host asked for (no
@@ -29,6 +30,8 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nvme_host::commands;
@@ -196,6 +199,43 @@ struct Layout {
     name: &'static str,
     rounds: u64,
     storage: fn(seed: u64) -> String,
+    /// Cleans up what the round left outside its scratch directory (run also when the
+    /// round fails).
+    after_round: Option<fn(seed: u64)>,
+}
+
+/// Runs the layout's `after_round` when dropped, so a failed round cleans up too.
+struct RoundCleanup<'a> {
+    layout: &'a Layout,
+    seed: u64,
+}
+
+impl Drop for RoundCleanup<'_> {
+    fn drop(&mut self) {
+        if let Some(after_round) = self.layout.after_round {
+            after_round(self.seed);
+        }
+    }
+}
+
+/// The restarted target, stopped with SIGTERM when dropped (also when the round
+/// fails), so it closes its storage (an RBD image's lock and watch go with it);
+/// SIGKILL if it has not stopped within 10 s.
+struct Restarted(Child);
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn file_namespace(_seed: u64) -> String {
@@ -296,6 +336,74 @@ fn rbd_namespace(seed: u64) -> String {
     )
 }
 
+/// Removals of round images under way (see [`remove_rbd_image`]).
+static IMAGE_REMOVALS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Removes the round's image on a thread of its own, so the next round need not wait
+/// for it: the watch of the target killed mid-round outlives it by the cluster's
+/// watch timeout, and `rbd rm` refuses an image with watchers until then.
+/// [`AwaitImageRemovals`] waits for them at the end of the test.
+fn remove_rbd_image(seed: u64) {
+    let removal = std::thread::spawn(move || remove_rbd_image_now(seed));
+    IMAGE_REMOVALS.lock().unwrap_or_else(PoisonError::into_inner).push(removal);
+}
+
+/// Waits for every [`remove_rbd_image`] when dropped (also when the test fails).
+struct AwaitImageRemovals;
+
+impl Drop for AwaitImageRemovals {
+    fn drop(&mut self) {
+        let removals = std::mem::take(&mut *IMAGE_REMOVALS.lock().unwrap_or_else(PoisonError::into_inner));
+        for removal in removals {
+            let _ = removal.join();
+        }
+    }
+}
+
+/// `rbd rm` of the round's image, retried for up to 30 s while it fails. Best effort:
+/// never fails the test.
+fn remove_rbd_image_now(seed: u64) {
+    let spec = format!("rbd/{}", rbd_image(seed));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let Ok(child) = Command::new("rbd")
+            .args(["rm", "--no-progress", &spec])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            return;
+        };
+        let Some(output) = wait_bounded(child, Duration::from_secs(20)) else { return };
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if output.status.success() || stderr.contains("No such file") || Instant::now() >= deadline {
+            if !output.status.success() && !stderr.contains("No such file") {
+                eprintln!("crash test (rbd): could not remove {spec}: {}", stderr.trim());
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The output of `child` (stdout and stderr piped or null), or `None` (and the child
+/// killed) when it has not finished within `limit`.
+fn wait_bounded(child: Child, limit: Duration) -> Option<std::process::Output> {
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(child.wait_with_output());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(output) => output.ok(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
 /// Whether a Ceph cluster is given; without one the RBD round is skipped, unless
 /// SLUICE_REQUIRE_CEPH says the test command started one.
 fn ceph_cluster_given(test: &str) -> bool {
@@ -327,6 +435,7 @@ fn kill_and_verify(layout: &Layout) -> usize {
     let started = Instant::now();
     let mut total_checked = 0usize;
     for seed in 1..=layout.rounds {
+        let _cleanup = RoundCleanup { layout, seed };
         // CARGO_TARGET_TMPDIR is on the build filesystem, which supports O_DIRECT
         // (tmpfs does not).
         let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -341,7 +450,7 @@ fn kill_and_verify(layout: &Layout) -> usize {
         let target = start_target(&config);
         let durable = write_until_killed(address, seed, kill_after, target);
 
-        let mut restarted = start_target(&config);
+        let restarted = Restarted(start_target(&config));
         let controller = Controller::connect(options(address)).expect("reconnect after restart");
         let data = controller.read(NAMESPACE, 0, BLOCKS as u32).expect("read back");
         let mut lost = Vec::new();
@@ -362,8 +471,7 @@ fn kill_and_verify(layout: &Layout) -> usize {
             }
         }
         drop(controller);
-        let _ = restarted.kill();
-        let _ = restarted.wait();
+        drop(restarted);
         let _ = std::fs::remove_dir_all(&directory);
         // This is the assertion that catches data loss.
         assert!(
@@ -392,17 +500,27 @@ fn kill_and_verify(layout: &Layout) -> usize {
 
 #[test]
 fn acknowledged_writes_survive_a_target_kill() {
-    kill_and_verify(&Layout { name: "file", rounds: ROUNDS, storage: file_namespace });
+    kill_and_verify(&Layout { name: "file", rounds: ROUNDS, storage: file_namespace, after_round: None });
 }
 
 #[test]
 fn acknowledged_writes_survive_a_target_kill_with_a_write_back_cache_tier() {
-    kill_and_verify(&Layout { name: "write-back-cache", rounds: ROUNDS, storage: write_back_cache });
+    kill_and_verify(&Layout {
+        name: "write-back-cache",
+        rounds: ROUNDS,
+        storage: write_back_cache,
+        after_round: None,
+    });
 }
 
 #[test]
 fn acknowledged_writes_survive_a_target_kill_on_pool_carves_on_raid0_of_files() {
-    kill_and_verify(&Layout { name: "pool-on-raid0", rounds: POOL_ROUNDS, storage: pool_carve_on_raid0 });
+    kill_and_verify(&Layout {
+        name: "pool-on-raid0",
+        rounds: POOL_ROUNDS,
+        storage: pool_carve_on_raid0,
+        after_round: None,
+    });
 }
 
 #[test]
@@ -410,14 +528,11 @@ fn acknowledged_writes_survive_a_target_kill_on_an_rbd_image() {
     if !ceph_cluster_given("acknowledged_writes_survive_a_target_kill_on_an_rbd_image") {
         return;
     }
-    kill_and_verify(&Layout { name: "rbd", rounds: RBD_ROUNDS, storage: rbd_namespace });
-    // Best effort: an image whose last opener was killed keeps its watch until the
-    // cluster's watch timeout, and `rbd rm` refuses it until then.
-    for seed in 1..=RBD_ROUNDS {
-        let _ = Command::new("rbd")
-            .args(["rm", "--no-progress", &format!("rbd/{}", rbd_image(seed))])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
+    let _removals = AwaitImageRemovals;
+    kill_and_verify(&Layout {
+        name: "rbd",
+        rounds: RBD_ROUNDS,
+        storage: rbd_namespace,
+        after_round: Some(remove_rbd_image),
+    });
 }
