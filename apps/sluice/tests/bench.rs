@@ -282,7 +282,11 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
             "drop --target",
         ),
         (&["--backend", "file"][..], 2, "--backing-file"),
-        (&["--backend", "tape"][..], 2, "use ram, null or file"),
+        (&["--backend", "tape"][..], 2, "use ram, null, file or rbd"),
+        (&["--backend", "rbd"][..], 2, "need --rbd-image POOL/IMAGE"),
+        (&["--backend", "rbd", "--rbd-image", "noslash"][..], 2, "give POOL/IMAGE"),
+        (&["--rbd-image", "rbd/x"][..], 2, "--rbd-image is for --backend rbd"),
+        (&["--compare", "fio-rbd", "--target", "tcp://127.0.0.1:1/nqn.x"][..], 2, "drop --target"),
         (
             &[
                 "--driver",

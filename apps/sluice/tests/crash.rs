@@ -25,6 +25,8 @@
 //! and so does a write-back cache with a RAM fast tier (which the config refuses; the
 //! check was bypassed for that experiment).
 
+mod support;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
@@ -37,6 +39,7 @@ use std::time::{Duration, Instant};
 use nvme_host::commands;
 use nvme_host_client::{ConnectOptions, Controller};
 use nvme_spec::NamespaceId;
+use support::{ceph_cluster_given, wait_bounded};
 
 const NQN: &str = "nqn.2026-11.io.sluice:crash";
 const BLOCK_BYTES: u32 = 4096;
@@ -385,38 +388,6 @@ fn remove_rbd_image_now(seed: u64) {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-/// The output of `child` (stdout and stderr piped or null), or `None` (and the child
-/// killed) when it has not finished within `limit`.
-fn wait_bounded(child: Child, limit: Duration) -> Option<std::process::Output> {
-    let pid = child.id();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(child.wait_with_output());
-    });
-    match done_rx.recv_timeout(limit) {
-        Ok(output) => output.ok(),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            None
-        }
-    }
-}
-
-/// Whether a Ceph cluster is given; without one the RBD round is skipped, unless
-/// SLUICE_REQUIRE_CEPH says the test command started one.
-fn ceph_cluster_given(test: &str) -> bool {
-    if std::env::var_os("CEPH_CONF").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("SLUICE_REQUIRE_CEPH").is_none(),
-        "{test}: SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: the test command must start a Ceph cluster \
-         (scripts/test.sh does, with ../shared/ceph-single-node.sh)"
-    );
-    eprintln!("{test}: skipped: no Ceph cluster (set CEPH_CONF; ../shared/ceph-single-node.sh up DIR starts one)");
-    false
 }
 
 fn config_file(directory: &Path, port: u16, layout: &Layout, seed: u64) -> PathBuf {

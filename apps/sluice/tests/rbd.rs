@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use nvme_host::{commands, HostCompletion};
 use nvme_host_client::{ConnectOptions, Controller, IoQueue};
 use nvme_spec::{NamespaceId, Status};
-use support::{on_a_free_port, scratch_dir, sluice, wait_until_ready};
+use support::{ceph_cluster_given, on_a_free_port, scratch_dir, sluice, wait_bounded, wait_until_ready};
 
 const NQN: &str = "nqn.2026-11.io.sluice:rbd-test";
 const BLOCK_BYTES: usize = 4096;
@@ -37,20 +37,6 @@ const RBD_TOOL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// One test at a time on the cluster: a stalled OSD would fail the other's I/O.
 static CLUSTER: Mutex<()> = Mutex::new(());
-
-/// Whether a cluster is given; panics when the test command promised one.
-fn cluster_given(test: &str) -> bool {
-    if std::env::var_os("CEPH_CONF").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("SLUICE_REQUIRE_CEPH").is_none(),
-        "{test}: SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: the test command must start a Ceph cluster \
-         (scripts/test.sh does, with ../shared/ceph-single-node.sh)"
-    );
-    eprintln!("{test}: skipped: no Ceph cluster (set CEPH_CONF; ../shared/ceph-single-node.sh up DIR starts one)");
-    false
-}
 
 /// An image name no other run uses.
 fn image_name(test: &str) -> String {
@@ -66,18 +52,8 @@ fn rbd(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run the rbd tool");
-    let pid = child.id();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(child.wait_with_output());
-    });
-    match done_rx.recv_timeout(RBD_TOOL_DEADLINE) {
-        Ok(output) => output.expect("wait for the rbd tool"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            panic!("rbd {} did not finish within {RBD_TOOL_DEADLINE:?}", args.join(" "));
-        }
-    }
+    wait_bounded(child, RBD_TOOL_DEADLINE)
+        .unwrap_or_else(|| panic!("rbd {} did not finish within {RBD_TOOL_DEADLINE:?}", args.join(" ")))
 }
 
 /// Removes the image when dropped (after the targets that use it are stopped): `rbd
@@ -276,7 +252,7 @@ fn assert_same(what: &str, got: &[u8], expected: &[u8]) {
 
 #[test]
 fn sixty_four_mib_round_trip_equals_rbd_export_and_survives_sigkill() {
-    if !cluster_given("sixty_four_mib_round_trip_equals_rbd_export_and_survives_sigkill") {
+    if !ceph_cluster_given("sixty_four_mib_round_trip_equals_rbd_export_and_survives_sigkill") {
         return;
     }
     let _turn = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -385,7 +361,7 @@ fn failed_count(listing: &str) -> Option<u64> {
 #[test]
 fn a_stalled_osd_fails_io_within_the_op_timeout_and_io_resumes_after() {
     const TEST: &str = "a_stalled_osd_fails_io_within_the_op_timeout_and_io_resumes_after";
-    if !cluster_given(TEST) {
+    if !ceph_cluster_given(TEST) {
         return;
     }
     if std::env::var_os("CEPH_DIR").is_none() {

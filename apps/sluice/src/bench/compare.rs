@@ -80,52 +80,71 @@ pub(super) fn compare_iscsi(
     };
     drop(scratch);
 
-    let nvme_json = paths.with_suffix("-nvme-tcp", "json");
-    let iscsi_json = paths.with_suffix("-iscsi", "json");
+    let sides = [
+        Side { suffix: "-nvme-tcp", label: "NVMe/TCP (Sluice)" },
+        Side { suffix: "-iscsi", label: "iSCSI (tgt)" },
+    ];
+    let table = |a: &BenchResult, b: &BenchResult| output::comparison_markdown(a, b);
+    report_pair(paths, started, &sides, nvme, iscsi, table)
+}
+
+/// One side of a comparison: the suffix of its JSON file and its label in the report.
+pub(super) struct Side<'a> {
+    pub suffix: &'a str,
+    pub label: &'a str,
+}
+
+/// Writes both results (the first even when the second side failed), the side-by-side
+/// table `table` makes and the HTML report of both, prints where they are, and ends the
+/// run like a single-result one.
+pub(super) fn report_pair(
+    paths: &OutputPaths,
+    started: SystemTime,
+    sides: &[Side<'_>; 2],
+    first: Outcome,
+    second: Result<Option<Outcome>, BenchError>,
+    table: impl Fn(&BenchResult, &BenchResult) -> String,
+) -> Result<ExitCode, BenchError> {
+    let first_json = paths.with_suffix(sides[0].suffix, "json");
+    let second_json = paths.with_suffix(sides[1].suffix, "json");
     let html = paths.with_suffix("", "html");
     let markdown = paths.with_suffix("", "md");
-    write_file(&nvme_json, &(nvme.result.to_json_pretty() + "\n"))?;
-    let mut labelled = vec![("NVMe/TCP (Sluice)".to_string(), nvme.result.clone())];
-    let mut any_errors = nvme.any_errors;
-    let iscsi = match iscsi {
-        Ok(iscsi) => iscsi,
+    write_file(&first_json, &(first.result.to_json_pretty() + "\n"))?;
+    let mut labelled = vec![(sides[0].label.to_string(), first.result.clone())];
+    let mut any_errors = first.any_errors;
+    let second = match second {
+        Ok(second) => second,
         Err(error) => {
-            output::print_table(&nvme.result);
+            output::print_table(&first.result);
             println!();
-            println!("result: {}", nvme_json.display());
+            println!("result: {}", first_json.display());
             return Err(error);
         }
     };
-    if let Some(iscsi) = &iscsi {
-        write_file(&iscsi_json, &(iscsi.result.to_json_pretty() + "\n"))?;
-        labelled.push(("iSCSI (tgt)".to_string(), iscsi.result.clone()));
-        any_errors |= iscsi.any_errors;
-        let table = output::comparison_markdown(&nvme.result, &iscsi.result);
+    if let Some(second) = &second {
+        write_file(&second_json, &(second.result.to_json_pretty() + "\n"))?;
+        labelled.push((sides[1].label.to_string(), second.result.clone()));
+        any_errors |= second.any_errors;
+        let text = table(&first.result, &second.result);
         println!();
-        print!("{table}");
-        write_file(&markdown, &table)?;
+        print!("{text}");
+        write_file(&markdown, &text)?;
     } else {
-        output::print_table(&nvme.result);
+        output::print_table(&first.result);
     }
     write_file(&html, &bench_results::render_html(&labelled))?;
     println!();
-    println!("result: {}", nvme_json.display());
-    if iscsi.is_some() {
-        println!("result: {}", iscsi_json.display());
+    println!("result: {}", first_json.display());
+    if second.is_some() {
+        println!("result: {}", second_json.display());
         println!("table:  {}", markdown.display());
     }
     println!("report: {}", html.display());
-    println!(
-        "fio job files and output: {}",
-        paths.fio_dir(None).display()
-    );
-    println!(
-        "took {:.1} s",
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
-    let mut results = vec![&nvme.result];
-    if let Some(iscsi) = &iscsi {
-        results.push(&iscsi.result);
+    println!("fio job files and output: {}", paths.fio_dir(None).display());
+    println!("took {:.1} s", started.elapsed().map_or(0.0, |d| d.as_secs_f64()));
+    let mut results = vec![&first.result];
+    if let Some(second) = &second {
+        results.push(&second.result);
     }
     finish(&results, any_errors)
 }

@@ -68,50 +68,15 @@ pub(super) fn compare_fio_rbd(
         })
     };
 
-    let sluice_json = paths.with_suffix("-sluice-rbd", "json");
-    let direct_json = paths.with_suffix("-fio-rbd", "json");
-    let html = paths.with_suffix("", "html");
-    let markdown = paths.with_suffix("", "md");
-    write_file(&sluice_json, &(sluice.result.to_json_pretty() + "\n"))?;
-    let direct = match direct {
-        Ok(direct) => direct,
-        Err(error) => {
-            output::print_table(&sluice.result);
-            println!();
-            println!("result: {}", sluice_json.display());
-            return Err(error);
-        }
+    let sides = [
+        compare::Side { suffix: "-sluice-rbd", label: "Sluice (NVMe/TCP, rbd backend)" },
+        compare::Side { suffix: "-fio-rbd", label: "fio rbd engine" },
+    ];
+    let labels = output::Sides {
+        title: "Sluice (NVMe/TCP to the embedded target, rbd backend) vs fio's rbd engine (librbd in fio)",
+        a: "Sluice",
+        b: "fio-rbd",
     };
-    let mut labelled = vec![("Sluice (NVMe/TCP, rbd backend)".to_string(), sluice.result.clone())];
-    let mut any_errors = sluice.any_errors;
-    if let Some(direct) = &direct {
-        write_file(&direct_json, &(direct.result.to_json_pretty() + "\n"))?;
-        labelled.push(("fio rbd engine".to_string(), direct.result.clone()));
-        any_errors |= direct.any_errors;
-        let sides = output::Sides {
-            title: "Sluice (NVMe/TCP to the embedded target, rbd backend) vs fio's rbd engine (librbd in fio)",
-            a: "Sluice",
-            b: "fio-rbd",
-        };
-        let table = output::labelled_comparison_markdown(&sluice.result, &direct.result, &sides);
-        println!();
-        print!("{table}");
-        write_file(&markdown, &table)?;
-    } else {
-        output::print_table(&sluice.result);
-    }
-    write_file(&html, &bench_results::render_html(&labelled))?;
-    println!();
-    println!("result: {}", sluice_json.display());
-    if direct.is_some() {
-        println!("result: {}", direct_json.display());
-        println!("table:  {}", markdown.display());
-    }
-    println!("report: {}", html.display());
-    println!("took {:.1} s", started.elapsed().map_or(0.0, |d| d.as_secs_f64()));
-    let mut results = vec![&sluice.result];
-    if let Some(direct) = &direct {
-        results.push(&direct.result);
-    }
-    finish(&results, any_errors)
+    let table = |a: &BenchResult, b: &BenchResult| output::labelled_comparison_markdown(a, b, &labels);
+    compare::report_pair(paths, started, &sides, sluice, direct, table)
 }

@@ -56,18 +56,41 @@ pub fn sluice<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sluice");
+    wait_bounded(child, COMMAND_DEADLINE)
+        .unwrap_or_else(|| panic!("sluice {:?} did not finish within {COMMAND_DEADLINE:?}", args_text(args)))
+}
+
+/// The output of `child` (its stdout and stderr piped or null), or `None`, with the
+/// child killed, when it has not finished within `limit`.
+pub fn wait_bounded(child: Child, limit: Duration) -> Option<Output> {
     let pid = child.id();
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = done_tx.send(child.wait_with_output());
     });
-    match done_rx.recv_timeout(COMMAND_DEADLINE) {
-        Ok(output) => output.expect("wait for sluice"),
+    match done_rx.recv_timeout(limit) {
+        Ok(output) => output.ok(),
         Err(_) => {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            panic!("sluice {:?} did not finish within {COMMAND_DEADLINE:?}", args_text(args));
+            None
         }
     }
+}
+
+/// Whether a Ceph cluster is given (`CEPH_CONF`). Without one a test that needs it
+/// says it is skipped and returns, unless `SLUICE_REQUIRE_CEPH` says the test command
+/// started one (scripts/test.sh does): then this fails the test.
+pub fn ceph_cluster_given(test: &str) -> bool {
+    if std::env::var_os("CEPH_CONF").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("SLUICE_REQUIRE_CEPH").is_none(),
+        "{test}: SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: the test command must start a Ceph cluster \
+         (scripts/test.sh does, with ../shared/ceph-single-node.sh)"
+    );
+    eprintln!("{test}: skipped: no Ceph cluster (set CEPH_CONF; ../shared/ceph-single-node.sh up DIR starts one)");
+    false
 }
 
 pub fn args_text<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
