@@ -12,7 +12,7 @@ use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::controller::{ControllerKind, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
+use crate::controller::{ControllerKind, DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
 use crate::discovery::discovery_log_fingerprint;
 use crate::dispatch::Outcome;
 use crate::limits::MAX_OUTSTANDING_ASYNC_EVENTS;
@@ -172,6 +172,22 @@ impl Connection {
                 state.features.volatile_write_cache_enabled = value & 1 != 0;
                 Outcome::status(Status::SUCCESS)
             }
+            feature_id::TEMPERATURE_THRESHOLD => match TemperatureThreshold::decode(value) {
+                Some(TemperatureThreshold { over: true, kelvin }) => {
+                    state.features.over_temperature_threshold_kelvin = kelvin;
+                    Outcome::status(Status::SUCCESS)
+                }
+                Some(TemperatureThreshold { over: false, kelvin }) => {
+                    state.features.under_temperature_threshold_kelvin = kelvin;
+                    Outcome::status(Status::SUCCESS)
+                }
+                None => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+            },
+            // DULBE (bit 16) needs deallocated-block errors, which no namespace offers.
+            feature_id::ERROR_RECOVERY if value & ERROR_RECOVERY_DULBE == 0 => {
+                state.features.error_recovery_time_limit_100ms = value as u16;
+                Outcome::status(Status::SUCCESS)
+            }
             _ => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
         };
         let restart_keep_alive = command.feature_id == feature_id::KEEP_ALIVE_TIMER;
@@ -201,7 +217,17 @@ impl Connection {
             feature_id::KEEP_ALIVE_TIMER | feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION => true,
             feature_id::NUMBER_OF_QUEUES | feature_id::ARBITRATION | feature_id::POWER_MANAGEMENT => !discovery,
             feature_id::VOLATILE_WRITE_CACHE => !discovery,
+            feature_id::TEMPERATURE_THRESHOLD | feature_id::ERROR_RECOVERY => !discovery,
             _ => false,
+        };
+        // Get Features 04h names the threshold it asks for in CDW11, like Set.
+        let threshold = if command.feature_id == feature_id::TEMPERATURE_THRESHOLD {
+            match TemperatureThreshold::decode(command.dword11) {
+                Some(threshold) => Some(threshold),
+                None => return Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+            }
+        } else {
+            None
         };
         if !known {
             return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
@@ -231,8 +257,53 @@ impl Connection {
             feature_id::VOLATILE_WRITE_CACHE => {
                 u32::from(!defaults && has_volatile_cache && state.features.volatile_write_cache_enabled)
             }
+            feature_id::TEMPERATURE_THRESHOLD => {
+                let over = threshold.is_some_and(|threshold| threshold.over);
+                let kelvin = match (over, defaults) {
+                    (true, true) => DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN,
+                    (true, false) => state.features.over_temperature_threshold_kelvin,
+                    (false, true) => 0,
+                    (false, false) => state.features.under_temperature_threshold_kelvin,
+                };
+                TemperatureThreshold { over, kelvin }.encode()
+            }
+            feature_id::ERROR_RECOVERY => {
+                if defaults { 0 } else { u32::from(state.features.error_recovery_time_limit_100ms) }
+            }
             _ => 0,
         };
         Outcome::Done(Status::SUCCESS, u64::from(value))
+    }
+}
+
+/// DULBE: deallocated or unwritten logical block error enable, Error Recovery bit 16.
+const ERROR_RECOVERY_DULBE: u32 = 1 << 16;
+
+/// Feature 04h's CDW11 (Set) and parameter (Get), for the one sensor Sluice has: the
+/// composite temperature (TMPSEL 0, or Fh for "every sensor", which is the same one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TemperatureThreshold {
+    /// THSEL: over-temperature (0) rather than under-temperature (1).
+    over: bool,
+    /// TMPTH: the threshold in kelvin.
+    kelvin: u16,
+}
+
+impl TemperatureThreshold {
+    /// `None` for a sensor other than the composite one or a reserved THSEL.
+    fn decode(dword11: u32) -> Option<TemperatureThreshold> {
+        // TMPSEL: threshold temperature select, bits 19:16.
+        let sensor = (dword11 >> 16) & 0xF;
+        // THSEL: threshold type select, bits 21:20.
+        let kind = (dword11 >> 20) & 0x3;
+        if !(sensor == 0 || sensor == 0xF) || kind > 1 {
+            return None;
+        }
+        Some(TemperatureThreshold { over: kind == 0, kelvin: dword11 as u16 })
+    }
+
+    /// Get Features' DW0: the threshold with THSEL, for the composite sensor.
+    fn encode(self) -> u32 {
+        u32::from(self.kelvin) | (u32::from(!self.over) << 20)
     }
 }

@@ -35,7 +35,19 @@ pub struct FeatureValues {
     pub async_event_configuration: u32,
     /// Feature 0Fh / Connect KATO, in milliseconds; 0 disables keep-alive.
     pub keep_alive_timeout_ms: u32,
+    /// Feature 04h, TMPTH with THSEL 0: over-temperature threshold of the composite
+    /// temperature, in kelvin.
+    pub over_temperature_threshold_kelvin: u16,
+    /// Feature 04h, TMPTH with THSEL 1: under-temperature threshold, in kelvin.
+    pub under_temperature_threshold_kelvin: u16,
+    /// Feature 05h, TLER: time limited error recovery, in units of 100 ms (0: none).
+    pub error_recovery_time_limit_100ms: u16,
 }
+
+/// Feature 04h's default over-temperature threshold: 343 K (70 °C), a common
+/// WCTEMP. Sluice reports no temperature (0 in the SMART log), so neither threshold
+/// ever trips; hosts still read and set them.
+pub const DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN: u16 = 343;
 
 /// Register and queue state of a controller, changed only by its admin queue and by
 /// Connect commands. Never touched on the I/O path.
@@ -193,6 +205,9 @@ impl Controller {
                     volatile_write_cache_enabled: false,
                     async_event_configuration: 0,
                     keep_alive_timeout_ms,
+                    over_temperature_threshold_kelvin: DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN,
+                    under_temperature_threshold_kelvin: 0,
+                    error_recovery_time_limit_100ms: 0,
                 },
             }),
             torn_down: AtomicBool::new(false),

@@ -145,8 +145,11 @@ impl Connection {
         let Some(subsystem_nqn) = subsystem_nqn else {
             return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN));
         };
-        let host_nqn = data.host_nqn_str().filter(|nqn| !nqn.is_empty());
-        let Some(host_nqn) = host_nqn else {
+        // An empty Host NQN is what SPDK's host sends unless told otherwise; SPDK's and
+        // Linux's targets accept it where any host may connect, and so does Sluice. An
+        // allow-list has no entry for it, so the check below refuses it there. (All
+        // hosts without an NQN share one per-host connection budget.)
+        let Some(host_nqn) = data.host_nqn_str() else {
             return Err(in_data(connect_offset::DATA_HOST_NQN));
         };
         if command.submission_queue_size == 0 {
@@ -169,8 +172,14 @@ impl Connection {
         let host_rules = subsystem.as_ref().map(|subsystem| subsystem.hosts.current());
         if let (Some(subsystem), Some(rules)) = (&subsystem, &host_rules) {
             if !rules.allows(host_nqn) {
-                tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn,
-                    queue = command.queue_id.0, "Connect refused: host not allowed");
+                if host_nqn.is_empty() {
+                    tracing::warn!(peer = %self.peer, subsystem = %subsystem.nqn, queue = command.queue_id.0,
+                        "Connect refused: the host sent no Host NQN and the subsystem admits listed hosts only; \
+                         give the host an NQN (SPDK: hostnqn: in the transport ID) and list it, or allow any host");
+                } else {
+                    tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn,
+                        queue = command.queue_id.0, "Connect refused: host not allowed");
+                }
                 return Err(Refusal::new(
                     Status::CONNECT_INVALID_HOST.with_do_not_retry(),
                     connect_invalid_parameter_in_data(connect_offset::DATA_HOST_NQN),

@@ -230,6 +230,37 @@ fn an_unlisted_host_is_refused_at_connect_and_a_listed_one_accepted() {
 }
 
 #[test]
+fn an_empty_host_nqn_is_accepted_where_any_host_may_connect_and_refused_by_an_allow_list() {
+    // SPDK's host sends an empty Host NQN unless its transport ID names one.
+    let target = access_target();
+    let mut spdk = new_host(&target, 0);
+    let answer = connect_as(&mut spdk, QueueId::ADMIN, ControllerId::DYNAMIC, OPEN_NQN, "");
+    assert_status(&answer, Status::SUCCESS);
+    let controller = ControllerId(answer.cqe.result_dw0 as u16);
+    let cc = nvme_spec::registers::ControllerConfiguration(0)
+        .with_io_submission_queue_entry_size(6)
+        .with_io_completion_queue_entry_size(4)
+        .with_enable(true);
+    assert_status(&spdk.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw())), Status::SUCCESS);
+    // Its I/O queue joins the controller with the same (empty) NQN, and only so.
+    let mut io = new_host(&target, 0);
+    assert_status(&connect_as(&mut io, QueueId(1), controller, OPEN_NQN, ""), Status::SUCCESS);
+    let mut other = new_host(&target, 0);
+    let answer = connect_as(&mut other, QueueId(2), controller, OPEN_NQN, HOST_A);
+    assert_eq!(answer.cqe.status.kind(), Status::CONNECT_INVALID_PARAMETERS);
+    // Discovery is open to it too.
+    let mut discovery = new_host(&target, 1);
+    let answer = connect_as(&mut discovery, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, "");
+    assert_status(&answer, Status::SUCCESS);
+
+    // An allow-list has no entry for "no NQN".
+    let mut refused = new_host(&target, 0);
+    let answer = connect_as(&mut refused, QueueId::ADMIN, ControllerId::DYNAMIC, LISTED_NQN, "");
+    assert_eq!(answer.cqe.status, Status::CONNECT_INVALID_HOST.with_do_not_retry());
+    assert_eq!(answer.cqe.result_dw0, connect_invalid_parameter_in_data(512), "IATTR/IPO name HOSTNQN");
+}
+
+#[test]
 fn the_discovery_log_lists_only_what_the_host_may_connect_to() {
     let target = access_target();
     let mut as_a = new_host(&target, 1);

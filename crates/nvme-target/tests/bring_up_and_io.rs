@@ -230,3 +230,60 @@ fn smart_log_counts_what_was_done() {
     assert_eq!(log.host_read_commands, 1);
     assert_eq!(log.data_units_written, 1); // 40 KiB rounds up to one unit of 512,000 bytes
 }
+
+fn get_feature(host: &mut FakeHost, feature: u8, select: u8, dword11: u32) -> Answer {
+    let mut get = sqe(AdminOpcode::GetFeatures as u8, 0, 0);
+    get.dwords[10] = u32::from(feature) | (u32::from(select) << 8);
+    get.dwords[11] = dword11;
+    host.command(get, &[], &[])
+}
+
+fn set_feature(host: &mut FakeHost, feature: u8, dword11: u32) -> Answer {
+    let mut set = sqe(AdminOpcode::SetFeatures as u8, 0, 0);
+    set.dwords[10] = u32::from(feature);
+    set.dwords[11] = dword11;
+    host.command(set, &[], &[])
+}
+
+#[test]
+fn temperature_threshold_and_error_recovery_features_read_and_set_as_the_spec_says() {
+    // spdk_nvme_identify reads both; they used to fail with Invalid Field.
+    use nvme_spec::features::{feature_id, feature_select};
+    let mut host = FakeHost::new(test_target(), 0);
+    host.bring_up_admin(NQN);
+    const UNDER: u32 = 1 << 20; // THSEL 1
+    let threshold = |host: &mut FakeHost, select: u8, dword11: u32| {
+        let answer = get_feature(host, feature_id::TEMPERATURE_THRESHOLD, select, dword11);
+        assert_status(&answer, Status::SUCCESS);
+        answer.cqe.result_dw0
+    };
+    assert_eq!(threshold(&mut host, feature_select::CURRENT, 0), 343, "over-temperature default: 343 K");
+    assert_eq!(threshold(&mut host, feature_select::CURRENT, UNDER), UNDER, "under-temperature default: 0 K");
+    assert_status(&set_feature(&mut host, feature_id::TEMPERATURE_THRESHOLD, 350), Status::SUCCESS);
+    assert_status(&set_feature(&mut host, feature_id::TEMPERATURE_THRESHOLD, UNDER | 260), Status::SUCCESS);
+    assert_eq!(threshold(&mut host, feature_select::CURRENT, 0), 350);
+    assert_eq!(threshold(&mut host, feature_select::CURRENT, UNDER), UNDER | 260);
+    assert_eq!(threshold(&mut host, feature_select::DEFAULT, 0), 343);
+    // "All sensors" is the composite one; another sensor or a reserved THSEL is refused.
+    assert_status(&set_feature(&mut host, feature_id::TEMPERATURE_THRESHOLD, (0xF << 16) | 345), Status::SUCCESS);
+    assert_eq!(threshold(&mut host, feature_select::CURRENT, 0), 345);
+    for bad in [(1 << 16) | 300, (2 << 20) | 300] {
+        let answer = set_feature(&mut host, feature_id::TEMPERATURE_THRESHOLD, bad);
+        assert_eq!(answer.cqe.status, Status::INVALID_FIELD.with_do_not_retry(), "CDW11 {bad:#x}");
+        let answer = get_feature(&mut host, feature_id::TEMPERATURE_THRESHOLD, feature_select::CURRENT, bad);
+        assert_eq!(answer.cqe.status, Status::INVALID_FIELD.with_do_not_retry(), "CDW11 {bad:#x}");
+    }
+
+    let recovery = |host: &mut FakeHost| {
+        let answer = get_feature(host, feature_id::ERROR_RECOVERY, feature_select::CURRENT, 0);
+        assert_status(&answer, Status::SUCCESS);
+        answer.cqe.result_dw0
+    };
+    assert_eq!(recovery(&mut host), 0);
+    assert_status(&set_feature(&mut host, feature_id::ERROR_RECOVERY, 50), Status::SUCCESS);
+    assert_eq!(recovery(&mut host), 50, "TLER: 5 s");
+    // DULBE needs deallocated-block errors, which no namespace supports.
+    let answer = set_feature(&mut host, feature_id::ERROR_RECOVERY, (1 << 16) | 50);
+    assert_eq!(answer.cqe.status, Status::INVALID_FIELD.with_do_not_retry());
+    assert_eq!(recovery(&mut host), 50);
+}
