@@ -41,6 +41,7 @@ fn target() -> Arc<Target> {
                 backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 2048 }),
                 nguid: None,
                 uuid: None,
+                ana_group: None,
             }],
         }],
         settings: TargetSettings::default(),

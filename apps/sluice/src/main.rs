@@ -2,6 +2,7 @@
 
 mod bench;
 mod config;
+mod gateway;
 mod host;
 mod manage;
 mod metrics;

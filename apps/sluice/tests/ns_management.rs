@@ -70,7 +70,7 @@ impl TestTarget {
                             id: NamespaceId(1),
                             backend: Arc::clone(&plain),
                             nguid: None,
-                            uuid: None,
+                            uuid: None, ana_group: None,
                         }],
                         pool: None,
                         hosts: HostAccess::only(&[CLI_HOST]),

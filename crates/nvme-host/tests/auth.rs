@@ -57,6 +57,7 @@ fn secured_target(secret: Option<Secret>, controller: Option<Secret>) -> Arc<Tar
                 backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 64 }),
                 nguid: None,
                 uuid: None,
+                ana_group: None,
             }],
         }],
         settings: TargetSettings::default(),

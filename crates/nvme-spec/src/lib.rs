@@ -19,6 +19,7 @@ pub mod cqe;
 pub mod status;
 
 pub mod admin;
+pub mod ana;
 pub mod discovery;
 pub mod fabrics;
 pub mod features;

@@ -150,6 +150,15 @@ impl Status {
     pub const ACCESS_DENIED: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x86);
     pub const DEALLOCATED_OR_UNWRITTEN_BLOCK: Status =
         Status::new(StatusCodeType::MediaAndDataIntegrity, 0x87);
+
+    // Path related status (SCT 3h): never with DNR, so the host retries the command
+    // on another path (and reads the ANA log).
+    /// The namespace's ANA group is in the Persistent Loss state on this path.
+    pub const ASYMMETRIC_ACCESS_PERSISTENT_LOSS: Status = Status::new(StatusCodeType::PathRelated, 0x01);
+    /// The namespace's ANA group is Inaccessible on this path.
+    pub const ASYMMETRIC_ACCESS_INACCESSIBLE: Status = Status::new(StatusCodeType::PathRelated, 0x02);
+    /// The namespace's ANA group is changing state on this path.
+    pub const ASYMMETRIC_ACCESS_TRANSITION: Status = Status::new(StatusCodeType::PathRelated, 0x03);
 }
 
 impl core::fmt::Debug for Status {

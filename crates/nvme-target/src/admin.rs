@@ -21,8 +21,9 @@ use crate::slots::SlotState;
 /// Power states the controller reports (NPSS + 1): one, state 0.
 const POWER_STATES: u32 = 1;
 /// Asynchronous event configuration bits an I/O controller keeps: SMART/health
-/// warnings (7:0) and namespace attribute notices (bit 8), the events it can report.
-const ASYNC_EVENT_MASK_SUPPORTED: u32 = 0x0000_01FF;
+/// warnings (7:0), namespace attribute notices (bit 8) and ANA change notices (bit
+/// 11), the events it can report.
+const ASYNC_EVENT_MASK_SUPPORTED: u32 = 0x0000_09FF;
 /// The bit a discovery controller keeps: Discovery Log Page Change notices (31).
 const ASYNC_EVENT_MASK_DISCOVERY: u32 = DISCOVERY_LOG_CHANGE_NOTICES_ENABLED;
 

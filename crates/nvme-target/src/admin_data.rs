@@ -6,6 +6,10 @@ use nvme_spec::identify::{
     encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, oaes, ofcs, oncs, sgls,
     vwc, ctratt, command_set_vector, LbaFormat, IDENTIFY_DATA_BYTES,
 };
+use nvme_spec::ana::{
+    anacap, encode_ana_log_header, AnaGroupDescriptor, AnaGroupId, ANA_LOG_HEADER_BYTES,
+    LOG_SPECIFIC_RETURN_GROUPS_ONLY,
+};
 use nvme_spec::log_page::{
     command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects,
     FirmwareSlotLog, GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES,
@@ -20,7 +24,7 @@ use crate::controller::{Controller, ControllerKind};
 use crate::dispatch::Outcome;
 use crate::fabrics::REPORTED_VERSION;
 use crate::limits::{
-    ERROR_LOG_ENTRIES, IN_CAPSULE_DATA_BYTES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
+    ANA_TRANSITION_TIME_SECONDS, MAX_ANA_GROUP_ID, ERROR_LOG_ENTRIES, IN_CAPSULE_DATA_BYTES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
     MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
     MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
 };
@@ -231,9 +235,21 @@ impl Connection {
                 id.set_model_number(&subsystem.model_number);
                 id.set_subsystem_nqn(&subsystem.nqn);
                 id.controller_type = controller_type::IO;
-                // Several hosts may each have a controller on one subsystem.
-                id.multipath_capabilities = cmic::MULTIPLE_CONTROLLERS;
-                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES;
+                // Several hosts may each have a controller on one subsystem, several
+                // gateways (ports) may serve it, and each reports ANA states.
+                id.multipath_capabilities = cmic::MULTIPLE_PORTS | cmic::MULTIPLE_CONTROLLERS | cmic::ANA_REPORTING;
+                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES | oaes::ANA_CHANGE_NOTICES;
+                id.ana_transition_time = ANA_TRANSITION_TIME_SECONDS;
+                id.ana_capabilities = anacap::REPORTS_OPTIMIZED
+                    | anacap::REPORTS_NON_OPTIMIZED
+                    | anacap::REPORTS_INACCESSIBLE
+                    | anacap::REPORTS_CHANGE
+                    | anacap::GROUP_ID_STATIC;
+                id.ana_group_identifier_maximum = MAX_ANA_GROUP_ID;
+                id.number_of_ana_group_identifiers = MAX_ANA_GROUP_ID;
+                // MNAN: the Linux host sizes its ANA log buffer from it (and refuses
+                // ANA when it is 0 or above NN).
+                id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
                 id.abort_command_limit = (MAX_OUTSTANDING_ABORTS - 1) as u8;
                 id.firmware_updates = frmw::SLOT_1_READ_ONLY | (1 << frmw::SLOT_COUNT_SHIFT);
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
@@ -308,6 +324,12 @@ impl Connection {
                 let page = controller.changed_namespace_log(command.retain_asynchronous_event);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
+            (ControllerKind::Io, log_id::ASYMMETRIC_NAMESPACE_ACCESS) => {
+                controller.ana_log_read(command.retain_asynchronous_event);
+                let groups_only = command.log_specific_field & LOG_SPECIFIC_RETURN_GROUPS_ONLY != 0;
+                let page = self.ana_log(groups_only);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
                 let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
                 let managed = controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
@@ -333,6 +355,39 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// The ANA log (0Ch) as this controller sees it: one descriptor per ANA group with
+    /// a namespace active for its host, in group order, each with its NSIDs unless
+    /// `groups_only` (RGO). The admin path may allocate: hosts read it after a notice.
+    fn ana_log(&self, groups_only: bool) -> Vec<u8> {
+        let mut groups: Vec<(AnaGroupId, Vec<NamespaceId>)> = Vec::new();
+        for &nsid in self.view.active_ids() {
+            let Some(namespace) = self.view.get(nsid) else { continue };
+            match groups.iter_mut().find(|(group, _)| *group == namespace.ana_group) {
+                Some((_, members)) => members.push(nsid),
+                None => groups.push((namespace.ana_group, vec![nsid])),
+            }
+        }
+        groups.sort_by_key(|(group, _)| *group);
+        let ana = &self.target.ana;
+        let listed: usize = if groups_only { 0 } else { groups.iter().map(|(_, members)| members.len() * 4).sum() };
+        let mut page = vec![0u8; ANA_LOG_HEADER_BYTES + groups.len() * 32 + listed];
+        encode_ana_log_header(ana.change_count(), groups.len() as u16, &mut page);
+        let mut offset = ANA_LOG_HEADER_BYTES;
+        for (group, members) in &groups {
+            let descriptor = AnaGroupDescriptor {
+                group_id: *group,
+                namespace_count: if groups_only { 0 } else { members.len() as u32 },
+                change_count: ana.group_change_count(*group),
+                state: ana.state(*group),
+            };
+            // The page was sized for exactly these descriptors.
+            offset += descriptor.encode(members.iter().copied(), &mut page[offset..]).unwrap_or(0);
+        }
+        page
+    }
+}
+
 fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
     let blocks = namespace.geometry.block_count;
     let thin = namespace.carve.as_ref().is_some_and(|carve| carve.thin);
@@ -353,6 +408,7 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
             dlfeat::WRITE_ZEROES_DEALLOCATE
         },
         namespace_globally_unique_identifier: namespace.nguid,
+        ana_group_identifier: namespace.ana_group.0,
         ..IdentifyNamespace::default()
     };
     id.lba_formats[0] = LbaFormat {

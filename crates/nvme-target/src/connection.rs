@@ -799,7 +799,7 @@ impl Connection {
         let controller = Arc::clone(&binding.controller);
         if let Some(result) = controller.take_due_event() {
             if !self.raise_async_event(result) {
-                controller.restore_due_event();
+                controller.restore_due_event(result);
             }
         }
     }

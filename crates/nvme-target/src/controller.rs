@@ -69,6 +69,8 @@ pub struct ControllerState {
 
 /// Asynchronous Event Configuration bit 8: report namespace attribute notices.
 const NAMESPACE_ATTRIBUTE_NOTICES_ENABLED: u32 = 1 << 8;
+/// Asynchronous Event Configuration bit 11: report ANA change notices.
+pub(crate) const ANA_CHANGE_NOTICES_ENABLED: u32 = 1 << 11;
 /// Asynchronous Event Configuration bit 31: report Discovery Log Page Change notices
 /// (discovery controllers).
 pub(crate) const DISCOVERY_LOG_CHANGE_NOTICES_ENABLED: u32 = 1 << 31;
@@ -143,6 +145,17 @@ struct DiscoveryNotices {
 struct Notices {
     namespaces: NamespaceNotices,
     discovery: DiscoveryNotices,
+    /// Asymmetric Namespace Access Change notices (I/O controllers): the state of an
+    /// ANA group changed; the host reads the ANA log (0Ch).
+    ana: NoticeEvent,
+}
+
+/// Which notice an event DW0 belongs to (`take_due_event` / `restore_due_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NoticeKind {
+    Namespaces,
+    Ana,
+    Discovery,
 }
 
 /// A controller shared by its admin queue and its I/O queues (which may run on other
@@ -279,6 +292,23 @@ impl Controller {
         }
     }
 
+    /// An ANA group's state changed on this target: an ANA change notice becomes due
+    /// if the host enabled them and none is outstanding.
+    pub fn note_ana_changed(&self) {
+        let enabled = self.async_event_enabled(ANA_CHANGE_NOTICES_ENABLED);
+        if self.notices().ana.raise(enabled) {
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The host reads the ANA log: with RAE clear, a reported ANA change notice is
+    /// unmasked. Call before building the log.
+    pub(crate) fn ana_log_read(&self, retain_event: bool) {
+        if !retain_event {
+            self.notices().ana.masked = false;
+        }
+    }
+
     /// The DW0 of a due asynchronous event, which is then reported (and masked until
     /// its log is read). `None` when nothing is due; cheap then.
     pub fn take_due_event(&self) -> Option<u32> {
@@ -286,40 +316,54 @@ impl Controller {
             return None;
         }
         let mut notices = self.notices();
-        self.notice_due.store(false, Ordering::Release);
-        let (event, result) = self.kind_notice(&mut notices);
-        event.take().then_some(result)
-    }
-
-    /// Puts back an event taken with `take_due_event` that could not be reported
-    /// (no request was held after all).
-    pub fn restore_due_event(&self) {
-        let mut notices = self.notices();
-        let (event, _) = self.kind_notice(&mut notices);
-        event.restore();
-        self.notice_due.store(true, Ordering::Release);
-    }
-
-    /// The one notice event this kind of controller reports, and its DW0.
-    fn kind_notice<'a>(&self, notices: &'a mut Notices) -> (&'a mut NoticeEvent, u32) {
-        match self.kind {
-            ControllerKind::Io => (
-                &mut notices.namespaces.event,
-                async_event_result(
-                    async_event_type::NOTICE,
-                    async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED,
-                    log_id::CHANGED_NAMESPACE_LIST,
-                ),
-            ),
-            ControllerKind::Discovery => (
-                &mut notices.discovery.event,
-                async_event_result(
-                    async_event_type::NOTICE,
-                    async_event_notice::DISCOVERY_LOG_PAGE_CHANGE,
-                    log_id::DISCOVERY,
-                ),
-            ),
+        let mut taken = None;
+        let mut still_due = false;
+        for kind in self.notice_kinds() {
+            let event = Self::notice_event(&mut notices, *kind);
+            if taken.is_none() && event.take() {
+                taken = Some(Self::notice_result(*kind));
+            } else {
+                still_due |= event.due;
+            }
         }
+        self.notice_due.store(still_due, Ordering::Release);
+        taken
+    }
+
+    /// Puts back an event taken with `take_due_event` (its DW0 `result`) that could not
+    /// be reported (no request was held after all).
+    pub fn restore_due_event(&self, result: u32) {
+        let mut notices = self.notices();
+        if let Some(kind) = self.notice_kinds().iter().find(|kind| Self::notice_result(**kind) == result) {
+            Self::notice_event(&mut notices, *kind).restore();
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The notices this kind of controller reports, most important first.
+    fn notice_kinds(&self) -> &'static [NoticeKind] {
+        match self.kind {
+            ControllerKind::Io => &[NoticeKind::Ana, NoticeKind::Namespaces],
+            ControllerKind::Discovery => &[NoticeKind::Discovery],
+        }
+    }
+
+    fn notice_event(notices: &mut Notices, kind: NoticeKind) -> &mut NoticeEvent {
+        match kind {
+            NoticeKind::Namespaces => &mut notices.namespaces.event,
+            NoticeKind::Ana => &mut notices.ana,
+            NoticeKind::Discovery => &mut notices.discovery.event,
+        }
+    }
+
+    /// The Asynchronous Event Request DW0 reporting a notice of `kind`.
+    fn notice_result(kind: NoticeKind) -> u32 {
+        let (notice, log) = match kind {
+            NoticeKind::Namespaces => (async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED, log_id::CHANGED_NAMESPACE_LIST),
+            NoticeKind::Ana => (async_event_notice::ANA_CHANGE, log_id::ASYMMETRIC_NAMESPACE_ACCESS),
+            NoticeKind::Discovery => (async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, log_id::DISCOVERY),
+        };
+        async_event_result(async_event_type::NOTICE, notice, log)
     }
 
     /// The Changed Namespace List log page. Reading it with RAE clear empties it and

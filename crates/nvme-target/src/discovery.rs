@@ -20,15 +20,13 @@ use crate::target::{AddressFamily, Target};
 pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<DiscoveryLogEntry> {
     let mut entries = Vec::new();
     let listeners = target.listeners();
+    let peer_paths = target.peer_paths();
     for subsystem in target.subsystems().iter().filter(|subsystem| subsystem.hosts.allows(host_nqn)) {
         for (id, listener) in &listeners {
             if listener.discovery_only {
                 continue;
             }
-            let family = match listener.family {
-                AddressFamily::Ipv4 => address_family::IPV4,
-                AddressFamily::Ipv6 => address_family::IPV6,
-            };
+            let family = family_code(listener.family);
             let mut entry = DiscoveryLogEntry::tcp(
                 subsystem_type::NVME_SUBSYSTEM,
                 family,
@@ -43,8 +41,28 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
             entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
             entries.push(entry);
         }
+        // The same subsystem through the other gateways of its gateway group.
+        for peer in peer_paths.iter().filter(|peer| peer.subsystem_nqn == subsystem.nqn) {
+            let mut entry = DiscoveryLogEntry::tcp(
+                subsystem_type::NVME_SUBSYSTEM,
+                family_code(peer.listener.family),
+                peer.port_id,
+                &peer.listener.address,
+                &peer.listener.port.to_string(),
+                &subsystem.nqn,
+            );
+            entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
+            entries.push(entry);
+        }
     }
     entries
+}
+
+fn family_code(family: AddressFamily) -> u8 {
+    match family {
+        AddressFamily::Ipv4 => address_family::IPV4,
+        AddressFamily::Ipv6 => address_family::IPV6,
+    }
 }
 
 /// A fingerprint of the records `host_nqn` sees (GENCTR aside): equal fingerprints

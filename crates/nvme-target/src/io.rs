@@ -30,8 +30,13 @@ fn checked_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<u64, Statu
 }
 
 impl Connection {
+    /// The geometry of an active namespace this path serves I/O for: an inactive NSID
+    /// is Invalid Namespace, a namespace whose ANA group serves no I/O here gets the
+    /// group state's path related status (the host retries on another path).
     fn namespace_geometry(&self, namespace_id: NamespaceId) -> Result<Geometry, Status> {
-        self.view.get(namespace_id).map(|namespace| namespace.geometry).ok_or_else(invalid_namespace)
+        let namespace = self.view.get(namespace_id).ok_or_else(invalid_namespace)?;
+        self.target.ana.check_io(namespace.ana_group)?;
+        Ok(namespace.geometry)
     }
 
     /// Checks a read/write-family command's namespace, range and transfer length.
@@ -134,6 +139,11 @@ impl Connection {
         let mut submitted = 0;
         for position in 0..self.view.active_ids().len() {
             let id = self.view.active_ids()[position];
+            // Namespaces this path cannot serve are flushed through the path that can.
+            let Some(namespace) = self.view.get(id) else { continue };
+            if self.target.ana.check_io(namespace.ana_group).is_err() {
+                continue;
+            }
             self.submit_storage(slot_index, id, IoOp::Flush, Vec::new())?;
             submitted += 1;
         }

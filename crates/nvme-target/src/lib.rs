@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod ana;
 mod admin;
 mod admin_data;
 pub mod connection;
@@ -38,5 +39,5 @@ pub use controller::{Controller, ControllerKind};
 pub use management::{ManagementError, NamespaceChange};
 pub use namespaces::{Attachment, Namespace, NamespaceTable};
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
-pub use target::{AddressFamily, ListenerSpec, Target, TargetError, TargetSettings, TargetSpec};
+pub use target::{AddressFamily, ListenerSpec, PeerPath, Target, TargetError, TargetSettings, TargetSpec};
 pub use transmit::TransmitBatch;

@@ -49,6 +49,19 @@ pub const MAX_IO_QUEUES_PER_CONTROLLER: u16 = 128;
 /// namespaces per subsystem are required; NSIDs index a table, so this bounds it.
 pub const MAX_NAMESPACE_ID: u32 = 4096;
 
+/// ANAGRPMAX and NANAGRPID: the highest ANA group id, and how many groups a
+/// controller reports at most. One group per gateway of a gateway group is the usual
+/// layout (each gateway owns one group); 64 leaves room for many gateways and for
+/// spreading namespaces of one gateway over several groups. With MAX_NAMESPACE_ID it
+/// bounds the ANA log: 16 + 64 x 32 + 4096 x 4 bytes = 18 KiB, within MDTS (the Linux
+/// host turns ANA off when the log could exceed MDTS).
+pub const MAX_ANA_GROUP_ID: u32 = 64;
+
+/// ANATT: seconds a group may stay in the Change state before a host treats the path
+/// as failed. 10 s is the Linux target's value; a takeover turns its groups optimized
+/// well within it.
+pub const ANA_TRANSITION_TIME_SECONDS: u8 = 10;
+
 /// AERL + 1: asynchronous event requests a controller holds at once.
 pub const MAX_OUTSTANDING_ASYNC_EVENTS: u16 = 4;
 

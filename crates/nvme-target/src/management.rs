@@ -163,7 +163,8 @@ impl Subsystem {
             spec.nguid.unwrap_or_else(|| derive_identifier(&self.nqn, id.0, b"nguid")),
             spec.uuid.unwrap_or_else(|| derive_identifier(&self.nqn, id.0, b"uuid")),
             None,
-        );
+        )
+        .in_ana_group(spec.ana_group.filter(|group| crate::ana::valid_group(*group)).unwrap_or(crate::ana::DEFAULT_ANA_GROUP));
         table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::AllHosts });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace added");

@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use nvme_spec::ana::AnaGroupId;
 use nvme_spec::NamespaceId;
 use storage::{Backend, CarvedId, Geometry, Pool};
 
@@ -34,6 +35,9 @@ pub struct Namespace {
     /// The pool carve behind it, when Namespace Management created it or the config
     /// carved it from a pool.
     pub carve: Option<PoolCarve>,
+    /// ANAGRPID: the ANA group whose state decides whether this target's paths serve
+    /// the namespace.
+    pub ana_group: AnaGroupId,
     /// I/O counters and latency of this namespace, over every queue that used it.
     pub stats: StatsRegistry,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
@@ -68,9 +72,16 @@ impl Namespace {
             nguid,
             uuid,
             carve,
+            ana_group: crate::ana::DEFAULT_ANA_GROUP,
             stats: StatsRegistry::default(),
             deleted: AtomicBool::new(false),
         }
+    }
+
+    /// The same namespace in ANA group `group` (1..=ANAGRPMAX, checked by the caller).
+    pub fn in_ana_group(mut self, group: AnaGroupId) -> Namespace {
+        self.ana_group = group;
+        self
     }
 
     /// log2 of the block size, as LBADS in the LBA format.

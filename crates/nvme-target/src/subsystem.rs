@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use nvme_spec::ana::AnaGroupId;
 use nvme_spec::NamespaceId;
 use storage::{Backend, Pool};
 
@@ -28,6 +29,8 @@ pub struct NamespaceSpec {
     pub nguid: Option<[u8; 16]>,
     /// UUID override; derived from the subsystem NQN and NSID when `None`.
     pub uuid: Option<[u8; 16]>,
+    /// ANAGRPID; group 1 when `None`.
+    pub ana_group: Option<AnaGroupId>,
 }
 
 /// What a subsystem is made from.
@@ -95,6 +98,8 @@ pub enum SubsystemError {
     NamespaceIdOutOfRange { nqn: String, nsid: u32, max: u32 },
     #[error("subsystem {nqn}: namespace id {nsid} is used twice")]
     DuplicateNamespaceId { nqn: String, nsid: u32 },
+    #[error("subsystem {nqn}: namespace {nsid} is in ANA group {group}, outside 1..={max}")]
+    AnaGroupOutOfRange { nqn: String, nsid: u32, group: u32, max: u32 },
     #[error("subsystem {nqn}: pool carve {carve} cannot be opened: {reason}")]
     PoolCarve { nqn: String, carve: u32, reason: String },
 }
@@ -140,6 +145,14 @@ impl Subsystem {
         };
         for namespace in spec.namespaces {
             let nsid = namespace.id.0;
+            if let Some(group) = namespace.ana_group.filter(|group| !crate::ana::valid_group(*group)) {
+                return Err(SubsystemError::AnaGroupOutOfRange {
+                    nqn: spec.nqn.clone(),
+                    nsid,
+                    group: group.0,
+                    max: crate::limits::MAX_ANA_GROUP_ID,
+                });
+            }
             let entry = TableEntry {
                 namespace: Arc::new(Namespace::new(
                     namespace.id,
@@ -147,7 +160,8 @@ impl Subsystem {
                     namespace.nguid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"nguid")),
                     namespace.uuid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"uuid")),
                     None,
-                )),
+                )
+                .in_ana_group(namespace.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP))),
                 attachment: Attachment::AllHosts,
             };
             add(&mut table, entry)?;
@@ -292,7 +306,7 @@ mod tests {
             model_number: None,
             namespaces: ids
                 .iter()
-                .map(|&id| NamespaceSpec { id: NamespaceId(id), backend: ram(8), nguid: None, uuid: None })
+                .map(|&id| NamespaceSpec { id: NamespaceId(id), backend: ram(8), nguid: None, uuid: None, ana_group: None })
                 .collect(),
         }
     }

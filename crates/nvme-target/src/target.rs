@@ -8,6 +8,9 @@ use std::time::Instant;
 
 use nvme_spec::ControllerId;
 
+use nvme_spec::ana::{AnaGroupId, AnaState};
+
+use crate::ana::AnaStates;
 use crate::controller::{Controller, ControllerKind};
 use crate::management::NamespaceChange;
 use crate::limits::{
@@ -68,6 +71,12 @@ pub struct TargetSettings {
     /// Connect Invalid Parameters pointing at KATO. Bounds how long a host that
     /// vanished holds its controller.
     pub max_keep_alive_timeout_ms: u32,
+    /// CNTLIDs this target hands out: the lowest ...
+    pub controller_id_min: u16,
+    /// ... and the highest. Gateways exporting one subsystem get disjoint ranges, so
+    /// a host with a controller on each never sees the same CNTLID twice (the Linux
+    /// host refuses a second controller with a duplicate CNTLID).
+    pub controller_id_max: u16,
     /// An I/O controller's admin Connect may ask for KATO 0 (no keep-alive; the
     /// controller then lives until its admin connection closes). Refused when false.
     /// Discovery controllers asking for 0 always get `DISCOVERY_KEEP_ALIVE_TIMEOUT_MS`.
@@ -85,6 +94,8 @@ impl Default for TargetSettings {
             min_keep_alive_timeout_ms: 1_000,
             max_keep_alive_timeout_ms: 300_000,
             allow_keep_alive_disabled: false,
+            controller_id_min: 1,
+            controller_id_max: ControllerId::MAX_VALID,
         }
     }
 }
@@ -155,6 +166,8 @@ pub enum TargetError {
     OutstandingR2tBytes { value: u32, min: u32, max: u32 },
     #[error("connection_setup_timeout_ms must be 1..={max}, not {value}")]
     ConnectionSetupTimeout { value: u64, max: u64 },
+    #[error("the controller id range {min}..={max} must lie within 1..={limit} and not be empty")]
+    ControllerIdRange { min: u16, max: u16, limit: u16 },
     #[error(
         "min_keep_alive_timeout_ms ({min}) must be at least 1 and at most max_keep_alive_timeout_ms ({max})"
     )]
@@ -242,6 +255,22 @@ pub struct Target {
     pub(crate) setup_timeouts: Mutex<RefusalLog>,
     /// Connections, refusals and why connections ended, for the metrics.
     pub counters: TargetCounters,
+    /// ANA group states on this target's paths.
+    pub ana: AnaStates,
+    /// Listeners of other gateways that serve the same subsystems: the discovery log
+    /// lists them too, so a host that knows one gateway finds every path.
+    peer_paths: RwLock<Vec<PeerPath>>,
+}
+
+/// A path to a subsystem through another gateway, as the discovery log lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerPath {
+    /// SUBNQN the peer serves.
+    pub subsystem_nqn: String,
+    /// Its listener.
+    pub listener: ListenerSpec,
+    /// PORTID to report: unique among this target's and the other peers' ports.
+    pub port_id: u16,
 }
 
 impl std::fmt::Debug for Target {
@@ -281,6 +310,8 @@ impl Target {
             host_connections: Mutex::new(HashMap::new()),
             setup_timeouts: Mutex::new(RefusalLog::default()),
             counters: TargetCounters::default(),
+            ana: AnaStates::default(),
+            peer_paths: RwLock::new(Vec::new()),
         });
         for subsystem_spec in spec.subsystems {
             target.add_subsystem(subsystem_spec)?;
@@ -320,6 +351,39 @@ impl Target {
         }
         self.bump_discovery_generation();
         Ok(removed)
+    }
+
+    /// Sets the state of ANA group `group` on this target's paths; when it changed,
+    /// every I/O controller gets an ANA change notice (hosts then read log 0Ch).
+    /// Returns true when the state changed.
+    pub fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool {
+        if !self.ana.set(group, state) {
+            return false;
+        }
+        let controllers: Vec<Arc<Controller>> = {
+            let table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
+            table.controllers.iter().filter(|((index, _), _)| index.is_some()).filter_map(|(_, c)| c.upgrade()).collect()
+        };
+        for controller in controllers {
+            controller.note_ana_changed();
+        }
+        true
+    }
+
+    /// Replaces the paths other gateways offer (the discovery log lists them).
+    pub fn set_peer_paths(&self, paths: Vec<PeerPath>) {
+        let mut current = self.peer_paths.write().unwrap_or_else(|poison| poison.into_inner());
+        if *current == paths {
+            return;
+        }
+        *current = paths;
+        drop(current);
+        self.bump_discovery_generation();
+    }
+
+    /// The paths other gateways offer.
+    pub fn peer_paths(&self) -> Vec<PeerPath> {
+        self.peer_paths.read().unwrap_or_else(|poison| poison.into_inner()).clone()
     }
 
     /// GENCTR of the discovery log.
@@ -403,10 +467,11 @@ impl Target {
         let mut table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
         // Drop entries of controllers that no longer exist so their ids are reusable.
         table.controllers.retain(|_, controller| controller.strong_count() > 0);
-        for _ in 0..ControllerId::MAX_VALID {
-            let next = table.next_id.entry(subsystem_index).or_insert(1);
-            let candidate = *next;
-            *next = if candidate >= ControllerId::MAX_VALID { 1 } else { candidate + 1 };
+        let (lowest, highest) = (self.settings.controller_id_min, self.settings.controller_id_max);
+        for _ in lowest..=highest {
+            let next = table.next_id.entry(subsystem_index).or_insert(lowest);
+            let candidate = (*next).clamp(lowest, highest);
+            *next = if candidate >= highest { lowest } else { candidate + 1 };
             let key = (subsystem_index, candidate);
             if table.controllers.contains_key(&key) {
                 continue;
@@ -513,6 +578,16 @@ impl TargetSettings {
     /// Range checks of the resource limits (the queue limits are checked in
     /// `Target::new` itself).
     fn validate_limits(&self) -> Result<(), TargetError> {
+        if self.controller_id_min == 0
+            || self.controller_id_min > self.controller_id_max
+            || self.controller_id_max > ControllerId::MAX_VALID
+        {
+            return Err(TargetError::ControllerIdRange {
+                min: self.controller_id_min,
+                max: self.controller_id_max,
+                limit: ControllerId::MAX_VALID,
+            });
+        }
         let min_connections = u32::from(self.max_io_queues_per_controller) + 1;
         if self.max_connections_per_host < min_connections {
             return Err(TargetError::ConnectionsPerHost { value: self.max_connections_per_host, min: min_connections });

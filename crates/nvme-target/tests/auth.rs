@@ -59,6 +59,7 @@ fn access_target() -> Arc<Target> {
             backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 64 }),
             nguid: None,
             uuid: None,
+            ana_group: None,
         }],
     };
     let secured = HostAccess {

@@ -56,7 +56,7 @@ impl PoolSetup {
                     nqn: POOL_NQN.into(),
                     serial_number: None,
                     model_number: None,
-                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None }],
+                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None, ana_group: None }],
                 },
                 SubsystemSpec {
                     hosts: nvme_target::HostAccess::allow_any(),
@@ -64,7 +64,7 @@ impl PoolSetup {
                     nqn: NQN.into(),
                     serial_number: None,
                     model_number: None,
-                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None }],
+                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None, ana_group: None }],
                 },
             ],
             settings: TargetSettings::default(),
@@ -355,14 +355,14 @@ fn live_changes_through_the_management_interface() {
     // A namespace over any backend, added live: every host hears of it.
     let backend = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 4096 });
     let change = subsystem
-        .add_namespace(NamespaceSpec { id: NamespaceId(9), backend, nguid: None, uuid: None })
+        .add_namespace(NamespaceSpec { id: NamespaceId(9), backend, nguid: None, uuid: None, ana_group: None })
         .unwrap();
     target.notify_namespace_change(&subsystem, &change);
     assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0);
     assert_eq!(changed_namespace_log(&mut host), [9]);
     assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1, 9]);
     let duplicate = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
-    let refused = subsystem.add_namespace(NamespaceSpec { id: NamespaceId(9), backend: duplicate, nguid: None, uuid: None });
+    let refused = subsystem.add_namespace(NamespaceSpec { id: NamespaceId(9), backend: duplicate, nguid: None, uuid: None, ana_group: None });
     assert_eq!(refused.unwrap_err().status(), Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry());
 
     // Removing a pool namespace deletes it and returns its space.

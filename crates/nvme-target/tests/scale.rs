@@ -29,6 +29,7 @@ fn a_subsystem_serves_1024_namespaces_each_with_its_own_data() {
                     backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 64 }),
                     nguid: None,
                     uuid: None,
+                    ana_group: None,
                 })
                 .collect(),
         }],

@@ -41,7 +41,7 @@ use std::time::Instant;
 pub use error::RuntimeError;
 pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
-pub use rbd_backend::{ClusterSpec, RbdBackend, RbdError, RbdOptions, RbdStatus};
+pub use rbd_backend::{ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions, RbdStatus};
 
 /// Something whose bytes can be sent with one vectored send.
 ///

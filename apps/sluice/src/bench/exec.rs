@@ -202,7 +202,7 @@ pub fn start_embedded(
                 id: NamespaceId(1),
                 backend: backend.clone(),
                 nguid: None,
-                uuid: None,
+                uuid: None, ana_group: None,
             }],
         }],
         settings: TargetSettings::default(),

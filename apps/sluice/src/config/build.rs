@@ -276,7 +276,7 @@ pub fn build(
                     (backend, Some(record.nguid), Some(record.uuid))
                 }
             };
-            namespaces.push(NamespaceSpec { id, backend, nguid, uuid });
+            namespaces.push(NamespaceSpec { id, backend, nguid, uuid, ana_group: namespace_plan.ana_group });
         }
         let pool = match subsystem_plan.management_pool {
             None => None,

@@ -14,6 +14,7 @@
 
 mod build;
 mod diff;
+pub mod gateway;
 mod graph;
 mod namespaces;
 mod plan;
@@ -64,6 +65,9 @@ pub struct Config {
     pub runtime: RuntimeSection,
     #[serde(default)]
     pub target: TargetSection,
+    /// This process is one gateway of a gateway group (see docs/config.md).
+    #[serde(default)]
+    pub gateway: Option<gateway::GatewaySection>,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -233,6 +237,10 @@ pub struct NamespaceConfig {
     pub nguid: Option<String>,
     #[serde(default)]
     pub uuid: Option<String>,
+    /// ANAGRPID: the ANA group of the namespace (1..=64, default 1). In a gateway
+    /// group, the gateway owning the group reports it optimized.
+    #[serde(default)]
+    pub ana_group: Option<u32>,
 }
 
 /// Block size of RAM and null storage when the config does not say.
@@ -420,7 +428,46 @@ impl Config {
             }],
             runtime: RuntimeSection::default(),
             target: TargetSection::default(),
+            gateway: None,
         }
+    }
+
+    /// The checked `[gateway]` section, `None` without one. A gateway serves only
+    /// namespaces on `rbd` backends of the gateway's own cluster connection: the
+    /// images are what the other gateways serve too, and fencing this gateway must
+    /// stop its writes to them.
+    pub fn gateway_plan(&self) -> Result<Option<gateway::GatewayPlan>, ConfigError> {
+        let Some(section) = &self.gateway else { return Ok(None) };
+        let plan = section.plan()?;
+        for (subsystem_index, subsystem) in self.subsystems.iter().enumerate() {
+            if subsystem.pool.is_some() {
+                return Err(invalid(
+                    format!("subsystem[{subsystem_index}] ({})", subsystem.nqn),
+                    "a gateway cannot offer Namespace Management (`pool`): the other gateways would not see the namespaces it creates",
+                ));
+            }
+            for (index, namespace) in subsystem.namespaces.iter().enumerate() {
+                let location = format!("subsystem[{subsystem_index}] ({}) namespace[{index}]", subsystem.nqn);
+                let backend = namespace.device.as_ref().and_then(|name| self.backends.iter().find(|backend| backend.name == *name));
+                let Some(options) = backend.and_then(BackendConfig::rbd_options) else {
+                    return Err(invalid(
+                        location,
+                        "a gateway serves only namespaces on rbd images (device = \"<rbd backend>\"): every gateway of the group must serve the same blocks",
+                    ));
+                };
+                if options.cluster != plan.cluster {
+                    return Err(invalid(
+                        location,
+                        format!(
+                            "its rbd backend uses {} but [gateway] uses {}; give both the same ceph_conf, client and op_timeout_ms so fencing this gateway also stops its writes",
+                            options.cluster.describe(),
+                            plan.cluster.describe()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Some(plan))
     }
 
     /// Reads and parses a file (syntax and types; `check` checks meaning).
@@ -542,10 +589,16 @@ impl Config {
             })
             .collect();
         let defaults = TargetSettings::default();
+        let (controller_id_min, controller_id_max) = match self.gateway_plan()? {
+            Some(plan) => plan.controller_id_range(),
+            None => (defaults.controller_id_min, defaults.controller_id_max),
+        };
         Ok(TargetSpec {
             listeners,
             subsystems,
             settings: TargetSettings {
+                controller_id_min,
+                controller_id_max,
                 max_io_queues_per_controller: self
                     .target
                     .max_io_queues_per_controller

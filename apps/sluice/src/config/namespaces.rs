@@ -14,6 +14,16 @@ use super::{describe_bytes, invalid, parse_identifier, BackendKind, Config, Conf
 /// them as namespaces.
 pub const CARVE_BACKEND_NQN_PREFIX: &str = "nqn.2026-11.io.sluice:backend:";
 
+/// Checks a namespace's `ana_group` (1..=ANAGRPMAX).
+fn ana_group(group: Option<u32>, location: &str) -> Result<Option<nvme_spec::ana::AnaGroupId>, ConfigError> {
+    let Some(group) = group else { return Ok(None) };
+    let max = nvme_target::limits::MAX_ANA_GROUP_ID;
+    if group == 0 || group > max {
+        return Err(invalid(format!("{location}.ana_group"), format!("ana_group = {group} is outside 1..={max}")));
+    }
+    Ok(Some(nvme_spec::ana::AnaGroupId(group)))
+}
+
 /// Where a namespace's blocks come from.
 #[derive(Clone, Debug)]
 pub enum Source {
@@ -36,6 +46,8 @@ pub struct NamespacePlan {
     pub source: Source,
     pub nguid: Option<[u8; 16]>,
     pub uuid: Option<[u8; 16]>,
+    /// ANAGRPID (`None`: group 1).
+    pub ana_group: Option<nvme_spec::ana::AnaGroupId>,
     /// Filled in once the storage shapes are known.
     pub shape: Option<Shape>,
 }
@@ -102,6 +114,7 @@ pub fn resolve(config: &Config, graph: &mut Graph) -> Result<Vec<SubsystemPlan>,
                 nsid,
                 nguid: parse_identifier(namespace.nguid.as_deref(), &format!("{location}.nguid"))?,
                 uuid: parse_identifier(namespace.uuid.as_deref(), &format!("{location}.uuid"))?,
+                ana_group: ana_group(namespace.ana_group, &location)?,
                 location,
                 source,
                 shape: None,

@@ -82,6 +82,7 @@ impl Plan {
                     backend: stand_in as Arc<dyn Backend>,
                     nguid: namespace.nguid,
                     uuid: namespace.uuid,
+                    ana_group: namespace.ana_group,
                 });
             }
             specs.push(SubsystemSpec {

@@ -51,7 +51,7 @@ impl TestTarget {
                 nqn: NQN.into(),
                 serial_number: None,
                 model_number: None,
-                namespaces: vec![NamespaceSpec { id: NAMESPACE, backend: shared, nguid: None, uuid: None }],
+                namespaces: vec![NamespaceSpec { id: NAMESPACE, backend: shared, nguid: None, uuid: None, ana_group: None }],
             }],
             settings: TargetSettings::default(),
         })

@@ -39,6 +39,7 @@ impl InProcessTarget {
                     backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
                     nguid: None,
                     uuid: None,
+                    ana_group: None,
                 }],
             }],
             settings: TargetSettings::default(),

@@ -45,6 +45,7 @@ pub fn test_target() -> Arc<Target> {
                 backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
                 nguid: None,
                 uuid: None,
+                ana_group: None,
             }],
         }],
         settings: TargetSettings::default(),

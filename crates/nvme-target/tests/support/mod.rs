@@ -34,6 +34,7 @@ pub fn test_target_with(settings: TargetSettings) -> Arc<Target> {
         backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
         nguid: None,
         uuid: None,
+        ana_group: None,
     };
     Target::new(TargetSpec {
         listeners: vec![

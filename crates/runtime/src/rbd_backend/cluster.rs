@@ -53,11 +53,11 @@ impl ClusterSpec {
 
 /// One connected librados client.
 pub(crate) struct Cluster {
-    handle: Rados,
+    pub(crate) handle: Rados,
     pub(crate) spec: ClusterSpec,
     /// The monitors it reached (`mon_host`), for `sluice backend list` and messages.
     pub(crate) monitors: String,
-    library: &'static Library,
+    pub(crate) library: &'static Library,
 }
 
 // SAFETY: a `rados_t` may be used from any thread at once (librados is thread-safe);

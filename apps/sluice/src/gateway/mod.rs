@@ -1,0 +1,7 @@
+//! Gateway groups: several `sluice serve` processes export the same subsystems from the
+//! same RBD images, each reporting ANA states that the cluster arbitrates
+//! ([`coordinator`]); the coordinator runs on its own thread ([`service`]).
+
+pub mod coordinator;
+#[cfg(test)]
+mod tests;
