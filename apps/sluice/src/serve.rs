@@ -24,6 +24,8 @@ pub enum ServeError {
     Metrics { address: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Management(#[from] crate::manage::SocketError),
+    #[error("cannot join the gateway group: {0}")]
+    Gateway(String),
 }
 
 /// Options of `sluice serve` given on the command line rather than in the config.
@@ -41,6 +43,12 @@ pub struct ServeOptions {
 pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
+    // Before the listeners open: hosts must never see a group accessible that this
+    // gateway has not been granted yet.
+    let gateway = match config.gateway_plan()? {
+        Some(plan) => Some(crate::gateway::service::start(&plan, &target).map_err(ServeError::Gateway)?),
+        None => None,
+    };
     let threads = config
         .runtime
         .threads
@@ -68,14 +76,21 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let runtime = target_server::start(target.clone(), runtime_config)?;
     let listeners = target_server::LiveListeners::new(target.clone(), &runtime);
     let config_path = options.config_path.as_deref();
-    let management =
-        crate::manage::start_for_serve(&target, config_path, options.rpc_socket.clone(), listeners, storage)?;
+    let gateway_status = gateway.as_ref().map(|gateway| gateway.status.clone());
+    let management = crate::manage::start_for_serve(
+        &target,
+        config_path,
+        options.rpc_socket.clone(),
+        listeners,
+        storage,
+        gateway_status.clone(),
+    )?;
     if let Some(server) = &management.server {
         println!("sluice: management socket {}", server.path().display());
     }
     // Before the banner: its last line, "sluice: ready", means everything is up.
     if let Some(address) = options.metrics_address {
-        let bound = crate::metrics::server::start(address, target.clone())
+        let bound = crate::metrics::server::start(address, target.clone(), gateway_status.clone())
             .map_err(|source| ServeError::Metrics { address, source })?;
         println!("sluice: metrics at http://{bound}/metrics");
     }
@@ -110,6 +125,8 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     // Also when the runtime stopped by itself (a failure) rather than on a signal.
     crate::notify::stopping();
     drop(management);
+    // Hands owned ANA groups to the other gateways at once (no lease to wait out).
+    drop(gateway);
     signal_handle.close();
     let _ = waiter.join();
     result?;

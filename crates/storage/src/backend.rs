@@ -49,6 +49,13 @@ pub trait Backend: Send + Sync + 'static {
     fn retains_data(&self) -> bool {
         true
     }
+
+    /// A name for storage other processes may serve too ("rbd:pool/image"), so
+    /// gateways that share it can check they describe it alike; `None` for storage
+    /// only this process uses.
+    fn shared_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A submission queue owned by one thread at a time.

@@ -5,3 +5,5 @@
 pub mod coordinator;
 #[cfg(test)]
 mod tests;
+pub mod service;
+pub mod status;

@@ -32,6 +32,7 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
         HostCommand::SmartLog { target, output, namespace_id, human_readable } => {
             smart_log(&target, output, namespace_id, human_readable)
         }
+        HostCommand::AnaLog { target, output } => super::ana::ana_log(&target, output),
         HostCommand::GetLog { target, output, log_id, log_len, namespace_id, lpo, raw_binary } => {
             get_log(&target, output, GetLog { log_id, log_len, namespace_id, offset: lpo, raw_binary })
         }

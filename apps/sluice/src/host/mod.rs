@@ -9,6 +9,7 @@
 //!   `attach-ns`, `detach-ns`, `list-ctrl`).
 //! - `output`: nvme-cli-style text and JSON renderings, status names, hex dump.
 
+mod ana;
 mod args;
 mod commands;
 mod namespaces;
@@ -132,6 +133,15 @@ pub enum HostCommand {
         /// Decode the critical warning bits.
         #[arg(short = 'H', long)]
         human_readable: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Asymmetric Namespace Access log: each ANA group's state on this path (like
+    /// `nvme ana-log`).
+    #[command(name = "ana-log", after_help = HOST_AFTER_HELP)]
+    AnaLog {
         #[command(flatten)]
         target: TargetArgs,
         #[command(flatten)]

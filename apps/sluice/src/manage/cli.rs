@@ -114,6 +114,15 @@ pub enum ManageCommand {
         #[command(flatten)]
         client: ClientOptions,
     },
+    /// The gateway group of a running gateway: members and their leases, each ANA
+    /// group's owner, and its state as every member reports it to hosts.
+    #[command(after_help = AFTER_HELP)]
+    Gateway {
+        #[command(subcommand)]
+        command: GatewayCommand,
+        #[command(flatten)]
+        client: ClientOptions,
+    },
     /// Calls any management method with JSON params, e.g.
     /// `sluice rpc ns_list '{"nqn":"nqn.2026-11.io.sluice:default"}'` or
     /// `sluice rpc rpc_methods`. Prints the JSON result.
@@ -226,6 +235,12 @@ pub enum LimitsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Shows the group, its members and ANA group owners and states.
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum HostAccessCommand {
     /// Allows a host, or replaces its secrets (secret rotation).
     Allow {
@@ -298,6 +313,7 @@ enum View {
     Backends,
     Pools,
     Limits,
+    Gateway,
     Raw,
 }
 
@@ -327,7 +343,10 @@ pub fn run(command: ManageCommand) -> ExitCode {
     };
     let outcome = socket_path(&client).and_then(|path| call(&path, &method, params));
     match outcome {
-        Ok(result) => {
+        Ok(mut result) => {
+            if matches!(view, View::Gateway) {
+                crate::gateway::status::add_reported_states(&mut result);
+            }
             match client.output_format {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default()),
                 Format::Normal => print!("{}", render(view, &result)),
@@ -436,6 +455,7 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
         ManageCommand::Backend { command: BackendCommand::List, client } => (client, "backend_list", View::Backends),
         ManageCommand::Pool { command: PoolCommand::List, client } => (client, "pool_list", View::Pools),
         ManageCommand::Limits { command: LimitsCommand::Show, client } => (client, "limits_show", View::Limits),
+        ManageCommand::Gateway { command: GatewayCommand::Status, client } => (client, "gateway_status", View::Gateway),
         ManageCommand::Rpc { method, params: text, client } => {
             let params = match text {
                 None => Value::Object(Map::new()),
@@ -787,6 +807,7 @@ fn render(view: View, result: &Value) -> String {
             }
             out
         }
+        View::Gateway => crate::gateway::status::render(result),
         View::Raw => format!("{}\n", serde_json::to_string_pretty(result).unwrap_or_default()),
     }
 }

@@ -68,12 +68,13 @@ pub fn start_for_serve(
     choice: SocketChoice,
     listeners: target_server::LiveListeners,
     storage: OpenStorage,
+    gateway: Option<crate::gateway::service::StatusHandle>,
 ) -> Result<ManagementRunning, SocketError> {
     // The live listeners replace the fixed list `new` takes.
     let management = Management::new(Arc::clone(target), config_path, Vec::new()).map_err(|source| {
         SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }
     })?;
-    let thread = ManagementThread::start(management.with_storage(storage).with_live_listeners(listeners))
+    let thread = ManagementThread::start(management.with_storage(storage).with_live_listeners(listeners).with_gateway(gateway))
         .map_err(|source| SocketError::Io { path: PathBuf::from("(management thread)"), source })?;
     let (path, explicit) = match choice {
         SocketChoice::Off => return Ok(ManagementRunning { server: None, thread }),

@@ -50,7 +50,7 @@ use super::protocol::{
 };
 
 /// Every method, for `method not found` answers and the docs.
-pub const METHODS: [&str; 19] = [
+pub const METHODS: [&str; 20] = [
     "subsystem_add",
     "subsystem_remove",
     "subsystem_list",
@@ -70,6 +70,7 @@ pub const METHODS: [&str; 19] = [
     "backend_list",
     "pool_list",
     "limits_show",
+    "gateway_status",
 ];
 
 /// A listener the runtime accepts on.
@@ -101,6 +102,8 @@ pub struct Management {
     live_listeners: Option<target_server::LiveListeners>,
     /// The named backends and pools the target holds open (see the module comment).
     storage: OpenStorage,
+    /// The gateway coordinator's published state, when this target is a gateway.
+    gateway: Option<crate::gateway::service::StatusHandle>,
 }
 
 impl Management {
@@ -120,7 +123,7 @@ impl Management {
                 Some(ConfigFile { path, text })
             }
         };
-        Ok(Management { target, config_file, active_listeners, live_listeners: None, storage: OpenStorage::default() })
+        Ok(Management { target, config_file, active_listeners, live_listeners: None, storage: OpenStorage::default(), gateway: None })
     }
 
     /// The named storage the target was built with (`Config::open`). Without it,
@@ -128,6 +131,21 @@ impl Management {
     pub fn with_storage(mut self, storage: OpenStorage) -> Management {
         self.storage = storage;
         self
+    }
+
+    /// Answers `gateway_status` from the gateway coordinator's published state.
+    pub fn with_gateway(mut self, gateway: Option<crate::gateway::service::StatusHandle>) -> Management {
+        self.gateway = gateway;
+        self
+    }
+
+    fn gateway_status(&mut self, params: Params) -> Result<Value, RpcError> {
+        params.finish("gateway_status")?;
+        let Some(gateway) = &self.gateway else {
+            return Err(RpcError::refused("gateway", "this target is not a gateway (its config has no [gateway] section)"));
+        };
+        let status = gateway.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
+        serde_json::to_value(status).map_err(|error| RpcError::new(super::protocol::INTERNAL_ERROR, error.to_string()))
     }
 
     /// Runs one method.
@@ -151,6 +169,7 @@ impl Management {
             "backend_list" => self.backend_list(params),
             "pool_list" => self.pool_list(params),
             "limits_show" => self.limits_show(params),
+            "gateway_status" => self.gateway_status(params),
             "rpc_methods" => {
                 params.finish(method)?;
                 Ok(json!(METHODS))

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use nvme_target::Target;
 
+use crate::gateway::service::StatusHandle;
+
 /// Longest request head read before answering 431.
 const MAX_REQUEST_HEAD_BYTES: u64 = 8 * 1024;
 /// A client must send its request within this time.
@@ -22,7 +24,7 @@ const MAX_CONCURRENT_REQUESTS: usize = 4;
 
 /// Binds the endpoint and serves it on a background thread; returns the bound
 /// address (the port may have been 0).
-pub fn start(address: SocketAddr, target: Arc<Target>) -> std::io::Result<SocketAddr> {
+pub fn start(address: SocketAddr, target: Arc<Target>, gateway: Option<StatusHandle>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(address)?;
     let bound = listener.local_addr()?;
     let busy = Arc::new(AtomicUsize::new(0));
@@ -40,9 +42,9 @@ pub fn start(address: SocketAddr, target: Arc<Target>) -> std::io::Result<Socket
                 refuse_busy(&stream);
                 continue;
             }
-            let (target, request_busy) = (target.clone(), busy.clone());
+            let (target, request_busy, gateway) = (target.clone(), busy.clone(), gateway.clone());
             let spawned = std::thread::Builder::new().name("sluice-metrics-request".into()).spawn(move || {
-                if let Err(error) = answer(stream, &target) {
+                if let Err(error) = answer(stream, &target, gateway.as_ref()) {
                     tracing::debug!(%error, "metrics request failed");
                 }
                 request_busy.fetch_sub(1, Ordering::AcqRel);
@@ -78,7 +80,7 @@ fn refuse_busy(stream: &TcpStream) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
-fn answer(stream: TcpStream, target: &Target) -> std::io::Result<()> {
+fn answer(stream: TcpStream, target: &Target, gateway: Option<&StatusHandle>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     let mut reader = BufReader::new((&stream).take(MAX_REQUEST_HEAD_BYTES));
@@ -104,7 +106,14 @@ fn answer(stream: TcpStream, target: &Target) -> std::io::Result<()> {
     } else if method != "GET" {
         ("405 Method Not Allowed", "text/plain", "only GET\n".to_string())
     } else if path == "/metrics" {
-        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", super::render::render(target))
+        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", {
+            let mut body = super::render::render(target);
+            if let Some(gateway) = gateway {
+                let status = gateway.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
+                body.push_str(&crate::gateway::service::render_metrics(&status));
+            }
+            body
+        })
     } else {
         ("404 Not Found", "text/plain", "metrics are at /metrics\n".to_string())
     };

@@ -316,4 +316,8 @@ impl Backend for RbdBackend {
     fn deallocate_reads_zeroes(&self) -> bool {
         false
     }
+
+    fn shared_name(&self) -> Option<String> {
+        Some(format!("rbd:{}/{}", self.image.pool, self.image.name))
+    }
 }
