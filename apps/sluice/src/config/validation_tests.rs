@@ -441,3 +441,55 @@ fn the_examples_in_docs_pass_the_check() {
     }
     assert!(checked.iter().any(|name| name == "tiered.toml"), "docs/examples/tiered.toml is missing: {checked:?}");
 }
+
+/// A gateway config with one namespace described by `namespace` (TOML keys).
+fn gateway_config(namespace: &str, extra: &str) -> Config {
+    Config::parse(&format!(
+        r#"[[listener]]
+address = "127.0.0.1:4420"
+
+[gateway]
+name = "a"
+group = "ha"
+[[gateway.member]]
+name = "a"
+address = "127.0.0.1:4420"
+[[gateway.member]]
+name = "b"
+address = "127.0.0.1:4421"
+
+[[backend]]
+name = "image"
+kind = "rbd"
+pool = "rbd"
+image = "vol"
+size = "1GiB"
+{extra}
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.sluice:ha"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+{namespace}
+"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_gateway_serves_only_rbd_images_of_its_own_cluster_connection() {
+    let good = gateway_config("device = \"image\"\nana_group = 2", "");
+    let plan = good.gateway_plan().unwrap().unwrap();
+    assert_eq!(plan.controller_id_range(), (1, 4094));
+    let spec = good.spec_with(Vec::new()).unwrap();
+    assert_eq!((spec.settings.controller_id_min, spec.settings.controller_id_max), (1, 4094));
+
+    let ram = gateway_config("backend = \"ram\"\nsize = \"1GiB\"", "").gateway_plan().unwrap_err().to_string();
+    assert!(ram.contains("a gateway serves only namespaces on rbd images"), "{ram}");
+    let other_cluster =
+        gateway_config("device = \"image\"", "client = \"other\"").gateway_plan().unwrap_err().to_string();
+    assert!(other_cluster.contains("client.other") && other_cluster.contains("same ceph_conf, client"), "{other_cluster}");
+    let group = gateway_config("device = \"image\"\nana_group = 65", "").check().unwrap_err().to_string();
+    assert!(group.contains("ana_group = 65 is outside 1..=64"), "{group}");
+}
