@@ -13,7 +13,7 @@ use nvme_spec::ana::{
 use nvme_spec::log_page::{
     command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects,
     FirmwareSlotLog, GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES,
-    ERROR_INFORMATION_ENTRY_BYTES, FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
+    FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
 };
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::Version;
@@ -304,8 +304,7 @@ impl Connection {
                 Ok(self.copy_discovery_log(command.offset, &mut buffer, command.retain_asynchronous_event))
             }
             (ControllerKind::Io, log_id::ERROR_INFORMATION) => {
-                // No error entries are recorded yet: every entry has error count 0.
-                let page = [0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
+                let page = controller.error_log();
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             (ControllerKind::Io, log_id::SMART_HEALTH) => {
@@ -447,6 +446,7 @@ fn smart_health(controller: &Controller) -> SmartHealthLog {
         host_read_commands: u128::from(totals.read_commands),
         host_write_commands: u128::from(totals.write_commands),
         media_errors: u128::from(totals.media_errors),
+        error_log_entries: u128::from(controller.error_count()),
         ..SmartHealthLog::default()
     }
 }

@@ -646,6 +646,7 @@ impl Connection {
             if let Some(stats) = &self.stats {
                 QueueStats::add(&stats.error_completions, 1);
             }
+            self.record_error(slot_index, queue_id, status);
         }
         let cqe = CompletionQueueEntry {
             result_dw0: result as u32,
@@ -660,6 +661,38 @@ impl Connection {
             writer.write_header(&PduHeader::CapsuleResp(nvme_tcp_wire::CapsuleResponse { cqe }), 0, out);
         });
         self.slots.release(slot_index);
+    }
+
+    /// Adds a failed command to its controller's Error Information log. Connect
+    /// failures (no controller yet) and Asynchronous Event Requests aborted at
+    /// teardown are not recorded.
+    fn record_error(&self, slot_index: u16, queue_id: QueueId, status: Status) {
+        use nvme_spec::log_page::ErrorInformationEntry;
+        use nvme_spec::opcode::IoOpcode;
+        let Some(binding) = &self.binding else { return };
+        let sqe = &self.slots.slot_ref(slot_index).sqe;
+        let io = !queue_id.is_admin();
+        let lba = match IoOpcode::from_u8(sqe.opcode()) {
+            Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::WriteZeroes) if io => sqe.starting_lba(),
+            _ => 0,
+        };
+        binding.controller.record_error(ErrorInformationEntry {
+            error_count: 0,
+            submission_queue_id: queue_id,
+            command_id: sqe.command_id(),
+            // Bits 15:1 hold the status field, bit 0 the phase tag (0 here).
+            status_field: status.field() << 1,
+            parameter_error_location: ErrorInformationEntry::NOT_APPLICABLE,
+            lba,
+            namespace_id: sqe.namespace_id(),
+            vendor_specific_information: 0,
+            transport_type: 0,
+            command_set_identifier: 0,
+            opcode: sqe.opcode(),
+            command_specific_information: 0,
+            transport_type_specific_information: 0,
+            log_page_version: 1,
+        });
     }
 
     /// The next batch of PDUs to send, if any. The runtime hands it back through

@@ -2,14 +2,19 @@
 //! by I/O queue Connects naming their CNTLID, torn down when the admin queue goes
 //! away, the keep-alive timer expires or the host resets or shuts them down.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvme_spec::admin::{async_event_notice, async_event_result, async_event_type};
-use nvme_spec::log_page::{encode_changed_namespace_list, log_id, CHANGED_NAMESPACE_LIST_BYTES};
+use nvme_spec::log_page::{
+    encode_changed_namespace_list, log_id, ErrorInformationEntry, CHANGED_NAMESPACE_LIST_BYTES,
+    ERROR_INFORMATION_ENTRY_BYTES,
+};
 use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
 use nvme_spec::{ControllerId, NamespaceId};
 
+use crate::limits::ERROR_LOG_ENTRIES;
 use crate::stats::StatsRegistry;
 use crate::subsystem::Subsystem;
 
@@ -187,6 +192,18 @@ pub struct Controller {
     notice_due: AtomicBool,
     /// Counters of this controller's queues (the same shards as the subsystem's).
     pub stats: StatsRegistry,
+    /// The Error Information log (01h): the newest failed commands of every queue of
+    /// this controller. Written only when a command fails, never on success.
+    errors: Mutex<ErrorLog>,
+}
+
+/// The newest `ERROR_LOG_ENTRIES` error entries and the lifetime count (which numbers
+/// them and is reported in SMART).
+#[derive(Debug, Default)]
+struct ErrorLog {
+    /// Newest first.
+    entries: VecDeque<ErrorInformationEntry>,
+    count: u64,
 }
 
 impl Controller {
@@ -228,6 +245,7 @@ impl Controller {
             notices: Mutex::new(Notices::default()),
             notice_due: AtomicBool::new(false),
             stats: StatsRegistry::default(),
+            errors: Mutex::new(ErrorLog::default()),
         }
     }
 
@@ -382,6 +400,37 @@ impl Controller {
             namespaces.changed.clear();
             namespaces.overflowed = false;
             namespaces.event.masked = false;
+        }
+        page
+    }
+
+    /// Records a failed command in the Error Information log (its error count is
+    /// assigned here), dropping the oldest entry beyond `ERROR_LOG_ENTRIES`.
+    pub fn record_error(&self, mut entry: ErrorInformationEntry) {
+        let mut log = self.errors.lock().unwrap_or_else(|poison| poison.into_inner());
+        log.count += 1;
+        entry.error_count = log.count;
+        log.entries.push_front(entry);
+        log.entries.truncate(ERROR_LOG_ENTRIES as usize);
+    }
+
+    /// Errors recorded since the controller was created (SMART "Number of Error
+    /// Information Log Entries").
+    pub fn error_count(&self) -> u64 {
+        self.errors.lock().unwrap_or_else(|poison| poison.into_inner()).count
+    }
+
+    /// The Error Information log page: `ERROR_LOG_ENTRIES` entries, newest first,
+    /// unused ones zero (error count 0).
+    pub fn error_log(&self) -> Vec<u8> {
+        let log = self.errors.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut page = vec![0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
+        for (index, entry) in log.entries.iter().enumerate() {
+            let out: &mut [u8; ERROR_INFORMATION_ENTRY_BYTES] = (&mut page
+                [index * ERROR_INFORMATION_ENTRY_BYTES..(index + 1) * ERROR_INFORMATION_ENTRY_BYTES])
+                .try_into()
+                .expect("an entry-sized slice");
+            entry.encode(out);
         }
         page
     }

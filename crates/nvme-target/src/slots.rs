@@ -142,6 +142,11 @@ impl SlotTable {
     }
 
     /// The slot at `index` (a transfer tag from the network is checked with `get`).
+    /// The slot at `index`, read-only.
+    pub fn slot_ref(&self, index: u16) -> &CommandSlot {
+        &self.slots[usize::from(index)]
+    }
+
     pub fn slot(&mut self, index: u16) -> &mut CommandSlot {
         &mut self.slots[index as usize]
     }
