@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use nvme_spec::admin::AbortCommand;
 use nvme_spec::features::{
     feature_capabilities, feature_id, feature_select, number_of_queues_requested,
     number_of_queues_result, FeatureCommand,
@@ -65,15 +64,7 @@ impl Connection {
             Some(AdminOpcode::NamespaceAttachment) if !discovery => {
                 self.admin_namespace_attachment(slot_index, &sqe)
             }
-            Some(AdminOpcode::Abort) if !discovery => {
-                // Commands complete quickly and in order here; telling the host the
-                // command was not aborted is always allowed and lets it wait for the
-                // real completion.
-                let abort = AbortCommand::decode(&sqe);
-                tracing::info!(peer = %self.peer, queue = abort.submission_queue_id.0,
-                    command = abort.command_id.0, "Abort requested; command not aborted");
-                Outcome::Done(Status::SUCCESS, u64::from(AbortCommand::RESULT_NOT_ABORTED))
-            }
+            Some(AdminOpcode::Abort) if !discovery => self.admin_abort(slot_index, &sqe, now),
             _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
         }
     }

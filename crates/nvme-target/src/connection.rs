@@ -118,7 +118,7 @@ pub struct Connection {
     r2t_outstanding_bytes: u64,
     /// Commands waiting for R2T budget, first come first served. A waiting command
     /// has nothing requested outstanding and holds no data buffer.
-    r2t_waiting: VecDeque<u16>,
+    pub(crate) r2t_waiting: VecDeque<u16>,
     /// Most host data ever requested and not received at once (for tests and
     /// diagnostics: never above the budget).
     r2t_outstanding_high_water: u64,
@@ -155,6 +155,10 @@ pub struct Connection {
     event_check_at: Option<Instant>,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
+    /// Aborts waiting for the I/O queue of their command to answer.
+    pub(crate) held_aborts: Vec<crate::abort::HeldAbort>,
+    /// When to look for answers to `held_aborts`.
+    pub(crate) abort_check_at: Option<Instant>,
     /// DH-HMAC-CHAP state when the host must authenticate this queue (`access`).
     pub(crate) authentication: Option<Box<crate::access::QueueAuthentication>>,
     /// This connection's place in its host's `max_connections_per_host`, from a
@@ -225,6 +229,8 @@ impl Connection {
             controller_check_at: None,
             event_check_at: None,
             held_async_events: Vec::new(),
+            held_aborts: Vec::new(),
+            abort_check_at: None,
             authentication: None,
             host_connection: None,
             terminated: false,
@@ -261,6 +267,7 @@ impl Connection {
             }
         }
         self.poll_storage(now);
+        self.serve_abort_requests();
     }
 
     fn on_header(&mut self, header: PduHeader, data_length: u32, now: Instant) {
@@ -729,7 +736,14 @@ impl Connection {
     pub fn next_deadline(&self) -> Option<Instant> {
         let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
         let authentication_deadline = self.authentication_deadline();
-        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at, event_check_at, authentication_deadline]
+        [
+            self.setup_deadline,
+            self.keep_alive_deadline,
+            self.controller_check_at,
+            event_check_at,
+            authentication_deadline,
+            self.abort_check_at,
+        ]
             .into_iter()
             .flatten()
             .min()
@@ -781,7 +795,11 @@ impl Connection {
                 }
                 // Also lets an idle queue drop namespaces that were deleted.
                 self.refresh_namespaces();
+                self.serve_abort_requests();
             }
+        }
+        if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
+            self.complete_answered_aborts(now);
         }
         if let Some(check_at) = self.event_check_at {
             if now >= check_at {

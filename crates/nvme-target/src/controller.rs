@@ -12,9 +12,9 @@ use nvme_spec::log_page::{
     ERROR_INFORMATION_ENTRY_BYTES,
 };
 use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
-use nvme_spec::{ControllerId, NamespaceId};
+use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId};
 
-use crate::limits::ERROR_LOG_ENTRIES;
+use crate::limits::{ERROR_LOG_ENTRIES, MAX_OUTSTANDING_ABORTS};
 use crate::stats::StatsRegistry;
 use crate::subsystem::Subsystem;
 
@@ -195,6 +195,23 @@ pub struct Controller {
     /// The Error Information log (01h): the newest failed commands of every queue of
     /// this controller. Written only when a command fails, never on success.
     errors: Mutex<ErrorLog>,
+    /// Abort commands waiting for the I/O queue that holds their command to answer.
+    aborts: Mutex<Vec<AbortRequest>>,
+    /// True while `aborts` holds a request no queue answered: lets I/O queues check
+    /// without the lock.
+    abort_requested: AtomicBool,
+}
+
+/// One Abort the admin queue received for a command of an I/O queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortRequest {
+    /// SQID of the command to abort.
+    pub queue: QueueId,
+    /// CID of the command to abort.
+    pub command: CommandId,
+    /// `Some(true)`: the queue aborted it; `Some(false)`: it could not (the command is
+    /// at the storage, or unknown). `None`: not answered yet.
+    pub outcome: Option<bool>,
 }
 
 /// The newest `ERROR_LOG_ENTRIES` error entries and the lifetime count (which numbers
@@ -246,6 +263,8 @@ impl Controller {
             notice_due: AtomicBool::new(false),
             stats: StatsRegistry::default(),
             errors: Mutex::new(ErrorLog::default()),
+            aborts: Mutex::new(Vec::new()),
+            abort_requested: AtomicBool::new(false),
         }
     }
 
@@ -412,6 +431,61 @@ impl Controller {
         entry.error_count = log.count;
         log.entries.push_front(entry);
         log.entries.truncate(ERROR_LOG_ENTRIES as usize);
+    }
+
+    /// Files an Abort for command `command` of queue `queue`; false when ACL + 1
+    /// Aborts are already waiting.
+    pub(crate) fn request_abort(&self, queue: QueueId, command: CommandId) -> bool {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        if aborts.len() >= usize::from(MAX_OUTSTANDING_ABORTS) {
+            return false;
+        }
+        aborts.push(AbortRequest { queue, command, outcome: None });
+        self.abort_requested.store(true, Ordering::Release);
+        true
+    }
+
+    /// The commands of `queue` an Abort waits for (cheap when none is waiting).
+    pub(crate) fn abort_requests_for(&self, queue: QueueId) -> Vec<CommandId> {
+        if !self.abort_requested.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        aborts.iter().filter(|request| request.queue == queue && request.outcome.is_none()).map(|request| request.command).collect()
+    }
+
+    /// The queue's answer: whether it aborted the command. Ignored when the Abort gave
+    /// up waiting meanwhile, in which case the queue must not abort: returns false then.
+    pub(crate) fn answer_abort(&self, queue: QueueId, command: CommandId, aborted: bool) -> bool {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        let Some(request) =
+            aborts.iter_mut().find(|request| request.queue == queue && request.command == command && request.outcome.is_none())
+        else {
+            return false;
+        };
+        request.outcome = Some(aborted);
+        if aborts.iter().all(|request| request.outcome.is_some()) {
+            self.abort_requested.store(false, Ordering::Release);
+        }
+        true
+    }
+
+    /// Whether the Abort for (`queue`, `command`) is answered: `Some(aborted)`, and the
+    /// request is gone. With `give_up`, an unanswered request is withdrawn and reads
+    /// as not aborted.
+    pub(crate) fn take_abort_outcome(&self, queue: QueueId, command: CommandId, give_up: bool) -> Option<bool> {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        let position = aborts.iter().position(|request| request.queue == queue && request.command == command)?;
+        let outcome = match aborts[position].outcome {
+            Some(aborted) => aborted,
+            None if give_up => false,
+            None => return None,
+        };
+        aborts.remove(position);
+        if aborts.iter().all(|request| request.outcome.is_some()) {
+            self.abort_requested.store(false, Ordering::Release);
+        }
+        Some(outcome)
     }
 
     /// Errors recorded since the controller was created (SMART "Number of Error

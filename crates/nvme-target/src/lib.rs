@@ -12,6 +12,7 @@
 //! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
 #![forbid(unsafe_code)]
 
+mod abort;
 pub mod access;
 pub mod ana;
 mod admin;

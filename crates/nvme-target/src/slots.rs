@@ -17,6 +17,8 @@ pub enum SlotState {
     AwaitingStorage,
     /// An Asynchronous Event Request held until an event occurs.
     HeldAsyncEvent,
+    /// An Abort held until the queue of the command it names answers.
+    HeldAbort,
 }
 
 /// What to do when a command's storage operations finish.
