@@ -25,6 +25,7 @@ mod fabrics;
 mod io;
 pub mod management;
 pub mod namespaces;
+pub mod reservations;
 pub mod limits;
 pub mod slots;
 pub mod stats;
