@@ -31,6 +31,8 @@ use crate::limits::{
 use crate::namespaces::Namespace;
 use crate::subsystem::Subsystem;
 
+/// RESCAP bits 7:1: Ignore Existing Key and the six reservation types.
+const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
 /// FR: firmware revision, the crate version.
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// RAB: recommended arbitration burst (2^6 commands), as the Linux target reports.
@@ -255,7 +257,8 @@ impl Connection {
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
-                id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                id.optional_nvm_command_support =
+                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::RESERVATIONS;
                 if let Some(pool) = &subsystem.pool {
                     id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
                     id.total_nvm_capacity = u128::from(pool.capacity_bytes());
@@ -327,6 +330,10 @@ impl Connection {
                 controller.ana_log_read(command.retain_asynchronous_event);
                 let groups_only = command.log_specific_field & LOG_SPECIFIC_RETURN_GROUPS_ONLY != 0;
                 let page = self.ana_log(groups_only);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
+            (ControllerKind::Io, log_id::RESERVATION_NOTIFICATION) => {
+                let page = controller.reservation_log(command.retain_asynchronous_event);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
@@ -408,6 +415,8 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         },
         namespace_globally_unique_identifier: namespace.nguid,
         ana_group_identifier: namespace.ana_group.0,
+        // RESCAP: all six types and Ignore Existing Key; not Persist Through Power Loss.
+        reservation_capabilities: RESERVATION_CAPABILITIES,
         ..IdentifyNamespace::default()
     };
     id.lba_formats[0] = LbaFormat {
@@ -477,6 +486,14 @@ fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupport
     log.io[IoOpcode::Flush as usize] = supported;
     log.io[IoOpcode::Read as usize] = supported;
     log.io[IoOpcode::Compare as usize] = supported;
+    for opcode in [
+        IoOpcode::ReservationRegister,
+        IoOpcode::ReservationReport,
+        IoOpcode::ReservationAcquire,
+        IoOpcode::ReservationRelease,
+    ] {
+        log.io[opcode as usize] = supported;
+    }
     let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
     log.io[IoOpcode::Write as usize] = changes_content;
     log.io[IoOpcode::WriteZeroes as usize] = changes_content;

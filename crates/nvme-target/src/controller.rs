@@ -15,6 +15,7 @@ use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
 use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId};
 
 use crate::limits::{ERROR_LOG_ENTRIES, MAX_OUTSTANDING_ABORTS};
+use crate::reservations::Notice;
 use crate::stats::StatsRegistry;
 use crate::subsystem::Subsystem;
 
@@ -153,13 +154,35 @@ struct Notices {
     /// Asymmetric Namespace Access Change notices (I/O controllers): the state of an
     /// ANA group changed; the host reads the ANA log (0Ch).
     ana: NoticeEvent,
+    /// Reservation notifications waiting in the Reservation Notification log (80h).
+    reservations: ReservationNotices,
 }
+
+/// Reservation Notification log entries not read yet, oldest first.
+#[derive(Debug, Default)]
+struct ReservationNotices {
+    /// (log page count, type, NSID).
+    entries: VecDeque<(u64, Notice, NamespaceId)>,
+    /// Log page count of the newest entry: entries lost to the bound show as gaps.
+    count: u64,
+    /// Feature 82h for every namespace (bit n masks notice type n) ...
+    mask_all: u32,
+    /// ... and the namespaces set one by one.
+    masks: Vec<(NamespaceId, u32)>,
+    event: NoticeEvent,
+}
+
+/// Entries the Reservation Notification log keeps per controller.
+const RESERVATION_LOG_ENTRIES: usize = 64;
+/// Size of one Reservation Notification log page.
+pub const RESERVATION_NOTIFICATION_LOG_BYTES: usize = 64;
 
 /// Which notice an event DW0 belongs to (`take_due_event` / `restore_due_event`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NoticeKind {
     Namespaces,
     Ana,
+    Reservations,
     Discovery,
 }
 
@@ -338,6 +361,69 @@ impl Controller {
         }
     }
 
+    /// A reservation change concerns this controller's host on namespace `nsid`: an
+    /// entry for the Reservation Notification log, and its event, unless masked
+    /// (feature 82h).
+    pub fn note_reservation(&self, nsid: NamespaceId, notice: Notice) {
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        let mask = log.masks.iter().find(|(id, _)| *id == nsid).map_or(log.mask_all, |(_, mask)| *mask);
+        if mask & (1 << notice as u32) != 0 {
+            return;
+        }
+        log.count += 1;
+        let count = log.count;
+        log.entries.push_back((count, notice, nsid));
+        if log.entries.len() > RESERVATION_LOG_ENTRIES {
+            log.entries.pop_front();
+        }
+        if log.event.raise(true) {
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Log 80h: the oldest unread entry (then removed), or all zero when none. With
+    /// RAE clear the event is unmasked; while entries remain it is due again.
+    pub fn reservation_log(&self, retain_event: bool) -> [u8; RESERVATION_NOTIFICATION_LOG_BYTES] {
+        let mut page = [0u8; RESERVATION_NOTIFICATION_LOG_BYTES];
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        if let Some((count, notice, nsid)) = log.entries.pop_front() {
+            page[0..8].copy_from_slice(&count.to_le_bytes());
+            page[8] = notice as u8;
+            page[9] = log.entries.len().min(255) as u8;
+            page[12..16].copy_from_slice(&nsid.0.to_le_bytes());
+        }
+        if !retain_event {
+            log.event.masked = false;
+            if !log.entries.is_empty() && log.event.raise(true) {
+                self.notice_due.store(true, Ordering::Release);
+            }
+        }
+        page
+    }
+
+    /// Feature 82h: sets the mask of `nsid` (FFFFFFFFh: every namespace).
+    pub fn set_reservation_mask(&self, nsid: NamespaceId, mask: u32) {
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        if nsid == NamespaceId::BROADCAST {
+            log.mask_all = mask;
+            log.masks.clear();
+        } else if let Some(entry) = log.masks.iter_mut().find(|(id, _)| *id == nsid) {
+            entry.1 = mask;
+        } else {
+            log.masks.push((nsid, mask));
+        }
+    }
+
+    /// Feature 82h of `nsid`.
+    pub fn reservation_mask(&self, nsid: NamespaceId) -> u32 {
+        let notices = self.notices();
+        let log = &notices.reservations;
+        log.masks.iter().find(|(id, _)| *id == nsid).map_or(log.mask_all, |(_, mask)| *mask)
+    }
+
     /// The host reads the ANA log: with RAE clear, a reported ANA change notice is
     /// unmasked. Call before building the log.
     pub(crate) fn ana_log_read(&self, retain_event: bool) {
@@ -380,7 +466,7 @@ impl Controller {
     /// The notices this kind of controller reports, most important first.
     fn notice_kinds(&self) -> &'static [NoticeKind] {
         match self.kind {
-            ControllerKind::Io => &[NoticeKind::Ana, NoticeKind::Namespaces],
+            ControllerKind::Io => &[NoticeKind::Ana, NoticeKind::Reservations, NoticeKind::Namespaces],
             ControllerKind::Discovery => &[NoticeKind::Discovery],
         }
     }
@@ -389,15 +475,21 @@ impl Controller {
         match kind {
             NoticeKind::Namespaces => &mut notices.namespaces.event,
             NoticeKind::Ana => &mut notices.ana,
+            NoticeKind::Reservations => &mut notices.reservations.event,
             NoticeKind::Discovery => &mut notices.discovery.event,
         }
     }
 
     /// The Asynchronous Event Request DW0 reporting a notice of `kind`.
     fn notice_result(kind: NoticeKind) -> u32 {
+        if kind == NoticeKind::Reservations {
+            // I/O command set specific status, "reservation log page available".
+            return async_event_result(async_event_type::IO_COMMAND_SET_SPECIFIC, 0, log_id::RESERVATION_NOTIFICATION);
+        }
         let (notice, log) = match kind {
             NoticeKind::Namespaces => (async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED, log_id::CHANGED_NAMESPACE_LIST),
             NoticeKind::Ana => (async_event_notice::ANA_CHANGE, log_id::ASYMMETRIC_NAMESPACE_ACCESS),
+            NoticeKind::Reservations => unreachable!("handled above"),
             NoticeKind::Discovery => (async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, log_id::DISCOVERY),
         };
         async_event_result(async_event_type::NOTICE, notice, log)

@@ -23,6 +23,7 @@ mod discovery;
 mod dispatch;
 mod fabrics;
 mod io;
+mod reservation_commands;
 pub mod management;
 pub mod namespaces;
 pub mod reservations;
