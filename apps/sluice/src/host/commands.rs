@@ -48,6 +48,7 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
         }
         HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
         HostCommand::Namespace(command) => super::namespaces::run(command),
+        HostCommand::Reservation(command) => super::reservations::run(command),
     }
 }
 
