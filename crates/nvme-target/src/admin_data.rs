@@ -123,7 +123,11 @@ impl Connection {
                     return Err(invalid_namespace());
                 } else if let Some(namespace) = self.view.get(nsid) {
                     // An inactive but valid NSID reads as all zeroes.
-                    identify_namespace(namespace).encode(data);
+                    let mut identify = identify_namespace(namespace);
+                    if !self.target.settings.reservations {
+                        identify.reservation_capabilities = 0;
+                    }
+                    identify.encode(data);
                 }
             }
             cns::ACTIVE_NAMESPACE_LIST | cns::IO_COMMAND_SET_ACTIVE_NAMESPACE_LIST => {
@@ -257,8 +261,10 @@ impl Connection {
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
-                id.optional_nvm_command_support =
-                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::RESERVATIONS;
+                id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                if self.target.settings.reservations {
+                    id.optional_nvm_command_support |= oncs::RESERVATIONS;
+                }
                 if let Some(pool) = &subsystem.pool {
                     id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
                     id.total_nvm_capacity = u128::from(pool.capacity_bytes());
@@ -339,7 +345,7 @@ impl Connection {
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
                 let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
                 let managed = controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
-                commands_supported_and_effects(managed).encode(&mut page);
+                commands_supported_and_effects(managed, self.target.settings.reservations).encode(&mut page);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             _ => Err(Status::INVALID_LOG_PAGE.with_do_not_retry()),
@@ -460,7 +466,7 @@ fn smart_health(controller: &Controller) -> SmartHealthLog {
     }
 }
 
-fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupportedAndEffects {
+fn commands_supported_and_effects(namespace_management: bool, reservations: bool) -> CommandsSupportedAndEffects {
     let mut log = CommandsSupportedAndEffects { admin: [0; 256], io: [0; 256] };
     let supported = command_effects::COMMAND_SUPPORTED;
     for opcode in [
@@ -486,12 +492,13 @@ fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupport
     log.io[IoOpcode::Flush as usize] = supported;
     log.io[IoOpcode::Read as usize] = supported;
     log.io[IoOpcode::Compare as usize] = supported;
-    for opcode in [
+    let reservation_opcodes = [
         IoOpcode::ReservationRegister,
         IoOpcode::ReservationReport,
         IoOpcode::ReservationAcquire,
         IoOpcode::ReservationRelease,
-    ] {
+    ];
+    for opcode in reservation_opcodes.into_iter().filter(|_| reservations) {
         log.io[opcode as usize] = supported;
     }
     let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;

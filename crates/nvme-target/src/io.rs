@@ -73,6 +73,9 @@ impl Connection {
                 self.namespace_geometry(sqe.namespace_id(), true).map(|_| ())
             }
             Some(IoOpcode::ReservationRegister | IoOpcode::ReservationAcquire | IoOpcode::ReservationRelease) => {
+                if !self.target.settings.reservations {
+                    return Err(Status::INVALID_OPCODE.with_do_not_retry());
+                }
                 self.view.get(sqe.namespace_id()).map(|_| ()).ok_or_else(invalid_namespace)
             }
             _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
@@ -94,6 +97,12 @@ impl Connection {
             Some(IoOpcode::Flush) => self.io_flush(slot_index, &sqe),
             Some(IoOpcode::WriteZeroes) => self.io_write_zeroes(slot_index, &sqe),
             Some(IoOpcode::DatasetManagement) => self.io_dataset_management(slot_index, &sqe),
+            Some(
+                IoOpcode::ReservationRegister
+                | IoOpcode::ReservationAcquire
+                | IoOpcode::ReservationRelease
+                | IoOpcode::ReservationReport,
+            ) if !self.target.settings.reservations => Err(Status::INVALID_OPCODE.with_do_not_retry()),
             Some(IoOpcode::ReservationRegister) => self.io_reservation_register(&sqe, slot_index),
             Some(IoOpcode::ReservationAcquire) => self.io_reservation_acquire(&sqe, slot_index),
             Some(IoOpcode::ReservationRelease) => self.io_reservation_release(&sqe, slot_index),

@@ -194,3 +194,15 @@ fn identify_and_features_describe_the_reservation_support() {
     persistence.dwords[11] = 1;
     assert_eq!(a.admin.command(persistence, &[], &[]).cqe.status.kind(), Status::INVALID_FIELD);
 }
+
+#[test]
+fn a_target_without_reservations_says_so_and_refuses_the_commands() {
+    let target = test_target_with(nvme_target::TargetSettings { reservations: false, ..nvme_target::TargetSettings::default() });
+    let mut a = host(&target, HOST_NQN);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
+    assert_eq!(IdentifyController::decode(&raw).optional_nvm_command_support & oncs::RESERVATIONS, 0);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
+    assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0);
+    assert_eq!(register(&mut a.io, 0, 0, 1), Status::INVALID_OPCODE.with_do_not_retry());
+    assert_eq!(report(&mut a.io, true).cqe.status.kind(), Status::INVALID_OPCODE);
+}
