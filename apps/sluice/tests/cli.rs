@@ -538,6 +538,12 @@ fn reservations_between_two_hosts_with_nvme_cli_verbs() {
     acquire.extend(server.target());
     acquire.extend(with(&host_a, &["-c", "0xa1", "--rtype", "1"]));
     assert_fails(&sluice(&acquire), 1, &["reservation conflict"]);
+    // B holds Exclusive Access: B may verify, A may not.
+    assert!(ok(&server, "verify", &with(&host_b, &["-b", "0", "-c", "7"]).iter().map(String::as_str).collect::<Vec<_>>()).contains("success"));
+    let mut verify: Vec<String> = vec!["verify".into()];
+    verify.extend(server.target());
+    verify.extend(with(&host_a, &["-b", "0", "-c", "7"]));
+    assert_fails(&sluice(&verify), 1, &["Reservation Conflict"]);
     run("resv-release", with(&host_b, &["-c", "0xb2", "--rtype", "2"]));
     let report = ok_json(&server, "resv-report", &host_a);
     assert_eq!(report["rtype"], 0);

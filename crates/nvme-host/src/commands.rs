@@ -319,6 +319,14 @@ pub fn reservation_report(nsid: NamespaceId, bytes: u32, extended: bool) -> Host
     HostCommand { data_in_bytes: bytes, ..command(sqe) }
 }
 
+/// Verify (NVM 0Ch) of `blocks` (1..=65536) blocks from `lba`: the target reads them
+/// and transfers nothing.
+pub fn verify(nsid: NamespaceId, lba: u64, blocks: u32) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Verify as u8);
+    set_range(&mut sqe, nsid, lba, blocks);
+    command(sqe)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -158,9 +158,11 @@ impl Connection {
                 active()?;
             }
             cns::IO_COMMAND_SET_CONTROLLER => {
-                // NVM command set specific controller data: zero limits mean "no
-                // limit beyond MDTS" for Verify, Write Zeroes and DSM.
+                // NVM command set specific controller data. VSL (byte 0): Verify
+                // reads through a pooled buffer, so it is bounded like a transfer
+                // (MDTS units); zero WZSL and DMRSL mean "no limit".
                 nvm_only(command.command_set_identifier)?;
+                data[0] = MAX_DATA_TRANSFER_SIZE_LOG2_PAGES;
             }
             cns::IO_COMMAND_SET_INDEPENDENT_NAMESPACE => {
                 active()?;
@@ -261,7 +263,8 @@ impl Connection {
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
-                id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                id.optional_nvm_command_support =
+                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::VERIFY;
                 if self.target.settings.reservations {
                     id.optional_nvm_command_support |= oncs::RESERVATIONS;
                 }
@@ -492,6 +495,7 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
     log.io[IoOpcode::Flush as usize] = supported;
     log.io[IoOpcode::Read as usize] = supported;
     log.io[IoOpcode::Compare as usize] = supported;
+    log.io[IoOpcode::Verify as usize] = supported;
     let reservation_opcodes = [
         IoOpcode::ReservationRegister,
         IoOpcode::ReservationReport,

@@ -94,6 +94,7 @@ impl Connection {
             Some(IoOpcode::Read) => self.io_read(slot_index, &sqe),
             Some(IoOpcode::Write) => self.io_write(slot_index, &sqe),
             Some(IoOpcode::Compare) => self.io_compare(slot_index, &sqe),
+            Some(IoOpcode::Verify) => self.io_verify(slot_index, &sqe),
             Some(IoOpcode::Flush) => self.io_flush(slot_index, &sqe),
             Some(IoOpcode::WriteZeroes) => self.io_write_zeroes(slot_index, &sqe),
             Some(IoOpcode::DatasetManagement) => self.io_dataset_management(slot_index, &sqe),
@@ -148,6 +149,22 @@ impl Connection {
         let read_buffer = self.pool.take(bytes as usize);
         let op = IoOp::Read { lba: sqe.starting_lba(), blocks: sqe.block_count() };
         Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Compare, op, read_buffer))
+    }
+
+    /// Verify: the blocks are read (a failure is the storage's status), nothing is
+    /// transferred. At most MDTS per command (VSL says so).
+    fn io_verify(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        if sqe.sgl().length != 0 {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let geometry = self.namespace_geometry(sqe.namespace_id(), false)?;
+        let bytes = checked_range(geometry, sqe.starting_lba(), u64::from(sqe.block_count()))?;
+        if bytes > u64::from(MAX_DATA_TRANSFER_BYTES) {
+            return Err(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let buffer = self.pool.take(bytes as usize);
+        let op = IoOp::Read { lba: sqe.starting_lba(), blocks: sqe.block_count() };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Other, op, buffer))
     }
 
     fn io_flush(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {

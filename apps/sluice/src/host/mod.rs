@@ -269,6 +269,27 @@ pub enum HostCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Have the target read and check blocks without transferring them (like `nvme
+    /// verify`).
+    #[command(
+        after_help = HOST_AFTER_HELP,
+        mut_arg("reconnect_delay", |arg| arg.short(None)),
+    )]
+    Verify {
+        /// Namespace ID.
+        #[arg(short = 'N', long, default_value = "1", value_parser = args::parse_u32)]
+        namespace_id: u32,
+        /// First block (SLBA).
+        #[arg(short = 'b', long = "start-block", visible_alias = "slba", value_parser = args::parse_u64)]
+        start_block: u64,
+        /// Blocks, 0's based (NLB), as nvme-cli counts them.
+        #[arg(short = 'c', long = "block-count", value_parser = args::parse_u32)]
+        block_count: u32,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// create-ns, delete-ns, attach-ns, detach-ns, list-ctrl (namespaces.rs).
     #[command(flatten)]
     Namespace(namespaces::NamespaceCommand),
