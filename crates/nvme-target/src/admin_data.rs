@@ -371,11 +371,22 @@ impl Connection {
 }
 
 impl Connection {
-    /// The ANA log (0Ch) as this controller sees it: one descriptor per ANA group with
-    /// a namespace active for its host, in group order, each with its NSIDs unless
+    /// The ANA log (0Ch) as this controller sees it: one descriptor per ANA group of
+    /// the subsystem, in group order, each with the NSIDs active for this host unless
     /// `groups_only` (RGO). The admin path may allocate: hosts read it after a notice.
     fn ana_log(&self, groups_only: bool) -> Vec<u8> {
-        let mut groups: Vec<(AnaGroupId, Vec<NamespaceId>)> = Vec::new();
+        // Every group of the subsystem is listed, and the default group always, even
+        // without a namespace for this host (as the Linux target does): a host that
+        // attaches a namespace later finds its group in the log it already read
+        // instead of waiting for a re-read with the path disabled.
+        let mut groups: Vec<(AnaGroupId, Vec<NamespaceId>)> = vec![(crate::ana::DEFAULT_ANA_GROUP, Vec::new())];
+        if let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.as_ref()) {
+            for entry in subsystem.table().entries() {
+                if !groups.iter().any(|(group, _)| *group == entry.namespace.ana_group) {
+                    groups.push((entry.namespace.ana_group, Vec::new()));
+                }
+            }
+        }
         for &nsid in self.view.active_ids() {
             let Some(namespace) = self.view.get(nsid) else { continue };
             match groups.iter_mut().find(|(group, _)| *group == namespace.ana_group) {
