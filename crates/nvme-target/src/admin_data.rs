@@ -243,21 +243,26 @@ impl Connection {
                 id.set_model_number(&subsystem.model_number);
                 id.set_subsystem_nqn(&subsystem.nqn);
                 id.controller_type = controller_type::IO;
-                // Several hosts may each have a controller on one subsystem, several
-                // gateways (ports) may serve it, and each reports ANA states.
-                id.multipath_capabilities = cmic::MULTIPLE_PORTS | cmic::MULTIPLE_CONTROLLERS | cmic::ANA_REPORTING;
-                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES | oaes::ANA_CHANGE_NOTICES;
-                id.ana_transition_time = ANA_TRANSITION_TIME_SECONDS;
-                id.ana_capabilities = anacap::REPORTS_OPTIMIZED
-                    | anacap::REPORTS_NON_OPTIMIZED
-                    | anacap::REPORTS_INACCESSIBLE
-                    | anacap::REPORTS_CHANGE
-                    | anacap::GROUP_ID_STATIC;
-                id.ana_group_identifier_maximum = MAX_ANA_GROUP_ID;
-                id.number_of_ana_group_identifiers = MAX_ANA_GROUP_ID;
-                // MNAN: the Linux host sizes its ANA log buffer from it (and refuses
-                // ANA when it is 0 or above NN).
-                id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
+                // Several hosts may each have a controller on one subsystem.
+                id.multipath_capabilities = cmic::MULTIPLE_CONTROLLERS;
+                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES;
+                if self.target.settings.ana_reporting {
+                    // Several gateways (ports) serve the subsystem, each reporting ANA
+                    // states.
+                    id.multipath_capabilities |= cmic::MULTIPLE_PORTS | cmic::ANA_REPORTING;
+                    id.optional_async_events_supported |= oaes::ANA_CHANGE_NOTICES;
+                    id.ana_transition_time = ANA_TRANSITION_TIME_SECONDS;
+                    id.ana_capabilities = anacap::REPORTS_OPTIMIZED
+                        | anacap::REPORTS_NON_OPTIMIZED
+                        | anacap::REPORTS_INACCESSIBLE
+                        | anacap::REPORTS_CHANGE
+                        | anacap::GROUP_ID_STATIC;
+                    id.ana_group_identifier_maximum = MAX_ANA_GROUP_ID;
+                    id.number_of_ana_group_identifiers = MAX_ANA_GROUP_ID;
+                    // MNAN: the Linux host sizes its ANA log buffer from it (and
+                    // refuses ANA when it is 0 or above NN).
+                    id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
+                }
                 id.abort_command_limit = (MAX_OUTSTANDING_ABORTS - 1) as u8;
                 id.firmware_updates = frmw::SLOT_1_READ_ONLY | (1 << frmw::SLOT_COUNT_SHIFT);
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
@@ -335,7 +340,7 @@ impl Connection {
                 let page = controller.changed_namespace_log(command.retain_asynchronous_event);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
-            (ControllerKind::Io, log_id::ASYMMETRIC_NAMESPACE_ACCESS) => {
+            (ControllerKind::Io, log_id::ASYMMETRIC_NAMESPACE_ACCESS) if self.target.settings.ana_reporting => {
                 controller.ana_log_read(command.retain_asynchronous_event);
                 let groups_only = command.log_specific_field & LOG_SPECIFIC_RETURN_GROUPS_ONLY != 0;
                 let page = self.ana_log(groups_only);

@@ -602,6 +602,8 @@ impl Config {
                 controller_id_max,
                 // Reservation state is per process: not offered across gateways.
                 reservations: gateway.is_none(),
+                // ANA paths matter when several gateways serve the same namespaces.
+                ana_reporting: gateway.is_some(),
                 max_io_queues_per_controller: self
                     .target
                     .max_io_queues_per_controller
