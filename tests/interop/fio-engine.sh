@@ -4,8 +4,9 @@
 #
 #   1. builds the engine (scripts/build-fio-engine.sh: Debian's fio sources for the
 #      headers, libsluice_host.a, target/fio/libsluice_fio.so)
-#   2. starts the target: `sluice serve` on 127.0.0.1 (default), or the Linux kernel
-#      target through ../shared/linux-nvme-peer (INTEROP_TARGET=linux-nvmet)
+#   2. starts the target: `sluice serve` on 127.0.0.1 (default), the Linux kernel
+#      target through ../shared/linux-nvme-peer (INTEROP_TARGET=linux-nvmet), or
+#      SPDK's target through ../shared/spdk-peer (INTEROP_TARGET=spdk)
 #   3. fio write + verify, 64 MiB of patterned data per section, --verify=crc32c:
 #      4 KiB random writes at iodepth 32, then 1 MiB sequential writes at iodepth
 #      32 with header and data digests (each split into 128 KiB commands, more
@@ -19,8 +20,8 @@
 #   OUT=DIR              artifact root (default <repo>/target/interop); this test
 #                        writes to DIR/fio-engine/
 #   SLUICE_BIN=PATH      sluice binary (default: build target/release/sluice)
-#   INTEROP_TARGET=T     all (default) | sluice | linux-nvmet (all: both, one after the
-#                        other, artifacts in fio-engine/sluice/ and .../linux-nvmet/)
+#   INTEROP_TARGET=T     all (default) | sluice | linux-nvmet | spdk (all: each, one
+#                        after the other, artifacts in fio-engine/<target>/)
 #   FIO_ENGINE_PORT=P    target port (default 4520; 4420/8009 belong to linux-host)
 #   FIO_ENGINE_DISC_PORT=P  sluice's discovery port (default 8109)
 #   RANDREAD_SECONDS=S   length of the random read run (default 10)
@@ -43,7 +44,7 @@ TARGET_KIND=${INTEROP_TARGET:-all}
 if [ "$TARGET_KIND" = all ]; then
   rm -rf "$OUT_DIR"
   status=0 results=()
-  for kind in sluice linux-nvmet; do
+  for kind in sluice linux-nvmet spdk; do
     if INTEROP_TARGET=$kind FIO_ENGINE_OUT_SUBDIR=$kind bash "${BASH_SOURCE[0]}"; then
       results+=("PASS against $kind")
     else
@@ -58,6 +59,8 @@ IO_PORT=${FIO_ENGINE_PORT:-4520}
 DISC_PORT=${FIO_ENGINE_DISC_PORT:-8109}
 RANDREAD_SECONDS=${RANDREAD_SECONDS:-10}
 NQN=nqn.2026-11.io.sluice:fio-engine
+# SPDK's target names its subsystem itself.
+[ "$TARGET_KIND" = spdk ] && NQN=nqn.2016-06.io.spdk:cnode1
 NS_SIZE_MIB=256
 BLOCK_SIZE=512
 VERIFY_MIB=64
@@ -81,7 +84,8 @@ done
 case $TARGET_KIND in
   sluice) ;;
   linux-nvmet) [ -x "$LNP" ] || die "linux-nvme-peer not found at $LNP (expected in ../shared/ next to the repository)" ;;
-  *) die "INTEROP_TARGET must be sluice, linux-nvmet or all" ;;
+  spdk) ;;
+  *) die "INTEROP_TARGET must be sluice, linux-nvmet, spdk or all" ;;
 esac
 
 rm -rf "$OUT_DIR"
@@ -129,6 +133,9 @@ if [ "$TARGET_KIND" = sluice ]; then
   # one target thread: fio and the target share this machine's cores
   write_sluice_config "$OUT_DIR/sluice.toml" "$IO_PORT" "$DISC_PORT" "$NQN" "$NS_SIZE_MIB" "$BLOCK_SIZE" 1
   start_sluice "$SLUICE" "$OUT_DIR/sluice.toml" "$IO_PORT" "$DISC_PORT"
+elif [ "$TARGET_KIND" = spdk ]; then
+  start_spdk_target "$IO_PORT" "$NQN" "$NS_SIZE_MIB" "$BLOCK_SIZE"
+  log "note: SPDK's reactor polls core 0; fio shares core 1 with nothing else"
 else
   start_linux_target "$IO_PORT" '' "$NQN" "$NS_SIZE_MIB"
   log "note: the Linux target runs in an emulated guest: its numbers measure the emulator"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interop: Sluice's own NVMe/TCP host (the `sluice` CLI over nvme-host-client)
 # against (1) the real Linux kernel target (nvmet-tcp in a linux-nvme-peer QEMU
-# guest, one boot) and (2) `sluice serve`.
+# guest, one boot), (2) SPDK's target (nvmf_tgt from ../shared/spdk-peer) and (3)
+# `sluice serve`.
 #
 # Against each target: discover, connect with 2 I/O queues without and with header +
 # data digests, id-ctrl / id-ns / smart-log, and 64 MiB of patterned data written
@@ -11,7 +12,7 @@
 # Environment:
 #   OUT=DIR           artifact root (default <repo>/target/interop); writes DIR/host-cli/
 #   SLUICE_BIN=PATH   sluice binary (default: build target/release/sluice)
-#   HOST_CLI_TARGETS  which targets, default "linux-nvmet sluice"
+#   HOST_CLI_TARGETS  which targets, default "linux-nvmet spdk sluice"
 # shellcheck disable=SC2317
 set -euo pipefail
 
@@ -24,9 +25,10 @@ INTEROP_REPO=$REPO
 OUT_ROOT=${OUT:-$REPO/target/interop}
 mkdir -p "$OUT_ROOT"
 OUT_DIR=$(cd "$OUT_ROOT" && pwd)/$TEST_NAME
-TARGETS=${HOST_CLI_TARGETS:-linux-nvmet sluice}
+TARGETS=${HOST_CLI_TARGETS:-linux-nvmet spdk sluice}
 DATA_MIB=64
 PEER_NQN=nqn.2026-11.io.sluice:kernel-target
+SPDK_NQN=nqn.2016-06.io.spdk:cnode1
 SLUICE_NQN=nqn.2026-11.io.sluice:host-cli
 
 TARGET_PID='' TARGET_NAME=''
@@ -117,6 +119,11 @@ for CURRENT in $TARGETS; do
     linux-nvmet)
       start_linux_target "$io_port" "$disc_port" "$PEER_NQN" 256
       run_host_checks "$io_port" "$disc_port" "$PEER_NQN"
+      ;;
+    spdk)
+      # SPDK's target answers discovery on its I/O port.
+      start_spdk_target "$io_port" "$SPDK_NQN" 256
+      run_host_checks "$io_port" "$io_port" "$SPDK_NQN"
       ;;
     sluice)
       write_sluice_config "$OUT_DIR/sluice.toml" "$io_port" "$disc_port" "$SLUICE_NQN" 256 512 2

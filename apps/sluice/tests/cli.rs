@@ -502,3 +502,50 @@ fn bad_usage_exits_2() {
     );
     assert_fails(&sluice(&["get-feature", "-f", "7", "-s", "4", "-a", "127.0.0.1", "-n", NQN]), 2, &["4"]);
 }
+
+#[test]
+fn reservations_between_two_hosts_with_nvme_cli_verbs() {
+    let server = Server::start("cli-reservations");
+    let host_a = ["-q", "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", "-I", "aaaaaaaa-0000-4000-8000-000000000001"];
+    let host_b = ["-q", "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002", "-I", "bbbbbbbb-0000-4000-8000-000000000002"];
+    let with = |host: &[&str], extra: &[&str]| -> Vec<String> { host.iter().chain(extra).map(|arg| arg.to_string()).collect() };
+    let run = |subcommand: &str, args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&server, subcommand, &refs)
+    };
+    assert!(run("resv-register", with(&host_a, &["--nrkey", "0xa1"])).contains("register success"));
+    run("resv-register", with(&host_b, &["-k", "0xb2"]));
+    run("resv-acquire", with(&host_a, &["-c", "0xa1", "--rtype", "1"]));
+
+    // B may read but not write while A holds Write Exclusive.
+    let block = server.dir.join("block");
+    std::fs::write(&block, vec![0u8; 512]).unwrap();
+    let mut write: Vec<String> = vec!["write".into()];
+    write.extend(server.target());
+    write.extend(with(&host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]));
+    assert_fails(&sluice(&write), 1, &["Reservation Conflict"]);
+    let report = ok_json(&server, "resv-report", &host_b);
+    assert_eq!(report["gen"], 2);
+    assert_eq!(report["rtype"], 1);
+    assert_eq!(report["regctl"], 2);
+    let holder = report["regctlext"].as_array().unwrap().iter().find(|entry| entry["rcsts"] == 1).unwrap().clone();
+    assert_eq!(holder["rkey"], 0xa1);
+    assert_eq!(holder["hostid"], "aaaaaaaa000040008000000000000001");
+
+    // B preempts A into Exclusive Access; A's key is gone, then B releases.
+    run("resv-acquire", with(&host_b, &["-c", "0xb2", "-p", "0xa1", "--rtype", "2", "--racqa", "1"]));
+    let mut acquire: Vec<String> = vec!["resv-acquire".into()];
+    acquire.extend(server.target());
+    acquire.extend(with(&host_a, &["-c", "0xa1", "--rtype", "1"]));
+    assert_fails(&sluice(&acquire), 1, &["reservation conflict"]);
+    // B holds Exclusive Access: B may verify, A may not.
+    assert!(ok(&server, "verify", &with(&host_b, &["-b", "0", "-c", "7"]).iter().map(String::as_str).collect::<Vec<_>>()).contains("success"));
+    let mut verify: Vec<String> = vec!["verify".into()];
+    verify.extend(server.target());
+    verify.extend(with(&host_a, &["-b", "0", "-c", "7"]));
+    assert_fails(&sluice(&verify), 1, &["Reservation Conflict"]);
+    run("resv-release", with(&host_b, &["-c", "0xb2", "--rtype", "2"]));
+    let report = ok_json(&server, "resv-report", &host_a);
+    assert_eq!(report["rtype"], 0);
+    assert_eq!(report["regctl"], 1);
+}

@@ -373,6 +373,15 @@ impl Controller {
         Ok(())
     }
 
+    /// Runs one I/O command (built with `nvme_host::commands`) and checks its status;
+    /// returns its completion (with any data read).
+    pub fn io_command(&self, command: HostCommand) -> Result<HostCompletion, ClientError> {
+        let opcode = command.sqe.opcode();
+        let completion = self.run_io(vec![command])?.pop().ok_or(ClientError::Timeout)?;
+        check_io(&completion, opcode)?;
+        Ok(completion)
+    }
+
     /// Flush of `nsid`.
     pub fn flush(&self, nsid: NamespaceId) -> Result<(), ClientError> {
         for completion in self.run_io(vec![commands::flush(nsid)])? {

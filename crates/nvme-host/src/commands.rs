@@ -282,6 +282,51 @@ pub fn dataset_management_deallocate(nsid: NamespaceId, ranges: &[DatasetRange])
     HostCommand { data_out: data, ..command(sqe) }
 }
 
+/// Reservation Register (NVM 0Dh): RREGA (0 register, 1 unregister, 2 replace), IEKEY,
+/// CPTPL (0 no change, 2 clear, 3 set), with CRKEY and NRKEY as data.
+pub fn reservation_register(nsid: NamespaceId, action: u8, ignore_key: bool, cptpl: u8, current_key: u64, new_key: u64) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::ReservationRegister as u8);
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = u32::from(action & 0b111) | (u32::from(ignore_key) << 3) | (u32::from(cptpl & 0b11) << 30);
+    HostCommand { data_out: [current_key.to_le_bytes(), new_key.to_le_bytes()].concat(), ..command(sqe) }
+}
+
+/// Reservation Acquire (NVM 11h): RACQA (0 acquire, 1 preempt, 2 preempt and abort),
+/// IEKEY, RTYPE (1..=6), with CRKEY and PRKEY as data.
+pub fn reservation_acquire(nsid: NamespaceId, action: u8, ignore_key: bool, kind: u8, current_key: u64, preempt_key: u64) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::ReservationAcquire as u8);
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = u32::from(action & 0b111) | (u32::from(ignore_key) << 3) | (u32::from(kind) << 8);
+    HostCommand { data_out: [current_key.to_le_bytes(), preempt_key.to_le_bytes()].concat(), ..command(sqe) }
+}
+
+/// Reservation Release (NVM 15h): RRELA (0 release, 1 clear), IEKEY, RTYPE, with CRKEY
+/// as data.
+pub fn reservation_release(nsid: NamespaceId, action: u8, ignore_key: bool, kind: u8, current_key: u64) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::ReservationRelease as u8);
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = u32::from(action & 0b111) | (u32::from(ignore_key) << 3) | (u32::from(kind) << 8);
+    HostCommand { data_out: current_key.to_le_bytes().to_vec(), ..command(sqe) }
+}
+
+/// Reservation Report (NVM 0Eh) of `bytes` (a multiple of 4); `extended` asks for the
+/// data structure with 128-bit Host Identifiers (EDS), the one fabrics use.
+pub fn reservation_report(nsid: NamespaceId, bytes: u32, extended: bool) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::ReservationReport as u8);
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = (bytes / 4).saturating_sub(1);
+    sqe.dwords[11] = u32::from(extended);
+    HostCommand { data_in_bytes: bytes, ..command(sqe) }
+}
+
+/// Verify (NVM 0Ch) of `blocks` (1..=65536) blocks from `lba`: the target reads them
+/// and transfers nothing.
+pub fn verify(nsid: NamespaceId, lba: u64, blocks: u32) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Verify as u8);
+    set_range(&mut sqe, nsid, lba, blocks);
+    command(sqe)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,3 +418,4 @@ mod tests {
         assert_eq!((all.cns, all.namespace_id), (0x13, NamespaceId::NONE));
     }
 }
+

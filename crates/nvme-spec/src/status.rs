@@ -96,6 +96,9 @@ impl Status {
     pub const LBA_OUT_OF_RANGE: Status = Status::new(StatusCodeType::Generic, 0x80);
     pub const CAPACITY_EXCEEDED: Status = Status::new(StatusCodeType::Generic, 0x81);
     pub const NAMESPACE_NOT_READY: Status = Status::new(StatusCodeType::Generic, 0x82);
+    /// The command conflicts with a reservation held on the namespace (never with
+    /// DNR: the reservation may change).
+    pub const RESERVATION_CONFLICT: Status = Status::new(StatusCodeType::Generic, 0x83);
 
     // Command specific status (SCT 1h).
     pub const INVALID_QUEUE_IDENTIFIER: Status = Status::new(StatusCodeType::CommandSpecific, 0x01);

@@ -3,13 +3,12 @@
 
 use std::time::Instant;
 
-use nvme_spec::admin::AbortCommand;
 use nvme_spec::features::{
     feature_capabilities, feature_id, feature_select, number_of_queues_requested,
     number_of_queues_result, FeatureCommand,
 };
 use nvme_spec::opcode::AdminOpcode;
-use nvme_spec::{Status, SubmissionQueueEntry};
+use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
 use crate::controller::{ControllerKind, DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
@@ -53,7 +52,7 @@ impl Connection {
             Some(AdminOpcode::Identify) => self.admin_identify(slot_index, &sqe),
             Some(AdminOpcode::GetLogPage) => self.admin_get_log_page(slot_index, &sqe),
             Some(AdminOpcode::SetFeatures) => self.admin_set_features(&sqe, now),
-            Some(AdminOpcode::GetFeatures) => self.admin_get_features(&sqe),
+            Some(AdminOpcode::GetFeatures) => self.admin_get_features(slot_index, &sqe),
             Some(AdminOpcode::AsynchronousEventRequest) => self.admin_async_event_request(slot_index),
             Some(AdminOpcode::KeepAlive) => {
                 self.restart_keep_alive(&controller, now);
@@ -65,15 +64,7 @@ impl Connection {
             Some(AdminOpcode::NamespaceAttachment) if !discovery => {
                 self.admin_namespace_attachment(slot_index, &sqe)
             }
-            Some(AdminOpcode::Abort) if !discovery => {
-                // Commands complete quickly and in order here; telling the host the
-                // command was not aborted is always allowed and lets it wait for the
-                // real completion.
-                let abort = AbortCommand::decode(&sqe);
-                tracing::info!(peer = %self.peer, queue = abort.submission_queue_id.0,
-                    command = abort.command_id.0, "Abort requested; command not aborted");
-                Outcome::Done(Status::SUCCESS, u64::from(AbortCommand::RESULT_NOT_ABORTED))
-            }
+            Some(AdminOpcode::Abort) if !discovery => self.admin_abort(slot_index, &sqe, now),
             _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
         }
     }
@@ -184,6 +175,21 @@ impl Connection {
                 }
                 None => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
             },
+            // A fabrics host gives its Host Identifier in Connect, never here.
+            feature_id::HOST_IDENTIFIER => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
+            feature_id::RESERVATION_NOTIFICATION_MASK => match self.reservation_feature_namespace(sqe, true) {
+                Ok(nsid) => {
+                    controller.set_reservation_mask(nsid, value & RESERVATION_MASK_BITS);
+                    Outcome::status(Status::SUCCESS)
+                }
+                Err(status) => Outcome::status(status),
+            },
+            // PTPL (bit 0) is not offered (RESCAP bit 0 clear): only "off" is accepted.
+            feature_id::RESERVATION_PERSISTENCE => match self.reservation_feature_namespace(sqe, false) {
+                Ok(_) if value & 1 == 0 => Outcome::status(Status::SUCCESS),
+                Ok(_) => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
+                Err(status) => Outcome::status(status),
+            },
             // DULBE (bit 16) needs deallocated-block errors, which no namespace offers.
             feature_id::ERROR_RECOVERY if value & ERROR_RECOVERY_DULBE == 0 => {
                 state.features.error_recovery_time_limit_100ms = value as u16;
@@ -205,7 +211,77 @@ impl Connection {
         outcome
     }
 
-    fn admin_get_features(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
+    /// The NSID a reservation feature (82h, 83h) names: an active namespace, or with
+    /// `broadcast_ok` FFFFFFFFh for all of them.
+    fn reservation_feature_namespace(&mut self, sqe: &SubmissionQueueEntry, broadcast_ok: bool) -> Result<NamespaceId, Status> {
+        let nsid = sqe.namespace_id();
+        if nsid == NamespaceId::BROADCAST && broadcast_ok {
+            return Ok(nsid);
+        }
+        self.refresh_namespaces();
+        self.view.get(nsid).map(|_| nsid).ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())
+    }
+
+    fn admin_get_features(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let command = FeatureCommand::decode(sqe);
+        let is_io = self.binding.as_ref().is_some_and(|binding| binding.controller.kind == ControllerKind::Io);
+        if is_io {
+            match command.feature_id {
+                feature_id::HOST_IDENTIFIER => return self.get_host_identifier(slot_index, sqe),
+                feature_id::RESERVATION_NOTIFICATION_MASK | feature_id::RESERVATION_PERSISTENCE => {
+                    return self.get_reservation_feature(sqe, command.feature_id, command.select)
+                }
+                _ => {}
+            }
+        }
+        self.get_basic_feature(sqe)
+    }
+
+    /// Feature 81h: the 128-bit Host Identifier from Connect (EXHID must be set: a
+    /// fabrics host has no 64-bit one).
+    fn get_host_identifier(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        if sqe.dwords[11] & 1 == 0 {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let identifier = binding.controller.host_identifier;
+        let sgl = sqe.sgl();
+        if sgl.length < identifier.len() as u32 || !sgl.is_transport() {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let mut buffer = self.pool.take(identifier.len());
+        buffer.copy_from_slice(&identifier);
+        self.slots.slot(slot_index).buffer = buffer;
+        Outcome::Data(identifier.len() as u32)
+    }
+
+    /// Features 82h (Reservation Notification Mask) and 83h (Reservation Persistence).
+    fn get_reservation_feature(&mut self, sqe: &SubmissionQueueEntry, feature: u8, select: u8) -> Outcome {
+        if select == feature_select::SUPPORTED_CAPABILITIES {
+            return Outcome::Done(
+                Status::SUCCESS,
+                u64::from(feature_capabilities::NAMESPACE_SPECIFIC | feature_capabilities::CHANGEABLE),
+            );
+        }
+        let nsid = match self.reservation_feature_namespace(sqe, false) {
+            Ok(nsid) => nsid,
+            Err(status) => return Outcome::status(status),
+        };
+        let Some(binding) = &self.binding else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+        };
+        let defaults = select == feature_select::DEFAULT || select == feature_select::SAVED;
+        let value = match (feature, defaults) {
+            (_, true) => 0,
+            (feature_id::RESERVATION_NOTIFICATION_MASK, false) => binding.controller.reservation_mask(nsid),
+            _ => self.view.get(nsid).map_or(0, |namespace| u32::from(namespace.reservations.lock().persist_through_power_loss)),
+        };
+        Outcome::Done(Status::SUCCESS, u64::from(value))
+    }
+
+    fn get_basic_feature(&mut self, sqe: &SubmissionQueueEntry) -> Outcome {
         let command = FeatureCommand::decode(sqe);
         let Some(binding) = &self.binding else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
@@ -276,6 +352,10 @@ impl Connection {
         Outcome::Done(Status::SUCCESS, u64::from(value))
     }
 }
+
+/// Feature 82h bits: mask Registration Preempted (1), Reservation Released (2) and
+/// Reservation Preempted (3) notifications.
+const RESERVATION_MASK_BITS: u32 = 0b1110;
 
 /// DULBE: deallocated or unwritten logical block error enable, Error Recovery bit 16.
 const ERROR_RECOVERY_DULBE: u32 = 1 << 16;

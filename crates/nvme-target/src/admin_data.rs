@@ -13,7 +13,7 @@ use nvme_spec::ana::{
 use nvme_spec::log_page::{
     command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects,
     FirmwareSlotLog, GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES,
-    ERROR_INFORMATION_ENTRY_BYTES, FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
+    FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
 };
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::Version;
@@ -31,6 +31,8 @@ use crate::limits::{
 use crate::namespaces::Namespace;
 use crate::subsystem::Subsystem;
 
+/// RESCAP bits 7:1: Ignore Existing Key and the six reservation types.
+const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
 /// FR: firmware revision, the crate version.
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// RAB: recommended arbitration burst (2^6 commands), as the Linux target reports.
@@ -121,7 +123,11 @@ impl Connection {
                     return Err(invalid_namespace());
                 } else if let Some(namespace) = self.view.get(nsid) {
                     // An inactive but valid NSID reads as all zeroes.
-                    identify_namespace(namespace).encode(data);
+                    let mut identify = identify_namespace(namespace);
+                    if !self.target.settings.reservations {
+                        identify.reservation_capabilities = 0;
+                    }
+                    identify.encode(data);
                 }
             }
             cns::ACTIVE_NAMESPACE_LIST | cns::IO_COMMAND_SET_ACTIVE_NAMESPACE_LIST => {
@@ -152,9 +158,11 @@ impl Connection {
                 active()?;
             }
             cns::IO_COMMAND_SET_CONTROLLER => {
-                // NVM command set specific controller data: zero limits mean "no
-                // limit beyond MDTS" for Verify, Write Zeroes and DSM.
+                // NVM command set specific controller data. VSL (byte 0): Verify
+                // reads through a pooled buffer, so it is bounded like a transfer
+                // (MDTS units); zero WZSL and DMRSL mean "no limit".
                 nvm_only(command.command_set_identifier)?;
+                data[0] = MAX_DATA_TRANSFER_SIZE_LOG2_PAGES;
             }
             cns::IO_COMMAND_SET_INDEPENDENT_NAMESPACE => {
                 active()?;
@@ -235,27 +243,36 @@ impl Connection {
                 id.set_model_number(&subsystem.model_number);
                 id.set_subsystem_nqn(&subsystem.nqn);
                 id.controller_type = controller_type::IO;
-                // Several hosts may each have a controller on one subsystem, several
-                // gateways (ports) may serve it, and each reports ANA states.
-                id.multipath_capabilities = cmic::MULTIPLE_PORTS | cmic::MULTIPLE_CONTROLLERS | cmic::ANA_REPORTING;
-                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES | oaes::ANA_CHANGE_NOTICES;
-                id.ana_transition_time = ANA_TRANSITION_TIME_SECONDS;
-                id.ana_capabilities = anacap::REPORTS_OPTIMIZED
-                    | anacap::REPORTS_NON_OPTIMIZED
-                    | anacap::REPORTS_INACCESSIBLE
-                    | anacap::REPORTS_CHANGE
-                    | anacap::GROUP_ID_STATIC;
-                id.ana_group_identifier_maximum = MAX_ANA_GROUP_ID;
-                id.number_of_ana_group_identifiers = MAX_ANA_GROUP_ID;
-                // MNAN: the Linux host sizes its ANA log buffer from it (and refuses
-                // ANA when it is 0 or above NN).
-                id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
+                // Several hosts may each have a controller on one subsystem.
+                id.multipath_capabilities = cmic::MULTIPLE_CONTROLLERS;
+                id.optional_async_events_supported = oaes::NAMESPACE_ATTRIBUTE_NOTICES;
+                if self.target.settings.ana_reporting {
+                    // Several gateways (ports) serve the subsystem, each reporting ANA
+                    // states.
+                    id.multipath_capabilities |= cmic::MULTIPLE_PORTS | cmic::ANA_REPORTING;
+                    id.optional_async_events_supported |= oaes::ANA_CHANGE_NOTICES;
+                    id.ana_transition_time = ANA_TRANSITION_TIME_SECONDS;
+                    id.ana_capabilities = anacap::REPORTS_OPTIMIZED
+                        | anacap::REPORTS_NON_OPTIMIZED
+                        | anacap::REPORTS_INACCESSIBLE
+                        | anacap::REPORTS_CHANGE
+                        | anacap::GROUP_ID_STATIC;
+                    id.ana_group_identifier_maximum = MAX_ANA_GROUP_ID;
+                    id.number_of_ana_group_identifiers = MAX_ANA_GROUP_ID;
+                    // MNAN: the Linux host sizes its ANA log buffer from it (and
+                    // refuses ANA when it is 0 or above NN).
+                    id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
+                }
                 id.abort_command_limit = (MAX_OUTSTANDING_ABORTS - 1) as u8;
                 id.firmware_updates = frmw::SLOT_1_READ_ONLY | (1 << frmw::SLOT_COUNT_SHIFT);
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
-                id.optional_nvm_command_support = oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES;
+                id.optional_nvm_command_support =
+                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::VERIFY;
+                if self.target.settings.reservations {
+                    id.optional_nvm_command_support |= oncs::RESERVATIONS;
+                }
                 if let Some(pool) = &subsystem.pool {
                     id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
                     id.total_nvm_capacity = u128::from(pool.capacity_bytes());
@@ -304,8 +321,7 @@ impl Connection {
                 Ok(self.copy_discovery_log(command.offset, &mut buffer, command.retain_asynchronous_event))
             }
             (ControllerKind::Io, log_id::ERROR_INFORMATION) => {
-                // No error entries are recorded yet: every entry has error count 0.
-                let page = [0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
+                let page = controller.error_log();
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             (ControllerKind::Io, log_id::SMART_HEALTH) => {
@@ -324,16 +340,20 @@ impl Connection {
                 let page = controller.changed_namespace_log(command.retain_asynchronous_event);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
-            (ControllerKind::Io, log_id::ASYMMETRIC_NAMESPACE_ACCESS) => {
+            (ControllerKind::Io, log_id::ASYMMETRIC_NAMESPACE_ACCESS) if self.target.settings.ana_reporting => {
                 controller.ana_log_read(command.retain_asynchronous_event);
                 let groups_only = command.log_specific_field & LOG_SPECIFIC_RETURN_GROUPS_ONLY != 0;
                 let page = self.ana_log(groups_only);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
+            (ControllerKind::Io, log_id::RESERVATION_NOTIFICATION) => {
+                let page = controller.reservation_log(command.retain_asynchronous_event);
+                Ok(copy_log_page_range(&page, command.offset, &mut buffer))
+            }
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
                 let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
                 let managed = controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
-                commands_supported_and_effects(managed).encode(&mut page);
+                commands_supported_and_effects(managed, self.target.settings.reservations).encode(&mut page);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
             _ => Err(Status::INVALID_LOG_PAGE.with_do_not_retry()),
@@ -356,11 +376,22 @@ impl Connection {
 }
 
 impl Connection {
-    /// The ANA log (0Ch) as this controller sees it: one descriptor per ANA group with
-    /// a namespace active for its host, in group order, each with its NSIDs unless
+    /// The ANA log (0Ch) as this controller sees it: one descriptor per ANA group of
+    /// the subsystem, in group order, each with the NSIDs active for this host unless
     /// `groups_only` (RGO). The admin path may allocate: hosts read it after a notice.
     fn ana_log(&self, groups_only: bool) -> Vec<u8> {
-        let mut groups: Vec<(AnaGroupId, Vec<NamespaceId>)> = Vec::new();
+        // Every group of the subsystem is listed, and the default group always, even
+        // without a namespace for this host (as the Linux target does): a host that
+        // attaches a namespace later finds its group in the log it already read
+        // instead of waiting for a re-read with the path disabled.
+        let mut groups: Vec<(AnaGroupId, Vec<NamespaceId>)> = vec![(crate::ana::DEFAULT_ANA_GROUP, Vec::new())];
+        if let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.as_ref()) {
+            for entry in subsystem.table().entries() {
+                if !groups.iter().any(|(group, _)| *group == entry.namespace.ana_group) {
+                    groups.push((entry.namespace.ana_group, Vec::new()));
+                }
+            }
+        }
         for &nsid in self.view.active_ids() {
             let Some(namespace) = self.view.get(nsid) else { continue };
             match groups.iter_mut().find(|(group, _)| *group == namespace.ana_group) {
@@ -409,6 +440,8 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         },
         namespace_globally_unique_identifier: namespace.nguid,
         ana_group_identifier: namespace.ana_group.0,
+        // RESCAP: all six types and Ignore Existing Key; not Persist Through Power Loss.
+        reservation_capabilities: RESERVATION_CAPABILITIES,
         ..IdentifyNamespace::default()
     };
     id.lba_formats[0] = LbaFormat {
@@ -447,11 +480,12 @@ fn smart_health(controller: &Controller) -> SmartHealthLog {
         host_read_commands: u128::from(totals.read_commands),
         host_write_commands: u128::from(totals.write_commands),
         media_errors: u128::from(totals.media_errors),
+        error_log_entries: u128::from(controller.error_count()),
         ..SmartHealthLog::default()
     }
 }
 
-fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupportedAndEffects {
+fn commands_supported_and_effects(namespace_management: bool, reservations: bool) -> CommandsSupportedAndEffects {
     let mut log = CommandsSupportedAndEffects { admin: [0; 256], io: [0; 256] };
     let supported = command_effects::COMMAND_SUPPORTED;
     for opcode in [
@@ -477,6 +511,16 @@ fn commands_supported_and_effects(namespace_management: bool) -> CommandsSupport
     log.io[IoOpcode::Flush as usize] = supported;
     log.io[IoOpcode::Read as usize] = supported;
     log.io[IoOpcode::Compare as usize] = supported;
+    log.io[IoOpcode::Verify as usize] = supported;
+    let reservation_opcodes = [
+        IoOpcode::ReservationRegister,
+        IoOpcode::ReservationReport,
+        IoOpcode::ReservationAcquire,
+        IoOpcode::ReservationRelease,
+    ];
+    for opcode in reservation_opcodes.into_iter().filter(|_| reservations) {
+        log.io[opcode as usize] = supported;
+    }
     let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
     log.io[IoOpcode::Write as usize] = changes_content;
     log.io[IoOpcode::WriteZeroes as usize] = changes_content;

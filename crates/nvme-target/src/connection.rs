@@ -118,7 +118,7 @@ pub struct Connection {
     r2t_outstanding_bytes: u64,
     /// Commands waiting for R2T budget, first come first served. A waiting command
     /// has nothing requested outstanding and holds no data buffer.
-    r2t_waiting: VecDeque<u16>,
+    pub(crate) r2t_waiting: VecDeque<u16>,
     /// Most host data ever requested and not received at once (for tests and
     /// diagnostics: never above the budget).
     r2t_outstanding_high_water: u64,
@@ -155,6 +155,10 @@ pub struct Connection {
     event_check_at: Option<Instant>,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
+    /// Aborts waiting for the I/O queue of their command to answer.
+    pub(crate) held_aborts: Vec<crate::abort::HeldAbort>,
+    /// When to look for answers to `held_aborts`.
+    pub(crate) abort_check_at: Option<Instant>,
     /// DH-HMAC-CHAP state when the host must authenticate this queue (`access`).
     pub(crate) authentication: Option<Box<crate::access::QueueAuthentication>>,
     /// This connection's place in its host's `max_connections_per_host`, from a
@@ -225,6 +229,8 @@ impl Connection {
             controller_check_at: None,
             event_check_at: None,
             held_async_events: Vec::new(),
+            held_aborts: Vec::new(),
+            abort_check_at: None,
             authentication: None,
             host_connection: None,
             terminated: false,
@@ -261,6 +267,7 @@ impl Connection {
             }
         }
         self.poll_storage(now);
+        self.serve_abort_requests();
     }
 
     fn on_header(&mut self, header: PduHeader, data_length: u32, now: Instant) {
@@ -646,6 +653,7 @@ impl Connection {
             if let Some(stats) = &self.stats {
                 QueueStats::add(&stats.error_completions, 1);
             }
+            self.record_error(slot_index, queue_id, status);
         }
         let cqe = CompletionQueueEntry {
             result_dw0: result as u32,
@@ -660,6 +668,38 @@ impl Connection {
             writer.write_header(&PduHeader::CapsuleResp(nvme_tcp_wire::CapsuleResponse { cqe }), 0, out);
         });
         self.slots.release(slot_index);
+    }
+
+    /// Adds a failed command to its controller's Error Information log. Connect
+    /// failures (no controller yet) and Asynchronous Event Requests aborted at
+    /// teardown are not recorded.
+    fn record_error(&self, slot_index: u16, queue_id: QueueId, status: Status) {
+        use nvme_spec::log_page::ErrorInformationEntry;
+        use nvme_spec::opcode::IoOpcode;
+        let Some(binding) = &self.binding else { return };
+        let sqe = &self.slots.slot_ref(slot_index).sqe;
+        let io = !queue_id.is_admin();
+        let lba = match IoOpcode::from_u8(sqe.opcode()) {
+            Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::WriteZeroes) if io => sqe.starting_lba(),
+            _ => 0,
+        };
+        binding.controller.record_error(ErrorInformationEntry {
+            error_count: 0,
+            submission_queue_id: queue_id,
+            command_id: sqe.command_id(),
+            // Bits 15:1 hold the status field, bit 0 the phase tag (0 here).
+            status_field: status.field() << 1,
+            parameter_error_location: ErrorInformationEntry::NOT_APPLICABLE,
+            lba,
+            namespace_id: sqe.namespace_id(),
+            vendor_specific_information: 0,
+            transport_type: 0,
+            command_set_identifier: 0,
+            opcode: sqe.opcode(),
+            command_specific_information: 0,
+            transport_type_specific_information: 0,
+            log_page_version: 1,
+        });
     }
 
     /// The next batch of PDUs to send, if any. The runtime hands it back through
@@ -696,7 +736,14 @@ impl Connection {
     pub fn next_deadline(&self) -> Option<Instant> {
         let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
         let authentication_deadline = self.authentication_deadline();
-        [self.setup_deadline, self.keep_alive_deadline, self.controller_check_at, event_check_at, authentication_deadline]
+        [
+            self.setup_deadline,
+            self.keep_alive_deadline,
+            self.controller_check_at,
+            event_check_at,
+            authentication_deadline,
+            self.abort_check_at,
+        ]
             .into_iter()
             .flatten()
             .min()
@@ -748,7 +795,11 @@ impl Connection {
                 }
                 // Also lets an idle queue drop namespaces that were deleted.
                 self.refresh_namespaces();
+                self.serve_abort_requests();
             }
+        }
+        if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
+            self.complete_answered_aborts(now);
         }
         if let Some(check_at) = self.event_check_at {
             if now >= check_at {

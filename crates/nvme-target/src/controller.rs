@@ -2,14 +2,20 @@
 //! by I/O queue Connects naming their CNTLID, torn down when the admin queue goes
 //! away, the keep-alive timer expires or the host resets or shuts them down.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvme_spec::admin::{async_event_notice, async_event_result, async_event_type};
-use nvme_spec::log_page::{encode_changed_namespace_list, log_id, CHANGED_NAMESPACE_LIST_BYTES};
+use nvme_spec::log_page::{
+    encode_changed_namespace_list, log_id, ErrorInformationEntry, CHANGED_NAMESPACE_LIST_BYTES,
+    ERROR_INFORMATION_ENTRY_BYTES,
+};
 use nvme_spec::registers::{ControllerConfiguration, ControllerStatus};
-use nvme_spec::{ControllerId, NamespaceId};
+use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId};
 
+use crate::limits::{ERROR_LOG_ENTRIES, MAX_OUTSTANDING_ABORTS};
+use crate::reservations::Notice;
 use crate::stats::StatsRegistry;
 use crate::subsystem::Subsystem;
 
@@ -148,13 +154,35 @@ struct Notices {
     /// Asymmetric Namespace Access Change notices (I/O controllers): the state of an
     /// ANA group changed; the host reads the ANA log (0Ch).
     ana: NoticeEvent,
+    /// Reservation notifications waiting in the Reservation Notification log (80h).
+    reservations: ReservationNotices,
 }
+
+/// Reservation Notification log entries not read yet, oldest first.
+#[derive(Debug, Default)]
+struct ReservationNotices {
+    /// (log page count, type, NSID).
+    entries: VecDeque<(u64, Notice, NamespaceId)>,
+    /// Log page count of the newest entry: entries lost to the bound show as gaps.
+    count: u64,
+    /// Feature 82h for every namespace (bit n masks notice type n) ...
+    mask_all: u32,
+    /// ... and the namespaces set one by one.
+    masks: Vec<(NamespaceId, u32)>,
+    event: NoticeEvent,
+}
+
+/// Entries the Reservation Notification log keeps per controller.
+const RESERVATION_LOG_ENTRIES: usize = 64;
+/// Size of one Reservation Notification log page.
+pub const RESERVATION_NOTIFICATION_LOG_BYTES: usize = 64;
 
 /// Which notice an event DW0 belongs to (`take_due_event` / `restore_due_event`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NoticeKind {
     Namespaces,
     Ana,
+    Reservations,
     Discovery,
 }
 
@@ -187,6 +215,35 @@ pub struct Controller {
     notice_due: AtomicBool,
     /// Counters of this controller's queues (the same shards as the subsystem's).
     pub stats: StatsRegistry,
+    /// The Error Information log (01h): the newest failed commands of every queue of
+    /// this controller. Written only when a command fails, never on success.
+    errors: Mutex<ErrorLog>,
+    /// Abort commands waiting for the I/O queue that holds their command to answer.
+    aborts: Mutex<Vec<AbortRequest>>,
+    /// True while `aborts` holds a request no queue answered: lets I/O queues check
+    /// without the lock.
+    abort_requested: AtomicBool,
+}
+
+/// One Abort the admin queue received for a command of an I/O queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortRequest {
+    /// SQID of the command to abort.
+    pub queue: QueueId,
+    /// CID of the command to abort.
+    pub command: CommandId,
+    /// `Some(true)`: the queue aborted it; `Some(false)`: it could not (the command is
+    /// at the storage, or unknown). `None`: not answered yet.
+    pub outcome: Option<bool>,
+}
+
+/// The newest `ERROR_LOG_ENTRIES` error entries and the lifetime count (which numbers
+/// them and is reported in SMART).
+#[derive(Debug, Default)]
+struct ErrorLog {
+    /// Newest first.
+    entries: VecDeque<ErrorInformationEntry>,
+    count: u64,
 }
 
 impl Controller {
@@ -228,6 +285,9 @@ impl Controller {
             notices: Mutex::new(Notices::default()),
             notice_due: AtomicBool::new(false),
             stats: StatsRegistry::default(),
+            errors: Mutex::new(ErrorLog::default()),
+            aborts: Mutex::new(Vec::new()),
+            abort_requested: AtomicBool::new(false),
         }
     }
 
@@ -301,6 +361,69 @@ impl Controller {
         }
     }
 
+    /// A reservation change concerns this controller's host on namespace `nsid`: an
+    /// entry for the Reservation Notification log, and its event, unless masked
+    /// (feature 82h).
+    pub fn note_reservation(&self, nsid: NamespaceId, notice: Notice) {
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        let mask = log.masks.iter().find(|(id, _)| *id == nsid).map_or(log.mask_all, |(_, mask)| *mask);
+        if mask & (1 << notice as u32) != 0 {
+            return;
+        }
+        log.count += 1;
+        let count = log.count;
+        log.entries.push_back((count, notice, nsid));
+        if log.entries.len() > RESERVATION_LOG_ENTRIES {
+            log.entries.pop_front();
+        }
+        if log.event.raise(true) {
+            self.notice_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Log 80h: the oldest unread entry (then removed), or all zero when none. With
+    /// RAE clear the event is unmasked; while entries remain it is due again.
+    pub fn reservation_log(&self, retain_event: bool) -> [u8; RESERVATION_NOTIFICATION_LOG_BYTES] {
+        let mut page = [0u8; RESERVATION_NOTIFICATION_LOG_BYTES];
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        if let Some((count, notice, nsid)) = log.entries.pop_front() {
+            page[0..8].copy_from_slice(&count.to_le_bytes());
+            page[8] = notice as u8;
+            page[9] = log.entries.len().min(255) as u8;
+            page[12..16].copy_from_slice(&nsid.0.to_le_bytes());
+        }
+        if !retain_event {
+            log.event.masked = false;
+            if !log.entries.is_empty() && log.event.raise(true) {
+                self.notice_due.store(true, Ordering::Release);
+            }
+        }
+        page
+    }
+
+    /// Feature 82h: sets the mask of `nsid` (FFFFFFFFh: every namespace).
+    pub fn set_reservation_mask(&self, nsid: NamespaceId, mask: u32) {
+        let mut notices = self.notices();
+        let log = &mut notices.reservations;
+        if nsid == NamespaceId::BROADCAST {
+            log.mask_all = mask;
+            log.masks.clear();
+        } else if let Some(entry) = log.masks.iter_mut().find(|(id, _)| *id == nsid) {
+            entry.1 = mask;
+        } else {
+            log.masks.push((nsid, mask));
+        }
+    }
+
+    /// Feature 82h of `nsid`.
+    pub fn reservation_mask(&self, nsid: NamespaceId) -> u32 {
+        let notices = self.notices();
+        let log = &notices.reservations;
+        log.masks.iter().find(|(id, _)| *id == nsid).map_or(log.mask_all, |(_, mask)| *mask)
+    }
+
     /// The host reads the ANA log: with RAE clear, a reported ANA change notice is
     /// unmasked. Call before building the log.
     pub(crate) fn ana_log_read(&self, retain_event: bool) {
@@ -343,7 +466,7 @@ impl Controller {
     /// The notices this kind of controller reports, most important first.
     fn notice_kinds(&self) -> &'static [NoticeKind] {
         match self.kind {
-            ControllerKind::Io => &[NoticeKind::Ana, NoticeKind::Namespaces],
+            ControllerKind::Io => &[NoticeKind::Ana, NoticeKind::Reservations, NoticeKind::Namespaces],
             ControllerKind::Discovery => &[NoticeKind::Discovery],
         }
     }
@@ -352,15 +475,21 @@ impl Controller {
         match kind {
             NoticeKind::Namespaces => &mut notices.namespaces.event,
             NoticeKind::Ana => &mut notices.ana,
+            NoticeKind::Reservations => &mut notices.reservations.event,
             NoticeKind::Discovery => &mut notices.discovery.event,
         }
     }
 
     /// The Asynchronous Event Request DW0 reporting a notice of `kind`.
     fn notice_result(kind: NoticeKind) -> u32 {
+        if kind == NoticeKind::Reservations {
+            // I/O command set specific status, "reservation log page available".
+            return async_event_result(async_event_type::IO_COMMAND_SET_SPECIFIC, 0, log_id::RESERVATION_NOTIFICATION);
+        }
         let (notice, log) = match kind {
             NoticeKind::Namespaces => (async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED, log_id::CHANGED_NAMESPACE_LIST),
             NoticeKind::Ana => (async_event_notice::ANA_CHANGE, log_id::ASYMMETRIC_NAMESPACE_ACCESS),
+            NoticeKind::Reservations => unreachable!("handled above"),
             NoticeKind::Discovery => (async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, log_id::DISCOVERY),
         };
         async_event_result(async_event_type::NOTICE, notice, log)
@@ -382,6 +511,92 @@ impl Controller {
             namespaces.changed.clear();
             namespaces.overflowed = false;
             namespaces.event.masked = false;
+        }
+        page
+    }
+
+    /// Records a failed command in the Error Information log (its error count is
+    /// assigned here), dropping the oldest entry beyond `ERROR_LOG_ENTRIES`.
+    pub fn record_error(&self, mut entry: ErrorInformationEntry) {
+        let mut log = self.errors.lock().unwrap_or_else(|poison| poison.into_inner());
+        log.count += 1;
+        entry.error_count = log.count;
+        log.entries.push_front(entry);
+        log.entries.truncate(ERROR_LOG_ENTRIES as usize);
+    }
+
+    /// Files an Abort for command `command` of queue `queue`; false when ACL + 1
+    /// Aborts are already waiting.
+    pub(crate) fn request_abort(&self, queue: QueueId, command: CommandId) -> bool {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        if aborts.len() >= usize::from(MAX_OUTSTANDING_ABORTS) {
+            return false;
+        }
+        aborts.push(AbortRequest { queue, command, outcome: None });
+        self.abort_requested.store(true, Ordering::Release);
+        true
+    }
+
+    /// The commands of `queue` an Abort waits for (cheap when none is waiting).
+    pub(crate) fn abort_requests_for(&self, queue: QueueId) -> Vec<CommandId> {
+        if !self.abort_requested.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        aborts.iter().filter(|request| request.queue == queue && request.outcome.is_none()).map(|request| request.command).collect()
+    }
+
+    /// The queue's answer: whether it aborted the command. Ignored when the Abort gave
+    /// up waiting meanwhile, in which case the queue must not abort: returns false then.
+    pub(crate) fn answer_abort(&self, queue: QueueId, command: CommandId, aborted: bool) -> bool {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        let Some(request) =
+            aborts.iter_mut().find(|request| request.queue == queue && request.command == command && request.outcome.is_none())
+        else {
+            return false;
+        };
+        request.outcome = Some(aborted);
+        if aborts.iter().all(|request| request.outcome.is_some()) {
+            self.abort_requested.store(false, Ordering::Release);
+        }
+        true
+    }
+
+    /// Whether the Abort for (`queue`, `command`) is answered: `Some(aborted)`, and the
+    /// request is gone. With `give_up`, an unanswered request is withdrawn and reads
+    /// as not aborted.
+    pub(crate) fn take_abort_outcome(&self, queue: QueueId, command: CommandId, give_up: bool) -> Option<bool> {
+        let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
+        let position = aborts.iter().position(|request| request.queue == queue && request.command == command)?;
+        let outcome = match aborts[position].outcome {
+            Some(aborted) => aborted,
+            None if give_up => false,
+            None => return None,
+        };
+        aborts.remove(position);
+        if aborts.iter().all(|request| request.outcome.is_some()) {
+            self.abort_requested.store(false, Ordering::Release);
+        }
+        Some(outcome)
+    }
+
+    /// Errors recorded since the controller was created (SMART "Number of Error
+    /// Information Log Entries").
+    pub fn error_count(&self) -> u64 {
+        self.errors.lock().unwrap_or_else(|poison| poison.into_inner()).count
+    }
+
+    /// The Error Information log page: `ERROR_LOG_ENTRIES` entries, newest first,
+    /// unused ones zero (error count 0).
+    pub fn error_log(&self) -> Vec<u8> {
+        let log = self.errors.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut page = vec![0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
+        for (index, entry) in log.entries.iter().enumerate() {
+            let out: &mut [u8; ERROR_INFORMATION_ENTRY_BYTES] = (&mut page
+                [index * ERROR_INFORMATION_ENTRY_BYTES..(index + 1) * ERROR_INFORMATION_ENTRY_BYTES])
+                .try_into()
+                .expect("an entry-sized slice");
+            entry.encode(out);
         }
         page
     }

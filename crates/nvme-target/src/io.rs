@@ -32,17 +32,23 @@ fn checked_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<u64, Statu
 impl Connection {
     /// The geometry of an active namespace this path serves I/O for: an inactive NSID
     /// is Invalid Namespace, a namespace whose ANA group serves no I/O here gets the
-    /// group state's path related status (the host retries on another path).
-    fn namespace_geometry(&self, namespace_id: NamespaceId) -> Result<Geometry, Status> {
+    /// group state's path related status (the host retries on another path), and a
+    /// command of the read or write group (`write`) that a reservation held by
+    /// another host forbids gets Reservation Conflict.
+    fn namespace_geometry(&self, namespace_id: NamespaceId, write: bool) -> Result<Geometry, Status> {
         let namespace = self.view.get(namespace_id).ok_or_else(invalid_namespace)?;
         self.target.ana.check_io(namespace.ana_group)?;
+        if let Some(binding) = &self.binding {
+            namespace.reservations.check(&binding.controller.host_identifier, write)?;
+        }
         Ok(namespace.geometry)
     }
 
     /// Checks a read/write-family command's namespace, range and transfer length.
     /// Returns (geometry, bytes).
     fn validate_transfer(&self, sqe: &SubmissionQueueEntry) -> Result<(Geometry, u32), Status> {
-        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let write = IoOpcode::from_u8(sqe.opcode()) == Some(IoOpcode::Write);
+        let geometry = self.namespace_geometry(sqe.namespace_id(), write)?;
         let bytes = checked_range(geometry, sqe.starting_lba(), u64::from(sqe.block_count()))?;
         if bytes > u64::from(MAX_DATA_TRANSFER_BYTES) {
             return Err(Status::INVALID_FIELD.with_do_not_retry());
@@ -64,7 +70,13 @@ impl Connection {
         match IoOpcode::from_u8(sqe.opcode()) {
             Some(IoOpcode::Write | IoOpcode::Compare) => self.validate_transfer(sqe).map(|_| ()),
             Some(IoOpcode::DatasetManagement) => {
-                self.namespace_geometry(sqe.namespace_id()).map(|_| ())
+                self.namespace_geometry(sqe.namespace_id(), true).map(|_| ())
+            }
+            Some(IoOpcode::ReservationRegister | IoOpcode::ReservationAcquire | IoOpcode::ReservationRelease) => {
+                if !self.target.settings.reservations {
+                    return Err(Status::INVALID_OPCODE.with_do_not_retry());
+                }
+                self.view.get(sqe.namespace_id()).map(|_| ()).ok_or_else(invalid_namespace)
             }
             _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
         }
@@ -82,9 +94,20 @@ impl Connection {
             Some(IoOpcode::Read) => self.io_read(slot_index, &sqe),
             Some(IoOpcode::Write) => self.io_write(slot_index, &sqe),
             Some(IoOpcode::Compare) => self.io_compare(slot_index, &sqe),
+            Some(IoOpcode::Verify) => self.io_verify(slot_index, &sqe),
             Some(IoOpcode::Flush) => self.io_flush(slot_index, &sqe),
             Some(IoOpcode::WriteZeroes) => self.io_write_zeroes(slot_index, &sqe),
             Some(IoOpcode::DatasetManagement) => self.io_dataset_management(slot_index, &sqe),
+            Some(
+                IoOpcode::ReservationRegister
+                | IoOpcode::ReservationAcquire
+                | IoOpcode::ReservationRelease
+                | IoOpcode::ReservationReport,
+            ) if !self.target.settings.reservations => Err(Status::INVALID_OPCODE.with_do_not_retry()),
+            Some(IoOpcode::ReservationRegister) => self.io_reservation_register(&sqe, slot_index),
+            Some(IoOpcode::ReservationAcquire) => self.io_reservation_acquire(&sqe, slot_index),
+            Some(IoOpcode::ReservationRelease) => self.io_reservation_release(&sqe, slot_index),
+            Some(IoOpcode::ReservationReport) => self.io_reservation_report(&sqe, slot_index),
             Some(IoOpcode::Fabrics) => Ok(self.io_fabrics(&sqe)),
             _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
         };
@@ -128,10 +151,26 @@ impl Connection {
         Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Compare, op, read_buffer))
     }
 
+    /// Verify: the blocks are read (a failure is the storage's status), nothing is
+    /// transferred. At most MDTS per command (VSL says so).
+    fn io_verify(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
+        if sqe.sgl().length != 0 {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let geometry = self.namespace_geometry(sqe.namespace_id(), false)?;
+        let bytes = checked_range(geometry, sqe.starting_lba(), u64::from(sqe.block_count()))?;
+        if bytes > u64::from(MAX_DATA_TRANSFER_BYTES) {
+            return Err(Status::INVALID_FIELD.with_do_not_retry());
+        }
+        let buffer = self.pool.take(bytes as usize);
+        let op = IoOp::Read { lba: sqe.starting_lba(), blocks: sqe.block_count() };
+        Ok(self.start_storage(slot_index, sqe.namespace_id(), PendingKind::Other, op, buffer))
+    }
+
     fn io_flush(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
         let namespace_id = sqe.namespace_id();
         if namespace_id != NamespaceId::BROADCAST {
-            self.namespace_geometry(namespace_id)?;
+            self.namespace_geometry(namespace_id, true)?;
             return Ok(self.start_storage(slot_index, namespace_id, PendingKind::Other, IoOp::Flush, Vec::new()));
         }
         // Broadcast flush: every namespace of the subsystem.
@@ -140,8 +179,8 @@ impl Connection {
         for position in 0..self.view.active_ids().len() {
             let id = self.view.active_ids()[position];
             // Namespaces this path cannot serve are flushed through the path that can.
-            let Some(namespace) = self.view.get(id) else { continue };
-            if self.target.ana.check_io(namespace.ana_group).is_err() {
+            if self.namespace_geometry(id, true).is_err() {
+                // Not served here (ANA) or reserved by another host: skipped.
                 continue;
             }
             self.submit_storage(slot_index, id, IoOp::Flush, Vec::new())?;
@@ -151,7 +190,7 @@ impl Connection {
     }
 
     fn io_write_zeroes(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
-        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let geometry = self.namespace_geometry(sqe.namespace_id(), true)?;
         let blocks = u64::from(sqe.block_count());
         checked_range(geometry, sqe.starting_lba(), blocks)?;
         let op = IoOp::WriteZeroes {
@@ -164,7 +203,7 @@ impl Connection {
     }
 
     fn io_dataset_management(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
-        let geometry = self.namespace_geometry(sqe.namespace_id())?;
+        let geometry = self.namespace_geometry(sqe.namespace_id(), true)?;
         let range_count = (sqe.dwords[10] & 0xFF) + 1;
         debug_assert!(range_count <= MAX_DATASET_RANGES);
         let needed = range_count as usize * DATASET_RANGE_BYTES;

@@ -12,6 +12,7 @@
 //! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
 #![forbid(unsafe_code)]
 
+mod abort;
 pub mod access;
 pub mod ana;
 mod admin;
@@ -22,8 +23,10 @@ mod discovery;
 mod dispatch;
 mod fabrics;
 mod io;
+mod reservation_commands;
 pub mod management;
 pub mod namespaces;
+pub mod reservations;
 pub mod limits;
 pub mod slots;
 pub mod stats;

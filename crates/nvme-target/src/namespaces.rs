@@ -40,6 +40,8 @@ pub struct Namespace {
     pub ana_group: AnaGroupId,
     /// I/O counters and latency of this namespace, over every queue that used it.
     pub stats: StatsRegistry,
+    /// Registrations and reservation, shared by every controller of the subsystem.
+    pub reservations: crate::reservations::Reservations,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
     /// freed) when the last holder drops this namespace.
     deleted: AtomicBool,
@@ -74,6 +76,7 @@ impl Namespace {
             carve,
             ana_group: crate::ana::DEFAULT_ANA_GROUP,
             stats: StatsRegistry::default(),
+            reservations: crate::reservations::Reservations::default(),
             deleted: AtomicBool::new(false),
         }
     }

@@ -17,6 +17,8 @@ pub enum SlotState {
     AwaitingStorage,
     /// An Asynchronous Event Request held until an event occurs.
     HeldAsyncEvent,
+    /// An Abort held until the queue of the command it names answers.
+    HeldAbort,
 }
 
 /// What to do when a command's storage operations finish.
@@ -142,6 +144,11 @@ impl SlotTable {
     }
 
     /// The slot at `index` (a transfer tag from the network is checked with `get`).
+    /// The slot at `index`, read-only.
+    pub fn slot_ref(&self, index: u16) -> &CommandSlot {
+        &self.slots[usize::from(index)]
+    }
+
     pub fn slot(&mut self, index: u16) -> &mut CommandSlot {
         &mut self.slots[index as usize]
     }

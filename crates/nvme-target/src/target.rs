@@ -71,6 +71,17 @@ pub struct TargetSettings {
     /// Connect Invalid Parameters pointing at KATO. Bounds how long a host that
     /// vanished holds its controller.
     pub max_keep_alive_timeout_ms: u32,
+    /// Report Asymmetric Namespace Access (CMIC bit 3, ANACAP, log 0Ch, ANA change
+    /// notices). On for a gateway of a gateway group. Off for a single target, which
+    /// has one path per host: the Linux 6.1 host was seen to hang removing a namespace
+    /// of an ANA-reporting controller whose namespaces come and go (Namespace
+    /// Management), so a target that gains nothing from ANA does not report it.
+    pub ana_reporting: bool,
+    /// Offer persistent reservations (ONCS bit 5). Off for a gateway of a gateway
+    /// group: the state lives in this process, so another gateway serving the same
+    /// namespace would not see it, and a reservation that one path ignores protects
+    /// nothing.
+    pub reservations: bool,
     /// CNTLIDs this target hands out: the lowest ...
     pub controller_id_min: u16,
     /// ... and the highest. Gateways exporting one subsystem get disjoint ranges, so
@@ -96,6 +107,8 @@ impl Default for TargetSettings {
             allow_keep_alive_disabled: false,
             controller_id_min: 1,
             controller_id_max: ControllerId::MAX_VALID,
+            reservations: true,
+            ana_reporting: false,
         }
     }
 }

@@ -15,6 +15,11 @@ use nvme_target::{AddressFamily, ListenerSpec, PeerPath, TargetSettings};
 use nvme_tcp_wire::DigestSettings;
 use support::*;
 
+/// A target reporting ANA, as a gateway does.
+fn ana_target() -> std::sync::Arc<nvme_target::Target> {
+    test_target_with(TargetSettings { ana_reporting: true, ..TargetSettings::default() })
+}
+
 fn ana_log(host: &mut FakeHost, groups_only: bool, retain: bool) -> Answer {
     let length = 4096u32;
     let mut command = sqe(AdminOpcode::GetLogPage as u8, 0xFFFF_FFFF, length);
@@ -30,7 +35,7 @@ fn ana_log(host: &mut FakeHost, groups_only: bool, retain: bool) -> Answer {
 
 #[test]
 fn identify_advertises_ana_as_the_linux_host_requires() {
-    let target = test_target();
+    let target = ana_target();
     let mut host = FakeHost::new(target, 0);
     host.bring_up_admin(NQN);
     let raw: [u8; IDENTIFY_DATA_BYTES] = host.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
@@ -54,7 +59,7 @@ fn identify_advertises_ana_as_the_linux_host_requires() {
 
 #[test]
 fn the_log_lists_each_group_with_its_namespaces_and_follows_state_changes() {
-    let target = test_target();
+    let target = ana_target();
     let mut host = FakeHost::new(target.clone(), 0);
     host.bring_up_admin(NQN);
     let answer = ana_log(&mut host, false, false);
@@ -77,7 +82,7 @@ fn the_log_lists_each_group_with_its_namespaces_and_follows_state_changes() {
 
 #[test]
 fn a_state_change_completes_a_held_event_request_with_the_ana_notice() {
-    let target = test_target();
+    let target = ana_target();
     let mut host = FakeHost::new(target.clone(), 0);
     host.bring_up_admin(NQN);
     let mut set = sqe(AdminOpcode::SetFeatures as u8, 0, 0);
@@ -167,4 +172,15 @@ fn controller_ids_stay_in_the_configured_range_and_peers_appear_in_discovery() {
     assert_eq!(peer.transport_address_str(), Some("192.0.2.7"));
     assert_eq!(peer.transport_service_id_str(), Some("4421"));
     assert_eq!(peer.subsystem_nqn_str(), Some(NQN));
+}
+
+#[test]
+fn a_single_target_does_not_report_ana() {
+    let mut host = FakeHost::new(test_target(), 0);
+    host.bring_up_admin(NQN);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = host.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
+    let id = IdentifyController::decode(&raw);
+    assert_eq!(id.multipath_capabilities, cmic::MULTIPLE_CONTROLLERS);
+    assert_eq!(id.ana_capabilities, 0);
+    assert_eq!(ana_log(&mut host, false, false).cqe.status.kind(), Status::INVALID_LOG_PAGE);
 }

@@ -183,6 +183,26 @@ if connect connect; then
     else fail smart-log-parsed "no critical_warning field"; show_tail "$LOGDIR/smart-log.txt"; fi
   fi
 
+  section "persistent reservations (nvme resv-*)"
+  # Register, take Write Exclusive, read the extended report, release, unregister:
+  # the Linux host's encoding of every reservation command against Sluice's.
+  if run resv-register 30 nvme resv-register "$NSDEV" --nrkey=0xa1 --rrega=0 &&
+      run resv-acquire 30 nvme resv-acquire "$NSDEV" --crkey=0xa1 --rtype=1 --racqa=0 &&
+      run resv-report 30 nvme resv-report "$NSDEV" --eds; then
+    f=$LOGDIR/resv-report.txt
+    if grep -Eiq 'rtype *: *1' "$f" && grep -Eiq 'regctl *: *1' "$f" && grep -Eiq 'rkey *: *a1' "$f"; then
+      ok resv-report-holder "write exclusive held with key 0xa1"
+    else
+      fail resv-report-holder "unexpected report"; show_tail "$f"
+    fi
+    if run resv-conflict-key 30 sh -c "! nvme resv-release '$NSDEV' --crkey=0xbad --rtype=1 --rrela=0"; then :; fi
+    run resv-release 30 nvme resv-release "$NSDEV" --crkey=0xa1 --rtype=1 --rrela=0 &&
+      run resv-unregister 30 nvme resv-register "$NSDEV" --crkey=0xa1 --rrega=1 &&
+      run resv-report-empty 30 nvme resv-report "$NSDEV" --eds &&
+      if grep -Eiq 'regctl *: *0' "$LOGDIR/resv-report-empty.txt"; then ok resv-cleared
+      else fail resv-cleared "registrants remain"; show_tail "$LOGDIR/resv-report-empty.txt"; fi
+  fi
+
   section "fio: 4 KiB random write + verify, 2 jobs x 16 MiB, iodepth 32"
   fio_verify fio-randwrite-4k 300 --name=randwrite-4k --rw=randwrite --bs=4k --iodepth=32 \
     --numjobs=2 --size=16m --offset=0 --offset_increment=16m

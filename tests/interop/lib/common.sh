@@ -352,6 +352,28 @@ start_linux_target() {
     { tail_file "$OUT_DIR/target.log"; die "the Linux kernel target did not come up"; }
 }
 
+# start_spdk_target IO_PORT NQN SIZE_MIB [BLOCK_SIZE]: SPDK's nvmf_tgt (../shared/spdk-peer,
+# one malloc namespace, any host) on 127.0.0.1:IO_PORT, its reactor on core 0; waits
+# at most 120 s for READY. (TARGET_* are read by the caller.)
+# shellcheck disable=SC2034,SC2317
+start_spdk_target() {
+  local io=$1 nqn=$2 size_mib=$3 block_size=${4:-512}
+  local peer=${SPDK_PEER:-$INTEROP_REPO/../shared/spdk-peer/spdk-peer}
+  [ -x "$peer" ] || die "spdk-peer not found at $peer (expected in ../shared/spdk-peer/ next to the repository)"
+  TARGET_NAME=spdk-nvmf_tgt
+  log "starting SPDK's target on 127.0.0.1:$io (spdk-peer target; log: spdk-target.log)"
+  rm -f "$OUT_DIR/spdk-target.ready"
+  "$peer" target --port "$io" --nqn "$nqn" --size-mib "$size_mib" --block-size "$block_size" --core 0 \
+    --ready-file "$OUT_DIR/spdk-target.ready" >"$OUT_DIR/spdk-target.log" 2>&1 </dev/null &
+  TARGET_PID=$!
+  _spdk_target_up() {
+    kill -0 "$TARGET_PID" 2>/dev/null || return 2
+    grep -qs READY "$OUT_DIR/spdk-target.ready" || grep -qs '^spdk-peer: READY' "$OUT_DIR/spdk-target.log" || return 1
+  }
+  wait_for 120 "SPDK's target to be ready" _spdk_target_up ||
+    { tail_file "$OUT_DIR/spdk-target.log"; die "SPDK's target did not come up"; }
+}
+
 # stop_target: stop $TARGET_PID with SIGTERM (at most 20 s) and, for sluice, look
 # for panics in its logs. Problems are appended to the caller's `failures` array.
 # shellcheck disable=SC2034

@@ -589,7 +589,8 @@ impl Config {
             })
             .collect();
         let defaults = TargetSettings::default();
-        let (controller_id_min, controller_id_max) = match self.gateway_plan()? {
+        let gateway = self.gateway_plan()?;
+        let (controller_id_min, controller_id_max) = match &gateway {
             Some(plan) => plan.controller_id_range(),
             None => (defaults.controller_id_min, defaults.controller_id_max),
         };
@@ -599,6 +600,10 @@ impl Config {
             settings: TargetSettings {
                 controller_id_min,
                 controller_id_max,
+                // Reservation state is per process: not offered across gateways.
+                reservations: gateway.is_none(),
+                // ANA paths matter when several gateways serve the same namespaces.
+                ana_reporting: gateway.is_some(),
                 max_io_queues_per_controller: self
                     .target
                     .max_io_queues_per_controller

@@ -47,7 +47,11 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
             write(&target, output, &io, force_unit_access)
         }
         HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
+        HostCommand::Verify { target, output, namespace_id, start_block, block_count } => {
+            verify(&target, output, namespace_id, start_block, block_count)
+        }
         HostCommand::Namespace(command) => super::namespaces::run(command),
+        HostCommand::Reservation(command) => super::reservations::run(command),
     }
 }
 
@@ -517,6 +521,22 @@ fn flush(args: &TargetArgs, output: OutputArgs, nsid: u32) -> Result<(), HostErr
         print_json(&json!({ "command": "flush", "namespace_id": nsid, "result": "success" }))
     } else {
         print_text("NVMe Flush: success\n")
+    }
+}
+
+fn verify(args: &TargetArgs, output: OutputArgs, nsid: u32, start_block: u64, block_count: u32) -> Result<(), HostError> {
+    let blocks = block_count.checked_add(1).filter(|&blocks| blocks <= 65536).ok_or_else(|| {
+        HostError::usage("--block-count is 0's based and at most 65535 (65536 blocks)")
+    })?;
+    let session = Session::open(args)?;
+    session
+        .controller()
+        .io_command(nvme_host::commands::verify(NamespaceId(nsid), start_block, blocks))
+        .map_err(|error| command_error("verify", error, StatusContext::Io, namespace_hint(nsid)))?;
+    if output.json() {
+        print_json(&json!({ "command": "verify", "namespace_id": nsid, "result": "success" }))
+    } else {
+        print_text("NVMe Verify: success\n")
     }
 }
 

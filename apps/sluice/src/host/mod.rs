@@ -14,6 +14,7 @@ mod args;
 mod commands;
 mod namespaces;
 mod output;
+mod reservations;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,7 +29,7 @@ pub const EXIT_RUNTIME: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
 /// Shown after every host subcommand's help.
-const HOST_AFTER_HELP: &str = "\
+pub(crate) const HOST_AFTER_HELP: &str = "\
 The target can be given as one string instead of -a/-s/-n:
   tcp://ADDR[:PORT][/NQN]     e.g. tcp://127.0.0.1:4420/nqn.2026-11.io.sluice:default
                               (IPv6: tcp://[::1]:4420/NQN)
@@ -268,9 +269,33 @@ pub enum HostCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Have the target read and check blocks without transferring them (like `nvme
+    /// verify`).
+    #[command(
+        after_help = HOST_AFTER_HELP,
+        mut_arg("reconnect_delay", |arg| arg.short(None)),
+    )]
+    Verify {
+        /// Namespace ID.
+        #[arg(short = 'N', long, default_value = "1", value_parser = args::parse_u32)]
+        namespace_id: u32,
+        /// First block (SLBA).
+        #[arg(short = 'b', long = "start-block", visible_alias = "slba", value_parser = args::parse_u64)]
+        start_block: u64,
+        /// Blocks, 0's based (NLB), as nvme-cli counts them.
+        #[arg(short = 'c', long = "block-count", value_parser = args::parse_u32)]
+        block_count: u32,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// create-ns, delete-ns, attach-ns, detach-ns, list-ctrl (namespaces.rs).
     #[command(flatten)]
     Namespace(namespaces::NamespaceCommand),
+    /// resv-register, resv-acquire, resv-release, resv-report (reservations.rs).
+    #[command(flatten)]
+    Reservation(reservations::ReservationCommand),
 }
 
 /// The block range and data file of `read` and `write`, with nvme-cli's letters.

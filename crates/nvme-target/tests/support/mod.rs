@@ -254,7 +254,7 @@ impl FakeHost {
         }
         .encode_into(&mut sqe);
         let mut data = [0u8; CONNECT_DATA_BYTES];
-        ConnectData::new([7; 16], controller, nqn, host_nqn).encode(&mut data);
+        ConnectData::new(host_id_of(host_nqn), controller, nqn, host_nqn).encode(&mut data);
         self.command(sqe, &data, &[])
     }
 
@@ -302,6 +302,15 @@ impl FakeHost {
 }
 
 /// An SQE for an admin or I/O command with a transport SGL of `length` bytes.
+/// The HOSTID a fake host sends: one per host NQN, the same on each Connect.
+pub fn host_id_of(host_nqn: &str) -> [u8; 16] {
+    let mut id = [7u8; 16];
+    for (index, byte) in host_nqn.bytes().enumerate() {
+        id[index % 16] ^= byte.rotate_left((index / 16) as u32);
+    }
+    id
+}
+
 pub fn sqe(opcode: u8, nsid: u32, length: u32) -> SubmissionQueueEntry {
     let mut sqe = SubmissionQueueEntry::default();
     sqe.set_cdw0(opcode, CommandId(0), 1);

@@ -1,0 +1,187 @@
+//! Reservation Register, Acquire, Release and Report (I/O opcodes 0Dh, 11h, 15h, 0Eh)
+//! over the namespace's [`Reservations`](crate::reservations::Reservations), and the
+//! notifications they send to other hosts' controllers.
+
+use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
+
+use crate::connection::Connection;
+use crate::dispatch::Outcome;
+use crate::limits::MAX_DATA_TRANSFER_BYTES;
+use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
+
+/// Bytes of the extended Reservation Status header and of each extended Registered
+/// Controller data structure (128-bit Host Identifiers, the only kind fabrics use).
+const REPORT_HEADER_BYTES: usize = 64;
+const REPORT_ENTRY_BYTES: usize = 64;
+/// CNTLID of a registrant with no controller now (dynamic controller model).
+const NO_CONTROLLER: u16 = 0xFFFF;
+
+fn invalid() -> Status {
+    Status::INVALID_FIELD.with_do_not_retry()
+}
+
+fn key_at(data: &[u8], offset: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&data[offset..offset + 8]);
+    u64::from_le_bytes(bytes)
+}
+
+impl Connection {
+    /// The namespace, the host's identifier and the command's first `needed` bytes of
+    /// host data.
+    fn reservation_request(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        slot_index: u16,
+        needed: usize,
+    ) -> Result<(std::sync::Arc<crate::namespaces::Namespace>, HostId, [u8; 16]), Status> {
+        let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
+        let host = self.binding.as_ref().map(|binding| binding.controller.host_identifier).unwrap_or_default();
+        let slot = self.slots.slot(slot_index);
+        if (slot.host_data_bytes as usize) < needed || slot.buffer.len() < needed {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
+        let mut data = [0u8; 16];
+        data[..needed].copy_from_slice(&slot.buffer[..needed]);
+        Ok((namespace, host, data))
+    }
+
+    /// Tells the controllers of the hosts in `effects` (any queue, any thread).
+    fn send_reservation_notices(&self, nsid: NamespaceId, effects: &Effects) {
+        if effects.notices.is_empty() {
+            return;
+        }
+        let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone()) else { return };
+        for controller in self.target.controllers_of(subsystem.index) {
+            for (host, notice) in &effects.notices {
+                if controller.host_identifier == *host {
+                    controller.note_reservation(nsid, *notice);
+                }
+            }
+        }
+        if !effects.preempted.is_empty() {
+            tracing::info!(peer = %self.peer, nsid = nsid.0, hosts = effects.preempted.len(),
+                "preempt and abort: registrations removed (their commands in flight complete normally)");
+        }
+    }
+
+    pub(crate) fn io_reservation_register(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+        let (namespace, host, data) = self.reservation_request(sqe, slot_index, 16)?;
+        let cdw10 = sqe.dwords[10];
+        let action = match cdw10 & 0b111 {
+            0 => RegisterAction::Register,
+            1 => RegisterAction::Unregister,
+            2 => RegisterAction::Replace,
+            _ => return Err(invalid()),
+        };
+        let ignore_key = cdw10 & (1 << 3) != 0;
+        // CPTPL: 00b no change, 10b clear; persisting through power loss (11b) is not
+        // offered (RESCAP bit 0 is clear), 01b is reserved.
+        match cdw10 >> 30 {
+            0 | 2 => {}
+            _ => return Err(invalid()),
+        }
+        let mut state = namespace.reservations.lock();
+        let effects = state.register(&host, action, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
+        namespace.reservations.publish(&state);
+        drop(state);
+        self.send_reservation_notices(namespace.id, &effects);
+        Ok(Outcome::status(Status::SUCCESS))
+    }
+
+    pub(crate) fn io_reservation_acquire(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+        let (namespace, host, data) = self.reservation_request(sqe, slot_index, 16)?;
+        let cdw10 = sqe.dwords[10];
+        let action = match cdw10 & 0b111 {
+            0 => AcquireAction::Acquire,
+            1 => AcquireAction::Preempt,
+            2 => AcquireAction::PreemptAndAbort,
+            _ => return Err(invalid()),
+        };
+        let kind = ReservationType::from_u8((cdw10 >> 8) as u8).ok_or_else(invalid)?;
+        let ignore_key = cdw10 & (1 << 3) != 0;
+        let mut state = namespace.reservations.lock();
+        let effects = state.acquire(&host, action, kind, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
+        namespace.reservations.publish(&state);
+        drop(state);
+        self.send_reservation_notices(namespace.id, &effects);
+        Ok(Outcome::status(Status::SUCCESS))
+    }
+
+    pub(crate) fn io_reservation_release(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+        let (namespace, host, data) = self.reservation_request(sqe, slot_index, 8)?;
+        let cdw10 = sqe.dwords[10];
+        let action = match cdw10 & 0b111 {
+            0 => ReleaseAction::Release,
+            1 => ReleaseAction::Clear,
+            _ => return Err(invalid()),
+        };
+        let kind = (cdw10 >> 8) as u8;
+        if action == ReleaseAction::Release && ReservationType::from_u8(kind).is_none() {
+            return Err(invalid());
+        }
+        let ignore_key = cdw10 & (1 << 3) != 0;
+        let mut state = namespace.reservations.lock();
+        let effects = state.release(&host, action, kind, key_at(&data, 0), ignore_key)?;
+        namespace.reservations.publish(&state);
+        drop(state);
+        self.send_reservation_notices(namespace.id, &effects);
+        Ok(Outcome::status(Status::SUCCESS))
+    }
+
+    /// Reservation Report, extended data structure only: fabrics Host Identifiers are
+    /// 128 bits, so EDS clear gets Host Identifier Inconsistent (as the Linux target).
+    pub(crate) fn io_reservation_report(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+        let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
+        let sgl = sqe.sgl();
+        if sgl.length > 0 && !sgl.is_transport() {
+            return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());
+        }
+        let length = ((u64::from(sqe.dwords[10]) + 1) * 4).min(u64::from(sgl.length));
+        if length > u64::from(MAX_DATA_TRANSFER_BYTES) {
+            return Err(invalid());
+        }
+        if sqe.dwords[11] & 1 == 0 {
+            return Err(Status::HOST_IDENTIFIER_INCONSISTENT.with_do_not_retry());
+        }
+        let state = namespace.reservations.lock().clone();
+        let controllers = self
+            .binding
+            .as_ref()
+            .and_then(|binding| binding.controller.subsystem.clone())
+            .map(|subsystem| self.target.controllers_of(subsystem.index))
+            .unwrap_or_default();
+        // One entry per controller of a registered host, or one without a controller.
+        let mut entries: Vec<(u16, bool, u64, HostId)> = Vec::new();
+        for registrant in &state.registrants {
+            let holds = state.holds(&registrant.host);
+            let mut ids: Vec<u16> = controllers
+                .iter()
+                .filter(|controller| controller.host_identifier == registrant.host)
+                .map(|controller| controller.id.0)
+                .collect();
+            ids.sort_unstable();
+            if ids.is_empty() {
+                ids.push(NO_CONTROLLER);
+            }
+            entries.extend(ids.into_iter().map(|id| (id, holds, registrant.key, registrant.host)));
+        }
+        let mut report = vec![0u8; REPORT_HEADER_BYTES + entries.len() * REPORT_ENTRY_BYTES];
+        report[0..4].copy_from_slice(&state.generation.to_le_bytes());
+        report[4] = state.holder.map_or(0, |holder| holder.kind as u8);
+        report[5..7].copy_from_slice(&(entries.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
+        report[9] = u8::from(state.persist_through_power_loss);
+        for (index, (controller, holds, key, host)) in entries.iter().enumerate() {
+            let entry = &mut report[REPORT_HEADER_BYTES + index * REPORT_ENTRY_BYTES..][..REPORT_ENTRY_BYTES];
+            entry[0..2].copy_from_slice(&controller.to_le_bytes());
+            entry[2] = u8::from(*holds);
+            entry[8..16].copy_from_slice(&key.to_le_bytes());
+            entry[16..32].copy_from_slice(host);
+        }
+        let mut buffer = self.pool.take_zeroed(length as usize);
+        let copied = report.len().min(buffer.len());
+        buffer[..copied].copy_from_slice(&report[..copied]);
+        self.slots.slot(slot_index).buffer = buffer;
+        Ok(Outcome::Data(length as u32))
+    }
+}
