@@ -549,3 +549,22 @@ fn reservations_between_two_hosts_with_nvme_cli_verbs() {
     assert_eq!(report["rtype"], 0);
     assert_eq!(report["regctl"], 1);
 }
+
+#[test]
+fn compare_matches_written_data_and_reports_a_difference() {
+    let server = Server::start("cli-compare");
+    let data = server.dir.join("data");
+    let content: Vec<u8> = (0..2048u32).map(|index| (index * 7 % 251) as u8).collect();
+    std::fs::write(&data, &content).unwrap();
+    let path = data.to_str().unwrap();
+    ok(&server, "write", &["-b", "8", "-c", "3", "-z", "2048", "-d", path]);
+    let equal = ok_json(&server, "compare", &["-b", "8", "-c", "3", "-z", "2048", "-d", path]);
+    assert_eq!(equal["result"], "success");
+    let mut changed = content.clone();
+    changed[1500] ^= 0xFF;
+    std::fs::write(&data, &changed).unwrap();
+    let mut compare: Vec<String> = vec!["compare".into()];
+    compare.extend(server.target());
+    compare.extend(["-b", "8", "-c", "3", "-z", "2048", "-d", path].map(String::from));
+    assert_fails(&sluice(&compare), 1, &["Compare Failure", "blocks 8..=11"]);
+}

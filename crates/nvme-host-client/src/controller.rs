@@ -382,6 +382,59 @@ impl Controller {
         Ok(completion)
     }
 
+    /// Compare of `data` (whole blocks) with the blocks at `lba`: `Ok(true)` when
+    /// equal, `Ok(false)` on Compare Failure.
+    pub fn compare(&self, nsid: NamespaceId, lba: u64, data: &[u8]) -> Result<bool, ClientError> {
+        let block_size = self.whole_blocks(nsid, data.len(), "compare")?;
+        let completion = self.run_io(vec![commands::compare(nsid, lba, data.to_vec(), block_size)])?.pop().ok_or(ClientError::Timeout)?;
+        if is_compare_failure(&completion) {
+            return Ok(false);
+        }
+        check_io(&completion, nvme_spec::opcode::IoOpcode::Compare as u8)?;
+        Ok(true)
+    }
+
+    /// Fused Compare and Write: writes `new` at `lba` only if the blocks there equal
+    /// `expected`, atomically against every other writer of those blocks. `Ok(true)`
+    /// when written, `Ok(false)` when the compare failed (nothing written). At most
+    /// one command's worth (MDTS) of blocks.
+    pub fn compare_and_write(&self, nsid: NamespaceId, lba: u64, expected: &[u8], new: &[u8]) -> Result<bool, ClientError> {
+        let block_size = self.whole_blocks(nsid, expected.len(), "compare and write")?;
+        if new.len() != expected.len() {
+            return Err(ClientError::InvalidArgument(format!(
+                "compare and write needs as many bytes to write ({}) as to compare ({})",
+                new.len(),
+                expected.len()
+            )));
+        }
+        if expected.len() > (self.blocks_per_command(block_size) * block_size) as usize {
+            return Err(ClientError::InvalidArgument("compare and write is limited to one command (MDTS)".into()));
+        }
+        let pair = commands::compare_and_write(nsid, lba, expected.to_vec(), new.to_vec(), block_size);
+        let mut completions = self.run_io(pair.into())?.into_iter();
+        let (Some(compare), Some(write)) = (completions.next(), completions.next()) else {
+            return Err(ClientError::Timeout);
+        };
+        if is_compare_failure(&compare) {
+            return Ok(false);
+        }
+        check_io(&compare, nvme_spec::opcode::IoOpcode::Compare as u8)?;
+        check_io(&write, nvme_spec::opcode::IoOpcode::Write as u8)?;
+        Ok(true)
+    }
+
+    /// The namespace's block size, checking that `bytes` is a whole, non-zero number
+    /// of blocks.
+    fn whole_blocks(&self, nsid: NamespaceId, bytes: usize, what: &str) -> Result<u32, ClientError> {
+        let block_size = self.block_size(nsid)?;
+        if bytes == 0 || !bytes.is_multiple_of(block_size as usize) {
+            return Err(ClientError::InvalidArgument(format!(
+                "{what} of {bytes} bytes is not a whole number of {block_size}-byte blocks"
+            )));
+        }
+        Ok(block_size)
+    }
+
     /// Flush of `nsid`.
     pub fn flush(&self, nsid: NamespaceId) -> Result<(), ClientError> {
         for completion in self.run_io(vec![commands::flush(nsid)])? {
@@ -406,6 +459,14 @@ fn namespace_block_size(identify: &IdentifyNamespace) -> Option<u32> {
         .formatted_lba_format()
         .and_then(|format| format.block_size_bytes())
         .and_then(|bytes| u32::try_from(bytes).ok())
+}
+
+/// True for a completion with Compare Failure (media and data integrity 85h).
+fn is_compare_failure(completion: &HostCompletion) -> bool {
+    let status = completion.cqe.status;
+    completion.transport_error.is_none()
+        && status.code_type() == nvme_spec::Status::COMPARE_FAILURE.code_type()
+        && status.code() == nvme_spec::Status::COMPARE_FAILURE.code()
 }
 
 /// `Ok` for a successful I/O completion, the matching error otherwise.

@@ -294,3 +294,72 @@ fn queues_on_threads_while_admin_commands_run() {
     }
     assert_eq!(controller.smart_log().unwrap().host_write_commands, 40);
 }
+
+/// Block content of the race below: round `round` written by contender `writer`,
+/// every byte depending on both and on its position, so a block mixed from two
+/// writers never equals one writer's content.
+fn race_content(round: u64, writer: u64, bytes: usize) -> Vec<u8> {
+    let mut data: Vec<u8> =
+        (0..bytes).map(|index| (index as u64).wrapping_mul(0x9E37).wrapping_add(round * 131 + writer * 17) as u8).collect();
+    data[..8].copy_from_slice(&round.to_le_bytes());
+    data[8..16].copy_from_slice(&writer.to_le_bytes());
+    data
+}
+
+#[test]
+fn fused_compare_and_write_races_have_exactly_one_winner() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+    const CONTENDERS: u64 = 8;
+    const ROUNDS: u64 = 10_000;
+    // 8 blocks of 512 bytes: a torn write would mix blocks of two contenders.
+    const RACE_BLOCKS: usize = 8;
+    const LBA: u64 = 64;
+    let target = TestTarget::start_on_threads(free_port(), ram_backend(), 2);
+    let bytes = RACE_BLOCKS * BLOCK_BYTES as usize;
+    let setup = Controller::connect(options(target.address)).expect("connect");
+    setup.write(NAMESPACE, LBA, &race_content(0, 0, bytes), false).unwrap();
+    // A plain compare agrees with what was written.
+    assert!(setup.compare(NAMESPACE, LBA, &race_content(0, 0, bytes)).unwrap());
+    assert!(!setup.compare(NAMESPACE, LBA, &race_content(0, 1, bytes)).unwrap());
+
+    let barrier = Arc::new(Barrier::new(CONTENDERS as usize));
+    // Per round: the winner's id + 1 (0: none yet) and the number of winners.
+    let winner_of = Arc::new((0..ROUNDS).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let wins_in = Arc::new((0..ROUNDS).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let address = target.address;
+    let contenders: Vec<_> = (0..CONTENDERS)
+        .map(|me| {
+            let (barrier, winner_of, wins_in) = (barrier.clone(), winner_of.clone(), wins_in.clone());
+            std::thread::spawn(move || {
+                let controller = Controller::connect(options(address)).expect("connect");
+                let mut current = race_content(0, 0, bytes);
+                for round in 0..ROUNDS {
+                    let new = race_content(round + 1, me, bytes);
+                    let won = controller.compare_and_write(NAMESPACE, LBA, &current, &new).expect("fused command");
+                    if won {
+                        wins_in[round as usize].fetch_add(1, Ordering::SeqCst);
+                        winner_of[round as usize].store(me + 1, Ordering::SeqCst);
+                    }
+                    barrier.wait();
+                    let winner = winner_of[round as usize].load(Ordering::SeqCst);
+                    assert_ne!(winner, 0, "round {round}: nobody won");
+                    current = race_content(round + 1, winner - 1, bytes);
+                    if me == 0 && round % 1000 == 999 {
+                        // The blocks hold exactly the winner's data.
+                        assert!(controller.read(NAMESPACE, LBA, RACE_BLOCKS as u32).unwrap() == current, "round {round}: torn or lost");
+                    }
+                    barrier.wait();
+                }
+            })
+        })
+        .collect();
+    for contender in contenders {
+        contender.join().expect("contender");
+    }
+    for round in 0..ROUNDS as usize {
+        assert_eq!(wins_in[round].load(Ordering::SeqCst), 1, "round {round}: not exactly one winner");
+    }
+    let last = winner_of[ROUNDS as usize - 1].load(Ordering::SeqCst) - 1;
+    assert!(setup.read(NAMESPACE, LBA, RACE_BLOCKS as u32).unwrap() == race_content(ROUNDS, last, bytes));
+}

@@ -237,6 +237,31 @@ pub fn write(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32, fua: b
     HostCommand { data_out: data, ..command(sqe) }
 }
 
+/// Compare (NVM 05h) of `data` (whole `block_size` blocks) with the blocks at `lba`:
+/// success when equal, Compare Failure when not.
+pub fn compare(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Compare as u8);
+    let blocks = (data.len() / block_size.max(1) as usize) as u32;
+    set_range(&mut sqe, nsid, lba, blocks);
+    HostCommand { data_out: data, ..command(sqe) }
+}
+
+/// A fused Compare and Write (FUSE 01b then 10b): `new` is written at `lba` only if
+/// the blocks there equal `expected`, atomically. Both commands must be submitted
+/// back to back on one queue.
+pub fn compare_and_write(nsid: NamespaceId, lba: u64, expected: Vec<u8>, new: Vec<u8>, block_size: u32) -> [HostCommand; 2] {
+    let mut first = compare(nsid, lba, expected, block_size);
+    first.sqe.set_fused(FUSE_FIRST);
+    let mut second = write(nsid, lba, new, block_size, false);
+    second.sqe.set_fused(FUSE_SECOND);
+    [first, second]
+}
+
+/// FUSE 01b: first command of a fused operation.
+const FUSE_FIRST: u8 = 0b01;
+/// FUSE 10b: second command of a fused operation.
+const FUSE_SECOND: u8 = 0b10;
+
 /// Flush (NVM 00h) of the namespace's volatile write cache.
 pub fn flush(nsid: NamespaceId) -> HostCommand {
     let mut sqe = sqe_for(IoOpcode::Flush as u8);

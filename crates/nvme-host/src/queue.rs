@@ -214,8 +214,9 @@ impl HostQueue {
             return Err(SubmitError::QueueFull(command));
         };
         let HostCommand { mut sqe, data_out, data_in_bytes, user_tag } = command;
-        let opcode = sqe.opcode();
+        let (opcode, fuse) = (sqe.opcode(), sqe.fused());
         sqe.set_cdw0(opcode, CommandId(index), PSDT_SGL_METADATA_BUFFER);
+        sqe.set_fused(fuse);
         let data_out_bytes = data_out.len() as u32;
         let in_capsule = data_out_bytes > 0 && data_out_bytes <= self.in_capsule_data_limit;
         let sgl = if in_capsule {

@@ -62,6 +62,11 @@ impl SubmissionQueueEntry {
         ((self.dwords[0] >> 8) & 0b11) as u8
     }
 
+    /// Sets FUSE (CDW0 bits 9:8): 01b first command of a fused pair, 10b second.
+    pub fn set_fused(&mut self, fuse: u8) {
+        self.dwords[0] = (self.dwords[0] & !(0b11 << 8)) | (u32::from(fuse & 0b11) << 8);
+    }
+
     /// PSDT: PRP or SGL for data transfer, CDW0 bits 15:14.
     pub fn psdt(&self) -> u8 {
         ((self.dwords[0] >> 14) & 0b11) as u8

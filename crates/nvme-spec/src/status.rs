@@ -81,6 +81,10 @@ impl Status {
     pub const INTERNAL_ERROR: Status = Status::new(StatusCodeType::Generic, 0x06);
     pub const ABORTED_BY_REQUEST: Status = Status::new(StatusCodeType::Generic, 0x07);
     pub const ABORTED_SQ_DELETION: Status = Status::new(StatusCodeType::Generic, 0x08);
+    /// Command Aborted due to Failed Fused Command: the other command of the pair failed.
+    pub const ABORTED_FAILED_FUSED: Status = Status::new(StatusCodeType::Generic, 0x09);
+    /// Command Aborted due to Missing Fused Command: a fused command without its partner.
+    pub const ABORTED_MISSING_FUSED: Status = Status::new(StatusCodeType::Generic, 0x0A);
     pub const INVALID_NAMESPACE_OR_FORMAT: Status = Status::new(StatusCodeType::Generic, 0x0B);
     pub const COMMAND_SEQUENCE_ERROR: Status = Status::new(StatusCodeType::Generic, 0x0C);
     pub const INVALID_SGL_LAST_SEGMENT: Status = Status::new(StatusCodeType::Generic, 0x0D);

@@ -24,6 +24,7 @@ use crate::controller::{Controller, ControllerKind};
 use crate::dispatch::Outcome;
 use crate::fabrics::REPORTED_VERSION;
 use crate::limits::{
+    ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED,
     ANA_TRANSITION_TIME_SECONDS, MAX_ANA_GROUP_ID, ERROR_LOG_ENTRIES, IN_CAPSULE_DATA_BYTES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
     MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
     MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
@@ -34,6 +35,9 @@ use crate::subsystem::Subsystem;
 /// RESCAP bits 7:1: Ignore Existing Key and the six reservation types.
 const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
 /// FR: firmware revision, the crate version.
+/// FUSES bit 0: the controller supports the Compare and Write fused operation.
+const FUSED_COMPARE_AND_WRITE: u16 = 1 << 0;
+
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// RAB: recommended arbitration burst (2^6 commands), as the Linux target reports.
 const RECOMMENDED_ARBITRATION_BURST: u8 = 6;
@@ -273,6 +277,9 @@ impl Connection {
                 if self.target.settings.reservations {
                     id.optional_nvm_command_support |= oncs::RESERVATIONS;
                 }
+                // Compare and Write, atomic for any pair up to MDTS (see `fused`).
+                id.fused_operation_support = FUSED_COMPARE_AND_WRITE;
+                id.atomic_compare_and_write_unit = ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED;
                 if let Some(pool) = &subsystem.pool {
                     id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
                     id.total_nvm_capacity = u128::from(pool.capacity_bytes());

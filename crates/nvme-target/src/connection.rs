@@ -164,6 +164,8 @@ pub struct Connection {
     /// This connection's place in its host's `max_connections_per_host`, from a
     /// successful Connect until the connection closes.
     pub(crate) host_connection: Option<HostConnectionGuard>,
+    /// Fused Compare and Write pairing and commands parked behind held ranges.
+    pub(crate) fused: crate::fused::FusedQueue,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
     terminated: bool,
     cleaned_up: bool,
@@ -233,6 +235,7 @@ impl Connection {
             abort_check_at: None,
             authentication: None,
             host_connection: None,
+            fused: crate::fused::FusedQueue::default(),
             terminated: false,
             cleaned_up: false,
         }
@@ -323,6 +326,7 @@ impl Connection {
             return;
         };
         self.slots.slot(slot_index).received_at = Some(now);
+        self.order_fused(slot_index);
         if let Some(binding) = &mut self.binding {
             binding.submission_queue_head = (binding.submission_queue_head + 1) % binding.depth;
         }
@@ -601,6 +605,7 @@ impl Connection {
         queue_id: QueueId,
         submission_queue_head: u16,
     ) {
+        self.on_fused_completion(slot_index, status);
         if self.terminated {
             // Nothing may follow the C2HTermReq: drop the response.
             let slot = self.slots.slot(slot_index);
@@ -796,6 +801,7 @@ impl Connection {
                 // Also lets an idle queue drop namespaces that were deleted.
                 self.refresh_namespaces();
                 self.serve_abort_requests();
+                self.retry_parked();
             }
         }
         if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
@@ -908,6 +914,7 @@ impl Connection {
             return;
         }
         self.cleaned_up = true;
+        self.release_all_held_ranges();
         self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;
         // Gives the place back to the host's max_connections_per_host.

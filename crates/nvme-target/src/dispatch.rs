@@ -43,12 +43,12 @@ fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_
         return;
     }
     match kind {
-        PendingKind::Read | PendingKind::Compare => {
+        PendingKind::Read | PendingKind::Compare | PendingKind::FusedCompare => {
             QueueStats::add(&stats.read_commands, 1);
             QueueStats::add(&stats.bytes_read, data_bytes);
             stats.read_latency.record(latency_microseconds);
         }
-        PendingKind::Write => {
+        PendingKind::Write | PendingKind::FusedWrite => {
             QueueStats::add(&stats.write_commands, 1);
             QueueStats::add(&stats.bytes_written, data_bytes);
             stats.write_latency.record(latency_microseconds);
@@ -203,10 +203,13 @@ impl Connection {
             .iter()
             .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
             || self.retired_queues.iter().any(must_poll)
+            || (self.storage_waker.is_none() && self.has_parked())
     }
 
     /// Collects storage completions and finishes the commands they belong to.
     pub fn poll_storage(&mut self, now: Instant) {
+        // Woken maybe because a range a parked command waits for was released.
+        self.retry_parked();
         let mut completions = std::mem::take(&mut self.completions);
         for position in 0..self.opened_namespaces.len() {
             let index = self.opened_namespaces[position] as usize - 1;
@@ -240,7 +243,8 @@ impl Connection {
             self.pool.give(completion.buffer);
             return;
         }
-        if slot.pending_kind == PendingKind::Compare && slot.compare_buffer.is_empty() {
+        let compares = matches!(slot.pending_kind, PendingKind::Compare | PendingKind::FusedCompare);
+        if compares && slot.compare_buffer.is_empty() {
             slot.compare_buffer = completion.buffer;
         } else if slot.buffer.is_empty() {
             slot.buffer = completion.buffer;
@@ -267,8 +271,8 @@ impl Connection {
         let kind = slot.pending_kind;
         let data_bytes = match kind {
             PendingKind::Read => slot.buffer.len() as u64,
-            PendingKind::Compare => slot.compare_buffer.len() as u64,
-            PendingKind::Write => u64::from(slot.host_data_bytes),
+            PendingKind::Compare | PendingKind::FusedCompare => slot.compare_buffer.len() as u64,
+            PendingKind::Write | PendingKind::FusedWrite => u64::from(slot.host_data_bytes),
             PendingKind::Other => 0,
         };
         // Counted for the subsystem (SMART) and for the namespace (metrics); a
@@ -278,6 +282,10 @@ impl Connection {
             self.backend_queues.get(namespace_index).and_then(Option::as_ref).map(|open| &*open.stats);
         for stats in [self.stats.as_deref(), namespace_stats].into_iter().flatten() {
             count_completion(stats, kind, status, data_bytes, latency_microseconds);
+        }
+        if matches!(kind, PendingKind::FusedCompare | PendingKind::FusedWrite) {
+            self.fused_storage_done(slot_index, status);
+            return;
         }
         if !status.is_success() {
             self.complete(slot_index, status, 0);
@@ -295,6 +303,7 @@ impl Connection {
                 self.complete(slot_index, status, 0);
             }
             PendingKind::Write | PendingKind::Other => self.complete(slot_index, Status::SUCCESS, 0),
+            PendingKind::FusedCompare | PendingKind::FusedWrite => {}
         }
     }
 

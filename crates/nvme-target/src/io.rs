@@ -8,7 +8,7 @@ use storage::{Geometry, IoOp};
 use crate::connection::{Connection, Phase};
 use crate::dispatch::Outcome;
 use crate::limits::{MAX_DATASET_RANGES, MAX_DATA_TRANSFER_BYTES};
-use crate::slots::PendingKind;
+use crate::slots::{FusedLink, PendingKind};
 
 /// CDW12 bit 25 of Write Zeroes: DEAC, deallocate the blocks as well.
 const WRITE_ZEROES_DEALLOCATE: u32 = 1 << 25;
@@ -44,9 +44,18 @@ impl Connection {
         Ok(namespace.geometry)
     }
 
+    /// True when the blocks are held by a fused pair: the command is parked and runs
+    /// again once the pair is done.
+    fn must_wait_for_range(&mut self, slot_index: u16, namespace_id: NamespaceId, lba: u64, blocks: u64) -> bool {
+        match self.view.get(namespace_id).cloned() {
+            Some(namespace) => self.write_waits_for_range(slot_index, &namespace, lba, blocks),
+            None => false,
+        }
+    }
+
     /// Checks a read/write-family command's namespace, range and transfer length.
     /// Returns (geometry, bytes).
-    fn validate_transfer(&self, sqe: &SubmissionQueueEntry) -> Result<(Geometry, u32), Status> {
+    pub(crate) fn validate_transfer(&self, sqe: &SubmissionQueueEntry) -> Result<(Geometry, u32), Status> {
         let write = IoOpcode::from_u8(sqe.opcode()) == Some(IoOpcode::Write);
         let geometry = self.namespace_geometry(sqe.namespace_id(), write)?;
         let bytes = checked_range(geometry, sqe.starting_lba(), u64::from(sqe.block_count()))?;
@@ -90,7 +99,9 @@ impl Connection {
         }
         self.refresh_namespaces();
         let sqe = self.slots.slot(slot_index).sqe;
+        let fused = self.slots.slot_ref(slot_index).fused != FusedLink::None;
         let result = match IoOpcode::from_u8(sqe.opcode()) {
+            Some(IoOpcode::Compare | IoOpcode::Write) if fused => self.fused_data_ready(slot_index),
             Some(IoOpcode::Read) => self.io_read(slot_index, &sqe),
             Some(IoOpcode::Write) => self.io_write(slot_index, &sqe),
             Some(IoOpcode::Compare) => self.io_compare(slot_index, &sqe),
@@ -127,11 +138,13 @@ impl Connection {
 
     fn io_write(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {
         let (_, bytes) = self.validate_transfer(sqe)?;
-        let slot = self.slots.slot(slot_index);
-        if slot.host_data_bytes != bytes {
+        if self.slots.slot_ref(slot_index).host_data_bytes != bytes {
             return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
         }
-        let buffer = std::mem::take(&mut slot.buffer);
+        if self.must_wait_for_range(slot_index, sqe.namespace_id(), sqe.starting_lba(), u64::from(sqe.block_count())) {
+            return Ok(Outcome::Pending);
+        }
+        let buffer = std::mem::take(&mut self.slots.slot(slot_index).buffer);
         let op = IoOp::Write {
             lba: sqe.starting_lba(),
             blocks: sqe.block_count(),
@@ -193,6 +206,9 @@ impl Connection {
         let geometry = self.namespace_geometry(sqe.namespace_id(), true)?;
         let blocks = u64::from(sqe.block_count());
         checked_range(geometry, sqe.starting_lba(), blocks)?;
+        if self.must_wait_for_range(slot_index, sqe.namespace_id(), sqe.starting_lba(), blocks) {
+            return Ok(Outcome::Pending);
+        }
         let op = IoOp::WriteZeroes {
             lba: sqe.starting_lba(),
             blocks,
@@ -233,6 +249,11 @@ impl Connection {
         }
         if work_count == 0 {
             return Ok(Outcome::status(Status::SUCCESS));
+        }
+        for &(lba, blocks) in &work[..work_count] {
+            if self.must_wait_for_range(slot_index, sqe.namespace_id(), lba, blocks) {
+                return Ok(Outcome::Pending);
+            }
         }
         self.slots.slot(slot_index).pending_kind = PendingKind::Other;
         for &(lba, blocks) in &work[..work_count] {

@@ -140,6 +140,17 @@ impl RefusalLog {
     }
 }
 
+/// Fused Compare and Write pairs holding a range at once on one namespace. Each holds
+/// its range for one read and one write; more waiting pairs wait their turn. Bounds
+/// the table a write scans while pairs run.
+pub const MAX_HELD_COMPARE_AND_WRITE_RANGES: usize = 256;
+
+/// ACWU: atomic compare and write unit, in blocks, 0's based as Identify reports it.
+/// A pair's range is held for its whole length, so any pair up to MDTS is atomic;
+/// 0's based 31 is 32 blocks (128 KiB of 4 KiB blocks), what the smallest MDTS
+/// allows for 4 KiB blocks.
+pub const ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED: u16 = 31;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,8 @@ pub struct Namespace {
     pub stats: StatsRegistry,
     /// Registrations and reservation, shared by every controller of the subsystem.
     pub reservations: crate::reservations::Reservations,
+    /// LBA ranges held by fused Compare and Write pairs, shared like `reservations`.
+    pub range_locks: crate::range_locks::RangeLocks,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
     /// freed) when the last holder drops this namespace.
     deleted: AtomicBool,
@@ -77,6 +79,7 @@ impl Namespace {
             ana_group: crate::ana::DEFAULT_ANA_GROUP,
             stats: StatsRegistry::default(),
             reservations: crate::reservations::Reservations::default(),
+            range_locks: crate::range_locks::RangeLocks::default(),
             deleted: AtomicBool::new(false),
         }
     }

@@ -19,6 +19,21 @@ pub enum SlotState {
     HeldAsyncEvent,
     /// An Abort held until the queue of the command it names answers.
     HeldAbort,
+    /// A fused command with all its data, waiting for the other command of its pair
+    /// or for its LBA range (see `fused`); also a write waiting for a range a fused
+    /// pair holds.
+    WaitingFused,
+}
+
+/// A command's place in a fused operation (FUSE, CDW0 bits 9:8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedLink {
+    /// Not fused.
+    None,
+    /// The first command (Compare); `second` once its partner arrived.
+    First { second: Option<u16> },
+    /// The second command (Write) of the pair whose first is in `first`.
+    Second { first: u16 },
 }
 
 /// What to do when a command's storage operations finish.
@@ -32,6 +47,10 @@ pub enum PendingKind {
     Compare,
     /// No data, no counting (Flush, Write Zeroes, Deallocate).
     Other,
+    /// The read of a fused Compare (its data in `compare_buffer`).
+    FusedCompare,
+    /// The write of a fused pair, once the compare matched.
+    FusedWrite,
 }
 
 /// One outstanding command.
@@ -62,6 +81,11 @@ pub struct CommandSlot {
     pub send_data_bytes: u32,
     /// When the command capsule arrived (latency is measured from here).
     pub received_at: Option<std::time::Instant>,
+    /// Fused operation membership.
+    pub fused: FusedLink,
+    /// The namespace whose range this command (a fused pair's first, or nothing)
+    /// holds; released when the pair ends or the connection closes.
+    pub held_range: Option<std::sync::Arc<crate::namespaces::Namespace>>,
 }
 
 impl CommandSlot {
@@ -80,6 +104,8 @@ impl CommandSlot {
             storage_status: Status::SUCCESS,
             send_data_bytes: 0,
             received_at: None,
+            fused: FusedLink::None,
+            held_range: None,
         }
     }
 
@@ -95,6 +121,8 @@ impl CommandSlot {
         self.storage_status = Status::SUCCESS;
         self.send_data_bytes = 0;
         self.received_at = None;
+        self.fused = FusedLink::None;
+        self.held_range = None;
     }
 }
 

@@ -324,6 +324,12 @@ else
 fi
 
 section "nvme detach-ns + delete-ns of all $TOTAL"
+# A namespace removal that never finishes blocks in the kernel (state D), beyond what
+# a timeout can kill: after 90 s, dump every task's stack and every CPU's backtrace
+# to the console (the peer keeps it) so the cause can be read.
+( sleep 90; echo "  DIAG: detach/delete still running after 90 s; sysrq t + l" >/dev/console
+  echo t >/proc/sysrq-trigger; echo l >/proc/sysrq-trigger; echo w >/proc/sysrq-trigger ) &
+diag_pid=$!
 detached=0 deleted=0
 for nsid in $nsids; do
   run_quiet "detach-ns-$nsid" 30 nvme detach-ns "/dev/$POOL_CTRL" --namespace-id="$nsid" --controllers="$CNTLID" &&
@@ -331,6 +337,7 @@ for nsid in $nsids; do
   run_quiet "delete-ns-$nsid" 30 nvme delete-ns "/dev/$POOL_CTRL" --namespace-id="$nsid" &&
     deleted=$((deleted + 1))
 done
+kill "$diag_pid" 2>/dev/null
 [ $detached -eq $TOTAL ] && ok detach-ns-all "$detached detached"
 [ $deleted -eq $TOTAL ] && ok delete-ns-all "$deleted deleted"
 none_left() { [ "$(count_of "$POOL_NQN")" -eq 0 ]; }

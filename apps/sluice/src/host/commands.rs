@@ -47,6 +47,7 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
             write(&target, output, &io, force_unit_access)
         }
         HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
+        HostCommand::Compare { target, output, io } => compare(&target, output, &io),
         HostCommand::Verify { target, output, namespace_id, start_block, block_count } => {
             verify(&target, output, namespace_id, start_block, block_count)
         }
@@ -665,6 +666,42 @@ fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> 
         lba += chunk.len() as u64 / block_bytes;
     }
     io_summary("write", output, nsid, io_args.start_block, &transfer)
+}
+
+/// Compare: the input, padded with zeros to whole blocks like `write`, against the
+/// blocks from --start-block; one command per MDTS.
+fn compare(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), HostError> {
+    let mut input = read_input(io_args)?;
+    let session = Session::open(args)?;
+    let nsid = io_args.namespace_id;
+    let ns = session.identify_namespace(nsid)?;
+    let block_bytes = block_size(nsid, &ns)?;
+    let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
+    let transfer = plan_transfer(io_args, block_bytes, (!explicit).then_some(input.len() as u64))?;
+    input.truncate(transfer.bytes as usize);
+    input.resize((transfer.blocks * block_bytes) as usize, 0);
+    let per_call = blocks_per_call(block_bytes);
+    let mut lba = io_args.start_block;
+    for chunk in input.chunks((per_call * block_bytes) as usize) {
+        let equal = session
+            .controller()
+            .compare(NamespaceId(nsid), lba, chunk)
+            .map_err(|error| command_error("compare", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
+        if !equal {
+            let last = lba + chunk.len() as u64 / block_bytes - 1;
+            if output.json() {
+                print_json(&json!({
+                    "command": "compare", "namespace_id": nsid, "result": "compare failure",
+                    "first_block": lba, "last_block": last,
+                }))?;
+            }
+            return Err(HostError::runtime(format!(
+                "compare: NVMe status: Compare Failure: the data differs from blocks {lba}..={last} of namespace {nsid}"
+            )));
+        }
+        lba += chunk.len() as u64 / block_bytes;
+    }
+    io_summary("compare", output, nsid, io_args.start_block, &transfer)
 }
 
 /// nvme-cli prints "read: Success" to stderr (stdout may carry the data); JSON goes to

@@ -258,6 +258,20 @@ pub enum HostCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Compare logical blocks with data from a file or stdin (like `nvme compare`):
+    /// exit 0 when equal, 1 with "Compare Failure" when not.
+    #[command(
+        after_help = IO_AFTER_HELP,
+        mut_arg("reconnect_delay", |arg| arg.short(None)),
+    )]
+    Compare {
+        #[command(flatten)]
+        io: IoArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Flush the volatile write cache of a namespace (like `nvme flush`).
     #[command(after_help = HOST_AFTER_HELP)]
     Flush {

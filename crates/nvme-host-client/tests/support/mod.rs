@@ -37,6 +37,11 @@ pub struct TestTarget {
 
 impl TestTarget {
     pub fn start(port: u16, backend: Arc<RamBackend>) -> TestTarget {
+        Self::start_on_threads(port, backend, 1)
+    }
+
+    /// `start` with `threads` runtime threads (connections spread over them).
+    pub fn start_on_threads(port: u16, backend: Arc<RamBackend>, threads: usize) -> TestTarget {
         let shared: Arc<dyn Backend> = backend.clone();
         let target = Target::new(TargetSpec {
             listeners: vec![ListenerSpec {
@@ -58,7 +63,7 @@ impl TestTarget {
         .expect("target");
         let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let config = RuntimeConfig {
-            threads: 1,
+            threads,
             pin_threads: false,
             poll_mode: PollMode::Sleep,
             listeners: vec![listen],
