@@ -189,17 +189,25 @@ impl Connection {
         // Broadcast flush: every namespace of the subsystem.
         self.slots.slot(slot_index).pending_kind = PendingKind::Other;
         let mut submitted = 0;
+        let mut first_refusal = None;
         for position in 0..self.view.active_ids().len() {
             let id = self.view.active_ids()[position];
             // Namespaces this path cannot serve are flushed through the path that can.
-            if self.namespace_geometry(id, true).is_err() {
+            if let Err(status) = self.namespace_geometry(id, true) {
                 // Not served here (ANA) or reserved by another host: skipped.
+                first_refusal.get_or_insert(status);
                 continue;
             }
             self.submit_storage(slot_index, id, IoOp::Flush, Vec::new())?;
             submitted += 1;
         }
-        Ok(if submitted == 0 { Outcome::status(Status::SUCCESS) } else { Outcome::Pending })
+        match (submitted, first_refusal) {
+            // Nothing this path could flush: the host learns why (an ANA state sends
+            // it to another path) instead of a success that flushed nothing.
+            (0, Some(status)) => Err(status),
+            (0, None) => Ok(Outcome::status(Status::SUCCESS)),
+            _ => Ok(Outcome::Pending),
+        }
     }
 
     fn io_write_zeroes(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Result<Outcome, Status> {

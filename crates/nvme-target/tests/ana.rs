@@ -127,7 +127,13 @@ fn io_on_a_group_this_path_cannot_serve_gets_a_path_status_without_dnr() {
         (AnaState::PersistentLoss, Status::ASYMMETRIC_ACCESS_PERSISTENT_LOSS),
     ] {
         target.set_ana_state(AnaGroupId(1), state);
-        for (command, payload) in [(read_write(IoOpcode::Read, 1, 0, 8), &[][..]), (read_write(IoOpcode::Write, 2, 0, 8), &data[..])] {
+        // A broadcast Flush that can flush nothing here says why, too.
+        let flush_all = sqe(IoOpcode::Flush as u8, 0xFFFF_FFFF, 0);
+        for (command, payload) in [
+            (read_write(IoOpcode::Read, 1, 0, 8), &[][..]),
+            (read_write(IoOpcode::Write, 2, 0, 8), &data[..]),
+            (flush_all, &[][..]),
+        ] {
             let answer = io.command(command, payload, &[]);
             assert_status(&answer, status);
             assert!(!answer.cqe.status.do_not_retry(), "{state:?}: the host must retry on another path");
