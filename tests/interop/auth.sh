@@ -15,7 +15,7 @@
 #    each connection carries I/O; a wrong host secret, a wrong controller secret and
 #    no secret fail. The target's log must show the negotiated hash and group of
 #    every queue. Debian bookworm's 6.1 kernel has no NVMe in-band authentication,
-#    so this guest runs bookworm-backports' kernel (use_auth_kernel_peer in
+#    so this guest runs bookworm-backports' kernel (use_backports_kernel_peer in
 #    lib/common.sh); SLUICE_AUTH_KERNEL=stock keeps the stock kernel and reports
 #    the DH-HMAC-CHAP checks as SKIP.
 # 2. Sluice's own host (`sluice connect/discover`) against the same target: listed
@@ -284,7 +284,7 @@ guest_env="IO_PORT=$IO_PORT DISC_PORT=$DISC_PORT ACL_NQN=$ACL_NQN CHAP_NQN=$CHAP
 guest_env="$guest_env STRANGER=$STRANGER GUEST_SECRET='$GUEST_SECRET' WRONG_SECRET='$WRONG_SECRET'"
 guest_env="$guest_env GUEST_BIDI=$GUEST_BIDI BIDI_SECRET='$BIDI_SECRET' CTRL_SECRET='$CTRL_SECRET'"
 guest_env="$guest_env GUEST_NULL=$GUEST_NULL NULL_SECRET='$NULL_SECRET' KT_NQN=nqn.2026-11.io.sluice:kernel-target-auth"
-use_auth_kernel_peer
+use_backports_kernel_peer
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log)"
 set +e
 # Sluice's host runs in the guest too (against nvmet there): a stripped copy, with

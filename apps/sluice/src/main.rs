@@ -7,6 +7,7 @@ mod host;
 mod manage;
 mod metrics;
 mod notify;
+mod reservation_files;
 mod serve;
 
 use std::io::IsTerminal;
@@ -148,7 +149,7 @@ fn main() -> ExitCode {
             }
             match serve::serve(&config, &serve::ServeOptions { metrics_address, config_path, rpc_socket }) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error @ (serve::ServeError::Config(_) | serve::ServeError::Target(_))) => {
+                Err(error @ (serve::ServeError::Config(_) | serve::ServeError::Target(_) | serve::ServeError::State(_))) => {
                     fail(error, EXIT_CONFIG_ERROR)
                 }
                 Err(error) => fail(error, EXIT_RUNTIME_ERROR),

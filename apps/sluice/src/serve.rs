@@ -26,6 +26,8 @@ pub enum ServeError {
     Management(#[from] crate::manage::SocketError),
     #[error("cannot join the gateway group: {0}")]
     Gateway(String),
+    #[error("{0}")]
+    State(String),
 }
 
 /// Options of `sluice serve` given on the command line rather than in the config.
@@ -43,6 +45,16 @@ pub struct ServeOptions {
 pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
+    // Before the listeners open: saved reservations are in force for the first command.
+    if let Some(state_dir) = &config.target.state_dir {
+        if config.gateway.is_none() {
+            let store = crate::reservation_files::ReservationFiles::open(state_dir).map_err(ServeError::State)?;
+            target.set_reservation_store(std::sync::Arc::new(store));
+        } else {
+            tracing::warn!(state_dir = %state_dir.display(),
+                "[target] state_dir is not used by a gateway: gateways offer no reservations");
+        }
+    }
     // Before the listeners open: hosts must never see a group accessible that this
     // gateway has not been granted yet.
     let gateway = match config.gateway_plan()? {

@@ -568,3 +568,57 @@ fn compare_matches_written_data_and_reports_a_difference() {
     compare.extend(["-b", "8", "-c", "3", "-z", "2048", "-d", path].map(String::from));
     assert_fails(&sluice(&compare), 1, &["Compare Failure", "blocks 8..=11"]);
 }
+
+#[test]
+fn reservations_with_ptpl_survive_a_killed_target() {
+    let dir = scratch_dir("cli-ptpl");
+    let state = dir.join("state");
+    let host_a = ["-q", "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a", "-I", "aaaaaaaa-0000-4000-8000-00000000000a"];
+    let host_b = ["-q", "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b", "-I", "bbbbbbbb-0000-4000-8000-00000000000b"];
+    let start = |port: u16| -> Option<ServeProcess> {
+        let config = dir.join("sluice.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[listener]]\naddress = \"127.0.0.1:{port}\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\nallow_any_host = true\n\n\
+                 [[subsystem.namespace]]\nnsid = 1\nbackend = \"ram\"\nsize = \"1MiB\"\n\n[runtime]\nthreads = 1\n\n\
+                 [target]\nstate_dir = \"{}\"\n",
+                state.display()
+            ),
+        )
+        .unwrap();
+        ServeProcess::start(&config, &[])
+    };
+    let (port, mut first) = (0..5).find_map(|_| { let port = free_port(); start(port).map(|process| (port, process)) }).expect("serve");
+    let run = |port: u16, subcommand: &str, host: &[&str], extra: &[&str]| -> Output {
+        let mut args: Vec<String> = vec![subcommand.into(), "-a".into(), "127.0.0.1".into(), "--trsvcid".into(), port.to_string(), "-n".into(), NQN.into()];
+        args.extend(host.iter().chain(extra).map(|arg| arg.to_string()));
+        sluice(&args)
+    };
+    let ok_run = |port: u16, subcommand: &str, host: &[&str], extra: &[&str]| -> String {
+        let output = run(port, subcommand, host, extra);
+        assert!(output.status.success(), "{subcommand}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    ok_run(port, "resv-register", &host_a, &["--nrkey", "0xa1", "--cptpl", "3"]);
+    ok_run(port, "resv-register", &host_b, &["--nrkey", "0xb2"]);
+    ok_run(port, "resv-acquire", &host_a, &["-c", "0xa1", "--rtype", "1"]);
+    assert!(std::fs::read_dir(state.join("reservations")).unwrap().count() == 1, "one record file");
+
+    // SIGKILL: nothing is flushed on the way out.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    let _second = (0..50)
+        .find_map(|_| start(port).or_else(|| { std::thread::sleep(std::time::Duration::from_millis(100)); None }))
+        .expect("restart on the same port");
+    let report: Value = serde_json::from_str(&ok_run(port, "resv-report", &host_b, &["-o", "json"])).unwrap();
+    assert_eq!(report["rtype"], 1, "{report}");
+    assert_eq!(report["regctl"], 2, "{report}");
+    assert_eq!(report["ptpls"], 1, "{report}");
+    let block = dir.join("block");
+    std::fs::write(&block, vec![0u8; 512]).unwrap();
+    assert_fails(&run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]), 1, &["Reservation Conflict"]);
+    ok_run(port, "resv-release", &host_a, &["-c", "0xa1", "--rtype", "1"]);
+    ok_run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]);
+}

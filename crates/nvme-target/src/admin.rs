@@ -51,7 +51,7 @@ impl Connection {
         match AdminOpcode::from_u8(sqe.opcode()) {
             Some(AdminOpcode::Identify) => self.admin_identify(slot_index, &sqe),
             Some(AdminOpcode::GetLogPage) => self.admin_get_log_page(slot_index, &sqe),
-            Some(AdminOpcode::SetFeatures) => self.admin_set_features(&sqe, now),
+            Some(AdminOpcode::SetFeatures) => self.admin_set_features(slot_index, &sqe, now),
             Some(AdminOpcode::GetFeatures) => self.admin_get_features(slot_index, &sqe),
             Some(AdminOpcode::AsynchronousEventRequest) => self.admin_async_event_request(slot_index),
             Some(AdminOpcode::KeepAlive) => {
@@ -95,7 +95,7 @@ impl Connection {
         true
     }
 
-    fn admin_set_features(&mut self, sqe: &SubmissionQueueEntry, now: Instant) -> Outcome {
+    fn admin_set_features(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry, now: Instant) -> Outcome {
         let command = FeatureCommand::decode(sqe);
         if command.save {
             return Outcome::status(Status::FEATURE_IDENTIFIER_NOT_SAVEABLE.with_do_not_retry());
@@ -105,6 +105,10 @@ impl Connection {
         };
         let controller = binding.controller.clone();
         let discovery = controller.kind == ControllerKind::Discovery;
+        if command.feature_id == feature_id::RESERVATION_PERSISTENCE && !discovery {
+            // PTPL may wait for the reservation store (reservation_commands.rs).
+            return self.set_reservation_persistence(slot_index, sqe, command.dword11 & 1 != 0);
+        }
         let has_volatile_cache =
             controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.has_volatile_write_cache());
         let max_queues = self.target.settings.max_io_queues_per_controller;
@@ -184,12 +188,6 @@ impl Connection {
                 }
                 Err(status) => Outcome::status(status),
             },
-            // PTPL (bit 0) is not offered (RESCAP bit 0 clear): only "off" is accepted.
-            feature_id::RESERVATION_PERSISTENCE => match self.reservation_feature_namespace(sqe, false) {
-                Ok(_) if value & 1 == 0 => Outcome::status(Status::SUCCESS),
-                Ok(_) => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
-                Err(status) => Outcome::status(status),
-            },
             // DULBE (bit 16) needs deallocated-block errors, which no namespace offers.
             feature_id::ERROR_RECOVERY if value & ERROR_RECOVERY_DULBE == 0 => {
                 state.features.error_recovery_time_limit_100ms = value as u16;
@@ -213,7 +211,7 @@ impl Connection {
 
     /// The NSID a reservation feature (82h, 83h) names: an active namespace, or with
     /// `broadcast_ok` FFFFFFFFh for all of them.
-    fn reservation_feature_namespace(&mut self, sqe: &SubmissionQueueEntry, broadcast_ok: bool) -> Result<NamespaceId, Status> {
+    pub(crate) fn reservation_feature_namespace(&mut self, sqe: &SubmissionQueueEntry, broadcast_ok: bool) -> Result<NamespaceId, Status> {
         let nsid = sqe.namespace_id();
         if nsid == NamespaceId::BROADCAST && broadcast_ok {
             return Ok(nsid);

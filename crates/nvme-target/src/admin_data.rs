@@ -34,6 +34,8 @@ use crate::subsystem::Subsystem;
 
 /// RESCAP bits 7:1: Ignore Existing Key and the six reservation types.
 const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
+/// RESCAP bit 0, PTPOS: Persist Through Power Loss supported.
+const RESERVATION_PERSIST_THROUGH_POWER_LOSS: u8 = 1 << 0;
 /// FR: firmware revision, the crate version.
 /// FUSES bit 0: the controller supports the Compare and Write fused operation.
 const FUSED_COMPARE_AND_WRITE: u16 = 1 << 0;
@@ -130,6 +132,9 @@ impl Connection {
                     let mut identify = identify_namespace(namespace);
                     if !self.target.settings.reservations {
                         identify.reservation_capabilities = 0;
+                    } else if subsystem.reservation_store().is_some() {
+                        // PTPOS: Persist Through Power Loss, with a reservation store.
+                        identify.reservation_capabilities |= RESERVATION_PERSIST_THROUGH_POWER_LOSS;
                     }
                     identify.encode(data);
                 }
@@ -447,7 +452,7 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         },
         namespace_globally_unique_identifier: namespace.nguid,
         ana_group_identifier: namespace.ana_group.0,
-        // RESCAP: all six types and Ignore Existing Key; not Persist Through Power Loss.
+        // RESCAP: all six types and Ignore Existing Key; PTPOS where a store exists.
         reservation_capabilities: RESERVATION_CAPABILITIES,
         ..IdentifyNamespace::default()
     };

@@ -164,6 +164,8 @@ pub struct Connection {
     /// This connection's place in its host's `max_connections_per_host`, from a
     /// successful Connect until the connection closes.
     pub(crate) host_connection: Option<HostConnectionGuard>,
+    /// Reservation commands waiting for the reservation store (slot, ticket).
+    pub(crate) held_persists: Vec<(u16, crate::reservation_store::PersistTicket)>,
     /// Fused Compare and Write pairing and commands parked behind held ranges.
     pub(crate) fused: crate::fused::FusedQueue,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
@@ -235,6 +237,7 @@ impl Connection {
             abort_check_at: None,
             authentication: None,
             host_connection: None,
+            held_persists: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             terminated: false,
             cleaned_up: false,

@@ -203,13 +203,15 @@ impl Connection {
             .iter()
             .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
             || self.retired_queues.iter().any(must_poll)
-            || (self.storage_waker.is_none() && self.has_parked())
+            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_persists.is_empty()))
     }
 
     /// Collects storage completions and finishes the commands they belong to.
     pub fn poll_storage(&mut self, now: Instant) {
-        // Woken maybe because a range a parked command waits for was released.
+        // Woken maybe because a range a parked command waits for was released, or a
+        // reservation state became durable.
         self.retry_parked();
+        self.complete_persisted();
         let mut completions = std::mem::take(&mut self.completions);
         for position in 0..self.opened_namespaces.len() {
             let index = self.opened_namespaces[position] as usize - 1;

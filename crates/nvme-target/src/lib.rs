@@ -29,6 +29,7 @@ pub mod management;
 pub mod namespaces;
 pub mod range_locks;
 pub mod reservations;
+pub mod reservation_store;
 pub mod limits;
 pub mod slots;
 pub mod stats;

@@ -44,6 +44,8 @@ pub struct Namespace {
     pub reservations: crate::reservations::Reservations,
     /// LBA ranges held by fused Compare and Write pairs, shared like `reservations`.
     pub range_locks: crate::range_locks::RangeLocks,
+    /// The reservation store was asked for this namespace's saved state (once).
+    pub(crate) reservations_restored: AtomicBool,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
     /// freed) when the last holder drops this namespace.
     deleted: AtomicBool,
@@ -80,6 +82,7 @@ impl Namespace {
             stats: StatsRegistry::default(),
             reservations: crate::reservations::Reservations::default(),
             range_locks: crate::range_locks::RangeLocks::default(),
+            reservations_restored: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
         }
     }

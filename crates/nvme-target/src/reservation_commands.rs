@@ -7,7 +7,9 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use crate::connection::Connection;
 use crate::dispatch::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
+use crate::reservation_store::{NamespaceKey, PersistTicket};
 use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
+use crate::slots::SlotState;
 
 /// Bytes of the extended Reservation Status header and of each extended Registered
 /// Controller data structure (128-bit Host Identifiers, the only kind fabrics use).
@@ -18,6 +20,19 @@ const NO_CONTROLLER: u16 = 0xFFFF;
 
 fn invalid() -> Status {
     Status::INVALID_FIELD.with_do_not_retry()
+}
+
+/// The status of a reservation command once the store answered. A failed save leaves
+/// the new state in force but not durable: the host learns it (Internal Error) and
+/// the log says why.
+fn persist_status(result: Result<(), String>) -> Status {
+    match result {
+        Ok(()) => Status::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "reservation state not saved: it is in force but will not survive a restart");
+            Status::INTERNAL_ERROR
+        }
+    }
 }
 
 fn key_at(data: &[u8], offset: usize) -> u64 {
@@ -75,18 +90,26 @@ impl Connection {
             _ => return Err(invalid()),
         };
         let ignore_key = cdw10 & (1 << 3) != 0;
-        // CPTPL: 00b no change, 10b clear; persisting through power loss (11b) is not
-        // offered (RESCAP bit 0 is clear), 01b is reserved.
-        match cdw10 >> 30 {
-            0 | 2 => {}
+        // CPTPL: 00b no change, 10b PTPL off, 11b PTPL on (only with a reservation
+        // store: RESCAP bit 0 says so), 01b is reserved.
+        let change_ptpl = match cdw10 >> 30 {
+            0 => None,
+            2 => Some(false),
+            3 if self.reservation_store().is_some() => Some(true),
             _ => return Err(invalid()),
-        }
+        };
         let mut state = namespace.reservations.lock();
+        let was_persistent = state.persist_through_power_loss;
         let effects = state.register(&host, action, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
+        // A failed Register leaves PTPL as it was.
+        if let Some(persist) = change_ptpl {
+            state.persist_through_power_loss = persist;
+        }
         namespace.reservations.publish(&state);
+        let outcome = self.persist_reservations(slot_index, &namespace, &state, was_persistent);
         drop(state);
         self.send_reservation_notices(namespace.id, &effects);
-        Ok(Outcome::status(Status::SUCCESS))
+        Ok(outcome)
     }
 
     pub(crate) fn io_reservation_acquire(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
@@ -103,9 +126,10 @@ impl Connection {
         let mut state = namespace.reservations.lock();
         let effects = state.acquire(&host, action, kind, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
         namespace.reservations.publish(&state);
+        let outcome = self.persist_reservations(slot_index, &namespace, &state, state.persist_through_power_loss);
         drop(state);
         self.send_reservation_notices(namespace.id, &effects);
-        Ok(Outcome::status(Status::SUCCESS))
+        Ok(outcome)
     }
 
     pub(crate) fn io_reservation_release(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
@@ -124,9 +148,77 @@ impl Connection {
         let mut state = namespace.reservations.lock();
         let effects = state.release(&host, action, kind, key_at(&data, 0), ignore_key)?;
         namespace.reservations.publish(&state);
+        let outcome = self.persist_reservations(slot_index, &namespace, &state, state.persist_through_power_loss);
         drop(state);
         self.send_reservation_notices(namespace.id, &effects);
-        Ok(Outcome::status(Status::SUCCESS))
+        Ok(outcome)
+    }
+
+    /// The subsystem's reservation store, when Persist Through Power Loss is offered.
+    pub(crate) fn reservation_store(&self) -> Option<crate::reservation_store::SharedReservationStore> {
+        let subsystem = self.binding.as_ref()?.controller.subsystem.as_ref()?;
+        subsystem.reservation_store().cloned()
+    }
+
+    /// After a change of `state` (still locked, so saves keep the order of changes):
+    /// with PTPL on now or before, hands the new state to the store and holds the
+    /// command until it is durable. Success at once otherwise.
+    pub(crate) fn persist_reservations(
+        &mut self,
+        slot_index: u16,
+        namespace: &crate::namespaces::Namespace,
+        state: &crate::reservations::ReservationState,
+        was_persistent: bool,
+    ) -> Outcome {
+        if !state.persist_through_power_loss && !was_persistent {
+            return Outcome::status(Status::SUCCESS);
+        }
+        let Some(store) = self.reservation_store() else { return Outcome::status(Status::SUCCESS) };
+        let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone()) else {
+            return Outcome::status(Status::SUCCESS);
+        };
+        let key = NamespaceKey { subsystem_nqn: subsystem.nqn.clone(), namespace_id: namespace.id, nguid: namespace.nguid };
+        let ticket = PersistTicket::new(self.storage_waker.clone());
+        // PTPL off: the record goes, so a restart starts without reservations.
+        store.save(key, state.persist_through_power_loss.then(|| state.clone()), ticket.clone());
+        if let Some(result) = ticket.take() {
+            return Outcome::status(persist_status(result));
+        }
+        self.slots.slot(slot_index).state = SlotState::HeldPersist;
+        self.held_persists.push((slot_index, ticket));
+        Outcome::Pending
+    }
+
+    /// Set Features 83h (Reservation Persistence): PTPL on needs a reservation store
+    /// (RESCAP bit 0); off forgets the saved record.
+    pub(crate) fn set_reservation_persistence(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry, persist: bool) -> Outcome {
+        let nsid = match self.reservation_feature_namespace(sqe, false) {
+            Ok(nsid) => nsid,
+            Err(status) => return Outcome::status(status),
+        };
+        if !self.target.settings.reservations || (persist && self.reservation_store().is_none()) {
+            return Outcome::status(invalid());
+        }
+        let Some(namespace) = self.view.get(nsid).cloned() else {
+            return Outcome::status(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
+        };
+        let mut state = namespace.reservations.lock();
+        let was_persistent = state.persist_through_power_loss;
+        state.persist_through_power_loss = persist;
+        self.persist_reservations(slot_index, &namespace, &state, was_persistent)
+    }
+
+    /// Completes reservation commands whose state became durable.
+    pub(crate) fn complete_persisted(&mut self) {
+        let mut position = 0;
+        while position < self.held_persists.len() {
+            let Some(result) = self.held_persists[position].1.take() else {
+                position += 1;
+                continue;
+            };
+            let (slot_index, _) = self.held_persists.swap_remove(position);
+            self.complete(slot_index, persist_status(result), 0);
+        }
     }
 
     /// Reservation Report, extended data structure only: fabrics Host Identifiers are

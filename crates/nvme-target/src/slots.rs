@@ -23,6 +23,8 @@ pub enum SlotState {
     /// or for its LBA range (see `fused`); also a write waiting for a range a fused
     /// pair holds.
     WaitingFused,
+    /// A reservation command waiting for its new state to be durable (PTPL).
+    HeldPersist,
 }
 
 /// A command's place in a fused operation (FUSE, CDW0 bits 9:8).

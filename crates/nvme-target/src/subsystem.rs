@@ -77,6 +77,8 @@ pub struct Subsystem {
     /// Which hosts may connect, and their DH-HMAC-CHAP secrets; replaced while the
     /// subsystem runs by the management API.
     pub hosts: SharedHostAccess,
+    /// Where namespaces with PTPL keep their reservations (set by the target).
+    reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -202,6 +204,7 @@ impl Subsystem {
             hosts: SharedHostAccess::new(spec.hosts),
             index,
             stats: SubsystemStats::default(),
+            reservation_store: std::sync::OnceLock::new(),
         })
     }
 
@@ -224,8 +227,27 @@ impl Subsystem {
     /// Swaps in a new table (caller holds the change lock), then bumps the generation
     /// so that a view built from the old table is rebuilt.
     pub(crate) fn replace_table(&self, table: NamespaceTable) {
+        if let Some(store) = self.reservation_store.get() {
+            for entry in table.entries() {
+                crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
+            }
+        }
         *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Gives the subsystem its reservation store and restores the saved state of its
+    /// namespaces (namespaces added later are restored as they arrive).
+    pub(crate) fn attach_reservation_store(&self, store: crate::reservation_store::SharedReservationStore) {
+        let store = self.reservation_store.get_or_init(|| store);
+        for entry in self.table().entries() {
+            crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
+        }
+    }
+
+    /// The reservation store, when the target offers Persist Through Power Loss.
+    pub fn reservation_store(&self) -> Option<&crate::reservation_store::SharedReservationStore> {
+        self.reservation_store.get()
     }
 
     /// The allocated namespace with this NSID (attached or not).

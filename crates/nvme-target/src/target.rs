@@ -273,6 +273,8 @@ pub struct Target {
     /// Listeners of other gateways that serve the same subsystems: the discovery log
     /// lists them too, so a host that knows one gateway finds every path.
     peer_paths: RwLock<Vec<PeerPath>>,
+    /// Persist Through Power Loss: where reservations are kept (none: not offered).
+    reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
 }
 
 /// A path to a subsystem through another gateway, as the discovery log lists it.
@@ -325,6 +327,7 @@ impl Target {
             counters: TargetCounters::default(),
             ana: AnaStates::default(),
             peer_paths: RwLock::new(Vec::new()),
+            reservation_store: std::sync::OnceLock::new(),
         });
         for subsystem_spec in spec.subsystems {
             target.add_subsystem(subsystem_spec)?;
@@ -347,8 +350,21 @@ impl Target {
         registry.by_nqn.insert(subsystem.nqn.clone(), index);
         registry.by_index.push(Some(Arc::clone(&subsystem)));
         drop(registry);
+        if let Some(store) = self.reservation_store.get() {
+            subsystem.attach_reservation_store(Arc::clone(store));
+        }
         self.bump_discovery_generation();
         Ok(subsystem)
+    }
+
+    /// Offers Persist Through Power Loss with `store`: every namespace's saved
+    /// reservations are restored now (before hosts connect, call it right after
+    /// `new`), and namespaces added later as they arrive. Set once.
+    pub fn set_reservation_store(&self, store: crate::reservation_store::SharedReservationStore) {
+        let store = Arc::clone(self.reservation_store.get_or_init(|| store));
+        for subsystem in self.subsystems() {
+            subsystem.attach_reservation_store(Arc::clone(&store));
+        }
     }
 
     /// Removes a subsystem while the target runs: new Connects to it fail, and its

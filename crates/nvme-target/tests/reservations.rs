@@ -135,7 +135,7 @@ fn bad_reservation_commands_get_the_statuses_the_spec_names() {
     let target = test_target();
     let mut a = host(&target, HOST_NQN);
     assert_eq!(register(&mut a.io, 7, 0, 1), Status::INVALID_FIELD.with_do_not_retry(), "unknown RREGA");
-    assert_eq!(register(&mut a.io, 3 << 30, 0, 1), Status::INVALID_FIELD.with_do_not_retry(), "PTPL is not offered");
+    assert_eq!(register(&mut a.io, 3 << 30, 0, 1), Status::INVALID_FIELD.with_do_not_retry(), "PTPL needs a reservation store");
     assert_eq!(register(&mut a.io, 0, 0, 1), Status::SUCCESS);
     assert_eq!(register(&mut a.io, 1, 99, 0), Status::RESERVATION_CONFLICT, "wrong key");
     assert_eq!(acquire(&mut a.io, 0, 9, 1, 0), Status::INVALID_FIELD.with_do_not_retry(), "unknown RTYPE");
@@ -205,4 +205,94 @@ fn a_target_without_reservations_says_so_and_refuses_the_commands() {
     assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0);
     assert_eq!(register(&mut a.io, 0, 0, 1), Status::INVALID_OPCODE.with_do_not_retry());
     assert_eq!(report(&mut a.io, true).cqe.status.kind(), Status::INVALID_OPCODE);
+}
+
+/// Sends Set Features 83h (Reservation Persistence) for namespace 1.
+fn set_persistence(admin: &mut FakeHost, on: bool) -> Status {
+    let mut command = sqe(AdminOpcode::SetFeatures as u8, 1, 0);
+    command.dwords[10] = u32::from(feature_id::RESERVATION_PERSISTENCE);
+    command.dwords[11] = u32::from(on);
+    admin.command(command, &[], &[]).cqe.status.kind()
+}
+
+#[test]
+fn persist_through_power_loss_survives_a_new_target_with_the_same_store() {
+    use nvme_target::reservation_store::MemoryReservationStore;
+    let store = std::sync::Arc::new(MemoryReservationStore::default());
+    let target = test_target();
+    target.set_reservation_store(store.clone());
+    let mut a = host(&target, HOST_NQN);
+    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
+    assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0xFF, "PTPOS with a store");
+    // Register with CPTPL 11b: PTPL on, saved.
+    assert_eq!(register(&mut a.io, 3 << 30, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(store.len(), 1);
+    let mut b = host(&target, OTHER_HOST);
+    assert_eq!(register(&mut b.io, 0, 0, 0xB2), Status::SUCCESS);
+    assert_eq!(acquire(&mut a.io, 0, 1, 0xA1, 0), Status::SUCCESS);
+    assert_eq!(report(&mut a.io, true).data[9], 1, "PTPLS in the report");
+    drop((a, b));
+
+    // "Power loss": a new target over the same store.
+    let target = test_target();
+    target.set_reservation_store(store.clone());
+    let mut b = host(&target, OTHER_HOST);
+    assert_eq!(status_of(&mut b.io, IoOpcode::Write), Status::RESERVATION_CONFLICT, "A still holds Write Exclusive");
+    assert_eq!(status_of(&mut b.io, IoOpcode::Read), Status::SUCCESS);
+    let answer = report(&mut b.io, true);
+    assert_eq!(u16::from_le_bytes([answer.data[5], answer.data[6]]), 2, "both registrants");
+    assert_eq!(answer.data[4], 1, "Write Exclusive");
+    let mut get = sqe(AdminOpcode::GetFeatures as u8, 1, 0);
+    get.dwords[10] = u32::from(feature_id::RESERVATION_PERSISTENCE);
+    assert_eq!(b.admin.command(get, &[], &[]).cqe.result_dw0, 1);
+    // PTPL off forgets the record: the next target starts clean.
+    assert_eq!(set_persistence(&mut b.admin, false), Status::SUCCESS);
+    assert!(store.is_empty());
+    let target = test_target();
+    target.set_reservation_store(store.clone());
+    let mut b = host(&target, OTHER_HOST);
+    assert_eq!(status_of(&mut b.io, IoOpcode::Write), Status::SUCCESS);
+    // CPTPL 01b is reserved.
+    assert_eq!(register(&mut b.io, 1 << 30, 0, 1), Status::INVALID_FIELD.with_do_not_retry());
+}
+
+/// A store that finishes saves only when told, like a slow disk.
+#[derive(Default)]
+struct ManualStore {
+    pending: std::sync::Mutex<Vec<nvme_target::reservation_store::PersistTicket>>,
+}
+
+impl nvme_target::reservation_store::ReservationStore for ManualStore {
+    fn load(&self, _nguid: &[u8; 16]) -> Result<Option<nvme_target::reservations::ReservationState>, String> {
+        Ok(None)
+    }
+    fn save(
+        &self,
+        _key: nvme_target::reservation_store::NamespaceKey,
+        _state: Option<nvme_target::reservations::ReservationState>,
+        done: nvme_target::reservation_store::PersistTicket,
+    ) {
+        self.pending.lock().unwrap().push(done);
+    }
+}
+
+#[test]
+fn a_reservation_command_completes_only_once_its_state_is_durable() {
+    let store = std::sync::Arc::new(ManualStore::default());
+    let target = test_target();
+    target.set_reservation_store(store.clone());
+    let mut a = host(&target, HOST_NQN);
+    let mut command = sqe(IoOpcode::ReservationRegister as u8, 1, 0);
+    command.dwords[10] = 3 << 30;
+    let id = a.io.send_command(command, &keys(0, 0xA1));
+    a.io.connection.poll_storage(a.io.now);
+    a.io.collect();
+    assert!(a.io.received.is_empty(), "answered before the store finished");
+    assert!(a.io.connection.has_pending_storage(), "without a waker the runtime keeps polling");
+    // A failed save: the host hears Internal Error.
+    let ticket = store.pending.lock().unwrap().pop().expect("one save");
+    ticket.finish(Err("disk full".into()));
+    a.io.connection.poll_storage(a.io.now);
+    a.io.collect();
+    assert_eq!(a.io.await_answer(id, &[]).cqe.status.kind(), Status::INTERNAL_ERROR);
 }

@@ -127,6 +127,7 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
         ("min_keep_alive_timeout_ms", before.min_keep_alive_timeout_ms == after.min_keep_alive_timeout_ms),
         ("max_keep_alive_timeout_ms", before.max_keep_alive_timeout_ms == after.max_keep_alive_timeout_ms),
         ("allow_keep_alive_disabled", before.allow_keep_alive_disabled == after.allow_keep_alive_disabled),
+        ("state_dir", before.state_dir == after.state_dir),
     ];
     let settings = runtime
         .iter()

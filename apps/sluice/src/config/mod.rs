@@ -301,6 +301,10 @@ pub struct TargetSection {
     pub max_keep_alive_timeout_ms: Option<u32>,
     #[serde(default)]
     pub allow_keep_alive_disabled: Option<bool>,
+    /// Where state that must survive a restart lives (reservations with Persist
+    /// Through Power Loss); none: PTPL is not offered.
+    #[serde(default)]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// A size given as a number of bytes or a string like "1GiB", "512MiB", "4096".
