@@ -622,3 +622,23 @@ fn reservations_with_ptpl_survive_a_killed_target() {
     ok_run(port, "resv-release", &host_a, &["-c", "0xa1", "--rtype", "1"]);
     ok_run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]);
 }
+
+#[test]
+fn copy_moves_ranges_on_the_target_in_order() {
+    let server = Server::start("cli-copy");
+    let data = server.dir.join("data");
+    let content: Vec<u8> = (0..2048u32).map(|index| (index * 13 % 253) as u8).collect();
+    std::fs::write(&data, &content).unwrap();
+    let path = data.to_str().unwrap();
+    ok(&server, "write", &["-b", "16", "-c", "3", "-z", "2048", "-d", path]);
+    // Blocks 18..=19 then 16..=17 (0's based lengths), to block 100.
+    let answer = ok_json(&server, "copy", &["--sdlba", "100", "--slbs", "18,16", "--blocks", "1,1"]);
+    assert_eq!(answer["result"], "success");
+    let swapped = [&content[1024..2048], &content[..1024]].concat();
+    std::fs::write(&data, &swapped).unwrap();
+    ok(&server, "compare", &["-b", "100", "-c", "3", "-z", "2048", "-d", path]);
+    let mut copy: Vec<String> = vec!["copy".into()];
+    copy.extend(server.target());
+    copy.extend(["--sdlba", "0", "--slbs", "1,2", "--blocks", "0"].map(String::from));
+    assert_fails(&sluice(&copy), 2, &["one length per source range"]);
+}

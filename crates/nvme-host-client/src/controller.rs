@@ -423,6 +423,23 @@ impl Controller {
         Ok(true)
     }
 
+    /// Copy of `ranges` (SLBA, blocks) in order to `destination` on the target, no
+    /// data crossing the network; `force_unit_access` sets FUA on the destination.
+    pub fn copy(&self, nsid: NamespaceId, destination: u64, ranges: &[(u64, u32)], force_unit_access: bool) -> Result<(), ClientError> {
+        if ranges.is_empty() || ranges.len() > commands::COPY_MAX_RANGES {
+            return Err(ClientError::InvalidArgument(format!(
+                "copy takes 1..={} source ranges, not {}",
+                commands::COPY_MAX_RANGES,
+                ranges.len()
+            )));
+        }
+        if let Some((lba, blocks)) = ranges.iter().find(|(_, blocks)| *blocks == 0 || *blocks > 65536) {
+            return Err(ClientError::InvalidArgument(format!("source range at LBA {lba} has {blocks} blocks (1..=65536)")));
+        }
+        let command = commands::copy(nsid, destination, ranges, force_unit_access);
+        self.io_command(command).map(|_| ())
+    }
+
     /// The namespace's block size, checking that `bytes` is a whole, non-zero number
     /// of blocks.
     fn whole_blocks(&self, nsid: NamespaceId, bytes: usize, what: &str) -> Result<u32, ClientError> {

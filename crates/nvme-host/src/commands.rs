@@ -257,6 +257,29 @@ pub fn compare_and_write(nsid: NamespaceId, lba: u64, expected: Vec<u8>, new: Ve
     [first, second]
 }
 
+/// Copy (NVM 19h), source range entries in format 0: the blocks of `ranges` (SLBA,
+/// block count 1..=65536) in order, written from `destination`; `fua` sets FUA for
+/// the destination write. At most 256 ranges (NR is 8 bits).
+pub fn copy(nsid: NamespaceId, destination: u64, ranges: &[(u64, u32)], fua: bool) -> HostCommand {
+    let count = ranges.len().clamp(1, COPY_MAX_RANGES);
+    let mut sqe = sqe_for(IoOpcode::Copy as u8);
+    sqe.set_namespace_id(nsid);
+    sqe.dwords[10] = destination as u32;
+    sqe.dwords[11] = (destination >> 32) as u32;
+    sqe.dwords[12] = (count as u32 - 1) | if fua { 1 << 30 } else { 0 };
+    let mut data = vec![0u8; count * COPY_RANGE_BYTES];
+    for ((lba, blocks), entry) in ranges.iter().zip(data.chunks_exact_mut(COPY_RANGE_BYTES)) {
+        entry[8..16].copy_from_slice(&lba.to_le_bytes());
+        entry[16..18].copy_from_slice(&(blocks.wrapping_sub(1) as u16).to_le_bytes());
+    }
+    HostCommand { data_out: data, ..command(sqe) }
+}
+
+/// Bytes of one Copy source range entry in format 0.
+const COPY_RANGE_BYTES: usize = 32;
+/// Source ranges one Copy can name (NR is 8 bits, 0's based).
+pub const COPY_MAX_RANGES: usize = 256;
+
 /// FUSE 01b: first command of a fused operation.
 const FUSE_FIRST: u8 = 0b01;
 /// FUSE 10b: second command of a fused operation.

@@ -106,6 +106,9 @@ impl Status {
 
     // Command specific status (SCT 1h).
     pub const INVALID_QUEUE_IDENTIFIER: Status = Status::new(StatusCodeType::CommandSpecific, 0x01);
+    /// Command Size Limit Exceeded (NVM command set, Copy): a copy beyond MSRC,
+    /// MSSRL or MCL.
+    pub const COMMAND_SIZE_LIMIT_EXCEEDED: Status = Status::new(StatusCodeType::CommandSpecific, 0x83);
     pub const INVALID_QUEUE_SIZE: Status = Status::new(StatusCodeType::CommandSpecific, 0x02);
     pub const ABORT_COMMAND_LIMIT_EXCEEDED: Status = Status::new(StatusCodeType::CommandSpecific, 0x03);
     pub const ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED: Status =

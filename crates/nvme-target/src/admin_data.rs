@@ -37,6 +37,8 @@ const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
 /// RESCAP bit 0, PTPOS: Persist Through Power Loss supported.
 const RESERVATION_PERSIST_THROUGH_POWER_LOSS: u8 = 1 << 0;
 /// FR: firmware revision, the crate version.
+/// OCFS bit 0: Copy source range entries in format 0.
+const COPY_FORMAT_0: u16 = 1 << 0;
 /// FUSES bit 0: the controller supports the Compare and Write fused operation.
 const FUSED_COMPARE_AND_WRITE: u16 = 1 << 0;
 
@@ -278,7 +280,9 @@ impl Connection {
                 id.maximum_outstanding_commands = self.target.settings.max_io_queue_depth;
                 id.number_of_namespaces = MAX_NAMESPACE_ID;
                 id.optional_nvm_command_support =
-                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::VERIFY;
+                    oncs::COMPARE | oncs::DATASET_MANAGEMENT | oncs::WRITE_ZEROES | oncs::VERIFY | oncs::COPY;
+                // OCFS bit 0: Copy with source range entries in format 0.
+                id.optional_copy_formats_supported = COPY_FORMAT_0;
                 if self.target.settings.reservations {
                     id.optional_nvm_command_support |= oncs::RESERVATIONS;
                 }
@@ -452,6 +456,11 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         },
         namespace_globally_unique_identifier: namespace.nguid,
         ana_group_identifier: namespace.ana_group.0,
+        // Copy: one MDTS in all, any one range as long (MSSRL, MCL), MSRC 0's based.
+        maximum_single_source_range_length: crate::copy::maximum_copy_blocks(namespace.geometry.block_size_bytes)
+            .min(u32::from(u16::MAX)) as u16,
+        maximum_copy_length: crate::copy::maximum_copy_blocks(namespace.geometry.block_size_bytes),
+        maximum_source_range_count: (crate::limits::MAX_COPY_SOURCE_RANGES - 1) as u8,
         // RESCAP: all six types and Ignore Existing Key; PTPOS where a store exists.
         reservation_capabilities: RESERVATION_CAPABILITIES,
         ..IdentifyNamespace::default()
@@ -536,6 +545,7 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
     let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
     log.io[IoOpcode::Write as usize] = changes_content;
     log.io[IoOpcode::WriteZeroes as usize] = changes_content;
+    log.io[IoOpcode::Copy as usize] = changes_content;
     log.io[IoOpcode::DatasetManagement as usize] = changes_content;
     log
 }

@@ -12,6 +12,10 @@ use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::slots::{PendingKind, SlotState};
 use crate::stats::QueueStats;
 
+/// Reaping rounds of one `poll_storage`: enough for the longest chain of storage
+/// steps one command runs (fused Compare then Write, Copy's reads then write).
+const STORAGE_POLL_ROUNDS: usize = 3;
+
 /// What a command handler decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -53,7 +57,7 @@ fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_
             QueueStats::add(&stats.bytes_written, data_bytes);
             stats.write_latency.record(latency_microseconds);
         }
-        PendingKind::Other => QueueStats::add(&stats.other_commands, 1),
+        PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => QueueStats::add(&stats.other_commands, 1),
     }
 }
 
@@ -168,6 +172,19 @@ impl Connection {
         op: IoOp,
         buffer: Vec<u8>,
     ) -> Result<(), Status> {
+        self.submit_storage_with_token(slot_index, u64::from(slot_index), namespace_id, op, buffer)
+    }
+
+    /// `submit_storage` with a token that carries more than the slot index in its
+    /// upper bits (the low 16 bits are the slot).
+    pub(crate) fn submit_storage_with_token(
+        &mut self,
+        slot_index: u16,
+        token: u64,
+        namespace_id: NamespaceId,
+        op: IoOp,
+        buffer: Vec<u8>,
+    ) -> Result<(), Status> {
         let index = (namespace_id.0 as usize)
             .checked_sub(1)
             .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
@@ -186,7 +203,7 @@ impl Connection {
         let slot = self.slots.slot(slot_index);
         slot.pending_operations += 1;
         slot.state = SlotState::AwaitingStorage;
-        let request = IoRequest { token: u64::from(slot_index), op, buffer };
+        let request = IoRequest { token, op, buffer };
         if let Some(open) = self.backend_queues[index].as_mut() {
             open.queue.submit(request);
         }
@@ -212,25 +229,34 @@ impl Connection {
         // reservation state became durable.
         self.retry_parked();
         self.complete_persisted();
-        let mut completions = std::mem::take(&mut self.completions);
-        for position in 0..self.opened_namespaces.len() {
-            let index = self.opened_namespaces[position] as usize - 1;
-            if let Some(open) = self.backend_queues[index].as_mut() {
-                if open.queue.in_flight() > 0 {
-                    open.queue.reap(&mut completions);
+        // Commands that run several storage steps one after the other (a fused pair,
+        // Copy) submit the next step while their completion is handled: reap again
+        // (a few rounds at most) so backends that complete at once finish them here.
+        for _round in 0..STORAGE_POLL_ROUNDS {
+            let mut completions = std::mem::take(&mut self.completions);
+            for position in 0..self.opened_namespaces.len() {
+                let index = self.opened_namespaces[position] as usize - 1;
+                if let Some(open) = self.backend_queues[index].as_mut() {
+                    if open.queue.in_flight() > 0 {
+                        open.queue.reap(&mut completions);
+                    }
                 }
             }
-        }
-        if !self.retired_queues.is_empty() {
-            for open in &mut self.retired_queues {
-                open.queue.reap(&mut completions);
+            if !self.retired_queues.is_empty() {
+                for open in &mut self.retired_queues {
+                    open.queue.reap(&mut completions);
+                }
+                self.retired_queues.retain(|open| open.queue.in_flight() > 0);
             }
-            self.retired_queues.retain(|open| open.queue.in_flight() > 0);
+            let reaped = !completions.is_empty();
+            for completion in completions.drain(..) {
+                self.on_storage_completion(completion, now);
+            }
+            self.completions = completions;
+            if !reaped {
+                break;
+            }
         }
-        for completion in completions.drain(..) {
-            self.on_storage_completion(completion, now);
-        }
-        self.completions = completions;
     }
 
     fn on_storage_completion(&mut self, completion: IoCompletion, now: Instant) {
@@ -246,7 +272,9 @@ impl Connection {
             return;
         }
         let compares = matches!(slot.pending_kind, PendingKind::Compare | PendingKind::FusedCompare);
-        if compares && slot.compare_buffer.is_empty() {
+        if slot.pending_kind == PendingKind::CopyRead {
+            self.copy_read_arrived(slot_index, completion.token, completion.buffer);
+        } else if compares && slot.compare_buffer.is_empty() {
             slot.compare_buffer = completion.buffer;
         } else if slot.buffer.is_empty() {
             slot.buffer = completion.buffer;
@@ -275,7 +303,7 @@ impl Connection {
             PendingKind::Read => slot.buffer.len() as u64,
             PendingKind::Compare | PendingKind::FusedCompare => slot.compare_buffer.len() as u64,
             PendingKind::Write | PendingKind::FusedWrite => u64::from(slot.host_data_bytes),
-            PendingKind::Other => 0,
+            PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => 0,
         };
         // Counted for the subsystem (SMART) and for the namespace (metrics); a
         // broadcast Flush has no single namespace.
@@ -304,7 +332,8 @@ impl Connection {
                 let status = if equal { Status::SUCCESS } else { Status::COMPARE_FAILURE };
                 self.complete(slot_index, status, 0);
             }
-            PendingKind::Write | PendingKind::Other => self.complete(slot_index, Status::SUCCESS, 0),
+            PendingKind::Write | PendingKind::Other | PendingKind::CopyWrite => self.complete(slot_index, Status::SUCCESS, 0),
+            PendingKind::CopyRead => self.copy_reads_done(slot_index),
             PendingKind::FusedCompare | PendingKind::FusedWrite => {}
         }
     }

@@ -35,7 +35,7 @@ impl Connection {
     /// group state's path related status (the host retries on another path), and a
     /// command of the read or write group (`write`) that a reservation held by
     /// another host forbids gets Reservation Conflict.
-    fn namespace_geometry(&self, namespace_id: NamespaceId, write: bool) -> Result<Geometry, Status> {
+    pub(crate) fn namespace_geometry(&self, namespace_id: NamespaceId, write: bool) -> Result<Geometry, Status> {
         let namespace = self.view.get(namespace_id).ok_or_else(invalid_namespace)?;
         self.target.ana.check_io(namespace.ana_group)?;
         if let Some(binding) = &self.binding {
@@ -46,7 +46,7 @@ impl Connection {
 
     /// True when the blocks are held by a fused pair: the command is parked and runs
     /// again once the pair is done.
-    fn must_wait_for_range(&mut self, slot_index: u16, namespace_id: NamespaceId, lba: u64, blocks: u64) -> bool {
+    pub(crate) fn must_wait_for_range(&mut self, slot_index: u16, namespace_id: NamespaceId, lba: u64, blocks: u64) -> bool {
         match self.view.get(namespace_id).cloned() {
             Some(namespace) => self.write_waits_for_range(slot_index, &namespace, lba, blocks),
             None => false,
@@ -78,7 +78,7 @@ impl Connection {
         self.refresh_namespaces();
         match IoOpcode::from_u8(sqe.opcode()) {
             Some(IoOpcode::Write | IoOpcode::Compare) => self.validate_transfer(sqe).map(|_| ()),
-            Some(IoOpcode::DatasetManagement) => {
+            Some(IoOpcode::DatasetManagement | IoOpcode::Copy) => {
                 self.namespace_geometry(sqe.namespace_id(), true).map(|_| ())
             }
             Some(IoOpcode::ReservationRegister | IoOpcode::ReservationAcquire | IoOpcode::ReservationRelease) => {
@@ -109,6 +109,7 @@ impl Connection {
             Some(IoOpcode::Flush) => self.io_flush(slot_index, &sqe),
             Some(IoOpcode::WriteZeroes) => self.io_write_zeroes(slot_index, &sqe),
             Some(IoOpcode::DatasetManagement) => self.io_dataset_management(slot_index, &sqe),
+            Some(IoOpcode::Copy) => self.io_copy(slot_index, &sqe),
             Some(
                 IoOpcode::ReservationRegister
                 | IoOpcode::ReservationAcquire

@@ -21,6 +21,7 @@ pub mod connection;
 pub mod controller;
 mod discovery;
 mod dispatch;
+mod copy;
 mod fabrics;
 mod fused;
 mod io;

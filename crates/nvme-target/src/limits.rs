@@ -151,6 +151,10 @@ pub const MAX_HELD_COMPARE_AND_WRITE_RANGES: usize = 256;
 /// allows for 4 KiB blocks.
 pub const ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED: u16 = 31;
 
+/// Source ranges one Copy may name (MSRC + 1). 128 entries of 32 bytes are 4 KiB of
+/// host data, which fits in-capsule; Linux's copy offload patches use the same bound.
+pub const MAX_COPY_SOURCE_RANGES: usize = 128;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,10 @@ pub enum PendingKind {
     FusedCompare,
     /// The write of a fused pair, once the compare matched.
     FusedWrite,
+    /// The reads of a Copy's source ranges (gathered in `compare_buffer`).
+    CopyRead,
+    /// The write of a Copy at its destination.
+    CopyWrite,
 }
 
 /// One outstanding command.

@@ -48,6 +48,9 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
         }
         HostCommand::Flush { target, output, namespace_id } => flush(&target, output, namespace_id),
         HostCommand::Compare { target, output, io } => compare(&target, output, &io),
+        HostCommand::Copy { target, output, namespace_id, sdlba, slbs, blocks, force_unit_access } => {
+            copy(&target, output, namespace_id, sdlba, &slbs, &blocks, force_unit_access)
+        }
         HostCommand::Verify { target, output, namespace_id, start_block, block_count } => {
             verify(&target, output, namespace_id, start_block, block_count)
         }
@@ -666,6 +669,38 @@ fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> 
         lba += chunk.len() as u64 / block_bytes;
     }
     io_summary("write", output, nsid, io_args.start_block, &transfer)
+}
+
+fn copy(
+    args: &TargetArgs,
+    output: OutputArgs,
+    nsid: u32,
+    destination: u64,
+    starts: &[u64],
+    lengths: &[u32],
+    fua: bool,
+) -> Result<(), HostError> {
+    if starts.len() != lengths.len() {
+        return Err(HostError::usage(format!(
+            "--slbs has {} entries and --blocks {}: give one length per source range",
+            starts.len(),
+            lengths.len()
+        )));
+    }
+    if lengths.iter().any(|&length| length > 65535) {
+        return Err(HostError::usage("--blocks entries are 0's based and at most 65535 (65536 blocks)"));
+    }
+    let ranges: Vec<(u64, u32)> = starts.iter().zip(lengths).map(|(&lba, &length)| (lba, length + 1)).collect();
+    let session = Session::open(args)?;
+    session
+        .controller()
+        .copy(NamespaceId(nsid), destination, &ranges, fua)
+        .map_err(|error| command_error("copy", error, StatusContext::Io, namespace_hint(nsid)))?;
+    if output.json() {
+        print_json(&json!({ "command": "copy", "namespace_id": nsid, "sdlba": destination, "ranges": ranges.len(), "result": "success" }))
+    } else {
+        print_text("NVMe Copy: success\n")
+    }
 }
 
 /// Compare: the input, padded with zeros to whole blocks like `write`, against the

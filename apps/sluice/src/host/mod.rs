@@ -272,6 +272,34 @@ pub enum HostCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Copy blocks inside a namespace on the target, no data crossing the network
+    /// (like `nvme copy`): the source ranges in order, written from --sdlba.
+    #[command(
+        after_help = HOST_AFTER_HELP,
+        mut_arg("reconnect_delay", |arg| arg.short(None)),
+    )]
+    Copy {
+        /// Namespace ID.
+        #[arg(short = 'N', long, default_value = "1", value_parser = args::parse_u32)]
+        namespace_id: u32,
+        /// Destination's first block (SDLBA).
+        #[arg(long, value_parser = args::parse_u64)]
+        sdlba: u64,
+        /// Source ranges' first blocks, comma separated (nvme-cli's --slbs).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = args::parse_u64)]
+        slbs: Vec<u64>,
+        /// Source ranges' lengths, 0's based as nvme-cli counts them, comma separated,
+        /// one per --slbs entry.
+        #[arg(long, value_delimiter = ',', required = true, value_parser = args::parse_u32)]
+        blocks: Vec<u32>,
+        /// Force Unit Access on the destination.
+        #[arg(short = 'f', long)]
+        force_unit_access: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Flush the volatile write cache of a namespace (like `nvme flush`).
     #[command(after_help = HOST_AFTER_HELP)]
     Flush {
