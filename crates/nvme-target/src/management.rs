@@ -50,6 +50,8 @@ pub enum ManagementError {
     NotAttached(u32),
     #[error("pool: {0}")]
     Pool(String),
+    #[error("ANA group {0} is outside 1..={max}", max = crate::limits::MAX_ANA_GROUP_ID)]
+    InvalidAnaGroup(u32),
 }
 
 impl ManagementError {
@@ -63,7 +65,9 @@ impl ManagementError {
             ManagementError::NotAllocated(_) => Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry(),
             ManagementError::ConfiguredNamespace(_) => Status::INVALID_FIELD.with_do_not_retry(),
             ManagementError::InsufficientCapacity => Status::NAMESPACE_INSUFFICIENT_CAPACITY.with_do_not_retry(),
-            ManagementError::InvalidSize(_) => Status::INVALID_FIELD.with_do_not_retry(),
+            ManagementError::InvalidSize(_) | ManagementError::InvalidAnaGroup(_) => {
+                Status::INVALID_FIELD.with_do_not_retry()
+            }
             ManagementError::AlreadyAttached(_) => Status::NAMESPACE_ALREADY_ATTACHED.with_do_not_retry(),
             ManagementError::NotAttached(_) => Status::NAMESPACE_NOT_ATTACHED.with_do_not_retry(),
             // A table write failed: the change did not happen; the host may retry.
@@ -152,6 +156,9 @@ impl Subsystem {
         if id.0 == 0 || id.0 > MAX_NAMESPACE_ID {
             return Err(ManagementError::NotAllocated(id.0));
         }
+        if let Some(group) = spec.ana_group.filter(|group| !crate::ana::valid_group(*group)) {
+            return Err(ManagementError::InvalidAnaGroup(group.0));
+        }
         let _change = self.lock_changes();
         let mut table = (*self.table()).clone();
         if table.contains(id) {
@@ -164,7 +171,7 @@ impl Subsystem {
             spec.uuid.unwrap_or_else(|| derive_identifier(&self.nqn, id.0, b"uuid")),
             None,
         )
-        .in_ana_group(spec.ana_group.filter(|group| crate::ana::valid_group(*group)).unwrap_or(crate::ana::DEFAULT_ANA_GROUP));
+        .in_ana_group(spec.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP));
         table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::AllHosts });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace added");

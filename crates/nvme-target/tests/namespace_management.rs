@@ -364,6 +364,18 @@ fn live_changes_through_the_management_interface() {
     let duplicate = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
     let refused = subsystem.add_namespace(NamespaceSpec { id: NamespaceId(9), backend: duplicate, nguid: None, uuid: None, ana_group: None });
     assert_eq!(refused.unwrap_err().status(), Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry());
+    // An ANA group out of range is refused, not quietly replaced by group 1.
+    let grouped = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
+    let refused = subsystem.add_namespace(NamespaceSpec {
+        id: NamespaceId(10),
+        backend: grouped,
+        nguid: None,
+        uuid: None,
+        ana_group: Some(nvme_spec::ana::AnaGroupId(65)),
+    });
+    let error = refused.unwrap_err();
+    assert_eq!(error.status(), Status::INVALID_FIELD.with_do_not_retry());
+    assert!(error.to_string().contains("ANA group 65"), "{error}");
 
     // Removing a pool namespace deletes it and returns its space.
     let created = subsystem.create_namespace(2048, false, None).unwrap();

@@ -20,6 +20,16 @@ fn ana_log_bytes(groups: u32, namespaces: u32) -> u32 {
     bytes.min(1 << 20) as u32
 }
 
+/// The length to ask for the whole ANA log of a controller with this Identify data.
+pub(crate) fn ana_log_length(identify: &nvme_spec::IdentifyController) -> u32 {
+    let namespaces = if identify.maximum_number_of_allowed_namespaces != 0 {
+        identify.maximum_number_of_allowed_namespaces
+    } else {
+        identify.number_of_namespaces
+    };
+    ana_log_bytes(identify.number_of_ana_group_identifiers, namespaces)
+}
+
 pub(super) fn ana_log(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
     let session = Session::open(args)?;
     let controller = session.controller();
@@ -27,12 +37,7 @@ pub(super) fn ana_log(args: &TargetArgs, output: OutputArgs) -> Result<(), HostE
     if identify.multipath_capabilities & nvme_spec::identify::cmic::ANA_REPORTING == 0 {
         return Err(HostError::usage(format!("{} does not report ANA (CMIC bit 3 clear)", session.target.url)));
     }
-    let namespaces = if identify.maximum_number_of_allowed_namespaces != 0 {
-        identify.maximum_number_of_allowed_namespaces
-    } else {
-        identify.number_of_namespaces
-    };
-    let length = ana_log_bytes(identify.number_of_ana_group_identifiers, namespaces);
+    let length = ana_log_length(identify);
     let data = controller
         .get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, length)
         .map_err(|error| command_error("ana-log", error, StatusContext::Admin, |_| String::new()))?;

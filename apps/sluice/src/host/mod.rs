@@ -9,7 +9,7 @@
 //!   `attach-ns`, `detach-ns`, `list-ctrl`).
 //! - `output`: nvme-cli-style text and JSON renderings, status names, hex dump.
 
-mod ana;
+pub(crate) mod ana;
 mod args;
 mod commands;
 mod namespaces;
