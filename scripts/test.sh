@@ -112,7 +112,7 @@ ceph_down() {
 harness_checks() {
   local files=()
   mapfile -t files < <(find scripts tests/interop tests/report -type f -name '*.sh' | LC_ALL=C sort)
-  files+=(.ci/run)
+  files+=(.ci/run tests/interop/lib/lnp-retry)
   echo "+ shellcheck -x (${#files[@]} files)"
   shellcheck -x "${files[@]}" || return 1
   echo "+ tests/interop/tools/capture-selftest.sh"

@@ -72,6 +72,10 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         poll_mode: match config.runtime.poll_mode {
             PollModeConfig::Sleep => PollMode::Sleep,
             PollModeConfig::BusyPoll => PollMode::BusyPoll,
+            PollModeConfig::Adaptive => match config.runtime.adaptive_spin_us {
+                Some(spin_us) => PollMode::Adaptive { spin_us },
+                None => PollMode::ADAPTIVE,
+            },
         },
         listeners: config.listen_addresses()?,
         recv_buffer_bytes: 256 * 1024,

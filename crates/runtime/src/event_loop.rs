@@ -95,6 +95,8 @@ pub struct EventLoop<S: Service> {
     pub(crate) earliest_deadline: Option<Instant>,
     /// How many connections reported `has_pending_work`.
     pub(crate) pending_work_connections: usize,
+    /// When the last completion was dispatched (adaptive polling spins after it).
+    last_completion_at: Instant,
     shutting_down_since: Option<Instant>,
     /// Receive buffers and send states of closed connections, for reuse.
     pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
@@ -147,6 +149,7 @@ pub fn run_thread<S: Service>(
         scratch_slices: Vec::new(),
         earliest_deadline: None,
         pending_work_connections: 0,
+        last_completion_at: Instant::now(),
         shutting_down_since: None,
         spare_recv_buffers: Vec::new(),
         fatal: None,
@@ -245,7 +248,14 @@ impl<S: Service> EventLoop<S> {
     /// Submits queued entries and, in sleep mode, blocks until a completion,
     /// the next deadline, or a wake. Busy-poll mode never blocks.
     fn wait(&mut self) -> Result<(), RuntimeError> {
-        let may_block = self.settings.poll_mode == PollMode::Sleep && self.pending_work_connections == 0;
+        let spinning = match self.settings.poll_mode {
+            PollMode::BusyPoll => true,
+            PollMode::Sleep => false,
+            PollMode::Adaptive { spin_us } => {
+                self.last_completion_at.elapsed() < std::time::Duration::from_micros(u64::from(spin_us))
+            }
+        };
+        let may_block = !spinning && self.pending_work_connections == 0;
         if !may_block {
             let must_enter = {
                 let mut submission = self.ring.submission();
@@ -330,6 +340,9 @@ impl<S: Service> EventLoop<S> {
 
     fn dispatch_completions(&mut self, now: Instant) {
         self.reap_completions();
+        if !self.completions.is_empty() {
+            self.last_completion_at = now;
+        }
         // Indexing rather than iterating: handlers may submit, and a full
         // submission queue reaps more completions onto the end of this Vec.
         let mut next = 0;

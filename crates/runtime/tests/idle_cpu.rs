@@ -21,15 +21,22 @@ fn process_cpu_time() -> Duration {
 }
 
 #[test]
-fn idle_sleep_mode_uses_almost_no_cpu() {
-    let (runtime, events) = start(Behavior::Timer { interval_ms: 60_000, ticks: 1 }, config(2, PollMode::Sleep));
+fn idle_sleep_and_adaptive_modes_use_almost_no_cpu() {
+    // Adaptive polling spins only right after completions: idle, it sleeps too.
+    for poll_mode in [PollMode::Sleep, PollMode::ADAPTIVE] {
+        idle_uses_almost_no_cpu(poll_mode);
+    }
+}
+
+fn idle_uses_almost_no_cpu(poll_mode: PollMode) {
+    let (runtime, events) = start(Behavior::Timer { interval_ms: 60_000, ticks: 1 }, config(2, poll_mode));
     let streams: Vec<_> = (0..4).map(|_| connect(runtime.local_addrs()[0])).collect();
     wait_until(|| events.accepted.load(std::sync::atomic::Ordering::SeqCst) == 4, "accepts");
     std::thread::sleep(Duration::from_millis(50));
     let before = process_cpu_time();
     std::thread::sleep(Duration::from_millis(500));
     let used = process_cpu_time() - before;
-    assert!(used < Duration::from_millis(25), "idle runtime used {used:?} of CPU in 500 ms");
+    assert!(used < Duration::from_millis(25), "idle {poll_mode:?} runtime used {used:?} of CPU in 500 ms");
     drop(streams);
     events.wait_for_closed(4);
     shutdown_and_join(runtime);

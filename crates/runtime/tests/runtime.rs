@@ -133,7 +133,7 @@ fn wants_close_sends_the_response_then_closes() {
 
 #[test]
 fn timers_fire_in_sleep_and_busy_modes() {
-    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let (runtime, events) = start(Behavior::Timer { interval_ms: 30, ticks: 3 }, config(1, poll_mode));
         let started = Instant::now();
         let mut stream = connect(runtime.local_addrs()[0]);
@@ -149,7 +149,7 @@ fn timers_fire_in_sleep_and_busy_modes() {
 
 #[test]
 fn pending_work_is_polled_until_done() {
-    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let (runtime, events) = start(Behavior::PendingWork { polls: 50 }, config(1, poll_mode));
         let mut stream = connect(runtime.local_addrs()[0]);
         write_all(&mut stream, b"go");
@@ -165,7 +165,7 @@ fn pending_work_is_polled_until_done() {
 fn a_storage_wake_polls_a_connection_that_reports_no_pending_work() {
     // Sleep mode must block (nothing pending), and the wake from another thread must
     // still reach the handler's poll: this is how RBD completions arrive.
-    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let (runtime, events) = start(Behavior::StorageWake { delay_ms: 50 }, config(1, poll_mode));
         let mut stream = connect(runtime.local_addrs()[0]);
         write_all(&mut stream, b"go");
@@ -179,7 +179,7 @@ fn a_storage_wake_polls_a_connection_that_reports_no_pending_work() {
 
 #[test]
 fn shutdown_closes_open_connections_once() {
-    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll] {
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let threads = if poll_mode == PollMode::Sleep { 2 } else { 1 };
         let (runtime, events) = start(Behavior::Echo, config(threads, poll_mode));
         let address = runtime.local_addrs()[0];

@@ -6,7 +6,11 @@
 
 # repository root and the linux-nvme-peer script (a sibling of the repo, also in CI)
 INTEROP_REPO=${INTEROP_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}
-LNP=${LNP:-$INTEROP_REPO/../shared/linux-nvme-peer}
+# The peer itself, and the wrapper the tests call: it boots a guest that died while
+# booting once more (lib/lnp-retry).
+LNP_REAL=${LNP_REAL:-${LNP:-$INTEROP_REPO/../shared/linux-nvme-peer}}
+export LNP_REAL
+LNP=$INTEROP_REPO/tests/interop/lib/lnp-retry
 
 _t_start=$(date +%s)
 log() { printf '[%s +%3ss] %s\n' "${TEST_NAME:-interop}" "$(( $(date +%s) - _t_start ))" "$*"; }

@@ -113,6 +113,7 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
         ("threads", before.threads == after.threads),
         ("poll_mode", before.poll_mode == after.poll_mode),
         ("pin_threads", before.pin_threads == after.pin_threads),
+        ("adaptive_spin_us", before.adaptive_spin_us == after.adaptive_spin_us),
     ];
     let (before, after) = (&running.target, &edited.target);
     let target = [

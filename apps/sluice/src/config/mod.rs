@@ -258,7 +258,9 @@ pub enum BackendKind {
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum PollModeConfig {
+    /// Spin while busy, sleep when idle (see `adaptive_spin_us`).
     #[default]
+    Adaptive,
     Sleep,
     BusyPoll,
 }
@@ -271,13 +273,17 @@ pub struct RuntimeSection {
     pub threads: Option<usize>,
     #[serde(default)]
     pub poll_mode: PollModeConfig,
+    /// Adaptive polling: microseconds a thread keeps spinning after its last
+    /// completion before it sleeps.
+    #[serde(default)]
+    pub adaptive_spin_us: Option<u32>,
     #[serde(default)]
     pub pin_threads: bool,
 }
 
 impl Default for RuntimeSection {
     fn default() -> Self {
-        RuntimeSection { threads: None, poll_mode: PollModeConfig::Sleep, pin_threads: false }
+        RuntimeSection { threads: None, poll_mode: PollModeConfig::Adaptive, adaptive_spin_us: None, pin_threads: false }
     }
 }
 

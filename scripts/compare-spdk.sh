@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Sluice's target against SPDK's, side by side, with the same initiator: SPDK's
+# spdk_nvme_perf on core 1, the target under test on core 0, a 1 GiB RAM namespace of
+# 4 KiB blocks, the workloads of the target-speed issue, rounds interleaved
+# (SPDK, Sluice modes..., then the next round in reverse order). Prints per workload
+# the best round of each target, the ratios to SPDK and each target's CPU per I/O
+# (from /proc: user + system time of the target process over the run).
+#
+#   scripts/compare-spdk.sh [--rounds N] [--seconds S] [--modes "adaptive sleep busy-poll"]
+#                           [--workloads "randread:4096:1 ..."] [--out DIR]
+#
+# Needs ../shared/spdk-peer (SPDK_PEER=path overrides) and a release build of sluice
+# (built here unless SLUICE_BIN is set). Runs on this machine's loopback only.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+SPDK_PEER=${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}
+ROUNDS=2
+SECONDS_PER_RUN=10
+MODES="adaptive sleep busy-poll"
+WORKLOADS="randread:4096:1 randread:4096:32 randread:4096:128 randwrite:4096:32 read:131072:8 write:131072:8"
+OUT=${OUT:-$REPO/target/compare-spdk}
+NQN=nqn.2026-11.io.sluice:compare
+# SPDK's malloc namespace of 1 GiB, the target's own pools and perf's buffers come
+# out of hugepages: 3 GiB of 2 MiB pages (spdk-peer reserves them; they stay reserved).
+export SPDK_PEER_HUGEPAGES=${SPDK_PEER_HUGEPAGES:-1536}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --workloads) WORKLOADS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "compare-spdk: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+[ -x "$SPDK_PEER" ] || { echo "compare-spdk: $SPDK_PEER not found (set SPDK_PEER)" >&2; exit 2; }
+[ "$(nproc)" -ge 2 ] || { echo "compare-spdk: needs 2 CPUs (target on 0, initiator on 1)" >&2; exit 2; }
+mkdir -p "$OUT"
+if [ -z "${SLUICE_BIN:-}" ]; then
+  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet)
+  SLUICE_BIN=$REPO/target/release/sluice
+fi
+
+log() { echo "[compare-spdk] $*" >&2; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# cpu_ticks PID: user + system clock ticks of a process so far.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+TARGET_PID='' PORT='' TARGET_NQN=''
+
+# start_target NAME: spdk, or a Sluice poll mode.
+start_target() {
+  local name=$1 ready=$OUT/ready.$$
+  PORT=$(free_port)
+  rm -f "$ready"
+  if [ "$name" = spdk ]; then
+    TARGET_NQN=nqn.2016-06.io.spdk:cnode1
+    "$SPDK_PEER" target --port "$PORT" --size-mib 1024 --block-size 4096 --core 0 --ready-file "$ready" \
+      >"$OUT/target-$name.log" 2>&1 &
+    TARGET_PID=$!
+  else
+    TARGET_NQN=$NQN
+    cat >"$OUT/sluice-$name.toml" <<EOF
+[[listener]]
+address = "127.0.0.1:$PORT"
+
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = "ram"
+size = "1GiB"
+block_size = 4096
+
+[runtime]
+threads = 1
+poll_mode = "$name"
+EOF
+    SLUICE_LOG=warn taskset -c 0 "$SLUICE_BIN" serve --config "$OUT/sluice-$name.toml" >"$OUT/target-$name.log" 2>&1 &
+    TARGET_PID=$!
+  fi
+  local waited=0
+  until { [ "$name" = spdk ] && [ -e "$ready" ]; } || grep -q '^sluice: ready' "$OUT/target-$name.log" 2>/dev/null; do
+    sleep 0.2; waited=$((waited + 1))
+    if [ $waited -ge 300 ] || ! kill -0 "$TARGET_PID" 2>/dev/null; then
+      tail -n 20 "$OUT/target-$name.log" >&2
+      echo "compare-spdk: target $name did not start" >&2; exit 1
+    fi
+  done
+  # The SPDK target's reactor is a child of the wrapper: measure the process that
+  # burns the CPU (the newest descendant named reactor_0 or nvmf_tgt).
+  if [ "$name" = spdk ]; then
+    local child
+    child=$(pgrep -n -f 'nvmf_tgt' || true)
+    [ -n "$child" ] && TARGET_CPU_PID=$child || TARGET_CPU_PID=$TARGET_PID
+  else
+    TARGET_CPU_PID=$TARGET_PID
+  fi
+}
+
+stop_target() {
+  kill -TERM "$TARGET_PID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$TARGET_PID" 2>/dev/null || true
+  wait "$TARGET_PID" 2>/dev/null || true
+}
+
+RAW=$OUT/raw.tsv
+printf 'round\ttarget\tworkload\tiops\tmib_s\tavg_us\tmin_us\tmax_us\ttarget_cpu_us_per_io\n' >"$RAW"
+ticks_per_second=$(getconf CLK_TCK)
+
+run_workloads() {
+  local round=$1 name=$2 spec workload size depth line before after iops
+  for spec in $WORKLOADS; do
+    IFS=: read -r workload size depth <<<"$spec"
+    before=$(cpu_ticks "$TARGET_CPU_PID")
+    line=$("$SPDK_PEER" perf -c 0x2 -q "$depth" -o "$size" -w "$workload" -t "$SECONDS_PER_RUN" \
+      -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$TARGET_NQN")" 2>"$OUT/perf-err.log" | grep '^Total' || true)
+    after=$(cpu_ticks "$TARGET_CPU_PID")
+    if [ -z "$line" ]; then
+      log "round $round $name $spec: no Total line"; tail -n 5 "$OUT/perf-err.log" >&2
+      continue
+    fi
+    # Total : IOPS MiB/s avg min max
+    read -r iops mib avg min max < <(echo "$line" | awk -F: '{ print $2 }' | awk '{ print $1, $2, $3, $4, $5 }')
+    cpu_us=$(awk -v t=$((after - before)) -v hz="$ticks_per_second" -v iops="$iops" -v s="$SECONDS_PER_RUN" \
+      'BEGIN { ios = iops * s; if (ios > 0) printf "%.2f", t / hz * 1e6 / ios; else print "nan" }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$spec" "$iops" "$mib" "$avg" "$min" "$max" "$cpu_us" >>"$RAW"
+    log "round $round $name $spec: $iops IOPS, avg $avg us, target $cpu_us us CPU/IO"
+  done
+}
+
+log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+targets="spdk $MODES"
+for round in $(seq 1 "$ROUNDS"); do
+  order=$targets
+  [ $((round % 2)) -eq 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
+  for name in $order; do
+    start_target "$name"
+    run_workloads "$round" "$name"
+    stop_target
+  done
+done
+
+# Best round per target and workload (highest IOPS), then ratios to SPDK.
+python3 - "$RAW" "$MODES" <<'EOF' | tee "$OUT/summary.md"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+modes = sys.argv[2].split()
+best = {}
+for row in rows:
+    key = (row["target"], row["workload"])
+    if key not in best or float(row["iops"]) > float(best[key]["iops"]):
+        best[key] = row
+workloads = list(dict.fromkeys(row["workload"] for row in rows))
+print("| workload | SPDK IOPS | SPDK avg us | SPDK CPU us/IO | " + " | ".join(
+    f"{m} IOPS ratio | {m} avg us ratio | {m} CPU us/IO" for m in modes) + " |")
+print("| --- | --: | --: | --: | " + " | ".join("--: | --: | --:" for _ in modes) + " |")
+for workload in workloads:
+    spdk = best.get(("spdk", workload))
+    if not spdk:
+        continue
+    cells = [workload, f"{float(spdk['iops']):.0f}", spdk["avg_us"], spdk["target_cpu_us_per_io"]]
+    for mode in modes:
+        row = best.get((mode, workload))
+        if not row:
+            cells += ["-", "-", "-"]
+            continue
+        cells += [f"{float(row['iops']) / float(spdk['iops']):.2f}x",
+                  f"{float(row['avg_us']) / float(spdk['avg_us']):.2f}x",
+                  row["target_cpu_us_per_io"]]
+    print("| " + " | ".join(cells) + " |")
+EOF
+log "raw rounds: $RAW"
