@@ -209,6 +209,7 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
 
 impl<S: Service> EventLoop<S> {
     fn run(&mut self) -> Result<(), RuntimeError> {
+        crate::storage_wake::set_current_wake_fd(Some(self.storage_wake.raw_fd()));
         self.arm_wake();
         self.arm_storage_wake();
         for position in 0..self.listeners.len() {

@@ -13,6 +13,23 @@ use std::task::{Wake, Waker};
 
 use crate::sys::EventFd;
 
+thread_local! {
+    /// The storage-wake eventfd of the runtime thread running here, if any: backends
+    /// of this crate whose completions the kernel posts (file rings) register it with
+    /// their ring, so the kernel itself rings the doorbell.
+    static CURRENT_WAKE_FD: std::cell::Cell<Option<std::os::fd::RawFd>> = const { std::cell::Cell::new(None) };
+}
+
+/// Called by a runtime thread before it runs connections.
+pub(crate) fn set_current_wake_fd(fd: Option<std::os::fd::RawFd>) {
+    CURRENT_WAKE_FD.with(|current| current.set(fd));
+}
+
+/// The storage-wake eventfd of the runtime thread running here.
+pub(crate) fn current_wake_fd() -> Option<std::os::fd::RawFd> {
+    CURRENT_WAKE_FD.with(std::cell::Cell::get)
+}
+
 /// One thread's storage-completion doorbell: an eventfd the loop keeps a read armed on,
 /// and a flag that coalesces wakes until the loop has looked.
 pub(crate) struct StorageWake {

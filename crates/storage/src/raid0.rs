@@ -470,6 +470,12 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
     fn in_flight(&self) -> usize {
         self.busy_parents + self.ready.len()
     }
+
+    /// Quiet while every member with requests in flight will wake the caller.
+    fn wakes_on_completion(&self) -> bool {
+        self.ready.is_empty()
+            && self.members.iter().all(|member| member.in_flight() == 0 || member.wakes_on_completion())
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -670,6 +676,12 @@ impl Backend for Raid0Backend {
             .iter()
             .map(|member| member.open_queue())
             .collect();
+        Box::new(SplitQueue::new(Arc::clone(&self.layout), queues))
+    }
+
+    /// Members that wake the caller's thread do so for the stripe set too.
+    fn open_queue_with_waker(&self, waker: &std::task::Waker) -> Box<dyn BackendQueue> {
+        let queues = self.members.iter().map(|member| member.open_queue_with_waker(waker)).collect();
         Box::new(SplitQueue::new(Arc::clone(&self.layout), queues))
     }
 }

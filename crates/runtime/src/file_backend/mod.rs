@@ -310,7 +310,7 @@ impl FileBackend {
         }
         let queue_entries = options.queue_entries.clamp(1, 32768);
         // Fail here rather than in open_queue (which cannot return an error).
-        queue::build_ring(queue_entries).map_err(|source| FileError::RingSetup { path: path.clone(), source })?;
+        queue::build_ring(queue_entries, false).map_err(|source| FileError::RingSetup { path: path.clone(), source })?;
         Ok(Arc::new(FileBackend {
             shared: Arc::new(Shared {
                 file,
@@ -363,7 +363,14 @@ impl Backend for FileBackend {
     /// A queue with its own io_uring. If the ring cannot be created (resource limits),
     /// the queue completes every request with `IoError::Internal` and logs why.
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(queue::FileQueue::new(Arc::clone(&self.shared)))
+        Box::new(queue::FileQueue::new(Arc::clone(&self.shared), None))
+    }
+
+    /// On a runtime thread, the queue's ring rings the thread's storage-wake eventfd
+    /// itself (the waker is the same doorbell), so the thread sleeps while file I/O
+    /// is in flight. Elsewhere (no runtime thread) it is polled like `open_queue`.
+    fn open_queue_with_waker(&self, _waker: &std::task::Waker) -> Box<dyn BackendQueue> {
+        Box::new(queue::FileQueue::new(Arc::clone(&self.shared), crate::storage_wake::current_wake_fd()))
     }
 }
 

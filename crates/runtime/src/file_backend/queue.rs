@@ -25,10 +25,15 @@ const MAX_TRANSFER_BYTES: u64 = 1 << 30;
 /// How long dropping a queue waits for its in-flight I/O before leaking the buffers.
 const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(super) fn build_ring(entries: u32) -> io::Result<IoUring> {
-    // No SINGLE_ISSUER/DEFER_TASKRUN: a queue may move between threads.
+pub(super) fn build_ring(entries: u32, wakes_thread: bool) -> io::Result<IoUring> {
+    // No SINGLE_ISSUER/DEFER_TASKRUN: a queue may move between threads. A ring that
+    // wakes its thread through an eventfd must not defer completion work until the
+    // thread enters it (COOP_TASKRUN): the thread is asleep on its own ring then.
     let mut builder = IoUring::builder();
-    builder.setup_cqsize(entries.saturating_mul(2)).setup_coop_taskrun().setup_taskrun_flag();
+    builder.setup_cqsize(entries.saturating_mul(2));
+    if !wakes_thread {
+        builder.setup_coop_taskrun().setup_taskrun_flag();
+    }
     match builder.build(entries) {
         Ok(ring) => Ok(ring),
         Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
@@ -79,19 +84,38 @@ pub(crate) struct FileQueue {
     backlog: VecDeque<squeue::Entry>,
     /// SQEs handed to the ring (pushed, submitted or not) whose CQE has not arrived.
     in_kernel: usize,
+    /// The ring posts completions to the runtime thread's storage-wake eventfd: the
+    /// thread may sleep while requests are in the kernel.
+    wakes_thread: bool,
+    /// SQEs pushed since the last successful `io_uring_enter`: the thread must reap
+    /// (which submits them) before it may sleep.
+    unsubmitted: bool,
     ready: Vec<IoCompletion>,
     pool: BouncePool,
     cqes: Vec<(u64, i32)>,
 }
 
 impl FileQueue {
-    pub(super) fn new(shared: Arc<Shared>) -> FileQueue {
-        let ring = match build_ring(shared.queue_entries) {
+    /// A queue; with `wake_fd` (the owning runtime thread's storage-wake eventfd) its
+    /// ring signals that eventfd on every completion, so the thread sleeps while file
+    /// I/O is in flight instead of polling the ring.
+    pub(super) fn new(shared: Arc<Shared>, wake_fd: Option<std::os::fd::RawFd>) -> FileQueue {
+        let ring = match build_ring(shared.queue_entries, wake_fd.is_some()) {
             Ok(ring) => Some(ring),
             Err(error) => {
                 tracing::error!(%error, "file backend: cannot create an io_uring for a queue; its requests will fail");
                 None
             }
+        };
+        let wakes_thread = match (&ring, wake_fd) {
+            (Some(ring), Some(fd)) => match ring.submitter().register_eventfd(fd) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::debug!(%error, "file backend: no completion eventfd; the thread polls while I/O is in flight");
+                    false
+                }
+            },
+            _ => false,
         };
         let depth = shared.queue_entries as usize;
         FileQueue {
@@ -101,6 +125,8 @@ impl FileQueue {
             free_slots: Vec::with_capacity(depth),
             backlog: VecDeque::new(),
             in_kernel: 0,
+            wakes_thread,
+            unsubmitted: false,
             ready: Vec::with_capacity(depth),
             pool: BouncePool::new(depth),
             cqes: Vec::with_capacity(depth * 2),
@@ -190,13 +216,16 @@ impl FileQueue {
         // zero block) is owned by a slot that is not released until the entry's CQE
         // has been reaped (or is leaked if the queue is dropped before that).
         if unsafe { ring.submission().push(entry) }.is_ok() {
+            self.unsubmitted = true;
             return true;
         }
         if let Err(error) = ring.submit() {
             tracing::debug!(%error, "file backend: io_uring_enter with a full ring");
         }
         // SAFETY: as above.
-        unsafe { ring.submission().push(entry) }.is_ok()
+        let pushed = unsafe { ring.submission().push(entry) }.is_ok();
+        self.unsubmitted |= pushed;
+        pushed
     }
 
     fn flush_backlog(&mut self) {
@@ -207,6 +236,7 @@ impl FileQueue {
                 self.backlog.push_front(entry);
                 break;
             }
+            self.unsubmitted = true;
         }
     }
 
@@ -214,7 +244,7 @@ impl FileQueue {
     fn enter(&mut self) {
         let Some(ring) = self.ring.as_mut() else { return };
         match ring.submit() {
-            Ok(_) => {}
+            Ok(_) => self.unsubmitted = !ring.submission().is_empty(),
             Err(error)
                 if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) => {}
             Err(error) => tracing::warn!(%error, "file backend: io_uring_enter failed; retrying on the next reap"),
@@ -370,6 +400,12 @@ impl BackendQueue for FileQueue {
     fn in_flight(&self) -> usize {
         self.slots.len() - self.free_slots.len() + self.ready.len()
     }
+
+    /// Asleep is safe only when everything is in the kernel: nothing to hand back,
+    /// nothing pushed and not submitted, nothing waiting for ring space.
+    fn wakes_on_completion(&self) -> bool {
+        self.wakes_thread && self.ready.is_empty() && !self.unsubmitted && self.backlog.is_empty()
+    }
 }
 
 impl FileQueue {
@@ -412,5 +448,53 @@ impl Drop for FileQueue {
             std::mem::forget(std::mem::take(&mut self.slots));
             std::mem::forget(self.ring.take());
         }
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::*;
+    use crate::file_backend::{FileBackend, FileOptions};
+
+    /// Waits (at most 5 s) until `fd` is readable.
+    fn readable(fd: std::os::fd::RawFd) -> bool {
+        let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut poll, 1, 5000) == 1 }
+    }
+
+    #[test]
+    fn a_ring_with_a_wake_fd_rings_it_and_lets_the_thread_sleep() {
+        let path = std::env::temp_dir().join(format!("sluice-file-wake-{}", std::process::id()));
+        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let backend = FileBackend::open(&path, options).expect("open test file");
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: eventfd has no memory arguments; the descriptor is closed below.
+        let event_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(event_fd >= 0);
+        let mut queue = FileQueue::new(Arc::clone(&backend.shared), Some(event_fd));
+        assert!(queue.wakes_thread, "the kernel accepts the eventfd");
+        assert!(queue.wakes_on_completion(), "nothing in flight: nothing to poll");
+        queue.submit(IoRequest { token: 7, op: IoOp::Write { lba: 3, blocks: 1, force_unit_access: true }, buffer: vec![9; 4096] });
+        assert!(!queue.wakes_on_completion(), "pushed but not submitted: the thread must reap first");
+        let mut out = Vec::new();
+        queue.reap(&mut out);
+        for _ in 0..100 {
+            if !out.is_empty() {
+                break;
+            }
+            assert!(queue.wakes_on_completion(), "in the kernel: the thread may sleep");
+            assert!(readable(event_fd), "the ring rang the eventfd");
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 on the stack.
+            unsafe { libc::read(event_fd, (&mut count as *mut u64).cast(), 8) };
+            queue.reap(&mut out);
+        }
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].token, 7);
+        assert_eq!(out[0].result, Ok(()));
+        drop(queue);
+        // SAFETY: the descriptor is ours; the ring that had it registered is gone.
+        unsafe { libc::close(event_fd) };
     }
 }

@@ -181,4 +181,9 @@ impl Backend for CarveBackend {
         let parent = self.layout.pool.backend.open_queue();
         Box::new(SplitQueue::new(Arc::clone(&self.layout), vec![parent]))
     }
+
+    fn open_queue_with_waker(&self, waker: &std::task::Waker) -> Box<dyn BackendQueue> {
+        let parent = self.layout.pool.backend.open_queue_with_waker(waker);
+        Box::new(SplitQueue::new(Arc::clone(&self.layout), vec![parent]))
+    }
 }
