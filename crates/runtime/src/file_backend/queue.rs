@@ -497,4 +497,47 @@ mod wake_tests {
         // SAFETY: the descriptor is ours; the ring that had it registered is gone.
         unsafe { libc::close(event_fd) };
     }
+
+    #[test]
+    fn a_stripe_of_files_opened_on_a_runtime_thread_wakes_it_too() {
+        use storage::Backend;
+        let dir = std::env::temp_dir();
+        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let members: Vec<Arc<dyn Backend>> = (0..2)
+            .map(|index| {
+                let path = dir.join(format!("sluice-stripe-wake-{}-{index}", std::process::id()));
+                let member: Arc<dyn Backend> = FileBackend::open(&path, options.clone()).expect("open member");
+                let _ = std::fs::remove_file(&path);
+                member
+            })
+            .collect();
+        let stripe = storage::Raid0Backend::new(members, 16 << 10).expect("raid0 of files");
+        // SAFETY: eventfd has no memory arguments; the descriptor is closed below.
+        let event_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        crate::storage_wake::set_current_wake_fd(Some(event_fd));
+        let waker = std::task::Waker::noop().clone();
+        let mut queue = stripe.open_queue_with_waker(&waker);
+        crate::storage_wake::set_current_wake_fd(None);
+        // 32 KiB from block 2 spans both members.
+        queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 2, blocks: 8, force_unit_access: false }, buffer: vec![5; 32768] });
+        assert!(!queue.wakes_on_completion(), "members have SQEs not yet submitted");
+        let mut out = Vec::new();
+        queue.reap(&mut out);
+        for _ in 0..100 {
+            if !out.is_empty() {
+                break;
+            }
+            assert!(queue.wakes_on_completion(), "everything is in the kernel: the thread may sleep");
+            assert!(readable(event_fd), "a member ring rang the eventfd");
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 on the stack.
+            unsafe { libc::read(event_fd, (&mut count as *mut u64).cast(), 8) };
+            queue.reap(&mut out);
+        }
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].result, Ok(()));
+        drop(queue);
+        // SAFETY: the descriptor is ours; the rings that had it registered are gone.
+        unsafe { libc::close(event_fd) };
+    }
 }

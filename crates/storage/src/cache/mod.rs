@@ -227,7 +227,11 @@ impl Backend for CacheBackend {
     }
 
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(queue::CacheQueue::new(Arc::clone(&self.shared)))
+        Box::new(queue::CacheQueue::new(Arc::clone(&self.shared), None))
+    }
+
+    fn open_queue_with_waker(&self, waker: &std::task::Waker) -> Box<dyn BackendQueue> {
+        Box::new(queue::CacheQueue::new(Arc::clone(&self.shared), Some(waker)))
     }
 }
 

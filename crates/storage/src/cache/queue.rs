@@ -82,10 +82,16 @@ pub(super) struct CacheQueue {
 const INITIAL_DEPTH: usize = 128;
 
 impl CacheQueue {
-    pub(super) fn new(shared: Arc<CacheShared>) -> Self {
+    /// A queue over both tiers; with `waker`, tiers that can wake the caller's thread
+    /// are opened so (see `wakes_on_completion`).
+    pub(super) fn new(shared: Arc<CacheShared>, waker: Option<&std::task::Waker>) -> Self {
+        let open = |backend: &Arc<dyn crate::Backend>| match waker {
+            Some(waker) => backend.open_queue_with_waker(waker),
+            None => backend.open_queue(),
+        };
         Self {
-            fast: shared.fast.open_queue(),
-            slow: shared.slow.open_queue(),
+            fast: open(&shared.fast),
+            slow: open(&shared.slow),
             block_size_bytes: shared.geometry.block_size_bytes as usize,
             shared,
             parents: Vec::with_capacity(INITIAL_DEPTH),
@@ -615,6 +621,13 @@ impl BackendQueue for CacheQueue {
 
     fn in_flight(&self) -> usize {
         self.active_parents + self.ready.len()
+    }
+
+    /// Quiet only while nothing waits for a slot another queue holds (its release
+    /// wakes nobody here) and both tiers will wake the caller for what they hold.
+    fn wakes_on_completion(&self) -> bool {
+        let quiet = |queue: &dyn crate::BackendQueue| queue.in_flight() == 0 || queue.wakes_on_completion();
+        self.waiting.is_empty() && self.ready.is_empty() && quiet(&*self.fast) && quiet(&*self.slow)
     }
 }
 
