@@ -5,18 +5,11 @@ mod support;
 
 use nvme_spec::identify::{cns, oncs, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::IoOpcode;
-use nvme_spec::{IdentifyController, IdentifyNamespace, QueueId, Status};
-use nvme_tcp_wire::DigestSettings;
+use nvme_spec::{IdentifyController, IdentifyNamespace, Status};
 use support::*;
 
 fn io_queue() -> (FakeHost, FakeHost) {
-    let target = test_target();
-    let mut admin = FakeHost::new(target.clone(), 0);
-    let cntlid = admin.bring_up_admin(NQN);
-    let mut io = FakeHost::new(target, 0);
-    io.initialize(DigestSettings { header: false, data: false });
-    assert_status(&io.connect(QueueId(1), cntlid, NQN, 32), Status::SUCCESS);
-    (admin, io)
+    admin_and_io(&test_target(), 32)
 }
 
 /// Format 0 entries for (SLBA, blocks).

@@ -8,7 +8,6 @@ use nvme_spec::identify::{cns, IDENTIFY_DATA_BYTES};
 use nvme_spec::log_page::{ErrorInformationEntry, SmartHealthLog, ERROR_INFORMATION_ENTRY_BYTES, SMART_HEALTH_LOG_BYTES};
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{IdentifyController, QueueId, Status};
-use nvme_tcp_wire::DigestSettings;
 use support::*;
 
 fn get_log(host: &mut FakeHost, log: u8, length: u32) -> Vec<u8> {
@@ -29,11 +28,7 @@ fn entries(host: &mut FakeHost, count: usize) -> Vec<ErrorInformationEntry> {
 #[test]
 fn failed_commands_of_every_queue_are_logged_newest_first_and_counted_in_smart() {
     let target = test_target();
-    let mut admin = FakeHost::new(target.clone(), 0);
-    let cntlid = admin.bring_up_admin(NQN);
-    let mut io = FakeHost::new(target, 0);
-    io.initialize(DigestSettings { header: false, data: false });
-    assert_status(&io.connect(QueueId(1), cntlid, NQN, 32), Status::SUCCESS);
+    let (mut admin, mut io) = admin_and_io(&target, 32);
     assert!(entries(&mut admin, 4).iter().all(|entry| entry.error_count == 0), "nothing failed yet");
 
     let beyond = read_write(IoOpcode::Read, 1, NAMESPACE_BLOCKS, 1);

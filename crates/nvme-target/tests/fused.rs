@@ -4,8 +4,8 @@
 mod support;
 
 use nvme_spec::opcode::IoOpcode;
-use nvme_spec::{CommandId, IdentifyController, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry};
-use nvme_tcp_wire::{CapsuleCommand, DigestSettings, PduHeader};
+use nvme_spec::{CommandId, IdentifyController, NamespaceId, SglDescriptor, Status, SubmissionQueueEntry};
+use nvme_tcp_wire::{CapsuleCommand, PduHeader};
 use support::*;
 
 const FUSE_FIRST: u8 = 0b01;
@@ -13,11 +13,7 @@ const FUSE_SECOND: u8 = 0b10;
 
 fn io_queue() -> (std::sync::Arc<nvme_target::Target>, FakeHost, FakeHost) {
     let target = test_target();
-    let mut admin = FakeHost::new(target.clone(), 0);
-    let cntlid = admin.bring_up_admin(NQN);
-    let mut io = FakeHost::new(target.clone(), 0);
-    io.initialize(DigestSettings { header: false, data: false });
-    assert_status(&io.connect(QueueId(1), cntlid, NQN, 128), Status::SUCCESS);
+    let (admin, io) = admin_and_io(&target, 128);
     (target, admin, io)
 }
 

@@ -5,8 +5,7 @@ mod support;
 
 use nvme_spec::identify::{cns, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::IoOpcode;
-use nvme_spec::{QueueId, Status};
-use nvme_tcp_wire::DigestSettings;
+use nvme_spec::Status;
 use support::*;
 
 fn verify(io: &mut FakeHost, lba: u64, blocks: u32) -> Answer {
@@ -20,11 +19,7 @@ fn verify(io: &mut FakeHost, lba: u64, blocks: u32) -> Answer {
 #[test]
 fn verify_reads_without_transfer_and_checks_its_range() {
     let target = test_target();
-    let mut admin = FakeHost::new(target.clone(), 0);
-    let cntlid = admin.bring_up_admin(NQN);
-    let mut io = FakeHost::new(target, 0);
-    io.initialize(DigestSettings { header: false, data: false });
-    assert_status(&io.connect(QueueId(1), cntlid, NQN, 32), Status::SUCCESS);
+    let (mut admin, mut io) = admin_and_io(&target, 32);
 
     let answer = verify(&mut io, 0, 8);
     assert_status(&answer, Status::SUCCESS);

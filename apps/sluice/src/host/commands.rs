@@ -646,9 +646,19 @@ fn read(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), H
     io_summary("read", output, nsid, io_args.start_block, &transfer)
 }
 
-fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> Result<(), HostError> {
-    // Read the input before connecting, so a missing file is a usage error that costs
-    // no connection.
+/// What `write` and `compare` send: the session, the namespace, its block size, the
+/// planned transfer and the input cut to exactly its bytes and padded with zeros to
+/// whole blocks. The input is read before connecting, so a missing file is a usage
+/// error that costs no connection.
+struct HostBlocks {
+    session: Session,
+    ns: IdentifyNamespace,
+    block_bytes: u64,
+    transfer: Transfer,
+    input: Vec<u8>,
+}
+
+fn host_blocks(args: &TargetArgs, io_args: &IoArgs) -> Result<HostBlocks, HostError> {
     let mut input = read_input(io_args)?;
     let session = Session::open(args)?;
     let nsid = io_args.namespace_id;
@@ -656,9 +666,14 @@ fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> 
     let block_bytes = block_size(nsid, &ns)?;
     let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
     let transfer = plan_transfer(io_args, block_bytes, (!explicit).then_some(input.len() as u64))?;
-    // Exactly `bytes` of the input, then zeros up to whole blocks.
     input.truncate(transfer.bytes as usize);
     input.resize((transfer.blocks * block_bytes) as usize, 0);
+    Ok(HostBlocks { session, ns, block_bytes, transfer, input })
+}
+
+fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> Result<(), HostError> {
+    let HostBlocks { session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
+    let nsid = io_args.namespace_id;
     let per_call = blocks_per_call(block_bytes);
     let mut lba = io_args.start_block;
     for chunk in input.chunks((per_call * block_bytes) as usize) {
@@ -706,15 +721,8 @@ fn copy(
 /// Compare: the input, padded with zeros to whole blocks like `write`, against the
 /// blocks from --start-block; one command per MDTS.
 fn compare(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), HostError> {
-    let mut input = read_input(io_args)?;
-    let session = Session::open(args)?;
+    let HostBlocks { session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
     let nsid = io_args.namespace_id;
-    let ns = session.identify_namespace(nsid)?;
-    let block_bytes = block_size(nsid, &ns)?;
-    let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
-    let transfer = plan_transfer(io_args, block_bytes, (!explicit).then_some(input.len() as u64))?;
-    input.truncate(transfer.bytes as usize);
-    input.resize((transfer.blocks * block_bytes) as usize, 0);
     let per_call = blocks_per_call(block_bytes);
     let mut lba = io_args.start_block;
     for chunk in input.chunks((per_call * block_bytes) as usize) {

@@ -342,3 +342,14 @@ pub fn assert_status(answer: &Answer, expected: Status) {
 pub fn pattern(length: usize, seed: u8) -> Vec<u8> {
     (0..length).map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
+
+/// An admin queue brought up on `target` (host HOST_NQN) and one I/O queue of depth
+/// `depth` connected to its controller, without digests.
+pub fn admin_and_io(target: &Arc<Target>, depth: u16) -> (FakeHost, FakeHost) {
+    let mut admin = FakeHost::new(target.clone(), 0);
+    let cntlid = admin.bring_up_admin(NQN);
+    let mut io = FakeHost::new(target.clone(), 0);
+    io.initialize(DigestSettings { header: false, data: false });
+    assert_status(&io.connect(QueueId(1), cntlid, NQN, depth), Status::SUCCESS);
+    (admin, io)
+}
