@@ -9,17 +9,18 @@ use std::time::Instant;
 
 use io_uring::{opcode, types};
 
-use crate::event_loop::{EventLoop, MAX_SPARE_BUFFERS};
+use crate::ring_core::{Outcome, Released, RingCore, MAX_SPARE_BUFFERS};
 use crate::send::SendState;
 use crate::user_data::{OpKind, UserData};
-use crate::{CloseReason, ConnectionHandler, ListenerId, Service};
+use crate::{CloseReason, ConnectionHandler, ListenerId};
 
 /// One accepted socket and its handler.
 pub struct Connection<H: ConnectionHandler> {
     stream: TcpStream,
     handler: H,
     /// The listener it was accepted through: removing that listener closes it.
-    listener: ListenerId,
+    /// None for a connection the owner opened (a host's).
+    listener: Option<ListenerId>,
     /// The kernel writes received bytes here; boxed, so moving the Connection
     /// (the slab's Vec may grow) never moves the buffer.
     recv_buffer: Box<[u8]>,
@@ -33,9 +34,17 @@ pub struct Connection<H: ConnectionHandler> {
     pending_work: bool,
     /// Set once closing has begun; the reason `on_closed` will get.
     closing: Option<CloseReason>,
+    /// Set once the owner asked for the socket back (`ClientRing::detach`): no new
+    /// operations, the receive is cancelled, a send in flight finishes.
+    detaching: bool,
 }
 
 impl<H: ConnectionHandler> Connection<H> {
+    /// Neither closing nor being detached: the handler may be driven.
+    fn is_active(&self) -> bool {
+        self.closing.is_none() && !self.detaching
+    }
+
     /// The abnormal exit path (operations may still be in flight): shut the
     /// socket down so the peer sees the end at once, close the descriptor (the
     /// ring keeps its own reference until its operations are cancelled), drop
@@ -56,18 +65,18 @@ fn is_normal_disconnect(kind: io::ErrorKind) -> bool {
     matches!(kind, io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted)
 }
 
-impl<S: Service> EventLoop<S> {
+impl<H: ConnectionHandler> RingCore<H> {
     pub(crate) fn add_connection(
         &mut self,
         stream: TcpStream,
-        handler: S::Handler,
-        listener: ListenerId,
+        handler: H,
+        listener: Option<ListenerId>,
         now: Instant,
-    ) {
+    ) -> (u32, u32) {
         let recv_buffer = self
             .spare_recv_buffers
             .pop()
-            .unwrap_or_else(|| vec![0u8; self.settings.recv_buffer_bytes].into_boxed_slice());
+            .unwrap_or_else(|| vec![0u8; self.recv_buffer_bytes].into_boxed_slice());
         let connection = Connection {
             stream,
             handler,
@@ -79,11 +88,13 @@ impl<S: Service> EventLoop<S> {
             deadline: None,
             pending_work: false,
             closing: None,
+            detaching: false,
         };
         let (index, generation) = self.connections.insert(connection);
         self.arm_recv(index, generation);
         // A handler may have something to say before the peer speaks.
         self.drive(index, generation, now);
+        (index, generation)
     }
 
     fn arm_recv(&mut self, index: u32, generation: u32) {
@@ -126,6 +137,15 @@ impl<S: Service> EventLoop<S> {
             self.finish_close_if_idle(index, generation);
             return;
         }
+        if connection.detaching {
+            // Bytes that raced the cancellation still belong to the handler; an
+            // error is left for the owner to meet on the socket itself.
+            if result > 0 && !connection.handler.wants_close() {
+                connection.handler.on_receive(&connection.recv_buffer[..result as usize], now);
+            }
+            self.finish_detach_if_idle(index, generation);
+            return;
+        }
         if result > 0 {
             // Once the handler wants to close, further bytes are discarded:
             // the runtime is only flushing what the handler still sends.
@@ -156,6 +176,26 @@ impl<S: Service> EventLoop<S> {
             self.finish_close_if_idle(index, generation);
             return;
         }
+        if connection.detaching {
+            // A send is never cancelled halfway (the peer would see half a PDU):
+            // finish it, then hand the socket over. After a failure the rest of
+            // the batch is dropped; the owner meets the error on the socket.
+            if result > 0 {
+                connection.send.advance(result as usize);
+                if !connection.send.is_done() {
+                    self.submit_send(index, generation);
+                    return;
+                }
+                if let Some(batch) = connection.send.take_batch() {
+                    connection.handler.on_sent(batch, now);
+                }
+            } else if matches!(-result, libc::EINTR | libc::EAGAIN | libc::ENOBUFS) {
+                self.submit_send(index, generation);
+                return;
+            }
+            self.finish_detach_if_idle(index, generation);
+            return;
+        }
         if result > 0 {
             connection.send.advance(result as usize);
             if connection.send.is_done() {
@@ -181,9 +221,9 @@ impl<S: Service> EventLoop<S> {
         let error = io::Error::from_raw_os_error(errno);
         let kind = error.kind();
         if is_normal_disconnect(kind) {
-            tracing::debug!(thread = self.settings.thread, %error, operation, "connection closed by peer");
+            tracing::debug!(thread = self.thread, %error, operation, "connection closed by peer");
         } else {
-            tracing::info!(thread = self.settings.thread, %error, operation, "connection failed");
+            tracing::info!(thread = self.thread, %error, operation, "connection failed");
         }
         self.begin_close(index, generation, CloseReason::Error(kind));
     }
@@ -194,7 +234,7 @@ impl<S: Service> EventLoop<S> {
     pub(crate) fn drive(&mut self, index: u32, generation: u32, now: Instant) {
         loop {
             let Some(connection) = self.connections.get_mut(index, generation) else { return };
-            if connection.closing.is_some() {
+            if !connection.is_active() {
                 return;
             }
             if !connection.send_in_flight {
@@ -242,7 +282,7 @@ impl<S: Service> EventLoop<S> {
     /// connection with nothing pending until it is polled.
     pub(crate) fn poll_connection(&mut self, index: u32, storage_woke: bool, now: Instant) {
         let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
-        if !(connection.pending_work || storage_woke) || connection.closing.is_some() {
+        if !(connection.pending_work || storage_woke) || !connection.is_active() {
             return;
         }
         connection.handler.poll(now);
@@ -253,7 +293,7 @@ impl<S: Service> EventLoop<S> {
     /// connection's (possibly new) deadline into `earliest_deadline`.
     pub(crate) fn fire_timer_if_due(&mut self, index: u32, now: Instant) {
         let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
-        if connection.closing.is_some() {
+        if !connection.is_active() {
             return;
         }
         if connection.deadline.is_some_and(|deadline| deadline <= now) {
@@ -269,7 +309,7 @@ impl<S: Service> EventLoop<S> {
     /// already closing.
     pub(crate) fn connection_listener(&mut self, index: u32) -> Option<ListenerId> {
         let (connection, _) = self.connections.get_mut_at(index)?;
-        connection.closing.is_none().then_some(connection.listener)
+        connection.closing.is_none().then_some(connection.listener).flatten()
     }
 
     /// Starts closing the connection at `index` (whatever its generation).
@@ -287,7 +327,7 @@ impl<S: Service> EventLoop<S> {
             return;
         }
         connection.closing = Some(reason);
-        tracing::debug!(thread = self.settings.thread, ?reason, "closing connection");
+        tracing::debug!(thread = self.thread, ?reason, "closing connection");
         // After wants_close everything has been sent: shut down only the write
         // side, so the FIN follows the data. Otherwise stop both directions so
         // in-flight operations finish at once.
@@ -322,9 +362,73 @@ impl<S: Service> EventLoop<S> {
         drop(send.take_batch());
         drop(stream);
         handler.on_closed(reason);
-        drop(handler);
-        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.settings.recv_buffer_bytes {
+        match self.released.as_mut() {
+            Some(released) => released.push(Released { index, generation, handler, outcome: Outcome::Closed(reason) }),
+            None => drop(handler),
+        }
+        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.recv_buffer_bytes {
             self.spare_recv_buffers.push(recv_buffer);
         }
+    }
+}
+
+impl<H: ConnectionHandler> RingCore<H> {
+    /// Starts handing the connection's socket and handler back to the owner
+    /// (only rings with a `released` list do that): no new operations, the
+    /// receive is cancelled, a send in flight runs to its end. Returns false when
+    /// there is no such connection or it is already closing.
+    pub(crate) fn begin_detach(&mut self, index: u32, generation: u32) -> bool {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return false };
+        if connection.closing.is_some() {
+            return false;
+        }
+        if connection.detaching {
+            return true;
+        }
+        connection.detaching = true;
+        let recv_in_flight = connection.recv_in_flight;
+        if connection.pending_work {
+            connection.pending_work = false;
+            self.pending_work_connections -= 1;
+        }
+        if recv_in_flight {
+            self.cancel(UserData::new(OpKind::Recv, generation, index));
+        }
+        self.finish_detach_if_idle(index, generation);
+        true
+    }
+
+    fn finish_detach_if_idle(&mut self, index: u32, generation: u32) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        if !connection.detaching || connection.recv_in_flight || connection.send_in_flight {
+            return;
+        }
+        let Some(connection) = self.connections.remove(index) else { return };
+        let Connection { stream, handler, recv_buffer, mut send, .. } = connection;
+        drop(send.take_batch());
+        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.recv_buffer_bytes {
+            self.spare_recv_buffers.push(recv_buffer);
+        }
+        let released = Released { index, generation, handler, outcome: Outcome::Detached(stream) };
+        match self.released.as_mut() {
+            Some(list) => list.push(released),
+            // A ring that cannot hand sockets back closes them.
+            None => drop(released),
+        }
+    }
+}
+
+impl<H: ConnectionHandler> RingCore<H> {
+    /// The handler of a connection that is neither closing nor being detached.
+    pub(crate) fn active_handler_mut(&mut self, index: u32, generation: u32) -> Option<&mut H> {
+        let connection = self.connections.get_mut(index, generation)?;
+        connection.is_active().then_some(&mut connection.handler)
+    }
+}
+
+impl<H: ConnectionHandler> RingCore<H> {
+    /// Starts closing the connection if `generation` is still the one at `index`.
+    pub(crate) fn close_connection_at_generation(&mut self, index: u32, generation: u32, reason: CloseReason) {
+        self.begin_close(index, generation, reason);
     }
 }

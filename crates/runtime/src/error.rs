@@ -35,6 +35,16 @@ pub enum RuntimeError {
     /// when they get to it.
     #[error("{pending_threads} runtime thread(s) did not confirm the listener change within {waited_ms} ms")]
     ListenerChangeTimedOut { pending_threads: usize, waited_ms: u64 },
+    /// A [`crate::ClientRing`] was used from a thread other than the one that
+    /// created it (its io_uring takes submissions from that thread only).
+    #[error("a client ring was used from a thread other than its owner's")]
+    ForeignThread,
+    /// [`crate::ClientRing::detach`] did not get the socket back in time.
+    #[error("the connection's operations did not finish within {waited_ms} ms")]
+    DetachTimedOut { waited_ms: u64 },
+    /// No open connection has this token (closed, or never opened here).
+    #[error("no such connection on this ring")]
+    UnknownConnection,
     /// All 2^32 listener ids were handed out; ids are never reused.
     #[error("no listener id left (ids are never reused)")]
     ListenerIdsExhausted,

@@ -3,7 +3,7 @@
 //! listener changes from its mailbox, and drains everything on shutdown.
 //! Per-connection work lives in `connection.rs`.
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::mpsc::{self, Sender};
@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, types, IoUring};
 
-use crate::connection::Connection;
+use crate::ring_core::RingCore;
 use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
-use crate::slab::Slab;
 use crate::storage_wake::StorageWake;
 use crate::user_data::{OpKind, UserData};
 use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};
@@ -62,11 +61,11 @@ impl Listener {
 /// The per-thread state. Connection handling is in `connection.rs`.
 pub struct EventLoop<S: Service> {
     pub(crate) settings: ThreadSettings,
-    pub(crate) ring: IoUring,
+    /// The ring and the connections; per-connection work is in `connection.rs`.
+    pub(crate) core: RingCore<S::Handler>,
     service: Arc<S>,
     shutdown: ShutdownHandle,
     listeners: Vec<Listener>,
-    pub(crate) connections: Slab<Connection<S::Handler>>,
     /// The eventfd read lands here; boxed so its address is stable.
     wake_buffer: Box<u64>,
     wake_armed: bool,
@@ -84,27 +83,8 @@ pub struct EventLoop<S: Service> {
     storage_due: bool,
     /// Commands taken from the mailbox, applied, then cleared. Reused.
     listener_commands: Vec<ListenerCommand>,
-    /// Operations submitted whose final completion has not been seen. Nothing
-    /// an operation points at is freed while this is non-zero for it.
-    pub(crate) outstanding_ops: usize,
-    /// Completions copied out of the ring, then dispatched. Reused.
-    completions: Vec<(u64, i32, u32)>,
-    /// Empty Vec lent to `SendSource::io_slices`; keeps its capacity.
-    pub(crate) scratch_slices: Vec<IoSlice<'static>>,
-    /// A lower bound on every connection's deadline; a scan runs when it passes.
-    pub(crate) earliest_deadline: Option<Instant>,
-    /// How many connections reported `has_pending_work`.
-    pub(crate) pending_work_connections: usize,
-    /// When the last completion was dispatched (adaptive polling spins after it).
-    last_completion_at: Instant,
     shutting_down_since: Option<Instant>,
-    /// Receive buffers and send states of closed connections, for reuse.
-    pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
-    fatal: Option<io::Error>,
 }
-
-/// Spare buffers kept per thread; beyond this, closed connections' buffers are freed.
-pub(crate) const MAX_SPARE_BUFFERS: usize = 64;
 
 pub fn run_thread<S: Service>(
     settings: ThreadSettings,
@@ -128,13 +108,13 @@ pub fn run_thread<S: Service>(
         }
     };
     let storage_waker = storage_wake.waker();
+    let core = RingCore::new(settings.thread, settings.recv_buffer_bytes, ring);
     let mut event_loop = EventLoop {
         settings,
-        ring,
+        core,
         service,
         shutdown,
         listeners,
-        connections: Slab::new(),
         wake_buffer: Box::new(0),
         wake_armed: false,
         mailbox_due: false,
@@ -144,15 +124,7 @@ pub fn run_thread<S: Service>(
         storage_wake_armed: false,
         storage_due: false,
         listener_commands: Vec::new(),
-        outstanding_ops: 0,
-        completions: Vec::with_capacity(1024),
-        scratch_slices: Vec::new(),
-        earliest_deadline: None,
-        pending_work_connections: 0,
-        last_completion_at: Instant::now(),
         shutting_down_since: None,
-        spare_recv_buffers: Vec::new(),
-        fatal: None,
     };
     let _ = ready.send(Ok(()));
     tracing::debug!(thread = event_loop.settings.thread, "runtime thread started");
@@ -189,7 +161,7 @@ impl Drop for StopAllOnFailure {
 /// docs/runtime.md). TASKRUN_FLAG lets the busy-poll loop see when deferred
 /// completions wait without a syscall. Older kernels reject these flags; fall
 /// back to a plain ring then.
-fn build_ring(entries: u32) -> io::Result<IoUring> {
+pub(crate) fn build_ring(entries: u32) -> io::Result<IoUring> {
     let mut builder = IoUring::builder();
     builder
         .setup_cqsize(entries.saturating_mul(2))
@@ -216,18 +188,18 @@ impl<S: Service> EventLoop<S> {
             self.arm_accept(position);
         }
         loop {
-            if let Some(error) = self.fatal.take() {
+            if let Some(error) = self.core.fatal.take() {
                 return Err(RuntimeError::Submit(error));
             }
             if let Some(since) = self.shutting_down_since {
-                if self.connections.is_empty() && self.outstanding_ops == 0 {
+                if self.core.connections.is_empty() && self.core.outstanding_ops == 0 {
                     tracing::debug!(thread = self.settings.thread, "runtime thread stopped");
                     return Ok(());
                 }
                 if since.elapsed() > SHUTDOWN_DRAIN_TIMEOUT {
                     tracing::error!(
                         thread = self.settings.thread,
-                        outstanding = self.outstanding_ops,
+                        outstanding = self.core.outstanding_ops,
                         "operations still outstanding after shutdown; leaking their buffers"
                     );
                     return Ok(()); // Drop leaks what the kernel may still touch.
@@ -246,120 +218,40 @@ impl<S: Service> EventLoop<S> {
         }
     }
 
-    /// Submits queued entries and, in sleep mode, blocks until a completion,
-    /// the next deadline, or a wake. Busy-poll mode never blocks.
     fn wait(&mut self) -> Result<(), RuntimeError> {
-        let spinning = match self.settings.poll_mode {
-            PollMode::BusyPoll => true,
-            PollMode::Sleep => false,
-            PollMode::Adaptive { spin_us } => {
-                self.last_completion_at.elapsed() < std::time::Duration::from_micros(u64::from(spin_us))
-            }
-        };
-        let may_block = !spinning && self.pending_work_connections == 0;
-        if !may_block {
-            let must_enter = {
-                let mut submission = self.ring.submission();
-                submission.sync();
-                !submission.is_empty() || submission.taskrun() || submission.cq_overflow()
-            };
-            if must_enter {
-                // submit_and_wait adds GETEVENTS when the TASKRUN flag is up,
-                // which is what runs deferred completions.
-                return self.check_enter(self.ring.submit_and_wait(0));
-            }
-            return Ok(());
-        }
-        if !self.ring.completion().is_empty() {
-            return self.check_enter(self.ring.submit());
-        }
-        match self.next_wakeup() {
-            None => self.check_enter(self.ring.submit_and_wait(1)),
-            Some(at) => {
-                let now = Instant::now();
-                if at <= now {
-                    return self.check_enter(self.ring.submit_and_wait(0));
-                }
-                let delay = at - now;
-                let timeout = types::Timespec::new().sec(delay.as_secs()).nsec(delay.subsec_nanos());
-                let arguments = types::SubmitArgs::new().timespec(&timeout);
-                self.check_enter(self.ring.submitter().submit_with_args(1, &arguments))
-            }
-        }
-    }
-
-    fn check_enter(&mut self, result: io::Result<usize>) -> Result<(), RuntimeError> {
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) => match error.raw_os_error() {
-                // Timed out, interrupted, or completions must be reaped first.
-                Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
-                _ => Err(RuntimeError::Submit(error)),
-            },
-        }
+        let wakeup = self.next_wakeup();
+        self.core.wait(self.settings.poll_mode, wakeup).map_err(RuntimeError::Submit)
     }
 
     /// The earliest instant the loop must wake up by itself.
     fn next_wakeup(&self) -> Option<Instant> {
         let listeners = self.listeners.iter().filter_map(|listener| listener.rearm_at);
         let drain = self.shutting_down_since.map(|since| since + SHUTDOWN_DRAIN_TIMEOUT);
-        listeners.chain(drain).chain(self.earliest_deadline).min()
-    }
-
-    /// Queues an entry, submitting to make room if the submission queue is full.
-    ///
-    /// # Safety
-    /// Every buffer `entry` points at must stay valid and unmoved until its
-    /// final completion has been dispatched.
-    pub(crate) unsafe fn push(&mut self, entry: &squeue::Entry) {
-        loop {
-            // SAFETY: forwarded from this function's contract.
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
-                self.outstanding_ops += 1;
-                return;
-            }
-            if let Err(error) = self.ring.submit() {
-                match error.raw_os_error() {
-                    // The completion queue is full: copy completions out (they
-                    // are dispatched by the running dispatch loop) and retry.
-                    Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => self.reap_completions(),
-                    _ => {
-                        // Cannot queue: remember the failure; the loop exits
-                        // with it. The entry is dropped, so no buffer is touched.
-                        self.fatal.get_or_insert(error);
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    fn reap_completions(&mut self) {
-        let completions = &mut self.completions;
-        completions.extend(self.ring.completion().map(|entry| (entry.user_data(), entry.result(), entry.flags())));
+        listeners.chain(drain).chain(self.core.earliest_deadline).min()
     }
 
     fn dispatch_completions(&mut self, now: Instant) {
-        self.reap_completions();
-        if !self.completions.is_empty() {
-            self.last_completion_at = now;
+        self.core.reap_completions();
+        if !self.core.completions.is_empty() {
+            self.core.last_completion_at = now;
         }
         // Indexing rather than iterating: handlers may submit, and a full
         // submission queue reaps more completions onto the end of this Vec.
         let mut next = 0;
-        while next < self.completions.len() {
-            let (user_data, result, flags) = self.completions[next];
+        while next < self.core.completions.len() {
+            let (user_data, result, flags) = self.core.completions[next];
             next += 1;
             let Some(data) = UserData::decode(user_data) else {
                 tracing::error!(user_data, "completion with unknown user_data");
                 continue;
             };
             match data.kind {
+                OpKind::Recv | OpKind::Send | OpKind::Cancel => {
+                    self.core.dispatch_connection_op(data, result, now);
+                }
                 OpKind::Accept => self.on_accept_completion(ListenerId::new(data.index), result, flags, now),
-                OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, now),
-                OpKind::Send => self.on_send_completion(data.index, data.generation, result, now),
                 OpKind::Wake => {
-                    self.outstanding_ops -= 1;
+                    self.core.outstanding_ops -= 1;
                     self.wake_armed = false;
                     if self.shutting_down_since.is_none() {
                         self.mailbox_due = true;
@@ -367,7 +259,7 @@ impl<S: Service> EventLoop<S> {
                     }
                 }
                 OpKind::StorageWake => {
-                    self.outstanding_ops -= 1;
+                    self.core.outstanding_ops -= 1;
                     self.storage_wake_armed = false;
                     // Taken before the connections are polled (run_polls_and_timers),
                     // so a completion after that poll wakes the thread again.
@@ -377,10 +269,9 @@ impl<S: Service> EventLoop<S> {
                         self.arm_storage_wake();
                     }
                 }
-                OpKind::Cancel => self.outstanding_ops -= 1,
             }
         }
-        self.completions.clear();
+        self.core.completions.clear();
     }
 
     fn arm_wake(&mut self) {
@@ -391,7 +282,7 @@ impl<S: Service> EventLoop<S> {
             .user_data(UserData::new(OpKind::Wake, 0, 0).encode());
         // SAFETY: `wake_buffer` is boxed and lives as long as the loop; Drop
         // leaks it if the read is still outstanding.
-        unsafe { self.push(&entry) };
+        unsafe { self.core.push(&entry) };
         self.wake_armed = true;
     }
 
@@ -403,7 +294,7 @@ impl<S: Service> EventLoop<S> {
         // SAFETY: `storage_wake_buffer` is boxed and lives as long as the loop; Drop
         // leaks it if the read is still outstanding. The eventfd lives in
         // `storage_wake`, which the loop holds as long as it runs.
-        unsafe { self.push(&entry) };
+        unsafe { self.core.push(&entry) };
         self.storage_wake_armed = true;
     }
 
@@ -418,13 +309,13 @@ impl<S: Service> EventLoop<S> {
             .build()
             .user_data(UserData::new(OpKind::Accept, 0, listener.id.user_data_index()).encode());
         // SAFETY: multishot accept points at no memory (no peer-address buffer).
-        unsafe { self.push(&entry) };
+        unsafe { self.core.push(&entry) };
     }
 
     fn on_accept_completion(&mut self, id: ListenerId, result: i32, flags: u32, now: Instant) {
         let more = cqueue::more(flags);
         if !more {
-            self.outstanding_ops -= 1;
+            self.core.outstanding_ops -= 1;
         }
         let Some(position) = self.listener_position(id) else {
             // Unreachable: a listener is dropped only after its final
@@ -458,7 +349,7 @@ impl<S: Service> EventLoop<S> {
                     );
                     // Stop the multishot if it is still running, then re-arm later.
                     if more {
-                        self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
+                        self.core.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
                     }
                     if self.listeners[position].removal.is_none() {
                         self.listeners[position].rearm_at = Some(now + ACCEPT_BACKOFF);
@@ -526,7 +417,7 @@ impl<S: Service> EventLoop<S> {
             return;
         };
         tracing::debug!(thread = self.settings.thread, %local, %peer, "connection accepted");
-        self.add_connection(stream, handler, listener, now);
+        self.core.add_connection(stream, handler, Some(listener), now);
     }
 
     /// Applies the listener changes waiting in this thread's mailbox. Runs only
@@ -551,9 +442,9 @@ impl<S: Service> EventLoop<S> {
     /// it, and confirms through `done` once its socket is closed.
     fn stop_listener(&mut self, id: ListenerId, done: mpsc::Sender<usize>) {
         let mut connections_closed = 0;
-        for index in 0..self.connections.index_bound() {
-            if self.connection_listener(index) == Some(id) {
-                self.close_connection_at(index, CloseReason::ListenerRemoved);
+        for index in 0..self.core.connections.index_bound() {
+            if self.core.connection_listener(index) == Some(id) {
+                self.core.close_connection_at(index, CloseReason::ListenerRemoved);
                 connections_closed += 1;
             }
         }
@@ -568,23 +459,14 @@ impl<S: Service> EventLoop<S> {
         listener.removal = Some((done, connections_closed));
         if listener.accept_armed {
             // The socket closes when the accept's final completion arrives.
-            self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
+            self.core.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
         } else {
             self.release_listener(position);
         }
     }
 
-    /// Submits an AsyncCancel for the operation(s) with this user_data.
-    pub(crate) fn cancel(&mut self, target: UserData) {
-        let entry = opcode::AsyncCancel::new(target.encode())
-            .build()
-            .user_data(UserData::new(OpKind::Cancel, 0, 0).encode());
-        // SAFETY: a cancel request points at no memory.
-        unsafe { self.push(&entry) };
-    }
-
     fn begin_shutdown(&mut self, now: Instant) {
-        tracing::debug!(thread = self.settings.thread, connections = self.connections.len(), "shutting down");
+        tracing::debug!(thread = self.settings.thread, connections = self.core.connections.len(), "shutting down");
         self.shutting_down_since = Some(now);
         // Backwards: releasing a listener that is being removed drops it.
         for position in (0..self.listeners.len()).rev() {
@@ -592,19 +474,19 @@ impl<S: Service> EventLoop<S> {
             listener.rearm_at = None;
             if listener.accept_armed {
                 let id = listener.id;
-                self.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
+                self.core.cancel(UserData::new(OpKind::Accept, 0, id.user_data_index()));
             } else {
                 self.release_listener(position);
             }
         }
         if self.wake_armed {
-            self.cancel(UserData::new(OpKind::Wake, 0, 0));
+            self.core.cancel(UserData::new(OpKind::Wake, 0, 0));
         }
         if self.storage_wake_armed {
-            self.cancel(UserData::new(OpKind::StorageWake, 0, 0));
+            self.core.cancel(UserData::new(OpKind::StorageWake, 0, 0));
         }
-        for index in 0..self.connections.index_bound() {
-            self.close_connection_at(index, crate::CloseReason::Shutdown);
+        for index in 0..self.core.connections.index_bound() {
+            self.core.close_connection_at(index, crate::CloseReason::Shutdown);
         }
     }
 
@@ -619,19 +501,7 @@ impl<S: Service> EventLoop<S> {
         }
         // Storage woke the thread: any connection may have completions to reap.
         let storage_due = std::mem::take(&mut self.storage_due);
-        if self.pending_work_connections > 0 || storage_due {
-            for index in 0..self.connections.index_bound() {
-                self.poll_connection(index, storage_due, now);
-            }
-        }
-        if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {
-            // Recomputed by the scan: every live connection's deadline is
-            // re-read and due timers fire.
-            self.earliest_deadline = None;
-            for index in 0..self.connections.index_bound() {
-                self.fire_timer_if_due(index, now);
-            }
-        }
+        self.core.run_polls_and_timers(storage_due, now);
     }
 }
 
@@ -641,11 +511,8 @@ impl<S: Service> Drop for EventLoop<S> {
     /// or read send batches, so those are leaked instead of freed; sockets are
     /// still shut down and closed so peers are not left hanging.
     fn drop(&mut self) {
-        if self.outstanding_ops > 0 {
-            let connections = std::mem::replace(&mut self.connections, Slab::new());
-            for connection in connections.into_values() {
-                connection.abandon();
-            }
+        if self.core.outstanding_ops > 0 {
+            self.core.abandon_connections();
             std::mem::forget(std::mem::replace(&mut self.wake_buffer, Box::new(0)));
             std::mem::forget(std::mem::replace(&mut self.storage_wake_buffer, Box::new(0)));
             // The eventfd too: an outstanding read may still name it.

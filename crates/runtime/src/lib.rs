@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
+mod client_ring;
 mod connection;
 mod error;
 mod event_loop;
@@ -26,6 +27,7 @@ pub mod file_backend;
 mod listeners;
 pub mod rbd_backend;
 mod send;
+mod ring_core;
 mod slab;
 mod storage_wake;
 mod sys;
@@ -38,6 +40,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+pub use client_ring::{ClientRing, ClientRingConfig, ConnectionToken};
 pub use error::RuntimeError;
 pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};

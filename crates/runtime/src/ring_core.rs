@@ -1,0 +1,223 @@
+//! What every ring of the runtime shares, whoever drives it: the io_uring, its
+//! connections, the count of operations the kernel still holds, the wait that
+//! spins or sleeps by [`PollMode`], and the dispatch of receive and send
+//! completions. The target's threads (`event_loop.rs`, connections accepted from
+//! listeners) and the host's caller-driven rings (`client_ring.rs`, connections
+//! opened by the caller) are both a `RingCore` plus what only they need.
+//! Per-connection work is in `connection.rs`.
+
+use std::io::{self, IoSlice};
+use std::time::{Duration, Instant};
+
+use io_uring::{squeue, types, IoUring};
+
+use crate::connection::Connection;
+use crate::slab::Slab;
+use crate::user_data::{OpKind, UserData};
+use crate::{CloseReason, ConnectionHandler, PollMode};
+
+/// A connection that left the ring, kept for an owner that wants its handler
+/// back (the host takes its commands back from it).
+pub(crate) struct Released<H> {
+    pub index: u32,
+    pub generation: u32,
+    pub handler: H,
+    pub outcome: Outcome,
+}
+
+/// How a connection left the ring.
+pub(crate) enum Outcome {
+    /// Closed; `on_closed` has run with this reason.
+    Closed(CloseReason),
+    /// Detached on the owner's request: the socket is open and idle (no
+    /// operation of the ring points at it any more).
+    Detached(std::net::TcpStream),
+}
+
+pub(crate) struct RingCore<H: ConnectionHandler> {
+    /// For log lines: the runtime thread, or `usize::MAX` for a client ring.
+    pub(crate) thread: usize,
+    pub(crate) recv_buffer_bytes: usize,
+    pub(crate) ring: IoUring,
+    pub(crate) connections: Slab<Connection<H>>,
+    /// Operations submitted whose final completion has not been seen. Nothing
+    /// an operation points at is freed while this is non-zero for it.
+    pub(crate) outstanding_ops: usize,
+    /// Completions copied out of the ring, then dispatched. Reused.
+    pub(crate) completions: Vec<(u64, i32, u32)>,
+    /// Empty Vec lent to `SendSource::io_slices`; keeps its capacity.
+    pub(crate) scratch_slices: Vec<IoSlice<'static>>,
+    /// A lower bound on every connection's deadline; a scan runs when it passes.
+    pub(crate) earliest_deadline: Option<Instant>,
+    /// How many connections reported `has_pending_work`.
+    pub(crate) pending_work_connections: usize,
+    /// When the last completion was dispatched (adaptive polling spins after it).
+    pub(crate) last_completion_at: Instant,
+    /// Receive buffers of closed connections, for reuse.
+    pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
+    /// A submission that could not be queued; the owner stops with it.
+    pub(crate) fatal: Option<io::Error>,
+    /// `Some` when handlers of closed (and detached) connections go back to the
+    /// owner instead of being dropped.
+    pub(crate) released: Option<Vec<Released<H>>>,
+}
+
+/// Spare buffers kept per ring; beyond this, closed connections' buffers are freed.
+pub(crate) const MAX_SPARE_BUFFERS: usize = 64;
+
+impl<H: ConnectionHandler> RingCore<H> {
+    pub(crate) fn new(thread: usize, recv_buffer_bytes: usize, ring: IoUring) -> Self {
+        RingCore {
+            thread,
+            recv_buffer_bytes,
+            ring,
+            connections: Slab::new(),
+            outstanding_ops: 0,
+            completions: Vec::with_capacity(1024),
+            scratch_slices: Vec::new(),
+            earliest_deadline: None,
+            pending_work_connections: 0,
+            last_completion_at: Instant::now(),
+            spare_recv_buffers: Vec::new(),
+            fatal: None,
+            released: None,
+        }
+    }
+
+    /// Submits queued entries and, unless spinning, blocks until a completion
+    /// or `wakeup`. [`PollMode::BusyPoll`] never blocks; neither does any mode
+    /// while a connection reports pending work.
+    pub(crate) fn wait(&mut self, poll_mode: PollMode, wakeup: Option<Instant>) -> io::Result<()> {
+        let spinning = match poll_mode {
+            PollMode::BusyPoll => true,
+            PollMode::Sleep => false,
+            PollMode::Adaptive { spin_us } => {
+                self.last_completion_at.elapsed() < Duration::from_micros(u64::from(spin_us))
+            }
+        };
+        let may_block = !spinning && self.pending_work_connections == 0;
+        if !may_block {
+            let must_enter = {
+                let mut submission = self.ring.submission();
+                submission.sync();
+                !submission.is_empty() || submission.taskrun() || submission.cq_overflow()
+            };
+            if must_enter {
+                // submit_and_wait adds GETEVENTS when the TASKRUN flag is up,
+                // which is what runs deferred completions.
+                return check_enter(self.ring.submit_and_wait(0));
+            }
+            return Ok(());
+        }
+        if !self.ring.completion().is_empty() {
+            return check_enter(self.ring.submit());
+        }
+        match wakeup {
+            None => check_enter(self.ring.submit_and_wait(1)),
+            Some(at) => {
+                let now = Instant::now();
+                if at <= now {
+                    return check_enter(self.ring.submit_and_wait(0));
+                }
+                let delay = at - now;
+                let timeout = types::Timespec::new().sec(delay.as_secs()).nsec(delay.subsec_nanos());
+                let arguments = types::SubmitArgs::new().timespec(&timeout);
+                check_enter(self.ring.submitter().submit_with_args(1, &arguments))
+            }
+        }
+    }
+
+    /// Queues an entry, submitting to make room if the submission queue is full.
+    ///
+    /// # Safety
+    /// Every buffer `entry` points at must stay valid and unmoved until its
+    /// final completion has been dispatched.
+    pub(crate) unsafe fn push(&mut self, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: forwarded from this function's contract.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                self.outstanding_ops += 1;
+                return;
+            }
+            if let Err(error) = self.ring.submit() {
+                match error.raw_os_error() {
+                    // The completion queue is full: copy completions out (they
+                    // are dispatched by the running dispatch loop) and retry.
+                    Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => self.reap_completions(),
+                    _ => {
+                        // Cannot queue: remember the failure; the owner stops
+                        // with it. The entry is dropped, so no buffer is touched.
+                        self.fatal.get_or_insert(error);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies every completion out of the ring onto `completions`.
+    pub(crate) fn reap_completions(&mut self) {
+        let completions = &mut self.completions;
+        completions.extend(self.ring.completion().map(|entry| (entry.user_data(), entry.result(), entry.flags())));
+    }
+
+    /// Submits an AsyncCancel for the operation(s) with this user_data.
+    pub(crate) fn cancel(&mut self, target: UserData) {
+        let entry = io_uring::opcode::AsyncCancel::new(target.encode())
+            .build()
+            .user_data(UserData::new(OpKind::Cancel, 0, 0).encode());
+        // SAFETY: a cancel request points at no memory.
+        unsafe { self.push(&entry) };
+    }
+
+    /// Dispatches a completion of a connection's operation (receive, send or
+    /// cancel). Returns false for other kinds, which the owner handles.
+    pub(crate) fn dispatch_connection_op(&mut self, data: UserData, result: i32, now: Instant) -> bool {
+        match data.kind {
+            OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, now),
+            OpKind::Send => self.on_send_completion(data.index, data.generation, result, now),
+            OpKind::Cancel => self.outstanding_ops -= 1,
+            OpKind::Accept | OpKind::Wake | OpKind::StorageWake => return false,
+        }
+        true
+    }
+
+    /// Polls connections with pending work (all of them when `storage_due`) and
+    /// fires due timers.
+    pub(crate) fn run_polls_and_timers(&mut self, storage_due: bool, now: Instant) {
+        if self.pending_work_connections > 0 || storage_due {
+            for index in 0..self.connections.index_bound() {
+                self.poll_connection(index, storage_due, now);
+            }
+        }
+        if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {
+            // Recomputed by the scan: every live connection's deadline is
+            // re-read and due timers fire.
+            self.earliest_deadline = None;
+            for index in 0..self.connections.index_bound() {
+                self.fire_timer_if_due(index, now);
+            }
+        }
+    }
+
+    /// The abnormal exit path: operations may still be in flight, so the
+    /// buffers they point at are leaked rather than freed.
+    pub(crate) fn abandon_connections(&mut self) {
+        let connections = std::mem::replace(&mut self.connections, Slab::new());
+        for connection in connections.into_values() {
+            connection.abandon();
+        }
+    }
+}
+
+/// Errors of io_uring_enter that only mean "look again".
+pub(crate) fn check_enter(result: io::Result<usize>) -> io::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) => match error.raw_os_error() {
+            // Timed out, interrupted, or completions must be reaped first.
+            Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
+            _ => Err(error),
+        },
+    }
+}
