@@ -93,6 +93,24 @@ impl QueueConnection {
         }
     }
 
+    /// The socket, the queue and the peer, for a move onto a ring.
+    pub(crate) fn into_parts(self) -> (TcpStream, HostQueue, SocketAddr) {
+        (self.stream, self.queue, self.address)
+    }
+
+    /// A connection back from a ring: the socket is still blocking, but its read
+    /// timeout is not known any more.
+    pub(crate) fn from_parts(stream: TcpStream, queue: HostQueue, address: SocketAddr) -> Self {
+        QueueConnection {
+            stream,
+            queue,
+            address,
+            receive_buffer: vec![0u8; RECEIVE_BUFFER_BYTES].into_boxed_slice(),
+            send_buffer: Vec::with_capacity(RECEIVE_BUFFER_BYTES),
+            read_timeout: None,
+        }
+    }
+
     fn io_error(&self, source: std::io::Error) -> ClientError {
         ClientError::Io { address: self.address, source }
     }

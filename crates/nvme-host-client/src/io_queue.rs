@@ -14,6 +14,9 @@ use nvme_spec::{CompletionQueueEntry, NamespaceId, QueueId, Status, SubmissionQu
 
 use crate::admin::queue_config;
 use crate::connection::{LinkFailure, QueueConnection};
+use crate::io_link::IoLink;
+use crate::options::IoPath;
+use crate::ring_connection::RingConnection;
 use crate::shared::{lock, LinkStatus, Shared};
 use crate::ClientError;
 
@@ -46,7 +49,7 @@ enum Connectivity {
 #[derive(Debug)]
 pub(crate) struct IoQueueInner {
     index: usize,
-    connection: Option<QueueConnection>,
+    connection: Option<IoLink>,
     /// Epoch of `connection`.
     epoch: u64,
     /// A connection of this epoch failed; wait for the next one.
@@ -57,6 +60,8 @@ pub(crate) struct IoQueueInner {
     table: Vec<Inflight>,
     free: Vec<u32>,
     ready: VecDeque<HostCompletion>,
+    /// io_uring could not be set up on this queue's thread: stay on the blocking path.
+    ring_unavailable: bool,
 }
 
 impl IoQueueInner {
@@ -74,6 +79,7 @@ impl IoQueueInner {
             table: vec![Inflight::default(); depth],
             free: (0..depth as u32).rev().collect(),
             ready: VecDeque::with_capacity(depth),
+            ring_unavailable: false,
         };
         inner.open(shared)?;
         Ok(inner)
@@ -93,7 +99,7 @@ impl IoQueueInner {
         );
         let mut connection = QueueConnection::connect(options.address, config, options.connect_timeout)?;
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
-        self.connection = Some(connection);
+        self.connection = Some(IoLink::Blocking(connection));
         self.epoch = state.epoch;
         self.failed_epoch = None;
         self.seen_generation = generation;
@@ -274,9 +280,10 @@ impl IoQueueInner {
     fn submit_backlog(&mut self, shared: &Shared) {
         let Some(connection) = self.connection.as_mut() else { return };
         let now = Instant::now();
-        while connection.queue.outstanding() < connection.queue.capacity() {
+        let queue = connection.queue();
+        while queue.outstanding() < queue.capacity() {
             let Some(command) = self.backlog.pop_front() else { break };
-            if let Err(error) = connection.queue.submit(command, now) {
+            if let Err(error) = queue.submit(command, now) {
                 self.backlog.push_front(error.into_command());
                 break;
             }
@@ -290,10 +297,10 @@ impl IoQueueInner {
     fn collect(&mut self, shared: &Shared) {
         loop {
             let Some(connection) = self.connection.as_mut() else { return };
-            let Some(completion) = connection.queue.poll_completion() else { break };
+            let Some(completion) = connection.queue().poll_completion() else { break };
             self.on_completion(completion);
         }
-        let failure = self.connection.as_ref().and_then(QueueConnection::queue_failure);
+        let failure = self.connection.as_mut().and_then(IoLink::queue_failure);
         if let Some(error) = failure {
             self.drop_connection(shared, error, true);
         } else if !self.backlog.is_empty() {
@@ -366,8 +373,7 @@ impl IoQueueInner {
                     let result = if min_completions == 0 {
                         connection.receive_available()
                     } else {
-                        let wait = connection.wait_until(deadline);
-                        connection.receive(wait).map(|_| ())
+                        connection.receive_until(deadline)
                     };
                     // R2T answers and anything else the received PDUs asked for.
                     let result = result.and_then(|()| connection.flush());
@@ -391,6 +397,53 @@ impl IoQueueInner {
             }
         }
         self.ready.clear();
+    }
+
+    /// Moves the connection onto the calling thread's ring when the options ask
+    /// for one (first use, or after a reconnect). A ring left behind on another
+    /// thread cannot be driven from here: that connection is given up like a
+    /// failed one and the association reconnects.
+    pub(crate) fn bind_to_thread(&mut self, shared: &Shared) {
+        let IoPath::Ring(poll_mode) = shared.options.io_path else { return };
+        match self.connection.take() {
+            Some(IoLink::Blocking(connection)) if !self.ring_unavailable => {
+                match RingConnection::attach(connection, poll_mode) {
+                    Ok(ring) => self.connection = Some(IoLink::Ring(ring)),
+                    Err((connection, error)) => {
+                        tracing::warn!(queue = self.index + 1, %error, "no io_uring for this I/O queue; using blocking sockets");
+                        self.ring_unavailable = true;
+                        self.connection = Some(IoLink::Blocking(connection));
+                    }
+                }
+            }
+            Some(IoLink::Ring(ring)) if !ring.is_usable_here() => {
+                let address = shared.options.address;
+                self.connection = Some(IoLink::Ring(ring));
+                let source = std::io::Error::other("I/O queue driven from a new thread after use");
+                self.drop_connection(shared, ClientError::Io { address, source }, true);
+            }
+            other => self.connection = other,
+        }
+    }
+
+    /// Moves the connection back onto a blocking socket, so the queue can be
+    /// used from any thread again (it is going back to the controller).
+    pub(crate) fn unbind_from_thread(&mut self, shared: &Shared) {
+        let Some(IoLink::Ring(ring)) = self.connection.take() else { return };
+        if !ring.is_usable_here() {
+            self.connection = Some(IoLink::Ring(ring));
+            let source = std::io::Error::other("I/O queue returned from a thread other than its ring's");
+            self.drop_connection(shared, ClientError::Io { address: shared.options.address, source }, true);
+            return;
+        }
+        match ring.detach() {
+            Ok(connection) => self.connection = Some(IoLink::Blocking(connection)),
+            Err(failure) => {
+                self.take_failure(failure);
+                self.failed_epoch = Some(self.epoch);
+                shared.request_reconnect(self.epoch);
+            }
+        }
     }
 
     /// Closes the connection without waiting.
@@ -435,7 +488,9 @@ impl IoQueue {
     /// `Closed` once the controller is gone.
     pub fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
         let shared = Arc::clone(&self.shared);
-        self.inner()?.submit(&shared, command)
+        let inner = self.inner()?;
+        inner.bind_to_thread(&shared);
+        inner.submit(&shared, command)
     }
 
     /// Waits until at least `min_completions` completions are available or `timeout`
@@ -455,7 +510,9 @@ impl IoQueue {
         out: &mut Vec<HostCompletion>,
     ) -> Result<usize, ClientError> {
         let shared = Arc::clone(&self.shared);
-        self.inner()?.reap(&shared, min_completions, timeout, out)
+        let inner = self.inner()?;
+        inner.bind_to_thread(&shared);
+        inner.reap(&shared, min_completions, timeout, out)
     }
 }
 
@@ -463,6 +520,7 @@ impl Drop for IoQueue {
     fn drop(&mut self) {
         let Some(mut inner) = self.inner.take() else { return };
         inner.drain(&self.shared, self.shared.options.command_timeout);
+        inner.unbind_from_thread(&self.shared);
         if let Some(slot) = self.shared.io_slots.get(inner.index) {
             *lock(slot) = Some(inner);
         }

@@ -68,15 +68,18 @@ mod connection;
 mod controller;
 mod discovery;
 mod error;
+mod io_link;
 mod io_queue;
 mod options;
+mod ring_connection;
 mod shared;
 
 pub use controller::Controller;
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::IoQueue;
-pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions};
+pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IoPath};
+pub use runtime::PollMode;
 
 pub use nvme_host::{commands, status, HostCommand, HostCompletion, HostError, StatusDisplay};
 

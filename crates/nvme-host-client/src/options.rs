@@ -48,6 +48,28 @@ pub struct ConnectOptions {
     /// DH-HMAC-CHAP controller secret (`--dhchap-ctrl-secret`): the controller must
     /// prove it knows it (bidirectional authentication). Needs `dhchap_secret`.
     pub dhchap_controller_secret: Option<nvme_host::Secret>,
+    /// How a taken I/O queue ([`crate::IoQueue`]) moves its data. Default: the
+    /// io_uring ring of the thread that drives it, polling adaptively.
+    pub io_path: IoPath,
+}
+
+/// The data path of taken I/O queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPath {
+    /// An io_uring ring created on the thread that first drives the queue: sends
+    /// and receives batched into one system call, waiting by `PollMode` (adaptive:
+    /// spin while completions keep coming, then sleep). Falls back to
+    /// [`IoPath::Blocking`] where io_uring is not available.
+    Ring(runtime::PollMode),
+    /// Blocking sockets with read timeouts: no spinning, one system call per
+    /// send and per receive.
+    Blocking,
+}
+
+impl Default for IoPath {
+    fn default() -> Self {
+        IoPath::Ring(runtime::PollMode::ADAPTIVE)
+    }
 }
 
 impl ConnectOptions {
@@ -70,6 +92,7 @@ impl ConnectOptions {
             controller_loss_timeout: Duration::from_secs(60),
             dhchap_secret: None,
             dhchap_controller_secret: None,
+            io_path: IoPath::default(),
         }
     }
 }

@@ -108,10 +108,12 @@ impl<H: ConnectionHandler> ClientRing<H> {
         Ok(ConnectionToken { index, generation })
     }
 
-    /// The connection's handler, while the connection is open and not being
-    /// detached. After changing what it wants to send, call [`ClientRing::flush`].
+    /// The connection's handler until the ring hands it back
+    /// ([`ClientRing::take_closed`], [`ClientRing::detach`]), also while the
+    /// connection is closing. After changing what it wants to send, call
+    /// [`ClientRing::flush`].
     pub fn handler_mut(&mut self, token: ConnectionToken) -> Option<&mut H> {
-        self.core.active_handler_mut(token.index, token.generation)
+        self.core.handler_mut(token.index, token.generation)
     }
 
     /// Hands the connection's next batch to the kernel if no send is in flight

@@ -419,10 +419,9 @@ impl<H: ConnectionHandler> RingCore<H> {
 }
 
 impl<H: ConnectionHandler> RingCore<H> {
-    /// The handler of a connection that is neither closing nor being detached.
-    pub(crate) fn active_handler_mut(&mut self, index: u32, generation: u32) -> Option<&mut H> {
-        let connection = self.connections.get_mut(index, generation)?;
-        connection.is_active().then_some(&mut connection.handler)
+    /// The handler of a connection still on the ring (closing or not).
+    pub(crate) fn handler_mut(&mut self, index: u32, generation: u32) -> Option<&mut H> {
+        self.connections.get_mut(index, generation).map(|connection| &mut connection.handler)
     }
 }
 
