@@ -25,11 +25,20 @@ impl IoLink {
     }
 
     /// Sends (blocking) or queues for the next turn (ring) what the queue wants
-    /// to send.
-    pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
+    /// to send. `now`: the caller's latest clock reading.
+    pub(crate) fn flush(&mut self, now: Instant) -> Result<(), ClientError> {
         match self {
             IoLink::Blocking(connection) => connection.flush(),
-            IoLink::Ring(connection) => connection.flush(),
+            IoLink::Ring(connection) => connection.flush(now),
+        }
+    }
+
+    /// Sends what the PDUs just received asked for (R2T answers). The ring
+    /// already did, right after each receive.
+    pub(crate) fn flush_after_receive(&mut self) -> Result<(), ClientError> {
+        match self {
+            IoLink::Blocking(connection) => connection.flush(),
+            IoLink::Ring(_) => Ok(()),
         }
     }
 

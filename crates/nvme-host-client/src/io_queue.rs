@@ -288,7 +288,7 @@ impl IoQueueInner {
                 break;
             }
         }
-        if let Err(error) = connection.flush() {
+        if let Err(error) = connection.flush(now) {
             self.drop_connection(shared, error, true);
         }
     }
@@ -376,7 +376,7 @@ impl IoQueueInner {
                         connection.receive_until(deadline)
                     };
                     // R2T answers and anything else the received PDUs asked for.
-                    let result = result.and_then(|()| connection.flush());
+                    let result = result.and_then(|()| connection.flush_after_receive());
                     if let Err(error) = result {
                         self.drop_connection(shared, error, true);
                     }

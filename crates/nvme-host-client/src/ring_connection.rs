@@ -168,11 +168,11 @@ impl RingConnection {
 
     /// Queues whatever the host queue wants to send (it goes out at the next
     /// turn of the ring, batched with everything else).
-    pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
+    pub(crate) fn flush(&mut self, now: Instant) -> Result<(), ClientError> {
         if let Some(error) = self.closed_error() {
             return Err(error);
         }
-        self.ring.flush(self.token).map_err(|error| self.ring_error(error))
+        self.ring.flush(self.token, now).map_err(|error| self.ring_error(error))
     }
 
     /// Turns the ring once: waits (spinning or sleeping) at most until `until`,
@@ -204,7 +204,7 @@ impl RingConnection {
         if queue_error.is_some() && self.closed.is_none() && self.ring.is_owner_thread() {
             // A pending H2CTermReq goes out if the socket still takes it.
             let deadline = Instant::now() + TERMINATION_FLUSH_WAIT;
-            if self.flush().is_ok() {
+            if self.flush(Instant::now()).is_ok() {
                 while Instant::now() < deadline && self.receive(deadline).is_ok() {}
             }
         }

@@ -102,6 +102,11 @@ pub struct HostQueue {
     pub(crate) max_h2c_data_bytes: u32,
     /// ICResp / Connect response must arrive by then.
     pub(crate) setup_deadline: Option<Instant>,
+    /// When to look for expired commands: no later than the earliest deadline of
+    /// any outstanding command (command deadlines grow with submission order, so
+    /// the scan runs about once per command timeout, not once per completion).
+    /// Keeps `next_deadline` O(1) on the I/O path.
+    pub(crate) timeout_scan_at: Option<Instant>,
     pub(crate) next_sequence: u64,
     /// The DH-HMAC-CHAP transaction while `Authenticating`.
     pub(crate) authentication: Option<Box<nvme_auth::HostAuthentication>>,
@@ -130,6 +135,7 @@ impl HostQueue {
             in_capsule_data_limit,
             max_h2c_data_bytes: MIN_MAX_H2C_DATA_BYTES,
             setup_deadline,
+            timeout_scan_at: None,
             next_sequence: 0,
             authentication: None,
             phase: Phase::Initializing,
@@ -255,6 +261,9 @@ impl HostQueue {
         slot.r2t_pending = 0;
         slot.transport_error = None;
         slot.deadline = deadline;
+        if let Some(deadline) = deadline {
+            self.timeout_scan_at = Some(self.timeout_scan_at.map_or(deadline, |at| at.min(deadline)));
+        }
         let generation = slot.generation;
         self.pending.push_back(Pending::Command { slot: index, generation });
         Ok(())
@@ -270,8 +279,7 @@ impl HostQueue {
         if self.phase == Phase::Failed {
             return None;
         }
-        let command_deadline = self.slots.iter().filter(|slot| slot.in_use).filter_map(|slot| slot.deadline).min();
-        match (self.setup_deadline, command_deadline) {
+        match (self.setup_deadline, self.timeout_scan_at) {
             (Some(setup), Some(command)) => Some(setup.min(command)),
             (setup, command) => setup.or(command),
         }
@@ -295,13 +303,16 @@ impl HostQueue {
                 return;
             }
         }
-        let expired = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.in_use && slot.deadline.is_some_and(|deadline| now >= deadline))
+        if self.timeout_scan_at.map_or(true, |at| now < at) {
+            return;
+        }
+        let outstanding = self.slots.iter().enumerate().filter(|(_, slot)| slot.in_use);
+        let expired = outstanding
+            .clone()
+            .filter(|(_, slot)| slot.deadline.is_some_and(|deadline| now >= deadline))
             .min_by_key(|(_, slot)| slot.deadline)
             .map(|(index, _)| index as u16);
+        self.timeout_scan_at = outstanding.filter_map(|(_, slot)| slot.deadline).min();
         if let Some(command_id) = expired {
             tracing::warn!(queue = self.config.queue_id.0, command_id, "command timed out");
             self.fail(HostError::CommandTimeout { command_id }, None);

@@ -117,10 +117,11 @@ impl<H: ConnectionHandler> ClientRing<H> {
     }
 
     /// Hands the connection's next batch to the kernel if no send is in flight
-    /// (it is submitted at the next turn, with everything else queued).
-    pub fn flush(&mut self, token: ConnectionToken) -> Result<(), RuntimeError> {
+    /// (it is submitted at the next turn, with everything else queued). `now`
+    /// is the caller's latest clock reading.
+    pub fn flush(&mut self, token: ConnectionToken, now: Instant) -> Result<(), RuntimeError> {
         self.check_thread()?;
-        self.core.drive(token.index, token.generation, Instant::now());
+        self.core.drive(token.index, token.generation, now);
         Ok(())
     }
 
@@ -137,8 +138,9 @@ impl<H: ConnectionHandler> ClientRing<H> {
             (Some(until), Some(deadline)) => Some(until.min(deadline)),
             (until, deadline) => until.or(deadline),
         };
-        self.core.wait(self.poll_mode, wakeup).map_err(RuntimeError::Submit)?;
-        let now = Instant::now();
+        let before = Instant::now();
+        let blocked = self.core.wait(self.poll_mode, wakeup, before).map_err(RuntimeError::Submit)?;
+        let now = if blocked { Instant::now() } else { before };
         let dispatched = self.dispatch(now);
         self.core.run_polls_and_timers(false, now);
         Ok(dispatched)
@@ -207,7 +209,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
                 return Err(RuntimeError::DetachTimedOut { waited_ms: RELEASE_TIMEOUT.as_millis() as u64 });
             }
             // Sleep, not spin: only this connection's own operations are awaited.
-            self.core.wait(PollMode::Sleep, Some(deadline)).map_err(RuntimeError::Submit)?;
+            self.core.wait(PollMode::Sleep, Some(deadline), Instant::now()).map_err(RuntimeError::Submit)?;
             self.dispatch(Instant::now());
         }
     }
@@ -238,7 +240,7 @@ impl<H: ConnectionHandler> Drop for ClientRing<H> {
             }
             let deadline = Instant::now() + RELEASE_TIMEOUT;
             while self.core.outstanding_ops > 0 && Instant::now() < deadline && self.core.fatal.is_none() {
-                if self.core.wait(PollMode::Sleep, Some(deadline)).is_err() {
+                if self.core.wait(PollMode::Sleep, Some(deadline), Instant::now()).is_err() {
                     break;
                 }
                 self.dispatch(Instant::now());

@@ -220,7 +220,7 @@ impl<S: Service> EventLoop<S> {
 
     fn wait(&mut self) -> Result<(), RuntimeError> {
         let wakeup = self.next_wakeup();
-        self.core.wait(self.settings.poll_mode, wakeup).map_err(RuntimeError::Submit)
+        self.core.wait(self.settings.poll_mode, wakeup, Instant::now()).map(|_| ()).map_err(RuntimeError::Submit)
     }
 
     /// The earliest instant the loop must wake up by itself.

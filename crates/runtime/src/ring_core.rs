@@ -86,13 +86,15 @@ impl<H: ConnectionHandler> RingCore<H> {
 
     /// Submits queued entries and, unless spinning, blocks until a completion
     /// or `wakeup`. [`PollMode::BusyPoll`] never blocks; neither does any mode
-    /// while a connection reports pending work.
-    pub(crate) fn wait(&mut self, poll_mode: PollMode, wakeup: Option<Instant>) -> io::Result<()> {
+    /// while a connection reports pending work. `now` is the caller's clock
+    /// reading (one per loop turn: reading the clock is not free). Returns true
+    /// when it may have blocked, so `now` is stale.
+    pub(crate) fn wait(&mut self, poll_mode: PollMode, wakeup: Option<Instant>, now: Instant) -> io::Result<bool> {
         let spinning = match poll_mode {
             PollMode::BusyPoll => true,
             PollMode::Sleep => false,
             PollMode::Adaptive { spin_us } => {
-                self.last_completion_at.elapsed() < Duration::from_micros(u64::from(spin_us))
+                now.saturating_duration_since(self.last_completion_at) < Duration::from_micros(u64::from(spin_us))
             }
         };
         let may_block = !spinning && self.pending_work_connections == 0;
@@ -105,26 +107,28 @@ impl<H: ConnectionHandler> RingCore<H> {
             if must_enter {
                 // submit_and_wait adds GETEVENTS when the TASKRUN flag is up,
                 // which is what runs deferred completions.
-                return check_enter(self.ring.submit_and_wait(0));
+                check_enter(self.ring.submit_and_wait(0))?;
             }
-            return Ok(());
+            return Ok(false);
         }
         if !self.ring.completion().is_empty() {
-            return check_enter(self.ring.submit());
+            check_enter(self.ring.submit())?;
+            return Ok(false);
         }
         match wakeup {
-            None => check_enter(self.ring.submit_and_wait(1)),
+            None => check_enter(self.ring.submit_and_wait(1))?,
             Some(at) => {
-                let now = Instant::now();
                 if at <= now {
-                    return check_enter(self.ring.submit_and_wait(0));
+                    check_enter(self.ring.submit_and_wait(0))?;
+                    return Ok(false);
                 }
                 let delay = at - now;
                 let timeout = types::Timespec::new().sec(delay.as_secs()).nsec(delay.subsec_nanos());
                 let arguments = types::SubmitArgs::new().timespec(&timeout);
-                check_enter(self.ring.submitter().submit_with_args(1, &arguments))
+                check_enter(self.ring.submitter().submit_with_args(1, &arguments))?;
             }
         }
+        Ok(true)
     }
 
     /// Queues an entry, submitting to make room if the submission queue is full.

@@ -190,6 +190,7 @@ fn run_iscsi_side(
             tgtd_pid: tgtd.pid(),
         },
         embedded: None,
+        host_io: nvme_host_client::IoPath::default(),
     };
     let mut driver = Driver::Fio(fio::FioRunner::new(
         tools.clone(),

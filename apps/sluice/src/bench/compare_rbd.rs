@@ -60,6 +60,7 @@ pub(super) fn compare_fio_rbd(
             capacity,
             protocol: Protocol::Rbd,
             embedded: None,
+            host_io: nvme_host_client::IoPath::default(),
         };
         fio::FioRunner::new(tools.clone(), paths.fio_dir(Some("fio-rbd"))).and_then(|runner| {
             let mut driver = Driver::Fio(runner);

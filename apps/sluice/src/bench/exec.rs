@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{ConnectOptions, Controller};
+use nvme_host_client::{ConnectOptions, Controller, IoPath};
 use nvme_spec::NamespaceId;
 use nvme_target::{
     AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
@@ -38,6 +38,8 @@ pub struct Endpoint {
     pub protocol: Protocol,
     /// The embedded target's backend (for the local baseline) and runtime.
     pub embedded: Option<Embedded>,
+    /// How Sluice's host drives its I/O queues to this target (`--host-io`).
+    pub host_io: IoPath,
 }
 
 /// How the endpoint is reached.
@@ -235,6 +237,7 @@ pub fn start_embedded(
             backend_kind: kind,
             runtime: Some(runtime),
         }),
+        host_io: IoPath::default(),
     })
 }
 
@@ -289,6 +292,7 @@ pub fn connect_remote(address: SocketAddr, nqn: &str) -> Result<Endpoint, BenchE
         capacity,
         protocol: Protocol::NvmeTcp,
         embedded: None,
+        host_io: IoPath::default(),
     })
 }
 
@@ -358,7 +362,10 @@ pub fn run_network(
     while queues.len() < threads {
         let wanted = (threads - queues.len()).min(u16::MAX as usize) as u16;
         let controller =
-            Controller::connect(options(endpoint.address, &endpoint.nqn, wanted, queue_size))
+            Controller::connect(ConnectOptions {
+                io_path: endpoint.host_io,
+                ..options(endpoint.address, &endpoint.nqn, wanted, queue_size)
+            })
                 .map_err(|e| {
                     BenchError::Runtime(format!(
                         "cannot connect to {} ({}): {e}",

@@ -636,6 +636,7 @@ mod tests {
             capacity: 1 << 30,
             protocol,
             embedded: None,
+            host_io: nvme_host_client::IoPath::default(),
         }
     }
 

@@ -167,6 +167,33 @@ pub struct BenchArgs {
     /// --rbd-image).
     #[arg(long)]
     compare: Option<String>,
+    /// How Sluice's host (the default driver) moves I/O: adaptive (each worker's
+    /// io_uring ring, spinning while completions keep coming, then sleeping),
+    /// busy-poll (spin always), sleep (never spin), or blocking (blocking sockets,
+    /// no io_uring).
+    #[arg(long, value_enum, default_value_t = HostIo::Adaptive)]
+    host_io: HostIo,
+}
+
+/// `--host-io`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostIo {
+    Adaptive,
+    BusyPoll,
+    Sleep,
+    Blocking,
+}
+
+impl HostIo {
+    pub fn io_path(self) -> nvme_host_client::IoPath {
+        use nvme_host_client::{IoPath, PollMode};
+        match self {
+            HostIo::Adaptive => IoPath::Ring(PollMode::ADAPTIVE),
+            HostIo::BusyPoll => IoPath::Ring(PollMode::BusyPoll),
+            HostIo::Sleep => IoPath::Ring(PollMode::Sleep),
+            HostIo::Blocking => IoPath::Blocking,
+        }
+    }
 }
 
 /// `sluice report`.
@@ -498,7 +525,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         _ => {}
     }
 
-    let endpoint = match &args.target {
+    let mut endpoint = match &args.target {
         Some(text) => {
             let (address, nqn) = exec::parse_target(text)?;
             exec::connect_remote(address, &nqn)?
@@ -516,6 +543,7 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
             exec::start_embedded(storage, args.namespace_size, target_threads)?
         }
     };
+    endpoint.host_io = args.host_io.io_path();
     let jobs = plan_jobs(&args, &suite_name, file_jobs, &endpoint)?;
     let mut driver = match fio_tools {
         Some(tools) => Driver::Fio(fio::FioRunner::new(tools, paths.fio_dir(None))?),
