@@ -11,6 +11,8 @@ use nvme_spec::admin::{async_event_notice, async_event_type, AsynchronousEventCo
 use nvme_spec::identify::{cns, csi, decode_namespace_descriptors, decode_namespace_list, NAMESPACE_LIST_CAPACITY};
 use nvme_spec::log_page::{log_id, SmartHealthLog, CHANGED_NAMESPACE_LIST_BYTES, SMART_HEALTH_LOG_BYTES};
 use nvme_spec::registers::{ControllerCapabilities, Version};
+use nvme_spec::ana::{AnaLog, AnaState};
+use nvme_spec::identify::cmic;
 use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId};
 
 use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
@@ -192,6 +194,30 @@ impl Controller {
         Ok(data)
     }
 
+    /// The whole Asymmetric Namespace Access log (0Ch) of this controller, sized
+    /// from its Identify data: header, one descriptor per group (NANAGRPID), one
+    /// NSID per namespace (MNAN, else NN). Refused when it reports no ANA (CMIC
+    /// bit 3 clear).
+    pub fn ana_log(&self) -> Result<AnaLog, ClientError> {
+        if self.identify.multipath_capabilities & cmic::ANA_REPORTING == 0 {
+            return Err(ClientError::InvalidController("the controller does not report ANA (CMIC bit 3 clear)".into()));
+        }
+        let data = self.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, ana_log_length(&self.identify))?;
+        AnaLog::decode(&data).map_err(|error| ClientError::InvalidController(format!("bad ANA log: {error}")))
+    }
+
+    /// The ANA state of `nsid` on this controller (this path): its group's state in
+    /// the ANA log. `None` when the controller does not report ANA; an active
+    /// namespace missing from every group is reported inaccessible.
+    pub fn ana_state(&self, nsid: NamespaceId) -> Result<Option<AnaState>, ClientError> {
+        if self.identify.multipath_capabilities & cmic::ANA_REPORTING == 0 {
+            return Ok(None);
+        }
+        let log = self.ana_log()?;
+        let state = log.groups.iter().find(|group| group.namespaces.contains(&nsid)).map(|group| group.descriptor.state);
+        Ok(Some(state.unwrap_or(AnaState::Inaccessible)))
+    }
+
     /// SMART / Health Information (log 02h) for the whole controller.
     pub fn smart_log(&self) -> Result<SmartHealthLog, ClientError> {
         let data = self.get_log_page(log_id::SMART_HEALTH, NamespaceId::BROADCAST, 0, SMART_HEALTH_LOG_BYTES as u32)?;
@@ -297,7 +323,7 @@ impl Controller {
                 while inner.in_flight() < inner.depth() {
                     let Some((index, mut command)) = pending.next() else { break };
                     command.user_tag = call | index as u64;
-                    inner.submit(&self.shared, command)?;
+                    inner.submit(&self.shared, command).map_err(|(error, _)| error)?;
                 }
                 out.clear();
                 inner.reap(&self.shared, 1, Duration::from_secs(1), &mut out)?;
@@ -704,4 +730,18 @@ fn reconnect(shared: &Shared, since: Instant) {
             Err(error) => tracing::warn!(%error, "reconnect attempt failed"),
         }
     }
+}
+
+/// The length to ask for the whole ANA log of a controller with this Identify data:
+/// header, one descriptor per group (NANAGRPID) and one NSID per namespace (MNAN,
+/// else NN).
+pub fn ana_log_length(identify: &IdentifyController) -> u32 {
+    let namespaces = if identify.maximum_number_of_allowed_namespaces != 0 {
+        identify.maximum_number_of_allowed_namespaces
+    } else {
+        identify.number_of_namespaces
+    };
+    let bytes = 16u64 + u64::from(identify.number_of_ana_group_identifiers) * 32 + u64::from(namespaces) * 4;
+    // Get Log Page counts dwords; MDTS of any real controller is far above this.
+    bytes.min(1 << 20) as u32
 }

@@ -62,6 +62,8 @@ pub(crate) struct IoQueueInner {
     ready: VecDeque<HostCompletion>,
     /// io_uring could not be set up on this queue's thread: stay on the blocking path.
     ring_unavailable: bool,
+    /// `ConnectOptions::fail_fast_on_path_loss`.
+    fail_fast: bool,
 }
 
 impl IoQueueInner {
@@ -80,6 +82,7 @@ impl IoQueueInner {
             free: (0..depth as u32).rev().collect(),
             ready: VecDeque::with_capacity(depth),
             ring_unavailable: false,
+            fail_fast: shared.options.fail_fast_on_path_loss,
         };
         inner.open(shared)?;
         Ok(inner)
@@ -138,6 +141,7 @@ impl IoQueueInner {
                     // going down with it. Take its commands back now.
                     self.drop_connection(shared, ClientError::ControllerLost, false);
                 }
+                self.fail_fast_backlog();
                 Ok(Connectivity::Waiting { generation })
             }
             LinkStatus::Live => {
@@ -146,6 +150,7 @@ impl IoQueueInner {
                     return Ok(Connectivity::Connected);
                 }
                 if self.failed_epoch == Some(state.epoch) {
+                    self.fail_fast_backlog();
                     return Ok(Connectivity::Waiting { generation });
                 }
                 if self.connection.is_some() {
@@ -170,6 +175,7 @@ impl IoQueueInner {
                         tracing::warn!(queue = self.index + 1, %error, "I/O queue connect failed");
                         self.failed_epoch = Some(state.epoch);
                         shared.request_reconnect(state.epoch);
+                        self.fail_fast_backlog();
                         Ok(Connectivity::Waiting { generation })
                     }
                 }
@@ -203,19 +209,32 @@ impl IoQueueInner {
         for command in abandoned.into_iter().rev() {
             if timed_out == Some(command.sqe.command_id().0) {
                 let error = HostError::CommandTimeout { command_id: command.sqe.command_id().0 };
-                self.fail_command(command, COMMAND_ABORTED_BY_HOST, error);
+                self.fail_command(command, COMMAND_ABORTED_BY_HOST.with_do_not_retry(), error);
             } else {
                 self.backlog.push_front(command);
             }
         }
+        self.fail_fast_backlog();
     }
 
-    /// Completes an internal-tagged command with a host-made status.
+    /// With fail-fast on: commands waiting for a connection complete now with Host
+    /// Pathing Error, DNR clear (a multipath host retries them on another path).
+    fn fail_fast_backlog(&mut self) {
+        if !self.fail_fast || self.connection.is_some() {
+            return;
+        }
+        while let Some(command) = self.backlog.pop_front() {
+            self.fail_command(command, HOST_PATHING_ERROR, HostError::ConnectionLost);
+        }
+    }
+
+    /// Completes an internal-tagged command with a host-made status (DNR as the
+    /// caller set it).
     fn fail_command(&mut self, command: HostCommand, status: Status, error: HostError) {
         let cqe = CompletionQueueEntry {
             command_id: command.sqe.command_id(),
             submission_queue_id: QueueId(self.index as u16 + 1),
-            status: status.with_do_not_retry(),
+            status,
             ..CompletionQueueEntry::default()
         };
         let completion =
@@ -233,7 +252,7 @@ impl IoQueueInner {
             self.backlog.extend(failure.abandoned);
         }
         while let Some(command) = self.backlog.pop_front() {
-            self.fail_command(command, HOST_PATHING_ERROR, error.clone());
+            self.fail_command(command, HOST_PATHING_ERROR.with_do_not_retry(), error.clone());
         }
     }
 
@@ -308,17 +327,19 @@ impl IoQueueInner {
         }
     }
 
-    pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), ClientError> {
+    /// Takes `command` for sending; hands it back with the reason when refused.
+    pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), (ClientError, HostCommand)> {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
-            return Err(ClientError::InvalidArgument(format!(
-                "command data larger than {MAX_COMMAND_DATA_BYTES} bytes"
-            )));
+            let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
+            return Err((error, command));
         }
         if !command.data_out.is_empty() && command.data_in_bytes > 0 {
-            return Err(ClientError::InvalidArgument("command moves data in both directions".into()));
+            return Err((ClientError::InvalidArgument("command moves data in both directions".into()), command));
         }
-        self.poll_connection(shared)?;
-        let Some(index) = self.free.pop() else { return Err(ClientError::QueueFull) };
+        if let Err(error) = self.poll_connection(shared) {
+            return Err((error, command));
+        }
+        let Some(index) = self.free.pop() else { return Err((ClientError::QueueFull, command)) };
         self.table[index as usize] = Inflight {
             in_use: true,
             user_tag: command.user_tag,
@@ -362,6 +383,9 @@ impl IoQueueInner {
             };
             match connectivity {
                 Connectivity::Waiting { generation } => {
+                    if !self.ready.is_empty() {
+                        continue; // failed fast: hand them out first
+                    }
                     if min_completions == 0 {
                         out.extend(self.ready.drain(..));
                         return Ok(out.len() - start);
@@ -487,8 +511,14 @@ impl IoQueue {
     /// `QueueFull` when `depth()` commands are in flight, `ControllerLost` /
     /// `Closed` once the controller is gone.
     pub fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
+        self.submit_or_return(command).map_err(|(error, _)| error)
+    }
+
+    /// [`IoQueue::submit`] that hands the command back (with its data) when it
+    /// is refused, so the caller can send it elsewhere.
+    pub fn submit_or_return(&mut self, command: HostCommand) -> Result<(), (ClientError, HostCommand)> {
         let shared = Arc::clone(&self.shared);
-        let inner = self.inner()?;
+        let Some(inner) = self.inner.as_mut() else { return Err((ClientError::Closed, command)) };
         inner.bind_to_thread(&shared);
         inner.submit(&shared, command)
     }

@@ -70,14 +70,16 @@ mod discovery;
 mod error;
 mod io_link;
 mod io_queue;
+mod multipath;
 mod options;
 mod ring_connection;
 mod shared;
 
-pub use controller::Controller;
+pub use controller::{ana_log_length, Controller};
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::IoQueue;
+pub use multipath::{Multipath, MultipathQueue, PathPolicy, PathStatus, MAX_FAILOVERS};
 pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IoPath};
 pub use runtime::PollMode;
 

@@ -51,6 +51,12 @@ pub struct ConnectOptions {
     /// How a taken I/O queue ([`crate::IoQueue`]) moves its data. Default: the
     /// io_uring ring of the thread that drives it, polling adaptively.
     pub io_path: IoPath,
+    /// When an I/O queue's connection drops, complete its commands at once with
+    /// Host Pathing Error (SCT 3h, SC 70h, DNR clear) instead of holding them for
+    /// the reconnect, and fail commands submitted while it reconnects the same way
+    /// (Linux's `fast_io_fail_tmo=0`). For multipath, where another path takes
+    /// them ([`crate::Multipath`] sets it). Default: false.
+    pub fail_fast_on_path_loss: bool,
 }
 
 /// The data path of taken I/O queues.
@@ -93,6 +99,7 @@ impl ConnectOptions {
             dhchap_secret: None,
             dhchap_controller_secret: None,
             io_path: IoPath::default(),
+            fail_fast_on_path_loss: false,
         }
     }
 }

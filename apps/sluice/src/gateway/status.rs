@@ -22,10 +22,7 @@ fn reported_states(address: SocketAddr, subsystem: &str) -> Result<Vec<(u32, Str
     options.command_timeout = PEER_TIMEOUT;
     options.controller_loss_timeout = Duration::ZERO;
     let controller = Controller::connect(options).map_err(|error| error.to_string())?;
-    let data = controller
-        .get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, crate::host::ana::ana_log_length(controller.identify()))
-        .map_err(|error| error.to_string())?;
-    let log = AnaLog::decode(&data).map_err(|error| error.to_string())?;
+    let log = controller.ana_log().map_err(|error| error.to_string())?;
     Ok(log.groups.iter().map(|group| (group.descriptor.group_id.0, group.descriptor.state.name().to_string())).collect())
 }
 

@@ -12,24 +12,6 @@ use super::commands::{command_error, print_json, print_text, Session};
 use super::output::StatusContext;
 use super::HostError;
 
-/// The largest ANA log a controller can return, from its Identify data: header, one
-/// descriptor per group (NANAGRPID) and one NSID per namespace (MNAN, else NN).
-fn ana_log_bytes(groups: u32, namespaces: u32) -> u32 {
-    let bytes = 16u64 + u64::from(groups) * 32 + u64::from(namespaces) * 4;
-    // Get Log Page counts dwords; MDTS of any real controller is far above this.
-    bytes.min(1 << 20) as u32
-}
-
-/// The length to ask for the whole ANA log of a controller with this Identify data.
-pub(crate) fn ana_log_length(identify: &nvme_spec::IdentifyController) -> u32 {
-    let namespaces = if identify.maximum_number_of_allowed_namespaces != 0 {
-        identify.maximum_number_of_allowed_namespaces
-    } else {
-        identify.number_of_namespaces
-    };
-    ana_log_bytes(identify.number_of_ana_group_identifiers, namespaces)
-}
-
 pub(super) fn ana_log(args: &TargetArgs, output: OutputArgs) -> Result<(), HostError> {
     let session = Session::open(args)?;
     let controller = session.controller();
@@ -37,11 +19,7 @@ pub(super) fn ana_log(args: &TargetArgs, output: OutputArgs) -> Result<(), HostE
     if identify.multipath_capabilities & nvme_spec::identify::cmic::ANA_REPORTING == 0 {
         return Err(HostError::usage(format!("{} does not report ANA (CMIC bit 3 clear)", session.target.url)));
     }
-    let length = ana_log_length(identify);
-    let data = controller
-        .get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, length)
-        .map_err(|error| command_error("ana-log", error, StatusContext::Admin, |_| String::new()))?;
-    let log = AnaLog::decode(&data).map_err(|error| HostError::usage(format!("the controller sent a bad ANA log: {error}")))?;
+    let log = controller.ana_log().map_err(|error| command_error("ana-log", error, StatusContext::Admin, |_| String::new()))?;
     if output.json() {
         print_json(&json_of(&log, identify.controller_id.0))
     } else {
@@ -99,6 +77,5 @@ mod tests {
         let text = text_of(&log, "tcp://127.0.0.1:4421", 4096);
         assert!(text.contains("grpid\t:\t1\n") && text.contains("state\t:\tnon-optimized\n") && text.contains("\tnsid\t:\t1\n"), "{text}");
         assert_eq!(json_of(&log, 4096)["ana_log"][0]["state"], "non-optimized");
-        assert_eq!(ana_log_bytes(64, 4096), 18448);
     }
 }

@@ -30,6 +30,8 @@ pub fn free_port() -> u16 {
 /// A running target serving `backend` as namespace 1 of [`NQN`] (and discovery) on
 /// 127.0.0.1:`port`.
 pub struct TestTarget {
+    /// The target's state (ANA states, namespaces) while it runs.
+    pub target: Arc<Target>,
     pub runtime: Option<Runtime>,
     pub address: SocketAddr,
     pub backend: Arc<RamBackend>,
@@ -42,6 +44,16 @@ impl TestTarget {
 
     /// `start` with `threads` runtime threads (connections spread over them).
     pub fn start_on_threads(port: u16, backend: Arc<RamBackend>, threads: usize) -> TestTarget {
+        Self::start_with(port, backend, threads, TargetSettings::default())
+    }
+
+    /// `start` with ANA reporting on (CMIC bit 3, log 0Ch): one path of a
+    /// multipath namespace.
+    pub fn start_reporting_ana(port: u16, backend: Arc<RamBackend>) -> TestTarget {
+        Self::start_with(port, backend, 1, TargetSettings { ana_reporting: true, ..TargetSettings::default() })
+    }
+
+    fn start_with(port: u16, backend: Arc<RamBackend>, threads: usize, settings: TargetSettings) -> TestTarget {
         let shared: Arc<dyn Backend> = backend.clone();
         let target = Target::new(TargetSpec {
             listeners: vec![ListenerSpec {
@@ -58,7 +70,7 @@ impl TestTarget {
                 model_number: None,
                 namespaces: vec![NamespaceSpec { id: NAMESPACE, backend: shared, nguid: None, uuid: None, ana_group: None }],
             }],
-            settings: TargetSettings::default(),
+            settings,
         })
         .expect("target");
         let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -84,7 +96,7 @@ impl TestTarget {
             }
         };
         let address = runtime.local_addrs()[0];
-        TestTarget { runtime: Some(runtime), address, backend }
+        TestTarget { target, runtime: Some(runtime), address, backend }
     }
 
     /// A target on a free port with a fresh namespace.
