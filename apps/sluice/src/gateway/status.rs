@@ -6,9 +6,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use nvme_host_client::{ConnectOptions, Controller};
-use nvme_spec::ana::AnaLog;
-use nvme_spec::log_page::log_id;
-use nvme_spec::NamespaceId;
 use serde_json::{json, Value};
 
 /// Short timeouts: a dead member must not hold the command for the client's defaults.

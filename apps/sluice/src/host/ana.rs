@@ -3,8 +3,6 @@
 //! from every gateway of a group shows the paths a multipath host would choose from.
 
 use nvme_spec::ana::AnaLog;
-use nvme_spec::log_page::log_id;
-use nvme_spec::NamespaceId;
 use serde_json::{json, Value};
 
 use super::args::{OutputArgs, TargetArgs};
@@ -65,6 +63,7 @@ fn text_of(log: &AnaLog, url: &str, controller_id: u16) -> String {
 mod tests {
     use super::*;
     use nvme_spec::ana::{encode_ana_log_header, AnaGroupDescriptor, AnaGroupId, AnaState};
+    use nvme_spec::NamespaceId;
 
     #[test]
     fn the_log_prints_like_nvme_cli() {
