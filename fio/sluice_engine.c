@@ -6,6 +6,11 @@
  *       --traddr=127.0.0.1 --trsvcid=4420 --subnqn=nqn.2026-11.io.sluice:default \
  *       --nsid=1 --rw=randread --bs=4k --iodepth=32 --size=64m ...
  *
+ * Multipath: several addresses in traddr (comma-separated, each "host" or
+ * "host:port") reach one namespace through every path, ANA-aware with failover:
+ *
+ *   --traddr=127.0.0.1:4420,127.0.0.1:4421 --subnqn=... --nsid=1
+ *
  * or name the target in the filename (each ':' escaped, fio splits file names at
  * unescaped colons):
  *
@@ -73,7 +78,7 @@ static struct fio_option options[] = {
 		.lname = "NVMe/TCP target address",
 		.type = FIO_OPT_STR_STORE,
 		.off1 = offsetof(struct sluice_fio_options, traddr),
-		.help = "NVMe/TCP target address (IP or host name)",
+		.help = "NVMe/TCP target address (IP or host name); a comma-separated list of host[:port] for multipath",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -382,7 +387,11 @@ static int fio_sluice_connect_target(struct thread_data *td, const struct sluice
 		opts.queue_size = want;
 	}
 
-	ret = sluice_connect(&opts, ctrl);
+	/* Several addresses in traddr: one namespace through every one of them. */
+	if (strchr(t->traddr, ','))
+		ret = sluice_connect_multipath(&opts, t->nsid, ctrl);
+	else
+		ret = sluice_connect(&opts, ctrl);
 	if (ret < 0) {
 		log_err("sluice: %s\n", sluice_last_error());
 		return ret;

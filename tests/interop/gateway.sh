@@ -14,6 +14,10 @@
 # Then a is restarted from the same file: it must rejoin (`sluice gateway status`)
 # and get its group back (failback); the guest checks the paths again and runs one
 # more verify round. Sluice's own host reads both paths' ANA logs throughout.
+# Sluice's own multipath host runs at the same time: fio with the Sluice engine and
+# both gateways in traddr (one namespace through two paths, ANA-aware) writes and
+# verifies its own region of the image across the same SIGKILL and must finish
+# with zero errors through gateway b.
 # Gateway b's traffic is captured and dissected as NVMe/TCP (a's is not: a SIGKILL
 # cuts PDUs in half, which tshark rightly marks).
 #
@@ -53,7 +57,7 @@ if [ -z "${CEPH_CONF:-}" ]; then
   warn "CEPH_CONF is not set: the gateway interop test is skipped"
   exit 0
 fi
-for tool in tshark ss capinfos rbd python3; do
+for tool in tshark ss capinfos rbd python3 fio; do
   command -v "$tool" >/dev/null || die "'$tool' is not installed: run scripts/setup.sh"
 done
 [ -x "$LNP" ] || die "linux-nvme-peer not found at $LNP (expected in ../shared/ next to the repository)"
@@ -72,12 +76,17 @@ else
     { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
 fi
 
+log "building the fio engine (scripts/build-fio-engine.sh; log: build-engine.log)"
+ENGINE=$(cd "$REPO" && bash scripts/build-fio-engine.sh --print-path 2>"$OUT_DIR/build-engine.log") ||
+  { tail_file "$OUT_DIR/build-engine.log"; die "building the fio engine failed"; }
+
 declare -A PID=()
-GUEST_PID='' TAIL_PID=''
+GUEST_PID='' TAIL_PID='' HOST_FIO_PID=''
 cleanup() {
   local rc=$? name
   trap - EXIT INT TERM
   [ -n "$GUEST_PID" ] && { stop_pid "$GUEST_PID" linux-nvme-peer 10 TERM >/dev/null 2>&1 || true; }
+  [ -n "$HOST_FIO_PID" ] && { stop_pid "$HOST_FIO_PID" fio 10 TERM >/dev/null 2>&1 || true; }
   [ -n "$TSHARK_PID" ] && stop_pid "$TSHARK_PID" tshark 10 TERM >/dev/null 2>&1
   for name in "${!PID[@]}"; do
     [ -n "${PID[$name]}" ] && { stop_pid "${PID[$name]}" "gateway $name" 20 TERM >/dev/null 2>&1 || true; }
@@ -144,8 +153,43 @@ wait_marker() {
   wait_for "$1" "the guest's $2" _marker_there "$2"
 }
 
+# Sluice's multipath host: 4 KiB random writes verified as they go (every 256
+# writes are read back), 25 s, a region of the image the guest does not use.
+start_host_fio() {
+  log "Sluice's multipath host: fio with the Sluice engine on 127.0.0.1:$PORT_A,127.0.0.1:$PORT_B"
+  (cd "$OUT_DIR" && timeout --kill-after=10 120 fio --name=multipath --ioengine=external:"$ENGINE" \
+    --traddr="127.0.0.1:$PORT_A,127.0.0.1:$PORT_B" --subnqn="$NQN" --nsid=1 --thread=1 \
+    --rw=randwrite --bs=4k --size=32m --offset=512m --iodepth=8 --verify=crc32c --verify_backlog=256 \
+    --verify_fatal=1 --time_based=1 --runtime=25 --output-format=json --output=host-multipath.json) \
+    >"$OUT_DIR/host-multipath.log" 2>&1 &
+  HOST_FIO_PID=$!
+}
+
+# check_host_fio: the multipath fio run ended with status 0, no job error, and
+# verified reads after the kill
+check_host_fio() {
+  local rc=0 summary
+  wait "$HOST_FIO_PID" || rc=$?
+  HOST_FIO_PID=''
+  summary=$(python3 - "$OUT_DIR/host-multipath.json" <<'PY' 2>&1
+import json, sys
+text = open(sys.argv[1]).read()
+job = json.loads(text[text.index("{"):])["jobs"][0]
+print(f"error={job['error']} writes={job['write']['total_ios']} verified_reads={job['read']['total_ios']} "
+      f"longest_write_ms={job['write']['clat_ns']['max'] / 1e6:.0f}")
+PY
+  ) || summary="no fio result: $summary"
+  if [ "$rc" -eq 0 ] && [[ $summary == error=0\ * ]] && [[ $summary != *verified_reads=0\ * ]]; then
+    host_ok multipath-failover "fio through Sluice's multipath host across the SIGKILL: $summary"
+  else
+    tail_file "$OUT_DIR/host-multipath.log"
+    host_fail multipath-failover "fio status $rc: $summary"
+  fi
+}
+
 TAKEOVER_S=''
 if wait_marker 400 fio.started; then
+  start_host_fio
   sleep 5
   log "SIGKILL gateway a (pid ${PID[a]}) while the guest's fio runs"
   t_kill=$(date +%s.%N)
@@ -163,6 +207,7 @@ if wait_marker 400 fio.started; then
   else
     host_fail fenced "no fencing line in b.log"
   fi
+  check_host_fio
   if wait_marker 300 fio.done; then
     log "restarting gateway a from $CONFIG_A"
     start_gateway a "$CONFIG_A" $PORT_A

@@ -215,6 +215,11 @@ impl Multipath {
         &self.unreachable
     }
 
+    /// Identify Namespace data of the namespace (from the first path).
+    pub fn identify_namespace(&self) -> Result<nvme_spec::IdentifyNamespace, ClientError> {
+        self.paths[0].controller.identify_namespace(self.nsid)
+    }
+
     /// The namespace's block size (from the first path).
     pub fn block_size(&self) -> Result<u32, ClientError> {
         self.paths[0].controller.block_size(self.nsid)

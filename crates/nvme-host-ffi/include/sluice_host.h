@@ -97,6 +97,19 @@ void sluice_connect_options_init(struct sluice_connect_options *opts);
 /* Connect to a controller: admin queue and opts->nr_io_queues I/O queues. */
 int sluice_connect(const struct sluice_connect_options *opts, sluice_controller **out);
 
+/* Connect namespace `nsid` through several paths (native NVMe multipath):
+ * opts->traddr is a comma-separated list, each entry "host", "host:port" or
+ * "[v6]:port" (opts->trsvcid for entries without a port); every other option
+ * applies to every path. One controller per path; I/O goes to optimized paths
+ * (ANA), to non-optimized ones only when no optimized path is up, never to
+ * inaccessible ones, least queue depth first; a command that fails with a path
+ * error (the connection dropped, an ANA status, a timeout) is sent again on
+ * another path (bounded retries with backoff, never past command_timeout_ms).
+ * At least one path must connect. The handle then serves `nsid` only; queues,
+ * submission and reaping work as for sluice_connect. */
+int sluice_connect_multipath(const struct sluice_connect_options *opts, uint32_t nsid,
+                             sluice_controller **out);
+
 /* Number of I/O queues the controller granted. */
 int sluice_controller_io_queue_count(sluice_controller *ctrl);
 

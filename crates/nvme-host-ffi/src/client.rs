@@ -1,11 +1,12 @@
-//! The only module that names the host client's types: command builders, connect,
-//! namespace geometry, and the `CommandQueue` impl for the client's `IoQueue`, with
-//! the client's errors turned into errno-style [`FfiError`]s.
+//! The only module that names the host client's types: command builders, connect
+//! (one controller or multipath), namespace geometry, and the `CommandQueue` impl
+//! for the client's queues, with the client's errors turned into errno-style
+//! [`FfiError`]s.
 
 use std::time::Duration;
 
 use nvme_host::{commands, HostCommand, HostCompletion};
-use nvme_host_client::{parse_uuid, ClientError, ConnectOptions, Controller, IoQueue};
+use nvme_host_client::{parse_uuid, ClientError, ConnectOptions, Controller, IoQueue, Multipath, MultipathQueue, PathPolicy};
 use nvme_spec::admin::DatasetRange;
 use nvme_spec::NamespaceId;
 
@@ -79,10 +80,10 @@ pub fn set_host_nqn(options: &mut ConnectOptions, host_nqn: String) {
     options.host_nqn = host_nqn;
 }
 
-/// Largest data transfer of one command: the controller's MDTS, lowered to
-/// `requested` when that is smaller (0: no request).
-pub fn max_transfer_bytes(controller: &Controller, requested: u32) -> u32 {
-    let mdts = match controller.max_transfer_bytes() {
+/// Largest data transfer of one command: the controller's MDTS (`reported`, 0 for
+/// no limit), lowered to `requested` when that is smaller (0: no request).
+fn clamp_transfer(reported: u32, requested: u32) -> u32 {
+    let mdts = match reported {
         0 => DEFAULT_MAX_TRANSFER_BYTES,
         bytes => bytes,
     };
@@ -97,12 +98,83 @@ pub fn connect(options: ConnectOptions) -> FfiResult<Controller> {
     Controller::connect(options).map_err(|error| ffi_error(&format!("connect to {target}"), error))
 }
 
-/// Size and block size of namespace `nsid` (Identify Namespace); an inactive
-/// namespace (all-zero data) is ENODEV.
-pub fn namespace_geometry(controller: &Controller, nsid: u32) -> FfiResult<Geometry> {
-    let identify = controller
-        .identify_namespace(NamespaceId(nsid))
-        .map_err(|error| ffi_error(&format!("identify namespace {nsid}"), error))?;
+/// Connects one namespace through several paths (multipath: ANA-aware path choice,
+/// failover), least queue depth first.
+pub fn connect_multipath(paths: Vec<ConnectOptions>, nsid: u32) -> FfiResult<Multipath> {
+    let addresses: Vec<String> = paths.iter().map(|options| options.address.to_string()).collect();
+    let target = format!("{} ({})", addresses.join(","), paths.first().map_or("", |options| options.subsystem_nqn.as_str()));
+    Multipath::connect(paths, NamespaceId(nsid), PathPolicy::QueueDepth)
+        .map_err(|error| ffi_error(&format!("multipath connect to {target}"), error))
+}
+
+/// A controller handle's connection(s): one controller, or one namespace through
+/// several (multipath).
+#[derive(Debug)]
+pub enum Paths {
+    Single(Controller),
+    Multi(Multipath),
+}
+
+impl Paths {
+    pub fn io_queue_count(&self) -> usize {
+        match self {
+            Paths::Single(controller) => controller.io_queue_count(),
+            Paths::Multi(multipath) => multipath.io_queue_count(),
+        }
+    }
+
+    /// Largest data transfer of one command (see [`max_transfer_bytes`]).
+    pub fn max_transfer_bytes(&self, requested: u32) -> u32 {
+        let reported = match self {
+            Paths::Single(controller) => controller.max_transfer_bytes(),
+            Paths::Multi(multipath) => multipath.max_transfer_bytes(),
+        };
+        clamp_transfer(reported, requested)
+    }
+
+    /// Size and block size of namespace `nsid`; a multipath handle serves only
+    /// its own namespace.
+    pub fn geometry(&self, nsid: u32) -> FfiResult<Geometry> {
+        let identify = match self {
+            Paths::Single(controller) => controller.identify_namespace(NamespaceId(nsid)),
+            Paths::Multi(multipath) if multipath.namespace().0 == nsid => multipath.identify_namespace(),
+            Paths::Multi(multipath) => {
+                return Err(FfiError::invalid(format!(
+                    "this multipath handle serves namespace {} only, not {nsid}",
+                    multipath.namespace().0
+                )))
+            }
+        };
+        namespace_geometry(identify.map_err(|error| ffi_error(&format!("identify namespace {nsid}"), error))?, nsid)
+    }
+
+    /// I/O queue `index` for one thread (of every path, for multipath).
+    pub fn take_queue(&self, index: usize) -> Option<AnyQueue> {
+        match self {
+            Paths::Single(controller) => controller.take_io_queue(index).map(AnyQueue::Single),
+            Paths::Multi(multipath) => multipath.take_io_queue(index).map(AnyQueue::Multi),
+        }
+    }
+
+    pub fn disconnect(self) -> FfiResult<()> {
+        let result = match self {
+            Paths::Single(controller) => controller.disconnect(),
+            Paths::Multi(multipath) => multipath.disconnect(),
+        };
+        result.map_err(|error| ffi_error("disconnect", error))
+    }
+}
+
+/// An I/O queue of either kind of handle.
+#[derive(Debug)]
+pub enum AnyQueue {
+    Single(IoQueue),
+    Multi(MultipathQueue),
+}
+
+/// Size and block size from Identify Namespace data; an inactive namespace
+/// (all-zero data) is ENODEV.
+fn namespace_geometry(identify: nvme_spec::IdentifyNamespace, nsid: u32) -> FfiResult<Geometry> {
     if identify.namespace_size == 0 {
         return Err(FfiError::new(libc::ENODEV, format!("namespace {nsid} is not active on this controller")));
     }
@@ -119,20 +191,34 @@ pub fn namespace_geometry(controller: &Controller, nsid: u32) -> FfiResult<Geome
     Ok(Geometry { blocks: identify.namespace_size, block_size })
 }
 
-impl CommandQueue for IoQueue {
+impl CommandQueue for AnyQueue {
     fn depth(&self) -> usize {
-        IoQueue::depth(self)
+        match self {
+            AnyQueue::Single(queue) => queue.depth(),
+            AnyQueue::Multi(queue) => queue.depth(),
+        }
     }
 
     fn in_flight(&self) -> usize {
-        IoQueue::in_flight(self)
+        match self {
+            AnyQueue::Single(queue) => queue.in_flight(),
+            AnyQueue::Multi(queue) => queue.in_flight(),
+        }
     }
 
     fn submit(&mut self, command: HostCommand) -> FfiResult<()> {
-        IoQueue::submit(self, command).map_err(|error| ffi_error("submit", error))
+        let result = match self {
+            AnyQueue::Single(queue) => queue.submit(command),
+            AnyQueue::Multi(queue) => queue.submit(command),
+        };
+        result.map_err(|error| ffi_error("submit", error))
     }
 
     fn reap(&mut self, min: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> FfiResult<usize> {
-        IoQueue::reap(self, min, timeout, out).map_err(|error| ffi_error("reap", error))
+        let result = match self {
+            AnyQueue::Single(queue) => queue.reap(min, timeout, out),
+            AnyQueue::Multi(queue) => queue.reap(min, timeout, out),
+        };
+        result.map_err(|error| ffi_error("reap", error))
     }
 }

@@ -24,7 +24,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nvme_host_client::{ConnectOptions, Controller, IoQueue};
+use nvme_host_client::ConnectOptions;
 
 use crate::error::{ffi_call, last_error_ptr, FfiError, FfiResult};
 use crate::queue::{Completion, Geometry, QueueCore, ReadSink};
@@ -75,7 +75,7 @@ const _: () = assert!(std::mem::size_of::<sluice_completion>() == 16);
 
 /// What a controller handle and its queues share.
 struct Shared {
-    controller: Controller,
+    paths: client::Paths,
     geometry: Mutex<HashMap<u32, Geometry>>,
     max_transfer_bytes: u32,
 }
@@ -88,7 +88,7 @@ impl Shared {
         if let Some(geometry) = self.geometry.lock().unwrap_or_else(|e| e.into_inner()).get(&nsid) {
             return Ok(*geometry);
         }
-        let geometry = client::namespace_geometry(&self.controller, nsid)?;
+        let geometry = self.paths.geometry(nsid)?;
         self.geometry.lock().unwrap_or_else(|e| e.into_inner()).insert(nsid, geometry);
         Ok(geometry)
     }
@@ -101,7 +101,7 @@ pub struct SluiceController {
 
 /// The opaque `sluice_queue`.
 pub struct SluiceQueue {
-    core: QueueCore<IoQueue>,
+    core: QueueCore<client::AnyQueue>,
     shared: Arc<Shared>,
     geometry: HashMap<u32, Geometry>,
     completions: Vec<Completion>,
@@ -168,23 +168,57 @@ fn resolve(traddr: &str, port: u16) -> FfiResult<SocketAddr> {
         .ok_or_else(|| FfiError::new(libc::EHOSTUNREACH, format!("traddr {traddr:?} has no address")))
 }
 
+/// The addresses of `traddr`: one, or a comma-separated list for multipath, each
+/// `host`, `host:port` or `[v6]:port` (`port` when none is given).
+fn path_addresses(traddr: &str, port: u16) -> FfiResult<Vec<SocketAddr>> {
+    traddr
+        .split(',')
+        .map(str::trim)
+        .map(|entry| {
+            if entry.is_empty() {
+                return Err(FfiError::invalid(format!("traddr {traddr:?} has an empty entry")));
+            }
+            if let Ok(address) = entry.parse::<SocketAddr>() {
+                return Ok(address);
+            }
+            // host:port with a name or IPv4 (one colon); anything else is a host.
+            match entry.rsplit_once(':') {
+                Some((host, entry_port)) if !host.contains(':') || host.ends_with(']') => {
+                    let entry_port = entry_port
+                        .parse()
+                        .map_err(|_| FfiError::invalid(format!("traddr entry {entry:?}: bad port {entry_port:?}")))?;
+                    resolve(host, entry_port)
+                }
+                _ => resolve(entry, port),
+            }
+        })
+        .collect()
+}
+
 fn millis(value: u32) -> Option<Duration> {
     (value != 0).then(|| Duration::from_millis(u64::from(value)))
 }
 
-fn build_options(o: &sluice_connect_options) -> FfiResult<(ConnectOptions, u32)> {
-    // SAFETY: the header requires traddr/subnqn/hostnqn to be NULL or NUL-terminated
-    // strings valid during sluice_connect.
+/// The addresses `o.traddr` names (see [`path_addresses`]).
+fn addresses_of(o: &sluice_connect_options) -> FfiResult<Vec<SocketAddr>> {
+    // SAFETY: the header requires traddr to be NULL or a NUL-terminated string
+    // valid during the connect call.
     let traddr = unsafe { c_str(o.traddr, "traddr", true) }?.unwrap_or_default();
-    // SAFETY: as above.
+    let port = if o.trsvcid == 0 { DEFAULT_PORT } else { o.trsvcid };
+    path_addresses(&traddr, port)
+}
+
+/// Connect options for the path at `address`, from everything else in `o`.
+fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(ConnectOptions, u32)> {
+    // SAFETY: the header requires subnqn/hostnqn to be NULL or NUL-terminated
+    // strings valid during the connect call.
     let subnqn = unsafe { c_str(o.subnqn, "subnqn", true) }?.unwrap_or_default();
     // SAFETY: as above.
     let hostnqn = unsafe { c_str(o.hostnqn, "hostnqn", false) }?;
     if o.reserved0 != 0 {
         return Err(FfiError::invalid("reserved0 must be 0 (initialise with sluice_connect_options_init)"));
     }
-    let port = if o.trsvcid == 0 { DEFAULT_PORT } else { o.trsvcid };
-    let mut options = ConnectOptions::new(resolve(&traddr, port)?, subnqn);
+    let mut options = ConnectOptions::new(address, subnqn);
     if let Some(hostnqn) = hostnqn {
         client::set_host_nqn(&mut options, hostnqn);
     }
@@ -265,10 +299,55 @@ pub unsafe extern "C" fn sluice_connect(opts: *const sluice_connect_options, out
             unsafe { out.write(std::ptr::null_mut()) };
             // SAFETY: `opts` is NULL or a valid options struct per the contract.
             let opts = unsafe { opts.as_ref() }.ok_or_else(|| FfiError::invalid("opts is NULL"))?;
-            let (options, requested_max_transfer) = build_options(opts)?;
-            let controller = client::connect(options)?;
-            let max_transfer_bytes = client::max_transfer_bytes(&controller, requested_max_transfer);
-            let shared = Arc::new(Shared { controller, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
+            let address = match addresses_of(opts)?.as_slice() {
+                [one] => *one,
+                _ => return Err(FfiError::invalid("traddr lists several addresses: use sluice_connect_multipath")),
+            };
+            let (options, requested_max_transfer) = build_options(opts, address)?;
+            let paths = client::Paths::Single(client::connect(options)?);
+            let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
+            let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
+            let handle = Box::into_raw(Box::new(SluiceController { shared }));
+            // SAFETY: as above.
+            unsafe { out.write(handle) };
+            Ok(0)
+        },
+    )
+}
+
+/// Connects namespace `nsid` through every address of `opts->traddr` (a
+/// comma-separated list, each `host`, `host:port` or `[v6]:port`; `trsvcid` for
+/// entries without a port): one controller per path, ANA-aware path choice and
+/// failover (see the header). At least one path must connect.
+///
+/// # Safety
+/// As [`sluice_connect`].
+#[no_mangle]
+pub unsafe extern "C" fn sluice_connect_multipath(
+    opts: *const sluice_connect_options,
+    nsid: u32,
+    out: *mut *mut SluiceController,
+) -> c_int {
+    ffi_call(
+        "sluice_connect_multipath",
+        || {},
+        || {
+            if out.is_null() {
+                return Err(FfiError::invalid("out is NULL"));
+            }
+            // SAFETY: `out` is non-NULL and writable per the contract.
+            unsafe { out.write(std::ptr::null_mut()) };
+            // SAFETY: `opts` is NULL or a valid options struct per the contract.
+            let opts = unsafe { opts.as_ref() }.ok_or_else(|| FfiError::invalid("opts is NULL"))?;
+            if nsid == 0 || nsid == u32::MAX {
+                return Err(FfiError::invalid(format!("namespace id {nsid} is not a valid I/O namespace")));
+            }
+            let addresses = addresses_of(opts)?;
+            let (template, requested_max_transfer) = build_options(opts, addresses[0])?;
+            let paths = addresses.into_iter().map(|address| ConnectOptions { address, ..template.clone() }).collect();
+            let paths = client::Paths::Multi(client::connect_multipath(paths, nsid)?);
+            let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
+            let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
             let handle = Box::into_raw(Box::new(SluiceController { shared }));
             // SAFETY: as above.
             unsafe { out.write(handle) };
@@ -289,7 +368,7 @@ pub unsafe extern "C" fn sluice_controller_io_queue_count(ctrl: *mut SluiceContr
         || {
             // SAFETY: per the contract; only shared access is needed.
             let ctrl = unsafe { handle(ctrl, "ctrl") }?;
-            Ok(to_int(ctrl.shared.controller.io_queue_count()))
+            Ok(to_int(ctrl.shared.paths.io_queue_count()))
         },
     )
 }
@@ -349,7 +428,7 @@ pub unsafe extern "C" fn sluice_take_queue(
             unsafe { out.write(std::ptr::null_mut()) };
             // SAFETY: per the contract.
             let ctrl = unsafe { handle(ctrl, "ctrl") }?;
-            let count = ctrl.shared.controller.io_queue_count();
+            let count = ctrl.shared.paths.io_queue_count();
             if index as usize >= count {
                 return Err(FfiError::invalid(format!(
                     "queue index {index} out of range: the controller has {count} I/O queue(s)"
@@ -357,8 +436,8 @@ pub unsafe extern "C" fn sluice_take_queue(
             }
             let queue = ctrl
                 .shared
-                .controller
-                .take_io_queue(index as usize)
+                .paths
+                .take_queue(index as usize)
                 .ok_or_else(|| FfiError::new(libc::EBUSY, format!("I/O queue {index} was already taken")))?;
             let core = QueueCore::new(queue, ctrl.shared.max_transfer_bytes);
             let queue = SluiceQueue {
@@ -625,7 +704,7 @@ pub unsafe extern "C" fn sluice_disconnect(ctrl: *mut SluiceController) -> c_int
             let ctrl = unsafe { Box::from_raw(ctrl) };
             let shared = Arc::try_unwrap(ctrl.shared)
                 .map_err(|_| FfiError::new(libc::EBUSY, "a queue was taken concurrently with sluice_disconnect"))?;
-            shared.controller.disconnect().map_err(|error| client::ffi_error("disconnect", error))?;
+            shared.paths.disconnect()?;
             Ok(0)
         },
     )
@@ -641,4 +720,22 @@ pub extern "C" fn sluice_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn sluice_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traddr_lists_every_form_of_address() {
+        let addresses = path_addresses("127.0.0.1:4421, 127.0.0.2,[::1]:4423,::1", 4420).unwrap();
+        let expected: Vec<SocketAddr> = ["127.0.0.1:4421", "127.0.0.2:4420", "[::1]:4423", "[::1]:4420"]
+            .iter()
+            .map(|text| text.parse().unwrap())
+            .collect();
+        assert_eq!(addresses, expected);
+        assert_eq!(path_addresses("localhost:4430", 4420).unwrap()[0].port(), 4430);
+        assert_eq!(path_addresses("127.0.0.1,", 4420).unwrap_err().errno, libc::EINVAL);
+        assert_eq!(path_addresses("127.0.0.1:port", 4420).unwrap_err().errno, libc::EINVAL);
+    }
 }
