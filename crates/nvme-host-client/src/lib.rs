@@ -64,6 +64,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod command_queue;
 mod connection;
 mod controller;
 mod discovery;
@@ -75,6 +76,7 @@ mod options;
 mod ring_connection;
 mod shared;
 
+pub use command_queue::CommandQueue;
 pub use controller::{ana_log_length, Controller};
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};

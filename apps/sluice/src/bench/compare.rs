@@ -191,6 +191,7 @@ fn run_iscsi_side(
         },
         embedded: None,
         host_io: nvme_host_client::IoPath::default(),
+        paths: Vec::new(),
     };
     let mut driver = Driver::Fio(fio::FioRunner::new(
         tools.clone(),

@@ -61,6 +61,7 @@ pub(super) fn compare_fio_rbd(
             protocol: Protocol::Rbd,
             embedded: None,
             host_io: nvme_host_client::IoPath::default(),
+            paths: Vec::new(),
         };
         fio::FioRunner::new(tools.clone(), paths.fio_dir(Some("fio-rbd"))).and_then(|runner| {
             let mut driver = Driver::Fio(runner);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{commands, HostCompletion, IoQueue};
+use nvme_host_client::{commands, CommandQueue, HostCompletion};
 use nvme_spec::NamespaceId;
 use storage::{BackendQueue, IoCompletion, IoOp, IoRequest};
 use workload::{Completion, Engine, IoKind, IoPlan};
@@ -13,10 +13,11 @@ fn pattern(length: usize) -> Vec<u8> {
     (0..length).map(|index| (index % 251) as u8).collect()
 }
 
-/// One NVMe/TCP I/O queue. I/Os larger than the controller's MDTS are split into
-/// several commands (as the Linux host does) and complete when all of them have.
-pub struct NvmeEngine {
-    queue: IoQueue,
+/// One NVMe/TCP I/O queue (or one per path, multipath). I/Os larger than the
+/// controller's MDTS are split into several commands (as the Linux host does) and
+/// complete when all of them have.
+pub struct NvmeEngine<Q> {
+    queue: Q,
     nsid: NamespaceId,
     lba_bytes: u32,
     chunk_bytes: u32,
@@ -30,14 +31,14 @@ pub struct NvmeEngine {
 
 const CHUNK_SHIFT: u32 = 16;
 
-impl NvmeEngine {
+impl<Q: CommandQueue> NvmeEngine<Q> {
     pub fn new(
-        queue: IoQueue,
+        queue: Q,
         nsid: NamespaceId,
         lba_bytes: u32,
         max_transfer: u32,
         io_bytes: u32,
-    ) -> NvmeEngine {
+    ) -> NvmeEngine<Q> {
         let chunk_bytes = max_transfer.max(lba_bytes) / lba_bytes * lba_bytes;
         let chunk_bytes = chunk_bytes.min(io_bytes).max(lba_bytes);
         let chunks_per_io = io_bytes.div_ceil(chunk_bytes) as usize;
@@ -90,7 +91,7 @@ impl NvmeEngine {
     }
 }
 
-impl Engine for NvmeEngine {
+impl<Q: CommandQueue> Engine for NvmeEngine<Q> {
     fn capacity(&self) -> usize {
         (self.queue.depth() / self.chunks_per_io).max(1)
     }

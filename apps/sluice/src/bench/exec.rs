@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{ConnectOptions, Controller, IoPath};
+use nvme_host_client::{ConnectOptions, Controller, IoPath, Multipath, PathPolicy};
 use nvme_spec::NamespaceId;
 use nvme_target::{
     AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
@@ -40,6 +40,9 @@ pub struct Endpoint {
     pub embedded: Option<Embedded>,
     /// How Sluice's host drives its I/O queues to this target (`--host-io`).
     pub host_io: IoPath,
+    /// Every path to the subsystem when there are several (multipath runs), else
+    /// empty.
+    pub paths: Vec<SocketAddr>,
 }
 
 /// How the endpoint is reached.
@@ -238,22 +241,26 @@ pub fn start_embedded(
             runtime: Some(runtime),
         }),
         host_io: IoPath::default(),
+        paths: Vec::new(),
     })
 }
 
-/// Parses `tcp://ADDR:PORT/NQN`.
-pub fn parse_target(text: &str) -> Result<(SocketAddr, String), BenchError> {
-    let usage = || BenchError::Usage(format!("--target {text:?}: expected tcp://ADDR:PORT/NQN"));
+/// Parses `tcp://ADDR:PORT/NQN`, or `tcp://ADDR:PORT,ADDR:PORT,.../NQN` for one
+/// namespace through several paths (multipath).
+pub fn parse_target(text: &str) -> Result<(Vec<SocketAddr>, String), BenchError> {
+    let usage = || BenchError::Usage(format!("--target {text:?}: expected tcp://ADDR:PORT[,ADDR:PORT...]/NQN"));
     let rest = text.strip_prefix("tcp://").ok_or_else(usage)?;
-    let (address, nqn) = rest.split_once('/').ok_or_else(usage)?;
-    let address = std::net::ToSocketAddrs::to_socket_addrs(address)
-        .map_err(|_| usage())?
-        .next()
-        .ok_or_else(usage)?;
+    let (addresses, nqn) = rest.split_once('/').ok_or_else(usage)?;
+    let addresses = addresses
+        .split(',')
+        .map(|address| {
+            std::net::ToSocketAddrs::to_socket_addrs(address.trim()).map_err(|_| usage())?.next().ok_or_else(usage)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if nqn.is_empty() {
         return Err(usage());
     }
-    Ok((address, nqn.to_string()))
+    Ok((addresses, nqn.to_string()))
 }
 
 fn options(address: SocketAddr, nqn: &str, queues: u16, queue_size: u16) -> ConnectOptions {
@@ -266,8 +273,11 @@ fn options(address: SocketAddr, nqn: &str, queues: u16, queue_size: u16) -> Conn
     options
 }
 
-/// Connects to a remote target and finds its first active namespace.
-pub fn connect_remote(address: SocketAddr, nqn: &str) -> Result<Endpoint, BenchError> {
+/// Connects to a remote target and finds its first active namespace. With several
+/// addresses (paths to one subsystem) the first is asked, and the runs go through
+/// every path (multipath).
+pub fn connect_remote(addresses: &[SocketAddr], nqn: &str) -> Result<Endpoint, BenchError> {
+    let address = addresses[0];
     let controller = Controller::connect(options(address, nqn, 1, 32))
         .map_err(|e| BenchError::Runtime(format!("cannot connect to {address} ({nqn}): {e}")))?;
     let nsid = controller
@@ -293,6 +303,7 @@ pub fn connect_remote(address: SocketAddr, nqn: &str) -> Result<Endpoint, BenchE
         protocol: Protocol::NvmeTcp,
         embedded: None,
         host_io: IoPath::default(),
+        paths: addresses.to_vec(),
     })
 }
 
@@ -355,6 +366,9 @@ pub fn run_network(
     // on Sluice; a larger I/O is split), plus one (a queue of N entries holds N-1).
     let chunks = job.block_size.div_ceil(128 * 1024).max(1);
     let queue_size = (job.queue_depth * chunks + 1).clamp(2, 1024) as u16;
+    if endpoint.paths.len() > 1 {
+        return run_multipath(job, endpoint, region, queue_size, stop, progress);
+    }
     // One controller with `threads` I/O queues; if the target grants fewer, more
     // controllers are connected until every thread has a queue of its own.
     let mut controllers = Vec::new();
@@ -398,6 +412,46 @@ pub fn run_network(
     for controller in controllers {
         let _ = controller.disconnect();
     }
+    Ok(measured)
+}
+
+/// Runs `job` through every path of `endpoint` (one controller per path, each
+/// worker thread with one multipath queue).
+fn run_multipath(
+    job: &JobSpec,
+    endpoint: &Endpoint,
+    region: u64,
+    queue_size: u16,
+    stop: &RunControl,
+    progress: bool,
+) -> Result<Measured, BenchError> {
+    let threads = (job.threads as usize).min(u16::MAX as usize) as u16;
+    let paths = endpoint
+        .paths
+        .iter()
+        .map(|&address| ConnectOptions { io_path: endpoint.host_io, ..options(address, &endpoint.nqn, threads, queue_size) })
+        .collect();
+    let multipath = Multipath::connect(paths, endpoint.nsid, PathPolicy::QueueDepth)
+        .map_err(|e| BenchError::Runtime(format!("multipath connect to {} ({}): {e}", endpoint.address, endpoint.nqn)))?;
+    for (address, why) in multipath.unreachable() {
+        tracing::warn!(%address, why, "multipath: path unreachable; running without it");
+    }
+    if multipath.io_queue_count() < usize::from(threads) {
+        return Err(BenchError::Runtime(format!(
+            "the paths grant {} I/O queue(s), {threads} thread(s) need one each",
+            multipath.io_queue_count()
+        )));
+    }
+    let max_transfer = multipath.max_transfer_bytes().max(endpoint.lba_bytes);
+    let mut engines = Vec::with_capacity(usize::from(threads));
+    for index in 0..usize::from(threads) {
+        let queue = multipath
+            .take_io_queue(index)
+            .ok_or_else(|| BenchError::Runtime(format!("multipath I/O queue {index} unavailable")))?;
+        engines.push(NvmeEngine::new(queue, endpoint.nsid, endpoint.lba_bytes, max_transfer, job.block_size));
+    }
+    let measured = run_engines(job, region, engines, stop, progress);
+    let _ = multipath.disconnect();
     Ok(measured)
 }
 

@@ -191,7 +191,13 @@ pub fn job_file(job: &JobSpec, region: u64, endpoint: &Endpoint, engine: &Path) 
     }
     match endpoint.protocol {
         Protocol::NvmeTcp => {
-            lines.push(format!("traddr={}", endpoint.address.ip()));
+            if endpoint.paths.len() > 1 {
+                // Multipath: every path as host:port (IPv6 in brackets).
+                let paths: Vec<String> = endpoint.paths.iter().map(ToString::to_string).collect();
+                lines.push(format!("traddr={}", paths.join(",")));
+            } else {
+                lines.push(format!("traddr={}", endpoint.address.ip()));
+            }
             lines.push(format!("trsvcid={}", endpoint.address.port()));
             lines.push(format!("subnqn={}", endpoint.nqn));
             lines.push(format!("nsid={}", endpoint.nsid.0));
@@ -637,6 +643,7 @@ mod tests {
             protocol,
             embedded: None,
             host_io: nvme_host_client::IoPath::default(),
+            paths: Vec::new(),
         }
     }
 

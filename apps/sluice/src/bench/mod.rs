@@ -527,8 +527,8 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
 
     let mut endpoint = match &args.target {
         Some(text) => {
-            let (address, nqn) = exec::parse_target(text)?;
-            exec::connect_remote(address, &nqn)?
+            let (addresses, nqn) = exec::parse_target(text)?;
+            exec::connect_remote(&addresses, &nqn)?
         }
         None => {
             let storage = match backend {
