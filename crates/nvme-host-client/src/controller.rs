@@ -323,7 +323,7 @@ impl Controller {
                 while inner.in_flight() < inner.depth() {
                     let Some((index, mut command)) = pending.next() else { break };
                     command.user_tag = call | index as u64;
-                    inner.submit(&self.shared, command).map_err(|(error, _)| error)?;
+                    inner.submit(&self.shared, command).map_err(|refused| refused.error)?;
                 }
                 out.clear();
                 inner.reap(&self.shared, 1, Duration::from_secs(1), &mut out)?;

@@ -12,8 +12,9 @@ use crate::ClientError;
 
 #[derive(Debug)]
 pub(crate) enum IoLink {
-    Blocking(QueueConnection),
-    Ring(RingConnection),
+    /// Both boxed: each carries its queue and buffers inline.
+    Blocking(Box<QueueConnection>),
+    Ring(Box<RingConnection>),
 }
 
 impl IoLink {
@@ -25,11 +26,11 @@ impl IoLink {
     }
 
     /// Sends (blocking) or queues for the next turn (ring) what the queue wants
-    /// to send. `now`: the caller's latest clock reading.
-    pub(crate) fn flush(&mut self, now: Instant) -> Result<(), ClientError> {
+    /// to send.
+    pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
         match self {
             IoLink::Blocking(connection) => connection.flush(),
-            IoLink::Ring(connection) => connection.flush(now),
+            IoLink::Ring(connection) => connection.flush(),
         }
     }
 
@@ -73,8 +74,8 @@ impl IoLink {
     /// Takes every command back from a connection that ended.
     pub(crate) fn into_failure(self, error: ClientError) -> LinkFailure {
         match self {
-            IoLink::Blocking(connection) => connection.into_failure(error),
-            IoLink::Ring(connection) => connection.into_failure(error),
+            IoLink::Blocking(connection) => (*connection).into_failure(error),
+            IoLink::Ring(connection) => (*connection).into_failure(error),
         }
     }
 }

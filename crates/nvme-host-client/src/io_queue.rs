@@ -25,6 +25,21 @@ use crate::ClientError;
 /// Linux's nvme_max_retries is 5 too.
 const MAX_COMMAND_RETRIES: u8 = 5;
 
+/// A command [`IoQueue::submit_or_return`] did not take, with why.
+#[derive(Debug)]
+pub struct Refused {
+    /// Why it was refused.
+    pub error: ClientError,
+    /// The command as given (its data included).
+    pub command: HostCommand,
+}
+
+impl Refused {
+    fn new(error: ClientError, command: HostCommand) -> Box<Refused> {
+        Box::new(Refused { error, command })
+    }
+}
+
 /// One command in flight (in the queue's table).
 #[derive(Clone, Copy, Debug, Default)]
 struct Inflight {
@@ -102,7 +117,7 @@ impl IoQueueInner {
         );
         let mut connection = QueueConnection::connect(options.address, config, options.connect_timeout)?;
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
-        self.connection = Some(IoLink::Blocking(connection));
+        self.connection = Some(IoLink::Blocking(Box::new(connection)));
         self.epoch = state.epoch;
         self.failed_epoch = None;
         self.seen_generation = generation;
@@ -307,7 +322,7 @@ impl IoQueueInner {
                 break;
             }
         }
-        if let Err(error) = connection.flush(now) {
+        if let Err(error) = connection.flush() {
             self.drop_connection(shared, error, true);
         }
     }
@@ -328,18 +343,19 @@ impl IoQueueInner {
     }
 
     /// Takes `command` for sending; hands it back with the reason when refused.
-    pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), (ClientError, HostCommand)> {
+    pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), Box<Refused>> {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
             let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
-            return Err((error, command));
+            return Err(Refused::new(error, command));
         }
         if !command.data_out.is_empty() && command.data_in_bytes > 0 {
-            return Err((ClientError::InvalidArgument("command moves data in both directions".into()), command));
+            let error = ClientError::InvalidArgument("command moves data in both directions".into());
+            return Err(Refused::new(error, command));
         }
         if let Err(error) = self.poll_connection(shared) {
-            return Err((error, command));
+            return Err(Refused::new(error, command));
         }
-        let Some(index) = self.free.pop() else { return Err((ClientError::QueueFull, command)) };
+        let Some(index) = self.free.pop() else { return Err(Refused::new(ClientError::QueueFull, command)) };
         self.table[index as usize] = Inflight {
             in_use: true,
             user_tag: command.user_tag,
@@ -431,12 +447,13 @@ impl IoQueueInner {
         let IoPath::Ring(poll_mode) = shared.options.io_path else { return };
         match self.connection.take() {
             Some(IoLink::Blocking(connection)) if !self.ring_unavailable => {
-                match RingConnection::attach(connection, poll_mode) {
-                    Ok(ring) => self.connection = Some(IoLink::Ring(ring)),
-                    Err((connection, error)) => {
+                match RingConnection::attach(*connection, poll_mode) {
+                    Ok(ring) => self.connection = Some(IoLink::Ring(Box::new(ring))),
+                    Err(refused) => {
+                        let (connection, error) = *refused;
                         tracing::warn!(queue = self.index + 1, %error, "no io_uring for this I/O queue; using blocking sockets");
                         self.ring_unavailable = true;
-                        self.connection = Some(IoLink::Blocking(connection));
+                        self.connection = Some(IoLink::Blocking(Box::new(connection)));
                     }
                 }
             }
@@ -460,10 +477,10 @@ impl IoQueueInner {
             self.drop_connection(shared, ClientError::Io { address: shared.options.address, source }, true);
             return;
         }
-        match ring.detach() {
-            Ok(connection) => self.connection = Some(IoLink::Blocking(connection)),
+        match (*ring).detach() {
+            Ok(connection) => self.connection = Some(IoLink::Blocking(Box::new(connection))),
             Err(failure) => {
-                self.take_failure(failure);
+                self.take_failure(*failure);
                 self.failed_epoch = Some(self.epoch);
                 shared.request_reconnect(self.epoch);
             }
@@ -506,19 +523,21 @@ impl IoQueue {
         self.shared.cached_block_size(nsid)
     }
 
-    /// Queues a command and writes what it can; never waits for the target. While
+    /// Queues a command; never waits for the target. On a blocking socket it is
+    /// written at once; on the ring it leaves at the next `reap`, in one send with
+    /// everything submitted since the last one. While
     /// the controller reconnects the command is held and sent after. Fails with
     /// `QueueFull` when `depth()` commands are in flight, `ControllerLost` /
     /// `Closed` once the controller is gone.
     pub fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
-        self.submit_or_return(command).map_err(|(error, _)| error)
+        self.submit_or_return(command).map_err(|refused| refused.error)
     }
 
     /// [`IoQueue::submit`] that hands the command back (with its data) when it
     /// is refused, so the caller can send it elsewhere.
-    pub fn submit_or_return(&mut self, command: HostCommand) -> Result<(), (ClientError, HostCommand)> {
+    pub fn submit_or_return(&mut self, command: HostCommand) -> Result<(), Box<Refused>> {
         let shared = Arc::clone(&self.shared);
-        let Some(inner) = self.inner.as_mut() else { return Err((ClientError::Closed, command)) };
+        let Some(inner) = self.inner.as_mut() else { return Err(Refused::new(ClientError::Closed, command)) };
         inner.bind_to_thread(&shared);
         inner.submit(&shared, command)
     }

@@ -88,12 +88,12 @@ impl PathShared {
 
     /// True unless the path reports a state that serves no I/O.
     fn serves_io(&self) -> bool {
-        self.state().map_or(true, AnaState::serves_io)
+        !matches!(self.state(), Some(state) if !state.serves_io())
     }
 
     /// True unless the path reports a state other than optimized.
     fn optimized(&self) -> bool {
-        self.state().map_or(true, |state| state == AnaState::Optimized)
+        matches!(self.state(), None | Some(AnaState::Optimized))
     }
 
     fn ask_recheck(&self) {
@@ -339,7 +339,7 @@ struct QueuePath {
 
 impl QueuePath {
     fn usable(&self, now: Instant) -> bool {
-        self.down_until.map_or(true, |until| until <= now) && self.shared.serves_io()
+        !matches!(self.down_until, Some(until) if until > now) && self.shared.serves_io()
     }
 }
 
@@ -473,12 +473,12 @@ impl MultipathQueue {
                     path.in_flight += 1;
                     return;
                 }
-                Err((error, command)) => {
+                Err(refused) => {
                     // The queue refused it outright (closed, lost): that path is down.
-                    tracing::debug!(address = %path.shared.address, %error, "multipath: path refused a command");
+                    tracing::debug!(address = %path.shared.address, error = %refused.error, "multipath: path refused a command");
                     path.failures += 1;
                     path.down_until = Some(now + backoff(path.failures));
-                    data = command.data_out;
+                    data = refused.command.data_out;
                 }
             }
         }

@@ -106,11 +106,11 @@ impl RingConnection {
     pub(crate) fn attach(
         connection: QueueConnection,
         poll_mode: PollMode,
-    ) -> Result<RingConnection, (QueueConnection, runtime::RuntimeError)> {
+    ) -> Result<RingConnection, Box<(QueueConnection, runtime::RuntimeError)>> {
         let config = ClientRingConfig { poll_mode, recv_buffer_bytes: RING_RECEIVE_BUFFER_BYTES, ring_entries: RING_ENTRIES };
         let mut ring = match ClientRing::new(config) {
             Ok(ring) => ring,
-            Err(error) => return Err((connection, error)),
+            Err(error) => return Err(Box::new((connection, error))),
         };
         let (stream, queue, address) = connection.into_parts();
         let link = RingLink { queue, spare: Vec::new(), closed: None };
@@ -166,13 +166,13 @@ impl RingConnection {
         self.io_error(std::io::Error::other(error))
     }
 
-    /// Queues whatever the host queue wants to send (it goes out at the next
-    /// turn of the ring, batched with everything else).
-    pub(crate) fn flush(&mut self, now: Instant) -> Result<(), ClientError> {
+    /// Asks for whatever the host queue wants to send to go out at the next turn
+    /// of the ring, batched with everything queued until then.
+    pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
         if let Some(error) = self.closed_error() {
             return Err(error);
         }
-        self.ring.flush(self.token, now).map_err(|error| self.ring_error(error))
+        self.ring.flush(self.token).map_err(|error| self.ring_error(error))
     }
 
     /// Turns the ring once: waits (spinning or sleeping) at most until `until`,
@@ -204,7 +204,7 @@ impl RingConnection {
         if queue_error.is_some() && self.closed.is_none() && self.ring.is_owner_thread() {
             // A pending H2CTermReq goes out if the socket still takes it.
             let deadline = Instant::now() + TERMINATION_FLUSH_WAIT;
-            if self.flush(Instant::now()).is_ok() {
+            if self.flush().is_ok() {
                 while Instant::now() < deadline && self.receive(deadline).is_ok() {}
             }
         }
@@ -216,15 +216,15 @@ impl RingConnection {
 
     /// Moves the queue back onto a blocking socket (on the owning thread): the
     /// receive is cancelled, a send in flight finishes, nothing is lost.
-    pub(crate) fn detach(mut self) -> Result<QueueConnection, LinkFailure> {
+    pub(crate) fn detach(mut self) -> Result<QueueConnection, Box<LinkFailure>> {
         if let Some(error) = self.closed_error() {
-            return Err(self.into_failure(error));
+            return Err(Box::new(self.into_failure(error)));
         }
         match self.ring.detach(self.token) {
             Ok((stream, link)) => Ok(QueueConnection::from_parts(stream, link.queue, self.address)),
             Err(error) => {
                 let error = self.ring_error(error);
-                Err(self.into_failure(error))
+                Err(Box::new(self.into_failure(error)))
             }
         }
     }

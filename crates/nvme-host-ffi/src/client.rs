@@ -111,7 +111,8 @@ pub fn connect_multipath(paths: Vec<ConnectOptions>, nsid: u32) -> FfiResult<Mul
 /// several (multipath).
 #[derive(Debug)]
 pub enum Paths {
-    Single(Controller),
+    /// Boxed: a controller carries its Identify data inline.
+    Single(Box<Controller>),
     Multi(Multipath),
 }
 
@@ -158,7 +159,7 @@ impl Paths {
 
     pub fn disconnect(self) -> FfiResult<()> {
         let result = match self {
-            Paths::Single(controller) => controller.disconnect(),
+            Paths::Single(controller) => (*controller).disconnect(),
             Paths::Multi(multipath) => multipath.disconnect(),
         };
         result.map_err(|error| ffi_error("disconnect", error))

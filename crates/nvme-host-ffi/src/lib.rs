@@ -304,7 +304,7 @@ pub unsafe extern "C" fn sluice_connect(opts: *const sluice_connect_options, out
                 _ => return Err(FfiError::invalid("traddr lists several addresses: use sluice_connect_multipath")),
             };
             let (options, requested_max_transfer) = build_options(opts, address)?;
-            let paths = client::Paths::Single(client::connect(options)?);
+            let paths = client::Paths::Single(Box::new(client::connect(options)?));
             let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
             let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
             let handle = Box::into_raw(Box::new(SluiceController { shared }));

@@ -303,8 +303,9 @@ impl HostQueue {
                 return;
             }
         }
-        if self.timeout_scan_at.map_or(true, |at| now < at) {
-            return;
+        match self.timeout_scan_at {
+            Some(at) if now >= at => {}
+            _ => return,
         }
         let outstanding = self.slots.iter().enumerate().filter(|(_, slot)| slot.in_use);
         let expired = outstanding

@@ -53,6 +53,9 @@ pub struct ClientRing<H: ConnectionHandler> {
     core: RingCore<H>,
     poll_mode: PollMode,
     owner: ThreadId,
+    /// Connections whose handler has more to send, driven at the next turn so
+    /// that everything queued between two turns leaves in one send.
+    to_flush: Vec<ConnectionToken>,
 }
 
 // SAFETY: the only non-Send parts are the raw pointers of each connection's
@@ -79,7 +82,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
         let ring = build_ring(config.ring_entries).map_err(RuntimeError::RingSetup)?;
         let mut core = RingCore::new(usize::MAX, config.recv_buffer_bytes, ring);
         core.released = Some(Vec::new());
-        Ok(ClientRing { core, poll_mode: config.poll_mode, owner: std::thread::current().id() })
+        Ok(ClientRing { core, poll_mode: config.poll_mode, owner: std::thread::current().id(), to_flush: Vec::new() })
     }
 
     fn check_thread(&self) -> Result<(), RuntimeError> {
@@ -116,13 +119,23 @@ impl<H: ConnectionHandler> ClientRing<H> {
         self.core.handler_mut(token.index, token.generation)
     }
 
-    /// Hands the connection's next batch to the kernel if no send is in flight
-    /// (it is submitted at the next turn, with everything else queued). `now`
-    /// is the caller's latest clock reading.
-    pub fn flush(&mut self, token: ConnectionToken, now: Instant) -> Result<(), RuntimeError> {
+    /// Notes that the connection's handler has something to send: at the next
+    /// turn its batch (everything it queued until then) goes to the kernel if no
+    /// send is in flight, submitted with the ring's other work in one system call.
+    pub fn flush(&mut self, token: ConnectionToken) -> Result<(), RuntimeError> {
         self.check_thread()?;
-        self.core.drive(token.index, token.generation, now);
+        if !self.to_flush.contains(&token) {
+            self.to_flush.push(token);
+        }
         Ok(())
+    }
+
+    fn drive_flushes(&mut self, now: Instant) {
+        for position in 0..self.to_flush.len() {
+            let token = self.to_flush[position];
+            self.core.drive(token.index, token.generation, now);
+        }
+        self.to_flush.clear();
     }
 
     /// Waits for completions (spinning or sleeping by the poll mode, never past
@@ -139,6 +152,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
             (until, deadline) => until.or(deadline),
         };
         let before = Instant::now();
+        self.drive_flushes(before);
         let blocked = self.core.wait(self.poll_mode, wakeup, before).map_err(RuntimeError::Submit)?;
         let now = if blocked { Instant::now() } else { before };
         let dispatched = self.dispatch(now);
@@ -178,7 +192,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
     /// A connection that closed (peer, error, or [`ClientRing::close`]) with its
     /// handler, once no operation points into it. `on_closed` has run.
     pub fn take_closed(&mut self) -> Option<(ConnectionToken, H, CloseReason)> {
-        let released = self.core.released.as_mut()?;
+        let released = self.core.released.as_mut().filter(|released| !released.is_empty())?;
         let position = released.iter().position(|entry| matches!(entry.outcome, Outcome::Closed(_)))?;
         let Released { index, generation, handler, outcome } = released.swap_remove(position);
         let Outcome::Closed(reason) = outcome else { return None };
@@ -193,6 +207,9 @@ impl<H: ConnectionHandler> ClientRing<H> {
     /// [`ClientRing::take_closed`] and this returns `UnknownConnection`.
     pub fn detach(&mut self, token: ConnectionToken) -> Result<(TcpStream, H), RuntimeError> {
         self.check_thread()?;
+        // What the handler queued before goes out first (a send in flight is
+        // awaited; one not started yet is left to the blocking socket).
+        self.to_flush.retain(|queued| *queued != token);
         if !self.core.begin_detach(token.index, token.generation) {
             return Err(RuntimeError::UnknownConnection);
         }

@@ -104,7 +104,7 @@ fn echoes_through_the_ring_then_detaches_to_a_blocking_socket() {
         // Larger than the receive buffer: arrives in many receives.
         let message = pattern(300_000, 7);
         ring.handler_mut(token).unwrap().to_send = message.clone();
-        ring.flush(token, Instant::now()).unwrap();
+        ring.flush(token).unwrap();
         turn_until(&mut ring, |ring| ring.handler_mut(token).unwrap().received.len() >= message.len());
         assert_eq!(ring.handler_mut(token).unwrap().received, message);
         assert_eq!(ring.handler_mut(token).unwrap().sent_batches, 1);
@@ -175,7 +175,7 @@ fn only_the_owner_thread_drives_the_ring() {
     let token = ring.add(TcpStream::connect(address).unwrap(), Collector::default()).unwrap();
     let mut ring = std::thread::spawn(move || {
         assert!(matches!(ring.turn(None), Err(RuntimeError::ForeignThread)));
-        assert!(matches!(ring.flush(token, Instant::now()), Err(RuntimeError::ForeignThread)));
+        assert!(matches!(ring.flush(token), Err(RuntimeError::ForeignThread)));
         assert!(matches!(ring.detach(token), Err(RuntimeError::ForeignThread)));
         ring
     })
@@ -183,7 +183,7 @@ fn only_the_owner_thread_drives_the_ring() {
     .unwrap();
     // Back home it works, and dropping it closes the connection cleanly.
     ring.handler_mut(token).unwrap().to_send = b"ping".to_vec();
-    ring.flush(token, Instant::now()).unwrap();
+    ring.flush(token).unwrap();
     turn_until(&mut ring, |ring| ring.handler_mut(token).unwrap().received == b"ping");
     drop(ring);
     server.join().unwrap();
