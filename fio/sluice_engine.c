@@ -64,6 +64,7 @@ struct sluice_fio_options {
 	unsigned int nsid;
 	unsigned int hdr_digest;
 	unsigned int data_digest;
+	char *host_io;
 	unsigned int queue_size;
 	unsigned int max_transfer;
 	unsigned int command_timeout_ms;
@@ -120,6 +121,16 @@ static struct fio_option options[] = {
 		.def = "1",
 		.minval = 1,
 		.help = "Namespace to do I/O on (when the filename does not name one)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "host_io",
+		.lname = "How the host waits",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct sluice_fio_options, host_io),
+		.def = "adaptive",
+		.help = "adaptive (spin while completions keep coming, then sleep), busy-poll, sleep, or blocking (no io_uring)",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -366,6 +377,18 @@ static int fio_sluice_connect_target(struct thread_data *td, const struct sluice
 	opts.subnqn = t->subnqn;
 	opts.hostnqn = o->hostnqn && *o->hostnqn ? o->hostnqn : NULL;
 	opts.nr_io_queues = 1;
+	if (!o->host_io || !*o->host_io || !strcmp(o->host_io, "adaptive")) {
+		opts.io_mode = SLUICE_IO_ADAPTIVE;
+	} else if (!strcmp(o->host_io, "busy-poll")) {
+		opts.io_mode = SLUICE_IO_BUSY_POLL;
+	} else if (!strcmp(o->host_io, "sleep")) {
+		opts.io_mode = SLUICE_IO_SLEEP;
+	} else if (!strcmp(o->host_io, "blocking")) {
+		opts.io_mode = SLUICE_IO_BLOCKING;
+	} else {
+		log_err("sluice: host_io=%s: expected adaptive, busy-poll, sleep or blocking\n", o->host_io);
+		return -EINVAL;
+	}
 	opts.hdr_digest = o->hdr_digest;
 	opts.data_digest = o->data_digest;
 	opts.command_timeout_ms = o->command_timeout_ms;

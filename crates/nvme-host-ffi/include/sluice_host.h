@@ -63,7 +63,7 @@ struct sluice_connect_options {
 	uint16_t trsvcid;     /* TCP port; 0 = 4420 */
 	uint16_t nr_io_queues;/* I/O queues to create; 0 = 1 */
 	uint16_t queue_size;  /* entries per I/O queue (depth + 1); 0 = default */
-	uint16_t reserved0;   /* must be 0 */
+	uint16_t io_mode;     /* how I/O queues wait: SLUICE_IO_* below; 0 = adaptive */
 	int32_t hdr_digest;   /* non-zero: ask for the PDU header digest (CRC32C) */
 	int32_t data_digest;  /* non-zero: ask for the PDU data digest (CRC32C) */
 	uint32_t keep_alive_timeout_ms;      /* KATO; 0 = default */
@@ -74,6 +74,13 @@ struct sluice_connect_options {
 	uint32_t max_transfer_bytes;         /* split requests above this; 0 = the
 	                                        controller's limit (MDTS) */
 };
+
+/* io_mode values. The ring modes drive each I/O queue on an io_uring ring of the
+ * thread that uses it; blocking uses blocking sockets (no io_uring). */
+#define SLUICE_IO_ADAPTIVE 0  /* spin while completions keep coming (50 us), then sleep */
+#define SLUICE_IO_BUSY_POLL 1 /* spin always: lowest latency, a full core */
+#define SLUICE_IO_SLEEP 2     /* never spin: least CPU */
+#define SLUICE_IO_BLOCKING 3
 
 /* One finished request. */
 struct sluice_completion {

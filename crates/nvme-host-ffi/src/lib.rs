@@ -24,7 +24,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nvme_host_client::ConnectOptions;
+use nvme_host_client::{ConnectOptions, IoPath, PollMode};
 
 use crate::error::{ffi_call, last_error_ptr, FfiError, FfiResult};
 use crate::queue::{Completion, Geometry, QueueCore, ReadSink};
@@ -43,7 +43,8 @@ pub struct sluice_connect_options {
     pub trsvcid: u16,
     pub nr_io_queues: u16,
     pub queue_size: u16,
-    pub reserved0: u16,
+    /// `SLUICE_IO_*`: how I/O queues wait.
+    pub io_mode: u16,
     pub hdr_digest: i32,
     pub data_digest: i32,
     pub keep_alive_timeout_ms: u32,
@@ -215,13 +216,18 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
     let subnqn = unsafe { c_str(o.subnqn, "subnqn", true) }?.unwrap_or_default();
     // SAFETY: as above.
     let hostnqn = unsafe { c_str(o.hostnqn, "hostnqn", false) }?;
-    if o.reserved0 != 0 {
-        return Err(FfiError::invalid("reserved0 must be 0 (initialise with sluice_connect_options_init)"));
-    }
+    let io_path = match o.io_mode {
+        0 => IoPath::Ring(PollMode::ADAPTIVE),
+        1 => IoPath::Ring(PollMode::BusyPoll),
+        2 => IoPath::Ring(PollMode::Sleep),
+        3 => IoPath::Blocking,
+        other => return Err(FfiError::invalid(format!("io_mode {other} is not one of SLUICE_IO_* (0..=3)"))),
+    };
     let mut options = ConnectOptions::new(address, subnqn);
     if let Some(hostnqn) = hostnqn {
         client::set_host_nqn(&mut options, hostnqn);
     }
+    options.io_path = io_path;
     options.io_queues = o.nr_io_queues.max(1);
     if o.queue_size != 0 {
         if o.queue_size < 2 {

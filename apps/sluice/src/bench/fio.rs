@@ -201,6 +201,7 @@ pub fn job_file(job: &JobSpec, region: u64, endpoint: &Endpoint, engine: &Path) 
             lines.push(format!("trsvcid={}", endpoint.address.port()));
             lines.push(format!("subnqn={}", endpoint.nqn));
             lines.push(format!("nsid={}", endpoint.nsid.0));
+            lines.push(format!("host_io={}", host_io_name(endpoint.host_io)));
             // Each job (each numjobs clone) connects its own controller with one I/O
             // queue: the same shape as Sluice's host, one queue per thread.
         }
@@ -621,6 +622,17 @@ impl FioRunner {
             reader,
             cpu_samples,
         })
+    }
+}
+
+/// The Sluice engine's `host_io` value for `--host-io`.
+fn host_io_name(path: nvme_host_client::IoPath) -> &'static str {
+    use nvme_host_client::{IoPath, PollMode};
+    match path {
+        IoPath::Blocking => "blocking",
+        IoPath::Ring(PollMode::BusyPoll) => "busy-poll",
+        IoPath::Ring(PollMode::Sleep) => "sleep",
+        IoPath::Ring(PollMode::Adaptive { .. }) => "adaptive",
     }
 }
 
