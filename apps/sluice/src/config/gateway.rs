@@ -155,19 +155,11 @@ impl GatewaySection {
         if lease_ms < MIN_LEASE_MS {
             return Err(invalid(format!("{location}.lease_ms"), format!("{lease_ms} is below the minimum {MIN_LEASE_MS}")));
         }
-        let mut options = runtime::RbdOptions::new("", "");
-        options.cluster.ceph_conf = self.ceph_conf.clone();
-        if let Some(client) = &self.client {
-            options.cluster.client = client.strip_prefix("client.").unwrap_or(client).to_string();
-        }
-        if let Some(timeout) = self.op_timeout_ms {
-            options.cluster.op_timeout_ms = timeout;
-        }
         Ok(GatewayPlan {
             name: self.name.clone(),
             group: self.group.clone(),
             pool: self.pool.clone().unwrap_or_else(|| "rbd".to_string()),
-            cluster: options.cluster,
+            cluster: super::schema::cluster_spec(&self.ceph_conf, self.client.as_deref(), self.op_timeout_ms),
             lease_ms,
             failback: self.failback.unwrap_or(true),
             members,

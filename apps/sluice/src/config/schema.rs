@@ -275,15 +275,24 @@ impl BackendConfig {
         if let Some(block_size) = self.block_size {
             options.block_size_bytes = block_size;
         }
-        options.cluster.ceph_conf = self.ceph_conf.clone();
-        if let Some(client) = &self.client {
-            options.cluster.client = client.strip_prefix("client.").unwrap_or(client).to_string();
-        }
-        if let Some(timeout) = self.op_timeout_ms {
-            options.cluster.op_timeout_ms = timeout;
-        }
+        options.cluster = cluster_spec(&self.ceph_conf, self.client.as_deref(), self.op_timeout_ms);
         Some(options)
     }
+}
+
+/// The cluster connection an `rbd` backend or a `[gateway]` names: `ceph_conf`,
+/// `client` (with or without `client.`) and `op_timeout_ms`, librados' defaults for
+/// what is not given.
+pub fn cluster_spec(ceph_conf: &Option<PathBuf>, client: Option<&str>, op_timeout_ms: Option<u64>) -> runtime::ClusterSpec {
+    let mut cluster = runtime::RbdOptions::new("", "").cluster;
+    cluster.ceph_conf = ceph_conf.clone();
+    if let Some(client) = client {
+        cluster.client = client.strip_prefix("client.").unwrap_or(client).to_string();
+    }
+    if let Some(timeout) = op_timeout_ms {
+        cluster.op_timeout_ms = timeout;
+    }
+    cluster
 }
 
 impl PoolConfig {
