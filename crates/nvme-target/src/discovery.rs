@@ -22,33 +22,22 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
     let listeners = target.listeners();
     let peer_paths = target.peer_paths();
     for subsystem in target.subsystems().iter().filter(|subsystem| subsystem.hosts.allows(host_nqn)) {
-        for (id, listener) in &listeners {
-            if listener.discovery_only {
-                continue;
-            }
-            let family = family_code(listener.family);
+        // PORTID: from the listener's id, which stays the same while the target runs
+        // (other listeners coming and going do not move it) and follows configuration
+        // order at start.
+        let own = listeners.iter().filter(|(_, listener)| !listener.discovery_only).map(|(id, listener)| (port_id(*id), listener));
+        // The same subsystem through the other gateways of its gateway group.
+        let peers = peer_paths
+            .iter()
+            .filter(|peer| peer.subsystem_nqn == subsystem.nqn)
+            .map(|peer| (peer.port_id, &peer.listener));
+        for (port, listener) in own.chain(peers) {
             let mut entry = DiscoveryLogEntry::tcp(
                 subsystem_type::NVME_SUBSYSTEM,
-                family,
-                // PORTID: from the listener's id, which stays the same while the
-                // target runs (other listeners coming and going do not move it)
-                // and follows configuration order at start.
-                port_id(*id),
+                family_code(listener.family),
+                port,
                 &listener.address,
                 &listener.port.to_string(),
-                &subsystem.nqn,
-            );
-            entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
-            entries.push(entry);
-        }
-        // The same subsystem through the other gateways of its gateway group.
-        for peer in peer_paths.iter().filter(|peer| peer.subsystem_nqn == subsystem.nqn) {
-            let mut entry = DiscoveryLogEntry::tcp(
-                subsystem_type::NVME_SUBSYSTEM,
-                family_code(peer.listener.family),
-                peer.port_id,
-                &peer.listener.address,
-                &peer.listener.port.to_string(),
                 &subsystem.nqn,
             );
             entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
