@@ -248,7 +248,7 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
 
     let output = sluice(&["bench", "--target", "127.0.0.1:4420"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("tcp://ADDR:PORT/NQN"));
+    assert!(stderr(&output).contains("tcp://ADDR:PORT[,ADDR:PORT...]/NQN"), "{}", stderr(&output));
 
     // 1 MiB sequential jobs need a block per thread: a 1 MiB namespace cannot hold 2.
     let output = sluice(&[

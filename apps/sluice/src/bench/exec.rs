@@ -662,3 +662,20 @@ impl Progress {
         }
     }
 }
+
+#[cfg(test)]
+mod target_tests {
+    use super::*;
+
+    #[test]
+    fn targets_name_one_or_several_paths() {
+        let (paths, nqn) = parse_target("tcp://127.0.0.1:4420/nqn.2026-11.io.sluice:a").unwrap();
+        assert_eq!((paths, nqn.as_str()), (vec!["127.0.0.1:4420".parse().unwrap()], "nqn.2026-11.io.sluice:a"));
+        let (paths, _) = parse_target("tcp://127.0.0.1:4420,127.0.0.1:4421/nqn.2026-11.io.sluice:a").unwrap();
+        assert_eq!(paths.len(), 2);
+        assert_eq!(paths[1].port(), 4421);
+        for bad in ["127.0.0.1:4420/nqn", "tcp://127.0.0.1:4420/", "tcp://127.0.0.1:4420,/nqn", "tcp://127.0.0.1/nqn"] {
+            assert!(parse_target(bad).is_err(), "{bad} accepted");
+        }
+    }
+}
