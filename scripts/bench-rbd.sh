@@ -46,8 +46,9 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== 1. sluice bench --compare fio-rbd"
+# --host-io sleep: the OSD shares these CPUs, so the initiator must not spin.
 "$SLUICE" bench --compare fio-rbd --rbd-image rbd/sluice-bench-compare --namespace-size 256MiB \
-  --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --json "$OUT/compare"
+  --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --host-io sleep --json "$OUT/compare"
 
 echo "== 2. $NAMESPACES namespaces of $NS_MIB MiB"
 port=$(( 20000 + RANDOM % 30000 ))
@@ -103,7 +104,7 @@ fio_run() {  # fio_run NAME FILES FIO-ARGS...
   local name=$1 list=$2
   shift 2
   fio --output-format=json --output="$OUT/$name.json" --name="$name" --ioengine="external:$ENGINE" \
-    --filename="$list" "$@" >/dev/null
+    --host_io=sleep --filename="$list" "$@" >/dev/null
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"]; print(sys.argv[2], "iops=%.0f" % sum(x["read"]["iops"] + x["write"]["iops"] for x in j), "mean_us=%.1f" % (sum(x["read"]["lat_ns"]["mean"] for x in j) / len(j) / 1000))' \
     "$OUT/$name.json" "$name"
 }

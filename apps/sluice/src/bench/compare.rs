@@ -35,7 +35,7 @@ pub(super) fn compare_iscsi(
         scratch.0.display()
     );
 
-    let endpoint = exec::start_embedded(
+    let mut endpoint = exec::start_embedded(
         EmbeddedBackend::File {
             path: &nvme_file,
             direct_io: args.direct_io,
@@ -43,6 +43,7 @@ pub(super) fn compare_iscsi(
         args.namespace_size,
         target_threads,
     )?;
+    endpoint.host_io = args.host_io.io_path(true);
     let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
     let capacity = endpoint.capacity;
     let lba_bytes = endpoint.lba_bytes;

@@ -29,7 +29,9 @@ pub(super) fn compare_fio_rbd(
         if sluice_host { "Sluice's host" } else { "fio and Sluice's engine" },
         tools.version
     );
-    let endpoint = exec::start_embedded(EmbeddedBackend::Rbd(image.to_string()), args.namespace_size, target_threads)?;
+    let mut endpoint =
+        exec::start_embedded(EmbeddedBackend::Rbd(image.to_string()), args.namespace_size, target_threads)?;
+    endpoint.host_io = args.host_io.io_path(true);
     let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
     let (capacity, lba_bytes) = (endpoint.capacity, endpoint.lba_bytes);
     let common_note = format!(
