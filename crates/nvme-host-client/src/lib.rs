@@ -81,7 +81,7 @@ pub use controller::{ana_log_length, Controller};
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::{IoQueue, Refused};
-pub use multipath::{Multipath, MultipathQueue, PathPolicy, PathStatus, MAX_FAILOVERS};
+pub use multipath::{discover_paths, Multipath, MultipathQueue, PathPolicy, PathStatus, MAX_FAILOVERS};
 pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IoPath};
 pub use runtime::PollMode;
 

@@ -102,6 +102,33 @@ impl PathShared {
     }
 }
 
+/// The paths to `options.subsystem_nqn` that the discovery controller at
+/// `discovery` lists (TCP records; a gateway lists every member's listener): one
+/// copy of `options` per path, ready for [`Multipath::connect`]. Records whose
+/// address or port does not parse are skipped with a warning; duplicates are
+/// listed once.
+pub fn discover_paths(discovery: SocketAddr, options: &ConnectOptions) -> Result<Vec<ConnectOptions>, ClientError> {
+    let mut paths: Vec<ConnectOptions> = Vec::new();
+    for entry in crate::discover(discovery, options)? {
+        if entry.transport_type != nvme_spec::discovery::TRTYPE_TCP
+            || entry.subsystem_nqn_str() != Some(options.subsystem_nqn.as_str())
+        {
+            continue;
+        }
+        let (address, port) = (entry.transport_address_str().unwrap_or(""), entry.transport_service_id_str().unwrap_or(""));
+        let parsed = address.trim().parse::<std::net::IpAddr>().ok().zip(port.trim().parse::<u16>().ok());
+        let Some((ip, port)) = parsed else {
+            tracing::warn!(address, port, "multipath: discovery record with an unusable address; skipped");
+            continue;
+        };
+        let address = SocketAddr::new(ip, port);
+        if !paths.iter().any(|path| path.address == address) {
+            paths.push(ConnectOptions { address, ..options.clone() });
+        }
+    }
+    Ok(paths)
+}
+
 /// One path as [`Multipath::paths`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathStatus {

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{commands, HostCommand, HostCompletion, Multipath, MultipathQueue, PathPolicy};
+use nvme_host_client::{commands, discover_paths, HostCommand, HostCompletion, Multipath, MultipathQueue, PathPolicy};
 use nvme_spec::ana::{AnaGroupId, AnaState};
 use nvme_spec::Status;
 use support::{free_port, options, pattern, ram_backend, TestTarget, BLOCK_BYTES, NAMESPACE};
@@ -171,4 +171,17 @@ fn round_robin_spreads_over_equal_paths_and_both_down_fails_in_bounded_time() {
     }
     assert_eq!(done[0].cqe.status.code_type(), 3, "a path-related status: {:?}", done[0].cqe.status);
     assert!(done[0].cqe.status.do_not_retry());
+}
+
+#[test]
+fn paths_come_from_the_discovery_log() {
+    let target = TestTarget::start_reporting_ana(free_port(), ram_backend());
+    let paths = discover_paths(target.address, &options(target.address)).expect("discovery");
+    let addresses: Vec<_> = paths.iter().map(|path| path.address).collect();
+    assert_eq!(addresses, [target.address], "the subsystem's one listener");
+    let multipath = Multipath::connect(paths, NAMESPACE, PathPolicy::QueueDepth).expect("multipath from discovery");
+    assert_eq!(multipath.paths().len(), 1);
+    let mut other = options(target.address);
+    other.subsystem_nqn = "nqn.2026-11.io.sluice:elsewhere".into();
+    assert!(discover_paths(target.address, &other).expect("discovery").is_empty(), "no record for another subsystem");
 }
