@@ -22,6 +22,8 @@ const NS2_BLOCKS: u64 = 8 * 1024 * 1024 / 4096;
 struct Server {
     _process: ServeProcess,
     io_port: u16,
+    /// A second I/O listener: a second path to the same subsystem.
+    second_io_port: u16,
     discovery_port: u16,
     dir: PathBuf,
 }
@@ -32,8 +34,8 @@ impl Server {
         // Ports picked by binding port 0 may be taken again before the server binds
         // them; try a few times.
         for _ in 0..5 {
-            let (io_port, discovery_port) = (free_port(), free_port());
-            if io_port == discovery_port {
+            let (io_port, second_io_port, discovery_port) = (free_port(), free_port(), free_port());
+            if io_port == discovery_port || second_io_port == io_port || second_io_port == discovery_port {
                 continue;
             }
             let config = dir.join("sluice.toml");
@@ -43,6 +45,9 @@ impl Server {
                     r#"
 [[listener]]
 address = "127.0.0.1:{io_port}"
+
+[[listener]]
+address = "127.0.0.1:{second_io_port}"
 
 [[listener]]
 address = "127.0.0.1:{discovery_port}"
@@ -73,7 +78,7 @@ threads = 1
             )
             .expect("write config");
             if let Some(process) = ServeProcess::start(&config, &[]) {
-                return Server { _process: process, io_port, discovery_port, dir };
+                return Server { _process: process, io_port, second_io_port, discovery_port, dir };
             }
         }
         panic!("sluice serve did not become ready");
@@ -548,6 +553,67 @@ fn reservations_between_two_hosts_with_nvme_cli_verbs() {
     let report = ok_json(&server, "resv-report", &host_a);
     assert_eq!(report["rtype"], 0);
     assert_eq!(report["regctl"], 1);
+}
+
+#[test]
+fn io_through_several_paths_and_list_subsys() {
+    let server = Server::start("cli-paths");
+    let dead = free_port();
+    let (one, two) = (server.io_port, server.second_io_port);
+    let paths = format!("tcp://127.0.0.1:{one},127.0.0.1:{two}/{NQN}");
+    let data = server.dir.join("data");
+    let back = server.dir.join("back");
+    // 640 KiB: more than one command, so the commands spread over both paths.
+    let content = pattern(640 * 1024, 5);
+    std::fs::write(&data, &content).unwrap();
+    let (data_path, back_path) = (data.to_str().unwrap(), back.to_str().unwrap());
+    for policy in ["round-robin", "queue-depth"] {
+        let written = sluice(&["write", &paths, "--iopolicy", policy, "-b", "64", "-d", data_path]);
+        assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    }
+    // Read back through both paths (-a list, -s for the entry without a port), then
+    // through one: the same bytes.
+    let list = format!("127.0.0.1,127.0.0.1:{two}");
+    let read = sluice(&["read", "-a", &list, "-s", &one.to_string(), "-n", NQN, "-b", "64", "-z", "655360", "-d", back_path]);
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    assert_eq!(std::fs::read(&back).unwrap(), content);
+    let read = sluice(&["read", &server.url(), "-b", "64", "-z", "655360", "-d", back_path]);
+    assert!(read.status.success());
+    assert_eq!(std::fs::read(&back).unwrap(), content);
+    // Compare, flush and verify through the paths, one of them dead: the live one
+    // serves and the dead one is named.
+    let with_dead = format!("tcp://127.0.0.1:{dead},127.0.0.1:{two}/{NQN}");
+    let compared = sluice(&["compare", &with_dead, "-b", "64", "-z", "655360", "-d", data_path]);
+    assert!(compared.status.success(), "{}", String::from_utf8_lossy(&compared.stderr));
+    assert!(String::from_utf8_lossy(&compared.stderr).contains(&format!("path 127.0.0.1:{dead} is unreachable")));
+    let mut changed = content.clone();
+    changed[300_000] ^= 1;
+    std::fs::write(&data, &changed).unwrap();
+    assert_fails(&sluice(&["compare", &paths, "-b", "64", "-z", "655360", "-d", data_path]), 1, &["Compare Failure"]);
+    for subcommand in [vec!["flush"], vec!["verify", "-b", "64", "-c", "15"]] {
+        let mut args = subcommand.clone();
+        args.push(&paths);
+        let result = sluice(&args);
+        assert!(result.status.success(), "{subcommand:?}: {}", String::from_utf8_lossy(&result.stderr));
+    }
+
+    // list-subsys: each path live or unreachable, in the order given.
+    let three = format!("tcp://127.0.0.1:{one},127.0.0.1:{two},127.0.0.1:{dead}/{NQN}");
+    let listed = sluice(&["list-subsys", &three, "-o", "json"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let json: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let subsystem = &json[0]["Subsystems"][0];
+    assert_eq!(subsystem["NQN"], NQN);
+    let states: Vec<&str> = subsystem["Paths"].as_array().unwrap().iter().map(|path| path["State"].as_str().unwrap()).collect();
+    assert_eq!(states, ["live", "live", "unreachable"]);
+    assert_eq!(subsystem["Paths"][1]["Address"], format!("traddr=127.0.0.1,trsvcid={two}"));
+    let text = sluice(&["list-subsys", &three]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.starts_with(NQN) && text.contains(&format!(" +- tcp traddr=127.0.0.1,trsvcid={one} cntlid=")), "{text}");
+    assert_fails(&sluice(&["list-subsys", &format!("tcp://127.0.0.1:{dead}/{NQN}")]), 1, &["no path to"]);
+
+    // A subcommand that talks to one controller refuses several addresses.
+    assert_fails(&sluice(&["id-ctrl", &paths]), 2, &["2 addresses given", "list-subsys"]);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use nvme_host::Secret;
-use nvme_host_client::ConnectOptions;
+use nvme_host_client::{ConnectOptions, PathPolicy};
 use nvme_spec::discovery::DISCOVERY_NQN;
 
 use super::HostError;
@@ -28,14 +28,15 @@ pub const DEFAULT_DISCOVERY_PORT: u16 = 8009;
 #[command(next_help_heading = "Target (like `nvme connect`)")]
 pub struct TargetArgs {
     /// The target as one string: tcp://ADDR[:PORT][/NQN] (IPv6 as [ADDR]); instead of
-    /// -a/-s/-n.
+    /// -a/-s/-n. Several paths to one subsystem: tcp://ADDR:PORT,ADDR:PORT/NQN.
     #[arg(value_name = "tcp://ADDR:PORT/NQN", value_parser = parse_target_url,
           conflicts_with_all = ["traddr", "trsvcid", "nqn"])]
     pub target: Option<TargetUrl>,
     /// Transport type; only tcp.
     #[arg(short = 't', long, value_enum, default_value_t = Transport::Tcp)]
     pub transport: Transport,
-    /// Target address (IP address or host name).
+    /// Target address (IP address or host name); several paths to one subsystem as a
+    /// comma-separated list (each ADDR or ADDR:PORT, IPv6 with a port as [ADDR]:PORT).
     #[arg(short = 'a', long, value_name = "ADDR")]
     pub traddr: Option<String>,
     /// Target port [default: 4420; 8009 for discover].
@@ -84,6 +85,28 @@ pub struct TargetArgs {
     #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "DHHC-1:..", value_parser = parse_secret,
           requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<Secret>,
+    /// How I/O is spread over several paths of the best ANA state (Linux's
+    /// iopolicy); only with several addresses.
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = IoPolicy::QueueDepth)]
+    pub iopolicy: IoPolicy,
+}
+
+/// `--iopolicy`: Linux's names for the path policies.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoPolicy {
+    /// Each command to the next path in turn.
+    RoundRobin,
+    /// Each command to the path with the fewest commands in flight.
+    QueueDepth,
+}
+
+impl IoPolicy {
+    pub fn path_policy(self) -> PathPolicy {
+        match self {
+            IoPolicy::RoundRobin => PathPolicy::RoundRobin,
+            IoPolicy::QueueDepth => PathPolicy::QueueDepth,
+        }
+    }
 }
 
 /// Transport types; nvme-cli also knows rdma, fc and loop, which are not served here.
@@ -115,23 +138,61 @@ pub enum OutputFormat {
     Json,
 }
 
-/// A parsed `tcp://ADDR[:PORT][/NQN]`.
+/// Most paths one command line may name: more than any real fabric has to one
+/// subsystem, few enough that connecting to all of them stays quick.
+pub const MAX_PATHS: usize = 16;
+
+/// One address of a target, with its port when given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetUrl {
+pub struct Authority {
     pub host: String,
     pub port: Option<u16>,
+}
+
+/// A parsed `tcp://ADDR[:PORT][,ADDR[:PORT]...][/NQN]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetUrl {
+    /// One per path, in the order given.
+    pub paths: Vec<Authority>,
     pub nqn: Option<String>,
 }
 
-/// Parses `tcp://ADDR[:PORT][/NQN]`; IPv6 addresses go in brackets.
+/// Parses `tcp://ADDR[:PORT][/NQN]`, with several comma-separated `ADDR[:PORT]` for
+/// several paths; IPv6 addresses go in brackets.
 pub fn parse_target_url(text: &str) -> Result<TargetUrl, String> {
     let rest = text
         .strip_prefix("tcp://")
         .ok_or_else(|| "expected tcp://ADDR[:PORT][/NQN] (only the tcp transport is supported)".to_string())?;
-    let (authority, nqn) = match rest.split_once('/') {
-        Some((authority, nqn)) => (authority, (!nqn.is_empty()).then(|| nqn.to_string())),
+    let (authorities, nqn) = match rest.split_once('/') {
+        Some((authorities, nqn)) => (authorities, (!nqn.is_empty()).then(|| nqn.to_string())),
         None => (rest, None),
     };
+    let paths = parse_path_list(authorities, parse_authority)?;
+    Ok(TargetUrl { paths, nqn })
+}
+
+/// Splits a comma-separated list of paths, each parsed by `parse`, at most
+/// [`MAX_PATHS`].
+fn parse_path_list(list: &str, parse: fn(&str) -> Result<Authority, String>) -> Result<Vec<Authority>, String> {
+    let paths = list.split(',').map(parse).collect::<Result<Vec<_>, _>>()?;
+    if paths.len() > MAX_PATHS {
+        return Err(format!("{} paths given; at most {MAX_PATHS}", paths.len()));
+    }
+    Ok(paths)
+}
+
+/// `-a` entries: a bare IP address (IPv6 without brackets too) or host name, or
+/// ADDR:PORT like the URL form.
+fn parse_traddr_entry(text: &str) -> Result<Authority, String> {
+    let text = text.trim();
+    if text.parse::<IpAddr>().is_ok() {
+        return Ok(Authority { host: text.to_string(), port: None });
+    }
+    parse_authority(text)
+}
+
+/// `ADDR[:PORT]`, IPv6 as `[ADDR][:PORT]`.
+fn parse_authority(authority: &str) -> Result<Authority, String> {
     let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
         let (host, after) = bracketed.split_once(']').ok_or("missing ']' after the IPv6 address")?;
         let port = match after {
@@ -152,7 +213,7 @@ pub fn parse_target_url(text: &str) -> Result<TargetUrl, String> {
     let port = port
         .map(|port| port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number")))
         .transpose()?;
-    Ok(TargetUrl { host: host.to_string(), port, nqn })
+    Ok(Authority { host: host.to_string(), port })
 }
 
 /// Parses a DH-HMAC-CHAP secret; the error never repeats the text (it is a secret).
@@ -241,20 +302,35 @@ impl Target {
 }
 
 impl TargetArgs {
-    /// Resolves the address and builds the connect options. Errors are usage errors.
+    /// Resolves the one address of a subcommand that talks to one controller and
+    /// builds the connect options. Errors are usage errors.
     pub fn resolve(&self, purpose: Purpose) -> Result<Target, HostError> {
-        let (host, port, nqn) = match &self.target {
-            Some(url) => (Some(url.host.clone()), url.port, url.nqn.clone()),
-            None => (self.traddr.clone(), self.trsvcid, self.nqn.clone()),
+        let mut targets = self.resolve_paths(purpose)?;
+        if targets.len() > 1 {
+            return Err(HostError::usage(format!(
+                "{} addresses given, but this subcommand talks to one controller: give one (several paths to one \
+                 subsystem are for read, write, compare, flush, verify and list-subsys)",
+                targets.len()
+            )));
+        }
+        Ok(targets.remove(0))
+    }
+
+    /// Resolves every address given (several paths to one subsystem) and builds each
+    /// one's connect options. Errors are usage errors.
+    pub fn resolve_paths(&self, purpose: Purpose) -> Result<Vec<Target>, HostError> {
+        let (paths, default_port, nqn) = match &self.target {
+            Some(url) => (url.paths.clone(), None, url.nqn.clone()),
+            None => {
+                let traddr = self.traddr.as_deref().ok_or_else(|| {
+                    HostError::usage("no target address: give -a/--traddr ADDR or tcp://ADDR:PORT/NQN")
+                })?;
+                let paths = parse_path_list(traddr, parse_traddr_entry)
+                    .map_err(|error| HostError::usage(format!("-a/--traddr {traddr:?}: {error}")))?;
+                (paths, self.trsvcid, self.nqn.clone())
+            }
         };
-        let host = host.ok_or_else(|| {
-            HostError::usage("no target address: give -a/--traddr ADDR or tcp://ADDR:PORT/NQN")
-        })?;
-        let default_port = match purpose {
-            Purpose::Discovery => DEFAULT_DISCOVERY_PORT,
-            Purpose::Subsystem => DEFAULT_IO_PORT,
-        };
-        let port = port.unwrap_or(default_port);
+        let first_host = paths[0].host.clone();
         let nqn = match (purpose, nqn) {
             (Purpose::Discovery, Some(nqn)) if nqn != DISCOVERY_NQN => {
                 return Err(HostError::usage(format!(
@@ -264,13 +340,27 @@ impl TargetArgs {
             (_, Some(nqn)) => nqn,
             (Purpose::Discovery, None) => DISCOVERY_NQN.to_string(),
             (Purpose::Subsystem, None) => {
+                let port = paths[0].port.or(default_port).unwrap_or(DEFAULT_IO_PORT);
                 return Err(HostError::usage(format!(
-                    "no subsystem NQN: give -n/--nqn NQN or tcp://{}/NQN; `sluice discover -a {host}` lists them",
-                    display_authority(&host, port)
-                )))
+                    "no subsystem NQN: give -n/--nqn NQN or tcp://{}/NQN; `sluice discover -a {first_host}` lists them",
+                    display_authority(&first_host, port)
+                )));
             }
         };
-        let address = resolve_address(&host, port)?;
+        let fallback_port = default_port.unwrap_or(match purpose {
+            Purpose::Discovery => DEFAULT_DISCOVERY_PORT,
+            Purpose::Subsystem => DEFAULT_IO_PORT,
+        });
+        paths
+            .iter()
+            .map(|path| self.target_for(&path.host, path.port.unwrap_or(fallback_port), &nqn, purpose))
+            .collect()
+    }
+
+    /// One path's target: the address resolved and the connect options built.
+    fn target_for(&self, host: &str, port: u16, nqn: &str, purpose: Purpose) -> Result<Target, HostError> {
+        let nqn = nqn.to_string();
+        let address = resolve_address(host, port)?;
         // The library's defaults are nvme-cli's: /etc/nvme/hostnqn and /etc/nvme/hostid.
         let mut options = ConnectOptions::new(address, nqn.clone());
         if let Some(host_nqn) = &self.hostnqn {
@@ -308,7 +398,7 @@ impl TargetArgs {
         }
         options.dhchap_secret = self.dhchap_secret.clone();
         options.dhchap_controller_secret = self.dhchap_ctrl_secret.clone();
-        let url = format!("tcp://{}/{}", display_authority(&host, port), nqn);
+        let url = format!("tcp://{}/{}", display_authority(host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })
     }
@@ -349,18 +439,54 @@ mod tests {
 
     #[test]
     fn target_urls() {
+        let one = |host: &str, port| vec![Authority { host: host.into(), port }];
         let url = parse_target_url("tcp://127.0.0.1:4420/nqn.2026-11.io.sluice:default").unwrap();
-        assert_eq!(url.host, "127.0.0.1");
-        assert_eq!(url.port, Some(4420));
+        assert_eq!(url.paths, one("127.0.0.1", Some(4420)));
         assert_eq!(url.nqn.as_deref(), Some("nqn.2026-11.io.sluice:default"));
         let url = parse_target_url("tcp://[::1]:8009").unwrap();
-        assert_eq!((url.host.as_str(), url.port, url.nqn), ("::1", Some(8009), None));
+        assert_eq!((url.paths, url.nqn), (one("::1", Some(8009)), None));
         let url = parse_target_url("tcp://host/").unwrap();
-        assert_eq!((url.host.as_str(), url.port, url.nqn), ("host", None, None));
+        assert_eq!((url.paths, url.nqn), (one("host", None), None));
+        let url = parse_target_url("tcp://127.0.0.1:4420,[::1]:4421,gw/n").unwrap();
+        let hosts: Vec<_> = url.paths.iter().map(|path| (path.host.as_str(), path.port)).collect();
+        assert_eq!(hosts, [("127.0.0.1", Some(4420)), ("::1", Some(4421)), ("gw", None)]);
+        assert!(parse_target_url("tcp://a:1,,b:2/n").is_err());
+        let many = vec!["10.0.0.1:4420"; MAX_PATHS + 1].join(",");
+        assert!(parse_target_url(&format!("tcp://{many}/n")).unwrap_err().contains("at most"));
         assert!(parse_target_url("rdma://1.2.3.4").is_err());
         assert!(parse_target_url("tcp://::1:4420").is_err());
         assert!(parse_target_url("tcp://1.2.3.4:x/n").is_err());
         assert!(parse_target_url("tcp://:4420/n").is_err());
+    }
+
+    #[test]
+    fn traddr_lists() {
+        let entries = parse_path_list("127.0.0.1, ::1,10.0.0.2:4421,[fe80::1]:4422", parse_traddr_entry).unwrap();
+        let hosts: Vec<_> = entries.iter().map(|path| (path.host.as_str(), path.port)).collect();
+        assert_eq!(hosts, [("127.0.0.1", None), ("::1", None), ("10.0.0.2", Some(4421)), ("fe80::1", Some(4422))]);
+        assert!(parse_path_list("127.0.0.1:x", parse_traddr_entry).is_err());
+    }
+
+    fn args(list: &[&str]) -> TargetArgs {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            target: TargetArgs,
+        }
+        <Wrapper as clap::Parser>::try_parse_from(std::iter::once("test").chain(list.iter().copied())).unwrap().target
+    }
+
+    #[test]
+    fn several_paths_resolve_each_with_its_port() {
+        let targets = args(&["-a", "127.0.0.1,127.0.0.2:4421", "-s", "4430", "-n", "nqn.x"]).resolve_paths(Purpose::Subsystem).unwrap();
+        let addresses: Vec<String> = targets.iter().map(|target| target.address.to_string()).collect();
+        assert_eq!(addresses, ["127.0.0.1:4430", "127.0.0.2:4421"]);
+        let Err(error) = args(&["tcp://127.0.0.1:1,127.0.0.1:2/nqn.x"]).resolve(Purpose::Subsystem) else {
+            panic!("two addresses for a one-controller subcommand were accepted");
+        };
+        assert!(error.message.contains("2 addresses given"), "{}", error.message);
+        let targets = args(&["tcp://127.0.0.1/nqn.x"]).resolve_paths(Purpose::Subsystem).unwrap();
+        assert_eq!(targets[0].address.port(), DEFAULT_IO_PORT);
     }
 
     #[test]

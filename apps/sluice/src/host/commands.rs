@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::args::{OutputArgs, Purpose, Target, TargetArgs};
 use super::output::{self, describe_status, ListRow, StatusContext};
+use super::paths::IoSession;
 use super::{HostCommand, HostError, IoArgs};
 
 /// Largest piece read or written per client call: keeps memory bounded for big
@@ -33,6 +34,7 @@ pub fn run(command: HostCommand) -> Result<(), HostError> {
             smart_log(&target, output, namespace_id, human_readable)
         }
         HostCommand::AnaLog { target, output } => super::ana::ana_log(&target, output),
+        HostCommand::ListSubsys { target, output, namespace_id } => super::paths::list_subsys(&target, output, namespace_id),
         HostCommand::GetLog { target, output, log_id, log_len, namespace_id, lpo, raw_binary } => {
             get_log(&target, output, GetLog { log_id, log_len, namespace_id, offset: lpo, raw_binary })
         }
@@ -89,7 +91,7 @@ fn classify(error: &ClientError) -> Failure<'_> {
 }
 
 /// "cannot connect to ADDR (subsystem NQN): REASON: HINT".
-fn connect_error(target: &Target, error: ClientError) -> HostError {
+pub(super) fn connect_error(target: &Target, error: ClientError) -> HostError {
     let place = if target.purpose == Purpose::Discovery {
         target.address.to_string()
     } else {
@@ -212,7 +214,10 @@ pub(super) struct Session {
 
 impl Session {
     pub(super) fn open(args: &TargetArgs) -> Result<Self, HostError> {
-        let mut target = args.resolve(Purpose::Subsystem)?;
+        Self::connect(args.resolve(Purpose::Subsystem)?)
+    }
+
+    pub(super) fn connect(mut target: Target) -> Result<Self, HostError> {
         let options = target.take_options();
         let controller = Controller::connect(options).map_err(|error| connect_error(&target, error))?;
         Ok(Self { controller: Some(controller), target })
@@ -222,7 +227,7 @@ impl Session {
         self.controller.as_ref().expect("the controller is there until the session is dropped")
     }
 
-    fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace, HostError> {
+    pub(super) fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace, HostError> {
         self.controller()
             .identify_namespace(NamespaceId(nsid))
             .map_err(|error| command_error("identify namespace", error, StatusContext::Admin, namespace_hint(nsid)))
@@ -516,10 +521,9 @@ fn set_feature(
 }
 
 fn flush(args: &TargetArgs, output: OutputArgs, nsid: u32) -> Result<(), HostError> {
-    let session = Session::open(args)?;
+    let mut session = IoSession::open(args, nsid)?;
     session
-        .controller()
-        .flush(NamespaceId(nsid))
+        .flush(nsid)
         .map_err(|error| command_error("flush", error, StatusContext::Io, namespace_hint(nsid)))?;
     if output.json() {
         print_json(&json!({ "command": "flush", "namespace_id": nsid, "result": "success" }))
@@ -532,9 +536,8 @@ fn verify(args: &TargetArgs, output: OutputArgs, nsid: u32, start_block: u64, bl
     let blocks = block_count.checked_add(1).filter(|&blocks| blocks <= 65536).ok_or_else(|| {
         HostError::usage("--block-count is 0's based and at most 65535 (65536 blocks)")
     })?;
-    let session = Session::open(args)?;
+    let mut session = IoSession::open(args, nsid)?;
     session
-        .controller()
         .io_command(nvme_host::commands::verify(NamespaceId(nsid), start_block, blocks))
         .map_err(|error| command_error("verify", error, StatusContext::Io, namespace_hint(nsid)))?;
     if output.json() {
@@ -616,8 +619,8 @@ fn read(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), H
     if output.json() && io_args.data.is_none() {
         return Err(HostError::usage("read -o json prints a summary: give -d FILE for the data"));
     }
-    let session = Session::open(args)?;
     let nsid = io_args.namespace_id;
+    let mut session = IoSession::open(args, nsid)?;
     let ns = session.identify_namespace(nsid)?;
     let block_bytes = block_size(nsid, &ns)?;
     let transfer = plan_transfer(io_args, block_bytes, None)?;
@@ -632,8 +635,7 @@ fn read(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), H
     while blocks_left > 0 {
         let blocks = blocks_left.min(per_call);
         let data = session
-            .controller()
-            .read(NamespaceId(nsid), lba, blocks as u32)
+            .read(nsid, lba, blocks as u32)
             .map_err(|error| command_error("read", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
         let keep = (data.len() as u64).min(bytes_left) as usize;
         sink.write_all(&data[..keep]).map_err(|error| output_error(io_args, &error))?;
@@ -651,7 +653,7 @@ fn read(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), H
 /// whole blocks. The input is read before connecting, so a missing file is a usage
 /// error that costs no connection.
 struct HostBlocks {
-    session: Session,
+    session: IoSession,
     ns: IdentifyNamespace,
     block_bytes: u64,
     transfer: Transfer,
@@ -660,8 +662,8 @@ struct HostBlocks {
 
 fn host_blocks(args: &TargetArgs, io_args: &IoArgs) -> Result<HostBlocks, HostError> {
     let mut input = read_input(io_args)?;
-    let session = Session::open(args)?;
     let nsid = io_args.namespace_id;
+    let session = IoSession::open(args, nsid)?;
     let ns = session.identify_namespace(nsid)?;
     let block_bytes = block_size(nsid, &ns)?;
     let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
@@ -672,14 +674,13 @@ fn host_blocks(args: &TargetArgs, io_args: &IoArgs) -> Result<HostBlocks, HostEr
 }
 
 fn write(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs, fua: bool) -> Result<(), HostError> {
-    let HostBlocks { session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
+    let HostBlocks { mut session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
     let nsid = io_args.namespace_id;
     let per_call = blocks_per_call(block_bytes);
     let mut lba = io_args.start_block;
     for chunk in input.chunks((per_call * block_bytes) as usize) {
         session
-            .controller()
-            .write(NamespaceId(nsid), lba, chunk, fua)
+            .write(nsid, lba, chunk, fua)
             .map_err(|error| command_error("write", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
         lba += chunk.len() as u64 / block_bytes;
     }
@@ -721,14 +722,14 @@ fn copy(
 /// Compare: the input, padded with zeros to whole blocks like `write`, against the
 /// blocks from --start-block; one command per MDTS.
 fn compare(args: &TargetArgs, output: OutputArgs, io_args: &IoArgs) -> Result<(), HostError> {
-    let HostBlocks { session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
+    let HostBlocks { mut session, ns, block_bytes, transfer, input } = host_blocks(args, io_args)?;
     let nsid = io_args.namespace_id;
-    let per_call = blocks_per_call(block_bytes);
+    // Compare is one command per call, so MDTS bounds it too.
+    let per_call = blocks_per_call(block_bytes).min((u64::from(session.max_transfer_bytes()) / block_bytes).max(1));
     let mut lba = io_args.start_block;
     for chunk in input.chunks((per_call * block_bytes) as usize) {
         let equal = session
-            .controller()
-            .compare(NamespaceId(nsid), lba, chunk)
+            .compare(nsid, lba, chunk)
             .map_err(|error| command_error("compare", error, StatusContext::Io, lba_hint(&ns, block_bytes)))?;
         if !equal {
             let last = lba + chunk.len() as u64 / block_bytes - 1;

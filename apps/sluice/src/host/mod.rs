@@ -8,12 +8,15 @@
 //! - `namespaces`: Namespace Management and Attachment (`create-ns`, `delete-ns`,
 //!   `attach-ns`, `detach-ns`, `list-ctrl`).
 //! - `output`: nvme-cli-style text and JSON renderings, status names, hex dump.
+//! - `paths`: several paths to one subsystem (`-a A,B` or `tcp://A:P,B:P/NQN`): the
+//!   I/O subcommands through the library's multipath, and `list-subsys`.
 
 pub(crate) mod ana;
 mod args;
 mod commands;
 mod namespaces;
 mod output;
+mod paths;
 mod reservations;
 
 use std::path::PathBuf;
@@ -53,6 +56,8 @@ size; a partial last block is padded with zeros).
 
 The target can be given as one string instead of -a/-s/-n:
   tcp://ADDR[:PORT][/NQN]     e.g. tcp://127.0.0.1:4420/nqn.2026-11.io.sluice:default
+Several paths to one subsystem (ANA-aware, failover between them):
+  tcp://ADDR:PORT,ADDR:PORT/NQN or -a ADDR,ADDR
 Numbers may be decimal or hex with 0x, as in nvme-cli.
 
 Exit status:
@@ -143,6 +148,20 @@ pub enum HostCommand {
     /// `nvme ana-log`).
     #[command(name = "ana-log", after_help = HOST_AFTER_HELP)]
     AnaLog {
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Every path to a subsystem and its state (like `nvme list-subsys`): give the
+    /// paths as -a ADDR,ADDR or tcp://ADDR:PORT,ADDR:PORT/NQN; each is connected in
+    /// turn and shown live (with the namespace's ANA state) or unreachable (with why).
+    /// Exit 0 when any path is live.
+    #[command(name = "list-subsys", after_help = HOST_AFTER_HELP)]
+    ListSubsys {
+        /// Namespace whose ANA state each path reports.
+        #[arg(short = 'N', long, default_value = "1", value_parser = args::parse_u32)]
+        namespace_id: u32,
         #[command(flatten)]
         target: TargetArgs,
         #[command(flatten)]
