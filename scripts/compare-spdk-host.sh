@@ -57,7 +57,8 @@ case " $INITIATORS " in
 esac
 
 log() { echo "[compare-spdk-host] $*" >&2; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
 
 PORT=$(free_port)
 NQN=nqn.2016-06.io.spdk:cnode1
@@ -146,32 +147,5 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # Best round per initiator and workload (highest IOPS), then ratios to SPDK.
-python3 - "$RAW" "$INITIATORS" <<'EOF' | tee "$OUT/summary.md"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-others = [name for name in sys.argv[2].split() if name != "spdk"]
-best = {}
-for row in rows:
-    key = (row["initiator"], row["workload"])
-    if key not in best or float(row["iops"]) > float(best[key]["iops"]):
-        best[key] = row
-workloads = list(dict.fromkeys(row["workload"] for row in rows))
-print("| workload | perf IOPS | perf avg us | perf CPU us/IO | " + " | ".join(
-    f"{n} IOPS (ratio) | {n} avg us (ratio) | {n} CPU us/IO" for n in others) + " |")
-print("| --- | --: | --: | --: | " + " | ".join("--: | --: | --:" for _ in others) + " |")
-for workload in workloads:
-    spdk = best.get(("spdk", workload))
-    if not spdk:
-        continue
-    cells = [workload, f"{float(spdk['iops']):.0f}", spdk["avg_us"], spdk["host_cpu_us_per_io"]]
-    for name in others:
-        row = best.get((name, workload))
-        if not row:
-            cells += ["-", "-", "-"]
-            continue
-        cells += [f"{float(row['iops']):.0f} ({float(row['iops']) / float(spdk['iops']):.2f}x)",
-                  f"{float(row['avg_us']):.1f} ({float(row['avg_us']) / float(spdk['avg_us']):.2f}x)",
-                  row["host_cpu_us_per_io"]]
-    print("| " + " | ".join(cells) + " |")
-EOF
+python3 "$REPO/scripts/lib/best-ratios.py" "$RAW" initiator spdk "$INITIATORS" host_cpu_us_per_io perf | tee "$OUT/summary.md"
 log "raw rounds: $RAW"

@@ -47,7 +47,8 @@ fi
 
 log() { echo "[compare-spdk] $*" >&2; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
 
 # cpu_ticks PID: user + system clock ticks of a process so far.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -151,32 +152,5 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # Best round per target and workload (highest IOPS), then ratios to SPDK.
-python3 - "$RAW" "$MODES" <<'EOF' | tee "$OUT/summary.md"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-modes = sys.argv[2].split()
-best = {}
-for row in rows:
-    key = (row["target"], row["workload"])
-    if key not in best or float(row["iops"]) > float(best[key]["iops"]):
-        best[key] = row
-workloads = list(dict.fromkeys(row["workload"] for row in rows))
-print("| workload | SPDK IOPS | SPDK avg us | SPDK CPU us/IO | " + " | ".join(
-    f"{m} IOPS ratio | {m} avg us ratio | {m} CPU us/IO" for m in modes) + " |")
-print("| --- | --: | --: | --: | " + " | ".join("--: | --: | --:" for _ in modes) + " |")
-for workload in workloads:
-    spdk = best.get(("spdk", workload))
-    if not spdk:
-        continue
-    cells = [workload, f"{float(spdk['iops']):.0f}", spdk["avg_us"], spdk["target_cpu_us_per_io"]]
-    for mode in modes:
-        row = best.get((mode, workload))
-        if not row:
-            cells += ["-", "-", "-"]
-            continue
-        cells += [f"{float(row['iops']) / float(spdk['iops']):.2f}x",
-                  f"{float(row['avg_us']) / float(spdk['avg_us']):.2f}x",
-                  row["target_cpu_us_per_io"]]
-    print("| " + " | ".join(cells) + " |")
-EOF
+python3 "$REPO/scripts/lib/best-ratios.py" "$RAW" target spdk "$MODES" target_cpu_us_per_io SPDK | tee "$OUT/summary.md"
 log "raw rounds: $RAW"

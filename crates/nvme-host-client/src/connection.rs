@@ -64,15 +64,7 @@ impl QueueConnection {
         setup(stream.set_nodelay(true))?;
         let write_timeout = Duration::from_millis(config.command_timeout_ms.max(1000));
         setup(stream.set_write_timeout(Some(write_timeout)))?;
-        let queue = HostQueue::new(config, started);
-        let mut connection = QueueConnection {
-            stream,
-            queue,
-            address,
-            receive_buffer: vec![0u8; RECEIVE_BUFFER_BYTES].into_boxed_slice(),
-            send_buffer: Vec::with_capacity(RECEIVE_BUFFER_BYTES),
-            read_timeout: None,
-        };
+        let mut connection = QueueConnection::from_parts(stream, HostQueue::new(config, started), address);
         loop {
             connection.flush()?;
             match connection.queue.state() {

@@ -484,6 +484,8 @@ impl MultipathQueue {
     fn dispatch(&mut self, index: u32, mut data: Vec<u8>, now: Instant) {
         loop {
             let Some(path_index) = self.choose_path(now) else {
+                // Parked: on no path (so a path that fails meanwhile does not claim it).
+                self.table[index as usize].path = usize::MAX;
                 let retry_at = now + backoff(u32::from(self.table[index as usize].failovers) + 1);
                 self.parked.push_back((index, data, retry_at));
                 return;
@@ -527,6 +529,12 @@ impl MultipathQueue {
             tracing::error!(tag = completion.user_tag, "multipath: completion for a command not in flight");
             return;
         };
+        if entry.path != path_index {
+            // The path was given up with this command on it (see `path_gone`) and
+            // the command has been finished or sent elsewhere since: too late.
+            tracing::debug!(tag = completion.user_tag, "multipath: late completion from a path given up; dropped");
+            return;
+        }
         let path = &mut self.paths[path_index];
         path.in_flight = path.in_flight.saturating_sub(1);
         let status = completion.cqe.status;
@@ -614,10 +622,22 @@ impl MultipathQueue {
         tracing::debug!(address = %path.shared.address, %error, "multipath: path queue failed");
         path.failures += 1;
         path.down_until = Some(now + backoff(path.failures));
-        // Commands the path still held are completed by its queue with Host
-        // Pathing Error before it reports errors (fail-fast), so nothing is lost
-        // here; the count is only reset.
         path.in_flight = 0;
+        // With fail-fast the path's queue completed everything it held (Host Pathing
+        // Error, so it failed over in `on_completion`) before reporting an error.
+        // Anything still on it would otherwise wait for ever: finish it with a path
+        // status the caller may retry (DNR clear). Its data went with it, so it
+        // cannot be sent again here.
+        let orphans: Vec<u32> = (0..self.table.len() as u32)
+            .filter(|&index| self.table[index as usize].in_use && self.table[index as usize].path == path_index)
+            .collect();
+        if !orphans.is_empty() {
+            tracing::warn!(commands = orphans.len(), "multipath: a failed path still held commands; failing them with a path status");
+        }
+        for index in orphans {
+            self.table[index as usize].path = usize::MAX;
+            self.finish(index, HOST_PATHING_ERROR, Vec::new());
+        }
     }
 
     /// Waits until at least `min_completions` completions are available or

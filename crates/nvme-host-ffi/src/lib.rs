@@ -311,11 +311,8 @@ pub unsafe extern "C" fn sluice_connect(opts: *const sluice_connect_options, out
             };
             let (options, requested_max_transfer) = build_options(opts, address)?;
             let paths = client::Paths::Single(Box::new(client::connect(options)?));
-            let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
-            let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
-            let handle = Box::into_raw(Box::new(SluiceController { shared }));
-            // SAFETY: as above.
-            unsafe { out.write(handle) };
+            // SAFETY: `out` is non-NULL and writable per the contract.
+            unsafe { publish_controller(paths, requested_max_transfer, out) };
             Ok(0)
         },
     )
@@ -352,14 +349,23 @@ pub unsafe extern "C" fn sluice_connect_multipath(
             let (template, requested_max_transfer) = build_options(opts, addresses[0])?;
             let paths = addresses.into_iter().map(|address| ConnectOptions { address, ..template.clone() }).collect();
             let paths = client::Paths::Multi(client::connect_multipath(paths, nsid)?);
-            let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
-            let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
-            let handle = Box::into_raw(Box::new(SluiceController { shared }));
-            // SAFETY: as above.
-            unsafe { out.write(handle) };
+            // SAFETY: `out` is non-NULL and writable per the contract.
+            unsafe { publish_controller(paths, requested_max_transfer, out) };
             Ok(0)
         },
     )
+}
+
+/// Wraps connected paths in a controller handle and writes it to `out`.
+///
+/// # Safety
+/// `out` is non-NULL and writable.
+unsafe fn publish_controller(paths: client::Paths, requested_max_transfer: u32, out: *mut *mut SluiceController) {
+    let max_transfer_bytes = paths.max_transfer_bytes(requested_max_transfer);
+    let shared = Arc::new(Shared { paths, geometry: Mutex::new(HashMap::new()), max_transfer_bytes });
+    let handle = Box::into_raw(Box::new(SluiceController { shared }));
+    // SAFETY: per this function's contract.
+    unsafe { out.write(handle) };
 }
 
 /// Number of I/O queues the controller granted (>= 1), or a negative errno.

@@ -82,11 +82,12 @@ impl<H: ConnectionHandler> ClientRing<H> {
         let ring = build_ring(config.ring_entries).map_err(RuntimeError::RingSetup)?;
         let mut core = RingCore::new(usize::MAX, config.recv_buffer_bytes, ring);
         core.released = Some(Vec::new());
-        Ok(ClientRing { core, poll_mode: config.poll_mode, owner: std::thread::current().id(), to_flush: Vec::new() })
+        Ok(ClientRing { core, poll_mode: config.poll_mode, owner: current_thread_id(), to_flush: Vec::new() })
     }
 
+    /// Called on every ring operation (several per I/O), so it reads a cached id.
     fn check_thread(&self) -> Result<(), RuntimeError> {
-        if std::thread::current().id() == self.owner {
+        if current_thread_id() == self.owner {
             Ok(())
         } else {
             Err(RuntimeError::ForeignThread)
@@ -267,4 +268,15 @@ impl<H: ConnectionHandler> Drop for ClientRing<H> {
             self.core.abandon_connections();
         }
     }
+}
+
+thread_local! {
+    /// This thread's id, cached: `thread::current()` clones the thread handle (an
+    /// atomic increment and decrement) each call. Ids are never reused in a process,
+    /// so a ring outliving its owner is never taken for another thread's.
+    static CURRENT_THREAD_ID: std::thread::ThreadId = std::thread::current().id();
+}
+
+fn current_thread_id() -> std::thread::ThreadId {
+    CURRENT_THREAD_ID.with(|id| *id)
 }
