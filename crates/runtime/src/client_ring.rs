@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::event_loop::build_ring;
 use crate::ring_core::{Outcome, Released, RingCore};
+use crate::spin_window::SpinWindow;
 use crate::user_data::UserData;
 use crate::{CloseReason, ConnectionHandler, PollMode, RuntimeError};
 
@@ -82,6 +83,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
         let ring = build_ring(config.ring_entries).map_err(RuntimeError::RingSetup)?;
         let mut core = RingCore::new(usize::MAX, config.recv_buffer_bytes, ring);
         core.released = Some(Vec::new());
+        core.spin_window = Some(SpinWindow::new(Instant::now()));
         Ok(ClientRing { core, poll_mode: config.poll_mode, owner: current_thread_id(), to_flush: Vec::new() })
     }
 
@@ -165,6 +167,9 @@ impl<H: ConnectionHandler> ClientRing<H> {
         self.core.reap_completions();
         let count = self.core.completions.len();
         if count > 0 {
+            if let Some(window) = &mut self.core.spin_window {
+                window.record(now.saturating_duration_since(self.core.last_completion_at), now);
+            }
             self.core.last_completion_at = now;
         }
         // Indexing: handlers may submit, and a full submission queue reaps more

@@ -29,6 +29,7 @@ pub mod rbd_backend;
 mod send;
 mod ring_core;
 mod slab;
+mod spin_window;
 mod storage_wake;
 mod sys;
 mod user_data;

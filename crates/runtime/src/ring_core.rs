@@ -13,6 +13,7 @@ use io_uring::{squeue, types, IoUring};
 
 use crate::connection::Connection;
 use crate::slab::Slab;
+use crate::spin_window::SpinWindow;
 use crate::user_data::{OpKind, UserData};
 use crate::{CloseReason, ConnectionHandler, PollMode};
 
@@ -53,6 +54,9 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     pub(crate) pending_work_connections: usize,
     /// When the last completion was dispatched (adaptive polling spins after it).
     pub(crate) last_completion_at: Instant,
+    /// `Some` (client rings): the adaptive window follows the gaps between
+    /// completions (see `spin_window.rs`); `None`: the configured window as is.
+    pub(crate) spin_window: Option<SpinWindow>,
     /// Receive buffers of closed connections, for reuse.
     pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
     /// A submission that could not be queued; the owner stops with it.
@@ -78,6 +82,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             earliest_deadline: None,
             pending_work_connections: 0,
             last_completion_at: Instant::now(),
+            spin_window: None,
             spare_recv_buffers: Vec::new(),
             fatal: None,
             released: None,
@@ -94,7 +99,9 @@ impl<H: ConnectionHandler> RingCore<H> {
             PollMode::BusyPoll => true,
             PollMode::Sleep => false,
             PollMode::Adaptive { spin_us } => {
-                now.saturating_duration_since(self.last_completion_at) < Duration::from_micros(u64::from(spin_us))
+                let base = Duration::from_micros(u64::from(spin_us));
+                let window = self.spin_window.as_ref().map_or(base, |window| window.window(base));
+                now.saturating_duration_since(self.last_completion_at) < window
             }
         };
         let may_block = !spinning && self.pending_work_connections == 0;
