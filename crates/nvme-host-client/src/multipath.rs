@@ -37,7 +37,7 @@ use nvme_spec::ana::AnaState;
 use nvme_spec::{CompletionQueueEntry, NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::shared::lock;
-use crate::{ClientError, ConnectOptions, Controller, IoQueue};
+use crate::{ClientError, ConnectOptions, Controller, IoPath, IoQueue, PollMode};
 
 /// Times one command is sent again on another path before its error is reported.
 pub const MAX_FAILOVERS: u8 = 16;
@@ -151,6 +151,7 @@ pub struct Multipath {
     stop: Arc<AtomicBool>,
     checkers: Vec<JoinHandle<()>>,
     command_timeout: Duration,
+    spin_across_paths: Option<Duration>,
 }
 
 impl Multipath {
@@ -164,6 +165,11 @@ impl Multipath {
             return Err(ClientError::InvalidArgument("multipath needs at least one path".into()));
         }
         let command_timeout = paths.iter().map(|options| options.command_timeout).max().unwrap_or_default();
+        let spin_across_paths = match paths[0].io_path {
+            IoPath::Ring(PollMode::BusyPoll) => Some(Duration::MAX),
+            IoPath::Ring(PollMode::Adaptive { spin_us }) => Some(Duration::from_micros(u64::from(spin_us)).max(WAIT_SLICE)),
+            IoPath::Ring(PollMode::Sleep) | IoPath::Blocking => None,
+        };
         let mut connected = Vec::new();
         let mut unreachable = Vec::new();
         let mut first_error = None;
@@ -217,7 +223,7 @@ impl Multipath {
                 .map_err(|error| ClientError::InvalidArgument(format!("cannot start a path checker: {error}")))?;
             checkers.push(spawned);
         }
-        Ok(Multipath { nsid, policy, paths: connected, unreachable, stop, checkers, command_timeout })
+        Ok(Multipath { nsid, policy, paths: connected, unreachable, stop, checkers, command_timeout, spin_across_paths })
     }
 
     /// The namespace.
@@ -281,6 +287,8 @@ impl Multipath {
             parked: VecDeque::with_capacity(depth),
             scratch: Vec::with_capacity(depth),
             command_timeout: self.command_timeout,
+            spin_across_paths: self.spin_across_paths,
+            last_completion_at: Instant::now(),
         })
     }
 
@@ -399,6 +407,13 @@ pub struct MultipathQueue {
     parked: VecDeque<(u32, Vec<u8>, Instant)>,
     scratch: Vec<HostCompletion>,
     command_timeout: Duration,
+    /// With several paths busy, how long after the last completion `reap` keeps
+    /// polling every path without waiting on any (`None`: never, it waits). Each
+    /// path has its own ring, and a wait on one does not see the others'
+    /// completions, so spinning across all of them is what keeps a polling host
+    /// from leaving one path's completions waiting while it waits on another.
+    spin_across_paths: Option<Duration>,
+    last_completion_at: Instant,
 }
 
 /// Statuses that say "this path", not "this command": the command goes to
@@ -535,6 +550,7 @@ impl MultipathQueue {
             tracing::debug!(tag = completion.user_tag, "multipath: late completion from a path given up; dropped");
             return;
         }
+        self.last_completion_at = now;
         let path = &mut self.paths[path_index];
         path.in_flight = path.in_flight.saturating_sub(1);
         let status = completion.cqe.status;
@@ -667,6 +683,13 @@ impl MultipathQueue {
                     std::thread::sleep(next.saturating_duration_since(Instant::now()).min(MAX_BACKOFF));
                 }
                 [only] => self.wait_on(*only, deadline.min(now + MAX_BACKOFF), now),
+                _ if self
+                    .spin_across_paths
+                    .is_some_and(|spin| now.saturating_duration_since(self.last_completion_at) < spin) =>
+                {
+                    // Completions came recently: poll every path again (the loop's
+                    // collect) rather than wait on one.
+                }
                 _ => {
                     let busiest = *busy.iter().max_by_key(|&&index| self.paths[index].in_flight).unwrap_or(&busy[0]);
                     self.wait_on(busiest, deadline.min(now + WAIT_SLICE), now);
