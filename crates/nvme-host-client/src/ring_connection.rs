@@ -6,7 +6,6 @@
 //! when a caller thread first drives it; it moves back ([`RingConnection::detach`])
 //! when the queue is handed back to the controller, so any thread can use it then.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -30,8 +29,8 @@ const TERMINATION_FLUSH_WAIT: Duration = Duration::from_millis(50);
 pub(crate) struct SendBuffer(Vec<u8>);
 
 impl SendSource for SendBuffer {
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.push(IoSlice::new(&self.0));
+    fn parts<'a>(&'a self, out: &mut runtime::SendParts<'a>) {
+        out.bytes(&self.0);
     }
     fn total_len(&self) -> usize {
         self.0.len()

@@ -102,6 +102,15 @@ impl Drop for OpenQueue {
     }
 }
 
+/// Where a read's data is in the pending batch.
+#[derive(Clone, Copy)]
+enum DataSource {
+    /// An attached buffer the backend filled.
+    Buffer(u32),
+    /// Attached memory the backend lent.
+    Lent(u32),
+}
+
 /// One NVMe/TCP connection.
 pub struct Connection {
     pub(crate) target: Arc<Target>,
@@ -123,7 +132,7 @@ pub struct Connection {
     /// diagnostics: never above the budget).
     r2t_outstanding_high_water: u64,
     /// DDGST negotiated: C2HData PDUs carry a data digest.
-    data_digest: bool,
+    pub(crate) data_digest: bool,
     pending: TransmitBatch,
     spare: Option<TransmitBatch>,
     pub(crate) pool: BufferPool,
@@ -600,6 +609,42 @@ impl Connection {
         self.complete_unbound(slot_index, status, result, queue_id, head);
     }
 
+    /// Queues C2HData PDUs for the first `send_bytes` of a read's data (at most
+    /// MAX_C2H_DATA_PDU_BYTES each, digested when DDGST was negotiated).
+    fn queue_read_data(&mut self, command_id: nvme_spec::CommandId, send_bytes: usize, source: DataSource) {
+        let writer = &self.writer;
+        let mut offset = 0;
+        while offset < send_bytes {
+            let length = (send_bytes - offset).min(MAX_C2H_DATA_PDU_BYTES as usize);
+            let header = DataHeader {
+                command_id,
+                transfer_tag: 0,
+                data_offset: offset as u32,
+                data_length: length as u32,
+                last: offset + length == send_bytes,
+                success: false,
+            };
+            self.pending.push_header_with(|out| {
+                writer.write_header(&PduHeader::C2hData(header), length as u32, out);
+            });
+            match source {
+                DataSource::Buffer(index) => {
+                    self.pending.push_data(index, offset, offset + length);
+                    if self.data_digest {
+                        let digest = nvme_tcp_wire::crc32c(&self.pending.buffer(index)[offset..offset + length]);
+                        self.pending.push_header_with(|out| out.extend_from_slice(&digest.to_le_bytes()));
+                    }
+                }
+                DataSource::Lent(index) => {
+                    // Reads are lent only without data digests (see `io_read`).
+                    debug_assert!(!self.data_digest);
+                    self.pending.push_lent(index, offset, offset + length);
+                }
+            }
+            offset += length;
+        }
+    }
+
     pub(crate) fn complete_unbound(
         &mut self,
         slot_index: u16,
@@ -626,36 +671,20 @@ impl Connection {
         let send_bytes = if status.is_success() { slot.send_data_bytes as usize } else { 0 };
         let buffer = std::mem::take(&mut slot.buffer);
         let compare_buffer = std::mem::take(&mut slot.compare_buffer);
+        let lent = slot.lent.take().filter(|lent| send_bytes > 0 && send_bytes <= lent.len());
         self.pool.give(compare_buffer);
-        let writer = &self.writer;
-        if send_bytes > 0 && send_bytes <= buffer.len() {
-            let data_digest = self.data_digest;
-            let index = self.pending.attach_buffer(buffer);
-            let mut offset = 0;
-            while offset < send_bytes {
-                let length = (send_bytes - offset).min(MAX_C2H_DATA_PDU_BYTES as usize);
-                let last = offset + length == send_bytes;
-                let header = DataHeader {
-                    command_id,
-                    transfer_tag: 0,
-                    data_offset: offset as u32,
-                    data_length: length as u32,
-                    last,
-                    success: false,
-                };
-                self.pending.push_header_with(|out| {
-                    writer.write_header(&PduHeader::C2hData(header), length as u32, out);
-                });
-                self.pending.push_data(index, offset, offset + length);
-                if data_digest {
-                    let digest =
-                        nvme_tcp_wire::crc32c(&self.pending.buffer(index)[offset..offset + length]);
-                    self.pending.push_header_with(|out| out.extend_from_slice(&digest.to_le_bytes()));
-                }
-                offset += length;
-            }
+        // The data goes out from memory the backend lent, or from the buffer it filled.
+        let source = if let Some(lent) = lent {
+            self.pool.give(buffer);
+            Some(DataSource::Lent(self.pending.attach_lent(lent)))
+        } else if send_bytes > 0 && send_bytes <= buffer.len() {
+            Some(DataSource::Buffer(self.pending.attach_buffer(buffer)))
         } else {
             self.pool.give(buffer);
+            None
+        };
+        if let Some(source) = source {
+            self.queue_read_data(command_id, send_bytes, source);
         }
         if !status.is_success() {
             if let Some(stats) = &self.stats {
@@ -672,6 +701,7 @@ impl Connection {
             status,
             phase: false,
         };
+        let writer = &self.writer;
         self.pending.push_header_with(|out| {
             writer.write_header(&PduHeader::CapsuleResp(nvme_tcp_wire::CapsuleResponse { cqe }), 0, out);
         });
@@ -804,7 +834,7 @@ impl Connection {
                 // Also lets an idle queue drop namespaces that were deleted.
                 self.refresh_namespaces();
                 self.serve_abort_requests();
-                self.retry_parked();
+                self.retry_parked(now);
             }
         }
         if self.abort_check_at.is_some_and(|check_at| now >= check_at) {

@@ -132,7 +132,7 @@ impl Connection {
                 Some(outcome) => outcome,
                 None => match &self.binding {
                     Some(binding) if binding.queue_id.is_admin() => self.execute_admin(slot_index, now),
-                    Some(_) => self.execute_io(slot_index),
+                    Some(_) => self.execute_io(slot_index, now),
                     None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
                 },
             },
@@ -185,6 +185,17 @@ impl Connection {
         op: IoOp,
         buffer: Vec<u8>,
     ) -> Result<(), Status> {
+        let open = self.backend_queue(namespace_id)?;
+        let request = IoRequest { token, op, buffer };
+        open.queue.submit(request);
+        let slot = self.slots.slot(slot_index);
+        slot.pending_operations += 1;
+        slot.state = SlotState::AwaitingStorage;
+        Ok(())
+    }
+
+    /// This connection's queue on the namespace's backend, opened on first use.
+    pub(crate) fn backend_queue(&mut self, namespace_id: NamespaceId) -> Result<&mut OpenQueue, Status> {
         let index = (namespace_id.0 as usize)
             .checked_sub(1)
             .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
@@ -200,14 +211,7 @@ impl Connection {
             self.backend_queues[index] = Some(OpenQueue::new(namespace, self.storage_waker.as_ref()));
             self.opened_namespaces.push(namespace_id.0);
         }
-        let slot = self.slots.slot(slot_index);
-        slot.pending_operations += 1;
-        slot.state = SlotState::AwaitingStorage;
-        let request = IoRequest { token, op, buffer };
-        if let Some(open) = self.backend_queues[index].as_mut() {
-            open.queue.submit(request);
-        }
-        Ok(())
+        self.backend_queues[index].as_mut().ok_or(Status::INTERNAL_ERROR)
     }
 
     /// True when storage operations are in flight that nothing will wake the thread
@@ -227,7 +231,7 @@ impl Connection {
     pub fn poll_storage(&mut self, now: Instant) {
         // Woken maybe because a range a parked command waits for was released, or a
         // reservation state became durable.
-        self.retry_parked();
+        self.retry_parked(now);
         self.complete_persisted();
         // Commands that run several storage steps one after the other (a fused pair,
         // Copy) submit the next step while their completion is handled: reap again
@@ -293,14 +297,14 @@ impl Connection {
         }
     }
 
-    fn storage_done(&mut self, slot_index: u16, now: Instant) {
+    pub(crate) fn storage_done(&mut self, slot_index: u16, now: Instant) {
         let slot = self.slots.slot(slot_index);
         let status = slot.storage_status;
         let latency_microseconds =
             slot.received_at.map_or(0, |received_at| now.saturating_duration_since(received_at).as_micros() as u64);
         let kind = slot.pending_kind;
         let data_bytes = match kind {
-            PendingKind::Read => slot.buffer.len() as u64,
+            PendingKind::Read => slot.lent.as_ref().map_or(slot.buffer.len(), storage::LentBytes::len) as u64,
             PendingKind::Compare | PendingKind::FusedCompare => slot.compare_buffer.len() as u64,
             PendingKind::Write | PendingKind::FusedWrite => u64::from(slot.host_data_bytes),
             PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => 0,

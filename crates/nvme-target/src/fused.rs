@@ -12,6 +12,7 @@
 //! stream stays in step.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use nvme_spec::opcode::IoOpcode;
 use nvme_spec::{Status, SubmissionQueueEntry};
@@ -268,7 +269,7 @@ impl Connection {
     }
 
     /// Retries every parked command (a range may have been released).
-    pub(crate) fn retry_parked(&mut self) {
+    pub(crate) fn retry_parked(&mut self, now: Instant) {
         if self.fused.parked.is_empty() {
             return;
         }
@@ -282,7 +283,7 @@ impl Connection {
                 self.try_start_pair(slot_index);
             } else {
                 // A plain write: run it again from the top.
-                let outcome = self.execute_io(slot_index);
+                let outcome = self.execute_io(slot_index, now);
                 self.finish(slot_index, outcome);
             }
         }

@@ -47,4 +47,4 @@ pub use management::{ManagementError, NamespaceChange};
 pub use namespaces::{Attachment, Namespace, NamespaceTable};
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
 pub use target::{AddressFamily, ListenerSpec, PeerPath, Target, TargetError, TargetSettings, TargetSpec};
-pub use transmit::TransmitBatch;
+pub use transmit::{BatchPart, TransmitBatch};

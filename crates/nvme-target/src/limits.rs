@@ -30,6 +30,12 @@ pub const MEMORY_PAGE_BYTES: u32 = 4096;
 /// 128 KiB keeps each PDU's data digest computation and iovec bounded.
 pub const MAX_C2H_DATA_PDU_BYTES: u32 = 128 * 1024;
 
+/// Smallest read whose data is sent from memory the backend lends (a RAM namespace's
+/// own bytes) instead of a copy. Lending costs an atomic reference count on the
+/// namespace's memory shared by every thread that reads it; below this size copying
+/// the data costs less than that contention.
+pub const LEND_READ_MIN_BYTES: u32 = 16 * 1024;
+
 /// Largest R2T length the target asks for at once. Equal to MAXH2CDATA so each R2T is
 /// answered by one H2CData PDU.
 pub const MAX_R2T_LENGTH_BYTES: u32 = MAX_H2C_DATA_BYTES;

@@ -92,6 +92,8 @@ pub struct CommandSlot {
     /// The namespace whose range this command (a fused pair's first, or nothing)
     /// holds; released when the pair ends or the connection closes.
     pub held_range: Option<std::sync::Arc<crate::namespaces::Namespace>>,
+    /// A read's data as the backend lent it (sent from there instead of `buffer`).
+    pub lent: Option<storage::LentBytes>,
 }
 
 impl CommandSlot {
@@ -112,6 +114,7 @@ impl CommandSlot {
             received_at: None,
             fused: FusedLink::None,
             held_range: None,
+            lent: None,
         }
     }
 
@@ -129,6 +132,7 @@ impl CommandSlot {
         self.received_at = None;
         self.fused = FusedLink::None;
         self.held_range = None;
+        self.lent = None;
     }
 }
 

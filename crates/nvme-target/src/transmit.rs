@@ -1,9 +1,12 @@
 //! Outgoing PDUs of a connection, gathered into batches that the runtime sends with
 //! one vectored write. Headers are encoded into one byte buffer; command data is not
 //! copied: the buffer that the backend filled travels in the batch and comes back to
-//! the pool once sent.
+//! the pool once sent, and memory a backend lent (a RAM namespace's own bytes) is sent
+//! from where it lies.
 
-use std::io::IoSlice;
+use std::ops::Range;
+
+use storage::LentBytes;
 
 /// One contiguous piece of a batch.
 #[derive(Clone, Copy, Debug)]
@@ -12,6 +15,17 @@ enum Segment {
     Header { start: u32, end: u32 },
     /// `buffers[buffer][start..end]`.
     Data { buffer: u32, start: u32, end: u32 },
+    /// `lent[lent][start..end]`.
+    Lent { lent: u32, start: u32, end: u32 },
+}
+
+/// One piece of a batch, in sending order (see [`TransmitBatch::for_each_part`]).
+#[derive(Debug)]
+pub enum BatchPart<'a> {
+    /// Bytes the batch holds (headers, digests, filled buffers).
+    Bytes(&'a [u8]),
+    /// A range of backend memory the batch holds lent.
+    Lent(&'a LentBytes, Range<usize>),
 }
 
 /// PDUs queued for sending, in order.
@@ -19,6 +33,7 @@ enum Segment {
 pub struct TransmitBatch {
     headers: Vec<u8>,
     buffers: Vec<Vec<u8>>,
+    lent: Vec<LentBytes>,
     segments: Vec<Segment>,
     total_bytes: usize,
 }
@@ -29,6 +44,7 @@ impl TransmitBatch {
         TransmitBatch {
             headers: Vec::with_capacity(header_bytes),
             buffers: Vec::with_capacity(segments / 2),
+            lent: Vec::with_capacity(segments / 2),
             segments: Vec::with_capacity(segments),
             total_bytes: 0,
         }
@@ -84,27 +100,48 @@ impl TransmitBatch {
         }
     }
 
-    /// The batch as a list of slices for a vectored send.
-    pub fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
+    /// Holds lent memory for the lifetime of the batch; returns its index for
+    /// `push_lent`.
+    pub fn attach_lent(&mut self, lent: LentBytes) -> u32 {
+        self.lent.push(lent);
+        (self.lent.len() - 1) as u32
+    }
+
+    /// Queues `lent[index][start..end]`.
+    pub fn push_lent(&mut self, index: u32, start: usize, end: usize) {
+        debug_assert!(start <= end && end <= self.lent[index as usize].len());
+        if end > start {
+            self.total_bytes += end - start;
+            self.segments.push(Segment::Lent { lent: index, start: start as u32, end: end as u32 });
+        }
+    }
+
+    /// Visits the batch's pieces in sending order (for a vectored send).
+    pub fn for_each_part<'a>(&'a self, mut visit: impl FnMut(BatchPart<'a>)) {
         for segment in &self.segments {
-            let bytes = match *segment {
-                Segment::Header { start, end } => &self.headers[start as usize..end as usize],
+            visit(match *segment {
+                Segment::Header { start, end } => BatchPart::Bytes(&self.headers[start as usize..end as usize]),
                 Segment::Data { buffer, start, end } => {
-                    &self.buffers[buffer as usize][start as usize..end as usize]
+                    BatchPart::Bytes(&self.buffers[buffer as usize][start as usize..end as usize])
                 }
-            };
-            out.push(IoSlice::new(bytes));
+                Segment::Lent { lent, start, end } => {
+                    BatchPart::Lent(&self.lent[lent as usize], start as usize..end as usize)
+                }
+            });
         }
     }
 
     /// Copies the batch into one contiguous buffer (tests and simulations).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut slices = Vec::new();
-        self.io_slices(&mut slices);
         let mut bytes = Vec::with_capacity(self.total_bytes);
-        for slice in slices {
-            bytes.extend_from_slice(&slice);
-        }
+        self.for_each_part(|part| match part {
+            BatchPart::Bytes(slice) => bytes.extend_from_slice(slice),
+            BatchPart::Lent(lent, range) => {
+                let start = bytes.len();
+                bytes.resize(start + range.len(), 0);
+                lent.copy_to(range, &mut bytes[start..]);
+            }
+        });
         bytes
     }
 
@@ -113,6 +150,7 @@ impl TransmitBatch {
         self.headers.clear();
         self.segments.clear();
         self.total_bytes = 0;
+        self.lent.clear();
         for buffer in self.buffers.drain(..) {
             pool.give(buffer);
         }
@@ -174,9 +212,9 @@ mod tests {
         batch.push_data(index, 2, 5);
         batch.push_header_with(|out| out.extend_from_slice(b"ef"));
         batch.push_data(index, 5, 10);
-        let mut slices = Vec::new();
-        batch.io_slices(&mut slices);
-        assert_eq!(slices.len(), 4);
+        let mut parts = 0;
+        batch.for_each_part(|_| parts += 1);
+        assert_eq!(parts, 4);
         assert_eq!(batch.to_bytes(), b"abcd234ef56789");
         assert_eq!(batch.total_bytes(), 14);
 

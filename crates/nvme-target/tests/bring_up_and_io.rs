@@ -119,6 +119,11 @@ fn writes_read_back_in_capsule_and_through_r2t_with_and_without_digests() {
         // Namespace 2 is independent of namespace 1.
         let answer = io.command(read_write(IoOpcode::Read, 2, 0, 8), &[], &[]);
         assert_eq!(answer.data, vec![0; 4096]);
+        // A large read of blocks never written (without digests, sent from the RAM
+        // namespace's lent zero region).
+        let answer = io.command(read_write(IoOpcode::Read, 2, 8, 128), &[], &[]);
+        assert_status(&answer, Status::SUCCESS);
+        assert_eq!(answer.data, vec![0; 128 * BLOCK_BYTES as usize]);
     }
 }
 

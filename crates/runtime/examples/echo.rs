@@ -8,19 +8,20 @@
 //! `ShutdownHandle::shutdown`, the way a signal-handling thread would.
 //! `RUST_LOG=runtime=debug` shows the runtime's own log lines.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service};
 
 /// Echoed chunks, sent with one vectored send.
 struct EchoBatch(Vec<Vec<u8>>);
 
 impl SendSource for EchoBatch {
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.extend(self.0.iter().map(|chunk| IoSlice::new(chunk)));
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+        for chunk in &self.0 {
+            out.bytes(chunk);
+        }
     }
     fn total_len(&self) -> usize {
         self.0.iter().map(Vec::len).sum()

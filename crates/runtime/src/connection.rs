@@ -239,7 +239,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             }
             if !connection.send_in_flight {
                 if let Some(batch) = connection.handler.take_send() {
-                    connection.send.load(batch, &mut self.scratch_slices);
+                    connection.send.load(batch);
                     if connection.send.is_done() {
                         // Nothing to write: hand it straight back, ask again.
                         if let Some(batch) = connection.send.take_batch() {

@@ -34,7 +34,6 @@ mod storage_wake;
 mod sys;
 mod user_data;
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -46,20 +45,21 @@ pub use error::RuntimeError;
 pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions, RbdStatus};
+pub use send::SendParts;
 
 /// Something whose bytes can be sent with one vectored send.
 ///
 /// The runtime owns the value while the send is in flight, so the memory stays
 /// valid; it is handed back through [`ConnectionHandler::on_sent`]. The runtime
 /// moves the batch into its final, heap-allocated place *before* calling
-/// [`SendSource::io_slices`] and does not move it again until the send has
-/// completed, so slices may point into the batch itself (an inline header
-/// array, say) as well as into buffers it owns.
+/// [`SendSource::parts`] and does not move it again until the send has
+/// completed, so parts may point into the batch itself (an inline header
+/// array, say) as well as into buffers it owns or backend memory it holds lent.
 pub trait SendSource {
-    /// Appends the batch's byte ranges, in order, to `out` (which arrives empty).
+    /// Appends the batch's memory, in order, to `out` (which arrives empty).
     /// Empty slices are allowed and skipped.
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>);
-    /// The sum of the lengths of the slices [`SendSource::io_slices`] produces.
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>);
+    /// The number of bytes [`SendSource::parts`] appends.
     fn total_len(&self) -> usize;
 }
 

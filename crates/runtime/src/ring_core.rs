@@ -6,7 +6,7 @@
 //! opened by the caller) are both a `RingCore` plus what only they need.
 //! Per-connection work is in `connection.rs`.
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::time::{Duration, Instant};
 
 use io_uring::{squeue, types, IoUring};
@@ -46,8 +46,6 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     pub(crate) outstanding_ops: usize,
     /// Completions copied out of the ring, then dispatched. Reused.
     pub(crate) completions: Vec<(u64, i32, u32)>,
-    /// Empty Vec lent to `SendSource::io_slices`; keeps its capacity.
-    pub(crate) scratch_slices: Vec<IoSlice<'static>>,
     /// A lower bound on every connection's deadline; a scan runs when it passes.
     pub(crate) earliest_deadline: Option<Instant>,
     /// How many connections reported `has_pending_work`.
@@ -78,7 +76,6 @@ impl<H: ConnectionHandler> RingCore<H> {
             connections: Slab::new(),
             outstanding_ops: 0,
             completions: Vec::with_capacity(1024),
-            scratch_slices: Vec::new(),
             earliest_deadline: None,
             pending_work_connections: 0,
             last_completion_at: Instant::now(),

@@ -2,14 +2,58 @@
 //! msghdr the kernel reads, all in one heap allocation whose address never
 //! changes while a SendMsg operation points at it.
 
-use std::io::IoSlice;
-use std::mem::ManuallyDrop;
+use std::marker::PhantomData;
+use std::ops::Range;
+
+use storage::LentBytes;
 
 use crate::SendSource;
 
 /// Linux rejects sendmsg with more iovecs than this (UIO_MAXIOV); longer
 /// batches go out in several sends, exactly like a partial send.
 const MAX_IOVECS_PER_SEND: usize = 1024;
+
+/// The memory one send reads, in order, as a batch describes it to
+/// [`SendSource::parts`]: byte slices the batch borrows, and backend memory it holds
+/// lent ([`LentBytes`]), so a read's data goes from the namespace to the socket
+/// without a copy in between.
+pub struct SendParts<'a> {
+    iovecs: Vec<libc::iovec>,
+    bytes: usize,
+    /// Everything pushed is borrowed from the batch for `'a`.
+    borrowed: PhantomData<&'a [u8]>,
+}
+
+impl<'a> SendParts<'a> {
+    fn new(mut iovecs: Vec<libc::iovec>) -> Self {
+        iovecs.clear();
+        SendParts { iovecs, bytes: 0, borrowed: PhantomData }
+    }
+
+    /// Appends bytes the batch holds. Empty slices are skipped.
+    pub fn bytes(&mut self, bytes: &'a [u8]) {
+        if !bytes.is_empty() {
+            self.push(bytes.as_ptr() as usize, bytes.len());
+        }
+    }
+
+    /// Appends `range` of memory the batch holds lent (clamped to the lent length).
+    pub fn lent(&mut self, memory: &'a LentBytes, range: Range<usize>) {
+        memory.for_each_piece(range, |address, len| self.push(address, len));
+    }
+
+    /// Bytes appended so far.
+    pub fn total_len(&self) -> usize {
+        self.bytes
+    }
+
+    fn push(&mut self, address: usize, len: usize) {
+        if len > 0 {
+            self.iovecs.push(libc::iovec { iov_base: address as *mut libc::c_void, iov_len: len });
+            self.bytes += len;
+        }
+    }
+}
 
 /// Lives in a `Box` owned by the connection so `header`, `iovecs` and the
 /// batch keep their addresses while the kernel uses them. Reused for the
@@ -37,27 +81,20 @@ impl<B: SendSource> SendState<B> {
         })
     }
 
-    /// Takes ownership of `batch` and builds the iovec array from its slices.
-    /// The batch is moved into `self` first, so slices that point into the batch
-    /// itself stay valid until the batch leaves again through `take_batch`.
-    /// `scratch` is an empty Vec reused across calls so this allocates nothing
-    /// once capacities have grown.
-    pub fn load(&mut self, batch: B, scratch: &mut Vec<IoSlice<'static>>) {
+    /// Takes ownership of `batch` and builds the iovec array from its parts.
+    /// The batch is moved into `self` first, so parts that point into the batch
+    /// itself stay valid until the batch leaves again through `take_batch`; lent
+    /// memory stays allocated because the batch holds its [`LentBytes`].
+    /// Allocates nothing once the iovec array has grown to the largest batch.
+    pub fn load(&mut self, batch: B) {
         debug_assert!(self.batch.is_none(), "a send is already loaded");
-        self.iovecs.clear();
         self.first_unsent = 0;
-        self.remaining_bytes = 0;
         let batch = self.batch.insert(batch);
-        let mut slices: Vec<IoSlice<'_>> = reuse_empty(std::mem::take(scratch));
-        batch.io_slices(&mut slices);
-        for slice in &slices {
-            if !slice.is_empty() {
-                self.iovecs.push(libc::iovec { iov_base: slice.as_ptr() as *mut libc::c_void, iov_len: slice.len() });
-                self.remaining_bytes += slice.len();
-            }
-        }
-        debug_assert_eq!(self.remaining_bytes, batch.total_len(), "SendSource::total_len disagrees with io_slices");
-        *scratch = reuse_empty(slices);
+        let mut parts = SendParts::new(std::mem::take(&mut self.iovecs));
+        batch.parts(&mut parts);
+        debug_assert_eq!(parts.bytes, batch.total_len(), "SendSource::total_len disagrees with parts");
+        self.remaining_bytes = parts.bytes;
+        self.iovecs = parts.iovecs;
     }
 
     /// True when no bytes are left to send (also for a zero-length batch).
@@ -105,18 +142,6 @@ impl<B: SendSource> SendState<B> {
     }
 }
 
-/// Reuses an empty Vec's allocation for slices of a different lifetime.
-fn reuse_empty<'from, 'to>(mut slices: Vec<IoSlice<'from>>) -> Vec<IoSlice<'to>> {
-    slices.clear();
-    let mut slices = ManuallyDrop::new(slices);
-    let (pointer, capacity) = (slices.as_mut_ptr(), slices.capacity());
-    // SAFETY: the Vec is empty, so no IoSlice with the old lifetime survives;
-    // IoSlice<'from> and IoSlice<'to> differ only in lifetime and so have the
-    // same size and alignment; the allocation came from the global allocator
-    // with exactly this capacity, and ManuallyDrop prevents a double free.
-    unsafe { Vec::from_raw_parts(pointer.cast::<IoSlice<'to>>(), 0, capacity) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,8 +149,10 @@ mod tests {
     struct Parts(Vec<Vec<u8>>);
 
     impl SendSource for Parts {
-        fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-            out.extend(self.0.iter().map(|part| IoSlice::new(part)));
+        fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+            for part in &self.0 {
+                out.bytes(part);
+            }
         }
         fn total_len(&self) -> usize {
             self.0.iter().map(Vec::len).sum()
@@ -148,10 +175,9 @@ mod tests {
 
     #[test]
     fn partial_sends_resume_at_the_right_byte() {
-        let mut scratch = Vec::new();
         let mut state = SendState::new();
         let parts = Parts(vec![vec![1, 2, 3], vec![], vec![4, 5], vec![6, 7, 8, 9]]);
-        state.load(parts, &mut scratch);
+        state.load(parts);
         assert_eq!(unsent_bytes(&mut state), vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
         state.advance(2);
         assert_eq!(unsent_bytes(&mut state), vec![3, 4, 5, 6, 7, 8, 9]);
@@ -161,13 +187,14 @@ mod tests {
         state.advance(4);
         assert!(state.is_done());
         assert_eq!(state.take_batch().unwrap().0.len(), 4);
-        assert!(scratch.is_empty() && scratch.capacity() >= 4, "scratch capacity is kept for reuse");
+        state.load(Parts(vec![vec![1]]));
+        assert!(state.iovecs.capacity() >= 3, "the iovec array keeps its capacity for reuse");
     }
 
     #[test]
     fn caps_iovecs_per_send() {
         let mut state = SendState::new();
-        state.load(Parts(vec![vec![0u8; 1]; 3000]), &mut Vec::new());
+        state.load(Parts(vec![vec![0u8; 1]; 3000]));
         let header = state.prepare();
         // SAFETY: reading a field of the live msghdr.
         assert_eq!(unsafe { (*header).msg_iovlen }, MAX_IOVECS_PER_SEND);
@@ -181,7 +208,7 @@ mod tests {
     #[test]
     fn zero_length_batch_is_done_at_once() {
         let mut state = SendState::new();
-        state.load(Parts(vec![vec![]]), &mut Vec::new());
+        state.load(Parts(vec![vec![]]));
         assert!(state.is_done());
         assert!(state.take_batch().is_some());
     }

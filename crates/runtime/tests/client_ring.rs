@@ -2,19 +2,19 @@
 //! std server thread; sends, receives, detach back to a blocking socket, close,
 //! timers, and the owner-thread check.
 
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use runtime::{
-    ClientRing, ClientRingConfig, CloseReason, ConnectionHandler, PollMode, RuntimeError, SendSource,
+    ClientRing, ClientRingConfig, CloseReason, ConnectionHandler, PollMode, RuntimeError, SendParts, SendSource,
 };
 
 struct Bytes(Vec<u8>);
 
 impl SendSource for Bytes {
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.push(IoSlice::new(&self.0));
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+        out.bytes(&self.0);
     }
     fn total_len(&self) -> usize {
         self.0.len()

@@ -8,7 +8,7 @@
 
 use std::task::Waker;
 
-use crate::{Geometry, IoCompletion, IoRequest};
+use crate::{Geometry, IoCompletion, IoError, IoRequest, LentBytes};
 
 /// A storage device behind one namespace.
 pub trait Backend: Send + Sync + 'static {
@@ -76,6 +76,16 @@ pub trait BackendQueue: Send {
     /// becomes reapable: the caller may then sleep instead of polling.
     fn wakes_on_completion(&self) -> bool {
         false
+    }
+
+    /// Lends the backend's own memory holding `blocks` blocks at `lba` instead of
+    /// reading them into a buffer, so a response can be sent from it without a copy.
+    /// `None` when this backend cannot lend (the default): the caller submits a Read.
+    /// `Some(Err)` for a request a Read would fail the same way (out of range). Lending
+    /// completes at once; nothing is left to reap.
+    fn lend_read(&mut self, lba: u64, blocks: u32) -> Option<Result<LentBytes, IoError>> {
+        let _ = (lba, blocks);
+        None
     }
 }
 

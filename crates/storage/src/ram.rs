@@ -39,7 +39,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::backend::ReadyCompletions;
 use crate::io::validate_request;
-use crate::{Backend, BackendQueue, Geometry, GeometryError, IoCompletion, IoOp, IoRequest};
+use crate::lent::{LentBytes, LentMemory};
+use crate::{Backend, BackendQueue, Geometry, GeometryError, IoCompletion, IoError, IoOp, IoRequest};
 
 /// Default allocation unit: large enough that the chunk table of a big namespace stays
 /// small and most I/Os touch one chunk, small enough that a sparse namespace stays sparse.
@@ -261,6 +262,59 @@ impl ChunkStore {
     }
 }
 
+/// Bytes of the shared all-zero region lent for never-written chunks (a lent range over
+/// several of them is several pieces of this region).
+const ZERO_REGION_BYTES: usize = 128 * 1024;
+
+/// The all-zero region, allocated on the first lend of a never-written chunk and never
+/// written: unallocated chunks read as zeroes without existing.
+fn zero_region() -> &'static [AtomicU64] {
+    static ZERO_REGION: OnceLock<Box<[AtomicU64]>> = OnceLock::new();
+    ZERO_REGION.get_or_init(|| (0..ZERO_REGION_BYTES / WORD_BYTES).map(|_| AtomicU64::new(0)).collect())
+}
+
+impl LentMemory for ChunkStore {
+    fn pieces(&self, start_byte: usize, len: usize, visit: &mut dyn FnMut(usize, usize)) {
+        debug_assert!((start_byte + len) as u64 <= self.capacity_bytes);
+        let mut start = start_byte;
+        let end = start_byte + len;
+        while start < end {
+            let within_chunk = start & (self.chunk_size_bytes - 1);
+            let piece_bytes = (self.chunk_size_bytes - within_chunk).min(end - start);
+            match self.chunks[start >> self.chunk_shift].get() {
+                // Words hold their bytes little-endian, so on a little-endian machine
+                // (the only kind that lends, see `lend_read`) the chunk's memory is
+                // the device's byte image.
+                Some(chunk) => visit(chunk.as_ptr() as usize + within_chunk, piece_bytes),
+                None => {
+                    let zeroes = zero_region();
+                    let mut left = piece_bytes;
+                    while left > 0 {
+                        let bytes = left.min(ZERO_REGION_BYTES);
+                        visit(zeroes.as_ptr() as usize, bytes);
+                        left -= bytes;
+                    }
+                }
+            }
+            start += piece_bytes;
+        }
+    }
+
+    fn copy_out(&self, start_byte: usize, out: &mut [u8]) {
+        if start_byte % WORD_BYTES == 0 && out.len() % WORD_BYTES == 0 {
+            self.read(start_byte as u64, out);
+            return;
+        }
+        // Not word aligned (only tests ask for such ranges): read the enclosing words.
+        let first = start_byte - start_byte % WORD_BYTES;
+        let end = (start_byte + out.len()).next_multiple_of(WORD_BYTES);
+        let mut words = vec![0u8; end - first];
+        self.read(first as u64, &mut words);
+        let offset = start_byte - first;
+        out.copy_from_slice(&words[offset..offset + out.len()]);
+    }
+}
+
 /// Copies words out as little-endian bytes. `chunks_exact_mut(8)` lets the compiler
 /// drop bounds checks, so each word is one load and one store.
 fn load_words(words: &[AtomicU64], destination: &mut [u8]) {
@@ -326,6 +380,20 @@ impl BackendQueue for RamQueue {
 
     fn in_flight(&self) -> usize {
         self.ready.len()
+    }
+
+    fn lend_read(&mut self, lba: u64, blocks: u32) -> Option<Result<LentBytes, IoError>> {
+        // Words are stored little-endian: only there is a chunk's memory the byte image.
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        let store = &self.store;
+        let len = store.byte_length(u64::from(blocks));
+        let checked = validate_request(&store.geometry, &IoOp::Read { lba, blocks }, len as usize);
+        Some(checked.map(|()| {
+            let memory: Arc<dyn LentMemory> = Arc::clone(store) as Arc<dyn LentMemory>;
+            LentBytes::new(memory, store.byte_offset(lba) as usize, len as usize)
+        }))
     }
 }
 
@@ -529,5 +597,56 @@ mod tests {
         for writer in writers {
             writer.join().unwrap();
         }
+    }
+
+    /// Lends blocks [lba, lba + blocks) and returns the lent bytes and their pieces.
+    fn lend(backend: &RamBackend, lba: u64, blocks: u32) -> (Vec<u8>, Vec<usize>) {
+        let lent = backend.open_queue().lend_read(lba, blocks).expect("RAM lends").expect("in range");
+        let mut bytes = vec![0xEE; lent.len()];
+        lent.copy_to(0..lent.len(), &mut bytes);
+        let mut piece_lengths = Vec::new();
+        lent.for_each_piece(0..lent.len(), |_, len| piece_lengths.push(len));
+        (bytes, piece_lengths)
+    }
+
+    #[test]
+    fn lent_reads_match_copied_reads_across_chunks_and_holes() {
+        // 4 KiB chunks of 8 blocks; chunk 1 is never written and lends zeroes.
+        let backend = RamBackend::with_chunk_size(geometry(512, 64), 4096).unwrap();
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        write(&backend, 0, data.clone());
+        write(&backend, 16, data.clone());
+        for (lba, blocks) in [(0, 8), (3, 2), (4, 20), (0, 64), (9, 3)] {
+            let (lent, pieces) = lend(&backend, lba, blocks);
+            assert_eq!(lent, read(&backend, lba, blocks), "lba {lba} blocks {blocks}");
+            assert_eq!(pieces.iter().sum::<usize>(), blocks as usize * 512);
+        }
+        // Three chunks (one a hole) are three pieces; one chunk is one.
+        assert_eq!(lend(&backend, 4, 20).1, vec![2048, 4096, 4096]);
+        assert_eq!(lend(&backend, 1, 2).1, vec![1024]);
+    }
+
+    #[test]
+    fn lent_memory_sees_later_writes_and_outlives_the_backend() {
+        let backend = RamBackend::new(geometry(512, 16));
+        write(&backend, 0, vec![1; 512]);
+        let lent = backend.open_queue().lend_read(0, 1).unwrap().unwrap();
+        write(&backend, 0, vec![2; 512]);
+        drop(backend);
+        let mut out = vec![0; 16];
+        lent.copy_to(100..116, &mut out);
+        assert_eq!(out, vec![2; 16], "lent memory is the namespace's, not a snapshot");
+        let mut odd = vec![0; 3];
+        lent.copy_to(5..8, &mut odd);
+        assert_eq!(odd, vec![2; 3]);
+    }
+
+    #[test]
+    fn lending_checks_the_range_like_a_read() {
+        let backend = RamBackend::new(geometry(512, 16));
+        let mut queue = backend.open_queue();
+        assert_eq!(queue.lend_read(15, 2).unwrap().unwrap_err(), IoError::OutOfRange);
+        assert_eq!(queue.lend_read(u64::MAX, 1).unwrap().unwrap_err(), IoError::OutOfRange);
+        assert_eq!(queue.in_flight(), 0, "lending leaves nothing to reap");
     }
 }

@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nvme_target::{Connection, Target, TransmitBatch};
+use nvme_target::{BatchPart, Connection, Target, TransmitBatch};
 pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
 pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
-use runtime::{CloseReason, ConnectionHandler, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, SendParts, SendSource, Service};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
 /// same order as the target's listener specs: the runtime's listener ids 0, 1, ...
@@ -36,8 +36,11 @@ struct TargetConnection {
 struct Outgoing(TransmitBatch);
 
 impl SendSource for Outgoing {
-    fn io_slices<'a>(&'a self, out: &mut Vec<std::io::IoSlice<'a>>) {
-        self.0.io_slices(out);
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+        self.0.for_each_part(|part| match part {
+            BatchPart::Bytes(bytes) => out.bytes(bytes),
+            BatchPart::Lent(lent, range) => out.lent(lent, range),
+        });
     }
 
     fn total_len(&self) -> usize {

@@ -4,14 +4,14 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service};
 
 /// The longest any single test step may take.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -115,8 +115,10 @@ impl Service for TestService {
 pub struct Chunks(pub Vec<Vec<u8>>);
 
 impl SendSource for Chunks {
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.extend(self.0.iter().map(|chunk| IoSlice::new(chunk)));
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+        for chunk in &self.0 {
+            out.bytes(chunk);
+        }
     }
     fn total_len(&self) -> usize {
         self.0.iter().map(Vec::len).sum()
