@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers shared by the scripts under scripts/ (sourced, not run).
 
 # A TCP port on 127.0.0.1 that was free a moment ago.
