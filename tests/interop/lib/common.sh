@@ -356,6 +356,35 @@ start_linux_target() {
     { tail_file "$OUT_DIR/target.log"; die "the Linux kernel target did not come up"; }
 }
 
+# Exit status of an interop test that could not run on this machine (run-all counts
+# it as skipped, not passed).
+# shellcheck disable=SC2034
+SKIP_STATUS=77
+
+# spdk_unusable_reason PEER: prints why SPDK's prebuilt tools cannot run here and
+# returns 0, or returns 1 when they run. They are built for the machine kind they
+# ship with; on a CPU without the instructions they were compiled for (AVX-512) every
+# tool dies of SIGILL at start, so no SPDK check can say anything about Sluice.
+spdk_unusable_reason() {
+  local peer=$1 rc=0
+  if [ ! -x "$peer" ]; then
+    echo "spdk-peer not found at $peer (expected in ../shared/spdk-peer/ next to the repository)"
+    return 0
+  fi
+  "$peer" perf -h >/dev/null 2>&1 || rc=$?
+  [ "$rc" -eq 132 ] || return 1  # 128 + SIGILL
+  local flags
+  flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o 'avx512[a-z]*' | tr '\n' ' ')
+  echo "SPDK's prebuilt tools die of an illegal instruction on this CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); AVX-512 flags: ${flags:-none})"
+}
+
+# record_skip WHAT REASON: logs a loud SKIP line and records it in the artifact root's
+# skipped.txt, which run-all prints with its results.
+record_skip() {
+  log "SKIP $1: $2"
+  printf '%s: %s: %s\n' "${TEST_NAME:-interop}" "$1" "$2" >>"$(dirname "$OUT_DIR")/skipped.txt"
+}
+
 # start_spdk_target IO_PORT NQN SIZE_MIB [BLOCK_SIZE]: SPDK's nvmf_tgt (../shared/spdk-peer,
 # one malloc namespace, any host) on 127.0.0.1:IO_PORT, its reactor on core 0; waits
 # at most 120 s for READY. (TARGET_* are read by the caller.)
