@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A file namespace against the same file read locally (the target-speed issue's file
 # goal): a FILE_MIB file of random data on this machine's disk, 4 KiB random read with
-# O_DIRECT at each depth in DEPTHS, interleaved for ROUNDS rounds:
+# O_DIRECT at each depth in DEPTHS, interleaved for ROUNDS rounds, the same fio on
+# core 1 both ways:
 #
-#   local    fio's io_uring engine on the file (direct=1), pinned to core 1
-#   sluice   `sluice serve` (one runtime thread on core 0) with the file as a namespace
-#            (direct_io = true), driven by SPDK's spdk_nvme_perf on core 1
+#   local    fio's io_uring engine on the file (direct=1)
+#   sluice   fio's Sluice engine (fio/sluice_engine.c, host_io=adaptive) over NVMe/TCP on
+#            loopback to `sluice serve` (one runtime thread on core 0) with the file as
+#            a namespace (direct_io = true)
 #
 # Prints each way's best round per depth, the ratio sluice / local and the target's CPU
 # per I/O.
@@ -14,19 +16,17 @@
 #                                 [--rounds R] [--out DIR]
 #
 # Defaults: the file under target/ (this repository's disk), 1024 MiB, depths 1 and 32,
-# 10 s, 2 rounds. Needs fio, ../shared/spdk-peer (SPDK_PEER=path overrides) and a
-# release build of sluice (built here unless SLUICE_BIN is set). Loopback only.
+# 10 s, 2 rounds. Needs fio and the Sluice engine (scripts/build-fio-engine.sh builds it)
+# and a release build of sluice (built here unless SLUICE_BIN is set). Loopback only.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SPDK_PEER=${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}
 DIR=$REPO/target
 FILE_MIB=1024
 DEPTHS="1 32"
 SECONDS_PER_RUN=10
 ROUNDS=2
 OUT=${OUT:-$REPO/target/compare-local-file}
-export SPDK_PEER_HUGEPAGES=${SPDK_PEER_HUGEPAGES:-1536}
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "compare-local-file: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,8 +46,8 @@ die() { log "$*"; exit 1; }
 # shellcheck source=scripts/lib/common.sh
 . "$REPO/scripts/lib/common.sh"
 
-[ -x "$SPDK_PEER" ] || die "$SPDK_PEER not found (set SPDK_PEER)"
 command -v fio >/dev/null || die "fio is missing: scripts/setup.sh installs it"
+ENGINE=$("$REPO/scripts/build-fio-engine.sh" --print-path) || die "the Sluice fio engine did not build (scripts/build-fio-engine.sh)"
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs (target on 0, initiator on 1)"
 mkdir -p "$OUT" "$DIR"
 if [ -z "${SLUICE_BIN:-}" ]; then
@@ -93,38 +93,39 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 grep -q '^sluice: ready' "$OUT/serve.log" || die "sluice serve not ready within 30 s"
-TRID=$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$NQN")
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 RAW=$OUT/raw.tsv
 printf 'round\tway\tdepth\tiops\tavg_us\ttarget_cpu_us_per_io\n' >"$RAW"
-run_local() {  # run_local ROUND DEPTH
-  taskset -c 1 fio --output-format=json --output="$OUT/fio-$1-$2.json" --name=local --ioengine=io_uring \
-    --direct=1 --filename="$FILE" --rw=randread --bs=4k --iodepth="$2" --time_based \
-    --runtime="$SECONDS_PER_RUN" --ramp_time=1 --norandommap >/dev/null
-  python3 - "$OUT/fio-$1-$2.json" "$1" "$2" >>"$RAW" <<'PY'
+# fio_row ROUND WAY DEPTH JSON [TARGET_TICKS]: one raw row from fio's JSON.
+fio_row() {
+  python3 - "$@" "$(getconf CLK_TCK)" "$SECONDS_PER_RUN" <<'PY'
 import json, sys
-job = json.load(open(sys.argv[1]))["jobs"][0]["read"]
-print(f"{sys.argv[2]}\tlocal\t{sys.argv[3]}\t{job['iops']:.0f}\t{job['lat_ns']['mean'] / 1000:.2f}\t-")
+round_, way, depth, path, ticks, ticks_per_s, seconds = sys.argv[1:8]
+job = json.load(open(path))["jobs"][0]["read"]
+cpu = "-"
+if ticks != "-":
+    # ticks cover the ramp second too
+    cpu = f"{int(ticks) / int(ticks_per_s) * 1e6 / (job['iops'] * (int(seconds) + 1)):.2f}"
+print(f"{round_}\t{way}\t{depth}\t{job['iops']:.0f}\t{job['lat_ns']['mean'] / 1000:.2f}\t{cpu}")
 PY
+}
+fio_args=(--output-format=json --name=randread --rw=randread --bs=4k --time_based --ramp_time=1
+  --runtime="$SECONDS_PER_RUN" --norandommap)
+run_local() {  # run_local ROUND DEPTH
+  taskset -c 1 fio "${fio_args[@]}" --output="$OUT/local-$1-$2.json" --ioengine=io_uring --direct=1 \
+    --filename="$FILE" --iodepth="$2" >/dev/null
+  fio_row "$1" local "$2" "$OUT/local-$1-$2.json" - >>"$RAW"
   log "round $1 local QD$2: $(tail -1 "$RAW")"
 }
 run_sluice() {  # run_sluice ROUND DEPTH
-  local before after ticks_per_s total
-  ticks_per_s=$(getconf CLK_TCK)
+  local before after
   before=$(cpu_ticks "$SERVE_PID")
-  "$SPDK_PEER" perf -c 0x2 -q "$2" -o 4096 -w randread -t "$SECONDS_PER_RUN" -r "$TRID" >"$OUT/perf-$1-$2.log" 2>&1 \
-    || { tail -20 "$OUT/perf-$1-$2.log" >&2; die "spdk_nvme_perf failed"; }
+  taskset -c 1 fio "${fio_args[@]}" --output="$OUT/sluice-$1-$2.json" --ioengine="external:$ENGINE" \
+    --traddr=127.0.0.1 --trsvcid="$PORT" --subnqn="$NQN" --nsid=1 --host_io=adaptive --iodepth="$2" \
+    --thread=1 >"$OUT/sluice-$1-$2.log" 2>&1 || { tail -20 "$OUT/sluice-$1-$2.log" >&2; die "fio through Sluice failed"; }
   after=$(cpu_ticks "$SERVE_PID")
-  total=$(grep -E '^Total' "$OUT/perf-$1-$2.log" | tail -1)
-  python3 - "$1" "$2" "$total" "$(( after - before ))" "$ticks_per_s" "$SECONDS_PER_RUN" >>"$RAW" <<'PY'
-import sys
-round_, depth, total, ticks, ticks_per_s, seconds = sys.argv[1:7]
-fields = total.split()
-iops, avg = float(fields[2]), float(fields[4])
-cpu_us_per_io = int(ticks) / int(ticks_per_s) * 1e6 / (iops * int(seconds))
-print(f"{round_}\tsluice\t{depth}\t{iops:.0f}\t{avg:.2f}\t{cpu_us_per_io:.2f}")
-PY
+  fio_row "$1" sluice "$2" "$OUT/sluice-$1-$2.json" "$(( after - before ))" >>"$RAW"
   log "round $1 sluice QD$2: $(tail -1 "$RAW")"
 }
 for round in $(seq 1 "$ROUNDS"); do

@@ -32,6 +32,8 @@ pub struct Connection<H: ConnectionHandler> {
     deadline: Option<Instant>,
     /// `handler.has_pending_work()` as of the last call into the handler.
     pending_work: bool,
+    /// The index is in the ring's `pending_list` (at most once).
+    listed_pending: bool,
     /// Set once closing has begun; the reason `on_closed` will get.
     closing: Option<CloseReason>,
     /// Set once the owner asked for the socket back (`ClientRing::detach`): no new
@@ -87,6 +89,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             send_in_flight: false,
             deadline: None,
             pending_work: false,
+            listed_pending: false,
             closing: None,
             detaching: false,
         };
@@ -269,12 +272,46 @@ impl<H: ConnectionHandler> RingCore<H> {
             (true, false) => self.pending_work_connections -= 1,
             _ => {}
         }
+        if pending_work && !connection.listed_pending {
+            connection.listed_pending = true;
+            self.pending_list.push(index);
+        }
         // Written out rather than Option::is_none_or, which is newer than the
         // workspace's rust-version (1.80).
         self.earliest_deadline = match (self.earliest_deadline, deadline) {
             (Some(earliest), Some(deadline)) => Some(earliest.min(deadline)),
             (earliest, deadline) => earliest.or(deadline),
         };
+    }
+
+    /// Polls the connections that reported pending work, and only those: with a
+    /// thousand connections at queue depth 1, scanning all of them per request
+    /// cost the thread 30 us per I/O. A connection still pending afterwards stays
+    /// listed for the next round.
+    pub(crate) fn poll_pending_connections(&mut self, now: Instant) {
+        let mut listed = std::mem::take(&mut self.pending_list);
+        for &index in &listed {
+            if let Some((connection, _)) = self.connections.get_mut_at(index) {
+                connection.listed_pending = false;
+            }
+        }
+        for &index in &listed {
+            self.poll_connection(index, false, now);
+        }
+        for &index in &listed {
+            if let Some((connection, _)) = self.connections.get_mut_at(index) {
+                if connection.pending_work && !connection.listed_pending {
+                    connection.listed_pending = true;
+                    self.pending_list.push(index);
+                }
+            }
+        }
+        // Keep whichever list has the larger allocation, so steady state allocates nothing.
+        listed.clear();
+        if listed.capacity() > self.pending_list.capacity() {
+            listed.extend_from_slice(&self.pending_list);
+            self.pending_list = listed;
+        }
     }
 
     /// Polls the connection at `index` if it reported pending work, or always when

@@ -50,6 +50,9 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     pub(crate) earliest_deadline: Option<Instant>,
     /// How many connections reported `has_pending_work`.
     pub(crate) pending_work_connections: usize,
+    /// Indices of connections that reported pending work (each at most once; a
+    /// closed connection's index may linger until the next poll drops it).
+    pub(crate) pending_list: Vec<u32>,
     /// When the last completion was dispatched (adaptive polling spins after it).
     pub(crate) last_completion_at: Instant,
     /// `Some` (client rings): the adaptive window follows the gaps between
@@ -78,6 +81,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             completions: Vec::with_capacity(1024),
             earliest_deadline: None,
             pending_work_connections: 0,
+            pending_list: Vec::new(),
             last_completion_at: Instant::now(),
             spin_window: None,
             spare_recv_buffers: Vec::new(),
@@ -193,10 +197,13 @@ impl<H: ConnectionHandler> RingCore<H> {
     /// Polls connections with pending work (all of them when `storage_due`) and
     /// fires due timers.
     pub(crate) fn run_polls_and_timers(&mut self, storage_due: bool, now: Instant) {
-        if self.pending_work_connections > 0 || storage_due {
+        if storage_due {
+            // A storage wake does not say whose storage completed: poll everyone.
             for index in 0..self.connections.index_bound() {
-                self.poll_connection(index, storage_due, now);
+                self.poll_connection(index, true, now);
             }
+        } else if self.pending_work_connections > 0 {
+            self.poll_pending_connections(now);
         }
         if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {
             // Recomputed by the scan: every live connection's deadline is
