@@ -53,6 +53,9 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     /// Indices of connections that reported pending work (each at most once; a
     /// closed connection's index may linger until the next poll drops it).
     pub(crate) pending_list: Vec<u32>,
+    /// The list `poll_pending_connections` walks while new entries go to
+    /// `pending_list`; empty between polls, kept for its capacity.
+    pub(crate) pending_scratch: Vec<u32>,
     /// When the last completion was dispatched (adaptive polling spins after it).
     pub(crate) last_completion_at: Instant,
     /// `Some` (client rings): the adaptive window follows the gaps between
@@ -82,6 +85,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             earliest_deadline: None,
             pending_work_connections: 0,
             pending_list: Vec::new(),
+            pending_scratch: Vec::new(),
             last_completion_at: Instant::now(),
             spin_window: None,
             spare_recv_buffers: Vec::new(),
