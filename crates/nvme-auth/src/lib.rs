@@ -25,6 +25,12 @@
 //! - [`ControllerAuthentication`] and [`HostAuthentication`]: one queue's transaction
 //!   as a state machine each; bytes in, next message or outcome out. No sockets,
 //!   threads or clocks: the caller runs the commands and the timers.
+//!
+//! NVMe/TCP's TLS keys share the secrets' representation and hashes, so they live
+//! here too:
+//! - [`TlsKey`]: a configured PSK in the `NVMeTLSkey-1:...` interchange format, and
+//!   the retained PSK, PSK digest and TLS PSK derived from it;
+//! - [`PskIdentity`]: the identity a host offers in its TLS ClientHello.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,6 +43,8 @@ mod primes;
 mod random;
 mod response;
 mod secret;
+mod tls_identity;
+mod tls_key;
 
 pub use controller::{
     ControllerAuthentication, ControllerCredentials, ControllerPolicy, Negotiated, Progress, ReceiveError,
@@ -49,6 +57,8 @@ pub use host::{
 pub use message::{FailureReason, Message};
 pub use random::{OsRandom, RandomError, RandomSource, SeededRandom};
 pub use secret::{Secret, SecretError, TransformedKey, KEY_LENGTHS};
+pub use tls_identity::{IdentityError, IdentityVersion, PskIdentity, PskKind, MAX_NQN_BYTES, MAX_PSK_IDENTITY_BYTES};
+pub use tls_key::{TlsKey, TlsKeyError, TlsPsk, TLS_KEY_LENGTHS};
 
 /// SECP of Authentication Send / Receive for DH-HMAC-CHAP: E9h (NVMe Base 2.0,
 /// "Security Protocol" values for authentication).

@@ -1,11 +1,12 @@
 //! Cross-checks with nvme-cli's own key tools (`nvme gen-dhchap-key`,
-//! `nvme check-dhchap-key`, installed by scripts/setup.sh): the representation we
+//! `nvme check-dhchap-key`, `nvme gen-tls-key`, `nvme check-tls-key`, installed by
+//! scripts/setup.sh): the representation we
 //! parse and print, and the transformed key, must be nvme-cli's byte for byte. Skipped
 //! with a printed reason when nvme-cli is not installed.
 
 use std::process::Command;
 
-use nvme_auth::{HashFunction, Secret};
+use nvme_auth::{HashFunction, OsRandom, Secret, TlsKey};
 
 const HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
 
@@ -88,4 +89,28 @@ fn nvme_cli_refuses_what_we_refuse() {
     let (ok, _) = nvme(&["check-dhchap-key", "-k", &broken]).unwrap();
     assert!(!ok, "nvme-cli accepted a corrupted key");
     assert!(Secret::parse(&broken).is_err());
+}
+
+#[test]
+fn our_tls_keys_are_nvme_cli_tls_keys() {
+    for hash in [HashFunction::Sha256, HashFunction::Sha384] {
+        // nvme-cli's keys parse here, with the hash and length it reports.
+        let Some((ok, printed)) = nvme(&["gen-tls-key", "-m", &hash.id().to_string()]) else { return };
+        assert!(ok, "gen-tls-key failed: {printed}");
+        let theirs = TlsKey::parse(&printed).unwrap();
+        assert_eq!((theirs.transform_id(), theirs.key_length()), (hash.id(), hash.length()));
+        assert_eq!(theirs.to_interchange().as_str(), printed, "printed back byte for byte");
+        // Ours pass nvme-cli's check, which reports the same hash and length.
+        let ours = TlsKey::generate(hash, &mut OsRandom).unwrap();
+        let (ok, verdict) = nvme(&["check-tls-key", "-k", &ours.to_interchange()]).unwrap();
+        let expected = format!("Key is valid (HMAC {}, length {}", hash.id(), hash.length());
+        assert!(ok && verdict.starts_with(&expected), "{verdict}");
+        // One character changed: both sides refuse it.
+        let mut broken: Vec<char> = ours.to_interchange().chars().collect();
+        broken[20] = if broken[20] == 'A' { 'B' } else { 'A' };
+        let broken: String = broken.into_iter().collect();
+        let (ok, _) = nvme(&["check-tls-key", "-k", &broken]).unwrap();
+        assert!(!ok, "nvme-cli accepted a corrupted TLS key");
+        assert!(TlsKey::parse(&broken).is_err());
+    }
 }
