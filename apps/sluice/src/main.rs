@@ -9,6 +9,7 @@ mod metrics;
 mod notify;
 mod reservation_files;
 mod serve;
+mod tls_keys;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -95,6 +96,14 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Render one or more `sluice bench` JSON results into one HTML report.
     Report(bench::ReportArgs),
+    /// Make an NVMe/TCP TLS pre-shared key in the interchange format (like `nvme
+    /// gen-tls-key`); with --hostnqn and --subsysnqn also print its PSK identity.
+    #[command(name = "gen-tls-key")]
+    GenTlsKey(tls_keys::GenTlsKeyArgs),
+    /// Check a TLS pre-shared key (like `nvme check-tls-key`) and print the PSK
+    /// identity a host offers with it; never prints the key.
+    #[command(name = "check-tls-key")]
+    CheckTlsKey(tls_keys::CheckTlsKeyArgs),
     #[command(flatten)]
     Host(Box<host::HostCommand>),
     #[command(flatten)]
@@ -114,7 +123,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Host subcommands report every failure as their own one-line message.
     let default_level =
-        if matches!(cli.command, Command::Host(_) | Command::Bench(_) | Command::Report(_) | Command::Stat(_) | Command::Manage(_)) {
+        if matches!(cli.command, Command::Host(_) | Command::GenTlsKey(_) | Command::CheckTlsKey(_) | Command::Bench(_) | Command::Report(_) | Command::Stat(_) | Command::Manage(_)) {
             "off"
         } else {
             "info"
@@ -191,6 +200,8 @@ fn main() -> ExitCode {
         },
         Command::Bench(args) => bench::bench(*args),
         Command::Report(args) => bench::report(args),
+        Command::GenTlsKey(args) => tls_keys::gen_tls_key(&args),
+        Command::CheckTlsKey(args) => tls_keys::check_tls_key(&args),
         Command::Host(command) => host::run(*command),
         Command::Manage(command) => manage::cli::run(command),
     }

@@ -12,7 +12,7 @@
 //!   I/O subcommands through the library's multipath, and `list-subsys`.
 
 pub(crate) mod ana;
-mod args;
+pub(crate) mod args;
 mod commands;
 mod namespaces;
 mod output;
