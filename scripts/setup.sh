@@ -72,6 +72,9 @@ missing=()     # (--check) what is missing
 #   ceph-mon, ceph-osd, ceph-common, librbd-dev, librados-dev: the one-node Ceph
 #   cluster (../shared/ceph-single-node.sh) behind the RBD backend's tests and the
 #   librbd/librados the `rbd` backend loads at run time (fio's rbd engine comes with fio).
+#   libssl-dev, pkg-config: OpenSSL 3 for NVMe/TCP's TLS (the openssl crates link the
+#   system's libssl3); gnutls-bin (gnutls-cli): the TLS peer of the TLS tests, from the
+#   library Linux's tlshd handshakes with.
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
@@ -79,7 +82,8 @@ APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshar
   g++:g++ make:make cc:gcc python3:python3 dpkg-source:dpkg-dev chromium:chromium
   tgtd:tgt tgtadm:tgt iscsi-inq:libiscsi-bin /usr/include/iscsi/iscsi.h:libiscsi-dev
   ceph-mon:ceph-mon ceph-osd:ceph-osd ceph:ceph-common rbd:ceph-common
-  /usr/include/rbd/librbd.h:librbd-dev /usr/include/rados/librados.h:librados-dev"
+  /usr/include/rbd/librbd.h:librbd-dev /usr/include/rados/librados.h:librados-dev
+  /usr/include/openssl/ssl.h:libssl-dev pkg-config:pkg-config gnutls-cli:gnutls-bin"
 
 apt_missing=()
 for entry in $APT_TOOLS; do

@@ -32,6 +32,7 @@ mod slab;
 mod spin_window;
 mod storage_wake;
 mod sys;
+pub mod tls;
 mod user_data;
 
 use std::net::SocketAddr;
