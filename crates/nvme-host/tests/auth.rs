@@ -38,6 +38,7 @@ fn secured_target(secret: Option<Secret>, controller: Option<Secret>) -> Arc<Tar
             port: 4420,
             family: AddressFamily::Ipv4,
             discovery_only: false,
+            secure_channel: Default::default(),
         }],
         subsystems: vec![SubsystemSpec {
             hosts: HostAccess {

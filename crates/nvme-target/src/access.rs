@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use nvme_auth::message::MAX_MESSAGE_BYTES;
 use nvme_auth::{
-    ControllerAuthentication, ControllerCredentials, ControllerPolicy, OsRandom, Progress, Secret,
+    ControllerAuthentication, ControllerCredentials, ControllerPolicy, OsRandom, Progress, Secret, TlsKey,
     SECURITY_PROTOCOL_DHCHAP, SECURITY_PROTOCOL_SPECIFIC_DHCHAP,
 };
 use nvme_spec::fabrics::{AuthenticationCommand, AUTHENTICATION_REQUIRED};
@@ -53,6 +53,8 @@ pub struct HostEntry {
     /// The hash functions and DH groups this host may negotiate, most preferred
     /// first (as nvmet's per-host `dhchap_hash` and `dhchap_dhgroup`, but lists).
     pub dhchap_policy: ControllerPolicy,
+    /// The host's configured TLS PSK (`NVMeTLSkey-1:...`), for listeners with TLS.
+    pub tls_key: Option<TlsKey>,
 }
 
 impl std::fmt::Debug for HostEntry {
@@ -63,6 +65,7 @@ impl std::fmt::Debug for HostEntry {
             .field("dhchap_secret", &self.dhchap_secret.is_some())
             .field("dhchap_controller_secret", &self.dhchap_controller_secret.is_some())
             .field("dhchap_policy", &self.dhchap_policy)
+            .field("tls_key", &self.tls_key.is_some())
             .finish()
     }
 }
@@ -75,6 +78,7 @@ impl HostEntry {
             dhchap_secret: None,
             dhchap_controller_secret: None,
             dhchap_policy: ControllerPolicy::default(),
+            tls_key: None,
         }
     }
 }

@@ -177,6 +177,8 @@ pub struct Connection {
     pub(crate) held_persists: Vec<(u16, crate::reservation_store::PersistTicket)>,
     /// Fused Compare and Write pairing and commands parked behind held ranges.
     pub(crate) fused: crate::fused::FusedQueue,
+    /// The TLS identity this connection's queue must connect as (`secure_channel`).
+    pub(crate) secure_channel: Option<crate::secure_channel::SecureChannelBinding>,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
     terminated: bool,
     cleaned_up: bool,
@@ -248,6 +250,7 @@ impl Connection {
             host_connection: None,
             held_persists: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
+            secure_channel: None,
             terminated: false,
             cleaned_up: false,
         }

@@ -41,6 +41,8 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
                 &subsystem.nqn,
             );
             entry.admin_max_submission_queue_size = MAX_ADMIN_QUEUE_DEPTH;
+            entry.transport_requirements = listener.secure_channel.transport_requirements();
+            entry.transport_specific_address_subtype[0] = listener.secure_channel.security_type();
             entries.push(entry);
         }
     }

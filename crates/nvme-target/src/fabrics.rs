@@ -167,6 +167,17 @@ impl Connection {
                 _ => return Err(in_data(connect_offset::DATA_SUBSYSTEM_NQN)),
             }
         };
+        // On a TLS connection the queue connects as the host and to the subsystem its
+        // PSK identity names, nothing else: the key was chosen for that pair.
+        if !self.connect_fits_secure_channel(host_nqn, subsystem_nqn) {
+            tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem_nqn, queue = command.queue_id.0,
+                identity = ?self.secure_channel, "Connect refused: host or subsystem NQN differs from the TLS PSK identity");
+            return Err(Refusal::new(
+                Status::CONNECT_INVALID_HOST.with_do_not_retry(),
+                connect_invalid_parameter_in_data(connect_offset::DATA_HOST_NQN),
+            )
+            .logged());
+        }
         // The allow-list, before anything is created for the host. Discovery is open
         // to every host; the log it reads is filtered instead.
         let host_rules = subsystem.as_ref().map(|subsystem| subsystem.hosts.current());

@@ -39,6 +39,8 @@ pub struct ListenerSpec {
     /// Serves only the discovery subsystem (like port 8009); not listed as a path to
     /// NVM subsystems.
     pub discovery_only: bool,
+    /// Whether hosts use TLS here (TREQ and TSAS of its discovery log entries).
+    pub secure_channel: crate::secure_channel::SecureChannel,
 }
 
 /// Tunables of the whole target. Most of them bound what one host can make the target
@@ -702,7 +704,7 @@ mod tests {
     }
 
     fn listener(address: &str, port: u16, discovery_only: bool) -> ListenerSpec {
-        ListenerSpec { address: address.into(), port, family: AddressFamily::Ipv4, discovery_only }
+        ListenerSpec { address: address.into(), port, family: AddressFamily::Ipv4, discovery_only, secure_channel: Default::default() }
     }
 
     /// (PORTID, TRADDR, TRSVCID) of every discovery log record.

@@ -164,7 +164,7 @@ fn controller_ids_stay_in_the_configured_range_and_peers_appear_in_discovery() {
 
     target.set_peer_paths(vec![PeerPath {
         subsystem_nqn: NQN.into(),
-        listener: ListenerSpec { address: "192.0.2.7".into(), port: 4421, family: AddressFamily::Ipv4, discovery_only: false },
+        listener: ListenerSpec { address: "192.0.2.7".into(), port: 4421, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
         port_id: 0x1001,
     }]);
     let mut discovery = FakeHost::new(target, 1);

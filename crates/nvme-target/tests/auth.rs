@@ -75,8 +75,8 @@ fn access_target() -> Arc<Target> {
     };
     Target::new(TargetSpec {
         listeners: vec![
-            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false },
-            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true },
+            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
+            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true, secure_channel: Default::default() },
         ],
         subsystems: vec![
             subsystem(OPEN_NQN, HostAccess::allow_any()),

@@ -30,7 +30,7 @@ fn subsystem(nqn: &str, hosts: HostAccess) -> SubsystemSpec {
 }
 
 fn listener(port: u16, discovery_only: bool) -> ListenerSpec {
-    ListenerSpec { address: "127.0.0.1".into(), port, family: AddressFamily::Ipv4, discovery_only }
+    ListenerSpec { address: "127.0.0.1".into(), port, family: AddressFamily::Ipv4, discovery_only, secure_channel: Default::default() }
 }
 
 fn set_async_event_configuration(host: &mut FakeHost, value: u32) {

@@ -48,6 +48,7 @@ impl PoolSetup {
                 port: 4420,
                 family: AddressFamily::Ipv4,
                 discovery_only: false,
+                secure_channel: Default::default(),
             }],
             subsystems: vec![
                 SubsystemSpec {

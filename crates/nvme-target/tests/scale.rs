@@ -16,7 +16,7 @@ use support::*;
 fn a_subsystem_serves_1024_namespaces_each_with_its_own_data() {
     let count = 1024u32;
     let target = Target::new(TargetSpec {
-        listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false }],
+        listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() }],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             pool: None,

@@ -47,6 +47,7 @@ pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions, RbdStatus};
 pub use send::SendParts;
+pub use tls::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};
 
 /// Something whose bytes can be sent with one vectored send.
 ///
@@ -108,6 +109,9 @@ pub trait ConnectionHandler {
     /// Called exactly once; the handler is dropped after it. By then the socket
     /// is closed and the runtime holds no batch of this connection.
     fn on_closed(&mut self, reason: CloseReason);
+    /// The connection's TLS handshake finished with this PSK identity (the
+    /// [`tls::TlsConnection`] wrapper calls it before the first plaintext byte).
+    fn on_secure_channel(&mut self, _psk_identity: &[u8]) {}
 }
 
 /// Why a connection ended.

@@ -55,6 +55,22 @@ impl<'a> SendParts<'a> {
     }
 }
 
+/// Hands every part of `batch`, in order, to `sink` as a byte slice (the TLS layer
+/// encrypts them). `scratch` is an iovec array kept by the caller, so this allocates
+/// nothing once it has grown.
+pub(crate) fn for_each_slice<B: SendSource>(batch: &B, scratch: &mut Vec<libc::iovec>, mut sink: impl FnMut(&[u8])) {
+    let mut parts = SendParts::new(std::mem::take(scratch));
+    batch.parts(&mut parts);
+    for iovec in &parts.iovecs {
+        // SAFETY: every iovec was appended by `SendParts::bytes` or `::lent` from
+        // memory `batch` holds for the lifetime of this borrow of it, which outlives
+        // the slice (it is only used inside `sink`).
+        let slice = unsafe { std::slice::from_raw_parts(iovec.iov_base as *const u8, iovec.iov_len) };
+        sink(slice);
+    }
+    *scratch = parts.iovecs;
+}
+
 /// Lives in a `Box` owned by the connection so `header`, `iovecs` and the
 /// batch keep their addresses while the kernel uses them. Reused for the
 /// connection's whole life: the iovec Vec keeps its capacity, so steady-state

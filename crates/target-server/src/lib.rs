@@ -6,25 +6,66 @@
 
 mod live_listeners;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use nvme_target::{BatchPart, Connection, Target, TransmitBatch};
+use nvme_auth::{HashFunction, PskIdentity};
+use nvme_target::{BatchPart, Connection, SecureChannel, Target, TransmitBatch};
 pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
 pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
-use runtime::{CloseReason, ConnectionHandler, SendParts, SendSource, Service};
+use runtime::tls::{CipherSuite, PskChoice, PskLookup};
+use runtime::{CloseReason, ConnectionHandler, SendParts, SendSource, Service, TlsConnection, TlsListener, TlsPolicy};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
 /// same order as the target's listener specs: the runtime's listener ids 0, 1, ...
 /// are the target's listener ids, by which connections name their listener).
 pub fn start(target: Arc<Target>, config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-    Runtime::start(config, Arc::new(TargetService { target }))
+    Runtime::start(config, Arc::new(TargetService { target, tls_listeners: Mutex::new(HashMap::new()) }))
 }
 
 /// Accepts connections for the target.
 struct TargetService {
     target: Arc<Target>,
+    /// The TLS side of each listener with TLS, made at its first connection (an
+    /// OpenSSL context each). Locked once per accepted connection, never per I/O.
+    tls_listeners: Mutex<HashMap<usize, TlsListener>>,
+}
+
+impl TargetService {
+    /// The TLS side of listener `index`, or `None` for a plain listener (or when
+    /// OpenSSL cannot be set up, which is logged and refuses the connection).
+    fn tls_listener(&self, index: usize) -> Result<Option<TlsListener>, ()> {
+        let policy = match self.target.listener(index).map(|listener| listener.secure_channel) {
+            None | Some(SecureChannel::None) => return Ok(None),
+            Some(SecureChannel::Optional) => TlsPolicy::Optional,
+            Some(SecureChannel::Required) => TlsPolicy::Required,
+        };
+        let mut listeners = self.tls_listeners.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(listener) = listeners.get(&index) {
+            return Ok(Some(listener.clone()));
+        }
+        let target = Arc::clone(&self.target);
+        let lookup: PskLookup = Arc::new(move |identity: &[u8]| {
+            let (key, identity) = target.tls_psk(identity)?;
+            let suite = match identity.hash() {
+                HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
+                _ => CipherSuite::Aes128GcmSha256,
+            };
+            Some(PskChoice { key, suite })
+        });
+        match TlsListener::new(policy, lookup) {
+            Ok(listener) => {
+                listeners.insert(index, listener.clone());
+                Ok(Some(listener))
+            }
+            Err(error) => {
+                tracing::error!(%error, listener = index, "TLS cannot be set up; refusing connections on this listener");
+                Err(())
+            }
+        }
+    }
 }
 
 /// One connection: the sans-io core driven by the runtime.
@@ -49,7 +90,7 @@ impl SendSource for Outgoing {
 }
 
 impl Service for TargetService {
-    type Handler = TargetConnection;
+    type Handler = TlsConnection<TargetConnection>;
 
     fn accept(
         &self,
@@ -59,11 +100,16 @@ impl Service for TargetService {
         peer: SocketAddr,
         storage_waker: &std::task::Waker,
         now: Instant,
-    ) -> Option<TargetConnection> {
+    ) -> Option<TlsConnection<TargetConnection>> {
         tracing::debug!(%peer, thread, %listener, "connection accepted");
+        let tls = self.tls_listener(listener.index()).ok()?;
         let mut connection = Connection::new(self.target.clone(), listener.index(), peer.to_string(), now);
         connection.set_storage_waker(storage_waker.clone());
-        Some(TargetConnection { connection })
+        let connection = TargetConnection { connection };
+        Some(match tls {
+            None => TlsConnection::plain(connection, now),
+            Some(tls) => TlsConnection::new(connection, &tls, peer.to_string(), now),
+        })
     }
 }
 
@@ -100,6 +146,18 @@ impl ConnectionHandler for TargetConnection {
 
     fn wants_close(&self) -> bool {
         self.connection.wants_close()
+    }
+
+    fn on_secure_channel(&mut self, psk_identity: &[u8]) {
+        // The lookup parsed this identity before the handshake used its key; should it
+        // not parse now, no Connect may pass on this connection.
+        match PskIdentity::parse(psk_identity) {
+            Ok(identity) => self.connection.bind_secure_channel(identity.host_nqn(), identity.subsystem_nqn()),
+            Err(error) => {
+                tracing::warn!(%error, "TLS established with an identity that does not parse; refusing every Connect");
+                self.connection.bind_secure_channel("", "");
+            }
+        }
     }
 
     fn on_closed(&mut self, reason: CloseReason) {

@@ -113,5 +113,6 @@ fn listener_spec(address: SocketAddr, discovery_only: bool) -> ListenerSpec {
         port: address.port(),
         family: if address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
         discovery_only,
+        secure_channel: Default::default(),
     }
 }

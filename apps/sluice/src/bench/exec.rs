@@ -196,6 +196,7 @@ pub fn start_embedded(
             port: 0,
             family: AddressFamily::Ipv4,
             discovery_only: false,
+            secure_channel: Default::default(),
         }],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),

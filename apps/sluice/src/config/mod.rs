@@ -32,9 +32,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use nvme_host::Secret;
+use nvme_auth::TlsKey;
 use nvme_target::{
-    AddressFamily, ControllerPolicy, DhGroup, HashFunction, HostAccess, HostEntry, ListenerSpec, TargetSettings,
-    TargetSpec,
+    AddressFamily, ControllerPolicy, DhGroup, HashFunction, HostAccess, HostEntry, ListenerSpec, SecureChannel,
+    TargetSettings, TargetSpec,
 };
 
 pub use build::BuildOutput;
@@ -78,6 +79,31 @@ pub struct ListenerConfig {
     /// Serve only the discovery subsystem on this listener (like port 8009).
     #[serde(default)]
     pub discovery_only: bool,
+    /// NVMe/TCP over TLS 1.3 with pre-shared keys: "none" (default), "optional"
+    /// (each host chooses) or "required" (plain connections are closed). Hosts need a
+    /// `tls_key` in their `[[subsystem.host]]` entry.
+    #[serde(default)]
+    pub tls: TlsSetting,
+}
+
+/// `[[listener]] tls`.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsSetting {
+    #[default]
+    None,
+    Optional,
+    Required,
+}
+
+impl TlsSetting {
+    pub fn secure_channel(self) -> SecureChannel {
+        match self {
+            TlsSetting::None => SecureChannel::None,
+            TlsSetting::Optional => SecureChannel::Optional,
+            TlsSetting::Required => SecureChannel::Required,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -122,6 +148,16 @@ pub struct HostConfig {
     /// "ffdhe8192", "null"); default every ffdhe group, then null.
     #[serde(default)]
     pub dhchap_groups: Option<Vec<String>>,
+    /// The host's TLS pre-shared key in the interchange format (`NVMeTLSkey-1:...`,
+    /// as `nvme gen-tls-key` or `sluice gen-tls-key` prints it), for listeners with
+    /// `tls`. Parsed on load; never echoed.
+    #[serde(default, deserialize_with = "tls_key")]
+    pub tls_key: Option<TlsKey>,
+}
+
+fn tls_key<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<TlsKey>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    TlsKey::parse(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 fn secret<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Secret>, D::Error> {
@@ -189,6 +225,7 @@ impl SubsystemConfig {
                         dhchap_secret: host.dhchap_secret.clone(),
                         dhchap_controller_secret: host.dhchap_ctrl_secret.clone(),
                         dhchap_policy: host.dhchap_policy(location)?,
+                        tls_key: host.tls_key.clone(),
                     })
                 })
                 .collect::<Result<_, ConfigError>>()?,
@@ -415,8 +452,8 @@ impl Config {
     pub fn embedded_default() -> Config {
         Config {
             listeners: vec![
-                ListenerConfig { address: "127.0.0.1:4420".into(), discovery_only: false },
-                ListenerConfig { address: "127.0.0.1:8009".into(), discovery_only: true },
+                ListenerConfig { address: "127.0.0.1:4420".into(), discovery_only: false, tls: TlsSetting::None },
+                ListenerConfig { address: "127.0.0.1:8009".into(), discovery_only: true, tls: TlsSetting::None },
             ],
             backends: Vec::new(),
             pools: Vec::new(),
@@ -596,6 +633,7 @@ impl Config {
                 port: address.port(),
                 family: if address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
                 discovery_only: listener.discovery_only,
+                secure_channel: listener.tls.secure_channel(),
             })
             .collect();
         let defaults = TargetSettings::default();

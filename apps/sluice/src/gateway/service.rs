@@ -257,6 +257,7 @@ fn peer_paths(plan: &GatewayPlan, target: &Target) -> Vec<PeerPath> {
                     port: address.port(),
                     family: if address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
                     discovery_only: false,
+                    secure_channel: Default::default(),
                 },
                 // Distinct from this gateway's own PORTIDs (listener id + 1).
                 port_id: 0x1000 + index as u16,

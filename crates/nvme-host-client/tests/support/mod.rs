@@ -61,6 +61,7 @@ impl TestTarget {
                 port,
                 family: AddressFamily::Ipv4,
                 discovery_only: false,
+                secure_channel: Default::default(),
             }],
             subsystems: vec![SubsystemSpec {
                 hosts: nvme_target::HostAccess::allow_any(),

@@ -27,6 +27,7 @@ impl InProcessTarget {
                 port: 4420,
                 family: AddressFamily::Ipv4,
                 discovery_only: false,
+                secure_channel: Default::default(),
             }],
             subsystems: vec![SubsystemSpec {
                 hosts: nvme_target::HostAccess::allow_any(),

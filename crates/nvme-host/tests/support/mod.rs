@@ -33,6 +33,7 @@ pub fn test_target() -> Arc<Target> {
             port: 4420,
             family: AddressFamily::Ipv4,
             discovery_only: false,
+            secure_channel: Default::default(),
         }],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),

@@ -38,8 +38,8 @@ pub fn test_target_with(settings: TargetSettings) -> Arc<Target> {
     };
     Target::new(TargetSpec {
         listeners: vec![
-            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false },
-            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true },
+            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
+            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true, secure_channel: Default::default() },
         ],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),

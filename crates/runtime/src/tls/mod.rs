@@ -9,7 +9,10 @@
 //! authentication only (no certificates), no session tickets. Which PSK belongs to
 //! which identity is the caller's business: a server session asks a [`PskLookup`].
 
+mod connection;
 mod psk;
+
+pub use connection::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};

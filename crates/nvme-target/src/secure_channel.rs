@@ -1,0 +1,125 @@
+//! NVMe/TCP over TLS (NVMe TCP Transport, "Transport Layer Security"; TP 8011) as the
+//! target core sees it: which listeners offer or require TLS, which key a PSK identity
+//! names, and that a queue on a TLS connection only connects as the host and to the
+//! subsystem its identity names. The handshake and the records run below the core
+//! (the runtime's TLS session); the core learns the identity once it is established.
+
+use nvme_auth::{PskIdentity, PskKind, TlsKey, TlsPsk};
+use nvme_spec::discovery::{tcp_security_type, transport_requirements};
+
+use crate::connection::Connection;
+use crate::target::Target;
+
+/// The well-known discovery subsystem NQN (NVMe Base 2.0, "Discovery NQN").
+const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// Whether a listener speaks TLS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SecureChannel {
+    /// Plain NVMe/TCP only.
+    #[default]
+    None,
+    /// TLS or plain, as each host chooses (the first byte tells them apart).
+    Optional,
+    /// TLS only: a connection that does not start with a TLS handshake is closed.
+    Required,
+}
+
+impl SecureChannel {
+    /// TREQ bits 1:0 of this listener's discovery log entries.
+    pub fn transport_requirements(self) -> u8 {
+        match self {
+            SecureChannel::None => transport_requirements::SECURE_CHANNEL_NOT_SPECIFIED,
+            SecureChannel::Optional => transport_requirements::SECURE_CHANNEL_NOT_REQUIRED,
+            SecureChannel::Required => transport_requirements::SECURE_CHANNEL_REQUIRED,
+        }
+    }
+
+    /// SECTYPE (TSAS byte 0 for TCP) of this listener's discovery log entries.
+    pub fn security_type(self) -> u8 {
+        match self {
+            SecureChannel::None => tcp_security_type::NONE,
+            SecureChannel::Optional | SecureChannel::Required => tcp_security_type::TLS_1_3,
+        }
+    }
+
+    /// The configuration spelling ("none", "optional", "required").
+    pub fn name(self) -> &'static str {
+        match self {
+            SecureChannel::None => "none",
+            SecureChannel::Optional => "optional",
+            SecureChannel::Required => "required",
+        }
+    }
+}
+
+/// Who a TLS connection's PSK identity says the peer is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecureChannelBinding {
+    /// NQNh of the identity.
+    pub host_nqn: String,
+    /// NQNc of the identity.
+    pub subsystem_nqn: String,
+}
+
+impl Target {
+    /// The TLS PSK for the identity a host offered, or `None` (unknown host or
+    /// subsystem, no TLS key configured, a digest that does not match, a generated
+    /// PSK). Runs inside the TLS handshake: reads the access rules, derives two HKDFs.
+    ///
+    /// For a subsystem, the key is the host entry's `tls_key`. For the discovery
+    /// subsystem, which has no host list, every subsystem's entry for the host is
+    /// tried (a format 1 identity's digest tells the keys apart).
+    pub fn tls_psk(&self, identity_bytes: &[u8]) -> Option<(TlsPsk, PskIdentity)> {
+        let identity = match PskIdentity::parse(identity_bytes) {
+            Ok(identity) => identity,
+            Err(error) => {
+                tracing::debug!(%error, "TLS: unusable PSK identity");
+                return None;
+            }
+        };
+        if identity.kind() != PskKind::Retained {
+            tracing::debug!("TLS: generated PSKs (secure channel concatenation) are not supported");
+            return None;
+        }
+        let keys = self.tls_keys_for(identity.host_nqn(), identity.subsystem_nqn());
+        let psk = keys.iter().find_map(|key| key.tls_psk(&identity).ok())?;
+        Some((psk, identity))
+    }
+
+    /// The TLS keys configured for `host_nqn` that may serve `subsystem_nqn`.
+    fn tls_keys_for(&self, host_nqn: &str, subsystem_nqn: &str) -> Vec<TlsKey> {
+        let subsystems = self.subsystems();
+        let candidates = subsystems.iter().filter(|subsystem| subsystem_nqn == DISCOVERY_NQN || subsystem.nqn == subsystem_nqn);
+        candidates
+            .filter_map(|subsystem| {
+                let rules = subsystem.hosts.current();
+                rules.hosts.iter().find(|host| host.nqn == host_nqn).and_then(|host| host.tls_key.clone())
+            })
+            .collect()
+    }
+}
+
+impl Connection {
+    /// The TLS handshake finished with a PSK identity naming `host_nqn` and
+    /// `subsystem_nqn`: from now on Connect must name exactly these. (Empty names
+    /// refuse every Connect: for an identity that could not be read.)
+    pub fn bind_secure_channel(&mut self, host_nqn: &str, subsystem_nqn: &str) {
+        self.secure_channel =
+            Some(SecureChannelBinding { host_nqn: host_nqn.to_owned(), subsystem_nqn: subsystem_nqn.to_owned() });
+    }
+
+    /// The binding of a TLS connection.
+    pub fn secure_channel(&self) -> Option<&SecureChannelBinding> {
+        self.secure_channel.as_ref()
+    }
+
+    /// Whether a Connect from `host_nqn` to `subsystem_nqn` fits this connection's
+    /// TLS identity (always, on a plain connection).
+    pub(crate) fn connect_fits_secure_channel(&self, host_nqn: &str, subsystem_nqn: &str) -> bool {
+        match &self.secure_channel {
+            None => true,
+            Some(binding) => binding.host_nqn == host_nqn && binding.subsystem_nqn == subsystem_nqn,
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! NVMe/TCP over TLS on the real runtime: a listener with `tls = required` and a host
+//! with a configured PSK. The host side is the sans-io host queue (ICReq, Connect)
+//! over the runtime's TLS client session and a loopback socket.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_auth::{HashFunction, IdentityVersion, SeededRandom, TlsKey};
+use nvme_host::{HostQueue, QueueConfig, QueueState};
+use nvme_spec::{ControllerId, NamespaceId, QueueId};
+use nvme_target::{
+    AddressFamily, HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SecureChannel, SubsystemSpec, Target,
+    TargetSettings, TargetSpec,
+};
+use nvme_tcp_wire::DigestSettings;
+use runtime::tls::{CipherSuite, PskChoice, Progress, TlsClient, TlsSession};
+use storage::{Backend, Geometry, RamBackend};
+use target_server::{PollMode, Runtime, RuntimeConfig};
+
+const SUBSYSTEM: &str = "nqn.2026-11.io.sluice:tls-test";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
+/// Bounds every exchange: the handshake and Connect take milliseconds.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+struct TlsTarget {
+    runtime: Option<Runtime>,
+    address: SocketAddr,
+    key: TlsKey,
+}
+
+impl Drop for TlsTarget {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_handle().shutdown();
+            let _ = runtime.join();
+        }
+    }
+}
+
+fn start(hash: HashFunction) -> TlsTarget {
+    let key = TlsKey::generate(hash, &mut SeededRandom::new(42)).expect("key");
+    let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let backend: Arc<dyn Backend> = RamBackend::new(Geometry { block_size_bytes: 512, block_count: 2048 });
+    let mut host = HostEntry::new(HOST);
+    host.tls_key = Some(key.clone());
+    let target = Target::new(TargetSpec {
+        listeners: vec![ListenerSpec {
+            address: "127.0.0.1".into(),
+            port,
+            family: AddressFamily::Ipv4,
+            discovery_only: false,
+            secure_channel: SecureChannel::Required,
+        }],
+        subsystems: vec![SubsystemSpec {
+            hosts: HostAccess { allow_any_host: true, hosts: vec![host] },
+            pool: None,
+            nqn: SUBSYSTEM.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend, nguid: None, uuid: None, ana_group: None }],
+        }],
+        settings: TargetSettings::default(),
+    })
+    .expect("target");
+    let config = RuntimeConfig {
+        threads: 1,
+        pin_threads: false,
+        poll_mode: PollMode::Sleep,
+        listeners: vec![format!("127.0.0.1:{port}").parse().expect("address")],
+        recv_buffer_bytes: 64 * 1024,
+        ring_entries: 64,
+        tcp_nodelay: true,
+    };
+    let runtime = target_server::start(target, config).expect("runtime");
+    let address = runtime.local_addrs()[0];
+    TlsTarget { runtime: Some(runtime), address, key }
+}
+
+fn suite(hash: HashFunction) -> CipherSuite {
+    if hash == HashFunction::Sha384 {
+        CipherSuite::Aes256GcmSha384
+    } else {
+        CipherSuite::Aes128GcmSha256
+    }
+}
+
+/// A TLS session offering `key`'s identity for (`identity_host`, SUBSYSTEM).
+fn client_session(key: &TlsKey, identity_host: &str, version: IdentityVersion) -> TlsSession {
+    let identity = key.identity(identity_host, SUBSYSTEM, version).expect("identity");
+    let psk = key.tls_psk(&identity).expect("psk");
+    TlsClient::new()
+        .expect("client")
+        .session(identity.to_string().as_bytes(), PskChoice { key: psk, suite: suite(key.cipher_hash()) })
+        .expect("session")
+}
+
+fn connect_socket(address: SocketAddr) -> TcpStream {
+    let socket = TcpStream::connect(address).expect("connect");
+    socket.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+    socket
+}
+
+/// Reads what is there: `Ok(None)` when the peer closed.
+fn read_some(socket: &mut TcpStream, buffer: &mut [u8]) -> Result<Option<usize>, String> {
+    match socket.read(buffer) {
+        Ok(0) => Ok(None),
+        Ok(count) => Ok(Some(count)),
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(Some(0)),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Runs the handshake, then ICReq and an admin Connect as `connect_host` through it.
+/// Returns the queue's state at the end, or why the connection ended first.
+fn tls_connect(address: SocketAddr, mut session: TlsSession, connect_host: &str) -> Result<QueueState, String> {
+    let mut socket = connect_socket(address);
+    let now = Instant::now();
+    let mut queue = HostQueue::new(
+        QueueConfig {
+            queue_id: QueueId::ADMIN,
+            queue_size: 32,
+            controller_id: ControllerId::DYNAMIC,
+            subsystem_nqn: SUBSYSTEM.into(),
+            host_nqn: connect_host.into(),
+            host_identifier: [7; 16],
+            keep_alive_timeout_ms: 30_000,
+            digests: DigestSettings::default(),
+            command_timeout_ms: 10_000,
+            max_r2t_outstanding: 0,
+            dhchap: None,
+        },
+        now,
+    );
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut plain = vec![0u8; 16 * 1024];
+    let started = Instant::now();
+    while started.elapsed() < DEADLINE {
+        let progress = session.advance().map_err(|error| error.to_string())?;
+        if progress == Progress::Established {
+            let mut pdus = Vec::new();
+            queue.transmit(&mut pdus);
+            if !pdus.is_empty() {
+                session.write_plaintext(&pdus).map_err(|error| error.to_string())?;
+            }
+        }
+        let mut out = Vec::new();
+        session.take_ciphertext(&mut out);
+        if !out.is_empty() {
+            socket.write_all(&out).map_err(|error| error.to_string())?;
+        }
+        if let state @ (QueueState::Ready { .. } | QueueState::Failed) = queue.state() {
+            return Ok(state);
+        }
+        let Some(count) = read_some(&mut socket, &mut buffer)? else { return Err("target closed the connection".into()) };
+        if count > 0 {
+            session.receive_ciphertext(&buffer[..count]).map_err(|error| error.to_string())?;
+            session.advance().map_err(|error| error.to_string())?;
+            loop {
+                let count = session.read_plaintext(&mut plain).map_err(|error| error.to_string())?;
+                if count == 0 {
+                    break;
+                }
+                queue.handle_received(&plain[..count], Instant::now());
+            }
+        }
+    }
+    Err("deadline passed".into())
+}
+
+#[test]
+fn a_host_with_its_key_connects_over_tls_with_either_hash_and_identity_format() {
+    for hash in [HashFunction::Sha256, HashFunction::Sha384] {
+        let target = start(hash);
+        for version in [IdentityVersion::V0, IdentityVersion::V1] {
+            let state = tls_connect(target.address, client_session(&target.key, HOST, version), HOST);
+            assert!(matches!(state, Ok(QueueState::Ready { .. })), "{hash:?} {version:?}: {state:?}");
+        }
+    }
+}
+
+#[test]
+fn connect_must_name_the_host_of_the_tls_identity() {
+    let target = start(HashFunction::Sha256);
+    // The TLS identity says HOST; the Connect says OTHER_HOST (allowed by the
+    // subsystem's allow_any_host, but not on this channel).
+    let state = tls_connect(target.address, client_session(&target.key, HOST, IdentityVersion::V1), OTHER_HOST);
+    assert!(matches!(state, Ok(QueueState::Failed)), "{state:?}");
+}
+
+#[test]
+fn a_wrong_key_or_an_unknown_host_gets_no_channel() {
+    let target = start(HashFunction::Sha256);
+    let wrong = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(7)).expect("key");
+    let outcome = tls_connect(target.address, client_session(&wrong, HOST, IdentityVersion::V0), HOST);
+    assert!(outcome.is_err(), "a wrong key connected: {outcome:?}");
+    let outcome = tls_connect(target.address, client_session(&target.key, OTHER_HOST, IdentityVersion::V0), OTHER_HOST);
+    assert!(outcome.is_err(), "a host without a key connected: {outcome:?}");
+}
+
+#[test]
+fn a_plain_icreq_on_a_required_listener_is_closed() {
+    let target = start(HashFunction::Sha256);
+    let mut socket = connect_socket(target.address);
+    let mut queue = HostQueue::new(
+        QueueConfig {
+            queue_id: QueueId::ADMIN,
+            queue_size: 32,
+            controller_id: ControllerId::DYNAMIC,
+            subsystem_nqn: SUBSYSTEM.into(),
+            host_nqn: HOST.into(),
+            host_identifier: [7; 16],
+            keep_alive_timeout_ms: 30_000,
+            digests: DigestSettings::default(),
+            command_timeout_ms: 10_000,
+            max_r2t_outstanding: 0,
+            dhchap: None,
+        },
+        Instant::now(),
+    );
+    let mut icreq = Vec::new();
+    queue.transmit(&mut icreq);
+    socket.write_all(&icreq).expect("send");
+    let mut buffer = [0u8; 256];
+    let started = Instant::now();
+    loop {
+        match read_some(&mut socket, &mut buffer) {
+            Ok(None) => break,
+            Ok(Some(0)) => assert!(started.elapsed() < DEADLINE, "the connection stayed open"),
+            Ok(Some(count)) => panic!("the target answered a plain ICReq with {count} bytes"),
+            Err(error) => panic!("{error}"),
+        }
+    }
+}
