@@ -121,7 +121,7 @@ pub(crate) fn establish(
         ControllerId::DYNAMIC,
         keep_alive_timeout_ms,
     );
-    let mut connection = QueueConnection::connect(address, config, options.connect_timeout)?;
+    let mut connection = QueueConnection::connect(address, config, options.connect_timeout, options.tls.as_ref())?;
     let controller_id = connection.queue.controller_id().unwrap_or(ControllerId::DYNAMIC);
 
     let capabilities = ControllerCapabilities(

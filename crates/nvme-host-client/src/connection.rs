@@ -12,8 +12,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use nvme_host::{HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
+use runtime::tls::{CipherSuite, PskChoice, Progress, TlsClient, TlsSession};
 
-use crate::ClientError;
+use crate::{ClientError, TlsOptions};
 
 /// Receive buffer per connection: the most one `read` takes.
 const RECEIVE_BUFFER_BYTES: usize = 64 * 1024;
@@ -38,7 +39,6 @@ pub(crate) struct LinkFailure {
 }
 
 /// A connected queue.
-#[derive(Debug)]
 pub(crate) struct QueueConnection {
     stream: TcpStream,
     pub(crate) queue: HostQueue,
@@ -46,6 +46,22 @@ pub(crate) struct QueueConnection {
     receive_buffer: Box<[u8]>,
     send_buffer: Vec<u8>,
     read_timeout: Option<Duration>,
+    /// The TLS session, when the queue runs over TLS: what the socket carries is
+    /// ciphertext, `receive_buffer` and `send_buffer` hold plaintext PDUs.
+    tls: Option<Box<TlsSession>>,
+    /// Ciphertext read from the socket (TLS only).
+    cipher_buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for QueueConnection {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("QueueConnection")
+            .field("address", &self.address)
+            .field("queue", &self.queue)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl QueueConnection {
@@ -55,6 +71,7 @@ impl QueueConnection {
         address: SocketAddr,
         config: QueueConfig,
         connect_timeout: Duration,
+        tls: Option<&TlsOptions>,
     ) -> Result<Self, ClientError> {
         let started = Instant::now();
         let deadline = started + connect_timeout;
@@ -64,7 +81,14 @@ impl QueueConnection {
         setup(stream.set_nodelay(true))?;
         let write_timeout = Duration::from_millis(config.command_timeout_ms.max(1000));
         setup(stream.set_write_timeout(Some(write_timeout)))?;
-        let mut connection = QueueConnection::from_parts(stream, HostQueue::new(config, started), address);
+        let session = match tls {
+            None => None,
+            Some(tls) => Some(tls_session(tls, &config, address)?),
+        };
+        let mut connection = QueueConnection::from_parts(stream, HostQueue::new(config, started), address, session);
+        if connection.tls.is_some() {
+            connection.handshake(deadline)?;
+        }
         loop {
             connection.flush()?;
             match connection.queue.state() {
@@ -85,14 +109,19 @@ impl QueueConnection {
         }
     }
 
-    /// The socket, the queue and the peer, for a move onto a ring.
-    pub(crate) fn into_parts(self) -> (TcpStream, HostQueue, SocketAddr) {
-        (self.stream, self.queue, self.address)
+    /// The socket, the queue, the peer and the TLS session, for a move onto a ring.
+    pub(crate) fn into_parts(self) -> (TcpStream, HostQueue, SocketAddr, Option<Box<TlsSession>>) {
+        (self.stream, self.queue, self.address, self.tls)
     }
 
     /// A connection back from a ring: the socket is still blocking, but its read
     /// timeout is not known any more.
-    pub(crate) fn from_parts(stream: TcpStream, queue: HostQueue, address: SocketAddr) -> Self {
+    pub(crate) fn from_parts(
+        stream: TcpStream,
+        queue: HostQueue,
+        address: SocketAddr,
+        tls: Option<Box<TlsSession>>,
+    ) -> Self {
         QueueConnection {
             stream,
             queue,
@@ -100,6 +129,8 @@ impl QueueConnection {
             receive_buffer: vec![0u8; RECEIVE_BUFFER_BYTES].into_boxed_slice(),
             send_buffer: Vec::with_capacity(RECEIVE_BUFFER_BYTES),
             read_timeout: None,
+            cipher_buffer: if tls.is_some() { vec![0u8; RECEIVE_BUFFER_BYTES] } else { Vec::new() },
+            tls,
         }
     }
 
@@ -107,14 +138,93 @@ impl QueueConnection {
         ClientError::Io { address: self.address, source }
     }
 
-    /// Writes everything the queue wants to send.
+    fn tls_error(&self, error: impl std::fmt::Display) -> ClientError {
+        ClientError::Tls { address: self.address, message: error.to_string() }
+    }
+
+    /// Runs the TLS handshake to its end, or fails by `deadline`.
+    fn handshake(&mut self, deadline: Instant) -> Result<(), ClientError> {
+        loop {
+            let Some(session) = self.tls.as_mut() else { return Ok(()) };
+            let progress = session.advance();
+            let mut out = Vec::new();
+            session.take_ciphertext(&mut out);
+            if !out.is_empty() {
+                self.stream.write_all(&out).map_err(|source| self.io_error(source))?;
+            }
+            match progress {
+                Ok(Progress::Established) => return Ok(()),
+                Ok(Progress::Handshaking) => {}
+                Err(error) => return Err(self.tls_error(error)),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout);
+            }
+            self.set_read_timeout(deadline - now)?;
+            let received = match self.stream.read(&mut self.cipher_buffer) {
+                Ok(0) => {
+                    return Err(self.tls_error("the target closed the connection during the handshake (no TLS here, or the key was refused)"))
+                }
+                Ok(count) => count,
+                Err(error) if matches!(error.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => 0,
+                Err(error) => return Err(self.io_error(error)),
+            };
+            if received > 0 {
+                let Some(session) = self.tls.as_mut() else { return Ok(()) };
+                if let Err(error) = session.receive_ciphertext(&self.cipher_buffer[..received]) {
+                    return Err(self.tls_error(error));
+                }
+            }
+        }
+    }
+
+    fn set_read_timeout(&mut self, wait: Duration) -> Result<(), ClientError> {
+        let wait = Duration::from_millis(wait.as_millis() as u64).clamp(MIN_READ_WAIT, MAX_READ_WAIT);
+        if self.read_timeout != Some(wait) {
+            self.stream.set_read_timeout(Some(wait)).map_err(|source| self.io_error(source))?;
+            self.read_timeout = Some(wait);
+        }
+        Ok(())
+    }
+
+    /// Writes everything the queue wants to send (encrypted on a TLS connection).
     pub(crate) fn flush(&mut self) -> Result<(), ClientError> {
         self.send_buffer.clear();
         if self.queue.transmit(&mut self.send_buffer) == 0 {
             return Ok(());
         }
-        let result = self.stream.write_all(&self.send_buffer);
+        let result = match self.tls.as_mut() {
+            None => self.stream.write_all(&self.send_buffer),
+            Some(session) => {
+                if let Err(error) = session.write_plaintext(&self.send_buffer) {
+                    return Err(self.tls_error(error));
+                }
+                self.send_buffer.clear();
+                session.take_ciphertext(&mut self.send_buffer);
+                self.stream.write_all(&self.send_buffer)
+            }
+        };
         result.map_err(|source| self.io_error(source))
+    }
+
+    /// Hands bytes read from the socket to the queue (decrypting them first on a TLS
+    /// connection).
+    fn deliver(&mut self, count: usize, now: Instant) -> Result<(), ClientError> {
+        let Some(session) = self.tls.as_mut() else {
+            self.queue.handle_received(&self.receive_buffer[..count], now);
+            return Ok(());
+        };
+        if let Err(error) = session.receive_ciphertext(&self.cipher_buffer[..count]) {
+            return Err(self.tls_error(error));
+        }
+        loop {
+            match session.read_plaintext(&mut self.receive_buffer) {
+                Ok(0) => return Ok(()),
+                Ok(plain) => self.queue.handle_received(&self.receive_buffer[..plain], now),
+                Err(error) => return Err(ClientError::Tls { address: self.address, message: error.to_string() }),
+            }
+        }
     }
 
     /// Waits up to `wait` for bytes, feeds what arrives (all of it that is already
@@ -123,13 +233,10 @@ impl QueueConnection {
     pub(crate) fn receive(&mut self, wait: Duration) -> Result<bool, ClientError> {
         // Whole milliseconds: the timeout is only re-set (one setsockopt) when it
         // changes, and finer values buy nothing from a jiffy-based kernel timer.
-        let wait = Duration::from_millis(wait.as_millis() as u64).clamp(MIN_READ_WAIT, MAX_READ_WAIT);
-        if self.read_timeout != Some(wait) {
-            self.stream.set_read_timeout(Some(wait)).map_err(|source| self.io_error(source))?;
-            self.read_timeout = Some(wait);
-        }
+        self.set_read_timeout(wait)?;
         let received = loop {
-            match self.stream.read(&mut self.receive_buffer) {
+            let target = if self.tls.is_some() { &mut self.cipher_buffer[..] } else { &mut self.receive_buffer[..] };
+            match self.stream.read(target) {
                 Ok(0) => return Err(self.io_error(ErrorKind::UnexpectedEof.into())),
                 Ok(count) => break count,
                 Err(error) if error.kind() == ErrorKind::Interrupted => continue,
@@ -139,7 +246,7 @@ impl QueueConnection {
         };
         let now = Instant::now();
         if received > 0 {
-            self.queue.handle_received(&self.receive_buffer[..received], now);
+            self.deliver(received, now)?;
         }
         self.queue.handle_timeout(now);
         Ok(received > 0)
@@ -150,14 +257,19 @@ impl QueueConnection {
         self.stream.set_nonblocking(true).map_err(|source| self.io_error(source))?;
         let mut result = Ok(());
         loop {
-            match self.stream.read(&mut self.receive_buffer) {
+            let target = if self.tls.is_some() { &mut self.cipher_buffer[..] } else { &mut self.receive_buffer[..] };
+            let capacity = target.len();
+            match self.stream.read(target) {
                 Ok(0) => {
                     result = Err(self.io_error(ErrorKind::UnexpectedEof.into()));
                     break;
                 }
                 Ok(count) => {
-                    self.queue.handle_received(&self.receive_buffer[..count], Instant::now());
-                    if count < self.receive_buffer.len() {
+                    if let Err(error) = self.deliver(count, Instant::now()) {
+                        result = Err(error);
+                        break;
+                    }
+                    if count < capacity {
                         break;
                     }
                 }
@@ -232,4 +344,23 @@ impl QueueConnection {
             self.receive(wait)?;
         }
     }
+}
+
+/// A client TLS session offering `tls`'s key for the queue's host and subsystem.
+fn tls_session(tls: &TlsOptions, config: &QueueConfig, address: SocketAddr) -> Result<Box<TlsSession>, ClientError> {
+    let failed = |message: String| ClientError::Tls { address, message };
+    let identity = tls
+        .key
+        .identity(&config.host_nqn, &config.subsystem_nqn, tls.identity_version)
+        .map_err(|error| failed(error.to_string()))?;
+    let key = tls.key.tls_psk(&identity).map_err(|error| failed(error.to_string()))?;
+    let suite = match identity.hash() {
+        nvme_auth::HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
+        _ => CipherSuite::Aes128GcmSha256,
+    };
+    let client = TlsClient::new().map_err(|error| failed(error.to_string()))?;
+    let session = client
+        .session(identity.to_string().as_bytes(), PskChoice { key, suite })
+        .map_err(|error| failed(error.to_string()))?;
+    Ok(Box::new(session))
 }

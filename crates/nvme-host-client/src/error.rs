@@ -38,6 +38,14 @@ pub enum ClientError {
         /// The completion status.
         status: Status,
     },
+    /// The TLS handshake or a TLS record failed (wrong key, a target without TLS).
+    #[error("TLS with {address} failed: {message}")]
+    Tls {
+        /// The target's address.
+        address: std::net::SocketAddr,
+        /// OpenSSL's reason, or what the target did.
+        message: String,
+    },
     /// No answer in time (command timeout, connect timeout, CSTS.RDY wait).
     #[error("timed out")]
     Timeout,

@@ -115,7 +115,8 @@ impl IoQueueInner {
             state.controller_id,
             0,
         );
-        let mut connection = QueueConnection::connect(options.address, config, options.connect_timeout)?;
+        let mut connection =
+            QueueConnection::connect(options.address, config, options.connect_timeout, options.tls.as_ref())?;
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
         self.connection = Some(IoLink::Blocking(Box::new(connection)));
         self.epoch = state.epoch;

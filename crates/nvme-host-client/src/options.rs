@@ -48,6 +48,9 @@ pub struct ConnectOptions {
     /// DH-HMAC-CHAP controller secret (`--dhchap-ctrl-secret`): the controller must
     /// prove it knows it (bidirectional authentication). Needs `dhchap_secret`.
     pub dhchap_controller_secret: Option<nvme_host::Secret>,
+    /// NVMe/TCP over TLS 1.3 with this pre-shared key (nvme-cli's `--tls-key`): every
+    /// queue shakes hands before its ICReq. `None`: plain NVMe/TCP.
+    pub tls: Option<TlsOptions>,
     /// How a taken I/O queue ([`crate::IoQueue`]) moves its data. Default: the
     /// io_uring ring of the thread that drives it, polling adaptively.
     pub io_path: IoPath,
@@ -98,10 +101,22 @@ impl ConnectOptions {
             controller_loss_timeout: Duration::from_secs(60),
             dhchap_secret: None,
             dhchap_controller_secret: None,
+            tls: None,
             io_path: IoPath::default(),
             fail_fast_on_path_loss: false,
         }
     }
+}
+
+/// A host's TLS: its configured PSK and the PSK identity format it offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// The configured PSK (`NVMeTLSkey-1:...`); its retained PSK is derived with the
+    /// host NQN.
+    pub key: nvme_auth::TlsKey,
+    /// Identity format 0 (`NVMe0R0x host subsystem`, what Linux hosts offer by
+    /// default) or 1 (with the PSK digest).
+    pub identity_version: nvme_auth::IdentityVersion,
 }
 
 /// The NQN prefix for UUID-based host NQNs (NVMe Base 2.0, "NVMe Qualified Names").

@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use nvme_host::{HostError, HostQueue, QueueState};
-use runtime::{ClientRing, ClientRingConfig, CloseReason, ConnectionHandler, ConnectionToken, PollMode, SendSource};
+use runtime::{
+    ClientRing, ClientRingConfig, CloseReason, ConnectionHandler, ConnectionToken, PollMode, SendSource, TlsConnection,
+};
 
 use crate::connection::{LinkFailure, QueueConnection};
 use crate::ClientError;
@@ -86,11 +88,13 @@ impl ConnectionHandler for RingLink {
 
 /// A connected queue on its own ring. See the module documentation.
 pub(crate) struct RingConnection {
-    ring: ClientRing<RingLink>,
+    /// A TLS queue's link sits behind the runtime's TLS layer; a plain one passes
+    /// through it.
+    ring: ClientRing<TlsConnection<RingLink>>,
     token: ConnectionToken,
     address: SocketAddr,
     /// The handler, once the ring handed it back after the connection closed.
-    closed: Option<RingLink>,
+    closed: Option<TlsConnection<RingLink>>,
 }
 
 impl std::fmt::Debug for RingConnection {
@@ -111,9 +115,14 @@ impl RingConnection {
             Ok(ring) => ring,
             Err(error) => return Err(Box::new((connection, error))),
         };
-        let (stream, queue, address) = connection.into_parts();
+        let (stream, queue, address, tls) = connection.into_parts();
         let link = RingLink { queue, spare: Vec::new(), closed: None };
-        match ring.add(stream, link) {
+        let now = Instant::now();
+        let handler = match tls {
+            None => TlsConnection::plain(link, now),
+            Some(session) => TlsConnection::established(link, session, now),
+        };
+        match ring.add(stream, handler) {
             Ok(token) => Ok(RingConnection { ring, token, address, closed: None }),
             // Unreachable: the ring was created on this thread a moment ago.
             Err(error) => unreachable!("a new ring refused its own thread: {error}"),
@@ -130,11 +139,11 @@ impl RingConnection {
     pub(crate) fn queue(&mut self) -> &mut HostQueue {
         self.collect_closed();
         if let Some(link) = self.closed.as_mut() {
-            return &mut link.queue;
+            return &mut link.inner_mut().queue;
         }
         // The ring keeps a handler until it hands it back through take_closed or
         // detach, and only this type calls those (detach consumes it).
-        &mut self.ring.handler_mut(self.token).expect("a ring connection keeps its handler").queue
+        &mut self.ring.handler_mut(self.token).expect("a ring connection keeps its handler").inner_mut().queue
     }
 
     /// Picks up the handler if the ring closed the connection.
@@ -153,7 +162,7 @@ impl RingConnection {
     /// The socket's end, as the blocking path reports it.
     fn closed_error(&mut self) -> Option<ClientError> {
         self.collect_closed();
-        let reason = self.closed.as_ref()?.closed?;
+        let reason = self.closed.as_ref()?.inner().closed?;
         let kind = match reason {
             CloseReason::Error(kind) => kind,
             _ => std::io::ErrorKind::UnexpectedEof,
@@ -220,7 +229,10 @@ impl RingConnection {
             return Err(Box::new(self.into_failure(error)));
         }
         match self.ring.detach(self.token) {
-            Ok((stream, link)) => Ok(QueueConnection::from_parts(stream, link.queue, self.address)),
+            Ok((stream, handler)) => {
+                let (link, tls) = handler.into_parts();
+                Ok(QueueConnection::from_parts(stream, link.queue, self.address, tls))
+            }
             Err(error) => {
                 let error = self.ring_error(error);
                 Err(Box::new(self.into_failure(error)))

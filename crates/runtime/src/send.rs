@@ -55,11 +55,20 @@ impl<'a> SendParts<'a> {
     }
 }
 
+/// An iovec array kept between [`for_each_slice`] calls for its capacity alone: it is
+/// empty whenever the caller holds it.
+#[derive(Default)]
+pub(crate) struct IovecScratch(Vec<libc::iovec>);
+
+// SAFETY: the vector is empty between calls (for_each_slice clears it before it
+// returns), so moving it to another thread moves no pointer, only spare capacity.
+unsafe impl Send for IovecScratch {}
+
 /// Hands every part of `batch`, in order, to `sink` as a byte slice (the TLS layer
-/// encrypts them). `scratch` is an iovec array kept by the caller, so this allocates
+/// encrypts them). `scratch` keeps the iovec array's capacity, so this allocates
 /// nothing once it has grown.
-pub(crate) fn for_each_slice<B: SendSource>(batch: &B, scratch: &mut Vec<libc::iovec>, mut sink: impl FnMut(&[u8])) {
-    let mut parts = SendParts::new(std::mem::take(scratch));
+pub(crate) fn for_each_slice<B: SendSource>(batch: &B, scratch: &mut IovecScratch, mut sink: impl FnMut(&[u8])) {
+    let mut parts = SendParts::new(std::mem::take(&mut scratch.0));
     batch.parts(&mut parts);
     for iovec in &parts.iovecs {
         // SAFETY: every iovec was appended by `SendParts::bytes` or `::lent` from
@@ -68,7 +77,8 @@ pub(crate) fn for_each_slice<B: SendSource>(batch: &B, scratch: &mut Vec<libc::i
         let slice = unsafe { std::slice::from_raw_parts(iovec.iov_base as *const u8, iovec.iov_len) };
         sink(slice);
     }
-    *scratch = parts.iovecs;
+    parts.iovecs.clear();
+    scratch.0 = parts.iovecs;
 }
 
 /// Lives in a `Box` owned by the connection so `header`, `iovecs` and the

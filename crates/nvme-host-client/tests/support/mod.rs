@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use nvme_host_client::ConnectOptions;
 use nvme_spec::NamespaceId;
-use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{
+    AddressFamily, ListenerSpec, NamespaceSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec,
+};
 use target_server::{PollMode, Runtime, RuntimeConfig};
 use storage::{Backend, Geometry, RamBackend};
 
@@ -54,6 +56,22 @@ impl TestTarget {
     }
 
     fn start_with(port: u16, backend: Arc<RamBackend>, threads: usize, settings: TargetSettings) -> TestTarget {
+        Self::start_custom(port, backend, threads, settings, SecureChannel::None, nvme_target::HostAccess::allow_any())
+    }
+
+    /// A target whose listener has `secure_channel` and whose subsystem admits `hosts`.
+    pub fn start_secure(secure_channel: SecureChannel, hosts: nvme_target::HostAccess) -> TestTarget {
+        Self::start_custom(free_port(), ram_backend(), 1, TargetSettings::default(), secure_channel, hosts)
+    }
+
+    fn start_custom(
+        port: u16,
+        backend: Arc<RamBackend>,
+        threads: usize,
+        settings: TargetSettings,
+        secure_channel: SecureChannel,
+        hosts: nvme_target::HostAccess,
+    ) -> TestTarget {
         let shared: Arc<dyn Backend> = backend.clone();
         let target = Target::new(TargetSpec {
             listeners: vec![ListenerSpec {
@@ -61,10 +79,10 @@ impl TestTarget {
                 port,
                 family: AddressFamily::Ipv4,
                 discovery_only: false,
-                secure_channel: Default::default(),
+                secure_channel,
             }],
             subsystems: vec![SubsystemSpec {
-                hosts: nvme_target::HostAccess::allow_any(),
+                hosts,
                 pool: None,
                 nqn: NQN.into(),
                 serial_number: None,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{PskLookup, Progress, TlsError, TlsServer, TlsSession};
-use crate::send::for_each_slice;
+use crate::send::{for_each_slice, IovecScratch};
 use crate::{CloseReason, ConnectionHandler, SendParts, SendSource};
 
 /// TLS record content type "handshake": the first byte of every ClientHello.
@@ -88,7 +88,7 @@ pub struct TlsConnection<H: ConnectionHandler> {
     plaintext: Vec<u8>,
     /// A spare ciphertext buffer (the one the last send returned).
     spare: Vec<u8>,
-    iovecs: Vec<libc::iovec>,
+    iovecs: IovecScratch,
     /// The latest time the runtime gave; the inner handler's `on_sent` needs one.
     now: Instant,
 }
@@ -104,8 +104,29 @@ impl<H: ConnectionHandler> TlsConnection<H> {
         Self::with_stage(inner, Stage::Undecided(listener.clone()), peer, now)
     }
 
+    /// `inner` over a client session whose handshake already finished (the host
+    /// shakes hands on its blocking socket, then moves the connection onto a ring).
+    pub fn established(inner: H, session: Box<TlsSession>, now: Instant) -> Self {
+        Self::with_stage(inner, Stage::Tls { session, established: true }, String::new(), now)
+    }
+
+    /// The wrapped handler, mutably.
+    pub fn inner_mut(&mut self) -> &mut H {
+        &mut self.inner
+    }
+
+    /// The handler and, on a TLS connection, its session (to move the connection
+    /// back off the ring).
+    pub fn into_parts(self) -> (H, Option<Box<TlsSession>>) {
+        let session = match self.stage {
+            Stage::Tls { session, .. } | Stage::Closing(Some(session)) => Some(session),
+            _ => None,
+        };
+        (self.inner, session)
+    }
+
     fn with_stage(inner: H, stage: Stage, peer: String, now: Instant) -> Self {
-        TlsConnection { inner, stage, peer, plaintext: Vec::new(), spare: Vec::new(), iovecs: Vec::new(), now }
+        TlsConnection { inner, stage, peer, plaintext: Vec::new(), spare: Vec::new(), iovecs: IovecScratch::default(), now }
     }
 
     /// The wrapped handler.

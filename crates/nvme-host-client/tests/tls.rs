@@ -1,0 +1,94 @@
+//! Sluice's host and target over TLS 1.3 with a configured PSK: the controller comes
+//! up, I/O runs on the blocking path and on the ring, data round-trips; a wrong key
+//! and a plain host on a TLS-only listener fail with errors that say so.
+
+mod support;
+
+use std::time::Duration;
+
+use nvme_auth::{HashFunction, IdentityVersion, SeededRandom, TlsKey};
+use nvme_host_client::{commands, ClientError, Controller, HostCompletion, IoPath, PollMode, TlsOptions};
+use nvme_target::{HostAccess, HostEntry, SecureChannel};
+use support::{options, pattern, TestTarget, BLOCK_BYTES, NAMESPACE};
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b5e7a1c-1d2e-4f3a-9b8c-7d6e5f4a3b2c";
+
+fn target_with_key(key: &TlsKey, secure_channel: SecureChannel) -> TestTarget {
+    let mut host = HostEntry::new(HOST);
+    host.tls_key = Some(key.clone());
+    TestTarget::start_secure(secure_channel, HostAccess { allow_any_host: false, hosts: vec![host] })
+}
+
+fn tls_options(target: &TestTarget, key: &TlsKey, version: IdentityVersion) -> nvme_host_client::ConnectOptions {
+    let mut options = options(target.address);
+    options.host_nqn = HOST.into();
+    options.tls = Some(TlsOptions { key: key.clone(), identity_version: version });
+    options
+}
+
+#[test]
+fn io_over_tls_on_both_data_paths() {
+    for (hash, version, io_path) in [
+        (HashFunction::Sha256, IdentityVersion::V0, IoPath::Ring(PollMode::ADAPTIVE)),
+        (HashFunction::Sha384, IdentityVersion::V1, IoPath::Blocking),
+    ] {
+        let key = TlsKey::generate(hash, &mut SeededRandom::new(3)).expect("key");
+        let target = target_with_key(&key, SecureChannel::Required);
+        let mut options = tls_options(&target, &key, version);
+        options.io_path = io_path;
+        let controller = Controller::connect(options).expect("connect over TLS");
+        // 1 MiB through the controller's queues (several TLS records per command).
+        let data = pattern(1024 * 1024, 5);
+        controller.write(NAMESPACE, 64, &data, false).expect("write");
+        assert!(controller.read(NAMESPACE, 64, (data.len() / BLOCK_BYTES as usize) as u32).expect("read") == data);
+
+        // A taken queue (the ring, or the blocking socket) with 16 reads in flight.
+        let mut queue = controller.take_io_queue(1).expect("queue");
+        for index in 0..16u64 {
+            let mut command = commands::read(NAMESPACE, 64 + index * 8, 8, BLOCK_BYTES);
+            command.user_tag = index;
+            queue.submit(command).expect("submit");
+        }
+        let mut completions: Vec<HostCompletion> = Vec::new();
+        while completions.len() < 16 {
+            queue.reap(1, Duration::from_secs(5), &mut completions).expect("reap");
+        }
+        for completion in &completions {
+            assert!(completion.cqe.status.is_success());
+            let at = completion.user_tag as usize * 4096;
+            assert!(completion.data == data[at..at + 4096], "read {} differs", completion.user_tag);
+        }
+        drop(queue);
+        controller.disconnect().expect("disconnect");
+    }
+}
+
+#[test]
+fn a_wrong_key_and_a_plain_host_are_refused_with_reasons() {
+    let key = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(4)).expect("key");
+    let target = target_with_key(&key, SecureChannel::Required);
+    let wrong = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(5)).expect("key");
+    match Controller::connect(tls_options(&target, &wrong, IdentityVersion::V0)) {
+        Err(ClientError::Tls { message, .. }) => assert!(!message.is_empty()),
+        other => panic!("a wrong key: {other:?}"),
+    }
+    let mut plain = options(target.address);
+    plain.host_nqn = HOST.into();
+    let outcome = Controller::connect(plain);
+    assert!(outcome.is_err(), "a plain host connected to a TLS-only listener");
+}
+
+#[test]
+fn an_optional_listener_takes_tls_and_plain_hosts() {
+    let key = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(6)).expect("key");
+    let target = target_with_key(&key, SecureChannel::Optional);
+    let secure = Controller::connect(tls_options(&target, &key, IdentityVersion::V1)).expect("TLS host");
+    let mut plain_options = options(target.address);
+    plain_options.host_nqn = HOST.into();
+    let plain = Controller::connect(plain_options).expect("plain host");
+    let data = pattern(8192, 1);
+    secure.write(NAMESPACE, 0, &data, false).expect("write over TLS");
+    assert!(plain.read(NAMESPACE, 0, 16).expect("read in clear") == data);
+    secure.disconnect().expect("disconnect");
+    plain.disconnect().expect("disconnect");
+}
