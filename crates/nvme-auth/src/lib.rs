@@ -58,7 +58,7 @@ pub use message::{FailureReason, Message};
 pub use random::{OsRandom, RandomError, RandomSource, SeededRandom};
 pub use secret::{Secret, SecretError, TransformedKey, KEY_LENGTHS};
 pub use tls_identity::{IdentityError, IdentityVersion, PskIdentity, PskKind, MAX_NQN_BYTES, MAX_PSK_IDENTITY_BYTES};
-pub use tls_key::{TlsKey, TlsKeyError, TlsPsk, TLS_KEY_LENGTHS};
+pub use tls_key::{KeyDerivation, TlsKey, TlsKeyError, TlsPsk, TLS_KEY_LENGTHS};
 
 /// SECP of Authentication Send / Receive for DH-HMAC-CHAP: E9h (NVMe Base 2.0,
 /// "Security Protocol" values for authentication).

@@ -52,6 +52,20 @@ const MAX_LABEL_FIELD_BYTES: usize = 255;
 /// A TLS PSK as TLS uses it (the output of step 4): zeroed on drop.
 pub type TlsPsk = Zeroizing<Vec<u8>>;
 
+/// How HKDF-Expand-Label's input is laid out in steps 1 and 4.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KeyDerivation {
+    /// As RFC 8446 defines HkdfLabel (big-endian length, length-prefixed label and
+    /// context): the NVMe/TCP specification, Linux's own secure-concatenation code
+    /// and libnvme from 1.16.
+    #[default]
+    Rfc8446,
+    /// What libnvme before 1.16 computes (nvme-cli up to 2.15: Debian 13, Ubuntu
+    /// 24.04, RHEL 9): the length little-endian, then "tls13 ", the label and the
+    /// context run together without length bytes. libnvme 1.16 keeps it as "compat".
+    Compat,
+}
+
 /// Why a key or a derivation was refused. The messages never contain any part of a key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TlsKeyError {
@@ -179,9 +193,16 @@ impl TlsKey {
 
     /// The retained PSK for `host_nqn` (step 1).
     pub fn retained(&self, host_nqn: &str) -> Result<Zeroizing<Vec<u8>>, TlsKeyError> {
+        self.retained_with(host_nqn, KeyDerivation::Rfc8446)
+    }
+
+    /// The retained PSK for `host_nqn` with `derivation`'s HKDF layout.
+    pub fn retained_with(&self, host_nqn: &str, derivation: KeyDerivation) -> Result<Zeroizing<Vec<u8>>, TlsKeyError> {
         match self.transform {
             None => Ok(self.key.clone()),
-            Some(hash) => hkdf_expand_label(hash, &self.key, b"HostNQN", host_nqn.as_bytes(), self.key.len()),
+            Some(hash) => {
+                hkdf_expand_label(hash, derivation, &self.key, b"HostNQN", host_nqn.as_bytes(), self.key.len())
+            }
         }
     }
 
@@ -192,22 +213,37 @@ impl TlsKey {
         subsystem_nqn: &str,
         version: IdentityVersion,
     ) -> Result<PskIdentity, TlsKeyError> {
+        self.identity_with(host_nqn, subsystem_nqn, version, KeyDerivation::Rfc8446)
+    }
+
+    /// [`Self::identity`] with `derivation` (format 1's digest depends on it).
+    pub fn identity_with(
+        &self,
+        host_nqn: &str,
+        subsystem_nqn: &str,
+        version: IdentityVersion,
+        derivation: KeyDerivation,
+    ) -> Result<PskIdentity, TlsKeyError> {
         let hash = self.cipher_hash();
         Ok(match version {
             IdentityVersion::V0 => PskIdentity::v0(PskKind::Retained, hash, host_nqn, subsystem_nqn)?,
             IdentityVersion::V1 => {
-                let retained = self.retained(host_nqn)?;
+                let retained = self.retained_with(host_nqn, derivation)?;
                 let digest = psk_digest(hash, &retained, host_nqn, subsystem_nqn);
                 PskIdentity::v1(PskKind::Retained, hash, host_nqn, subsystem_nqn, &digest)?
             }
         })
     }
 
+    /// The TLS PSK for `identity` (RFC 8446 layout); see [`Self::tls_psk_with`].
+    pub fn tls_psk(&self, identity: &PskIdentity) -> Result<TlsPsk, TlsKeyError> {
+        self.tls_psk_with(identity, KeyDerivation::Rfc8446)
+    }
+
     /// The TLS PSK for `identity`, after checking that the identity belongs to this
     /// key: a retained PSK, this key's cipher suite hash, and for format 1 a digest
-    /// that only this key produces. The controller calls this with the identity from
-    /// the ClientHello and the key configured for the host and subsystem it names.
-    pub fn tls_psk(&self, identity: &PskIdentity) -> Result<TlsPsk, TlsKeyError> {
+    /// that only this key (with `derivation`) produces.
+    pub fn tls_psk_with(&self, identity: &PskIdentity, derivation: KeyDerivation) -> Result<TlsPsk, TlsKeyError> {
         if identity.kind() != PskKind::Retained {
             return Err(TlsKeyError::Mismatch("a generated PSK (secure channel concatenation) is not supported"));
         }
@@ -215,17 +251,38 @@ impl TlsKey {
         if identity.hash() != hash {
             return Err(TlsKeyError::Mismatch("the identity names a different cipher suite hash than the key"));
         }
-        let retained = self.retained(identity.host_nqn())?;
+        let retained = self.retained_with(identity.host_nqn(), derivation)?;
+        let label = b"nvme-tls-psk";
         match identity.digest() {
-            None => hkdf_expand_label(hash, &retained, b"nvme-tls-psk", identity.to_string().as_bytes(), retained.len()),
+            None => hkdf_expand_label(hash, derivation, &retained, label, identity.to_string().as_bytes(), retained.len()),
             Some(offered) => {
                 let digest = psk_digest(hash, &retained, identity.host_nqn(), identity.subsystem_nqn());
                 if !constant_time_eq(digest.as_bytes(), offered.as_bytes()) {
                     return Err(TlsKeyError::Mismatch("the PSK digest differs (another key, or other NQNs)"));
                 }
                 let context = Zeroizing::new(format!("{:02} {digest}", hash.id()));
-                hkdf_expand_label(hash, &retained, b"nvme-tls-psk", context.as_bytes(), retained.len())
+                hkdf_expand_label(hash, derivation, &retained, label, context.as_bytes(), retained.len())
             }
+        }
+    }
+
+    /// The controller's lookup: the TLS PSK for an identity a host offered. A format 1
+    /// identity's digest tells which derivation the host used (both are tried); a
+    /// format 0 identity carries no such hint, so `format_0_derivation` decides.
+    pub fn tls_psk_for_host(
+        &self,
+        identity: &PskIdentity,
+        format_0_derivation: KeyDerivation,
+    ) -> Result<(TlsPsk, KeyDerivation), TlsKeyError> {
+        if identity.digest().is_none() {
+            return self.tls_psk_with(identity, format_0_derivation).map(|psk| (psk, format_0_derivation));
+        }
+        match self.tls_psk_with(identity, KeyDerivation::Rfc8446) {
+            Ok(psk) => Ok((psk, KeyDerivation::Rfc8446)),
+            Err(TlsKeyError::Mismatch(_)) => {
+                self.tls_psk_with(identity, KeyDerivation::Compat).map(|psk| (psk, KeyDerivation::Compat))
+            }
+            Err(error) => Err(error),
         }
     }
 }
@@ -286,6 +343,7 @@ impl std::fmt::Display for TlsKey {
 /// the hash's length, as "0" means there.
 fn hkdf_expand_label(
     hash: HashFunction,
+    derivation: KeyDerivation,
     secret: &[u8],
     label: &[u8],
     context: &[u8],
@@ -297,12 +355,22 @@ fn hkdf_expand_label(
     debug_assert!(LABEL_PREFIX.len() + label.len() <= MAX_LABEL_FIELD_BYTES && length <= usize::from(u16::MAX));
     let pseudo_random_key = hash.hmac(&[], &[secret]);
     let mut info = Vec::with_capacity(4 + LABEL_PREFIX.len() + label.len() + context.len());
-    info.extend_from_slice(&(length as u16).to_be_bytes());
-    info.push((LABEL_PREFIX.len() + label.len()) as u8);
-    info.extend_from_slice(LABEL_PREFIX);
-    info.extend_from_slice(label);
-    info.push(context.len() as u8);
-    info.extend_from_slice(context);
+    match derivation {
+        KeyDerivation::Rfc8446 => {
+            info.extend_from_slice(&(length as u16).to_be_bytes());
+            info.push((LABEL_PREFIX.len() + label.len()) as u8);
+            info.extend_from_slice(LABEL_PREFIX);
+            info.extend_from_slice(label);
+            info.push(context.len() as u8);
+            info.extend_from_slice(context);
+        }
+        KeyDerivation::Compat => {
+            info.extend_from_slice(&(length as u16).to_le_bytes());
+            info.extend_from_slice(LABEL_PREFIX);
+            info.extend_from_slice(label);
+            info.extend_from_slice(context);
+        }
+    }
     Ok(hkdf_expand(hash, pseudo_random_key.as_bytes(), &info, length))
 }
 
@@ -448,6 +516,47 @@ mod tests {
             hex(&key.tls_psk(&v0).expect("psk")),
             "c983365723d31882c7ea0b591b00ce03edd275baad01bdf439171fb1391f43d8395edc0f5cfc52d51ef78521d1171d84"
         );
+    }
+
+    // Values from Debian 13's libnvme 1.13 (compat: the keys its `nvme
+    // check-tls-key -i` put into a Linux 6.12 keyring) and libnvme's RFC 8446 layout,
+    // for libnvme's test keys with host nqn.psk-test-host, subsystem nqn.psk-test-subsys.
+    #[test]
+    fn both_derivations_match_libnvme() {
+        let (host, subsystem) = ("nqn.psk-test-host", "nqn.psk-test-subsys");
+        let cases = [
+            (TEXT_01, KeyDerivation::Compat, IdentityVersion::V0, None,
+             "09fb1983ac6d6d0353e7cae4f23daddd651c367fa347c59d9cf6936f5a83eafb"),
+            (TEXT_01, KeyDerivation::Compat, IdentityVersion::V1, Some("66GuqV08TsAGII39teWUfwQwizjv06Jy8jOcX3NAAzM="),
+             "b9f5ab2a41ba6e72a23a12066302a2f775fa6c0942c8e0b18ca8ac07edf305e2"),
+            (TEXT_02, KeyDerivation::Compat, IdentityVersion::V0, None,
+             "2ee4754186a625b28a3936ef4a40d839c3ad958b2e017562ee07e2501f172ce999dc9c29033ea7ee33f814f192c13f47"),
+            (TEXT_02, KeyDerivation::Compat, IdentityVersion::V1,
+             Some("RsKmYJ3nAn1ApjjMloJFbAkLPivONDAX/xW327YBUsn2eGShXSjCZvBaOxscLqmz"),
+             "fcefe2e2a2e682b1447dcabf1ec268f78f08c63cd075753abcc8bda2c5c34d48d3014aa8d76ad80107e4f5c9f27e2149"),
+            (TEXT_01, KeyDerivation::Rfc8446, IdentityVersion::V0, None,
+             "05c6503551ad136e6ee32e6eeb3f6d500b69701d84ec71e328f65c7f51566f68"),
+            (TEXT_01, KeyDerivation::Rfc8446, IdentityVersion::V1, Some("iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU="),
+             "8fc3c0badfd4c0c66fa3ca33aadd0314f85536cc9bc47338b60f3e6e563786ca"),
+        ];
+        for (text, derivation, version, digest, expected) in cases {
+            let key = TlsKey::parse(text).expect("key");
+            let identity = key.identity_with(host, subsystem, version, derivation).expect("identity");
+            assert_eq!(identity.digest(), digest, "{derivation:?} {version:?}");
+            assert_eq!(hex(&key.tls_psk_with(&identity, derivation).expect("psk")), expected, "{derivation:?} {version:?}");
+            // The controller's lookup finds the derivation of a format 1 identity by
+            // itself; format 0 takes the configured one.
+            let (psk, found) = key.tls_psk_for_host(&identity, derivation).expect("lookup");
+            assert_eq!((hex(&psk).as_str(), found), (expected, derivation));
+            if version == IdentityVersion::V1 {
+                let other = match derivation {
+                    KeyDerivation::Rfc8446 => KeyDerivation::Compat,
+                    KeyDerivation::Compat => KeyDerivation::Rfc8446,
+                };
+                let (psk, found) = key.tls_psk_for_host(&identity, other).expect("lookup");
+                assert_eq!((hex(&psk).as_str(), found), (expected, derivation), "digest decides");
+            }
+        }
     }
 
     #[test]

@@ -351,9 +351,9 @@ fn tls_session(tls: &TlsOptions, config: &QueueConfig, address: SocketAddr) -> R
     let failed = |message: String| ClientError::Tls { address, message };
     let identity = tls
         .key
-        .identity(&config.host_nqn, &config.subsystem_nqn, tls.identity_version)
+        .identity_with(&config.host_nqn, &config.subsystem_nqn, tls.identity_version, tls.derivation)
         .map_err(|error| failed(error.to_string()))?;
-    let key = tls.key.tls_psk(&identity).map_err(|error| failed(error.to_string()))?;
+    let key = tls.key.tls_psk_with(&identity, tls.derivation).map_err(|error| failed(error.to_string()))?;
     let suite = match identity.hash() {
         nvme_auth::HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
         _ => CipherSuite::Aes128GcmSha256,

@@ -117,6 +117,9 @@ pub struct TlsOptions {
     /// Identity format 0 (`NVMe0R0x host subsystem`, what Linux hosts offer by
     /// default) or 1 (with the PSK digest).
     pub identity_version: nvme_auth::IdentityVersion,
+    /// Key derivation: RFC 8446's layout, or libnvme's before 1.16 (a target set up
+    /// with such an nvme-cli expects it).
+    pub derivation: nvme_auth::KeyDerivation,
 }
 
 /// The NQN prefix for UUID-based host NQNs (NVMe Base 2.0, "NVMe Qualified Names").

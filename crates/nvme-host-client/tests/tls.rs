@@ -22,7 +22,7 @@ fn target_with_key(key: &TlsKey, secure_channel: SecureChannel) -> TestTarget {
 fn tls_options(target: &TestTarget, key: &TlsKey, version: IdentityVersion) -> nvme_host_client::ConnectOptions {
     let mut options = options(target.address);
     options.host_nqn = HOST.into();
-    options.tls = Some(TlsOptions { key: key.clone(), identity_version: version });
+    options.tls = Some(TlsOptions { key: key.clone(), identity_version: version, derivation: Default::default() });
     options
 }
 
@@ -91,4 +91,28 @@ fn an_optional_listener_takes_tls_and_plain_hosts() {
     assert!(plain.read(NAMESPACE, 0, 16).expect("read in clear") == data);
     secure.disconnect().expect("disconnect");
     plain.disconnect().expect("disconnect");
+}
+
+#[test]
+fn hosts_with_libnvme_before_1_16_connect_too() {
+    use nvme_auth::KeyDerivation;
+    let key = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(8)).expect("key");
+    let compat = |target: &TestTarget, version| {
+        let mut options = tls_options(target, &key, version);
+        if let Some(tls) = options.tls.as_mut() {
+            tls.derivation = KeyDerivation::Compat;
+        }
+        options
+    };
+    // The target's entry says nothing: a format 1 identity shows the old derivation
+    // by its digest; a format 0 one cannot, and is refused.
+    let target = target_with_key(&key, SecureChannel::Required);
+    Controller::connect(compat(&target, IdentityVersion::V1)).expect("format 1, compat").disconnect().expect("disconnect");
+    assert!(Controller::connect(compat(&target, IdentityVersion::V0)).is_err(), "format 0 compat without the setting");
+    // With tls_key_derivation = compat on the host's entry, format 0 works.
+    let mut host = HostEntry::new(HOST);
+    host.tls_key = Some(key.clone());
+    host.tls_key_derivation = KeyDerivation::Compat;
+    let target = TestTarget::start_secure(SecureChannel::Required, HostAccess { allow_any_host: false, hosts: vec![host] });
+    Controller::connect(compat(&target, IdentityVersion::V0)).expect("format 0, compat").disconnect().expect("disconnect");
 }

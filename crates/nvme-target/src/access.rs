@@ -20,6 +20,7 @@ use std::time::Instant;
 use nvme_auth::message::MAX_MESSAGE_BYTES;
 use nvme_auth::{
     ControllerAuthentication, ControllerCredentials, ControllerPolicy, OsRandom, Progress, Secret, TlsKey,
+    KeyDerivation,
     SECURITY_PROTOCOL_DHCHAP, SECURITY_PROTOCOL_SPECIFIC_DHCHAP,
 };
 use nvme_spec::fabrics::{AuthenticationCommand, AUTHENTICATION_REQUIRED};
@@ -55,6 +56,9 @@ pub struct HostEntry {
     pub dhchap_policy: ControllerPolicy,
     /// The host's configured TLS PSK (`NVMeTLSkey-1:...`), for listeners with TLS.
     pub tls_key: Option<TlsKey>,
+    /// How the host derives keys from `tls_key` when it offers a format 0 identity
+    /// (format 1 identities show it by their digest).
+    pub tls_key_derivation: KeyDerivation,
 }
 
 impl std::fmt::Debug for HostEntry {
@@ -66,6 +70,7 @@ impl std::fmt::Debug for HostEntry {
             .field("dhchap_controller_secret", &self.dhchap_controller_secret.is_some())
             .field("dhchap_policy", &self.dhchap_policy)
             .field("tls_key", &self.tls_key.is_some())
+            .field("tls_key_derivation", &self.tls_key_derivation)
             .finish()
     }
 }
@@ -79,6 +84,7 @@ impl HostEntry {
             dhchap_controller_secret: None,
             dhchap_policy: ControllerPolicy::default(),
             tls_key: None,
+            tls_key_derivation: KeyDerivation::default(),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! subsystem its identity names. The handshake and the records run below the core
 //! (the runtime's TLS session); the core learns the identity once it is established.
 
-use nvme_auth::{PskIdentity, PskKind, TlsKey, TlsPsk};
+use nvme_auth::{KeyDerivation, PskIdentity, PskKind, TlsKey, TlsPsk};
 use nvme_spec::discovery::{tcp_security_type, transport_requirements};
 
 use crate::connection::Connection;
@@ -83,18 +83,22 @@ impl Target {
             return None;
         }
         let keys = self.tls_keys_for(identity.host_nqn(), identity.subsystem_nqn());
-        let psk = keys.iter().find_map(|key| key.tls_psk(&identity).ok())?;
+        let (psk, derivation) =
+            keys.iter().find_map(|(key, derivation)| key.tls_psk_for_host(&identity, *derivation).ok())?;
+        tracing::debug!(identity = %identity, ?derivation, "TLS: PSK found");
         Some((psk, identity))
     }
 
-    /// The TLS keys configured for `host_nqn` that may serve `subsystem_nqn`.
-    fn tls_keys_for(&self, host_nqn: &str, subsystem_nqn: &str) -> Vec<TlsKey> {
+    /// The TLS keys (and format 0 derivations) configured for `host_nqn` that may
+    /// serve `subsystem_nqn`.
+    fn tls_keys_for(&self, host_nqn: &str, subsystem_nqn: &str) -> Vec<(TlsKey, KeyDerivation)> {
         let subsystems = self.subsystems();
         let candidates = subsystems.iter().filter(|subsystem| subsystem_nqn == DISCOVERY_NQN || subsystem.nqn == subsystem_nqn);
         candidates
             .filter_map(|subsystem| {
                 let rules = subsystem.hosts.current();
-                rules.hosts.iter().find(|host| host.nqn == host_nqn).and_then(|host| host.tls_key.clone())
+                let host = rules.hosts.iter().find(|host| host.nqn == host_nqn)?;
+                host.tls_key.clone().map(|key| (key, host.tls_key_derivation))
             })
             .collect()
     }

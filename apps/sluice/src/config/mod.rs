@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use nvme_host::Secret;
-use nvme_auth::TlsKey;
+use nvme_auth::{KeyDerivation, TlsKey};
 use nvme_target::{
     AddressFamily, ControllerPolicy, DhGroup, HashFunction, HostAccess, HostEntry, ListenerSpec, SecureChannel,
     TargetSettings, TargetSpec,
@@ -153,6 +153,30 @@ pub struct HostConfig {
     /// `tls`. Parsed on load; never echoed.
     #[serde(default, deserialize_with = "tls_key")]
     pub tls_key: Option<TlsKey>,
+    /// How this host derives TLS keys: "rfc8446" (default; the specification,
+    /// libnvme 1.16 and later) or "compat" (libnvme before 1.16: Debian 13, Ubuntu
+    /// 24.04, RHEL 9). Only matters for format 0 identities (`nvme gen-tls-key -i`);
+    /// format 1 identities (`nvme connect --tls-key`) show which one by their digest.
+    #[serde(default)]
+    pub tls_key_derivation: TlsKeyDerivationSetting,
+}
+
+/// `[[subsystem.host]] tls_key_derivation`.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsKeyDerivationSetting {
+    #[default]
+    Rfc8446,
+    Compat,
+}
+
+impl TlsKeyDerivationSetting {
+    fn derivation(self) -> KeyDerivation {
+        match self {
+            TlsKeyDerivationSetting::Rfc8446 => KeyDerivation::Rfc8446,
+            TlsKeyDerivationSetting::Compat => KeyDerivation::Compat,
+        }
+    }
 }
 
 fn tls_key<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<TlsKey>, D::Error> {
@@ -226,6 +250,7 @@ impl SubsystemConfig {
                         dhchap_controller_secret: host.dhchap_ctrl_secret.clone(),
                         dhchap_policy: host.dhchap_policy(location)?,
                         tls_key: host.tls_key.clone(),
+                        tls_key_derivation: host.tls_key_derivation.derivation(),
                     })
                 })
                 .collect::<Result<_, ConfigError>>()?,
