@@ -71,6 +71,9 @@ struct sluice_fio_options {
 	unsigned int keep_alive_ms;
 	unsigned int reconnect_delay_ms;
 	unsigned int ctrl_loss_tmo_ms;
+	char *tls_key;
+	unsigned int tls_identity;
+	unsigned int tls_compat;
 };
 
 static struct fio_option options[] = {
@@ -121,6 +124,38 @@ static struct fio_option options[] = {
 		.def = "1",
 		.minval = 1,
 		.help = "Namespace to do I/O on (when the filename does not name one)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "tls_key",
+		.lname = "TLS pre-shared key",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct sluice_fio_options, tls_key),
+		.help = "NVMe/TCP over TLS 1.3 with this PSK (NVMeTLSkey-1:..., as nvme gen-tls-key prints it); "
+			"the SLUICE_TLS_KEY environment variable when unset",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "tls_identity",
+		.lname = "TLS PSK identity format",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct sluice_fio_options, tls_identity),
+		.def = "1",
+		.minval = 0,
+		.maxval = 1,
+		.help = "PSK identity format offered: 1 (with the PSK digest) or 0 (NQNs only)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "tls_compat",
+		.lname = "TLS key derivation of libnvme before 1.16",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct sluice_fio_options, tls_compat),
+		.def = "0",
+		.help = "derive TLS keys as libnvme before 1.16 does",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -396,6 +431,9 @@ static int fio_sluice_connect_target(struct thread_data *td, const struct sluice
 	opts.reconnect_delay_ms = o->reconnect_delay_ms;
 	opts.controller_loss_timeout_ms = o->ctrl_loss_tmo_ms;
 	opts.max_transfer_bytes = o->max_transfer;
+	/* The environment keeps the key out of job files and the process list. */
+	opts.tls_key = o->tls_key && *o->tls_key ? o->tls_key : getenv("SLUICE_TLS_KEY");
+	opts.tls_flags = (o->tls_identity == 0 ? SLUICE_TLS_IDENTITY_V0 : 0) | (o->tls_compat ? SLUICE_TLS_COMPAT : 0);
 	if (o->queue_size) {
 		opts.queue_size = o->queue_size;
 	} else {

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use nvme_auth::{HashFunction, IdentityVersion, OsRandom, TlsKey};
+use nvme_auth::{HashFunction, IdentityVersion, KeyDerivation, OsRandom, TlsKey};
 
 use crate::host::args::{OutputArgs, OutputFormat};
 
@@ -33,6 +33,9 @@ pub struct GenTlsKeyArgs {
     /// PSK identity format: 0 (NQNs only) or 1 (with the PSK digest).
     #[arg(short = 'I', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     identity: u8,
+    /// The identity as libnvme before 1.16 derives it (format 1's digest differs).
+    #[arg(long)]
+    compat: bool,
 }
 
 /// `sluice check-tls-key`.
@@ -52,6 +55,9 @@ pub struct CheckTlsKeyArgs {
     /// PSK identity format: 0 (NQNs only) or 1 (with the PSK digest).
     #[arg(short = 'I', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     identity: u8,
+    /// The identity as libnvme before 1.16 derives it (format 1's digest differs).
+    #[arg(long)]
+    compat: bool,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -84,7 +90,7 @@ fn generate(args: &GenTlsKeyArgs) -> Result<(), KeyCommandError> {
             TlsKey::from_key(&bytes, Some(hash))?
         }
     };
-    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity)?;
+    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity, args.compat)?;
     println!("{}", key.to_interchange().as_str());
     if let Some(identity) = identity {
         eprintln!("PSK identity: {identity}");
@@ -102,7 +108,7 @@ pub fn check_tls_key(args: &CheckTlsKeyArgs) -> ExitCode {
 
 fn check(args: &CheckTlsKeyArgs) -> Result<(), KeyCommandError> {
     let key = TlsKey::parse(&args.key)?;
-    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity)?;
+    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity, args.compat)?;
     match args.output.output_format {
         OutputFormat::Json => {
             let mut value = serde_json::json!({
@@ -143,11 +149,13 @@ fn identity_text(
     host_nqn: Option<&str>,
     subsystem_nqn: Option<&str>,
     version: u8,
+    compat: bool,
 ) -> Result<Option<String>, KeyCommandError> {
     let version = if version == 0 { IdentityVersion::V0 } else { IdentityVersion::V1 };
+    let derivation = if compat { KeyDerivation::Compat } else { KeyDerivation::Rfc8446 };
     match (host_nqn, subsystem_nqn) {
         (None, None) => Ok(None),
-        (Some(host), Some(subsystem)) => Ok(Some(key.identity(host, subsystem, version)?.to_string())),
+        (Some(host), Some(subsystem)) => Ok(Some(key.identity_with(host, subsystem, version, derivation)?.to_string())),
         _ => Err(KeyCommandError::HalfIdentity),
     }
 }
@@ -185,9 +193,9 @@ mod tests {
     #[test]
     fn an_identity_needs_both_nqns() {
         let key = TlsKey::generate(HashFunction::Sha256, &mut OsRandom).expect("key");
-        assert!(matches!(identity_text(&key, Some("nqn.a"), None, 1), Err(KeyCommandError::HalfIdentity)));
-        assert_eq!(identity_text(&key, None, None, 1).expect("none"), None);
-        let text = identity_text(&key, Some("nqn.h"), Some("nqn.s"), 0).expect("v0").expect("some");
+        assert!(matches!(identity_text(&key, Some("nqn.a"), None, 1, false), Err(KeyCommandError::HalfIdentity)));
+        assert_eq!(identity_text(&key, None, None, 1, false).expect("none"), None);
+        let text = identity_text(&key, Some("nqn.h"), Some("nqn.s"), 0, false).expect("v0").expect("some");
         assert_eq!(text, "NVMe0R01 nqn.h nqn.s");
     }
 }

@@ -73,7 +73,15 @@ struct sluice_connect_options {
 	uint32_t controller_loss_timeout_ms; /* give up reconnecting; 0 = default */
 	uint32_t max_transfer_bytes;         /* split requests above this; 0 = the
 	                                        controller's limit (MDTS) */
+	const char *tls_key;  /* NVMe/TCP over TLS 1.3 with this PSK (NVMeTLSkey-1:...,
+	                         as `nvme gen-tls-key` prints it); NULL or "" = no TLS */
+	uint32_t tls_flags;   /* SLUICE_TLS_* below; 0 = identity format 1, RFC 8446 keys */
+	uint32_t reserved;    /* zero */
 };
+
+/* tls_flags bits. */
+#define SLUICE_TLS_IDENTITY_V0 1u /* offer a format 0 identity (NVMe0R0x host subsystem) */
+#define SLUICE_TLS_COMPAT 2u      /* derive keys as libnvme before 1.16 does */
 
 /* io_mode values. The ring modes drive each I/O queue on an io_uring ring of the
  * thread that uses it; blocking uses blocking sockets (no io_uring). */
@@ -94,7 +102,7 @@ struct sluice_completion {
 };
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-_Static_assert(sizeof(struct sluice_connect_options) == 64, "sluice_connect_options layout");
+_Static_assert(sizeof(struct sluice_connect_options) == 80, "sluice_connect_options layout");
 _Static_assert(sizeof(struct sluice_completion) == 16, "sluice_completion layout");
 #endif
 

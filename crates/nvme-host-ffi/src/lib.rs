@@ -53,7 +53,17 @@ pub struct sluice_connect_options {
     pub reconnect_delay_ms: u32,
     pub controller_loss_timeout_ms: u32,
     pub max_transfer_bytes: u32,
+    /// TLS PSK in the interchange format; NULL or "" = plain NVMe/TCP.
+    pub tls_key: *const c_char,
+    /// `SLUICE_TLS_*` bits.
+    pub tls_flags: u32,
+    pub reserved: u32,
 }
+
+/// `SLUICE_TLS_IDENTITY_V0`: offer a format 0 PSK identity.
+pub const SLUICE_TLS_IDENTITY_V0: u32 = 1;
+/// `SLUICE_TLS_COMPAT`: libnvme's pre-1.16 key derivation.
+pub const SLUICE_TLS_COMPAT: u32 = 2;
 
 /// `struct sluice_completion`: one finished request.
 #[repr(C)]
@@ -71,7 +81,7 @@ pub struct sluice_completion {
 }
 
 // The header declares these layouts; keep them pinned.
-const _: () = assert!(std::mem::size_of::<sluice_connect_options>() == 64);
+const _: () = assert!(std::mem::size_of::<sluice_connect_options>() == 80);
 const _: () = assert!(std::mem::size_of::<sluice_completion>() == 16);
 
 /// What a controller handle and its queues share.
@@ -254,6 +264,27 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
     }
     if o.max_transfer_bytes != 0 && o.max_transfer_bytes < 512 {
         return Err(FfiError::invalid("max_transfer_bytes must be 0 or at least 512"));
+    }
+    // SAFETY: as above (the header requires tls_key to be NULL or NUL-terminated).
+    if let Some(text) = unsafe { c_str(o.tls_key, "tls_key", false) }? {
+        if o.tls_flags & !(SLUICE_TLS_IDENTITY_V0 | SLUICE_TLS_COMPAT) != 0 {
+            return Err(FfiError::invalid(format!("tls_flags {:#x} has unknown bits", o.tls_flags)));
+        }
+        // The key's own error never quotes it.
+        let key = nvme_auth::TlsKey::parse(&text).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
+        options.tls = Some(nvme_host_client::TlsOptions {
+            key,
+            identity_version: if o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0 {
+                nvme_auth::IdentityVersion::V0
+            } else {
+                nvme_auth::IdentityVersion::V1
+            },
+            derivation: if o.tls_flags & SLUICE_TLS_COMPAT != 0 {
+                nvme_auth::KeyDerivation::Compat
+            } else {
+                nvme_auth::KeyDerivation::Rfc8446
+            },
+        });
     }
     Ok((options, o.max_transfer_bytes))
 }

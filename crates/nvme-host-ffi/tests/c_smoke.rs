@@ -71,10 +71,11 @@ fn c_program_uses_the_library_through_the_header() {
     std::fs::create_dir_all(&work).expect("create work dir");
     let target = InProcessTarget::start();
 
-    // static: the archive carries the Rust standard library; add what it needs
+    // static: the archive carries the Rust standard library; add what it needs (and
+    // the system's OpenSSL, for TLS)
     let static_exe = work.join("c_smoke_static");
     let mut link = vec![libs.join("libsluice_host.a").display().to_string()];
-    link.extend(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"].map(String::from));
+    link.extend(["-lssl", "-lcrypto", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"].map(String::from));
     compile(&static_exe, &link);
     run(&static_exe, &target);
 

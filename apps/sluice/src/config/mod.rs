@@ -394,15 +394,37 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// Masks the key of every `DHHC-1:<hash>:<key>:` in `text`: a parse error quotes the
-/// offending source line, which may hold a secret, and secrets are never printed.
+/// Masks the key of every `DHHC-1:<hash>:<key>:` (DH-HMAC-CHAP secret) and
+/// `NVMeTLSkey-1:<hash>:<key>:` (TLS PSK) in `text`, and whatever a `dhchap_secret`,
+/// `dhchap_ctrl_secret` or `tls_key` line assigns (a mistyped key need not start with
+/// its marker): a parse error quotes the offending source line, and keys are never
+/// printed.
 pub fn redact_secrets(text: &str) -> String {
-    const MARKER: &str = "DHHC-1:";
+    let masked = text.lines().map(redact_secret_assignment).collect::<Vec<_>>().join("\n");
+    ["DHHC-1:", "NVMeTLSkey-1:"].iter().fold(masked, |text, marker| redact_marked(&text, marker))
+}
+
+/// `key = "<redacted>"` for a line that assigns a secret key.
+fn redact_secret_assignment(line: &str) -> String {
+    let assigns_secret = ["dhchap_secret", "dhchap_ctrl_secret", "tls_key"].iter().any(|key| {
+        line.find(key).is_some_and(|at| line[at + key.len()..].trim_start().starts_with('='))
+    });
+    match (assigns_secret, line.find('=')) {
+        (true, Some(equals)) => format!("{}= \"<redacted>\"", &line[..equals]),
+        _ => line.to_owned(),
+    }
+}
+
+fn redact_marked(text: &str, marker: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(start) = rest.find(MARKER) {
-        out.push_str(&rest[..start + MARKER.len()]);
-        rest = &rest[start + MARKER.len()..];
+    while let Some(start) = rest.find(marker) {
+        out.push_str(&rest[..start + marker.len()]);
+        rest = &rest[start + marker.len()..];
+        if rest.starts_with('<') {
+            // A placeholder in a message ("DHHC-1:<00|01|02|03>:..."), not a key.
+            continue;
+        }
         // Keep the two-digit hash indicator, drop the key up to the closing colon
         // (or to the end of the token when it is malformed).
         let hash_end = rest.find(':').map_or(0, |end| end + 1).min(3);

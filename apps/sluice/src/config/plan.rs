@@ -100,6 +100,9 @@ impl Plan {
     /// A summary of what the config describes, for `sluice config check`.
     pub fn report(&self, config: &Config) -> CheckReport {
         let mut lines = vec![format!("listeners: {}", config.listeners.len())];
+        for listener in config.listeners.iter().filter(|listener| listener.tls != super::TlsSetting::None) {
+            lines.push(format!("  {}: TLS {}", listener.address, listener.tls.secure_channel().name()));
+        }
         for &node in &self.order {
             let shape = describe_shape(&self.shapes[&node]);
             let line = match node {
@@ -170,6 +173,16 @@ impl Plan {
                 lines.push(format!("  nsid {}: {source}{shape}", namespace.nsid));
             }
         }
-        CheckReport { lines, warnings: self.warnings.clone() }
+        let mut warnings = self.warnings.clone();
+        let tls_listener = config.listeners.iter().any(|listener| listener.tls != super::TlsSetting::None);
+        let any_tls_key = config.subsystems.iter().flat_map(|subsystem| &subsystem.hosts).any(|host| host.tls_key.is_some());
+        if tls_listener && !any_tls_key {
+            warnings.push(
+                "a listener has tls set but no [[subsystem.host]] has a tls_key: no host can complete a TLS handshake \
+                 (make one with `sluice gen-tls-key`)"
+                    .to_owned(),
+            );
+        }
+        CheckReport { lines, warnings }
     }
 }

@@ -196,3 +196,19 @@ fn an_unreachable_rbd_backend_is_left_out_at_start_and_everything_else_is_served
     let error = config.build_with(&OpenStorage::default()).err().expect("no cluster").to_string();
     assert!(error.contains("\"vol\" (rbd)"), "{error}");
 }
+
+#[test]
+fn parse_errors_never_show_keys() {
+    let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrA:"; // CRC broken
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.a\"\n[[subsystem.host]]\nnqn = \"nqn.h\"\ntls_key = \"{key}\"\n"
+    );
+    let error = Config::parse(&text).expect_err("bad CRC");
+    assert!(!error.contains("VRLbtnN9"), "{error}");
+    assert!(error.contains("CRC"), "{error}");
+    // A mistyped marker is hidden too, and messages keep their placeholders.
+    let typo = text.replace("NVMeTLSkey-1", "NVMeTLSkey1");
+    let error = Config::parse(&typo).expect_err("bad format");
+    assert!(!error.contains("VRLbtnN9"), "{error}");
+    assert!(error.contains("NVMeTLSkey-1:<00|01|02>"), "{error}");
+}

@@ -85,6 +85,23 @@ pub struct TargetArgs {
     #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "DHHC-1:..", value_parser = parse_secret,
           requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<Secret>,
+    /// NVMe/TCP over TLS 1.3 (needs --tls-key: this host reads no kernel keyring).
+    #[arg(long, requires = "tls_key")]
+    pub tls: bool,
+    /// TLS pre-shared key in the interchange format (NVMeTLSkey-1:..., as `nvme
+    /// gen-tls-key` prints it); turns TLS on. Also read from SLUICE_TLS_KEY, which
+    /// keeps it out of the process list.
+    #[arg(long, value_name = "NVMeTLSkey-1:..", env = "SLUICE_TLS_KEY", hide_env_values = true,
+          value_parser = parse_tls_key)]
+    pub tls_key: Option<nvme_auth::TlsKey>,
+    /// PSK identity format offered: 1 (with the PSK digest, what `nvme connect
+    /// --tls-key` offers) or 0 (NQNs only).
+    #[arg(long, value_name = "0|1", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub tls_identity: u8,
+    /// Derive keys as libnvme before 1.16 does (a target keyed with such an
+    /// nvme-cli, e.g. Linux nvmet set up on Debian 13).
+    #[arg(long)]
+    pub tls_compat: bool,
     /// How I/O is spread over several paths of the best ANA state (Linux's
     /// iopolicy); only with several addresses.
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = IoPolicy::QueueDepth)]
@@ -219,6 +236,11 @@ fn parse_authority(authority: &str) -> Result<Authority, String> {
 /// Parses a DH-HMAC-CHAP secret; the error never repeats the text (it is a secret).
 pub fn parse_secret(text: &str) -> Result<Secret, String> {
     Secret::parse(text).map_err(|error| error.to_string())
+}
+
+/// Parses a TLS PSK in the interchange format (the error never echoes it).
+pub fn parse_tls_key(text: &str) -> Result<nvme_auth::TlsKey, String> {
+    nvme_auth::TlsKey::parse(text).map_err(|error| error.to_string())
 }
 
 /// Parses a UUID host identifier into its 16 bytes.
@@ -398,6 +420,15 @@ impl TargetArgs {
         }
         options.dhchap_secret = self.dhchap_secret.clone();
         options.dhchap_controller_secret = self.dhchap_ctrl_secret.clone();
+        options.tls = self.tls_key.clone().map(|key| nvme_host_client::TlsOptions {
+            key,
+            identity_version: if self.tls_identity == 0 {
+                nvme_auth::IdentityVersion::V0
+            } else {
+                nvme_auth::IdentityVersion::V1
+            },
+            derivation: if self.tls_compat { nvme_auth::KeyDerivation::Compat } else { nvme_auth::KeyDerivation::Rfc8446 },
+        });
         let url = format!("tcp://{}/{}", display_authority(host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })
