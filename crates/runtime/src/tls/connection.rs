@@ -20,6 +20,18 @@ const CIPHERTEXT_STEP_BYTES: usize = 16 * 1024;
 /// Plaintext encrypted into one send batch before it goes out (further inner
 /// batches wait for the next one): bounds the batch buffer.
 const MAX_ENCRYPTED_BATCH_BYTES: usize = 512 * 1024;
+/// Largest plaintext of one TLS record (RFC 8446, section 5.1: 2^14 bytes).
+const TLS_RECORD_PLAINTEXT_BYTES: usize = 16 * 1024;
+
+/// Encrypts what `staging` gathered as one record and empties it.
+fn flush_staging(session: &mut TlsSession, staging: &mut Vec<u8>) -> Result<(), TlsError> {
+    if staging.is_empty() {
+        return Ok(());
+    }
+    let written = session.write_plaintext(staging);
+    staging.clear();
+    written
+}
 
 /// What a listener does about TLS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +98,8 @@ pub struct TlsConnection<H: ConnectionHandler> {
     stage: Stage,
     peer: String,
     plaintext: Vec<u8>,
+    /// Small send parts gathered into one record (at most one record's plaintext).
+    staging: Vec<u8>,
     /// A spare ciphertext buffer (the one the last send returned).
     spare: Vec<u8>,
     iovecs: IovecScratch,
@@ -126,7 +140,16 @@ impl<H: ConnectionHandler> TlsConnection<H> {
     }
 
     fn with_stage(inner: H, stage: Stage, peer: String, now: Instant) -> Self {
-        TlsConnection { inner, stage, peer, plaintext: Vec::new(), spare: Vec::new(), iovecs: IovecScratch::default(), now }
+        TlsConnection {
+            inner,
+            stage,
+            peer,
+            plaintext: Vec::new(),
+            staging: Vec::new(),
+            spare: Vec::new(),
+            iovecs: IovecScratch::default(),
+            now,
+        }
     }
 
     /// The wrapped handler.
@@ -194,21 +217,37 @@ impl<H: ConnectionHandler> TlsConnection<H> {
     /// bound) and returns the ciphertext, with any handshake records before it.
     fn take_tls_send(&mut self) -> Option<TlsBatch<H::Batch>> {
         if let Stage::Tls { session, established: true } = &mut self.stage {
+            // Small parts (PDU headers, a 4 KiB read's data, a response capsule) are
+            // gathered into whole records first: each SSL_write makes at least one
+            // record, with its own header, tag and call overhead. Parts of a record's
+            // size or more go straight to the session.
+            let staging = &mut self.staging;
             let mut encrypted = 0;
-            while encrypted < MAX_ENCRYPTED_BATCH_BYTES {
+            let mut failure = None;
+            while encrypted < MAX_ENCRYPTED_BATCH_BYTES && failure.is_none() {
                 let Some(batch) = self.inner.take_send() else { break };
-                let mut failure = None;
                 for_each_slice(&batch, &mut self.iovecs, |slice| {
-                    if failure.is_none() {
-                        failure = session.write_plaintext(slice).err();
+                    if failure.is_some() {
+                        return;
                     }
+                    if slice.len() >= TLS_RECORD_PLAINTEXT_BYTES {
+                        failure = flush_staging(session, staging).and_then(|()| session.write_plaintext(slice)).err();
+                        return;
+                    }
+                    if staging.len() + slice.len() > TLS_RECORD_PLAINTEXT_BYTES {
+                        failure = flush_staging(session, staging).err();
+                    }
+                    staging.extend_from_slice(slice);
                 });
                 encrypted += batch.total_len();
                 self.inner.on_sent(batch, self.now);
-                if let Some(error) = failure {
-                    self.fail(&error);
-                    return None;
-                }
+            }
+            if failure.is_none() {
+                failure = flush_staging(session, staging).err();
+            }
+            if let Some(error) = failure {
+                self.fail(&error);
+                return None;
             }
         }
         let session = match &mut self.stage {

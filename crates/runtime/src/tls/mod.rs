@@ -331,9 +331,16 @@ impl TlsSession {
         Ok(())
     }
 
-    /// Ciphertext to send to the peer, moved into `out` (appended).
+    /// Ciphertext to send to the peer, moved into `out` (appended). An empty `out`
+    /// trades buffers with the session instead of copying: the caller's spare buffer
+    /// becomes the session's next output buffer, so nothing is allocated or copied.
     pub fn take_ciphertext(&mut self, out: &mut Vec<u8>) {
-        out.append(&mut self.stream.get_mut().outgoing);
+        let outgoing = &mut self.stream.get_mut().outgoing;
+        if out.is_empty() {
+            std::mem::swap(out, outgoing);
+        } else {
+            out.append(outgoing);
+        }
     }
 
     /// Whether ciphertext waits to be sent.
