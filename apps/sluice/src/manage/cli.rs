@@ -263,6 +263,14 @@ pub enum HostAccessCommand {
         /// (comma-separated: ffdhe2048,...,ffdhe8192,null).
         #[arg(long, value_name = "LIST")]
         dhchap_groups: Option<String>,
+        /// The host's TLS pre-shared key (NVMeTLSkey-1:..., `@FILE` reads it from FILE),
+        /// for listeners with TLS.
+        #[arg(long, value_name = "KEY|@FILE")]
+        tls_key: Option<String>,
+        /// How the host derives TLS keys: rfc8446 (default) or compat (libnvme
+        /// before 1.16).
+        #[arg(long, value_name = "rfc8446|compat")]
+        tls_key_derivation: Option<String>,
     },
     /// Removes a host from the allowed hosts.
     Deny {
@@ -421,13 +429,24 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Host { command, client } => match command {
-            HostAccessCommand::Allow { nqn, host, dhchap_secret, dhchap_ctrl_secret, dhchap_hashes, dhchap_groups } => {
+            HostAccessCommand::Allow {
+                nqn,
+                host,
+                dhchap_secret,
+                dhchap_ctrl_secret,
+                dhchap_hashes,
+                dhchap_groups,
+                tls_key,
+                tls_key_derivation,
+            } => {
                 put("nqn", Some(json!(nqn)));
                 put("host", Some(json!(host)));
                 put("dhchap_secret", dhchap_secret.map(|text| secret_value(&text)).transpose()?);
                 put("dhchap_ctrl_secret", dhchap_ctrl_secret.map(|text| secret_value(&text)).transpose()?);
                 put("dhchap_hashes", dhchap_hashes.map(|list| json!(list)));
                 put("dhchap_groups", dhchap_groups.map(|list| json!(list)));
+                put("tls_key", tls_key.map(|text| secret_value(&text)).transpose()?);
+                put("tls_key_derivation", tls_key_derivation.map(|name| json!(name)));
                 (client, "host_allow", View::HostChanged)
             }
             HostAccessCommand::Deny { nqn, host } => {
@@ -612,10 +631,11 @@ fn host_rows(hosts: &[Value]) -> String {
                 (true, false) => "DH-HMAC-CHAP",
                 _ => "none",
             };
-            vec![text(host, "host").to_string(), authentication.to_string()]
+            let tls = if flag(host, "tls") { "PSK" } else { "-" };
+            vec![text(host, "host").to_string(), authentication.to_string(), tls.to_string()]
         })
         .collect();
-    table(&["HOST", "AUTHENTICATION"], &rows)
+    table(&["HOST", "AUTHENTICATION", "TLS"], &rows)
 }
 
 fn render(view: View, result: &Value) -> String {

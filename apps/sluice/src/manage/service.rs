@@ -381,6 +381,8 @@ impl Management {
         let controller_secret = params.optional_string("dhchap_ctrl_secret")?;
         let hashes = params.optional_string_list("dhchap_hashes")?;
         let groups = params.optional_string_list("dhchap_groups")?;
+        let tls_key = params.optional_string("tls_key")?;
+        let tls_key_derivation = params.optional_string("tls_key_derivation")?;
         params.finish("host_allow")?;
         validate_nqn(&host).map_err(|reason| RpcError::invalid_params("host", reason))?;
         if controller_secret.is_some() && secret.is_none() {
@@ -403,20 +405,28 @@ impl Management {
                 table.insert(key, value(names.iter().map(String::as_str).collect::<toml_edit::Array>()));
             }
         }
+        // Checked with the rest of the entry when the draft is checked (the key's
+        // error never quotes it).
+        for (key, text) in [("tls_key", &tls_key), ("tls_key_derivation", &tls_key_derivation)] {
+            if let Some(text) = text {
+                table.insert(key, value(text.as_str()));
+            }
+        }
         let change = document::allow_host(&mut draft.document, &nqn, &host, table).map_err(edit_error)?;
         let text = self.check(&draft)?;
         // The rules exactly as the next start will read them (secrets parsed).
         let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None, &self.storage)?.spec.hosts;
         self.write(&text)?;
         let disconnected = self.apply_host_rules(&subsystem, rules.clone());
-        tracing::info!(subsystem = %nqn, %host, ?change, authenticated = secret.is_some(), disconnected,
-            "management: host allowed");
+        tracing::info!(subsystem = %nqn, %host, ?change, authenticated = secret.is_some(), tls = tls_key.is_some(),
+            disconnected, "management: host allowed");
         Ok(json!({
             "nqn": nqn,
             "host": host,
             "change": match change { document::HostChange::Added => "added", document::HostChange::Updated => "updated" },
             "dhchap": secret.is_some(),
             "bidirectional": controller_secret.is_some(),
+            "tls": tls_key.is_some(),
             "allow_any_host": rules.allow_any_host,
             "allowed_hosts": rules.hosts.len(),
             "controllers_disconnected": disconnected,
@@ -659,6 +669,7 @@ fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
                 "host": host.nqn,
                 "dhchap": host.dhchap_secret.is_some(),
                 "bidirectional": host.dhchap_controller_secret.is_some(),
+                "tls": host.tls_key.is_some(),
             })
         })
         .collect();

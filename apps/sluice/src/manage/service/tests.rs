@@ -299,6 +299,27 @@ fn host_rules_apply_live_and_disconnect_hosts_no_longer_allowed() {
     assert_eq!(listed["hosts"][0]["dhchap"], true);
     assert!(!listed.to_string().contains("DHHC-1"), "secrets are never shown: {listed}");
 
+    // A TLS key through the API: in force at once, listed as present, never shown.
+    let key = nvme_auth::TlsKey::from_key(&[5; 32], Some(nvme_auth::HashFunction::Sha256)).unwrap();
+    let key_text = key.to_interchange().to_string();
+    let before = fixture.file();
+    let broken = key_text.replace(":01:", ":02:");
+    let error = fixture.call("host_allow", json!({"nqn": A, "host": HOST, "tls_key": broken})).unwrap_err();
+    assert_eq!(error.code, CONFIG_INVALID, "{error:?}");
+    assert!(!format!("{error:?}").contains(&key_text[16..40]), "the refused key is not echoed: {error:?}");
+    assert_eq!(fixture.file(), before);
+    let keyed = fixture
+        .call("host_allow", json!({"nqn": A, "host": HOST, "tls_key": key_text, "tls_key_derivation": "compat"}))
+        .unwrap();
+    assert_eq!(keyed["tls"], true);
+    let rules = subsystem.hosts.current();
+    let entry = rules.hosts.iter().find(|entry| entry.nqn == HOST).expect("listed");
+    assert_eq!(entry.tls_key.as_ref(), Some(&key));
+    assert_eq!(entry.tls_key_derivation, nvme_auth::KeyDerivation::Compat);
+    let listed = fixture.call("host_list", json!({"nqn": A})).unwrap();
+    assert_eq!(listed["hosts"][0]["tls"], true);
+    assert!(!listed.to_string().contains("NVMeTLSkey"), "keys are never shown: {listed}");
+
     fixture.call("host_deny", json!({"nqn": A, "host": HOST})).unwrap();
     assert!(
         !subsystem.hosts.allows("nqn.other") && !subsystem.hosts.allows(HOST),
