@@ -47,3 +47,52 @@ fn discovery_log_lists_the_subsystem_on_its_io_listener() {
         assert_status(&host.command(identify(cns::NAMESPACE, 1), &[], &[]), Status::INVALID_FIELD);
     }
 }
+
+#[test]
+fn discovery_log_announces_each_listeners_tls() {
+    use nvme_spec::discovery::{tcp_security_type, transport_requirements};
+    use nvme_target::{AddressFamily, HostAccess, ListenerSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec};
+    let listener = |port, secure_channel| ListenerSpec {
+        address: "127.0.0.1".into(),
+        port,
+        family: AddressFamily::Ipv4,
+        discovery_only: false,
+        secure_channel,
+    };
+    let target = Target::new(TargetSpec {
+        listeners: vec![
+            listener(4420, SecureChannel::None),
+            listener(4421, SecureChannel::Optional),
+            listener(4422, SecureChannel::Required),
+        ],
+        subsystems: vec![SubsystemSpec {
+            hosts: HostAccess::allow_any(),
+            pool: None,
+            nqn: NQN.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: Vec::new(),
+        }],
+        settings: TargetSettings::default(),
+    })
+    .expect("target");
+    let mut host = FakeHost::new(target, 0);
+    host.bring_up_admin(DISCOVERY_NQN);
+    let whole = get_log(&mut host, 0x70, 0, 4 * 1024);
+    assert_status(&whole, Status::SUCCESS);
+    let announced: Vec<(String, u8, u8)> = (1..4)
+        .map(|index| {
+            let entry = DiscoveryLogEntry::decode(&whole.data[index * 1024..(index + 1) * 1024].try_into().unwrap());
+            let port = entry.transport_service_id_str().unwrap_or_default().to_string();
+            (port, entry.transport_requirements & 0b11, entry.transport_specific_address_subtype[0])
+        })
+        .collect();
+    assert_eq!(
+        announced,
+        vec![
+            ("4420".to_string(), transport_requirements::SECURE_CHANNEL_NOT_SPECIFIED, tcp_security_type::NONE),
+            ("4421".to_string(), transport_requirements::SECURE_CHANNEL_NOT_REQUIRED, tcp_security_type::TLS_1_3),
+            ("4422".to_string(), transport_requirements::SECURE_CHANNEL_REQUIRED, tcp_security_type::TLS_1_3),
+        ]
+    );
+}
