@@ -79,16 +79,27 @@ fn a_wrong_key_and_a_plain_host_are_refused_with_reasons() {
 }
 
 #[test]
-fn an_optional_listener_takes_tls_and_plain_hosts() {
+fn an_optional_listener_takes_tls_and_plain_hosts_but_a_keyed_host_only_over_tls() {
+    const PLAIN_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b5e7a1c-1d2e-4f3a-9b8c-000000000001";
     let key = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(6)).expect("key");
-    let target = target_with_key(&key, SecureChannel::Optional);
+    let mut keyed = HostEntry::new(HOST);
+    keyed.tls_key = Some(key.clone());
+    let hosts = HostAccess { allow_any_host: false, hosts: vec![keyed, HostEntry::new(PLAIN_HOST)] };
+    let target = TestTarget::start_secure(SecureChannel::Optional, hosts);
     let secure = Controller::connect(tls_options(&target, &key, IdentityVersion::V1)).expect("TLS host");
     let mut plain_options = options(target.address);
-    plain_options.host_nqn = HOST.into();
+    plain_options.host_nqn = PLAIN_HOST.into();
     let plain = Controller::connect(plain_options).expect("plain host");
     let data = pattern(8192, 1);
     secure.write(NAMESPACE, 0, &data, false).expect("write over TLS");
     assert!(plain.read(NAMESPACE, 0, 16).expect("read in clear") == data);
+    // The keyed host's NQN without TLS: anyone could claim it.
+    let mut impostor = options(target.address);
+    impostor.host_nqn = HOST.into();
+    match Controller::connect(impostor) {
+        Err(ClientError::Command { .. } | ClientError::Protocol(_)) => {}
+        other => panic!("a plain connection as the keyed host: {other:?}"),
+    }
     secure.disconnect().expect("disconnect");
     plain.disconnect().expect("disconnect");
 }

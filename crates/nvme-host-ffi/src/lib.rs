@@ -265,8 +265,15 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
     if o.max_transfer_bytes != 0 && o.max_transfer_bytes < 512 {
         return Err(FfiError::invalid("max_transfer_bytes must be 0 or at least 512"));
     }
+    if o.reserved != 0 {
+        return Err(FfiError::invalid("reserved must be zero"));
+    }
     // SAFETY: as above (the header requires tls_key to be NULL or NUL-terminated).
-    if let Some(text) = unsafe { c_str(o.tls_key, "tls_key", false) }? {
+    let tls_key = unsafe { c_str(o.tls_key, "tls_key", false) }?;
+    if tls_key.is_none() && o.tls_flags != 0 {
+        return Err(FfiError::invalid("tls_flags without a tls_key"));
+    }
+    if let Some(text) = tls_key {
         if o.tls_flags & !(SLUICE_TLS_IDENTITY_V0 | SLUICE_TLS_COMPAT) != 0 {
             return Err(FfiError::invalid(format!("tls_flags {:#x} has unknown bits", o.tls_flags)));
         }

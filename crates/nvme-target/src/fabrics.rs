@@ -197,6 +197,18 @@ impl Connection {
                 )
                 .logged());
             }
+            // A host with a TLS key authenticates through TLS: a plain connection
+            // naming it could be anyone (and could join its TLS controller's queues).
+            if self.secure_channel.is_none() && crate::secure_channel::host_has_tls_key(rules, host_nqn) {
+                tracing::warn!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn, queue = command.queue_id.0,
+                    "Connect refused: this host has a TLS key and came without TLS; connect through a listener with \
+                     tls and the host's key");
+                return Err(Refusal::new(
+                    Status::CONNECT_INVALID_HOST.with_do_not_retry(),
+                    connect_invalid_parameter_in_data(connect_offset::DATA_HOST_NQN),
+                )
+                .logged());
+            }
         }
 
         if command.queue_id.is_admin() {

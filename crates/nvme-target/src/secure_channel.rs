@@ -104,6 +104,11 @@ impl Target {
     }
 }
 
+/// Whether `rules` give `host_nqn` a TLS key: such a host may connect only over TLS.
+pub(crate) fn host_has_tls_key(rules: &crate::access::HostAccess, host_nqn: &str) -> bool {
+    rules.hosts.iter().any(|host| host.nqn == host_nqn && host.tls_key.is_some())
+}
+
 impl Connection {
     /// The TLS handshake finished with a PSK identity naming `host_nqn` and
     /// `subsystem_nqn`: from now on Connect must name exactly these. (Empty names

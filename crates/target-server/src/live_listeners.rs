@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use nvme_target::{AddressFamily, ListenerSpec, Target, TargetError};
+use nvme_target::{AddressFamily, ListenerSpec, SecureChannel, Target, TargetError};
 use runtime::{ListenerControl, ListenerId, PreparedListener, Runtime, RuntimeError};
 
 /// A listener the runtime accepts on.
@@ -27,6 +27,7 @@ pub struct ActiveListener {
 pub struct PendingListener {
     prepared: PreparedListener,
     discovery_only: bool,
+    secure_channel: SecureChannel,
 }
 
 impl PendingListener {
@@ -70,18 +71,23 @@ impl LiveListeners {
     /// Binds `address` on every runtime thread: "address in use" (by another
     /// program or by one of this target's listeners) is refused here, with
     /// nothing changed. Nothing is accepted until [`LiveListeners::activate`].
-    pub fn bind(&self, address: SocketAddr, discovery_only: bool) -> Result<PendingListener, RuntimeError> {
+    pub fn bind(
+        &self,
+        address: SocketAddr,
+        discovery_only: bool,
+        secure_channel: SecureChannel,
+    ) -> Result<PendingListener, RuntimeError> {
         let prepared = self.control.prepare_listener(address)?;
-        Ok(PendingListener { prepared, discovery_only })
+        Ok(PendingListener { prepared, discovery_only, secure_channel })
     }
 
     /// Puts a bound listener in the target's listener table (the discovery log
     /// lists it, its generation moves), then lets the runtime accept on it: the
     /// first Connect through it already finds it.
     pub fn activate(&self, pending: PendingListener) -> Result<ActiveListener, TargetError> {
-        let PendingListener { prepared, discovery_only } = pending;
+        let PendingListener { prepared, discovery_only, secure_channel } = pending;
         let (id, address) = (prepared.id(), prepared.local_addr());
-        self.target.add_listener(id.index(), listener_spec(address, discovery_only))?;
+        self.target.add_listener(id.index(), listener_spec(address, discovery_only, secure_channel))?;
         self.control.start_listener(prepared);
         Ok(ActiveListener { id, address, discovery_only })
     }
@@ -107,12 +113,12 @@ impl LiveListeners {
 }
 
 /// How the target (and the discovery log) describe a listener bound to `address`.
-fn listener_spec(address: SocketAddr, discovery_only: bool) -> ListenerSpec {
+fn listener_spec(address: SocketAddr, discovery_only: bool, secure_channel: SecureChannel) -> ListenerSpec {
     ListenerSpec {
         address: address.ip().to_string(),
         port: address.port(),
         family: if address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
         discovery_only,
-        secure_channel: Default::default(),
+        secure_channel,
     }
 }

@@ -38,6 +38,7 @@ pub enum Change {
     ListenerAdded {
         address: String,
         discovery_only: bool,
+        secure_channel: nvme_target::SecureChannel,
     },
     ListenerRemoved {
         address: String,
@@ -208,24 +209,29 @@ fn namespace_difference(before: &NamespaceConfig, after: &NamespaceConfig) -> Op
 }
 
 /// Listeners by address value ("127.0.0.1:4420" and "127.0.0.1:04420" are one); a
-/// changed `discovery_only` is a removal and an addition.
+/// changed `discovery_only` or `tls` is a removal and an addition (its connections
+/// close: a listener that now requires TLS keeps no plain connection).
 fn diff_listeners(before: &[ListenerConfig], after: &[ListenerConfig], changes: &mut Vec<Change>) {
     let key = |listener: &ListenerConfig| {
         let address = listener
             .address
             .parse::<SocketAddr>()
             .map_or_else(|_| listener.address.clone(), |address| address.to_string());
-        (address, listener.discovery_only)
+        (address, listener.discovery_only, listener.tls.secure_channel())
     };
     let (old, new): (Vec<_>, Vec<_>) = (before.iter().map(key).collect(), after.iter().map(key).collect());
-    for (address, discovery_only) in &old {
-        if !new.contains(&(address.clone(), *discovery_only)) {
-            changes.push(Change::ListenerRemoved { address: address.clone() });
+    for entry in &old {
+        if !new.contains(entry) {
+            changes.push(Change::ListenerRemoved { address: entry.0.clone() });
         }
     }
-    for (address, discovery_only) in &new {
-        if !old.contains(&(address.clone(), *discovery_only)) {
-            changes.push(Change::ListenerAdded { address: address.clone(), discovery_only: *discovery_only });
+    for (address, discovery_only, secure_channel) in &new {
+        if !old.contains(&(address.clone(), *discovery_only, *secure_channel)) {
+            changes.push(Change::ListenerAdded {
+                address: address.clone(),
+                discovery_only: *discovery_only,
+                secure_channel: *secure_channel,
+            });
         }
     }
 }
@@ -233,6 +239,7 @@ fn diff_listeners(before: &[ListenerConfig], after: &[ListenerConfig], changes: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvme_target::SecureChannel;
 
     const RUNNING: &str = r#"
 [[listener]]
@@ -352,8 +359,24 @@ nqn = "nqn.2014-08.io.sluice:h"
             changes(&edited),
             [
                 Change::ListenerRemoved { address: "127.0.0.1:4420".into() },
-                Change::ListenerAdded { address: "127.0.0.1:4420".into(), discovery_only: true },
-                Change::ListenerAdded { address: "[::1]:4420".into(), discovery_only: false },
+                Change::ListenerAdded { address: "127.0.0.1:4420".into(), discovery_only: true, secure_channel: SecureChannel::None },
+                Change::ListenerAdded { address: "[::1]:4420".into(), discovery_only: false, secure_channel: SecureChannel::None },
+            ]
+        );
+        // Turning TLS on re-creates the listener: its plain connections close.
+        let secured = RUNNING.replace(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n",
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\ntls = \"required\"\n",
+        );
+        assert_eq!(
+            changes(&secured),
+            [
+                Change::ListenerRemoved { address: "127.0.0.1:4420".into() },
+                Change::ListenerAdded {
+                    address: "127.0.0.1:4420".into(),
+                    discovery_only: false,
+                    secure_channel: SecureChannel::Required
+                },
             ]
         );
     }

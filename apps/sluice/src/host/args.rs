@@ -78,22 +78,22 @@ pub struct TargetArgs {
     pub timeout: Option<u64>,
     /// DH-HMAC-CHAP host secret, as `nvme gen-dhchap-key` prints it
     /// (DHHC-1:<hash>:<base64>:), for a target that asks for authentication.
-    #[arg(short = 'S', long, value_name = "DHHC-1:..", value_parser = parse_secret)]
-    pub dhchap_secret: Option<Secret>,
+    // Parsed after clap (`secrets`): clap quotes a value its parser refuses, and a
+    // mistyped secret is still nearly the secret.
+    #[arg(short = 'S', long, value_name = "DHHC-1:..")]
+    pub dhchap_secret: Option<String>,
     /// DH-HMAC-CHAP controller secret: the target must prove it knows it
     /// (bidirectional authentication). Needs --dhchap-secret.
-    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "DHHC-1:..", value_parser = parse_secret,
-          requires = "dhchap_secret")]
-    pub dhchap_ctrl_secret: Option<Secret>,
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "DHHC-1:..", requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<String>,
     /// NVMe/TCP over TLS 1.3 (needs --tls-key: this host reads no kernel keyring).
     #[arg(long, requires = "tls_key")]
     pub tls: bool,
     /// TLS pre-shared key in the interchange format (NVMeTLSkey-1:..., as `nvme
     /// gen-tls-key` prints it); turns TLS on. Also read from SLUICE_TLS_KEY, which
     /// keeps it out of the process list.
-    #[arg(long, value_name = "NVMeTLSkey-1:..", env = "SLUICE_TLS_KEY", hide_env_values = true,
-          value_parser = parse_tls_key)]
-    pub tls_key: Option<nvme_auth::TlsKey>,
+    #[arg(long, value_name = "NVMeTLSkey-1:..", env = "SLUICE_TLS_KEY", hide_env_values = true)]
+    pub tls_key: Option<String>,
     /// PSK identity format offered: 1 (with the PSK digest, what `nvme connect
     /// --tls-key` offers) or 0 (NQNs only).
     #[arg(long, value_name = "0|1", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -418,9 +418,21 @@ impl TargetArgs {
             options.command_timeout = timeout;
             options.connect_timeout = options.connect_timeout.min(timeout);
         }
-        options.dhchap_secret = self.dhchap_secret.clone();
-        options.dhchap_controller_secret = self.dhchap_ctrl_secret.clone();
-        options.tls = self.tls_key.clone().map(|key| nvme_host_client::TlsOptions {
+        let parsed = |text: &Option<String>, option: &str| {
+            text.as_deref()
+                .map(parse_secret)
+                .transpose()
+                .map_err(|reason| HostError::usage(format!("{option}: {reason}")))
+        };
+        options.dhchap_secret = parsed(&self.dhchap_secret, "--dhchap-secret")?;
+        options.dhchap_controller_secret = parsed(&self.dhchap_ctrl_secret, "--dhchap-ctrl-secret")?;
+        let tls_key = self
+            .tls_key
+            .as_deref()
+            .map(parse_tls_key)
+            .transpose()
+            .map_err(|reason| HostError::usage(format!("--tls-key (or SLUICE_TLS_KEY): {reason}")))?;
+        options.tls = tls_key.map(|key| nvme_host_client::TlsOptions {
             key,
             identity_version: if self.tls_identity == 0 {
                 nvme_auth::IdentityVersion::V0

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{PskLookup, Progress, TlsError, TlsServer, TlsSession};
+use super::{PskLookup, Progress, TlsError, TlsServer, TlsSession, MAX_TLS_PENDING_CIPHERTEXT_BYTES};
 use crate::send::{for_each_slice, IovecScratch};
 use crate::{CloseReason, ConnectionHandler, SendParts, SendSource};
 
@@ -175,6 +175,11 @@ impl<H: ConnectionHandler> TlsConnection<H> {
     /// handing plaintext to the inner handler as it appears.
     fn receive_tls(&mut self, mut data: &[u8], now: Instant) {
         while !data.is_empty() {
+            // Bytes after the inner handler asked to close are discarded (its last
+            // PDUs, such as a C2HTermReq, still go out through take_send).
+            if self.inner.wants_close() {
+                return;
+            }
             let step = data.len().min(CIPHERTEXT_STEP_BYTES);
             let (chunk, rest) = data.split_at(step);
             data = rest;
@@ -192,6 +197,11 @@ impl<H: ConnectionHandler> TlsConnection<H> {
             }
             if let Err(error) = self.deliver_plaintext(now) {
                 return self.fail(&error);
+            }
+            if let Stage::Tls { session, .. } = &self.stage {
+                if session.pending_ciphertext_bytes() > MAX_TLS_PENDING_CIPHERTEXT_BYTES {
+                    return self.fail(&TlsError::Backlog);
+                }
             }
         }
     }

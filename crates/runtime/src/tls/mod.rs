@@ -30,6 +30,15 @@ use zeroize::Zeroizing;
 /// is ample for a receive that outran the reader. The caller stops receiving above it.
 pub const MAX_TLS_BUFFERED_CIPHERTEXT_BYTES: usize = 4 * (16 * 1024 + 256);
 
+/// Most of a refused PSK identity shown in the log line (NVMe identities are at most
+/// 521 bytes; a peer may send 64 KiB).
+const MAX_LOGGED_IDENTITY_BYTES: usize = 600;
+
+/// Ciphertext the session may hold for the peer before the connection is failed: a
+/// peer that keeps sending KeyUpdate requests (each answered) without reading would
+/// otherwise grow it without bound. Well above the largest send batch.
+pub const MAX_TLS_PENDING_CIPHERTEXT_BYTES: usize = 2 * 1024 * 1024;
+
 /// The TLS 1.3 cipher suites the NVMe/TCP transport allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CipherSuite {
@@ -83,6 +92,10 @@ pub enum TlsError {
     /// before the session could use it.
     #[error("TLS: more than {MAX_TLS_BUFFERED_CIPHERTEXT_BYTES} bytes of unprocessed ciphertext")]
     Overrun,
+    /// More than [`MAX_TLS_PENDING_CIPHERTEXT_BYTES`] wait to be sent: the peer makes
+    /// the session answer (KeyUpdate) faster than it reads.
+    #[error("TLS: more than {MAX_TLS_PENDING_CIPHERTEXT_BYTES} bytes wait for a peer that does not read them")]
+    Backlog,
     /// A record failed to decrypt or the peer broke the protocol after the handshake.
     #[error("TLS record layer: {0}")]
     Record(String),
@@ -99,6 +112,9 @@ struct ServerState {
     chosen: Mutex<Option<Vec<u8>>>,
     /// The last identity the lookup refused, for the log line.
     refused: Mutex<Option<Vec<u8>>>,
+    /// Identities looked up in this handshake (bounded by
+    /// `psk::MAX_IDENTITIES_LOOKED_UP`).
+    lookups: std::sync::atomic::AtomicUsize,
 }
 
 impl ServerState {
@@ -107,7 +123,9 @@ impl ServerState {
     }
 
     fn record_refusal(&self, identity: &[u8]) {
-        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(identity.to_vec());
+        // Kept short: it goes into a log line, and a peer chooses its length.
+        let shown = &identity[..identity.len().min(MAX_LOGGED_IDENTITY_BYTES)];
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(shown.to_vec());
     }
 }
 
@@ -164,7 +182,9 @@ impl TlsServer {
             let suite = server_state_index().and_then(|index| {
                 let state = ssl.ex_data(index)?;
                 let identities = psk::offered_identities(ssl);
-                identities.into_iter().find_map(|identity| (state.lookup)(identity).map(|choice| choice.suite))
+                // A panic must not unwind into C (the crate does not catch it here).
+                let lookup = || identities.into_iter().find_map(|identity| (state.lookup)(identity).map(|choice| choice.suite));
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(lookup)).ok().flatten()
             });
             if let Some(suite) = suite {
                 ssl.set_ciphersuites(suite.name())?;
@@ -178,7 +198,10 @@ impl TlsServer {
     pub fn session(&self, lookup: PskLookup) -> Result<TlsSession, TlsError> {
         let index = server_state_index().ok_or_else(|| setup_error("no ex_data index"))?;
         let mut ssl = Ssl::new(&self.context).map_err(setup_error)?;
-        ssl.set_ex_data(index, ServerState { lookup, chosen: Default::default(), refused: Default::default() });
+        ssl.set_ex_data(
+            index,
+            ServerState { lookup, chosen: Default::default(), refused: Default::default(), lookups: Default::default() },
+        );
         ssl.set_accept_state();
         TlsSession::new(ssl, Role::Server)
     }
@@ -346,6 +369,11 @@ impl TlsSession {
     /// Whether ciphertext waits to be sent.
     pub fn has_ciphertext(&self) -> bool {
         !self.stream.get_ref().outgoing.is_empty()
+    }
+
+    /// Bytes of ciphertext waiting to be sent.
+    pub fn pending_ciphertext_bytes(&self) -> usize {
+        self.stream.get_ref().outgoing.len()
     }
 
     /// The PSK identity the handshake used (server side, once established; a key that

@@ -31,7 +31,6 @@ extern "C" {
     fn SSL_SESSION_set_cipher(session: *mut SSL_SESSION, cipher: *const SSL_CIPHER) -> c_int;
     fn SSL_SESSION_set_protocol_version(session: *mut SSL_SESSION, version: c_int) -> c_int;
     fn SSL_CIPHER_find(ssl: *mut SSL, id: *const u8) -> *const SSL_CIPHER;
-    fn SSL_CIPHER_get_handshake_digest(cipher: *const SSL_CIPHER) -> *const EVP_MD;
 }
 
 /// Installs the server callback on a context being built.
@@ -61,8 +60,15 @@ pub(super) fn offered_identities(ssl: &openssl::ssl::SslRef) -> Vec<&[u8]> {
     // SAFETY: libssl points at `length` bytes of the ClientHello, which lives while
     // the handshake runs; the slice does not outlive the callback's borrow of `ssl`.
     let extension = unsafe { std::slice::from_raw_parts(data, length) };
-    parse_offered_identities(extension)
+    let mut identities = parse_offered_identities(extension);
+    identities.truncate(MAX_IDENTITIES_LOOKED_UP);
+    identities
 }
+
+/// Offered identities looked up per ClientHello: each lookup costs HMACs and HKDFs
+/// before the peer has proven anything, so a ClientHello listing thousands of
+/// identities gets only the first few considered. (A host offers one.)
+pub(super) const MAX_IDENTITIES_LOOKED_UP: usize = 4;
 
 /// Splits OfferedPsks (RFC 8446, section 4.2.11): a 16-bit length of identities,
 /// each a 16-bit length, the identity and a 32-bit ticket age; then the binders,
@@ -148,6 +154,12 @@ unsafe extern "C" fn find_session(
     // SAFETY: the state lives as long as the SSL, which is inside this handshake; no
     // Rust reference to it is alive while libssl runs the handshake.
     let state = unsafe { &*state };
+    // Only the identities the ClientHello callback considered (OpenSSL walks the
+    // list in order, so later ones are past the bound).
+    if state.lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_IDENTITIES_LOOKED_UP {
+        state.record_refusal(offered);
+        return 1;
+    }
     // A panic must not unwind into C.
     let Ok(choice) = std::panic::catch_unwind(AssertUnwindSafe(|| (state.lookup)(offered))) else { return 0 };
     let Some(choice) = choice else {
@@ -165,15 +177,17 @@ unsafe extern "C" fn find_session(
     1
 }
 
-/// libssl's client callback: offers the configured identity with its PSK. `md`, on
-/// a second call after a HelloRetryRequest, is the hash the server chose; a PSK for
-/// another hash cannot be offered then.
+/// libssl's client callback: offers the configured identity with its PSK. `md` is
+/// null on the first call and the server's chosen hash after a HelloRetryRequest; the
+/// client offers only its key's suite, so the PSK is offered either way (OpenSSL 3
+/// hands a different EVP_MD object for the same hash, so comparing pointers would
+/// wrongly drop the PSK after every HelloRetryRequest).
 ///
 /// # Safety
 /// Called by libssl during a handshake with a live `ssl` and writable out pointers.
 unsafe extern "C" fn use_session(
     ssl: *mut SSL,
-    md: *const EVP_MD,
+    _md: *const EVP_MD,
     identity: *mut *const u8,
     identity_len: *mut usize,
     session: *mut *mut SSL_SESSION,
@@ -196,17 +210,6 @@ unsafe extern "C" fn use_session(
     let made = unsafe { psk_session(ssl, &state.key, state.suite) };
     if made.is_null() {
         return 0;
-    }
-    if !md.is_null() {
-        // SAFETY: `ssl` live; the suite id is two readable bytes.
-        let cipher = unsafe { SSL_CIPHER_find(ssl, state.suite.id_bytes().as_ptr()) };
-        // SAFETY: `cipher` is non-null (psk_session found it) and from libssl's table.
-        let digest = unsafe { SSL_CIPHER_get_handshake_digest(cipher) };
-        if digest != md {
-            // SAFETY: ours, never handed over.
-            unsafe { openssl_sys::SSL_SESSION_free(made) };
-            return 1;
-        }
     }
     // SAFETY: writable per the contract; the identity bytes live in the state, which
     // outlives the handshake; libssl takes ownership of the session.

@@ -75,7 +75,11 @@ impl Management {
         let text = self.check(&draft)?;
         let live = self.live()?;
         // Bound before the file changes: a refusal here leaves both untouched.
-        let pending = live.bind(address, discovery_only).map_err(|error| bind_refusal(address, &accepting, error))?;
+        // Listeners added through the API are plain; TLS listeners come from the
+        // configuration file (and its reload).
+        let pending = live
+            .bind(address, discovery_only, nvme_target::SecureChannel::None)
+            .map_err(|error| bind_refusal(address, &accepting, error))?;
         // A failed write drops `pending`, which closes its sockets.
         self.write(&text)?;
         match live.activate(pending) {

@@ -175,7 +175,7 @@ impl Management {
                         .map_err(|error| fail(change, error))?;
                     prepared.push(Prepared::Hosts { nqn: nqn.clone(), rules: built.spec.hosts });
                 }
-                Change::ListenerAdded { address, discovery_only } => {
+                Change::ListenerAdded { address, discovery_only, secure_channel } => {
                     let (Some(live), Ok(address)) = (&self.live_listeners, address.parse::<SocketAddr>()) else {
                         continue;
                     };
@@ -185,7 +185,7 @@ impl Management {
                         continue;
                     }
                     let pending = live
-                        .bind(address, *discovery_only)
+                        .bind(address, *discovery_only, *secure_channel)
                         .map_err(|error| format!("cannot apply \"{change}\": cannot listen on {address}: {error}"))?;
                     prepared.push(Prepared::Listener(pending));
                 }
@@ -328,19 +328,23 @@ impl Management {
                     applied += 1;
                 }
                 Err(error) => failed(
-                    &Change::ListenerAdded { address: address.to_string(), discovery_only: false },
+                    &Change::ListenerAdded {
+                        address: address.to_string(),
+                        discovery_only: false,
+                        secure_channel: Default::default(),
+                    },
                     error.to_string(),
                 ),
             }
         }
         for change in changes {
-            let Change::ListenerAdded { address, discovery_only } = change else { continue };
+            let Change::ListenerAdded { address, discovery_only, secure_channel } = change else { continue };
             let Ok(parsed) = address.parse::<SocketAddr>() else { continue };
             if live.find(parsed).is_some() {
                 continue;
             }
             match live
-                .bind(parsed, *discovery_only)
+                .bind(parsed, *discovery_only, *secure_channel)
                 .map_err(|error| error.to_string())
                 .and_then(|pending| live.activate(pending).map_err(|error| error.to_string()))
             {
