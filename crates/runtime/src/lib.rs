@@ -81,8 +81,10 @@ pub trait ConnectionHandler {
     /// A batch with `total_len() == 0` is handed straight back through `on_sent`.
     fn take_send(&mut self) -> Option<Self::Batch>;
     /// Every byte of `batch` was written to the socket (the runtime resubmits
-    /// partial sends itself); buffers come back for reuse. A batch that could
-    /// not be sent completely because the connection closed is dropped instead.
+    /// partial sends itself), or, behind [`TlsConnection`], encrypted into the
+    /// session (the ciphertext goes out after); buffers come back for reuse either
+    /// way. A batch that could not be sent completely because the connection closed
+    /// is dropped instead.
     fn on_sent(&mut self, batch: Self::Batch, now: Instant);
     /// The deadline passed (or any time the runtime wants; handlers re-check).
     fn on_timer(&mut self, now: Instant);
