@@ -41,6 +41,10 @@ impl Drop for TlsTarget {
 }
 
 fn start(hash: HashFunction) -> TlsTarget {
+    start_with(hash, TargetSettings::default())
+}
+
+fn start_with(hash: HashFunction, settings: TargetSettings) -> TlsTarget {
     let key = TlsKey::generate(hash, &mut SeededRandom::new(42)).expect("key");
     let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
     let backend: Arc<dyn Backend> = RamBackend::new(Geometry { block_size_bytes: 512, block_count: 2048 });
@@ -62,7 +66,7 @@ fn start(hash: HashFunction) -> TlsTarget {
             model_number: None,
             namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend, nguid: None, uuid: None, ana_group: None }],
         }],
-        settings: TargetSettings::default(),
+        settings,
     })
     .expect("target");
     let config = RuntimeConfig {
@@ -234,4 +238,63 @@ fn a_plain_icreq_on_a_required_listener_is_closed() {
             Err(error) => panic!("{error}"),
         }
     }
+}
+
+#[test]
+fn a_stalled_handshake_is_closed_within_the_setup_timeout() {
+    let target = start_with(HashFunction::Sha256, TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() });
+    let mut socket = connect_socket(target.address);
+    // The start of a TLS record header, then nothing.
+    socket.write_all(&[22, 3, 1]).expect("send");
+    let started = Instant::now();
+    let mut buffer = [0u8; 64];
+    loop {
+        match read_some(&mut socket, &mut buffer) {
+            Ok(None) => break,
+            Ok(Some(_)) => assert!(started.elapsed() < DEADLINE, "the stalled connection stayed open"),
+            Err(error) => panic!("{error}"),
+        }
+    }
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(400) && waited < Duration::from_secs(5), "closed after {waited:?}");
+}
+
+/// `openssl s_client ARGS` against the target with `input` on stdin: whether it
+/// completed a handshake ("Verification" / "Cipher is" lines name the session).
+fn s_client(address: SocketAddr, args: &[&str]) -> Option<String> {
+    let spawned = std::process::Command::new("openssl")
+        .arg("s_client")
+        .arg("-connect")
+        .arg(address.to_string())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output();
+    match spawned {
+        Ok(output) => Some(format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))),
+        Err(error) => {
+            eprintln!("SKIPPED: the openssl tool is missing ({error})");
+            None
+        }
+    }
+}
+
+#[test]
+fn tls_1_2_and_certificate_handshakes_are_refused() {
+    let target = start(HashFunction::Sha256);
+    let identity = target.key.identity(HOST, SUBSYSTEM, IdentityVersion::V0).expect("identity").to_string();
+    let psk: String = target.key.tls_psk(&target.key.identity(HOST, SUBSYSTEM, IdentityVersion::V0).expect("id")).expect("psk")
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    // TLS 1.2 with the right PSK: the transport allows only TLS 1.3.
+    let Some(tls12) = s_client(target.address, &["-tls1_2", "-psk", &psk, "-psk_identity", &identity]) else { return };
+    assert!(!tls12.contains("Cipher is TLS"), "a TLS 1.2 session was made: {tls12}");
+    assert!(tls12.contains("alert") || tls12.contains("error") || tls12.contains("handshake failure"), "{tls12}");
+    // TLS 1.3 without a PSK (a certificate handshake): there is no certificate.
+    let Some(certificate) = s_client(target.address, &["-tls1_3"]) else { return };
+    assert!(!certificate.contains("Cipher is TLS_AES"), "a certificate session was made: {certificate}");
+    // The right PSK over TLS 1.3 works with the same tool (the checks above are not
+    // failing for some other reason).
+    let Some(good) = s_client(target.address, &["-tls1_3", "-psk", &psk, "-psk_identity", &identity]) else { return };
+    assert!(good.contains("TLS_AES_128_GCM_SHA256"), "{good}");
 }
