@@ -23,19 +23,8 @@ pub struct GenTlsKeyArgs {
     /// The key in hexadecimal (64 or 96 digits) instead of a random one.
     #[arg(short = 's', long, value_name = "HEX")]
     secret: Option<String>,
-    /// Host NQN: with --subsysnqn, also print the PSK identity this key gives
-    /// (on stderr, so stdout stays the key alone).
-    #[arg(short = 'n', long)]
-    hostnqn: Option<String>,
-    /// Subsystem NQN (with --hostnqn).
-    #[arg(short = 'c', long)]
-    subsysnqn: Option<String>,
-    /// PSK identity format: 0 (NQNs only) or 1 (with the PSK digest).
-    #[arg(short = 'I', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    identity: u8,
-    /// The identity as libnvme before 1.16 derives it (format 1's digest differs).
-    #[arg(long)]
-    compat: bool,
+    #[command(flatten)]
+    identity: IdentityArgs,
 }
 
 /// `sluice check-tls-key`.
@@ -46,7 +35,17 @@ pub struct CheckTlsKeyArgs {
     /// absent, so it need not appear in the process list.
     #[arg(short = 'k', long, env = "SLUICE_TLS_KEY", hide_env_values = true)]
     key: String,
-    /// Host NQN: with --subsysnqn, print the PSK identity this key gives.
+    #[command(flatten)]
+    identity: IdentityArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// Which PSK identity to show (both commands).
+#[derive(Args, Debug)]
+struct IdentityArgs {
+    /// Host NQN: with --subsysnqn, print the PSK identity the key gives (gen-tls-key
+    /// prints it on stderr, so stdout stays the key alone).
     #[arg(short = 'n', long)]
     hostnqn: Option<String>,
     /// Subsystem NQN (with --hostnqn).
@@ -58,8 +57,6 @@ pub struct CheckTlsKeyArgs {
     /// The identity as libnvme before 1.16 derives it (format 1's digest differs).
     #[arg(long)]
     compat: bool,
-    #[command(flatten)]
-    output: OutputArgs,
 }
 
 /// Why a command failed: all of them are the caller's to fix (exit status 2).
@@ -90,7 +87,7 @@ fn generate(args: &GenTlsKeyArgs) -> Result<(), KeyCommandError> {
             TlsKey::from_key(&bytes, Some(hash))?
         }
     };
-    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity, args.compat)?;
+    let identity = identity_text(&key, &args.identity)?;
     println!("{}", key.to_interchange().as_str());
     if let Some(identity) = identity {
         eprintln!("PSK identity: {identity}");
@@ -108,7 +105,7 @@ pub fn check_tls_key(args: &CheckTlsKeyArgs) -> ExitCode {
 
 fn check(args: &CheckTlsKeyArgs) -> Result<(), KeyCommandError> {
     let key = TlsKey::parse(&args.key)?;
-    let identity = identity_text(&key, args.hostnqn.as_deref(), args.subsysnqn.as_deref(), args.identity, args.compat)?;
+    let identity = identity_text(&key, &args.identity)?;
     match args.output.output_format {
         OutputFormat::Json => {
             let mut value = serde_json::json!({
@@ -144,16 +141,10 @@ fn cipher_suite(hash: HashFunction) -> &'static str {
     }
 }
 
-fn identity_text(
-    key: &TlsKey,
-    host_nqn: Option<&str>,
-    subsystem_nqn: Option<&str>,
-    version: u8,
-    compat: bool,
-) -> Result<Option<String>, KeyCommandError> {
-    let version = if version == 0 { IdentityVersion::V0 } else { IdentityVersion::V1 };
-    let derivation = if compat { KeyDerivation::Compat } else { KeyDerivation::Rfc8446 };
-    match (host_nqn, subsystem_nqn) {
+fn identity_text(key: &TlsKey, args: &IdentityArgs) -> Result<Option<String>, KeyCommandError> {
+    let version = if args.identity == 0 { IdentityVersion::V0 } else { IdentityVersion::V1 };
+    let derivation = if args.compat { KeyDerivation::Compat } else { KeyDerivation::Rfc8446 };
+    match (args.hostnqn.as_deref(), args.subsysnqn.as_deref()) {
         (None, None) => Ok(None),
         (Some(host), Some(subsystem)) => Ok(Some(key.identity_with(host, subsystem, version, derivation)?.to_string())),
         _ => Err(KeyCommandError::HalfIdentity),
@@ -170,9 +161,13 @@ fn parse_hex(text: &str, length: usize) -> Result<Vec<u8>, KeyCommandError> {
             text.len()
         )));
     }
+    // from_str_radix alone would take a sign ("+a").
+    if !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(KeyCommandError::Secret("not hexadecimal".to_owned()));
+    }
     (0..length)
         .map(|index| {
-            u8::from_str_radix(text.get(2 * index..2 * index + 2).unwrap_or("zz"), 16)
+            u8::from_str_radix(&text[2 * index..2 * index + 2], 16)
                 .map_err(|_| KeyCommandError::Secret("not hexadecimal".to_owned()))
         })
         .collect()
@@ -188,14 +183,21 @@ mod tests {
         assert!(matches!(parse_hex("abcd", 32), Err(KeyCommandError::Secret(message)) if message.contains("64")));
         assert!(matches!(parse_hex(&"zz".repeat(32), 32), Err(KeyCommandError::Secret(_))));
         assert!(parse_hex(&"é".repeat(32), 32).is_err(), "multi-byte text does not panic");
+        assert!(parse_hex(&"+a".repeat(32), 32).is_err(), "no signs");
     }
 
     #[test]
     fn an_identity_needs_both_nqns() {
         let key = TlsKey::generate(HashFunction::Sha256, &mut OsRandom).expect("key");
-        assert!(matches!(identity_text(&key, Some("nqn.a"), None, 1, false), Err(KeyCommandError::HalfIdentity)));
-        assert_eq!(identity_text(&key, None, None, 1, false).expect("none"), None);
-        let text = identity_text(&key, Some("nqn.h"), Some("nqn.s"), 0, false).expect("v0").expect("some");
+        let args = |host: Option<&str>, subsystem: Option<&str>, identity| IdentityArgs {
+            hostnqn: host.map(str::to_owned),
+            subsysnqn: subsystem.map(str::to_owned),
+            identity,
+            compat: false,
+        };
+        assert!(matches!(identity_text(&key, &args(Some("nqn.a"), None, 1)), Err(KeyCommandError::HalfIdentity)));
+        assert_eq!(identity_text(&key, &args(None, None, 1)).expect("none"), None);
+        let text = identity_text(&key, &args(Some("nqn.h"), Some("nqn.s"), 0)).expect("v0").expect("some");
         assert_eq!(text, "NVMe0R01 nqn.h nqn.s");
     }
 }

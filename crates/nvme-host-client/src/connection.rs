@@ -358,7 +358,7 @@ fn tls_session(tls: &TlsOptions, config: &QueueConfig, address: SocketAddr) -> R
         nvme_auth::HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
         _ => CipherSuite::Aes128GcmSha256,
     };
-    let client = TlsClient::new().map_err(|error| failed(error.to_string()))?;
+    let client = TlsClient::shared().map_err(|error| failed(error.to_string()))?;
     let session = client
         .session(identity.to_string().as_bytes(), PskChoice { key, suite })
         .map_err(|error| failed(error.to_string()))?;

@@ -115,9 +115,24 @@ struct ServerState {
     /// Identities looked up in this handshake (bounded by
     /// `psk::MAX_IDENTITIES_LOOKED_UP`).
     lookups: std::sync::atomic::AtomicUsize,
+    /// What the ClientHello callback found (identity and its PSK), so the
+    /// find-session callback that follows does not derive the key again.
+    found: Mutex<Option<(Vec<u8>, PskChoice)>>,
 }
 
 impl ServerState {
+    /// The PSK the ClientHello callback found for `identity`, taken (once).
+    fn take_found(&self, identity: &[u8]) -> Option<PskChoice> {
+        let mut found = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        match found.take() {
+            Some((known, choice)) if known == identity => Some(choice),
+            other => {
+                *found = other;
+                None
+            }
+        }
+    }
+
     fn record_identity(&self, identity: &[u8]) {
         *self.chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(identity.to_vec());
     }
@@ -183,8 +198,15 @@ impl TlsServer {
                 let state = ssl.ex_data(index)?;
                 let identities = psk::offered_identities(ssl);
                 // A panic must not unwind into C (the crate does not catch it here).
-                let lookup = || identities.into_iter().find_map(|identity| (state.lookup)(identity).map(|choice| choice.suite));
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(lookup)).ok().flatten()
+                let lookup = || {
+                    identities.into_iter().find_map(|identity| {
+                        (state.lookup)(identity).map(|choice| (identity.to_vec(), choice))
+                    })
+                };
+                let (identity, choice) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(lookup)).ok().flatten()?;
+                let suite = choice.suite;
+                *state.found.lock().unwrap_or_else(PoisonError::into_inner) = Some((identity, choice));
+                Some(suite)
             });
             if let Some(suite) = suite {
                 ssl.set_ciphersuites(suite.name())?;
@@ -200,7 +222,13 @@ impl TlsServer {
         let mut ssl = Ssl::new(&self.context).map_err(setup_error)?;
         ssl.set_ex_data(
             index,
-            ServerState { lookup, chosen: Default::default(), refused: Default::default(), lookups: Default::default() },
+            ServerState {
+                lookup,
+                chosen: Default::default(),
+                refused: Default::default(),
+                lookups: Default::default(),
+                found: Default::default(),
+            },
         );
         ssl.set_accept_state();
         TlsSession::new(ssl, Role::Server)
@@ -218,6 +246,17 @@ impl TlsClient {
         let mut builder = context_builder()?;
         psk::install_client_callback(&mut builder);
         Ok(TlsClient { context: builder.build() })
+    }
+
+    /// The process's client configuration, made once (an OpenSSL context per queue
+    /// would cost a context build per connection for nothing: it holds no key).
+    pub fn shared() -> Result<&'static TlsClient, TlsError> {
+        static SHARED: OnceLock<TlsClient> = OnceLock::new();
+        if let Some(client) = SHARED.get() {
+            return Ok(client);
+        }
+        let client = TlsClient::new()?;
+        Ok(SHARED.get_or_init(|| client))
     }
 
     /// A session that offers `identity` with `psk`.

@@ -160,8 +160,15 @@ unsafe extern "C" fn find_session(
         state.record_refusal(offered);
         return 1;
     }
-    // A panic must not unwind into C.
-    let Ok(choice) = std::panic::catch_unwind(AssertUnwindSafe(|| (state.lookup)(offered))) else { return 0 };
+    // The ClientHello callback usually found it already; else look it up here. A
+    // panic must not unwind into C.
+    let choice = match state.take_found(offered) {
+        Some(choice) => Some(choice),
+        None => match std::panic::catch_unwind(AssertUnwindSafe(|| (state.lookup)(offered))) {
+            Ok(choice) => choice,
+            Err(_) => return 0,
+        },
+    };
     let Some(choice) = choice else {
         state.record_refusal(offered);
         return 1;
