@@ -21,7 +21,13 @@ const NQN: &str = "nqn.2026-11.io.sluice:fuzz";
 
 fn target() -> Arc<Target> {
     Target::new(TargetSpec {
-        listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false }],
+        listeners: vec![ListenerSpec {
+            address: "127.0.0.1".into(),
+            port: 4420,
+            family: AddressFamily::Ipv4,
+            discovery_only: false,
+            secure_channel: Default::default(),
+        }],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             // A pool, so Namespace Management and Attachment are reachable too.
