@@ -1,0 +1,468 @@
+//! A simulated host: the real `HostQueue` state machine for an admin and an I/O queue,
+//! bring-up, keep-alive, reconnects with backoff, and a workload whose every
+//! completion is checked by the oracle.
+
+use std::collections::BTreeMap;
+
+use nvme_host::{commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
+use nvme_spec::fabrics::property_offset;
+use nvme_spec::features::{feature_id, number_of_queues_request};
+use nvme_spec::registers::ControllerConfiguration;
+use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
+use nvme_tcp_wire::DigestSettings;
+
+use crate::network::{Link, LinkOwner};
+use crate::oracle::{fill_block, ReadId, WriteOutcome};
+use crate::world::Context;
+
+/// The subsystem every simulated host connects to.
+pub const SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:sim";
+/// The namespace every simulated host uses.
+pub const NAMESPACE: NamespaceId = NamespaceId(1);
+
+/// How a host drives its queues; drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct HostSettings {
+    /// I/O queue size (SQSIZE + 1).
+    pub queue_size: u16,
+    /// Commands the workload keeps outstanding at most.
+    pub queue_depth: usize,
+    /// Largest I/O in blocks.
+    pub max_io_blocks: u32,
+    /// KATO asked for in the admin Connect.
+    pub keep_alive_timeout_ms: u32,
+    /// A command outstanding longer fails the queue.
+    pub command_timeout_ms: u64,
+    /// HDGST / DDGST.
+    pub digests: DigestSettings,
+}
+
+/// What a submitted command was, to check its completion.
+#[derive(Clone, Copy, Debug)]
+enum Pending {
+    PropertySetEnable,
+    SetQueueCount,
+    KeepAlive,
+    Read { lba: u64, blocks: u32, watch: ReadId },
+    Write { lba: u64, blocks: u32, tag: u64, force_unit_access: bool },
+    Zeroes { lba: u64, blocks: u32 },
+    Flush { began: u64 },
+}
+
+struct Outstanding {
+    what: Pending,
+    submitted_ns: u64,
+}
+
+/// Where bring-up is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// No connection; try again at `retry_at_ns`.
+    Down { retry_at_ns: u64 },
+    /// Admin queue: ICReq / Connect.
+    AdminConnecting,
+    /// CC.EN written, waiting for its completion.
+    Enabling,
+    /// Number of Queues being set.
+    SettingQueueCount,
+    /// I/O queue: ICReq / Connect.
+    IoConnecting,
+    /// Both queues ready: the workload runs.
+    Running,
+}
+
+struct QueueEnd {
+    queue: HostQueue,
+    link: u64,
+}
+
+/// One simulated host.
+pub struct SimHost {
+    index: usize,
+    settings: HostSettings,
+    phase: Phase,
+    admin: Option<QueueEnd>,
+    io: Option<QueueEnd>,
+    controller_id: ControllerId,
+    outstanding: BTreeMap<u64, Outstanding>,
+    next_user_tag: u64,
+    keep_alive_due_ns: u64,
+    failures_in_a_row: u32,
+    transmit_buffer: Vec<u8>,
+    /// Commands completed successfully (for the summary).
+    pub completed_ok: u64,
+    /// Times the host lost its controller and reconnected.
+    pub reconnects: u64,
+}
+
+/// Reconnect backoff: first delay and ceiling.
+const RECONNECT_FIRST_DELAY_NS: u64 = 2_000_000;
+const RECONNECT_MAX_DELAY_NS: u64 = 500_000_000;
+/// Slack beyond the command timeout before a command nobody answered is a violation
+/// (the host checks its timers only when the world wakes it).
+const LIVENESS_GRACE_NS: u64 = 1_000_000_000;
+
+impl SimHost {
+    /// A host that connects at once.
+    pub fn new(index: usize, settings: HostSettings) -> Self {
+        SimHost {
+            index,
+            settings,
+            phase: Phase::Down { retry_at_ns: 0 },
+            admin: None,
+            io: None,
+            controller_id: ControllerId::DYNAMIC,
+            outstanding: BTreeMap::new(),
+            next_user_tag: 1,
+            keep_alive_due_ns: 0,
+            failures_in_a_row: 0,
+            transmit_buffer: Vec::new(),
+            completed_ok: 0,
+            reconnects: 0,
+        }
+    }
+
+    fn host_nqn(&self) -> String {
+        format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{:012x}", self.index + 1)
+    }
+
+    fn config(&self, admin: bool) -> QueueConfig {
+        QueueConfig {
+            queue_id: if admin { QueueId::ADMIN } else { QueueId(1) },
+            queue_size: if admin { 32 } else { self.settings.queue_size },
+            controller_id: if admin { ControllerId::DYNAMIC } else { self.controller_id },
+            subsystem_nqn: SUBSYSTEM_NQN.into(),
+            host_nqn: self.host_nqn(),
+            host_identifier: [self.index as u8 + 1; 16],
+            keep_alive_timeout_ms: if admin { self.settings.keep_alive_timeout_ms } else { 0 },
+            digests: self.settings.digests,
+            command_timeout_ms: self.settings.command_timeout_ms,
+            max_r2t_outstanding: 0,
+            dhchap: None,
+        }
+    }
+
+    /// The queue a link carries, for delivering its bytes.
+    pub fn queue_for(&mut self, link: u64) -> Option<&mut HostQueue> {
+        [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten().find(|end| end.link == link).map(|end| &mut end.queue)
+    }
+
+    /// The link ended under a queue (RST, or the target closed): the association is
+    /// gone.
+    pub fn link_ended(&mut self, context: &mut Context, link: u64) {
+        if self.queue_for(link).is_some() {
+            self.tear_down(context, "connection closed by the target");
+        }
+    }
+
+    /// Opens a queue: a new link, and a host queue on it.
+    fn open_queue(&mut self, context: &mut Context, admin: bool) -> QueueEnd {
+        let link = context.open_link(Link::new(LinkOwner { host: self.index, admin }));
+        QueueEnd { queue: HostQueue::new(self.config(admin), context.clock.now()), link }
+    }
+
+    /// Fails every outstanding command (writes become uncertain), drops both queues and
+    /// schedules a reconnect with exponential backoff.
+    fn tear_down(&mut self, context: &mut Context, why: &str) {
+        let now_ns = context.clock.elapsed_ns();
+        let io_link = self.io.as_ref().map(|end| end.link);
+        for end in [self.admin.take(), self.io.take()].into_iter().flatten() {
+            let QueueEnd { mut queue, link } = end;
+            // Completions that arrived before the end still count.
+            while let Some(completion) = queue.poll_completion() {
+                let is_io = self.outstanding.get(&completion.user_tag).is_some_and(|entry| entry.what.is_io());
+                if is_io {
+                    self.complete(context, completion);
+                }
+            }
+            queue.abandon(HostError::ConnectionLost);
+            context.close_link_from_host(link);
+        }
+        for (_, outstanding) in std::mem::take(&mut self.outstanding) {
+            fail(context, outstanding.what, io_link);
+        }
+        self.failures_in_a_row += 1;
+        let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(12)).min(RECONNECT_MAX_DELAY_NS);
+        self.phase = Phase::Down { retry_at_ns: now_ns + delay };
+        self.reconnects += 1;
+        context.note(|| format!("host {} lost its controller ({why}); reconnect in {} ms", self.index, delay / 1_000_000));
+    }
+
+    /// Runs everything due now: timers, completions, bring-up steps, new I/O, and hands
+    /// the bytes to send to the links.
+    pub fn service(&mut self, context: &mut Context, submit_io: bool) {
+        let now = context.clock.now();
+        let now_ns = context.clock.elapsed_ns();
+        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+            if end.queue.next_deadline().is_some_and(|deadline| deadline <= now) {
+                end.queue.handle_timeout(now);
+            }
+        }
+        let mut completions = Vec::new();
+        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+            while let Some(completion) = end.queue.poll_completion() {
+                completions.push(completion);
+            }
+        }
+        for completion in completions {
+            self.complete(context, completion);
+        }
+        let failed = [self.admin.as_ref(), self.io.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|end| end.queue.state() == QueueState::Failed)
+            .map(|end| end.queue.error().map_or_else(|| "queue failed".to_string(), |error| error.to_string()));
+        if let Some(why) = failed {
+            self.tear_down(context, &why);
+        }
+        self.advance_bring_up(context);
+        if self.phase == Phase::Running {
+            if now_ns >= self.keep_alive_due_ns {
+                self.keep_alive_due_ns = now_ns + u64::from(self.settings.keep_alive_timeout_ms) * 1_000_000 / 3;
+                self.submit(context, true, commands::keep_alive(), Pending::KeepAlive);
+            }
+            if submit_io {
+                self.submit_workload(context);
+            }
+        }
+        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+            self.transmit_buffer.clear();
+            if end.queue.transmit(&mut self.transmit_buffer) > 0 {
+                context.send_to_target(end.link, &self.transmit_buffer);
+            }
+        }
+    }
+
+    fn advance_bring_up(&mut self, context: &mut Context) {
+        let now_ns = context.clock.elapsed_ns();
+        let ready = |end: &Option<QueueEnd>| match end.as_ref().map(|end| end.queue.state()) {
+            Some(QueueState::Ready { controller_id }) => Some(controller_id),
+            _ => None,
+        };
+        match self.phase {
+            Phase::Down { retry_at_ns } if now_ns >= retry_at_ns => {
+                self.admin = Some(self.open_queue(context, true));
+                self.phase = Phase::AdminConnecting;
+            }
+            Phase::AdminConnecting => {
+                if let Some(controller_id) = ready(&self.admin) {
+                    self.controller_id = controller_id;
+                    let cc = ControllerConfiguration(0)
+                        .with_io_submission_queue_entry_size(6)
+                        .with_io_completion_queue_entry_size(4)
+                        .with_enable(true);
+                    let command = commands::property_set(property_offset::CC, u64::from(cc.raw()));
+                    self.submit(context, true, command, Pending::PropertySetEnable);
+                    self.phase = Phase::Enabling;
+                }
+            }
+            Phase::IoConnecting => {
+                if ready(&self.io).is_some() {
+                    self.phase = Phase::Running;
+                    self.failures_in_a_row = 0;
+                    self.keep_alive_due_ns = now_ns;
+                    context.note(|| format!("host {} running on controller {}", self.index, self.controller_id.0));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn submit(&mut self, context: &mut Context, admin: bool, mut command: HostCommand, what: Pending) -> bool {
+        let end = if admin { self.admin.as_mut() } else { self.io.as_mut() };
+        let Some(end) = end else {
+            return false;
+        };
+        command.user_tag = self.next_user_tag;
+        match end.queue.submit(command, context.clock.now()) {
+            Ok(()) => {
+                let submitted_ns = context.clock.elapsed_ns();
+                self.outstanding.insert(self.next_user_tag, Outstanding { what, submitted_ns });
+                self.next_user_tag += 1;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn io_in_flight(&self) -> usize {
+        self.outstanding.values().filter(|entry| entry.what.is_io()).count()
+    }
+
+    fn submit_workload(&mut self, context: &mut Context) {
+        let block_bytes = context.block_bytes;
+        let namespace_blocks = context.oracle.block_count();
+        while self.io_in_flight() < self.settings.queue_depth {
+            if context.rng.chance(300_000) {
+                // Leave the queue part-empty sometimes: depth varies over the run.
+                return;
+            }
+            let blocks = context.rng.between(1, u64::from(self.settings.max_io_blocks)).min(namespace_blocks);
+            let lba = context.rng.below(namespace_blocks - blocks + 1);
+            let choice = context.rng.below(100);
+            let (command, what) = if choice < 45 || (choice < 95 && !context.oracle.can_write(lba, blocks)) {
+                let watch = context.oracle.begin_read(lba, blocks);
+                let command = commands::read(NAMESPACE, lba, blocks as u32, block_bytes as u32);
+                (command, Pending::Read { lba, blocks: blocks as u32, watch })
+            } else if choice < 88 {
+                let tag = context.new_write_tag();
+                let mut data = vec![0; blocks as usize * block_bytes];
+                for (index, block) in data.chunks_mut(block_bytes).enumerate() {
+                    fill_block(tag, lba + index as u64, block);
+                }
+                let force_unit_access = context.rng.chance(150_000);
+                context.oracle.begin_write(lba, blocks, tag);
+                let command = commands::write(NAMESPACE, lba, data, block_bytes as u32, force_unit_access);
+                (command, Pending::Write { lba, blocks: blocks as u32, tag, force_unit_access })
+            } else if choice < 95 {
+                context.oracle.begin_write(lba, blocks, 0);
+                let deallocate = context.rng.chance(500_000);
+                (commands::write_zeroes(NAMESPACE, lba, blocks as u32, deallocate), Pending::Zeroes { lba, blocks: blocks as u32 })
+            } else {
+                let began = context.oracle.begin_flush();
+                (commands::flush(NAMESPACE), Pending::Flush { began })
+            };
+            let host = self.index;
+            context.note(|| format!("host {host} submits {what:?}"));
+            if !self.submit(context, false, command, what) {
+                fail(context, what, None);
+                return;
+            }
+        }
+    }
+
+    fn complete(&mut self, context: &mut Context, completion: HostCompletion) {
+        let Some(outstanding) = self.outstanding.remove(&completion.user_tag) else {
+            context.violation(format!("host {}: completion for unknown tag {}", self.index, completion.user_tag));
+            return;
+        };
+        let status = completion.cqe.status;
+        let ok = status.is_success() && completion.transport_error.is_none();
+        let host = self.index;
+        context.note(|| format!("host {host} completes {:?}: status {:#x}", outstanding.what, status.field()));
+        if ok {
+            self.completed_ok += 1;
+        } else if !expected_failure(status) {
+            context.data_violation(format!(
+                "host {}: valid command {:?} failed with status {:#x}",
+                self.index,
+                outstanding.what,
+                status.field()
+            ));
+        }
+        match outstanding.what {
+            Pending::PropertySetEnable if ok => {
+                let command = commands::set_features(
+                    feature_id::NUMBER_OF_QUEUES,
+                    NamespaceId::NONE,
+                    number_of_queues_request(1, 1),
+                    false,
+                );
+                self.submit(context, true, command, Pending::SetQueueCount);
+                self.phase = Phase::SettingQueueCount;
+            }
+            Pending::SetQueueCount if ok => {
+                self.io = Some(self.open_queue(context, false));
+                self.phase = Phase::IoConnecting;
+            }
+            Pending::PropertySetEnable | Pending::SetQueueCount => {
+                self.tear_down(context, "bring-up command failed");
+            }
+            Pending::KeepAlive => {}
+            Pending::Read { watch, .. } => {
+                let data = ok.then_some(completion.data.as_slice());
+                if let Err(problem) = context.oracle.end_read(watch, data) {
+                    context.data_violation(format!("host {}: {problem}", self.index));
+                }
+            }
+            Pending::Write { lba, blocks, tag, force_unit_access } => {
+                let outcome = if ok { WriteOutcome::Acknowledged { force_unit_access } } else { WriteOutcome::Uncertain };
+                context.oracle.end_write(lba, u64::from(blocks), tag, outcome);
+            }
+            Pending::Zeroes { lba, blocks } => {
+                let outcome = if ok { WriteOutcome::Acknowledged { force_unit_access: false } } else { WriteOutcome::Uncertain };
+                context.oracle.end_write(lba, u64::from(blocks), 0, outcome);
+            }
+            Pending::Flush { began } => {
+                if ok {
+                    context.oracle.end_flush(began);
+                }
+            }
+        }
+    }
+
+    /// Every outstanding command must complete, or fail on the host, within the host's
+    /// command timeout.
+    pub fn check_liveness(&self, context: &mut Context) {
+        let now_ns = context.clock.elapsed_ns();
+        let limit_ns = self.settings.command_timeout_ms * 1_000_000 + LIVENESS_GRACE_NS;
+        if let Some((tag, entry)) = self.outstanding.iter().find(|(_, entry)| now_ns - entry.submitted_ns > limit_ns) {
+            context.violation(format!(
+                "host {}: command {tag} ({:?}) outstanding for {} ms, past its {} ms timeout",
+                self.index,
+                entry.what,
+                (now_ns - entry.submitted_ns) / 1_000_000,
+                self.settings.command_timeout_ms
+            ));
+        }
+    }
+
+    /// Nothing outstanding, and connected (or giving up is all that is left).
+    pub fn idle(&self) -> bool {
+        self.outstanding.values().all(|entry| !entry.what.is_io())
+    }
+
+    /// The earliest time this host has something to do.
+    pub fn next_wake_ns(&self, context: &Context) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let mut consider = |at: u64| next = Some(next.map_or(at, |current| current.min(at)));
+        for end in [self.admin.as_ref(), self.io.as_ref()].into_iter().flatten() {
+            if let Some(deadline) = end.queue.next_deadline() {
+                consider(context.clock.ns_of(deadline));
+            }
+        }
+        match self.phase {
+            Phase::Down { retry_at_ns } => consider(retry_at_ns),
+            Phase::Running => consider(self.keep_alive_due_ns),
+            _ => {}
+        }
+        next
+    }
+}
+
+impl Pending {
+    fn is_io(&self) -> bool {
+        matches!(self, Pending::Read { .. } | Pending::Write { .. } | Pending::Zeroes { .. } | Pending::Flush { .. })
+    }
+}
+
+/// A command that never completed: a write may or may not have happened, and while
+/// the target still has the connection it went out on, it may yet happen.
+fn fail(context: &mut Context, what: Pending, link: Option<u64>) {
+    let outcome = link.map_or(WriteOutcome::Uncertain, |link| WriteOutcome::Floating { link });
+    match what {
+        Pending::Read { watch, .. } => {
+            let _ = context.oracle.end_read(watch, None);
+        }
+        Pending::Write { lba, blocks, tag, .. } => context.oracle.end_write(lba, u64::from(blocks), tag, outcome),
+        Pending::Zeroes { lba, blocks } => context.oracle.end_write(lba, u64::from(blocks), 0, outcome),
+        Pending::Flush { .. } | Pending::PropertySetEnable | Pending::SetQueueCount | Pending::KeepAlive => {}
+    }
+}
+
+/// Statuses a valid command may end with in a world of failing disks and networks.
+fn expected_failure(status: Status) -> bool {
+    let kind = status.kind();
+    [
+        Status::WRITE_FAULT,
+        Status::UNRECOVERED_READ_ERROR,
+        Status::DATA_TRANSFER_ERROR,
+        Status::ABORTED_SQ_DELETION,
+        Status::ABORTED_BY_REQUEST,
+        Status::TRANSIENT_TRANSPORT_ERROR,
+        Status::NAMESPACE_NOT_READY,
+        Status::KEEP_ALIVE_TIMER_EXPIRED,
+    ]
+    .iter()
+    .any(|allowed| allowed.kind() == kind)
+}

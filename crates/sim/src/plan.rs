@@ -1,0 +1,97 @@
+//! What a seed draws before the run starts: the shape of the world and how hostile it
+//! is.
+
+use nvme_tcp_wire::DigestSettings;
+
+use crate::disk::DiskFaults;
+use crate::host::HostSettings;
+use crate::network::NetworkFaults;
+use crate::rng::Rng;
+
+/// One seed's world.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Hosts sharing the namespace.
+    pub hosts: usize,
+    /// Namespace block size.
+    pub block_bytes: usize,
+    /// Namespace size in blocks (small, so hosts collide on blocks often).
+    pub namespace_blocks: u64,
+    /// Every host's settings.
+    pub host: HostSettings,
+    /// The network's behaviour.
+    pub network: NetworkFaults,
+    /// The disk's behaviour.
+    pub disk: DiskFaults,
+    /// Mean time between injected faults (crash, reset, partition); 0 for none.
+    pub mean_fault_interval_ns: u64,
+    /// Simulated time the workload runs.
+    pub run_ns: u64,
+}
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+impl Plan {
+    /// Draws a world: about a quarter of seeds are calm (no faults at all), so a bug
+    /// in the plain data path is not hidden behind a fault.
+    pub fn draw(rng: &mut Rng) -> Plan {
+        let calm = rng.chance(250_000);
+        let block_bytes = if rng.chance(750_000) { 512 } else { 4096 };
+        let queue_size = rng.between(2, 32) as u16;
+        let digests = DigestSettings { header: rng.chance(500_000), data: rng.chance(500_000) };
+        let max_segment_bytes = [1, 7, 100, 1460, 9000, 65536][rng.below(6) as usize];
+        let keep_alive_timeout_ms = rng.between(1_000, 4_000) as u32;
+        Plan {
+            hosts: rng.between(1, 3) as usize,
+            block_bytes,
+            namespace_blocks: rng.between(8, 256),
+            host: HostSettings {
+                queue_size,
+                queue_depth: rng.between(1, u64::from(queue_size - 1).min(16)) as usize,
+                max_io_blocks: if block_bytes == 512 { rng.between(1, 64) as u32 } else { rng.between(1, 8) as u32 },
+                keep_alive_timeout_ms,
+                command_timeout_ms: rng.between(1_500, 5_000),
+                digests,
+            },
+            network: NetworkFaults {
+                latency_min_ns: 5 * US,
+                latency_max_ns: rng.between(5 * US, 500 * US),
+                max_segment_bytes,
+                corrupt_per_million: if calm { 0 } else { rng.between(0, 300) as u32 },
+            },
+            disk: DiskFaults {
+                latency_min_ns: 2 * US,
+                latency_max_ns: rng.between(2 * US, 2 * MS),
+                spike_per_million: if calm { 0 } else { rng.between(0, 20_000) as u32 },
+                spike_ns: rng.between(10 * MS, 800 * MS),
+                read_error_per_million: if calm { 0 } else { rng.between(0, 3_000) as u32 },
+                write_error_per_million: if calm { 0 } else { rng.between(0, 3_000) as u32 },
+            },
+            mean_fault_interval_ns: if calm { 0 } else { rng.between(50 * MS, 600 * MS) },
+            run_ns: 1_500 * MS,
+        }
+    }
+
+    /// One line: what this seed is.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} host(s), {} x {} B blocks, QD {} (queue {}), I/O up to {} blocks, digests {}{}, segments <= {} B, \
+             faults every ~{} ms, disk errors {}/{} ppm, spikes {} ppm, bit flips {} ppm",
+            self.hosts,
+            self.namespace_blocks,
+            self.block_bytes,
+            self.host.queue_depth,
+            self.host.queue_size,
+            self.host.max_io_blocks,
+            if self.host.digests.header { "H" } else { "-" },
+            if self.host.digests.data { "D" } else { "-" },
+            self.network.max_segment_bytes,
+            self.mean_fault_interval_ns / MS,
+            self.disk.read_error_per_million,
+            self.disk.write_error_per_million,
+            self.disk.spike_per_million,
+            self.network.corrupt_per_million,
+        )
+    }
+}

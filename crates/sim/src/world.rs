@@ -1,0 +1,591 @@
+//! The simulated world: one target process over a simulated disk, hosts, the network
+//! between them and the clock, stepped from one seed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use nvme_target::{
+    AddressFamily, Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
+    TargetSpec,
+};
+use storage::Backend;
+
+use crate::disk::SimDisk;
+use crate::host::{SimHost, NAMESPACE, SUBSYSTEM_NQN};
+use crate::network::{Link, NetworkFaults};
+use crate::oracle::Oracle;
+use crate::plan::Plan;
+use crate::rng::{Rng, SimClock};
+
+/// What the hosts and the world share: randomness, time, the oracle and the links.
+pub struct Context {
+    /// The world's generator (workload and faults).
+    pub rng: Rng,
+    /// Simulated time.
+    pub clock: SimClock,
+    /// What every block may hold.
+    pub oracle: Oracle,
+    /// Namespace block size.
+    pub block_bytes: usize,
+    links: BTreeMap<u64, Link>,
+    next_link: u64,
+    next_write_tag: u64,
+    network: NetworkFaults,
+    network_rng: Rng,
+    /// Both digests are on: a flipped bit is always detected.
+    network_guarded: bool,
+    trace: bool,
+    violations: Vec<String>,
+    /// A bit was flipped where no digest guards it: data checks no longer hold, the
+    /// others (no panic, liveness, limits) still do.
+    data_unverifiable: bool,
+    /// Data mismatches ignored because of that.
+    pub excused_data_mismatches: u64,
+    /// A digest of every delivery and completion, to show two runs of a seed agree.
+    fingerprint: u64,
+}
+
+impl Context {
+    /// Writes a trace line (only computed when tracing).
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.trace {
+            println!("{:>12.6} ms  {}", self.clock.elapsed_ns() as f64 / 1e6, line());
+        }
+    }
+
+    /// An invariant broke.
+    pub fn violation(&mut self, what: String) {
+        self.note(|| format!("VIOLATION: {what}"));
+        self.violations.push(what);
+    }
+
+    /// A read returned data no write could have left, or a valid command failed with a
+    /// status no fault explains: a violation unless an unguarded bit flip may explain it
+    /// (a flipped LBA in a command without header digest is a valid, different command).
+    pub fn data_violation(&mut self, what: String) {
+        if self.data_unverifiable {
+            self.excused_data_mismatches += 1;
+            self.note(|| format!("data mismatch excused by an undetectable bit flip: {what}"));
+        } else {
+            self.violation(what);
+        }
+    }
+
+    /// A fresh tag for a write.
+    pub fn new_write_tag(&mut self) -> u64 {
+        self.next_write_tag += 1;
+        self.next_write_tag
+    }
+
+    /// Registers a new connection; the world hands it to the target.
+    pub fn open_link(&mut self, link: Link) -> u64 {
+        self.next_link += 1;
+        self.links.insert(self.next_link, link);
+        self.next_link
+    }
+
+    /// The host side closed (FIN after what it sent).
+    pub fn close_link_from_host(&mut self, id: u64) {
+        if let Some(link) = self.links.get_mut(&id) {
+            link.host_gone = true;
+            link.to_target.close();
+        }
+    }
+
+    /// Bytes from a host queue.
+    pub fn send_to_target(&mut self, id: u64, bytes: &[u8]) {
+        self.send(id, bytes, true);
+    }
+
+    fn send(&mut self, id: u64, bytes: &[u8], to_target: bool) {
+        let now_ns = self.clock.elapsed_ns();
+        let Some(link) = self.links.get_mut(&id) else {
+            return;
+        };
+        if link.reset {
+            return;
+        }
+        let pipe = if to_target { &mut link.to_target } else { &mut link.to_host };
+        if pipe.send(bytes, now_ns, &mut self.network_rng, &self.network) {
+            let guarded = self.network_guarded;
+            if !guarded {
+                self.data_unverifiable = true;
+            }
+            self.note(|| format!("link {id}: a bit flipped on the way {}", if to_target { "to the target" } else { "to the host" }));
+        }
+    }
+
+    fn mix(&mut self, value: u64) {
+        self.fingerprint = (self.fingerprint ^ value).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+}
+
+/// How one seed's run ended.
+#[derive(Debug)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants, first first.
+    pub violations: Vec<String>,
+    /// What the seed drew.
+    pub plan: String,
+    /// Digest of the run, equal for two runs of one seed.
+    pub fingerprint: u64,
+    /// Counts for the summary line.
+    pub summary: String,
+}
+
+/// Everything in one run.
+pub struct World {
+    context: Context,
+    plan: Plan,
+    disk: SimDisk,
+    target: Option<Arc<Target>>,
+    target_down_until_ns: u64,
+    connections: BTreeMap<u64, Connection>,
+    hosts: Vec<SimHost>,
+    next_fault_ns: u64,
+    crashes: u64,
+    faults_injected: u64,
+}
+
+/// Options of one run that are not drawn from the seed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Plant this bug.
+    pub canary: Option<crate::disk::Canary>,
+    /// Print every step.
+    pub trace: bool,
+}
+
+/// Steps at one instant before the world counts as spinning.
+const MAX_STEPS_AT_ONE_INSTANT: u32 = 100_000;
+/// Wakes in a row at a time already passed before the world counts as spinning.
+const MAX_STALE_WAKES: u32 = 10_000;
+/// After the workload stops: time for outstanding commands to finish.
+const QUIESCE_NS: u64 = 30_000_000_000;
+
+fn target_spec(backend: Arc<dyn Backend>) -> TargetSpec {
+    TargetSpec {
+        listeners: vec![ListenerSpec {
+            address: "192.0.2.1".into(),
+            port: 4420,
+            family: AddressFamily::Ipv4,
+            discovery_only: false,
+            secure_channel: Default::default(),
+        }],
+        subsystems: vec![SubsystemSpec {
+            hosts: HostAccess::allow_any(),
+            pool: None,
+            nqn: SUBSYSTEM_NQN.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: vec![NamespaceSpec { id: NAMESPACE, backend, nguid: None, uuid: None, ana_group: None }],
+        }],
+        settings: TargetSettings { connection_setup_timeout_ms: 2_000, ..TargetSettings::default() },
+    }
+}
+
+impl World {
+    /// The world of `seed`.
+    pub fn new(seed: u64, options: RunOptions) -> World {
+        let mut rng = Rng::new(seed);
+        let plan = Plan::draw(&mut rng);
+        let clock = SimClock::new();
+        let geometry = storage::Geometry { block_size_bytes: plan.block_bytes as u32, block_count: plan.namespace_blocks };
+        let disk = SimDisk::new(geometry, clock.clone(), rng.fork(), plan.disk.clone(), options.canary);
+        let network_rng = rng.fork();
+        let context = Context {
+            rng,
+            clock,
+            oracle: Oracle::new(plan.namespace_blocks, plan.block_bytes),
+            block_bytes: plan.block_bytes,
+            links: BTreeMap::new(),
+            next_link: 0,
+            next_write_tag: 0,
+            network: plan.network.clone(),
+            network_rng,
+            network_guarded: plan.host.digests.header && plan.host.digests.data,
+            trace: options.trace,
+            violations: Vec::new(),
+            data_unverifiable: false,
+            excused_data_mismatches: 0,
+            fingerprint: 0xCBF2_9CE4_8422_2325,
+        };
+        let hosts = (0..plan.hosts).map(|index| SimHost::new(index, plan.host.clone())).collect();
+        let mut world = World {
+            context,
+            disk,
+            target: None,
+            target_down_until_ns: 0,
+            connections: BTreeMap::new(),
+            hosts,
+            next_fault_ns: u64::MAX,
+            crashes: 0,
+            faults_injected: 0,
+            plan,
+        };
+        world.start_target();
+        world.schedule_fault();
+        world
+    }
+
+    fn start_target(&mut self) {
+        match Target::new(target_spec(self.disk.backend())) {
+            Ok(target) => self.target = Some(target),
+            Err(error) => self.context.violation(format!("the target does not start: {error}")),
+        }
+        self.context.note(|| "target started".into());
+    }
+
+    fn schedule_fault(&mut self) {
+        let mean = self.plan.mean_fault_interval_ns;
+        self.next_fault_ns = if mean == 0 {
+            u64::MAX
+        } else {
+            self.context.clock.elapsed_ns() + self.context.rng.between(mean / 4, mean * 2)
+        };
+    }
+
+    /// Runs the workload, lets it drain, then checks every block, crashes the target
+    /// and checks every block again.
+    pub fn run(mut self, seed: u64) -> SeedReport {
+        let run_end_ns = self.plan.run_ns;
+        let mut steps_at_instant = 0u32;
+        let mut stale_wakes = 0u32;
+        loop {
+            let now_ns = self.context.clock.elapsed_ns();
+            let working = now_ns < run_end_ns;
+            if !working && (self.hosts.iter().all(SimHost::idle) || now_ns > run_end_ns + QUIESCE_NS) {
+                break;
+            }
+            let moved = self.step(working);
+            if !self.context.violations.is_empty() {
+                break;
+            }
+            if moved {
+                steps_at_instant += 1;
+                if steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
+                    self.context.violation(format!("no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"));
+                    break;
+                }
+                continue;
+            }
+            steps_at_instant = 0;
+            let next = self.next_event_ns(working).unwrap_or(now_ns + 1_000_000);
+            if next <= now_ns {
+                stale_wakes += 1;
+                if stale_wakes > MAX_STALE_WAKES {
+                    let who = self.stale_wake_owner(now_ns);
+                    self.context.violation(format!("spinning: {who} asks to be woken at a time already passed, again and again"));
+                    break;
+                }
+            } else {
+                stale_wakes = 0;
+            }
+            self.context.clock.advance_to(next.max(now_ns + 1));
+        }
+        if self.context.violations.is_empty() {
+            self.verify_at_rest();
+        }
+        let summary = format!(
+            "{} ms simulated, {} commands ok, {} reconnects, {} crashes, {} faults, disk: {:?}, {} excused",
+            self.context.clock.elapsed_ns() / 1_000_000,
+            self.hosts.iter().map(|host| host.completed_ok).sum::<u64>(),
+            self.hosts.iter().map(|host| host.reconnects).sum::<u64>(),
+            self.crashes,
+            self.faults_injected,
+            self.disk.counters(),
+            self.context.excused_data_mismatches,
+        );
+        SeedReport {
+            seed,
+            violations: self.context.violations,
+            plan: self.plan.describe(),
+            fingerprint: self.context.fingerprint,
+            summary,
+        }
+    }
+
+    /// One pass over everything due now. True when anything moved (so time must not
+    /// pass yet).
+    fn step(&mut self, working: bool) -> bool {
+        let now = self.context.clock.now();
+        let now_ns = self.context.clock.elapsed_ns();
+        let mut moved = false;
+        if self.target.is_none() && now_ns >= self.target_down_until_ns {
+            self.start_target();
+        }
+        moved |= self.accept_links(now);
+        moved |= self.deliver(now);
+        moved |= self.service_target(now);
+        for index in 0..self.hosts.len() {
+            let host = &mut self.hosts[index];
+            host.service(&mut self.context, working);
+            host.check_liveness(&mut self.context);
+        }
+        if working && now_ns >= self.next_fault_ns {
+            self.inject_fault();
+            self.schedule_fault();
+            moved = true;
+        }
+        moved
+    }
+
+    /// New links reach the target, or are refused while it is down.
+    fn accept_links(&mut self, now: std::time::Instant) -> bool {
+        let mut moved = false;
+        let ids: Vec<u64> = self.context.links.keys().copied().collect();
+        for id in ids {
+            if self.connections.contains_key(&id) {
+                continue;
+            }
+            let Some(link) = self.context.links.get_mut(&id) else { continue };
+            if link.target_gone {
+                continue;
+            }
+            match &self.target {
+                Some(target) => {
+                    let connection = Connection::new(target.clone(), 0, format!("sim-link-{id}"), now);
+                    self.connections.insert(id, connection);
+                }
+                None => {
+                    link.reset();
+                    link.target_gone = true;
+                    self.context.oracle.settle_link(id);
+                }
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// Delivers what is due, link by link in a random order, and ends links.
+    fn deliver(&mut self, now: std::time::Instant) -> bool {
+        let now_ns = self.context.clock.elapsed_ns();
+        let mut ids: Vec<u64> = self.context.links.keys().copied().collect();
+        for index in (1..ids.len()).rev() {
+            let other = self.context.rng.below(index as u64 + 1) as usize;
+            ids.swap(index, other);
+        }
+        let mut moved = false;
+        for id in ids {
+            let Some(link) = self.context.links.get_mut(&id) else { continue };
+            let owner = link.owner;
+            // A random share of what is due, so deliveries of links interleave.
+            let budget = 1 + self.context.rng.below(4);
+            for _ in 0..budget {
+                if now_ns < link.held_until_ns {
+                    break;
+                }
+                let Some(bytes) = link.to_target.take_due(now_ns) else { break };
+                if let Some(connection) = self.connections.get_mut(&id) {
+                    connection.handle_received(&bytes, now);
+                }
+                self.context.fingerprint = (self.context.fingerprint ^ (id << 32 | bytes.len() as u64))
+                    .wrapping_mul(0x0000_0100_0000_01B3);
+                moved = true;
+            }
+            let Some(link) = self.context.links.get_mut(&id) else { continue };
+            for _ in 0..budget {
+                if now_ns < link.held_until_ns {
+                    break;
+                }
+                let Some(bytes) = link.to_host.take_due(now_ns) else { break };
+                if let Some(queue) = self.hosts[owner.host].queue_for(id) {
+                    queue.handle_received(&bytes, now);
+                }
+                self.context.fingerprint = (self.context.fingerprint ^ (id << 40 | bytes.len() as u64))
+                    .wrapping_mul(0x0000_0100_0000_01B3);
+                moved = true;
+            }
+            let link = &self.context.links[&id];
+            let (target_sees_end, host_sees_end) = (
+                !link.target_gone && (link.reset || link.to_target.ended()),
+                !link.host_gone && (link.reset || link.to_host.ended()),
+            );
+            if target_sees_end {
+                self.close_connection(id);
+                self.context.links.get_mut(&id).map(|link| link.target_gone = true);
+                moved = true;
+            }
+            if host_sees_end {
+                self.hosts[owner.host].link_ended(&mut self.context, id);
+                self.context.links.get_mut(&id).map(|link| link.host_gone = true);
+                moved = true;
+            }
+            if self.context.links.get(&id).is_some_and(|link| link.target_gone && link.host_gone) {
+                self.context.links.remove(&id);
+            }
+        }
+        moved
+    }
+
+    /// Storage completions, timers and transmissions of every target connection.
+    fn service_target(&mut self, now: std::time::Instant) -> bool {
+        let mut moved = false;
+        let budget = self.target.as_ref().map(|target| target.settings.max_outstanding_r2t_bytes_per_connection);
+        let ids: Vec<u64> = self.connections.keys().copied().collect();
+        for id in ids {
+            let Some(connection) = self.connections.get_mut(&id) else { continue };
+            connection.poll_storage(now);
+            if connection.next_deadline().is_some_and(|deadline| deadline <= now) {
+                connection.handle_timeout(now);
+            }
+            while let Some(batch) = connection.take_transmit() {
+                let bytes = batch.to_bytes();
+                connection.transmit_complete(batch);
+                self.context.send(id, &bytes, false);
+                moved = true;
+            }
+            if let Some(budget) = budget {
+                let high_water = connection.r2t_outstanding_high_water_bytes();
+                if high_water > u64::from(budget) {
+                    self.context.violation(format!("link {id}: {high_water} bytes requested by R2T, over the {budget} byte budget"));
+                }
+            }
+            if connection.wants_close() {
+                self.close_connection(id);
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.to_host.close();
+                    link.target_gone = true;
+                }
+                self.context.note(|| format!("link {id}: the target closed the connection"));
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// The socket is gone: like the runtime, tell the connection and drop it, with
+    /// whatever storage requests it still had in flight (they never happen).
+    fn close_connection(&mut self, id: u64) {
+        if let Some(mut connection) = self.connections.remove(&id) {
+            connection.handle_closed();
+        }
+        self.context.oracle.settle_link(id);
+    }
+
+    fn inject_fault(&mut self) {
+        self.faults_injected += 1;
+        let now_ns = self.context.clock.elapsed_ns();
+        match self.context.rng.below(10) {
+            0..=2 => self.crash_target(),
+            3..=5 => {
+                let victim = self.context.rng.below(self.hosts.len() as u64) as usize;
+                let until = now_ns + self.context.rng.between(1_000_000, 3_000_000_000);
+                for link in self.context.links.values_mut().filter(|link| link.owner.host == victim) {
+                    link.held_until_ns = link.held_until_ns.max(until);
+                }
+                self.context.note(|| format!("fault: host {victim} partitioned for {} ms", (until - now_ns) / 1_000_000));
+            }
+            _ => {
+                let ids: Vec<u64> = self.context.links.keys().copied().collect();
+                if ids.is_empty() {
+                    return;
+                }
+                let id = ids[self.context.rng.below(ids.len() as u64) as usize];
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.reset();
+                }
+                self.context.note(|| format!("fault: link {id} reset"));
+            }
+        }
+    }
+
+    /// The target process dies: unflushed data may be lost, every connection resets;
+    /// it comes back a little later over the same disk.
+    fn crash_target(&mut self) {
+        self.crashes += 1;
+        self.disk.crash();
+        self.context.oracle.crash();
+        self.connections.clear();
+        self.target = None;
+        for link in self.context.links.values_mut() {
+            link.reset();
+            link.target_gone = true;
+        }
+        let now_ns = self.context.clock.elapsed_ns();
+        self.target_down_until_ns = now_ns + self.context.rng.between(1_000_000, 200_000_000);
+        self.context.note(|| "fault: target crashed".into());
+    }
+
+    /// Which part keeps a deadline that is already past (for the spinning report).
+    fn stale_wake_owner(&self, now_ns: u64) -> String {
+        let clock = &self.context.clock;
+        let past = |at: Option<std::time::Instant>| at.is_some_and(|at| clock.ns_of(at) <= now_ns);
+        if let Some(id) = self.connections.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id) {
+            return format!("the target connection of link {id} (phase {:?})", self.connections[id].phase());
+        }
+        if let Some(index) = self.hosts.iter().position(|host| host.next_wake_ns(&self.context).is_some_and(|at| at <= now_ns)) {
+            return format!("host {index}");
+        }
+        "the disk or the network".into()
+    }
+
+    fn next_event_ns(&self, working: bool) -> Option<u64> {
+        let clock = &self.context.clock;
+        let mut candidates: Vec<u64> = Vec::new();
+        candidates.extend(self.context.links.values().filter_map(Link::next_due_ns));
+        candidates.extend(self.connections.values().filter_map(|connection| connection.next_deadline()).map(|at| clock.ns_of(at)));
+        candidates.extend(self.disk.next_ready_ns());
+        candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context)));
+        if self.target.is_none() {
+            candidates.push(self.target_down_until_ns);
+        }
+        if working {
+            candidates.push(self.next_fault_ns);
+            candidates.push(self.plan.run_ns);
+        }
+        candidates.into_iter().min()
+    }
+
+    /// With the workload drained: every block reads back as the oracle allows, and
+    /// after a crash as its durable values allow.
+    fn verify_at_rest(&mut self) {
+        if self.context.oracle.open_reads() != 0 {
+            self.context.violation(format!("{} reads never ended", self.context.oracle.open_reads()));
+            return;
+        }
+        // Stop the target first, as a crash would: nothing else touches the disk.
+        self.connections.clear();
+        self.target = None;
+        self.read_every_block("at rest");
+        self.disk.crash();
+        self.context.oracle.crash();
+        self.read_every_block("after a final crash");
+    }
+
+    fn read_every_block(&mut self, when: &str) {
+        let mut queue = self.disk.backend().open_queue();
+        let blocks = self.context.oracle.block_count();
+        let block_bytes = self.plan.block_bytes;
+        for lba in 0..blocks {
+            queue.submit(storage::IoRequest {
+                token: lba,
+                op: storage::IoOp::Read { lba, blocks: 1 },
+                buffer: vec![0; block_bytes],
+            });
+        }
+        let mut done = Vec::new();
+        for _ in 0..1000 {
+            if done.len() as u64 == blocks {
+                break;
+            }
+            let next = self.disk.next_ready_ns().unwrap_or(self.context.clock.elapsed_ns());
+            self.context.clock.advance_to(next);
+            queue.reap(&mut done);
+        }
+        done.sort_by_key(|completion| completion.token);
+        for completion in done {
+            let lba = completion.token;
+            let watch = self.context.oracle.begin_read(lba, 1);
+            // Injected read errors are not what this checks: read such a block again.
+            let data = completion.result.is_ok().then_some(completion.buffer.as_slice());
+            if let Err(problem) = self.context.oracle.end_read(watch, data) {
+                self.context.data_violation(format!("{when}: {problem}"));
+            }
+        }
+        self.context.mix(blocks);
+    }
+}
