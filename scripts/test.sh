@@ -8,6 +8,7 @@
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
 #   clippy      cargo clippy --workspace --all-targets -- -D warnings
+#   sim         scripts/sim.sh: sluice-sim over 2000 seeds, and its canaries caught
 #   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
 #               self-test of the interop capture check (tshark filters)
 #   fuzz        every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each
@@ -166,6 +167,8 @@ stage test "a unit/integration test failed: see its output above" \
   cargo test --release --workspace
 stage clippy "fix the clippy warnings above (they are errors here)" \
   cargo clippy --workspace --all-targets -- -D warnings
+stage sim "a simulated seed broke an invariant: replay it with the command printed above" \
+  scripts/sim.sh
 stage harness "fix the ShellCheck findings / capture-check self-test failures above" \
   harness_checks
 if [ "${SKIP_FUZZ:-0}" = 1 ]; then skip fuzz "SKIP_FUZZ=1"

@@ -23,6 +23,8 @@ pub const NAMESPACE: NamespaceId = NamespaceId(1);
 /// How a host drives its queues; drawn from the seed.
 #[derive(Clone, Debug)]
 pub struct HostSettings {
+    /// I/O queues per controller.
+    pub io_queues: u16,
     /// I/O queue size (SQSIZE + 1).
     pub queue_size: u16,
     /// Commands the workload keeps outstanding at most.
@@ -35,6 +37,8 @@ pub struct HostSettings {
     pub command_timeout_ms: u64,
     /// HDGST / DDGST.
     pub digests: DigestSettings,
+    /// MAXR2T offered in ICReq (0's based).
+    pub max_r2t_outstanding: u32,
 }
 
 /// What a submitted command was, to check its completion.
@@ -43,6 +47,8 @@ enum Pending {
     PropertySetEnable,
     SetQueueCount,
     KeepAlive,
+    // The range is read only through Debug, in traces and violation messages.
+    #[allow(dead_code)]
     Read { lba: u64, blocks: u32, watch: ReadId },
     Write { lba: u64, blocks: u32, tag: u64, force_unit_access: bool },
     Zeroes { lba: u64, blocks: u32 },
@@ -52,6 +58,8 @@ enum Pending {
 struct Outstanding {
     what: Pending,
     submitted_ns: u64,
+    /// The link the command went out on.
+    link: u64,
 }
 
 /// Where bring-up is.
@@ -82,7 +90,7 @@ pub struct SimHost {
     settings: HostSettings,
     phase: Phase,
     admin: Option<QueueEnd>,
-    io: Option<QueueEnd>,
+    io: Vec<QueueEnd>,
     controller_id: ControllerId,
     outstanding: BTreeMap<u64, Outstanding>,
     next_user_tag: u64,
@@ -110,7 +118,7 @@ impl SimHost {
             settings,
             phase: Phase::Down { retry_at_ns: 0 },
             admin: None,
-            io: None,
+            io: Vec::new(),
             controller_id: ControllerId::DYNAMIC,
             outstanding: BTreeMap::new(),
             next_user_tag: 1,
@@ -126,9 +134,10 @@ impl SimHost {
         format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{:012x}", self.index + 1)
     }
 
-    fn config(&self, admin: bool) -> QueueConfig {
+    fn config(&self, queue_id: u16) -> QueueConfig {
+        let admin = queue_id == 0;
         QueueConfig {
-            queue_id: if admin { QueueId::ADMIN } else { QueueId(1) },
+            queue_id: QueueId(queue_id),
             queue_size: if admin { 32 } else { self.settings.queue_size },
             controller_id: if admin { ControllerId::DYNAMIC } else { self.controller_id },
             subsystem_nqn: SUBSYSTEM_NQN.into(),
@@ -137,14 +146,14 @@ impl SimHost {
             keep_alive_timeout_ms: if admin { self.settings.keep_alive_timeout_ms } else { 0 },
             digests: self.settings.digests,
             command_timeout_ms: self.settings.command_timeout_ms,
-            max_r2t_outstanding: 0,
+            max_r2t_outstanding: self.settings.max_r2t_outstanding,
             dhchap: None,
         }
     }
 
     /// The queue a link carries, for delivering its bytes.
     pub fn queue_for(&mut self, link: u64) -> Option<&mut HostQueue> {
-        [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten().find(|end| end.link == link).map(|end| &mut end.queue)
+        self.admin.iter_mut().chain(self.io.iter_mut()).find(|end| end.link == link).map(|end| &mut end.queue)
     }
 
     /// The link ended under a queue (RST, or the target closed): the association is
@@ -156,17 +165,17 @@ impl SimHost {
     }
 
     /// Opens a queue: a new link, and a host queue on it.
-    fn open_queue(&mut self, context: &mut Context, admin: bool) -> QueueEnd {
-        let link = context.open_link(Link::new(LinkOwner { host: self.index, admin }));
-        QueueEnd { queue: HostQueue::new(self.config(admin), context.clock.now()), link }
+    fn open_queue(&mut self, context: &mut Context, queue_id: u16) -> QueueEnd {
+        let link = context.open_link(Link::new(LinkOwner { host: self.index, admin: queue_id == 0 }));
+        QueueEnd { queue: HostQueue::new(self.config(queue_id), context.clock.now()), link }
     }
 
     /// Fails every outstanding command (writes become uncertain), drops both queues and
     /// schedules a reconnect with exponential backoff.
     fn tear_down(&mut self, context: &mut Context, why: &str) {
         let now_ns = context.clock.elapsed_ns();
-        let io_link = self.io.as_ref().map(|end| end.link);
-        for end in [self.admin.take(), self.io.take()].into_iter().flatten() {
+        let ends: Vec<QueueEnd> = self.admin.take().into_iter().chain(self.io.drain(..)).collect();
+        for end in ends {
             let QueueEnd { mut queue, link } = end;
             // Completions that arrived before the end still count.
             while let Some(completion) = queue.poll_completion() {
@@ -179,7 +188,7 @@ impl SimHost {
             context.close_link_from_host(link);
         }
         for (_, outstanding) in std::mem::take(&mut self.outstanding) {
-            fail(context, outstanding.what, io_link);
+            fail(context, outstanding.what, Some(outstanding.link));
         }
         self.failures_in_a_row += 1;
         let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(12)).min(RECONNECT_MAX_DELAY_NS);
@@ -193,13 +202,13 @@ impl SimHost {
     pub fn service(&mut self, context: &mut Context, submit_io: bool) {
         let now = context.clock.now();
         let now_ns = context.clock.elapsed_ns();
-        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+        for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
             if end.queue.next_deadline().is_some_and(|deadline| deadline <= now) {
                 end.queue.handle_timeout(now);
             }
         }
         let mut completions = Vec::new();
-        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+        for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
             while let Some(completion) = end.queue.poll_completion() {
                 completions.push(completion);
             }
@@ -207,9 +216,10 @@ impl SimHost {
         for completion in completions {
             self.complete(context, completion);
         }
-        let failed = [self.admin.as_ref(), self.io.as_ref()]
-            .into_iter()
-            .flatten()
+        let failed = self
+            .admin
+            .iter()
+            .chain(self.io.iter())
             .find(|end| end.queue.state() == QueueState::Failed)
             .map(|end| end.queue.error().map_or_else(|| "queue failed".to_string(), |error| error.to_string()));
         if let Some(why) = failed {
@@ -219,13 +229,13 @@ impl SimHost {
         if self.phase == Phase::Running {
             if now_ns >= self.keep_alive_due_ns {
                 self.keep_alive_due_ns = now_ns + u64::from(self.settings.keep_alive_timeout_ms) * 1_000_000 / 3;
-                self.submit(context, true, commands::keep_alive(), Pending::KeepAlive);
+                self.submit(context, None, commands::keep_alive(), Pending::KeepAlive);
             }
             if submit_io {
                 self.submit_workload(context);
             }
         }
-        for end in [self.admin.as_mut(), self.io.as_mut()].into_iter().flatten() {
+        for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
             self.transmit_buffer.clear();
             if end.queue.transmit(&mut self.transmit_buffer) > 0 {
                 context.send_to_target(end.link, &self.transmit_buffer);
@@ -235,29 +245,29 @@ impl SimHost {
 
     fn advance_bring_up(&mut self, context: &mut Context) {
         let now_ns = context.clock.elapsed_ns();
-        let ready = |end: &Option<QueueEnd>| match end.as_ref().map(|end| end.queue.state()) {
+        let ready = |end: Option<&QueueEnd>| match end.map(|end| end.queue.state()) {
             Some(QueueState::Ready { controller_id }) => Some(controller_id),
             _ => None,
         };
         match self.phase {
             Phase::Down { retry_at_ns } if now_ns >= retry_at_ns => {
-                self.admin = Some(self.open_queue(context, true));
+                self.admin = Some(self.open_queue(context, 0));
                 self.phase = Phase::AdminConnecting;
             }
             Phase::AdminConnecting => {
-                if let Some(controller_id) = ready(&self.admin) {
+                if let Some(controller_id) = ready(self.admin.as_ref()) {
                     self.controller_id = controller_id;
                     let cc = ControllerConfiguration(0)
                         .with_io_submission_queue_entry_size(6)
                         .with_io_completion_queue_entry_size(4)
                         .with_enable(true);
                     let command = commands::property_set(property_offset::CC, u64::from(cc.raw()));
-                    self.submit(context, true, command, Pending::PropertySetEnable);
+                    self.submit(context, None, command, Pending::PropertySetEnable);
                     self.phase = Phase::Enabling;
                 }
             }
             Phase::IoConnecting => {
-                if ready(&self.io).is_some() {
+                if self.io.iter().all(|end| ready(Some(end)).is_some()) {
                     self.phase = Phase::Running;
                     self.failures_in_a_row = 0;
                     self.keep_alive_due_ns = now_ns;
@@ -268,16 +278,21 @@ impl SimHost {
         }
     }
 
-    fn submit(&mut self, context: &mut Context, admin: bool, mut command: HostCommand, what: Pending) -> bool {
-        let end = if admin { self.admin.as_mut() } else { self.io.as_mut() };
+    /// Submits on the admin queue (`None`) or I/O queue `Some(index)`.
+    fn submit(&mut self, context: &mut Context, io_queue: Option<usize>, mut command: HostCommand, what: Pending) -> bool {
+        let end = match io_queue {
+            None => self.admin.as_mut(),
+            Some(index) => self.io.get_mut(index),
+        };
         let Some(end) = end else {
             return false;
         };
+        let link = end.link;
         command.user_tag = self.next_user_tag;
         match end.queue.submit(command, context.clock.now()) {
             Ok(()) => {
                 let submitted_ns = context.clock.elapsed_ns();
-                self.outstanding.insert(self.next_user_tag, Outstanding { what, submitted_ns });
+                self.outstanding.insert(self.next_user_tag, Outstanding { what, submitted_ns, link });
                 self.next_user_tag += 1;
                 true
             }
@@ -292,7 +307,7 @@ impl SimHost {
     fn submit_workload(&mut self, context: &mut Context) {
         let block_bytes = context.block_bytes;
         let namespace_blocks = context.oracle.block_count();
-        while self.io_in_flight() < self.settings.queue_depth {
+        while self.io_in_flight() < self.settings.queue_depth && context.io_budget > 0 {
             if context.rng.chance(300_000) {
                 // Leave the queue part-empty sometimes: depth varies over the run.
                 return;
@@ -323,8 +338,10 @@ impl SimHost {
                 (commands::flush(NAMESPACE), Pending::Flush { began })
             };
             let host = self.index;
+            context.io_budget -= 1;
             context.note(|| format!("host {host} submits {what:?}"));
-            if !self.submit(context, false, command, what) {
+            let queue = context.rng.below(self.io.len() as u64) as usize;
+            if !self.submit(context, Some(queue), command, what) {
                 fail(context, what, None);
                 return;
             }
@@ -355,14 +372,14 @@ impl SimHost {
                 let command = commands::set_features(
                     feature_id::NUMBER_OF_QUEUES,
                     NamespaceId::NONE,
-                    number_of_queues_request(1, 1),
+                    number_of_queues_request(u32::from(self.settings.io_queues), u32::from(self.settings.io_queues)),
                     false,
                 );
-                self.submit(context, true, command, Pending::SetQueueCount);
+                self.submit(context, None, command, Pending::SetQueueCount);
                 self.phase = Phase::SettingQueueCount;
             }
             Pending::SetQueueCount if ok => {
-                self.io = Some(self.open_queue(context, false));
+                self.io = (1..=self.settings.io_queues).map(|queue_id| self.open_queue(context, queue_id)).collect();
                 self.phase = Phase::IoConnecting;
             }
             Pending::PropertySetEnable | Pending::SetQueueCount => {
@@ -416,7 +433,7 @@ impl SimHost {
     pub fn next_wake_ns(&self, context: &Context) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut consider = |at: u64| next = Some(next.map_or(at, |current| current.min(at)));
-        for end in [self.admin.as_ref(), self.io.as_ref()].into_iter().flatten() {
+        for end in self.admin.iter().chain(self.io.iter()) {
             if let Some(deadline) = end.queue.next_deadline() {
                 consider(context.clock.ns_of(deadline));
             }

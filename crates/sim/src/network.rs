@@ -16,8 +16,11 @@ pub struct NetworkFaults {
     pub latency_min_ns: u64,
     /// Longest one-way delay.
     pub latency_max_ns: u64,
-    /// Largest piece bytes are cut into (1 makes every byte its own segment).
+    /// Largest piece bytes are cut into.
     pub max_segment_bytes: usize,
+    /// A piece is cut tiny instead (1 to 16 bytes), so PDU boundaries fall anywhere;
+    /// every byte its own segment would make a run crawl.
+    pub tiny_segment_per_million: u32,
     /// A segment has one bit flipped.
     pub corrupt_per_million: u32,
 }
@@ -44,7 +47,8 @@ impl Pipe {
         let mut corrupted = false;
         let mut rest = bytes;
         while !rest.is_empty() {
-            let length = (1 + rng.below(faults.max_segment_bytes.max(1) as u64) as usize).min(rest.len());
+            let longest = if rng.chance(faults.tiny_segment_per_million) { 16 } else { faults.max_segment_bytes.max(1) };
+            let length = (1 + rng.below(longest as u64) as usize).min(rest.len());
             let (head, tail) = rest.split_at(length);
             rest = tail;
             let mut piece = head.to_vec();
@@ -160,7 +164,7 @@ mod tests {
     use super::*;
 
     fn faults(max_segment_bytes: usize, corrupt_per_million: u32) -> NetworkFaults {
-        NetworkFaults { latency_min_ns: 10, latency_max_ns: 1000, max_segment_bytes, corrupt_per_million }
+        NetworkFaults { latency_min_ns: 10, latency_max_ns: 1000, max_segment_bytes, tiny_segment_per_million: 0, corrupt_per_million }
     }
 
     #[test]

@@ -387,18 +387,22 @@ mod tests {
 
     #[test]
     fn a_crash_keeps_only_what_was_flushed_or_written_with_fua() {
-        let mut oracle = Oracle::new(4, BLOCK);
-        oracle.begin_write(0, 2, 1);
-        oracle.end_write(0, 2, 1, WriteOutcome::Acknowledged { force_unit_access: false });
-        let flush = oracle.begin_flush();
-        oracle.end_flush(flush);
-        oracle.begin_write(0, 1, 2);
-        oracle.end_write(0, 1, 2, WriteOutcome::Acknowledged { force_unit_access: false });
-        oracle.begin_write(2, 1, 3);
-        oracle.end_write(2, 1, 3, WriteOutcome::Acknowledged { force_unit_access: true });
-        oracle.crash();
+        let crashed = || {
+            let mut oracle = Oracle::new(4, BLOCK);
+            oracle.begin_write(0, 2, 1);
+            oracle.end_write(0, 2, 1, WriteOutcome::Acknowledged { force_unit_access: false });
+            let flush = oracle.begin_flush();
+            oracle.end_flush(flush);
+            oracle.begin_write(0, 1, 2);
+            oracle.end_write(0, 1, 2, WriteOutcome::Acknowledged { force_unit_access: false });
+            oracle.begin_write(2, 1, 3);
+            oracle.end_write(2, 1, 3, WriteOutcome::Acknowledged { force_unit_access: true });
+            oracle.crash();
+            oracle
+        };
         // Block 0: the flushed write or the later one; block 1: only the flushed one.
         for (lba, tag, ok) in [(0, 1, true), (0, 2, true), (1, 0, false), (1, 1, true), (2, 3, true), (2, 0, false)] {
+            let mut oracle = crashed();
             let read = oracle.begin_read(lba, 1);
             assert_eq!(oracle.end_read(read, Some(&block(tag, lba))).is_ok(), ok, "block {lba} write {tag}");
         }

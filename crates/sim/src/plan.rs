@@ -25,8 +25,13 @@ pub struct Plan {
     pub disk: DiskFaults,
     /// Mean time between injected faults (crash, reset, partition); 0 for none.
     pub mean_fault_interval_ns: u64,
+    /// The target's R2T budget per connection (the smallest it takes, one MDTS, makes
+    /// commands wait).
+    pub r2t_budget_bytes: u32,
     /// Simulated time the workload runs.
     pub run_ns: u64,
+    /// I/O commands the hosts submit at most, together (bounds a seed's wall time).
+    pub max_commands: u64,
 }
 
 const MS: u64 = 1_000_000;
@@ -40,13 +45,15 @@ impl Plan {
         let block_bytes = if rng.chance(750_000) { 512 } else { 4096 };
         let queue_size = rng.between(2, 32) as u16;
         let digests = DigestSettings { header: rng.chance(500_000), data: rng.chance(500_000) };
-        let max_segment_bytes = [1, 7, 100, 1460, 9000, 65536][rng.below(6) as usize];
+        let max_segment_bytes = [100, 1460, 9000, 65536][rng.below(4) as usize];
         let keep_alive_timeout_ms = rng.between(1_000, 4_000) as u32;
         Plan {
             hosts: rng.between(1, 3) as usize,
             block_bytes,
             namespace_blocks: rng.between(8, 256),
             host: HostSettings {
+                io_queues: rng.between(1, 3) as u16,
+                max_r2t_outstanding: rng.below(4) as u32,
                 queue_size,
                 queue_depth: rng.between(1, u64::from(queue_size - 1).min(16)) as usize,
                 max_io_blocks: if block_bytes == 512 { rng.between(1, 64) as u32 } else { rng.between(1, 8) as u32 },
@@ -58,6 +65,7 @@ impl Plan {
                 latency_min_ns: 5 * US,
                 latency_max_ns: rng.between(5 * US, 500 * US),
                 max_segment_bytes,
+                tiny_segment_per_million: [0, 10_000, 100_000, 300_000][rng.below(4) as usize],
                 corrupt_per_million: if calm { 0 } else { rng.between(0, 300) as u32 },
             },
             disk: DiskFaults {
@@ -68,25 +76,31 @@ impl Plan {
                 read_error_per_million: if calm { 0 } else { rng.between(0, 3_000) as u32 },
                 write_error_per_million: if calm { 0 } else { rng.between(0, 3_000) as u32 },
             },
-            mean_fault_interval_ns: if calm { 0 } else { rng.between(50 * MS, 600 * MS) },
-            run_ns: 1_500 * MS,
+            mean_fault_interval_ns: if calm { 0 } else { rng.between(10 * MS, 150 * MS) },
+            r2t_budget_bytes: [16 << 20, 1 << 20, 128 << 10][rng.below(3) as usize],
+            run_ns: 300 * MS,
+            max_commands: 4_000,
         }
     }
 
     /// One line: what this seed is.
     pub fn describe(&self) -> String {
         format!(
-            "{} host(s), {} x {} B blocks, QD {} (queue {}), I/O up to {} blocks, digests {}{}, segments <= {} B, \
+            "{} host(s), {} x {} B blocks, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks, digests {}{}, segments <= {} B ({} ppm tiny), \
              faults every ~{} ms, disk errors {}/{} ppm, spikes {} ppm, bit flips {} ppm",
             self.hosts,
             self.namespace_blocks,
             self.block_bytes,
-            self.host.queue_depth,
+            self.host.io_queues,
             self.host.queue_size,
+            self.host.queue_depth,
+            self.host.max_r2t_outstanding + 1,
+            self.r2t_budget_bytes >> 10,
             self.host.max_io_blocks,
             if self.host.digests.header { "H" } else { "-" },
             if self.host.digests.data { "D" } else { "-" },
             self.network.max_segment_bytes,
+            self.network.tiny_segment_per_million,
             self.mean_fault_interval_ns / MS,
             self.disk.read_error_per_million,
             self.disk.write_error_per_million,

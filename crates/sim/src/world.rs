@@ -27,6 +27,8 @@ pub struct Context {
     pub oracle: Oracle,
     /// Namespace block size.
     pub block_bytes: usize,
+    /// I/O commands the hosts may still submit.
+    pub io_budget: u64,
     links: BTreeMap<u64, Link>,
     next_link: u64,
     next_write_tag: u64,
@@ -165,7 +167,7 @@ const MAX_STALE_WAKES: u32 = 10_000;
 /// After the workload stops: time for outstanding commands to finish.
 const QUIESCE_NS: u64 = 30_000_000_000;
 
-fn target_spec(backend: Arc<dyn Backend>) -> TargetSpec {
+fn target_spec(backend: Arc<dyn Backend>, plan: &Plan) -> TargetSpec {
     TargetSpec {
         listeners: vec![ListenerSpec {
             address: "192.0.2.1".into(),
@@ -182,7 +184,11 @@ fn target_spec(backend: Arc<dyn Backend>) -> TargetSpec {
             model_number: None,
             namespaces: vec![NamespaceSpec { id: NAMESPACE, backend, nguid: None, uuid: None, ana_group: None }],
         }],
-        settings: TargetSettings { connection_setup_timeout_ms: 2_000, ..TargetSettings::default() },
+        settings: TargetSettings {
+            connection_setup_timeout_ms: 2_000,
+            max_outstanding_r2t_bytes_per_connection: plan.r2t_budget_bytes,
+            ..TargetSettings::default()
+        },
     }
 }
 
@@ -200,6 +206,7 @@ impl World {
             clock,
             oracle: Oracle::new(plan.namespace_blocks, plan.block_bytes),
             block_bytes: plan.block_bytes,
+            io_budget: plan.max_commands,
             links: BTreeMap::new(),
             next_link: 0,
             next_write_tag: 0,
@@ -231,7 +238,7 @@ impl World {
     }
 
     fn start_target(&mut self) {
-        match Target::new(target_spec(self.disk.backend())) {
+        match Target::new(target_spec(self.disk.backend(), &self.plan)) {
             Ok(target) => self.target = Some(target),
             Err(error) => self.context.violation(format!("the target does not start: {error}")),
         }
@@ -373,7 +380,7 @@ impl World {
             let Some(link) = self.context.links.get_mut(&id) else { continue };
             let owner = link.owner;
             // A random share of what is due, so deliveries of links interleave.
-            let budget = 1 + self.context.rng.below(4);
+            let budget = 1 + self.context.rng.below(8);
             for _ in 0..budget {
                 if now_ns < link.held_until_ns {
                     break;
