@@ -41,18 +41,23 @@ pub struct HostSettings {
     pub max_r2t_outstanding: u32,
 }
 
-/// What a submitted command was, to check its completion.
+/// What a submitted command was, to check its completion. Some fields are read only
+/// through Debug, in traces and violation messages.
+#[allow(dead_code)]
 #[derive(Clone, Copy, Debug)]
 enum Pending {
     PropertySetEnable,
     SetQueueCount,
     KeepAlive,
-    // The range is read only through Debug, in traces and violation messages.
-    #[allow(dead_code)]
     Read { lba: u64, blocks: u32, watch: ReadId },
     Write { lba: u64, blocks: u32, tag: u64, force_unit_access: bool },
     Zeroes { lba: u64, blocks: u32 },
     Flush { began: u64 },
+    /// The Compare of a fused Compare and Write (of what the oracle was sure the blocks
+    /// held).
+    Compare { lba: u64, blocks: u32, tag: u64 },
+    /// Its Write of `tag`.
+    CompareWrite { lba: u64, blocks: u32, tag: u64 },
 }
 
 struct Outstanding {
@@ -315,6 +320,12 @@ impl SimHost {
             let blocks = context.rng.between(1, u64::from(self.settings.max_io_blocks)).min(namespace_blocks);
             let lba = context.rng.below(namespace_blocks - blocks + 1);
             let choice = context.rng.below(100);
+            if choice < 6 && self.settings.queue_depth >= 2 && self.io_in_flight() + 2 <= self.settings.queue_depth {
+                let blocks = blocks.min(32);
+                if self.submit_compare_and_write(context, lba, blocks) {
+                    continue;
+                }
+            }
             let (command, what) = if choice < 45 || (choice < 95 && !context.oracle.can_write(lba, blocks)) {
                 let watch = context.oracle.begin_read(lba, blocks);
                 let command = commands::read(NAMESPACE, lba, blocks as u32, block_bytes as u32);
@@ -348,6 +359,41 @@ impl SimHost {
         }
     }
 
+    /// A fused Compare and Write of blocks whose content the oracle is sure of, on a
+    /// queue with room for both commands. False when none could be sent.
+    fn submit_compare_and_write(&mut self, context: &mut Context, lba: u64, blocks: u64) -> bool {
+        let Some(expected_tags) = context.oracle.certain_values(lba, blocks) else {
+            return false;
+        };
+        let queue = context.rng.below(self.io.len() as u64) as usize;
+        let room = self.io.get(queue).is_some_and(|end| end.queue.capacity() - end.queue.outstanding() >= 2);
+        if !room {
+            return false;
+        }
+        let block_bytes = context.block_bytes;
+        let mut expected = vec![0; blocks as usize * block_bytes];
+        for (index, block) in expected.chunks_mut(block_bytes).enumerate() {
+            fill_block(expected_tags[index], lba + index as u64, block);
+        }
+        let tag = context.new_write_tag();
+        let mut new = vec![0; blocks as usize * block_bytes];
+        for (index, block) in new.chunks_mut(block_bytes).enumerate() {
+            fill_block(tag, lba + index as u64, block);
+        }
+        let [compare, write] = commands::compare_and_write(NAMESPACE, lba, expected, new, block_bytes as u32);
+        let blocks = blocks as u32;
+        context.oracle.begin_write(lba, u64::from(blocks), tag);
+        context.io_budget = context.io_budget.saturating_sub(2);
+        let host = self.index;
+        context.note(|| format!("host {host} submits Compare and Write {{ lba: {lba}, blocks: {blocks}, tag: {tag} }}"));
+        let first = self.submit(context, Some(queue), compare, Pending::Compare { lba, blocks, tag });
+        let second = first && self.submit(context, Some(queue), write, Pending::CompareWrite { lba, blocks, tag });
+        if !second {
+            context.violation(format!("host {host}: a queue with room for two commands refused a fused pair"));
+        }
+        true
+    }
+
     fn complete(&mut self, context: &mut Context, completion: HostCompletion) {
         let Some(outstanding) = self.outstanding.remove(&completion.user_tag) else {
             context.violation(format!("host {}: completion for unknown tag {}", self.index, completion.user_tag));
@@ -359,6 +405,11 @@ impl SimHost {
         context.note(|| format!("host {host} completes {:?}: status {:#x}", outstanding.what, status.field()));
         if ok {
             self.completed_ok += 1;
+        } else if matches!(outstanding.what, Pending::Compare { .. }) && status.kind() == Status::COMPARE_FAILURE.kind() {
+            context.data_violation(format!(
+                "host {}: {:?} failed though the blocks held what it expected",
+                self.index, outstanding.what
+            ));
         } else if !expected_failure(status) {
             context.data_violation(format!(
                 "host {}: valid command {:?} failed with status {:#x}",
@@ -405,6 +456,18 @@ impl SimHost {
                     context.oracle.end_flush(began);
                 }
             }
+            // The pair's outcome is the Write's.
+            Pending::Compare { .. } => {}
+            Pending::CompareWrite { lba, blocks, tag } => {
+                let outcome = if ok {
+                    WriteOutcome::Acknowledged { force_unit_access: false }
+                } else if status.kind() == Status::ABORTED_FAILED_FUSED.kind() {
+                    WriteOutcome::NotApplied
+                } else {
+                    WriteOutcome::Uncertain
+                };
+                context.oracle.end_write(lba, u64::from(blocks), tag, outcome);
+            }
         }
     }
 
@@ -449,7 +512,15 @@ impl SimHost {
 
 impl Pending {
     fn is_io(&self) -> bool {
-        matches!(self, Pending::Read { .. } | Pending::Write { .. } | Pending::Zeroes { .. } | Pending::Flush { .. })
+        matches!(
+            self,
+            Pending::Read { .. }
+                | Pending::Write { .. }
+                | Pending::Zeroes { .. }
+                | Pending::Flush { .. }
+                | Pending::Compare { .. }
+                | Pending::CompareWrite { .. }
+        )
     }
 }
 
@@ -463,7 +534,8 @@ fn fail(context: &mut Context, what: Pending, link: Option<u64>) {
         }
         Pending::Write { lba, blocks, tag, .. } => context.oracle.end_write(lba, u64::from(blocks), tag, outcome),
         Pending::Zeroes { lba, blocks } => context.oracle.end_write(lba, u64::from(blocks), 0, outcome),
-        Pending::Flush { .. } | Pending::PropertySetEnable | Pending::SetQueueCount | Pending::KeepAlive => {}
+        Pending::CompareWrite { lba, blocks, tag } => context.oracle.end_write(lba, u64::from(blocks), tag, outcome),
+        Pending::Compare { .. } | Pending::Flush { .. } | Pending::PropertySetEnable | Pending::SetQueueCount | Pending::KeepAlive => {}
     }
 }
 
@@ -479,6 +551,8 @@ fn expected_failure(status: Status) -> bool {
         Status::TRANSIENT_TRANSPORT_ERROR,
         Status::NAMESPACE_NOT_READY,
         Status::KEEP_ALIVE_TIMER_EXPIRED,
+        // The other half of a fused pair failed (a read error on the Compare).
+        Status::ABORTED_FAILED_FUSED,
     ]
     .iter()
     .any(|allowed| allowed.kind() == kind)

@@ -130,6 +130,8 @@ pub enum WriteOutcome {
     Acknowledged { force_unit_access: bool },
     /// Failed: it may or may not have happened.
     Uncertain,
+    /// Did not happen (the Write of a Compare and Write whose Compare failed).
+    NotApplied,
     /// Lost with its connection, which the target may still be carrying out: it may
     /// happen at any time until [`Oracle::settle_link`] for that link.
     Floating {
@@ -166,6 +168,18 @@ impl Oracle {
         self.blocks[self.range(lba, blocks)].iter().all(|block| block.writer.is_none())
     }
 
+    /// What each block holds, when the oracle is sure (one possible value, nothing in
+    /// flight or floating): what a Compare may expect.
+    pub fn certain_values(&self, lba: u64, blocks: u64) -> Option<Vec<WriteTag>> {
+        self.blocks[self.range(lba, blocks)]
+            .iter()
+            .map(|block| {
+                let sure = block.visible.len() == 1 && block.writer.is_none() && block.floating.is_empty();
+                sure.then(|| block.visible[0])
+            })
+            .collect()
+    }
+
     /// A write of `tag` (0 for zeroes) to these blocks was submitted.
     pub fn begin_write(&mut self, lba: u64, blocks: u64, tag: WriteTag) {
         let sequence = self.next_sequence();
@@ -188,6 +202,7 @@ impl Oracle {
                 block.writer = None;
             }
             match outcome {
+                WriteOutcome::NotApplied => {}
                 WriteOutcome::Acknowledged { force_unit_access } => {
                     block.visible = block.only(tag);
                     if force_unit_access {
