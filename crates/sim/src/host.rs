@@ -271,13 +271,11 @@ impl SimHost {
                     self.phase = Phase::Enabling;
                 }
             }
-            Phase::IoConnecting => {
-                if self.io.iter().all(|end| ready(Some(end)).is_some()) {
-                    self.phase = Phase::Running;
-                    self.failures_in_a_row = 0;
-                    self.keep_alive_due_ns = now_ns;
-                    context.note(|| format!("host {} running on controller {}", self.index, self.controller_id.0));
-                }
+            Phase::IoConnecting if self.io.iter().all(|end| ready(Some(end)).is_some()) => {
+                self.phase = Phase::Running;
+                self.failures_in_a_row = 0;
+                self.keep_alive_due_ns = now_ns;
+                context.note(|| format!("host {} running on controller {}", self.index, self.controller_id.0));
             }
             _ => {}
         }

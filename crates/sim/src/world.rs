@@ -413,12 +413,16 @@ impl World {
             );
             if target_sees_end {
                 self.close_connection(id);
-                self.context.links.get_mut(&id).map(|link| link.target_gone = true);
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.target_gone = true;
+                }
                 moved = true;
             }
             if host_sees_end {
                 self.hosts[owner.host].link_ended(&mut self.context, id);
-                self.context.links.get_mut(&id).map(|link| link.host_gone = true);
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.host_gone = true;
+                }
                 moved = true;
             }
             if self.context.links.get(&id).is_some_and(|link| link.target_gone && link.host_gone) {
