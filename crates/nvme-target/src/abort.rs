@@ -95,7 +95,7 @@ impl Connection {
         }
         let (controller, queue) = (binding.controller.clone(), binding.queue_id);
         for command in controller.abort_requests_for(queue) {
-            let waiting = self.r2t_waiting.iter().position(|&slot_index| {
+            let waiting = self.r2t.waiting.iter().position(|&slot_index| {
                 let slot = self.slots.slot_ref(slot_index);
                 slot.sqe.command_id() == command
                     && slot.state == SlotState::ReceivingHostData
@@ -109,7 +109,7 @@ impl Connection {
             if !controller.answer_abort(queue, command, true) {
                 continue;
             }
-            let Some(slot_index) = self.r2t_waiting.remove(position) else { continue };
+            let Some(slot_index) = self.r2t.waiting.remove(position) else { continue };
             let slot = self.slots.slot(slot_index);
             let buffer = std::mem::take(&mut slot.buffer);
             self.pool.give(buffer);

@@ -9,8 +9,11 @@
 //! (`handle_timeout`) and storage completions (`poll_storage`); the connection answers
 //! with batches of PDUs to send (`take_transmit`) and a wish to close (`wants_close`).
 //! Nothing here touches a socket, a thread or a clock.
+//!
+//! Parts in their own files: `r2t` (R2T flow control, with its state in `R2tFlow`)
+//! and `timers` (setup timeout, keep-alive, the controller check, event delivery,
+//! and `bind`, which starts them).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -19,16 +22,19 @@ use nvme_spec::{CompletionQueueEntry, QueueId, Status};
 use nvme_tcp_wire::{
     DataHeader, FatalErrorStatus, InitializeConnectionRequest,
     InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent, ReaderLimits,
-    ReadyToTransfer, Role, TerminationRequest,
+    Role, TerminationRequest,
 };
-use nvme_spec::NamespaceId;
 
 use storage::{BackendQueue, IoCompletion};
 
+mod r2t;
+mod timers;
+
+pub(crate) use r2t::R2tFlow;
+
 use crate::controller::{Controller, ControllerKind};
 use crate::limits::{
-    ASYNC_EVENT_CHECK_INTERVAL_MS, CONTROLLER_CHECK_INTERVAL_MS, IN_CAPSULE_DATA_BYTES,
-    MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES, MAX_R2T_LENGTH_BYTES,
+    IN_CAPSULE_DATA_BYTES, MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES,
 };
 use crate::namespaces::{Namespace, NamespaceView};
 use crate::slots::{SlotState, SlotTable};
@@ -120,17 +126,8 @@ pub struct Connection {
     pub(crate) phase: Phase,
     reader: PduReader,
     pub(crate) writer: PduWriter,
-    /// MAXR2T + 1: R2T PDUs the host accepts outstanding per command.
-    pub(crate) host_max_outstanding_r2t: u32,
-    /// Host data requested by R2T and not received yet, over all commands
-    /// (bounded by `max_outstanding_r2t_bytes_per_connection`).
-    r2t_outstanding_bytes: u64,
-    /// Commands waiting for R2T budget, first come first served. A waiting command
-    /// has nothing requested outstanding and holds no data buffer.
-    pub(crate) r2t_waiting: VecDeque<u16>,
-    /// Most host data ever requested and not received at once (for tests and
-    /// diagnostics: never above the budget).
-    r2t_outstanding_high_water: u64,
+    /// R2T flow control: host data requested and commands waiting for budget.
+    pub(crate) r2t: R2tFlow,
     /// DDGST negotiated: C2HData PDUs carry a data digest.
     pub(crate) data_digest: bool,
     pending: TransmitBatch,
@@ -221,10 +218,7 @@ impl Connection {
                 ReaderLimits { max_data_bytes: IN_CAPSULE_DATA_BYTES.max(MAX_H2C_DATA_BYTES) },
             ),
             writer: PduWriter::new(),
-            host_max_outstanding_r2t: 1,
-            r2t_outstanding_bytes: 0,
-            r2t_waiting: VecDeque::new(),
-            r2t_outstanding_high_water: 0,
+            r2t: R2tFlow::new(),
             data_digest: false,
             pending: TransmitBatch::with_capacity(4096, 64),
             spare: None,
@@ -311,7 +305,7 @@ impl Connection {
         // The reader refuses a second ICReq and an unsupported PFV; HPDA is the
         // alignment our C2H PDUs must honour, digests are whatever the host asks.
         let digests = request.digests;
-        self.host_max_outstanding_r2t = request.max_r2t_outstanding.saturating_add(1);
+        self.r2t.host_max_outstanding = request.max_r2t_outstanding.saturating_add(1);
         let response = InitializeConnectionResponse {
             protocol_format_version: 0,
             controller_pdu_data_alignment: 0,
@@ -445,7 +439,7 @@ impl Connection {
                 let slot = self.slots.slot(slot_index);
                 let arrived = (offset as u32).saturating_sub(slot.received_bytes);
                 slot.received_bytes = offset as u32;
-                self.r2t_outstanding_bytes = self.r2t_outstanding_bytes.saturating_sub(u64::from(arrived));
+                self.r2t.received(arrived);
                 if slot.received_bytes == slot.host_data_bytes {
                     self.host_data_complete(slot_index, now);
                 } else {
@@ -464,121 +458,6 @@ impl Connection {
         if slot.deferred_status.is_success() {
             slot.deferred_status = Status::TRANSIENT_TRANSPORT_ERROR;
         }
-    }
-
-    /// Asks for the next pieces of a command's host data with R2T PDUs, keeping at
-    /// most MAXR2T + 1 outstanding for the command and at most
-    /// `max_outstanding_r2t_bytes_per_connection` for the connection. A command that
-    /// gets no R2T now waits in `r2t_waiting` (a new command behind the ones already
-    /// waiting, one whose transfer has started in front of them) until data arrives.
-    pub(crate) fn request_host_data(&mut self, slot_index: u16) {
-        if self.terminated {
-            return;
-        }
-        let slot = self.slots.slot(slot_index);
-        slot.state = SlotState::ReceivingHostData;
-        let started = slot.requested_bytes > 0;
-        if !started && !self.r2t_waiting.is_empty() {
-            self.wait_for_r2t_budget(slot_index, false);
-            return;
-        }
-        self.send_r2ts(slot_index);
-        let slot = self.slots.slot(slot_index);
-        if slot.requested_bytes == slot.received_bytes && slot.received_bytes < slot.host_data_bytes {
-            // Nothing of it is outstanding: no arriving data would wake it up.
-            self.wait_for_r2t_budget(slot_index, started);
-        }
-    }
-
-    /// The next R2T length of a command, if it needs more data.
-    fn next_r2t_length(&mut self, slot_index: u16) -> Option<u32> {
-        let slot = self.slots.slot(slot_index);
-        (slot.state == SlotState::ReceivingHostData && slot.requested_bytes < slot.host_data_bytes)
-            .then(|| (slot.host_data_bytes - slot.requested_bytes).min(MAX_R2T_LENGTH_BYTES))
-    }
-
-    /// True when an R2T of `length` bytes fits the connection's budget. With nothing
-    /// outstanding any R2T fits, so the connection always makes progress.
-    fn r2t_budget_allows(&self, length: u32) -> bool {
-        let budget = u64::from(self.target.settings.max_outstanding_r2t_bytes_per_connection);
-        self.r2t_outstanding_bytes == 0 || self.r2t_outstanding_bytes + u64::from(length) <= budget
-    }
-
-    /// Sends as many R2Ts for the command as its MAXR2T and the budget allow.
-    fn send_r2ts(&mut self, slot_index: u16) {
-        let max_outstanding = self.host_max_outstanding_r2t;
-        while let Some(length) = self.next_r2t_length(slot_index) {
-            let slot = self.slots.slot(slot_index);
-            let outstanding = (slot.requested_bytes - slot.received_bytes).div_ceil(MAX_R2T_LENGTH_BYTES);
-            if outstanding >= max_outstanding || !self.r2t_budget_allows(length) {
-                break;
-            }
-            let slot = self.slots.slot(slot_index);
-            if slot.buffer.len() != slot.host_data_bytes as usize {
-                // Given back while it waited for budget.
-                let length = slot.host_data_bytes as usize;
-                let buffer = self.pool.take(length);
-                self.slots.slot(slot_index).buffer = buffer;
-            }
-            let slot = self.slots.slot(slot_index);
-            let offset = slot.requested_bytes;
-            slot.requested_bytes += length;
-            let r2t = ReadyToTransfer { command_id: slot.sqe.command_id(), transfer_tag: slot_index, offset, length };
-            self.r2t_outstanding_bytes += u64::from(length);
-            self.r2t_outstanding_high_water = self.r2t_outstanding_high_water.max(self.r2t_outstanding_bytes);
-            let writer = &self.writer;
-            self.pending.push_header_with(|out| {
-                writer.write_header(&PduHeader::R2t(r2t), 0, out);
-            });
-        }
-    }
-
-    /// Parks a command until R2T budget frees up. One that has received nothing yet
-    /// gives its buffer back, so waiting commands hold no memory.
-    fn wait_for_r2t_budget(&mut self, slot_index: u16, in_front: bool) {
-        let slot = self.slots.slot(slot_index);
-        if slot.received_bytes == 0 {
-            let buffer = std::mem::take(&mut slot.buffer);
-            self.pool.give(buffer);
-        }
-        tracing::trace!(peer = %self.peer, slot = slot_index, outstanding = self.r2t_outstanding_bytes,
-            waiting = self.r2t_waiting.len(), "command waits for R2T budget (max_outstanding_r2t_bytes_per_connection)");
-        if in_front {
-            self.r2t_waiting.push_front(slot_index);
-        } else {
-            self.r2t_waiting.push_back(slot_index);
-        }
-    }
-
-    /// Host data arrived (or a command went away): hand R2Ts to waiting commands, in
-    /// order, while the budget allows.
-    fn grant_waiting_r2ts(&mut self) {
-        while let Some(&slot_index) = self.r2t_waiting.front() {
-            if self.terminated {
-                return;
-            }
-            let Some(length) = self.next_r2t_length(slot_index) else {
-                // Not waiting any more (cannot happen while the stream is in sync).
-                self.r2t_waiting.pop_front();
-                continue;
-            };
-            if !self.r2t_budget_allows(length) {
-                return;
-            }
-            self.r2t_waiting.pop_front();
-            self.send_r2ts(slot_index);
-        }
-    }
-
-    /// Largest amount of host data this connection ever had requested by R2T and not
-    /// yet received (at most `max_outstanding_r2t_bytes_per_connection`).
-    pub fn r2t_outstanding_high_water_bytes(&self) -> u64 {
-        self.r2t_outstanding_high_water
-    }
-
-    /// Commands waiting for R2T budget now.
-    pub fn r2t_waiting_commands(&self) -> usize {
-        self.r2t_waiting.len()
     }
 
     /// Queues a C2HTermReq and closes: the stream cannot be trusted any more.
@@ -771,176 +650,6 @@ impl Connection {
     /// True when the connection should be closed once pending PDUs are sent.
     pub fn wants_close(&self) -> bool {
         self.phase == Phase::Closing
-    }
-
-    /// The earliest time `handle_timeout` has something to do.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
-        let authentication_deadline = self.authentication_deadline();
-        [
-            self.setup_deadline,
-            self.keep_alive_deadline,
-            self.controller_check_at,
-            event_check_at,
-            authentication_deadline,
-            self.abort_check_at,
-        ]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
-    /// Time passed: enforce the setup timeout and keep-alive, and notice controllers
-    /// torn down elsewhere.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::Closing {
-            return;
-        }
-        if let Some(deadline) = self.setup_deadline {
-            if now >= deadline && self.phase != Phase::Live {
-                let timeout_ms = self.target.settings.connection_setup_timeout_ms;
-                TargetCounters::count(&self.target.counters.setup_timeouts);
-                let log = self.target.setup_timeouts.lock().unwrap_or_else(|poison| poison.into_inner()).refused(now);
-                if let Some(unlogged) = log {
-                    tracing::info!(peer = %self.peer, phase = ?self.phase, closed_unlogged = unlogged,
-                        "closing connection from {}: no ICReq and Connect within {timeout_ms} ms \
-                         (connection_setup_timeout_ms)", self.peer);
-                }
-                self.phase = Phase::Closing;
-                return;
-            }
-        }
-        if self.authentication_timed_out(now) {
-            self.phase = Phase::Closing;
-            return;
-        }
-        if let Some(deadline) = self.keep_alive_deadline {
-            if now >= deadline {
-                if let Some(binding) = &self.binding {
-                    TargetCounters::count(&self.target.counters.keep_alive_timeouts);
-                    tracing::warn!(peer = %self.peer, controller = binding.controller.id.0,
-                        "keep-alive timeout: tearing down the controller");
-                    binding.controller.tear_down();
-                }
-                self.phase = Phase::Closing;
-                return;
-            }
-        }
-        if let Some(check_at) = self.controller_check_at {
-            if now >= check_at {
-                self.controller_check_at =
-                    Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
-                if self.controller_gone() {
-                    self.phase = Phase::Closing;
-                    return;
-                }
-                // Also lets an idle queue drop namespaces that were deleted.
-                self.refresh_namespaces();
-                self.serve_abort_requests();
-                self.retry_parked(now);
-            }
-        }
-        if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
-            self.complete_answered_aborts(now);
-        }
-        if let Some(check_at) = self.event_check_at {
-            if now >= check_at {
-                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
-                self.refresh_namespaces();
-                self.deliver_due_events();
-            }
-        }
-    }
-
-    /// Rebuilds the namespace view if the subsystem's table changed since, and retires
-    /// backend queues of namespaces that are no longer active here. One atomic load
-    /// when nothing changed.
-    pub(crate) fn refresh_namespaces(&mut self) {
-        let Some(binding) = &self.binding else { return };
-        let Some(subsystem) = &binding.controller.subsystem else { return };
-        let generation = subsystem.generation();
-        if self.view.generation == Some(generation) {
-            return;
-        }
-        let table = subsystem.table();
-        self.view.rebuild(&table, &binding.controller.host_nqn, generation);
-        for position in (0..self.opened_namespaces.len()).rev() {
-            let nsid = self.opened_namespaces[position];
-            let index = nsid as usize - 1;
-            let still_active = match (&self.backend_queues[index], self.view.get(NamespaceId(nsid))) {
-                (Some(open), Some(namespace)) => Arc::ptr_eq(&open.namespace, namespace),
-                _ => false,
-            };
-            if still_active {
-                continue;
-            }
-            if let Some(open) = self.backend_queues[index].take() {
-                if open.queue.in_flight() > 0 {
-                    self.retired_queues.push(open);
-                }
-            }
-            self.opened_namespaces.swap_remove(position);
-        }
-    }
-
-    /// Completes a held Asynchronous Event Request with a due event, if both exist.
-    pub(crate) fn deliver_due_events(&mut self) {
-        if self.held_async_events.is_empty() {
-            return;
-        }
-        let Some(binding) = &self.binding else { return };
-        let controller = Arc::clone(&binding.controller);
-        if let Some(result) = controller.take_due_event() {
-            if !self.raise_async_event(result) {
-                controller.restore_due_event(result);
-            }
-        }
-    }
-
-    /// True when this I/O queue's controller was torn down.
-    pub(crate) fn controller_gone(&self) -> bool {
-        self.binding.as_ref().is_some_and(|binding| {
-            binding.controller.is_torn_down()
-                || (!binding.queue_id.is_admin() && binding.controller.generation() != binding.generation)
-        })
-    }
-
-    /// Connect succeeded: size the queue and start its timers.
-    pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
-        self.slots = SlotTable::new(binding.depth);
-        self.pool = BufferPool::new(binding.depth as usize + 8);
-        self.setup_deadline = None;
-        if binding.queue_id.is_admin() {
-            self.restart_keep_alive(&binding.controller, now);
-            // Namespace notices (I/O controllers) and Discovery Log Page Change
-            // notices (discovery controllers) both wait for this check.
-            self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
-        } else {
-            self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
-        }
-        if let Some(subsystem) = &binding.controller.subsystem {
-            let shard = subsystem.stats.register();
-            binding.controller.stats.adopt(shard.clone());
-            self.stats = Some(shard);
-        }
-        self.binding = Some(binding);
-        self.phase = Phase::Live;
-        self.refresh_namespaces();
-    }
-
-    /// Restarts the keep-alive timer from `now` (Keep Alive command, Connect,
-    /// Set Features KATO). The timeout is rounded up to whole seconds as the Linux
-    /// target does, which hosts are tested against.
-    pub(crate) fn restart_keep_alive(&mut self, controller: &Controller, now: Instant) {
-        // The Connect KATO passed `keep_alive_timeout` already; a Set Features value
-        // outside the configured range runs the nearest allowed timer instead.
-        let stored_ms = controller.state().features.keep_alive_timeout_ms;
-        let timeout_ms = u64::from(self.target.settings.effective_keep_alive_timeout(controller.kind, stored_ms));
-        self.keep_alive_deadline = if timeout_ms == 0 {
-            None
-        } else {
-            Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000))
-        };
     }
 
     /// The socket is gone (peer closed, error, shutdown or after `wants_close`).

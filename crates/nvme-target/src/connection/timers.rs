@@ -1,0 +1,188 @@
+//! Time and events of a connection: the setup timeout, keep-alive, the periodic
+//! controller check (torn-down controllers, deleted namespaces, Abort requests,
+//! parked commands) and Asynchronous Event delivery; and binding a queue once
+//! Connect succeeded, which starts those timers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::NamespaceId;
+
+use super::{Connection, Phase, QueueBinding};
+use crate::controller::Controller;
+use crate::limits::{ASYNC_EVENT_CHECK_INTERVAL_MS, CONTROLLER_CHECK_INTERVAL_MS};
+use crate::slots::SlotTable;
+use crate::stats::TargetCounters;
+use crate::transmit::BufferPool;
+
+impl Connection {
+    /// The earliest time `handle_timeout` has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
+        let authentication_deadline = self.authentication_deadline();
+        [
+            self.setup_deadline,
+            self.keep_alive_deadline,
+            self.controller_check_at,
+            event_check_at,
+            authentication_deadline,
+            self.abort_check_at,
+        ]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Time passed: enforce the setup timeout and keep-alive, and notice controllers
+    /// torn down elsewhere.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Closing {
+            return;
+        }
+        if let Some(deadline) = self.setup_deadline {
+            if now >= deadline && self.phase != Phase::Live {
+                let timeout_ms = self.target.settings.connection_setup_timeout_ms;
+                TargetCounters::count(&self.target.counters.setup_timeouts);
+                let log = self.target.setup_timeouts.lock().unwrap_or_else(|poison| poison.into_inner()).refused(now);
+                if let Some(unlogged) = log {
+                    tracing::info!(peer = %self.peer, phase = ?self.phase, closed_unlogged = unlogged,
+                        "closing connection from {}: no ICReq and Connect within {timeout_ms} ms \
+                         (connection_setup_timeout_ms)", self.peer);
+                }
+                self.phase = Phase::Closing;
+                return;
+            }
+        }
+        if self.authentication_timed_out(now) {
+            self.phase = Phase::Closing;
+            return;
+        }
+        if let Some(deadline) = self.keep_alive_deadline {
+            if now >= deadline {
+                if let Some(binding) = &self.binding {
+                    TargetCounters::count(&self.target.counters.keep_alive_timeouts);
+                    tracing::warn!(peer = %self.peer, controller = binding.controller.id.0,
+                        "keep-alive timeout: tearing down the controller");
+                    binding.controller.tear_down();
+                }
+                self.phase = Phase::Closing;
+                return;
+            }
+        }
+        if let Some(check_at) = self.controller_check_at {
+            if now >= check_at {
+                self.controller_check_at =
+                    Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+                if self.controller_gone() {
+                    self.phase = Phase::Closing;
+                    return;
+                }
+                // Also lets an idle queue drop namespaces that were deleted.
+                self.refresh_namespaces();
+                self.serve_abort_requests();
+                self.retry_parked(now);
+            }
+        }
+        if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
+            self.complete_answered_aborts(now);
+        }
+        if let Some(check_at) = self.event_check_at {
+            if now >= check_at {
+                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+                self.refresh_namespaces();
+                self.deliver_due_events();
+            }
+        }
+    }
+
+    /// Rebuilds the namespace view if the subsystem's table changed since, and retires
+    /// backend queues of namespaces that are no longer active here. One atomic load
+    /// when nothing changed.
+    pub(crate) fn refresh_namespaces(&mut self) {
+        let Some(binding) = &self.binding else { return };
+        let Some(subsystem) = &binding.controller.subsystem else { return };
+        let generation = subsystem.generation();
+        if self.view.generation == Some(generation) {
+            return;
+        }
+        let table = subsystem.table();
+        self.view.rebuild(&table, &binding.controller.host_nqn, generation);
+        for position in (0..self.opened_namespaces.len()).rev() {
+            let nsid = self.opened_namespaces[position];
+            let index = nsid as usize - 1;
+            let still_active = match (&self.backend_queues[index], self.view.get(NamespaceId(nsid))) {
+                (Some(open), Some(namespace)) => Arc::ptr_eq(&open.namespace, namespace),
+                _ => false,
+            };
+            if still_active {
+                continue;
+            }
+            if let Some(open) = self.backend_queues[index].take() {
+                if open.queue.in_flight() > 0 {
+                    self.retired_queues.push(open);
+                }
+            }
+            self.opened_namespaces.swap_remove(position);
+        }
+    }
+
+    /// Completes a held Asynchronous Event Request with a due event, if both exist.
+    pub(crate) fn deliver_due_events(&mut self) {
+        if self.held_async_events.is_empty() {
+            return;
+        }
+        let Some(binding) = &self.binding else { return };
+        let controller = Arc::clone(&binding.controller);
+        if let Some(result) = controller.take_due_event() {
+            if !self.raise_async_event(result) {
+                controller.restore_due_event(result);
+            }
+        }
+    }
+
+    /// True when this I/O queue's controller was torn down.
+    pub(crate) fn controller_gone(&self) -> bool {
+        self.binding.as_ref().is_some_and(|binding| {
+            binding.controller.is_torn_down()
+                || (!binding.queue_id.is_admin() && binding.controller.generation() != binding.generation)
+        })
+    }
+
+    /// Connect succeeded: size the queue and start its timers.
+    pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
+        self.slots = SlotTable::new(binding.depth);
+        self.pool = BufferPool::new(binding.depth as usize + 8);
+        self.setup_deadline = None;
+        if binding.queue_id.is_admin() {
+            self.restart_keep_alive(&binding.controller, now);
+            // Namespace notices (I/O controllers) and Discovery Log Page Change
+            // notices (discovery controllers) both wait for this check.
+            self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+        } else {
+            self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+        }
+        if let Some(subsystem) = &binding.controller.subsystem {
+            let shard = subsystem.stats.register();
+            binding.controller.stats.adopt(shard.clone());
+            self.stats = Some(shard);
+        }
+        self.binding = Some(binding);
+        self.phase = Phase::Live;
+        self.refresh_namespaces();
+    }
+
+    /// Restarts the keep-alive timer from `now` (Keep Alive command, Connect,
+    /// Set Features KATO). The timeout is rounded up to whole seconds as the Linux
+    /// target does, which hosts are tested against.
+    pub(crate) fn restart_keep_alive(&mut self, controller: &Controller, now: Instant) {
+        // The Connect KATO passed `keep_alive_timeout` already; a Set Features value
+        // outside the configured range runs the nearest allowed timer instead.
+        let stored_ms = controller.state().features.keep_alive_timeout_ms;
+        let timeout_ms = u64::from(self.target.settings.effective_keep_alive_timeout(controller.kind, stored_ms));
+        self.keep_alive_deadline = if timeout_ms == 0 {
+            None
+        } else {
+            Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000))
+        };
+    }
+}
