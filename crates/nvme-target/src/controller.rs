@@ -591,12 +591,10 @@ impl Controller {
     pub fn error_log(&self) -> Vec<u8> {
         let log = self.errors.lock().unwrap_or_else(|poison| poison.into_inner());
         let mut page = vec![0u8; ERROR_INFORMATION_ENTRY_BYTES * ERROR_LOG_ENTRIES as usize];
-        for (index, entry) in log.entries.iter().enumerate() {
-            let out: &mut [u8; ERROR_INFORMATION_ENTRY_BYTES] = (&mut page
-                [index * ERROR_INFORMATION_ENTRY_BYTES..(index + 1) * ERROR_INFORMATION_ENTRY_BYTES])
-                .try_into()
-                .expect("an entry-sized slice");
-            entry.encode(out);
+        for (entry, slot) in log.entries.iter().zip(page.chunks_exact_mut(ERROR_INFORMATION_ENTRY_BYTES)) {
+            let mut out = [0u8; ERROR_INFORMATION_ENTRY_BYTES];
+            entry.encode(&mut out);
+            slot.copy_from_slice(&out);
         }
         page
     }

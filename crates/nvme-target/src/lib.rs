@@ -11,6 +11,8 @@
 //! structures the admin commands return (`admin_data`, `discovery`), and the shared
 //! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
 #![forbid(unsafe_code)]
+// Network input reaches this crate: a failure is a status or an error, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod abort;
 pub mod access;

@@ -39,6 +39,8 @@
 //! assert!(input.is_empty());
 //! ```
 #![forbid(unsafe_code)]
+// Network input reaches this crate: a failure is a status or an error, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
 pub mod digest;
