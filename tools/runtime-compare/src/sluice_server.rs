@@ -2,20 +2,20 @@
 //! per-request work as the other flavours, to check it keeps the thin loop's
 //! numbers.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Instant;
 
-use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendSource, Service};
+use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service};
 
 use crate::common::{RequestParser, RECV_BUFFER_BYTES};
 
 struct Responses(Vec<u8>);
 
 impl SendSource for Responses {
-    fn io_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.push(IoSlice::new(&self.0));
+    fn parts<'a>(&'a self, out: &mut SendParts<'a>) {
+        out.bytes(&self.0);
     }
     fn total_len(&self) -> usize {
         self.0.len()
@@ -58,7 +58,7 @@ struct Bench;
 
 impl Service for Bench {
     type Handler = Handler;
-    fn accept(&self, _: usize, _: ListenerId, _: SocketAddr, _: SocketAddr, _: Instant) -> Option<Handler> {
+    fn accept(&self, _: usize, _: ListenerId, _: SocketAddr, _: SocketAddr, _: &Waker, _: Instant) -> Option<Handler> {
         Some(Handler { parser: RequestParser::default(), pending: Vec::with_capacity(1 << 20), spare: None })
     }
 }
