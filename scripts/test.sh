@@ -3,7 +3,8 @@
 #
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
-#   build       cargo build --release --workspace --all-targets
+#   build       cargo build --release --workspace --all-targets, and cargo check of
+#               tools/runtime-compare (its own workspace, so nothing else builds it)
 #   cluster     a one-node Ceph cluster (../shared/ceph-single-node.sh, memstore) for
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
@@ -159,8 +160,14 @@ echo "scripts/test.sh in $REPO ($(git rev-parse --short HEAD 2>/dev/null || echo
 stage setup "see the message above; scripts/setup.sh --check lists what is missing" \
   scripts/setup.sh
 echo "rustc $(rustc --version | cut -d' ' -f2), $(cargo +nightly --version 2>/dev/null | cut -d' ' -f1-2 || echo 'no nightly'), tshark $(tshark --version 2>/dev/null | head -n1 | awk '{print $3}'), $(qemu-system-x86_64 --version | head -n1 | awk '{print $1, $4}')"
+build_all() {
+  echo "+ cargo build --release --workspace --all-targets"
+  cargo build --release --workspace --all-targets || return 1
+  echo "+ cargo check --manifest-path tools/runtime-compare/Cargo.toml"
+  cargo check --manifest-path tools/runtime-compare/Cargo.toml
+}
 stage build "fix the compile errors above" \
-  cargo build --release --workspace --all-targets
+  build_all
 stage cluster "the one-node Ceph cluster did not come up: see above and its log directory" \
   ceph_cluster
 stage test "a unit/integration test failed: see its output above" \
