@@ -19,7 +19,7 @@ use nvme_spec::identify::{cns, csi, encode_controller_list, IdentifyNamespace, I
 use nvme_spec::log_page::GetLogPageCommand;
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER;
-use nvme_spec::{CommandId, ControllerId, NamespaceId, SubmissionQueueEntry};
+use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, SubmissionQueueEntry};
 
 use crate::HostCommand;
 
@@ -35,6 +35,14 @@ fn sqe_for(opcode: u8) -> SubmissionQueueEntry {
 
 fn command(sqe: SubmissionQueueEntry) -> HostCommand {
     HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0 }
+}
+
+/// Abort (admin 08h) of the command `command_id` on submission queue `queue_id`.
+/// DW0 bit 0 of the completion is 0 when the command was aborted, 1 when not.
+pub fn abort(queue_id: QueueId, command_id: CommandId) -> HostCommand {
+    let mut sqe = sqe_for(AdminOpcode::Abort as u8);
+    sqe.dwords[10] = u32::from(queue_id.0) | (u32::from(command_id.0) << 16);
+    command(sqe)
 }
 
 /// Identify (admin 06h): CNS selects the structure, CSI the command set; 4096 bytes.

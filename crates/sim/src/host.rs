@@ -39,6 +39,8 @@ pub struct HostSettings {
     pub digests: DigestSettings,
     /// MAXR2T offered in ICReq (0's based).
     pub max_r2t_outstanding: u32,
+    /// Chance, each time the host is serviced, that it aborts a command picked by CID.
+    pub abort_per_million: u32,
 }
 
 /// What a submitted command was, to check its completion. Some fields are read only
@@ -49,6 +51,8 @@ enum Pending {
     PropertySetEnable,
     SetQueueCount,
     KeepAlive,
+    /// Abort of whatever command has `command_id` on I/O queue `queue_id` (maybe none).
+    Abort { queue_id: u16, command_id: u16 },
     Read { lba: u64, blocks: u32, watch: ReadId },
     Write { lba: u64, blocks: u32, tag: u64, force_unit_access: bool },
     Zeroes { lba: u64, blocks: u32 },
@@ -238,6 +242,9 @@ impl SimHost {
             }
             if submit_io {
                 self.submit_workload(context);
+                if context.rng.chance(self.settings.abort_per_million) {
+                    self.submit_abort(context);
+                }
             }
         }
         for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
@@ -357,6 +364,17 @@ impl SimHost {
         }
     }
 
+    /// Aborts a command picked by CID, as a host whose command timed out would: it may
+    /// name a command in flight, a finished one, or nothing.
+    fn submit_abort(&mut self, context: &mut Context) {
+        let queue_id = context.rng.between(1, self.io.len() as u64) as u16;
+        let command_id = context.rng.below(u64::from(self.settings.queue_size)) as u16;
+        let command = commands::abort(QueueId(queue_id), nvme_spec::CommandId(command_id));
+        let host = self.index;
+        context.note(|| format!("host {host} aborts command {command_id} on queue {queue_id}"));
+        self.submit(context, None, command, Pending::Abort { queue_id, command_id });
+    }
+
     /// A fused Compare and Write of blocks whose content the oracle is sure of, on a
     /// queue with room for both commands. False when none could be sent.
     fn submit_compare_and_write(&mut self, context: &mut Context, lba: u64, blocks: u64) -> bool {
@@ -434,7 +452,7 @@ impl SimHost {
             Pending::PropertySetEnable | Pending::SetQueueCount => {
                 self.tear_down(context, "bring-up command failed");
             }
-            Pending::KeepAlive => {}
+            Pending::KeepAlive | Pending::Abort { .. } => {}
             Pending::Read { watch, .. } => {
                 let data = ok.then_some(completion.data.as_slice());
                 if let Err(problem) = context.oracle.end_read(watch, data) {
@@ -533,7 +551,12 @@ fn fail(context: &mut Context, what: Pending, link: Option<u64>) {
         Pending::Write { lba, blocks, tag, .. } => context.oracle.end_write(lba, u64::from(blocks), tag, outcome),
         Pending::Zeroes { lba, blocks } => context.oracle.end_write(lba, u64::from(blocks), 0, outcome),
         Pending::CompareWrite { lba, blocks, tag } => context.oracle.end_write(lba, u64::from(blocks), tag, outcome),
-        Pending::Compare { .. } | Pending::Flush { .. } | Pending::PropertySetEnable | Pending::SetQueueCount | Pending::KeepAlive => {}
+        Pending::Compare { .. }
+        | Pending::Flush { .. }
+        | Pending::PropertySetEnable
+        | Pending::SetQueueCount
+        | Pending::KeepAlive
+        | Pending::Abort { .. } => {}
     }
 }
 
@@ -551,6 +574,8 @@ fn expected_failure(status: Status) -> bool {
         Status::KEEP_ALIVE_TIMER_EXPIRED,
         // The other half of a fused pair failed (a read error on the Compare).
         Status::ABORTED_FAILED_FUSED,
+        // Too many Aborts outstanding.
+        Status::ABORT_COMMAND_LIMIT_EXCEEDED,
     ]
     .iter()
     .any(|allowed| allowed.kind() == kind)

@@ -54,6 +54,7 @@ impl Plan {
             host: HostSettings {
                 io_queues: rng.between(1, 3) as u16,
                 max_r2t_outstanding: rng.below(4) as u32,
+                abort_per_million: if calm { 0 } else { [0, 100, 1_000][rng.below(3) as usize] },
                 queue_size,
                 queue_depth: rng.between(1, u64::from(queue_size - 1).min(16)) as usize,
                 max_io_blocks: if block_bytes == 512 { rng.between(1, 64) as u32 } else { rng.between(1, 8) as u32 },
