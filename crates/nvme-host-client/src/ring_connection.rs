@@ -120,7 +120,7 @@ impl RingConnection {
         let now = Instant::now();
         let handler = match tls {
             None => TlsConnection::plain(link, now),
-            Some(session) => TlsConnection::established(link, session, now),
+            Some(session) => TlsConnection::established(link, session, address.to_string(), now),
         };
         match ring.add(stream, handler) {
             Ok(token) => Ok(RingConnection { ring, token, address, closed: None }),
@@ -162,7 +162,11 @@ impl RingConnection {
     /// The socket's end, as the blocking path reports it.
     fn closed_error(&mut self) -> Option<ClientError> {
         self.collect_closed();
-        let reason = self.closed.as_ref()?.inner().closed?;
+        let closed = self.closed.as_ref()?;
+        if let Some(message) = closed.failure() {
+            return Some(ClientError::Tls { address: self.address, message: message.to_owned() });
+        }
+        let reason = closed.inner().closed?;
         let kind = match reason {
             CloseReason::Error(kind) => kind,
             _ => std::io::ErrorKind::UnexpectedEof,

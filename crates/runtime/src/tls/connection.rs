@@ -105,6 +105,8 @@ pub struct TlsConnection<H: ConnectionHandler> {
     iovecs: IovecScratch,
     /// The latest time the runtime gave; the inner handler's `on_sent` needs one.
     now: Instant,
+    /// Why TLS failed, for a caller that reports the closed connection (the host).
+    failure: Option<String>,
 }
 
 impl<H: ConnectionHandler> TlsConnection<H> {
@@ -119,9 +121,16 @@ impl<H: ConnectionHandler> TlsConnection<H> {
     }
 
     /// `inner` over a client session whose handshake already finished (the host
-    /// shakes hands on its blocking socket, then moves the connection onto a ring).
-    pub fn established(inner: H, session: Box<TlsSession>, now: Instant) -> Self {
-        Self::with_stage(inner, Stage::Tls { session, established: true }, String::new(), now)
+    /// shakes hands on its blocking socket, then moves the connection onto a ring);
+    /// `peer` names the connection in log lines.
+    pub fn established(inner: H, session: Box<TlsSession>, peer: String, now: Instant) -> Self {
+        Self::with_stage(inner, Stage::Tls { session, established: true }, peer, now)
+    }
+
+    /// Why the session failed, once it has: the connection then closes, and a caller
+    /// that reports the close (the host) says this rather than "end of file".
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     /// The wrapped handler, mutably.
@@ -149,6 +158,7 @@ impl<H: ConnectionHandler> TlsConnection<H> {
             spare: Vec::new(),
             iovecs: IovecScratch::default(),
             now,
+            failure: None,
         }
     }
 
@@ -164,6 +174,7 @@ impl<H: ConnectionHandler> TlsConnection<H> {
 
     fn fail(&mut self, error: &TlsError) {
         tracing::warn!(peer = %self.peer, %error, "TLS: closing the connection");
+        self.failure = Some(error.to_string());
         let session = match std::mem::replace(&mut self.stage, Stage::Closing(None)) {
             Stage::Tls { session, .. } => Some(session),
             _ => None,

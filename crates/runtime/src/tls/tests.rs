@@ -144,3 +144,69 @@ fn offered_identities_parse_and_malformed_extensions_do_not_panic() {
     }
     assert!(psk::parse_offered_identities(&[0xFF, 0xFF, 0, 200, 1]).is_empty());
 }
+
+/// An inner handler that records what reaches it.
+#[derive(Default)]
+struct Recorder {
+    received: Vec<u8>,
+}
+
+struct NoBatch;
+
+impl crate::SendSource for NoBatch {
+    fn parts<'a>(&'a self, _out: &mut crate::SendParts<'a>) {}
+    fn total_len(&self) -> usize {
+        0
+    }
+}
+
+impl crate::ConnectionHandler for Recorder {
+    type Batch = NoBatch;
+    fn on_receive(&mut self, data: &[u8], _now: std::time::Instant) {
+        self.received.extend_from_slice(data);
+    }
+    fn take_send(&mut self) -> Option<NoBatch> {
+        None
+    }
+    fn on_sent(&mut self, _batch: NoBatch, _now: std::time::Instant) {}
+    fn on_timer(&mut self, _now: std::time::Instant) {}
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+    fn wants_close(&self) -> bool {
+        false
+    }
+    fn on_closed(&mut self, _reason: crate::CloseReason) {}
+}
+
+#[test]
+fn an_established_connection_names_why_tls_failed() {
+    use crate::ConnectionHandler;
+    let suite = CipherSuite::Aes128GcmSha256;
+    let mut server = server_session(suite);
+    let mut client = TlsClient::new().expect("client").session(IDENTITY, key(7, suite)).expect("session");
+    let (client_progress, _) = shake(&mut client, &mut server);
+    assert_eq!(client_progress, Ok(Progress::Established));
+    let now = std::time::Instant::now();
+    let mut connection = TlsConnection::established(Recorder::default(), Box::new(client), "peer".into(), now);
+
+    // A record from the server arrives as plaintext for the inner handler.
+    server.write_plaintext(b"capsule").expect("write");
+    let mut record = Vec::new();
+    server.take_ciphertext(&mut record);
+    connection.on_receive(&record, now);
+    assert_eq!(connection.inner().received, b"capsule");
+    assert_eq!(connection.failure(), None);
+
+    // A forged record (a flipped bit in its ciphertext) fails the session, and the
+    // reason stays for whoever reports the close.
+    server.write_plaintext(b"response").expect("write");
+    let mut forged = Vec::new();
+    server.take_ciphertext(&mut forged);
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    connection.on_receive(&forged, now);
+    assert!(connection.wants_close());
+    assert!(connection.failure().is_some_and(|reason| !reason.is_empty()), "{:?}", connection.failure());
+    assert_eq!(connection.inner().received, b"capsule");
+}
