@@ -89,6 +89,9 @@ struct DiskState {
     rng: Rng,
     faults: DiskFaults,
     canary: Option<Canary>,
+    /// Requests complete at once and never fail: for management I/O that waits for
+    /// its completions in a loop (a pool's zeroing), which simulated time cannot serve.
+    instant: bool,
     next_queue: u64,
     next_sequence: u64,
     counters: DiskCounters,
@@ -125,6 +128,7 @@ impl SimDisk {
             rng,
             faults,
             canary,
+            instant: false,
             next_queue: 0,
             next_sequence: 0,
             counters: DiskCounters::default(),
@@ -173,6 +177,11 @@ impl SimDisk {
     /// What the disk did so far.
     pub fn counters(&self) -> DiskCounters {
         self.shared.state().counters.clone()
+    }
+
+    /// Makes requests complete at once and never fail (true), or behave as drawn.
+    pub fn set_instant(&self, instant: bool) {
+        self.shared.state().instant = instant;
     }
 
     /// When the next request in flight completes.
@@ -232,6 +241,12 @@ impl BackendQueue for SimDiskQueue {
         let state = &mut *state;
         let mut failure = validate_request(&geometry, &request.op, request.buffer.len()).err();
         let faults = state.faults.clone();
+        if state.instant {
+            state.next_sequence += 1;
+            let sequence = state.next_sequence;
+            state.in_flight.push(InFlight { queue: self.id, sequence, ready_at_ns: now_ns, request, failure });
+            return;
+        }
         if failure.is_none() {
             let injected = match request.op {
                 IoOp::Read { .. } if state.rng.chance(faults.read_error_per_million) => Some(IoError::ReadError),

@@ -28,6 +28,9 @@ pub struct Plan {
     /// The target's R2T budget per connection (the smallest it takes, one MDTS, makes
     /// commands wait).
     pub r2t_budget_bytes: u32,
+    /// The namespace is a thin carve of a pool on the disk, with allocation units of
+    /// this many bytes (mappings made by writes become durable on Flush or FUA).
+    pub thin_pool_unit_bytes: Option<u64>,
     /// Simulated time the workload runs.
     pub run_ns: u64,
     /// I/O commands the hosts submit at most, together (bounds a seed's wall time).
@@ -79,6 +82,7 @@ impl Plan {
             },
             mean_fault_interval_ns: if calm { 0 } else { rng.between(10 * MS, 150 * MS) },
             r2t_budget_bytes: [16 << 20, 1 << 20, 128 << 10][rng.below(3) as usize],
+            thin_pool_unit_bytes: rng.chance(500_000).then(|| (block_bytes as u64) << rng.below(4)),
             run_ns: 300 * MS,
             max_commands: 4_000,
         }
@@ -86,8 +90,12 @@ impl Plan {
 
     /// One line: what this seed is.
     pub fn describe(&self) -> String {
+        let pool = match self.thin_pool_unit_bytes {
+            Some(unit) => format!(" (thin carve, {unit} B units)"),
+            None => String::new(),
+        };
         format!(
-            "{} host(s), {} x {} B blocks, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks, digests {}{}, segments <= {} B ({} ppm tiny), \
+            "{} host(s), {} x {} B blocks{pool}, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks, digests {}{}, segments <= {} B ({} ppm tiny), \
              faults every ~{} ms, disk errors {}/{} ppm, spikes {} ppm, bit flips {} ppm",
             self.hosts,
             self.namespace_blocks,

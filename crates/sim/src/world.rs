@@ -146,6 +146,10 @@ pub struct World {
     target_down_until_ns: u64,
     connections: BTreeMap<u64, Connection>,
     hosts: Vec<SimHost>,
+    /// With a thin pool: its table (survives crashes as a file would), the carve, and
+    /// the open pool (dropped without its clean-shutdown save on a crash).
+    pool_table: Option<(storage::TableStore, storage::CarvedId)>,
+    pool: Option<storage::Pool>,
     next_fault_ns: u64,
     crashes: u64,
     faults_injected: u64,
@@ -198,7 +202,15 @@ impl World {
         let mut rng = Rng::new(seed);
         let plan = Plan::draw(&mut rng);
         let clock = SimClock::new();
-        let geometry = storage::Geometry { block_size_bytes: plan.block_bytes as u32, block_count: plan.namespace_blocks };
+        // A pool needs whole units and some to spare (units lost in a crash stay free).
+        let disk_blocks = match plan.thin_pool_unit_bytes {
+            Some(unit_bytes) => {
+                let unit_blocks = unit_bytes / plan.block_bytes as u64;
+                plan.namespace_blocks.div_ceil(unit_blocks) * unit_blocks + 4 * unit_blocks
+            }
+            None => plan.namespace_blocks,
+        };
+        let geometry = storage::Geometry { block_size_bytes: plan.block_bytes as u32, block_count: disk_blocks };
         let disk = SimDisk::new(geometry, clock.clone(), rng.fork(), plan.disk.clone(), options.canary);
         let network_rng = rng.fork();
         let context = Context {
@@ -227,18 +239,76 @@ impl World {
             target_down_until_ns: 0,
             connections: BTreeMap::new(),
             hosts,
+            pool_table: None,
+            pool: None,
             next_fault_ns: u64::MAX,
             crashes: 0,
             faults_injected: 0,
             plan,
         };
+        if let Some(unit_bytes) = world.plan.thin_pool_unit_bytes {
+            world.create_pool(unit_bytes);
+        }
         world.start_target();
         world.schedule_fault();
         world
     }
 
+    fn create_pool(&mut self, unit_bytes: u64) {
+        let table = storage::TableStore::memory();
+        // A new pool zeroes its device and waits for it in a loop: no simulated time.
+        self.disk.set_instant(true);
+        let created = storage::Pool::open_with_unit_size(self.disk.backend(), table.clone(), unit_bytes)
+            .and_then(|pool| pool.create(self.plan.namespace_blocks, true).map(|id| (pool, id)));
+        self.disk.set_instant(false);
+        match created {
+            Ok((pool, id)) => {
+                self.pool = Some(pool);
+                self.pool_table = Some((table, id));
+            }
+            Err(error) => self.context.violation(format!("the pool cannot be created: {error}")),
+        }
+    }
+
+    /// The namespace's backend: the disk, or the thin carve (opening the pool from its
+    /// table after a crash).
+    fn namespace_backend(&mut self) -> Option<Arc<dyn Backend>> {
+        let Some((table, id)) = self.pool_table.clone() else {
+            return Some(self.disk.backend());
+        };
+        if self.pool.is_none() {
+            self.disk.set_instant(true);
+            let opened = storage::Pool::open(self.disk.backend(), table);
+            self.disk.set_instant(false);
+            match opened {
+                Ok(pool) => self.pool = Some(pool),
+                Err(error) => {
+                    self.context.violation(format!("the pool does not open after a crash: {error}"));
+                    return None;
+                }
+            }
+        }
+        match self.pool.as_ref().map(|pool| pool.get(id)) {
+            Some(Ok(backend)) => Some(backend),
+            Some(Err(error)) => {
+                self.context.violation(format!("the pool lost its carve: {error}"));
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The process dies: an open pool goes without the save its clean shutdown does.
+    fn crash_storage(&mut self) {
+        self.disk.crash();
+        if let Some(pool) = self.pool.take() {
+            std::mem::forget(pool);
+        }
+    }
+
     fn start_target(&mut self) {
-        match Target::new(target_spec(self.disk.backend(), &self.plan)) {
+        let Some(backend) = self.namespace_backend() else { return };
+        match Target::new(target_spec(backend, &self.plan)) {
             Ok(target) => self.target = Some(target),
             Err(error) => self.context.violation(format!("the target does not start: {error}")),
         }
@@ -508,7 +578,7 @@ impl World {
     /// it comes back a little later over the same disk.
     fn crash_target(&mut self) {
         self.crashes += 1;
-        self.disk.crash();
+        self.crash_storage();
         self.context.oracle.crash();
         self.connections.clear();
         self.target = None;
@@ -562,13 +632,14 @@ impl World {
         self.connections.clear();
         self.target = None;
         self.read_every_block("at rest");
-        self.disk.crash();
+        self.crash_storage();
         self.context.oracle.crash();
         self.read_every_block("after a final crash");
     }
 
     fn read_every_block(&mut self, when: &str) {
-        let mut queue = self.disk.backend().open_queue();
+        let Some(backend) = self.namespace_backend() else { return };
+        let mut queue = backend.open_queue();
         let blocks = self.context.oracle.block_count();
         let block_bytes = self.plan.block_bytes;
         for lba in 0..blocks {

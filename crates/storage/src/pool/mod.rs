@@ -160,6 +160,11 @@ impl PoolShared {
     }
 
     fn save_locked(&self, state: &PoolState) -> Result<(), PoolError> {
+        self.save_locked_as(state, false)
+    }
+
+    /// Saves the table; `clean_shutdown` only from the closing pool.
+    fn save_locked_as(&self, state: &PoolState, clean_shutdown: bool) -> Result<(), PoolError> {
         // Cleared before the snapshot: a mapping made after it (under the same lock, so
         // not concurrently) sets the flag again.
         self.mappings_dirty.store(false, Ordering::Release);
@@ -173,6 +178,7 @@ impl PoolShared {
                 .values()
                 .map(|entry| entry.snapshot())
                 .collect(),
+            clean_shutdown,
         };
         self.store.save(&table).inspect_err(|_| {
             self.mappings_dirty.store(true, Ordering::Release);
@@ -251,12 +257,14 @@ impl Pool {
         }
         let unit_blocks = unit_size_bytes / u64::from(block_size_bytes);
         let fresh = loaded.is_none();
+        let left_by_crash = loaded.as_ref().is_some_and(|table| !table.clean_shutdown);
         let loaded = loaded.unwrap_or(TableFile {
             version: TABLE_VERSION,
             block_size_bytes,
             unit_size_bytes,
             next_id: 1,
             carves: Vec::new(),
+            clean_shutdown: false,
         });
         let used_units = loaded.validate(block_size_bytes, unit_count)?;
         let free_units = used_units.iter().filter(|&&used| !used).count() as u64;
@@ -292,8 +300,36 @@ impl Pool {
             }])?;
             let state = pool.shared.lock();
             pool.shared.save_locked(&state)?;
+        } else if left_by_crash {
+            // A thin unit mapped after the last save was free again in the table the
+            // crash left, with the data written into it: zero every free unit before
+            // one is handed out, or a carve could read another carve's blocks. The
+            // table keeps saying "not clean" until then, so a crash here repeats this.
+            let free = pool.free_extents();
+            pool.zero_units(&free)?;
+        }
+        // Until a clean close says otherwise, this table is one a crash left.
+        {
+            let state = pool.shared.lock();
+            pool.shared.save_locked(&state)?;
         }
         Ok(pool)
+    }
+
+    /// Runs of free units.
+    fn free_extents(&self) -> Vec<UnitExtent> {
+        let state = self.shared.lock();
+        let mut extents: Vec<UnitExtent> = Vec::new();
+        for (unit, &used) in state.used_units.iter().enumerate() {
+            if used {
+                continue;
+            }
+            match extents.last_mut() {
+                Some(last) if last.start_unit + last.unit_count == unit as u64 => last.unit_count += 1,
+                _ => extents.push(UnitExtent { start_unit: unit as u64, unit_count: 1 }),
+            }
+        }
+        extents
     }
 
     fn entry_for(&self, mut record: CarveRecord) -> CarveEntry {
@@ -566,10 +602,11 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// Best effort: mappings that were never flushed may be lost anyway, but a clean
-    /// shutdown should keep them.
+    /// A clean close: the mappings made since the last Flush are saved, and the table
+    /// says it was closed cleanly (so the next open need not zero the free space).
     fn drop(&mut self) {
-        let _ = self.shared.persist_if_dirty();
+        let state = self.shared.lock();
+        let _ = self.shared.save_locked_as(&state, true);
     }
 }
 

@@ -167,6 +167,12 @@ pub(super) struct TableFile {
     pub(super) unit_size_bytes: u64,
     pub(super) next_id: u32,
     pub(super) carves: Vec<CarveRecord>,
+    /// Written true only when the pool closes cleanly. Found false at open, the table
+    /// was left by a crash: thin units handed out since its last save may hold data
+    /// while the table calls them free, so the free space is zeroed again before use.
+    /// (Missing in tables from before this field: treated as a crash, once.)
+    #[serde(default)]
+    pub(super) clean_shutdown: bool,
 }
 
 pub(super) const TABLE_VERSION: u32 = 1;
