@@ -4,7 +4,8 @@
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
 #   build       cargo build --release --workspace --all-targets, and cargo check of
-#               tools/runtime-compare (its own workspace, so nothing else builds it)
+#               tools/runtime-compare (its own workspace, so nothing else builds it);
+#               "release" here is the checked build below, in target/checked
 #   cluster     a one-node Ceph cluster (../shared/ceph-single-node.sh, memstore) for
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
@@ -21,6 +22,15 @@
 #   SKIP_INTEROP=1   skip the interop stage
 #   FUZZ_SECONDS=N   libFuzzer -max_total_time per target (default 20)
 #   OUT=DIR          interop artifacts (default target/interop)
+#   CARGO_TARGET_DIR where the checked build goes (default target/checked)
+#
+# The checked build: every stage runs the release profile without LTO and with debug
+# assertions and overflow checks on (the CARGO_PROFILE_RELEASE_* variables below), so
+# unit tests, the simulator and the interop peers run the code with its assertions
+# (an I/O thread that reaches blocking work panics, for one), and the build takes
+# about a quarter of the LTO build's time. It has its own target directory, so a
+# developer's target/release (the README's main job, LTO) is not rebuilt back and
+# forth. The fuzz stage keeps cargo-fuzz's own settings.
 # See docs/testing.md.
 set -euo pipefail
 
@@ -30,9 +40,14 @@ if [ -d "$HOME/.cargo/bin" ] && [[ ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
-TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target/checked}
+TARGET_DIR=$CARGO_TARGET_DIR
+CHECKED_PROFILE=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+  CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
+  CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true)
+export "${CHECKED_PROFILE[@]}"
 
-STAGES=(setup build cluster test clippy harness fuzz report interop)
+STAGES=(setup build cluster test clippy sim harness fuzz report interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -121,7 +136,9 @@ harness_checks() {
   tests/interop/tools/capture-selftest.sh
 }
 
-fuzz_smoke() {
+# In a subshell: cargo-fuzz builds with its own profile and target directory.
+fuzz_smoke() (
+  unset CARGO_TARGET_DIR "${CHECKED_PROFILE[@]%%=*}"
   if [ ! -f fuzz/Cargo.toml ]; then
     echo "fuzz/Cargo.toml does not exist yet: no fuzz targets to run"
     return 0
@@ -152,7 +169,7 @@ fuzz_smoke() {
     fi
   done
   [ ${#failed[@]} -eq 0 ] || { echo "failing fuzz targets: ${failed[*]}"; return 1; }
-}
+)
 
 echo "scripts/test.sh in $REPO ($(git rev-parse --short HEAD 2>/dev/null || echo 'no git')), CI=${CI:-}"
 [ -z "${SKIP_FUZZ:-}${SKIP_INTEROP:-}" ] || echo "note: SKIP_FUZZ='${SKIP_FUZZ:-}' SKIP_INTEROP='${SKIP_INTEROP:-}' (CI sets neither)"

@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use nvme_spec::fabrics::{ConnectCommand, ConnectData, PropertySetCommand, CONNECT_DATA_BYTES};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, SglDescriptor, SubmissionQueueEntry};
-use nvme_target::{AddressFamily, Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::{
     CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
     PduWriter, ReadEvent, ReaderLimits, Role,
@@ -21,13 +21,7 @@ const NQN: &str = "nqn.2026-11.io.sluice:fuzz";
 
 fn target() -> Arc<Target> {
     Target::new(TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "127.0.0.1".into(),
-            port: 4420,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-            secure_channel: Default::default(),
-        }],
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             // A pool, so Namespace Management and Attachment are reachable too.

@@ -174,6 +174,7 @@ fn write_job(job: &Job, directory: &Path) -> std::io::Result<()> {
 
 impl ReservationStore for ReservationFiles {
     fn load(&self, nguid: &[u8; 16]) -> Result<Option<ReservationState>, String> {
+        storage::service::debug_assert_may_block("reading a reservation record");
         let path = self.path_of(nguid);
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nvme_host_client::{ConnectOptions, Controller};
 use nvme_spec::NamespaceId;
-use nvme_target::{AddressFamily, HostAccess, ListenerSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{HostAccess, ListenerSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use serde_json::Value;
 use storage::{Backend, Geometry, Pool, RamBackend, TableStore};
 use target_server::{PollMode, Runtime, RuntimeConfig};
@@ -47,13 +47,7 @@ impl TestTarget {
         for _ in 0..20 {
             let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().unwrap().port();
             let target = Target::new(TargetSpec {
-                listeners: vec![ListenerSpec {
-                    address: "127.0.0.1".into(),
-                    port,
-                    family: AddressFamily::Ipv4,
-                    discovery_only: false,
-                    secure_channel: Default::default(),
-                }],
+                listeners: vec![ListenerSpec::tcp("127.0.0.1", port)],
                 subsystems: vec![
                     SubsystemSpec {
                         nqn: POOL_NQN.into(),

@@ -11,7 +11,7 @@ use nvme_host::{commands, DhchapSecrets, HostAuthError, HostError, QueueState, S
 use nvme_spec::identify::{cns, csi};
 use nvme_spec::{ControllerId, NamespaceId};
 use nvme_target::{
-    AddressFamily, HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
+    HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
     TargetSpec,
 };
 use nvme_tcp_wire::DigestSettings;
@@ -33,13 +33,7 @@ fn nvme_auth_hash() -> nvme_auth::HashFunction {
 /// The test subsystem, but only `HOST_NQN` may connect, with these secrets.
 fn secured_target(secret: Option<Secret>, controller: Option<Secret>) -> Arc<Target> {
     Target::new(TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "127.0.0.1".into(),
-            port: 4420,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-            secure_channel: Default::default(),
-        }],
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: HostAccess {
                 allow_any_host: false,

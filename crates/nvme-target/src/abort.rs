@@ -13,7 +13,7 @@ use nvme_spec::admin::AbortCommand;
 use nvme_spec::{CommandId, QueueId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::slots::SlotState;
 
 /// How long an Abort waits for its I/O queue: longer than the queue's controller check

@@ -13,7 +13,7 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use crate::connection::Connection;
 use crate::controller::{ControllerKind, DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
 use crate::discovery::discovery_log_fingerprint;
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::limits::MAX_OUTSTANDING_ASYNC_EVENTS;
 use crate::slots::SlotState;
 

@@ -21,7 +21,7 @@ use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, Name
 
 use crate::connection::Connection;
 use crate::controller::{Controller, ControllerKind};
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::fabrics::REPORTED_VERSION;
 use crate::limits::{
     ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED,

@@ -172,6 +172,9 @@ pub struct Connection {
     pub(crate) host_connection: Option<HostConnectionGuard>,
     /// Reservation commands waiting for the reservation store (slot, ticket).
     pub(crate) held_persists: Vec<(u16, crate::reservation_store::PersistTicket)>,
+    /// Namespace Management and Attachment commands whose change runs on the service
+    /// executor (slot, ticket of status and DW0).
+    pub(crate) held_management: Vec<(u16, storage::service::Ticket<(Status, u64)>)>,
     /// Fused Compare and Write pairing and commands parked behind held ranges.
     pub(crate) fused: crate::fused::FusedQueue,
     /// The TLS identity this connection's queue must connect as (`secure_channel`).
@@ -243,6 +246,7 @@ impl Connection {
             authentication: None,
             host_connection: None,
             held_persists: Vec::new(),
+            held_management: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             secure_channel: None,
             terminated: false,
@@ -698,5 +702,30 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.handle_closed();
+    }
+}
+
+/// TLS: the identity a secure channel binds this connection to.
+impl Connection {
+    /// The TLS handshake finished with a PSK identity naming `host_nqn` and
+    /// `subsystem_nqn`: from now on Connect must name exactly these. (Empty names
+    /// refuse every Connect: for an identity that could not be read.)
+    pub fn bind_secure_channel(&mut self, host_nqn: &str, subsystem_nqn: &str) {
+        self.secure_channel =
+            Some(crate::secure_channel::SecureChannelBinding { host_nqn: host_nqn.to_owned(), subsystem_nqn: subsystem_nqn.to_owned() });
+    }
+
+    /// The binding of a TLS connection.
+    pub fn secure_channel(&self) -> Option<&crate::secure_channel::SecureChannelBinding> {
+        self.secure_channel.as_ref()
+    }
+
+    /// Whether a Connect from `host_nqn` to `subsystem_nqn` fits this connection's
+    /// TLS identity (always, on a plain connection).
+    pub(crate) fn connect_fits_secure_channel(&self, host_nqn: &str, subsystem_nqn: &str) -> bool {
+        match &self.secure_channel {
+            None => true,
+            Some(binding) => binding.host_nqn == host_nqn && binding.subsystem_nqn == subsystem_nqn,
+        }
     }
 }

@@ -8,7 +8,7 @@ use nvme_spec::{Status, SubmissionQueueEntry};
 use storage::IoOp;
 
 use crate::connection::Connection;
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::limits::{MAX_COPY_SOURCE_RANGES, MAX_DATA_TRANSFER_BYTES};
 use crate::slots::PendingKind;
 

@@ -71,6 +71,11 @@ pub(crate) fn discovery_log_fingerprint(target: &Target, host_nqn: &str) -> u64 
 }
 
 impl Target {
+    /// The discovery log records `host_nqn` reads now.
+    pub(crate) fn discovery_entries_for(&self, host_nqn: &str) -> Vec<DiscoveryLogEntry> {
+        discovery_entries(self, host_nqn)
+    }
+
     /// The discovery log changed (GENCTR moved): every discovery controller whose
     /// host now sees different records gets a Discovery Log Page Change notice, if
     /// its host enabled them. Runs on the management path, never on I/O.
@@ -99,7 +104,7 @@ impl Connection {
             controller.discovery_log_read(retain_event);
         }
         let host_nqn = controller.map_or("", |controller| controller.host_nqn.as_str());
-        let entries = discovery_entries(&self.target, host_nqn);
+        let entries = self.target.discovery_entries_for(host_nqn);
         let header = DiscoveryLogHeader {
             generation_counter: self.target.discovery_generation(),
             number_of_records: entries.len() as u64,

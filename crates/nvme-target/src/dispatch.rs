@@ -8,6 +8,7 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{IoCompletion, IoError, IoOp, IoRequest};
 
 use crate::connection::{Connection, OpenQueue, Phase};
+use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::slots::{PendingKind, SlotState};
 use crate::stats::QueueStats;
@@ -15,23 +16,6 @@ use crate::stats::QueueStats;
 /// Reaping rounds of one `poll_storage`: enough for the longest chain of storage
 /// steps one command runs (fused Compare then Write, Copy's reads then write).
 const STORAGE_POLL_ROUNDS: usize = 3;
-
-/// What a command handler decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Respond now with this status and DW1:DW0 result.
-    Done(Status, u64),
-    /// Respond with success after sending the first `bytes` of the slot's buffer.
-    Data(u32),
-    /// The command continues later (storage in flight, held AER).
-    Pending,
-}
-
-impl Outcome {
-    pub(crate) fn status(status: Status) -> Self {
-        Outcome::Done(status, 0)
-    }
-}
 
 /// True when the command moves data from host to controller: opcode bits 1:0 are the
 /// data transfer direction (01b host to controller, 11b bidirectional). Fabrics
@@ -224,7 +208,7 @@ impl Connection {
             .iter()
             .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
             || self.retired_queues.iter().any(must_poll)
-            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_persists.is_empty()))
+            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_persists.is_empty() || !self.held_management.is_empty()))
     }
 
     /// Collects storage completions and finishes the commands they belong to.

@@ -17,7 +17,7 @@ use crate::stats::ConnectRefusalReason;
 use crate::access::{HostVerdict, QueueAuthentication};
 use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::limits::{MAX_ADMIN_QUEUE_DEPTH, MEMORY_PAGE_BYTES, READY_TIMEOUT_500MS};
 use crate::target::{HostConnectionGuard, KeepAliveRefusal};
 

@@ -19,7 +19,7 @@ use nvme_spec::{Status, SubmissionQueueEntry};
 use storage::IoOp;
 
 use crate::connection::Connection;
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::range_locks::HoldOutcome;
 use crate::slots::{FusedLink, PendingKind, SlotState};
 

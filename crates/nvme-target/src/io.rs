@@ -8,7 +8,7 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{Geometry, IoOp};
 
 use crate::connection::{Connection, Phase};
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::dispatch::status_from_io_error;
 use crate::limits::{LEND_READ_MIN_BYTES, MAX_DATASET_RANGES, MAX_DATA_TRANSFER_BYTES};
 use crate::slots::{FusedLink, PendingKind, SlotState};

@@ -16,6 +16,7 @@
 
 mod abort;
 pub mod access;
+pub mod host_access;
 pub mod ana;
 mod admin;
 mod admin_data;
@@ -23,6 +24,7 @@ pub mod connection;
 pub mod controller;
 mod discovery;
 mod dispatch;
+mod outcome;
 mod copy;
 mod fabrics;
 mod fused;
@@ -41,13 +43,13 @@ pub mod subsystem;
 pub mod target;
 pub mod transmit;
 
-pub use access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
+pub use host_access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
 /// The DH-HMAC-CHAP choices a host entry allows (its `dhchap_policy`).
 pub use nvme_auth::{ControllerPolicy, DhGroup, HashFunction};
 pub use connection::{Connection, Phase, QueueBinding};
 pub use controller::{Controller, ControllerKind};
-pub use management::{ManagementError, NamespaceChange};
-pub use namespaces::{Attachment, Namespace, NamespaceTable};
+pub use management::ManagementError;
+pub use namespaces::{Attachment, Namespace, NamespaceChange, NamespaceTable};
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
 pub use target::{AddressFamily, ListenerSpec, PeerPath, Target, TargetError, TargetSettings, TargetSpec};
 pub use transmit::{BatchPart, TransmitBatch};

@@ -5,6 +5,10 @@
 //! in the new one, persists to the pool table before the new table is visible (a
 //! change the host saw succeed survives a restart), and then tells the controllers
 //! whose view changed, which report a namespace attribute notice.
+//!
+//! The pool table save is a blocking file write, so the admin commands run the change
+//! on the subsystem's service executor and hold the command until it is done (like a
+//! reservation change waiting for its store): the I/O thread never waits for a disk.
 
 use std::sync::Arc;
 
@@ -17,9 +21,10 @@ use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, Status, Submission
 use storage::{NamespaceBinding, PoolError};
 
 use crate::connection::Connection;
-use crate::dispatch::Outcome;
+use crate::slots::SlotState;
+use crate::outcome::Outcome;
 use crate::limits::MAX_NAMESPACE_ID;
-use crate::namespaces::{Attachment, Namespace, PoolCarve, TableEntry};
+use crate::namespaces::{Attachment, Namespace, NamespaceChange, PoolCarve, TableEntry};
 use crate::subsystem::{derive_identifier, NamespaceSpec, Subsystem};
 
 /// Bytes of a controller list: a 2-byte count and up to 2047 2-byte CNTLIDs.
@@ -82,13 +87,6 @@ fn pool_error(error: PoolError) -> ManagementError {
         PoolError::InvalidSize(blocks) => ManagementError::InvalidSize(blocks),
         other => ManagementError::Pool(other.to_string()),
     }
-}
-
-/// Which controllers must hear about a change: those of these hosts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceChange {
-    pub namespace_id: NamespaceId,
-    pub hosts: Attachment,
 }
 
 impl Subsystem {
@@ -320,13 +318,16 @@ impl Connection {
                 }
                 // NCAP below NSZE asks for thin provisioning: space on first write.
                 let thin = capacity_blocks < size_blocks;
-                match subsystem.create_namespace(size_blocks, thin, None) {
-                    Ok(id) => Outcome::Done(Status::SUCCESS, u64::from(id.0)),
-                    Err(error) => {
-                        tracing::info!(peer = %self.peer, %error, "Namespace Management create refused");
-                        Outcome::status(error.status())
+                let peer = self.peer.clone();
+                self.hold_for_service(slot_index, &subsystem, move |subsystem, _target| {
+                    match subsystem.create_namespace(size_blocks, thin, None) {
+                        Ok(id) => (Status::SUCCESS, u64::from(id.0)),
+                        Err(error) => {
+                            tracing::info!(%peer, %error, "Namespace Management create refused");
+                            (error.status(), 0)
+                        }
                     }
-                }
+                })
             }
             namespace_management_select::DELETE => {
                 let ids = if command.namespace_id == NamespaceId::BROADCAST {
@@ -334,16 +335,19 @@ impl Connection {
                 } else {
                     vec![command.namespace_id]
                 };
-                for id in ids {
-                    match subsystem.delete_namespace(id) {
-                        Ok(change) => self.target.notify_namespace_change(&subsystem, &change),
-                        Err(error) => {
-                            tracing::info!(peer = %self.peer, %error, "Namespace Management delete refused");
-                            return Outcome::status(error.status());
+                let peer = self.peer.clone();
+                self.hold_for_service(slot_index, &subsystem, move |subsystem, target| {
+                    for id in ids {
+                        match subsystem.delete_namespace(id) {
+                            Ok(change) => target.notify_namespace_change(subsystem, &change),
+                            Err(error) => {
+                                tracing::info!(%peer, %error, "Namespace Management delete refused");
+                                return (error.status(), 0);
+                            }
                         }
                     }
-                }
-                Outcome::status(Status::SUCCESS)
+                    (Status::SUCCESS, 0)
+                })
             }
             _ => Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
         }
@@ -379,16 +383,41 @@ impl Connection {
                 hosts.push(controller.host_nqn.clone());
             }
         }
-        match subsystem.change_attachment(command.namespace_id, &hosts, attach) {
-            Ok(change) => {
-                self.target.notify_namespace_change(&subsystem, &change);
-                Outcome::status(Status::SUCCESS)
+        let peer = self.peer.clone();
+        let namespace_id = command.namespace_id;
+        self.hold_for_service(slot_index, &subsystem, move |subsystem, target| {
+            match subsystem.change_attachment(namespace_id, &hosts, attach) {
+                Ok(change) => {
+                    target.notify_namespace_change(subsystem, &change);
+                    (Status::SUCCESS, 0)
+                }
+                Err(error) => {
+                    tracing::info!(%peer, %error, attach, "Namespace Attachment refused");
+                    (error.status(), 0)
+                }
             }
-            Err(error) => {
-                tracing::info!(peer = %self.peer, %error, attach, "Namespace Attachment refused");
-                Outcome::status(error.status())
-            }
+        })
+    }
+
+    /// Runs `change` (which saves the pool table) on the subsystem's service executor
+    /// and holds the command until it returns its status and DW0; an executor that
+    /// ran it at once answers now.
+    fn hold_for_service<F>(&mut self, slot_index: u16, subsystem: &Arc<Subsystem>, change: F) -> Outcome
+    where
+        F: FnOnce(&Subsystem, &crate::target::Target) -> (Status, u64) + Send + 'static,
+    {
+        let ticket = storage::service::Ticket::new(self.storage_waker.clone());
+        let done = ticket.clone();
+        let (job_subsystem, target) = (Arc::clone(subsystem), Arc::clone(&self.target));
+        subsystem
+            .service_executor()
+            .execute(Box::new(move || done.finish(change(&job_subsystem, &target))));
+        if let Some((status, result)) = ticket.take() {
+            return Outcome::Done(status, result);
         }
+        self.slots.slot(slot_index).state = SlotState::HeldPersist;
+        self.held_management.push((slot_index, ticket));
+        Outcome::Pending
     }
 
     /// The controller list in a command's data: a count, then that many CNTLIDs.

@@ -121,18 +121,15 @@ impl Drop for Namespace {
             return;
         }
         let Some(carve) = self.carve.take() else { return };
-        // Zeroing the carve is device I/O of up to its whole size: do it off the
-        // runtime thread that happened to drop the last reference.
-        let spawned = std::thread::Builder::new().name("sluice-ns-delete".into()).spawn(move || {
-            match carve.pool.delete(carve.id) {
-                Ok(()) => tracing::info!(carve = carve.id.0, "deleted namespace's space returned to the pool"),
-                Err(error) => tracing::error!(carve = carve.id.0, %error,
-                    "could not free a deleted namespace's space; it stays allocated until the next start"),
-            }
-        });
-        if let Err(error) = spawned {
-            tracing::error!(%error, "could not start the thread that frees a deleted namespace's space");
-        }
+        // Zeroing the carve is device I/O of up to its whole size: the pool's service
+        // executor does it, not the runtime thread that happened to drop the last
+        // reference.
+        let service = carve.pool.service();
+        service.execute(Box::new(move || match carve.pool.delete(carve.id) {
+            Ok(()) => tracing::info!(carve = carve.id.0, "deleted namespace's space returned to the pool"),
+            Err(error) => tracing::error!(carve = carve.id.0, %error,
+                "could not free a deleted namespace's space; it stays allocated until the next start"),
+        }));
     }
 }
 
@@ -270,4 +267,11 @@ impl NamespaceView {
     pub(crate) fn active_ids(&self) -> &[NamespaceId] {
         &self.active_ids
     }
+}
+
+/// Which controllers must hear about a change: those of these hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceChange {
+    pub namespace_id: NamespaceId,
+    pub hosts: Attachment,
 }

@@ -5,7 +5,7 @@
 use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::dispatch::Outcome;
+use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::reservation_store::{NamespaceKey, PersistTicket};
 use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
@@ -218,6 +218,15 @@ impl Connection {
             };
             let (slot_index, _) = self.held_persists.swap_remove(position);
             self.complete(slot_index, persist_status(result), 0);
+        }
+        let mut position = 0;
+        while position < self.held_management.len() {
+            let Some((status, result)) = self.held_management[position].1.take() else {
+                position += 1;
+                continue;
+            };
+            let (slot_index, _) = self.held_management.swap_remove(position);
+            self.complete(slot_index, status, result);
         }
     }
 

@@ -11,7 +11,6 @@
 //! the changes happened.
 
 use std::sync::{Arc, Mutex};
-use std::task::Waker;
 
 use nvme_spec::NamespaceId;
 
@@ -38,48 +37,9 @@ pub trait ReservationStore: Send + Sync {
     fn save(&self, key: NamespaceKey, state: Option<ReservationState>, done: PersistTicket);
 }
 
-#[derive(Default)]
-struct TicketState {
-    result: Option<Result<(), String>>,
-}
-
-/// The completion of one save: finished by the store, collected by the connection
-/// whose command waits for it.
-#[derive(Clone)]
-pub struct PersistTicket {
-    state: Arc<Mutex<TicketState>>,
-    waker: Option<Waker>,
-}
-
-impl std::fmt::Debug for PersistTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PersistTicket").field("finished", &self.lock().result.is_some()).finish()
-    }
-}
-
-impl PersistTicket {
-    /// A ticket that wakes `waker` (the connection's thread) when finished.
-    pub fn new(waker: Option<Waker>) -> Self {
-        PersistTicket { state: Arc::new(Mutex::new(TicketState::default())), waker }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, TicketState> {
-        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
-    }
-
-    /// The store is done: `Ok` when the record is durable.
-    pub fn finish(&self, result: Result<(), String>) {
-        self.lock().result = Some(result);
-        if let Some(waker) = &self.waker {
-            waker.wake_by_ref();
-        }
-    }
-
-    /// The result once finished.
-    pub fn take(&self) -> Option<Result<(), String>> {
-        self.lock().result.take()
-    }
-}
+/// The completion of one save: finished by the store (from any thread), collected by
+/// the connection whose command waits for it, which it wakes.
+pub type PersistTicket = storage::service::Ticket<Result<(), String>>;
 
 /// A store in memory that finishes every save at once: for tests, and to show the
 /// contract.

@@ -7,7 +7,6 @@
 use nvme_auth::{KeyDerivation, PskIdentity, PskKind, TlsKey, TlsPsk};
 use nvme_spec::discovery::{tcp_security_type, transport_requirements};
 
-use crate::connection::Connection;
 use crate::target::Target;
 
 /// The well-known discovery subsystem NQN (NVMe Base 2.0, "Discovery NQN").
@@ -105,30 +104,6 @@ impl Target {
 }
 
 /// Whether `rules` give `host_nqn` a TLS key: such a host may connect only over TLS.
-pub(crate) fn host_has_tls_key(rules: &crate::access::HostAccess, host_nqn: &str) -> bool {
+pub(crate) fn host_has_tls_key(rules: &crate::host_access::HostAccess, host_nqn: &str) -> bool {
     rules.hosts.iter().any(|host| host.nqn == host_nqn && host.tls_key.is_some())
-}
-
-impl Connection {
-    /// The TLS handshake finished with a PSK identity naming `host_nqn` and
-    /// `subsystem_nqn`: from now on Connect must name exactly these. (Empty names
-    /// refuse every Connect: for an identity that could not be read.)
-    pub fn bind_secure_channel(&mut self, host_nqn: &str, subsystem_nqn: &str) {
-        self.secure_channel =
-            Some(SecureChannelBinding { host_nqn: host_nqn.to_owned(), subsystem_nqn: subsystem_nqn.to_owned() });
-    }
-
-    /// The binding of a TLS connection.
-    pub fn secure_channel(&self) -> Option<&SecureChannelBinding> {
-        self.secure_channel.as_ref()
-    }
-
-    /// Whether a Connect from `host_nqn` to `subsystem_nqn` fits this connection's
-    /// TLS identity (always, on a plain connection).
-    pub(crate) fn connect_fits_secure_channel(&self, host_nqn: &str, subsystem_nqn: &str) -> bool {
-        match &self.secure_channel {
-            None => true,
-            Some(binding) => binding.host_nqn == host_nqn && binding.subsystem_nqn == subsystem_nqn,
-        }
-    }
 }

@@ -23,7 +23,8 @@ pub enum SlotState {
     /// or for its LBA range (see `fused`); also a write waiting for a range a fused
     /// pair holds.
     WaitingFused,
-    /// A reservation command waiting for its new state to be durable (PTPL).
+    /// Waiting for work off the I/O thread: a reservation command for its new state to
+    /// be durable (PTPL), Namespace Management or Attachment for its pool table save.
     HeldPersist,
 }
 

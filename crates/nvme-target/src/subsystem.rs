@@ -7,7 +7,7 @@ use nvme_spec::ana::AnaGroupId;
 use nvme_spec::NamespaceId;
 use storage::{Backend, Pool};
 
-use crate::access::{HostAccess, SharedHostAccess};
+use crate::host_access::{HostAccess, SharedHostAccess};
 use crate::limits::MAX_NAMESPACE_ID;
 use crate::namespaces::{Attachment, Namespace, NamespaceTable, PoolCarve, TableEntry};
 use crate::stats::SubsystemStats;
@@ -217,6 +217,15 @@ impl Subsystem {
     /// Changes with every table swap; connections compare it to their view's.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Where this subsystem's blocking work runs (pool table saves of Namespace
+    /// Management): the pool's service executor, or the process's.
+    pub fn service_executor(&self) -> Arc<dyn storage::service::ServiceExecutor> {
+        match &self.pool {
+            Some(pool) => pool.service(),
+            None => storage::service::process_service(),
+        }
     }
 
     /// Takes the change lock: hold it from reading the table to replacing it.

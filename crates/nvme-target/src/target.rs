@@ -12,7 +12,7 @@ use nvme_spec::ana::{AnaGroupId, AnaState};
 
 use crate::ana::AnaStates;
 use crate::controller::{Controller, ControllerKind};
-use crate::management::NamespaceChange;
+use crate::namespaces::NamespaceChange;
 use crate::limits::{
     RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS, MAX_DATA_TRANSFER_BYTES,
     MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH, MAX_OUTSTANDING_R2T_BYTES_LIMIT,
@@ -41,6 +41,21 @@ pub struct ListenerSpec {
     pub discovery_only: bool,
     /// Whether hosts use TLS here (TREQ and TSAS of its discovery log entries).
     pub secure_channel: crate::secure_channel::SecureChannel,
+}
+
+impl ListenerSpec {
+    /// A plain TCP listener (no TLS) at `address:port` serving every subsystem and
+    /// discovery; ADRFAM follows the address (IPv6 when it holds a colon).
+    pub fn tcp(address: &str, port: u16) -> ListenerSpec {
+        let family = if address.contains(':') { AddressFamily::Ipv6 } else { AddressFamily::Ipv4 };
+        ListenerSpec { address: address.into(), port, family, discovery_only: false, secure_channel: Default::default() }
+    }
+
+    /// The same listener serving only the discovery subsystem.
+    pub fn for_discovery_only(mut self) -> ListenerSpec {
+        self.discovery_only = true;
+        self
+    }
 }
 
 /// Tunables of the whole target. Most of them bound what one host can make the target
@@ -709,7 +724,7 @@ mod tests {
 
     /// (PORTID, TRADDR, TRSVCID) of every discovery log record.
     fn discovery_records(target: &Target) -> Vec<(u16, String, String)> {
-        crate::discovery::discovery_entries(target, "nqn.2014-08.io.sluice:any-host")
+        target.discovery_entries_for("nqn.2014-08.io.sluice:any-host")
             .iter()
             .map(|entry| {
                 let address = entry.transport_address_str().unwrap_or_default().to_string();

@@ -11,7 +11,7 @@ use nvme_spec::features::feature_id;
 use nvme_spec::identify::{cmic, cns, oaes, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceId, QueueId, Status};
-use nvme_target::{AddressFamily, ListenerSpec, PeerPath, TargetSettings};
+use nvme_target::{ListenerSpec, PeerPath, TargetSettings};
 use nvme_tcp_wire::DigestSettings;
 use support::*;
 
@@ -164,7 +164,7 @@ fn controller_ids_stay_in_the_configured_range_and_peers_appear_in_discovery() {
 
     target.set_peer_paths(vec![PeerPath {
         subsystem_nqn: NQN.into(),
-        listener: ListenerSpec { address: "192.0.2.7".into(), port: 4421, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
+        listener: ListenerSpec::tcp("192.0.2.7", 4421),
         port_id: 0x1001,
     }]);
     let mut discovery = FakeHost::new(target, 1);

@@ -24,7 +24,7 @@ use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, Status, SubmissionQueueEntry};
 use nvme_target::access::AUTHENTICATION_TIMEOUT_MS;
 use nvme_target::{
-    AddressFamily, HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
+    HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
     TargetSpec,
 };
 use nvme_tcp_wire::DigestSettings;
@@ -75,8 +75,8 @@ fn access_target() -> Arc<Target> {
     };
     Target::new(TargetSpec {
         listeners: vec![
-            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
-            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true, secure_channel: Default::default() },
+            ListenerSpec::tcp("127.0.0.1", 4420),
+            ListenerSpec::tcp("127.0.0.1", 8009).for_discovery_only(),
         ],
         subsystems: vec![
             subsystem(OPEN_NQN, HostAccess::allow_any()),

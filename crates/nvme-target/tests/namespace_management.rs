@@ -13,7 +13,7 @@ use nvme_spec::identify::{cns, decode_controller_list, decode_namespace_list, oa
 use nvme_spec::log_page::log_id;
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceId, QueueId, Status};
-use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use storage::{Backend, Geometry, Pool, RamBackend, TableStore};
 use support::*;
 
@@ -43,13 +43,7 @@ impl PoolSetup {
         let pool = Arc::new(Pool::open(Arc::clone(&self.backend), self.table.clone()).unwrap());
         let ram = || RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 2048 });
         let target = Target::new(TargetSpec {
-            listeners: vec![ListenerSpec {
-                address: "127.0.0.1".into(),
-                port: 4420,
-                family: AddressFamily::Ipv4,
-                discovery_only: false,
-                secure_channel: Default::default(),
-            }],
+            listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
             subsystems: vec![
                 SubsystemSpec {
                     hosts: nvme_target::HostAccess::allow_any(),

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use nvme_spec::identify::{cns, decode_namespace_list, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::IoOpcode;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
-use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::DigestSettings;
 use storage::{Geometry, RamBackend};
 use support::*;
@@ -16,7 +16,7 @@ use support::*;
 fn a_subsystem_serves_1024_namespaces_each_with_its_own_data() {
     let count = 1024u32;
     let target = Target::new(TargetSpec {
-        listeners: vec![ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() }],
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             pool: None,

@@ -93,6 +93,9 @@ pub fn run_thread<S: Service>(
     shutdown: ShutdownHandle,
     ready: Sender<Result<(), RuntimeError>>,
 ) -> Result<(), RuntimeError> {
+    // From here this thread serves connections: blocking work reached from it is a bug
+    // that debug builds catch (storage::service).
+    storage::service::mark_io_thread();
     if let Some(core) = settings.pin_core {
         if let Err(error) = sys::pin_current_thread(core) {
             tracing::warn!(thread = settings.thread, core, %error, "could not pin runtime thread; continuing unpinned");

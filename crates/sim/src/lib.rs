@@ -31,6 +31,7 @@ pub mod network;
 pub mod oracle;
 pub mod plan;
 pub mod rng;
+pub mod service;
 pub mod world;
 
 use std::panic::{self, AssertUnwindSafe};

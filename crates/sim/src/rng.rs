@@ -4,38 +4,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// SplitMix64: tiny, fast, and the same sequence on every platform and toolchain, so a
-/// seed replays exactly (a crate's generator may change its stream between versions).
+/// The workload crate's generator (xoshiro256** seeded by SplitMix64: the same stream
+/// on every platform and toolchain, so a seed replays exactly) with the draws the
+/// simulation needs.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(workload::Rng);
 
 impl Rng {
     /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(workload::Rng::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..bound`; 0 when `bound` is 0.
     pub fn below(&mut self, bound: u64) -> u64 {
-        if bound == 0 {
-            0
-        } else {
-            self.next_u64() % bound
-        }
+        self.0.below(bound)
     }
 
     /// Uniform in `low..=high`.
     pub fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.below(high.saturating_sub(low) + 1)
+        low + self.below(high.saturating_sub(low).saturating_add(1))
     }
 
     /// True with probability `per_million` / 1,000,000.
@@ -46,7 +39,7 @@ impl Rng {
     /// A generator for a part of the world (the disk, the network), so that how often
     /// one part draws does not shift every other part's stream.
     pub fn fork(&mut self) -> Rng {
-        Rng(self.next_u64())
+        Rng::new(self.next_u64())
     }
 }
 

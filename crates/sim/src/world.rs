@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nvme_target::{
-    AddressFamily, Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
+    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
     TargetSpec,
 };
 use storage::Backend;
@@ -16,6 +16,7 @@ use crate::network::{Link, NetworkFaults};
 use crate::oracle::Oracle;
 use crate::plan::Plan;
 use crate::rng::{Rng, SimClock};
+use crate::service::SimService;
 
 /// What the hosts and the world share: randomness, time, the oracle and the links.
 pub struct Context {
@@ -118,8 +119,14 @@ impl Context {
     }
 
     fn mix(&mut self, value: u64) {
-        self.fingerprint = (self.fingerprint ^ value).wrapping_mul(0x0000_0100_0000_01B3);
+        self.fingerprint = mixed(self.fingerprint, value);
     }
+}
+
+/// One FNV-1a style step of the run's fingerprint (a free function so callers holding a
+/// borrow of another part of the context can use it).
+fn mixed(fingerprint: u64, value: u64) -> u64 {
+    (fingerprint ^ value).wrapping_mul(0x0000_0100_0000_01B3)
 }
 
 /// How one seed's run ended.
@@ -150,6 +157,8 @@ pub struct World {
     /// the open pool (dropped without its clean-shutdown save on a crash).
     pool_table: Option<(storage::TableStore, storage::CarvedId)>,
     pool: Option<storage::Pool>,
+    /// Where the pool's blocking work (table saves) runs: at later steps.
+    service: Arc<SimService>,
     next_fault_ns: u64,
     crashes: u64,
     faults_injected: u64,
@@ -173,13 +182,7 @@ const QUIESCE_NS: u64 = 30_000_000_000;
 
 fn target_spec(backend: Arc<dyn Backend>, plan: &Plan) -> TargetSpec {
     TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "192.0.2.1".into(),
-            port: 4420,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-            secure_channel: Default::default(),
-        }],
+        listeners: vec![ListenerSpec::tcp("192.0.2.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: HostAccess::allow_any(),
             pool: None,
@@ -213,6 +216,7 @@ impl World {
         let geometry = storage::Geometry { block_size_bytes: plan.block_bytes as u32, block_count: disk_blocks };
         let disk = SimDisk::new(geometry, clock.clone(), rng.fork(), plan.disk.clone(), options.canary);
         let network_rng = rng.fork();
+        let service = Arc::new(SimService::new(clock.clone(), rng.fork()));
         let context = Context {
             rng,
             clock,
@@ -241,6 +245,7 @@ impl World {
             hosts,
             pool_table: None,
             pool: None,
+            service,
             next_fault_ns: u64::MAX,
             crashes: 0,
             faults_injected: 0,
@@ -254,11 +259,31 @@ impl World {
         world
     }
 
+    fn executor(&self) -> Arc<dyn storage::service::ServiceExecutor> {
+        Arc::clone(&self.service) as Arc<dyn storage::service::ServiceExecutor>
+    }
+
+    /// Service jobs due now. Pool work waits for its device I/O in a loop, which
+    /// simulated time would never end: the disk answers at once meanwhile.
+    fn run_service_jobs(&mut self) -> bool {
+        match self.service.next_due_ns() {
+            Some(due_ns) if due_ns <= self.context.clock.elapsed_ns() => {}
+            _ => return false,
+        }
+        self.disk.set_instant(true);
+        let ran = self.service.run_due();
+        self.disk.set_instant(false);
+        if ran {
+            self.context.note(|| "service jobs ran (pool table saves)".into());
+        }
+        ran
+    }
+
     fn create_pool(&mut self, unit_bytes: u64) {
         let table = storage::TableStore::memory();
         // A new pool zeroes its device and waits for it in a loop: no simulated time.
         self.disk.set_instant(true);
-        let created = storage::Pool::open_with_unit_size(self.disk.backend(), table.clone(), unit_bytes)
+        let created = storage::Pool::open_with_service(self.disk.backend(), table.clone(), unit_bytes, self.executor())
             .and_then(|pool| pool.create(self.plan.namespace_blocks, true).map(|id| (pool, id)));
         self.disk.set_instant(false);
         match created {
@@ -278,7 +303,8 @@ impl World {
         };
         if self.pool.is_none() {
             self.disk.set_instant(true);
-            let opened = storage::Pool::open(self.disk.backend(), table);
+            let unit_bytes = storage::pool::DEFAULT_UNIT_SIZE_BYTES; // the table keeps its own
+            let opened = storage::Pool::open_with_service(self.disk.backend(), table, unit_bytes, self.executor());
             self.disk.set_instant(false);
             match opened {
                 Ok(pool) => self.pool = Some(pool),
@@ -301,6 +327,7 @@ impl World {
     /// The process dies: an open pool goes without the save its clean shutdown does.
     fn crash_storage(&mut self) {
         self.disk.crash();
+        self.service.crash();
         if let Some(pool) = self.pool.take() {
             std::mem::forget(pool);
         }
@@ -395,6 +422,7 @@ impl World {
         }
         moved |= self.accept_links(now);
         moved |= self.deliver(now);
+        moved |= self.run_service_jobs();
         moved |= self.service_target(now);
         for index in 0..self.hosts.len() {
             let host = &mut self.hosts[index];
@@ -459,8 +487,7 @@ impl World {
                 if let Some(connection) = self.connections.get_mut(&id) {
                     connection.handle_received(&bytes, now);
                 }
-                self.context.fingerprint = (self.context.fingerprint ^ (id << 32 | bytes.len() as u64))
-                    .wrapping_mul(0x0000_0100_0000_01B3);
+                self.context.fingerprint = mixed(self.context.fingerprint, id << 32 | bytes.len() as u64);
                 moved = true;
             }
             let Some(link) = self.context.links.get_mut(&id) else { continue };
@@ -472,8 +499,7 @@ impl World {
                 if let Some(queue) = self.hosts[owner.host].queue_for(id) {
                     queue.handle_received(&bytes, now);
                 }
-                self.context.fingerprint = (self.context.fingerprint ^ (id << 40 | bytes.len() as u64))
-                    .wrapping_mul(0x0000_0100_0000_01B3);
+                self.context.fingerprint = mixed(self.context.fingerprint, id << 40 | bytes.len() as u64);
                 moved = true;
             }
             let link = &self.context.links[&id];
@@ -610,6 +636,7 @@ impl World {
         candidates.extend(self.context.links.values().filter_map(Link::next_due_ns));
         candidates.extend(self.connections.values().filter_map(|connection| connection.next_deadline()).map(|at| clock.ns_of(at)));
         candidates.extend(self.disk.next_ready_ns());
+        candidates.extend(self.service.next_due_ns());
         candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context)));
         if self.target.is_none() {
             candidates.push(self.target_down_until_ns);

@@ -12,6 +12,9 @@
 //! - [`CacheBackend`]: a write-back or write-through cache tier over two backends.
 //! - [`Pool`]: thick and thin namespaces carved out of one backend, with a persisted table.
 //!
+//! Blocking work (pool table saves, zeroing) runs on a [`service::ServiceExecutor`], never
+//! on the thread that submits I/O; see [`service`].
+//!
 //! With the `conformance` feature, the `conformance` module holds the checks every backend must
 //! pass; other crates run them against their own backends from their tests.
 #![forbid(unsafe_code)]
@@ -26,6 +29,7 @@ mod null;
 pub mod pool;
 mod raid0;
 mod ram;
+pub mod service;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

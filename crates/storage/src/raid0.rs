@@ -28,8 +28,10 @@
 //! state allocates nothing and takes no lock.
 
 use std::sync::Arc;
+use std::task::Waker;
 
 use crate::io::validate_request;
+use crate::service::Ticket;
 use crate::{Backend, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
 
 /// Why a composition (RAID0, pool, cache) cannot be built from the given backends.
@@ -119,9 +121,11 @@ pub(crate) trait Layout: Send + Sync + 'static {
     fn prepare_write(&self, _lba: u64, _blocks: u64) -> Result<(), IoError> {
         Ok(())
     }
-    /// Before a Flush or a FUA write: make layout metadata (thin mappings) durable.
-    fn make_metadata_durable(&self) -> Result<(), IoError> {
-        Ok(())
+    /// Before a Flush or a FUA write: `None` when layout metadata (thin mappings) is
+    /// durable already, else a ticket finished once it is (and `waker` woken). The
+    /// request completes only when its children and this ticket are done. Never blocks.
+    fn request_durable_metadata(&self, _waker: Option<&Waker>) -> Option<Ticket<Result<(), IoError>>> {
+        None
     }
     /// Visits the pieces of a validated range in order of parent offset.
     fn split(&self, lba: u64, blocks: u64, kind: SplitKind, visit: &mut dyn FnMut(Piece));
@@ -138,6 +142,8 @@ struct ParentSlot {
     op: Option<IoOp>,
     buffer: Vec<u8>,
     outstanding_children: usize,
+    /// A save of layout metadata this Flush or FUA write waits for.
+    metadata: Option<Ticket<Result<(), IoError>>>,
     result: Result<(), IoError>,
 }
 
@@ -153,6 +159,11 @@ pub(crate) struct SplitQueue<L: Layout> {
     /// Parents that completed without children (errors, all-unallocated reads).
     ready: Vec<IoCompletion>,
     busy_parents: usize,
+    /// Slots whose metadata ticket is not collected yet (rare: only a Flush or FUA
+    /// write after new thin mappings).
+    waiting_metadata: Vec<usize>,
+    /// Woken by metadata tickets, when the caller sleeps between reaps.
+    waker: Option<Waker>,
 }
 
 const INITIAL_DEPTH: usize = 128;
@@ -171,6 +182,33 @@ impl<L: Layout> SplitQueue<L> {
             child_completions: Vec::with_capacity(INITIAL_DEPTH),
             ready: Vec::with_capacity(INITIAL_DEPTH),
             busy_parents: 0,
+            waiting_metadata: Vec::new(),
+            waker: None,
+        }
+    }
+
+    /// A queue whose caller sleeps between reaps: metadata tickets wake `waker`.
+    pub(crate) fn with_waker(mut self, waker: &Waker) -> Self {
+        self.waker = Some(waker.clone());
+        self
+    }
+
+    /// Completes the parents whose metadata save finished.
+    fn collect_metadata(&mut self, out: &mut Vec<IoCompletion>) {
+        let mut index = 0;
+        while index < self.waiting_metadata.len() {
+            let slot = self.waiting_metadata[index];
+            let parent = &mut self.parents[slot];
+            let Some(result) = parent.metadata.as_ref().and_then(Ticket::take) else {
+                index += 1;
+                continue;
+            };
+            parent.metadata = None;
+            if let (Ok(()), Err(error)) = (parent.result, result) {
+                parent.result = Err(error);
+            }
+            self.waiting_metadata.swap_remove(index);
+            self.finish_if_done(slot, out);
         }
     }
 
@@ -183,6 +221,7 @@ impl<L: Layout> SplitQueue<L> {
                     op: None,
                     buffer: Vec::new(),
                     outstanding_children: 0,
+                    metadata: None,
                     result: Ok(()),
                 });
                 self.parents.len() - 1
@@ -206,7 +245,7 @@ impl<L: Layout> SplitQueue<L> {
     /// Completes the parent in `slot` if it has no outstanding children.
     fn finish_if_done(&mut self, slot: usize, out: &mut Vec<IoCompletion>) {
         let parent = &mut self.parents[slot];
-        if parent.outstanding_children > 0 {
+        if parent.outstanding_children > 0 || parent.metadata.is_some() {
             return;
         }
         let completion = IoCompletion {
@@ -412,20 +451,26 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
                 return;
             }
         }
-        if needs_durable_metadata {
-            if let Err(error) = self.layout.make_metadata_durable() {
-                self.fail(token, error, buffer);
-                return;
-            }
-        }
+        // The save and the data go out together; the request completes when both are
+        // done (a crash between them leaves either a mapped unit of zeroes or an
+        // unmapped unit, which the pool zeroes at its next open: never stale data).
+        let metadata = if needs_durable_metadata {
+            self.layout.request_durable_metadata(self.waker.as_ref())
+        } else {
+            None
+        };
         let slot = self.take_slot();
         self.busy_parents += 1;
+        if metadata.is_some() {
+            self.waiting_metadata.push(slot);
+        }
         {
             let parent = &mut self.parents[slot];
             parent.token = token;
             parent.op = Some(op);
             parent.buffer = buffer;
             parent.outstanding_children = 0;
+            parent.metadata = metadata;
             parent.result = Ok(());
         }
         match op {
@@ -465,6 +510,9 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
             self.merge_child(child, out);
         }
         self.child_completions = children;
+        if !self.waiting_metadata.is_empty() {
+            self.collect_metadata(out);
+        }
     }
 
     fn in_flight(&self) -> usize {
@@ -474,6 +522,7 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
     /// Quiet while every member with requests in flight will wake the caller.
     fn wakes_on_completion(&self) -> bool {
         self.ready.is_empty()
+            && (self.waiting_metadata.is_empty() || self.waker.is_some())
             && self.members.iter().all(|member| member.in_flight() == 0 || member.wakes_on_completion())
     }
 }

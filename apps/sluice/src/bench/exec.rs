@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nvme_host_client::{ConnectOptions, Controller, IoPath, Multipath, PathPolicy};
 use nvme_spec::NamespaceId;
 use nvme_target::{
-    AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
+    ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 use storage::{Backend, Geometry, NullBackend, RamBackend};
 use target_server::{PollMode, Runtime, RuntimeConfig};
@@ -191,13 +191,7 @@ pub fn start_embedded(
         }
     };
     let spec = TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "127.0.0.1".into(),
-            port: 0,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-            secure_channel: Default::default(),
-        }],
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 0)],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             pool: None,

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use nvme_spec::NamespaceId;
-use nvme_target::{AddressFamily, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use runtime::{PollMode, Runtime, RuntimeConfig};
 use storage::{Geometry, RamBackend};
 
@@ -22,13 +22,7 @@ pub struct InProcessTarget {
 impl InProcessTarget {
     pub fn start() -> InProcessTarget {
         let target = Target::new(TargetSpec {
-            listeners: vec![ListenerSpec {
-                address: "127.0.0.1".into(),
-                port: 4420,
-                family: AddressFamily::Ipv4,
-                discovery_only: false,
-                secure_channel: Default::default(),
-            }],
+            listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
             subsystems: vec![SubsystemSpec {
                 hosts: nvme_target::HostAccess::allow_any(),
                 pool: None,

@@ -11,7 +11,7 @@ use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CompletionQueueEntry, ControllerId, NamespaceId, QueueId, Status};
 use nvme_target::{
-    AddressFamily, Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
+    Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 use nvme_tcp_wire::{
     CapsuleResponse, DigestSettings, InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent,
@@ -28,13 +28,7 @@ pub const NAMESPACE: NamespaceId = NamespaceId(1);
 /// A target with one subsystem holding RAM namespace 1.
 pub fn test_target() -> Arc<Target> {
     Target::new(TargetSpec {
-        listeners: vec![ListenerSpec {
-            address: "127.0.0.1".into(),
-            port: 4420,
-            family: AddressFamily::Ipv4,
-            discovery_only: false,
-            secure_channel: Default::default(),
-        }],
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
             pool: None,

@@ -9,7 +9,7 @@ use nvme_spec::fabrics::{ConnectCommand, ConnectData, PropertyGetCommand, Proper
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry};
-use nvme_target::{Connection, ListenerSpec, AddressFamily, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::{
     CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
     PduWriter, ReadEvent, ReaderLimits, Role,
@@ -38,8 +38,8 @@ pub fn test_target_with(settings: TargetSettings) -> Arc<Target> {
     };
     Target::new(TargetSpec {
         listeners: vec![
-            ListenerSpec { address: "127.0.0.1".into(), port: 4420, family: AddressFamily::Ipv4, discovery_only: false, secure_channel: Default::default() },
-            ListenerSpec { address: "127.0.0.1".into(), port: 8009, family: AddressFamily::Ipv4, discovery_only: true, secure_channel: Default::default() },
+            ListenerSpec::tcp("127.0.0.1", 4420),
+            ListenerSpec::tcp("127.0.0.1", 8009).for_discovery_only(),
         ],
         subsystems: vec![SubsystemSpec {
             hosts: nvme_target::HostAccess::allow_any(),
@@ -187,10 +187,30 @@ impl FakeHost {
         self.await_answer(id, host_data)
     }
 
+    /// The next PDU from the target; while none is there and work the connection
+    /// waits for is in flight (a service job, storage), polls it as the runtime
+    /// would, for up to 10 s.
+    fn next_received(&mut self) -> Option<Received> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(pdu) = self.received.pop_front() {
+                return Some(pdu);
+            }
+            if !self.connection.has_pending_storage() || std::time::Instant::now() > deadline {
+                return None;
+            }
+            self.connection.poll_storage(self.now);
+            self.collect();
+            if self.received.is_empty() {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
     pub fn await_answer(&mut self, id: CommandId, host_data: &[u8]) -> Answer {
         let mut data = Vec::new();
         for _ in 0..10_000 {
-            let Some(pdu) = self.received.pop_front() else {
+            let Some(pdu) = self.next_received() else {
                 panic!("no answer for command {id:?}; target phase {:?}", self.connection.phase());
             };
             match pdu.header {

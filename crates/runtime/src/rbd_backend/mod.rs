@@ -230,6 +230,7 @@ impl RbdBackend {
     }
 
     fn open_with(options: &RbdOptions, mode: OpenMode) -> Result<(Arc<RbdBackend>, ImageChange), RbdError> {
+        storage::service::debug_assert_may_block("opening an RBD image");
         let library = library::library().map_err(RbdError::LibraryMissing)?;
         let cluster = cluster::connect(&options.cluster)?;
         let opened = cluster::open_image(cluster, &options.pool, &options.image, options.size_bytes, mode)?;

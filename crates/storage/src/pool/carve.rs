@@ -4,7 +4,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use std::task::Waker;
+
 use super::PoolShared;
+use crate::service::Ticket;
 use crate::raid0::{Layout, Piece, SplitKind, SplitQueue, Target};
 use crate::{Backend, BackendQueue, Geometry, IoError};
 
@@ -82,10 +85,10 @@ impl Layout for CarveLayout {
         Ok(())
     }
 
-    fn make_metadata_durable(&self) -> Result<(), IoError> {
+    fn request_durable_metadata(&self, waker: Option<&Waker>) -> Option<Ticket<Result<(), IoError>>> {
         match self.placement {
-            Placement::Thick { .. } => Ok(()),
-            Placement::Thin { .. } => self.pool.persist_if_dirty().map_err(|_| IoError::Internal),
+            Placement::Thick { .. } => None,
+            Placement::Thin { .. } => self.pool.request_durable(waker),
         }
     }
 
@@ -184,6 +187,6 @@ impl Backend for CarveBackend {
 
     fn open_queue_with_waker(&self, waker: &std::task::Waker) -> Box<dyn BackendQueue> {
         let parent = self.layout.pool.backend.open_queue_with_waker(waker);
-        Box::new(SplitQueue::new(Arc::clone(&self.layout), vec![parent]))
+        Box::new(SplitQueue::new(Arc::clone(&self.layout), vec![parent]).with_waker(waker))
     }
 }

@@ -20,8 +20,13 @@
 //! The table ([`CarveRecord`]s: id, NGUID, UUID, size, thin, extents or unit map) is
 //! saved on every create and delete, and thin mappings made by writes are saved before a
 //! Flush or FUA write to that carve completes (so the mapping of any data a host was told
-//! is durable is itself durable). Saving is a blocking file write on the submitting
-//! thread, but only when mappings changed since the last save.
+//! is durable is itself durable). Saving is a blocking file write, so the I/O path never
+//! does it: a Flush or FUA write that finds mappings unsaved asks the pool's
+//! [`ServiceExecutor`] for a save and completes when both its data and that save are
+//! done. Saves run one at a time (snapshot, then write, under the save lock), never
+//! under the state lock that allocation takes, so an I/O thread mapping a unit waits
+//! only for memory updates. Create, delete and binding changes save on their caller's
+//! thread: the management thread or a service job, never an I/O thread.
 //!
 //! # Deleting
 //! The caller detaches a carve from every controller (no queue submitting) before
@@ -34,10 +39,12 @@ use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::service::{debug_assert_may_block, process_service, ServiceExecutor, Ticket};
 use crate::{Backend, Geometry, IoError, IoOp, IoRequest};
 use carve::{CarveBackend, CarveLayout, Placement, ThinMap};
 use table::{units_for_blocks, TableFile, TABLE_VERSION};
@@ -102,6 +109,26 @@ struct PoolShared {
     state: Mutex<PoolState>,
     /// Thin mappings changed since the table was last saved.
     mappings_dirty: AtomicBool,
+    /// Held from a save's snapshot to the end of its write, so saves reach the store in
+    /// snapshot order and "not dirty" seen under it means "saved".
+    save_order: Mutex<()>,
+    /// Where blocking work (table saves asked for by the I/O path, zeroing) runs.
+    service: Arc<dyn ServiceExecutor>,
+    /// Flushes and FUA writes waiting for a save of the thin mappings.
+    durability: Mutex<DurabilityWaiters>,
+}
+
+/// Waiters for the next save of thin mappings, and whether a save job is queued.
+#[derive(Default)]
+struct DurabilityWaiters {
+    waiters: Vec<Ticket<Result<(), IoError>>>,
+    job_queued: bool,
+}
+
+/// A poisoned pool lock carries no information: every update completes before it can
+/// panic-free return, and a panic elsewhere leaves the value consistent.
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct PoolState {
@@ -120,11 +147,7 @@ struct CarveEntry {
 
 impl PoolShared {
     fn lock(&self) -> MutexGuard<'_, PoolState> {
-        // Every update of the state completes before it can panic-free return, and a
-        // panic elsewhere leaves it consistent, so poisoning carries no information.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock_ignoring_poison(&self.state)
     }
 
     /// Maps `logical_unit` of a thin carve to a free unit (lowest free from the hint).
@@ -150,39 +173,86 @@ impl PoolShared {
         Ok(())
     }
 
-    /// Saves the table if thin mappings changed since the last save.
+    /// Saves the table if thin mappings changed since the last save. Blocking.
     fn persist_if_dirty(&self) -> Result<(), PoolError> {
+        let _order = lock_ignoring_poison(&self.save_order);
         if !self.mappings_dirty.load(Ordering::Acquire) {
             return Ok(());
         }
-        let state = self.lock();
-        self.save_locked(&state)
+        self.save_ordered(false)
     }
 
-    fn save_locked(&self, state: &PoolState) -> Result<(), PoolError> {
-        self.save_locked_as(state, false)
+    /// Saves the table. Blocking: never call it from an I/O thread.
+    fn save(&self) -> Result<(), PoolError> {
+        let _order = lock_ignoring_poison(&self.save_order);
+        self.save_ordered(false)
     }
 
-    /// Saves the table; `clean_shutdown` only from the closing pool.
-    fn save_locked_as(&self, state: &PoolState, clean_shutdown: bool) -> Result<(), PoolError> {
-        // Cleared before the snapshot: a mapping made after it (under the same lock, so
-        // not concurrently) sets the flag again.
-        self.mappings_dirty.store(false, Ordering::Release);
-        let table = TableFile {
-            version: TABLE_VERSION,
-            block_size_bytes: self.block_size_bytes,
-            unit_size_bytes: self.unit_size_bytes,
-            next_id: state.next_id,
-            carves: state
-                .carves
-                .values()
-                .map(|entry| entry.snapshot())
-                .collect(),
-            clean_shutdown,
+    /// Snapshot under the state lock, write outside it (caller holds `save_order`);
+    /// `clean_shutdown` only from the closing pool.
+    fn save_ordered(&self, clean_shutdown: bool) -> Result<(), PoolError> {
+        let table = {
+            let state = self.lock();
+            // Cleared with the snapshot taken: a mapping made after it (under the
+            // state lock, so not concurrently) sets the flag again.
+            self.mappings_dirty.store(false, Ordering::Release);
+            TableFile {
+                version: TABLE_VERSION,
+                block_size_bytes: self.block_size_bytes,
+                unit_size_bytes: self.unit_size_bytes,
+                next_id: state.next_id,
+                carves: state
+                    .carves
+                    .values()
+                    .map(|entry| entry.snapshot())
+                    .collect(),
+                clean_shutdown,
+            }
         };
         self.store.save(&table).inspect_err(|_| {
             self.mappings_dirty.store(true, Ordering::Release);
         })
+    }
+
+    /// For a Flush or FUA write of a thin carve: `None` when every mapping made so far
+    /// is saved, else a ticket finished (and `waker` woken) once a save that covers
+    /// them is durable. The save runs on the service executor; waiters that arrive
+    /// while one is queued share it.
+    fn request_durable(self: &Arc<Self>, waker: Option<&Waker>) -> Option<Ticket<Result<(), IoError>>> {
+        if !self.mappings_dirty.load(Ordering::Acquire) {
+            return None;
+        }
+        let ticket = Ticket::new(waker.cloned());
+        let queue_job = {
+            let mut durability = lock_ignoring_poison(&self.durability);
+            durability.waiters.push(ticket.clone());
+            !std::mem::replace(&mut durability.job_queued, true)
+        };
+        if queue_job {
+            let shared = Arc::clone(self);
+            self.service.execute(Box::new(move || shared.serve_durability_waiters()));
+        }
+        Some(ticket)
+    }
+
+    /// The service job behind [`PoolShared::request_durable`]: saves until no waiter
+    /// is left. Waiters are taken before the snapshot, so each one's mappings (made
+    /// before it asked) are in the save that finishes it.
+    fn serve_durability_waiters(&self) {
+        loop {
+            let waiters = {
+                let mut durability = lock_ignoring_poison(&self.durability);
+                if durability.waiters.is_empty() {
+                    durability.job_queued = false;
+                    return;
+                }
+                std::mem::take(&mut durability.waiters)
+            };
+            let result = self.persist_if_dirty().map_err(|_| IoError::Internal);
+            for waiter in waiters {
+                waiter.finish(result);
+            }
+        }
     }
 }
 
@@ -232,6 +302,18 @@ impl Pool {
         backend: Arc<dyn Backend>,
         table: TableStore,
         unit_size_bytes: u64,
+    ) -> Result<Pool, PoolError> {
+        Self::open_with_service(backend, table, unit_size_bytes, process_service())
+    }
+
+    /// Like [`Pool::open_with_unit_size`], with blocking work (table saves the I/O path
+    /// asks for, zeroing of deleted namespaces) run by `service` instead of the
+    /// process's service thread. Opening itself blocks (it may zero free space).
+    pub fn open_with_service(
+        backend: Arc<dyn Backend>,
+        table: TableStore,
+        unit_size_bytes: u64,
+        service: Arc<dyn ServiceExecutor>,
     ) -> Result<Pool, PoolError> {
         let geometry = backend.geometry();
         let block_size_bytes = geometry.block_size_bytes;
@@ -283,6 +365,9 @@ impl Pool {
                 allocation_hint: 0,
             }),
             mappings_dirty: AtomicBool::new(false),
+            save_order: Mutex::new(()),
+            service,
+            durability: Mutex::new(DurabilityWaiters::default()),
         });
         let pool = Pool { shared };
         {
@@ -298,8 +383,7 @@ impl Pool {
                 start_unit: 0,
                 unit_count,
             }])?;
-            let state = pool.shared.lock();
-            pool.shared.save_locked(&state)?;
+            pool.shared.save()?;
         } else if left_by_crash {
             // A thin unit mapped after the last save was free again in the table the
             // crash left, with the data written into it: zero every free unit before
@@ -309,10 +393,7 @@ impl Pool {
             pool.zero_units(&free)?;
         }
         // Until a clean close says otherwise, this table is one a crash left.
-        {
-            let state = pool.shared.lock();
-            pool.shared.save_locked(&state)?;
-        }
+        pool.shared.save()?;
         Ok(pool)
     }
 
@@ -416,8 +497,12 @@ impl Pool {
         state.next_id = next_id;
         let entry = self.entry_for(record);
         state.carves.insert(id, entry);
-        if let Err(error) = shared.save_locked(&state) {
-            // Not persisted, so not created: undo.
+        drop(state);
+        if let Err(error) = shared.save() {
+            // Not persisted, so not created: undo. (A save by another thread in
+            // between may have recorded it: a crash before the next save then keeps
+            // an unbound carve, which `sluice pool` lists; no data is exposed.)
+            let mut state = shared.lock();
             state.carves.remove(&id);
             for extent in &extents {
                 for unit in extent.start_unit..extent.start_unit + extent.unit_count {
@@ -455,7 +540,8 @@ impl Pool {
             }
             state.free_units += extent.unit_count;
         }
-        self.shared.save_locked(&state)
+        drop(state);
+        self.shared.save()
     }
 
     /// Changes how a carve is exported; persisted before it returns. On a failed save
@@ -464,7 +550,9 @@ impl Pool {
         let mut state = self.shared.lock();
         let entry = state.carves.get_mut(&id).ok_or(PoolError::NotFound(id))?;
         let previous = std::mem::replace(&mut entry.record.binding, binding);
-        if let Err(error) = self.shared.save_locked(&state) {
+        drop(state);
+        if let Err(error) = self.shared.save() {
+            let mut state = self.shared.lock();
             if let Some(entry) = state.carves.get_mut(&id) {
                 entry.record.binding = previous;
             }
@@ -531,9 +619,16 @@ impl Pool {
         state.carves.values().map(CarveEntry::snapshot).collect()
     }
 
-    /// Saves thin mappings made since the last save (Flush does this per carve).
+    /// Saves thin mappings made since the last save (Flush asks for this per carve,
+    /// through the service executor). Blocking.
     pub fn sync(&self) -> Result<(), PoolError> {
         self.shared.persist_if_dirty()
+    }
+
+    /// Where this pool runs blocking work; callers with pool work of their own that
+    /// must not run on an I/O thread (deleting a namespace's carve) use it too.
+    pub fn service(&self) -> Arc<dyn ServiceExecutor> {
+        Arc::clone(&self.shared.service)
     }
 
     /// The allocation unit.
@@ -554,6 +649,7 @@ impl Pool {
     /// Writes zeroes over the extents (merged where adjacent) and flushes, one request at
     /// a time on a private queue.
     fn zero_units(&self, extents: &[UnitExtent]) -> Result<(), PoolError> {
+        debug_assert_may_block("zeroing pool units");
         let unit_blocks = self.shared.unit_blocks;
         let mut sorted = extents.to_vec();
         sorted.sort_by_key(|extent| extent.start_unit);
@@ -605,8 +701,8 @@ impl Drop for Pool {
     /// A clean close: the mappings made since the last Flush are saved, and the table
     /// says it was closed cleanly (so the next open need not zero the free space).
     fn drop(&mut self) {
-        let state = self.shared.lock();
-        let _ = self.shared.save_locked_as(&state, true);
+        let _order = lock_ignoring_poison(&self.shared.save_order);
+        let _ = self.shared.save_ordered(true);
     }
 }
 

@@ -60,6 +60,8 @@ impl TableStore {
     }
 
     pub(super) fn save(&self, table: &TableFile) -> Result<(), PoolError> {
+        // Also for the memory store, so tests with it catch a save on an I/O thread.
+        crate::service::debug_assert_may_block("saving a pool table");
         let text = serde_json::to_string_pretty(table)
             .map_err(|error| PoolError::TableIo(error.to_string()))?;
         match self {
