@@ -486,3 +486,106 @@ fn bindings_are_saved_with_the_carve_and_survive_reopen() {
     assert_eq!(reopened.record(id).unwrap().binding, Some(attached));
     assert_eq!(reopened.set_binding(CarvedId(99), None), Err(PoolError::NotFound(CarvedId(99))));
 }
+
+/// Runs service jobs only when the test says so.
+#[derive(Default)]
+struct ManualExecutor {
+    jobs: std::sync::Mutex<Vec<storage::service::ServiceJob>>,
+}
+
+impl ManualExecutor {
+    fn run_all(&self) -> usize {
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap());
+        let count = jobs.len();
+        for job in jobs {
+            job();
+        }
+        count
+    }
+}
+
+impl storage::service::ServiceExecutor for ManualExecutor {
+    fn execute(&self, job: storage::service::ServiceJob) {
+        self.jobs.lock().unwrap().push(job);
+    }
+}
+
+/// Counts wakes of a sleeping queue owner.
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table() {
+    let executor = Arc::new(ManualExecutor::default());
+    let backend = ram(16 * 128);
+    let table = TableStore::memory();
+    let pool = Pool::open_with_service(Arc::clone(&backend), table.clone(), UNIT, executor.clone()).unwrap();
+    let id = pool.create(8 * 128, true).unwrap();
+    let carve = pool.get(id).unwrap();
+    let saved_mappings = || pool_record_in_table(&table, id);
+    let waker_count = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
+    let waker = std::task::Waker::from(Arc::clone(&waker_count));
+    let mut queue = carve.open_queue_with_waker(&waker);
+
+    // A plain write maps a unit without waiting for anything.
+    queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false }, buffer: pattern(1, 512) });
+    let mut done = Vec::new();
+    queue.reap(&mut done);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].result, Ok(()));
+    assert_eq!(saved_mappings(), 0, "nothing saved on the write path");
+
+    // The Flush waits for the save, which runs only on the executor.
+    queue.submit(IoRequest { token: 2, op: IoOp::Flush, buffer: Vec::new() });
+    done.clear();
+    for _ in 0..3 {
+        queue.reap(&mut done);
+    }
+    assert!(done.is_empty(), "a Flush completed before its mappings were saved");
+    assert_eq!(queue.in_flight(), 1);
+    assert!(queue.wakes_on_completion(), "the queue's owner may sleep: the ticket wakes it");
+    assert_eq!(saved_mappings(), 0);
+    assert_eq!(executor.run_all(), 1);
+    assert_eq!(saved_mappings(), 1);
+    assert!(waker_count.0.load(std::sync::atomic::Ordering::SeqCst) >= 1, "finishing the save woke the owner");
+    queue.reap(&mut done);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].token, done[0].result), (2, Ok(())));
+
+    // Nothing new mapped: the next Flush needs no save.
+    queue.submit(IoRequest { token: 3, op: IoOp::Flush, buffer: Vec::new() });
+    done.clear();
+    queue.reap(&mut done);
+    assert_eq!(done.len(), 1, "a Flush with every mapping saved waits for no job");
+    assert_eq!(executor.run_all(), 0);
+
+    // Two FUA writes into new units share one save.
+    for (token, lba) in [(4, 128), (5, 256)] {
+        queue.submit(IoRequest { token, op: IoOp::Write { lba, blocks: 1, force_unit_access: true }, buffer: pattern(token, 512) });
+    }
+    done.clear();
+    queue.reap(&mut done);
+    assert!(done.is_empty());
+    assert_eq!(executor.run_all(), 1, "one save job serves both waiters");
+    queue.reap(&mut done);
+    assert_eq!(done.iter().map(|completion| completion.token).collect::<Vec<_>>().len(), 2);
+    assert_eq!(saved_mappings(), 3);
+}
+
+/// Thin mappings of carve `id` in the stored table text.
+fn pool_record_in_table(table: &TableStore, id: CarvedId) -> usize {
+    let text = table.text().unwrap().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["carves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|carve| carve["id"].as_u64() == Some(u64::from(id.0)))
+        .and_then(|carve| carve["unit_map"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
