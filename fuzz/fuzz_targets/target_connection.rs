@@ -175,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
         admin.handle_received(&stream, start);
         observer.drain(&mut admin);
         let controller = admin.binding().map(|binding| binding.controller.id).expect("admin connected");
-        let mut io = Connection::new(target, 0, "fuzz-io".into(), start);
+        let io = Connection::new(target, 0, "fuzz-io".into(), start);
         let mut io_writer = PduWriter::new();
         let mut io_stream = Vec::new();
         prologue(&mut io_writer, digests, QueueId(1), controller, &mut io_stream);

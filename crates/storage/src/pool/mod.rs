@@ -700,9 +700,19 @@ impl Pool {
 impl Drop for Pool {
     /// A clean close: the mappings made since the last Flush are saved, and the table
     /// says it was closed cleanly (so the next open need not zero the free space).
+    /// Dropped on an I/O thread (the last holder was a connection's namespace), the
+    /// save goes to the service executor instead of blocking that thread.
     fn drop(&mut self) {
-        let _order = lock_ignoring_poison(&self.shared.save_order);
-        let _ = self.shared.save_ordered(true);
+        let shared = Arc::clone(&self.shared);
+        let save = move || {
+            let _order = lock_ignoring_poison(&shared.save_order);
+            let _ = shared.save_ordered(true);
+        };
+        if crate::service::is_io_thread() {
+            self.shared.service.execute(Box::new(save));
+        } else {
+            save();
+        }
     }
 }
 
