@@ -22,13 +22,14 @@
 #   SKIP_INTEROP=1   skip the interop stage
 #   FUZZ_SECONDS=N   libFuzzer -max_total_time per target (default 20)
 #   OUT=DIR          interop artifacts (default target/interop)
-#   CARGO_TARGET_DIR where the checked build goes (default target/checked)
+#   CARGO_TARGET_DIR the checked build goes to its checked/ subdirectory (default
+#                    target/checked)
 #
 # The checked build: every stage runs the release profile without LTO and with debug
 # assertions and overflow checks on (the CARGO_PROFILE_RELEASE_* variables below), so
 # unit tests, the simulator and the interop peers run the code with its assertions
 # (an I/O thread that reaches blocking work panics, for one), and the build takes
-# about a quarter of the LTO build's time. It has its own target directory, so a
+# about a third of the LTO build's time. It has its own target directory, so a
 # developer's target/release (the README's main job, LTO) is not rebuilt back and
 # forth. The fuzz stage keeps cargo-fuzz's own settings.
 # See docs/testing.md.
@@ -40,7 +41,7 @@ if [ -d "$HOME/.cargo/bin" ] && [[ ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target/checked}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}/checked
 TARGET_DIR=$CARGO_TARGET_DIR
 CHECKED_PROFILE=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
   CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true

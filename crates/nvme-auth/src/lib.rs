@@ -38,6 +38,7 @@ mod controller;
 mod group;
 mod hash;
 mod host;
+mod key_text;
 pub mod message;
 mod primes;
 mod random;

@@ -19,9 +19,9 @@
 
 use std::str::FromStr;
 
-use base64::Engine as _;
 use zeroize::{Zeroize, Zeroizing};
 
+use crate::key_text;
 use crate::hash::{constant_time_eq, DigestValue, HashFunction};
 use crate::random::RandomSource;
 
@@ -29,8 +29,6 @@ use crate::random::RandomSource;
 const PREFIX: &str = "DHHC-1:";
 /// Key lengths the representation allows, in bytes.
 pub const KEY_LENGTHS: [usize; 3] = [32, 48, 64];
-/// Bytes of the CRC-32 that follow the key inside the base64 text.
-const CRC_BYTES: usize = 4;
 /// The text appended to the NQN in the key transform.
 const TRANSFORM_SUFFIX: &[u8] = b"NVMe-over-Fabrics";
 /// Longest representation accepted: prefix, `tt:`, base64 of 68 bytes (92
@@ -75,12 +73,8 @@ impl Secret {
     /// Parses the representation (surrounding whitespace is ignored; the final colon
     /// may be missing, as Linux accepts).
     pub fn parse(text: &str) -> Result<Secret, SecretError> {
-        let text = text.trim();
-        if text.len() > MAX_REPRESENTATION_BYTES {
-            return Err(SecretError::Format);
-        }
-        let rest = text.strip_prefix(PREFIX).ok_or(SecretError::Format)?;
-        let (transform_text, rest) = rest.split_once(':').ok_or(SecretError::Format)?;
+        let (transform_text, encoded) =
+            key_text::split(text, PREFIX, MAX_REPRESENTATION_BYTES).ok_or(SecretError::Format)?;
         let transform = match transform_text {
             "00" => None,
             "01" => Some(HashFunction::Sha256),
@@ -92,23 +86,17 @@ impl Secret {
                 return Err(SecretError::Transform(shown));
             }
         };
-        let encoded = rest.strip_suffix(':').unwrap_or(rest);
-        if encoded.is_empty() || encoded.contains(':') {
-            return Err(SecretError::Format);
+        let decoded = key_text::decode(encoded).map_err(|error| match error {
+            key_text::DecodeError::Base64 => SecretError::Base64,
+            key_text::DecodeError::TooShort => SecretError::KeyLength(0),
+        })?;
+        if !KEY_LENGTHS.contains(&decoded.key.len()) {
+            return Err(SecretError::KeyLength(decoded.key.len()));
         }
-        let decoded = Zeroizing::new(
-            base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| SecretError::Base64)?,
-        );
-        let key_length = decoded.len().saturating_sub(CRC_BYTES);
-        if decoded.len() < CRC_BYTES || !KEY_LENGTHS.contains(&key_length) {
-            return Err(SecretError::KeyLength(key_length));
-        }
-        let (key, crc) = decoded.split_at(key_length);
-        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-        if crc32(key) != stored {
+        if !decoded.crc_matches {
             return Err(SecretError::Crc);
         }
-        Ok(Secret { key: Zeroizing::new(key.to_vec()), transform })
+        Ok(Secret { key: decoded.key, transform })
     }
 
     /// A secret from raw key bytes (32, 48 or 64 of them).
@@ -133,11 +121,7 @@ impl Secret {
     /// The representation, `DHHC-1:<tt>:<base64>:`, exactly as nvme-cli prints it.
     /// This is the secret itself: never log it.
     pub fn to_representation(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(Vec::with_capacity(self.key.len() + CRC_BYTES));
-        raw.extend_from_slice(&self.key);
-        raw.extend_from_slice(&crc32(&self.key).to_le_bytes());
-        let encoded = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&raw[..]));
-        Zeroizing::new(format!("{PREFIX}{:02x}:{}:", self.transform_id(), encoded.as_str()))
+        key_text::encode(PREFIX, self.transform_id(), &self.key)
     }
 
     /// The transform field: 0 none, 1 SHA-256, 2 SHA-384, 3 SHA-512.
@@ -199,20 +183,6 @@ impl std::fmt::Display for Secret {
     }
 }
 
-/// CRC-32 as zlib computes it (IEEE 802.3, reflected, polynomial EDB88320h, initial
-/// and final XOR with FFFFFFFFh); what the representation carries. Bitwise: it runs
-/// once per parsed secret, where speed does not matter.
-pub(crate) fn crc32(data: &[u8]) -> u32 {
-    let mut crc = u32::MAX;
-    for &byte in data {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
-        }
-    }
-    !crc
-}
 
 impl Drop for Secret {
     fn drop(&mut self) {
@@ -228,11 +198,6 @@ mod tests {
 
     const KEY_0_TO_31: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
 
-    #[test]
-    fn crc32_matches_the_standard_check_value() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(crc32(b""), 0);
-    }
 
     #[test]
     fn parses_and_formats_nvme_cli_output() {

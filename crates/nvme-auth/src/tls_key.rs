@@ -30,13 +30,11 @@ use zeroize::Zeroizing;
 
 use crate::hash::{constant_time_eq, HashFunction, MAX_DIGEST_BYTES};
 use crate::random::RandomSource;
-use crate::secret::crc32;
+use crate::key_text;
 use crate::tls_identity::{IdentityError, IdentityVersion, PskIdentity, PskKind};
 
 /// The fixed start of the interchange format.
 const PREFIX: &str = "NVMeTLSkey-1:";
-/// Bytes of the CRC-32 that follow the key inside the base64 text.
-const CRC_BYTES: usize = 4;
 /// Key lengths the format allows, in bytes (SHA-256 and SHA-384 cipher suites).
 pub const TLS_KEY_LENGTHS: [usize; 2] = [32, 48];
 /// Longest text accepted: the prefix, `hh:`, base64 of 52 bytes (72 characters), the
@@ -116,34 +114,25 @@ impl TlsKey {
     /// Parses the interchange format (surrounding whitespace ignored; the final colon
     /// may be missing).
     pub fn parse(text: &str) -> Result<TlsKey, TlsKeyError> {
-        let text = text.trim();
-        if text.len() > MAX_INTERCHANGE_BYTES {
-            return Err(TlsKeyError::Format);
-        }
-        let rest = text.strip_prefix(PREFIX).ok_or(TlsKeyError::Format)?;
-        let (hash_text, rest) = rest.split_once(':').ok_or(TlsKeyError::Format)?;
+        let (hash_text, encoded) =
+            key_text::split(text, PREFIX, MAX_INTERCHANGE_BYTES).ok_or(TlsKeyError::Format)?;
         let transform = match hash_text {
             "00" => None,
             "01" => Some(HashFunction::Sha256),
             "02" => Some(HashFunction::Sha384),
             other => return Err(TlsKeyError::Hash(other.chars().take(4).collect())),
         };
-        let encoded = rest.strip_suffix(':').unwrap_or(rest);
-        if encoded.is_empty() || encoded.contains(':') {
-            return Err(TlsKeyError::Format);
-        }
-        let decoded = Zeroizing::new(
-            base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| TlsKeyError::Base64)?,
-        );
-        if decoded.len() < CRC_BYTES {
-            return Err(TlsKeyError::KeyLength { length: 0, hash_id: transform.map_or(0, HashFunction::id) });
-        }
-        let (key, crc) = decoded.split_at(decoded.len() - CRC_BYTES);
-        check_length(key.len(), transform)?;
-        if crc32(key) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+        let decoded = key_text::decode(encoded).map_err(|error| match error {
+            key_text::DecodeError::Base64 => TlsKeyError::Base64,
+            key_text::DecodeError::TooShort => {
+                TlsKeyError::KeyLength { length: 0, hash_id: transform.map_or(0, HashFunction::id) }
+            }
+        })?;
+        check_length(decoded.key.len(), transform)?;
+        if !decoded.crc_matches {
             return Err(TlsKeyError::Crc);
         }
-        Ok(TlsKey { key: Zeroizing::new(key.to_vec()), transform })
+        Ok(TlsKey { key: decoded.key, transform })
     }
 
     /// A key from raw bytes: 32 for SHA-256, 48 for SHA-384, either without transform.
@@ -165,11 +154,7 @@ impl TlsKey {
     /// The interchange format, exactly as nvme-cli prints it. This is the key itself:
     /// never log it.
     pub fn to_interchange(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(Vec::with_capacity(self.key.len() + CRC_BYTES));
-        raw.extend_from_slice(&self.key);
-        raw.extend_from_slice(&crc32(&self.key).to_le_bytes());
-        let encoded = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&raw[..]));
-        Zeroizing::new(format!("{PREFIX}{:02x}:{}:", self.transform_id(), encoded.as_str()))
+        key_text::encode(PREFIX, self.transform_id(), &self.key)
     }
 
     /// The hash field: 0 none, 1 SHA-256, 2 SHA-384.

@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use nvme_host::{HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
-use runtime::tls::{CipherSuite, PskChoice, Progress, TlsClient, TlsSession};
+use runtime::tls::{PskChoice, Progress, TlsClient, TlsSession};
 
 use crate::{ClientError, TlsOptions};
 
@@ -354,13 +354,9 @@ fn tls_session(tls: &TlsOptions, config: &QueueConfig, address: SocketAddr) -> R
         .identity_with(&config.host_nqn, &config.subsystem_nqn, tls.identity_version, tls.derivation)
         .map_err(|error| failed(error.to_string()))?;
     let key = tls.key.tls_psk_with(&identity, tls.derivation).map_err(|error| failed(error.to_string()))?;
-    let suite = match identity.hash() {
-        nvme_auth::HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
-        _ => CipherSuite::Aes128GcmSha256,
-    };
     let client = TlsClient::shared().map_err(|error| failed(error.to_string()))?;
     let session = client
-        .session(identity.to_string().as_bytes(), PskChoice { key, suite })
+        .session(identity.to_string().as_bytes(), PskChoice::for_key(key))
         .map_err(|error| failed(error.to_string()))?;
     Ok(Box::new(session))
 }

@@ -122,6 +122,22 @@ pub struct TlsOptions {
     pub derivation: nvme_auth::KeyDerivation,
 }
 
+impl TlsOptions {
+    /// The options nvme-cli's flags name: identity format 0 (`--identity 0`) or 1,
+    /// and libnvme's pre-1.16 key derivation (`compat`) or RFC 8446's.
+    pub fn new(key: nvme_auth::TlsKey, identity_format_0: bool, compat: bool) -> TlsOptions {
+        TlsOptions {
+            key,
+            identity_version: if identity_format_0 {
+                nvme_auth::IdentityVersion::V0
+            } else {
+                nvme_auth::IdentityVersion::V1
+            },
+            derivation: if compat { nvme_auth::KeyDerivation::Compat } else { nvme_auth::KeyDerivation::Rfc8446 },
+        }
+    }
+}
+
 /// The NQN prefix for UUID-based host NQNs (NVMe Base 2.0, "NVMe Qualified Names").
 const UUID_NQN_PREFIX: &str = "nqn.2014-08.org.nvmexpress:uuid:";
 

@@ -269,7 +269,8 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
         return Err(FfiError::invalid("reserved must be zero"));
     }
     // SAFETY: as above (the header requires tls_key to be NULL or NUL-terminated).
-    let tls_key = unsafe { c_str(o.tls_key, "tls_key", false) }?;
+    // The copy of the key is wiped when it goes (the parsed TlsKey wipes its own).
+    let tls_key = unsafe { c_str(o.tls_key, "tls_key", false) }?.map(zeroize::Zeroizing::new);
     if tls_key.is_none() && o.tls_flags != 0 {
         return Err(FfiError::invalid("tls_flags without a tls_key"));
     }
@@ -278,20 +279,12 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
             return Err(FfiError::invalid(format!("tls_flags {:#x} has unknown bits", o.tls_flags)));
         }
         // The key's own error never quotes it.
-        let key = nvme_auth::TlsKey::parse(&text).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
-        options.tls = Some(nvme_host_client::TlsOptions {
+        let key = nvme_auth::TlsKey::parse(&text[..]).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
+        options.tls = Some(nvme_host_client::TlsOptions::new(
             key,
-            identity_version: if o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0 {
-                nvme_auth::IdentityVersion::V0
-            } else {
-                nvme_auth::IdentityVersion::V1
-            },
-            derivation: if o.tls_flags & SLUICE_TLS_COMPAT != 0 {
-                nvme_auth::KeyDerivation::Compat
-            } else {
-                nvme_auth::KeyDerivation::Rfc8446
-            },
-        });
+            o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0,
+            o.tls_flags & SLUICE_TLS_COMPAT != 0,
+        ));
     }
     Ok((options, o.max_transfer_bytes))
 }

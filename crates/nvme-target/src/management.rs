@@ -409,9 +409,14 @@ impl Connection {
         let ticket = storage::service::Ticket::new(self.storage_waker.clone());
         let done = ticket.clone();
         let (job_subsystem, target) = (Arc::clone(subsystem), Arc::clone(&self.target));
-        subsystem
-            .service_executor()
-            .execute(Box::new(move || done.finish(change(&job_subsystem, &target))));
+        subsystem.service_executor().execute(Box::new(move || {
+            // A bug in the change must still answer the command, not hold it forever.
+            let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| change(&job_subsystem, &target)));
+            done.finish(answer.unwrap_or_else(|_| {
+                tracing::error!(subsystem = %job_subsystem.nqn, "a namespace change panicked; answered Internal Error");
+                (Status::INTERNAL_ERROR, 0)
+            }));
+        }));
         if let Some((status, result)) = ticket.take() {
             return Outcome::Done(status, result);
         }

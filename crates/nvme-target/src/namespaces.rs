@@ -125,7 +125,7 @@ impl Drop for Namespace {
         // executor does it, not the runtime thread that happened to drop the last
         // reference.
         let service = carve.pool.service();
-        service.execute(Box::new(move || match carve.pool.delete(carve.id) {
+        service.execute_long(Box::new(move || match carve.pool.delete(carve.id) {
             Ok(()) => tracing::info!(carve = carve.id.0, "deleted namespace's space returned to the pool"),
             Err(error) => tracing::error!(carve = carve.id.0, %error,
                 "could not free a deleted namespace's space; it stays allocated until the next start"),

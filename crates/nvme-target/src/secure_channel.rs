@@ -91,15 +91,16 @@ impl Target {
     /// The TLS keys (and format 0 derivations) configured for `host_nqn` that may
     /// serve `subsystem_nqn`.
     fn tls_keys_for(&self, host_nqn: &str, subsystem_nqn: &str) -> Vec<(TlsKey, KeyDerivation)> {
-        let subsystems = self.subsystems();
-        let candidates = subsystems.iter().filter(|subsystem| subsystem_nqn == DISCOVERY_NQN || subsystem.nqn == subsystem_nqn);
-        candidates
-            .filter_map(|subsystem| {
-                let rules = subsystem.hosts.current();
-                let host = rules.hosts.iter().find(|host| host.nqn == host_nqn)?;
-                host.tls_key.clone().map(|key| (key, host.tls_key_derivation))
-            })
-            .collect()
+        let key_of = |subsystem: &crate::subsystem::Subsystem| {
+            let rules = subsystem.hosts.current();
+            let host = rules.hosts.iter().find(|host| host.nqn == host_nqn)?;
+            host.tls_key.clone().map(|key| (key, host.tls_key_derivation))
+        };
+        if subsystem_nqn != DISCOVERY_NQN {
+            // One subsystem by name: no scan of every subsystem per handshake.
+            return self.subsystem_by_nqn(subsystem_nqn).and_then(|subsystem| key_of(&subsystem)).into_iter().collect();
+        }
+        self.subsystems().iter().filter_map(|subsystem| key_of(subsystem)).collect()
     }
 }
 

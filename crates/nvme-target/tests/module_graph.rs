@@ -62,24 +62,50 @@ fn dependencies(name: &str, text: &str, known: &BTreeSet<String>, reexported: &B
         }
         (1..=parts.len()).rev().map(|length| parts[..length].join("::")).find(|candidate| known.contains(candidate))
     };
+    let path_of = |text: &str| -> String {
+        text.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect()
+    };
     let mut found = BTreeSet::new();
     let mut rest = code.as_str();
     while let Some(start) = rest.find("crate::") {
         rest = &rest[start + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                let path: String = item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
-                found.extend(resolve(&path));
+            // The items at the top level of the group (nested groups count by the
+            // path before them: `a::{b, c}` is a use of `a`).
+            let mut depth = 0usize;
+            let mut item_start = 0usize;
+            for (at, character) in group.char_indices() {
+                match character {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        found.extend(resolve(&path_of(&group[item_start..at])));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.extend(resolve(&path_of(&group[item_start..at])));
+                        item_start = at + 1;
+                    }
+                    _ => {}
+                }
             }
         } else {
-            let path: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
-            found.extend(resolve(&path));
+            found.extend(resolve(&path_of(rest)));
         }
     }
     if let Some((parent, _)) = name.rsplit_once("::") {
         if code.contains("super::") {
             found.insert(parent.to_string());
+        }
+    }
+    // A parent uses the child modules it declares (through relative paths).
+    for line in code.lines() {
+        let declared = line.trim().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        if let Some(child) = declared.strip_prefix("mod ").and_then(|rest| rest.strip_suffix(';')) {
+            let child = if name == "lib" { child.to_string() } else { format!("{name}::{child}") };
+            if known.contains(&child) {
+                found.insert(child);
+            }
         }
     }
     found.remove(name);

@@ -25,43 +25,73 @@ pub type ServiceJob = Box<dyn FnOnce() + Send + 'static>;
 
 /// Runs [`ServiceJob`]s somewhere other than the caller's I/O thread.
 pub trait ServiceExecutor: Send + Sync + 'static {
-    /// Hands over `job`; it runs later, in hand-over order. Never blocks.
+    /// Hands over `job`, which is short (a table save, a namespace change); it runs
+    /// later, in hand-over order. Never blocks.
     fn execute(&self, job: ServiceJob);
+
+    /// Hands over a long job (zeroing a deleted namespace: device I/O over its whole
+    /// size), which must not hold up the short ones that I/O waits for. The default
+    /// queues it with them.
+    fn execute_long(&self, job: ServiceJob) {
+        self.execute(job);
+    }
 }
 
-/// The process's service thread, started on first use.
-struct ServiceThread {
+/// One service thread: a queue of jobs run one at a time.
+struct Lane {
     sender: mpsc::Sender<ServiceJob>,
 }
 
-impl ServiceExecutor for ServiceThread {
-    fn execute(&self, job: ServiceJob) {
+impl Lane {
+    fn start(name: &str) -> Lane {
+        let (sender, receiver) = mpsc::channel::<ServiceJob>();
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+            while let Ok(job) = receiver.recv() {
+                // The pool's and the target's jobs finish their tickets even when they
+                // panic; this keeps the thread alive for the next job.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            }
+        });
+        if let Err(error) = spawned {
+            // The receiver went with the closure: every job now runs inline on the
+            // thread that hands it over (see `run`), slower but never lost.
+            eprintln!("sluice: cannot start the {name} thread ({error}); blocking work runs on the threads that ask for it");
+        }
+        Lane { sender }
+    }
+
+    fn run(&self, job: ServiceJob) {
         // An unbounded channel: sending never waits for the service thread.
         if let Err(mpsc::SendError(job)) = self.sender.send(job) {
-            // The thread is gone (it never exits while the process runs, short of a
-            // spawn failure): running the job here is better than losing it.
             job();
         }
     }
 }
 
-/// The process-wide service thread ("sluice-service"). Jobs run one at a time, so two
-/// saves of one table never overlap; a job that panics is logged to stderr by the
-/// panic hook and the thread carries on with the next.
+/// The process's service threads, started on first use.
+struct ServiceThreads {
+    short: Lane,
+    long: OnceLock<Lane>,
+}
+
+impl ServiceExecutor for ServiceThreads {
+    fn execute(&self, job: ServiceJob) {
+        self.short.run(job);
+    }
+
+    fn execute_long(&self, job: ServiceJob) {
+        self.long.get_or_init(|| Lane::start("sluice-service-long")).run(job);
+    }
+}
+
+/// The process-wide service: one thread ("sluice-service") for short jobs, run one at
+/// a time, so two saves of one table never overlap, and one ("sluice-service-long")
+/// for long ones. A job that panics is reported by the panic hook and the thread
+/// carries on with the next.
 pub fn process_service() -> Arc<dyn ServiceExecutor> {
-    static SERVICE: OnceLock<Arc<ServiceThread>> = OnceLock::new();
-    let service = SERVICE.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<ServiceJob>();
-        let spawned = std::thread::Builder::new().name("sluice-service".into()).spawn(move || {
-            while let Ok(job) = receiver.recv() {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            }
-        });
-        // On a spawn failure the receiver is dropped with the closure, and every
-        // execute() runs its job inline (see above): slower, never lost.
-        drop(spawned);
-        Arc::new(ServiceThread { sender })
-    });
+    static SERVICE: OnceLock<Arc<ServiceThreads>> = OnceLock::new();
+    let service =
+        SERVICE.get_or_init(|| Arc::new(ServiceThreads { short: Lane::start("sluice-service"), long: OnceLock::new() }));
     Arc::clone(service) as Arc<dyn ServiceExecutor>
 }
 

@@ -589,3 +589,37 @@ fn pool_record_in_table(table: &TableStore, id: CarvedId) -> usize {
         .and_then(|carve| carve["unit_map"].as_array().map(Vec::len))
         .unwrap_or(0)
 }
+
+#[test]
+fn a_flush_whose_table_save_fails_fails_and_the_next_one_saves_again() {
+    let directory = std::env::temp_dir().join(format!("sluice-pool-save-fails-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join("pool.json");
+    let executor = Arc::new(ManualExecutor::default());
+    let pool = Pool::open_with_service(ram(16 * 128), TableStore::File(path.clone()), UNIT, executor.clone()).unwrap();
+    let id = pool.create(8 * 128, true).unwrap();
+    let carve = pool.get(id).unwrap();
+    let mut queue = carve.open_queue();
+    let mut done = Vec::new();
+    queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false }, buffer: pattern(1, 512) });
+    queue.reap(&mut done);
+    assert_eq!(done.pop().map(|completion| completion.result), Some(Ok(())));
+
+    // The table's directory is gone: the save fails, and so does the Flush.
+    std::fs::remove_dir_all(&directory).unwrap();
+    queue.submit(IoRequest { token: 2, op: IoOp::Flush, buffer: Vec::new() });
+    assert_eq!(executor.run_all(), 1);
+    queue.reap(&mut done);
+    assert_eq!(done.pop().map(|completion| completion.result), Some(Err(IoError::Internal)));
+
+    // Still unsaved: the next Flush asks for a save again, which now succeeds.
+    std::fs::create_dir_all(&directory).unwrap();
+    queue.submit(IoRequest { token: 3, op: IoOp::Flush, buffer: Vec::new() });
+    assert_eq!(executor.run_all(), 1, "a failed save leaves the mappings unsaved");
+    queue.reap(&mut done);
+    assert_eq!(done.pop().map(|completion| completion.result), Some(Ok(())));
+    assert_eq!(pool_record_in_table(&TableStore::File(path), id), 1);
+    drop(queue);
+    drop(pool);
+    let _ = std::fs::remove_dir_all(&directory);
+}

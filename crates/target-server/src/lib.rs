@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use nvme_auth::{HashFunction, PskIdentity};
+use nvme_auth::PskIdentity;
 use nvme_target::{BatchPart, Connection, SecureChannel, Target, TransmitBatch};
 pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
 pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
-use runtime::tls::{CipherSuite, PskChoice, PskLookup};
+use runtime::tls::{PskChoice, PskLookup};
 use runtime::{CloseReason, ConnectionHandler, SendParts, SendSource, Service, TlsConnection, TlsListener, TlsPolicy};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
@@ -48,12 +48,8 @@ impl TargetService {
         }
         let target = Arc::clone(&self.target);
         let lookup: PskLookup = Arc::new(move |identity: &[u8]| {
-            let (key, identity) = target.tls_psk(identity)?;
-            let suite = match identity.hash() {
-                HashFunction::Sha384 => CipherSuite::Aes256GcmSha384,
-                _ => CipherSuite::Aes128GcmSha256,
-            };
-            Some(PskChoice { key, suite })
+            let (key, _identity) = target.tls_psk(identity)?;
+            Some(PskChoice::for_key(key))
         });
         match TlsListener::new(policy, lookup) {
             Ok(listener) => {

@@ -15,7 +15,7 @@ use nvme_target::{
     TargetSettings, TargetSpec,
 };
 use nvme_tcp_wire::DigestSettings;
-use runtime::tls::{CipherSuite, PskChoice, Progress, TlsClient, TlsSession};
+use runtime::tls::{PskChoice, Progress, TlsClient, TlsSession};
 use storage::{Backend, Geometry, RamBackend};
 use target_server::{PollMode, Runtime, RuntimeConfig};
 
@@ -83,21 +83,13 @@ fn start_with(hash: HashFunction, settings: TargetSettings) -> TlsTarget {
     TlsTarget { runtime: Some(runtime), address, key }
 }
 
-fn suite(hash: HashFunction) -> CipherSuite {
-    if hash == HashFunction::Sha384 {
-        CipherSuite::Aes256GcmSha384
-    } else {
-        CipherSuite::Aes128GcmSha256
-    }
-}
-
 /// A TLS session offering `key`'s identity for (`identity_host`, SUBSYSTEM).
 fn client_session(key: &TlsKey, identity_host: &str, version: IdentityVersion) -> TlsSession {
     let identity = key.identity(identity_host, SUBSYSTEM, version).expect("identity");
     let psk = key.tls_psk(&identity).expect("psk");
     TlsClient::new()
         .expect("client")
-        .session(identity.to_string().as_bytes(), PskChoice { key: psk, suite: suite(key.cipher_hash()) })
+        .session(identity.to_string().as_bytes(), PskChoice::for_key(psk))
         .expect("session")
 }
 

@@ -406,8 +406,13 @@ pub fn redact_secrets(text: &str) -> String {
 
 /// `key = "<redacted>"` for a line that assigns a secret key.
 fn redact_secret_assignment(line: &str) -> String {
+    // Every occurrence counts: in `tls_key_derivation = 1, tls_key = "..."` the
+    // first "tls_key" is another key's prefix.
     let assigns_secret = ["dhchap_secret", "dhchap_ctrl_secret", "tls_key"].iter().any(|key| {
-        line.find(key).is_some_and(|at| line[at + key.len()..].trim_start().starts_with('='))
+        line.match_indices(key).any(|(at, _)| {
+            let starts_name = !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+            starts_name && line[at + key.len()..].trim_start().starts_with('=')
+        })
     });
     match (assigns_secret, line.find('=')) {
         (true, Some(equals)) => format!("{}= \"<redacted>\"", &line[..equals]),

@@ -212,3 +212,17 @@ fn parse_errors_never_show_keys() {
     assert!(!error.contains("VRLbtnN9"), "{error}");
     assert!(error.contains("NVMeTLSkey-1:<00|01|02>"), "{error}");
 }
+
+#[test]
+fn secrets_are_redacted_wherever_they_are_assigned_on_a_line() {
+    // A mistyped key carries no marker: only the assignment gives it away.
+    let inline = r#"host = { nqn = "h", tls_key_derivation = 1, tls_key = "typo-secret" }"#;
+    assert!(!redact_secrets(inline).contains("typo-secret"), "{}", redact_secrets(inline));
+    let plain = r#"dhchap_secret = "not-a-dhhc-secret""#;
+    assert_eq!(redact_secrets(plain), r#"dhchap_secret = "<redacted>""#);
+    // A longer name that merely contains a secret's name is not a secret.
+    let derivation = "tls_key_derivation = 1";
+    assert_eq!(redact_secrets(derivation), derivation);
+    let marked = "key NVMeTLSkey-1:01:c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0:";
+    assert_eq!(redact_secrets(marked), "key NVMeTLSkey-1:01:<redacted>:");
+}

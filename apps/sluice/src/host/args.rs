@@ -432,15 +432,8 @@ impl TargetArgs {
             .map(parse_tls_key)
             .transpose()
             .map_err(|reason| HostError::usage(format!("--tls-key (or SLUICE_TLS_KEY): {reason}")))?;
-        options.tls = tls_key.map(|key| nvme_host_client::TlsOptions {
-            key,
-            identity_version: if self.tls_identity == 0 {
-                nvme_auth::IdentityVersion::V0
-            } else {
-                nvme_auth::IdentityVersion::V1
-            },
-            derivation: if self.tls_compat { nvme_auth::KeyDerivation::Compat } else { nvme_auth::KeyDerivation::Rfc8446 },
-        });
+        options.tls =
+            tls_key.map(|key| nvme_host_client::TlsOptions::new(key, self.tls_identity == 0, self.tls_compat));
         let url = format!("tcp://{}/{}", display_authority(host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })

@@ -192,10 +192,36 @@ unsafe impl Send for OpenImage {}
 unsafe impl Sync for OpenImage {}
 
 impl Drop for OpenImage {
+    /// Closing waits for librbd (and the last image of a cluster shuts its connection
+    /// down): when the last holder was a connection on an I/O thread, the service
+    /// thread closes it.
     fn drop(&mut self) {
+        let closing = ClosingImage { cluster: Arc::clone(&self.cluster), io: self.io, image: self.image };
+        if storage::service::is_io_thread() {
+            storage::service::process_service().execute(Box::new(move || closing.close()));
+        } else {
+            closing.close();
+        }
+    }
+}
+
+/// The handles of an image whose `OpenImage` is gone, on their way to being closed.
+struct ClosingImage {
+    cluster: Arc<Cluster>,
+    io: IoContext,
+    image: library::Image,
+}
+
+// SAFETY: the handles moved out of an `OpenImage` that no queue uses any more; librbd
+// and librados allow closing them from any thread.
+unsafe impl Send for ClosingImage {}
+
+impl ClosingImage {
+    fn close(self) {
+        storage::service::debug_assert_may_block("closing an RBD image");
         let library = self.cluster.library;
-        // SAFETY: both handles are live; every queue holds an Arc of this image and
-        // drains (or leaks) its requests before letting go, so nothing uses them.
+        // SAFETY: both handles are live and closed once, here; every queue held an Arc
+        // of the image and drained (or leaked) its requests before letting go.
         unsafe {
             (library.rbd_close)(self.image);
             (library.rados_ioctx_destroy)(self.io);

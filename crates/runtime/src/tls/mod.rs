@@ -74,6 +74,19 @@ pub struct PskChoice {
     pub suite: CipherSuite,
 }
 
+impl PskChoice {
+    /// `key` with the suite of its hash. A retained PSK is as long as its hash (RFC
+    /// 8446's HKDF-Expand-Label output): 48 bytes is SHA-384 and
+    /// TLS_AES_256_GCM_SHA384, anything else SHA-256 and TLS_AES_128_GCM_SHA256.
+    pub fn for_key(key: Zeroizing<Vec<u8>>) -> PskChoice {
+        let suite = if key.len() == SHA384_BYTES { CipherSuite::Aes256GcmSha384 } else { CipherSuite::Aes128GcmSha256 };
+        PskChoice { key, suite }
+    }
+}
+
+/// Bytes of a SHA-384 digest, and so of a PSK for TLS_AES_256_GCM_SHA384.
+const SHA384_BYTES: usize = 48;
+
 /// Finds the PSK of an identity a client offered; `None` refuses it. Runs inside the
 /// handshake, on the thread driving the session: it must not block.
 pub type PskLookup = Arc<dyn Fn(&[u8]) -> Option<PskChoice> + Send + Sync>;

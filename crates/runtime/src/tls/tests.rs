@@ -210,3 +210,11 @@ fn an_established_connection_names_why_tls_failed() {
     assert!(connection.failure().is_some_and(|reason| !reason.is_empty()), "{:?}", connection.failure());
     assert_eq!(connection.inner().received, b"capsule");
 }
+
+#[test]
+fn a_psk_picks_the_suite_of_its_hash_by_its_length() {
+    let sha256 = PskChoice::for_key(Zeroizing::new(vec![1; 32]));
+    assert_eq!(sha256.suite, CipherSuite::Aes128GcmSha256);
+    let sha384 = PskChoice::for_key(Zeroizing::new(vec![1; 48]));
+    assert_eq!(sha384.suite, CipherSuite::Aes256GcmSha384);
+}

@@ -107,10 +107,14 @@ struct PoolShared {
     unit_blocks: u64,
     unit_count: u64,
     state: Mutex<PoolState>,
-    /// Thin mappings changed since the table was last saved.
-    mappings_dirty: AtomicBool,
-    /// Held from a save's snapshot to the end of its write, so saves reach the store in
-    /// snapshot order and "not dirty" seen under it means "saved".
+    /// Thin mappings made so far (raised under the state lock with each one).
+    mapped_generation: AtomicU64,
+    /// The mapping generation of the last save that reached the store: mappings up to
+    /// it are durable. Set only after the write succeeded.
+    saved_generation: AtomicU64,
+    /// Held from a save's snapshot to the end of its write, and by a table change
+    /// from its update through its save (or undo), so saves reach the store in order
+    /// and no other save writes a change that is about to be undone.
     save_order: Mutex<()>,
     /// Where blocking work (table saves asked for by the I/O path, zeroing) runs.
     service: Arc<dyn ServiceExecutor>,
@@ -169,14 +173,20 @@ impl PoolShared {
         state.free_units -= 1;
         state.allocation_hint = (found as u64 + 1) % self.unit_count;
         map.units[logical_unit as usize].store(found as u64 + 1, Ordering::Release);
-        self.mappings_dirty.store(true, Ordering::Release);
+        self.mapped_generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
-    /// Saves the table if thin mappings changed since the last save. Blocking.
+    /// True when every thin mapping made so far is in a save that reached the store.
+    fn mappings_saved(&self) -> bool {
+        self.saved_generation.load(Ordering::Acquire) >= self.mapped_generation.load(Ordering::Acquire)
+    }
+
+    /// Saves the table if thin mappings were made since the last save. Blocking.
     fn persist_if_dirty(&self) -> Result<(), PoolError> {
         let _order = lock_ignoring_poison(&self.save_order);
-        if !self.mappings_dirty.load(Ordering::Acquire) {
+        // Under the save lock, a save in flight has finished: "saved" means durable.
+        if self.mappings_saved() {
             return Ok(());
         }
         self.save_ordered(false)
@@ -188,30 +198,29 @@ impl PoolShared {
         self.save_ordered(false)
     }
 
-    /// Snapshot under the state lock, write outside it (caller holds `save_order`);
-    /// `clean_shutdown` only from the closing pool.
+    /// Saves the table (the caller holds `save_order`); `clean_shutdown` only from the
+    /// closing pool. The carve list and the mapping generation are read under the
+    /// state lock, the thin maps (atomics) after it, so allocation on I/O threads
+    /// waits only for the list to be copied; a map may show mappings newer than the
+    /// generation, which only saves more than the generation promises.
     fn save_ordered(&self, clean_shutdown: bool) -> Result<(), PoolError> {
-        let table = {
+        let (generation, next_id, entries) = {
             let state = self.lock();
-            // Cleared with the snapshot taken: a mapping made after it (under the
-            // state lock, so not concurrently) sets the flag again.
-            self.mappings_dirty.store(false, Ordering::Release);
-            TableFile {
-                version: TABLE_VERSION,
-                block_size_bytes: self.block_size_bytes,
-                unit_size_bytes: self.unit_size_bytes,
-                next_id: state.next_id,
-                carves: state
-                    .carves
-                    .values()
-                    .map(|entry| entry.snapshot())
-                    .collect(),
-                clean_shutdown,
-            }
+            let entries: Vec<(CarveRecord, Arc<CarveLayout>)> =
+                state.carves.values().map(|entry| (entry.record.clone(), Arc::clone(&entry.layout))).collect();
+            (self.mapped_generation.load(Ordering::Acquire), state.next_id, entries)
         };
-        self.store.save(&table).inspect_err(|_| {
-            self.mappings_dirty.store(true, Ordering::Release);
-        })
+        let table = TableFile {
+            version: TABLE_VERSION,
+            block_size_bytes: self.block_size_bytes,
+            unit_size_bytes: self.unit_size_bytes,
+            next_id,
+            carves: entries.into_iter().map(|(record, layout)| with_unit_map(record, &layout)).collect(),
+            clean_shutdown,
+        };
+        self.store.save(&table)?;
+        self.saved_generation.fetch_max(generation, Ordering::AcqRel);
+        Ok(())
     }
 
     /// For a Flush or FUA write of a thin carve: `None` when every mapping made so far
@@ -219,7 +228,7 @@ impl PoolShared {
     /// them is durable. The save runs on the service executor; waiters that arrive
     /// while one is queued share it.
     fn request_durable(self: &Arc<Self>, waker: Option<&Waker>) -> Option<Ticket<Result<(), IoError>>> {
-        if !self.mappings_dirty.load(Ordering::Acquire) {
+        if self.mappings_saved() {
             return None;
         }
         let ticket = Ticket::new(waker.cloned());
@@ -248,7 +257,13 @@ impl PoolShared {
                 }
                 std::mem::take(&mut durability.waiters)
             };
-            let result = self.persist_if_dirty().map_err(|_| IoError::Internal);
+            // A panic in the save must not leave waiters (and every later Flush of the
+            // pool, behind `job_queued`) waiting forever.
+            let saved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.persist_if_dirty()));
+            let result = match saved {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) | Err(_) => Err(IoError::Internal),
+            };
             for waiter in waiters {
                 waiter.finish(result);
             }
@@ -259,20 +274,20 @@ impl PoolShared {
 impl CarveEntry {
     /// The record with the thin unit map read from the live atomics.
     fn snapshot(&self) -> CarveRecord {
-        let mut record = self.record.clone();
-        if let Placement::Thin { map } = &self.layout.placement {
-            record.unit_map = (0..map.units.len() as u64)
-                .filter_map(|logical_unit| {
-                    map.physical_unit(logical_unit)
-                        .map(|physical_unit| UnitMapping {
-                            logical_unit,
-                            physical_unit,
-                        })
-                })
-                .collect();
-        }
-        record
+        with_unit_map(self.record.clone(), &self.layout)
     }
+}
+
+/// `record` with its thin unit map read from the live atomics of `layout`.
+fn with_unit_map(mut record: CarveRecord, layout: &CarveLayout) -> CarveRecord {
+    if let Placement::Thin { map } = &layout.placement {
+        record.unit_map = (0..map.units.len() as u64)
+            .filter_map(|logical_unit| {
+                map.physical_unit(logical_unit).map(|physical_unit| UnitMapping { logical_unit, physical_unit })
+            })
+            .collect();
+    }
+    record
 }
 
 /// A pool of carved namespaces over one backend; see the module docs.
@@ -364,7 +379,8 @@ impl Pool {
                 free_units,
                 allocation_hint: 0,
             }),
-            mappings_dirty: AtomicBool::new(false),
+            mapped_generation: AtomicU64::new(0),
+            saved_generation: AtomicU64::new(0),
             save_order: Mutex::new(()),
             service,
             durability: Mutex::new(DurabilityWaiters::default()),
@@ -465,6 +481,9 @@ impl Pool {
         if thin && units > MAX_THIN_UNITS {
             return Err(PoolError::InvalidSize(size_blocks));
         }
+        // Held through the save and any undo: no other save may record a carve whose
+        // creation is about to fail.
+        let _order = lock_ignoring_poison(&shared.save_order);
         let mut state = shared.lock();
         let extents = if thin {
             Vec::new()
@@ -498,10 +517,8 @@ impl Pool {
         let entry = self.entry_for(record);
         state.carves.insert(id, entry);
         drop(state);
-        if let Err(error) = shared.save() {
-            // Not persisted, so not created: undo. (A save by another thread in
-            // between may have recorded it: a crash before the next save then keeps
-            // an unbound carve, which `sluice pool` lists; no data is exposed.)
+        if let Err(error) = shared.save_ordered(false) {
+            // Not persisted, so not created: undo.
             let mut state = shared.lock();
             state.carves.remove(&id);
             for extent in &extents {
@@ -547,11 +564,13 @@ impl Pool {
     /// Changes how a carve is exported; persisted before it returns. On a failed save
     /// the old binding stays in force.
     pub fn set_binding(&self, id: CarvedId, binding: Option<NamespaceBinding>) -> Result<(), PoolError> {
+        // Held through the save and any undo (see `create_bound`).
+        let _order = lock_ignoring_poison(&self.shared.save_order);
         let mut state = self.shared.lock();
         let entry = state.carves.get_mut(&id).ok_or(PoolError::NotFound(id))?;
         let previous = std::mem::replace(&mut entry.record.binding, binding);
         drop(state);
-        if let Err(error) = self.shared.save() {
+        if let Err(error) = self.shared.save_ordered(false) {
             let mut state = self.shared.lock();
             if let Some(entry) = state.carves.get_mut(&id) {
                 entry.record.binding = previous;
@@ -700,19 +719,16 @@ impl Pool {
 impl Drop for Pool {
     /// A clean close: the mappings made since the last Flush are saved, and the table
     /// says it was closed cleanly (so the next open need not zero the free space).
-    /// Dropped on an I/O thread (the last holder was a connection's namespace), the
-    /// save goes to the service executor instead of blocking that thread.
+    /// Dropped on an I/O thread (the last holder was a connection's namespace), there
+    /// is no clean-close save: it would block that thread, and deferred it could land
+    /// after a reload reopened the same table. The table then reads as one a crash
+    /// left, which costs the next open a zeroing of the free units, nothing more.
     fn drop(&mut self) {
-        let shared = Arc::clone(&self.shared);
-        let save = move || {
-            let _order = lock_ignoring_poison(&shared.save_order);
-            let _ = shared.save_ordered(true);
-        };
         if crate::service::is_io_thread() {
-            self.shared.service.execute(Box::new(save));
-        } else {
-            save();
+            return;
         }
+        let _order = lock_ignoring_poison(&self.shared.save_order);
+        let _ = self.shared.save_ordered(true);
     }
 }
 
