@@ -626,6 +626,15 @@ impl Connection {
         });
     }
 
+    /// Bytes allocated for data buffers: the slots', the idle ones kept, and those
+    /// queued for sending (see `limits::max_connection_buffer_bytes`).
+    pub fn buffered_data_bytes(&self) -> u64 {
+        self.slots.buffer_bytes()
+            + self.pool.kept_bytes()
+            + self.pending.buffer_bytes()
+            + self.spare.as_ref().map_or(0, TransmitBatch::buffer_bytes)
+    }
+
     /// The next batch of PDUs to send, if any. The runtime hands it back through
     /// `transmit_complete` once every byte is written.
     pub fn take_transmit(&mut self) -> Option<TransmitBatch> {

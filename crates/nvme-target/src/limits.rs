@@ -44,6 +44,20 @@ pub const MAX_R2T_LENGTH_BYTES: u32 = MAX_H2C_DATA_BYTES;
 /// 128; 1024 covers hosts that ask for deep queues (the Linux default is 128).
 pub const MAX_IO_QUEUE_DEPTH: u16 = 1024;
 
+/// Idle data buffers a connection keeps beyond one per queue entry, for reuse.
+pub const SPARE_DATA_BUFFERS: usize = 8;
+
+/// Data buffer bytes one connection of `queue_depth` entries may hold at most: per
+/// entry its data buffer and a second one (Compare's read, Copy's gathered blocks), one
+/// more on its way out in the transmit queue, and the idle buffers kept for reuse
+/// (`queue_depth + SPARE_DATA_BUFFERS`). Each is at most `MAX_DATA_TRANSFER_BYTES`
+/// long, and its allocation at most twice that (a growing `Vec` may over-allocate).
+/// The simulator checks every connection against it after every step.
+pub fn max_connection_buffer_bytes(queue_depth: u16) -> u64 {
+    let buffers = 4 * u64::from(queue_depth) + SPARE_DATA_BUFFERS as u64;
+    buffers * 2 * u64::from(MAX_DATA_TRANSFER_BYTES)
+}
+
 /// Deepest admin queue (the Linux host uses 32, NVME_AQ_DEPTH). Admin commands are
 /// few; a deeper admin queue only costs slots.
 pub const MAX_ADMIN_QUEUE_DEPTH: u16 = 128;

@@ -197,6 +197,11 @@ impl SlotTable {
         self.slots.get_mut(index as usize)
     }
 
+    /// Bytes allocated for the slots' data buffers.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.slots.iter().map(|slot| (slot.buffer.capacity() + slot.compare_buffer.capacity()) as u64).sum()
+    }
+
     /// Indices of slots in `state`.
     pub fn indices_in_state(&self, state: SlotState) -> impl Iterator<Item = u16> + '_ {
         self.slots

@@ -50,6 +50,12 @@ impl TransmitBatch {
         }
     }
 
+    /// Bytes allocated for the data buffers attached to the batch (lent memory is the
+    /// backend's, not counted).
+    pub fn buffer_bytes(&self) -> u64 {
+        self.buffers.iter().map(|buffer| buffer.capacity() as u64).sum()
+    }
+
     /// True when there is nothing to send.
     pub fn is_empty(&self) -> bool {
         self.total_bytes == 0
@@ -189,6 +195,11 @@ impl BufferPool {
         buffer.clear();
         buffer.resize(length, 0);
         buffer
+    }
+
+    /// Bytes allocated for the idle buffers kept.
+    pub fn kept_bytes(&self) -> u64 {
+        self.free.iter().map(|buffer| buffer.capacity() as u64).sum()
     }
 
     /// Returns a buffer for reuse.

@@ -23,7 +23,8 @@
 //! data is promised), reads return the last acknowledged or a concurrent write, every
 //! command completes or fails on its host within the host's command timeout, valid
 //! commands fail only with statuses the faults explain, R2T requests stay within the
-//! per-connection byte budget, and nothing panics.
+//! per-connection byte budget, each connection's data buffers stay within the named
+//! limit for its queue depth, and nothing panics.
 
 pub mod disk;
 pub mod host;

@@ -545,6 +545,12 @@ impl World {
                 self.context.send(id, &bytes, false);
                 moved = true;
             }
+            let depth = connection.binding().map_or(1, |binding| binding.depth);
+            let buffered = connection.buffered_data_bytes();
+            let limit = nvme_target::limits::max_connection_buffer_bytes(depth);
+            if buffered > limit {
+                self.context.violation(format!("link {id}: {buffered} bytes of data buffers, over the {limit} byte limit of a queue of {depth}"));
+            }
             if let Some(budget) = budget {
                 let high_water = connection.r2t_outstanding_high_water_bytes();
                 if high_water > u64::from(budget) {

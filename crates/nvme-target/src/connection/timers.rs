@@ -151,7 +151,7 @@ impl Connection {
     /// Connect succeeded: size the queue and start its timers.
     pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
         self.slots = SlotTable::new(binding.depth);
-        self.pool = BufferPool::new(binding.depth as usize + 8);
+        self.pool = BufferPool::new(binding.depth as usize + crate::limits::SPARE_DATA_BUFFERS);
         self.setup_deadline = None;
         if binding.queue_id.is_admin() {
             self.restart_keep_alive(&binding.controller, now);
