@@ -41,7 +41,23 @@ pub struct HostSettings {
     pub max_r2t_outstanding: u32,
     /// Chance, each time the host is serviced, that it aborts a command picked by CID.
     pub abort_per_million: u32,
+    /// Chance, each time the host is serviced, that it takes the next step with a
+    /// namespace of its own in the pool: create, attach, detach, delete (0 without a
+    /// pool).
+    pub namespace_management_per_million: u32,
 }
+
+/// Where a host is with the namespace it manages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Managed {
+    Idle,
+    /// A management command is outstanding.
+    Waiting,
+    Have { nsid: u32, attached: bool },
+}
+
+/// Size of a namespace a host creates (thin: capacity 1 block).
+const MANAGED_NAMESPACE_BLOCKS: u64 = 64;
 
 /// What a submitted command was, to check its completion. Some fields are read only
 /// through Debug, in traces and violation messages.
@@ -62,6 +78,10 @@ enum Pending {
     Compare { lba: u64, blocks: u32, tag: u64 },
     /// Its Write of `tag`.
     CompareWrite { lba: u64, blocks: u32, tag: u64 },
+    NamespaceCreate,
+    NamespaceAttach { nsid: u32 },
+    NamespaceDetach { nsid: u32 },
+    NamespaceDelete { nsid: u32 },
 }
 
 struct Outstanding {
@@ -105,6 +125,7 @@ pub struct SimHost {
     next_user_tag: u64,
     keep_alive_due_ns: u64,
     failures_in_a_row: u32,
+    managed: Managed,
     transmit_buffer: Vec<u8>,
     /// Commands completed successfully (for the summary).
     pub completed_ok: u64,
@@ -133,6 +154,7 @@ impl SimHost {
             next_user_tag: 1,
             keep_alive_due_ns: 0,
             failures_in_a_row: 0,
+            managed: Managed::Idle,
             transmit_buffer: Vec::new(),
             completed_ok: 0,
             reconnects: 0,
@@ -199,6 +221,10 @@ impl SimHost {
         for (_, outstanding) in std::mem::take(&mut self.outstanding) {
             fail(context, outstanding.what, Some(outstanding.link));
         }
+        if self.managed == Managed::Waiting {
+            // Its outcome is unknown (the ledger says so): start over with a new one.
+            self.managed = Managed::Idle;
+        }
         self.failures_in_a_row += 1;
         let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(12)).min(RECONNECT_MAX_DELAY_NS);
         self.phase = Phase::Down { retry_at_ns: now_ns + delay };
@@ -244,6 +270,9 @@ impl SimHost {
                 self.submit_workload(context);
                 if context.rng.chance(self.settings.abort_per_million) {
                     self.submit_abort(context);
+                }
+                if context.rng.chance(self.settings.namespace_management_per_million) {
+                    self.submit_management(context);
                 }
             }
         }
@@ -366,6 +395,44 @@ impl SimHost {
 
     /// Aborts a command picked by CID, as a host whose command timed out would: it may
     /// name a command in flight, a finished one, or nothing.
+    /// The next step with this host's own namespace, on the admin queue; the ledger
+    /// learns what may change before it is sent.
+    fn submit_management(&mut self, context: &mut Context) {
+        let controllers = [self.controller_id];
+        let (command, what) = match self.managed {
+            Managed::Waiting => return,
+            Managed::Idle => {
+                let settings = commands::NamespaceCreate {
+                    size_blocks: MANAGED_NAMESPACE_BLOCKS,
+                    capacity_blocks: 1,
+                    ..Default::default()
+                };
+                (commands::namespace_create(&settings), Pending::NamespaceCreate)
+            }
+            Managed::Have { nsid, attached: false } if context.rng.chance(600_000) => {
+                (commands::namespace_attach(NamespaceId(nsid), &controllers), Pending::NamespaceAttach { nsid })
+            }
+            Managed::Have { nsid, attached: false } => {
+                (commands::namespace_delete(NamespaceId(nsid)), Pending::NamespaceDelete { nsid })
+            }
+            Managed::Have { nsid, attached: true } => {
+                (commands::namespace_detach(NamespaceId(nsid), &controllers), Pending::NamespaceDetach { nsid })
+            }
+        };
+        let owner = self.host_nqn();
+        match what {
+            Pending::NamespaceCreate => context.namespaces.creating(),
+            Pending::NamespaceAttach { nsid } | Pending::NamespaceDetach { nsid } => {
+                context.namespaces.attachment_changing(nsid, &owner)
+            }
+            Pending::NamespaceDelete { nsid } => context.namespaces.existence_changing(nsid, &owner),
+            _ => {}
+        }
+        if self.submit(context, None, command, what) {
+            self.managed = Managed::Waiting;
+        }
+    }
+
     fn submit_abort(&mut self, context: &mut Context) {
         let queue_id = context.rng.between(1, self.io.len() as u64) as u16;
         let command_id = context.rng.below(u64::from(self.settings.queue_size)) as u16;
@@ -426,7 +493,7 @@ impl SimHost {
                 "host {}: {:?} failed though the blocks held what it expected",
                 self.index, outstanding.what
             ));
-        } else if !expected_failure(status) {
+        } else if !expected_failure(status) && !outstanding.what.is_management() {
             context.data_violation(format!(
                 "host {}: valid command {:?} failed with status {:#x}",
                 self.index,
@@ -474,6 +541,34 @@ impl SimHost {
             }
             // The pair's outcome is the Write's.
             Pending::Compare { .. } => {}
+            // A refusal after an outcome nobody saw (attach of an attached namespace)
+            // is expected: the ledger keeps such facts unknown.
+            Pending::NamespaceCreate => {
+                self.managed = Managed::Idle;
+                let nsid = completion.cqe.result_dw0;
+                if ok && nsid != 0 {
+                    context.namespaces.created(nsid, &self.host_nqn());
+                    self.managed = Managed::Have { nsid, attached: false };
+                }
+            }
+            Pending::NamespaceAttach { nsid } => {
+                if ok {
+                    context.namespaces.attached(nsid, &self.host_nqn(), true);
+                }
+                self.managed = Managed::Have { nsid, attached: ok };
+            }
+            Pending::NamespaceDetach { nsid } => {
+                if ok {
+                    context.namespaces.attached(nsid, &self.host_nqn(), false);
+                }
+                self.managed = Managed::Have { nsid, attached: false };
+            }
+            Pending::NamespaceDelete { nsid } => {
+                if ok {
+                    context.namespaces.deleted(nsid, &self.host_nqn());
+                }
+                self.managed = Managed::Idle;
+            }
             Pending::CompareWrite { lba, blocks, tag } => {
                 let outcome = if ok {
                     WriteOutcome::Acknowledged { force_unit_access: false }
@@ -538,6 +633,16 @@ impl Pending {
                 | Pending::CompareWrite { .. }
         )
     }
+
+    fn is_management(&self) -> bool {
+        matches!(
+            self,
+            Pending::NamespaceCreate
+                | Pending::NamespaceAttach { .. }
+                | Pending::NamespaceDetach { .. }
+                | Pending::NamespaceDelete { .. }
+        )
+    }
 }
 
 /// A command that never completed: a write may or may not have happened, and while
@@ -556,7 +661,11 @@ fn fail(context: &mut Context, what: Pending, link: Option<u64>) {
         | Pending::PropertySetEnable
         | Pending::SetQueueCount
         | Pending::KeepAlive
-        | Pending::Abort { .. } => {}
+        | Pending::Abort { .. }
+        | Pending::NamespaceCreate
+        | Pending::NamespaceAttach { .. }
+        | Pending::NamespaceDetach { .. }
+        | Pending::NamespaceDelete { .. } => {}
     }
 }
 

@@ -28,6 +28,7 @@
 
 pub mod disk;
 pub mod host;
+pub mod ledger;
 pub mod network;
 pub mod oracle;
 pub mod plan;

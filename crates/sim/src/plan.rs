@@ -44,6 +44,14 @@ impl Plan {
     /// Draws a world: about a quarter of seeds are calm (no faults at all), so a bug
     /// in the plain data path is not hidden behind a fault.
     pub fn draw(rng: &mut Rng) -> Plan {
+        let mut plan = Self::draw_base(rng);
+        if plan.thin_pool_unit_bytes.is_some() {
+            plan.host.namespace_management_per_million = [0, 2_000, 20_000][rng.below(3) as usize];
+        }
+        plan
+    }
+
+    fn draw_base(rng: &mut Rng) -> Plan {
         let calm = rng.chance(250_000);
         let block_bytes = if rng.chance(750_000) { 512 } else { 4096 };
         let queue_size = rng.between(2, 32) as u16;
@@ -58,6 +66,7 @@ impl Plan {
                 io_queues: rng.between(1, 3) as u16,
                 max_r2t_outstanding: rng.below(4) as u32,
                 abort_per_million: if calm { 0 } else { [0, 100, 1_000][rng.below(3) as usize] },
+                namespace_management_per_million: 0,
                 queue_size,
                 queue_depth: rng.between(1, u64::from(queue_size - 1).min(16)) as usize,
                 max_io_blocks: if block_bytes == 512 { rng.between(1, 64) as u32 } else { rng.between(1, 8) as u32 },
@@ -91,7 +100,10 @@ impl Plan {
     /// One line: what this seed is.
     pub fn describe(&self) -> String {
         let pool = match self.thin_pool_unit_bytes {
-            Some(unit) => format!(" (thin carve, {unit} B units)"),
+            Some(unit) => format!(
+                " (thin carve, {unit} B units, namespace management {} ppm)",
+                self.host.namespace_management_per_million
+            ),
             None => String::new(),
         };
         format!(

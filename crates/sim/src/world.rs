@@ -26,6 +26,8 @@ pub struct Context {
     pub clock: SimClock,
     /// What every block may hold.
     pub oracle: Oracle,
+    /// What hosts were told about the namespaces they manage in the pool.
+    pub namespaces: crate::ledger::NamespaceLedger,
     /// Namespace block size.
     pub block_bytes: usize,
     /// I/O commands the hosts may still submit.
@@ -156,7 +158,7 @@ pub struct World {
     /// With a thin pool: its table (survives crashes as a file would), the carve, and
     /// the open pool (dropped without its clean-shutdown save on a crash).
     pool_table: Option<(storage::TableStore, storage::CarvedId)>,
-    pool: Option<storage::Pool>,
+    pool: Option<Arc<storage::Pool>>,
     /// Where the pool's blocking work (table saves) runs: at later steps.
     service: Arc<SimService>,
     next_fault_ns: u64,
@@ -180,16 +182,24 @@ const MAX_STALE_WAKES: u32 = 10_000;
 /// After the workload stops: time for outstanding commands to finish.
 const QUIESCE_NS: u64 = 30_000_000_000;
 
-fn target_spec(backend: Arc<dyn Backend>, plan: &Plan) -> TargetSpec {
+/// The target: the namespace over the disk, or the subsystem's pool (whose carve
+/// bound to NSID 1 is the namespace, and where hosts may create their own).
+fn target_spec(storage: TargetStorage, plan: &Plan) -> TargetSpec {
+    let (pool, namespaces) = match storage {
+        TargetStorage::Disk(backend) => {
+            (None, vec![NamespaceSpec { id: NAMESPACE, backend, nguid: None, uuid: None, ana_group: None }])
+        }
+        TargetStorage::Pool(pool) => (Some(pool), Vec::new()),
+    };
     TargetSpec {
         listeners: vec![ListenerSpec::tcp("192.0.2.1", 4420)],
         subsystems: vec![SubsystemSpec {
             hosts: HostAccess::allow_any(),
-            pool: None,
+            pool,
             nqn: SUBSYSTEM_NQN.into(),
             serial_number: None,
             model_number: None,
-            namespaces: vec![NamespaceSpec { id: NAMESPACE, backend, nguid: None, uuid: None, ana_group: None }],
+            namespaces,
         }],
         settings: TargetSettings {
             connection_setup_timeout_ms: 2_000,
@@ -197,6 +207,12 @@ fn target_spec(backend: Arc<dyn Backend>, plan: &Plan) -> TargetSpec {
             ..TargetSettings::default()
         },
     }
+}
+
+/// What the target serves from.
+enum TargetStorage {
+    Disk(Arc<dyn Backend>),
+    Pool(Arc<storage::Pool>),
 }
 
 impl World {
@@ -221,6 +237,7 @@ impl World {
             rng,
             clock,
             oracle: Oracle::new(plan.namespace_blocks, plan.block_bytes),
+            namespaces: Default::default(),
             block_bytes: plan.block_bytes,
             io_budget: plan.max_commands,
             links: BTreeMap::new(),
@@ -283,12 +300,20 @@ impl World {
         let table = storage::TableStore::memory();
         // A new pool zeroes its device and waits for it in a loop: no simulated time.
         self.disk.set_instant(true);
+        // Bound to NSID 1 of the subsystem, for every host, as a namespace the config
+        // made: the target serves it from the pool and hosts cannot delete it.
+        let binding = storage::NamespaceBinding {
+            subsystem_nqn: SUBSYSTEM_NQN.into(),
+            namespace_id: NAMESPACE.0,
+            all_hosts: true,
+            hosts: Vec::new(),
+        };
         let created = storage::Pool::open_with_service(self.disk.backend(), table.clone(), unit_bytes, self.executor())
-            .and_then(|pool| pool.create(self.plan.namespace_blocks, true).map(|id| (pool, id)));
+            .and_then(|pool| pool.create_bound(self.plan.namespace_blocks, true, Some(binding)).map(|id| (pool, id)));
         self.disk.set_instant(false);
         match created {
             Ok((pool, id)) => {
-                self.pool = Some(pool);
+                self.pool = Some(Arc::new(pool));
                 self.pool_table = Some((table, id));
             }
             Err(error) => self.context.violation(format!("the pool cannot be created: {error}")),
@@ -298,29 +323,43 @@ impl World {
     /// The namespace's backend: the disk, or the thin carve (opening the pool from its
     /// table after a crash).
     fn namespace_backend(&mut self) -> Option<Arc<dyn Backend>> {
-        let Some((table, id)) = self.pool_table.clone() else {
+        let Some((_, id)) = self.pool_table.clone() else {
             return Some(self.disk.backend());
         };
-        if self.pool.is_none() {
-            self.disk.set_instant(true);
-            let unit_bytes = storage::pool::DEFAULT_UNIT_SIZE_BYTES; // the table keeps its own
-            let opened = storage::Pool::open_with_service(self.disk.backend(), table, unit_bytes, self.executor());
-            self.disk.set_instant(false);
-            match opened {
-                Ok(pool) => self.pool = Some(pool),
-                Err(error) => {
-                    self.context.violation(format!("the pool does not open after a crash: {error}"));
-                    return None;
-                }
-            }
-        }
-        match self.pool.as_ref().map(|pool| pool.get(id)) {
-            Some(Ok(backend)) => Some(backend),
-            Some(Err(error)) => {
+        let pool = self.open_pool()?;
+        match pool.get(id) {
+            Ok(backend) => Some(backend),
+            Err(error) => {
                 self.context.violation(format!("the pool lost its carve: {error}"));
                 None
             }
-            None => None,
+        }
+    }
+
+    /// The pool, opened from its table after a crash; then what hosts were told about
+    /// their namespaces must agree with the table.
+    fn open_pool(&mut self) -> Option<Arc<storage::Pool>> {
+        if let Some(pool) = &self.pool {
+            return Some(Arc::clone(pool));
+        }
+        let (table, _) = self.pool_table.clone()?;
+        self.disk.set_instant(true);
+        let unit_bytes = storage::pool::DEFAULT_UNIT_SIZE_BYTES; // the table keeps its own
+        let opened = storage::Pool::open_with_service(self.disk.backend(), table, unit_bytes, self.executor());
+        self.disk.set_instant(false);
+        match opened {
+            Ok(pool) => {
+                let pool = Arc::new(pool);
+                for problem in self.context.namespaces.disagreements(&pool.records(), SUBSYSTEM_NQN) {
+                    self.context.violation(format!("after a crash: {problem}"));
+                }
+                self.pool = Some(Arc::clone(&pool));
+                Some(pool)
+            }
+            Err(error) => {
+                self.context.violation(format!("the pool does not open after a crash: {error}"));
+                None
+            }
         }
     }
 
@@ -334,8 +373,18 @@ impl World {
     }
 
     fn start_target(&mut self) {
-        let Some(backend) = self.namespace_backend() else { return };
-        match Target::new(target_spec(backend, &self.plan)) {
+        let storage = if self.pool_table.is_some() {
+            let Some(pool) = self.open_pool() else { return };
+            TargetStorage::Pool(pool)
+        } else {
+            TargetStorage::Disk(self.disk.backend())
+        };
+        // Starting frees carves no namespace is bound to (device I/O the target waits
+        // for in a loop): the disk answers at once meanwhile.
+        self.disk.set_instant(true);
+        let started = Target::new(target_spec(storage, &self.plan));
+        self.disk.set_instant(false);
+        match started {
             Ok(target) => self.target = Some(target),
             Err(error) => self.context.violation(format!("the target does not start: {error}")),
         }
