@@ -97,7 +97,7 @@ impl NamespaceLedger {
                 _ => {}
             }
             let Some(binding) = binding else { continue };
-            let attached = binding.all_hosts || binding.hosts.iter().any(|host| *host == entry.owner_nqn);
+            let attached = binding.all_hosts || binding.hosts.contains(&entry.owner_nqn);
             match (entry.attached_to_owner, attached) {
                 (Known::Yes, false) => problems.push(format!("namespace {nsid}: attached as its host was told, detached in the pool table")),
                 (Known::No, true) => problems.push(format!("namespace {nsid}: detached as its host was told, attached in the pool table")),
