@@ -17,6 +17,8 @@
 //! - [`host`]: bring-up, keep-alive, reconnect with backoff, and a workload of reads,
 //!   writes (some FUA), Write Zeroes and Flush on a shared namespace.
 //! - [`oracle`]: what each block may hold now and after a crash.
+//! - [`ledger`]: what hosts were told about the namespaces they manage in the pool,
+//!   checked against the pool table after every crash.
 //! - [`disk`]: the simulated disk and the planted bugs ([`Canary`]).
 //!
 //! Invariants: no acknowledged write lost or torn (after a crash, only flushed or FUA
