@@ -218,13 +218,13 @@ impl QueueConnection {
         if let Err(error) = session.receive_ciphertext(&self.cipher_buffer[..count]) {
             return Err(self.tls_error(error));
         }
-        loop {
-            match session.read_plaintext(&mut self.receive_buffer) {
-                Ok(0) => return Ok(()),
-                Ok(plain) => self.queue.handle_received(&self.receive_buffer[..plain], now),
-                Err(error) => return Err(ClientError::Tls { address: self.address, message: error.to_string() }),
-            }
-        }
+        let queue = &mut self.queue;
+        session
+            .deliver_plaintext(&mut self.receive_buffer, |plain| {
+                queue.handle_received(plain, now);
+                true
+            })
+            .map_err(|error| ClientError::Tls { address: self.address, message: error.to_string() })
     }
 
     /// Waits up to `wait` for bytes, feeds what arrives (all of it that is already

@@ -221,17 +221,15 @@ impl<H: ConnectionHandler> TlsConnection<H> {
         if self.plaintext.len() < PLAINTEXT_CHUNK_BYTES {
             self.plaintext.resize(PLAINTEXT_CHUNK_BYTES, 0);
         }
-        loop {
-            let Stage::Tls { session, established: true } = &mut self.stage else { return Ok(()) };
-            if self.inner.wants_close() {
-                return Ok(());
-            }
-            let count = session.read_plaintext(&mut self.plaintext)?;
-            if count == 0 {
-                return Ok(());
-            }
-            self.inner.on_receive(&self.plaintext[..count], now);
+        let Stage::Tls { session, established: true } = &mut self.stage else { return Ok(()) };
+        if self.inner.wants_close() {
+            return Ok(());
         }
+        let inner = &mut self.inner;
+        session.deliver_plaintext(&mut self.plaintext, |plain| {
+            inner.on_receive(plain, now);
+            !inner.wants_close()
+        })
     }
 
     /// Encrypts what the inner handler has to send (several of its batches, up to a

@@ -394,6 +394,23 @@ impl TlsSession {
         }
     }
 
+    /// Reads every whole record there is, through `buffer`, handing each piece of
+    /// plaintext to `deliver`, which answers whether to go on (a handler that wants
+    /// to close stops it). The one decrypt-and-deliver loop of the target's TLS
+    /// wrapper and the host's blocking path.
+    pub fn deliver_plaintext(
+        &mut self,
+        buffer: &mut [u8],
+        mut deliver: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(), TlsError> {
+        loop {
+            let count = self.read_plaintext(buffer)?;
+            if count == 0 || !deliver(&buffer[..count]) {
+                return Ok(());
+            }
+        }
+    }
+
     /// Encrypts `data` for the peer (the ciphertext waits in [`Self::take_ciphertext`]).
     pub fn write_plaintext(&mut self, data: &[u8]) -> Result<(), TlsError> {
         let mut written = 0;
