@@ -544,6 +544,7 @@ impl SimHost {
             // A refusal after an outcome nobody saw (attach of an attached namespace)
             // is expected: the ledger keeps such facts unknown.
             Pending::NamespaceCreate => {
+                context.namespaces.create_answered();
                 self.managed = Managed::Idle;
                 let nsid = completion.cqe.result_dw0;
                 if ok && nsid != 0 {

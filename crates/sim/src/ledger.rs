@@ -27,6 +27,9 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct NamespaceLedger {
     entries: BTreeMap<u32, Entry>,
+    /// Creates that may still run at the target: sent and not answered, or whose
+    /// answer was lost (their job may still be queued) until the target crashes.
+    floating_creates: u32,
 }
 
 impl NamespaceLedger {
@@ -38,6 +41,7 @@ impl NamespaceLedger {
     /// A create went out: until it is answered, it may have taken the NSID of any
     /// namespace deleted before (the target hands out the lowest free one).
     pub fn creating(&mut self) {
+        self.floating_creates += 1;
         for entry in self.entries.values_mut().filter(|entry| entry.exists == Known::No) {
             entry.exists = Known::Unknown;
             entry.attached_to_owner = Known::Unknown;
@@ -59,10 +63,22 @@ impl NamespaceLedger {
         }
     }
 
-    /// The host was told its `nsid` is deleted.
+    /// A create was answered (with or without a namespace): it will not run again.
+    pub fn create_answered(&mut self) {
+        self.floating_creates = self.floating_creates.saturating_sub(1);
+    }
+
+    /// The target crashed: creates it had not run never will.
+    pub fn target_crashed(&mut self) {
+        self.floating_creates = 0;
+    }
+
+    /// The host was told its `nsid` is deleted. While a create may still run, it may
+    /// take this NSID again, so the NSID's existence is then unknown, not "no".
     pub fn deleted(&mut self, nsid: u32, owner_nqn: &str) {
+        let floating = self.floating_creates > 0;
         if let Some(entry) = self.owned(nsid, owner_nqn) {
-            entry.exists = Known::No;
+            entry.exists = if floating { Known::Unknown } else { Known::No };
         }
     }
 

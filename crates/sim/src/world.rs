@@ -660,6 +660,7 @@ impl World {
     fn crash_target(&mut self) {
         self.crashes += 1;
         self.crash_storage();
+        self.context.namespaces.target_crashed();
         self.context.oracle.crash();
         self.connections.clear();
         self.target = None;
