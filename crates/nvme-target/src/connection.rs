@@ -152,7 +152,7 @@ pub struct Connection {
     pub(crate) storage_waker: Option<Waker>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// Connection setup must finish by then.
-    setup_deadline: Option<Instant>,
+    pub(crate) setup_deadline: Option<Instant>,
     /// Admin queue: the controller is torn down unless a Keep Alive arrives by then.
     pub(crate) keep_alive_deadline: Option<Instant>,
     /// I/O queue: next check whether the controller still exists.
@@ -179,9 +179,12 @@ pub struct Connection {
     pub(crate) fused: crate::fused::FusedQueue,
     /// The TLS identity this connection's queue must connect as (`secure_channel`).
     pub(crate) secure_channel: Option<crate::secure_channel::SecureChannelBinding>,
+    /// Its count in the controller, its drain once closed, a held Connect.
+    pub(crate) quiesce: crate::quiesce::QueueQuiesce,
     /// A C2HTermReq was queued: it must be the last PDU on the wire.
     terminated: bool,
-    cleaned_up: bool,
+    /// The socket is gone (`handle_closed`): nothing is sent any more.
+    pub(crate) cleaned_up: bool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -249,6 +252,7 @@ impl Connection {
             held_management: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             secure_channel: None,
+            quiesce: crate::quiesce::QueueQuiesce::default(),
             terminated: false,
             cleaned_up: false,
         }
@@ -540,8 +544,9 @@ impl Connection {
         submission_queue_head: u16,
     ) {
         self.on_fused_completion(slot_index, status);
-        if self.terminated {
-            // Nothing may follow the C2HTermReq: drop the response.
+        if self.terminated || self.cleaned_up {
+            // Nothing may follow the C2HTermReq, and no one listens after the close:
+            // drop the response.
             let slot = self.slots.slot(slot_index);
             let buffers = (std::mem::take(&mut slot.buffer), std::mem::take(&mut slot.compare_buffer));
             self.pool.give(buffers.0);
@@ -667,12 +672,16 @@ impl Connection {
 
     /// The socket is gone (peer closed, error, shutdown or after `wants_close`).
     /// Releases the controller or queue; call once, and it is safe to call again.
+    /// Storage requests still in flight keep the connection: [`Connection::drain`]
+    /// until it returns true, then drop it (see `quiesce`).
     pub fn handle_closed(&mut self) {
         if self.cleaned_up {
             return;
         }
         self.cleaned_up = true;
-        self.release_all_held_ranges();
+        // Commands that never reached storage never will; ranges held by those that
+        // did stay held until they land (`finish_drain`).
+        self.fused.parked.clear();
         self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;
         // Gives the place back to the host's max_connections_per_host.
@@ -690,6 +699,7 @@ impl Connection {
                 // at their next check.
                 controller.tear_down();
                 self.target.remove_controller(controller);
+                self.target.retiring.watch(controller);
                 tracing::info!(peer = %self.peer, controller = controller.id.0,
                     kind = ?controller.kind, "controller released");
             } else {
@@ -711,6 +721,7 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.handle_closed();
+        self.finish_drain();
     }
 }
 

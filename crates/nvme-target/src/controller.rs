@@ -223,6 +223,11 @@ pub struct Controller {
     /// True while `aborts` holds a request no queue answered: lets I/O queues check
     /// without the lock.
     abort_requested: AtomicBool,
+    /// Queues of this controller that are connected, or closed with storage requests
+    /// still in flight (see `quiesce`).
+    unquiet_queues: AtomicU32,
+    /// Queues of this controller closed with storage requests still in flight.
+    draining_queues: AtomicU32,
 }
 
 /// One Abort the admin queue received for a command of an I/O queue.
@@ -288,6 +293,8 @@ impl Controller {
             errors: Mutex::new(ErrorLog::default()),
             aborts: Mutex::new(Vec::new()),
             abort_requested: AtomicBool::new(false),
+            unquiet_queues: AtomicU32::new(0),
+            draining_queues: AtomicU32::new(0),
         }
     }
 
@@ -623,6 +630,34 @@ impl Controller {
     /// True once torn down.
     pub fn is_torn_down(&self) -> bool {
         self.torn_down.load(Ordering::Acquire)
+    }
+
+    /// A queue connected to this controller (see `unquiet_queues`).
+    pub(crate) fn queue_connected(&self) {
+        self.unquiet_queues.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A queue of this controller closed and nothing it started is in flight any more.
+    pub(crate) fn queue_quiet(&self) {
+        self.unquiet_queues.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A queue of this controller closed with storage requests in flight.
+    pub(crate) fn queue_draining(&self) {
+        self.draining_queues.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// ... and those requests are done (or let go).
+    pub(crate) fn queue_drained(&self) {
+        self.draining_queues.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// No request of a dead queue of this controller can still reach storage: none of
+    /// its queues is draining, and once torn down, all of them are closed and drained.
+    /// A Connect of the same host waits for this (see `quiesce`).
+    pub fn is_settled(&self) -> bool {
+        self.draining_queues.load(Ordering::Acquire) == 0
+            && (!self.is_torn_down() || self.unquiet_queues.load(Ordering::Acquire) == 0)
     }
 
     /// Current reset generation.

@@ -249,6 +249,15 @@ impl Connection {
 
     fn on_storage_completion(&mut self, completion: IoCompletion, now: Instant) {
         let slot_index = completion.token as u16;
+        if self.cleaned_up {
+            // Closed and draining: the command is over for everyone; start nothing
+            // more for it (the next step of a fused pair or a Copy).
+            self.pool.give(completion.buffer);
+            if self.slots.get(slot_index).is_some_and(|slot| slot.state != SlotState::Free) {
+                self.slots.release(slot_index);
+            }
+            return;
+        }
         let Some(slot) = self.slots.get(slot_index) else {
             self.pool.give(completion.buffer);
             return;

@@ -86,6 +86,9 @@ impl Connection {
             self.complete_unbound(slot_index, status, 0, QueueId::ADMIN, 0);
             return;
         }
+        if self.connect_must_wait(slot_index, now) {
+            return;
+        }
         match self.accept_connect(slot_index, &sqe, now) {
             Ok(Accepted { controller, queue_id, depth, host_connection, host_rules }) => {
                 // A host with a DH-HMAC-CHAP secret authenticates every queue before

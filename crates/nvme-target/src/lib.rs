@@ -25,6 +25,8 @@ pub mod controller;
 mod discovery;
 mod dispatch;
 mod outcome;
+mod quiesce;
+mod retiring;
 mod copy;
 mod fabrics;
 mod fused;

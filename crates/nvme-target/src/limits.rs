@@ -95,6 +95,11 @@ pub const MAX_DATASET_RANGES: u32 = 256;
 /// not sent ICReq and a successful Connect within it is closed).
 pub const MAX_CONNECTION_SETUP_TIMEOUT_MS: u64 = 3_600_000;
 
+/// Longest `command_quiesce_timeout_ms` accepted: a host reconnecting waits at most
+/// this long for its dead queues' storage requests (hosts give up on a Connect after
+/// about a minute).
+pub const MAX_COMMAND_QUIESCE_TIMEOUT_MS: u32 = 50_000;
+
 /// Largest `max_outstanding_r2t_bytes_per_connection` accepted: 1 GiB of host data
 /// requested at once on one connection is already more than any queue needs.
 pub const MAX_OUTSTANDING_R2T_BYTES_LIMIT: u32 = 1 << 30;
@@ -113,6 +118,10 @@ pub const REFUSAL_LOG_REPEAT_MS: u64 = 60_000;
 /// How often an I/O queue checks whether its controller was torn down (keep-alive
 /// expiry, admin queue loss, controller reset on another thread).
 pub const CONTROLLER_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// How often a held Connect looks whether the host's previous controller is quiet
+/// (see `quiesce`).
+pub const QUIESCE_CHECK_INTERVAL_MS: u64 = 10;
 /// How often an admin queue holding Asynchronous Event Requests looks for events
 /// raised by other queues (namespace changes), in milliseconds: the delay before a
 /// host hears of a new namespace.

@@ -213,6 +213,9 @@ pub struct TargetCounters {
     pub keep_alive_timeouts: AtomicU64,
     /// Connections ended with a C2HTermReq (a broken PDU stream).
     pub transport_errors: AtomicU64,
+    /// Waits for a dead connection's storage requests that ran out of
+    /// `command_quiesce_timeout_ms` (its drain, or a Connect held for it).
+    pub quiesce_timeouts: AtomicU64,
 }
 
 impl TargetCounters {

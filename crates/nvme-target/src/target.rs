@@ -14,7 +14,8 @@ use crate::ana::AnaStates;
 use crate::controller::{Controller, ControllerKind};
 use crate::namespaces::NamespaceChange;
 use crate::limits::{
-    RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS, MAX_DATA_TRANSFER_BYTES,
+    RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_COMMAND_QUIESCE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS,
+    MAX_DATA_TRANSFER_BYTES,
     MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH, MAX_OUTSTANDING_R2T_BYTES_LIMIT,
 };
 use crate::stats::TargetCounters;
@@ -109,6 +110,14 @@ pub struct TargetSettings {
     /// controller then lives until its admin connection closes). Refused when false.
     /// Discovery controllers asking for 0 always get `DISCOVERY_KEEP_ALIVE_TIMEOUT_MS`.
     pub allow_keep_alive_disabled: bool,
+    /// How long a closed connection waits for its storage requests still in flight
+    /// before it lets them go, and so how long a host's new admin Connect to the same
+    /// subsystem is held while its previous controller's requests may still land (a
+    /// write of the dead association must not overwrite what the new one wrote).
+    /// Above the backends' own I/O timeouts (RBD: 20 s by default), so a request
+    /// normally ends before the wait does. (NVMe's CQT, Command Quiesce Time, is the
+    /// host-side view of this bound; Identify Controller does not report it yet.)
+    pub command_quiesce_timeout_ms: u32,
 }
 
 impl Default for TargetSettings {
@@ -122,6 +131,7 @@ impl Default for TargetSettings {
             min_keep_alive_timeout_ms: 1_000,
             max_keep_alive_timeout_ms: 300_000,
             allow_keep_alive_disabled: false,
+            command_quiesce_timeout_ms: 30_000,
             controller_id_min: 1,
             controller_id_max: ControllerId::MAX_VALID,
             reservations: true,
@@ -196,6 +206,8 @@ pub enum TargetError {
     OutstandingR2tBytes { value: u32, min: u32, max: u32 },
     #[error("connection_setup_timeout_ms must be 1..={max}, not {value}")]
     ConnectionSetupTimeout { value: u64, max: u64 },
+    #[error("command_quiesce_timeout_ms must be 1..={max}, not {value}")]
+    CommandQuiesceTimeout { value: u32, max: u32 },
     #[error("the controller id range {min}..={max} must lie within 1..={limit} and not be empty")]
     ControllerIdRange { min: u16, max: u16, limit: u16 },
     #[error(
@@ -292,6 +304,8 @@ pub struct Target {
     peer_paths: RwLock<Vec<PeerPath>>,
     /// Persist Through Power Loss: where reservations are kept (none: not offered).
     reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
+    /// Torn-down controllers whose queues may still have requests at storage.
+    pub(crate) retiring: crate::retiring::RetiringControllers,
 }
 
 /// A path to a subsystem through another gateway, as the discovery log lists it.
@@ -345,6 +359,7 @@ impl Target {
             ana: AnaStates::default(),
             peer_paths: RwLock::new(Vec::new()),
             reservation_store: std::sync::OnceLock::new(),
+            retiring: crate::retiring::RetiringControllers::default(),
         });
         for subsystem_spec in spec.subsystems {
             target.add_subsystem(subsystem_spec)?;
@@ -652,6 +667,12 @@ impl TargetSettings {
                 max: MAX_CONNECTION_SETUP_TIMEOUT_MS,
             });
         }
+        if !(1..=MAX_COMMAND_QUIESCE_TIMEOUT_MS).contains(&self.command_quiesce_timeout_ms) {
+            return Err(TargetError::CommandQuiesceTimeout {
+                value: self.command_quiesce_timeout_ms,
+                max: MAX_COMMAND_QUIESCE_TIMEOUT_MS,
+            });
+        }
         if self.min_keep_alive_timeout_ms == 0 || self.min_keep_alive_timeout_ms > self.max_keep_alive_timeout_ms {
             return Err(TargetError::KeepAliveRange {
                 min: self.min_keep_alive_timeout_ms,
@@ -663,131 +684,4 @@ impl TargetSettings {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(settings: TargetSettings) -> TargetSpec {
-        TargetSpec { listeners: Vec::new(), subsystems: Vec::new(), settings }
-    }
-
-    #[test]
-    fn default_settings_are_valid() {
-        assert!(Target::new(spec(TargetSettings::default())).is_ok());
-    }
-
-    #[test]
-    fn out_of_range_limits_are_refused() {
-        let defaults = TargetSettings::default();
-        let cases = [
-            TargetSettings { max_connections_per_host: 64, ..defaults },
-            TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES - 1, ..defaults },
-            TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_OUTSTANDING_R2T_BYTES_LIMIT + 1, ..defaults },
-            TargetSettings { connection_setup_timeout_ms: 0, ..defaults },
-            TargetSettings { min_keep_alive_timeout_ms: 0, ..defaults },
-            TargetSettings { min_keep_alive_timeout_ms: 10_000, max_keep_alive_timeout_ms: 5_000, ..defaults },
-        ];
-        for settings in cases {
-            assert!(Target::new(spec(settings)).is_err(), "{settings:?} was accepted");
-        }
-        let smallest = TargetSettings {
-            max_connections_per_host: 65,
-            max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES,
-            connection_setup_timeout_ms: 1,
-            min_keep_alive_timeout_ms: 1,
-            max_keep_alive_timeout_ms: 1,
-            ..defaults
-        };
-        assert!(Target::new(spec(smallest)).is_ok());
-    }
-
-    #[test]
-    fn keep_alive_requests_are_granted_clamped_or_refused() {
-        let settings = TargetSettings::default();
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 5_000), Ok(5_000));
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 10), Ok(1_000));
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 0), Err(KeepAliveRefusal::Disabled));
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Io, 300_001), Err(KeepAliveRefusal::AboveMaximum));
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Discovery, 0), Ok(DISCOVERY_KEEP_ALIVE_TIMEOUT_MS));
-        assert_eq!(settings.keep_alive_timeout(ControllerKind::Discovery, 30_000), Ok(30_000));
-        let permissive = TargetSettings { allow_keep_alive_disabled: true, ..settings };
-        assert_eq!(permissive.keep_alive_timeout(ControllerKind::Io, 0), Ok(0));
-        // Set Features values outside the range run the nearest allowed timer.
-        assert_eq!(settings.effective_keep_alive_timeout(ControllerKind::Io, 0), 300_000);
-        assert_eq!(settings.effective_keep_alive_timeout(ControllerKind::Io, u32::MAX), 300_000);
-        let short = TargetSettings { max_keep_alive_timeout_ms: 60_000, ..settings };
-        assert_eq!(short.keep_alive_timeout(ControllerKind::Discovery, 0), Ok(60_000));
-    }
-
-    fn listener(address: &str, port: u16, discovery_only: bool) -> ListenerSpec {
-        ListenerSpec { address: address.into(), port, family: AddressFamily::Ipv4, discovery_only, secure_channel: Default::default() }
-    }
-
-    /// (PORTID, TRADDR, TRSVCID) of every discovery log record.
-    fn discovery_records(target: &Target) -> Vec<(u16, String, String)> {
-        target.discovery_entries_for("nqn.2014-08.io.sluice:any-host")
-            .iter()
-            .map(|entry| {
-                let address = entry.transport_address_str().unwrap_or_default().to_string();
-                (entry.port_id, address, entry.transport_service_id_str().unwrap_or_default().to_string())
-            })
-            .collect()
-    }
-
-    #[test]
-    fn listeners_added_and_removed_live_change_the_discovery_log() {
-        let spec = TargetSpec {
-            listeners: vec![listener("127.0.0.1", 4420, false), listener("127.0.0.1", 8009, true)],
-            subsystems: vec![SubsystemSpec {
-                nqn: "nqn.2026-11.io.sluice:a".into(),
-                serial_number: None,
-                model_number: None,
-                namespaces: Vec::new(),
-                pool: None,
-                hosts: crate::HostAccess::allow_any(),
-            }],
-            settings: TargetSettings::default(),
-        };
-        let target = Target::new(spec).unwrap();
-        // Discovery-only listeners are not paths to NVM subsystems.
-        assert_eq!(discovery_records(&target), [(1, "127.0.0.1".into(), "4420".into())]);
-        let generation = target.discovery_generation();
-
-        target.add_listener(2, listener("10.0.0.1", 4421, false)).unwrap();
-        assert!(target.discovery_generation() > generation, "hosts comparing GENCTR read the log again");
-        assert_eq!(
-            discovery_records(&target),
-            [(1, "127.0.0.1".into(), "4420".into()), (3, "10.0.0.1".into(), "4421".into())]
-        );
-        assert_eq!(target.add_listener(2, listener("10.0.0.2", 4420, false)), Err(TargetError::DuplicateListener(2)));
-
-        // Removing the first listener does not renumber the others: PORTID and
-        // the id connections carry stay the same.
-        let generation = target.discovery_generation();
-        assert_eq!(target.remove_listener(0).unwrap(), listener("127.0.0.1", 4420, false));
-        assert!(target.discovery_generation() > generation);
-        assert_eq!(discovery_records(&target), [(3, "10.0.0.1".into(), "4421".into())]);
-        assert_eq!(target.listener(0), None);
-        assert_eq!(target.listener(1), Some(listener("127.0.0.1", 8009, true)));
-        assert_eq!(target.listener(2).map(|spec| spec.port), Some(4421));
-        assert_eq!(target.remove_listener(0), Err(TargetError::UnknownListener(0)));
-        let ids: Vec<usize> = target.listeners().iter().map(|(id, _)| *id).collect();
-        assert_eq!(ids, [1, 2]);
-    }
-
-    #[test]
-    fn host_connections_are_counted_until_their_guards_drop() {
-        let settings = TargetSettings { max_io_queues_per_controller: 1, max_connections_per_host: 2, ..Default::default() };
-        let target = Target::new(spec(settings)).unwrap();
-        let now = Instant::now();
-        let first = target.admit_host_connection("host-a", now).unwrap();
-        let _second = target.admit_host_connection("host-a", now).unwrap();
-        let refused = target.admit_host_connection("host-a", now).unwrap_err();
-        assert_eq!(refused, HostConnectionsExhausted { live: 2, log: Some(0) });
-        assert_eq!(target.admit_host_connection("host-a", now).unwrap_err().log, None);
-        let _other = target.admit_host_connection("host-b", now).unwrap();
-        drop(first);
-        assert_eq!(target.host_connection_count("host-a"), 1);
-        let _again = target.admit_host_connection("host-a", now).unwrap();
-        assert_eq!(target.host_connection_count("host-a"), 2);
-    }
-}
+mod tests;

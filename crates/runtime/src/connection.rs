@@ -398,7 +398,15 @@ impl<H: ConnectionHandler> RingCore<H> {
         handler.on_closed(reason);
         match self.released.as_mut() {
             Some(released) => released.push(Released { index, generation, handler, outcome: Outcome::Closed(reason) }),
-            None => drop(handler),
+            None => {
+                // Kept while what it started still runs (see `ConnectionHandler::drain`).
+                if !handler.drain(Instant::now()) {
+                    self.draining.push(handler);
+                    self.draining_pending_work |= self.draining.last().is_some_and(ConnectionHandler::has_pending_work);
+                    let deadline = self.draining.last().and_then(ConnectionHandler::next_deadline);
+                    self.earliest_deadline = deadline.into_iter().chain(self.earliest_deadline).min();
+                }
+            }
         }
         if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.recv_buffer_bytes {
             self.spare_recv_buffers.push(recv_buffer);

@@ -195,7 +195,8 @@ impl<S: Service> EventLoop<S> {
                 return Err(RuntimeError::Submit(error));
             }
             if let Some(since) = self.shutting_down_since {
-                if self.core.connections.is_empty() && self.core.outstanding_ops == 0 {
+                // Closed connections still draining get the same grace as the rest.
+                if self.core.connections.is_empty() && self.core.outstanding_ops == 0 && self.core.draining.is_empty() {
                     tracing::debug!(thread = self.settings.thread, "runtime thread stopped");
                     return Ok(());
                 }

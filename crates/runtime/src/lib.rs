@@ -111,6 +111,14 @@ pub trait ConnectionHandler {
     /// Called exactly once; the handler is dropped after it. By then the socket
     /// is closed and the runtime holds no batch of this connection.
     fn on_closed(&mut self, reason: CloseReason);
+    /// After `on_closed`: true when nothing the connection started is still going
+    /// (e.g. storage requests in flight, which must end before the handler's memory
+    /// and queues go). Until then the runtime keeps the handler, calls this again on
+    /// every loop turn (after storage wakes, at `next_deadline`, and without blocking
+    /// while `has_pending_work`), and drops it once it returns true. Must not block.
+    fn drain(&mut self, _now: Instant) -> bool {
+        true
+    }
     /// The connection's TLS handshake finished with this PSK identity (the
     /// [`tls::TlsConnection`] wrapper calls it before the first plaintext byte).
     fn on_secure_channel(&mut self, _psk_identity: &[u8]) {}

@@ -68,6 +68,10 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     /// `Some` when handlers of closed (and detached) connections go back to the
     /// owner instead of being dropped.
     pub(crate) released: Option<Vec<Released<H>>>,
+    /// Handlers of closed connections whose `drain` has not returned true yet.
+    pub(crate) draining: Vec<H>,
+    /// One of `draining` reported pending work: the loop must not block.
+    pub(crate) draining_pending_work: bool,
 }
 
 /// Spare buffers kept per ring; beyond this, closed connections' buffers are freed.
@@ -91,6 +95,8 @@ impl<H: ConnectionHandler> RingCore<H> {
             spare_recv_buffers: Vec::new(),
             fatal: None,
             released: None,
+            draining: Vec::new(),
+            draining_pending_work: false,
         }
     }
 
@@ -109,7 +115,7 @@ impl<H: ConnectionHandler> RingCore<H> {
                 now.saturating_duration_since(self.last_completion_at) < window
             }
         };
-        let may_block = !spinning && self.pending_work_connections == 0;
+        let may_block = !spinning && self.pending_work_connections == 0 && !self.draining_pending_work;
         if !may_block {
             let must_enter = {
                 let mut submission = self.ring.submission();
@@ -217,6 +223,19 @@ impl<H: ConnectionHandler> RingCore<H> {
                 self.fire_timer_if_due(index, now);
             }
         }
+        if !self.draining.is_empty() {
+            self.drive_draining(now);
+        }
+    }
+
+    /// Every loop turn while closed connections drain (rare, and short: a drain
+    /// waits for storage requests already in flight): asks each again, drops those
+    /// done, and folds the others' pending work and deadlines into the loop's.
+    pub(crate) fn drive_draining(&mut self, now: Instant) {
+        self.draining.retain_mut(|handler| !handler.drain(now));
+        self.draining_pending_work = self.draining.iter().any(ConnectionHandler::has_pending_work);
+        let deadlines = self.draining.iter().filter_map(ConnectionHandler::next_deadline);
+        self.earliest_deadline = deadlines.chain(self.earliest_deadline).min();
     }
 
     /// The abnormal exit path: operations may still be in flight, so the

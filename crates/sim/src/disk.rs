@@ -22,14 +22,18 @@ pub enum Canary {
     ReorderedCompletion,
     /// Reads come from the durable medium, ignoring newer cached writes.
     StaleRead,
+    /// A closed connection is dropped at once with its storage requests in flight
+    /// (no drain): they land later, after the host rewrote the blocks (ghost writes).
+    UndrainedClose,
 }
 
 impl Canary {
     /// Every canary, with the name `--canary` takes.
-    pub const ALL: [(&'static str, Canary); 3] = [
+    pub const ALL: [(&'static str, Canary); 4] = [
         ("lost-flush", Canary::LostFlush),
         ("reordered-completion", Canary::ReorderedCompletion),
         ("stale-read", Canary::StaleRead),
+        ("undrained-close", Canary::UndrainedClose),
     ];
 
     /// The canary called `name`.
@@ -71,7 +75,13 @@ pub struct DiskCounters {
     pub crash_kept_blocks: u64,
     /// Cached or in-flight blocks a crash lost.
     pub crash_lost_blocks: u64,
+    /// Requests whose queue was dropped while they were in flight, which then
+    /// happened anyway (a disk cannot take back what it was given).
+    pub orphans_landed: u64,
 }
+
+/// The `queue` of a request whose queue was dropped while it was in flight.
+const ORPHANED: u64 = 0;
 
 struct InFlight {
     queue: u64,
@@ -192,6 +202,30 @@ impl SimDisk {
     /// Requests submitted and not completed, over every queue.
     pub fn in_flight(&self) -> usize {
         self.shared.state().in_flight.len()
+    }
+
+    /// Carries out the orphaned requests that are due: their data lands, nobody is
+    /// told. A target that drops a queue with writes in flight (rather than draining
+    /// it) gets ghost writes this way, which the oracle catches.
+    pub fn land_orphans(&self) {
+        let now_ns = self.shared.clock.elapsed_ns();
+        let block_bytes = self.shared.geometry.block_size_bytes as usize;
+        let mut state = self.shared.state();
+        let state = &mut *state;
+        let mut index = 0;
+        while index < state.in_flight.len() {
+            let entry = &state.in_flight[index];
+            if entry.queue != ORPHANED || entry.ready_at_ns > now_ns {
+                index += 1;
+                continue;
+            }
+            let InFlight { request, failure, .. } = state.in_flight.swap_remove(index);
+            if failure.is_none() {
+                let IoRequest { op, mut buffer, .. } = request;
+                execute(state, block_bytes, op, &mut buffer);
+            }
+            state.counters.orphans_landed += 1;
+        }
     }
 }
 
@@ -314,10 +348,12 @@ impl BackendQueue for SimDiskQueue {
 
 impl Drop for SimDiskQueue {
     fn drop(&mut self) {
-        // A queue dropped with requests in flight: they never happen (the connection
-        // that owned them already reported them failed or was torn down with them).
+        // A queue dropped with requests in flight: they still happen, at their time,
+        // with no one to reap them (`SimDisk::land_orphans`).
         let id = self.id;
-        self.shared.state().in_flight.retain(|entry| entry.queue != id);
+        for entry in self.shared.state().in_flight.iter_mut().filter(|entry| entry.queue == id) {
+            entry.queue = ORPHANED;
+        }
     }
 }
 

@@ -83,14 +83,21 @@ struct BlockModel {
     /// Writes whose host gave up on them while the target may still carry them out
     /// (their connection has not finished on the target side), by link.
     floating: Vec<(u64, WriteTag)>,
+    /// Floating writes that settled while `writer` was in flight: they may have
+    /// landed after it, so its acknowledgement does not rule them out.
+    settled_during_writer: Vec<WriteTag>,
 }
 
 impl BlockModel {
-    /// `tag` alone, or with writes still floating.
+    /// `tag` alone, or with writes still floating or that settled while it was in
+    /// flight.
     fn only(&self, tag: WriteTag) -> Vec<WriteTag> {
         let mut set = vec![tag];
         for &(_, floating) in &self.floating {
             add(&mut set, floating);
+        }
+        for &settled in &self.settled_during_writer {
+            add(&mut set, settled);
         }
         set
     }
@@ -150,6 +157,7 @@ impl Oracle {
             last_change: 0,
             recent_writes: Vec::new(),
             floating: Vec::new(),
+            settled_during_writer: Vec::new(),
         };
         Oracle { blocks: vec![block; block_count as usize], block_bytes, sequence: 0, crash_epoch: 0, reads: BTreeMap::new() }
     }
@@ -198,7 +206,8 @@ impl Oracle {
         let sequence = self.next_sequence();
         let range = self.range(lba, blocks);
         for block in &mut self.blocks[range] {
-            if block.writer == Some(tag) {
+            let ended_writer = block.writer == Some(tag);
+            if ended_writer {
                 block.writer = None;
             }
             match outcome {
@@ -220,6 +229,9 @@ impl Oracle {
                         block.floating.push((link, tag));
                     }
                 }
+            }
+            if ended_writer {
+                block.settled_during_writer.clear();
             }
         }
     }
@@ -298,8 +310,24 @@ impl Oracle {
     /// The target side of `link` is finished: writes that went out on it and floated
     /// have happened or never will.
     pub fn settle_link(&mut self, link: u64) {
+        let sequence = self.next_sequence();
         for block in &mut self.blocks {
-            block.floating.retain(|&(on, _)| on != link);
+            if block.floating.iter().any(|&(on, _)| on == link) {
+                // It may have landed just now: a read out meanwhile may have missed
+                // it, and a Flush begun before may not have covered it.
+                block.last_change = sequence;
+            }
+            let writing = block.writer.is_some();
+            let settled_during_writer = &mut block.settled_during_writer;
+            block.floating.retain(|&(on, tag)| {
+                // It may have landed after the write in flight (another host's, or
+                // this host's on another path) was carried out, before that write is
+                // acknowledged.
+                if on == link && writing {
+                    add(settled_during_writer, tag);
+                }
+                on != link
+            });
         }
     }
 
@@ -309,6 +337,7 @@ impl Oracle {
         self.crash_epoch += 1;
         for block in &mut self.blocks {
             block.floating.clear();
+            block.settled_during_writer.clear();
             if let Some(writer) = block.writer {
                 add(&mut block.durable, writer);
             }

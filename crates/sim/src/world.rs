@@ -154,6 +154,11 @@ pub struct World {
     target: Option<Arc<Target>>,
     target_down_until_ns: u64,
     connections: BTreeMap<u64, Connection>,
+    /// Closed target connections whose storage requests are still in flight: the
+    /// runtime keeps them until `Connection::drain` says so, and so does the world.
+    draining: BTreeMap<u64, Connection>,
+    /// `undrained-close`: closed connections are dropped at once instead.
+    undrained_close: bool,
     hosts: Vec<SimHost>,
     /// With a thin pool: its table (survives crashes as a file would), the carve, and
     /// the open pool (dropped without its clean-shutdown save on a crash).
@@ -259,6 +264,8 @@ impl World {
             target: None,
             target_down_until_ns: 0,
             connections: BTreeMap::new(),
+            draining: BTreeMap::new(),
+            undrained_close: options.canary == Some(crate::disk::Canary::UndrainedClose),
             hosts,
             pool_table: None,
             pool: None,
@@ -580,6 +587,15 @@ impl World {
     /// Storage completions, timers and transmissions of every target connection.
     fn service_target(&mut self, now: std::time::Instant) -> bool {
         let mut moved = false;
+        self.disk.land_orphans();
+        let drained: Vec<u64> =
+            self.draining.iter_mut().filter_map(|(&id, connection)| connection.drain(now).then_some(id)).collect();
+        for id in drained {
+            self.draining.remove(&id);
+            self.context.oracle.settle_link(id);
+            self.context.note(|| format!("link {id}: the closed connection drained"));
+            moved = true;
+        }
         let budget = self.target.as_ref().map(|target| target.settings.max_outstanding_r2t_bytes_per_connection);
         let ids: Vec<u64> = self.connections.keys().copied().collect();
         for id in ids {
@@ -619,11 +635,16 @@ impl World {
         moved
     }
 
-    /// The socket is gone: like the runtime, tell the connection and drop it, with
-    /// whatever storage requests it still had in flight (they never happen).
+    /// The socket is gone: like the runtime, tell the connection, and keep it until
+    /// its storage requests in flight are done (`drain`); writes that went out on the
+    /// link may land until then.
     fn close_connection(&mut self, id: u64) {
         if let Some(mut connection) = self.connections.remove(&id) {
             connection.handle_closed();
+            if !self.undrained_close && !connection.drain(self.context.clock.now()) {
+                self.draining.insert(id, connection);
+                return;
+            }
         }
         self.context.oracle.settle_link(id);
     }
@@ -663,6 +684,7 @@ impl World {
         self.context.namespaces.target_crashed();
         self.context.oracle.crash();
         self.connections.clear();
+        self.draining.clear();
         self.target = None;
         for link in self.context.links.values_mut() {
             link.reset();
@@ -680,6 +702,9 @@ impl World {
         if let Some(id) = self.connections.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id) {
             return format!("the target connection of link {id} (phase {:?})", self.connections[id].phase());
         }
+        if let Some(id) = self.draining.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id) {
+            return format!("the draining target connection of link {id}");
+        }
         if let Some(index) = self.hosts.iter().position(|host| host.next_wake_ns(&self.context).is_some_and(|at| at <= now_ns)) {
             return format!("host {index}");
         }
@@ -690,7 +715,9 @@ impl World {
         let clock = &self.context.clock;
         let mut candidates: Vec<u64> = Vec::new();
         candidates.extend(self.context.links.values().filter_map(Link::next_due_ns));
-        candidates.extend(self.connections.values().filter_map(|connection| connection.next_deadline()).map(|at| clock.ns_of(at)));
+        candidates.extend(
+            self.connections.values().chain(self.draining.values()).filter_map(Connection::next_deadline).map(|at| clock.ns_of(at)),
+        );
         candidates.extend(self.disk.next_ready_ns());
         candidates.extend(self.service.next_due_ns());
         candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context)));
@@ -713,6 +740,7 @@ impl World {
         }
         // Stop the target first, as a crash would: nothing else touches the disk.
         self.connections.clear();
+        self.draining.clear();
         self.target = None;
         self.read_every_block("at rest");
         self.crash_storage();

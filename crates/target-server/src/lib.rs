@@ -161,4 +161,8 @@ impl ConnectionHandler for TargetConnection {
             "connection closed");
         self.connection.handle_closed();
     }
+
+    fn drain(&mut self, now: Instant) -> bool {
+        self.connection.drain(now)
+    }
 }

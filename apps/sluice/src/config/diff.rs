@@ -126,6 +126,7 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
             before.max_outstanding_r2t_bytes_per_connection == after.max_outstanding_r2t_bytes_per_connection,
         ),
         ("connection_setup_timeout_ms", before.connection_setup_timeout_ms == after.connection_setup_timeout_ms),
+        ("command_quiesce_timeout_ms", before.command_quiesce_timeout_ms == after.command_quiesce_timeout_ms),
         ("min_keep_alive_timeout_ms", before.min_keep_alive_timeout_ms == after.min_keep_alive_timeout_ms),
         ("max_keep_alive_timeout_ms", before.max_keep_alive_timeout_ms == after.max_keep_alive_timeout_ms),
         ("allow_keep_alive_disabled", before.allow_keep_alive_disabled == after.allow_keep_alive_disabled),

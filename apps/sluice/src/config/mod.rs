@@ -364,6 +364,8 @@ pub struct TargetSection {
     #[serde(default)]
     pub connection_setup_timeout_ms: Option<u64>,
     #[serde(default)]
+    pub command_quiesce_timeout_ms: Option<u32>,
+    #[serde(default)]
     pub min_keep_alive_timeout_ms: Option<u32>,
     #[serde(default)]
     pub max_keep_alive_timeout_ms: Option<u32>,
@@ -724,6 +726,10 @@ impl Config {
                     .target
                     .connection_setup_timeout_ms
                     .unwrap_or(defaults.connection_setup_timeout_ms),
+                command_quiesce_timeout_ms: self
+                    .target
+                    .command_quiesce_timeout_ms
+                    .unwrap_or(defaults.command_quiesce_timeout_ms),
                 min_keep_alive_timeout_ms: self
                     .target
                     .min_keep_alive_timeout_ms

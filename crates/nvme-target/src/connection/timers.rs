@@ -27,6 +27,7 @@ impl Connection {
             event_check_at,
             authentication_deadline,
             self.abort_check_at,
+            self.quiesce.next_deadline(),
         ]
             .into_iter()
             .flatten()
@@ -57,6 +58,7 @@ impl Connection {
             self.phase = Phase::Closing;
             return;
         }
+        self.check_held_connect(now);
         if let Some(deadline) = self.keep_alive_deadline {
             if now >= deadline {
                 if let Some(binding) = &self.binding {
@@ -167,6 +169,7 @@ impl Connection {
             self.stats = Some(shard);
         }
         self.binding = Some(binding);
+        self.count_in_controller();
         self.phase = Phase::Live;
         self.refresh_namespaces();
     }

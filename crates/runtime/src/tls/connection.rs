@@ -356,6 +356,10 @@ impl<H: ConnectionHandler> ConnectionHandler for TlsConnection<H> {
         self.inner.on_closed(reason);
     }
 
+    fn drain(&mut self, now: Instant) -> bool {
+        self.inner.drain(now)
+    }
+
     fn on_secure_channel(&mut self, psk_identity: &[u8]) {
         self.inner.on_secure_channel(psk_identity);
     }

@@ -323,6 +323,7 @@ impl Management {
                 "max_connections_per_host": settings.max_connections_per_host,
                 "max_outstanding_r2t_bytes_per_connection": settings.max_outstanding_r2t_bytes_per_connection,
                 "connection_setup_timeout_ms": settings.connection_setup_timeout_ms,
+                "command_quiesce_timeout_ms": settings.command_quiesce_timeout_ms,
                 "min_keep_alive_timeout_ms": settings.min_keep_alive_timeout_ms,
                 "max_keep_alive_timeout_ms": settings.max_keep_alive_timeout_ms,
                 "allow_keep_alive_disabled": settings.allow_keep_alive_disabled,

@@ -1,0 +1,231 @@
+//! Command quiesce: a dead connection's write still at storage must land before the
+//! same host's new controller may exist, so it can never overwrite what the new
+//! one writes (the ghost write the simulator found).
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nvme_spec::opcode::IoOpcode;
+use nvme_spec::{ControllerId, NamespaceId, QueueId};
+use nvme_target::{HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_tcp_wire::DigestSettings;
+use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest, RamBackend};
+use support::*;
+
+/// Requests wait here until the test opens the gate; then the RAM backend runs them.
+#[derive(Default)]
+struct Gate {
+    open: bool,
+    held: Vec<IoRequest>,
+}
+
+struct GatedBackend {
+    inner: Arc<dyn Backend>,
+    gate: Arc<Mutex<Gate>>,
+}
+
+impl Backend for GatedBackend {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn has_volatile_write_cache(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+    fn open_queue(&self) -> Box<dyn BackendQueue> {
+        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0 })
+    }
+}
+
+struct GatedQueue {
+    inner: Box<dyn BackendQueue>,
+    gate: Arc<Mutex<Gate>>,
+    /// Requests given to `inner` and not reaped yet.
+    submitted: usize,
+}
+
+impl GatedQueue {
+    fn pass_through(&mut self) {
+        let mut gate = self.gate.lock().unwrap();
+        if gate.open {
+            for request in gate.held.drain(..) {
+                self.inner.submit(request);
+                self.submitted += 1;
+            }
+        }
+    }
+}
+
+impl BackendQueue for GatedQueue {
+    fn submit(&mut self, request: IoRequest) {
+        self.gate.lock().unwrap().held.push(request);
+        self.pass_through();
+    }
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) {
+        self.pass_through();
+        let before = out.len();
+        self.inner.reap(out);
+        self.submitted -= out.len() - before;
+    }
+    fn in_flight(&self) -> usize {
+        self.gate.lock().unwrap().held.len() + self.submitted
+    }
+}
+
+fn gated_target(settings: TargetSettings) -> (Arc<Target>, Arc<Mutex<Gate>>, Arc<dyn Backend>) {
+    let ram = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS });
+    let gate = Arc::new(Mutex::new(Gate::default()));
+    let backend: Arc<dyn Backend> = Arc::new(GatedBackend { inner: ram.clone(), gate: gate.clone() });
+    let target = Target::new(TargetSpec {
+        listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
+        subsystems: vec![SubsystemSpec {
+            hosts: HostAccess::allow_any(),
+            pool: None,
+            nqn: NQN.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend, nguid: None, uuid: None, ana_group: None }],
+        }],
+        settings,
+    })
+    .expect("valid target");
+    (target, gate, ram)
+}
+
+/// Block 0 as the RAM backend holds it.
+fn block_zero(ram: &Arc<dyn Backend>) -> Vec<u8> {
+    let mut queue = ram.open_queue();
+    let request = IoRequest { token: 0, op: storage::IoOp::Read { lba: 0, blocks: 1 }, buffer: vec![0; BLOCK_BYTES as usize] };
+    queue.submit(request);
+    let mut done = Vec::new();
+    queue.reap(&mut done);
+    done.pop().expect("the RAM backend completes at once").buffer
+}
+
+/// A host whose admin and I/O connections died with a write at storage, and the same
+/// host's new admin queue with its Connect sent (not answered yet).
+fn dead_association_with_a_write_in_flight(target: &Arc<Target>) -> (FakeHost, FakeHost, FakeHost, Vec<u8>) {
+    let (mut admin, mut io) = admin_and_io(target, 8);
+    let old_data = pattern(BLOCK_BYTES as usize, 1);
+    io.send_command(read_write(IoOpcode::Write, 1, 0, 1), &old_data);
+    io.connection.poll_storage(io.now);
+    io.collect();
+    assert!(io.received.is_empty(), "the write must still be at storage");
+    admin.connection.handle_closed();
+    io.connection.handle_closed();
+    assert!(admin.connection.drain(admin.now), "nothing of the admin queue is at storage");
+    assert!(!io.connection.drain(io.now), "the I/O queue's write is still at storage");
+
+    let mut again = FakeHost::new(target.clone(), 0);
+    again.initialize(DigestSettings { header: false, data: false });
+    let mut connect = nvme_spec::SubmissionQueueEntry::default();
+    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
+    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
+    nvme_spec::fabrics::ConnectCommand {
+        record_format: 0,
+        queue_id: QueueId::ADMIN,
+        submission_queue_size: 31,
+        connect_attributes: 0,
+        keep_alive_timeout_ms: 5000,
+    }
+    .encode_into(&mut connect);
+    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
+    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), ControllerId::DYNAMIC, NQN, HOST_NQN).encode(&mut data);
+    again.send_command(connect, &data);
+    (admin, io, again, old_data)
+}
+
+#[test]
+fn a_reconnecting_host_waits_until_its_dead_connections_write_has_landed() {
+    let (target, gate, ram) = gated_target(TargetSettings::default());
+    let (_admin, mut io, mut again, old_data) = dead_association_with_a_write_in_flight(&target);
+    again.advance(Duration::from_millis(500));
+    assert!(again.received.is_empty(), "Connect answered while the old write is still at storage: {:?}", again.received);
+    assert_ne!(block_zero(&ram), old_data);
+
+    gate.lock().unwrap().open = true;
+    assert!(io.connection.drain(io.now), "the write landed: the dead connection is drained");
+    assert_eq!(block_zero(&ram), old_data, "the old write landed");
+    io.collect();
+    assert!(io.received.is_empty(), "a closed connection answers nothing: {:?}", io.received);
+    drop(io);
+
+    again.advance(Duration::from_millis(20));
+    let answer = again.received.pop_front().expect("the held Connect is answered once the old controller is quiet");
+    let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
+    assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+    assert_eq!(target.counters.quiesce_timeouts.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn storage_that_never_answers_holds_the_host_no_longer_than_the_quiesce_timeout() {
+    let settings = TargetSettings { command_quiesce_timeout_ms: 1_000, ..TargetSettings::default() };
+    let (target, _gate, _ram) = gated_target(settings);
+    let (_admin, mut io, mut again, _old_data) = dead_association_with_a_write_in_flight(&target);
+    again.advance(Duration::from_millis(900));
+    assert!(again.received.is_empty(), "Connect answered before the quiesce timeout");
+    again.advance(Duration::from_millis(200));
+    let answer = again.received.pop_front().expect("Connect answered after the quiesce timeout");
+    let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
+    assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+
+    assert!(!io.connection.drain(io.now + Duration::from_millis(900)), "still within the quiesce timeout");
+    assert!(io.connection.drain(io.now + Duration::from_millis(1_100)), "the drain gives up at the quiesce timeout");
+    assert_eq!(target.counters.quiesce_timeouts.load(Ordering::Relaxed), 2, "the held Connect and the drain");
+}
+
+#[test]
+fn another_host_is_not_held() {
+    let (target, _gate, _ram) = gated_target(TargetSettings::default());
+    let (_admin, _io, _again, _old_data) = dead_association_with_a_write_in_flight(&target);
+    let mut other = FakeHost::new(target.clone(), 0);
+    other.bring_up_admin_as(NQN, "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000002");
+}
+
+#[test]
+fn a_dead_io_queue_holds_the_hosts_connects_while_its_controller_lives_on() {
+    // The target has not seen the admin connection go (or the host kept it): the
+    // controller is live, only its I/O queue died with a write at storage.
+    let (target, gate, ram) = gated_target(TargetSettings::default());
+    let (mut admin, mut io) = admin_and_io(&target, 8);
+    let old_data = pattern(BLOCK_BYTES as usize, 3);
+    io.send_command(read_write(IoOpcode::Write, 1, 0, 1), &old_data);
+    io.connection.poll_storage(io.now);
+    io.connection.handle_closed();
+    assert!(!io.connection.drain(io.now), "the write is still at storage");
+
+    // The same queue again, on the live controller: held.
+    let cntlid = ControllerId(1);
+    let mut again = FakeHost::new(target.clone(), 0);
+    again.initialize(DigestSettings { header: false, data: false });
+    let mut connect = nvme_spec::SubmissionQueueEntry::default();
+    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
+    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
+    nvme_spec::fabrics::ConnectCommand {
+        record_format: 0,
+        queue_id: QueueId(1),
+        submission_queue_size: 7,
+        connect_attributes: 0,
+        keep_alive_timeout_ms: 0,
+    }
+    .encode_into(&mut connect);
+    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
+    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), cntlid, NQN, HOST_NQN).encode(&mut data);
+    again.send_command(connect, &data);
+    again.advance(Duration::from_millis(300));
+    admin.advance(Duration::from_millis(300));
+    assert!(again.received.is_empty(), "I/O Connect answered while the dead queue's write is at storage");
+
+    gate.lock().unwrap().open = true;
+    assert!(io.connection.drain(io.now));
+    assert_eq!(block_zero(&ram), old_data);
+    again.advance(Duration::from_millis(20));
+    let answer = again.received.pop_front().expect("the held I/O Connect is answered once the write landed");
+    let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
+    assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+}
