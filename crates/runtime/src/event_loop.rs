@@ -25,6 +25,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long shutdown waits for cancelled operations before giving up and
 /// leaking their buffers (cancellation normally takes microseconds).
 const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a shutting-down thread looks at closed connections still draining.
+const SHUTDOWN_DRAINING_POLL: Duration = Duration::from_millis(5);
 
 /// What a thread needs from `RuntimeConfig`.
 pub struct ThreadSettings {
@@ -231,7 +233,11 @@ impl<S: Service> EventLoop<S> {
     fn next_wakeup(&self) -> Option<Instant> {
         let listeners = self.listeners.iter().filter_map(|listener| listener.rearm_at);
         let drain = self.shutting_down_since.map(|since| since + SHUTDOWN_DRAIN_TIMEOUT);
-        listeners.chain(drain).chain(self.core.earliest_deadline).min()
+        // Shutting down, the storage wake is no longer armed: connections still
+        // draining are looked at every few milliseconds instead.
+        let draining = (self.shutting_down_since.is_some() && !self.core.draining.is_empty())
+            .then(|| Instant::now() + SHUTDOWN_DRAINING_POLL);
+        listeners.chain(drain).chain(draining).chain(self.core.earliest_deadline).min()
     }
 
     fn dispatch_completions(&mut self, now: Instant) {

@@ -178,6 +178,29 @@ fn a_storage_wake_polls_a_connection_that_reports_no_pending_work() {
 }
 
 #[test]
+fn a_closed_connection_is_kept_until_its_drain_is_done() {
+    // Sleep mode must block while the drain waits (nothing pending), and the storage
+    // wake from another thread must bring the drain to an end.
+    for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
+        let (runtime, events) = start(Behavior::DrainAfterClose { delay_ms: 100 }, config(1, poll_mode));
+        let mut stream = connect(runtime.local_addrs()[0]);
+        write_all(&mut stream, b"go");
+        drop(stream);
+        events.wait_for_closed(1);
+        wait_until(|| events.drains_done.load(Ordering::SeqCst) == 1, "the drain to finish");
+        assert!(events.drains_pending.load(Ordering::SeqCst) >= 1, "the first drain call came before the wake");
+        // Another connection is accepted and closed normally; it is still draining
+        // when shutdown begins, and shutdown waits for it.
+        let stream = connect(runtime.local_addrs()[0]);
+        drop(stream);
+        events.wait_for_closed(2);
+        shutdown_and_join(runtime);
+        assert_eq!(events.dropped_undrained.load(Ordering::SeqCst), 0, "a handler was dropped before its drain was done");
+        events.assert_no_violations();
+    }
+}
+
+#[test]
 fn shutdown_closes_open_connections_once() {
     for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let threads = if poll_mode == PollMode::Sleep { 2 } else { 1 };

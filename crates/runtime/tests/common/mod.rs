@@ -35,6 +35,10 @@ pub enum Behavior {
     StorageWake { delay_ms: u64 },
     /// Panic in on_receive (a buggy handler).
     PanicOnReceive,
+    /// After on_closed, `drain` says "not yet" until a thread started then has slept
+    /// `delay_ms` and woken the storage waker (as storage requests of a closed
+    /// connection finishing on librbd's threads would).
+    DrainAfterClose { delay_ms: u64 },
 }
 
 /// What all handlers of one service observed. Shared with the test thread.
@@ -47,6 +51,11 @@ pub struct Events {
     pub listeners_seen: Mutex<Vec<ListenerId>>,
     /// Anything a handler found wrong (callback after close, wrong thread...).
     pub violations: Mutex<Vec<String>>,
+    /// `drain` calls that returned false, and those that returned true.
+    pub drains_pending: AtomicUsize,
+    pub drains_done: AtomicUsize,
+    /// DrainAfterClose handlers dropped before their drain returned true.
+    pub dropped_undrained: AtomicUsize,
 }
 
 impl Events {
@@ -107,6 +116,7 @@ impl Service for TestService {
             in_flight: 0,
             storage_waker: storage_waker.clone(),
             woken: None,
+            drained: None,
         })
     }
 }
@@ -142,6 +152,8 @@ pub struct TestHandler {
     storage_waker: std::task::Waker,
     /// Set by the StorageWake behavior's thread; None until it is started.
     woken: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Set by the DrainAfterClose behavior's thread; None until on_closed.
+    drained: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Byte `index` of a BigResponse batch: a pattern the client can verify.
@@ -202,6 +214,7 @@ impl ConnectionHandler for TestHandler {
             }
             Behavior::Timer { .. } => {}
             Behavior::PanicOnReceive => panic!("test handler panics on purpose"),
+            Behavior::DrainAfterClose { .. } => {}
             Behavior::StorageWake { delay_ms } => {
                 if self.woken.is_none() {
                     let woken = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -297,6 +310,32 @@ impl ConnectionHandler for TestHandler {
         self.check("on_closed");
         self.closed = true;
         self.events.closed.lock().unwrap().push(reason);
+        if let Behavior::DrainAfterClose { delay_ms } = self.behavior {
+            let drained = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (flag, waker) = (Arc::clone(&drained), self.storage_waker.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+                flag.store(true, Ordering::Release);
+                waker.wake();
+            });
+            self.drained = Some(drained);
+        }
+    }
+
+    fn drain(&mut self, _now: Instant) -> bool {
+        if !self.closed {
+            self.events.violations.lock().unwrap().push("drain before on_closed".into());
+        }
+        if std::thread::current().id() != self.owner {
+            self.events.violations.lock().unwrap().push("drain on a different thread".into());
+        }
+        let done = match &self.drained {
+            None => true,
+            Some(flag) => flag.load(Ordering::Acquire),
+        };
+        let counter = if done { &self.events.drains_done } else { &self.events.drains_pending };
+        counter.fetch_add(1, Ordering::SeqCst);
+        done
     }
 }
 
@@ -392,5 +431,14 @@ impl Random {
     }
     pub fn below(&mut self, bound: usize) -> usize {
         (self.next() % bound as u64) as usize
+    }
+}
+
+impl Drop for TestHandler {
+    fn drop(&mut self) {
+        let undrained = self.drained.as_ref().is_some_and(|flag| !flag.load(Ordering::Acquire));
+        if undrained {
+            self.events.dropped_undrained.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
