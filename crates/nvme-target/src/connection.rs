@@ -680,7 +680,7 @@ impl Connection {
         }
         self.cleaned_up = true;
         // Commands that never reached storage never will; ranges held by those that
-        // did stay held until they land (`finish_drain`).
+        // did stay held until they land (`finish_drain`, or their own completion).
         self.fused.parked.clear();
         self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;
@@ -705,10 +705,16 @@ impl Connection {
             } else {
                 let queue = binding.queue_id.0;
                 let mut state = controller.state();
-                if queue < 128 {
+                // A queue of a generation a reset ended no longer owns its bit: a
+                // queue of the new generation may hold the same QID.
+                if queue < 128 && binding.generation == controller.generation() {
                     state.connected_io_queues &= !(1u128 << queue);
                 }
             }
+        }
+        // Nothing at storage: nothing to wait for (`drain` returns true at once).
+        if self.storage_in_flight() == 0 {
+            self.finish_drain();
         }
     }
 

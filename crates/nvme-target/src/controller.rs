@@ -660,6 +660,15 @@ impl Controller {
             && (!self.is_torn_down() || self.unquiet_queues.load(Ordering::Acquire) == 0)
     }
 
+    /// Queues still counted that are neither the admin queue nor a connected I/O
+    /// queue of the current generation: closed ones not drained yet, and those of a
+    /// generation a reset ended, which close at their next check. Their requests may
+    /// still reach storage, so a new I/O queue of this controller waits for them.
+    pub(crate) fn has_stale_queues(&self) -> bool {
+        let connected_io_queues = self.state().connected_io_queues.count_ones();
+        self.unquiet_queues.load(Ordering::Acquire) > 1 + connected_io_queues
+    }
+
     /// Current reset generation.
     pub fn generation(&self) -> u32 {
         self.generation.load(Ordering::Acquire)

@@ -254,6 +254,8 @@ impl Connection {
             // more for it (the next step of a fused pair or a Copy).
             self.pool.give(completion.buffer);
             if self.slots.get(slot_index).is_some_and(|slot| slot.state != SlotState::Free) {
+                // Its own request landed: a range it held (a Compare and Write) is free.
+                self.release_held_range(slot_index);
                 self.slots.release(slot_index);
             }
             return;

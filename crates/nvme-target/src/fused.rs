@@ -204,7 +204,7 @@ impl Connection {
         }
     }
 
-    fn release_held_range(&mut self, slot_index: u16) {
+    pub(crate) fn release_held_range(&mut self, slot_index: u16) {
         let slot = self.slots.slot(slot_index);
         if let Some(namespace) = slot.held_range.take() {
             let (lba, blocks) = range_of(&slot.sqe);

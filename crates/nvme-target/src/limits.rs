@@ -96,9 +96,13 @@ pub const MAX_DATASET_RANGES: u32 = 256;
 pub const MAX_CONNECTION_SETUP_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Longest `command_quiesce_timeout_ms` accepted: a host reconnecting waits at most
-/// this long for its dead queues' storage requests (hosts give up on a Connect after
-/// about a minute).
+/// this long for its dead queues' storage requests (Linux gives up on an admin
+/// Connect after 60 s).
 pub const MAX_COMMAND_QUIESCE_TIMEOUT_MS: u32 = 50_000;
+
+/// Longest an I/O queue's Connect is held for a quiesce, whatever the setting: Linux
+/// gives up on it after its I/O timeout (30 s by default).
+pub const MAX_IO_CONNECT_HOLD_MS: u64 = 20_000;
 
 /// Largest `max_outstanding_r2t_bytes_per_connection` accepted: 1 GiB of host data
 /// requested at once on one connection is already more than any queue needs.

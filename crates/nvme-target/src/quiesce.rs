@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 
 use nvme_spec::fabrics::{ConnectCommand, ConnectData, CONNECT_DATA_BYTES};
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
+use nvme_spec::QueueId;
 
 use crate::connection::Connection;
-use crate::limits::QUIESCE_CHECK_INTERVAL_MS;
+use crate::limits::{MAX_IO_CONNECT_HOLD_MS, QUIESCE_CHECK_INTERVAL_MS};
 
 /// One connection's part: its count in its controller, its drain, a held Connect.
 #[derive(Debug, Default)]
@@ -127,7 +128,7 @@ impl Connection {
     }
 
     /// Storage requests of every backend queue of this connection.
-    fn storage_in_flight(&self) -> usize {
+    pub(crate) fn storage_in_flight(&self) -> usize {
         let open = self.backend_queues.iter().flatten().map(|open| open.queue.in_flight());
         open.chain(self.retired_queues.iter().map(|open| open.queue.in_flight())).sum()
     }
@@ -145,7 +146,13 @@ impl Connection {
         let check_at = now + Duration::from_millis(QUIESCE_CHECK_INTERVAL_MS);
         match self.quiesce.held_connect {
             None => {
-                let until = now + self.quiesce_timeout();
+                // Linux gives up on an I/O queue's Connect after its I/O timeout (30 s
+                // by default), on the admin queue's after 60 s.
+                let limit = match self.connect_queue(slot_index).is_some_and(QueueId::is_admin) {
+                    true => self.quiesce_timeout(),
+                    false => self.quiesce_timeout().min(Duration::from_millis(MAX_IO_CONNECT_HOLD_MS)),
+                };
+                let until = now + limit;
                 tracing::info!(peer = %self.peer, previous_controller = previous,
                     "Connect held: requests of a dead queue of the host are still at storage");
                 self.quiesce.held_connect = Some(HeldConnect { slot: slot_index, since: now, until, check_at });
@@ -193,12 +200,27 @@ impl Connection {
         let raw: &[u8; CONNECT_DATA_BYTES] = slot.buffer.get(..CONNECT_DATA_BYTES)?.try_into().ok()?;
         let data = ConnectData::decode(raw);
         let subsystem = self.target.subsystem_by_nqn(data.subsystem_nqn_str()?)?;
-        if ConnectCommand::decode(&sqe).queue_id.is_admin() {
-            return self.target.retiring.busy_for(subsystem.index, data.host_nqn_str()?, &data.host_identifier);
+        let host_nqn = data.host_nqn_str()?;
+        // Hosts without an NQN cannot be told apart: one must not hold the others.
+        if host_nqn.is_empty() {
+            return None;
         }
-        // An I/O queue joins one controller: only a live one that has a queue draining
-        // makes it wait (a torn-down one refuses it at once).
+        if ConnectCommand::decode(&sqe).queue_id.is_admin() {
+            return self.target.retiring.busy_for(subsystem.index, host_nqn, &data.host_identifier);
+        }
+        // An I/O queue joins one controller: only a live one of this host with a queue
+        // draining or left from before a reset makes it wait (a torn-down one, or
+        // another host's, refuses it at once).
         let controller = self.target.controller(subsystem.index, data.controller_id)?;
-        (!controller.is_torn_down() && !controller.is_settled()).then_some(controller.id.0)
+        let busy = !controller.is_settled() || controller.has_stale_queues();
+        (controller.host_nqn == host_nqn && !controller.is_torn_down() && busy).then_some(controller.id.0)
+    }
+
+    /// The QID a Connect in `slot_index` asks for.
+    fn connect_queue(&self, slot_index: u16) -> Option<QueueId> {
+        let sqe = &self.slots.slot_ref(slot_index).sqe;
+        let is_connect = sqe.opcode() == AdminOpcode::Fabrics as u8
+            && sqe.fabrics_command_type() == FabricsCommandType::Connect as u8;
+        is_connect.then(|| ConnectCommand::decode(sqe).queue_id)
     }
 }

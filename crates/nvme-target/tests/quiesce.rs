@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nvme_spec::opcode::IoOpcode;
-use nvme_spec::{ControllerId, NamespaceId, QueueId};
+use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
 use nvme_target::{HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::DigestSettings;
 use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest, RamBackend};
@@ -120,6 +120,10 @@ fn dead_association_with_a_write_in_flight(target: &Arc<Target>) -> (FakeHost, F
     io.connection.handle_closed();
     assert!(admin.connection.drain(admin.now), "nothing of the admin queue is at storage");
     assert!(!io.connection.drain(io.now), "the I/O queue's write is still at storage");
+    // Closed, only the drain's deadline is left (the queue's periodic checks stopped
+    // with it: a past one would make the runtime spin).
+    let quiesce = Duration::from_millis(u64::from(target.settings.command_quiesce_timeout_ms));
+    assert_eq!(io.connection.next_deadline(), Some(io.now + quiesce));
 
     let mut again = FakeHost::new(target.clone(), 0);
     again.initialize(DigestSettings { header: false, data: false });
@@ -226,6 +230,58 @@ fn a_dead_io_queue_holds_the_hosts_connects_while_its_controller_lives_on() {
     assert_eq!(block_zero(&ram), old_data);
     again.advance(Duration::from_millis(20));
     let answer = again.received.pop_front().expect("the held I/O Connect is answered once the write landed");
+    let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
+    assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+}
+
+#[test]
+fn a_controller_reset_holds_the_new_io_queue_until_the_old_ones_write_landed() {
+    let (target, gate, ram) = gated_target(TargetSettings::default());
+    let (mut admin, mut io) = admin_and_io(&target, 8);
+    let old_data = pattern(BLOCK_BYTES as usize, 5);
+    io.send_command(read_write(IoOpcode::Write, 1, 0, 1), &old_data);
+    io.connection.poll_storage(io.now);
+    // CC.EN 1 -> 0 -> 1: the old I/O queue belongs to a generation that ended, and
+    // still has its write at storage (its connection has not even noticed yet).
+    let cc = nvme_spec::fabrics::property_offset::CC;
+    let enabled = nvme_spec::registers::ControllerConfiguration(0)
+        .with_io_submission_queue_entry_size(6)
+        .with_io_completion_queue_entry_size(4)
+        .with_enable(true);
+    assert_status(&admin.property_set(cc, u64::from(enabled.with_enable(false).raw())), Status::SUCCESS);
+    assert_status(&admin.property_set(cc, u64::from(enabled.raw())), Status::SUCCESS);
+
+    let mut again = FakeHost::new(target.clone(), 0);
+    again.initialize(DigestSettings { header: false, data: false });
+    let cntlid = admin.connection.binding().expect("admin bound").controller.id;
+    let mut connect = nvme_spec::SubmissionQueueEntry::default();
+    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
+    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
+    nvme_spec::fabrics::ConnectCommand {
+        record_format: 0,
+        queue_id: QueueId(1),
+        submission_queue_size: 7,
+        connect_attributes: 0,
+        keep_alive_timeout_ms: 0,
+    }
+    .encode_into(&mut connect);
+    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
+    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), cntlid, NQN, HOST_NQN).encode(&mut data);
+    again.send_command(connect, &data);
+    again.advance(Duration::from_millis(200));
+    assert!(again.received.is_empty(), "I/O Connect answered while the old generation's write is at storage");
+
+    // The old queue notices the reset at its check, closes, and drains once the write lands.
+    io.advance(Duration::from_secs(2));
+    assert!(io.connection.wants_close(), "the old generation's queue closes");
+    io.connection.handle_closed();
+    assert!(!io.connection.drain(io.now));
+    gate.lock().unwrap().open = true;
+    assert!(io.connection.drain(io.now));
+    assert_eq!(block_zero(&ram), old_data);
+    drop(io);
+    again.advance(Duration::from_millis(20));
+    let answer = again.received.pop_front().expect("the held I/O Connect is answered");
     let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
     assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
 }

@@ -18,6 +18,11 @@ use crate::transmit::BufferPool;
 impl Connection {
     /// The earliest time `handle_timeout` has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
+        // Closed: the other timers are over (`handle_timeout` no longer moves them on),
+        // only the drain's remains.
+        if self.cleaned_up {
+            return self.quiesce.next_deadline();
+        }
         let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
         let authentication_deadline = self.authentication_deadline();
         [
