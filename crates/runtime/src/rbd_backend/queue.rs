@@ -296,9 +296,11 @@ impl BackendQueue for RbdQueue {
 
 impl Drop for RbdQueue {
     /// Requests still at librbd would write into their buffers and call back into
-    /// `shared` later: the target drains a queue before dropping it, so this happens
-    /// only when a thread is torn down abnormally, and then the memory is leaked
-    /// rather than freed under librbd's feet.
+    /// `shared` later: the target drains a closed connection's queues before dropping
+    /// them (`nvme_target::Connection::drain`), so this happens only when that drain
+    /// gives up (`command_quiesce_timeout_ms`, above the op timeout) or a thread is
+    /// torn down abnormally, and then the memory is leaked rather than freed under
+    /// librbd's feet.
     fn drop(&mut self) {
         let mut scratch = Vec::new();
         self.collect_finished(&mut scratch);
