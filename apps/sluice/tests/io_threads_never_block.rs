@@ -8,7 +8,7 @@
 //! records every queue used off the thread that opened it, and counts where calls come
 //! from, so the test also shows the blocking work did run, on the service thread.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,42 +134,33 @@ impl Fixture {
             RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: POOL_BYTES / u64::from(BLOCK_BYTES) });
         let backend: Arc<dyn Backend> = Arc::new(AssertingBackend { inner: ram, record: Arc::clone(&record) });
         let pool = Arc::new(Pool::open(backend, TableStore::File(table_path.clone())).expect("pool"));
-        for _ in 0..20 {
-            let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().unwrap().port();
-            let target = Target::new(TargetSpec {
-                listeners: vec![ListenerSpec::tcp("127.0.0.1", port)],
-                subsystems: vec![SubsystemSpec {
-                    nqn: POOL_NQN.into(),
-                    serial_number: None,
-                    model_number: None,
-                    namespaces: Vec::new(),
-                    pool: Some(Arc::clone(&pool)),
-                    hosts: HostAccess::allow_any(),
-                }],
-                settings: TargetSettings::default(),
-            })
-            .expect("target");
-            let config = RuntimeConfig {
-                threads: 1,
-                pin_threads: false,
-                poll_mode: PollMode::Sleep,
-                listeners: vec![SocketAddr::from(([127, 0, 0, 1], port))],
-                recv_buffer_bytes: 256 * 1024,
-                ring_entries: 256,
-                tcp_nodelay: true,
-            };
-            match target_server::start(target, config) {
-                Ok(runtime) => {
-                    let address = runtime.local_addrs()[0];
-                    return Fixture { runtime: Some(runtime), address, pool, record, table_path };
-                }
-                Err(error) => {
-                    eprintln!("target start on port {port} failed ({error}); retrying");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-        panic!("cannot start the target");
+        // Port 0: the runtime binds a free port and reports it (the discovery log,
+        // which would show 0, is not used here).
+        let target = Target::new(TargetSpec {
+            listeners: vec![ListenerSpec::tcp("127.0.0.1", 0)],
+            subsystems: vec![SubsystemSpec {
+                nqn: POOL_NQN.into(),
+                serial_number: None,
+                model_number: None,
+                namespaces: Vec::new(),
+                pool: Some(Arc::clone(&pool)),
+                hosts: HostAccess::allow_any(),
+            }],
+            settings: TargetSettings::default(),
+        })
+        .expect("target");
+        let config = RuntimeConfig {
+            threads: 1,
+            pin_threads: false,
+            poll_mode: PollMode::Sleep,
+            listeners: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
+            recv_buffer_bytes: 256 * 1024,
+            ring_entries: 256,
+            tcp_nodelay: true,
+        };
+        let runtime = target_server::start(target, config).expect("the target starts");
+        let address = runtime.local_addrs()[0];
+        Fixture { runtime: Some(runtime), address, pool, record, table_path }
     }
 
     fn connect(&self) -> Controller {

@@ -5,7 +5,7 @@
 //! must hear about namespaces attached to it (asynchronous event) without
 //! reconnecting. Every wait is bounded.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,59 +42,48 @@ impl TestTarget {
             RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: POOL_BYTES / u64::from(BLOCK_BYTES) });
         let pool = Arc::new(Pool::open(pool_backend, TableStore::memory()).expect("pool"));
         let plain: Arc<dyn Backend> = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 2048 });
-        // Ports picked by binding port 0 may be taken again before the runtime binds
-        // them; try a few times.
-        for _ in 0..20 {
-            let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().unwrap().port();
-            let target = Target::new(TargetSpec {
-                listeners: vec![ListenerSpec::tcp("127.0.0.1", port)],
-                subsystems: vec![
-                    SubsystemSpec {
-                        nqn: POOL_NQN.into(),
-                        serial_number: None,
-                        model_number: None,
-                        namespaces: Vec::new(),
-                        pool: Some(Arc::clone(&pool)),
-                        hosts: HostAccess::only(&[CLI_HOST, OTHER_HOST]),
-                    },
-                    SubsystemSpec {
-                        nqn: PLAIN_NQN.into(),
-                        serial_number: None,
-                        model_number: None,
-                        namespaces: vec![nvme_target::NamespaceSpec {
-                            id: NamespaceId(1),
-                            backend: Arc::clone(&plain),
-                            nguid: None,
-                            uuid: None, ana_group: None,
-                        }],
-                        pool: None,
-                        hosts: HostAccess::only(&[CLI_HOST]),
-                    },
-                ],
-                settings: TargetSettings::default(),
-            })
-            .expect("target");
-            let config = RuntimeConfig {
-                threads: 1,
-                pin_threads: false,
-                poll_mode: PollMode::Sleep,
-                listeners: vec![SocketAddr::from(([127, 0, 0, 1], port))],
-                recv_buffer_bytes: 256 * 1024,
-                ring_entries: 256,
-                tcp_nodelay: true,
-            };
-            match target_server::start(target, config) {
-                Ok(runtime) => {
-                    let address = runtime.local_addrs()[0];
-                    return TestTarget { runtime: Some(runtime), address, pool };
-                }
-                Err(error) => {
-                    eprintln!("target start on port {port} failed ({error}); retrying");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-        panic!("cannot start the target");
+        // Port 0: the runtime binds a free port and reports it (the discovery log,
+        // which would show 0, is not used here).
+        let target = Target::new(TargetSpec {
+            listeners: vec![ListenerSpec::tcp("127.0.0.1", 0)],
+            subsystems: vec![
+                SubsystemSpec {
+                    nqn: POOL_NQN.into(),
+                    serial_number: None,
+                    model_number: None,
+                    namespaces: Vec::new(),
+                    pool: Some(Arc::clone(&pool)),
+                    hosts: HostAccess::only(&[CLI_HOST, OTHER_HOST]),
+                },
+                SubsystemSpec {
+                    nqn: PLAIN_NQN.into(),
+                    serial_number: None,
+                    model_number: None,
+                    namespaces: vec![nvme_target::NamespaceSpec {
+                        id: NamespaceId(1),
+                        backend: Arc::clone(&plain),
+                        nguid: None,
+                        uuid: None, ana_group: None,
+                    }],
+                    pool: None,
+                    hosts: HostAccess::only(&[CLI_HOST]),
+                },
+            ],
+            settings: TargetSettings::default(),
+        })
+        .expect("target");
+        let config = RuntimeConfig {
+            threads: 1,
+            pin_threads: false,
+            poll_mode: PollMode::Sleep,
+            listeners: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
+            recv_buffer_bytes: 256 * 1024,
+            ring_entries: 256,
+            tcp_nodelay: true,
+        };
+        let runtime = target_server::start(target, config).expect("the target starts");
+        let address = runtime.local_addrs()[0];
+        TestTarget { runtime: Some(runtime), address, pool }
     }
 
     /// `-a 127.0.0.1 -s PORT -n NQN -q CLI_HOST`.
