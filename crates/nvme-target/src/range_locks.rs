@@ -140,24 +140,16 @@ mod tests {
 
     #[test]
     fn release_wakes_waiters_once() {
-        use std::sync::atomic::AtomicU32;
-        use std::sync::Arc;
-        struct Count(AtomicU32);
-        impl std::task::Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let count = Arc::new(Count(AtomicU32::new(0)));
-        let waker = Waker::from(count.clone());
+        let count = storage::conformance::WakeCounter::new();
+        let waker = count.waker();
         let locks = RangeLocks::default();
         assert_eq!(locks.try_hold(0, 8, None), HoldOutcome::Held);
         assert_eq!(locks.try_hold(4, 1, Some(&waker)), HoldOutcome::Busy);
         assert!(locks.write_must_wait(4, 1, Some(&waker)));
         locks.release(0, 8);
-        assert_eq!(count.0.load(Ordering::Relaxed), 1, "one waker registered once, woken once");
+        assert_eq!(count.count(), 1, "one waker registered once, woken once");
         locks.release(0, 8);
-        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert_eq!(count.count(), 1);
     }
 
     #[test]

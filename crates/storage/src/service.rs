@@ -242,17 +242,11 @@ mod tests {
 
     #[test]
     fn a_ticket_wakes_its_waiter_once_finished() {
-        struct CountingWaker(AtomicUsize);
-        impl std::task::Wake for CountingWaker {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
-        let ticket: Ticket<u32> = Ticket::new(Some(Waker::from(Arc::clone(&counter))));
+        let counter = crate::conformance::WakeCounter::new();
+        let ticket: Ticket<u32> = Ticket::new(Some(counter.waker()));
         assert_eq!(ticket.take(), None);
         ticket.finish(7);
-        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert_eq!(counter.count(), 1);
         assert_eq!(ticket.take(), Some(7));
         assert_eq!(ticket.take(), None);
     }

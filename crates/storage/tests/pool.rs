@@ -510,15 +510,6 @@ impl storage::service::ServiceExecutor for ManualExecutor {
     }
 }
 
-/// Counts wakes of a sleeping queue owner.
-struct CountingWaker(std::sync::atomic::AtomicUsize);
-
-impl std::task::Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table() {
     let executor = Arc::new(ManualExecutor::default());
@@ -528,8 +519,8 @@ fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table()
     let id = pool.create(8 * 128, true).unwrap();
     let carve = pool.get(id).unwrap();
     let saved_mappings = || pool_record_in_table(&table, id);
-    let waker_count = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
-    let waker = std::task::Waker::from(Arc::clone(&waker_count));
+    let waker_count = storage::conformance::WakeCounter::new();
+    let waker = waker_count.waker();
     let mut queue = carve.open_queue_with_waker(&waker);
 
     // A plain write maps a unit without waiting for anything.
@@ -552,7 +543,7 @@ fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table()
     assert_eq!(saved_mappings(), 0);
     assert_eq!(executor.run_all(), 1);
     assert_eq!(saved_mappings(), 1);
-    assert!(waker_count.0.load(std::sync::atomic::Ordering::SeqCst) >= 1, "finishing the save woke the owner");
+    assert!(waker_count.count() >= 1, "finishing the save woke the owner");
     queue.reap(&mut done);
     assert_eq!(done.len(), 1);
     assert_eq!((done[0].token, done[0].result), (2, Ok(())));

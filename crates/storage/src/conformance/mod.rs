@@ -141,3 +141,31 @@ pub(crate) fn assert_same_bytes(actual: &[u8], expected: &[u8], context: &str) {
         );
     }
 }
+
+/// A waker that counts its wakes: for checks that a sleeping queue owner (or a waiter
+/// on a ticket or a range) is woken, and how often.
+#[derive(Debug, Default)]
+pub struct WakeCounter(std::sync::atomic::AtomicUsize);
+
+impl WakeCounter {
+    /// A new counter at 0.
+    pub fn new() -> Arc<WakeCounter> {
+        Arc::new(WakeCounter::default())
+    }
+
+    /// A waker that counts into this counter.
+    pub fn waker(self: &Arc<Self>) -> std::task::Waker {
+        std::task::Waker::from(Arc::clone(self))
+    }
+
+    /// Wakes so far.
+    pub fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl std::task::Wake for WakeCounter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
