@@ -170,11 +170,9 @@ pub struct Connection {
     /// This connection's place in its host's `max_connections_per_host`, from a
     /// successful Connect until the connection closes.
     pub(crate) host_connection: Option<HostConnectionGuard>,
-    /// Reservation commands waiting for the reservation store (slot, ticket).
-    pub(crate) held_persists: Vec<(u16, crate::reservation_store::PersistTicket)>,
-    /// Namespace Management and Attachment commands whose change runs on the service
-    /// executor (slot, ticket of status and DW0).
-    pub(crate) held_management: Vec<(u16, storage::service::Ticket<(Status, u64)>)>,
+    /// Commands waiting for the reservation store or the service executor (slot,
+    /// ticket): reservation changes made durable, Namespace Management and Attachment.
+    pub(crate) held_tickets: Vec<(u16, crate::outcome::HeldTicket)>,
     /// Fused Compare and Write pairing and commands parked behind held ranges.
     pub(crate) fused: crate::fused::FusedQueue,
     /// The TLS identity this connection's queue must connect as (`secure_channel`).
@@ -248,8 +246,7 @@ impl Connection {
             abort_check_at: None,
             authentication: None,
             host_connection: None,
-            held_persists: Vec::new(),
-            held_management: Vec::new(),
+            held_tickets: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             secure_channel: None,
             quiesce: crate::quiesce::QueueQuiesce::default(),

@@ -208,7 +208,7 @@ impl Connection {
             .iter()
             .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
             || self.retired_queues.iter().any(must_poll)
-            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_persists.is_empty() || !self.held_management.is_empty()))
+            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_tickets.is_empty()))
     }
 
     /// Collects storage completions and finishes the commands they belong to.

@@ -421,7 +421,7 @@ impl Connection {
             return Outcome::Done(status, result);
         }
         self.slots.slot(slot_index).state = SlotState::HeldPersist;
-        self.held_management.push((slot_index, ticket));
+        self.held_tickets.push((slot_index, crate::outcome::HeldTicket::Management(ticket)));
         Outcome::Pending
     }
 

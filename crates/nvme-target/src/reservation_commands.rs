@@ -22,18 +22,6 @@ fn invalid() -> Status {
     Status::INVALID_FIELD.with_do_not_retry()
 }
 
-/// The status of a reservation command once the store answered. A failed save leaves
-/// the new state in force but not durable: the host learns it (Internal Error) and
-/// the log says why.
-fn persist_status(result: Result<(), String>) -> Status {
-    match result {
-        Ok(()) => Status::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "reservation state not saved: it is in force but will not survive a restart");
-            Status::INTERNAL_ERROR
-        }
-    }
-}
 
 fn key_at(data: &[u8], offset: usize) -> u64 {
     let mut bytes = [0u8; 8];
@@ -182,10 +170,10 @@ impl Connection {
         // PTPL off: the record goes, so a restart starts without reservations.
         store.save(key, state.persist_through_power_loss.then(|| state.clone()), ticket.clone());
         if let Some(result) = ticket.take() {
-            return Outcome::status(persist_status(result));
+            return Outcome::status(crate::reservation_store::persist_status(result));
         }
         self.slots.slot(slot_index).state = SlotState::HeldPersist;
-        self.held_persists.push((slot_index, ticket));
+        self.held_tickets.push((slot_index, crate::outcome::HeldTicket::Persist(ticket)));
         Outcome::Pending
     }
 
@@ -208,24 +196,16 @@ impl Connection {
         self.persist_reservations(slot_index, &namespace, &state, was_persistent)
     }
 
-    /// Completes reservation commands whose state became durable.
+    /// Completes held commands whose work ended (reservation state made durable, a
+    /// namespace change made).
     pub(crate) fn complete_persisted(&mut self) {
         let mut position = 0;
-        while position < self.held_persists.len() {
-            let Some(result) = self.held_persists[position].1.take() else {
+        while position < self.held_tickets.len() {
+            let Some((status, result)) = self.held_tickets[position].1.take() else {
                 position += 1;
                 continue;
             };
-            let (slot_index, _) = self.held_persists.swap_remove(position);
-            self.complete(slot_index, persist_status(result), 0);
-        }
-        let mut position = 0;
-        while position < self.held_management.len() {
-            let Some((status, result)) = self.held_management[position].1.take() else {
-                position += 1;
-                continue;
-            };
-            let (slot_index, _) = self.held_management.swap_remove(position);
+            let (slot_index, _) = self.held_tickets.swap_remove(position);
             self.complete(slot_index, status, result);
         }
     }

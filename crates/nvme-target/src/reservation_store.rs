@@ -105,3 +105,16 @@ pub(crate) fn restore(namespace: &crate::Namespace, store: &SharedReservationSto
         }
     }
 }
+
+/// The status of a reservation command once the store answered. A failed save leaves
+/// the new state in force but not durable: the host learns it (Internal Error) and
+/// the log says why.
+pub(crate) fn persist_status(result: Result<(), String>) -> nvme_spec::Status {
+    match result {
+        Ok(()) => nvme_spec::Status::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "reservation state not saved: it is in force but will not survive a restart");
+            nvme_spec::Status::INTERNAL_ERROR
+        }
+    }
+}

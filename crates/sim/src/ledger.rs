@@ -122,9 +122,4 @@ impl NamespaceLedger {
         }
         problems
     }
-
-    /// Namespaces a host was told exist now.
-    pub fn existing(&self) -> usize {
-        self.entries.values().filter(|entry| entry.exists == Known::Yes).count()
-    }
 }
