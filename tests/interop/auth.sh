@@ -65,14 +65,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR/peer"
 
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
 
 # Secrets as nvme-cli makes them (the guest's is transformed with SHA-256); fixed

@@ -69,14 +69,7 @@ ENGINE_DIR=$(dirname "$(printf '%s\n' "$ENGINE" | tail -n 1)")
   { tail_file "$OUT_DIR/build-engine.log"; die "the build did not produce $ENGINE_DIR/libfio_libiscsi.so"; }
 log "engines: $ENGINE_DIR/libsluice_fio.so, $ENGINE_DIR/libfio_libiscsi.so"
 
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
 
 failures=()

@@ -121,15 +121,7 @@ log "engine: $ENGINE (built in $((SECONDS - t_build))s)"
 sed 's/^/  /' "$OUT_DIR/build-engine.log" | grep -E 'headers:|fio sources:|fetched|configured' || true
 
 if [ "$TARGET_KIND" = sluice ]; then
-  if [ -n "${SLUICE_BIN:-}" ]; then
-    SLUICE=$SLUICE_BIN
-  else
-    SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-    log "cargo build --release -p sluice"
-    (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-      { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-  fi
-  [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found (build it with cargo build --release -p sluice)"
+  use_sluice_binary
 fi
 
 # ---------------------------------------------------------------------------

@@ -67,14 +67,7 @@ done
 
 rm -rf "$OUT_DIR"
 mkdir -p "$SHARE" "$OUT_DIR/peer"
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 
 log "building the fio engine (scripts/build-fio-engine.sh; log: build-engine.log)"
 ENGINE=$(cd "$REPO" && bash scripts/build-fio-engine.sh --print-path 2>"$OUT_DIR/build-engine.log") ||

@@ -48,14 +48,7 @@ if [[ " $TARGETS " == *" spdk "* ]] && reason=$(spdk_unusable_reason "${SPDK_PEE
   TARGETS=$(echo "$TARGETS" | tr ' ' '\n' | grep -vx spdk | tr '\n' ' ')
 fi
 
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
 
 free_port_pair() {

@@ -95,15 +95,7 @@ log "artifacts: $OUT_DIR"
 # start the target
 # ---------------------------------------------------------------------------
 if [ "$TARGET_KIND" = sluice ]; then
-  if [ -n "${SLUICE_BIN:-}" ]; then
-    SLUICE=$SLUICE_BIN
-  else
-    SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-    log "cargo build --release -p sluice"
-    (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-      { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-  fi
-  [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found (build it with cargo build --release -p sluice)"
+  use_sluice_binary
 
   write_sluice_config "$OUT_DIR/sluice.toml" "$IO_PORT" "$DISC_PORT" "$NQN" "$NS_SIZE_MIB" "$BLOCK_SIZE" 2 "$SERIAL"
   start_sluice "$SLUICE" "$OUT_DIR/sluice.toml" "$IO_PORT" "$DISC_PORT"

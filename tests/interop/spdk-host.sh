@@ -50,14 +50,7 @@ if reason=$(spdk_unusable_reason "$SPDK_PEER"); then
   exit "$SKIP_STATUS"
 fi
 
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
 
 IO_PORT=$(( 20000 + RANDOM % 30000 ))

@@ -109,14 +109,7 @@ fi
 rm -rf "$OUT_DIR"
 mkdir -p "$SHARE" "$OUT_DIR/peer" "$DATA_DIR"
 
-if [ -n "${SLUICE_BIN:-}" ]; then
-  SLUICE=$SLUICE_BIN
-else
-  SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
-  log "cargo build --release -p sluice"
-  (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
-    { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
-fi
+use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found (build it with cargo build --release -p sluice)"
 
 # Two free ports: I/O (+ discovery) and discovery only.

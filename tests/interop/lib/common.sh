@@ -288,6 +288,20 @@ capture_detail() {
 # every test (artifacts in $OUT_DIR; TARGET_PID / TARGET_NAME set for cleanup)
 # ---------------------------------------------------------------------------
 
+# Sets SLUICE: $SLUICE_BIN when given, else the release binary, built here (quietly,
+# its log in $OUT_DIR/build.log). Needs REPO and OUT_DIR.
+use_sluice_binary() {
+  if [ -n "${SLUICE_BIN:-}" ]; then
+    SLUICE=$SLUICE_BIN
+  else
+    SLUICE=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice
+    log "cargo build --release -p sluice"
+    (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet) >"$OUT_DIR/build.log" 2>&1 ||
+      { tail_file "$OUT_DIR/build.log"; die "building sluice failed"; }
+  fi
+  [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found (build it with cargo build --release -p sluice)"
+}
+
 # write_sluice_config FILE IO_PORT DISC_PORT NQN SIZE_MIB BLOCK_SIZE THREADS [SERIAL]:
 # one RAM namespace, I/O + discovery on IO_PORT, discovery only on DISC_PORT
 write_sluice_config() {
