@@ -127,20 +127,7 @@ fn dead_association_with_a_write_in_flight(target: &Arc<Target>) -> (FakeHost, F
 
     let mut again = FakeHost::new(target.clone(), 0);
     again.initialize(DigestSettings { header: false, data: false });
-    let mut connect = nvme_spec::SubmissionQueueEntry::default();
-    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
-    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
-    nvme_spec::fabrics::ConnectCommand {
-        record_format: 0,
-        queue_id: QueueId::ADMIN,
-        submission_queue_size: 31,
-        connect_attributes: 0,
-        keep_alive_timeout_ms: 5000,
-    }
-    .encode_into(&mut connect);
-    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
-    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), ControllerId::DYNAMIC, NQN, HOST_NQN).encode(&mut data);
-    again.send_command(connect, &data);
+    again.send_connect(QueueId::ADMIN, ControllerId::DYNAMIC, NQN, 32, HOST_NQN);
     (admin, io, again, old_data)
 }
 
@@ -207,20 +194,7 @@ fn a_dead_io_queue_holds_the_hosts_connects_while_its_controller_lives_on() {
     let cntlid = ControllerId(1);
     let mut again = FakeHost::new(target.clone(), 0);
     again.initialize(DigestSettings { header: false, data: false });
-    let mut connect = nvme_spec::SubmissionQueueEntry::default();
-    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
-    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
-    nvme_spec::fabrics::ConnectCommand {
-        record_format: 0,
-        queue_id: QueueId(1),
-        submission_queue_size: 7,
-        connect_attributes: 0,
-        keep_alive_timeout_ms: 0,
-    }
-    .encode_into(&mut connect);
-    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
-    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), cntlid, NQN, HOST_NQN).encode(&mut data);
-    again.send_command(connect, &data);
+    again.send_connect(QueueId(1), cntlid, NQN, 8, HOST_NQN);
     again.advance(Duration::from_millis(300));
     admin.advance(Duration::from_millis(300));
     assert!(again.received.is_empty(), "I/O Connect answered while the dead queue's write is at storage");
@@ -254,20 +228,7 @@ fn a_controller_reset_holds_the_new_io_queue_until_the_old_ones_write_landed() {
     let mut again = FakeHost::new(target.clone(), 0);
     again.initialize(DigestSettings { header: false, data: false });
     let cntlid = admin.connection.binding().expect("admin bound").controller.id;
-    let mut connect = nvme_spec::SubmissionQueueEntry::default();
-    connect.set_cdw0(nvme_spec::opcode::AdminOpcode::Fabrics as u8, nvme_spec::CommandId(0), 1);
-    connect.dwords[1] = nvme_spec::opcode::FabricsCommandType::Connect as u32;
-    nvme_spec::fabrics::ConnectCommand {
-        record_format: 0,
-        queue_id: QueueId(1),
-        submission_queue_size: 7,
-        connect_attributes: 0,
-        keep_alive_timeout_ms: 0,
-    }
-    .encode_into(&mut connect);
-    let mut data = [0u8; nvme_spec::fabrics::CONNECT_DATA_BYTES];
-    nvme_spec::fabrics::ConnectData::new(host_id_of(HOST_NQN), cntlid, NQN, HOST_NQN).encode(&mut data);
-    again.send_command(connect, &data);
+    again.send_connect(QueueId(1), cntlid, NQN, 8, HOST_NQN);
     again.advance(Duration::from_millis(200));
     assert!(again.received.is_empty(), "I/O Connect answered while the old generation's write is at storage");
 

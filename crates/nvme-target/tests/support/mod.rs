@@ -262,6 +262,19 @@ impl FakeHost {
         queue_size: u16,
         host_nqn: &str,
     ) -> Answer {
+        let id = self.send_connect(queue, controller, nqn, queue_size, host_nqn);
+        self.await_answer(id, &[])
+    }
+
+    /// Sends a Connect without waiting for its answer (which the target may hold).
+    pub fn send_connect(
+        &mut self,
+        queue: QueueId,
+        controller: ControllerId,
+        nqn: &str,
+        queue_size: u16,
+        host_nqn: &str,
+    ) -> CommandId {
         let mut sqe = SubmissionQueueEntry::default();
         sqe.set_cdw0(AdminOpcode::Fabrics as u8, CommandId(0), 1);
         sqe.dwords[1] = FabricsCommandType::Connect as u32;
@@ -275,7 +288,7 @@ impl FakeHost {
         .encode_into(&mut sqe);
         let mut data = [0u8; CONNECT_DATA_BYTES];
         ConnectData::new(host_id_of(host_nqn), controller, nqn, host_nqn).encode(&mut data);
-        self.command(sqe, &data, &[])
+        self.send_command(sqe, &data)
     }
 
     pub fn property_get(&mut self, offset: u32, size_bytes: u8) -> Answer {
