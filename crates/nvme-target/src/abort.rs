@@ -60,7 +60,7 @@ impl Connection {
             command: abort.command_id,
             give_up_at: now + Duration::from_millis(ABORT_ANSWER_TIMEOUT_MS),
         });
-        self.abort_check_at = Some(now + Duration::from_millis(ABORT_CHECK_INTERVAL_MS));
+        self.timers.abort_check_at = Some(now + Duration::from_millis(ABORT_CHECK_INTERVAL_MS));
         Outcome::Pending
     }
 
@@ -80,7 +80,7 @@ impl Connection {
                 None => index += 1,
             }
         }
-        self.abort_check_at =
+        self.timers.abort_check_at =
             (!self.held_aborts.is_empty()).then(|| now + Duration::from_millis(ABORT_CHECK_INTERVAL_MS));
     }
 

@@ -10,35 +10,34 @@
 //! with batches of PDUs to send (`take_transmit`) and a wish to close (`wants_close`).
 //! Nothing here touches a socket, a thread or a clock.
 //!
-//! Parts in their own files: `r2t` (R2T flow control, with its state in `R2tFlow`)
-//! and `timers` (setup timeout, keep-alive, the controller check, event delivery,
-//! and `bind`, which starts them).
+//! Parts in their own files, each owning its state: `stream` (the PDU reader and
+//! writer, where received data goes, the PDUs queued for sending: `PduStream`),
+//! `r2t` (R2T flow control: `R2tFlow`), `timers` (setup timeout, keep-alive, the
+//! controller check, event delivery: `ConnectionTimers`, and `bind`, which starts
+//! them) and `crate::storage_queues` (the backend queues: `StorageQueues`).
 
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use nvme_spec::{CompletionQueueEntry, QueueId, Status};
-use nvme_tcp_wire::{
-    DataHeader, FatalErrorStatus, InitializeConnectionRequest,
-    InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent, ReaderLimits,
-    Role, TerminationRequest,
-};
+use nvme_tcp_wire::{DataHeader, FatalErrorStatus, InitializeConnectionRequest, PduHeader, ReadEvent};
 
-use storage::{BackendQueue, IoCompletion};
 
 mod r2t;
+mod stream;
 mod timers;
 
 pub(crate) use r2t::R2tFlow;
+pub(crate) use stream::{DataSink, PduStream, ReadData};
+pub(crate) use timers::ConnectionTimers;
 
 use crate::controller::{Controller, ControllerKind};
-use crate::limits::{
-    IN_CAPSULE_DATA_BYTES, MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES,
-};
-use crate::namespaces::{Namespace, NamespaceView};
+use crate::limits::IN_CAPSULE_DATA_BYTES;
+use crate::namespaces::NamespaceView;
 use crate::slots::{SlotState, SlotTable};
 use crate::stats::{QueueStats, TargetCounters};
+use crate::storage_queues::StorageQueues;
 use crate::target::{HostConnectionGuard, Target};
 use crate::transmit::{BufferPool, TransmitBatch};
 
@@ -69,54 +68,6 @@ pub struct QueueBinding {
     pub generation: u32,
 }
 
-/// Where the data of the PDU being received goes.
-#[derive(Clone, Copy, Debug)]
-enum DataSink {
-    /// No PDU data expected.
-    None,
-    /// In-capsule data of the command in `slot`, written at `offset`.
-    InCapsule { slot: u16, offset: usize },
-    /// H2CData for the command in `slot`, written at `offset`.
-    HostData { slot: u16, offset: usize },
-}
-
-/// A backend queue this connection opened, with the namespace it serves (held so
-/// that a deleted namespace's space is not reused while I/O to it is in flight).
-pub(crate) struct OpenQueue {
-    pub(crate) namespace: Arc<Namespace>,
-    pub(crate) queue: Box<dyn BackendQueue>,
-    /// This queue's shard of the namespace's counters.
-    pub(crate) stats: Arc<QueueStats>,
-}
-
-impl OpenQueue {
-    /// Opens a queue on `namespace`'s backend; with a waker, a backend whose
-    /// completions arrive on its own threads wakes the caller instead of being polled.
-    pub(crate) fn new(namespace: Arc<Namespace>, waker: Option<&Waker>) -> Self {
-        let queue = match waker {
-            Some(waker) => namespace.backend.open_queue_with_waker(waker),
-            None => namespace.backend.open_queue(),
-        };
-        let stats = namespace.stats.register();
-        OpenQueue { namespace, queue, stats }
-    }
-}
-
-impl Drop for OpenQueue {
-    fn drop(&mut self) {
-        self.namespace.stats.retire(&self.stats);
-    }
-}
-
-/// Where a read's data is in the pending batch.
-#[derive(Clone, Copy)]
-enum DataSource {
-    /// An attached buffer the backend filled.
-    Buffer(u32),
-    /// Attached memory the backend lent.
-    Lent(u32),
-}
-
 /// One NVMe/TCP connection.
 pub struct Connection {
     pub(crate) target: Arc<Target>,
@@ -124,47 +75,25 @@ pub struct Connection {
     /// Peer description for log messages.
     pub(crate) peer: String,
     pub(crate) phase: Phase,
-    reader: PduReader,
-    pub(crate) writer: PduWriter,
+    /// PDUs in and out, and where received data goes.
+    pub(crate) stream: PduStream,
     /// R2T flow control: host data requested and commands waiting for budget.
     pub(crate) r2t: R2tFlow,
-    /// DDGST negotiated: C2HData PDUs carry a data digest.
-    pub(crate) data_digest: bool,
-    pending: TransmitBatch,
-    spare: Option<TransmitBatch>,
     pub(crate) pool: BufferPool,
     pub(crate) slots: SlotTable,
-    sink: DataSink,
     pub(crate) binding: Option<QueueBinding>,
     /// The namespaces active for this queue's controller, rebuilt when the
     /// subsystem's table changes.
     pub(crate) view: NamespaceView,
-    /// Backend queues opened by this connection, by NSID - 1.
-    pub(crate) backend_queues: Vec<Option<OpenQueue>>,
-    /// NSIDs with an opened backend queue (to poll only those).
-    pub(crate) opened_namespaces: Vec<u32>,
-    /// Queues of namespaces that went away (detached, deleted) with I/O still in
-    /// flight: polled until drained, then dropped.
-    pub(crate) retired_queues: Vec<OpenQueue>,
-    pub(crate) completions: Vec<IoCompletion>,
-    /// Given by the runtime: backend queues that complete on threads of their own
-    /// wake the owning thread through it (see [`Connection::set_storage_waker`]).
-    pub(crate) storage_waker: Option<Waker>,
+    /// Backend queues opened by this connection (see [`Connection::set_storage_waker`]).
+    pub(crate) storage: StorageQueues,
     pub(crate) stats: Option<Arc<QueueStats>>,
-    /// Connection setup must finish by then.
-    pub(crate) setup_deadline: Option<Instant>,
-    /// Admin queue: the controller is torn down unless a Keep Alive arrives by then.
-    pub(crate) keep_alive_deadline: Option<Instant>,
-    /// I/O queue: next check whether the controller still exists.
-    controller_check_at: Option<Instant>,
-    /// Admin queue: next check for due asynchronous events (while requests are held).
-    event_check_at: Option<Instant>,
+    /// Setup, keep-alive and the periodic checks.
+    pub(crate) timers: ConnectionTimers,
     /// Slots of held Asynchronous Event Requests, oldest first.
     pub(crate) held_async_events: Vec<u16>,
     /// Aborts waiting for the I/O queue of their command to answer.
     pub(crate) held_aborts: Vec<crate::abort::HeldAbort>,
-    /// When to look for answers to `held_aborts`.
-    pub(crate) abort_check_at: Option<Instant>,
     /// DH-HMAC-CHAP state when the host must authenticate this queue (`access`).
     pub(crate) authentication: Option<Box<crate::access::QueueAuthentication>>,
     /// This connection's place in its host's `max_connections_per_host`, from a
@@ -179,8 +108,6 @@ pub struct Connection {
     pub(crate) secure_channel: Option<crate::secure_channel::SecureChannelBinding>,
     /// Its count in the controller, its drain once closed, a held Connect.
     pub(crate) quiesce: crate::quiesce::QueueQuiesce,
-    /// A C2HTermReq was queued: it must be the last PDU on the wire.
-    terminated: bool,
     /// The socket is gone (`handle_closed`): nothing is sent any more.
     pub(crate) cleaned_up: bool,
 }
@@ -204,7 +131,7 @@ impl Connection {
     /// requests are in flight and then calls [`Connection::poll_storage`]. Without
     /// one, every queue with requests in flight counts as pending work.
     pub fn set_storage_waker(&mut self, waker: Waker) {
-        self.storage_waker = Some(waker);
+        self.storage.set_waker(waker);
     }
 
     /// A new connection accepted on `listener_index` of the target.
@@ -217,40 +144,23 @@ impl Connection {
             listener_index,
             peer,
             phase: Phase::AwaitingIcReq,
-            reader: PduReader::new(
-                Role::Controller,
-                ReaderLimits { max_data_bytes: IN_CAPSULE_DATA_BYTES.max(MAX_H2C_DATA_BYTES) },
-            ),
-            writer: PduWriter::new(),
+            stream: PduStream::new(),
             r2t: R2tFlow::new(),
-            data_digest: false,
-            pending: TransmitBatch::with_capacity(4096, 64),
-            spare: None,
             pool: BufferPool::new(SETUP_QUEUE_DEPTH as usize),
             slots: SlotTable::new(SETUP_QUEUE_DEPTH),
-            sink: DataSink::None,
             binding: None,
             view: NamespaceView::default(),
-            backend_queues: Vec::new(),
-            opened_namespaces: Vec::new(),
-            retired_queues: Vec::new(),
-            completions: Vec::new(),
-            storage_waker: None,
+            storage: StorageQueues::default(),
             stats: None,
-            setup_deadline: Some(now + setup_timeout),
-            keep_alive_deadline: None,
-            controller_check_at: None,
-            event_check_at: None,
+            timers: ConnectionTimers { setup_deadline: Some(now + setup_timeout), ..ConnectionTimers::default() },
             held_async_events: Vec::new(),
             held_aborts: Vec::new(),
-            abort_check_at: None,
             authentication: None,
             host_connection: None,
             held_tickets: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             secure_channel: None,
             quiesce: crate::quiesce::QueueQuiesce::default(),
-            terminated: false,
             cleaned_up: false,
         }
     }
@@ -268,7 +178,7 @@ impl Connection {
     /// Bytes received from the host, in any chunking. Consumes all of them.
     pub fn handle_received(&mut self, mut input: &[u8], now: Instant) {
         while self.phase != Phase::Closing {
-            match self.reader.next_event(&mut input) {
+            match self.stream.next_event(&mut input) {
                 Ok(None) => break,
                 Ok(Some(ReadEvent::Header { header, data_length })) => {
                     self.on_header(header, data_length, now)
@@ -288,7 +198,7 @@ impl Connection {
     }
 
     fn on_header(&mut self, header: PduHeader, data_length: u32, now: Instant) {
-        self.sink = DataSink::None;
+        self.stream.set_sink(DataSink::None);
         match header {
             PduHeader::IcReq(request) => self.on_initialize_connection(request),
             PduHeader::CapsuleCmd(capsule) => self.on_capsule(capsule.sqe, data_length, now),
@@ -309,23 +219,10 @@ impl Connection {
     fn on_initialize_connection(&mut self, request: InitializeConnectionRequest) {
         // The reader refuses a second ICReq and an unsupported PFV; HPDA is the
         // alignment our C2H PDUs must honour, digests are whatever the host asks.
-        let digests = request.digests;
         self.r2t.host_max_outstanding = request.max_r2t_outstanding.saturating_add(1);
-        let response = InitializeConnectionResponse {
-            protocol_format_version: 0,
-            controller_pdu_data_alignment: 0,
-            digests,
-            max_h2c_data_bytes: MAX_H2C_DATA_BYTES,
-        };
-        self.pending.push_header_with(|out| {
-            PduWriter::new().write_header(&PduHeader::IcResp(response), 0, out);
-        });
-        self.writer.set_digests(digests);
-        self.data_digest = digests.data;
-        self.writer.set_data_alignment(request.host_pdu_data_alignment);
-        self.reader.set_digests(digests);
+        self.stream.accept_initialize(&request);
         self.phase = Phase::AwaitingConnect;
-        tracing::debug!(peer = %self.peer, ?digests, "ICReq accepted");
+        tracing::debug!(peer = %self.peer, digests = ?request.digests, "ICReq accepted");
     }
 
     fn on_capsule(&mut self, sqe: nvme_spec::SubmissionQueueEntry, data_length: u32, now: Instant) {
@@ -369,7 +266,7 @@ impl Connection {
             // command fails once it has all arrived.
             slot.deferred_status = status;
         }
-        self.sink = DataSink::InCapsule { slot: slot_index, offset: 0 };
+        self.stream.set_sink(DataSink::InCapsule { slot: slot_index, offset: 0 });
     }
 
     /// H2CData header: check it against the command it names before taking any data.
@@ -402,18 +299,11 @@ impl Connection {
             self.terminate(FatalErrorStatus::DataTransferOutOfRange, 12, &[]);
             return;
         }
-        self.sink = DataSink::HostData { slot: data.transfer_tag, offset: data.data_offset as usize };
+        self.stream.set_sink(DataSink::HostData { slot: data.transfer_tag, offset: data.data_offset as usize });
     }
 
     fn on_data(&mut self, chunk: &[u8]) {
-        let (slot_index, offset) = match &mut self.sink {
-            DataSink::None => return,
-            DataSink::InCapsule { slot, offset } | DataSink::HostData { slot, offset } => {
-                let position = *offset;
-                *offset += chunk.len();
-                (*slot, position)
-            }
-        };
+        let Some((slot_index, offset)) = self.stream.advance_sink(chunk.len()) else { return };
         let slot = self.slots.slot(slot_index);
         if !slot.deferred_status.is_success() {
             return;
@@ -428,8 +318,7 @@ impl Connection {
     }
 
     fn on_data_end(&mut self, data_digest_ok: bool, now: Instant) {
-        let sink = std::mem::replace(&mut self.sink, DataSink::None);
-        match sink {
+        match self.stream.take_sink() {
             DataSink::None => {}
             DataSink::InCapsule { slot, .. } => {
                 if !data_digest_ok {
@@ -469,16 +358,10 @@ impl Connection {
     pub(crate) fn terminate(&mut self, status: FatalErrorStatus, info: u32, offending_header: &[u8]) {
         // Also before ICResp: a bad ICReq (e.g. unsupported PFV) is answered with a
         // C2HTermReq too; no digests are negotiated then, so the host can parse it.
-        if self.terminated {
+        if !self.stream.terminate(status, info, offending_header) {
             return;
         }
-        self.terminated = true;
         TargetCounters::count(&self.target.counters.transport_errors);
-        let request = TerminationRequest::new(status, info, offending_header);
-        let writer = &self.writer;
-        self.pending.push_header_with(|out| {
-            writer.write_header(&PduHeader::C2hTermReq(request), 0, out);
-        });
         self.phase = Phase::Closing;
     }
 
@@ -496,42 +379,6 @@ impl Connection {
         self.complete_unbound(slot_index, status, result, queue_id, head);
     }
 
-    /// Queues C2HData PDUs for the first `send_bytes` of a read's data (at most
-    /// MAX_C2H_DATA_PDU_BYTES each, digested when DDGST was negotiated).
-    fn queue_read_data(&mut self, command_id: nvme_spec::CommandId, send_bytes: usize, source: DataSource) {
-        let writer = &self.writer;
-        let mut offset = 0;
-        while offset < send_bytes {
-            let length = (send_bytes - offset).min(MAX_C2H_DATA_PDU_BYTES as usize);
-            let header = DataHeader {
-                command_id,
-                transfer_tag: 0,
-                data_offset: offset as u32,
-                data_length: length as u32,
-                last: offset + length == send_bytes,
-                success: false,
-            };
-            self.pending.push_header_with(|out| {
-                writer.write_header(&PduHeader::C2hData(header), length as u32, out);
-            });
-            match source {
-                DataSource::Buffer(index) => {
-                    self.pending.push_data(index, offset, offset + length);
-                    if self.data_digest {
-                        let digest = nvme_tcp_wire::crc32c(&self.pending.buffer(index)[offset..offset + length]);
-                        self.pending.push_header_with(|out| out.extend_from_slice(&digest.to_le_bytes()));
-                    }
-                }
-                DataSource::Lent(index) => {
-                    // Reads are lent only without data digests (see `io_read`).
-                    debug_assert!(!self.data_digest);
-                    self.pending.push_lent(index, offset, offset + length);
-                }
-            }
-            offset += length;
-        }
-    }
-
     pub(crate) fn complete_unbound(
         &mut self,
         slot_index: u16,
@@ -541,7 +388,7 @@ impl Connection {
         submission_queue_head: u16,
     ) {
         self.on_fused_completion(slot_index, status);
-        if self.terminated || self.cleaned_up {
+        if self.stream.is_terminated() || self.cleaned_up {
             // Nothing may follow the C2HTermReq, and no one listens after the close:
             // drop the response.
             let slot = self.slots.slot(slot_index);
@@ -562,17 +409,17 @@ impl Connection {
         let lent = slot.lent.take().filter(|lent| send_bytes > 0 && send_bytes <= lent.len());
         self.pool.give(compare_buffer);
         // The data goes out from memory the backend lent, or from the buffer it filled.
-        let source = if let Some(lent) = lent {
+        let data = if let Some(lent) = lent {
             self.pool.give(buffer);
-            Some(DataSource::Lent(self.pending.attach_lent(lent)))
+            Some(ReadData::Lent(lent))
         } else if send_bytes > 0 && send_bytes <= buffer.len() {
-            Some(DataSource::Buffer(self.pending.attach_buffer(buffer)))
+            Some(ReadData::Buffer(buffer))
         } else {
             self.pool.give(buffer);
             None
         };
-        if let Some(source) = source {
-            self.queue_read_data(command_id, send_bytes, source);
+        if let Some(data) = data {
+            self.stream.push_read_data(command_id, send_bytes, data);
         }
         if !status.is_success() {
             if let Some(stats) = &self.stats {
@@ -589,10 +436,7 @@ impl Connection {
             status,
             phase: false,
         };
-        let writer = &self.writer;
-        self.pending.push_header_with(|out| {
-            writer.write_header(&PduHeader::CapsuleResp(nvme_tcp_wire::CapsuleResponse { cqe }), 0, out);
-        });
+        self.stream.push_response(cqe);
         self.slots.release(slot_index);
     }
 
@@ -631,10 +475,7 @@ impl Connection {
     /// Bytes allocated for data buffers: the slots', the idle ones kept, and those
     /// queued for sending (see `limits::max_connection_buffer_bytes`).
     pub fn buffered_data_bytes(&self) -> u64 {
-        self.slots.buffer_bytes()
-            + self.pool.kept_bytes()
-            + self.pending.buffer_bytes()
-            + self.spare.as_ref().map_or(0, TransmitBatch::buffer_bytes)
+        self.slots.buffer_bytes() + self.pool.kept_bytes() + self.stream.buffer_bytes()
     }
 
     /// The next batch of PDUs to send, if any. The runtime hands it back through
@@ -647,19 +488,12 @@ impl Connection {
                 stats.outstanding_commands.store(self.slots.in_use() as u64, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        if self.pending.is_empty() {
-            return None;
-        }
-        let replacement = self.spare.take().unwrap_or_else(|| TransmitBatch::with_capacity(4096, 64));
-        Some(std::mem::replace(&mut self.pending, replacement))
+        self.stream.take_transmit()
     }
 
     /// A batch from `take_transmit` was sent; its buffers return to the pool.
-    pub fn transmit_complete(&mut self, mut batch: TransmitBatch) {
-        batch.recycle(&mut self.pool);
-        if self.spare.is_none() {
-            self.spare = Some(batch);
-        }
+    pub fn transmit_complete(&mut self, batch: TransmitBatch) {
+        self.stream.transmit_complete(batch, &mut self.pool);
     }
 
     /// True when the connection should be closed once pending PDUs are sent.

@@ -7,7 +7,8 @@ use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{IoCompletion, IoError, IoOp, IoRequest};
 
-use crate::connection::{Connection, OpenQueue, Phase};
+use crate::connection::{Connection, Phase};
+use crate::storage_queues::OpenQueue;
 use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::slots::{PendingKind, SlotState};
@@ -169,9 +170,8 @@ impl Connection {
         op: IoOp,
         buffer: Vec<u8>,
     ) -> Result<(), Status> {
-        let open = self.backend_queue(namespace_id)?;
         let request = IoRequest { token, op, buffer };
-        open.queue.submit(request);
+        self.storage.submit(namespace_id, &self.view, request)?;
         let slot = self.slots.slot(slot_index);
         slot.pending_operations += 1;
         slot.state = SlotState::AwaitingStorage;
@@ -180,22 +180,7 @@ impl Connection {
 
     /// This connection's queue on the namespace's backend, opened on first use.
     pub(crate) fn backend_queue(&mut self, namespace_id: NamespaceId) -> Result<&mut OpenQueue, Status> {
-        let index = (namespace_id.0 as usize)
-            .checked_sub(1)
-            .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
-        if self.backend_queues.len() <= index || self.backend_queues[index].is_none() {
-            let namespace = self
-                .view
-                .get(namespace_id)
-                .cloned()
-                .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
-            if self.backend_queues.len() <= index {
-                self.backend_queues.resize_with(index + 1, || None);
-            }
-            self.backend_queues[index] = Some(OpenQueue::new(namespace, self.storage_waker.as_ref()));
-            self.opened_namespaces.push(namespace_id.0);
-        }
-        self.backend_queues[index].as_mut().ok_or(Status::INTERNAL_ERROR)
+        self.storage.open(namespace_id, &self.view)
     }
 
     /// True when storage operations are in flight that nothing will wake the thread
@@ -203,12 +188,8 @@ impl Connection {
     /// Queues that call the storage waker on completion do not count: the thread
     /// sleeps and polls when woken.
     pub fn has_pending_storage(&self) -> bool {
-        let must_poll = |open: &OpenQueue| open.queue.in_flight() > 0 && !open.queue.wakes_on_completion();
-        self.opened_namespaces
-            .iter()
-            .any(|&nsid| self.backend_queues[nsid as usize - 1].as_ref().is_some_and(must_poll))
-            || self.retired_queues.iter().any(must_poll)
-            || (self.storage_waker.is_none() && (self.has_parked() || !self.held_tickets.is_empty()))
+        self.storage.must_poll()
+            || (self.storage.waker().is_none() && (self.has_parked() || !self.held_tickets.is_empty()))
     }
 
     /// Collects storage completions and finishes the commands they belong to.
@@ -221,26 +202,12 @@ impl Connection {
         // Copy) submit the next step while their completion is handled: reap again
         // (a few rounds at most) so backends that complete at once finish them here.
         for _round in 0..STORAGE_POLL_ROUNDS {
-            let mut completions = std::mem::take(&mut self.completions);
-            for position in 0..self.opened_namespaces.len() {
-                let index = self.opened_namespaces[position] as usize - 1;
-                if let Some(open) = self.backend_queues[index].as_mut() {
-                    if open.queue.in_flight() > 0 {
-                        open.queue.reap(&mut completions);
-                    }
-                }
-            }
-            if !self.retired_queues.is_empty() {
-                for open in &mut self.retired_queues {
-                    open.queue.reap(&mut completions);
-                }
-                self.retired_queues.retain(|open| open.queue.in_flight() > 0);
-            }
+            let mut completions = self.storage.reap();
             let reaped = !completions.is_empty();
             for completion in completions.drain(..) {
                 self.on_storage_completion(completion, now);
             }
-            self.completions = completions;
+            self.storage.recycle(completions);
             if !reaped {
                 break;
             }
@@ -306,9 +273,7 @@ impl Connection {
         };
         // Counted for the subsystem (SMART) and for the namespace (metrics); a
         // broadcast Flush has no single namespace.
-        let namespace_index = (slot.sqe.namespace_id().0 as usize).wrapping_sub(1);
-        let namespace_stats =
-            self.backend_queues.get(namespace_index).and_then(Option::as_ref).map(|open| &*open.stats);
+        let namespace_stats = self.storage.stats(slot.sqe.namespace_id());
         for stats in [self.stats.as_deref(), namespace_stats].into_iter().flatten() {
             count_completion(stats, kind, status, data_bytes, latency_microseconds);
         }

@@ -186,7 +186,7 @@ impl Connection {
             return;
         };
         let (lba, blocks) = range_of(&sqe);
-        if namespace.range_locks.try_hold(lba, blocks, self.storage_waker.as_ref()) == HoldOutcome::Busy {
+        if namespace.range_locks.try_hold(lba, blocks, self.storage.waker()) == HoldOutcome::Busy {
             if !self.fused.parked.contains(&first) {
                 self.fused.parked.push(first);
             }
@@ -258,7 +258,7 @@ impl Connection {
     /// A write-group command on `namespace`'s blocks that a fused pair holds waits
     /// (parked) until the pair is done. One relaxed load when no pair runs.
     pub(crate) fn write_waits_for_range(&mut self, slot_index: u16, namespace: &Arc<crate::Namespace>, lba: u64, blocks: u64) -> bool {
-        if !namespace.range_locks.write_must_wait(lba, blocks, self.storage_waker.as_ref()) {
+        if !namespace.range_locks.write_must_wait(lba, blocks, self.storage.waker()) {
             return false;
         }
         self.slots.slot(slot_index).state = SlotState::WaitingFused;

@@ -137,7 +137,7 @@ impl Connection {
         let (_, bytes) = self.validate_transfer(sqe)?;
         // Large reads go out from the backend's own memory when it can lend it. With
         // data digests on the data is read in Rust anyway, so a copy costs nothing more.
-        if bytes >= LEND_READ_MIN_BYTES && !self.data_digest {
+        if bytes >= LEND_READ_MIN_BYTES && !self.stream.data_digest() {
             let open = self.backend_queue(sqe.namespace_id())?;
             match open.queue.lend_read(sqe.starting_lba(), sqe.block_count()) {
                 None => {}

@@ -41,6 +41,7 @@ pub mod secure_channel;
 pub mod limits;
 pub mod slots;
 pub mod stats;
+mod storage_queues;
 pub mod subsystem;
 pub mod target;
 pub mod transmit;

@@ -406,7 +406,7 @@ impl Connection {
     where
         F: FnOnce(&Subsystem, &crate::target::Target) -> (Status, u64) + Send + 'static,
     {
-        let ticket = storage::service::Ticket::new(self.storage_waker.clone());
+        let ticket = storage::service::Ticket::new(self.storage.waker().cloned());
         let done = ticket.clone();
         let (job_subsystem, target) = (Arc::clone(subsystem), Arc::clone(&self.target));
         subsystem.service_executor().execute(Box::new(move || {

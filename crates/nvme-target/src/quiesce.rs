@@ -113,9 +113,7 @@ impl Connection {
     /// controller no longer waits for it. Also from `Drop`, so nothing is left counted.
     pub(crate) fn finish_drain(&mut self) {
         self.release_all_held_ranges();
-        self.backend_queues.clear();
-        self.opened_namespaces.clear();
-        self.retired_queues.clear();
+        self.storage.clear();
         if let Some(binding) = &self.binding {
             if std::mem::take(&mut self.quiesce.counted) {
                 binding.controller.queue_quiet();
@@ -129,8 +127,7 @@ impl Connection {
 
     /// Storage requests of every backend queue of this connection.
     pub(crate) fn storage_in_flight(&self) -> usize {
-        let open = self.backend_queues.iter().flatten().map(|open| open.queue.in_flight());
-        open.chain(self.retired_queues.iter().map(|open| open.queue.in_flight())).sum()
+        self.storage.in_flight()
     }
 
     /// True when the Connect in `slot_index` must wait for a controller of its host to
@@ -157,7 +154,7 @@ impl Connection {
                     "Connect held: requests of a dead queue of the host are still at storage");
                 self.quiesce.held_connect = Some(HeldConnect { slot: slot_index, since: now, until, check_at });
                 // A held Connect is not an idle socket.
-                self.setup_deadline = self.setup_deadline.map(|deadline| deadline.max(until + Duration::from_secs(1)));
+                self.timers.setup_deadline = self.timers.setup_deadline.map(|deadline| deadline.max(until + Duration::from_secs(1)));
                 true
             }
             Some(held) if now >= held.until => {

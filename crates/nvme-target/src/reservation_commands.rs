@@ -166,7 +166,7 @@ impl Connection {
             return Outcome::status(Status::SUCCESS);
         };
         let key = NamespaceKey { subsystem_nqn: subsystem.nqn.clone(), namespace_id: namespace.id, nguid: namespace.nguid };
-        let ticket = PersistTicket::new(self.storage_waker.clone());
+        let ticket = PersistTicket::new(self.storage.waker().cloned());
         // PTPL off: the record goes, so a restart starts without reservations.
         store.save(key, state.persist_through_power_loss.then(|| state.clone()), ticket.clone());
         if let Some(result) = ticket.take() {

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use nvme_tcp_wire::{PduHeader, ReadyToTransfer};
+use nvme_tcp_wire::ReadyToTransfer;
 
 use super::Connection;
 use crate::limits::MAX_R2T_LENGTH_BYTES;
@@ -58,7 +58,7 @@ impl Connection {
     /// gets no R2T now waits in `R2tFlow::waiting` (a new command behind the ones already
     /// waiting, one whose transfer has started in front of them) until data arrives.
     pub(crate) fn request_host_data(&mut self, slot_index: u16) {
-        if self.terminated {
+        if self.stream.is_terminated() {
             return;
         }
         let slot = self.slots.slot(slot_index);
@@ -110,10 +110,7 @@ impl Connection {
             slot.requested_bytes += length;
             let r2t = ReadyToTransfer { command_id: slot.sqe.command_id(), transfer_tag: slot_index, offset, length };
             self.r2t.requested(length);
-            let writer = &self.writer;
-            self.pending.push_header_with(|out| {
-                writer.write_header(&PduHeader::R2t(r2t), 0, out);
-            });
+            self.stream.push_ready_to_transfer(r2t);
         }
     }
 
@@ -138,7 +135,7 @@ impl Connection {
     /// order, while the budget allows.
     pub(crate) fn grant_waiting_r2ts(&mut self) {
         while let Some(&slot_index) = self.r2t.waiting.front() {
-            if self.terminated {
+            if self.stream.is_terminated() {
                 return;
             }
             let Some(length) = self.next_r2t_length(slot_index) else {

@@ -6,14 +6,27 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_spec::NamespaceId;
-
 use super::{Connection, Phase, QueueBinding};
 use crate::controller::Controller;
 use crate::limits::{ASYNC_EVENT_CHECK_INTERVAL_MS, CONTROLLER_CHECK_INTERVAL_MS};
 use crate::slots::SlotTable;
 use crate::stats::TargetCounters;
 use crate::transmit::BufferPool;
+
+/// When a connection next has something to do that no PDU or completion triggers.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionTimers {
+    /// Connection setup (ICReq, Connect, authentication) must finish by then.
+    pub(crate) setup_deadline: Option<Instant>,
+    /// Admin queue: the controller is torn down unless a Keep Alive arrives by then.
+    pub(crate) keep_alive_deadline: Option<Instant>,
+    /// I/O queue: next check whether the controller still exists.
+    pub(crate) controller_check_at: Option<Instant>,
+    /// Admin queue: next check for due asynchronous events (while requests are held).
+    pub(crate) event_check_at: Option<Instant>,
+    /// When to look for answers to held Abort commands.
+    pub(crate) abort_check_at: Option<Instant>,
+}
 
 impl Connection {
     /// The earliest time `handle_timeout` has something to do.
@@ -23,15 +36,16 @@ impl Connection {
         if self.cleaned_up {
             return self.quiesce.next_deadline();
         }
-        let event_check_at = self.event_check_at.filter(|_| !self.held_async_events.is_empty());
+        let timers = &self.timers;
+        let event_check_at = timers.event_check_at.filter(|_| !self.held_async_events.is_empty());
         let authentication_deadline = self.authentication_deadline();
         [
-            self.setup_deadline,
-            self.keep_alive_deadline,
-            self.controller_check_at,
+            timers.setup_deadline,
+            timers.keep_alive_deadline,
+            timers.controller_check_at,
             event_check_at,
             authentication_deadline,
-            self.abort_check_at,
+            timers.abort_check_at,
             self.quiesce.next_deadline(),
         ]
             .into_iter()
@@ -45,7 +59,7 @@ impl Connection {
         if self.phase == Phase::Closing {
             return;
         }
-        if let Some(deadline) = self.setup_deadline {
+        if let Some(deadline) = self.timers.setup_deadline {
             if now >= deadline && self.phase != Phase::Live {
                 let timeout_ms = self.target.settings.connection_setup_timeout_ms;
                 TargetCounters::count(&self.target.counters.setup_timeouts);
@@ -64,7 +78,7 @@ impl Connection {
             return;
         }
         self.check_held_connect(now);
-        if let Some(deadline) = self.keep_alive_deadline {
+        if let Some(deadline) = self.timers.keep_alive_deadline {
             if now >= deadline {
                 if let Some(binding) = &self.binding {
                     TargetCounters::count(&self.target.counters.keep_alive_timeouts);
@@ -76,9 +90,9 @@ impl Connection {
                 return;
             }
         }
-        if let Some(check_at) = self.controller_check_at {
+        if let Some(check_at) = self.timers.controller_check_at {
             if now >= check_at {
-                self.controller_check_at =
+                self.timers.controller_check_at =
                     Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
                 if self.controller_gone() {
                     self.phase = Phase::Closing;
@@ -90,12 +104,12 @@ impl Connection {
                 self.retry_parked(now);
             }
         }
-        if self.abort_check_at.is_some_and(|check_at| now >= check_at) {
+        if self.timers.abort_check_at.is_some_and(|check_at| now >= check_at) {
             self.complete_answered_aborts(now);
         }
-        if let Some(check_at) = self.event_check_at {
+        if let Some(check_at) = self.timers.event_check_at {
             if now >= check_at {
-                self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+                self.timers.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
                 self.refresh_namespaces();
                 self.deliver_due_events();
             }
@@ -114,23 +128,7 @@ impl Connection {
         }
         let table = subsystem.table();
         self.view.rebuild(&table, &binding.controller.host_nqn, generation);
-        for position in (0..self.opened_namespaces.len()).rev() {
-            let nsid = self.opened_namespaces[position];
-            let index = nsid as usize - 1;
-            let still_active = match (&self.backend_queues[index], self.view.get(NamespaceId(nsid))) {
-                (Some(open), Some(namespace)) => Arc::ptr_eq(&open.namespace, namespace),
-                _ => false,
-            };
-            if still_active {
-                continue;
-            }
-            if let Some(open) = self.backend_queues[index].take() {
-                if open.queue.in_flight() > 0 {
-                    self.retired_queues.push(open);
-                }
-            }
-            self.opened_namespaces.swap_remove(position);
-        }
+        self.storage.retire_inactive(&self.view);
     }
 
     /// Completes a held Asynchronous Event Request with a due event, if both exist.
@@ -159,14 +157,14 @@ impl Connection {
     pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
         self.slots = SlotTable::new(binding.depth);
         self.pool = BufferPool::new(binding.depth as usize + crate::limits::SPARE_DATA_BUFFERS);
-        self.setup_deadline = None;
+        self.timers.setup_deadline = None;
         if binding.queue_id.is_admin() {
             self.restart_keep_alive(&binding.controller, now);
             // Namespace notices (I/O controllers) and Discovery Log Page Change
             // notices (discovery controllers) both wait for this check.
-            self.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
+            self.timers.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
         } else {
-            self.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+            self.timers.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         }
         if let Some(subsystem) = &binding.controller.subsystem {
             let shard = subsystem.stats.register();
@@ -187,7 +185,7 @@ impl Connection {
         // outside the configured range runs the nearest allowed timer instead.
         let stored_ms = controller.state().features.keep_alive_timeout_ms;
         let timeout_ms = u64::from(self.target.settings.effective_keep_alive_timeout(controller.kind, stored_ms));
-        self.keep_alive_deadline = if timeout_ms == 0 {
+        self.timers.keep_alive_deadline = if timeout_ms == 0 {
             None
         } else {
             Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000))

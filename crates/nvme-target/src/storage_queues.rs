@@ -1,0 +1,177 @@
+//! The backend queues of one connection: opened on a namespace's first command,
+//! polled for completions, retired (and drained) when their namespace goes away.
+//! Commands reach storage only through here, so this is the one place the
+//! simulator's disks and the runtime's wakes meet the target core.
+
+use std::sync::Arc;
+use std::task::Waker;
+
+use nvme_spec::{NamespaceId, Status};
+use storage::{BackendQueue, IoCompletion, IoRequest};
+
+use crate::namespaces::{Namespace, NamespaceView};
+use crate::stats::QueueStats;
+
+/// A backend queue this connection opened, with the namespace it serves (held so
+/// that a deleted namespace's space is not reused while I/O to it is in flight).
+pub(crate) struct OpenQueue {
+    pub(crate) namespace: Arc<Namespace>,
+    pub(crate) queue: Box<dyn BackendQueue>,
+    /// This queue's shard of the namespace's counters.
+    pub(crate) stats: Arc<QueueStats>,
+}
+
+impl OpenQueue {
+    /// Opens a queue on `namespace`'s backend; with a waker, a backend whose
+    /// completions arrive on its own threads wakes the caller instead of being polled.
+    fn new(namespace: Arc<Namespace>, waker: Option<&Waker>) -> Self {
+        let queue = match waker {
+            Some(waker) => namespace.backend.open_queue_with_waker(waker),
+            None => namespace.backend.open_queue(),
+        };
+        let stats = namespace.stats.register();
+        OpenQueue { namespace, queue, stats }
+    }
+
+    /// Requests in flight that nothing wakes the thread for: someone must poll.
+    fn must_poll(&self) -> bool {
+        self.queue.in_flight() > 0 && !self.queue.wakes_on_completion()
+    }
+}
+
+impl Drop for OpenQueue {
+    fn drop(&mut self) {
+        self.namespace.stats.retire(&self.stats);
+    }
+}
+
+/// A connection's backend queues.
+#[derive(Default)]
+pub(crate) struct StorageQueues {
+    /// Open queues by NSID - 1.
+    open: Vec<Option<OpenQueue>>,
+    /// NSIDs with an open queue (to poll only those).
+    opened: Vec<u32>,
+    /// Queues of namespaces that went away (detached, deleted) with I/O still in
+    /// flight: polled until drained, then dropped.
+    retired: Vec<OpenQueue>,
+    /// Given by the runtime: backend queues that complete on threads of their own
+    /// wake the owning thread through it.
+    waker: Option<Waker>,
+    /// The list `reap` fills, kept between polls.
+    completions: Vec<IoCompletion>,
+}
+
+impl StorageQueues {
+    /// Queues opened from now on wake the owning thread through `waker`.
+    pub(crate) fn set_waker(&mut self, waker: Waker) {
+        self.waker = Some(waker);
+    }
+
+    /// The owning thread's waker, if the runtime gave one.
+    pub(crate) fn waker(&self) -> Option<&Waker> {
+        self.waker.as_ref()
+    }
+
+    /// The queue on `namespace_id`'s backend, opened on first use from `view`.
+    pub(crate) fn open(&mut self, namespace_id: NamespaceId, view: &NamespaceView) -> Result<&mut OpenQueue, Status> {
+        let invalid = Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry();
+        let index = (namespace_id.0 as usize).checked_sub(1).ok_or(invalid)?;
+        if self.open.len() <= index {
+            self.open.resize_with(index + 1, || None);
+        }
+        let entry = self.open.get_mut(index).ok_or(Status::INTERNAL_ERROR)?;
+        if entry.is_none() {
+            let namespace = view.get(namespace_id).cloned().ok_or(invalid)?;
+            *entry = Some(OpenQueue::new(namespace, self.waker.as_ref()));
+            self.opened.push(namespace_id.0);
+        }
+        entry.as_mut().ok_or(Status::INTERNAL_ERROR)
+    }
+
+    /// Submits `request` to `namespace_id`'s queue, opening it first if need be.
+    pub(crate) fn submit(&mut self, namespace_id: NamespaceId, view: &NamespaceView, request: IoRequest) -> Result<(), Status> {
+        self.open(namespace_id, view)?.queue.submit(request);
+        Ok(())
+    }
+
+    /// The counters of `namespace_id`'s open queue.
+    pub(crate) fn stats(&self, namespace_id: NamespaceId) -> Option<&QueueStats> {
+        let index = (namespace_id.0 as usize).checked_sub(1)?;
+        self.open.get(index)?.as_ref().map(|open| &*open.stats)
+    }
+
+    /// True when requests are in flight on a queue that does not wake the thread.
+    pub(crate) fn must_poll(&self) -> bool {
+        self.opened_queues().any(OpenQueue::must_poll) || self.retired.iter().any(OpenQueue::must_poll)
+    }
+
+    /// Requests in flight on every queue, retired ones included.
+    pub(crate) fn in_flight(&self) -> usize {
+        let open = self.open.iter().flatten().map(|open| open.queue.in_flight());
+        open.chain(self.retired.iter().map(|open| open.queue.in_flight())).sum()
+    }
+
+    /// Every queue's completions, in a list to hand back through `recycle` once
+    /// handled (so polling allocates nothing); retired queues that drained are dropped.
+    pub(crate) fn reap(&mut self) -> Vec<IoCompletion> {
+        let mut completions = std::mem::take(&mut self.completions);
+        for &nsid in &self.opened {
+            let entry = (nsid as usize).checked_sub(1).and_then(|index| self.open.get_mut(index));
+            if let Some(Some(open)) = entry {
+                if open.queue.in_flight() > 0 {
+                    open.queue.reap(&mut completions);
+                }
+            }
+        }
+        if !self.retired.is_empty() {
+            for open in &mut self.retired {
+                open.queue.reap(&mut completions);
+            }
+            self.retired.retain(|open| open.queue.in_flight() > 0);
+        }
+        completions
+    }
+
+    /// Takes back the (emptied) list `reap` returned.
+    pub(crate) fn recycle(&mut self, mut completions: Vec<IoCompletion>) {
+        completions.clear();
+        self.completions = completions;
+    }
+
+    /// Retires the queues of namespaces `view` no longer holds (or holds as another
+    /// namespace under the same NSID): dropped now when idle, drained first if not.
+    pub(crate) fn retire_inactive(&mut self, view: &NamespaceView) {
+        let open = &mut self.open;
+        let retired = &mut self.retired;
+        self.opened.retain(|&nsid| {
+            let Some(entry) = (nsid as usize).checked_sub(1).and_then(|index| open.get_mut(index)) else {
+                return false;
+            };
+            let still_active = match (entry.as_ref(), view.get(NamespaceId(nsid))) {
+                (Some(queue), Some(namespace)) => Arc::ptr_eq(&queue.namespace, namespace),
+                _ => false,
+            };
+            if !still_active {
+                if let Some(queue) = entry.take().filter(|queue| queue.queue.in_flight() > 0) {
+                    retired.push(queue);
+                }
+            }
+            still_active
+        });
+    }
+
+    /// Drops every queue, in flight or not (a drain that finished or gave up).
+    pub(crate) fn clear(&mut self) {
+        self.open.clear();
+        self.opened.clear();
+        self.retired.clear();
+    }
+
+    fn opened_queues(&self) -> impl Iterator<Item = &OpenQueue> {
+        self.opened
+            .iter()
+            .filter_map(|&nsid| (nsid as usize).checked_sub(1).and_then(|index| self.open.get(index)))
+            .flatten()
+    }
+}
