@@ -95,11 +95,15 @@ pub struct AnaGroupDescriptor {
     pub state: AnaState,
 }
 
-/// Writes the log header into the first 16 bytes of `out` (at least that long).
+/// Writes the log header into the first 16 bytes of `out` (at least that long;
+/// nothing is written when it is shorter).
 pub fn encode_ana_log_header(change_count: u64, group_count: u16, out: &mut [u8]) {
-    out[..ANA_LOG_HEADER_BYTES].fill(0);
-    put_u64(out, 0, change_count);
-    put_u16(out, 8, group_count);
+    let Some(header) = out.first_chunk_mut::<ANA_LOG_HEADER_BYTES>() else {
+        return;
+    };
+    header.fill(0);
+    put_u64(header, 0, change_count);
+    put_u16(header, 8, group_count);
 }
 
 impl AnaGroupDescriptor {
@@ -111,14 +115,16 @@ impl AnaGroupDescriptor {
         if out.len() < total {
             return None;
         }
-        out[..ANA_GROUP_DESCRIPTOR_BYTES].fill(0);
-        put_u32(out, 0, self.group_id.0);
-        put_u32(out, 4, self.namespace_count);
-        put_u64(out, 8, self.change_count);
-        out[16] = self.state as u8;
+        let (descriptor, list) = out.split_first_chunk_mut::<ANA_GROUP_DESCRIPTOR_BYTES>()?;
+        descriptor.fill(0);
+        put_u32(descriptor, 0, self.group_id.0);
+        put_u32(descriptor, 4, self.namespace_count);
+        put_u64(descriptor, 8, self.change_count);
+        descriptor[16] = self.state as u8;
         let mut written = 0;
-        for (index, namespace) in namespaces.take(self.namespace_count as usize).enumerate() {
-            put_u32(out, ANA_GROUP_DESCRIPTOR_BYTES + index * 4, namespace.0);
+        // `list` has room for `namespace_count` NSIDs: `out` is at least `total` bytes.
+        for (namespace, entry) in namespaces.take(self.namespace_count as usize).zip(list.chunks_exact_mut(4)) {
+            put_u32(entry, 0, namespace.0);
             written += 1;
         }
         debug_assert_eq!(written, self.namespace_count, "namespace_count must match the NSIDs given");
@@ -175,10 +181,14 @@ impl AnaLog {
         let mut offset = ANA_LOG_HEADER_BYTES;
         for index in 0..group_count {
             let truncated = AnaLogError::Truncated { index };
-            let header = data.get(offset..offset + ANA_GROUP_DESCRIPTOR_BYTES).ok_or(truncated)?;
+            let header = data
+                .get(offset..)
+                .and_then(|rest| rest.first_chunk::<ANA_GROUP_DESCRIPTOR_BYTES>())
+                .ok_or(truncated)?;
             let namespace_count = get_u32(header, 4);
-            let state = AnaState::from_u8(header[16])
-                .ok_or(AnaLogError::ReservedState { index, state: header[16] & 0x0F })?;
+            let raw_state = header[16];
+            let state = AnaState::from_u8(raw_state)
+                .ok_or(AnaLogError::ReservedState { index, state: raw_state & 0x0F })?;
             let list_start = offset + ANA_GROUP_DESCRIPTOR_BYTES;
             let list_bytes = (namespace_count as usize).checked_mul(4).ok_or(truncated)?;
             let list = data.get(list_start..list_start.checked_add(list_bytes).ok_or(truncated)?).ok_or(truncated)?;

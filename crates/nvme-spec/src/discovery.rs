@@ -7,7 +7,9 @@
 //! not move. [`copy_discovery_log_range`] serves any such window without building
 //! the whole log in memory.
 
-use crate::bytes::{get_array, get_nul_padded, get_u16, get_u64, put_nul_padded, put_u16, put_u64};
+use crate::bytes::{
+    copy_prefix, get_array, get_nul_padded, get_u16, get_u64, put_nul_padded, put_u16, put_u64,
+};
 use crate::ids::ControllerId;
 
 /// The well-known discovery subsystem NQN.
@@ -289,9 +291,13 @@ pub fn copy_discovery_log_range(
         let record_start = index * record_bytes;
         let from = offset.max(record_start);
         let to = window_end.min(record_start + record_bytes);
-        let source = &record[(from - record_start) as usize..(to - record_start) as usize];
-        let target_start = (from - offset) as usize;
-        out[target_start..target_start + source.len()].copy_from_slice(source);
+        // [from, to) lies inside this record and inside the window, so both ranges
+        // are in bounds and the whole source fits.
+        let source = record
+            .get((from - record_start) as usize..(to - record_start) as usize)
+            .unwrap_or_default();
+        let target = out.get_mut((from - offset) as usize..).unwrap_or_default();
+        copy_prefix(target, source);
     }
     (window_end - offset) as usize
 }

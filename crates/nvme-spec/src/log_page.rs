@@ -7,7 +7,8 @@
 
 use crate::bits::{get_bits, get_flag, set_bits, set_flag};
 use crate::bytes::{
-    get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32, put_u64,
+    copy_prefix, get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32,
+    put_u64,
 };
 use crate::identify::NAMESPACE_LIST_CAPACITY;
 use crate::ids::{CommandId, NamespaceId, QueueId};
@@ -57,11 +58,14 @@ pub mod log_id {
 /// worth rejecting with Invalid Field, which the caller can detect as a 0 return for
 /// a non-empty `out`.
 pub fn copy_log_page_range(page: &[u8], offset: u64, out: &mut [u8]) -> usize {
-    let start = usize::try_from(offset).map_or(page.len(), |offset| offset.min(page.len()));
-    let available = &page[start..];
-    let copied = available.len().min(out.len());
-    out[..copied].copy_from_slice(&available[..copied]);
-    out[copied..].fill(0);
+    let available = usize::try_from(offset)
+        .ok()
+        .and_then(|offset| page.get(offset..))
+        .unwrap_or_default();
+    let copied = copy_prefix(out, available);
+    if let Some(rest) = out.get_mut(copied..) {
+        rest.fill(0);
+    }
     copied
 }
 
@@ -400,8 +404,9 @@ impl FirmwareSlotLog {
     pub fn encode(&self, out: &mut [u8; FIRMWARE_SLOT_LOG_BYTES]) {
         out.fill(0);
         out[0] = self.active_firmware_info & 0b0111_0111;
-        for (index, revision) in self.revisions.iter().enumerate() {
-            out[8 + index * 8..16 + index * 8].copy_from_slice(revision);
+        // FRS1 starts at byte 8: the second 8-byte chunk.
+        for (revision, slot) in self.revisions.iter().zip(out.chunks_exact_mut(8).skip(1)) {
+            slot.copy_from_slice(revision);
         }
     }
 
@@ -467,9 +472,10 @@ impl CommandsSupportedAndEffects {
     /// Decodes 4096 bytes.
     pub fn decode(raw: &[u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES]) -> Self {
         let mut log = Self::default();
-        for index in 0..256 {
-            log.admin[index] = get_u32(raw, index * 4);
-            log.io[index] = get_u32(raw, 1024 + index * 4);
+        // ACS0..ACS255 then IOCS0..IOCS255 are the first 512 dwords.
+        let entries = log.admin.iter_mut().chain(log.io.iter_mut());
+        for (entry, bytes) in entries.zip(raw.chunks_exact(4)) {
+            *entry = get_u32(bytes, 0);
         }
         log
     }
@@ -477,9 +483,10 @@ impl CommandsSupportedAndEffects {
     /// Encodes into 4096 bytes, bytes 4095:2048 reserved (zero).
     pub fn encode(&self, out: &mut [u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES]) {
         out.fill(0);
-        for index in 0..256 {
-            put_u32(out, index * 4, self.admin[index]);
-            put_u32(out, 1024 + index * 4, self.io[index]);
+        // ACS0..ACS255 then IOCS0..IOCS255 are the first 512 dwords.
+        let entries = self.admin.iter().chain(&self.io);
+        for (entry, bytes) in entries.zip(out.chunks_exact_mut(4)) {
+            put_u32(bytes, 0, *entry);
         }
     }
 }

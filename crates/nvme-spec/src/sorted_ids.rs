@@ -22,7 +22,7 @@ impl<const N: usize> SortedIds<N> {
     }
 
     pub(crate) fn insert(&mut self, id: u32) {
-        let position = match self.ids[..self.len].binary_search(&id) {
+        let position = match self.as_slice().binary_search(&id) {
             Ok(_) => return,
             Err(position) => position,
         };
@@ -35,11 +35,15 @@ impl<const N: usize> SortedIds<N> {
             self.len -= 1;
         }
         self.ids.copy_within(position..self.len, position + 1);
-        self.ids[position] = id;
-        self.len += 1;
+        // position <= len < N here (a full set dropped its largest entry above).
+        if let Some(slot) = self.ids.get_mut(position) {
+            *slot = id;
+            self.len += 1;
+        }
     }
 
     pub(crate) fn as_slice(&self) -> &[u32] {
-        &self.ids[..self.len]
+        // len <= N always, so this is never the empty fallback.
+        self.ids.get(..self.len).unwrap_or_default()
     }
 }

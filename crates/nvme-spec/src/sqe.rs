@@ -96,8 +96,8 @@ impl SubmissionQueueEntry {
     /// SGL1: the first SGL descriptor, CDW6..CDW9 (DPTR).
     pub fn sgl(&self) -> SglDescriptor {
         let mut raw = [0u8; SGL_DESCRIPTOR_BYTES];
-        for index in 0..4 {
-            put_u32(&mut raw, index * 4, self.dwords[6 + index]);
+        for (chunk, dword) in raw.chunks_exact_mut(4).zip(self.dwords.iter().skip(6)) {
+            put_u32(chunk, 0, *dword);
         }
         SglDescriptor::decode(&raw)
     }
@@ -106,8 +106,8 @@ impl SubmissionQueueEntry {
     pub fn set_sgl(&mut self, sgl: &SglDescriptor) {
         let mut raw = [0u8; SGL_DESCRIPTOR_BYTES];
         sgl.encode(&mut raw);
-        for index in 0..4 {
-            self.dwords[6 + index] = get_u32(&raw, index * 4);
+        for (dword, chunk) in self.dwords.iter_mut().skip(6).zip(raw.chunks_exact(4)) {
+            *dword = get_u32(chunk, 0);
         }
     }
 

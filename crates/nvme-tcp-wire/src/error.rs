@@ -9,7 +9,9 @@
 
 use thiserror::Error;
 
-use crate::pdu::{offsets, PduType, TerminationRequest, MAX_TERMINATION_DATA_BYTES};
+use crate::pdu::{
+    copy_prefix, offsets, prefix, PduType, TerminationRequest, MAX_TERMINATION_DATA_BYTES,
+};
 
 /// FES: fatal error status of a TermReq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -218,9 +220,8 @@ pub struct ReadError {
 impl ReadError {
     /// Builds the error for `kind`, copying up to 128 bytes of `header`.
     pub fn new(kind: ReadErrorKind, pdu_type: Option<PduType>, header: &[u8]) -> Self {
-        let length = header.len().min(MAX_TERMINATION_DATA_BYTES);
         let mut copy = [0u8; MAX_TERMINATION_DATA_BYTES];
-        copy[..length].copy_from_slice(&header[..length]);
+        let length = copy_prefix(&mut copy, header);
         Self {
             status: kind.status(),
             info: kind.info(),
@@ -233,7 +234,7 @@ impl ReadError {
 
     /// The valid part of the offending header.
     pub fn offending_header(&self) -> &[u8] {
-        &self.header[..self.header_length.min(MAX_TERMINATION_DATA_BYTES)]
+        prefix(&self.header, self.header_length)
     }
 
     /// The TermReq to send for this error.

@@ -39,8 +39,17 @@
 //! assert!(input.is_empty());
 //! ```
 #![forbid(unsafe_code)]
-// Network input reaches this crate: a failure is a status or an error, never a panic.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// Network input must never panic the codec (a failure is a status or an error); tests may index.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable
+    )
+)]
 #![warn(missing_docs)]
 
 pub mod digest;

@@ -87,6 +87,25 @@ pub mod offsets {
     pub const DATA_LENGTH: u32 = 16;
 }
 
+/// The single-byte [`offsets`] as `usize` indexes into a staged header array: a
+/// constant index into an array is bounds-checked at compile time.
+pub(crate) mod at {
+    use super::offsets;
+
+    /// PDU-Type.
+    pub(crate) const PDU_TYPE: usize = offsets::PDU_TYPE as usize;
+    /// FLAGS.
+    pub(crate) const FLAGS: usize = offsets::FLAGS as usize;
+    /// HLEN.
+    pub(crate) const HLEN: usize = offsets::HLEN as usize;
+    /// PDO.
+    pub(crate) const PDO: usize = offsets::PDO as usize;
+    /// HPDA in ICReq, CPDA in ICResp.
+    pub(crate) const DATA_ALIGNMENT: usize = offsets::DATA_ALIGNMENT as usize;
+    /// DGST in ICReq / ICResp.
+    pub(crate) const DGST: usize = offsets::DGST as usize;
+}
+
 /// FLAGS bits of the common header.
 pub mod flags {
     /// HDGSTF: a header digest follows the PDU header.
@@ -242,6 +261,21 @@ pub const fn data_offset(header_and_digest_bytes: u32, alignment_dwords_zero_bas
     header_and_digest_bytes.div_ceil(alignment) * alignment
 }
 
+/// The first `length` bytes of `bytes`, or all of them when it is shorter.
+pub(crate) fn prefix(bytes: &[u8], length: usize) -> &[u8] {
+    bytes.get(..length).unwrap_or(bytes)
+}
+
+/// Copies as much of `source` as fits to the start of `target`; returns how many
+/// bytes that was (the shorter of the two lengths).
+pub(crate) fn copy_prefix(target: &mut [u8], source: &[u8]) -> usize {
+    let length = target.len().min(source.len());
+    if let (Some(target), Some(source)) = (target.get_mut(..length), source.get(..length)) {
+        target.copy_from_slice(source);
+    }
+    length
+}
+
 /// ICReq PSH.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InitializeConnectionRequest {
@@ -336,9 +370,8 @@ pub struct TerminationRequest {
 impl TerminationRequest {
     /// Builds a TermReq carrying up to [`MAX_TERMINATION_DATA_BYTES`] of `header`.
     pub fn new(status: FatalErrorStatus, info: u32, header: &[u8]) -> Self {
-        let length = header.len().min(MAX_TERMINATION_DATA_BYTES);
         let mut offending_header = [0u8; MAX_TERMINATION_DATA_BYTES];
-        offending_header[..length].copy_from_slice(&header[..length]);
+        let length = copy_prefix(&mut offending_header, header);
         Self {
             status,
             info,
@@ -349,7 +382,7 @@ impl TerminationRequest {
 
     /// The valid part of the offending header.
     pub fn offending_header(&self) -> &[u8] {
-        &self.offending_header[..self.offending_header_length.min(MAX_TERMINATION_DATA_BYTES)]
+        prefix(&self.offending_header, self.offending_header_length)
     }
 }
 
@@ -420,18 +453,20 @@ impl PduHeader {
     /// (the writer passes its staging array). Reserved bytes are zeroed.
     pub(crate) fn encode_specific(&self, header: &mut [u8; MAX_STAGED_HEADER_BYTES]) {
         let hlen = self.pdu_type().header_length();
-        header[COMMON_HEADER_BYTES..hlen].fill(0);
+        if let Some(specific) = header.get_mut(COMMON_HEADER_BYTES..hlen) {
+            specific.fill(0);
+        }
         match self {
             Self::IcReq(ic) => {
                 put_u16(header, offsets::PFV as usize, ic.protocol_format_version);
-                header[offsets::DATA_ALIGNMENT as usize] = ic.host_pdu_data_alignment;
-                header[offsets::DGST as usize] = ic.digests.to_dgst();
+                header[at::DATA_ALIGNMENT] = ic.host_pdu_data_alignment;
+                header[at::DGST] = ic.digests.to_dgst();
                 put_u32(header, offsets::IC_LIMIT as usize, ic.max_r2t_outstanding);
             }
             Self::IcResp(ic) => {
                 put_u16(header, offsets::PFV as usize, ic.protocol_format_version);
-                header[offsets::DATA_ALIGNMENT as usize] = ic.controller_pdu_data_alignment;
-                header[offsets::DGST as usize] = ic.digests.to_dgst();
+                header[at::DATA_ALIGNMENT] = ic.controller_pdu_data_alignment;
+                header[at::DGST] = ic.digests.to_dgst();
                 put_u32(header, offsets::IC_LIMIT as usize, ic.max_h2c_data_bytes);
             }
             Self::H2cTermReq(term) | Self::C2hTermReq(term) => {
@@ -472,29 +507,28 @@ pub(crate) fn decode_specific(
     header: &[u8; MAX_STAGED_HEADER_BYTES],
     termination_data_length: usize,
 ) -> Result<PduHeader, u16> {
-    let flags_byte = header[offsets::FLAGS as usize];
+    let flags_byte = header[at::FLAGS];
     Ok(match pdu_type {
         PduType::IcReq => PduHeader::IcReq(InitializeConnectionRequest {
             protocol_format_version: get_u16(header, offsets::PFV as usize),
-            host_pdu_data_alignment: header[offsets::DATA_ALIGNMENT as usize],
-            digests: DigestSettings::from_dgst(header[offsets::DGST as usize]),
+            host_pdu_data_alignment: header[at::DATA_ALIGNMENT],
+            digests: DigestSettings::from_dgst(header[at::DGST]),
             max_r2t_outstanding: get_u32(header, offsets::IC_LIMIT as usize),
         }),
         PduType::IcResp => PduHeader::IcResp(InitializeConnectionResponse {
             protocol_format_version: get_u16(header, offsets::PFV as usize),
-            controller_pdu_data_alignment: header[offsets::DATA_ALIGNMENT as usize],
-            digests: DigestSettings::from_dgst(header[offsets::DGST as usize]),
+            controller_pdu_data_alignment: header[at::DATA_ALIGNMENT],
+            digests: DigestSettings::from_dgst(header[at::DGST]),
             max_h2c_data_bytes: get_u32(header, offsets::IC_LIMIT as usize),
         }),
         PduType::H2cTermReq | PduType::C2hTermReq => {
             let raw_status = get_u16(header, offsets::FES as usize);
             let status = FatalErrorStatus::from_u16(raw_status).ok_or(raw_status)?;
             let length = termination_data_length.min(MAX_TERMINATION_DATA_BYTES);
-            let start = TERMINATION_HEADER_BYTES;
             let term = TerminationRequest::new(
                 status,
                 get_u32(header, offsets::FEI as usize),
-                &header[start..start + length],
+                prefix(&header[TERMINATION_HEADER_BYTES..], length),
             );
             if pdu_type == PduType::H2cTermReq {
                 PduHeader::H2cTermReq(term)

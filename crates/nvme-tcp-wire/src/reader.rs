@@ -33,12 +33,14 @@
 //! - ICReq / ICResp: PFV 0 (else Unsupported Parameter, FEI 8); HPDA / CPDA at most
 //!   31 (FEI 10); MAXH2CDATA a non-zero dword multiple (FEI 12).
 
+use nvme_spec::bytes::get_u32;
+
 use crate::digest::{crc32c, DataDigest, DIGEST_BYTES};
 use crate::error::{ReadError, ReadErrorKind};
 use crate::pdu::{
-    data_offset, decode_specific, flags, offsets, PduHeader, PduType, COMMON_HEADER_BYTES,
-    MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES, MAX_TERMINATION_PDU_BYTES,
-    PROTOCOL_FORMAT_VERSION_1_0, TERMINATION_HEADER_BYTES,
+    at, copy_prefix, data_offset, decode_specific, flags, offsets, prefix, PduHeader, PduType,
+    COMMON_HEADER_BYTES, MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES,
+    MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0, TERMINATION_HEADER_BYTES,
 };
 
 /// Which end of the connection the reader serves.
@@ -291,11 +293,9 @@ impl PduReader {
                     return Ok(Some(ReadEvent::Data(data)));
                 }
                 State::DataDigest => {
-                    let wanted = DIGEST_BYTES - self.staged;
-                    let bytes = take(input, wanted as u32);
-                    self.received_data_digest[self.staged..self.staged + bytes.len()]
-                        .copy_from_slice(bytes);
-                    self.staged += bytes.len();
+                    if let Some(missing) = self.received_data_digest.get_mut(self.staged..) {
+                        self.staged += copy_prefix(missing, take(input, missing.len() as u32));
+                    }
                     if self.staged < DIGEST_BYTES {
                         return Ok(None);
                     }
@@ -317,10 +317,9 @@ impl PduReader {
     /// they are.
     fn stage(&mut self, input: &mut &[u8], upto: usize) -> bool {
         let upto = upto.min(MAX_STAGED_HEADER_BYTES);
-        if self.staged < upto {
-            let bytes = take(input, (upto - self.staged) as u32);
-            self.staging[self.staged..self.staged + bytes.len()].copy_from_slice(bytes);
-            self.staged += bytes.len();
+        // `None` when `upto` bytes are staged already.
+        if let Some(missing) = self.staging.get_mut(self.staged..upto) {
+            self.staged += copy_prefix(missing, take(input, missing.len() as u32));
         }
         self.staged >= upto
     }
@@ -328,12 +327,12 @@ impl PduReader {
     /// Builds the error for `kind`, copying the staged header (at most HLEN bytes of
     /// it), and enters the failed state.
     fn fail(&mut self, kind: ReadErrorKind) -> ReadError {
-        let pdu_type = PduType::from_u8(self.staging[offsets::PDU_TYPE as usize]);
+        let pdu_type = PduType::from_u8(self.staging[at::PDU_TYPE]);
         let length = match pdu_type {
             Some(pdu_type) => self.staged.min(pdu_type.header_length()),
             None => self.staged.min(COMMON_HEADER_BYTES),
         };
-        let error = ReadError::new(kind, pdu_type, &self.staging[..length]);
+        let error = ReadError::new(kind, pdu_type, prefix(&self.staging, length));
         self.state = State::Failed(error);
         error
     }
@@ -341,7 +340,7 @@ impl PduReader {
     /// Validates the common header alone; returns how many header bytes to stage.
     /// Only checks that bound the staging size (and so must precede it) live here.
     fn check_common_header(&self) -> Result<usize, ReadErrorKind> {
-        let raw_type = self.staging[offsets::PDU_TYPE as usize];
+        let raw_type = self.staging[at::PDU_TYPE];
         let Some(pdu_type) = PduType::from_u8(raw_type) else {
             return Err(ReadErrorKind::UnknownPduType(raw_type));
         };
@@ -361,7 +360,7 @@ impl PduReader {
             return Err(ReadErrorKind::NotInitialized { received: pdu_type });
         }
 
-        let hlen = self.staging[offsets::HLEN as usize];
+        let hlen = self.staging[at::HLEN];
         let expected_hlen = pdu_type.header_length();
         if usize::from(hlen) != expected_hlen {
             return Err(ReadErrorKind::BadHeaderLength {
@@ -371,7 +370,7 @@ impl PduReader {
             });
         }
 
-        let flags_byte = self.staging[offsets::FLAGS as usize];
+        let flags_byte = self.staging[at::FLAGS];
         let header_digest = self.digests.header && pdu_type.carries_digests();
         let data_digest_possible = self.digests.data && pdu_type.may_carry_data();
         if (flags_byte & flags::HDGSTF != 0) != header_digest
@@ -400,34 +399,32 @@ impl PduReader {
 
     /// PLEN of the staged common header.
     fn plen(&self) -> u32 {
-        let mut raw = [0u8; 4];
-        raw.copy_from_slice(&self.staging[offsets::PLEN as usize..offsets::PLEN as usize + 4]);
-        u32::from_le_bytes(raw)
+        get_u32(&self.staging, offsets::PLEN as usize)
     }
 
     /// Validates the fully staged header, decodes it and sets up the data phase.
     fn finish_header(&mut self) -> Result<ReadEvent<'static>, ReadErrorKind> {
-        let raw_type = self.staging[offsets::PDU_TYPE as usize];
+        let raw_type = self.staging[at::PDU_TYPE];
         let Some(pdu_type) = PduType::from_u8(raw_type) else {
             // Unreachable: check_common_header accepted the type.
             return Err(ReadErrorKind::UnknownPduType(raw_type));
         };
         let hlen = pdu_type.header_length();
-        let flags_byte = self.staging[offsets::FLAGS as usize];
+        let flags_byte = self.staging[at::FLAGS];
         let header_digest = flags_byte & flags::HDGSTF != 0;
 
         if header_digest {
-            let mut raw = [0u8; DIGEST_BYTES];
-            raw.copy_from_slice(&self.staging[hlen..hlen + DIGEST_BYTES]);
-            let received = u32::from_le_bytes(raw);
-            let computed = crc32c(&self.staging[..hlen]);
+            // HDGST follows the HLEN header bytes; both were staged (PDUs with a
+            // header digest have HLEN <= 72, and the staging array holds 72 + 4).
+            let received = get_u32(&self.staging, hlen);
+            let computed = crc32c(prefix(&self.staging, hlen));
             if received != computed {
                 return Err(ReadErrorKind::HeaderDigestMismatch { received, computed });
             }
         }
 
         let plen = self.plen();
-        let pdo = self.staging[offsets::PDO as usize];
+        let pdo = self.staging[at::PDO];
         let header_end = (hlen + if header_digest { DIGEST_BYTES } else { 0 }) as u32;
         let aligned_offset = data_offset(header_end, self.frozen.data_alignment);
         let mut current = Current {

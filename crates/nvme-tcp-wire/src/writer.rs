@@ -5,9 +5,11 @@
 //! the writer; the caller sends it from its own buffers after the header and then
 //! appends the data digest with [`PduWriter::append_data_digest`].
 
+use nvme_spec::bytes::put_u32;
+
 use crate::digest::{crc32c, DataDigest, DIGEST_BYTES};
 use crate::pdu::{
-    data_offset, flags, offsets, DigestSettings, PduHeader, MAX_DATA_ALIGNMENT_DWORDS,
+    at, data_offset, flags, offsets, prefix, DigestSettings, PduHeader, MAX_DATA_ALIGNMENT_DWORDS,
     MAX_STAGED_HEADER_BYTES, TERMINATION_HEADER_BYTES,
 };
 
@@ -139,27 +141,27 @@ impl PduWriter {
         let layout = self.layout(header, data_length);
         let mut staging = [0u8; MAX_STAGED_HEADER_BYTES];
         let pdu_type = header.pdu_type();
-        staging[offsets::PDU_TYPE as usize] = pdu_type as u8;
-        staging[offsets::FLAGS as usize] = header.specific_flags()
+        staging[at::PDU_TYPE] = pdu_type as u8;
+        staging[at::FLAGS] = header.specific_flags()
             | if layout.header_digest {
                 flags::HDGSTF
             } else {
                 0
             }
             | if layout.data_digest { flags::DDGSTF } else { 0 };
-        staging[offsets::HLEN as usize] = layout.hlen as u8;
+        staging[at::HLEN] = layout.hlen as u8;
         // PDO is at most 128 (alignment is clamped), so it always fits.
-        staging[offsets::PDO as usize] = layout.pdo.min(u32::from(u8::MAX)) as u8;
-        staging[offsets::PLEN as usize..offsets::PLEN as usize + 4]
-            .copy_from_slice(&layout.plen.to_le_bytes());
+        staging[at::PDO] = layout.pdo.min(u32::from(u8::MAX)) as u8;
+        put_u32(&mut staging, offsets::PLEN as usize, layout.plen);
         header.encode_specific(&mut staging);
 
         let start = out.len();
-        out.extend_from_slice(&staging[..layout.hlen]);
+        let header_bytes = prefix(&staging, layout.hlen);
+        out.extend_from_slice(header_bytes);
         if layout.header_digest {
-            out.extend_from_slice(&crc32c(&staging[..layout.hlen]).to_le_bytes());
+            out.extend_from_slice(&crc32c(header_bytes).to_le_bytes());
         }
-        out.extend_from_slice(&ZERO_PADDING[..layout.padding.min(ZERO_PADDING.len())]);
+        out.extend_from_slice(prefix(&ZERO_PADDING, layout.padding));
         if let PduHeader::H2cTermReq(term) | PduHeader::C2hTermReq(term) = header {
             out.extend_from_slice(term.offending_header());
         }

@@ -190,7 +190,7 @@ impl NamespaceDescriptor {
             (namespace_identifier_type::NGUID, 16) => Some(Self::Nguid(get_array(identifier, 0))),
             (namespace_identifier_type::UUID, 16) => Some(Self::Uuid(get_array(identifier, 0))),
             (namespace_identifier_type::COMMAND_SET_IDENTIFIER, 1) => {
-                Some(Self::CommandSetIdentifier(identifier[0]))
+                identifier.first().copied().map(Self::CommandSetIdentifier)
             }
             _ => None,
         }
@@ -210,13 +210,17 @@ pub fn encode_namespace_descriptors(
     for descriptor in descriptors {
         let identifier = descriptor.identifier();
         let end = offset + DESCRIPTOR_HEADER_BYTES + identifier.len();
-        if end > IDENTIFY_DATA_BYTES {
+        // `None` when the descriptor would run past the end of the structure.
+        let Some((header, nid)) = out
+            .get_mut(offset..end)
+            .and_then(|slot| slot.split_first_chunk_mut::<DESCRIPTOR_HEADER_BYTES>())
+        else {
             break;
-        }
-        out[offset] = descriptor.identifier_type();
+        };
+        header[0] = descriptor.identifier_type();
         // NIDL is at most 16, so the cast cannot truncate.
-        out[offset + 1] = identifier.len() as u8;
-        out[offset + DESCRIPTOR_HEADER_BYTES..end].copy_from_slice(identifier);
+        header[1] = identifier.len() as u8;
+        nid.copy_from_slice(identifier);
         offset = end;
     }
     offset
@@ -245,21 +249,23 @@ impl Iterator for NamespaceDescriptorIter<'_> {
 
     fn next(&mut self) -> Option<NamespaceDescriptor> {
         loop {
-            if self.offset + DESCRIPTOR_HEADER_BYTES > IDENTIFY_DATA_BYTES {
-                return None;
-            }
-            let identifier_type = self.raw[self.offset];
-            let length = usize::from(self.raw[self.offset + 1]);
-            let start = self.offset + DESCRIPTOR_HEADER_BYTES;
-            let end = start + length;
-            if identifier_type == 0 || end > IDENTIFY_DATA_BYTES {
-                self.offset = IDENTIFY_DATA_BYTES;
-                return None;
-            }
-            self.offset = end;
-            if let Some(descriptor) =
-                NamespaceDescriptor::from_parts(identifier_type, &self.raw[start..end])
-            {
+            // `None` when fewer than a descriptor header's bytes are left.
+            let (header, rest) = self
+                .raw
+                .get(self.offset..)
+                .and_then(|rest| rest.split_first_chunk::<DESCRIPTOR_HEADER_BYTES>())?;
+            let identifier_type = header[0];
+            let length = usize::from(header[1]);
+            let identifier = match rest.get(..length) {
+                Some(identifier) if identifier_type != 0 => identifier,
+                // A zero NIDT, or a descriptor running past the end.
+                _ => {
+                    self.offset = IDENTIFY_DATA_BYTES;
+                    return None;
+                }
+            };
+            self.offset += DESCRIPTOR_HEADER_BYTES + length;
+            if let Some(descriptor) = NamespaceDescriptor::from_parts(identifier_type, identifier) {
                 return Some(descriptor);
             }
             if (namespace_identifier_type::IEEE_EUI64

@@ -270,11 +270,11 @@ impl IdentifyNamespace {
         put_u16(out, 102, self.endurance_group_identifier);
         out[104..120].copy_from_slice(&self.namespace_globally_unique_identifier);
         out[120..128].copy_from_slice(&self.ieee_extended_unique_identifier);
-        for (index, format) in self.lba_formats.iter().enumerate() {
+        let slots = out[LBA_FORMATS_OFFSET..].chunks_exact_mut(4);
+        for (format, slot) in self.lba_formats.iter().zip(slots) {
             let mut entry = [0u8; 4];
             format.encode(&mut entry);
-            let offset = LBA_FORMATS_OFFSET + index * 4;
-            out[offset..offset + 4].copy_from_slice(&entry);
+            slot.copy_from_slice(&entry);
         }
     }
 
