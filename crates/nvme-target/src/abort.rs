@@ -69,8 +69,7 @@ impl Connection {
         let Some(binding) = &self.binding else { return };
         let controller = binding.controller.clone();
         let mut index = 0;
-        while index < self.held_aborts.len() {
-            let held = self.held_aborts[index];
+        while let Some(&held) = self.held_aborts.get(index) {
             match controller.take_abort_outcome(held.queue, held.command, now >= held.give_up_at) {
                 Some(aborted) => {
                     self.held_aborts.remove(index);

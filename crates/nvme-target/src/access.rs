@@ -141,13 +141,13 @@ impl Connection {
         }
         // Messages are small (at most a few KiB): they always ride in the capsule.
         let slot = self.slots.slot(slot_index);
-        if slot.host_data_bytes as usize != length || slot.buffer.len() < length {
+        let Some(message) = slot.buffer.get(..length).filter(|_| slot.host_data_bytes as usize == length) else {
             return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
-        }
+        };
         let Some(state) = self.authentication.as_mut() else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
         };
-        let progress = state.transaction.on_send(&slot.buffer[..length]);
+        let progress = state.transaction.on_send(message);
         self.authentication_progress(progress);
         Outcome::status(Status::SUCCESS)
     }
@@ -184,7 +184,11 @@ impl Connection {
             }
         };
         let mut buffer = self.pool.take_zeroed(allocation_length);
-        buffer[..message.len()].copy_from_slice(&message);
+        // `on_receive` refuses an allocation length shorter than its message.
+        debug_assert!(message.len() <= buffer.len());
+        for (byte, sent) in buffer.iter_mut().zip(&message) {
+            *byte = *sent;
+        }
         self.slots.slot(slot_index).buffer = buffer;
         self.authentication_progress(progress);
         Outcome::Data(command.length)

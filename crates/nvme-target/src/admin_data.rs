@@ -72,11 +72,12 @@ impl Connection {
 
     /// Puts the first `length` bytes of `data` into the slot's buffer to send.
     fn respond_with(&mut self, slot_index: u16, data: &[u8], length: u32) -> Outcome {
-        let length = (length as usize).min(data.len());
-        let mut buffer = self.pool.take(length);
-        buffer.copy_from_slice(&data[..length]);
+        // The first `length` bytes, or all of `data` when it is shorter.
+        let data = data.get(..length as usize).unwrap_or(data);
+        let mut buffer = self.pool.take(data.len());
+        buffer.copy_from_slice(data);
         self.slots.slot(slot_index).buffer = buffer;
-        Outcome::Data(length as u32)
+        Outcome::Data(data.len() as u32)
     }
 
     pub(crate) fn admin_identify(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
@@ -429,7 +430,8 @@ impl Connection {
                 state: ana.state(*group),
             };
             // The page was sized for exactly these descriptors.
-            offset += descriptor.encode(members.iter().copied(), &mut page[offset..]).unwrap_or(0);
+            let rest = page.get_mut(offset..).unwrap_or_default();
+            offset += descriptor.encode(members.iter().copied(), rest).unwrap_or(0);
         }
         page
     }
@@ -506,6 +508,14 @@ fn smart_health(controller: &Controller) -> SmartHealthLog {
     }
 }
 
+/// Sets the entry of `opcode` in a table of the Commands Supported and Effects log
+/// (256 entries, one per value of the u8 opcode: always there).
+fn set_effects(entries: &mut [u32; 256], opcode: u8, effects: u32) {
+    if let Some(entry) = entries.get_mut(usize::from(opcode)) {
+        *entry = effects;
+    }
+}
+
 fn commands_supported_and_effects(namespace_management: bool, reservations: bool) -> CommandsSupportedAndEffects {
     let mut log = CommandsSupportedAndEffects { admin: [0; 256], io: [0; 256] };
     let supported = command_effects::COMMAND_SUPPORTED;
@@ -518,7 +528,7 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
         AdminOpcode::AsynchronousEventRequest,
         AdminOpcode::KeepAlive,
     ] {
-        log.admin[opcode as usize] = supported;
+        set_effects(&mut log.admin, opcode as u8, supported);
     }
     if namespace_management {
         // Hosts rescan namespaces after commands marked so (Linux does, for
@@ -526,13 +536,13 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
         let inventory = supported
             | command_effects::NAMESPACE_CAPABILITY_CHANGE
             | command_effects::NAMESPACE_INVENTORY_CHANGE;
-        log.admin[AdminOpcode::NamespaceManagement as usize] = inventory;
-        log.admin[AdminOpcode::NamespaceAttachment as usize] = inventory;
+        set_effects(&mut log.admin, AdminOpcode::NamespaceManagement as u8, inventory);
+        set_effects(&mut log.admin, AdminOpcode::NamespaceAttachment as u8, inventory);
     }
-    log.io[IoOpcode::Flush as usize] = supported;
-    log.io[IoOpcode::Read as usize] = supported;
-    log.io[IoOpcode::Compare as usize] = supported;
-    log.io[IoOpcode::Verify as usize] = supported;
+    set_effects(&mut log.io, IoOpcode::Flush as u8, supported);
+    set_effects(&mut log.io, IoOpcode::Read as u8, supported);
+    set_effects(&mut log.io, IoOpcode::Compare as u8, supported);
+    set_effects(&mut log.io, IoOpcode::Verify as u8, supported);
     let reservation_opcodes = [
         IoOpcode::ReservationRegister,
         IoOpcode::ReservationReport,
@@ -540,12 +550,12 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
         IoOpcode::ReservationRelease,
     ];
     for opcode in reservation_opcodes.into_iter().filter(|_| reservations) {
-        log.io[opcode as usize] = supported;
+        set_effects(&mut log.io, opcode as u8, supported);
     }
     let changes_content = supported | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
-    log.io[IoOpcode::Write as usize] = changes_content;
-    log.io[IoOpcode::WriteZeroes as usize] = changes_content;
-    log.io[IoOpcode::Copy as usize] = changes_content;
-    log.io[IoOpcode::DatasetManagement as usize] = changes_content;
+    set_effects(&mut log.io, IoOpcode::Write as u8, changes_content);
+    set_effects(&mut log.io, IoOpcode::WriteZeroes as u8, changes_content);
+    set_effects(&mut log.io, IoOpcode::Copy as u8, changes_content);
+    set_effects(&mut log.io, IoOpcode::DatasetManagement as u8, changes_content);
     log
 }

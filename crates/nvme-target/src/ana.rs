@@ -59,15 +59,19 @@ impl AnaStates {
     /// Sets the state of `group`; returns true when it changed (the counters moved).
     /// Callers tell the controllers (`Target::set_ana_state` does).
     pub(crate) fn set(&self, group: AnaGroupId, state: AnaState) -> bool {
-        let Some(index) = group.0.checked_sub(1).map(|index| index as usize).filter(|&index| index < self.states.len())
+        let Some(index) = group.0.checked_sub(1).map(|index| index as usize) else {
+            return false;
+        };
+        // Both vectors have one entry per group.
+        let (Some(current), Some(group_change_count)) = (self.states.get(index), self.group_change_counts.get(index))
         else {
             return false;
         };
-        let previous = self.states[index].swap(state as u8, Ordering::AcqRel);
+        let previous = current.swap(state as u8, Ordering::AcqRel);
         if previous == state as u8 {
             return false;
         }
-        self.group_change_counts[index].fetch_add(1, Ordering::AcqRel);
+        group_change_count.fetch_add(1, Ordering::AcqRel);
         self.change_count.fetch_add(1, Ordering::AcqRel);
         true
     }

@@ -189,7 +189,7 @@ impl Connection {
                 }
                 Err(error) => {
                     tracing::warn!(peer = %self.peer, %error.kind, "broken PDU stream; terminating connection");
-                    self.terminate(error.status, error.info, &error.header[..error.header_length]);
+                    self.terminate(error.status, error.info, error.offending_header());
                 }
             }
         }

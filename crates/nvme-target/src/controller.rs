@@ -489,14 +489,13 @@ impl Controller {
 
     /// The Asynchronous Event Request DW0 reporting a notice of `kind`.
     fn notice_result(kind: NoticeKind) -> u32 {
-        if kind == NoticeKind::Reservations {
-            // I/O command set specific status, "reservation log page available".
-            return async_event_result(async_event_type::IO_COMMAND_SET_SPECIFIC, 0, log_id::RESERVATION_NOTIFICATION);
-        }
         let (notice, log) = match kind {
             NoticeKind::Namespaces => (async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED, log_id::CHANGED_NAMESPACE_LIST),
             NoticeKind::Ana => (async_event_notice::ANA_CHANGE, log_id::ASYMMETRIC_NAMESPACE_ACCESS),
-            NoticeKind::Reservations => unreachable!("handled above"),
+            NoticeKind::Reservations => {
+                // I/O command set specific status, "reservation log page available".
+                return async_event_result(async_event_type::IO_COMMAND_SET_SPECIFIC, 0, log_id::RESERVATION_NOTIFICATION);
+            }
             NoticeKind::Discovery => (async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, log_id::DISCOVERY),
         };
         async_event_result(async_event_type::NOTICE, notice, log)
@@ -575,7 +574,7 @@ impl Controller {
     pub(crate) fn take_abort_outcome(&self, queue: QueueId, command: CommandId, give_up: bool) -> Option<bool> {
         let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
         let position = aborts.iter().position(|request| request.queue == queue && request.command == command)?;
-        let outcome = match aborts[position].outcome {
+        let outcome = match aborts.get(position)?.outcome {
             Some(aborted) => aborted,
             None if give_up => false,
             None => return None,

@@ -25,13 +25,12 @@ fn size_limit_exceeded() -> Status {
     Status::COMMAND_SIZE_LIMIT_EXCEEDED.with_do_not_retry()
 }
 
-/// SLBA and number of blocks (NLB + 1) of source range `index` in `entries`.
-fn source_range(entries: &[u8], index: usize) -> (u64, u64) {
-    let entry = &entries[index * COPY_RANGE_BYTES..(index + 1) * COPY_RANGE_BYTES];
-    let mut lba = [0u8; 8];
-    lba.copy_from_slice(&entry[8..16]);
-    let blocks = u64::from(u16::from_le_bytes([entry[16], entry[17]])) + 1;
-    (u64::from_le_bytes(lba), blocks)
+/// SLBA and number of blocks (NLB + 1) of source range `index` in `entries`; `None`
+/// when the entries end before it.
+fn source_range(entries: &[u8], index: usize) -> Option<(u64, u64)> {
+    let entry = entries.chunks_exact(COPY_RANGE_BYTES).nth(index)?;
+    let blocks = u64::from(nvme_spec::bytes::get_u16(entry, 16)) + 1;
+    Some((nvme_spec::bytes::get_u64(entry, 8), blocks))
 }
 
 /// MCL (and MSSRL) in blocks of `block_size_bytes`: one MDTS.
@@ -59,7 +58,10 @@ impl Connection {
         let limit = u64::from(maximum_copy_blocks(geometry.block_size_bytes));
         let mut total_blocks = 0u64;
         for index in 0..range_count {
-            let (lba, blocks) = source_range(&slot.buffer, index);
+            // The buffer holds `needed` bytes: every range is there.
+            let Some((lba, blocks)) = source_range(&slot.buffer, index) else {
+                return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+            };
             if blocks > limit {
                 return Err(size_limit_exceeded());
             }
@@ -85,7 +87,9 @@ impl Connection {
         slot.compare_buffer = gathered;
         slot.pending_kind = PendingKind::CopyRead;
         for index in 0..range_count {
-            let (lba, blocks) = source_range(&self.slots.slot_ref(slot_index).buffer, index);
+            // Every range was read above.
+            let entries = &self.slots.slot_ref(slot_index).buffer;
+            let (lba, blocks) = source_range(entries, index).ok_or(Status::INTERNAL_ERROR)?;
             let length = (blocks * u64::from(geometry.block_size_bytes)) as usize;
             let buffer = self.pool.take(length);
             let op = IoOp::Read { lba, blocks: blocks as u32 };
@@ -100,10 +104,16 @@ impl Connection {
     pub(crate) fn copy_read_arrived(&mut self, slot_index: u16, token: u64, data: Vec<u8>) {
         let index = (token >> RANGE_INDEX_SHIFT) as usize;
         let slot = self.slots.slot(slot_index);
-        let block_bytes = data.len() as u64 / source_range(&slot.buffer, index).1.max(1);
-        let offset: u64 = (0..index).map(|earlier| source_range(&slot.buffer, earlier).1 * block_bytes).sum();
-        let offset = offset as usize;
-        if let Some(place) = slot.compare_buffer.get_mut(offset..offset + data.len()) {
+        let place = source_range(&slot.buffer, index).and_then(|(_, blocks)| {
+            let block_bytes = data.len() as u64 / blocks.max(1);
+            let offset: u64 = (0..index)
+                .filter_map(|earlier| source_range(&slot.buffer, earlier))
+                .map(|(_, blocks)| blocks * block_bytes)
+                .sum();
+            let offset = offset as usize;
+            slot.compare_buffer.get_mut(offset..offset + data.len())
+        });
+        if let Some(place) = place {
             place.copy_from_slice(&data);
         } else if slot.storage_status.is_success() {
             slot.storage_status = Status::INTERNAL_ERROR;

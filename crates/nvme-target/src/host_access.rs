@@ -115,7 +115,7 @@ impl HostAccess {
     /// Checks the rules: no host twice, no controller secret without a host secret.
     pub fn validate(&self) -> Result<(), HostAccessError> {
         for (index, host) in self.hosts.iter().enumerate() {
-            if self.hosts[..index].iter().any(|earlier| earlier.nqn == host.nqn) {
+            if self.hosts.iter().take(index).any(|earlier| earlier.nqn == host.nqn) {
                 return Err(HostAccessError::DuplicateHost(host.nqn.clone()));
             }
             if host.dhchap_controller_secret.is_some() && host.dhchap_secret.is_none() {

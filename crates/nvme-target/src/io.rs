@@ -212,7 +212,7 @@ impl Connection {
         let mut submitted = 0;
         let mut first_refusal = None;
         for position in 0..self.view.active_ids().len() {
-            let id = self.view.active_ids()[position];
+            let Some(&id) = self.view.active_ids().get(position) else { break };
             // Namespaces this path cannot serve are flushed through the path that can.
             if let Err(status) = self.namespace_geometry(id, true) {
                 // Not served here (ANA) or reserved by another host: skipped.
@@ -261,31 +261,35 @@ impl Connection {
             return Ok(Outcome::status(Status::SUCCESS));
         }
         // Check every range before touching any, so a bad range changes nothing.
-        let ranges = &slot.buffer[..needed];
+        let Some(ranges) = slot.buffer.get(..needed) else {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        };
         let mut work = [(0u64, 0u64); MAX_DATASET_RANGES as usize];
         let mut work_count = 0;
         for range in ranges.chunks_exact(DATASET_RANGE_BYTES) {
-            let blocks = u64::from(u32::from_le_bytes([range[4], range[5], range[6], range[7]]));
-            let mut lba_bytes = [0u8; 8];
-            lba_bytes.copy_from_slice(&range[8..16]);
-            let lba = u64::from_le_bytes(lba_bytes);
+            // Context attributes (bytes 3:0), length in blocks (7:4), starting LBA (15:8).
+            let blocks = u64::from(nvme_spec::bytes::get_u32(range, 4));
+            let lba = nvme_spec::bytes::get_u64(range, 8);
             if blocks == 0 {
                 continue;
             }
             checked_range(geometry, lba, blocks)?;
-            work[work_count] = (lba, blocks);
-            work_count += 1;
+            // At most NR + 1 <= 256 ranges, the size of `work`.
+            if let Some(place) = work.get_mut(work_count) {
+                *place = (lba, blocks);
+                work_count += 1;
+            }
         }
         if work_count == 0 {
             return Ok(Outcome::status(Status::SUCCESS));
         }
-        for &(lba, blocks) in &work[..work_count] {
+        for &(lba, blocks) in work.iter().take(work_count) {
             if self.must_wait_for_range(slot_index, sqe.namespace_id(), lba, blocks) {
                 return Ok(Outcome::Pending);
             }
         }
         self.slots.slot(slot_index).pending_kind = PendingKind::Other;
-        for &(lba, blocks) in &work[..work_count] {
+        for &(lba, blocks) in work.iter().take(work_count) {
             self.submit_storage(slot_index, sqe.namespace_id(), IoOp::Deallocate { lba, blocks }, Vec::new())?;
         }
         Ok(Outcome::Pending)

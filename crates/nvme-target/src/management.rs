@@ -297,9 +297,11 @@ impl Connection {
                 if length < CREATE_DATA_MIN_BYTES {
                     return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
                 }
+                // The first `length` bytes (at most one structure); the rest stays zero.
                 let mut raw = [0u8; IDENTIFY_DATA_BYTES];
-                let copied = length.min(IDENTIFY_DATA_BYTES);
-                raw[..copied].copy_from_slice(&slot.buffer[..copied]);
+                for (byte, sent) in raw.iter_mut().zip(slot.buffer.iter().take(length)) {
+                    *byte = *sent;
+                }
                 let request = IdentifyNamespace::decode(&raw);
                 let size_blocks = request.namespace_size;
                 let capacity_blocks = request.namespace_capacity;
@@ -428,18 +430,19 @@ impl Connection {
     /// The controller list in a command's data: a count, then that many CNTLIDs.
     fn controller_list(&mut self, slot_index: u16) -> Result<Vec<ControllerId>, Status> {
         let slot = self.slots.slot(slot_index);
-        let data = &slot.buffer[..(slot.host_data_bytes as usize).min(slot.buffer.len())];
-        let Some(count_bytes) = data.get(..2) else {
+        // The host's data: its first `host_data_bytes`, or all the buffer holds.
+        let data = slot.buffer.get(..slot.host_data_bytes as usize).unwrap_or(&slot.buffer);
+        let Some(count_bytes) = data.first_chunk::<2>() else {
             return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
         };
-        let count = usize::from(u16::from_le_bytes([count_bytes[0], count_bytes[1]]));
+        let count = usize::from(u16::from_le_bytes(*count_bytes));
         if count == 0 || count > CONTROLLER_LIST_MAX_ENTRIES {
             return Err(Status::CONTROLLER_LIST_INVALID.with_do_not_retry());
         }
         let Some(entries) = data.get(2..2 + count * 2) else {
             return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
         };
-        Ok(entries.chunks_exact(2).map(|raw| ControllerId(u16::from_le_bytes([raw[0], raw[1]]))).collect())
+        Ok(entries.chunks_exact(2).map(|raw| ControllerId(nvme_spec::bytes::get_u16(raw, 0))).collect())
     }
 
     /// The subsystem of this connection's controller.

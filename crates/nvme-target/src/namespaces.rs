@@ -210,10 +210,13 @@ impl NamespaceTable {
     /// Adds or replaces the entry for its NSID (NSID already checked in range).
     pub(crate) fn insert(&mut self, entry: TableEntry) {
         let slot = entry.namespace.id.0 as usize - 1;
-        if self.entries.len() <= slot {
-            self.entries.resize(slot + 1, None);
+        match self.entries.get_mut(slot) {
+            Some(place) => *place = Some(entry),
+            None => {
+                self.entries.resize(slot, None);
+                self.entries.push(Some(entry));
+            }
         }
-        self.entries[slot] = Some(entry);
     }
 
     /// Removes and returns the entry of an NSID.
@@ -248,10 +251,14 @@ impl NamespaceView {
                 continue;
             }
             let slot = entry.namespace.id.0 as usize - 1;
-            if self.active.len() <= slot {
-                self.active.resize(slot + 1, None);
+            let namespace = Some(Arc::clone(&entry.namespace));
+            match self.active.get_mut(slot) {
+                Some(place) => *place = namespace,
+                None => {
+                    self.active.resize(slot, None);
+                    self.active.push(namespace);
+                }
             }
-            self.active[slot] = Some(Arc::clone(&entry.namespace));
             self.active_ids.push(entry.namespace.id);
         }
         self.generation = Some(generation);

@@ -24,9 +24,7 @@ fn invalid() -> Status {
 
 
 fn key_at(data: &[u8], offset: usize) -> u64 {
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&data[offset..offset + 8]);
-    u64::from_le_bytes(bytes)
+    nvme_spec::bytes::get_u64(data, offset)
 }
 
 impl Connection {
@@ -41,11 +39,13 @@ impl Connection {
         let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
         let host = self.binding.as_ref().map(|binding| binding.controller.host_identifier).unwrap_or_default();
         let slot = self.slots.slot(slot_index);
-        if (slot.host_data_bytes as usize) < needed || slot.buffer.len() < needed {
+        let Some(source) = slot.buffer.get(..needed).filter(|_| slot.host_data_bytes as usize >= needed) else {
             return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
-        }
+        };
         let mut data = [0u8; 16];
-        data[..needed].copy_from_slice(&slot.buffer[..needed]);
+        // `needed` is 8 or 16, from this file's callers.
+        let Some(target) = data.get_mut(..needed) else { return Err(Status::INTERNAL_ERROR) };
+        target.copy_from_slice(source);
         Ok((namespace, host, data))
     }
 
@@ -200,8 +200,8 @@ impl Connection {
     /// namespace change made).
     pub(crate) fn complete_persisted(&mut self) {
         let mut position = 0;
-        while position < self.held_tickets.len() {
-            let Some((status, result)) = self.held_tickets[position].1.take() else {
+        while let Some((_, ticket)) = self.held_tickets.get(position) {
+            let Some((status, result)) = ticket.take() else {
                 position += 1;
                 continue;
             };
@@ -247,21 +247,26 @@ impl Connection {
             }
             entries.extend(ids.into_iter().map(|id| (id, holds, registrant.key, registrant.host)));
         }
-        let mut report = vec![0u8; REPORT_HEADER_BYTES + entries.len() * REPORT_ENTRY_BYTES];
-        report[0..4].copy_from_slice(&state.generation.to_le_bytes());
-        report[4] = state.holder.map_or(0, |holder| holder.kind as u8);
-        report[5..7].copy_from_slice(&(entries.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
-        report[9] = u8::from(state.persist_through_power_loss);
-        for (index, (controller, holds, key, host)) in entries.iter().enumerate() {
-            let entry = &mut report[REPORT_HEADER_BYTES + index * REPORT_ENTRY_BYTES..][..REPORT_ENTRY_BYTES];
+        let mut report = Vec::with_capacity(REPORT_HEADER_BYTES + entries.len() * REPORT_ENTRY_BYTES);
+        let mut header = [0u8; REPORT_HEADER_BYTES];
+        header[0..4].copy_from_slice(&state.generation.to_le_bytes());
+        header[4] = state.holder.map_or(0, |holder| holder.kind as u8);
+        header[5..7].copy_from_slice(&(entries.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
+        header[9] = u8::from(state.persist_through_power_loss);
+        report.extend_from_slice(&header);
+        for (controller, holds, key, host) in &entries {
+            let mut entry = [0u8; REPORT_ENTRY_BYTES];
             entry[0..2].copy_from_slice(&controller.to_le_bytes());
             entry[2] = u8::from(*holds);
             entry[8..16].copy_from_slice(&key.to_le_bytes());
             entry[16..32].copy_from_slice(host);
+            report.extend_from_slice(&entry);
         }
         let mut buffer = self.pool.take_zeroed(length as usize);
-        let copied = report.len().min(buffer.len());
-        buffer[..copied].copy_from_slice(&report[..copied]);
+        // As much of the report as the host asked for; the rest stays zero.
+        for (byte, reported) in buffer.iter_mut().zip(&report) {
+            *byte = *reported;
+        }
         self.slots.slot(slot_index).buffer = buffer;
         Ok(Outcome::Data(length as u32))
     }

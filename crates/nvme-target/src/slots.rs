@@ -142,6 +142,10 @@ impl CommandSlot {
 pub struct SlotTable {
     slots: Vec<CommandSlot>,
     free: Vec<u16>,
+    /// Stands in for a slot asked for by an index out of range (a bug of ours: every
+    /// index used is one `allocate` gave, a transfer tag from the network goes through
+    /// `get`), so that a release build goes on instead of panicking.
+    spare: CommandSlot,
 }
 
 impl SlotTable {
@@ -150,7 +154,7 @@ impl SlotTable {
         let slots = (0..depth).map(|_| CommandSlot::new()).collect();
         // Pop from the end: hand out low indices first (easier to read in captures).
         let free = (0..depth).rev().collect();
-        SlotTable { slots, free }
+        SlotTable { slots, free, spare: CommandSlot::new() }
     }
 
     /// Number of slots.
@@ -167,7 +171,7 @@ impl SlotTable {
     /// than the queue depth.
     pub fn allocate(&mut self, sqe: SubmissionQueueEntry) -> Option<u16> {
         let index = self.free.pop()?;
-        let slot = &mut self.slots[index as usize];
+        let slot = self.slots.get_mut(index as usize)?;
         debug_assert_eq!(slot.state, SlotState::Free);
         slot.reset(sqe);
         slot.state = SlotState::ReceivingInCapsuleData;
@@ -176,20 +180,28 @@ impl SlotTable {
 
     /// Returns a slot to the free list. Its buffers stay with the caller's pool.
     pub fn release(&mut self, index: u16) {
-        let slot = &mut self.slots[index as usize];
+        let slot = self.slots.get_mut(index as usize);
+        debug_assert!(slot.is_some(), "slot {index} released but out of range");
+        let Some(slot) = slot else { return };
         assert_ne!(slot.state, SlotState::Free, "slot {index} released twice");
         slot.state = SlotState::Free;
         self.free.push(index);
     }
 
-    /// The slot at `index` (a transfer tag from the network is checked with `get`).
-    /// The slot at `index`, read-only.
+    /// The slot at `index`, read-only (out of range, a bug: the spare slot).
     pub fn slot_ref(&self, index: u16) -> &CommandSlot {
-        &self.slots[usize::from(index)]
+        debug_assert!(usize::from(index) < self.slots.len(), "slot {index} out of range");
+        self.slots.get(usize::from(index)).unwrap_or(&self.spare)
     }
 
+    /// The slot at `index` (a transfer tag from the network is checked with `get`);
+    /// out of range, a bug: the spare slot.
     pub fn slot(&mut self, index: u16) -> &mut CommandSlot {
-        &mut self.slots[index as usize]
+        debug_assert!(usize::from(index) < self.slots.len(), "slot {index} out of range");
+        match self.slots.get_mut(index as usize) {
+            Some(slot) => slot,
+            None => &mut self.spare,
+        }
     }
 
     /// The slot at `index` if it exists.

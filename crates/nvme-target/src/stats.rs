@@ -23,7 +23,9 @@ impl LatencyHistogram {
     /// Counts one completion (single writer per shard, as for the counters).
     pub fn record(&self, latency_microseconds: u64) {
         let bucket = (u64::BITS - latency_microseconds.leading_zeros()) as usize;
-        QueueStats::add(&self.buckets[bucket.min(LATENCY_BUCKETS - 1)], 1);
+        if let Some(counter) = self.buckets.get(bucket.min(LATENCY_BUCKETS - 1)) {
+            QueueStats::add(counter, 1);
+        }
         QueueStats::add(&self.sum_microseconds, latency_microseconds);
     }
 
@@ -226,14 +228,20 @@ impl TargetCounters {
 
     /// Counts a refused Connect.
     pub fn count_refusal(&self, reason: ConnectRefusalReason) {
-        let index = ConnectRefusalReason::ALL.iter().position(|known| *known == reason).unwrap_or(3);
-        Self::count(&self.connect_refusals[index]);
+        if let Some(counter) = self.refusal_counter(reason) {
+            Self::count(counter);
+        }
     }
 
     /// Refused Connects for `reason` so far.
     pub fn refusals(&self, reason: ConnectRefusalReason) -> u64 {
+        self.refusal_counter(reason).map_or(0, |counter| counter.load(Ordering::Relaxed))
+    }
+
+    /// The counter of `reason` (`ALL` lists every reason, one per counter).
+    fn refusal_counter(&self, reason: ConnectRefusalReason) -> Option<&AtomicU64> {
         let index = ConnectRefusalReason::ALL.iter().position(|known| *known == reason).unwrap_or(3);
-        self.connect_refusals[index].load(Ordering::Relaxed)
+        self.connect_refusals.get(index)
     }
 }
 

@@ -511,7 +511,7 @@ impl Target {
     /// The subsystem with this NQN.
     pub fn subsystem_by_nqn(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         let registry = self.subsystems.read().unwrap_or_else(|poison| poison.into_inner());
-        registry.by_nqn.get(nqn).and_then(|&index| registry.by_index[index].clone())
+        registry.by_nqn.get(nqn).and_then(|&index| registry.by_index.get(index)?.clone())
     }
 
     /// Creates a controller with a CNTLID unique within its subsystem.

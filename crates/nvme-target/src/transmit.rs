@@ -94,13 +94,15 @@ impl TransmitBatch {
 
     /// The attached buffer `index` (to compute digests over the data being sent).
     pub fn buffer(&self, index: u32) -> &[u8] {
-        &self.buffers[index as usize]
+        debug_assert!((index as usize) < self.buffers.len(), "buffer {index} not attached");
+        self.buffers.get(index as usize).map_or(&[], Vec::as_slice)
     }
 
-    /// Queues `buffers[index][start..end]`.
+    /// Queues `buffers[index][start..end]` (a range outside the buffer, a bug, is not).
     pub fn push_data(&mut self, index: u32, start: usize, end: usize) {
-        debug_assert!(start <= end && end <= self.buffers[index as usize].len());
-        if end > start {
+        let inside = self.buffers.get(index as usize).is_some_and(|buffer| start <= end && end <= buffer.len());
+        debug_assert!(inside, "data {start}..{end} outside buffer {index}");
+        if inside && end > start {
             self.total_bytes += end - start;
             self.segments.push(Segment::Data { buffer: index, start: start as u32, end: end as u32 });
         }
@@ -113,10 +115,11 @@ impl TransmitBatch {
         (self.lent.len() - 1) as u32
     }
 
-    /// Queues `lent[index][start..end]`.
+    /// Queues `lent[index][start..end]` (a range outside the lent memory, a bug, is not).
     pub fn push_lent(&mut self, index: u32, start: usize, end: usize) {
-        debug_assert!(start <= end && end <= self.lent[index as usize].len());
-        if end > start {
+        let inside = self.lent.get(index as usize).is_some_and(|lent| start <= end && end <= lent.len());
+        debug_assert!(inside, "lent {start}..{end} outside lent {index}");
+        if inside && end > start {
             self.total_bytes += end - start;
             self.segments.push(Segment::Lent { lent: index, start: start as u32, end: end as u32 });
         }
@@ -125,15 +128,22 @@ impl TransmitBatch {
     /// Visits the batch's pieces in sending order (for a vectored send).
     pub fn for_each_part<'a>(&'a self, mut visit: impl FnMut(BatchPart<'a>)) {
         for segment in &self.segments {
-            visit(match *segment {
-                Segment::Header { start, end } => BatchPart::Bytes(&self.headers[start as usize..end as usize]),
-                Segment::Data { buffer, start, end } => {
-                    BatchPart::Bytes(&self.buffers[buffer as usize][start as usize..end as usize])
-                }
+            let part = match *segment {
+                Segment::Header { start, end } => self.headers.get(start as usize..end as usize).map(BatchPart::Bytes),
+                Segment::Data { buffer, start, end } => self
+                    .buffers
+                    .get(buffer as usize)
+                    .and_then(|buffer| buffer.get(start as usize..end as usize))
+                    .map(BatchPart::Bytes),
                 Segment::Lent { lent, start, end } => {
-                    BatchPart::Lent(&self.lent[lent as usize], start as usize..end as usize)
+                    self.lent.get(lent as usize).map(|lent| BatchPart::Lent(lent, start as usize..end as usize))
                 }
-            });
+            };
+            // The push methods record only ranges inside what the batch holds.
+            debug_assert!(part.is_some(), "segment {segment:?} outside the batch");
+            if let Some(part) = part {
+                visit(part);
+            }
         }
     }
 
@@ -145,7 +155,10 @@ impl TransmitBatch {
             BatchPart::Lent(lent, range) => {
                 let start = bytes.len();
                 bytes.resize(start + range.len(), 0);
-                lent.copy_to(range, &mut bytes[start..]);
+                // `start` is the length before the resize: the new bytes are there.
+                if let Some(place) = bytes.get_mut(start..) {
+                    lent.copy_to(range, place);
+                }
             }
         });
         bytes
