@@ -31,6 +31,8 @@ enum Child {
     FillWrite,
     /// The final zeroing or flush on the slow tier.
     SlowFinal,
+    /// Write-back Flush: then the flush of the fast tier.
+    FastFinal,
 }
 
 /// What [`CacheQueue::step`] decided.
@@ -511,10 +513,15 @@ impl CacheQueue {
             }
             Child::DestageRead => {
                 let victim = (self.word(slot) & TAG_MASK) - 1;
+                // Durable before the slot counts as clean: an eviction or a zeroing
+                // records the slot invalid right after this write, and even a Flush's
+                // final slow-tier flush may fail or never run (its queue dropped) while
+                // the slot stays clean; a crash would then lose the line (the medium no
+                // longer says dirty, the slow tier has older data).
                 let op = IoOp::Write {
                     lba: victim * shared.line_blocks,
                     blocks: shared.line_length_blocks(victim) as u32,
-                    force_unit_access: false,
+                    force_unit_access: true,
                 };
                 self.submit_child(parent, Child::DestageWrite, false, op, buffer);
                 return;
@@ -526,10 +533,14 @@ impl CacheQueue {
             Child::FillRead => {
                 // Only reads and writes fill, and their cursor is the line.
                 let line = self.parents[parent].cursor;
+                // Write-back: once a write makes the line dirty, the metadata (written
+                // with FUA) tells a restart to destage the whole slot; the filled
+                // blocks must be on the medium by then, or the slot's older content
+                // (another line's data) is destaged over this line.
                 let op = IoOp::Write {
                     lba: shared.slot_lba(slot),
                     blocks: shared.line_length_blocks(line) as u32,
-                    force_unit_access: false,
+                    force_unit_access: shared.mode == CacheMode::WriteBack,
                 };
                 self.submit_child(parent, Child::FillWrite, true, op, buffer);
                 return;
@@ -538,7 +549,17 @@ impl CacheQueue {
                 let line = self.parents[parent].cursor;
                 self.set_word(slot, line + 1);
             }
-            Child::SlowFinal | Child::Nothing => {}
+            Child::SlowFinal
+                if shared.mode == CacheMode::WriteBack
+                    && matches!(self.parents[parent].op, IoOp::Flush) =>
+            {
+                // A destaged line stays recorded dirty on the fast tier, and a restart
+                // serves it from there: the fast copy must be as durable as the slow
+                // one, or a crash brings back an older fast copy over flushed data.
+                self.submit_child(parent, Child::FastFinal, true, IoOp::Flush, buffer);
+                return;
+            }
+            Child::SlowFinal | Child::FastFinal | Child::Nothing => {}
         }
         buffer.clear();
         self.recycle(buffer);
