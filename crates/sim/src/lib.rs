@@ -29,6 +29,7 @@
 //! limit for its queue depth, and nothing panics.
 
 pub mod disk;
+pub mod disks;
 pub mod host;
 pub mod ledger;
 pub mod network;

@@ -4,6 +4,7 @@
 use nvme_tcp_wire::DigestSettings;
 
 use crate::disk::DiskFaults;
+use crate::disks::StorageShape;
 use crate::host::HostSettings;
 use crate::network::NetworkFaults;
 use crate::rng::Rng;
@@ -31,6 +32,8 @@ pub struct Plan {
     /// The namespace is a thin carve of a pool on the disk, with allocation units of
     /// this many bytes (mappings made by writes become durable on Flush or FUA).
     pub thin_pool_unit_bytes: Option<u64>,
+    /// The disks under the namespace (one disk whenever there is a thin pool).
+    pub shape: StorageShape,
     /// Simulated time the workload runs.
     pub run_ns: u64,
     /// I/O commands the hosts submit at most, together (bounds a seed's wall time).
@@ -47,6 +50,8 @@ impl Plan {
         let mut plan = Self::draw_base(rng);
         if plan.thin_pool_unit_bytes.is_some() {
             plan.host.namespace_management_per_million = [0, 2_000, 20_000][rng.below(3) as usize];
+        } else {
+            plan.shape = StorageShape::draw(rng);
         }
         plan
     }
@@ -92,6 +97,7 @@ impl Plan {
             mean_fault_interval_ns: if calm { 0 } else { rng.between(10 * MS, 150 * MS) },
             r2t_budget_bytes: [16 << 20, 1 << 20, 128 << 10][rng.below(3) as usize],
             thin_pool_unit_bytes: rng.chance(500_000).then(|| (block_bytes as u64) << rng.below(4)),
+            shape: StorageShape::Disk,
             run_ns: 300 * MS,
             max_commands: 4_000,
         }
@@ -107,11 +113,12 @@ impl Plan {
             None => String::new(),
         };
         format!(
-            "{} host(s), {} x {} B blocks{pool}, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks, digests {}{}, segments <= {} B ({} ppm tiny), \
+            "{} host(s), {} x {} B blocks{pool}{}, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks, digests {}{}, segments <= {} B ({} ppm tiny), \
              faults every ~{} ms, disk errors {}/{} ppm, spikes {} ppm, bit flips {} ppm",
             self.hosts,
             self.namespace_blocks,
             self.block_bytes,
+            self.shape.describe(),
             self.host.io_queues,
             self.host.queue_size,
             self.host.queue_depth,

@@ -10,7 +10,7 @@ use nvme_target::{
 };
 use storage::Backend;
 
-use crate::disk::SimDisk;
+use crate::disks::SimDisks;
 use crate::host::{SimHost, NAMESPACE, SUBSYSTEM_NQN};
 use crate::network::{Link, NetworkFaults};
 use crate::oracle::Oracle;
@@ -150,7 +150,10 @@ pub struct SeedReport {
 pub struct World {
     context: Context,
     plan: Plan,
-    disk: SimDisk,
+    disks: SimDisks,
+    /// The namespace's backend as the running (or last) target process built it;
+    /// built again after a crash, as a restarted process would.
+    backend: Option<Arc<dyn Backend>>,
     target: Option<Arc<Target>>,
     target_down_until_ns: u64,
     connections: BTreeMap<u64, Connection>,
@@ -234,8 +237,8 @@ impl World {
             }
             None => plan.namespace_blocks,
         };
-        let geometry = storage::Geometry { block_size_bytes: plan.block_bytes as u32, block_count: disk_blocks };
-        let disk = SimDisk::new(geometry, clock.clone(), rng.fork(), plan.disk.clone(), options.canary);
+        let disks =
+            SimDisks::new(plan.shape, plan.block_bytes as u32, disk_blocks, &clock, &mut rng, &plan.disk, options.canary);
         let network_rng = rng.fork();
         let service = Arc::new(SimService::new(clock.clone(), rng.fork()));
         let context = Context {
@@ -260,7 +263,8 @@ impl World {
         let hosts = (0..plan.hosts).map(|index| SimHost::new(index, plan.host.clone())).collect();
         let mut world = World {
             context,
-            disk,
+            disks,
+            backend: None,
             target: None,
             target_down_until_ns: 0,
             connections: BTreeMap::new(),
@@ -294,9 +298,9 @@ impl World {
             Some(due_ns) if due_ns <= self.context.clock.elapsed_ns() => {}
             _ => return false,
         }
-        self.disk.set_instant(true);
+        self.disks.set_instant(true);
         let ran = self.service.run_due();
-        self.disk.set_instant(false);
+        self.disks.set_instant(false);
         if ran {
             self.context.note(|| "service jobs ran (pool table saves)".into());
         }
@@ -306,7 +310,7 @@ impl World {
     fn create_pool(&mut self, unit_bytes: u64) {
         let table = storage::TableStore::memory();
         // A new pool zeroes its device and waits for it in a loop: no simulated time.
-        self.disk.set_instant(true);
+        self.disks.set_instant(true);
         // Bound to NSID 1 of the subsystem, for every host, as a namespace the config
         // made: the target serves it from the pool and hosts cannot delete it.
         let binding = storage::NamespaceBinding {
@@ -315,9 +319,9 @@ impl World {
             all_hosts: true,
             hosts: Vec::new(),
         };
-        let created = storage::Pool::open_with_service(self.disk.backend(), table.clone(), unit_bytes, self.executor())
+        let created = storage::Pool::open_with_service(self.disks.first(), table.clone(), unit_bytes, self.executor())
             .and_then(|pool| pool.create_bound(self.plan.namespace_blocks, true, Some(binding)).map(|id| (pool, id)));
-        self.disk.set_instant(false);
+        self.disks.set_instant(false);
         match created {
             Ok((pool, id)) => {
                 self.pool = Some(Arc::new(pool));
@@ -331,13 +335,34 @@ impl World {
     /// table after a crash).
     fn namespace_backend(&mut self) -> Option<Arc<dyn Backend>> {
         let Some((_, id)) = self.pool_table.clone() else {
-            return Some(self.disk.backend());
+            return self.composed_backend();
         };
         let pool = self.open_pool()?;
         match pool.get(id) {
             Ok(backend) => Some(backend),
             Err(error) => {
                 self.context.violation(format!("the pool lost its carve: {error}"));
+                None
+            }
+        }
+    }
+
+    /// The backend over the disks: the one the target runs on, or (after a crash) a
+    /// new one, which for a cache tier recovers its dirty lines from the fast disk.
+    fn composed_backend(&mut self) -> Option<Arc<dyn Backend>> {
+        if let Some(backend) = &self.backend {
+            return Some(Arc::clone(backend));
+        }
+        self.disks.set_instant(true);
+        let built = self.disks.backend();
+        self.disks.set_instant(false);
+        match built {
+            Ok(backend) => {
+                self.backend = Some(Arc::clone(&backend));
+                Some(backend)
+            }
+            Err(error) => {
+                self.context.violation(if self.crashes == 0 { error } else { format!("after a crash: {error}") });
                 None
             }
         }
@@ -350,10 +375,10 @@ impl World {
             return Some(Arc::clone(pool));
         }
         let (table, _) = self.pool_table.clone()?;
-        self.disk.set_instant(true);
+        self.disks.set_instant(true);
         let unit_bytes = storage::pool::DEFAULT_UNIT_SIZE_BYTES; // the table keeps its own
-        let opened = storage::Pool::open_with_service(self.disk.backend(), table, unit_bytes, self.executor());
-        self.disk.set_instant(false);
+        let opened = storage::Pool::open_with_service(self.disks.first(), table, unit_bytes, self.executor());
+        self.disks.set_instant(false);
         match opened {
             Ok(pool) => {
                 let pool = Arc::new(pool);
@@ -372,7 +397,8 @@ impl World {
 
     /// The process dies: an open pool goes without the save its clean shutdown does.
     fn crash_storage(&mut self) {
-        self.disk.crash();
+        self.disks.crash();
+        self.backend = None;
         self.service.crash();
         if let Some(pool) = self.pool.take() {
             std::mem::forget(pool);
@@ -384,13 +410,14 @@ impl World {
             let Some(pool) = self.open_pool() else { return };
             TargetStorage::Pool(pool)
         } else {
-            TargetStorage::Disk(self.disk.backend())
+            let Some(backend) = self.composed_backend() else { return };
+            TargetStorage::Disk(backend)
         };
         // Starting frees carves no namespace is bound to (device I/O the target waits
         // for in a loop): the disk answers at once meanwhile.
-        self.disk.set_instant(true);
+        self.disks.set_instant(true);
         let started = Target::new(target_spec(storage, &self.plan));
-        self.disk.set_instant(false);
+        self.disks.set_instant(false);
         match started {
             Ok(target) => self.target = Some(target),
             Err(error) => self.context.violation(format!("the target does not start: {error}")),
@@ -455,7 +482,7 @@ impl World {
             self.hosts.iter().map(|host| host.reconnects).sum::<u64>(),
             self.crashes,
             self.faults_injected,
-            self.disk.counters(),
+            self.disks.counters(),
             self.context.excused_data_mismatches,
         );
         SeedReport {
@@ -587,7 +614,7 @@ impl World {
     /// Storage completions, timers and transmissions of every target connection.
     fn service_target(&mut self, now: std::time::Instant) -> bool {
         let mut moved = false;
-        self.disk.land_orphans();
+        self.disks.land_orphans();
         let drained: Vec<u64> =
             self.draining.iter_mut().filter_map(|(&id, connection)| connection.drain(now).then_some(id)).collect();
         for id in drained {
@@ -718,7 +745,7 @@ impl World {
         candidates.extend(
             self.connections.values().chain(self.draining.values()).filter_map(Connection::next_deadline).map(|at| clock.ns_of(at)),
         );
-        candidates.extend(self.disk.next_ready_ns());
+        candidates.extend(self.disks.next_ready_ns());
         candidates.extend(self.service.next_due_ns());
         candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context)));
         if self.target.is_none() {
@@ -765,7 +792,7 @@ impl World {
             if done.len() as u64 == blocks {
                 break;
             }
-            let next = self.disk.next_ready_ns().unwrap_or(self.context.clock.elapsed_ns());
+            let next = self.disks.next_ready_ns().unwrap_or(self.context.clock.elapsed_ns());
             self.context.clock.advance_to(next);
             queue.reap(&mut done);
         }
