@@ -88,6 +88,12 @@ impl SubmissionQueueEntry {
         self.dwords[1] as u8
     }
 
+    /// True for a Fabrics Connect command (opcode 7Fh, FCTYPE 01h).
+    pub fn is_connect(&self) -> bool {
+        self.opcode() == crate::opcode::AdminOpcode::Fabrics as u8
+            && self.fabrics_command_type() == crate::opcode::FabricsCommandType::Connect as u8
+    }
+
     /// MPTR: metadata pointer, CDW4..CDW5.
     pub fn metadata_pointer(&self) -> u64 {
         u64::from(self.dwords[4]) | (u64::from(self.dwords[5]) << 32)

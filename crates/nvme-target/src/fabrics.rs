@@ -10,7 +10,7 @@ use nvme_spec::fabrics::{
     property_offset, ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
 };
 use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
-use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
+use nvme_spec::opcode::FabricsCommandType;
 use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
 
 use crate::stats::ConnectRefusalReason;
@@ -78,9 +78,7 @@ impl Connection {
     /// The first command of a connection: it must be Connect.
     pub(crate) fn execute_connect(&mut self, slot_index: u16, now: Instant) {
         let sqe = self.slots.slot(slot_index).sqe;
-        let is_connect = sqe.opcode() == AdminOpcode::Fabrics as u8
-            && sqe.fabrics_command_type() == FabricsCommandType::Connect as u8;
-        if !is_connect {
+        if !sqe.is_connect() {
             tracing::debug!(peer = %self.peer, opcode = sqe.opcode(), "command before Connect");
             let status = Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry();
             self.complete_unbound(slot_index, status, 0, QueueId::ADMIN, 0);

@@ -27,7 +27,6 @@
 use std::time::{Duration, Instant};
 
 use nvme_spec::fabrics::{ConnectCommand, ConnectData, CONNECT_DATA_BYTES};
-use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
 use nvme_spec::QueueId;
 
 use crate::connection::Connection;
@@ -189,9 +188,7 @@ impl Connection {
     fn previous_controller_busy(&mut self, slot_index: u16) -> Option<u16> {
         let slot = self.slots.slot(slot_index);
         let sqe = slot.sqe;
-        let is_connect = sqe.opcode() == AdminOpcode::Fabrics as u8
-            && sqe.fabrics_command_type() == FabricsCommandType::Connect as u8;
-        if !is_connect {
+        if !sqe.is_connect() {
             return None;
         }
         let raw: &[u8; CONNECT_DATA_BYTES] = slot.buffer.get(..CONNECT_DATA_BYTES)?.try_into().ok()?;
@@ -216,8 +213,6 @@ impl Connection {
     /// The QID a Connect in `slot_index` asks for.
     fn connect_queue(&self, slot_index: u16) -> Option<QueueId> {
         let sqe = &self.slots.slot_ref(slot_index).sqe;
-        let is_connect = sqe.opcode() == AdminOpcode::Fabrics as u8
-            && sqe.fabrics_command_type() == FabricsCommandType::Connect as u8;
-        is_connect.then(|| ConnectCommand::decode(sqe).queue_id)
+        sqe.is_connect().then(|| ConnectCommand::decode(sqe).queue_id)
     }
 }
