@@ -8,7 +8,7 @@
 //! records every queue used off the thread that opened it, and counts where calls come
 //! from, so the test also shows the blocking work did run, on the service thread.
 
-use std::net::SocketAddr;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use nvme_spec::NamespaceId;
 use nvme_target::{HostAccess, ListenerSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use storage::service::is_io_thread;
 use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest, Pool, RamBackend, TableStore};
-use target_server::{PollMode, Runtime, RuntimeConfig};
+use target_server::LoopbackTarget;
 
 const POOL_NQN: &str = "nqn.2026-11.io.sluice:never-block";
 const BLOCK_BYTES: u32 = 512;
@@ -116,8 +116,7 @@ impl Backend for AssertingBackend {
 }
 
 struct Fixture {
-    runtime: Option<Runtime>,
-    address: SocketAddr,
+    target: LoopbackTarget,
     pool: Arc<Pool>,
     record: Arc<Record>,
     table_path: PathBuf,
@@ -149,22 +148,12 @@ impl Fixture {
             settings: TargetSettings::default(),
         })
         .expect("target");
-        let config = RuntimeConfig {
-            threads: 1,
-            pin_threads: false,
-            poll_mode: PollMode::Sleep,
-            listeners: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
-            recv_buffer_bytes: 256 * 1024,
-            ring_entries: 256,
-            tcp_nodelay: true,
-        };
-        let runtime = target_server::start(target, config).expect("the target starts");
-        let address = runtime.local_addrs()[0];
-        Fixture { runtime: Some(runtime), address, pool, record, table_path }
+        let target = LoopbackTarget::start(target, 0, 1).expect("the target starts");
+        Fixture { target, pool, record, table_path }
     }
 
     fn connect(&self) -> Controller {
-        let mut options = ConnectOptions::new(self.address, POOL_NQN);
+        let mut options = ConnectOptions::new(self.target.address(), POOL_NQN);
         options.io_queues = 1;
         options.command_timeout = Duration::from_secs(20);
         options.connect_timeout = Duration::from_secs(5);
@@ -186,10 +175,6 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_handle().shutdown();
-            let _ = runtime.join();
-        }
         if let Some(directory) = self.table_path.parent() {
             let _ = std::fs::remove_dir_all(directory);
         }
@@ -251,7 +236,5 @@ fn pool_management_and_thin_durability_never_block_the_io_thread() {
         "zeroing the deleted carve ran on a thread that may block"
     );
     let mut fixture = fixture;
-    let runtime = fixture.runtime.take().expect("runtime");
-    runtime.shutdown_handle().shutdown();
-    runtime.join().expect("the runtime thread ended without a panic");
+    fixture.target.stop().expect("the runtime thread ended without a panic");
 }

@@ -5,7 +5,7 @@
 //! must hear about namespaces attached to it (asynchronous event) without
 //! reconnecting. Every wait is bounded.
 
-use std::net::SocketAddr;
+
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use nvme_spec::NamespaceId;
 use nvme_target::{HostAccess, ListenerSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use serde_json::Value;
 use storage::{Backend, Geometry, Pool, RamBackend, TableStore};
-use target_server::{PollMode, Runtime, RuntimeConfig};
+use target_server::LoopbackTarget;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const POOL_NQN: &str = "nqn.2026-11.io.sluice:ns-pool";
@@ -31,8 +31,7 @@ const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The target: a pool subsystem (no configured namespaces) and one without a pool.
 struct TestTarget {
-    runtime: Option<Runtime>,
-    address: SocketAddr,
+    target: LoopbackTarget,
     pool: Arc<Pool>,
 }
 
@@ -72,23 +71,13 @@ impl TestTarget {
             settings: TargetSettings::default(),
         })
         .expect("target");
-        let config = RuntimeConfig {
-            threads: 1,
-            pin_threads: false,
-            poll_mode: PollMode::Sleep,
-            listeners: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
-            recv_buffer_bytes: 256 * 1024,
-            ring_entries: 256,
-            tcp_nodelay: true,
-        };
-        let runtime = target_server::start(target, config).expect("the target starts");
-        let address = runtime.local_addrs()[0];
-        TestTarget { runtime: Some(runtime), address, pool }
+        let target = LoopbackTarget::start(target, 0, 1).expect("the target starts");
+        TestTarget { target, pool }
     }
 
     /// `-a 127.0.0.1 -s PORT -n NQN -q CLI_HOST`.
     fn args(&self, nqn: &str) -> Vec<String> {
-        ["-a", "127.0.0.1", "-s", &self.address.port().to_string(), "-n", nqn, "-q", CLI_HOST, "--timeout", "20000"]
+        ["-a", "127.0.0.1", "-s", &self.target.address().port().to_string(), "-n", nqn, "-q", CLI_HOST, "--timeout", "20000"]
             .map(String::from)
             .to_vec()
     }
@@ -96,22 +85,13 @@ impl TestTarget {
     /// A host that stays connected with a short keep-alive (so an asynchronous event
     /// is read within half a second).
     fn connect_other_host(&self) -> Controller {
-        let mut options = ConnectOptions::new(self.address, POOL_NQN);
+        let mut options = ConnectOptions::new(self.target.address(), POOL_NQN);
         options.host_nqn = OTHER_HOST.into();
         options.io_queues = 1;
         options.keep_alive_timeout_ms = 1000;
         options.command_timeout = Duration::from_secs(10);
         options.connect_timeout = Duration::from_secs(5);
         Controller::connect(options).expect("the other host connects")
-    }
-}
-
-impl Drop for TestTarget {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_handle().shutdown();
-            let _ = runtime.join();
-        }
     }
 }
 

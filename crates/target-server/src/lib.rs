@@ -25,6 +25,56 @@ pub fn start(target: Arc<Target>, config: RuntimeConfig) -> Result<Runtime, Runt
     Runtime::start(config, Arc::new(TargetService { target, tls_listeners: Mutex::new(HashMap::new()) }))
 }
 
+/// A target served by a runtime of its own on 127.0.0.1, stopped when dropped: what
+/// tests start in process. Its one runtime listener is the target's listener 0.
+pub struct LoopbackTarget {
+    runtime: Option<Runtime>,
+    address: SocketAddr,
+}
+
+impl LoopbackTarget {
+    /// Serves `target` on 127.0.0.1:`port` (0: a free port the kernel picks; the
+    /// discovery log then shows the port of the spec) with `threads` runtime threads
+    /// that sleep while idle.
+    pub fn start(target: Arc<Target>, port: u16, threads: usize) -> Result<LoopbackTarget, RuntimeError> {
+        let config = RuntimeConfig {
+            threads,
+            pin_threads: false,
+            poll_mode: PollMode::Sleep,
+            listeners: vec![SocketAddr::from(([127, 0, 0, 1], port))],
+            recv_buffer_bytes: 256 * 1024,
+            ring_entries: 256,
+            tcp_nodelay: true,
+        };
+        let runtime = start(target, config)?;
+        let address = runtime.local_addrs().first().copied().unwrap_or(SocketAddr::from(([127, 0, 0, 1], port)));
+        Ok(LoopbackTarget { runtime: Some(runtime), address })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stops serving (every connection closes) and waits for the runtime's threads;
+    /// an error if one of them panicked. Dropping stops it too.
+    pub fn stop(&mut self) -> Result<(), RuntimeError> {
+        match self.runtime.take() {
+            Some(runtime) => {
+                runtime.shutdown_handle().shutdown();
+                runtime.join()
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LoopbackTarget {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
 /// Accepts connections for the target.
 struct TargetService {
     target: Arc<Target>,

@@ -17,7 +17,7 @@ use nvme_target::{
 use nvme_tcp_wire::DigestSettings;
 use runtime::tls::{PskChoice, Progress, TlsClient, TlsSession};
 use storage::{Backend, Geometry, RamBackend};
-use target_server::{PollMode, Runtime, RuntimeConfig};
+use target_server::LoopbackTarget;
 
 const SUBSYSTEM: &str = "nqn.2026-11.io.sluice:tls-test";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
@@ -26,17 +26,13 @@ const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-444
 const DEADLINE: Duration = Duration::from_secs(20);
 
 struct TlsTarget {
-    runtime: Option<Runtime>,
-    address: SocketAddr,
+    served: LoopbackTarget,
     key: TlsKey,
 }
 
-impl Drop for TlsTarget {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_handle().shutdown();
-            let _ = runtime.join();
-        }
+impl TlsTarget {
+    fn address(&self) -> SocketAddr {
+        self.served.address()
     }
 }
 
@@ -69,18 +65,8 @@ fn start_with(hash: HashFunction, settings: TargetSettings) -> TlsTarget {
         settings,
     })
     .expect("target");
-    let config = RuntimeConfig {
-        threads: 1,
-        pin_threads: false,
-        poll_mode: PollMode::Sleep,
-        listeners: vec![format!("127.0.0.1:{port}").parse().expect("address")],
-        recv_buffer_bytes: 64 * 1024,
-        ring_entries: 64,
-        tcp_nodelay: true,
-    };
-    let runtime = target_server::start(target, config).expect("runtime");
-    let address = runtime.local_addrs()[0];
-    TlsTarget { runtime: Some(runtime), address, key }
+    let served = LoopbackTarget::start(target, port, 1).expect("runtime");
+    TlsTarget { served, key }
 }
 
 /// A TLS session offering `key`'s identity for (`identity_host`, SUBSYSTEM).
@@ -172,7 +158,7 @@ fn a_host_with_its_key_connects_over_tls_with_either_hash_and_identity_format() 
     for hash in [HashFunction::Sha256, HashFunction::Sha384] {
         let target = start(hash);
         for version in [IdentityVersion::V0, IdentityVersion::V1] {
-            let state = tls_connect(target.address, client_session(&target.key, HOST, version), HOST);
+            let state = tls_connect(target.address(), client_session(&target.key, HOST, version), HOST);
             assert!(matches!(state, Ok(QueueState::Ready { .. })), "{hash:?} {version:?}: {state:?}");
         }
     }
@@ -183,7 +169,7 @@ fn connect_must_name_the_host_of_the_tls_identity() {
     let target = start(HashFunction::Sha256);
     // The TLS identity says HOST; the Connect says OTHER_HOST (allowed by the
     // subsystem's allow_any_host, but not on this channel).
-    let state = tls_connect(target.address, client_session(&target.key, HOST, IdentityVersion::V1), OTHER_HOST);
+    let state = tls_connect(target.address(), client_session(&target.key, HOST, IdentityVersion::V1), OTHER_HOST);
     assert!(matches!(state, Ok(QueueState::Failed)), "{state:?}");
 }
 
@@ -191,16 +177,16 @@ fn connect_must_name_the_host_of_the_tls_identity() {
 fn a_wrong_key_or_an_unknown_host_gets_no_channel() {
     let target = start(HashFunction::Sha256);
     let wrong = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(7)).expect("key");
-    let outcome = tls_connect(target.address, client_session(&wrong, HOST, IdentityVersion::V0), HOST);
+    let outcome = tls_connect(target.address(), client_session(&wrong, HOST, IdentityVersion::V0), HOST);
     assert!(outcome.is_err(), "a wrong key connected: {outcome:?}");
-    let outcome = tls_connect(target.address, client_session(&target.key, OTHER_HOST, IdentityVersion::V0), OTHER_HOST);
+    let outcome = tls_connect(target.address(), client_session(&target.key, OTHER_HOST, IdentityVersion::V0), OTHER_HOST);
     assert!(outcome.is_err(), "a host without a key connected: {outcome:?}");
 }
 
 #[test]
 fn a_plain_icreq_on_a_required_listener_is_closed() {
     let target = start(HashFunction::Sha256);
-    let mut socket = connect_socket(target.address);
+    let mut socket = connect_socket(target.address());
     let mut queue = HostQueue::new(
         QueueConfig {
             queue_id: QueueId::ADMIN,
@@ -235,7 +221,7 @@ fn a_plain_icreq_on_a_required_listener_is_closed() {
 #[test]
 fn a_stalled_handshake_is_closed_within_the_setup_timeout() {
     let target = start_with(HashFunction::Sha256, TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() });
-    let mut socket = connect_socket(target.address);
+    let mut socket = connect_socket(target.address());
     // The start of a TLS record header, then nothing.
     socket.write_all(&[22, 3, 1]).expect("send");
     let started = Instant::now();
@@ -279,14 +265,14 @@ fn tls_1_2_and_certificate_handshakes_are_refused() {
         .map(|byte| format!("{byte:02x}"))
         .collect();
     // TLS 1.2 with the right PSK: the transport allows only TLS 1.3.
-    let Some(tls12) = s_client(target.address, &["-tls1_2", "-psk", &psk, "-psk_identity", &identity]) else { return };
+    let Some(tls12) = s_client(target.address(), &["-tls1_2", "-psk", &psk, "-psk_identity", &identity]) else { return };
     assert!(!tls12.contains("Cipher is TLS"), "a TLS 1.2 session was made: {tls12}");
     assert!(tls12.contains("alert") || tls12.contains("error") || tls12.contains("handshake failure"), "{tls12}");
     // TLS 1.3 without a PSK (a certificate handshake): there is no certificate.
-    let Some(certificate) = s_client(target.address, &["-tls1_3"]) else { return };
+    let Some(certificate) = s_client(target.address(), &["-tls1_3"]) else { return };
     assert!(!certificate.contains("Cipher is TLS_AES"), "a certificate session was made: {certificate}");
     // The right PSK over TLS 1.3 works with the same tool (the checks above are not
     // failing for some other reason).
-    let Some(good) = s_client(target.address, &["-tls1_3", "-psk", &psk, "-psk_identity", &identity]) else { return };
+    let Some(good) = s_client(target.address(), &["-tls1_3", "-psk", &psk, "-psk_identity", &identity]) else { return };
     assert!(good.contains("TLS_AES_128_GCM_SHA256"), "{good}");
 }

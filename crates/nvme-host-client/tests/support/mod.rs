@@ -11,7 +11,7 @@ use nvme_spec::NamespaceId;
 use nvme_target::{
     AddressFamily, ListenerSpec, NamespaceSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
-use target_server::{PollMode, Runtime, RuntimeConfig};
+use target_server::LoopbackTarget;
 use storage::{Backend, Geometry, RamBackend};
 
 pub const NQN: &str = "nqn.2026-11.io.sluice:client-test";
@@ -34,7 +34,7 @@ pub fn free_port() -> u16 {
 pub struct TestTarget {
     /// The target's state (ANA states, namespaces) while it runs.
     pub target: Arc<Target>,
-    pub runtime: Option<Runtime>,
+    served: Option<LoopbackTarget>,
     pub address: SocketAddr,
     pub backend: Arc<RamBackend>,
 }
@@ -92,20 +92,10 @@ impl TestTarget {
             settings,
         })
         .expect("target");
-        let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let config = RuntimeConfig {
-            threads,
-            pin_threads: false,
-            poll_mode: PollMode::Sleep,
-            listeners: vec![listen],
-            recv_buffer_bytes: 256 * 1024,
-            ring_entries: 256,
-            tcp_nodelay: true,
-        };
         let mut attempts = 0;
-        let runtime = loop {
-            match target_server::start(target.clone(), config.clone()) {
-                Ok(runtime) => break runtime,
+        let served = loop {
+            match LoopbackTarget::start(target.clone(), port, threads) {
+                Ok(served) => break served,
                 Err(error) if attempts < 50 => {
                     attempts += 1;
                     eprintln!("target start failed ({error}); retrying");
@@ -114,8 +104,8 @@ impl TestTarget {
                 Err(error) => panic!("cannot start the target: {error}"),
             }
         };
-        let address = runtime.local_addrs()[0];
-        TestTarget { target, runtime: Some(runtime), address, backend }
+        let address = served.address();
+        TestTarget { target, served: Some(served), address, backend }
     }
 
     /// A target on a free port with a fresh namespace.
@@ -125,9 +115,8 @@ impl TestTarget {
 
     /// Stops the runtime: every connection closes.
     pub fn stop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_handle().shutdown();
-            runtime.join().expect("runtime stops cleanly");
+        if let Some(mut served) = self.served.take() {
+            served.stop().expect("runtime stops cleanly");
         }
     }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use nvme_spec::NamespaceId;
 use nvme_target::{ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
-use runtime::{PollMode, Runtime, RuntimeConfig};
+use target_server::LoopbackTarget;
 use storage::{Geometry, RamBackend};
 
 pub const NQN: &str = "nqn.2026-11.io.sluice:ffi-test";
@@ -15,7 +15,8 @@ pub const NAMESPACE_BLOCKS: u64 = 32768; // 16 MiB
 
 /// A running target; stopped on drop.
 pub struct InProcessTarget {
-    runtime: Option<Runtime>,
+    /// Serves until dropped.
+    _served: LoopbackTarget,
     pub address: SocketAddr,
 }
 
@@ -40,23 +41,7 @@ impl InProcessTarget {
             settings: TargetSettings::default(),
         })
         .expect("valid test target");
-        let config = RuntimeConfig {
-            threads: 1,
-            poll_mode: PollMode::Sleep,
-            listeners: vec!["127.0.0.1:0".parse().unwrap()],
-            ..RuntimeConfig::default()
-        };
-        let runtime = target_server::start(target, config).expect("target starts");
-        let address = runtime.local_addrs()[0];
-        InProcessTarget { runtime: Some(runtime), address }
-    }
-}
-
-impl Drop for InProcessTarget {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_handle().shutdown();
-            let _ = runtime.join();
-        }
+        let served = LoopbackTarget::start(target, 0, 1).expect("target starts");
+        InProcessTarget { address: served.address(), _served: served }
     }
 }
