@@ -654,14 +654,33 @@ impl BackendQueue for CacheQueue {
 
 impl Drop for CacheQueue {
     /// A queue dropped with requests in flight must not leave their slots claimed, or
-    /// every other queue touching them would wait forever. Releasing is safe at any step:
-    /// a half-done destage leaves the line dirty, a half-done fill leaves the slot
-    /// invalid, and a write that never completed may leave either data.
+    /// every other queue touching them would wait forever. The tiers' queues go first:
+    /// their own drop waits for what the device still holds (a file queue waits for
+    /// the kernel), so no child write of ours lands in a slot after another queue
+    /// took it over. Then releasing is safe at any step: a half-done destage leaves
+    /// the line dirty, a half-done fill leaves the slot invalid, and a write that
+    /// never completed may leave either data.
     fn drop(&mut self) {
+        drop(std::mem::replace(&mut self.fast, Box::new(Closed)));
+        drop(std::mem::replace(&mut self.slow, Box::new(Closed)));
         for parent in &self.parents {
             if parent.active && parent.held_count > 0 {
                 self.release(parent.held_start, parent.held_count);
             }
         }
+    }
+}
+
+/// Stands in for a tier's queue once it is closed (only while the cache queue drops).
+struct Closed;
+
+impl crate::BackendQueue for Closed {
+    /// Never called: nothing submits once the cache queue is dropping.
+    fn submit(&mut self, _request: IoRequest) {}
+
+    fn reap(&mut self, _out: &mut Vec<IoCompletion>) {}
+
+    fn in_flight(&self) -> usize {
+        0
     }
 }
