@@ -105,6 +105,8 @@ struct DiskState {
     next_queue: u64,
     next_sequence: u64,
     counters: DiskCounters,
+    /// `replay`: print every request as it completes, under this name.
+    trace: Option<String>,
 }
 
 struct DiskShared {
@@ -142,6 +144,7 @@ impl SimDisk {
             next_queue: 0,
             next_sequence: 0,
             counters: DiskCounters::default(),
+            trace: None,
         };
         SimDisk { shared: Arc::new(DiskShared { geometry, clock, state: Mutex::new(state) }) }
     }
@@ -162,6 +165,9 @@ impl SimDisk {
             keep_or_lose(state, lba, &data);
         }
         let in_flight = std::mem::take(&mut state.in_flight);
+        if let Some(name) = &state.trace {
+            println!("{:>12.6} ms    {name}: crash with {} requests in flight", self.shared.clock.elapsed_ns() as f64 / 1e6, in_flight.len());
+        }
         for entry in in_flight {
             if entry.failure.is_some() {
                 continue;
@@ -182,6 +188,11 @@ impl SimDisk {
                 IoOp::Read { .. } | IoOp::Flush => {}
             }
         }
+    }
+
+    /// Prints every request as it completes (and what a crash drops), as `name`.
+    pub fn trace_as(&self, name: String) {
+        self.shared.state().trace = Some(name);
     }
 
     /// What the disk did so far.
@@ -333,6 +344,9 @@ impl BackendQueue for SimDiskQueue {
                     Ok(())
                 }
             };
+            if let Some(name) = &state.trace {
+                println!("{:>12.6} ms    {name}: {op:?} queue {} -> {result:?}", now_ns as f64 / 1e6, self.id);
+            }
             state.counters.completed += 1;
             out.push(IoCompletion { token, result, buffer });
         }

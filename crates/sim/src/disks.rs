@@ -125,6 +125,20 @@ impl SimDisks {
         }
     }
 
+    /// Prints every disk request as it completes (`replay`): the cache's fast disk is
+    /// "fast", its slow one "slow", RAID0 members "member N".
+    pub fn trace(&self) {
+        for (index, disk) in self.disks.iter().enumerate() {
+            let name = match (self.shape, index) {
+                (StorageShape::Disk, _) => "disk".to_string(),
+                (StorageShape::Cache { .. }, 0) => "fast".to_string(),
+                (StorageShape::Cache { .. }, _) => "slow".to_string(),
+                (StorageShape::Raid0 { .. }, _) => format!("member {index}"),
+            };
+            disk.trace_as(name);
+        }
+    }
+
     /// The process died: every disk keeps or loses what it cached, independently.
     pub fn crash(&self) {
         self.disks.iter().for_each(SimDisk::crash);

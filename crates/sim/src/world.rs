@@ -239,6 +239,9 @@ impl World {
         };
         let disks =
             SimDisks::new(plan.shape, plan.block_bytes as u32, disk_blocks, &clock, &mut rng, &plan.disk, options.canary);
+        if options.trace {
+            disks.trace();
+        }
         let network_rng = rng.fork();
         let service = Arc::new(SimService::new(clock.clone(), rng.fork()));
         let context = Context {
@@ -765,14 +768,49 @@ impl World {
             self.context.violation(format!("{} reads never ended", self.context.oracle.open_reads()));
             return;
         }
-        // Stop the target first, as a crash would: nothing else touches the disk.
-        self.connections.clear();
-        self.draining.clear();
+        // Stop the target as `sluice serve` stops: every connection closes and drains
+        // (its storage requests land) before it is dropped; then nothing else touches
+        // the disks.
+        self.drain_every_connection();
         self.target = None;
         self.read_every_block("at rest");
         self.crash_storage();
         self.context.oracle.crash();
         self.read_every_block("after a final crash");
+    }
+
+    /// Closes every target connection and drains them all, letting simulated time
+    /// pass (storage completes, service jobs run); what is still draining after the
+    /// quiesce time of the runtime is dropped, as the runtime would.
+    fn drain_every_connection(&mut self) {
+        for (id, mut connection) in std::mem::take(&mut self.connections) {
+            connection.handle_closed();
+            self.draining.insert(id, connection);
+        }
+        let give_up_ns = self.context.clock.elapsed_ns() + QUIESCE_NS;
+        while !self.draining.is_empty() && self.context.clock.elapsed_ns() < give_up_ns {
+            self.run_service_jobs();
+            self.disks.land_orphans();
+            let now = self.context.clock.now();
+            let drained: Vec<u64> =
+                self.draining.iter_mut().filter_map(|(&id, connection)| connection.drain(now).then_some(id)).collect();
+            for id in drained {
+                self.draining.remove(&id);
+                self.context.oracle.settle_link(id);
+            }
+            let clock = &self.context.clock;
+            let next = self
+                .draining
+                .values()
+                .filter_map(Connection::next_deadline)
+                .map(|at| clock.ns_of(at))
+                .chain(self.disks.next_ready_ns())
+                .chain(self.service.next_due_ns())
+                .min()
+                .unwrap_or(give_up_ns);
+            self.context.clock.advance_to(next.max(clock.elapsed_ns() + 1));
+        }
+        self.draining.clear();
     }
 
     fn read_every_block(&mut self, when: &str) {
@@ -788,13 +826,21 @@ impl World {
             });
         }
         let mut done = Vec::new();
-        for _ in 0..1000 {
+        // A cache tier thrashes under this scan (each block may cost a destage, an
+        // invalidation and a fill), so the bound is per block.
+        for _ in 0..blocks * 64 + 1000 {
             if done.len() as u64 == blocks {
                 break;
             }
+            // Requests of queues dropped earlier land on their own; until they are
+            // gone they would hold the clock at their time.
+            self.disks.land_orphans();
             let next = self.disks.next_ready_ns().unwrap_or(self.context.clock.elapsed_ns());
             self.context.clock.advance_to(next);
             queue.reap(&mut done);
+        }
+        if (done.len() as u64) < blocks {
+            self.context.violation(format!("{when}: {} of {blocks} block reads never completed", blocks - done.len() as u64));
         }
         done.sort_by_key(|completion| completion.token);
         for completion in done {
