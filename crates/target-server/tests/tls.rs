@@ -98,7 +98,16 @@ fn read_some(socket: &mut TcpStream, buffer: &mut [u8]) -> Result<Option<usize>,
 
 /// Runs the handshake, then ICReq and an admin Connect as `connect_host` through it.
 /// Returns the queue's state at the end, or why the connection ended first.
-fn tls_connect(address: SocketAddr, mut session: TlsSession, connect_host: &str) -> Result<QueueState, String> {
+fn tls_connect(address: SocketAddr, session: TlsSession, connect_host: &str) -> Result<QueueState, String> {
+    tls_connect_keeping(address, session, connect_host).map(|(state, _, _)| state)
+}
+
+/// `tls_connect`, also handing back the session and its socket.
+fn tls_connect_keeping(
+    address: SocketAddr,
+    mut session: TlsSession,
+    connect_host: &str,
+) -> Result<(QueueState, TlsSession, TcpStream), String> {
     let mut socket = connect_socket(address);
     let now = Instant::now();
     let mut queue = HostQueue::new(
@@ -135,7 +144,7 @@ fn tls_connect(address: SocketAddr, mut session: TlsSession, connect_host: &str)
             socket.write_all(&out).map_err(|error| error.to_string())?;
         }
         if let state @ (QueueState::Ready { .. } | QueueState::Failed) = queue.state() {
-            return Ok(state);
+            return Ok((state, session, socket));
         }
         let Some(count) = read_some(&mut socket, &mut buffer)? else { return Err("target closed the connection".into()) };
         if count > 0 {
@@ -216,6 +225,41 @@ fn a_plain_icreq_on_a_required_listener_is_closed() {
             Err(error) => panic!("{error}"),
         }
     }
+}
+
+#[test]
+fn a_connection_the_target_closes_ends_with_close_notify() {
+    let target = start(HashFunction::Sha256);
+    let (state, mut session, mut socket) =
+        tls_connect_keeping(target.address(), client_session(&target.key, HOST, IdentityVersion::V1), HOST).expect("connects");
+    assert!(matches!(state, QueueState::Ready { .. }), "{state:?}");
+    // A PDU of an unknown type: the target answers C2HTermReq and closes.
+    session.write_plaintext(&[0xEE, 0, 8, 0, 8, 0, 0, 0]).expect("encrypt");
+    let mut out = Vec::new();
+    session.take_ciphertext(&mut out);
+    socket.write_all(&out).expect("send");
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut plain = vec![0u8; 16 * 1024];
+    let mut plaintext = Vec::new();
+    let started = Instant::now();
+    let closed = loop {
+        assert!(started.elapsed() < DEADLINE, "the target kept the connection open");
+        let Some(count) = read_some(&mut socket, &mut buffer).expect("read") else { break false };
+        session.receive_ciphertext(&buffer[..count]).expect("ciphertext");
+        let ended = loop {
+            match session.read_plaintext(&mut plain) {
+                Ok(0) => break false,
+                Ok(count) => plaintext.extend_from_slice(&plain[..count]),
+                Err(runtime::tls::TlsError::Closed) => break true,
+                Err(error) => panic!("{error}"),
+            }
+        };
+        if ended {
+            break true;
+        }
+    };
+    assert_eq!(plaintext.first(), Some(&0x03), "the C2HTermReq came first: {plaintext:02x?}");
+    assert!(closed, "the socket closed without a close_notify after {} bytes of plaintext", plaintext.len());
 }
 
 #[test]

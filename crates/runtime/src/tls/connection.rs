@@ -107,6 +107,9 @@ pub struct TlsConnection<H: ConnectionHandler> {
     now: Instant,
     /// Why TLS failed, for a caller that reports the closed connection (the host).
     failure: Option<String>,
+    /// A close_notify was queued (the inner handler wants to close and sent all it
+    /// had): nothing more goes through the session.
+    close_notify_sent: bool,
 }
 
 impl<H: ConnectionHandler> TlsConnection<H> {
@@ -159,6 +162,7 @@ impl<H: ConnectionHandler> TlsConnection<H> {
             iovecs: IovecScratch::default(),
             now,
             failure: None,
+            close_notify_sent: false,
         }
     }
 
@@ -243,8 +247,12 @@ impl<H: ConnectionHandler> TlsConnection<H> {
             let staging = &mut self.staging;
             let mut encrypted = 0;
             let mut failure = None;
-            while encrypted < MAX_ENCRYPTED_BATCH_BYTES && failure.is_none() {
-                let Some(batch) = self.inner.take_send() else { break };
+            let mut inner_done = false;
+            while encrypted < MAX_ENCRYPTED_BATCH_BYTES && failure.is_none() && !self.close_notify_sent {
+                let Some(batch) = self.inner.take_send() else {
+                    inner_done = true;
+                    break;
+                };
                 for_each_slice(&batch, &mut self.iovecs, |slice| {
                     if failure.is_some() {
                         return;
@@ -263,6 +271,13 @@ impl<H: ConnectionHandler> TlsConnection<H> {
             }
             if failure.is_none() {
                 failure = flush_staging(session, staging).err();
+            }
+            // An orderly close (a Disconnect, a C2HTermReq, a timeout) ends the
+            // session with close_notify after the last data, so the peer knows the
+            // stream ended here and was not cut.
+            if failure.is_none() && inner_done && !self.close_notify_sent && self.inner.wants_close() {
+                self.close_notify_sent = true;
+                failure = session.close_notify().err();
             }
             if let Some(error) = failure {
                 self.fail(&error);

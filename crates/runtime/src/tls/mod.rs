@@ -423,6 +423,18 @@ impl TlsSession {
         Ok(())
     }
 
+    /// Ends the session in order: queues a close_notify alert, so the peer can tell
+    /// the end of the data from a cut connection (RFC 8446 6.1). Its record joins the
+    /// ciphertext to send; nothing may be written after it.
+    pub fn close_notify(&mut self) -> Result<(), TlsError> {
+        match self.stream.shutdown() {
+            Ok(_) => Ok(()),
+            // The alert is written; the peer's own close_notify is not awaited.
+            Err(error) if matches!(error.code(), ErrorCode::WANT_READ | ErrorCode::WANT_WRITE) => Ok(()),
+            Err(error) => Err(TlsError::Record(error.to_string())),
+        }
+    }
+
     /// Ciphertext to send to the peer, moved into `out` (appended). An empty `out`
     /// trades buffers with the session instead of copying: the caller's spare buffer
     /// becomes the session's next output buffer, so nothing is allocated or copied.
