@@ -444,3 +444,36 @@ fn listeners_change_live_and_removal_closes_only_their_connections() {
     assert_eq!(discovered_ports(again, BASE), [port.to_string(), again.to_string()]);
     drop(server);
 }
+
+#[test]
+fn a_host_whose_tls_key_changes_is_disconnected() {
+    const HOST: &str = "nqn.2014-08.io.sluice:host-key";
+    let dir = scratch_dir("tls-key-change");
+    let server = start(&dir);
+    server.ok(&["subsystem", "add", LIVE]);
+    server.ok(&["ns", "add", LIVE, "-b", "ram", "-s", "8MiB"]);
+    server.ok(&["host", "allow", LIVE, HOST]);
+    // A host that gives up reconnecting soon, so that the lost controller shows.
+    let mut options = ConnectOptions::new(server.address(), LIVE);
+    options.host_nqn = HOST.to_string();
+    options.io_queues = 1;
+    options.command_timeout = Duration::from_secs(10);
+    options.reconnect_delay = Duration::from_millis(200);
+    options.controller_loss_timeout = Duration::from_secs(1);
+    let host = Controller::connect(options).expect("the host connects over plain TCP");
+    // A host given a key may connect over TLS only: its plain controller goes, as a
+    // TLS session made with a key that is replaced or removed would.
+    let key = nvme_auth::TlsKey::generate(nvme_auth::HashFunction::Sha256, &mut nvme_auth::SeededRandom::new(3))
+        .expect("key")
+        .to_interchange();
+    let text = server.ok(&["host", "allow", LIVE, HOST, "--tls-key", &key]);
+    assert!(text.contains("1 controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected"), "{text}");
+    // Its queues close at their next check (1 s), the admin queue too, and the host
+    // cannot reconnect.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while host.identify_controller().is_ok() {
+        assert!(Instant::now() < deadline, "the admin queue of the disconnected controller stayed open");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(connect_as(&server, LIVE, HOST, None).is_err(), "no plain connection once the host has a TLS key");
+}

@@ -2,6 +2,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use nvme_spec::fabrics::property_offset;
 use nvme_spec::identify::{cns, decode_namespace_list, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
@@ -291,4 +293,23 @@ fn temperature_threshold_and_error_recovery_features_read_and_set_as_the_spec_sa
     let answer = set_feature(&mut host, feature_id::ERROR_RECOVERY, (1 << 16) | 50);
     assert_eq!(answer.cqe.status, Status::INVALID_FIELD.with_do_not_retry());
     assert_eq!(recovery(&mut host), 50);
+}
+
+#[test]
+fn a_controller_torn_down_elsewhere_closes_its_admin_queue_and_io_queues() {
+    // What `host deny`, a changed TLS key and removing a subsystem do: every queue of
+    // the controller closes at its next check, the admin queue too (it used to stay
+    // open, keep-alives and all, on a controller that no longer existed).
+    let target = test_target();
+    let (mut admin, mut io) = admin_and_io(&target, 8);
+    let controllers = target.controllers_of(0);
+    assert_eq!(controllers.len(), 1);
+    admin.advance(Duration::from_millis(1_100));
+    io.advance(Duration::from_millis(1_100));
+    assert!(!admin.connection.wants_close() && !io.connection.wants_close(), "nothing closes while the controller lives");
+    controllers[0].tear_down();
+    admin.advance(Duration::from_millis(1_100));
+    io.advance(Duration::from_millis(1_100));
+    assert!(admin.connection.wants_close(), "the admin queue of a torn-down controller closes");
+    assert!(io.connection.wants_close(), "its I/O queue closes");
 }

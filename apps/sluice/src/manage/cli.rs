@@ -717,7 +717,7 @@ fn render(view: View, result: &Value) -> String {
             }
             let disconnected = number(result, "controllers_disconnected");
             if disconnected > 0 {
-                out.push_str(&format!("{disconnected} controller(s) of hosts no longer allowed were disconnected\n"));
+                out.push_str(&format!("{disconnected} controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected\n"));
             }
             out
         }

@@ -456,16 +456,33 @@ impl Management {
     }
 
     /// Puts `rules` in force on `subsystem`: later Connects and discovery log reads
-    /// see them, and controllers of hosts they refuse are torn down (their queues
-    /// close at their next check). Returns how many were torn down.
+    /// see them, and controllers of hosts they refuse, or whose TLS key they add,
+    /// replace or remove, are torn down (their queues close at their next check):
+    /// a session made with a revoked key must not outlive it, and a host that gets a
+    /// key may connect over TLS only. Returns how many were torn down.
     fn apply_host_rules(&self, subsystem: &Subsystem, rules: HostAccess) -> usize {
+        let before = subsystem.hosts.current();
         subsystem.hosts.replace(rules);
         // The discovery log lists the subsystem only to allowed hosts.
         self.target.bump_discovery_generation();
         let rules = subsystem.hosts.current();
+        let tls_key_of = |access: &HostAccess, host: &str| {
+            access
+                .hosts
+                .iter()
+                .find(|entry| entry.nqn == host)
+                .and_then(|entry| entry.tls_key.clone().map(|key| (key, entry.tls_key_derivation)))
+        };
         let mut disconnected = 0;
         for controller in self.target.controllers_of(subsystem.index) {
-            if !rules.allows(&controller.host_nqn) {
+            let host = controller.host_nqn.as_str();
+            let refused = !rules.allows(host);
+            let key_changed = tls_key_of(&before, host) != tls_key_of(&rules, host);
+            if refused || key_changed {
+                if key_changed && !refused {
+                    tracing::info!(subsystem = %subsystem.nqn, host, controller = controller.id.0,
+                        "the host's TLS key changed: disconnecting its controller (it reconnects with the new key)");
+                }
                 controller.tear_down();
                 disconnected += 1;
             }

@@ -20,7 +20,7 @@ pub(crate) struct ConnectionTimers {
     pub(crate) setup_deadline: Option<Instant>,
     /// Admin queue: the controller is torn down unless a Keep Alive arrives by then.
     pub(crate) keep_alive_deadline: Option<Instant>,
-    /// I/O queue: next check whether the controller still exists.
+    /// Next check whether the controller still exists (every queue).
     pub(crate) controller_check_at: Option<Instant>,
     /// Admin queue: next check for due asynchronous events (while requests are held).
     pub(crate) event_check_at: Option<Instant>,
@@ -163,9 +163,10 @@ impl Connection {
             // Namespace notices (I/O controllers) and Discovery Log Page Change
             // notices (discovery controllers) both wait for this check.
             self.timers.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
-        } else {
-            self.timers.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         }
+        // Every queue, the admin queue too, closes once its controller is torn down
+        // elsewhere (host denied or its TLS key changed, subsystem removed).
+        self.timers.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         if let Some(subsystem) = &binding.controller.subsystem {
             let shard = subsystem.stats.register();
             binding.controller.stats.adopt(shard.clone());
