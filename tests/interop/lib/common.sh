@@ -118,7 +118,11 @@ capture_gaps() {
     [ "${CAPTURE_COUNT[${c%%|*}]}" -ne 0 ] && filter+="${filter:+ || }(${c#*|})"
   done
   [ -n "$filter" ] || return 0
-  gaps=$(tshark -r "$pcap" -n -Y tcp.analysis.lost_segment -T fields -e tcp.stream -e frame.number 2>/dev/null |
+  # Without TCP reassembly: the gap flags do not need it, and with it tshark 4.0 ran
+  # for over 11 minutes on a 311 MB capture whose streams had a retransmission that
+  # overlapped (3.8 s without). Bounded all the same.
+  gaps=$(timeout 600 tshark -r "$pcap" -n -o tcp.desegment_tcp_streams:FALSE -Y tcp.analysis.lost_segment \
+      -T fields -e tcp.stream -e frame.number 2>/dev/null |
     awk '!($1 in first) { first[$1] = $2 } END { for (s in first) print s, first[s] }')
   [ -n "$gaps" ] || return 0
   verdict=$(tshark -r "$pcap" "$@" -Y "$filter" -T fields -e frame.number -e tcp.stream 2>/dev/null |
@@ -169,8 +173,12 @@ capture_check() {
 
   # "name|display filter" (no commas: io,stat separates its columns with them).
   # The first ones fail the test when they match any frame.
+  # A TCP retransmission carries bytes the stream already had; tshark's reassembly
+  # may still call it "New fragment overlaps old data" (seen once in CI on a fast
+  # retransmission by the guest's side, after the receiver SACKed around a loss),
+  # so retransmitted frames do not count as errors; the original ones do.
   local -a fatal=(
-    "errors (malformed or expert error)|_ws.malformed || _ws.expert.severity >= error"
+    "errors (malformed or expert error)|(_ws.malformed || _ws.expert.severity >= error) && !(tcp.analysis.retransmission || tcp.analysis.fast_retransmission)"
     "bad digests|nvme-tcp.hdgst.status == 0 || nvme-tcp.hdgst.status == 4 || nvme-tcp.ddgst.status == 0 || nvme-tcp.ddgst.status == 4"
     "termination requests|nvme-tcp.type == 2 || nvme-tcp.type == 3"
     "unknown pdu types|nvme-tcp.type == 8 || nvme-tcp.type > 9"
