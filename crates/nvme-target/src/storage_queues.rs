@@ -77,16 +77,18 @@ impl StorageQueues {
     pub(crate) fn open(&mut self, namespace_id: NamespaceId, view: &NamespaceView) -> Result<&mut OpenQueue, Status> {
         let invalid = Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry();
         let index = (namespace_id.0 as usize).checked_sub(1).ok_or(invalid)?;
-        if self.open.len() <= index {
-            self.open.resize_with(index + 1, || None);
-        }
-        let entry = self.open.get_mut(index).ok_or(Status::INTERNAL_ERROR)?;
-        if entry.is_none() {
+        if !matches!(self.open.get(index), Some(Some(_))) {
+            // The NSID comes from the network: only an active namespace may grow the
+            // table (an NSID near 2^32 must not allocate billions of entries).
             let namespace = view.get(namespace_id).cloned().ok_or(invalid)?;
+            if self.open.len() <= index {
+                self.open.resize_with(index + 1, || None);
+            }
+            let entry = self.open.get_mut(index).ok_or(Status::INTERNAL_ERROR)?;
             *entry = Some(OpenQueue::new(namespace, self.waker.as_ref()));
             self.opened.push(namespace_id.0);
         }
-        entry.as_mut().ok_or(Status::INTERNAL_ERROR)
+        self.open.get_mut(index).and_then(Option::as_mut).ok_or(Status::INTERNAL_ERROR)
     }
 
     /// Submits `request` to `namespace_id`'s queue, opening it first if need be.
@@ -173,5 +175,20 @@ impl StorageQueues {
             .iter()
             .filter_map(|&nsid| (nsid as usize).checked_sub(1).and_then(|index| self.open.get(index)))
             .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_nsid_from_the_network_allocates_nothing() {
+        let mut queues = StorageQueues::default();
+        let view = NamespaceView::default();
+        let refused = queues.open(NamespaceId(0xFFFF_FFF0), &view).err();
+        assert_eq!(refused, Some(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry()));
+        assert!(queues.open.is_empty(), "the table grew for a namespace that does not exist");
+        assert_eq!(queues.in_flight(), 0);
     }
 }
