@@ -192,6 +192,12 @@ impl Connection {
             || (self.storage.waker().is_none() && (self.has_parked() || !self.held_tickets.is_empty()))
     }
 
+    /// True when storage requests are in flight whose queues wake the thread on
+    /// completion: the runtime's adaptive mode sleeps rather than spins for them.
+    pub fn awaits_storage(&self) -> bool {
+        self.storage.awaits_waking_queue()
+    }
+
     /// Collects storage completions and finishes the commands they belong to.
     pub fn poll_storage(&mut self, now: Instant) {
         // Woken maybe because a range a parked command waits for was released, or a

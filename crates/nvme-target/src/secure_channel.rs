@@ -42,6 +42,13 @@ impl SecureChannel {
         }
     }
 
+    /// The setting a configuration spelling names, if any.
+    pub fn from_name(name: &str) -> Option<SecureChannel> {
+        [SecureChannel::None, SecureChannel::Optional, SecureChannel::Required]
+            .into_iter()
+            .find(|setting| setting.name() == name)
+    }
+
     /// The configuration spelling ("none", "optional", "required").
     pub fn name(self) -> &'static str {
         match self {

@@ -108,6 +108,13 @@ impl StorageQueues {
         self.opened_queues().any(OpenQueue::must_poll) || self.retired.iter().any(OpenQueue::must_poll)
     }
 
+    /// True when requests are in flight on a queue that wakes the thread when they
+    /// complete (so the thread may sleep until then).
+    pub(crate) fn awaits_waking_queue(&self) -> bool {
+        let waits = |open: &OpenQueue| open.queue.in_flight() > 0 && open.queue.wakes_on_completion();
+        self.opened_queues().any(waits) || self.retired.iter().any(waits)
+    }
+
     /// Requests in flight on every queue, retired ones included.
     pub(crate) fn in_flight(&self) -> usize {
         let open = self.open.iter().flatten().map(|open| open.queue.in_flight());

@@ -27,6 +27,9 @@ struct GatedBackend {
     gate: Arc<Mutex<Gate>>,
 }
 
+/// Also exposes a queue opened with a waker as one that wakes the thread (as RBD's
+/// and the file backend's queues do), which is all the runtime asks of it.
+
 impl Backend for GatedBackend {
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
@@ -38,7 +41,10 @@ impl Backend for GatedBackend {
         "gated"
     }
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0 })
+        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0, waking: false })
+    }
+    fn open_queue_with_waker(&self, _waker: &std::task::Waker) -> Box<dyn BackendQueue> {
+        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0, waking: true })
     }
 }
 
@@ -47,6 +53,8 @@ struct GatedQueue {
     gate: Arc<Mutex<Gate>>,
     /// Requests given to `inner` and not reaped yet.
     submitted: usize,
+    /// Opened with a waker.
+    waking: bool,
 }
 
 impl GatedQueue {
@@ -74,6 +82,9 @@ impl BackendQueue for GatedQueue {
     }
     fn in_flight(&self) -> usize {
         self.gate.lock().unwrap().held.len() + self.submitted
+    }
+    fn wakes_on_completion(&self) -> bool {
+        self.waking
     }
 }
 
@@ -245,4 +256,29 @@ fn a_controller_reset_holds_the_new_io_queue_until_the_old_ones_write_landed() {
     let answer = again.received.pop_front().expect("the held I/O Connect is answered");
     let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
     assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+}
+
+/// The runtime's adaptive mode sleeps instead of spinning while a connection awaits
+/// storage that wakes the thread: the connection says so exactly while a request is
+/// held at such a queue, and has nothing to poll for meanwhile.
+#[test]
+fn a_connection_awaits_storage_while_a_waking_queue_holds_its_request() {
+    let (target, gate, ram) = gated_target(TargetSettings::default());
+    let (_admin, mut io) = admin_and_io(&target, 8);
+    io.connection.set_storage_waker(std::task::Waker::noop().clone());
+    assert!(!io.connection.awaits_storage(), "nothing submitted yet");
+    let data = pattern(BLOCK_BYTES as usize, 7);
+    io.send_command(read_write(IoOpcode::Write, 1, 0, 1), &data);
+    io.connection.poll_storage(io.now);
+    assert!(io.connection.awaits_storage(), "a write is held at a queue that wakes the thread");
+    assert!(!io.connection.has_pending_storage(), "that queue wakes the thread: nothing to poll for");
+
+    gate.lock().unwrap().open = true;
+    io.connection.poll_storage(io.now);
+    io.collect();
+    assert!(!io.connection.awaits_storage(), "the write completed");
+    let answer = io.received.pop_front().expect("the write is answered");
+    let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
+    assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
+    assert_eq!(block_zero(&ram), data);
 }

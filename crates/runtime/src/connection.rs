@@ -32,6 +32,8 @@ pub struct Connection<H: ConnectionHandler> {
     deadline: Option<Instant>,
     /// `handler.has_pending_work()` as of the last call into the handler.
     pending_work: bool,
+    /// `handler.awaits_storage()` as of the last call into the handler.
+    awaits_storage: bool,
     /// The index is in the ring's `pending_list` (at most once).
     listed_pending: bool,
     /// Set once closing has begun; the reason `on_closed` will get.
@@ -89,6 +91,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             send_in_flight: false,
             deadline: None,
             pending_work: false,
+            awaits_storage: false,
             listed_pending: false,
             closing: None,
             detaching: false,
@@ -265,11 +268,17 @@ impl<H: ConnectionHandler> RingCore<H> {
         let Some(connection) = self.connections.get_mut(index, generation) else { return };
         connection.deadline = connection.handler.next_deadline();
         let pending_work = connection.handler.has_pending_work();
+        let awaits_storage = connection.handler.awaits_storage();
         let deadline = connection.deadline;
         let was_pending = std::mem::replace(&mut connection.pending_work, pending_work);
         match (was_pending, pending_work) {
             (false, true) => self.pending_work_connections += 1,
             (true, false) => self.pending_work_connections -= 1,
+            _ => {}
+        }
+        match (std::mem::replace(&mut connection.awaits_storage, awaits_storage), awaits_storage) {
+            (false, true) => self.storage_waiting_connections += 1,
+            (true, false) => self.storage_waiting_connections -= 1,
             _ => {}
         }
         if pending_work && !connection.listed_pending {
@@ -374,6 +383,10 @@ impl<H: ConnectionHandler> RingCore<H> {
             connection.pending_work = false;
             self.pending_work_connections -= 1;
         }
+        if connection.awaits_storage {
+            connection.awaits_storage = false;
+            self.storage_waiting_connections -= 1;
+        }
         if recv_in_flight {
             self.cancel(UserData::new(OpKind::Recv, generation, index));
         }
@@ -432,6 +445,10 @@ impl<H: ConnectionHandler> RingCore<H> {
         if connection.pending_work {
             connection.pending_work = false;
             self.pending_work_connections -= 1;
+        }
+        if connection.awaits_storage {
+            connection.awaits_storage = false;
+            self.storage_waiting_connections -= 1;
         }
         if recv_in_flight {
             self.cancel(UserData::new(OpKind::Recv, generation, index));

@@ -98,6 +98,14 @@ pub trait ConnectionHandler {
     fn has_pending_work(&self) -> bool {
         false
     }
+    /// Requests are in flight at storage that wakes the thread itself (through the
+    /// storage waker handed to [`Service::accept`]). While any connection of a thread
+    /// says so, [`PollMode::Adaptive`] sleeps instead of spinning: what comes next is
+    /// most likely that storage completion, milliseconds away on a disk or a cluster,
+    /// and a spinning core there takes CPU from the storage's own threads.
+    fn awaits_storage(&self) -> bool {
+        false
+    }
     /// Progress work not driven by the socket. Called every iteration while
     /// `has_pending_work` is true, and once after each wake of the storage waker
     /// handed to [`Service::accept`] (whatever `has_pending_work` says), so work
@@ -176,7 +184,9 @@ pub enum PollMode {
     /// microseconds: busy-poll latency under load (the next request of a QD1
     /// stream arrives within the window, so the thread never pays a wake-up), and
     /// an idle thread near 0 % CPU. Spinning after the last completion costs at most
-    /// `spin_us` per burst.
+    /// `spin_us` per burst. It spins for the network only: while a connection
+    /// awaits storage that wakes the thread ([`ConnectionHandler::awaits_storage`]),
+    /// it sleeps.
     Adaptive { spin_us: u32 },
 }
 

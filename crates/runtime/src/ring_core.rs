@@ -50,6 +50,9 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     pub(crate) earliest_deadline: Option<Instant>,
     /// How many connections reported `has_pending_work`.
     pub(crate) pending_work_connections: usize,
+    /// How many connections reported `awaits_storage`: adaptive polling does not
+    /// spin while this is non-zero.
+    pub(crate) storage_waiting_connections: usize,
     /// Indices of connections that reported pending work (each at most once; a
     /// closed connection's index may linger until the next poll drops it).
     pub(crate) pending_list: Vec<u32>,
@@ -88,6 +91,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             completions: Vec::with_capacity(1024),
             earliest_deadline: None,
             pending_work_connections: 0,
+            storage_waiting_connections: 0,
             pending_list: Vec::new(),
             pending_scratch: Vec::new(),
             last_completion_at: Instant::now(),
@@ -112,7 +116,8 @@ impl<H: ConnectionHandler> RingCore<H> {
             PollMode::Adaptive { spin_us } => {
                 let base = Duration::from_micros(u64::from(spin_us));
                 let window = self.spin_window.as_ref().map_or(base, |window| window.window(base));
-                now.saturating_duration_since(self.last_completion_at) < window
+                self.storage_waiting_connections == 0
+                    && now.saturating_duration_since(self.last_completion_at) < window
             }
         };
         let may_block = !spinning && self.pending_work_connections == 0 && !self.draining_pending_work;

@@ -20,12 +20,37 @@ fn process_cpu_time() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// One test function, so the checks run one after the other: each counts the
+/// whole process's CPU time.
 #[test]
 fn idle_sleep_and_adaptive_modes_use_almost_no_cpu() {
     // Adaptive polling spins only right after completions: idle, it sleeps too.
     for poll_mode in [PollMode::Sleep, PollMode::ADAPTIVE] {
         idle_uses_almost_no_cpu(poll_mode);
     }
+    adaptive_mode_sleeps_while_a_connection_awaits_storage();
+}
+
+/// Adaptive polling spins for the network, not for storage that wakes the thread:
+/// with a window far longer than the wait, a connection awaiting its storage
+/// completion leaves the thread asleep (spinning, it would use the whole wait).
+fn adaptive_mode_sleeps_while_a_connection_awaits_storage() {
+    let poll_mode = PollMode::Adaptive { spin_us: 5_000_000 };
+    let (runtime, events) = start(Behavior::StorageWake { delay_ms: 900 }, config(1, poll_mode));
+    let mut stream = connect(runtime.local_addrs()[0]);
+    std::io::Write::write_all(&mut stream, b"x").unwrap();
+    wait_until(|| events.bytes_received.load(std::sync::atomic::Ordering::SeqCst) == 1, "the byte");
+    std::thread::sleep(Duration::from_millis(50));
+    let before = process_cpu_time();
+    std::thread::sleep(Duration::from_millis(500));
+    let used = process_cpu_time() - before;
+    assert!(used < Duration::from_millis(100), "the thread used {used:?} of CPU in 500 ms awaiting storage");
+    let mut reply = [0u8; 6];
+    std::io::Read::read_exact(&mut stream, &mut reply).unwrap();
+    assert_eq!(&reply, b"woken\n");
+    drop(stream);
+    events.wait_for_closed(1);
+    shutdown_and_join(runtime);
 }
 
 fn idle_uses_almost_no_cpu(poll_mode: PollMode) {

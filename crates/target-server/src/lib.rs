@@ -186,6 +186,10 @@ impl ConnectionHandler for TargetConnection {
         self.connection.has_pending_storage()
     }
 
+    fn awaits_storage(&self) -> bool {
+        self.connection.awaits_storage()
+    }
+
     fn poll(&mut self, now: Instant) {
         self.connection.poll_storage(now);
     }

@@ -358,6 +358,10 @@ impl<H: ConnectionHandler> ConnectionHandler for TlsConnection<H> {
         self.inner.has_pending_work()
     }
 
+    fn awaits_storage(&self) -> bool {
+        self.inner.awaits_storage()
+    }
+
     fn poll(&mut self, now: Instant) {
         self.now = now;
         self.inner.poll(now);

@@ -116,6 +116,7 @@ impl Service for TestService {
             in_flight: 0,
             storage_waker: storage_waker.clone(),
             woken: None,
+            storage_answered: false,
             drained: None,
         })
     }
@@ -152,6 +153,8 @@ pub struct TestHandler {
     storage_waker: std::task::Waker,
     /// Set by the StorageWake behavior's thread; None until it is started.
     woken: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The StorageWake behavior answered its wake: nothing awaits storage any more.
+    storage_answered: bool,
     /// Set by the DrainAfterClose behavior's thread; None until on_closed.
     drained: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -281,12 +284,17 @@ impl ConnectionHandler for TestHandler {
         self.polls_left.is_some_and(|left| left > 0)
     }
 
+    fn awaits_storage(&self) -> bool {
+        self.woken.is_some() && !self.storage_answered
+    }
+
     fn poll(&mut self, _now: Instant) {
         self.check("poll");
         if let Behavior::StorageWake { .. } = self.behavior {
             // Polled after any wake on the thread: only the first poll that sees
             // the flag answers.
             if self.woken.as_ref().is_some_and(|flag| flag.swap(false, Ordering::Acquire)) {
+                self.storage_answered = true;
                 self.queue(b"woken\n");
             }
             return;
