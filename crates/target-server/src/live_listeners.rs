@@ -18,6 +18,8 @@ pub struct ActiveListener {
     pub address: SocketAddr,
     /// Serves only the discovery subsystem.
     pub discovery_only: bool,
+    /// TLS on this listener (TP 8011).
+    pub secure_channel: SecureChannel,
 }
 
 /// A listener bound on every runtime thread but neither accepting nor in the
@@ -55,10 +57,14 @@ impl LiveListeners {
         self.control
             .listeners()
             .into_iter()
-            .map(|(id, address)| ActiveListener {
-                id,
-                address,
-                discovery_only: self.target.listener(id.index()).is_some_and(|listener| listener.discovery_only),
+            .map(|(id, address)| {
+                let listener = self.target.listener(id.index());
+                ActiveListener {
+                    id,
+                    address,
+                    discovery_only: listener.as_ref().is_some_and(|listener| listener.discovery_only),
+                    secure_channel: listener.map(|listener| listener.secure_channel).unwrap_or_default(),
+                }
             })
             .collect()
     }
@@ -89,7 +95,7 @@ impl LiveListeners {
         let (id, address) = (prepared.id(), prepared.local_addr());
         self.target.add_listener(id.index(), listener_spec(address, discovery_only, secure_channel))?;
         self.control.start_listener(prepared);
-        Ok(ActiveListener { id, address, discovery_only })
+        Ok(ActiveListener { id, address, discovery_only, secure_channel })
     }
 
     /// Closes listener `id`: the runtime stops accepting on it and closes the

@@ -42,6 +42,17 @@ pub enum Format {
     Json,
 }
 
+/// TLS on a listener (TP 8011), as the config file's `tls` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListenerTls {
+    /// Plain NVMe/TCP only.
+    None,
+    /// TLS or plain, as each host chooses.
+    Optional,
+    /// TLS only: a plain connection is closed.
+    Required,
+}
+
 /// Options every management command takes.
 #[derive(Debug, Args)]
 pub struct ClientOptions {
@@ -296,6 +307,10 @@ pub enum ListenerCommand {
         /// Serve only discovery on it (like port 8009).
         #[arg(long)]
         discovery_only: bool,
+        /// TLS 1.3 with pre-shared keys: the hosts' keys are each subsystem host
+        /// entry's `tls_key` (see `sluice host allow --tls-key`).
+        #[arg(long, value_enum, default_value_t = ListenerTls::None)]
+        tls: ListenerTls,
     },
     /// Stops listening on an address and closes the connections accepted through
     /// it (only those); removed from the config file. The last listener stays.
@@ -460,9 +475,15 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Listener { command, client } => match command {
-            ListenerCommand::Add { address, discovery_only } => {
+            ListenerCommand::Add { address, discovery_only, tls } => {
                 put("address", Some(json!(address)));
                 put("discovery_only", discovery_only.then_some(json!(true)));
+                let tls = match tls {
+                    ListenerTls::None => None,
+                    ListenerTls::Optional => Some("optional"),
+                    ListenerTls::Required => Some("required"),
+                };
+                put("tls", tls.map(|tls| json!(tls)));
                 (client, "listener_add", View::ListenerChanged)
             }
             ListenerCommand::Remove { address } => {
@@ -742,9 +763,10 @@ fn render(view: View, result: &Value) -> String {
             out
         }
         View::ListenerChanged => format!(
-            "added listener {} ({}): accepting connections now\n",
+            "added listener {} ({}{}): accepting connections now\n",
             text(result, "address"),
-            if flag(result, "discovery_only") { "discovery" } else { "I/O and discovery" }
+            if flag(result, "discovery_only") { "discovery" } else { "I/O and discovery" },
+            tls_note(text(result, "tls"))
         ),
         View::Listeners => {
             let rows: Vec<Vec<String>> = items(result, "listeners")
@@ -757,10 +779,14 @@ fn render(view: View, result: &Value) -> String {
                         (false, false) => "",
                     };
                     let role = if flag(listener, "discovery_only") { "discovery" } else { "I/O and discovery" };
-                    vec![text(listener, "address").to_string(), role.to_string(), state.to_string()]
+                    let tls = match text(listener, "tls") {
+                        "" => "none",
+                        tls => tls,
+                    };
+                    vec![text(listener, "address").to_string(), role.to_string(), tls.to_string(), state.to_string()]
                 })
                 .collect();
-            table(&["ADDRESS", "ROLE", "STATE"], &rows)
+            table(&["ADDRESS", "ROLE", "TLS", "STATE"], &rows)
         }
         View::Backends => {
             let rows: Vec<Vec<String>> = items(result, "backends")
@@ -863,6 +889,14 @@ fn backend_source(backend: &Value) -> String {
         None => "-".to_string(),
     }
 }
+/// ", TLS required" and the like for a listener's one-line summary; nothing for plain.
+fn tls_note(tls: &str) -> String {
+    match tls {
+        "" | "none" => String::new(),
+        tls => format!(", TLS {tls}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -262,8 +262,9 @@ pub fn remove_subsystem_key(document: &mut DocumentMut, nqn: &str, key: &str) ->
     Ok(())
 }
 
-/// The listener entries as (address text, discovery_only), in file order.
-pub fn listeners(document: &DocumentMut) -> Result<Vec<(String, bool)>, EditError> {
+/// In file order, each `[[listener]]`'s address, `discovery_only` and `tls` setting as written
+/// (`tls` defaults to "none").
+pub fn listeners(document: &DocumentMut) -> Result<Vec<(String, bool, String)>, EditError> {
     let Some(listeners) = existing_array_of_tables(document.as_table(), LISTENER_KEY, "")? else {
         return Ok(Vec::new());
     };
@@ -272,7 +273,8 @@ pub fn listeners(document: &DocumentMut) -> Result<Vec<(String, bool)>, EditErro
         .map(|table| {
             let address = string_of(table, "address").unwrap_or_default().to_string();
             let discovery_only = table.get("discovery_only").and_then(Item::as_bool).unwrap_or(false);
-            (address, discovery_only)
+            let tls = string_of(table, "tls").unwrap_or("none").to_string();
+            (address, discovery_only, tls)
         })
         .collect())
 }
@@ -286,7 +288,12 @@ fn listener_position(listeners: &ArrayOfTables, address: SocketAddr) -> Option<u
 }
 
 /// Appends a `[[listener]]` (its address must be new).
-pub fn add_listener(document: &mut DocumentMut, address: SocketAddr, discovery_only: bool) -> Result<(), EditError> {
+pub fn add_listener(
+    document: &mut DocumentMut,
+    address: SocketAddr,
+    discovery_only: bool,
+    secure_channel: nvme_target::SecureChannel,
+) -> Result<(), EditError> {
     let listeners = array_of_tables(document.as_table_mut(), LISTENER_KEY, "")?;
     if listener_position(listeners, address).is_some() {
         return Err(EditError::Conflict { field: "address", message: format!("listener {address} already exists") });
@@ -295,6 +302,9 @@ pub fn add_listener(document: &mut DocumentMut, address: SocketAddr, discovery_o
     table.insert("address", value(address.to_string()));
     if discovery_only {
         table.insert("discovery_only", value(true));
+    }
+    if secure_channel != nvme_target::SecureChannel::None {
+        table.insert("tls", value(secure_channel.name()));
     }
     listeners.push(table);
     Ok(())
@@ -504,21 +514,25 @@ threads = 1
     fn listeners_match_by_address_value() {
         let mut document = document();
         let address: SocketAddr = "127.0.0.1:4421".parse().unwrap();
-        add_listener(&mut document, address, false).unwrap();
+        add_listener(&mut document, address, false, nvme_target::SecureChannel::Required).unwrap();
         assert!(matches!(
-            add_listener(&mut document, "127.0.0.1:4420".parse().unwrap(), true),
+            add_listener(&mut document, "127.0.0.1:4420".parse().unwrap(), true, nvme_target::SecureChannel::None),
             Err(EditError::Conflict { field: "address", .. })
         ));
         assert_eq!(listeners(&document).unwrap().len(), 3);
         remove_listener(&mut document, "127.0.0.1:8009".parse().unwrap()).unwrap();
         assert_eq!(
             listeners(&document).unwrap(),
-            [("127.0.0.1:4420".to_string(), false), ("127.0.0.1:4421".to_string(), false)]
+            [
+                ("127.0.0.1:4420".to_string(), false, "none".to_string()),
+                ("127.0.0.1:4421".to_string(), false, "required".to_string())
+            ]
         );
         assert!(matches!(
             remove_listener(&mut document, "127.0.0.1:8009".parse().unwrap()),
             Err(EditError::NotFound { field: "address", .. })
         ));
+        assert!(document.to_string().contains("tls = \"required\""), "{document}");
         crate::config::Config::parse(&document.to_string()).unwrap();
     }
 

@@ -78,6 +78,8 @@ pub const METHODS: [&str; 20] = [
 pub struct ActiveListener {
     pub address: SocketAddr,
     pub discovery_only: bool,
+    /// TLS on this listener (TP 8011).
+    pub secure_channel: nvme_target::SecureChannel,
 }
 
 /// The config file the running target was built from, as last read or written.

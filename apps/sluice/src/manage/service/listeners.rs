@@ -20,6 +20,7 @@
 use std::net::SocketAddr;
 
 use serde_json::{json, Value};
+use nvme_target::SecureChannel;
 use target_server::{LiveListeners, RuntimeError};
 use toml_edit::DocumentMut;
 
@@ -43,7 +44,11 @@ impl Management {
             Some(live) => live
                 .list()
                 .into_iter()
-                .map(|listener| ActiveListener { address: listener.address, discovery_only: listener.discovery_only })
+                .map(|listener| ActiveListener {
+                    address: listener.address,
+                    discovery_only: listener.discovery_only,
+                    secure_channel: listener.secure_channel,
+                })
                 .collect(),
             None => self.active_listeners.clone(),
         }
@@ -59,6 +64,12 @@ impl Management {
     pub(super) fn listener_add(&mut self, mut params: Params) -> Result<Value, RpcError> {
         let address = parse_address(&params.required_string("address")?)?;
         let discovery_only = params.optional_bool("discovery_only")?.unwrap_or(false);
+        let secure_channel = match params.optional_string("tls")? {
+            None => SecureChannel::None,
+            Some(name) => SecureChannel::from_name(&name).ok_or_else(|| {
+                RpcError::invalid_params("tls", format!("unknown TLS setting {name:?}: use none, optional or required"))
+            })?,
+        };
         params.finish("listener_add")?;
         if address.port() == 0 {
             return Err(RpcError::invalid_params(
@@ -71,23 +82,25 @@ impl Management {
             return Err(RpcError::refused("address", format!("the target already listens on {address}")));
         }
         let mut draft = self.draft()?;
-        document::add_listener(&mut draft.document, address, discovery_only).map_err(edit_error)?;
+        document::add_listener(&mut draft.document, address, discovery_only, secure_channel).map_err(edit_error)?;
+        // The whole file is checked as a start would check it: a TLS listener with no
+        // host key to accept is refused there, naming the field.
         let text = self.check(&draft)?;
         let live = self.live()?;
         // Bound before the file changes: a refusal here leaves both untouched.
-        // Listeners added through the API are plain; TLS listeners come from the
-        // configuration file (and its reload).
         let pending = live
-            .bind(address, discovery_only, nvme_target::SecureChannel::None)
+            .bind(address, discovery_only, secure_channel)
             .map_err(|error| bind_refusal(address, &accepting, error))?;
         // A failed write drops `pending`, which closes its sockets.
         self.write(&text)?;
         match live.activate(pending) {
             Ok(listener) => {
-                tracing::info!(%address, discovery_only, id = %listener.id, "management: listener added");
+                tracing::info!(%address, discovery_only, tls = secure_channel.name(), id = %listener.id,
+                    "management: listener added");
                 Ok(json!({
                     "address": listener.address.to_string(),
                     "discovery_only": discovery_only,
+                    "tls": secure_channel.name(),
                     "active": true,
                 }))
             }
@@ -164,22 +177,32 @@ impl Management {
                 })?;
                 document::listeners(&document).map_err(edit_error)?
             }
-            None => accepting.iter().map(|listener| (listener.address.to_string(), listener.discovery_only)).collect(),
+            None => accepting
+                .iter()
+                .map(|listener| {
+                    (listener.address.to_string(), listener.discovery_only, listener.secure_channel.name().to_string())
+                })
+                .collect(),
         };
         let mut listeners: Vec<Value> = Vec::new();
         let mut seen = Vec::new();
-        for (text, discovery_only) in configured {
+        for (text, discovery_only, tls) in configured {
             let address = text.parse::<SocketAddr>().ok();
             let active = address.is_some_and(|address| accepting.iter().any(|listener| listener.address == address));
             seen.extend(address);
-            listeners.push(
-                json!({ "address": text, "discovery_only": discovery_only, "configured": true, "active": active }),
-            );
+            listeners.push(json!({
+                "address": text,
+                "discovery_only": discovery_only,
+                "tls": tls,
+                "configured": true,
+                "active": active,
+            }));
         }
         for listener in accepting.iter().filter(|listener| !seen.contains(&listener.address)) {
             listeners.push(json!({
                 "address": listener.address.to_string(),
                 "discovery_only": listener.discovery_only,
+                "tls": listener.secure_channel.name(),
                 "configured": false,
                 "active": true,
             }));
@@ -367,6 +390,37 @@ mod tests {
         let still_open = matches!(through_first.read(&mut buffer), Err(error)
             if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
         assert!(still_open, "a connection through another listener stays open");
+    }
+
+    #[test]
+    fn a_tls_listener_added_live_is_written_listed_and_refuses_plain_hosts() {
+        let mut running = Running::start("tls");
+        let added = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let answer = running.call("listener_add", json!({"address": added.to_string(), "tls": "required"})).unwrap();
+        assert_eq!(answer["tls"], "required", "{answer}");
+        assert!(running.file().contains("tls = \"required\""), "{}", running.file());
+        let listed = running.call("listener_list", json!({})).unwrap();
+        let listeners = listed["listeners"].as_array().unwrap();
+        let tls: Vec<&str> = listeners.iter().map(|listener| listener["tls"].as_str().unwrap()).collect();
+        assert_eq!(tls, ["none", "required"], "{listed}");
+        // The discovery log announces it (TREQ, TSAS come from this).
+        let entry = running.target.listeners().into_iter().find(|(_, listener)| listener.port == added.port());
+        assert_eq!(entry.map(|(_, listener)| listener.secure_channel), Some(nvme_target::SecureChannel::Required));
+
+        // A plain ICReq (PDU type 0, not a TLS record) is closed at once.
+        let mut plain = TcpStream::connect(added).expect("the TLS listener accepts");
+        let mut icreq = [0u8; 128];
+        icreq[2] = 128;
+        icreq[4] = 128;
+        std::io::Write::write_all(&mut plain, &icreq).unwrap();
+        assert!(closed_by_target(&mut plain), "a plain host on a TLS-only listener is closed");
+
+        running.assert_refused(
+            "listener_add",
+            json!({"address": SocketAddr::from(([127, 0, 0, 1], free_port())).to_string(), "tls": "always"}),
+            INVALID_PARAMS,
+            "tls",
+        );
     }
 
     #[test]

@@ -42,7 +42,11 @@ impl Fixture {
         // As `sluice serve` does: the named storage the target opened goes to the API.
         let (spec, storage) = Config::parse(text).unwrap().open().unwrap();
         let target = Target::new(spec).unwrap();
-        let listeners = vec![ActiveListener { address: "127.0.0.1:4420".parse().unwrap(), discovery_only: false }];
+        let listeners = vec![ActiveListener {
+            address: "127.0.0.1:4420".parse().unwrap(),
+            discovery_only: false,
+            secure_channel: nvme_target::SecureChannel::None,
+        }];
         let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap().with_storage(storage);
         Fixture { directory, path, management, target }
     }
@@ -214,7 +218,8 @@ fn subsystems_come_and_go_live_and_in_the_file() {
 fn listener_list_shows_the_file_next_to_the_listeners_accepting() {
     let mut fixture = Fixture::new("listeners", FILE);
     let listed = fixture.call("listener_list", json!({})).unwrap();
-    let expected = json!([{"address": "127.0.0.1:4420", "discovery_only": false, "configured": true, "active": true}]);
+    let expected =
+        json!([{"address": "127.0.0.1:4420", "discovery_only": false, "tls": "none", "configured": true, "active": true}]);
     assert_eq!(listed["listeners"], expected);
 }
 

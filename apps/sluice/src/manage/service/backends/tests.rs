@@ -66,7 +66,11 @@ impl Fixture {
         std::fs::write(&path, text).unwrap();
         let (spec, storage) = Config::parse(text).unwrap().open().unwrap();
         let target = Target::new(spec).unwrap();
-        let listeners = vec![ActiveListener { address: "127.0.0.1:4420".parse().unwrap(), discovery_only: false }];
+        let listeners = vec![ActiveListener {
+            address: "127.0.0.1:4420".parse().unwrap(),
+            discovery_only: false,
+            secure_channel: nvme_target::SecureChannel::None,
+        }];
         let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap().with_storage(storage);
         Fixture { directory, path, management, target }
     }
