@@ -22,13 +22,12 @@ struct Gate {
     held: Vec<IoRequest>,
 }
 
+/// A queue opened with a waker says it wakes the thread (as RBD's and the file
+/// backend's queues do), which is all the runtime asks of it.
 struct GatedBackend {
     inner: Arc<dyn Backend>,
     gate: Arc<Mutex<Gate>>,
 }
-
-/// Also exposes a queue opened with a waker as one that wakes the thread (as RBD's
-/// and the file backend's queues do), which is all the runtime asks of it.
 
 impl Backend for GatedBackend {
     fn geometry(&self) -> Geometry {

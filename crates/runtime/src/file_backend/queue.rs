@@ -423,15 +423,43 @@ impl FileQueue {
 impl Drop for FileQueue {
     /// Waits for every SQE the kernel has seen, so no buffer it may still write is
     /// freed. SQEs still in the user-space backlog were never seen and are dropped.
-    /// If the kernel does not finish within [`DROP_DRAIN_TIMEOUT`], the ring and the
-    /// slots' buffers are leaked instead of freed.
+    /// On an I/O thread (a connection's drain gave up on storage that stopped
+    /// answering), a service thread does the waiting, so the thread's other
+    /// connections carry on.
     fn drop(&mut self) {
-        let Some(ring) = self.ring.as_mut() else { return };
-        let mut in_kernel = self.in_kernel - self.backlog.len();
+        let Some(ring) = self.ring.take() else { return };
+        let in_kernel = self.in_kernel - self.backlog.len();
         self.backlog.clear();
+        if in_kernel == 0 {
+            return;
+        }
+        let leftover = Leftover { ring, _slots: std::mem::take(&mut self.slots), in_kernel };
+        if storage::service::is_io_thread() {
+            storage::service::process_service().execute_long(Box::new(move || leftover.drain()));
+        } else {
+            leftover.drain();
+        }
+    }
+}
+
+/// A dropped queue's ring and buffers while some of its SQEs are still in the kernel.
+struct Leftover {
+    ring: IoUring,
+    /// Not read, held: the buffers the kernel may still write into, freed with this
+    /// value (after the ring) or leaked with it.
+    _slots: Vec<Option<Slot>>,
+    in_kernel: usize,
+}
+
+impl Leftover {
+    /// Waits until the kernel has finished every SQE, then frees the buffers; if it
+    /// does not finish within [`DROP_DRAIN_TIMEOUT`], leaks the ring and the buffers
+    /// instead, as the kernel may still write into them.
+    fn drain(mut self) {
+        storage::service::debug_assert_may_block("waiting for a dropped file queue's I/O");
         let deadline = Instant::now() + DROP_DRAIN_TIMEOUT;
-        while in_kernel > 0 && Instant::now() < deadline {
-            match ring.submit_and_wait(1) {
+        while self.in_kernel > 0 && Instant::now() < deadline {
+            match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(error) if matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
                 Err(error) => {
@@ -441,12 +469,14 @@ impl Drop for FileQueue {
             }
             // Only the CQE matters: each slot has at most one SQE in the kernel, so
             // after its CQE nothing refers to the slot's memory any more.
-            in_kernel -= ring.completion().count();
+            self.in_kernel = self.in_kernel.saturating_sub(self.ring.completion().count());
         }
-        if in_kernel > 0 {
-            tracing::error!(in_kernel, "file backend: dropped queue still has I/O in the kernel; leaking its buffers");
-            std::mem::forget(std::mem::take(&mut self.slots));
-            std::mem::forget(self.ring.take());
+        if self.in_kernel > 0 {
+            tracing::error!(
+                in_kernel = self.in_kernel,
+                "file backend: dropped queue still has I/O in the kernel; leaking its buffers"
+            );
+            std::mem::forget(self);
         }
     }
 }
@@ -496,6 +526,54 @@ mod wake_tests {
         drop(queue);
         // SAFETY: the descriptor is ours; the ring that had it registered is gone.
         unsafe { libc::close(event_fd) };
+    }
+
+    /// A drain that gave up drops the queue on its I/O thread: waiting there for I/O
+    /// stuck in the kernel would stall every connection of the thread for up to
+    /// DROP_DRAIN_TIMEOUT (30 s). A service thread waits instead, and still frees the
+    /// buffers once the kernel lets go.
+    #[test]
+    fn dropping_a_queue_with_io_stuck_in_the_kernel_does_not_block_an_io_thread() {
+        let path = std::env::temp_dir().join(format!("sluice-file-stuck-{}", std::process::id()));
+        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let backend = FileBackend::open(&path, options).expect("open test file");
+        let _ = std::fs::remove_file(&path);
+        let mut queue = FileQueue::new(Arc::clone(&backend.shared), None);
+        // A read from an empty pipe stands for storage that stopped answering: the
+        // kernel holds it until a byte arrives.
+        let mut pipe = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let target: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
+        let entry = opcode::Read::new(types::Fd(pipe[0]), target.as_mut_ptr(), 8).build().user_data(0);
+        let ring = queue.ring.as_mut().expect("a ring");
+        // SAFETY: the read's buffer is leaked, so it outlives the SQE.
+        unsafe { ring.submission().push(&entry) }.expect("room in the ring");
+        ring.submit().expect("submitted");
+        queue.in_kernel = 1;
+
+        storage::service::mark_io_thread();
+        let started = Instant::now();
+        drop(queue);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(5), "the I/O thread waited {took:?} for a dropped queue's stuck I/O");
+
+        // The service thread's wait ends once the read completes: it consumes the byte.
+        // SAFETY: writes one byte from a live buffer to our pipe.
+        assert_eq!(unsafe { libc::write(pipe[1], [1u8].as_ptr().cast(), 1) }, 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut left = 1;
+        while left > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            // SAFETY: FIONREAD writes an int.
+            unsafe { libc::ioctl(pipe[0], libc::FIONREAD, &mut left) };
+        }
+        assert_eq!(left, 0, "the stuck read completed on the service thread's watch");
+        // SAFETY: our descriptors; the read that used pipe[0] has completed.
+        unsafe {
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+        }
     }
 
     #[test]

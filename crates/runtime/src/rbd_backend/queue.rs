@@ -25,6 +25,10 @@ use super::Health;
 /// wait in the queue, in order.
 pub const RBD_QUEUE_SLOTS: usize = 256;
 const BITMAP_WORDS: usize = RBD_QUEUE_SLOTS / 64;
+/// How long a dropped queue's requests may stay at librbd before their buffers are
+/// leaked: well above the op timeout (`op_timeout_ms`, 20 s by default) that ends
+/// every request at the cluster.
+const DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What the completion callback reaches: shared by the queue and librbd's threads.
 struct Shared {
@@ -299,18 +303,47 @@ impl Drop for RbdQueue {
     /// `shared` later: the target drains a closed connection's queues before dropping
     /// them (`nvme_target::Connection::drain`), so this happens only when that drain
     /// gives up (`command_quiesce_timeout_ms`, above the op timeout) or a thread is
-    /// torn down abnormally, and then the memory is leaked rather than freed under
-    /// librbd's feet.
+    /// torn down abnormally. On an I/O thread the queue goes to a service thread, which
+    /// waits for librbd (at most [`DROP_WAIT`]) and frees the buffers; whatever librbd
+    /// still holds after that is leaked rather than freed under its feet.
     fn drop(&mut self) {
+        // Never handed to librbd: nothing refers to them.
+        self.waiting.clear();
         let mut scratch = Vec::new();
         self.collect_finished(&mut scratch);
-        let at_librbd = self.slots.iter().filter(|slot| slot.is_some()).count();
-        if at_librbd > 0 {
-            tracing::warn!(
-                image = %format!("{}/{}", self.image.pool, self.image.name),
-                requests = at_librbd,
-                "RBD queue closed with requests in flight; leaking their buffers until librbd completes them"
-            );
+        let at_librbd = |queue: &RbdQueue| queue.slots.iter().filter(|slot| slot.is_some()).count();
+        if at_librbd(self) == 0 {
+            return;
+        }
+        let image = format!("{}/{}", self.image.pool, self.image.name);
+        if storage::service::is_io_thread() {
+            tracing::warn!(%image, requests = at_librbd(self),
+                "RBD queue closed with requests in flight; a service thread waits for librbd to finish them");
+            let leftover = RbdQueue {
+                image: Arc::clone(&self.image),
+                geometry: self.geometry,
+                library: self.library,
+                shared: Arc::clone(&self.shared),
+                slots: std::mem::take(&mut self.slots),
+                free_slots: Vec::new(),
+                waiting: VecDeque::new(),
+                ready: Vec::new(),
+                in_flight: 0,
+                health: Arc::clone(&self.health),
+            };
+            storage::service::process_service().execute_long(Box::new(move || drop(leftover)));
+            return;
+        }
+        storage::service::debug_assert_may_block("waiting for a dropped RBD queue's requests");
+        let deadline = std::time::Instant::now() + DROP_WAIT;
+        while at_librbd(self) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            scratch.clear();
+            self.collect_finished(&mut scratch);
+        }
+        if at_librbd(self) > 0 {
+            tracing::warn!(%image, requests = at_librbd(self),
+                "RBD requests of a closed queue still at librbd; leaking their buffers until librbd completes them");
             std::mem::forget(std::mem::take(&mut self.slots));
             std::mem::forget(Arc::clone(&self.shared));
             std::mem::forget(Arc::clone(&self.image));
