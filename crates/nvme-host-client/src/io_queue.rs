@@ -47,6 +47,8 @@ struct Inflight {
     user_tag: u64,
     sqe: SubmissionQueueEntry,
     data_in_bytes: u32,
+    /// The command's `read_destination`, for a retry.
+    read_destination: Option<u64>,
     retries: u8,
 }
 
@@ -79,6 +81,8 @@ pub(crate) struct IoQueueInner {
     ring_unavailable: bool,
     /// `ConnectOptions::fail_fast_on_path_loss`.
     fail_fast: bool,
+    /// Given to every connection's host queue (see `IoQueue::set_read_destination`).
+    read_destination: Option<Arc<dyn nvme_host::ReadDestination>>,
 }
 
 impl IoQueueInner {
@@ -98,6 +102,7 @@ impl IoQueueInner {
             ready: VecDeque::with_capacity(depth),
             ring_unavailable: false,
             fail_fast: shared.options.fail_fast_on_path_loss,
+            read_destination: None,
         };
         inner.open(shared)?;
         Ok(inner)
@@ -118,6 +123,9 @@ impl IoQueueInner {
         let mut connection =
             QueueConnection::connect(options.address, config, options.connect_timeout, options.tls.as_ref())?;
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
+        if let Some(destination) = &self.read_destination {
+            connection.queue.set_read_destination(Arc::clone(destination));
+        }
         self.connection = Some(IoLink::Blocking(Box::new(connection)));
         self.epoch = state.epoch;
         self.failed_epoch = None;
@@ -294,6 +302,7 @@ impl IoQueueInner {
                 data_out: data,
                 data_in_bytes: entry.data_in_bytes,
                 user_tag: completion.user_tag,
+                read_destination: entry.read_destination,
             });
             return;
         }
@@ -362,6 +371,7 @@ impl IoQueueInner {
             user_tag: command.user_tag,
             sqe: command.sqe,
             data_in_bytes: command.data_in_bytes,
+            read_destination: command.read_destination,
             retries: 0,
         };
         command.user_tag = u64::from(index);
@@ -511,6 +521,18 @@ impl IoQueue {
     /// Commands that may be in flight at once (queue size - 1).
     pub fn depth(&self) -> usize {
         self.inner.as_ref().map_or(0, IoQueueInner::depth)
+    }
+
+    /// Reads submitted with a `read_destination` from now on have their data written
+    /// through `destination` as it arrives, on this connection and every one after a
+    /// reconnect (see [`nvme_host::ReadDestination`]); their completions carry no data.
+    pub fn set_read_destination(&mut self, destination: Arc<dyn nvme_host::ReadDestination>) {
+        if let Some(inner) = self.inner.as_mut() {
+            if let Some(link) = inner.connection.as_mut() {
+                link.queue().set_read_destination(Arc::clone(&destination));
+            }
+            inner.read_destination = Some(destination);
+        }
     }
 
     /// Commands submitted and not yet reaped.

@@ -385,6 +385,8 @@ struct Tracked {
     user_tag: u64,
     sqe: SubmissionQueueEntry,
     data_in_bytes: u32,
+    /// The command's `read_destination`, for a resubmission on another path.
+    read_destination: Option<u64>,
     failovers: u8,
     /// The path it is on now (index into `paths`).
     path: usize,
@@ -440,6 +442,14 @@ fn backoff(failures: u32) -> Duration {
 }
 
 impl MultipathQueue {
+    /// Reads submitted with a `read_destination` have their data written through
+    /// `destination` on whichever path serves them (see [`nvme_host::ReadDestination`]).
+    pub fn set_read_destination(&mut self, destination: Arc<dyn nvme_host::ReadDestination>) {
+        for path in &mut self.paths {
+            path.queue.set_read_destination(Arc::clone(&destination));
+        }
+    }
+
     /// Commands that may be in flight at once.
     pub fn depth(&self) -> usize {
         self.table.len()
@@ -468,6 +478,7 @@ impl MultipathQueue {
             user_tag: command.user_tag,
             sqe: command.sqe,
             data_in_bytes: command.data_in_bytes,
+            read_destination: command.read_destination,
             failovers: 0,
             path: usize::MAX,
             submitted_at: Some(Instant::now()),
@@ -509,7 +520,13 @@ impl MultipathQueue {
             if entry.data_in_bytes > 0 {
                 data.clear();
             }
-            let command = HostCommand { sqe: entry.sqe, data_out: data, data_in_bytes: entry.data_in_bytes, user_tag: u64::from(index) };
+            let command = HostCommand {
+                sqe: entry.sqe,
+                data_out: data,
+                data_in_bytes: entry.data_in_bytes,
+                user_tag: u64::from(index),
+                read_destination: entry.read_destination,
+            };
             entry.path = path_index;
             let path = &mut self.paths[path_index];
             match path.queue.submit_or_return(command) {

@@ -222,4 +222,12 @@ impl CommandQueue for AnyQueue {
         };
         result.map_err(|error| ffi_error("reap", error))
     }
+
+    fn set_read_destination(&mut self, destination: std::sync::Arc<dyn nvme_host::ReadDestination>) -> bool {
+        match self {
+            AnyQueue::Single(queue) => queue.set_read_destination(destination),
+            AnyQueue::Multi(queue) => queue.set_read_destination(destination),
+        }
+        true
+    }
 }

@@ -112,6 +112,8 @@ pub struct SluiceController {
 
 /// The opaque `sluice_queue`.
 pub struct SluiceQueue {
+    /// Where reads land as they arrive; switched off before the queue goes.
+    caller_memory: Arc<CallerMemory>,
     core: QueueCore<client::AnyQueue>,
     shared: Arc<Shared>,
     geometry: HashMap<u32, Geometry>,
@@ -134,6 +136,43 @@ impl SluiceQueue {
         let geometry = self.shared.geometry(nsid)?;
         self.geometry.insert(nsid, geometry);
         Ok(geometry)
+    }
+}
+
+impl Drop for SluiceQueue {
+    /// Released with reads still outstanding, the caller may have freed their buffers
+    /// already: nothing is written to them any more, even while the client waits for
+    /// those commands as it lets the queue go.
+    fn drop(&mut self) {
+        self.caller_memory.open.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Receives read data straight into the buffers the caller gave `sluice_submit_read`,
+/// as it arrives from the socket (one copy fewer than collecting it first).
+#[derive(Debug)]
+struct CallerMemory {
+    /// False once the queue is being released.
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl nvme_host::ReadDestination for CallerMemory {
+    fn write(&self, destination: u64, offset: usize, data: &[u8]) {
+        if !self.open.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: `destination` is the address of a read command's part of a buffer
+        // passed to sluice_submit_read (QueueCore::submit_read sets it), which the
+        // caller keeps valid and writable until the request's completion is returned
+        // by sluice_reap (the contract in sluice_host.h). The host queue calls this
+        // only while that command is outstanding, so before its completion can reach
+        // the caller, with offset + data.len() within the command's length (checked
+        // in nvme_host's receive path). Every call runs on the thread that drives
+        // the queue, inside a sluice_* call on it. `data` is the client's receive
+        // buffer, which does not overlap the caller's memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), (destination as usize as *mut u8).add(offset), data.len());
+        }
     }
 }
 
@@ -482,8 +521,11 @@ pub unsafe extern "C" fn sluice_take_queue(
                 .paths
                 .take_queue(index as usize)
                 .ok_or_else(|| FfiError::new(libc::EBUSY, format!("I/O queue {index} was already taken")))?;
-            let core = QueueCore::new(queue, ctrl.shared.max_transfer_bytes);
+            let mut core = QueueCore::new(queue, ctrl.shared.max_transfer_bytes);
+            let caller_memory = Arc::new(CallerMemory { open: std::sync::atomic::AtomicBool::new(true) });
+            core.deliver_reads_to(caller_memory.clone());
             let queue = SluiceQueue {
+                caller_memory,
                 core,
                 shared: ctrl.shared.clone(),
                 geometry: HashMap::new(),

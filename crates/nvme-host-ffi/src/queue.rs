@@ -27,6 +27,13 @@ pub trait CommandQueue {
     fn submit(&mut self, command: HostCommand) -> FfiResult<()>;
     /// Waits up to `timeout` for at least `min` completions, appending them to `out`.
     fn reap(&mut self, min: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> FfiResult<usize>;
+    /// Writes the data of reads that name a destination through `destination` as it
+    /// arrives (their completions then carry no data). False: not supported, reads
+    /// come back with their data as usual.
+    fn set_read_destination(&mut self, destination: std::sync::Arc<dyn nvme_host::ReadDestination>) -> bool {
+        let _ = destination;
+        false
+    }
 }
 
 /// Is an error from [`CommandQueue::submit`] the end of the queue (connection lost,
@@ -112,6 +119,10 @@ pub struct QueueCore<Q: CommandQueue> {
     outstanding: usize,
     /// Set when the queue failed for good: every later call reports it.
     failed: Option<FfiError>,
+    /// Reads go straight to the caller's buffers through the queue's read destination
+    /// (`deliver_reads_to`): the destination value of a read's command is the address
+    /// its bytes belong at.
+    direct_reads: bool,
 }
 
 fn make_tag(generation: u32, slot: u16, chunk: u16) -> u64 {
@@ -135,7 +146,16 @@ impl<Q: CommandQueue> QueueCore<Q> {
             pool: Vec::new(),
             outstanding: 0,
             failed: None,
+            direct_reads: false,
         }
+    }
+
+    /// From now on reads are received straight into the caller's buffers: each read
+    /// command names the address of its part of the buffer, and `destination` (which
+    /// must write to that address) gets the bytes as they arrive. Without it, `reap`
+    /// copies each read's data over from the queue's own buffer.
+    pub fn deliver_reads_to(&mut self, destination: std::sync::Arc<dyn nvme_host::ReadDestination>) {
+        self.direct_reads = self.queue.set_read_destination(destination);
     }
 
     pub fn depth(&self) -> usize {
@@ -237,8 +257,13 @@ impl<Q: CommandQueue> QueueCore<Q> {
             let first = chunk * per;
             let count = per.min(blocks - first);
             let mut command = client::read_command(nsid, lba + u64::from(first), count, block_size);
-            // The client receives into data_out's capacity: reuse a pooled buffer.
-            command.data_out = self.take_buffer(&[]);
+            let chunk_address = addr.checked_add(chunk as usize * chunk_bytes).map(|address| address as u64);
+            match chunk_address.filter(|_| self.direct_reads) {
+                // Straight into the caller's buffer: no buffer of our own.
+                Some(address) => command.read_destination = Some(address),
+                // The client receives into data_out's capacity: reuse a pooled buffer.
+                None => command.data_out = self.take_buffer(&[]),
+            }
             command.user_tag = make_tag(generation, index, chunk as u16);
             self.backlog.push_back(command);
         }
@@ -376,6 +401,7 @@ impl<Q: CommandQueue> QueueCore<Q> {
         if slot.generation != generation {
             return; // a late completion of a request already failed
         }
+        let direct_reads = self.direct_reads;
         let Some(request) = slot.request.as_mut() else { return };
         if !status.is_success() && request.status.is_success() {
             request.status = status;
@@ -389,6 +415,9 @@ impl<Q: CommandQueue> QueueCore<Q> {
                 let expected = (*chunk_bytes).min(total_bytes.saturating_sub(offset));
                 if bytes.len() == expected {
                     sink.copy_to(*addr, offset, bytes);
+                } else if bytes.is_empty() && direct_reads {
+                    // Already in the caller's buffer; the queue checked that all of
+                    // it arrived (a short read completes with an error status).
                 } else if request.error == 0 {
                     request.error = -libc::EPROTO;
                 }
@@ -490,6 +519,9 @@ mod tests {
         max_command_bytes: usize,
         fail_reap: bool,
         submitted: usize,
+        /// Set through `set_read_destination` when `takes_destination`.
+        destination: Option<std::sync::Arc<dyn nvme_host::ReadDestination>>,
+        takes_destination: bool,
     }
 
     impl FakeQueue {
@@ -502,6 +534,8 @@ mod tests {
                 max_command_bytes: 0,
                 fail_reap: false,
                 submitted: 0,
+                destination: None,
+                takes_destination: false,
             }
         }
     }
@@ -533,6 +567,11 @@ mod tests {
                     self.max_command_bytes = self.max_command_bytes.max(bytes);
                     if offset == 0 && bytes == BS as usize * 3 {
                         status = Status::INVALID_FIELD; // a marker: 3-block reads at 0 fail
+                    } else if let (Some(destination), Some(sink)) = (command.read_destination, &self.destination) {
+                        // As the host queue does: in pieces, as they arrive.
+                        for (piece, bytes) in self.disk[offset..offset + bytes].chunks(1000).enumerate() {
+                            sink.write(destination, piece * 1000, bytes);
+                        }
                     } else {
                         data = self.disk[offset..offset + bytes].to_vec();
                     }
@@ -555,6 +594,30 @@ mod tests {
             let n = self.in_flight.len();
             out.extend(self.in_flight.drain(..).rev());
             Ok(n)
+        }
+        fn set_read_destination(&mut self, destination: std::sync::Arc<dyn nvme_host::ReadDestination>) -> bool {
+            if self.takes_destination {
+                self.destination = Some(destination);
+            }
+            self.takes_destination
+        }
+    }
+
+    /// Memory addressed by destination values, as the fio engine's buffers are.
+    #[derive(Debug)]
+    struct Memory(std::sync::Mutex<Vec<u8>>);
+    impl nvme_host::ReadDestination for Memory {
+        fn write(&self, destination: u64, offset: usize, data: &[u8]) {
+            let start = destination as usize + offset;
+            self.0.lock().unwrap()[start..start + data.len()].copy_from_slice(data);
+        }
+    }
+
+    /// A sink that must not be used: direct reads are already in place.
+    struct NoCopies;
+    impl ReadSink for NoCopies {
+        fn copy_to(&mut self, addr: usize, offset: usize, data: &[u8]) {
+            panic!("copied {} bytes to {addr}+{offset} although the read went straight there", data.len());
         }
     }
 
@@ -586,6 +649,32 @@ mod tests {
         assert_eq!(queue.max_command_bytes, 4096);
         assert_eq!(queue.max_in_flight_seen, 4);
         assert_eq!(queue.submitted, 32);
+    }
+
+    #[test]
+    fn direct_reads_land_at_each_commands_part_of_the_caller_buffer() {
+        let mut queue = FakeQueue::new(4);
+        queue.takes_destination = true;
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 13 + i / 512) as u8).collect();
+        queue.disk[10 * BS as usize..10 * BS as usize + data.len()].copy_from_slice(&data);
+        let mut core = QueueCore::new(queue, 4096);
+        let memory = std::sync::Arc::new(Memory(std::sync::Mutex::new(vec![0; 128 * 1024])));
+        core.deliver_reads_to(memory.clone());
+        // 64 KiB at address 1000 of the "memory": 16 commands of 4 KiB, each told
+        // where its part of the buffer starts.
+        core.submit_read(1, GEOMETRY, 10, 128, 1000, 300).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(core.reap(1, 8, None, &mut NoCopies, &mut out).unwrap(), 1);
+        assert_eq!(out[0], Completion { user_tag: 300, status: Status::SUCCESS, error: 0 });
+        let memory = memory.0.lock().unwrap();
+        assert!(memory[1000..1000 + data.len()] == data[..], "the read landed elsewhere");
+        assert!(memory[..1000].iter().chain(&memory[1000 + data.len()..]).all(|&byte| byte == 0), "wrote outside it");
+        // A failed read reports its status, as before.
+        drop(memory);
+        core.submit_read(1, GEOMETRY, 0, 3, 0, 301).unwrap();
+        out.clear();
+        core.reap(1, 1, None, &mut NoCopies, &mut out).unwrap();
+        assert_eq!(out, vec![Completion { user_tag: 301, status: Status::INVALID_FIELD, error: -libc::EIO }]);
     }
 
     #[test]

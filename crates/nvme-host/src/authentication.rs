@@ -82,12 +82,14 @@ impl HostQueue {
                 data_out: payload,
                 data_in_bytes: 0,
                 user_tag: 0,
+                read_destination: None,
             },
             HostStep::Receive(allocation_length) => HostCommand {
                 sqe: authentication_command(FabricsCommandType::AuthenticationReceive, allocation_length),
                 data_out: Vec::new(),
                 data_in_bytes: allocation_length,
                 user_tag: 0,
+                read_destination: None,
             },
             HostStep::Authenticated => {
                 self.authentication = None;

@@ -34,7 +34,7 @@ fn sqe_for(opcode: u8) -> SubmissionQueueEntry {
 }
 
 fn command(sqe: SubmissionQueueEntry) -> HostCommand {
-    HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0 }
+    HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0, read_destination: None }
 }
 
 /// Abort (admin 08h) of the command `command_id` on submission queue `queue_id`.

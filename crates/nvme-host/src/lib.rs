@@ -148,6 +148,22 @@ pub struct HostCommand {
     pub data_in_bytes: u32,
     /// Returned unchanged in the completion.
     pub user_tag: u64,
+    /// For a read on a queue given a [`ReadDestination`]: where its data goes, as a
+    /// value that destination understands (the fio engine: the address of the
+    /// caller's buffer). The data is then written there as it arrives, not collected
+    /// into the completion's `data`, which comes back empty. `None`, or a queue
+    /// without a destination: collected as usual.
+    pub read_destination: Option<u64>,
+}
+
+/// Takes read data straight from the receive buffer for commands that name a
+/// destination ([`HostCommand::read_destination`]), saving the copy through the
+/// command's own buffer: the caller's memory is filled as the data arrives.
+pub trait ReadDestination: Send + Sync + std::fmt::Debug {
+    /// Writes `data` at byte `offset` of the read buffer `destination` names. The
+    /// queue checked `offset + data.len()` against the command's `data_in_bytes`, and
+    /// calls this only while the command is outstanding.
+    fn write(&self, destination: u64, offset: usize, data: &[u8]);
 }
 
 /// A finished command.

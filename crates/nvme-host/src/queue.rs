@@ -45,9 +45,13 @@ pub(crate) struct Slot {
     pub(crate) data_out: Vec<u8>,
     /// The data went in the capsule (no R2T expected).
     pub(crate) in_capsule: bool,
-    /// Controller-to-host data; its length is the bytes received so far.
+    /// Controller-to-host data (empty when it goes to a read destination).
     pub(crate) data_in: Vec<u8>,
     pub(crate) data_in_bytes: u32,
+    /// Bytes of controller-to-host data received so far.
+    pub(crate) received_bytes: u32,
+    /// Where the read data goes instead of `data_in` (see [`crate::ReadDestination`]).
+    pub(crate) destination: Option<u64>,
     /// End of the range the R2Ts so far asked for (R2Ts must come in order).
     pub(crate) requested_bytes: u32,
     /// R2Ts whose H2CData PDUs are not written out yet.
@@ -110,6 +114,8 @@ pub struct HostQueue {
     pub(crate) next_sequence: u64,
     /// The DH-HMAC-CHAP transaction while `Authenticating`.
     pub(crate) authentication: Option<Box<nvme_auth::HostAuthentication>>,
+    /// Takes the data of reads that name a destination.
+    pub(crate) read_destination: Option<std::sync::Arc<dyn crate::ReadDestination>>,
 }
 
 impl HostQueue {
@@ -138,11 +144,18 @@ impl HostQueue {
             timeout_scan_at: None,
             next_sequence: 0,
             authentication: None,
+            read_destination: None,
             phase: Phase::Initializing,
             error: None,
             controller_id: None,
             config,
         }
+    }
+
+    /// From now on, reads that name a destination have their data written through
+    /// `destination` as it arrives (see [`crate::ReadDestination`]).
+    pub fn set_read_destination(&mut self, destination: std::sync::Arc<dyn crate::ReadDestination>) {
+        self.read_destination = Some(destination);
     }
 
     /// The configuration the queue was built with (queue size possibly raised to 2).
@@ -219,7 +232,8 @@ impl HostQueue {
         let Some(index) = self.free.pop_front() else {
             return Err(SubmitError::QueueFull(command));
         };
-        let HostCommand { mut sqe, data_out, data_in_bytes, user_tag } = command;
+        let HostCommand { mut sqe, data_out, data_in_bytes, user_tag, read_destination } = command;
+        let destination = read_destination.filter(|_| data_in_bytes > 0 && self.read_destination.is_some());
         let (opcode, fuse) = (sqe.opcode(), sqe.fused());
         sqe.set_cdw0(opcode, CommandId(index), PSDT_SGL_METADATA_BUFFER);
         sqe.set_fused(fuse);
@@ -241,7 +255,9 @@ impl HostQueue {
             // reused, so a caller recycling buffers allocates nothing here.
             let mut buffer = data_out;
             buffer.clear();
-            buffer.reserve_exact(data_in_bytes as usize);
+            if destination.is_none() {
+                buffer.reserve_exact(data_in_bytes as usize);
+            }
             (Vec::new(), buffer)
         } else {
             (data_out, Vec::new())
@@ -257,6 +273,8 @@ impl HostQueue {
         slot.in_capsule = in_capsule;
         slot.data_in = data_in;
         slot.data_in_bytes = data_in_bytes;
+        slot.received_bytes = 0;
+        slot.destination = destination;
         slot.requested_bytes = 0;
         slot.r2t_pending = 0;
         slot.transport_error = None;
@@ -346,8 +364,13 @@ impl HostQueue {
                 let mut data_in = std::mem::take(&mut slot.data_in);
                 data_in.clear();
                 let data_out = if slot.data_in_bytes > 0 { data_in } else { std::mem::take(&mut slot.data_out) };
-                let command =
-                    HostCommand { sqe: slot.sqe, data_out, data_in_bytes: slot.data_in_bytes, user_tag: slot.user_tag };
+                let command = HostCommand {
+                    sqe: slot.sqe,
+                    data_out,
+                    data_in_bytes: slot.data_in_bytes,
+                    user_tag: slot.user_tag,
+                    read_destination: slot.destination,
+                };
                 self.release(index);
                 command
             })
@@ -393,7 +416,7 @@ impl HostQueue {
         }
         let slot = &mut self.slots[usize::from(index)];
         let mut transport_error = slot.transport_error.take();
-        let received = slot.data_in.len() as u32;
+        let received = slot.received_bytes;
         if transport_error.is_none() && cqe.status.is_success() && received < slot.data_in_bytes {
             transport_error = Some(HostError::ShortData { command_id: index, received, expected: slot.data_in_bytes });
         }

@@ -198,7 +198,7 @@ impl HostQueue {
             return;
         };
         let slot = &self.slots[usize::from(index)];
-        let received = slot.data_in.len() as u32;
+        let received = slot.received_bytes;
         let end = u64::from(data.data_offset) + u64::from(data_length);
         if data.data_offset != received || end > u64::from(slot.data_in_bytes) {
             let error = HostError::DataOutOfRange {
@@ -221,9 +221,15 @@ impl HostQueue {
         // The header check bounded offset + length by data_in_bytes, and submit
         // reserved that much: this never reallocates. The extra check keeps a bug
         // from overrunning the command's length.
-        if slot.data_in.len() + chunk.len() <= slot.data_in_bytes as usize {
-            slot.data_in.extend_from_slice(chunk);
+        let offset = slot.received_bytes as usize;
+        if offset + chunk.len() > slot.data_in_bytes as usize {
+            return;
         }
+        match (slot.destination, &self.read_destination) {
+            (Some(destination), Some(sink)) => sink.write(destination, offset, chunk),
+            _ => slot.data_in.extend_from_slice(chunk),
+        }
+        slot.received_bytes += chunk.len() as u32;
     }
 
     fn on_data_end(&mut self, data_digest_ok: bool) {
