@@ -47,8 +47,11 @@ trap cleanup EXIT
 
 echo "== 1. sluice bench --compare fio-rbd"
 # --host-io sleep: the OSD shares these CPUs, so the initiator must not spin.
+# --target-poll-mode adaptive: the target as `sluice serve` runs it by default (it
+# spins only for the host's next command, never while RBD requests are in flight).
 "$SLUICE" bench --compare fio-rbd --rbd-image rbd/sluice-bench-compare --namespace-size 256MiB \
-  --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --host-io sleep --json "$OUT/compare"
+  --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --host-io sleep --target-poll-mode adaptive \
+  --json "$OUT/compare"
 
 echo "== 2. $NAMESPACES namespaces of $NS_MIB MiB"
 port=$(( 20000 + RANDOM % 30000 ))

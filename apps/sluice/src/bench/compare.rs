@@ -42,6 +42,7 @@ pub(super) fn compare_iscsi(
         },
         args.namespace_size,
         target_threads,
+        args.target_poll_mode.poll_mode(),
     )?;
     endpoint.host_io = args.host_io.io_path(true);
     let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;

@@ -29,15 +29,17 @@ pub(super) fn compare_fio_rbd(
         if sluice_host { "Sluice's host" } else { "fio and Sluice's engine" },
         tools.version
     );
+    let poll_mode = args.target_poll_mode.poll_mode();
     let mut endpoint =
-        exec::start_embedded(EmbeddedBackend::Rbd(image.to_string()), args.namespace_size, target_threads)?;
+        exec::start_embedded(EmbeddedBackend::Rbd(image.to_string()), args.namespace_size, target_threads, poll_mode)?;
     endpoint.host_io = args.host_io.io_path(true);
     let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
     let (capacity, lba_bytes) = (endpoint.capacity, endpoint.lba_bytes);
     let common_note = format!(
         "compare fio-rbd: the same suite on RBD image {image} ({cluster}) through Sluice (embedded target, rbd \
-         backend, {target_threads} runtime thread(s)) and through {}'s rbd engine without any target; one \
+         backend, {target_threads} runtime thread(s) in {} mode) and through {}'s rbd engine without any target; one \
          after the other",
+        args.target_poll_mode.name(),
         tools.version
     );
     let mut sluice_driver = if sluice_host {

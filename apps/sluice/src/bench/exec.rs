@@ -152,6 +152,7 @@ pub fn start_embedded(
     storage: EmbeddedBackend<'_>,
     capacity: u64,
     threads: usize,
+    poll_mode: PollMode,
 ) -> Result<Endpoint, BenchError> {
     let geometry = Geometry {
         block_size_bytes: EMBEDDED_BLOCK_SIZE,
@@ -214,7 +215,7 @@ pub fn start_embedded(
     let config = RuntimeConfig {
         threads: threads.max(1),
         pin_threads: false,
-        poll_mode: PollMode::Sleep,
+        poll_mode,
         listeners: vec![bind],
         recv_buffer_bytes: 256 * 1024,
         ring_entries: 1024,

@@ -141,6 +141,12 @@ pub struct BenchArgs {
     /// Threads of the embedded target's runtime [default: half the CPUs, at least 1].
     #[arg(long)]
     target_threads: Option<usize>,
+    /// How the embedded target's threads wait: sleep (a wake-up per request at low
+    /// depth; it shares this machine's CPUs with the host and, for RBD, the cluster),
+    /// adaptive (`sluice serve`'s default: spin briefly for the host's next command,
+    /// never while requests wait on storage that wakes the thread), or busy-poll.
+    #[arg(long, value_enum, default_value_t = TargetPollMode::Sleep)]
+    target_poll_mode: TargetPollMode,
     /// Precondition first: 128 KiB sequential writes over twice the capacity, then
     /// rounds of the first job until steady state (SNIA PTS) or 25 rounds (always
     /// with Sluice's host).
@@ -176,6 +182,33 @@ pub struct BenchArgs {
     /// Also the Sluice fio engine's `host_io` under --driver fio and --compare.
     #[arg(long, value_enum, default_value_t = HostIo::Auto)]
     host_io: HostIo,
+}
+
+/// `--target-poll-mode`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetPollMode {
+    Sleep,
+    Adaptive,
+    BusyPoll,
+}
+
+impl TargetPollMode {
+    pub fn poll_mode(self) -> target_server::PollMode {
+        match self {
+            TargetPollMode::Sleep => target_server::PollMode::Sleep,
+            TargetPollMode::Adaptive => target_server::PollMode::ADAPTIVE,
+            TargetPollMode::BusyPoll => target_server::PollMode::BusyPoll,
+        }
+    }
+
+    /// The spelling of the option's value, for notes in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetPollMode::Sleep => "sleep",
+            TargetPollMode::Adaptive => "adaptive",
+            TargetPollMode::BusyPoll => "busy-poll",
+        }
+    }
 }
 
 /// `--host-io`.
@@ -547,7 +580,8 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
                 "rbd" => EmbeddedBackend::Rbd(rbd_image.clone().expect("checked above")),
                 _ => EmbeddedBackend::Ram,
             };
-            exec::start_embedded(storage, args.namespace_size, target_threads)?
+            let poll_mode = args.target_poll_mode.poll_mode();
+            exec::start_embedded(storage, args.namespace_size, target_threads, poll_mode)?
         }
     };
     endpoint.host_io = args.host_io.io_path(endpoint.embedded.is_some());
