@@ -317,8 +317,10 @@ impl Drop for RbdQueue {
         }
         let image = format!("{}/{}", self.image.pool, self.image.name);
         if storage::service::is_io_thread() {
-            tracing::warn!(%image, requests = at_librbd(self),
+            let requests = at_librbd(self);
+            tracing::warn!(%image, requests,
                 "RBD queue closed with requests in flight; a service thread waits for librbd to finish them");
+            // `in_flight` counts what is still at librbd: reaping there takes them off.
             let leftover = RbdQueue {
                 image: Arc::clone(&self.image),
                 geometry: self.geometry,
@@ -328,7 +330,7 @@ impl Drop for RbdQueue {
                 free_slots: Vec::new(),
                 waiting: VecDeque::new(),
                 ready: Vec::new(),
-                in_flight: 0,
+                in_flight: requests,
                 health: Arc::clone(&self.health),
             };
             storage::service::process_service().execute_long(Box::new(move || drop(leftover)));
