@@ -54,7 +54,7 @@ echo "== 1. sluice bench --compare fio-rbd"
   --json "$OUT/compare"
 
 echo "== 2. $NAMESPACES namespaces of $NS_MIB MiB"
-port=$(( 20000 + RANDOM % 30000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 write_config() {  # write_config FILE COUNT: a subsystem with namespaces 1..COUNT
   local n
   {

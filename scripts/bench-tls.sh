@@ -25,7 +25,7 @@ die() { echo "bench-tls: $*" >&2; exit 1; }
 command -v fio >/dev/null || die "fio is missing: scripts/setup.sh installs it"
 mkdir -p "$OUT"
 
-plain_port=$(( 20000 + RANDOM % 20000 ))
+plain_port=$(( 20000 + RANDOM % 12000 ))
 tls_port=$(( plain_port + 1 ))
 key=$("$SLUICE" gen-tls-key)
 cat >"$OUT/serve.toml" <<EOF

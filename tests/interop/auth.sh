@@ -85,7 +85,7 @@ CTRL_SECRET=$(gen_key 2 48 "$CHAP_NQN" \
 WRONG_SECRET='DHHC-1:00:paWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWFL193:'
 OTHER_SECRET='DHHC-1:00:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj/jBqb2:'
 
-IO_PORT=$(( 20000 + RANDOM % 30000 ))
+IO_PORT=$(( 20000 + RANDOM % 12000 ))
 while port_listening "$IO_PORT" || port_listening "$((IO_PORT + 1))"; do IO_PORT=$((IO_PORT + 2)); done
 DISC_PORT=$((IO_PORT + 1))
 CONFIG=$OUT_DIR/sluice.toml

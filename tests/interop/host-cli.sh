@@ -51,8 +51,11 @@ fi
 use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
 
+# Below the kernel's ephemeral range (32768-60999 by default): a port that an
+# outgoing connection holds as its local port (a peer's QEMU proxying, a CLI's
+# connection) cannot be taken by a listener, and was, once (EADDRINUSE).
 free_port_pair() {
-  local p=$(( 20000 + RANDOM % 30000 ))
+  local p=$(( 20000 + RANDOM % 12000 ))
   while port_listening "$p" || port_listening "$((p + 1))"; do p=$((p + 2)); done
   echo "$p"
 }

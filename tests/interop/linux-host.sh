@@ -82,7 +82,7 @@ $(port_owner "$p")"
   warn "TCP port $p is already in use, by:
 $(port_owner "$p")
   using two free ports instead (set INTEROP_IO_PORT / INTEROP_DISC_PORT to choose)"
-  p=$(( 20000 + RANDOM % 30000 ))
+  p=$(( 20000 + RANDOM % 12000 ))
   while port_listening "$p" || port_listening "$((p + 1))"; do p=$((p + 2)); done
   IO_PORT=$p DISC_PORT=$((p + 1))
   break

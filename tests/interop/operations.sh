@@ -104,7 +104,7 @@ expect() {
 }
 
 # three free ports in a row: I/O, discovery, metrics
-IO_PORT=$(( 20000 + RANDOM % 30000 ))
+IO_PORT=$(( 20000 + RANDOM % 12000 ))
 while port_listening "$IO_PORT" || port_listening "$((IO_PORT + 1))" || port_listening "$((IO_PORT + 2))"; do
   IO_PORT=$((IO_PORT + 3))
 done

@@ -113,7 +113,7 @@ use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found (build it with cargo build --release -p sluice)"
 
 # Two free ports: I/O (+ discovery) and discovery only.
-IO_PORT=$(( 20000 + RANDOM % 30000 ))
+IO_PORT=$(( 20000 + RANDOM % 12000 ))
 while port_listening "$IO_PORT" || port_listening "$((IO_PORT + 1))"; do IO_PORT=$((IO_PORT + 2)); done
 DISC_PORT=$((IO_PORT + 1))
 

@@ -129,7 +129,7 @@ fi
 log "PSK identity expected from the guest: $IDENTITY"
 CANARY="SLUICE-TLS-CLEARTEXT-CANARY-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 
-IO_PORT=$(( 20000 + RANDOM % 30000 ))
+IO_PORT=$(( 20000 + RANDOM % 12000 ))
 while port_listening "$IO_PORT"; do IO_PORT=$((IO_PORT + 1)); done
 CONFIG=$OUT_DIR/sluice.toml
 {

@@ -3,8 +3,9 @@
 //! completion is checked by the oracle.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use nvme_host::{commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
+use nvme_host::{commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState, ReadDestination};
 use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::registers::ControllerConfiguration;
@@ -45,6 +46,32 @@ pub struct HostSettings {
     /// namespace of its own in the pool: create, attach, detach, delete (0 without a
     /// pool).
     pub namespace_management_per_million: u32,
+    /// Reads name a destination, so their data goes straight into the host's memory as
+    /// it arrives (as the fio engine's do) instead of into the completion.
+    pub direct_reads: bool,
+}
+
+/// The host's memory for reads that name a destination: destination (the command's
+/// user tag) -> the bytes written there so far.
+#[derive(Debug, Default)]
+struct ReadMemory(Mutex<BTreeMap<u64, Vec<u8>>>);
+
+impl ReadMemory {
+    fn take(&self, destination: u64) -> Option<Vec<u8>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&destination)
+    }
+}
+
+impl ReadDestination for ReadMemory {
+    fn write(&self, destination: u64, offset: usize, data: &[u8]) {
+        let mut buffers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let buffer = buffers.entry(destination).or_default();
+        let end = offset + data.len();
+        if buffer.len() < end {
+            buffer.resize(end, 0);
+        }
+        buffer[offset..end].copy_from_slice(data);
+    }
 }
 
 /// Where a host is with the namespace it manages.
@@ -127,6 +154,8 @@ pub struct SimHost {
     failures_in_a_row: u32,
     managed: Managed,
     transmit_buffer: Vec<u8>,
+    /// Where reads land when `settings.direct_reads`.
+    read_memory: Option<Arc<ReadMemory>>,
     /// Commands completed successfully (for the summary).
     pub completed_ok: u64,
     /// Times the host lost its controller and reconnected.
@@ -143,7 +172,9 @@ const LIVENESS_GRACE_NS: u64 = 1_000_000_000;
 impl SimHost {
     /// A host that connects at once.
     pub fn new(index: usize, settings: HostSettings) -> Self {
+        let read_memory = settings.direct_reads.then(|| Arc::new(ReadMemory::default()));
         SimHost {
+            read_memory,
             index,
             settings,
             phase: Phase::Down { retry_at_ns: 0 },
@@ -198,7 +229,11 @@ impl SimHost {
     /// Opens a queue: a new link, and a host queue on it.
     fn open_queue(&mut self, context: &mut Context, queue_id: u16) -> QueueEnd {
         let link = context.open_link(Link::new(LinkOwner { host: self.index, admin: queue_id == 0 }));
-        QueueEnd { queue: HostQueue::new(self.config(queue_id), context.clock.now()), link }
+        let mut queue = HostQueue::new(self.config(queue_id), context.clock.now());
+        if let Some(memory) = self.read_memory.as_ref().filter(|_| queue_id != 0) {
+            queue.set_read_destination(Arc::clone(memory) as Arc<dyn ReadDestination>);
+        }
+        QueueEnd { queue, link }
     }
 
     /// Fails every outstanding command (writes become uncertain), drops both queues and
@@ -229,6 +264,10 @@ impl SimHost {
         let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(12)).min(RECONNECT_MAX_DELAY_NS);
         self.phase = Phase::Down { retry_at_ns: now_ns + delay };
         self.reconnects += 1;
+        // Reads that failed with their queues leave what part of them arrived.
+        if let Some(memory) = &self.read_memory {
+            memory.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
         context.note(|| format!("host {} lost its controller ({why}); reconnect in {} ms", self.index, delay / 1_000_000));
     }
 
@@ -362,7 +401,9 @@ impl SimHost {
             }
             let (command, what) = if choice < 45 || (choice < 95 && !context.oracle.can_write(lba, blocks)) {
                 let watch = context.oracle.begin_read(lba, blocks);
-                let command = commands::read(NAMESPACE, lba, blocks as u32, block_bytes as u32);
+                let mut command = commands::read(NAMESPACE, lba, blocks as u32, block_bytes as u32);
+                // The destination is the user tag `submit` gives the command.
+                command.read_destination = self.read_memory.is_some().then_some(self.next_user_tag);
                 (command, Pending::Read { lba, blocks: blocks as u32, watch })
             } else if choice < 88 {
                 let tag = context.new_write_tag();
@@ -521,7 +562,8 @@ impl SimHost {
             }
             Pending::KeepAlive | Pending::Abort { .. } => {}
             Pending::Read { watch, .. } => {
-                let data = ok.then_some(completion.data.as_slice());
+                let landed = self.read_memory.as_ref().and_then(|memory| memory.take(completion.user_tag));
+                let data = ok.then_some(landed.as_deref().unwrap_or(completion.data.as_slice()));
                 if let Err(problem) = context.oracle.end_read(watch, data) {
                     context.data_violation(format!("host {}: {problem}", self.index));
                 }

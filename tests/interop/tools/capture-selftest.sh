@@ -35,7 +35,7 @@ declare -A expect=(
 )
 
 # one free port per scenario, all in one capture
-ports=() p=$(( 40000 + RANDOM % 20000 ))
+ports=() p=$(( 20000 + RANDOM % 12000 ))
 while [ ${#ports[@]} -lt ${#scenarios[@]} ]; do
   port_listening "$p" || ports+=("$p")
   p=$((p + 1))
