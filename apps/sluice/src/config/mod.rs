@@ -86,13 +86,16 @@ pub struct ListenerConfig {
     pub tls: TlsSetting,
 }
 
-/// `[[listener]] tls`.
-#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+/// `[[listener]] tls` (and `sluice listener add --tls`).
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum TlsSetting {
+    /// Plain NVMe/TCP only.
     #[default]
     None,
+    /// TLS or plain, as each host chooses.
     Optional,
+    /// TLS only: a plain connection is closed.
     Required,
 }
 

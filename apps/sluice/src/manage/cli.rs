@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::protocol::{self, RpcError, APPLY_FAILED, INTERNAL_ERROR, PERSIST_FAILED};
 use super::server::default_socket_path;
+use crate::config::TlsSetting;
 
 /// Exit status when the request was refused and the user can fix it (arguments, a
 /// conflicting or invalid change).
@@ -40,17 +41,6 @@ Exit status:
 pub enum Format {
     Normal,
     Json,
-}
-
-/// TLS on a listener (TP 8011), as the config file's `tls` spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListenerTls {
-    /// Plain NVMe/TCP only.
-    None,
-    /// TLS or plain, as each host chooses.
-    Optional,
-    /// TLS only: a plain connection is closed.
-    Required,
 }
 
 /// Options every management command takes.
@@ -309,8 +299,8 @@ pub enum ListenerCommand {
         discovery_only: bool,
         /// TLS 1.3 with pre-shared keys: the hosts' keys are each subsystem host
         /// entry's `tls_key` (see `sluice host allow --tls-key`).
-        #[arg(long, value_enum, default_value_t = ListenerTls::None)]
-        tls: ListenerTls,
+        #[arg(long, value_enum, default_value_t = TlsSetting::None)]
+        tls: TlsSetting,
     },
     /// Stops listening on an address and closes the connections accepted through
     /// it (only those); removed from the config file. The last listener stays.
@@ -478,12 +468,8 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             ListenerCommand::Add { address, discovery_only, tls } => {
                 put("address", Some(json!(address)));
                 put("discovery_only", discovery_only.then_some(json!(true)));
-                let tls = match tls {
-                    ListenerTls::None => None,
-                    ListenerTls::Optional => Some("optional"),
-                    ListenerTls::Required => Some("required"),
-                };
-                put("tls", tls.map(|tls| json!(tls)));
+                let tls = tls.secure_channel();
+                put("tls", (tls != nvme_target::SecureChannel::None).then(|| json!(tls.name())));
                 (client, "listener_add", View::ListenerChanged)
             }
             ListenerCommand::Remove { address } => {
