@@ -133,7 +133,8 @@ pub struct BenchArgs {
     /// io_uring), or auto: sleep against the embedded target (it shares this
     /// machine's CPUs, and a spinning host takes them from it: measured 157 K vs
     /// 334 K IOPS for 4K random read 4x8 on 2 CPUs), adaptive against --target.
-    /// Also the Sluice fio engine's `host_io` under --driver fio and --compare.
+    /// Also the Sluice fio engine's `host_io` under --driver fio and --compare; under
+    /// --compare fio-rbd, busy-poll also makes fio's rbd engine spin (busy_poll=1).
     #[arg(long, value_enum, default_value_t = HostIo::Auto)]
     pub(super) host_io: HostIo,
 }

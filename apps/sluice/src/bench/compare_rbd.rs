@@ -33,14 +33,17 @@ pub(super) fn compare_fio_rbd(
     let mut endpoint =
         exec::start_embedded(EmbeddedBackend::Rbd(image.to_string()), args.namespace_size, target_threads, poll_mode)?;
     endpoint.host_io = args.host_io.io_path(true);
+    let host_io = endpoint.host_io;
     let jobs = plan_jobs(args, suite_name, file_jobs, &endpoint)?;
     let (capacity, lba_bytes) = (endpoint.capacity, endpoint.lba_bytes);
+    let spins = host_io == nvme_host_client::IoPath::Ring(nvme_host_client::PollMode::BusyPoll);
     let common_note = format!(
         "compare fio-rbd: the same suite on RBD image {image} ({cluster}) through Sluice (embedded target, rbd \
          backend, {target_threads} runtime thread(s) in {} mode) and through {}'s rbd engine without any target; one \
-         after the other",
+         after the other; both initiators {} (--host-io)",
         args.target_poll_mode.name(),
-        tools.version
+        tools.version,
+        if spins { "spin for completions (fio rbd busy_poll=1)" } else { "sleep until completions (fio rbd busy_poll=0)" }
     );
     let mut sluice_driver = if sluice_host {
         Driver::SluiceHost
@@ -64,7 +67,8 @@ pub(super) fn compare_fio_rbd(
             capacity,
             protocol: Protocol::Rbd,
             embedded: None,
-            host_io: nvme_host_client::IoPath::default(),
+            // fio's rbd engine waits as the Sluice side's initiator did (see `job_file`).
+            host_io,
             paths: Vec::new(),
         };
         fio::FioRunner::new(tools.clone(), paths.fio_dir(Some("fio-rbd"))).and_then(|runner| {
