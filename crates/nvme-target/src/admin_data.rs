@@ -275,6 +275,11 @@ impl Connection {
                     // refuses ANA when it is 0 or above NN).
                     id.maximum_number_of_allowed_namespaces = MAX_NAMESPACE_ID;
                 }
+                // A lost host's commands stay at storage at most this long before
+                // the target gives up waiting for them (see quiesce.rs); the Linux
+                // host's failover can wait for it instead of guessing.
+                id.command_quiesce_time_ms =
+                    u16::try_from(self.target.settings.command_quiesce_timeout_ms).unwrap_or(u16::MAX);
                 id.abort_command_limit = (MAX_OUTSTANDING_ABORTS - 1) as u8;
                 id.firmware_updates = frmw::SLOT_1_READ_ONLY | (1 << frmw::SLOT_COUNT_SHIFT);
                 id.log_page_attributes |= lpa::COMMANDS_EFFECTS;

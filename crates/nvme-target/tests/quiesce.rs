@@ -281,3 +281,18 @@ fn a_connection_awaits_storage_while_a_waking_queue_holds_its_request() {
     assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);
     assert_eq!(block_zero(&ram), data);
 }
+
+#[test]
+fn identify_controller_reports_the_quiesce_timeout_as_cqt() {
+    // CQT tells a multipath host how long a lost connection's commands may stay in
+    // flight here: exactly what the drain waits for at most.
+    let settings = TargetSettings { command_quiesce_timeout_ms: 1_234, ..TargetSettings::default() };
+    let (target, _gate, _ram) = gated_target(settings);
+    let mut host = FakeHost::new(target, 0);
+    host.bring_up_admin(NQN);
+    let answer = host.command(identify(nvme_spec::identify::cns::CONTROLLER, 0), &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    let raw: [u8; nvme_spec::identify::IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
+    assert_eq!(nvme_spec::IdentifyController::decode(&raw).command_quiesce_time_ms, 1_234);
+    assert_eq!(u16::from_le_bytes([raw[386], raw[387]]), 1_234, "CQT sits at bytes 387:386");
+}

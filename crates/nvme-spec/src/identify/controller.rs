@@ -330,6 +330,12 @@ pub struct IdentifyController {
     pub ana_group_identifier_maximum: u32,
     /// NANAGRPID: number of ANA group identifiers, bytes 351:348.
     pub number_of_ana_group_identifiers: u32,
+    /// CQT: command quiesce time, bytes 387:386, in milliseconds: the longest the
+    /// controller expects commands of a host it lost (connection loss, Keep Alive
+    /// timeout) to stay in flight. A multipath host waits this long before retrying
+    /// them on another path, so a late write cannot land over a newer one. 0: not
+    /// reported.
+    pub command_quiesce_time_ms: u16,
     /// SQES: submission queue entry size, byte 512: bits 3:0 required, bits 7:4
     /// maximum, each log2 of bytes (6 = 64 bytes).
     pub submission_queue_entry_size: u8,
@@ -439,6 +445,7 @@ impl IdentifyController {
             ana_capabilities: raw[343],
             ana_group_identifier_maximum: get_u32(raw, 344),
             number_of_ana_group_identifiers: get_u32(raw, 348),
+            command_quiesce_time_ms: get_u16(raw, 386),
             submission_queue_entry_size: raw[512],
             completion_queue_entry_size: raw[513],
             maximum_outstanding_commands: get_u16(raw, 514),
@@ -509,6 +516,7 @@ impl IdentifyController {
         out[343] = self.ana_capabilities;
         put_u32(out, 344, self.ana_group_identifier_maximum);
         put_u32(out, 348, self.number_of_ana_group_identifiers);
+        put_u16(out, 386, self.command_quiesce_time_ms);
         out[512] = self.submission_queue_entry_size;
         out[513] = self.completion_queue_entry_size;
         put_u16(out, 514, self.maximum_outstanding_commands);
@@ -600,6 +608,7 @@ mod tests {
             controller_type: controller_type::IO,
             optional_admin_command_support: oacs::NAMESPACE_MANAGEMENT,
             keep_alive_support: 100,
+            command_quiesce_time_ms: 0x1234,
             submission_queue_entry_size: 0x66,
             completion_queue_entry_size: 0x44,
             maximum_outstanding_commands: 128,
@@ -639,6 +648,7 @@ mod tests {
         assert_eq!(raw[111], 1);
         assert_eq!(&raw[256..258], &[0x08, 0x00]);
         assert_eq!(&raw[320..322], &[100, 0]);
+        assert_eq!(&raw[386..388], &[0x34, 0x12]);
         assert_eq!((raw[512], raw[513]), (0x66, 0x44));
         assert_eq!(&raw[514..516], &[128, 0]);
         assert_eq!(&raw[516..520], &[0x00, 0x04, 0, 0]);

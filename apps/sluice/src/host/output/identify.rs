@@ -120,6 +120,7 @@ fn id_ctrl_fields(id: &IdentifyController) -> Vec<Field> {
         dec("anacap", id.ana_capabilities),
         dec("anagrpmax", id.ana_group_identifier_maximum),
         dec("nanagrpid", id.number_of_ana_group_identifiers),
+        dec("cqt", id.command_quiesce_time_ms),
         hex("sqes", id.submission_queue_entry_size).with(decode_bits(
             id.submission_queue_entry_size.into(),
             &[
