@@ -4,7 +4,10 @@
 #   1. `sluice bench --compare fio-rbd` with fio/jobs/rbd-suite.toml: 128 KiB
 #      sequential write and read at QD8, 4 KiB random write and read at QD1 and QD16,
 #      through Sluice (embedded target, rbd backend, fio + Sluice's engine) and through
-#      fio's own rbd engine on the same image, one after the other.
+#      fio's own rbd engine on the same image, one after the other; ROUNDS times, and
+#      a summary of each job's ratios over the rounds (on a machine whose OSD shares
+#      the CPUs, two runs of one configuration differ by more than 20 %: one round
+#      says little).
 #   2. Many namespaces: `sluice serve` with NAMESPACES rbd namespaces (images of
 #      NS_MIB each, written once), 4 KiB random read through fio and Sluice's engine,
 #      2 jobs x QD32, first on namespace 1 alone, then spread over all of them; the
@@ -16,6 +19,7 @@
 #   SLUICE_BIN=PATH    sluice binary (default target/release/sluice)
 #   NAMESPACES=N       namespaces of step 2 (default 64)
 #   NS_MIB=N           size of each of them (default 16)
+#   ROUNDS=N           rounds of step 1 (default 3)
 #   RUNTIME_S=N        seconds per fio run of step 2 (default 10)
 # Needs fio and the Sluice fio engine (scripts/build-fio-engine.sh). Images it
 # creates are named sluice-bench-*; they are removed at the end.
@@ -28,6 +32,7 @@ ENGINE=$REPO/target/fio/libsluice_fio.so
 NAMESPACES=${NAMESPACES:-64}
 NS_MIB=${NS_MIB:-16}
 RUNTIME_S=${RUNTIME_S:-10}
+ROUNDS=${ROUNDS:-3}
 NQN=nqn.2026-11.io.sluice:rbd-scale
 
 die() { echo "bench-rbd: $*" >&2; exit 1; }
@@ -49,9 +54,37 @@ echo "== 1. sluice bench --compare fio-rbd"
 # --host-io sleep: the OSD shares these CPUs, so the initiator must not spin.
 # --target-poll-mode adaptive: the target as `sluice serve` runs it by default (it
 # spins only for the host's next command, never while RBD requests are in flight).
-"$SLUICE" bench --compare fio-rbd --rbd-image rbd/sluice-bench-compare --namespace-size 256MiB \
-  --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --host-io sleep --target-poll-mode adaptive \
-  --json "$OUT/compare"
+for round in $(seq 1 "$ROUNDS"); do
+  echo "-- round $round of $ROUNDS"
+  "$SLUICE" bench --compare fio-rbd --rbd-image rbd/sluice-bench-compare --namespace-size 256MiB \
+    --suite-file "$REPO/fio/jobs/rbd-suite.toml" --target-threads 1 --host-io sleep --target-poll-mode adaptive \
+    --json "$OUT/compare-round-$round"
+done
+# Each job's Sluice / fio-rbd ratios in every round, and their median.
+python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/compare-summary.md"
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def runs(path):
+    return {run["name"]: run for run in json.load(open(path))["runs"]}
+ratios = {}
+for n in range(1, rounds + 1):
+    sluice = runs(f"{out}/compare-round-{n}-sluice-rbd.json")
+    direct = runs(f"{out}/compare-round-{n}-fio-rbd.json")
+    for name, run in sluice.items():
+        other = direct.get(name)
+        if other and other["iops"] > 0 and other["latency_us"]["mean"] > 0:
+            ratios.setdefault(name, []).append(
+                (run["iops"] / other["iops"], run["latency_us"]["mean"] / other["latency_us"]["mean"]))
+print(f"Sluice / fio-rbd over {rounds} rounds (goal: IOPS >= 0.90, mean latency <= 1.15)")
+print()
+print("| job | IOPS ratio per round | median | mean latency ratio per round | median |")
+print("| --- | --- | --: | --- | --: |")
+for name, pairs in ratios.items():
+    iops = [p[0] for p in pairs]
+    latency = [p[1] for p in pairs]
+    print(f"| {name} | {' / '.join(f'{r:.2f}' for r in iops)} | {statistics.median(iops):.2f} "
+          f"| {' / '.join(f'{r:.2f}' for r in latency)} | {statistics.median(latency):.2f} |")
+PY
 
 echo "== 2. $NAMESPACES namespaces of $NS_MIB MiB"
 port=$(( 20000 + RANDOM % 12000 ))
