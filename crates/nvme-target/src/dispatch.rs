@@ -8,7 +8,7 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{IoCompletion, IoError, IoOp, IoRequest};
 
 use crate::connection::{Connection, Phase};
-use crate::storage_queues::OpenQueue;
+use crate::storage_queues::{OpenQueue, StorageActivity};
 use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::slots::{PendingKind, SlotState};
@@ -188,14 +188,28 @@ impl Connection {
     /// Queues that call the storage waker on completion do not count: the thread
     /// sleeps and polls when woken.
     pub fn has_pending_storage(&self) -> bool {
-        self.storage.must_poll()
-            || (self.storage.waker().is_none() && (self.has_parked() || !self.held_tickets.is_empty()))
+        self.storage.must_poll() || self.waits_unwoken()
     }
 
     /// True when storage requests are in flight whose queues wake the thread on
     /// completion: the runtime's adaptive mode sleeps rather than spins for them.
     pub fn awaits_storage(&self) -> bool {
-        self.storage.awaits_waking_queue()
+        self.storage.activity().awaits_waking_queue
+    }
+
+    /// `has_pending_storage` and `awaits_storage` together, in one pass over the
+    /// connection's queues: the runtime asks both after every call.
+    pub fn storage_activity(&self) -> StorageActivity {
+        let queues = self.storage.activity();
+        StorageActivity {
+            pending_storage: queues.must_poll || self.waits_unwoken(),
+            awaits_storage: queues.awaits_waking_queue,
+        }
+    }
+
+    /// Parked commands or held tickets wait for a release that no waker announces.
+    fn waits_unwoken(&self) -> bool {
+        self.storage.waker().is_none() && (self.has_parked() || !self.held_tickets.is_empty())
     }
 
     /// Collects storage completions and finishes the commands they belong to.

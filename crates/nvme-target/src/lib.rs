@@ -55,5 +55,6 @@ pub use management::ManagementError;
 pub use namespaces::{Attachment, Namespace, NamespaceChange, NamespaceTable};
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
 pub use target::{AddressFamily, ListenerSpec, PeerPath, Target, TargetError, TargetSettings, TargetSpec};
+pub use storage_queues::StorageActivity;
 pub use transmit::{BatchPart, TransmitBatch};
 pub use secure_channel::{SecureChannel, SecureChannelBinding};

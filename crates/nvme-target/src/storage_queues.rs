@@ -45,6 +45,26 @@ impl Drop for OpenQueue {
     }
 }
 
+/// What a connection waits for at storage
+/// ([`Connection::storage_activity`](crate::Connection::storage_activity)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageActivity {
+    /// [`Connection::has_pending_storage`](crate::Connection::has_pending_storage).
+    pub pending_storage: bool,
+    /// [`Connection::awaits_storage`](crate::Connection::awaits_storage).
+    pub awaits_storage: bool,
+}
+
+/// What a connection's backend queues wait for ([`StorageQueues::activity`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct QueuesActivity {
+    /// Requests are in flight on a queue that does not wake the thread: it must poll.
+    pub(crate) must_poll: bool,
+    /// Requests are in flight on a queue that wakes the thread when they complete (so
+    /// the thread may sleep until then).
+    pub(crate) awaits_waking_queue: bool,
+}
+
 /// A connection's backend queues.
 #[derive(Default)]
 pub(crate) struct StorageQueues {
@@ -108,11 +128,24 @@ impl StorageQueues {
         self.opened_queues().any(OpenQueue::must_poll) || self.retired.iter().any(OpenQueue::must_poll)
     }
 
-    /// True when requests are in flight on a queue that wakes the thread when they
-    /// complete (so the thread may sleep until then).
-    pub(crate) fn awaits_waking_queue(&self) -> bool {
-        let waits = |open: &OpenQueue| open.queue.in_flight() > 0 && open.queue.wakes_on_completion();
-        self.opened_queues().any(waits) || self.retired.iter().any(waits)
+    /// What the queues wait for, in one pass over them (the runtime asks after every
+    /// call into the connection, and a connection may have many namespaces open).
+    pub(crate) fn activity(&self) -> QueuesActivity {
+        let mut activity = QueuesActivity::default();
+        for open in self.opened_queues().chain(self.retired.iter()) {
+            if open.queue.in_flight() == 0 {
+                continue;
+            }
+            if open.queue.wakes_on_completion() {
+                activity.awaits_waking_queue = true;
+            } else {
+                activity.must_poll = true;
+            }
+            if activity.must_poll && activity.awaits_waking_queue {
+                break;
+            }
+        }
+        activity
     }
 
     /// Requests in flight on every queue, retired ones included.

@@ -199,6 +199,7 @@ fn writes_wait_for_a_range_a_pair_holds() {
     io.collect();
     assert!(io.received.is_empty(), "nothing may complete while the range is held: {:?}", io.received);
     assert!(io.connection.has_pending_storage(), "without a waker the runtime must keep polling");
+    assert!(io.connection.storage_activity().pending_storage, "the one-pass answer agrees");
     namespace.range_locks.release(8, 8);
     io.connection.poll_storage(io.now);
     io.collect();

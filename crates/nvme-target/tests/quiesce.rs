@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use nvme_spec::opcode::IoOpcode;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
-use nvme_target::{HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{
+    HostAccess, ListenerSpec, NamespaceSpec, StorageActivity, SubsystemSpec, Target, TargetSettings, TargetSpec,
+};
 use nvme_tcp_wire::DigestSettings;
 use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest, RamBackend};
 use support::*;
@@ -271,11 +273,17 @@ fn a_connection_awaits_storage_while_a_waking_queue_holds_its_request() {
     io.connection.poll_storage(io.now);
     assert!(io.connection.awaits_storage(), "a write is held at a queue that wakes the thread");
     assert!(!io.connection.has_pending_storage(), "that queue wakes the thread: nothing to poll for");
+    assert_eq!(
+        io.connection.storage_activity(),
+        StorageActivity { pending_storage: false, awaits_storage: true },
+        "the one-pass answer agrees"
+    );
 
     gate.lock().unwrap().open = true;
     io.connection.poll_storage(io.now);
     io.collect();
     assert!(!io.connection.awaits_storage(), "the write completed");
+    assert_eq!(io.connection.storage_activity(), StorageActivity::default());
     let answer = io.received.pop_front().expect("the write is answered");
     let nvme_tcp_wire::PduHeader::CapsuleResp(response) = answer.header else { panic!("{answer:?}") };
     assert!(response.cqe.status.is_success(), "{:?}", response.cqe.status);

@@ -267,8 +267,7 @@ impl<H: ConnectionHandler> RingCore<H> {
     fn refresh_handler_state(&mut self, index: u32, generation: u32) {
         let Some(connection) = self.connections.get_mut(index, generation) else { return };
         connection.deadline = connection.handler.next_deadline();
-        let pending_work = connection.handler.has_pending_work();
-        let awaits_storage = connection.handler.awaits_storage();
+        let crate::HandlerActivity { pending_work, awaits_storage } = connection.handler.activity();
         let deadline = connection.deadline;
         let was_pending = std::mem::replace(&mut connection.pending_work, pending_work);
         match (was_pending, pending_work) {

@@ -106,6 +106,12 @@ pub trait ConnectionHandler {
     fn awaits_storage(&self) -> bool {
         false
     }
+    /// `has_pending_work` and `awaits_storage` together: the runtime asks both after
+    /// every call into the handler. A handler that answers both from one pass over
+    /// its state overrides this.
+    fn activity(&self) -> HandlerActivity {
+        HandlerActivity { pending_work: self.has_pending_work(), awaits_storage: self.awaits_storage() }
+    }
     /// Progress work not driven by the socket. Called every iteration while
     /// `has_pending_work` is true, and once after each wake of the storage waker
     /// handed to [`Service::accept`] (whatever `has_pending_work` says), so work
@@ -170,6 +176,15 @@ pub trait Service: Send + Sync + 'static {
         storage_waker: &std::task::Waker,
         now: Instant,
     ) -> Option<Self::Handler>;
+}
+
+/// What a connection handler waits for ([`ConnectionHandler::activity`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerActivity {
+    /// [`ConnectionHandler::has_pending_work`].
+    pub pending_work: bool,
+    /// [`ConnectionHandler::awaits_storage`].
+    pub awaits_storage: bool,
 }
 
 /// How a thread waits for completions.

@@ -16,7 +16,7 @@ use nvme_target::{BatchPart, Connection, SecureChannel, Target, TransmitBatch};
 pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
 pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
 use runtime::tls::{PskChoice, PskLookup};
-use runtime::{CloseReason, ConnectionHandler, SendParts, SendSource, Service, TlsConnection, TlsListener, TlsPolicy};
+use runtime::{CloseReason, ConnectionHandler, HandlerActivity, SendParts, SendSource, Service, TlsConnection, TlsListener, TlsPolicy};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
 /// same order as the target's listener specs: the runtime's listener ids 0, 1, ...
@@ -188,6 +188,11 @@ impl ConnectionHandler for TargetConnection {
 
     fn awaits_storage(&self) -> bool {
         self.connection.awaits_storage()
+    }
+
+    fn activity(&self) -> HandlerActivity {
+        let activity = self.connection.storage_activity();
+        HandlerActivity { pending_work: activity.pending_storage, awaits_storage: activity.awaits_storage }
     }
 
     fn poll(&mut self, now: Instant) {

@@ -362,6 +362,10 @@ impl<H: ConnectionHandler> ConnectionHandler for TlsConnection<H> {
         self.inner.awaits_storage()
     }
 
+    fn activity(&self) -> crate::HandlerActivity {
+        self.inner.activity()
+    }
+
     fn poll(&mut self, now: Instant) {
         self.now = now;
         self.inner.poll(now);
