@@ -188,13 +188,13 @@ impl Connection {
     /// Queues that call the storage waker on completion do not count: the thread
     /// sleeps and polls when woken.
     pub fn has_pending_storage(&self) -> bool {
-        self.storage.must_poll() || self.waits_unwoken()
+        self.storage_activity().pending_storage
     }
 
     /// True when storage requests are in flight whose queues wake the thread on
     /// completion: the runtime's adaptive mode sleeps rather than spins for them.
     pub fn awaits_storage(&self) -> bool {
-        self.storage.activity().awaits_waking_queue
+        self.storage_activity().awaits_storage
     }
 
     /// `has_pending_storage` and `awaits_storage` together, in one pass over the

@@ -32,11 +32,6 @@ impl OpenQueue {
         let stats = namespace.stats.register();
         OpenQueue { namespace, queue, stats }
     }
-
-    /// Requests in flight that nothing wakes the thread for: someone must poll.
-    fn must_poll(&self) -> bool {
-        self.queue.in_flight() > 0 && !self.queue.wakes_on_completion()
-    }
 }
 
 impl Drop for OpenQueue {
@@ -121,11 +116,6 @@ impl StorageQueues {
     pub(crate) fn stats(&self, namespace_id: NamespaceId) -> Option<&QueueStats> {
         let index = (namespace_id.0 as usize).checked_sub(1)?;
         self.open.get(index)?.as_ref().map(|open| &*open.stats)
-    }
-
-    /// True when requests are in flight on a queue that does not wake the thread.
-    pub(crate) fn must_poll(&self) -> bool {
-        self.opened_queues().any(OpenQueue::must_poll) || self.retired.iter().any(OpenQueue::must_poll)
     }
 
     /// What the queues wait for, in one pass over them (the runtime asks after every

@@ -20,8 +20,6 @@ fn process_cpu_time() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
-/// One test function, so the checks run one after the other: each counts the
-/// whole process's CPU time.
 /// The process's CPU time over 500 ms, after 50 ms for the runtime to settle.
 fn cpu_used_over_half_a_second() -> Duration {
     std::thread::sleep(Duration::from_millis(50));
@@ -30,6 +28,8 @@ fn cpu_used_over_half_a_second() -> Duration {
     process_cpu_time() - before
 }
 
+/// One test function, so the checks run one after the other: each counts the
+/// whole process's CPU time.
 #[test]
 fn idle_sleep_and_adaptive_modes_use_almost_no_cpu() {
     // Adaptive polling spins only right after completions: idle, it sleeps too.
