@@ -25,7 +25,7 @@ use crate::outcome::Outcome;
 use crate::fabrics::REPORTED_VERSION;
 use crate::limits::{
     ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED,
-    ANA_TRANSITION_TIME_SECONDS, MAX_ANA_GROUP_ID, ERROR_LOG_ENTRIES, IN_CAPSULE_DATA_BYTES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
+    ANA_TRANSITION_TIME_SECONDS, MAX_ANA_GROUP_ID, ERROR_LOG_ENTRIES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
     MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
     MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
 };
@@ -244,7 +244,8 @@ impl Connection {
         // SGLs without alignment rules, and data block descriptors with an offset
         // into in-capsule data.
         id.sgl_support = sgls::SUPPORTED_NO_ALIGNMENT | sgls::SGL_OFFSET;
-        id.io_command_capsule_size = (64 + IN_CAPSULE_DATA_BYTES) / 16;
+        // IOCCSZ: in 16-byte units, the 64-byte command included.
+        id.io_command_capsule_size = (64 + self.target.settings.in_capsule_data_bytes) / 16;
         id.io_response_capsule_size = 1;
         id.in_capsule_data_offset = 0;
         id.maximum_sgl_data_block_descriptors = 1;

@@ -33,7 +33,6 @@ pub(crate) use stream::{DataSink, PduStream, ReadData};
 pub(crate) use timers::ConnectionTimers;
 
 use crate::controller::{Controller, ControllerKind};
-use crate::limits::IN_CAPSULE_DATA_BYTES;
 use crate::namespaces::NamespaceView;
 use crate::slots::{SlotState, SlotTable};
 use crate::stats::{QueueStats, TargetCounters};
@@ -246,7 +245,7 @@ impl Connection {
             return;
         }
         let sgl = sqe.sgl();
-        let status = if data_length > IN_CAPSULE_DATA_BYTES {
+        let status = if data_length > self.target.settings.in_capsule_data_bytes {
             Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry()
         } else if !sgl.is_in_capsule() {
             Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry()

@@ -2,11 +2,15 @@
 //! the target from hostile or broken hosts: nothing from the network is buffered
 //! before its length is checked against one of these.
 
-/// In-capsule data the target accepts with a command (advertised through IOCCSZ).
-/// 16 KiB is what the Linux kernel target uses for TCP (4 pages); it carries Connect
-/// data (1 KiB), Dataset Management ranges (up to 4 KiB) and small writes without an
-/// R2T round trip.
-pub const IN_CAPSULE_DATA_BYTES: u32 = 16 * 1024;
+/// Largest `in_capsule_data_bytes` (in-capsule data of one command, advertised
+/// through IOCCSZ): the maximum data transfer size, so that every write can travel in
+/// its command capsule. The PDU reader never accepts more data in one PDU.
+pub const MAX_IN_CAPSULE_DATA_BYTES: u32 = MAX_DATA_TRANSFER_BYTES;
+
+/// Smallest `in_capsule_data_bytes`: the 8 KiB NVMe/TCP fixes for admin queues (the
+/// one limit applies to every queue), which also holds Connect data (1 KiB) and a full
+/// Dataset Management range list (4 KiB).
+pub const MIN_IN_CAPSULE_DATA_BYTES: u32 = 8192;
 
 /// MAXH2CDATA: the largest H2CData PDU data the target accepts, advertised in ICResp.
 /// 128 KiB matches SPDK's default and equals the maximum data transfer size, so one

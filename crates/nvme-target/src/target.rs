@@ -15,8 +15,8 @@ use crate::controller::{Controller, ControllerKind};
 use crate::namespaces::NamespaceChange;
 use crate::limits::{
     RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_COMMAND_QUIESCE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS,
-    MAX_DATA_TRANSFER_BYTES,
-    MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH, MAX_OUTSTANDING_R2T_BYTES_LIMIT,
+    MAX_DATA_TRANSFER_BYTES, MAX_IN_CAPSULE_DATA_BYTES, MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH,
+    MAX_OUTSTANDING_R2T_BYTES_LIMIT, MIN_IN_CAPSULE_DATA_BYTES,
 };
 use crate::stats::TargetCounters;
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
@@ -79,6 +79,17 @@ pub struct TargetSettings {
     /// not an error. At least the maximum data transfer size (128 KiB), so every
     /// command fits.
     pub max_outstanding_r2t_bytes_per_connection: u32,
+    /// ICD: in-capsule data an I/O command may carry (reported as IOCCSZ, the I/O
+    /// command capsule size: 64 bytes of command plus this, in 16-byte units). Hosts
+    /// send writes up to this size inside the command capsule, and larger ones after
+    /// an R2T. The default, 128 KiB (the maximum data transfer size), sends every write
+    /// in one PDU: a round trip (R2T, then H2CData) and two wake-ups fewer per large
+    /// write. It costs no memory: in-capsule data lands in the command's data buffer as
+    /// R2T data does, so a connection holds at most one buffer per queue entry either
+    /// way (`limits::max_connection_buffer_bytes`); only the R2T budget above no longer
+    /// paces such writes, the TCP window does. The Linux kernel target's default is
+    /// 16 KiB. A multiple of 16 in 8 KiB..=128 KiB; admin queues take the same.
+    pub in_capsule_data_bytes: u32,
     /// A connection that has not sent ICReq and a successful Connect this long after
     /// it was accepted is closed: it holds a socket and memory without being a host.
     pub connection_setup_timeout_ms: u64,
@@ -115,8 +126,9 @@ pub struct TargetSettings {
     /// subsystem is held while its previous controller's requests may still land (a
     /// write of the dead association must not overwrite what the new one wrote).
     /// Above the backends' own I/O timeouts (RBD: 20 s by default), so a request
-    /// normally ends before the wait does. (NVMe's CQT, Command Quiesce Time, is the
-    /// host-side view of this bound; Identify Controller does not report it yet.)
+    /// normally ends before the wait does. I/O controllers report it as CQT (Command
+    /// Quiesce Time) in Identify Controller: how long a multipath host should wait
+    /// before it retries a lost connection's commands on another path.
     pub command_quiesce_timeout_ms: u32,
 }
 
@@ -127,6 +139,7 @@ impl Default for TargetSettings {
             max_io_queue_depth: MAX_IO_QUEUE_DEPTH,
             max_connections_per_host: 1024,
             max_outstanding_r2t_bytes_per_connection: 16 * 1024 * 1024,
+            in_capsule_data_bytes: MAX_IN_CAPSULE_DATA_BYTES,
             connection_setup_timeout_ms: 10_000,
             min_keep_alive_timeout_ms: 1_000,
             max_keep_alive_timeout_ms: 300_000,
@@ -204,6 +217,8 @@ pub enum TargetError {
     ConnectionsPerHost { value: u32, min: u32 },
     #[error("max_outstanding_r2t_bytes_per_connection must be {min}..={max} (at least the maximum data transfer size), not {value}")]
     OutstandingR2tBytes { value: u32, min: u32, max: u32 },
+    #[error("in_capsule_data_bytes must be a multiple of 16 in {min}..={max} (the maximum data transfer size), not {value}")]
+    InCapsuleDataBytes { value: u32, min: u32, max: u32 },
     #[error("connection_setup_timeout_ms must be 1..={max}, not {value}")]
     ConnectionSetupTimeout { value: u64, max: u64 },
     #[error("command_quiesce_timeout_ms must be 1..={max}, not {value}")]
@@ -659,6 +674,14 @@ impl TargetSettings {
                 value: r2t_bytes,
                 min: MAX_DATA_TRANSFER_BYTES,
                 max: MAX_OUTSTANDING_R2T_BYTES_LIMIT,
+            });
+        }
+        let in_capsule = self.in_capsule_data_bytes;
+        if !(MIN_IN_CAPSULE_DATA_BYTES..=MAX_IN_CAPSULE_DATA_BYTES).contains(&in_capsule) || !in_capsule.is_multiple_of(16) {
+            return Err(TargetError::InCapsuleDataBytes {
+                value: in_capsule,
+                min: MIN_IN_CAPSULE_DATA_BYTES,
+                max: MAX_IN_CAPSULE_DATA_BYTES,
             });
         }
         if !(1..=MAX_CONNECTION_SETUP_TIMEOUT_MS).contains(&self.connection_setup_timeout_ms) {

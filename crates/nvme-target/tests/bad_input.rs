@@ -76,11 +76,20 @@ fn data_longer_than_the_limit_is_refused_before_buffering() {
 
 #[test]
 fn in_capsule_data_above_the_advertised_size_fails_the_command_only() {
-    let target = test_target();
-    let (_admin, mut io) = connected_io_queue(&target, DigestSettings { header: false, data: false });
+    let settings = nvme_target::TargetSettings { in_capsule_data_bytes: 16 * 1024, ..Default::default() };
+    let target = test_target_with(settings);
+    let (mut admin, mut io) = connected_io_queue(&target, DigestSettings { header: false, data: false });
+    let answer = admin.command(identify(cns::CONTROLLER, 0), &[], &[]);
+    let raw: [u8; nvme_spec::identify::IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
+    let id = nvme_spec::identify::IdentifyController::decode(&raw);
+    assert_eq!(id.io_command_capsule_size * 16, 64 + 16 * 1024, "IOCCSZ follows the setting");
     let data = pattern(32 * 1024, 1);
     let answer = io.command(read_write(IoOpcode::Write, 1, 0, 64), &data, &[]);
     assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
+    assert!(answer.cqe.status.do_not_retry());
+    // Exactly the advertised size still fits.
+    let data = pattern(16 * 1024, 2);
+    assert_status(&io.command(read_write(IoOpcode::Write, 1, 0, 32), &data, &[]), Status::SUCCESS);
     assert_status(&io.command(read_write(IoOpcode::Read, 1, 0, 1), &[], &[]), Status::SUCCESS);
 }
 

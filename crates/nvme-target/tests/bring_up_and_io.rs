@@ -56,7 +56,8 @@ fn admin_queue_comes_up_and_identifies_like_linux_expects() {
     assert_ne!(id.keep_alive_support, 0, "KAS is mandatory for fabrics");
     assert_eq!(id.sgl_support & 0b11, 1);
     assert_eq!(id.in_capsule_data_offset, 0);
-    assert_eq!(id.io_command_capsule_size * 16, 64 + 16384);
+    // IOCCSZ: the command and the default 128 KiB of in-capsule data.
+    assert_eq!(id.io_command_capsule_size * 16, 64 + 128 * 1024);
     assert_eq!(id.subsystem_nqn_str(), Some(NQN));
     assert!(id.maximum_outstanding_commands >= 128);
 
@@ -104,15 +105,14 @@ fn writes_read_back_in_capsule_and_through_r2t_with_and_without_digests() {
         DigestSettings { header: true, data: true },
     ] {
         let (_admin, mut io) = io_queue(digests);
-        // 4 KiB fits in-capsule; 128 KiB needs R2T.
-        for (lba, blocks, seed) in [(0u64, 8u32, 1u8), (100, 256, 2), (NAMESPACE_BLOCKS - 256, 256, 3)] {
+        // 4 KiB and 128 KiB in the capsule (the default in-capsule size is 128 KiB),
+        // and 128 KiB after an R2T, as a host with a smaller in-capsule limit sends it.
+        for (lba, blocks, seed, in_capsule) in
+            [(0u64, 8u32, 1u8, true), (100, 256, 2, false), (NAMESPACE_BLOCKS - 256, 256, 3, true)]
+        {
             let data = pattern((blocks * BLOCK_BYTES) as usize, seed);
             let write = read_write(IoOpcode::Write, 1, lba, blocks);
-            let answer = if data.len() <= 16384 {
-                io.command(write, &data, &[])
-            } else {
-                io.command(write, &[], &data)
-            };
+            let answer = if in_capsule { io.command(write, &data, &[]) } else { io.command(write, &[], &data) };
             assert_status(&answer, Status::SUCCESS);
             let answer = io.command(read_write(IoOpcode::Read, 1, lba, blocks), &[], &[]);
             assert_status(&answer, Status::SUCCESS);

@@ -144,7 +144,8 @@ fn statuses_skipping_data(host: &mut FakeHost, ids: &[CommandId]) -> Vec<Status>
 #[test]
 fn both_commands_of_a_pair_may_take_their_data_by_r2t() {
     let (_target, _admin, mut io) = io_queue();
-    // 64 blocks of 512 bytes = 32 KiB: above the in-capsule size, sent on R2T.
+    // 64 blocks of 512 bytes = 32 KiB, sent on R2T (as a host with a smaller
+    // in-capsule limit than the target's does).
     let old = pattern(32 * 1024, 5);
     let new = pattern(32 * 1024, 6);
     assert_status(&io.command(read_write(IoOpcode::Write, 1, 100, 64), &[], &old), Status::SUCCESS);

@@ -125,6 +125,7 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
             "max_outstanding_r2t_bytes_per_connection",
             before.max_outstanding_r2t_bytes_per_connection == after.max_outstanding_r2t_bytes_per_connection,
         ),
+        ("in_capsule_data_bytes", before.in_capsule_data_bytes == after.in_capsule_data_bytes),
         ("connection_setup_timeout_ms", before.connection_setup_timeout_ms == after.connection_setup_timeout_ms),
         ("command_quiesce_timeout_ms", before.command_quiesce_timeout_ms == after.command_quiesce_timeout_ms),
         ("min_keep_alive_timeout_ms", before.min_keep_alive_timeout_ms == after.min_keep_alive_timeout_ms),

@@ -364,6 +364,9 @@ pub struct TargetSection {
     /// Bytes, or a string like "16MiB".
     #[serde(default)]
     pub max_outstanding_r2t_bytes_per_connection: Option<ByteSize>,
+    /// Bytes, or a string like "16KiB".
+    #[serde(default)]
+    pub in_capsule_data_bytes: Option<ByteSize>,
     #[serde(default)]
     pub connection_setup_timeout_ms: Option<u64>,
     #[serde(default)]
@@ -725,6 +728,10 @@ impl Config {
                     .map_or(defaults.max_outstanding_r2t_bytes_per_connection, |size| {
                         u32::try_from(size.0).unwrap_or(u32::MAX)
                     }),
+                in_capsule_data_bytes: self
+                    .target
+                    .in_capsule_data_bytes
+                    .map_or(defaults.in_capsule_data_bytes, |size| u32::try_from(size.0).unwrap_or(u32::MAX)),
                 connection_setup_timeout_ms: self
                     .target
                     .connection_setup_timeout_ms

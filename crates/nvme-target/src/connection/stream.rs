@@ -10,7 +10,7 @@ use nvme_tcp_wire::{
 };
 use storage::LentBytes;
 
-use crate::limits::{IN_CAPSULE_DATA_BYTES, MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES};
+use crate::limits::{MAX_C2H_DATA_PDU_BYTES, MAX_H2C_DATA_BYTES, MAX_IN_CAPSULE_DATA_BYTES};
 use crate::transmit::{BufferPool, TransmitBatch};
 
 /// Where the data of the PDU being received goes.
@@ -63,7 +63,7 @@ impl PduStream {
         PduStream {
             reader: PduReader::new(
                 Role::Controller,
-                ReaderLimits { max_data_bytes: IN_CAPSULE_DATA_BYTES.max(MAX_H2C_DATA_BYTES) },
+                ReaderLimits { max_data_bytes: MAX_IN_CAPSULE_DATA_BYTES.max(MAX_H2C_DATA_BYTES) },
             ),
             writer: PduWriter::new(),
             data_digest: false,

@@ -18,6 +18,9 @@ fn out_of_range_limits_are_refused() {
         TargetSettings { max_connections_per_host: 64, ..defaults },
         TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES - 1, ..defaults },
         TargetSettings { max_outstanding_r2t_bytes_per_connection: MAX_OUTSTANDING_R2T_BYTES_LIMIT + 1, ..defaults },
+        TargetSettings { in_capsule_data_bytes: MIN_IN_CAPSULE_DATA_BYTES - 16, ..defaults },
+        TargetSettings { in_capsule_data_bytes: MAX_IN_CAPSULE_DATA_BYTES + 16, ..defaults },
+        TargetSettings { in_capsule_data_bytes: 16 * 1024 + 8, ..defaults },
         TargetSettings { connection_setup_timeout_ms: 0, ..defaults },
         TargetSettings { command_quiesce_timeout_ms: 0, ..defaults },
         TargetSettings { command_quiesce_timeout_ms: MAX_COMMAND_QUIESCE_TIMEOUT_MS + 1, ..defaults },
@@ -30,6 +33,7 @@ fn out_of_range_limits_are_refused() {
     let smallest = TargetSettings {
         max_connections_per_host: 65,
         max_outstanding_r2t_bytes_per_connection: MAX_DATA_TRANSFER_BYTES,
+        in_capsule_data_bytes: MIN_IN_CAPSULE_DATA_BYTES,
         connection_setup_timeout_ms: 1,
         min_keep_alive_timeout_ms: 1,
         max_keep_alive_timeout_ms: 1,

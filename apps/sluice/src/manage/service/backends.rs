@@ -322,6 +322,7 @@ impl Management {
                 "max_io_queue_depth": settings.max_io_queue_depth,
                 "max_connections_per_host": settings.max_connections_per_host,
                 "max_outstanding_r2t_bytes_per_connection": settings.max_outstanding_r2t_bytes_per_connection,
+                "in_capsule_data_bytes": settings.in_capsule_data_bytes,
                 "connection_setup_timeout_ms": settings.connection_setup_timeout_ms,
                 "command_quiesce_timeout_ms": settings.command_quiesce_timeout_ms,
                 "min_keep_alive_timeout_ms": settings.min_keep_alive_timeout_ms,
@@ -329,7 +330,6 @@ impl Management {
                 "allow_keep_alive_disabled": settings.allow_keep_alive_disabled,
             },
             "protocol": {
-                "in_capsule_data_bytes": limits::IN_CAPSULE_DATA_BYTES,
                 "max_data_transfer_bytes": limits::MAX_DATA_TRANSFER_BYTES,
                 "max_h2c_data_bytes": limits::MAX_H2C_DATA_BYTES,
                 "max_admin_queue_depth": limits::MAX_ADMIN_QUEUE_DEPTH,
