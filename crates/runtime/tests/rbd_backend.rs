@@ -1,5 +1,6 @@
 //! The `rbd` backend against a real one-node Ceph cluster: the storage conformance
-//! suite, completions that wake the owner instead of being polled for, one cluster
+//! suite, completions that wake the owner instead of being polled for, write buffers
+//! that are free once their write completes (librbd sends from them), one cluster
 //! connection for many images, and actionable open errors.
 //!
 //! Needs a cluster: `CEPH_CONF` naming its ceph.conf (scripts/test.sh starts one with
@@ -115,6 +116,44 @@ fn completions_wake_the_owner() {
     queue.reap(&mut refused);
     assert_eq!(refused.len(), 1);
     assert_eq!(refused[0].result, Err(IoError::OutOfRange));
+}
+
+/// librbd sends writes straight from the queue's buffer (zero-copy writes) and holds
+/// a completion back until it has let go of the buffer: a buffer scribbled over the
+/// moment its write completes must not change what the image holds.
+#[test]
+fn write_buffers_are_free_once_their_write_completes() {
+    if !cluster_available() {
+        return;
+    }
+    const WRITES: u64 = 48;
+    const BLOCKS: u64 = 32; // 128 KiB of 4 KiB blocks
+    let bytes = (BLOCKS * 4096) as usize;
+    let backend = new_image("zerocopy", WRITES * BLOCKS * 4096, 4096);
+    let mut queue = backend.open_queue();
+    for index in 0..WRITES {
+        let op = IoOp::Write { lba: index * BLOCKS, blocks: BLOCKS as u32, force_unit_access: false };
+        queue.submit(IoRequest { token: index, op, buffer: pattern(index, bytes) });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut done = 0;
+    let mut completions = Vec::new();
+    while done < WRITES {
+        assert!(Instant::now() < deadline, "only {done} of {WRITES} writes completed");
+        queue.reap(&mut completions);
+        for mut completion in completions.drain(..) {
+            assert_eq!(completion.result, Ok(()));
+            completion.buffer.fill(0xEE);
+            done += 1;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for index in 0..WRITES {
+        let read = IoOp::Read { lba: index * BLOCKS, blocks: BLOCKS as u32 };
+        let answer = submit_and_wait(&mut *queue, IoRequest { token: index, op: read, buffer: vec![0; bytes] });
+        assert_eq!(answer.result, Ok(()));
+        assert!(answer.buffer == pattern(index, bytes), "write {index} reads back changed");
+    }
 }
 
 #[test]
