@@ -32,6 +32,7 @@ pub(crate) use r2t::R2tFlow;
 pub(crate) use stream::{DataSink, PduStream, ReadData};
 pub(crate) use timers::ConnectionTimers;
 
+use crate::limits::ADMIN_IN_CAPSULE_DATA_BYTES;
 use crate::controller::{Controller, ControllerKind};
 use crate::namespaces::NamespaceView;
 use crate::slots::{SlotState, SlotTable};
@@ -245,7 +246,13 @@ impl Connection {
             return;
         }
         let sgl = sqe.sgl();
-        let status = if data_length > self.target.settings.in_capsule_data_bytes {
+        // ICD: I/O queues take what IOCCSZ announces; admin queues, and the Connect
+        // that binds a queue, the 8 KiB NVMe/TCP fixes for them.
+        let in_capsule_limit = match &self.binding {
+            Some(binding) if !binding.queue_id.is_admin() => self.target.settings.in_capsule_data_bytes,
+            _ => ADMIN_IN_CAPSULE_DATA_BYTES,
+        };
+        let status = if data_length > in_capsule_limit {
             Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry()
         } else if !sgl.is_in_capsule() {
             Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry()

@@ -7,10 +7,13 @@
 /// its command capsule. The PDU reader never accepts more data in one PDU.
 pub const MAX_IN_CAPSULE_DATA_BYTES: u32 = MAX_DATA_TRANSFER_BYTES;
 
-/// Smallest `in_capsule_data_bytes`: the 8 KiB NVMe/TCP fixes for admin queues (the
-/// one limit applies to every queue), which also holds Connect data (1 KiB) and a full
-/// Dataset Management range list (4 KiB).
-pub const MIN_IN_CAPSULE_DATA_BYTES: u32 = 8192;
+/// In-capsule data of an admin queue's commands, and of the Connect command that
+/// binds any queue: NVMe/TCP fixes it at 8 KiB (IOCCSZ describes I/O queues only).
+pub const ADMIN_IN_CAPSULE_DATA_BYTES: u32 = 8192;
+
+/// Smallest `in_capsule_data_bytes`: what an admin queue takes, which holds Connect
+/// data (1 KiB) and a full Dataset Management range list (4 KiB).
+pub const MIN_IN_CAPSULE_DATA_BYTES: u32 = ADMIN_IN_CAPSULE_DATA_BYTES;
 
 /// MAXH2CDATA: the largest H2CData PDU data the target accepts, advertised in ICResp.
 /// 128 KiB matches SPDK's default and equals the maximum data transfer size, so one

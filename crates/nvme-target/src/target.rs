@@ -88,7 +88,8 @@ pub struct TargetSettings {
     /// R2T data does, so a connection holds at most one buffer per queue entry either
     /// way (`limits::max_connection_buffer_bytes`); only the R2T budget above no longer
     /// paces such writes, the TCP window does. The Linux kernel target's default is
-    /// 16 KiB. A multiple of 16 in 8 KiB..=128 KiB; admin queues take the same.
+    /// 16 KiB. A multiple of 16 in 8 KiB..=128 KiB. Admin queues (and every queue's
+    /// Connect) take the 8 KiB NVMe/TCP fixes for them, whatever this says.
     pub in_capsule_data_bytes: u32,
     /// A connection that has not sent ICReq and a successful Connect this long after
     /// it was accepted is closed: it holds a socket and memory without being a host.

@@ -87,6 +87,15 @@ fn in_capsule_data_above_the_advertised_size_fails_the_command_only() {
     let answer = io.command(read_write(IoOpcode::Write, 1, 0, 64), &data, &[]);
     assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
     assert!(answer.cqe.status.do_not_retry());
+    // Admin queues take 8 KiB, whatever IOCCSZ says for I/O queues.
+    let keep_alive = {
+        let mut sqe = nvme_spec::SubmissionQueueEntry::default();
+        sqe.set_cdw0(nvme_spec::opcode::AdminOpcode::KeepAlive as u8, nvme_spec::CommandId(0), 0);
+        sqe
+    };
+    let answer = admin.command(keep_alive, &pattern(12 * 1024, 3), &[]);
+    assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
+    assert_status(&admin.command(keep_alive, &[], &[]), Status::SUCCESS);
     // Exactly the advertised size still fits.
     let data = pattern(16 * 1024, 2);
     assert_status(&io.command(read_write(IoOpcode::Write, 1, 0, 32), &data, &[]), Status::SUCCESS);
