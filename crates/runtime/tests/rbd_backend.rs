@@ -1,7 +1,7 @@
 //! The `rbd` backend against a real one-node Ceph cluster: the storage conformance
 //! suite, completions that wake the owner instead of being polled for, write buffers
-//! that are free once their write completes (librbd sends from them), one cluster
-//! connection for many images, and actionable open errors.
+//! that are free once their write completes, one cluster connection for many images,
+//! and actionable open errors.
 //!
 //! Needs a cluster: `CEPH_CONF` naming its ceph.conf (scripts/test.sh starts one with
 //! ../shared/ceph-single-node.sh and sets it). Without one the tests say so and pass,
@@ -118,9 +118,9 @@ fn completions_wake_the_owner() {
     assert_eq!(refused[0].result, Err(IoError::OutOfRange));
 }
 
-/// librbd sends writes straight from the queue's buffer (zero-copy writes) and holds
-/// a completion back until it has let go of the buffer: a buffer scribbled over the
-/// moment its write completes must not change what the image holds.
+/// A buffer handed back with its write's completion is the caller's again: scribbled
+/// over at once, it must not change what the image holds (librbd must be done with
+/// it, whether it copied the data or, with zero-copy writes, sent from the buffer).
 #[test]
 fn write_buffers_are_free_once_their_write_completes() {
     if !cluster_available() {
@@ -129,7 +129,7 @@ fn write_buffers_are_free_once_their_write_completes() {
     const WRITES: u64 = 48;
     const BLOCKS: u64 = 32; // 128 KiB of 4 KiB blocks
     let bytes = (BLOCKS * 4096) as usize;
-    let backend = new_image("zerocopy", WRITES * BLOCKS * 4096, 4096);
+    let backend = new_image("reuse", WRITES * BLOCKS * 4096, 4096);
     let mut queue = backend.open_queue();
     for index in 0..WRITES {
         let op = IoOp::Write { lba: index * BLOCKS, blocks: BLOCKS as u32, force_unit_access: false };

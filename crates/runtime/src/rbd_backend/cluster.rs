@@ -126,16 +126,16 @@ fn connect_new(spec: &ClusterSpec) -> Result<Cluster, RbdError> {
     unsafe { (library.rados_conf_parse_env)(handle, std::ptr::null()) };
     let timeout = spec.op_timeout_seconds().to_string();
     let connect_timeout = CONNECT_TIMEOUT_SECONDS.to_string();
-    let settings: [(&str, &str); 8] = [
+    // librbd copies each write's data (`rbd_disable_zero_copy_writes`, on by default),
+    // and that stays: with zero-copy writes librbd holds a request's completion back
+    // until the messenger has let go of the caller's buffer, and a message still
+    // queued to an OSD that stalled without closing its connection holds it until the
+    // connection is reset, which can be far past the op timeout. The copy costs a few
+    // microseconds per 128 KiB write; a request that outlives its timeout costs a hang.
+    let settings: [(&str, &str); 7] = [
         // Writes are acknowledged only once the OSDs have them: no volatile cache to
         // flush, so the namespace advertises none and FUA needs nothing extra.
         ("rbd_cache", "false"),
-        // librbd copies each write's data by default, in case the caller changes the
-        // buffer while the request is in flight (a CRC mismatch on the wire). A queue
-        // leaves its buffer alone until the request completes, and librbd holds the
-        // completion back until it has dropped its last reference to the buffer: it
-        // may send straight from it (one copy less per write; 128 KiB at a time).
-        ("rbd_disable_zero_copy_writes", "false"),
         ("rados_osd_op_timeout", &timeout),
         ("rados_mon_op_timeout", &timeout),
         ("client_mount_timeout", &connect_timeout),

@@ -5,11 +5,9 @@
 //!   Ceph installed serves every other backend, and an `rbd` entry says what to install.
 //! - One cluster connection per (ceph.conf, cephx user, op timeout) in the process,
 //!   one image handle per backend, shared by all its queues ([`cluster`]).
-//! - Each queue submits on the thread that owns it, and librbd sends writes straight
-//!   from the queue's buffer (zero-copy writes: the buffer stays put until the request
-//!   completes); completions arrive on librbd's threads and wake the owning thread
-//!   through the waker it opened the queue with, so the runtime sleeps while requests
-//!   are at the cluster ([`queue`]).
+//! - Each queue submits on the thread that owns it; completions arrive on librbd's
+//!   threads and wake that thread through the waker it opened the queue with, so the
+//!   runtime sleeps while requests are at the cluster ([`queue`]).
 //! - Semantics: librbd's cache is off, so a write completes once the OSDs have it
 //!   (durable in the cluster): no volatile write cache is advertised, FUA needs nothing
 //!   more, and Flush is `rbd_aio_flush` (a barrier for requests already completed).

@@ -190,10 +190,11 @@ fn pool_namespaces_come_from_the_open_pool_and_must_fit_its_free_space() {
 
 #[test]
 fn limits_show_the_settings_in_effect() {
-    let text = format!("{FILE}\n[target]\nmax_io_queue_depth = 128\n");
+    let text = format!("{FILE}\n[target]\nmax_io_queue_depth = 128\nin_capsule_data_bytes = \"16KiB\"\n");
     let mut fixture = Fixture::new("limits", &text);
     let limits = fixture.call("limits_show", json!({})).unwrap();
     assert_eq!(limits["target"]["max_io_queue_depth"], 128);
+    assert_eq!(limits["target"]["in_capsule_data_bytes"], 16 * 1024);
     assert_eq!(limits["target"]["max_io_queues_per_controller"], 64);
     assert_eq!(limits["protocol"]["max_namespace_id"], 4096);
 }
