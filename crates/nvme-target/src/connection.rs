@@ -32,8 +32,8 @@ pub(crate) use r2t::R2tFlow;
 pub(crate) use stream::{DataSink, PduStream, ReadData};
 pub(crate) use timers::ConnectionTimers;
 
-use crate::limits::ADMIN_IN_CAPSULE_DATA_BYTES;
 use crate::controller::{Controller, ControllerKind};
+use crate::limits::ADMIN_IN_CAPSULE_DATA_BYTES;
 use crate::namespaces::NamespaceView;
 use crate::slots::{SlotState, SlotTable};
 use crate::stats::{QueueStats, TargetCounters};

@@ -79,20 +79,14 @@ fn in_capsule_data_above_the_advertised_size_fails_the_command_only() {
     let settings = nvme_target::TargetSettings { in_capsule_data_bytes: 16 * 1024, ..Default::default() };
     let target = test_target_with(settings);
     let (mut admin, mut io) = connected_io_queue(&target, DigestSettings { header: false, data: false });
-    let answer = admin.command(identify(cns::CONTROLLER, 0), &[], &[]);
-    let raw: [u8; nvme_spec::identify::IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
-    let id = nvme_spec::identify::IdentifyController::decode(&raw);
+    let id = identify_controller(&mut admin);
     assert_eq!(id.io_command_capsule_size * 16, 64 + 16 * 1024, "IOCCSZ follows the setting");
     let data = pattern(32 * 1024, 1);
     let answer = io.command(read_write(IoOpcode::Write, 1, 0, 64), &data, &[]);
     assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
     assert!(answer.cqe.status.do_not_retry());
     // Admin queues take 8 KiB, whatever IOCCSZ says for I/O queues.
-    let keep_alive = {
-        let mut sqe = nvme_spec::SubmissionQueueEntry::default();
-        sqe.set_cdw0(nvme_spec::opcode::AdminOpcode::KeepAlive as u8, nvme_spec::CommandId(0), 0);
-        sqe
-    };
+    let keep_alive = sqe(nvme_spec::opcode::AdminOpcode::KeepAlive as u8, 0, 0);
     let answer = admin.command(keep_alive, &pattern(12 * 1024, 3), &[]);
     assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
     assert_status(&admin.command(keep_alive, &[], &[]), Status::SUCCESS);

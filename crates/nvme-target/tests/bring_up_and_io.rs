@@ -8,16 +8,10 @@ use nvme_spec::fabrics::property_offset;
 use nvme_spec::identify::{cns, decode_namespace_list, IDENTIFY_DATA_BYTES};
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::{ControllerCapabilities, ControllerStatus};
-use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceId, QueueId, Status};
+use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, QueueId, Status};
 use nvme_tcp_wire::DigestSettings;
 use support::*;
 
-fn identify_controller(host: &mut FakeHost) -> IdentifyController {
-    let answer = host.command(identify(cns::CONTROLLER, 0), &[], &[]);
-    assert_status(&answer, Status::SUCCESS);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
-    IdentifyController::decode(&raw)
-}
 
 #[test]
 fn admin_queue_comes_up_and_identifies_like_linux_expects() {

@@ -360,6 +360,14 @@ pub fn identify(cns: u8, nsid: u32) -> SubmissionQueueEntry {
     sqe
 }
 
+/// Identify Controller over `host`'s (admin) queue, decoded.
+pub fn identify_controller(host: &mut FakeHost) -> nvme_spec::IdentifyController {
+    let answer = host.command(identify(nvme_spec::identify::cns::CONTROLLER, 0), &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    let raw: [u8; nvme_spec::identify::IDENTIFY_DATA_BYTES] = answer.data.try_into().expect("4096 bytes");
+    nvme_spec::IdentifyController::decode(&raw)
+}
+
 pub fn read_write(opcode: IoOpcode, nsid: u32, lba: u64, blocks: u32) -> SubmissionQueueEntry {
     let mut sqe = sqe(opcode as u8, nsid, blocks * BLOCK_BYTES);
     sqe.dwords[10] = lba as u32;
