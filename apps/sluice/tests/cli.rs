@@ -708,3 +708,15 @@ fn copy_moves_ranges_on_the_target_in_order() {
     copy.extend(["--sdlba", "0", "--slbs", "1,2", "--blocks", "0"].map(String::from));
     assert_fails(&sluice(&copy), 2, &["one length per source range"]);
 }
+
+#[test]
+fn ptpl_on_a_target_without_state_dir_is_refused_saying_what_it_needs() {
+    let server = Server::start("cli-ptpl-no-state");
+    let mut register: Vec<String> = vec!["resv-register".into()];
+    register.extend(server.target());
+    register.extend(["--nrkey", "0xa1", "--cptpl", "3"].map(String::from));
+    assert_fails(&sluice(&register), 1, &["Invalid Field", "persist reservations through power loss", "state_dir"]);
+    // Without CPTPL the same registration succeeds.
+    let answer = ok_json(&server, "resv-register", &["--nrkey", "0xa1"]);
+    assert_eq!(answer["result"], "success");
+}

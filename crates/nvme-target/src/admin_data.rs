@@ -85,6 +85,12 @@ impl Connection {
             Ok(length) => length,
             Err(status) => return Outcome::status(status),
         };
+        // Every Identify structure is 4096 bytes: a data buffer shorter than that
+        // cannot hold it (Data SGL Length Invalid, as the Linux target answers), and a
+        // host that sends one has a bug better reported than half-filled.
+        if (length as usize) < IDENTIFY_DATA_BYTES {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
+        }
         let Some(binding) = &self.binding else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
         };

@@ -338,6 +338,11 @@ impl Connection {
         let Some(binding) = &self.binding else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
         };
+        // The width asked for must be the property's own (NVMe over Fabrics, Property
+        // Get: a 4-byte property read as 8 bytes, or CAP read as 4, is Invalid Field).
+        if property_offset::size_bytes(property.offset) != Some(size_bytes) {
+            return Outcome::status(Status::INVALID_FIELD.with_do_not_retry());
+        }
         let state = binding.controller.state();
         let value = match property.offset {
             property_offset::CAP => self.capabilities().raw(),
@@ -346,7 +351,6 @@ impl Connection {
             property_offset::CSTS => u64::from(state.status.raw()),
             _ => return Outcome::status(Status::INVALID_FIELD.with_do_not_retry()),
         };
-        let value = if size_bytes == 4 { value & 0xFFFF_FFFF } else { value };
         Outcome::Done(Status::SUCCESS, value)
     }
 

@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use nvme_spec::fabrics::property_offset;
 use nvme_spec::identify::cns;
-use nvme_spec::opcode::IoOpcode;
+use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{ControllerId, QueueId, Status};
 use nvme_target::Phase;
 use nvme_tcp_wire::{
@@ -293,4 +294,42 @@ fn nothing_follows_the_termination_request() {
     // behind it would fail here.
     io.send_bytes(&bytes);
     expect_termination(&mut io, FatalErrorStatus::InvalidPduHeaderField);
+}
+
+#[test]
+fn property_get_with_the_wrong_width_is_invalid_field() {
+    let target = test_target();
+    let mut host = FakeHost::new(target, 0);
+    host.bring_up_admin(NQN);
+    // CC, VS and CSTS are 4-byte properties, CAP an 8-byte one (NVMe over Fabrics,
+    // Property Get): the Linux target answers Invalid Field to any other width.
+    for offset in [property_offset::CC, property_offset::VS, property_offset::CSTS] {
+        let answer = host.property_get(offset, 8);
+        assert_status(&answer, Status::INVALID_FIELD);
+        assert!(answer.cqe.status.do_not_retry());
+        assert_status(&host.property_get(offset, 4), Status::SUCCESS);
+    }
+    assert_status(&host.property_get(property_offset::CAP, 4), Status::INVALID_FIELD);
+    assert_status(&host.property_get(property_offset::CAP, 8), Status::SUCCESS);
+}
+
+#[test]
+fn identify_into_a_buffer_shorter_than_its_structure_is_refused() {
+    let target = test_target();
+    let mut host = FakeHost::new(target, 0);
+    host.bring_up_admin(NQN);
+    for length in [0u32, 512, 4095] {
+        let mut command = sqe(AdminOpcode::Identify as u8, 0, length);
+        command.dwords[10] = u32::from(cns::CONTROLLER);
+        let answer = host.command(command, &[], &[]);
+        assert_status(&answer, Status::DATA_SGL_LENGTH_INVALID);
+        assert!(answer.cqe.status.do_not_retry(), "length {length}");
+        assert!(answer.data.is_empty(), "length {length}: no data sent");
+    }
+    // A longer buffer gets the 4096-byte structure.
+    let mut command = sqe(AdminOpcode::Identify as u8, 0, 8192);
+    command.dwords[10] = u32::from(cns::CONTROLLER);
+    let answer = host.command(command, &[], &[]);
+    assert_status(&answer, Status::SUCCESS);
+    assert_eq!(answer.data.len(), 4096);
 }

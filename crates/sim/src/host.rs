@@ -589,6 +589,8 @@ impl SimHost {
                 context.namespaces.create_answered();
                 self.managed = Managed::Idle;
                 let nsid = completion.cqe.result_dw0;
+                let index = self.index;
+                context.note(|| format!("host {index}: the target says it created namespace {nsid}"));
                 if ok && nsid != 0 {
                     context.namespaces.created(nsid, &self.host_nqn());
                     self.managed = Managed::Have { nsid, attached: false };

@@ -64,9 +64,11 @@ impl Context {
         self.violations.push(what);
     }
 
-    /// A read returned data no write could have left, or a valid command failed with a
-    /// status no fault explains: a violation unless an unguarded bit flip may explain it
-    /// (a flipped LBA in a command without header digest is a valid, different command).
+    /// A read returned data no write could have left, a valid command failed with a
+    /// status no fault explains, or the pool table disagrees with what a host was told:
+    /// a violation unless an unguarded bit flip may explain it (a flipped LBA in a
+    /// command, or a flipped NSID in an answer, without header digest is a valid,
+    /// different one).
     pub fn data_violation(&mut self, what: String) {
         if self.data_unverifiable {
             self.excused_data_mismatches += 1;
@@ -385,8 +387,12 @@ impl World {
         match opened {
             Ok(pool) => {
                 let pool = Arc::new(pool);
+                // A flipped bit in a Namespace Management answer without header digest
+                // (the NSID in CQE DW0) tells the host of a namespace that never
+                // existed, which the ledger cannot tell from a lost one (seed
+                // 746410014: NSID 4 read as 8196): excused like a data mismatch.
                 for problem in self.context.namespaces.disagreements(&pool.records(), SUBSYSTEM_NQN) {
-                    self.context.violation(format!("after a crash: {problem}"));
+                    self.context.data_violation(format!("after a crash: {problem}"));
                 }
                 self.pool = Some(Arc::clone(&pool));
                 Some(pool)

@@ -122,26 +122,58 @@ pub enum ReservationCommand {
     },
 }
 
+/// Which reservation command was refused, for [`explain`]: an Invalid Field means a
+/// different thing for each.
+#[derive(Clone, Copy)]
+enum Refused {
+    /// Register, with the CPTPL it asked for.
+    Register { change_persist_through_power_loss: u8 },
+    Acquire,
+    Release,
+    Report,
+}
+
 /// What a reservation refusal means, in one clause.
-fn explain(status: Status) -> String {
+fn explain(refused: Refused, status: Status) -> String {
     match (status.code_type(), status.code()) {
         (0x0, 0x83) => "reservation conflict: the key does not match this host's registration, the host is not \
                         registered, or another host holds the reservation"
             .to_string(),
-        (0x0, 0x02) => "a field is invalid: RREGA 0-2, RACQA 0-2, RRELA 0-1, RTYPE 1-6 (and the type of the \
-                        reservation held for a release), CPTPL 0, 2 or 3"
-            .to_string(),
+        (0x0, 0x02) => match refused {
+            // A target that cannot keep reservations across a restart (RESCAP bit 0
+            // clear in id-ns) refuses to turn Persist Through Power Loss on.
+            Refused::Register { change_persist_through_power_loss: 3 } => {
+                "the target cannot persist reservations through power loss (CPTPL 3): a Sluice target needs \
+                 `[target] state_dir` for that (see docs/config.md); `sluice id-ns` shows PTPL support as RESCAP \
+                 bit 0. Register with --cptpl 0 (no change) or 2 (off) instead, or check RREGA is 0-2"
+                    .to_string()
+            }
+            Refused::Register { .. } => "a field is invalid: RREGA must be 0-2 and CPTPL 0 (no change), 2 (off) or, \
+                                         on a target with PTPL, 3 (on)"
+                .to_string(),
+            Refused::Acquire => "a field is invalid: RACQA must be 0-2 and RTYPE 1-6".to_string(),
+            Refused::Release => {
+                "a field is invalid: RRELA must be 0-1 and RTYPE 1-6, the type of the reservation held".to_string()
+            }
+            Refused::Report => "a field is invalid".to_string(),
+        },
         (0x0, 0x18) => "the target wants the extended report (128-bit host identifiers)".to_string(),
         _ => String::new(),
     }
 }
 
-fn run_command(args: &TargetArgs, output: OutputArgs, what: &str, command: nvme_host::HostCommand) -> Result<(), HostError> {
+fn run_command(
+    args: &TargetArgs,
+    output: OutputArgs,
+    what: &str,
+    refused: Refused,
+    command: nvme_host::HostCommand,
+) -> Result<(), HostError> {
     let session = Session::open(args)?;
     session
         .controller()
         .io_command(command)
-        .map_err(|error| command_error(what, error, StatusContext::Io, explain))?;
+        .map_err(|error| command_error(what, error, StatusContext::Io, |status| explain(refused, status)))?;
     if output.json() {
         print_json(&json!({ "command": what, "result": "success" }))
     } else {
@@ -153,15 +185,15 @@ pub fn run(command: ReservationCommand) -> Result<(), HostError> {
     match command {
         ReservationCommand::Register { namespace_id, crkey, nrkey, rrega, iekey, cptpl, target, output } => {
             let command = commands::reservation_register(NamespaceId(namespace_id), rrega, iekey, cptpl, crkey, nrkey);
-            run_command(&target, output, "register", command)
+            run_command(&target, output, "register", Refused::Register { change_persist_through_power_loss: cptpl }, command)
         }
         ReservationCommand::Acquire { namespace_id, crkey, prkey, rtype, racqa, iekey, target, output } => {
             let command = commands::reservation_acquire(NamespaceId(namespace_id), racqa, iekey, rtype, crkey, prkey);
-            run_command(&target, output, "acquire", command)
+            run_command(&target, output, "acquire", Refused::Acquire, command)
         }
         ReservationCommand::Release { namespace_id, crkey, rtype, rrela, iekey, target, output } => {
             let command = commands::reservation_release(NamespaceId(namespace_id), rrela, iekey, rtype, crkey);
-            run_command(&target, output, "release", command)
+            run_command(&target, output, "release", Refused::Release, command)
         }
         ReservationCommand::Report { namespace_id, numd, target, output } => {
             let bytes = (numd.min(32 * 1024 - 1) + 1) * 4;
@@ -169,7 +201,7 @@ pub fn run(command: ReservationCommand) -> Result<(), HostError> {
             let completion = session
                 .controller()
                 .io_command(commands::reservation_report(NamespaceId(namespace_id), bytes, true))
-                .map_err(|error| command_error("resv-report", error, StatusContext::Io, explain))?;
+                .map_err(|error| command_error("resv-report", error, StatusContext::Io, |status| explain(Refused::Report, status)))?;
             let report = decode_report(&completion.data);
             if output.json() {
                 print_json(&report)
