@@ -145,7 +145,7 @@ static struct fio_option options[] = {
 		.def = "1",
 		.minval = 0,
 		.maxval = 1,
-		.help = "PSK identity format offered: 1 (with the PSK digest) or 0 (NQNs only)",
+		.help = "PSK identity format offered: 1 (with the PSK digest, then 0 if the target refuses it) or 0 (NQNs only)",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},

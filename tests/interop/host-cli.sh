@@ -43,9 +43,8 @@ trap 'log "interrupted"; exit 130' INT TERM
 
 rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR"
-if [[ " $TARGETS " == *" spdk "* ]] && reason=$(spdk_unusable_reason "${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}"); then
-  record_skip "sluice's host CLI against SPDK's target" "$reason"
-  TARGETS=$(echo "$TARGETS" | tr ' ' '\n' | grep -vx spdk | tr '\n' ' ')
+if [[ " $TARGETS " == *" spdk "* ]]; then
+  require_spdk_peer "${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}"
 fi
 
 use_sluice_binary

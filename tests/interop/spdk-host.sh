@@ -44,11 +44,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 
 rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR"
-[ -x "$SPDK_PEER" ] || die "spdk-peer not found at $SPDK_PEER (expected in ../shared/spdk-peer/ next to the repository)"
-if reason=$(spdk_unusable_reason "$SPDK_PEER"); then
-  record_skip "SPDK's host against sluice" "$reason"
-  exit "$SKIP_STATUS"
-fi
+require_spdk_peer "$SPDK_PEER"
 
 use_sluice_binary
 [ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"

@@ -75,28 +75,94 @@ impl QueueConnection {
     ) -> Result<Self, ClientError> {
         let started = Instant::now();
         let deadline = started + connect_timeout;
+        let connection = match tls {
+            None => QueueConnection::open(address, config, connect_timeout, started, None)?,
+            Some(tls) => QueueConnection::open_tls(address, config, deadline, started, tls)?,
+        };
+        connection.bring_up(deadline)
+    }
+
+    /// A TCP connection with `session` (not yet handshaken) and a fresh queue.
+    fn open(
+        address: SocketAddr,
+        config: QueueConfig,
+        connect_timeout: Duration,
+        started: Instant,
+        session: Option<Box<TlsSession>>,
+    ) -> Result<Self, ClientError> {
         let stream = TcpStream::connect_timeout(&address, connect_timeout)
             .map_err(|source| ClientError::Connect { address, source })?;
         let setup = |result: std::io::Result<()>| result.map_err(|source| ClientError::Connect { address, source });
         setup(stream.set_nodelay(true))?;
         let write_timeout = Duration::from_millis(config.command_timeout_ms.max(1000));
         setup(stream.set_write_timeout(Some(write_timeout)))?;
-        let session = match tls {
-            None => None,
-            Some(tls) => Some(tls_session(tls, &config, address)?),
-        };
-        let mut connection = QueueConnection::from_parts(stream, HostQueue::new(config, started), address, session);
-        if connection.tls.is_some() {
-            connection.handshake(deadline)?;
+        Ok(QueueConnection::from_parts(stream, HostQueue::new(config, started), address, session))
+    }
+
+    /// Opens the connection and runs the TLS handshake with each PSK identity format
+    /// `tls` allows in turn: a target that knows only format 0 (SPDK's, which
+    /// implements TP 8011 alone) refuses a format 1 identity with an alert, and a new
+    /// connection then offers format 0 (OpenSSL offers one identity per ClientHello).
+    fn open_tls(
+        address: SocketAddr,
+        config: QueueConfig,
+        deadline: Instant,
+        started: Instant,
+        tls: &TlsOptions,
+    ) -> Result<Self, ClientError> {
+        let versions = tls.identity_versions();
+        let mut last_error = None;
+        for (attempt, &version) in versions.iter().enumerate() {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(last_error.unwrap_or(ClientError::Timeout));
+            }
+            let session = tls_session(tls, version, &config, address)?;
+            let mut connection = QueueConnection::open(address, config.clone(), remaining, started, Some(session))?;
+            match connection.handshake(deadline) {
+                Ok(()) => return Ok(connection),
+                // Refused (an alert, or the connection closed during the handshake):
+                // the next format may be the one the target knows.
+                Err(error @ (ClientError::Tls { .. } | ClientError::Io { .. })) if attempt + 1 < versions.len() => {
+                    tracing::info!(
+                        %address,
+                        refused = version.number(),
+                        next = versions[attempt + 1].number(),
+                        %error,
+                        "the target refused the TLS PSK identity format; trying the next one"
+                    );
+                    last_error = Some(error);
+                }
+                Err(ClientError::Tls { address, message }) => {
+                    let tried: Vec<String> = versions[..=attempt].iter().map(|v| v.number().to_string()).collect();
+                    let format_0_hint = if versions.contains(&nvme_auth::IdentityVersion::V0) {
+                        ""
+                    } else {
+                        "; a target that knows only format 0 identities (SPDK's) needs format 0"
+                    };
+                    let message = format!(
+                        "{message} (PSK identity format {} offered: the target derives the key from the \
+                         configured PSK, this host's NQN and the subsystem NQN, so check all three{format_0_hint})",
+                        tried.join(" then ")
+                    );
+                    return Err(ClientError::Tls { address, message });
+                }
+                Err(error) => return Err(error),
+            }
         }
+        Err(last_error.unwrap_or(ClientError::Timeout))
+    }
+
+    /// ICReq/ICResp and Connect (and authentication) on an open connection.
+    fn bring_up(mut self, deadline: Instant) -> Result<Self, ClientError> {
         loop {
-            connection.flush()?;
-            match connection.queue.state() {
-                QueueState::Ready { .. } => return Ok(connection),
+            self.flush()?;
+            match self.queue.state() {
+                QueueState::Ready { .. } => return Ok(self),
                 QueueState::Failed => {
-                    let error = connection.queue.error().cloned().unwrap_or(HostError::ConnectionLost);
+                    let error = self.queue.error().cloned().unwrap_or(HostError::ConnectionLost);
                     // Best effort: an H2CTermReq may be pending.
-                    let _ = connection.flush();
+                    let _ = self.flush();
                     return Err(ClientError::Protocol(error));
                 }
                 QueueState::Initializing | QueueState::Connecting | QueueState::Authenticating => {}
@@ -105,7 +171,7 @@ impl QueueConnection {
             if now >= deadline {
                 return Err(ClientError::Timeout);
             }
-            connection.receive(deadline - now)?;
+            self.receive(deadline - now)?;
         }
     }
 
@@ -346,12 +412,18 @@ impl QueueConnection {
     }
 }
 
-/// A client TLS session offering `tls`'s key for the queue's host and subsystem.
-fn tls_session(tls: &TlsOptions, config: &QueueConfig, address: SocketAddr) -> Result<Box<TlsSession>, ClientError> {
+/// A client TLS session offering `tls`'s key for the queue's host and subsystem, with
+/// a PSK identity in format `version`.
+fn tls_session(
+    tls: &TlsOptions,
+    version: nvme_auth::IdentityVersion,
+    config: &QueueConfig,
+    address: SocketAddr,
+) -> Result<Box<TlsSession>, ClientError> {
     let failed = |message: String| ClientError::Tls { address, message };
     let identity = tls
         .key
-        .identity_with(&config.host_nqn, &config.subsystem_nqn, tls.identity_version, tls.derivation)
+        .identity_with(&config.host_nqn, &config.subsystem_nqn, version, tls.derivation)
         .map_err(|error| failed(error.to_string()))?;
     let key = tls.key.tls_psk_with(&identity, tls.derivation).map_err(|error| failed(error.to_string()))?;
     let client = TlsClient::shared().map_err(|error| failed(error.to_string()))?;

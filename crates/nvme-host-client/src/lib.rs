@@ -82,7 +82,7 @@ pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::{IoQueue, Refused};
 pub use multipath::{discover_paths, Multipath, MultipathQueue, PathPolicy, PathStatus, MAX_FAILOVERS};
-pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IoPath, TlsOptions};
+pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IdentityChoice, IoPath, TlsOptions};
 pub use runtime::PollMode;
 
 pub use nvme_host::{commands, status, HostCommand, HostCompletion, HostError, StatusDisplay};

@@ -114,26 +114,45 @@ pub struct TlsOptions {
     /// The configured PSK (`NVMeTLSkey-1:...`); its retained PSK is derived with the
     /// host NQN.
     pub key: nvme_auth::TlsKey,
-    /// Identity format 0 (`NVMe0R0x host subsystem`, what Linux hosts offer by
-    /// default) or 1 (with the PSK digest).
-    pub identity_version: nvme_auth::IdentityVersion,
+    /// Identity format 0 (`NVMe0R0x host subsystem`, TP 8011) or 1 (with the PSK
+    /// digest, TP 8018: what `nvme connect --tls-key` offers), or 1 and then 0.
+    pub identity: IdentityChoice,
     /// Key derivation: RFC 8446's layout, or libnvme's before 1.16 (a target set up
     /// with such an nvme-cli expects it).
     pub derivation: nvme_auth::KeyDerivation,
 }
 
+/// Which PSK identity formats a host offers, in order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdentityChoice {
+    /// Format 1, and format 0 on a new connection when the target refuses it: a
+    /// target that implements only TP 8011 (SPDK's) knows format 0 alone, Linux
+    /// nvmet finds whichever its keyring holds.
+    #[default]
+    Auto,
+    /// Only this format.
+    Only(nvme_auth::IdentityVersion),
+}
+
 impl TlsOptions {
     /// The options nvme-cli's flags name: identity format 0 (`--identity 0`) or 1,
-    /// and libnvme's pre-1.16 key derivation (`compat`) or RFC 8446's.
-    pub fn new(key: nvme_auth::TlsKey, identity_format_0: bool, compat: bool) -> TlsOptions {
+    /// or `None` for [`IdentityChoice::Auto`], and libnvme's pre-1.16 key derivation
+    /// (`compat`) or RFC 8446's.
+    pub fn new(key: nvme_auth::TlsKey, identity_version: Option<nvme_auth::IdentityVersion>, compat: bool) -> TlsOptions {
         TlsOptions {
             key,
-            identity_version: if identity_format_0 {
-                nvme_auth::IdentityVersion::V0
-            } else {
-                nvme_auth::IdentityVersion::V1
-            },
+            identity: identity_version.map_or(IdentityChoice::Auto, IdentityChoice::Only),
             derivation: if compat { nvme_auth::KeyDerivation::Compat } else { nvme_auth::KeyDerivation::Rfc8446 },
+        }
+    }
+
+    /// The identity formats to offer, one connection attempt each, in order.
+    pub fn identity_versions(&self) -> &'static [nvme_auth::IdentityVersion] {
+        use nvme_auth::IdentityVersion::{V0, V1};
+        match self.identity {
+            IdentityChoice::Auto => &[V1, V0],
+            IdentityChoice::Only(V0) => &[V0],
+            IdentityChoice::Only(V1) => &[V1],
         }
     }
 }

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use nvme_auth::{HashFunction, IdentityVersion, SeededRandom, TlsKey};
-use nvme_host_client::{commands, ClientError, Controller, HostCompletion, IoPath, PollMode, TlsOptions};
+use nvme_host_client::{commands, ClientError, Controller, HostCompletion, IdentityChoice, IoPath, PollMode, TlsOptions};
 use nvme_target::{HostAccess, HostEntry, SecureChannel};
 use support::{options, pattern, TestTarget, BLOCK_BYTES, NAMESPACE};
 
@@ -22,7 +22,7 @@ fn target_with_key(key: &TlsKey, secure_channel: SecureChannel) -> TestTarget {
 fn tls_options(target: &TestTarget, key: &TlsKey, version: IdentityVersion) -> nvme_host_client::ConnectOptions {
     let mut options = options(target.address);
     options.host_nqn = HOST.into();
-    options.tls = Some(TlsOptions { key: key.clone(), identity_version: version, derivation: Default::default() });
+    options.tls = Some(TlsOptions { key: key.clone(), identity: IdentityChoice::Only(version), derivation: Default::default() });
     options
 }
 

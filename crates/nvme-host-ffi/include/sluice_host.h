@@ -80,7 +80,7 @@ struct sluice_connect_options {
 };
 
 /* tls_flags bits. */
-#define SLUICE_TLS_IDENTITY_V0 1u /* offer a format 0 identity (NVMe0R0x host subsystem) */
+#define SLUICE_TLS_IDENTITY_V0 1u /* offer only a format 0 identity (NVMe0R0x host subsystem); without it: format 1, then 0 if refused */
 #define SLUICE_TLS_COMPAT 2u      /* derive keys as libnvme before 1.16 does */
 
 /* io_mode values. The ring modes drive each I/O queue on an io_uring ring of the

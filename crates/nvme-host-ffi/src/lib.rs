@@ -319,11 +319,10 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
         }
         // The key's own error never quotes it.
         let key = nvme_auth::TlsKey::parse(&text[..]).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
-        options.tls = Some(nvme_host_client::TlsOptions::new(
-            key,
-            o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0,
-            o.tls_flags & SLUICE_TLS_COMPAT != 0,
-        ));
+        // Without SLUICE_TLS_IDENTITY_V0: format 1, then format 0 if the target
+        // refuses it (IdentityChoice::Auto).
+        let identity = (o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0).then_some(nvme_auth::IdentityVersion::V0);
+        options.tls = Some(nvme_host_client::TlsOptions::new(key, identity, o.tls_flags & SLUICE_TLS_COMPAT != 0));
     }
     Ok((options, o.max_transfer_bytes))
 }

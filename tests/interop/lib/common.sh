@@ -383,21 +383,18 @@ start_linux_target() {
 # shellcheck disable=SC2034
 SKIP_STATUS=77
 
-# spdk_unusable_reason PEER: prints why SPDK's prebuilt tools cannot run here and
-# returns 0, or returns 1 when they run. They are built for the machine kind they
-# ship with; on a CPU without the instructions they were compiled for (AVX-512) every
-# tool dies of SIGILL at start, so no SPDK check can say anything about Sluice.
-spdk_unusable_reason() {
-  local peer=$1 rc=0
-  if [ ! -x "$peer" ]; then
-    echo "spdk-peer not found at $peer (expected in ../shared/spdk-peer/ next to the repository)"
-    return 0
-  fi
+# require_spdk_peer PEER: fails the test (die) when SPDK's prebuilt tools are missing
+# or cannot run here. They are built for the x86-64-v2 baseline and `spdk-peer
+# self-test` passes on this machine kind, so a missing or broken SPDK is a failure to
+# fix, never a skip. A tool that dies of SIGILL names the CPU in the message.
+require_spdk_peer() {
+  local peer=$1 rc=0 flags
+  [ -x "$peer" ] || die "spdk-peer not found at $peer (expected in ../shared/spdk-peer/ next to the repository)"
   "$peer" perf -h >/dev/null 2>&1 || rc=$?
-  [ "$rc" -eq 132 ] || return 1  # 128 + SIGILL
-  local flags
-  flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o 'avx512[a-z]*' | tr '\n' ' ')
-  echo "SPDK's prebuilt tools die of an illegal instruction on this CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); AVX-512 flags: ${flags:-none})"
+  if [ "$rc" -eq 132 ]; then  # 128 + SIGILL
+    flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o 'x86-64-v[0-9]\|sse4_2\|avx2\|avx512f' | tr '\n' ' ')
+    die "SPDK's prebuilt tools die of an illegal instruction on this CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); flags: ${flags:-none}); run $peer self-test"
+  fi
 }
 
 # record_skip WHAT REASON: logs a loud SKIP line and records it in the artifact root's

@@ -95,9 +95,10 @@ pub struct TargetArgs {
     #[arg(long, value_name = "NVMeTLSkey-1:..", env = "SLUICE_TLS_KEY", hide_env_values = true)]
     pub tls_key: Option<String>,
     /// PSK identity format offered: 1 (with the PSK digest, what `nvme connect
-    /// --tls-key` offers) or 0 (NQNs only).
-    #[arg(long, value_name = "0|1", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub tls_identity: u8,
+    /// --tls-key` offers), 0 (NQNs only, TP 8011: all SPDK's target knows), or auto
+    /// (1, then 0 on a new connection if the target refuses it).
+    #[arg(long, value_enum, value_name = "auto|0|1", default_value_t = TlsIdentity::Auto)]
+    pub tls_identity: TlsIdentity,
     /// Derive keys as libnvme before 1.16 does (a target keyed with such an
     /// nvme-cli, e.g. Linux nvmet set up on Debian 13).
     #[arg(long)]
@@ -433,7 +434,7 @@ impl TargetArgs {
             .transpose()
             .map_err(|reason| HostError::usage(format!("--tls-key (or SLUICE_TLS_KEY): {reason}")))?;
         options.tls =
-            tls_key.map(|key| nvme_host_client::TlsOptions::new(key, self.tls_identity == 0, self.tls_compat));
+            tls_key.map(|key| nvme_host_client::TlsOptions::new(key, self.tls_identity.only(), self.tls_compat));
         let url = format!("tcp://{}/{}", display_authority(host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })
@@ -551,5 +552,29 @@ mod tests {
         let id = host_id_from_nqn("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001").unwrap();
         assert_eq!(id[15], 1);
         assert!(parse_host_id("nope").is_err());
+    }
+}
+
+/// `--tls-identity`: which PSK identity formats the host offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsIdentity {
+    /// Format 1, then 0 on a new connection if the target refuses it.
+    Auto,
+    /// Only format 0 (NQNs only, TP 8011).
+    #[value(name = "0")]
+    Format0,
+    /// Only format 1 (with the PSK digest, TP 8018).
+    #[value(name = "1")]
+    Format1,
+}
+
+impl TlsIdentity {
+    /// The one format to offer, or `None` for auto.
+    fn only(self) -> Option<nvme_auth::IdentityVersion> {
+        match self {
+            TlsIdentity::Auto => None,
+            TlsIdentity::Format0 => Some(nvme_auth::IdentityVersion::V0),
+            TlsIdentity::Format1 => Some(nvme_auth::IdentityVersion::V1),
+        }
     }
 }
