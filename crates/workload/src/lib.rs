@@ -12,6 +12,7 @@ mod latency;
 mod offsets;
 mod rng;
 mod runner;
+pub mod schedule;
 pub mod steady_state;
 
 pub use job::{parse_duration, parse_size as parse_byte_size, JobError, JobSpec, Pattern};
@@ -21,4 +22,5 @@ pub use rng::Rng;
 pub use runner::{
     run_worker, Arrivals, Completion, Engine, RunControl, Shared, WorkerConfig, WorkerResult,
 };
+pub use schedule::{LagStats, Schedule, LATE_THRESHOLD};
 pub use steady_state::SteadyState;

@@ -1,13 +1,16 @@
 //! The run loop of one worker thread, independent of the I/O engine: closed loop
 //! (keep `queue_depth` outstanding) or open loop (exponential arrivals from a seeded
 //! RNG, latency measured from the *intended* issue time so that queueing behind a
-//! saturated queue is not hidden: no coordinated omission).
+//! saturated queue is not hidden: no coordinated omission; how far the worker fell
+//! behind that schedule is recorded too, see [`crate::schedule`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{IoKind, IoPlan, JobSpec, LatencyRecorder, OffsetGenerator, Rng, SecondSample};
+use crate::{
+    IoKind, IoPlan, JobSpec, LagStats, LatencyRecorder, OffsetGenerator, Schedule, SecondSample,
+};
 
 /// What a worker drives: a queue that takes tagged I/Os and hands completions back.
 pub trait Engine {
@@ -190,9 +193,9 @@ pub struct WorkerResult {
     pub measured: Duration,
     /// Stopped before the end (stop flag or an engine failure).
     pub interrupted: bool,
-    /// Open loop: arrivals that were due while the queue was full (queueing delay
-    /// included in their latency).
-    pub late_issues: u64,
+    /// Open loop: how far behind its arrival schedule the worker got (`None` for a
+    /// closed loop).
+    pub schedule: Option<LagStats>,
 }
 
 const REAP_SLICE: Duration = Duration::from_millis(50);
@@ -207,11 +210,6 @@ pub fn run_worker<E: Engine>(
     let job = &config.job;
     let depth = (job.queue_depth as usize).min(engine.capacity()).max(1);
     let mut generator = OffsetGenerator::new(job, config.thread, config.region);
-    let mut arrivals_rng = Rng::new(
-        job.seed
-            .wrapping_mul(31)
-            .wrapping_add(u64::from(config.thread) + 7),
-    );
     let measure_start = config.measure_start();
     let measure_end = config.measure_end();
     let mut slots: Vec<Option<(Instant, IoPlan)>> = vec![None; depth];
@@ -220,12 +218,18 @@ pub fn run_worker<E: Engine>(
     let mut result = WorkerResult::default();
     let mut bucket = Bucket::new();
     let mut bucket_second = 0usize;
-    let mean_gap = match config.arrivals {
+    let mut schedule = match config.arrivals {
         Arrivals::Closed => None,
-        Arrivals::Open { rate } => Some(1.0 / rate),
+        Arrivals::Open { rate } => Some(Schedule::new(
+            rate,
+            job.seed
+                .wrapping_mul(31)
+                .wrapping_add(u64::from(config.thread) + 7),
+            config.start,
+            measure_start,
+            measure_end,
+        )),
     };
-    let mut next_arrival =
-        mean_gap.map(|gap| config.start + Duration::from_secs_f64(arrivals_rng.exponential(gap)));
     let mut failed = false;
 
     loop {
@@ -235,18 +239,20 @@ pub fn run_worker<E: Engine>(
         }
         // Issue.
         while let Some(&slot) = free.last() {
-            let intended = match next_arrival {
+            let intended = match &schedule {
                 None => now,
-                Some(due) if due <= now => due,
-                Some(_) => break,
+                Some(schedule) => match schedule.due(now) {
+                    Some(due) => due,
+                    None => break,
+                },
             };
             let io = generator.next_io();
             match engine.submit(slot as u64, &io) {
                 Ok(()) => {
                     free.pop();
                     slots[slot] = Some((intended, io));
-                    if let (Some(due), Some(gap)) = (next_arrival.as_mut(), mean_gap) {
-                        *due += Duration::from_secs_f64(arrivals_rng.exponential(gap));
+                    if let Some(schedule) = schedule.as_mut() {
+                        schedule.issued(now);
                     }
                 }
                 Err(error) => {
@@ -260,15 +266,11 @@ pub fn run_worker<E: Engine>(
         if failed {
             break;
         }
-        if let (Some(due), true) = (next_arrival, free.is_empty()) {
-            if due <= now {
-                result.late_issues += 1;
-            }
-        }
         // Wait.
         let in_flight = depth - free.len();
-        let wait_until = match next_arrival {
-            Some(due) if !free.is_empty() => due.min(measure_end),
+        let queue_full = free.is_empty();
+        let wait_until = match &schedule {
+            Some(schedule) if !queue_full => schedule.next_arrival().min(measure_end),
             _ => (now + REAP_SLICE).min(measure_end),
         };
         let timeout = wait_until.saturating_duration_since(Instant::now());
@@ -283,6 +285,9 @@ pub fn run_worker<E: Engine>(
             break;
         }
         let done = Instant::now();
+        if let (true, Some(schedule)) = (queue_full, schedule.as_mut()) {
+            schedule.queue_full_until(done);
+        }
         for completion in completions.drain(..) {
             let slot = completion.tag as usize;
             let Some((intended, io)) = slots.get_mut(slot).and_then(Option::take) else {
@@ -326,6 +331,7 @@ pub fn run_worker<E: Engine>(
     }
     let stopped_at = Instant::now().min(measure_end);
     result.measured = stopped_at.saturating_duration_since(measure_start);
+    result.schedule = schedule.map(|schedule| schedule.finish(stopped_at));
     result.interrupted = shared.stopped()
         || failed
         || result.first_error.is_some() && result.measured < job.duration;
@@ -362,7 +368,13 @@ impl WorkerResult {
         }
         self.measured = self.measured.max(other.measured);
         self.interrupted |= other.interrupted;
-        self.late_issues += other.late_issues;
+        self.schedule = match (self.schedule, other.schedule) {
+            (Some(mut mine), Some(theirs)) => {
+                mine.merge(&theirs);
+                Some(mine)
+            }
+            (mine, theirs) => mine.or(theirs),
+        };
     }
 
     /// I/Os counted.
@@ -473,6 +485,7 @@ mod tests {
         assert!((600_000..3_000_000).contains(&p50), "{p50}");
         let samples = shared.samples(10);
         assert_eq!(samples.iter().map(|s| s.ios).sum::<u64>(), result.ios());
+        assert_eq!(result.schedule, None, "a closed loop has no schedule");
     }
 
     #[test]
@@ -489,6 +502,8 @@ mod tests {
         let light = run_worker(&config, &mut engine, &shared);
         let rate = light.ios() as f64 / 0.4;
         assert!((700.0..1300.0).contains(&rate), "{rate}");
+        let schedule = light.schedule.expect("open loop records its schedule");
+        assert!(schedule.issued >= light.ios(), "{schedule:?}");
 
         // Overload: 4x what the server can do; latency must grow (queueing shows).
         let config = WorkerConfig {
@@ -501,6 +516,17 @@ mod tests {
         assert!(
             heavy.latency.percentile(99.0) > 20 * light.latency.percentile(50.0),
             "{heavy:?}"
+        );
+        // ... and the schedule says why: it fell behind a full queue, and the backlog
+        // (15,000 arrivals a second more than the server completes) was still there.
+        let schedule = heavy.schedule.expect("open loop records its schedule");
+        assert!(
+            schedule.late > 0 && schedule.late_queue_full > 0,
+            "{schedule:?}"
+        );
+        assert!(
+            schedule.backlog_final > 0 && schedule.lag_final_ns > 0,
+            "{schedule:?}"
         );
     }
 
