@@ -87,7 +87,8 @@ for path in paths:
     print("  %s: driver %s, target %s/%s, %d run(s), partial %s" % (
         path.rsplit("/", 1)[-1], r["driver"], r["target"]["kind"], r["target"]["backend"],
         len(runs), r["partial"]))
-    if r["schema"] != "sluice-bench/1": bad.append(path + ": schema " + r["schema"])
+    if r["schema"] != "sluice-bench/2": bad.append(path + ": schema " + r["schema"])
+    if any(run["schedule"] is not None for run in runs): bad.append(path + ": fio runs have no schedule")
     if r["driver"] != "fio": bad.append(path + ": driver " + r["driver"])
     if mode == "partial":
         if not r["partial"]: bad.append(path + ": not marked partial")

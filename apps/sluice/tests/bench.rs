@@ -87,6 +87,31 @@ fn quick_suite_in_miniature_and_report_of_two_results() {
         .runs
         .iter()
         .any(|run| run.load_percent.is_some() && run.rate_limit_iops.is_some()));
+    // Rate-limited runs say how they kept to their schedule; maximum-rate runs have none.
+    for run in &a.runs {
+        match (&run.schedule, run.rate_limit_iops) {
+            (Some(schedule), Some(_)) => {
+                assert!(schedule.issued >= run.ios, "{}: {schedule:?}", run.name);
+                assert_eq!(schedule.late_threshold_us, 1000.0);
+                assert_eq!(
+                    schedule.fell_behind,
+                    schedule.behind_by_rule(),
+                    "{}",
+                    run.name
+                );
+            }
+            (None, None) => {}
+            (schedule, rate) => panic!("{}: schedule {schedule:?} with rate {rate:?}", run.name),
+        }
+        if std::fs::metadata("/proc/thread-self/schedstat").is_ok() {
+            assert!(
+                run.cpu.initiator_runqueue_seconds.is_some()
+                    && run.cpu.target_runqueue_seconds.is_some(),
+                "{}",
+                run.name
+            );
+        }
+    }
     let b = mini_suite("hci", "300ms", &["--backend", "null"]);
     assert_eq!(b.target.backend, "null");
     // Write both next to each other under distinct names and render them together.
@@ -361,6 +386,11 @@ fn fio_driver_in_miniature() {
         .unwrap();
     assert!(mixed.latency_us.percentiles.len() >= 5 && mixed.latency_us.mean > 0.0);
     assert!(result.runs.iter().all(|run| !run.time_series.is_empty()));
+    // fio reports neither how far its rate fell behind nor run-queue time.
+    assert!(result
+        .runs
+        .iter()
+        .all(|run| run.schedule.is_none() && run.cpu.initiator_runqueue_seconds.is_none()));
 }
 
 /// `--target` against a separate `sluice serve` process: no target CPU, no ceilings.

@@ -1,6 +1,7 @@
 //! The result of a `sluice bench` run and the HTML report made from it.
 //!
-//! * [`result`]: the versioned JSON result (`"schema": "sluice-bench/1"`): serde types,
+//! * [`result`]: the versioned JSON result (`"schema": "sluice-bench/2"`; `/1` is still
+//!   read): serde types,
 //!   [`BenchResult::from_json`] / [`BenchResult::to_json_pretty`], and [`validate`] for the
 //!   semantic checks JSON Schema cannot express. The same shape is described for other
 //!   tools in `docs/bench-result.schema.json`.
@@ -12,6 +13,7 @@
 pub mod fio;
 pub mod report;
 pub mod result;
+pub mod schedule;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 mod svg;
@@ -19,5 +21,6 @@ mod svg;
 pub use report::render_html;
 pub use result::{
     validate, BaselineResult, BenchResult, Ceilings, CpuUse, Latency, Machine, Percentile,
-    Preconditioning, ResultError, RunResult, Sample, SteadyState, TargetInfo, SCHEMA_ID,
+    Preconditioning, ResultError, RunResult, Sample, Schedule, SteadyState, TargetInfo,
+    BEHIND_ACHIEVED_PERCENT, BEHIND_LATE_PERCENT, SCHEMA_ID, SCHEMA_ID_1,
 };

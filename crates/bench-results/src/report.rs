@@ -22,7 +22,7 @@ th{background:#eef3f8;text-align:center}td.l,th.l{text-align:left}
 table.kv td{text-align:left}table.kv td:first-child{font-weight:600;background:#f6f6f6}
 .warn{background:#fff3cd;border:1px solid #e0b84d;color:#6b4e00;padding:6px 10px;border-radius:4px;margin:8px 0}
 .flag{color:#b00020;font-weight:600}.up{color:#00734d}.down{color:#b00020}.muted{color:#777}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.scroll{overflow-x:auto;max-width:100%}table.runs{font-size:12px}table.runs td,table.runs th{padding:2px 5px}
+.plots{display:flex;flex-wrap:wrap;gap:12px}td.sched{white-space:normal;min-width:30em;max-width:44em;text-align:left}.scroll{overflow-x:auto;max-width:100%}table.runs{font-size:12px}table.runs td,table.runs th{padding:2px 5px}
 svg.plot{border:1px solid #e2e2e2;border-radius:4px;background:#fff}
 svg .pt{font:600 13px sans-serif}svg .tk{font:10px sans-serif;fill:#444}svg .al{font:11px sans-serif;fill:#222}svg .lg{font:10.5px sans-serif;fill:#222}
 "#;
@@ -243,7 +243,21 @@ fn runs_table(h: &mut String, r: &BenchResult) {
         .preconditioning
         .as_ref()
         .is_some_and(|p| !p.steady_state.reached);
-    h.push_str("<div class=\"scroll\"><table class=\"runs\"><tr><th class=\"l\">run</th><th>workload</th><th>T&times;QD</th><th>load</th><th>IOPS</th><th>MB/s</th><th>avg<br>µs</th><th>p99<br>µs</th><th>p99.99<br>µs</th><th>max<br>µs</th><th>stddev<br>µs</th><th>CPU µs/IO<br>initiator</th><th>CPU µs/IO<br>target</th><th>IOPS per<br>init. core</th><th>errors</th><th>% of<br>ceiling</th><th>bound by</th></tr>");
+    let behind: Vec<&str> = r
+        .runs
+        .iter()
+        .filter(|run| run.schedule.as_ref().is_some_and(|s| s.fell_behind))
+        .map(|run| run.name.as_str())
+        .collect();
+    if !behind.is_empty() {
+        let _ = write!(
+            h,
+            "<div class=\"warn\"><b>{} rate-limited run(s) fell behind their arrival schedule</b> ({}): the host did not issue their I/Os at the offered rate, because its threads were descheduled or woken late, or because the target did not complete I/O fast enough (the queue was full). Their latency, measured from each I/O's scheduled time, includes that wait; see the schedule column.</div>",
+            behind.len(),
+            esc(&behind.join(", "))
+        );
+    }
+    h.push_str("<div class=\"scroll\"><table class=\"runs\"><tr><th class=\"l\">run</th><th>workload</th><th>T&times;QD</th><th>load</th><th>IOPS</th><th>MB/s</th><th>avg<br>µs</th><th>p99<br>µs</th><th>p99.99<br>µs</th><th>max<br>µs</th><th>stddev<br>µs</th><th>CPU µs/IO<br>initiator</th><th>CPU µs/IO<br>target</th><th>IOPS per<br>init. core</th><th>errors</th><th>% of<br>ceiling</th><th>bound by</th><th class=\"l\">schedule (rate-limited runs)</th></tr>");
     for run in &r.runs {
         let workload = format!(
             "{} {} {}",
@@ -262,7 +276,7 @@ fn runs_table(h: &mut String, r: &BenchResult) {
         };
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{}{flag}</td><td class=\"l\">{}</td><td>{}&times;{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td class=\"l\">{}{flag}</td><td class=\"l\">{}</td><td>{}&times;{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"sched\">{}</td></tr>",
             esc(&run.name),
             esc(&workload),
             run.threads,
@@ -282,9 +296,31 @@ fn runs_table(h: &mut String, r: &BenchResult) {
             run.errors,
             opt(run.percent_of_ceiling, |v| format!("{v:.1} %")),
             esc(run.bound_by.as_deref().unwrap_or("—")),
+            schedule_cell(run),
         );
     }
     h.push_str("</table></div>");
+}
+
+/// The schedule column: "—" for maximum-rate runs (or a driver without the data), else
+/// the summary, flagged when the run fell behind.
+fn schedule_cell(run: &RunResult) -> String {
+    match &run.schedule {
+        None if run.rate_limit_iops.is_some() => "<span class=\"muted\">not recorded</span>".into(),
+        None => "—".into(),
+        Some(s) => {
+            let text = crate::schedule::run_summary(run).unwrap_or_else(|| s.summary());
+            match text.strip_prefix("fell behind") {
+                Some(rest) if s.fell_behind => {
+                    format!(
+                        "<span class=\"flag\">&#9888; fell behind</span>{}",
+                        esc(rest)
+                    )
+                }
+                _ => esc(&text),
+            }
+        }
+    }
 }
 
 fn size_h(b: u32) -> String {
@@ -628,6 +664,27 @@ mod tests {
         assert!(html.contains("Steady state not reached"));
         assert!(!html.contains("Partial result"));
         assert!(!html.contains("fails validation"));
+        // Rate-limited runs: the two behind are named in a warning and flagged in their
+        // row; the others say they kept up.
+        assert!(html.contains("2 rate-limited run(s) fell behind their arrival schedule</b> (curve-4k-randread-90pct, curve-4k-randread-100pct)"));
+        assert_eq!(
+            html.matches("&#9888; fell behind</span>: achieved").count(),
+            2
+        );
+        assert_eq!(
+            html.matches("<td class=\"sched\">kept up: achieved 100 % of offered")
+                .count(),
+            4
+        );
+        assert!(html.contains("still ") && html.contains("behind at the end"));
+        // A rate-limited run without schedule data (a sluice-bench/1 result) says so.
+        let mut old = r.clone();
+        for run in &mut old.runs {
+            run.schedule = None;
+        }
+        let html = render_html(&[("old.json".into(), old)]);
+        assert_eq!(html.matches("not recorded").count(), 6);
+        assert!(!html.contains("fell behind"));
         assert!(!html.contains("NaN"));
     }
 

@@ -6,13 +6,22 @@
 //! latencies are microseconds from submission (or, for rate-limited runs, from the
 //! intended issue time) to completion. `docs/bench-result.schema.json` describes the same
 //! shape as JSON Schema (draft 2020-12); [`validate`] adds the checks a schema cannot make.
+//! Results of the previous shape ([`SCHEMA_ID_1`]) are still read: see
+//! [`BenchResult::from_json`].
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
-/// The schema id written in [`BenchResult::schema`]; [`BenchResult::from_json`] refuses
-/// any other.
-pub const SCHEMA_ID: &str = "sluice-bench/1";
+pub use crate::schedule::{Schedule, BEHIND_ACHIEVED_PERCENT, BEHIND_LATE_PERCENT};
+
+/// The schema id written in [`BenchResult::schema`]; [`BenchResult::from_json`] also
+/// reads [`SCHEMA_ID_1`] and refuses any other.
+pub const SCHEMA_ID: &str = "sluice-bench/2";
+/// The previous shape: the same without [`RunResult::schedule`].
+pub const SCHEMA_ID_1: &str = "sluice-bench/1";
+/// The note an upgraded [`SCHEMA_ID_1`] result gets.
+pub const UPGRADED_NOTE: &str =
+    "read from a sluice-bench/1 result: no schedule (how far rate-limited runs fell behind) and no run-queue time";
 
 /// Drivers a run can be made with.
 pub const DRIVERS: &[&str] = &["sluice-host", "fio", "local"];
@@ -175,6 +184,10 @@ pub struct RunResult {
     pub bound_by: Option<String>,
     /// Per-interval samples (typically 1 s).
     pub time_series: Vec<Sample>,
+    /// Rate-limited runs of Sluice's host: how well the open-loop generator kept to
+    /// its arrival schedule. `None` for maximum-rate runs and for drivers that do not
+    /// report it (fio).
+    pub schedule: Option<Schedule>,
 }
 
 /// Total latency in microseconds.
@@ -210,6 +223,12 @@ pub struct CpuUse {
     pub target_us_per_io: Option<f64>,
     /// IOPS per fully busy initiator core: `ios / initiator_seconds`.
     pub iops_per_initiator_core: f64,
+    /// Seconds the initiator's threads were runnable but waiting for a CPU (summed
+    /// over threads, from /proc schedstat): divided by `duration_seconds`, how many of
+    /// them waited on average. `None` when not measured (fio, no schedstat).
+    pub initiator_runqueue_seconds: Option<f64>,
+    /// The same for the embedded target's threads; `None` for other targets.
+    pub target_runqueue_seconds: Option<f64>,
 }
 
 /// One interval of a run.
@@ -247,10 +266,17 @@ impl BenchResult {
 
     /// Parses a result, checking the schema id first and naming the offending field
     /// (e.g. `runs[2].latency_us.mean`) on a shape error. Semantic checks are in [`validate`].
+    ///
+    /// A [`SCHEMA_ID_1`] result is read in that shape and upgraded: its runs get
+    /// `schedule: None`, its schema becomes [`SCHEMA_ID`] and its notes
+    /// [`UPGRADED_NOTE`].
     pub fn from_json(text: &str) -> Result<Self, ResultError> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(ResultError::Syntax)?;
         match value.get("schema") {
             Some(serde_json::Value::String(s)) if s == SCHEMA_ID => {}
+            Some(serde_json::Value::String(s)) if s == SCHEMA_ID_1 => {
+                return upgrade_1(value);
+            }
             Some(serde_json::Value::String(s)) => {
                 return Err(ResultError::Schema {
                     found: s.clone(),
@@ -259,14 +285,40 @@ impl BenchResult {
             }
             _ => return Err(ResultError::NotAResult),
         }
-        serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            ResultError::Field {
-                path,
-                message: e.into_inner().to_string(),
-            }
-        })
+        deserialize(value)
     }
+}
+
+fn deserialize(value: serde_json::Value) -> Result<BenchResult, ResultError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ResultError::Field {
+            path,
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// A [`SCHEMA_ID_1`] result as the current shape (see [`BenchResult::from_json`]).
+fn upgrade_1(mut value: serde_json::Value) -> Result<BenchResult, ResultError> {
+    if let Some(runs) = value.get_mut("runs").and_then(|r| r.as_array_mut()) {
+        for (i, run) in runs.iter_mut().enumerate() {
+            let Some(run) = run.as_object_mut() else {
+                continue;
+            };
+            if run.contains_key("schedule") {
+                return Err(ResultError::Field {
+                    path: format!("runs[{i}].schedule"),
+                    message: format!("unknown field `schedule` in a {SCHEMA_ID_1} result"),
+                });
+            }
+            run.insert("schedule".into(), serde_json::Value::Null);
+        }
+    }
+    let mut result = deserialize(value)?;
+    result.schema = SCHEMA_ID.into();
+    result.notes.push(UPGRADED_NOTE.into());
+    Ok(result)
 }
 
 /// Semantic checks on a result: known enum strings, finite numbers, ascending
@@ -552,6 +604,14 @@ impl Checker {
             &format!("{cp}.iops_per_initiator_core"),
             c.iops_per_initiator_core,
         );
+        for (name, value) in [
+            ("initiator_runqueue_seconds", c.initiator_runqueue_seconds),
+            ("target_runqueue_seconds", c.target_runqueue_seconds),
+        ] {
+            if let Some(value) = value {
+                self.num(&format!("{cp}.{name}"), value);
+            }
+        }
         if ok_init && ok_upi && run.ios > 0 {
             self.close(
                 &format!("{cp}.initiator_us_per_io"),
@@ -607,6 +667,10 @@ impl Checker {
             ),
         }
 
+        if let Some(schedule) = &run.schedule {
+            self.schedule(&f("schedule"), schedule, run);
+        }
+
         // Time series.
         let mut last_t = -1.0;
         for (j, s) in run.time_series.iter().enumerate() {
@@ -623,6 +687,59 @@ impl Checker {
             self.num(&format!("{sp}.iops"), s.iops);
             self.num(&format!("{sp}.bytes_per_second"), s.bytes_per_second);
             self.num(&format!("{sp}.p99_us"), s.p99_us);
+        }
+    }
+}
+
+impl Checker {
+    fn schedule(&mut self, p: &str, s: &Schedule, run: &RunResult) {
+        let f = |name: &str| format!("{p}.{name}");
+        let ok = [
+            ("achieved_percent", s.achieved_percent),
+            ("lag_mean_us", s.lag_mean_us),
+            ("lag_max_us", s.lag_max_us),
+            ("lag_final_us", s.lag_final_us),
+            ("late_threshold_us", s.late_threshold_us),
+        ]
+        .iter()
+        .fold(true, |ok, (name, x)| self.num(&f(name), *x) && ok);
+        match run.rate_limit_iops {
+            None => self.fail(
+                p,
+                "is set but rate_limit_iops is null (only rate-limited runs have a schedule)",
+            ),
+            Some(rate) if rate.is_finite() && rate > 0.0 && ok => self.close(
+                &f("achieved_percent"),
+                s.achieved_percent,
+                run.iops / rate * 100.0,
+                "iops / rate_limit_iops * 100",
+            ),
+            Some(_) => {}
+        }
+        if s.late_ios > s.issued {
+            self.fail(
+                &f("late_ios"),
+                format_args!("{} is more than issued {}", s.late_ios, s.issued),
+            );
+        }
+        if s.late_ios_queue_full > s.late_ios {
+            self.fail(
+                &f("late_ios_queue_full"),
+                format_args!(
+                    "{} is more than late_ios {}",
+                    s.late_ios_queue_full, s.late_ios
+                ),
+            );
+        }
+        // Exact nanoseconds written as microseconds: allow 1 us for rounding.
+        if ok && (s.lag_mean_us > s.lag_max_us + 1.0 || s.lag_final_us > s.lag_max_us + 1.0) {
+            self.fail(
+                &f("lag_max_us"),
+                format_args!(
+                    "{} is below lag_mean_us {} or lag_final_us {}",
+                    s.lag_max_us, s.lag_mean_us, s.lag_final_us
+                ),
+            );
         }
     }
 }
@@ -684,7 +801,7 @@ mod tests {
     fn from_json_names_schema_and_field() {
         let r = sample_result();
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
-        v["schema"] = "sluice-bench/2".into();
+        v["schema"] = "sluice-bench/3".into();
         let e = BenchResult::from_json(&v.to_string()).unwrap_err();
         assert!(matches!(e, ResultError::Schema { .. }), "{e}");
 
@@ -757,9 +874,32 @@ mod tests {
         let mut r = base.clone();
         r.ceilings.local_baseline[0].run = "nope".into();
         expect(r, "names no run");
-        let mut r = base;
+        let mut r = base.clone();
         r.runs[0].time_series[2].t_seconds = 0.0;
         expect(r, "time_series[2].t_seconds");
+        // Schedules: only on rate-limited runs, consistent with the rates and counts.
+        let last = base.runs.len() - 1;
+        let curve = base.runs[last].schedule.clone().unwrap();
+        let mut r = base.clone();
+        r.runs[0].schedule = Some(curve.clone());
+        expect(r, "runs[0].schedule: is set but rate_limit_iops is null");
+        let mut r = base.clone();
+        r.runs[last].schedule.as_mut().unwrap().achieved_percent = 100.0;
+        expect(r, &format!("runs[{last}].schedule.achieved_percent"));
+        let mut r = base.clone();
+        let s = r.runs[last].schedule.as_mut().unwrap();
+        s.late_ios = s.issued + 1;
+        expect(r, &format!("runs[{last}].schedule.late_ios"));
+        let mut r = base.clone();
+        let s = r.runs[last].schedule.as_mut().unwrap();
+        s.late_ios_queue_full = s.late_ios + 1;
+        expect(r, &format!("runs[{last}].schedule.late_ios_queue_full"));
+        let mut r = base.clone();
+        r.runs[last].schedule.as_mut().unwrap().lag_final_us = curve.lag_max_us * 2.0;
+        expect(r, &format!("runs[{last}].schedule.lag_max_us"));
+        let mut r = base;
+        r.runs[last].schedule.as_mut().unwrap().lag_mean_us = f64::INFINITY;
+        expect(r, &format!("runs[{last}].schedule.lag_mean_us"));
     }
 
     #[test]

@@ -102,15 +102,18 @@ impl RunSpec<'_> {
                 initiator_us_per_io: initiator_seconds * 1e6 / ios.max(1) as f64,
                 target_us_per_io: Some(target_seconds * 1e6 / ios.max(1) as f64),
                 iops_per_initiator_core: ios as f64 / initiator_seconds.max(1e-9),
+                initiator_runqueue_seconds: Some(self.duration_seconds * 0.05),
+                target_runqueue_seconds: Some(self.duration_seconds * 0.02),
             },
             percent_of_ceiling: None,
             bound_by: None,
             time_series,
+            schedule: None,
         }
     }
 }
 
-/// A realistic `sluice-bench/1` result that passes [`validate`].
+/// A realistic `sluice-bench/2` result that passes [`validate`].
 pub fn sample_result() -> BenchResult {
     let four = |name, pattern, read, bs, t, qd, iops, mean| RunSpec {
         name,
@@ -199,6 +202,8 @@ pub fn sample_result() -> BenchResult {
     }
     let max_iops = 398_000.0;
     for load in [10u32, 50, 70, 80, 90, 100] {
+        // The 100 % level falls behind: it achieves 93 % of the offered rate.
+        let achieved = if load == 100 { 0.93 } else { 1.0 };
         let rho = load as f64 / 100.0 * 0.97;
         let name = format!("curve-4k-randread-{load}pct");
         let mut run = RunSpec {
@@ -209,13 +214,49 @@ pub fn sample_result() -> BenchResult {
             block_size: 4096,
             threads: 4,
             queue_depth: 32,
-            iops: max_iops * load as f64 / 100.0,
+            iops: max_iops * load as f64 / 100.0 * achieved,
             mean_us: 38.0 / (1.0 - rho),
             load_percent: Some(load),
             duration_seconds: 5.0,
         }
         .build();
-        run.rate_limit_iops = Some(max_iops * load as f64 / 100.0);
+        let rate = max_iops * load as f64 / 100.0;
+        run.rate_limit_iops = Some(rate);
+        let issued = (rate * run.duration_seconds).round() as u64;
+        // 90 %: rate kept, but 5 % of the I/Os late; 100 %: behind and not caught up.
+        let (late_ios, behind) = match load {
+            90 => (issued / 20, false),
+            100 => (issued / 10, true),
+            _ => (0, false),
+        };
+        let backlog = if behind { issued - run.ios } else { 0 };
+        let mean = run.latency_us.mean;
+        let mut schedule = Schedule {
+            achieved_percent: run.iops / rate * 100.0,
+            issued: issued - backlog,
+            lag_mean_us: if late_ios > 0 {
+                mean * 0.3
+            } else {
+                2.0 + load as f64 / 20.0
+            },
+            lag_max_us: if late_ios > 0 {
+                run.latency_us.max * 0.9
+            } else {
+                40.0 + load as f64
+            },
+            lag_final_us: if behind {
+                run.latency_us.max * 0.9
+            } else {
+                0.0
+            },
+            backlog_final_ios: backlog,
+            late_threshold_us: 1000.0,
+            late_ios,
+            late_ios_queue_full: late_ios * 3 / 4,
+            fell_behind: false,
+        };
+        schedule.fell_behind = schedule.behind_by_rule();
+        run.schedule = Some(schedule);
         runs.push(run);
     }
 

@@ -5,14 +5,18 @@ use bench_results::sample::sample_result;
 use bench_results::BenchResult;
 use serde_json::{json, Value};
 
-fn validator() -> jsonschema::Validator {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/bench-result.schema.json"
-    );
-    let text = std::fs::read_to_string(path).expect("docs/bench-result.schema.json");
+fn docs(path: &str) -> String {
+    format!("{}/../../docs/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn validator_of(file: &str) -> jsonschema::Validator {
+    let text = std::fs::read_to_string(docs(file)).expect(file);
     let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
     jsonschema::draft202012::new(&schema).expect("schema compiles")
+}
+
+fn validator() -> jsonschema::Validator {
+    validator_of("bench-result.schema.json")
 }
 
 fn sample_value() -> Value {
@@ -47,7 +51,19 @@ fn mutations_fail_schema_and_parse() {
     let v = validator();
     type Mutation = fn(&mut Value);
     let mutations: &[(&str, Mutation)] = &[
-        ("wrong schema id", |x| x["schema"] = json!("sluice-bench/2")),
+        ("wrong schema id", |x| x["schema"] = json!("sluice-bench/3")),
+        ("unknown schedule field", |x| {
+            let last = x["runs"].as_array().unwrap().len() - 1;
+            x["runs"][last]["schedule"]["lag_p99_us"] = json!(1.0)
+        }),
+        ("negative lag", |x| {
+            let last = x["runs"].as_array().unwrap().len() - 1;
+            x["runs"][last]["schedule"]["lag_max_us"] = json!(-1.0)
+        }),
+        ("string late_ios", |x| {
+            let last = x["runs"].as_array().unwrap().len() - 1;
+            x["runs"][last]["schedule"]["late_ios"] = json!("some")
+        }),
         ("unknown top-level field", |x| x["extra"] = json!(1)),
         ("missing runs[0].iops", |x| {
             x["runs"][0].as_object_mut().unwrap().remove("iops");
@@ -78,4 +94,66 @@ fn mutations_fail_schema_and_parse() {
         };
         assert!(!rust_ok, "Rust accepted: {what}");
     }
+}
+
+/// The sample's curve has runs with a schedule, one of which fell behind.
+#[test]
+fn sample_has_schedules() {
+    let r = sample_result();
+    let schedules: Vec<_> = r
+        .runs
+        .iter()
+        .filter_map(|run| run.schedule.as_ref())
+        .collect();
+    assert_eq!(schedules.len(), 6);
+    assert!(schedules.iter().any(|s| s.fell_behind) && schedules.iter().any(|s| !s.fell_behind));
+}
+
+/// Results recorded as sluice-bench/1 (docs/results/) still match their schema and are
+/// read as the current shape: no schedule, an upgraded schema id and a note saying so.
+#[test]
+fn recorded_schema_1_results_are_read() {
+    let v1 = validator_of("bench-result-1.schema.json");
+    let dir = docs("results");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        if value["schema"] != json!(bench_results::SCHEMA_ID_1) {
+            continue;
+        }
+        let errors: Vec<String> = v1.iter_errors(&value).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+        let r = BenchResult::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(r.schema, bench_results::SCHEMA_ID);
+        assert!(r.runs.iter().all(|run| run.schedule.is_none()));
+        assert_eq!(
+            r.notes.last().map(String::as_str),
+            Some(bench_results::result::UPGRADED_NOTE)
+        );
+        // Upgraded, it is a valid current result.
+        let upgraded: Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
+        assert!(validator().is_valid(&upgraded), "{}", path.display());
+        read += 1;
+    }
+    assert!(read >= 3, "only {read} sluice-bench/1 results under {dir}");
+
+    // A schedule in a /1 result is an unknown field there.
+    let mut x = sample_value();
+    x["schema"] = json!(bench_results::SCHEMA_ID_1);
+    let e = BenchResult::from_json(&x.to_string())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("runs[0].schedule"), "{e}");
+    // Without it, the sample reads as /1 and comes back as the sample (plus the note).
+    for run in x["runs"].as_array_mut().unwrap() {
+        run.as_object_mut().unwrap().remove("schedule");
+    }
+    let r = BenchResult::from_json(&x.to_string()).unwrap();
+    assert_eq!(r.runs.len(), sample_result().runs.len());
+    assert!(r.runs.iter().all(|run| run.schedule.is_none()));
 }

@@ -160,7 +160,7 @@ pub fn start_embedded(
     };
     let (backend, kind): (Arc<dyn Backend>, &'static str) = match storage {
         EmbeddedBackend::Ram => (
-            RamBackend::try_new(geometry)
+            RamBackend::with_chunk_memory(geometry, Arc::new(runtime::HugePageChunkMemory))
                 .map_err(|e| BenchError::Usage(format!("--namespace-size: {e}")))?,
             "ram",
         ),
@@ -309,6 +309,10 @@ pub struct Measured {
     pub samples: Vec<workload::SecondSample>,
     pub initiator_seconds: f64,
     pub target_seconds: f64,
+    /// Seconds the threads waited for a CPU (runnable, not running), summed over
+    /// threads; `None` when the kernel does not say.
+    pub initiator_runqueue_seconds: Option<f64>,
+    pub target_runqueue_seconds: Option<f64>,
 }
 
 /// Checks a job fits the endpoint.
@@ -585,6 +589,8 @@ fn run_engines<E: Engine + Send>(
         result,
         initiator_seconds: cpu.initiator_seconds,
         target_seconds: cpu.target_seconds,
+        initiator_runqueue_seconds: cpu.initiator_runqueue_seconds,
+        target_runqueue_seconds: cpu.target_runqueue_seconds,
     }
 }
 

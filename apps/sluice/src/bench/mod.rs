@@ -552,7 +552,7 @@ fn run_suite(
             .iter()
             .any(|job| job.rate_limit_iops.is_some() || job.load_percent.is_some())
         {
-            notes.push("driver fio: rate-limited runs measure latency from the actual issue time, not the intended one (fio's rate_process=poisson), so queueing behind a slow I/O is not counted as Sluice's host counts it".into());
+            notes.push("driver fio: rate-limited runs measure latency from the actual issue time, not the intended one (fio's rate_process=poisson), so queueing behind a slow I/O is not counted as Sluice's host counts it, and they record no schedule (how far the rate fell behind)".into());
         }
         if args.precondition {
             notes.push("preconditioning ran with Sluice's host".into());

@@ -1,7 +1,9 @@
 //! From measurements to `RunResult`s, and the final table.
 
-use bench_results::{BaselineResult, BenchResult, CpuUse, Latency, Percentile, RunResult, Sample};
-use workload::{JobSpec, PERCENTILES};
+use bench_results::{
+    BaselineResult, BenchResult, CpuUse, Latency, Percentile, RunResult, Sample, Schedule,
+};
+use workload::{JobSpec, LagStats, LATE_THRESHOLD, PERCENTILES};
 
 use super::exec::Measured;
 
@@ -18,8 +20,13 @@ struct Totals {
     errors: u64,
     initiator_seconds: f64,
     target_seconds: Option<f64>,
+    /// Seconds the threads waited for a CPU (`None`: not measured).
+    initiator_runqueue_seconds: Option<f64>,
+    target_runqueue_seconds: Option<f64>,
     latency_us: Latency,
     time_series: Vec<Sample>,
+    /// Open loop: how far behind its arrival schedule the generator got.
+    lag: Option<LagStats>,
 }
 
 /// The result of one run.
@@ -47,6 +54,8 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
         errors: result.errors,
         initiator_seconds: measured.initiator_seconds,
         target_seconds: embedded.then_some(measured.target_seconds),
+        initiator_runqueue_seconds: measured.initiator_runqueue_seconds,
+        target_runqueue_seconds: measured.target_runqueue_seconds.filter(|_| embedded),
         latency_us: Latency {
             mean: us(summary.mean_ns),
             min: us(summary.min_ns as f64),
@@ -64,6 +73,7 @@ pub fn run_result(job: &JobSpec, measured: &Measured, embedded: bool) -> RunResu
                 p99_us: us(sample.p99_ns as f64),
             })
             .collect(),
+        lag: result.schedule,
     };
     assemble(job, totals)
 }
@@ -82,16 +92,36 @@ pub fn run_result_fio(
         errors: measured.errors,
         initiator_seconds: measured.initiator_seconds,
         target_seconds,
+        initiator_runqueue_seconds: None,
+        target_runqueue_seconds: None,
         latency_us: measured.latency_us.clone(),
         time_series: measured.time_series.clone(),
+        lag: None,
     };
     assemble(job, totals)
 }
 
 /// The job's parameters, the totals and the rates and CPU costs derived from them.
 fn assemble(job: &JobSpec, totals: Totals) -> RunResult {
-    let Totals { seconds, ios, bytes, errors, initiator_seconds, target_seconds, latency_us, time_series } = totals;
+    let Totals {
+        seconds,
+        ios,
+        bytes,
+        errors,
+        initiator_seconds,
+        target_seconds,
+        initiator_runqueue_seconds,
+        target_runqueue_seconds,
+        latency_us,
+        time_series,
+        lag,
+    } = totals;
     let per_second = |count: f64| if seconds > 0.0 { count / seconds } else { 0.0 };
+    let iops = per_second(ios as f64);
+    let schedule = match (lag, job.rate_limit_iops) {
+        (Some(lag), Some(rate)) if rate > 0.0 => Some(schedule(&lag, iops, rate)),
+        _ => None,
+    };
     let per_io = |cpu: f64| if ios > 0 { cpu * 1e6 / ios as f64 } else { 0.0 };
     RunResult {
         name: job.name.clone(),
@@ -109,7 +139,7 @@ fn assemble(job: &JobSpec, totals: Totals) -> RunResult {
         ios,
         bytes,
         errors,
-        iops: per_second(ios as f64),
+        iops,
         bytes_per_second: per_second(bytes as f64),
         latency_us,
         cpu: CpuUse {
@@ -122,11 +152,32 @@ fn assemble(job: &JobSpec, totals: Totals) -> RunResult {
             } else {
                 0.0
             },
+            initiator_runqueue_seconds,
+            target_runqueue_seconds,
         },
         percent_of_ceiling: None,
         bound_by: None,
         time_series,
+        schedule,
     }
+}
+
+/// The result's view of the generator's lag: offered `rate`, achieved `iops`.
+fn schedule(lag: &LagStats, iops: f64, rate: f64) -> Schedule {
+    let mut schedule = Schedule {
+        achieved_percent: iops / rate * 100.0,
+        issued: lag.issued,
+        lag_mean_us: us(lag.lag_mean_ns()),
+        lag_max_us: us(lag.lag_max_ns as f64),
+        lag_final_us: us(lag.lag_final_ns as f64),
+        backlog_final_ios: lag.backlog_final,
+        late_threshold_us: LATE_THRESHOLD.as_secs_f64() * 1e6,
+        late_ios: lag.late,
+        late_ios_queue_full: lag.late_queue_full,
+        fell_behind: false,
+    };
+    schedule.fell_behind = schedule.behind_by_rule();
+    schedule
 }
 
 /// Sets `percent_of_ceiling` and `bound_by` from the tighter ceiling (in I/Os per
@@ -167,6 +218,11 @@ pub fn print_progress_summary(run: &RunResult) {
             String::new()
         }
     );
+    if run.schedule.as_ref().is_some_and(|s| s.fell_behind) {
+        if let Some(summary) = bench_results::schedule::run_summary(run) {
+            eprintln!("  {:<40} ! {summary}", "");
+        }
+    }
 }
 
 fn percentile(run: &RunResult, which: f64) -> f64 {
@@ -223,6 +279,15 @@ pub fn print_table(result: &BenchResult) {
                 _ => "-".into(),
             }
         );
+        if let Some(line) = schedule_line(run) {
+            println!("{line}");
+        }
+    }
+    if result.runs.iter().any(|run| run.schedule.is_some()) {
+        println!(
+            "schedule: rate-limited runs without a line under them kept to their arrival schedule (no I/O submitted > {} late)",
+            bench_results::schedule::human_us(LATE_THRESHOLD.as_secs_f64() * 1e6)
+        );
     }
     if let Some(bandwidth) = result.ceilings.loopback_tcp_bytes_per_second {
         println!(
@@ -233,6 +298,21 @@ pub fn print_table(result: &BenchResult) {
     if result.partial {
         println!("PARTIAL: interrupted");
     }
+}
+
+/// The line under a rate-limited run's row in the table: "! fell behind: ..." when it
+/// did, "  kept up: ..." when some I/Os were late all the same, else none.
+fn schedule_line(run: &RunResult) -> Option<String> {
+    let schedule = run.schedule.as_ref()?;
+    let mark = match (schedule.fell_behind, schedule.late_ios > 0) {
+        (true, _) => "!",
+        (false, true) => " ",
+        (false, false) => return None,
+    };
+    Some(format!(
+        "  {mark} {}",
+        bench_results::schedule::run_summary(run)?
+    ))
 }
 
 /// `new` against `old` in percent, e.g. "+14.6%"; "-" when `old` is zero.
@@ -375,6 +455,120 @@ mod tests {
             preconditioning: None,
             runs,
             notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn schedules_come_from_the_generator_lag_and_flag_rows_that_fell_behind() {
+        let mut job = JobSpec::new(
+            "4K random read @50%",
+            workload::Pattern::Random,
+            100,
+            4096,
+            4,
+            8,
+        );
+        job.rate_limit_iops = Some(100_000.0);
+        job.load_percent = Some(50.0);
+        let lag = LagStats {
+            issued: 610_000,
+            lag_sum_ns: 610_000 * 12_000_000,
+            lag_max_ns: 80_000_000,
+            late: 300_000,
+            late_queue_full: 30_000,
+            backlog_final: 4_000,
+            lag_final_ns: 40_000_000,
+        };
+        // 61,000 IOPS of 100,000 offered.
+        let schedule = schedule(&lag, 61_000.0, 100_000.0);
+        assert_eq!(schedule.achieved_percent, 61.0);
+        assert_eq!(
+            (
+                schedule.lag_mean_us,
+                schedule.lag_max_us,
+                schedule.lag_final_us
+            ),
+            (12_000.0, 80_000.0, 40_000.0)
+        );
+        assert_eq!(
+            (
+                schedule.late_ios,
+                schedule.late_ios_queue_full,
+                schedule.backlog_final_ios
+            ),
+            (300_000, 30_000, 4_000)
+        );
+        assert_eq!(schedule.late_threshold_us, 1_000.0);
+        assert!(schedule.fell_behind);
+
+        let mut r = result(&[("4K random read @50%", 61_000.0, 12_100.0)]);
+        r.runs[0].rate_limit_iops = job.rate_limit_iops;
+        r.runs[0].schedule = Some(schedule.clone());
+        assert_eq!(bench_results::validate(&r), Ok(()));
+        let line = schedule_line(&r.runs[0]).unwrap();
+        assert!(
+            line.starts_with("  ! fell behind: achieved 61 % of offered, lag mean 12 ms max 80 ms, still 40 ms (4000 I/Os) behind at the end"),
+            "{line}"
+        );
+        // Kept up, nothing late: no line; kept up with a few late: a plain line.
+        let kept = Schedule {
+            achieved_percent: 99.9,
+            late_ios: 0,
+            late_ios_queue_full: 0,
+            lag_final_us: 0.0,
+            backlog_final_ios: 0,
+            fell_behind: false,
+            ..schedule
+        };
+        r.runs[0].schedule = Some(kept.clone());
+        assert_eq!(schedule_line(&r.runs[0]), None);
+        r.runs[0].schedule = Some(Schedule {
+            late_ios: 12,
+            ..kept
+        });
+        assert!(schedule_line(&r.runs[0])
+            .unwrap()
+            .starts_with("    kept up: "));
+        // A maximum-rate run has no schedule even with lag data, and no line.
+        let mut closed = job.clone();
+        closed.rate_limit_iops = None;
+        let run = assemble(
+            &closed,
+            Totals {
+                lag: Some(lag),
+                ..totals()
+            },
+        );
+        assert_eq!(run.schedule, None);
+        let run = assemble(
+            &job,
+            Totals {
+                lag: Some(lag),
+                ..totals()
+            },
+        );
+        assert!(run.schedule.is_some_and(|s| s.achieved_percent == 50.0));
+    }
+
+    fn totals() -> Totals {
+        Totals {
+            seconds: 10.0,
+            ios: 500_000,
+            bytes: 500_000 * 4096,
+            errors: 0,
+            initiator_seconds: 1.0,
+            target_seconds: None,
+            initiator_runqueue_seconds: None,
+            target_runqueue_seconds: None,
+            latency_us: Latency {
+                mean: 1.0,
+                min: 1.0,
+                max: 1.0,
+                stddev: 0.0,
+                percentiles: Vec::new(),
+            },
+            time_series: Vec::new(),
+            lag: None,
         }
     }
 

@@ -9,25 +9,30 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Thread names of the embedded target's runtime (`crates/runtime`: "sluice-io-N").
 pub const TARGET_THREAD_PREFIX: &str = "sluice-io-";
 
-/// CPU nanoseconds per live thread of this process, with the thread's name.
+/// CPU nanoseconds per live thread of this process, with the thread's name and, when
+/// the kernel has schedstat, the nanoseconds it spent runnable but waiting for a CPU.
 #[derive(Clone, Debug, Default)]
 pub struct CpuSnapshot {
-    threads: HashMap<u32, (String, u64)>,
+    threads: HashMap<u32, (String, u64, Option<u64>)>,
 }
 
-/// Initiator and target CPU seconds between two snapshots.
+/// Initiator and target CPU seconds between two snapshots, and the seconds their
+/// threads waited for a CPU (summed over threads; `None` without schedstat).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuDelta {
     pub initiator_seconds: f64,
     pub target_seconds: f64,
+    pub initiator_runqueue_seconds: Option<f64>,
+    pub target_runqueue_seconds: Option<f64>,
 }
 
 /// Clock ticks per second of /proc/*/stat (USER_HZ, 100 on every Linux ABI).
 const USER_HZ: u64 = 100;
 
 impl CpuSnapshot {
-    /// Reads `/proc/self/task/*`: `schedstat` (nanoseconds on CPU, user + system)
-    /// when the kernel has it, else utime + stime from `stat` (10 ms ticks).
+    /// Reads `/proc/self/task/*`: `schedstat` (nanoseconds on CPU, user + system, and
+    /// nanoseconds waiting on a run queue) when the kernel has it, else utime + stime
+    /// from `stat` (10 ms ticks) and no run-queue time.
     pub fn take() -> CpuSnapshot {
         let mut threads = HashMap::new();
         let Ok(entries) = std::fs::read_dir("/proc/self/task") else {
@@ -46,20 +51,22 @@ impl CpuSnapshot {
                 .unwrap_or_default()
                 .trim()
                 .to_string();
-            let nanos = std::fs::read_to_string(path.join("schedstat"))
-                .ok()
-                .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-                .or_else(|| {
-                    let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-                    // Fields after the parenthesised comm: state is field 3; utime 14, stime 15.
-                    let rest = &stat[stat.rfind(')')? + 2..];
-                    let fields: Vec<&str> = rest.split_whitespace().collect();
-                    let ticks = fields.get(11)?.parse::<u64>().ok()?
-                        + fields.get(12)?.parse::<u64>().ok()?;
-                    Some(ticks * 1_000_000_000 / USER_HZ)
-                });
+            let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            let mut fields = schedstat
+                .split_whitespace()
+                .map(|field| field.parse::<u64>().ok());
+            let (on_cpu, waiting) = (fields.next().flatten(), fields.next().flatten());
+            let nanos = on_cpu.or_else(|| {
+                let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+                // Fields after the parenthesised comm: state is field 3; utime 14, stime 15.
+                let rest = &stat[stat.rfind(')')? + 2..];
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let ticks =
+                    fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+                Some(ticks * 1_000_000_000 / USER_HZ)
+            });
             if let Some(nanos) = nanos {
-                threads.insert(tid, (comm, nanos));
+                threads.insert(tid, (comm, nanos, waiting));
             }
         }
         CpuSnapshot { threads }
@@ -69,8 +76,8 @@ impl CpuSnapshot {
     pub fn target_seconds(&self) -> f64 {
         self.threads
             .values()
-            .filter(|(comm, _)| comm.starts_with(TARGET_THREAD_PREFIX))
-            .map(|(_, nanos)| *nanos as f64 / 1e9)
+            .filter(|(comm, _, _)| comm.starts_with(TARGET_THREAD_PREFIX))
+            .map(|(_, nanos, _)| *nanos as f64 / 1e9)
             .sum()
     }
 
@@ -79,14 +86,30 @@ impl CpuSnapshot {
     /// alive until after the last snapshot).
     pub fn since(&self, earlier: &CpuSnapshot) -> CpuDelta {
         let mut delta = CpuDelta::default();
-        for (tid, (comm, nanos)) in &self.threads {
-            let before = earlier.threads.get(tid).map_or(0, |(_, nanos)| *nanos);
-            let seconds = nanos.saturating_sub(before) as f64 / 1e9;
+        let measured = !self.threads.is_empty()
+            && self
+                .threads
+                .values()
+                .all(|(_, _, waiting)| waiting.is_some());
+        let (mut initiator_wait, mut target_wait) = (0, 0);
+        for (tid, (comm, nanos, waiting)) in &self.threads {
+            let before = earlier.threads.get(tid);
+            let seconds =
+                nanos.saturating_sub(before.map_or(0, |(_, nanos, _)| *nanos)) as f64 / 1e9;
+            let waited = waiting
+                .unwrap_or(0)
+                .saturating_sub(before.and_then(|(_, _, waiting)| *waiting).unwrap_or(0));
             if comm.starts_with(TARGET_THREAD_PREFIX) {
                 delta.target_seconds += seconds;
+                target_wait += waited;
             } else {
                 delta.initiator_seconds += seconds;
+                initiator_wait += waited;
             }
+        }
+        if measured {
+            delta.initiator_runqueue_seconds = Some(initiator_wait as f64 / 1e9);
+            delta.target_runqueue_seconds = Some(target_wait as f64 / 1e9);
         }
         delta
     }
@@ -243,6 +266,14 @@ mod tests {
         assert!(delta.initiator_seconds > 0.02, "{delta:?}");
         assert_eq!(delta.target_seconds, 0.0);
         assert_eq!(CpuSnapshot::take().target_seconds(), 0.0);
+        // Run-queue time is there when schedstat is (no target thread: none waited).
+        if std::fs::metadata("/proc/thread-self/schedstat").is_ok() {
+            assert!(
+                delta.initiator_runqueue_seconds.is_some_and(|s| s >= 0.0),
+                "{delta:?}"
+            );
+            assert_eq!(delta.target_runqueue_seconds, Some(0.0));
+        }
         // This process, read from the outside view (/proc/PID/stat): at least the 20 ms
         // spun above, in 10 ms ticks.
         let own = process_cpu_seconds(std::process::id()).unwrap();
