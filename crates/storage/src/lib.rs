@@ -42,4 +42,4 @@ pub use lent::LentBytes;
 pub use null::NullBackend;
 pub use pool::{CarveRecord, CarvedId, NamespaceBinding, Pool, PoolError, TableStore};
 pub use raid0::{CompositionError, Raid0Backend};
-pub use ram::{RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};
+pub use ram::{ChunkMemory, ChunkWords, RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};

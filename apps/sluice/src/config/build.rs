@@ -349,7 +349,9 @@ fn memory_backend(ram: bool, size: Option<u64>, block_size: Option<u32>, locatio
     let bytes = size.unwrap_or(0);
     let geometry = Geometry { block_size_bytes: block_size, block_count: bytes / u64::from(block_size) };
     let built = if ram {
-        RamBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>)
+        // Chunks on transparent huge pages: random I/O over a large namespace would
+        // otherwise miss the TLB on nearly every request (runtime::huge_pages).
+        RamBackend::with_chunk_memory(geometry, Arc::new(runtime::HugePageChunkMemory)).map(|backend| backend as Arc<dyn Backend>)
     } else {
         NullBackend::try_new(geometry).map(|backend| backend as Arc<dyn Backend>)
     };
