@@ -7,7 +7,11 @@
 # (from /proc: user + system time of the target process over the run).
 #
 #   scripts/compare-spdk.sh [--rounds N] [--seconds S] [--modes "adaptive sleep busy-poll"]
-#                           [--workloads "randread:4096:1 ..."] [--out DIR]
+#                           [--workloads "randread:4096:1 ..."] [--precondition-seconds S]
+#                           [--out DIR]
+#
+# Each target is preconditioned first (128 KiB sequential writes for S seconds, default
+# 3; 0 skips it), so no workload measures first writes into unallocated memory.
 #
 # Needs ../shared/spdk-peer (SPDK_PEER=path overrides) and a release build of sluice
 # (built here unless SLUICE_BIN is set). Runs on this machine's loopback only.
@@ -17,6 +21,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPDK_PEER=${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}
 ROUNDS=2
 SECONDS_PER_RUN=10
+# 1 GiB at 128 KiB QD8 takes well under a second here; 3 s covers a slow sitting.
+PRECONDITION_SECONDS=3
 MODES="adaptive sleep busy-poll"
 WORKLOADS="randread:4096:1 randread:4096:32 randread:4096:128 randwrite:4096:32 read:131072:8 write:131072:8"
 OUT=${OUT:-$REPO/target/compare-spdk}
@@ -30,9 +36,10 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
+    --precondition-seconds) PRECONDITION_SECONDS=$2; shift 2 ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "compare-spdk: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -118,8 +125,20 @@ RAW=$OUT/raw.tsv
 printf 'round\ttarget\tworkload\tiops\tmib_s\tavg_us\tmin_us\tmax_us\ttarget_cpu_us_per_io\n' >"$RAW"
 ticks_per_second=$(getconf CLK_TCK)
 
+# precondition: one pass of 128 KiB sequential writes over the namespace before any
+# workload, so every workload meets written memory on both targets (SPDK's malloc
+# namespace is preallocated in hugepages; Sluice's RAM namespace is sparse and
+# allocates a chunk on its first write) and reads return data, not zeroes. The field
+# reports precondition with writes too.
+precondition() {
+  "$SPDK_PEER" perf -c 0x2 -q 8 -o 131072 -w write -t "$PRECONDITION_SECONDS" \
+    -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$TARGET_NQN")" >"$OUT/precondition.log" 2>&1 ||
+    log "precondition of $1 failed (see $OUT/precondition.log)"
+}
+
 run_workloads() {
   local round=$1 name=$2 spec workload size depth line before after iops
+  [ "$PRECONDITION_SECONDS" = 0 ] || precondition "$name"
   for spec in $WORKLOADS; do
     IFS=: read -r workload size depth <<<"$spec"
     before=$(cpu_ticks "$TARGET_CPU_PID")

@@ -502,6 +502,13 @@ impl Connection {
         self.stream.transmit_complete(batch, &mut self.pool);
     }
 
+    /// True while the host is in the middle of a PDU (its header or data partly
+    /// received): the connection can answer nothing until the rest arrives, so the
+    /// runtime acknowledges what came at once rather than on the delayed-ACK timer.
+    pub fn awaits_rest_of_pdu(&self) -> bool {
+        self.phase != Phase::Closing && self.stream.is_mid_pdu()
+    }
+
     /// True when the connection should be closed once pending PDUs are sent.
     pub fn wants_close(&self) -> bool {
         self.phase == Phase::Closing

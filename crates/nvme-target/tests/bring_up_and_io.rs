@@ -307,3 +307,25 @@ fn a_controller_torn_down_elsewhere_closes_its_admin_queue_and_io_queues() {
     assert!(admin.connection.wants_close(), "the admin queue of a torn-down controller closes");
     assert!(io.connection.wants_close(), "its I/O queue closes");
 }
+
+#[test]
+fn a_partly_received_pdu_is_reported_so_the_runtime_acknowledges_at_once() {
+    let target = test_target();
+    let (_admin, mut io) = admin_and_io(&target, 32);
+    assert!(!io.connection.awaits_rest_of_pdu(), "between PDUs");
+    // A 4 KiB write with its data in the capsule, sent in three pieces: inside the
+    // header, inside the data, then the rest.
+    let mut sqe = read_write(IoOpcode::Write, 1, 0, 8);
+    sqe.set_cdw0(IoOpcode::Write as u8, nvme_spec::CommandId(77), 1);
+    sqe.set_sgl(&nvme_spec::SglDescriptor::in_capsule(0, 4096));
+    let mut bytes = Vec::new();
+    let writer = nvme_tcp_wire::PduWriter::new();
+    writer.write_header(&nvme_tcp_wire::PduHeader::CapsuleCmd(nvme_tcp_wire::CapsuleCommand { sqe }), 4096, &mut bytes);
+    bytes.extend_from_slice(&pattern(4096, 3));
+    io.send_bytes(&bytes[..40]);
+    assert!(io.connection.awaits_rest_of_pdu(), "inside the capsule header");
+    io.send_bytes(&bytes[40..2000]);
+    assert!(io.connection.awaits_rest_of_pdu(), "inside the in-capsule data");
+    io.send_bytes(&bytes[2000..]);
+    assert!(!io.connection.awaits_rest_of_pdu(), "the capsule is whole");
+}

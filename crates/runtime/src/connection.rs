@@ -158,6 +158,12 @@ impl<H: ConnectionHandler> RingCore<H> {
             if !connection.handler.wants_close() {
                 let data = &connection.recv_buffer[..result as usize];
                 connection.handler.on_receive(data, now);
+                // Mid-message, the peer may hold its next segment until our ACK
+                // (Nagle): acknowledge now rather than in 40 ms. A failure only
+                // means the ACK goes on its usual timer.
+                if connection.handler.awaits_rest_of_message() {
+                    let _ = crate::sys::set_quick_ack(connection.stream.as_raw_fd());
+                }
             }
             self.arm_recv(index, generation);
             self.drive(index, generation, now);

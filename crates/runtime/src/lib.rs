@@ -119,6 +119,16 @@ pub trait ConnectionHandler {
     /// handed to [`Service::accept`] (whatever `has_pending_work` says), so work
     /// that wakes the thread itself need not report pending work meanwhile.
     fn poll(&mut self, _now: Instant) {}
+    /// True while the peer is in the middle of a message the handler needs whole
+    /// before it can answer (a PDU, a TLS record). The runtime then asks the kernel to
+    /// acknowledge received data at once (TCP_QUICKACK) instead of on the delayed-ACK
+    /// timer: a peer that sends without TCP_NODELAY (SPDK's initiator over TLS) holds
+    /// its next segment smaller than the MSS under Nagle's algorithm until that ACK,
+    /// which on loopback (64 KiB MSS, so every 16 KiB TLS record is such a segment)
+    /// stalled each large write by 40 ms.
+    fn awaits_rest_of_message(&self) -> bool {
+        false
+    }
     /// True when the handler wants the connection closed: the runtime sends
     /// what take_send still returns, then shuts down and closes the socket,
     /// then calls on_closed.

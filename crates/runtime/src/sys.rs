@@ -30,6 +30,13 @@ fn set_int_option(fd: RawFd, level: libc::c_int, option: libc::c_int, value: lib
     Ok(())
 }
 
+/// Asks the kernel to acknowledge what `fd` received at once, and the next few
+/// segments too, instead of on the delayed-ACK timer (TCP_QUICKACK; Linux leaves
+/// quick-ACK mode by itself, so callers set it each time they need it).
+pub(crate) fn set_quick_ack(fd: RawFd) -> io::Result<()> {
+    set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
 /// A listening TCP socket with SO_REUSEADDR and SO_REUSEPORT set before bind,
 /// so every runtime thread can own a socket on the same address and the kernel
 /// spreads new connections across them. IPv6 sockets are IPv6-only so that

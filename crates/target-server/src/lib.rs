@@ -203,6 +203,10 @@ impl ConnectionHandler for TargetConnection {
         self.connection.wants_close()
     }
 
+    fn awaits_rest_of_message(&self) -> bool {
+        self.connection.awaits_rest_of_pdu()
+    }
+
     fn on_secure_channel(&mut self, psk_identity: &[u8]) {
         // The lookup parsed this identity before the handshake used its key; should it
         // not parse now, no Connect may pass on this connection.

@@ -82,6 +82,11 @@ impl PduStream {
     }
 
     /// DDGST: whether C2HData PDUs carry a data digest.
+    /// True while part of a PDU has arrived and the rest has not.
+    pub(crate) fn is_mid_pdu(&self) -> bool {
+        !self.reader.is_at_pdu_boundary()
+    }
+
     pub(crate) fn data_digest(&self) -> bool {
         self.data_digest
     }

@@ -375,6 +375,15 @@ impl<H: ConnectionHandler> ConnectionHandler for TlsConnection<H> {
         matches!(self.stage, Stage::Closing(_)) || self.inner.wants_close()
     }
 
+    fn awaits_rest_of_message(&self) -> bool {
+        match &self.stage {
+            Stage::Plain => self.inner.awaits_rest_of_message(),
+            // A record partly received, or a PDU partly decrypted.
+            Stage::Tls { session, .. } => session.has_partial_record() || self.inner.awaits_rest_of_message(),
+            Stage::Undecided(_) | Stage::Closing(_) => false,
+        }
+    }
+
     fn on_closed(&mut self, reason: CloseReason) {
         self.inner.on_closed(reason);
     }

@@ -10,6 +10,7 @@
 //! which identity is the caller's business: a server session asks a [`PskLookup`].
 
 mod connection;
+mod framing;
 mod psk;
 
 pub use connection::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};
@@ -334,12 +335,14 @@ pub struct TlsSession {
     stream: SslStream<MemoryPipe>,
     role: Role,
     established: bool,
+    /// Record boundaries of the ciphertext received.
+    framing: framing::RecordFraming,
 }
 
 impl TlsSession {
     fn new(ssl: Ssl, role: Role) -> Result<TlsSession, TlsError> {
         let stream = SslStream::new(ssl, MemoryPipe::default()).map_err(setup_error)?;
-        Ok(TlsSession { stream, role, established: false })
+        Ok(TlsSession { stream, role, established: false, framing: framing::RecordFraming::default() })
     }
 
     /// Takes ciphertext received from the peer.
@@ -349,6 +352,7 @@ impl TlsSession {
             return Err(TlsError::Overrun);
         }
         pipe.incoming.extend(bytes);
+        self.framing.advance(bytes);
         Ok(())
     }
 
@@ -450,6 +454,12 @@ impl TlsSession {
     /// Whether ciphertext waits to be sent.
     pub fn has_ciphertext(&self) -> bool {
         !self.stream.get_ref().outgoing.is_empty()
+    }
+
+    /// True when the ciphertext received so far ends inside a TLS record: the peer
+    /// has sent part of a record and the rest is still to come.
+    pub fn has_partial_record(&self) -> bool {
+        self.framing.is_mid_record()
     }
 
     /// Bytes of ciphertext waiting to be sent.
