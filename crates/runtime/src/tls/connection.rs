@@ -177,7 +177,13 @@ impl<H: ConnectionHandler> TlsConnection<H> {
     }
 
     fn fail(&mut self, error: &TlsError) {
-        tracing::warn!(peer = %self.peer, %error, "TLS: closing the connection");
+        // A close_notify is the orderly end of a session (SPDK's host sends one at
+        // every disconnect), not a failure worth a warning.
+        if matches!(error, TlsError::Closed) {
+            tracing::debug!(peer = %self.peer, "TLS: the peer closed the session (close_notify); closing the connection");
+        } else {
+            tracing::warn!(peer = %self.peer, %error, "TLS: closing the connection");
+        }
         self.failure = Some(error.to_string());
         let session = match std::mem::replace(&mut self.stage, Stage::Closing(None)) {
             Stage::Tls { session, .. } => Some(session),
