@@ -199,6 +199,7 @@ impl Backend for RamBackend {
     fn open_queue(&self) -> Box<dyn BackendQueue> {
         Box::new(RamQueue {
             store: Arc::clone(&self.store),
+            lender: Arc::new(QueueLender(Arc::clone(&self.store))),
             ready: ReadyCompletions::new(),
         })
     }
@@ -407,7 +408,24 @@ fn is_all_zero(bytes: &[u8]) -> bool {
 
 struct RamQueue {
     store: Arc<ChunkStore>,
+    /// What this queue's lent reads hold: a reference count of the queue's own, so
+    /// lending a read touches a cache line only this queue's thread writes, not the
+    /// store's, which every thread serving the namespace would share.
+    lender: Arc<QueueLender>,
     ready: ReadyCompletions,
+}
+
+/// The store, lent through one queue (see [`RamQueue::lender`]).
+struct QueueLender(Arc<ChunkStore>);
+
+impl LentMemory for QueueLender {
+    fn pieces(&self, start_byte: usize, len: usize, visit: &mut dyn FnMut(usize, usize)) {
+        self.0.pieces(start_byte, len, visit);
+    }
+
+    fn copy_out(&self, start_byte: usize, out: &mut [u8]) {
+        self.0.copy_out(start_byte, out);
+    }
 }
 
 impl BackendQueue for RamQueue {
@@ -455,7 +473,7 @@ impl BackendQueue for RamQueue {
         let len = store.byte_length(u64::from(blocks));
         let checked = validate_request(&store.geometry, &IoOp::Read { lba, blocks }, len as usize);
         Some(checked.map(|()| {
-            let memory: Arc<dyn LentMemory> = Arc::clone(store) as Arc<dyn LentMemory>;
+            let memory: Arc<dyn LentMemory> = Arc::clone(&self.lender) as Arc<dyn LentMemory>;
             LentBytes::new(memory, store.byte_offset(lba) as usize, len as usize)
         }))
     }
