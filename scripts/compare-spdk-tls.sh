@@ -19,6 +19,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPDK_PEER=${SPDK_PEER:-$REPO/../shared/spdk-peer/spdk-peer}
 ROUNDS=2
 SECONDS_PER_RUN=6
+# 128 KiB sequential writes before the workloads (scripts/lib/spdk-perf.sh).
+PRECONDITION_SECONDS=${PRECONDITION_SECONDS:-3}
 WORKLOADS="randread:4096:1 randread:4096:32 randwrite:4096:32 read:131072:8 write:131072:8"
 OUT=${OUT:-$REPO/target/compare-spdk-tls}
 NQN=nqn.2026-11.io.sluice:compare-tls
@@ -46,8 +48,10 @@ if [ -z "${SLUICE_BIN:-}" ]; then
 fi
 # shellcheck source=scripts/lib/common.sh
 . "$REPO/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/spdk-perf.sh
+. "$REPO/scripts/lib/spdk-perf.sh"
 log() { echo "[compare-spdk-tls] $*" >&2; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+PERF_HOSTNQN=$HOSTNQN
 
 KEY=$("$SLUICE_BIN" gen-tls-key | tail -n 1)
 KEY_FILE=$OUT/psk.key
@@ -95,37 +99,8 @@ start_target() {  # sluice-plain | sluice-tls | spdk-plain | spdk-tls
   fi
 }
 
-stop_target() {
-  kill -TERM "$TARGET_PID" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$TARGET_PID" 2>/dev/null || true
-  wait "$TARGET_PID" 2>/dev/null || true
-}
-
 RAW=$OUT/raw.tsv
-printf 'round\ttarget\tworkload\tiops\tmib_s\tavg_us\tmin_us\tmax_us\ttarget_cpu_us_per_io\n' >"$RAW"
-ticks_per_second=$(getconf CLK_TCK)
-
-run_workloads() {
-  local round=$1 name=$2 spec workload size depth line before after iops mib avg min max cpu_us ssl=()
-  [ -z "$TLS" ] || ssl=(-S ssl --psk-path "$KEY_FILE")
-  for spec in $WORKLOADS; do
-    IFS=: read -r workload size depth <<<"$spec"
-    before=$(cpu_ticks "$TARGET_CPU_PID")
-    line=$("$SPDK_PEER" perf "${ssl[@]}" -c 0x2 -q "$depth" -o "$size" -w "$workload" -t "$SECONDS_PER_RUN" \
-      -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$TARGET_NQN" "$HOSTNQN")" 2>"$OUT/perf-err.log" | grep '^Total' || true)
-    after=$(cpu_ticks "$TARGET_CPU_PID")
-    if [ -z "$line" ]; then
-      log "round $round $name $spec: no Total line"; tail -n 5 "$OUT/perf-err.log" >&2
-      continue
-    fi
-    read -r iops mib avg min max < <(echo "$line" | awk -F: '{ print $2 }' | awk '{ print $1, $2, $3, $4, $5 }')
-    cpu_us=$(awk -v t=$((after - before)) -v hz="$ticks_per_second" -v iops="$iops" -v s="$SECONDS_PER_RUN" \
-      'BEGIN { ios = iops * s; if (ios > 0) printf "%.2f", t / hz * 1e6 / ios; else print "nan" }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$spec" "$iops" "$mib" "$avg" "$min" "$max" "$cpu_us" >>"$RAW"
-    log "round $round $name $spec: $iops IOPS, avg $avg us, target $cpu_us us CPU/IO"
-  done
-}
+write_raw_header
 
 log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 targets="sluice-plain sluice-tls spdk-plain spdk-tls"
@@ -134,6 +109,9 @@ for round in $(seq 1 "$ROUNDS"); do
   [ $((round % 2)) -eq 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
   for name in $order; do
     start_target "$name"
+    PERF_EXTRA_ARGS=()
+    [ -z "$TLS" ] || PERF_EXTRA_ARGS=(-S ssl --psk-path "$KEY_FILE")
+    precondition "$name"
     run_workloads "$round" "$name"
     stop_target
   done

@@ -57,8 +57,9 @@ log() { echo "[compare-spdk] $*" >&2; }
 # shellcheck source=scripts/lib/common.sh
 . "$REPO/scripts/lib/common.sh"
 
-# cpu_ticks PID: user + system clock ticks of a process so far.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# shellcheck source=scripts/lib/spdk-perf.sh
+. "$REPO/scripts/lib/spdk-perf.sh"
+PERF_EXTRA_ARGS=()
 
 TARGET_PID='' PORT='' TARGET_NQN=''
 
@@ -114,49 +115,9 @@ EOF
   fi
 }
 
-stop_target() {
-  kill -TERM "$TARGET_PID" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$TARGET_PID" 2>/dev/null || true
-  wait "$TARGET_PID" 2>/dev/null || true
-}
-
 RAW=$OUT/raw.tsv
-printf 'round\ttarget\tworkload\tiops\tmib_s\tavg_us\tmin_us\tmax_us\ttarget_cpu_us_per_io\n' >"$RAW"
-ticks_per_second=$(getconf CLK_TCK)
+write_raw_header
 
-# precondition: one pass of 128 KiB sequential writes over the namespace before any
-# workload, so every workload meets written memory on both targets (SPDK's malloc
-# namespace is preallocated in hugepages; Sluice's RAM namespace is sparse and
-# allocates a chunk on its first write) and reads return data, not zeroes. The field
-# reports precondition with writes too.
-precondition() {
-  "$SPDK_PEER" perf -c 0x2 -q 8 -o 131072 -w write -t "$PRECONDITION_SECONDS" \
-    -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$TARGET_NQN")" >"$OUT/precondition.log" 2>&1 ||
-    log "precondition of $1 failed (see $OUT/precondition.log)"
-}
-
-run_workloads() {
-  local round=$1 name=$2 spec workload size depth line before after iops
-  [ "$PRECONDITION_SECONDS" = 0 ] || precondition "$name"
-  for spec in $WORKLOADS; do
-    IFS=: read -r workload size depth <<<"$spec"
-    before=$(cpu_ticks "$TARGET_CPU_PID")
-    line=$("$SPDK_PEER" perf -c 0x2 -q "$depth" -o "$size" -w "$workload" -t "$SECONDS_PER_RUN" \
-      -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$TARGET_NQN")" 2>"$OUT/perf-err.log" | grep '^Total' || true)
-    after=$(cpu_ticks "$TARGET_CPU_PID")
-    if [ -z "$line" ]; then
-      log "round $round $name $spec: no Total line"; tail -n 5 "$OUT/perf-err.log" >&2
-      continue
-    fi
-    # Total : IOPS MiB/s avg min max
-    read -r iops mib avg min max < <(echo "$line" | awk -F: '{ print $2 }' | awk '{ print $1, $2, $3, $4, $5 }')
-    cpu_us=$(awk -v t=$((after - before)) -v hz="$ticks_per_second" -v iops="$iops" -v s="$SECONDS_PER_RUN" \
-      'BEGIN { ios = iops * s; if (ios > 0) printf "%.2f", t / hz * 1e6 / ios; else print "nan" }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$spec" "$iops" "$mib" "$avg" "$min" "$max" "$cpu_us" >>"$RAW"
-    log "round $round $name $spec: $iops IOPS, avg $avg us, target $cpu_us us CPU/IO"
-  done
-}
 
 log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 targets="spdk $MODES"
@@ -165,6 +126,7 @@ for round in $(seq 1 "$ROUNDS"); do
   [ $((round % 2)) -eq 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
   for name in $order; do
     start_target "$name"
+    precondition "$name"
     run_workloads "$round" "$name"
     stop_target
   done
