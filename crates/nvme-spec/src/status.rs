@@ -163,6 +163,9 @@ impl Status {
 
     // Path related status (SCT 3h): never with DNR, so the host retries the command
     // on another path (and reads the ANA log).
+    /// This path cannot serve the command now (e.g. its gateway lost the group's
+    /// reservation state); another path may.
+    pub const INTERNAL_PATH_ERROR: Status = Status::new(StatusCodeType::PathRelated, 0x00);
     /// The namespace's ANA group is in the Persistent Loss state on this path.
     pub const ASYMMETRIC_ACCESS_PERSISTENT_LOSS: Status = Status::new(StatusCodeType::PathRelated, 0x01);
     /// The namespace's ANA group is Inaccessible on this path.

@@ -141,8 +141,9 @@ impl Connection {
                     let mut identify = identify_namespace(namespace);
                     if !self.target.settings.reservations {
                         identify.reservation_capabilities = 0;
-                    } else if subsystem.reservation_store().is_some() {
-                        // PTPOS: Persist Through Power Loss, with a reservation store.
+                    } else if subsystem.reservation_store().is_some() || subsystem.group_reservations().is_some() {
+                        // PTPOS: Persist Through Power Loss, with a reservation store or
+                        // in a gateway group's cluster.
                         identify.reservation_capabilities |= RESERVATION_PERSIST_THROUGH_POWER_LOSS;
                     }
                     identify.encode(data);

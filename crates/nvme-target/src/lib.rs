@@ -30,6 +30,7 @@ mod retiring;
 mod copy;
 mod fabrics;
 mod fused;
+pub mod group_reservations;
 mod io;
 mod reservation_commands;
 pub mod management;

@@ -27,14 +27,26 @@ pub(crate) enum HeldTicket {
     Persist(crate::reservation_store::PersistTicket),
     /// A Namespace Management or Attachment change: its status and DW0.
     Management(storage::service::Ticket<(Status, u64)>),
+    /// A reservation change in a gateway group's authority, for the namespace with
+    /// this NGUID.
+    Group { ticket: crate::group_reservations::ChangeTicket, nguid: [u8; 16] },
 }
 
 impl HeldTicket {
     /// The command's answer once the work ended.
-    pub(crate) fn take(&self) -> Option<(Status, u64)> {
+    /// A group's answer installs the state it returns on this gateway (and its
+    /// notices) before the command completes.
+    pub(crate) fn take(&self, target: &crate::Target) -> Option<(Status, u64)> {
         match self {
             HeldTicket::Persist(ticket) => ticket.take().map(|result| (crate::reservation_store::persist_status(result), 0)),
             HeldTicket::Management(ticket) => ticket.take(),
+            HeldTicket::Group { ticket, nguid } => ticket.take().map(|result| match result {
+                Ok(applied) => {
+                    target.install_group_reservations(nguid, &applied.update);
+                    (applied.status, 0)
+                }
+                Err(error) => (crate::group_reservations::unreachable_status(&error), 0),
+            }),
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::connection::Connection;
 use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::reservation_store::{NamespaceKey, PersistTicket};
+use crate::group_reservations::{ChangeTicket, ReservationChange, SharedGroupReservations};
 use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
 use crate::slots::SlotState;
 
@@ -77,27 +78,23 @@ impl Connection {
             2 => RegisterAction::Replace,
             _ => return Err(invalid()),
         };
-        let ignore_key = cdw10 & (1 << 3) != 0;
-        // CPTPL: 00b no change, 10b PTPL off, 11b PTPL on (only with a reservation
-        // store: RESCAP bit 0 says so), 01b is reserved.
-        let change_ptpl = match cdw10 >> 30 {
+        // CPTPL: 00b no change, 10b PTPL off, 11b PTPL on (only where the state
+        // outlives the process: RESCAP bit 0 says so), 01b is reserved.
+        let persist = match cdw10 >> 30 {
             0 => None,
             2 => Some(false),
-            3 if self.reservation_store().is_some() => Some(true),
+            3 if self.persistence_offered() => Some(true),
             _ => return Err(invalid()),
         };
-        let mut state = namespace.reservations.lock();
-        let was_persistent = state.persist_through_power_loss;
-        let effects = state.register(&host, action, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
-        // A failed Register leaves PTPL as it was.
-        if let Some(persist) = change_ptpl {
-            state.persist_through_power_loss = persist;
-        }
-        namespace.reservations.publish(&state);
-        let outcome = self.persist_reservations(slot_index, &namespace, &state, was_persistent);
-        drop(state);
-        self.send_reservation_notices(namespace.id, &effects);
-        Ok(outcome)
+        let change = ReservationChange::Register {
+            host,
+            action,
+            current_key: key_at(&data, 0),
+            new_key: key_at(&data, 8),
+            ignore_key: cdw10 & (1 << 3) != 0,
+            persist,
+        };
+        self.change_reservations(slot_index, &namespace, change)
     }
 
     pub(crate) fn io_reservation_acquire(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
@@ -110,14 +107,15 @@ impl Connection {
             _ => return Err(invalid()),
         };
         let kind = ReservationType::from_u8((cdw10 >> 8) as u8).ok_or_else(invalid)?;
-        let ignore_key = cdw10 & (1 << 3) != 0;
-        let mut state = namespace.reservations.lock();
-        let effects = state.acquire(&host, action, kind, key_at(&data, 0), key_at(&data, 8), ignore_key)?;
-        namespace.reservations.publish(&state);
-        let outcome = self.persist_reservations(slot_index, &namespace, &state, state.persist_through_power_loss);
-        drop(state);
-        self.send_reservation_notices(namespace.id, &effects);
-        Ok(outcome)
+        let change = ReservationChange::Acquire {
+            host,
+            action,
+            kind,
+            current_key: key_at(&data, 0),
+            preempt_key: key_at(&data, 8),
+            ignore_key: cdw10 & (1 << 3) != 0,
+        };
+        self.change_reservations(slot_index, &namespace, change)
     }
 
     pub(crate) fn io_reservation_release(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
@@ -132,14 +130,69 @@ impl Connection {
         if action == ReleaseAction::Release && ReservationType::from_u8(kind).is_none() {
             return Err(invalid());
         }
-        let ignore_key = cdw10 & (1 << 3) != 0;
+        let change =
+            ReservationChange::Release { host, action, kind, current_key: key_at(&data, 0), ignore_key: cdw10 & (1 << 3) != 0 };
+        self.change_reservations(slot_index, &namespace, change)
+    }
+
+    /// Applies a reservation change: in the gateway group's authority when the
+    /// subsystem has one (the command waits for the group), here otherwise (then made
+    /// durable first when PTPL is or was on).
+    fn change_reservations(
+        &mut self,
+        slot_index: u16,
+        namespace: &std::sync::Arc<crate::namespaces::Namespace>,
+        change: ReservationChange,
+    ) -> Result<Outcome, Status> {
+        if let Some(group) = self.group_reservations() {
+            return Ok(self.change_in_group(slot_index, namespace, &group, change));
+        }
         let mut state = namespace.reservations.lock();
-        let effects = state.release(&host, action, kind, key_at(&data, 0), ignore_key)?;
+        let was_persistent = state.persist_through_power_loss;
+        let effects = change.apply(&mut state)?;
         namespace.reservations.publish(&state);
-        let outcome = self.persist_reservations(slot_index, &namespace, &state, state.persist_through_power_loss);
+        let outcome = self.persist_reservations(slot_index, namespace, &state, was_persistent);
         drop(state);
         self.send_reservation_notices(namespace.id, &effects);
         Ok(outcome)
+    }
+
+    /// Hands `change` to the gateway group and holds the command until the group
+    /// answers (see `group_reservations`).
+    fn change_in_group(
+        &mut self,
+        slot_index: u16,
+        namespace: &crate::namespaces::Namespace,
+        group: &SharedGroupReservations,
+        change: ReservationChange,
+    ) -> Outcome {
+        let Some(key) = self.namespace_key(namespace) else { return Outcome::status(Status::INTERNAL_PATH_ERROR) };
+        let ticket = ChangeTicket::new(self.storage.waker().cloned());
+        group.apply(key, change, ticket.clone());
+        let held = crate::outcome::HeldTicket::Group { ticket, nguid: namespace.nguid };
+        if let Some((status, _)) = held.take(&self.target) {
+            return Outcome::status(status);
+        }
+        self.slots.slot(slot_index).state = SlotState::HeldPersist;
+        self.held_tickets.push((slot_index, held));
+        Outcome::Pending
+    }
+
+    fn namespace_key(&self, namespace: &crate::namespaces::Namespace) -> Option<NamespaceKey> {
+        let subsystem = self.binding.as_ref()?.controller.subsystem.clone()?;
+        Some(NamespaceKey { subsystem_nqn: subsystem.nqn.clone(), namespace_id: namespace.id, nguid: namespace.nguid })
+    }
+
+    /// The gateway group's reservation authority of this controller's subsystem.
+    pub(crate) fn group_reservations(&self) -> Option<SharedGroupReservations> {
+        let subsystem = self.binding.as_ref()?.controller.subsystem.as_ref()?;
+        subsystem.group_reservations().cloned()
+    }
+
+    /// True when reservations outlive this process: a reservation store (PTPL on
+    /// disk) or a gateway group (the cluster keeps them).
+    pub(crate) fn persistence_offered(&self) -> bool {
+        self.reservation_store().is_some() || self.group_reservations().is_some()
     }
 
     /// The subsystem's reservation store, when Persist Through Power Loss is offered.
@@ -177,23 +230,23 @@ impl Connection {
         Outcome::Pending
     }
 
-    /// Set Features 83h (Reservation Persistence): PTPL on needs a reservation store
-    /// (RESCAP bit 0); off forgets the saved record.
+    /// Set Features 83h (Reservation Persistence): PTPL on needs state that outlives
+    /// the process (RESCAP bit 0); off forgets the saved record.
     pub(crate) fn set_reservation_persistence(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry, persist: bool) -> Outcome {
         let nsid = match self.reservation_feature_namespace(sqe, false) {
             Ok(nsid) => nsid,
             Err(status) => return Outcome::status(status),
         };
-        if !self.target.settings.reservations || (persist && self.reservation_store().is_none()) {
+        if !self.target.settings.reservations || (persist && !self.persistence_offered()) {
             return Outcome::status(invalid());
         }
         let Some(namespace) = self.view.get(nsid).cloned() else {
             return Outcome::status(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
         };
-        let mut state = namespace.reservations.lock();
-        let was_persistent = state.persist_through_power_loss;
-        state.persist_through_power_loss = persist;
-        self.persist_reservations(slot_index, &namespace, &state, was_persistent)
+        match self.change_reservations(slot_index, &namespace, ReservationChange::SetPersistence { persist }) {
+            Ok(outcome) => outcome,
+            Err(status) => Outcome::status(status),
+        }
     }
 
     /// Completes held commands whose work ended (reservation state made durable, a
@@ -201,7 +254,7 @@ impl Connection {
     pub(crate) fn complete_persisted(&mut self) {
         let mut position = 0;
         while let Some((_, ticket)) = self.held_tickets.get(position) {
-            let Some((status, result)) = ticket.take() else {
+            let Some((status, result)) = ticket.take(&self.target) else {
                 position += 1;
                 continue;
             };
@@ -224,6 +277,10 @@ impl Connection {
         }
         if sqe.dwords[11] & 1 == 0 {
             return Err(Status::HOST_IDENTIFIER_INCONSISTENT.with_do_not_retry());
+        }
+        // A gateway whose copy of the group's state is unknown does not report it.
+        if namespace.reservations.is_unknown() {
+            return Err(Status::INTERNAL_PATH_ERROR);
         }
         let state = namespace.reservations.lock().clone();
         let controllers = self

@@ -8,7 +8,7 @@
 //! namespace, so it holds across all controllers of the subsystem. The I/O path pays
 //! one atomic load while no reservation is held.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use nvme_spec::Status;
@@ -366,12 +366,21 @@ impl ReservationState {
     }
 }
 
+/// Attention bits of [`Reservations`]: while none is set the I/O path checks nothing.
+const HELD: u8 = 1;
+/// The copy of a gateway group's state cannot be vouched for (see
+/// `group_reservations`).
+const UNKNOWN: u8 = 2;
+
 /// The reservation state of a namespace, shared by every controller.
 #[derive(Debug, Default)]
 pub struct Reservations {
     state: Mutex<ReservationState>,
-    /// True while a reservation is held: commands check only then.
-    held: AtomicBool,
+    /// HELD and UNKNOWN: commands check only when one is set.
+    attention: AtomicU8,
+    /// On a gateway group: the group sequence of the copy in `state` (written under
+    /// its mutex).
+    group_sequence: AtomicU64,
 }
 
 impl Reservations {
@@ -382,20 +391,60 @@ impl Reservations {
 
     /// Makes the I/O path see whether a reservation is held now.
     pub fn publish(&self, state: &ReservationState) {
-        self.held.store(state.holder.is_some(), Ordering::Release);
+        if state.holder.is_some() {
+            self.attention.fetch_or(HELD, Ordering::AcqRel);
+        } else {
+            self.attention.fetch_and(!HELD, Ordering::AcqRel);
+        }
     }
 
     /// `Ok` when `host` may run a command of the read or write group; Reservation
-    /// Conflict otherwise. One atomic load while no reservation is held.
+    /// Conflict otherwise, or a path error while a group copy is unknown. One atomic
+    /// load while no reservation is held.
     pub fn check(&self, host: &HostId, write: bool) -> Result<(), Status> {
-        if !self.held.load(Ordering::Acquire) {
+        let attention = self.attention.load(Ordering::Acquire);
+        if attention == 0 {
             return Ok(());
+        }
+        if attention & UNKNOWN != 0 {
+            return Err(Status::INTERNAL_PATH_ERROR);
         }
         if self.lock().allows(host, write) {
             Ok(())
         } else {
             Err(conflict())
         }
+    }
+
+    /// True while the group copy cannot be vouched for.
+    pub fn is_unknown(&self) -> bool {
+        self.attention.load(Ordering::Acquire) & UNKNOWN != 0
+    }
+
+    /// The group can no longer vouch for the copy (a lost watch, not loaded yet).
+    pub fn mark_unknown(&self) {
+        self.attention.fetch_or(UNKNOWN, Ordering::AcqRel);
+    }
+
+    /// The group sequence of the copy.
+    pub fn group_sequence(&self) -> u64 {
+        self.group_sequence.load(Ordering::Acquire)
+    }
+
+    /// Installs a state the group published, unless the copy is newer. Returns the
+    /// notices this gateway has not delivered yet (`None`: the update was older).
+    pub fn install(&self, update: &crate::group_reservations::GroupUpdate) -> Option<Vec<(HostId, Notice)>> {
+        let mut state = self.lock();
+        let applied = self.group_sequence.load(Ordering::Acquire);
+        if update.sequence < applied {
+            return None;
+        }
+        let notices = crate::group_reservations::new_notices(update, applied);
+        *state = update.state.clone();
+        self.group_sequence.store(update.sequence, Ordering::Release);
+        self.publish(&state);
+        self.attention.fetch_and(!UNKNOWN, Ordering::AcqRel);
+        Some(notices)
     }
 }
 

@@ -79,6 +79,9 @@ pub struct Subsystem {
     pub hosts: SharedHostAccess,
     /// Where namespaces with PTPL keep their reservations (set by the target).
     reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
+    /// The gateway group's reservation authority, when the subsystem is exported by a
+    /// gateway group (then `reservation_store` is unused).
+    group_reservations: std::sync::OnceLock<crate::group_reservations::SharedGroupReservations>,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -205,6 +208,7 @@ impl Subsystem {
             index,
             stats: SubsystemStats::default(),
             reservation_store: std::sync::OnceLock::new(),
+            group_reservations: std::sync::OnceLock::new(),
         })
     }
 
@@ -241,6 +245,11 @@ impl Subsystem {
                 crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
             }
         }
+        if let Some(group) = self.group_reservations.get() {
+            for entry in table.entries() {
+                crate::group_reservations::track(&entry.namespace, group, &self.nqn);
+            }
+        }
         *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -252,6 +261,21 @@ impl Subsystem {
         for entry in self.table().entries() {
             crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
         }
+    }
+
+    /// Hands the subsystem's reservations to a gateway group's authority: every
+    /// namespace is followed from now (marked unknown until its state arrives), and
+    /// namespaces added later as they arrive.
+    pub(crate) fn attach_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
+        let group = self.group_reservations.get_or_init(|| group);
+        for entry in self.table().entries() {
+            crate::group_reservations::track(&entry.namespace, group, &self.nqn);
+        }
+    }
+
+    /// The gateway group's reservation authority, when there is one.
+    pub fn group_reservations(&self) -> Option<&crate::group_reservations::SharedGroupReservations> {
+        self.group_reservations.get()
     }
 
     /// The reservation store, when the target offers Persist Through Power Loss.

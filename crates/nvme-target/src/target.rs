@@ -320,6 +320,7 @@ pub struct Target {
     peer_paths: RwLock<Vec<PeerPath>>,
     /// Persist Through Power Loss: where reservations are kept (none: not offered).
     reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
+    group_reservations: std::sync::OnceLock<crate::group_reservations::SharedGroupReservations>,
     /// Torn-down controllers whose queues may still have requests at storage.
     pub(crate) retiring: crate::retiring::RetiringControllers,
 }
@@ -375,6 +376,7 @@ impl Target {
             ana: AnaStates::default(),
             peer_paths: RwLock::new(Vec::new()),
             reservation_store: std::sync::OnceLock::new(),
+            group_reservations: std::sync::OnceLock::new(),
             retiring: crate::retiring::RetiringControllers::default(),
         });
         for subsystem_spec in spec.subsystems {
@@ -401,6 +403,9 @@ impl Target {
         if let Some(store) = self.reservation_store.get() {
             subsystem.attach_reservation_store(Arc::clone(store));
         }
+        if let Some(group) = self.group_reservations.get() {
+            subsystem.attach_group_reservations(Arc::clone(group));
+        }
         self.bump_discovery_generation();
         Ok(subsystem)
     }
@@ -412,6 +417,47 @@ impl Target {
         let store = Arc::clone(self.reservation_store.get_or_init(|| store));
         for subsystem in self.subsystems() {
             subsystem.attach_reservation_store(Arc::clone(&store));
+        }
+    }
+
+    /// Keeps every subsystem's reservations in a gateway group's authority (call it
+    /// right after `new`, before hosts connect). Set once.
+    pub fn set_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
+        let group = Arc::clone(self.group_reservations.get_or_init(|| group));
+        for subsystem in self.subsystems() {
+            subsystem.attach_group_reservations(Arc::clone(&group));
+        }
+    }
+
+    /// Installs a state the gateway group published for the namespace with this
+    /// NGUID (in every subsystem that has it), unless the copy here is newer, and
+    /// tells this gateway's controllers of affected hosts.
+    pub fn install_group_reservations(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
+        for subsystem in self.subsystems() {
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+                let Some(notices) = entry.namespace.reservations.install(update) else { continue };
+                if notices.is_empty() {
+                    continue;
+                }
+                for controller in self.controllers_of(subsystem.index) {
+                    for (host, notice) in &notices {
+                        if controller.host_identifier == *host {
+                            controller.note_reservation(entry.namespace.id, *notice);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gateway group can no longer vouch for this gateway's copy of the
+    /// namespace's reservations: until a state is installed again, commands the
+    /// reservation could refuse get a path error.
+    pub fn mark_group_reservations_unknown(&self, nguid: &[u8; 16]) {
+        for subsystem in self.subsystems() {
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+                entry.namespace.reservations.mark_unknown();
+            }
         }
     }
 

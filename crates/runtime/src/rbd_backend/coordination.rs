@@ -71,9 +71,9 @@ pub struct Locker {
 
 /// A RADOS object in one pool, reached through the process's cluster connection.
 pub struct RadosObject {
-    cluster: Arc<Cluster>,
-    io: IoContext,
-    object: CString,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) io: IoContext,
+    pub(super) object: CString,
     pool: String,
 }
 

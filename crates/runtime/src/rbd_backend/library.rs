@@ -17,6 +17,13 @@ pub(crate) type IoContext = *mut c_void;
 pub(crate) type Image = *mut c_void;
 /// `rbd_completion_t`: one asynchronous request.
 pub(crate) type Completion = *mut c_void;
+/// `rados_write_op_t`: a compound write applied to one object atomically.
+pub(crate) type WriteOperation = *mut c_void;
+/// `rados_watchcb2_t`: called on a librados thread for each notify on a watched object.
+pub(crate) type WatchCallback =
+    unsafe extern "C" fn(argument: *mut c_void, notify_id: u64, handle: u64, notifier_id: u64, data: *mut c_void, length: usize);
+/// `rados_watcherrcb_t`: called on a librados thread when a watch is lost.
+pub(crate) type WatchErrorCallback = unsafe extern "C" fn(argument: *mut c_void, cookie: u64, error: c_int);
 /// `rbd_callback_t`: called on a librbd thread when a request completes.
 pub(crate) type Callback = unsafe extern "C" fn(completion: Completion, argument: *mut c_void);
 
@@ -119,6 +126,57 @@ pub(crate) struct Library {
     pub rados_buffer_free: unsafe extern "C" fn(buffer: *mut c_char),
     pub rados_get_instance_id: unsafe extern "C" fn(cluster: Rados) -> u64,
     pub rados_wait_for_latest_osdmap: unsafe extern "C" fn(cluster: Rados) -> c_int,
+    pub rados_read:
+        unsafe extern "C" fn(io: IoContext, object: *const c_char, buffer: *mut c_char, length: usize, offset: u64) -> c_int,
+    pub rados_create_write_op: unsafe extern "C" fn() -> WriteOperation,
+    pub rados_release_write_op: unsafe extern "C" fn(operation: WriteOperation),
+    pub rados_write_op_create: unsafe extern "C" fn(operation: WriteOperation, exclusive: c_int, category: *const c_char),
+    pub rados_write_op_cmpxattr: unsafe extern "C" fn(
+        operation: WriteOperation,
+        name: *const c_char,
+        comparison: u8,
+        value: *const c_char,
+        length: usize,
+    ),
+    pub rados_write_op_setxattr:
+        unsafe extern "C" fn(operation: WriteOperation, name: *const c_char, value: *const c_char, length: usize),
+    pub rados_write_op_write_full: unsafe extern "C" fn(operation: WriteOperation, buffer: *const c_char, length: usize),
+    pub rados_write_op_operate: unsafe extern "C" fn(
+        operation: WriteOperation,
+        io: IoContext,
+        object: *const c_char,
+        mtime: *mut libc::time_t,
+        flags: c_int,
+    ) -> c_int,
+    pub rados_watch3: unsafe extern "C" fn(
+        io: IoContext,
+        object: *const c_char,
+        cookie: *mut u64,
+        callback: WatchCallback,
+        error_callback: WatchErrorCallback,
+        timeout_seconds: u32,
+        argument: *mut c_void,
+    ) -> c_int,
+    pub rados_unwatch2: unsafe extern "C" fn(io: IoContext, cookie: u64) -> c_int,
+    pub rados_watch_check: unsafe extern "C" fn(io: IoContext, cookie: u64) -> c_int,
+    pub rados_watch_flush: unsafe extern "C" fn(cluster: Rados) -> c_int,
+    pub rados_notify2: unsafe extern "C" fn(
+        io: IoContext,
+        object: *const c_char,
+        buffer: *const c_char,
+        length: c_int,
+        timeout_ms: u64,
+        reply: *mut *mut c_char,
+        reply_length: *mut usize,
+    ) -> c_int,
+    pub rados_notify_ack: unsafe extern "C" fn(
+        io: IoContext,
+        object: *const c_char,
+        notify_id: u64,
+        cookie: u64,
+        buffer: *const c_char,
+        length: c_int,
+    ) -> c_int,
     _rados: libloading::Library,
     _rbd: libloading::Library,
 }
@@ -177,6 +235,20 @@ fn load() -> Result<Library, String> {
         rados_buffer_free: symbol!(rados, rados_buffer_free),
         rados_get_instance_id: symbol!(rados, rados_get_instance_id),
         rados_wait_for_latest_osdmap: symbol!(rados, rados_wait_for_latest_osdmap),
+        rados_read: symbol!(rados, rados_read),
+        rados_create_write_op: symbol!(rados, rados_create_write_op),
+        rados_release_write_op: symbol!(rados, rados_release_write_op),
+        rados_write_op_create: symbol!(rados, rados_write_op_create),
+        rados_write_op_cmpxattr: symbol!(rados, rados_write_op_cmpxattr),
+        rados_write_op_setxattr: symbol!(rados, rados_write_op_setxattr),
+        rados_write_op_write_full: symbol!(rados, rados_write_op_write_full),
+        rados_write_op_operate: symbol!(rados, rados_write_op_operate),
+        rados_watch3: symbol!(rados, rados_watch3),
+        rados_unwatch2: symbol!(rados, rados_unwatch2),
+        rados_watch_check: symbol!(rados, rados_watch_check),
+        rados_watch_flush: symbol!(rados, rados_watch_flush),
+        rados_notify2: symbol!(rados, rados_notify2),
+        rados_notify_ack: symbol!(rados, rados_notify_ack),
         rbd_create: symbol!(rbd, rbd_create),
         rbd_open: symbol!(rbd, rbd_open),
         rbd_close: symbol!(rbd, rbd_close),

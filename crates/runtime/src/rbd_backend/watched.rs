@@ -1,0 +1,235 @@
+//! A small record kept in one RADOS object and shared by several processes: read it
+//! whole, replace it only if nobody changed it since (a compare on an extended
+//! attribute in the same compound operation, so two writers can never both win), and
+//! learn of other writers' changes through watch/notify.
+//!
+//! Sluice's gateway groups keep each namespace's reservations this way: the OSD that
+//! holds the object serialises every change, so no consensus protocol is written here.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::coordination::{RadosErrno, RadosObject};
+
+/// Largest record read back: reservation records are a few KiB at most.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// `LIBRADOS_CREATE_EXCLUSIVE`: the create fails with EEXIST when the object exists.
+const CREATE_EXCLUSIVE: c_int = 1;
+/// `LIBRADOS_CMPXATTR_OP_EQ`.
+const COMPARE_EQUAL: u8 = 1;
+
+/// What a replace found when it did not write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplaceError {
+    /// Another writer changed (or created) the record first: read it again and retry.
+    Changed,
+    /// The cluster refused or did not answer.
+    Cluster(RadosErrno),
+}
+
+/// What a watch reports, on a librados thread.
+#[derive(Debug)]
+pub enum WatchEvent<'payload> {
+    /// Another client (or this one) notified the object with this payload; it is
+    /// acknowledged once the handler returns.
+    Notice(&'payload [u8]),
+    /// The watch was lost (the OSD timed it out, or this client was disconnected or
+    /// blocklisted): notices may have been missed until it is re-established.
+    Lost(RadosErrno),
+}
+
+/// Called for each [`WatchEvent`]; must be quick and must not call back into the
+/// watch (librados runs it on its own finisher thread).
+pub type WatchHandler = Box<dyn Fn(WatchEvent<'_>) + Send + Sync>;
+
+/// The state a watch callback reaches through librados' `void *` argument.
+struct WatchContext {
+    object: Arc<RadosObject>,
+    handler: WatchHandler,
+}
+
+/// One registered watch; dropping it unregisters it and waits until no callback runs.
+pub struct Watch {
+    context: Box<WatchContext>,
+    cookie: u64,
+}
+
+// SAFETY: the context is only read by callbacks (through a shared reference) and by
+// Drop, which unregisters and flushes callbacks before freeing it.
+unsafe impl Send for Watch {}
+// SAFETY: as above; `check` only reads the cookie.
+unsafe impl Sync for Watch {}
+
+impl Watch {
+    /// Time since the OSD last confirmed the watch, or why it is broken (ENOTCONN
+    /// when it must be registered again).
+    pub fn check(&self) -> Result<Duration, RadosErrno> {
+        let object = &self.context.object;
+        // SAFETY: the pool context is live (the context holds the object) and the
+        // cookie came from rados_watch3.
+        let code = unsafe { (object.cluster.library.rados_watch_check)(object.io, self.cookie) };
+        if code < 0 {
+            Err(RadosErrno(code))
+        } else {
+            Ok(Duration::from_millis(code as u64))
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let object = &self.context.object;
+        // SAFETY: the cookie came from rados_watch3 on this pool context; after the
+        // flush no callback holds a reference to the context, so it may be freed.
+        unsafe {
+            (object.cluster.library.rados_unwatch2)(object.io, self.cookie);
+            (object.cluster.library.rados_watch_flush)(object.cluster.handle);
+        }
+    }
+}
+
+unsafe extern "C" fn on_notice(argument: *mut c_void, notify_id: u64, cookie: u64, _notifier: u64, data: *mut c_void, length: usize) {
+    // SAFETY: `argument` is the boxed WatchContext, alive until Drop has flushed the
+    // callbacks.
+    let context = unsafe { &*argument.cast::<WatchContext>() };
+    let payload: &[u8] = if data.is_null() || length == 0 {
+        &[]
+    } else {
+        // SAFETY: librados passes `length` readable bytes at `data` for the call.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) }
+    };
+    // A panic must not cross into C: the notice is still acknowledged.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (context.handler)(WatchEvent::Notice(payload))));
+    let object = &context.object;
+    // SAFETY: the pool context and object name are live; an empty reply is allowed.
+    unsafe {
+        (object.cluster.library.rados_notify_ack)(object.io, object.object.as_ptr(), notify_id, cookie, std::ptr::null(), 0);
+    }
+}
+
+unsafe extern "C" fn on_watch_error(argument: *mut c_void, _cookie: u64, error: c_int) {
+    // SAFETY: as in `on_notice`.
+    let context = unsafe { &*argument.cast::<WatchContext>() };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (context.handler)(WatchEvent::Lost(RadosErrno(error)))));
+}
+
+fn name(text: &str) -> CString {
+    CString::new(text.replace('\0', "")).unwrap_or_default()
+}
+
+impl RadosObject {
+    /// The whole object (up to [`MAX_RECORD_BYTES`]); `None` when it does not exist.
+    pub fn read_record(&self) -> Result<Option<Vec<u8>>, RadosErrno> {
+        let mut buffer = vec![0u8; MAX_RECORD_BYTES];
+        // SAFETY: the context is live; the buffer is writable for its whole length.
+        let code = unsafe {
+            (self.cluster.library.rados_read)(self.io, self.object.as_ptr(), buffer.as_mut_ptr().cast::<c_char>(), buffer.len(), 0)
+        };
+        if code < 0 {
+            let errno = RadosErrno(code);
+            return if errno.is_missing() { Ok(None) } else { Err(errno) };
+        }
+        buffer.truncate(code as usize);
+        Ok(Some(buffer))
+    }
+
+    /// Replaces the object's content with `content` and its attribute `attribute`
+    /// with `new_value`, in one operation that runs only if the attribute still is
+    /// `expected` (or, with `None`, if the object does not exist yet).
+    pub fn replace_record(&self, attribute: &str, expected: Option<&[u8]>, new_value: &[u8], content: &[u8]) -> Result<(), ReplaceError> {
+        let library = self.cluster.library;
+        let attribute = name(attribute);
+        // SAFETY: creating an empty operation has no preconditions.
+        let operation = unsafe { (library.rados_create_write_op)() };
+        if operation.is_null() {
+            return Err(ReplaceError::Cluster(RadosErrno(-libc::ENOMEM)));
+        }
+        // SAFETY: the operation is live until released below; every buffer outlives
+        // rados_write_op_operate, which is where librados reads them.
+        let code = unsafe {
+            match expected {
+                None => (library.rados_write_op_create)(operation, CREATE_EXCLUSIVE, std::ptr::null()),
+                Some(value) => (library.rados_write_op_cmpxattr)(
+                    operation,
+                    attribute.as_ptr(),
+                    COMPARE_EQUAL,
+                    value.as_ptr().cast::<c_char>(),
+                    value.len(),
+                ),
+            }
+            (library.rados_write_op_setxattr)(operation, attribute.as_ptr(), new_value.as_ptr().cast::<c_char>(), new_value.len());
+            (library.rados_write_op_write_full)(operation, content.as_ptr().cast::<c_char>(), content.len());
+            let code = (library.rados_write_op_operate)(operation, self.io, self.object.as_ptr(), std::ptr::null_mut(), 0);
+            (library.rados_release_write_op)(operation);
+            code
+        };
+        match code {
+            0.. => Ok(()),
+            // cmpxattr mismatch, an exclusive create of an existing object, or the
+            // attribute missing on an object someone else created.
+            code if code == -libc::ECANCELED || code == -libc::EEXIST || code == -libc::ENODATA => Err(ReplaceError::Changed),
+            code => Err(ReplaceError::Cluster(RadosErrno(code))),
+        }
+    }
+
+    /// Sends `payload` to every watcher of the object (this client's too) and waits
+    /// until each acknowledged or `timeout` passed (ETIMEDOUT then: some watcher did
+    /// not answer and will learn of the change when its watch breaks).
+    pub fn notify(&self, payload: &[u8], timeout: Duration) -> Result<(), RadosErrno> {
+        let library = self.cluster.library;
+        let length = c_int::try_from(payload.len()).map_err(|_| RadosErrno(-libc::E2BIG))?;
+        let mut reply: *mut c_char = std::ptr::null_mut();
+        let mut reply_length: usize = 0;
+        // SAFETY: the context is live; the payload is readable for `length`; reply
+        // and its length are valid out pointers.
+        let code = unsafe {
+            (library.rados_notify2)(
+                self.io,
+                self.object.as_ptr(),
+                payload.as_ptr().cast::<c_char>(),
+                length,
+                timeout.as_millis() as u64,
+                &mut reply,
+                &mut reply_length,
+            )
+        };
+        if !reply.is_null() {
+            // SAFETY: librados allocated the reply (also on timeout) and it is freed once.
+            unsafe { (library.rados_buffer_free)(reply) };
+        }
+        if code < 0 {
+            Err(RadosErrno(code))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Registers a watch: `handler` hears every notify on the object until the
+    /// returned [`Watch`] is dropped, and hears when the watch is lost.
+    /// `timeout`: how long the OSD keeps the watch of a silent client.
+    pub fn watch(self: &Arc<Self>, handler: WatchHandler, timeout: Duration) -> Result<Watch, RadosErrno> {
+        let context = Box::new(WatchContext { object: Arc::clone(self), handler });
+        let mut cookie: u64 = 0;
+        let argument = (&*context as *const WatchContext).cast_mut().cast::<c_void>();
+        let timeout_seconds = u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1);
+        // SAFETY: the context is live; the callbacks match librados' prototypes and
+        // get `argument`, which points into the box kept in the Watch (its address
+        // does not change when the box moves).
+        let code = unsafe {
+            (self.cluster.library.rados_watch3)(
+                self.io,
+                self.object.as_ptr(),
+                &mut cookie,
+                on_notice,
+                on_watch_error,
+                timeout_seconds,
+                argument,
+            )
+        };
+        if code < 0 {
+            return Err(RadosErrno(code));
+        }
+        Ok(Watch { context, cookie })
+    }
+}
