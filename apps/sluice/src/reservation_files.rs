@@ -49,11 +49,11 @@ struct RecordHolder {
     host_id: Option<String>,
 }
 
-fn hex(bytes: &[u8; 16]) -> String {
+pub(crate) fn hex(bytes: &[u8; 16]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Result<[u8; 16], String> {
+pub(crate) fn unhex(text: &str) -> Result<[u8; 16], String> {
     let mut bytes = [0u8; 16];
     if text.len() != 32 {
         return Err(format!("{text:?} is not 32 hex digits"));

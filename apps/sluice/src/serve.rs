@@ -41,19 +41,51 @@ pub struct ServeOptions {
     pub rpc_socket: crate::manage::SocketChoice,
 }
 
+/// Keeps the target's reservations in the gateway group's cluster, and waits (up to
+/// one lease) until every namespace's state is loaded, so the first host command
+/// finds the group's reservations in force; a namespace still unknown then answers
+/// path errors until its state arrives, which the log says.
+fn follow_group_reservations(plan: &crate::config::gateway::GatewayPlan, target: &std::sync::Arc<Target>) -> Result<(), ServeError> {
+    let lease = std::time::Duration::from_millis(plan.lease_ms);
+    let group = crate::gateway::reservations::ClusterReservations::start(
+        plan.cluster.clone(),
+        plan.pool.clone(),
+        plan.group.clone(),
+        target,
+        lease,
+    )
+    .map_err(ServeError::State)?;
+    target.set_group_reservations(std::sync::Arc::new(group));
+    let deadline = std::time::Instant::now() + lease;
+    while target.group_reservations_unknown() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let unknown = target.group_reservations_unknown();
+    if unknown > 0 {
+        tracing::warn!(namespaces = unknown, group = %plan.group,
+            "the group's reservations of some namespaces are not loaded yet: their I/O gets path errors until they are");
+    }
+    Ok(())
+}
+
 /// Runs the target described by `config` until SIGINT or SIGTERM.
 pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
     // Before the listeners open: saved reservations are in force for the first command.
-    if let Some(state_dir) = &config.target.state_dir {
-        if config.gateway.is_none() {
+    match (&config.target.state_dir, config.gateway_plan()?) {
+        (state_dir, Some(plan)) => {
+            if let Some(state_dir) = state_dir {
+                tracing::info!(state_dir = %state_dir.display(),
+                    "[target] state_dir does not hold a gateway's reservations: the group keeps them in the cluster");
+            }
+            follow_group_reservations(&plan, &target)?;
+        }
+        (Some(state_dir), None) => {
             let store = crate::reservation_files::ReservationFiles::open(state_dir).map_err(ServeError::State)?;
             target.set_reservation_store(std::sync::Arc::new(store));
-        } else {
-            tracing::warn!(state_dir = %state_dir.display(),
-                "[target] state_dir is not used by a gateway: gateways offer no reservations");
         }
+        (None, None) => {}
     }
     // Before the listeners open: hosts must never see a group accessible that this
     // gateway has not been granted yet.

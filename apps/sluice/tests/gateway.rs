@@ -10,7 +10,11 @@
 //!   reports the group inaccessible (it was blocklisted);
 //! - failback: the first gateway restarted gets its group back;
 //! - a gateway whose namespace identity for the image differs from a live peer's is
-//!   refused, naming both.
+//!   refused, naming both;
+//! - reservations are the group's: taken through one gateway, reported and enforced
+//!   through the other, kept when the gateway they were taken through is SIGKILLed,
+//!   preempted through the survivor with a notice to the preempted host's controller
+//!   there, and enforced by a gateway restarted afterwards on its first I/O.
 
 mod support;
 
@@ -139,7 +143,17 @@ impl Drop for Group {
 }
 
 fn connect(address: SocketAddr) -> Controller {
+    connect_as(address, None)
+}
+
+/// Connects as the host with this identifier (its NQN derived from it), or as the
+/// default host.
+fn connect_as(address: SocketAddr, host: Option<[u8; 16]>) -> Controller {
     let mut options = ConnectOptions::new(address, NQN);
+    if let Some(host) = host {
+        options.host_identifier = host;
+        options.host_nqn = format!("nqn.2014-08.org.nvmexpress:uuid:{}", nvme_host_client::format_uuid(&host));
+    }
     options.io_queues = 1;
     options.command_timeout = Duration::from_secs(20);
     options.controller_loss_timeout = Duration::ZERO;
@@ -268,4 +282,83 @@ fn a_conflicting_namespace_identity_is_refused_naming_both_gateways() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "b must refuse to start: {stderr}");
     assert!(stderr.contains("gateway a serves it as") && stderr.contains("gateway b (this one)") && stderr.contains("nsid=2"), "{stderr}");
+}
+
+/// The status a command ended with (success, or the error status it got).
+fn status_of<T>(result: Result<T, nvme_host_client::ClientError>) -> nvme_spec::Status {
+    match result {
+        Ok(_) => nvme_spec::Status::SUCCESS,
+        Err(nvme_host_client::ClientError::Command { status, .. }) => status.kind(),
+        Err(other) => panic!("expected a command status, got {other}"),
+    }
+}
+
+fn register(host: &Controller, key: u64) -> nvme_spec::Status {
+    status_of(host.io_command(nvme_host::commands::reservation_register(NAMESPACE, 0, false, 0, 0, key)))
+}
+
+/// Reservation Acquire (RACQA `action`) of Write Exclusive.
+fn acquire_write_exclusive(host: &Controller, action: u8, key: u64, preempt: u64) -> nvme_spec::Status {
+    status_of(host.io_command(nvme_host::commands::reservation_acquire(NAMESPACE, action, false, 1, key, preempt)))
+}
+
+/// The holder's Host Identifier in a Reservation Report, or `None`.
+fn holder(host: &Controller) -> Option<[u8; 16]> {
+    let completion = host.io_command(nvme_host::commands::reservation_report(NAMESPACE, 4096, true)).expect("report");
+    let data = completion.data;
+    let count = u16::from_le_bytes([data[5], data[6]]) as usize;
+    (0..count).map(|index| &data[64 + index * 64..128 + index * 64]).find(|entry| entry[2] == 1).map(|entry| entry[16..32].try_into().unwrap())
+}
+
+#[test]
+fn reservations_are_one_state_across_the_group_and_survive_the_gateway_they_were_taken_through() {
+    if !ceph_cluster_given("gateway reservations") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
+    let group = Group::new("resv");
+    let a = group.start(0);
+    let _b = group.start(1);
+    let (at_a, at_b) = (group.address(0), group.address(1));
+    await_state(at_a, AnaState::Optimized, Duration::from_secs(15));
+    let (first_id, second_id) = ([0x1A; 16], [0x2B; 16]);
+    let first = connect_as(at_a, Some(first_id));
+    let second = connect_as(at_b, Some(second_id));
+    let identify = first.identify_namespace(NAMESPACE).unwrap();
+    assert_eq!(identify.reservation_capabilities & 1, 1, "PTPL offered: the cluster keeps the state");
+
+    // Taken through a; reported and enforced through b.
+    let started = Instant::now();
+    assert_eq!(register(&first, 0xA1), nvme_spec::Status::SUCCESS);
+    assert_eq!(acquire_write_exclusive(&first, 0, 0xA1, 0), nvme_spec::Status::SUCCESS);
+    eprintln!("register + acquire through the group: {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
+    assert_eq!(holder(&second), Some(first_id));
+    let data = pattern(0x31);
+    assert_eq!(status_of(second.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
+    assert_eq!(status_of(first.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::SUCCESS);
+
+    // Gateway a dies; the first host reaches b and still holds the reservation.
+    drop(first);
+    let mut a = a;
+    a.child.kill().expect("SIGKILL gateway a");
+    let _ = a.child.wait();
+    let first = connect_as(at_b, Some(first_id));
+    assert_eq!(status_of(first.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::SUCCESS, "still the holder");
+    assert_eq!(status_of(second.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
+
+    // Preempted through b: the first host's writes conflict and its controller has
+    // the Reservation Notification log entry.
+    assert_eq!(register(&second, 0xB2), nvme_spec::Status::SUCCESS);
+    assert_eq!(acquire_write_exclusive(&second, 1, 0xB2, 0xA1), nvme_spec::Status::SUCCESS);
+    assert_eq!(status_of(first.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
+    let log = first.get_log_page(0x80, NamespaceId::BROADCAST, 0, 64).expect("log 80h");
+    assert_eq!(log[8], 1, "registration preempted: {:?}", &log[..16]);
+    assert_eq!(u32::from_le_bytes(log[12..16].try_into().unwrap()), NAMESPACE.0);
+
+    // Gateway a restarted after the change enforces it on its first I/O.
+    drop(a);
+    let _a = group.start(0);
+    let late = connect_as(at_a, Some(first_id));
+    assert_eq!(status_of(late.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
+    assert_eq!(holder(&late), Some(second_id));
 }

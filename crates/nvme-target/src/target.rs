@@ -461,6 +461,15 @@ impl Target {
         }
     }
 
+    /// Namespaces whose gateway-group reservations are not known here (not loaded
+    /// yet, or a lost watch).
+    pub fn group_reservations_unknown(&self) -> usize {
+        self.subsystems()
+            .iter()
+            .map(|subsystem| subsystem.table().entries().filter(|entry| entry.namespace.reservations.is_unknown()).count())
+            .sum()
+    }
+
     /// Removes a subsystem while the target runs: new Connects to it fail, and its
     /// controllers are torn down (their queues close at their next check).
     pub fn remove_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, TargetError> {

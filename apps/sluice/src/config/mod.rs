@@ -708,8 +708,8 @@ impl Config {
             settings: TargetSettings {
                 controller_id_min,
                 controller_id_max,
-                // Reservation state is per process: not offered across gateways.
-                reservations: gateway.is_none(),
+                // On a gateway group the cluster keeps them (`gateway::reservations`).
+                reservations: true,
                 // ANA paths matter when several gateways serve the same namespaces.
                 ana_reporting: gateway.is_some(),
                 max_io_queues_per_controller: self

@@ -3,6 +3,7 @@
 //! ([`coordinator`]); the coordinator runs on its own thread ([`service`]).
 
 pub mod coordinator;
+pub mod reservations;
 #[cfg(test)]
 mod tests;
 pub mod service;

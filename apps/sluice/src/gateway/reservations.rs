@@ -1,0 +1,447 @@
+//! A gateway group's reservations, kept in the cluster: one RADOS object per
+//! namespace (`sluice.reservations.<group>.<NGUID>` in the group's pool) holding the
+//! registrations, the reservation, the group sequence and the recent notices.
+//!
+//! - **Atomic changes.** A change is read, applied by the target core's rules
+//!   (`ReservationChange::apply`) and written back in one compound operation that
+//!   runs only if the object's sequence attribute is still the one read (an
+//!   exclusive create for the first change). Two gateways changing one namespace at
+//!   once: one write fails the compare, and that gateway reads again and retries, so
+//!   no change is lost or applied to an old state.
+//! - **Learning of changes.** Every gateway watches each namespace's object. After a
+//!   write the writer notifies the object with the whole new record and waits until
+//!   every watcher installed it and acknowledged (or the notify timeout passed); the
+//!   command completes after that, so a host that got its answer through one gateway
+//!   finds the change in force on every gateway that acknowledged.
+//! - **Missed notices.** Records carry the sequence; a gateway installs only newer
+//!   ones, and the notices of changes it skipped come with the record. A lost watch
+//!   (an OSD timed it out, the connection broke, the gateway was blocklisted) marks
+//!   the copy unknown: I/O to that namespace gets a path error until the watch is back
+//!   and the record read again. Watches are checked every second.
+//!
+//! All cluster calls run on one thread of this module, never on a runtime thread.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use nvme_target::group_reservations::{
+    AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
+};
+use nvme_target::reservation_store::NamespaceKey;
+use nvme_target::reservations::{Holder, Notice, Registrant, ReservationState, ReservationType};
+use nvme_target::Target;
+use runtime::{ClusterSpec, RadosObject, ReplaceError, Watch, WatchEvent};
+use serde::{Deserialize, Serialize};
+
+use crate::reservation_files::{hex, unhex};
+
+/// Bumped when the record layout changes; other layouts are refused by name.
+const RECORD_FORMAT: u32 = 1;
+/// The extended attribute compared on every change: the record's sequence.
+const SEQUENCE_ATTRIBUTE: &str = "sluice.sequence";
+/// How often the watches are checked.
+const WATCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an OSD keeps the watch of a gateway it does not hear from.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Changes retried after losing the compare to another gateway, before giving up
+/// (the host gets a path error and retries).
+const MAX_CHANGE_ATTEMPTS: usize = 32;
+
+/// The object of one namespace.
+pub fn reservation_object(group: &str, nguid: &[u8; 16]) -> String {
+    format!("sluice.reservations.{group}.{}", hex(nguid))
+}
+
+/// What the object holds (JSON).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct GroupRecord {
+    format: u32,
+    subsystem_nqn: String,
+    nsid: u32,
+    /// NGUID, 32 hex digits (also in the object's name).
+    nguid: String,
+    /// The group sequence: bumped by every change.
+    sequence: u64,
+    /// PRGEN.
+    generation: u32,
+    registrants: Vec<RecordRegistrant>,
+    holder: Option<RecordHolder>,
+    /// PTPL as the hosts set it (the cluster keeps the state either way).
+    persist_through_power_loss: bool,
+    /// The notices of recent changes, oldest first.
+    notices: Vec<RecordNotice>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct RecordRegistrant {
+    host_id: String,
+    key: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct RecordHolder {
+    rtype: u8,
+    host_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct RecordNotice {
+    sequence: u64,
+    host_id: String,
+    /// Reservation Notification log page type: 1 registration preempted, 2
+    /// reservation released, 3 reservation preempted.
+    kind: u8,
+}
+
+fn notice_from(kind: u8) -> Result<Notice, String> {
+    match kind {
+        1 => Ok(Notice::RegistrationPreempted),
+        2 => Ok(Notice::ReservationReleased),
+        3 => Ok(Notice::ReservationPreempted),
+        other => Err(format!("notice type {other} is not 1..=3")),
+    }
+}
+
+impl GroupRecord {
+    fn from_update(key: &NamespaceKey, update: &GroupUpdate) -> GroupRecord {
+        let state = &update.state;
+        GroupRecord {
+            format: RECORD_FORMAT,
+            subsystem_nqn: key.subsystem_nqn.clone(),
+            nsid: key.namespace_id.0,
+            nguid: hex(&key.nguid),
+            sequence: update.sequence,
+            generation: state.generation,
+            registrants: state
+                .registrants
+                .iter()
+                .map(|registrant| RecordRegistrant { host_id: hex(&registrant.host), key: registrant.key })
+                .collect(),
+            holder: state.holder.map(|holder| RecordHolder { rtype: holder.kind as u8, host_id: holder.host.as_ref().map(hex) }),
+            persist_through_power_loss: state.persist_through_power_loss,
+            notices: update
+                .notices
+                .iter()
+                .map(|(sequence, host, notice)| RecordNotice { sequence: *sequence, host_id: hex(host), kind: *notice as u8 })
+                .collect(),
+        }
+    }
+
+    fn into_update(self) -> Result<GroupUpdate, String> {
+        if self.format != RECORD_FORMAT {
+            return Err(format!("record format {} (this sluice reads {RECORD_FORMAT})", self.format));
+        }
+        let registrants = self
+            .registrants
+            .iter()
+            .map(|registrant| Ok(Registrant { host: unhex(&registrant.host_id)?, key: registrant.key }))
+            .collect::<Result<Vec<_>, String>>()?;
+        let holder = match self.holder {
+            None => None,
+            Some(holder) => Some(Holder {
+                kind: ReservationType::from_u8(holder.rtype).ok_or_else(|| format!("reservation type {} is not 1..=6", holder.rtype))?,
+                host: holder.host_id.as_deref().map(unhex).transpose()?,
+            }),
+        };
+        let notices = self
+            .notices
+            .iter()
+            .map(|notice| Ok((notice.sequence, unhex(&notice.host_id)?, notice_from(notice.kind)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(GroupUpdate {
+            sequence: self.sequence,
+            state: ReservationState {
+                generation: self.generation,
+                registrants,
+                holder,
+                persist_through_power_loss: self.persist_through_power_loss,
+            },
+            notices,
+        })
+    }
+}
+
+fn encode(key: &NamespaceKey, update: &GroupUpdate) -> Vec<u8> {
+    serde_json::to_vec(&GroupRecord::from_update(key, update)).unwrap_or_default()
+}
+
+fn decode(bytes: &[u8]) -> Result<GroupUpdate, String> {
+    serde_json::from_slice::<GroupRecord>(bytes).map_err(|error| error.to_string())?.into_update()
+}
+
+/// Work for the cluster thread.
+enum Job {
+    Track(NamespaceKey),
+    Apply(NamespaceKey, ReservationChange, ChangeTicket),
+    /// A watch reported a loss or an unreadable notice: re-watch and reload.
+    Reload([u8; 16]),
+}
+
+/// The gateway group's reservation authority (`GroupReservations`).
+pub struct ClusterReservations {
+    jobs: Mutex<Sender<Job>>,
+}
+
+impl ClusterReservations {
+    /// Starts the cluster thread. `target` receives every state the group publishes.
+    pub fn start(
+        cluster: ClusterSpec,
+        pool: String,
+        group: String,
+        target: &Arc<Target>,
+        notify_timeout: Duration,
+    ) -> Result<ClusterReservations, String> {
+        let (sender, receiver) = channel::<Job>();
+        let worker = Worker {
+            cluster,
+            pool,
+            group,
+            target: Arc::downgrade(target),
+            notify_timeout,
+            jobs: sender.clone(),
+            followed: HashMap::new(),
+        };
+        std::thread::Builder::new()
+            .name("sluice-resv".into())
+            .spawn(move || worker.run(receiver))
+            .map_err(|error| format!("cannot start the group reservation thread: {error}"))?;
+        Ok(ClusterReservations { jobs: Mutex::new(sender) })
+    }
+
+    fn send(&self, job: Job) -> Result<(), Job> {
+        self.jobs.lock().unwrap_or_else(|poison| poison.into_inner()).send(job).map_err(|error| error.0)
+    }
+}
+
+impl GroupReservations for ClusterReservations {
+    fn track(&self, key: NamespaceKey) {
+        let _ = self.send(Job::Track(key));
+    }
+
+    fn apply(&self, key: NamespaceKey, change: ReservationChange, done: ChangeTicket) {
+        if let Err(Job::Apply(_, _, done)) = self.send(Job::Apply(key, change, done)) {
+            done.finish(Err("the group reservation thread is gone".into()));
+        }
+    }
+}
+
+/// One namespace followed in the cluster.
+struct Followed {
+    key: NamespaceKey,
+    object: Arc<RadosObject>,
+    /// `None` while it must be registered again.
+    watch: Option<Watch>,
+}
+
+struct Worker {
+    cluster: ClusterSpec,
+    pool: String,
+    group: String,
+    target: Weak<Target>,
+    notify_timeout: Duration,
+    jobs: Sender<Job>,
+    followed: HashMap<[u8; 16], Followed>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: Receiver<Job>) {
+        loop {
+            match jobs.recv_timeout(WATCH_CHECK_INTERVAL) {
+                Ok(Job::Track(key)) => {
+                    if let Err(error) = self.follow(&key) {
+                        tracing::error!(subsystem = %key.subsystem_nqn, nsid = key.namespace_id.0, %error,
+                            "cannot follow the group's reservations: I/O to the namespace gets path errors until it can");
+                    }
+                }
+                Ok(Job::Apply(key, change, done)) => {
+                    let result = self.apply(&key, change);
+                    done.finish(result);
+                }
+                Ok(Job::Reload(nguid)) => {
+                    if let Some(followed) = self.followed.get_mut(&nguid) {
+                        followed.watch = None;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if self.target.strong_count() == 0 {
+                return;
+            }
+            self.check_watches();
+        }
+    }
+
+    /// Watches the namespace's object (first, so no change between the read and the
+    /// watch is missed), then installs what it holds.
+    fn follow(&mut self, key: &NamespaceKey) -> Result<(), String> {
+        if !self.followed.contains_key(&key.nguid) {
+            let name = reservation_object(&self.group, &key.nguid);
+            let object = RadosObject::open(&self.cluster, &self.pool, &name).map_err(|error| error.to_string())?;
+            self.followed.insert(key.nguid, Followed { key: key.clone(), object: Arc::new(object), watch: None });
+        }
+        self.rewatch(&key.nguid)
+    }
+
+    fn rewatch(&mut self, nguid: &[u8; 16]) -> Result<(), String> {
+        let Some(followed) = self.followed.get_mut(nguid) else { return Ok(()) };
+        if let Some(target) = self.target.upgrade() {
+            target.mark_group_reservations_unknown(nguid);
+        }
+        followed.watch = None;
+        let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone());
+        let watch = match followed.object.watch(handler(), WATCH_TIMEOUT) {
+            // Only an existing object can be watched: the first gateway creates it
+            // with the empty state (or finds that another one just did).
+            Err(errno) if errno.is_missing() => {
+                let empty = encode(&followed.key, &GroupUpdate::default());
+                match followed.object.replace_record(SEQUENCE_ATTRIBUTE, None, b"0", &empty) {
+                    Ok(()) | Err(ReplaceError::Changed) => {}
+                    Err(ReplaceError::Cluster(errno)) => return Err(format!("creating {}: {errno}", followed.object.describe())),
+                }
+                followed.object.watch(handler(), WATCH_TIMEOUT)
+            }
+            other => other,
+        }
+        .map_err(|errno| format!("watching {}: {errno}", followed.object.describe()))?;
+        followed.watch = Some(watch);
+        let update = read(&followed.object)?.unwrap_or_default();
+        if let Some(target) = self.target.upgrade() {
+            target.install_group_reservations(nguid, &update);
+        }
+        tracing::debug!(object = %followed.object.describe(), sequence = update.sequence, "group reservations loaded");
+        Ok(())
+    }
+
+    /// Re-registers lost or broken watches (their namespaces stay unknown until then).
+    fn check_watches(&mut self) {
+        let broken: Vec<[u8; 16]> = self
+            .followed
+            .iter()
+            .filter(|(_, followed)| match &followed.watch {
+                None => true,
+                Some(watch) => watch.check().map_or(true, |since| since > WATCH_TIMEOUT),
+            })
+            .map(|(nguid, _)| *nguid)
+            .collect();
+        for nguid in broken {
+            if let Err(error) = self.rewatch(&nguid) {
+                tracing::warn!(%error, "group reservations still unknown: retrying in a second");
+            }
+        }
+    }
+
+    /// One change: read, apply, write under the sequence compare (retried when
+    /// another gateway wrote first), then notify every gateway.
+    fn apply(&mut self, key: &NamespaceKey, change: ReservationChange) -> Result<AppliedChange, String> {
+        if !self.followed.contains_key(&key.nguid) {
+            self.follow(key)?;
+        }
+        let Some(followed) = self.followed.get(&key.nguid) else { return Err("namespace not followed".into()) };
+        let object = &followed.object;
+        for _ in 0..MAX_CHANGE_ATTEMPTS {
+            let current = read(object)?;
+            let exists = current.is_some();
+            let current = current.unwrap_or_default();
+            let mut state = current.state.clone();
+            let effects = match change.apply(&mut state) {
+                Ok(effects) => effects,
+                Err(status) => return Ok(AppliedChange { status, update: current }),
+            };
+            if state == current.state {
+                return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update: current });
+            }
+            let sequence = current.sequence + 1;
+            let mut notices = current.notices.clone();
+            notices.extend(effects.notices.iter().map(|(host, notice)| (sequence, *host, *notice)));
+            let excess = notices.len().saturating_sub(MAX_KEPT_NOTICES);
+            notices.drain(..excess);
+            let update = GroupUpdate { sequence, state, notices };
+            let record = encode(&followed.key, &update);
+            let expected = current.sequence.to_string();
+            let written = object.replace_record(
+                SEQUENCE_ATTRIBUTE,
+                exists.then_some(expected.as_bytes()),
+                sequence.to_string().as_bytes(),
+                &record,
+            );
+            match written {
+                Ok(()) => {}
+                Err(ReplaceError::Changed) => continue,
+                Err(ReplaceError::Cluster(errno)) => return Err(format!("writing {}: {errno}", object.describe())),
+            }
+            if let Err(errno) = object.notify(&record, self.notify_timeout) {
+                // The change is in the cluster; a gateway that did not acknowledge
+                // learns it when its watch is found broken.
+                tracing::warn!(object = %object.describe(), %errno, "not every gateway acknowledged a reservation change");
+            }
+            return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
+        }
+        Err(format!("{}: changed by other gateways {MAX_CHANGE_ATTEMPTS} times in a row", object.describe()))
+    }
+}
+
+/// The record in `object`, `None` when there is none yet.
+fn read(object: &RadosObject) -> Result<Option<GroupUpdate>, String> {
+    match object.read_record() {
+        Ok(None) => Ok(None),
+        Ok(Some(bytes)) => decode(&bytes).map(Some).map_err(|error| format!("{}: {error}", object.describe())),
+        Err(errno) => Err(format!("reading {}: {errno}", object.describe())),
+    }
+}
+
+/// Installs every record another gateway (or this one) notifies; a lost watch or an
+/// unreadable notice marks the copy unknown and asks the thread to reload.
+fn watch_handler(target: Weak<Target>, nguid: [u8; 16], jobs: Sender<Job>) -> runtime::WatchHandler {
+    Box::new(move |event| {
+        let Some(target) = target.upgrade() else { return };
+        match event {
+            WatchEvent::Notice(payload) => match decode(payload) {
+                Ok(update) => target.install_group_reservations(&nguid, &update),
+                Err(error) => {
+                    tracing::warn!(%error, "unreadable reservation notice: reloading the record");
+                    target.mark_group_reservations_unknown(&nguid);
+                    let _ = jobs.send(Job::Reload(nguid));
+                }
+            },
+            WatchEvent::Lost(errno) => {
+                tracing::warn!(%errno, "reservation watch lost: I/O gets path errors until it is back");
+                target.mark_group_reservations_unknown(&nguid);
+                let _ = jobs.send(Job::Reload(nguid));
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_spec::NamespaceId;
+
+    #[test]
+    fn records_round_trip_and_foreign_formats_are_refused() {
+        let key = NamespaceKey { subsystem_nqn: "nqn.2026-11.io.sluice:t".into(), namespace_id: NamespaceId(2), nguid: [9; 16] };
+        let update = GroupUpdate {
+            sequence: 12,
+            state: ReservationState {
+                generation: 4,
+                registrants: vec![Registrant { host: [0xA; 16], key: 0xA1 }],
+                holder: Some(Holder { kind: ReservationType::WriteExclusive, host: Some([0xA; 16]) }),
+                persist_through_power_loss: true,
+            },
+            notices: vec![(11, [0xB; 16], Notice::RegistrationPreempted)],
+        };
+        let bytes = encode(&key, &update);
+        assert_eq!(decode(&bytes).unwrap(), update);
+        let text = String::from_utf8(bytes).unwrap().replace("\"format\":1", "\"format\":9");
+        assert!(decode(text.as_bytes()).unwrap_err().contains("record format 9"));
+        assert!(decode(b"{}").is_err());
+        assert_eq!(reservation_object("g1", &[0xAB; 16]), format!("sluice.reservations.g1.{}", "ab".repeat(16)));
+    }
+}
