@@ -14,7 +14,11 @@
 //! - reservations are the group's: taken through one gateway, reported and enforced
 //!   through the other, kept when the gateway they were taken through is SIGKILLed,
 //!   preempted through the survivor with a notice to the preempted host's controller
-//!   there, and enforced by a gateway restarted afterwards on its first I/O.
+//!   there, and enforced by a gateway restarted afterwards on its first I/O;
+//! - fused Compare and Write is atomic across the gateways (librbd's
+//!   compare-and-write): racers on both gateways, one winner per round; with the
+//!   test-only switch that keeps pairs atomic only within each process, the same race
+//!   finds two winners (so the test can fail).
 
 mod support;
 
@@ -50,12 +54,13 @@ struct Group {
     image: String,
     group: String,
     ports: [u16; 2],
+    block_bytes: usize,
 }
 
 impl Group {
     fn new(test: &str) -> Group {
         let dir = scratch_dir(&format!("gateway-{test}"));
-        Group { dir, image: unique(test), group: unique(test), ports: [free_port(), free_port()] }
+        Group { dir, image: unique(test), group: unique(test), ports: [free_port(), free_port()], block_bytes: BLOCK_BYTES }
     }
 
     fn address(&self, member: usize) -> SocketAddr {
@@ -90,7 +95,7 @@ kind = "rbd"
 pool = "rbd"
 image = "{image}"
 size = "64MiB"
-block_size = {BLOCK_BYTES}
+block_size = {block_bytes}
 op_timeout_ms = 5000
 
 [[subsystem]]
@@ -110,15 +115,20 @@ threads = 1
             port_a = self.ports[0],
             port_b = self.ports[1],
             image = self.image,
+            block_bytes = self.block_bytes,
         );
         std::fs::write(&path, text).expect("write gateway config");
         path
     }
 
     fn start(&self, member: usize) -> ServeProcess {
+        self.start_with_env(member, &[])
+    }
+
+    fn start_with_env(&self, member: usize, env: &[(&str, &str)]) -> ServeProcess {
         let config = self.config(member, NAMESPACE.0);
         let socket = self.dir.join(format!("{member}.sock"));
-        ServeProcess::start(&config, &["--rpc-socket", socket.to_str().unwrap()])
+        ServeProcess::start_with_env(&config, &["--rpc-socket", socket.to_str().unwrap()], env)
             .unwrap_or_else(|| panic!("gateway {member} did not start (ports {:?})", self.ports))
     }
 }
@@ -361,4 +371,120 @@ fn reservations_are_one_state_across_the_group_and_survive_the_gateway_they_were
     let late = connect_as(at_a, Some(first_id));
     assert_eq!(status_of(late.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
     assert_eq!(holder(&late), Some(second_id));
+}
+
+/// Blocks the Compare and Write race works on: one 512-byte block, what VMFS's ATS
+/// heartbeat takes, and the most Ceph 16.2's librbd compares and writes in one OSD
+/// operation (one sector; measured: 1,024 bytes or more are refused with EINVAL).
+const RACE_BLOCKS: u32 = 1;
+const RACE_BLOCK_BYTES: usize = 512;
+
+/// The race's data for (round, racer).
+fn race_data(round: u32, racer: u32) -> Vec<u8> {
+    let tag = (round.wrapping_mul(31) ^ racer.wrapping_mul(0x9E37)).to_le_bytes();
+    (0..RACE_BLOCKS as usize * RACE_BLOCK_BYTES).map(|index| tag[index % 4] ^ (index / 4) as u8 ^ racer as u8).collect()
+}
+
+/// Racers on both gateways run Compare and Write from the same expected data each
+/// round, for `rounds` rounds; returns the rounds with other than exactly one winner
+/// or with data other than the winner's afterwards.
+fn race_compare_and_write(group: &Group, rounds: u32) -> (u32, Duration) {
+    const RACERS: u32 = 4;
+    let controllers: Vec<Controller> = (0..RACERS).map(|racer| connect(group.address(racer as usize % 2))).collect();
+    let initial = race_data(0, RACERS);
+    controllers[0].write(NAMESPACE, 0, &initial, true).expect("initial data");
+    let barrier = std::sync::Barrier::new(RACERS as usize);
+    let current = Mutex::new(initial);
+    let wins = std::sync::atomic::AtomicU32::new(0);
+    let bad_rounds = std::sync::atomic::AtomicU32::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (racer, controller) in controllers.iter().enumerate() {
+            let (barrier, current, wins, bad_rounds) = (&barrier, &current, &wins, &bad_rounds);
+            scope.spawn(move || {
+                for round in 1..=rounds {
+                    let expected = current.lock().unwrap().clone();
+                    barrier.wait();
+                    let mine = race_data(round, racer as u32);
+                    if controller.compare_and_write(NAMESPACE, 0, &expected, &mine).expect("compare and write") {
+                        wins.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if barrier.wait().is_leader() {
+                        let held = controller.read(NAMESPACE, 0, RACE_BLOCKS).expect("read back");
+                        let winners = wins.swap(0, std::sync::atomic::Ordering::SeqCst);
+                        let holder = (0..RACERS).find(|&racer| held == race_data(round, racer));
+                        if winners != 1 || holder.is_none() {
+                            bad_rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        *current.lock().unwrap() = held;
+                    }
+                    barrier.wait();
+                }
+            });
+        }
+    });
+    (bad_rounds.into_inner(), started.elapsed())
+}
+
+#[test]
+fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluster_atomic_path() {
+    if !ceph_cluster_given("gateway compare and write") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
+    let mut group = Group::new("caw");
+    group.block_bytes = RACE_BLOCK_BYTES;
+    let _a = group.start(0);
+    let _b = group.start(1);
+    await_state(group.address(0), AnaState::Optimized, Duration::from_secs(15));
+    let identify = connect(group.address(1)).identify_namespace(NAMESPACE).unwrap();
+    assert_ne!(identify.namespace_features & nvme_spec::identify::nsfeat::NAMESPACE_ATOMICS, 0);
+    assert_eq!(identify.atomic_boundary_size_normal, 0, "one 512-byte sector (Ceph 16.2)");
+    assert_eq!(identify.atomic_compare_and_write_unit, 0, "NACWU: one block");
+    // A pair across two sectors cannot be one OSD operation: refused, retryable.
+    let two = vec![0u8; 2 * RACE_BLOCK_BYTES];
+    let refused = connect(group.address(0)).compare_and_write(NAMESPACE, 0, &two, &two);
+    assert!(
+        matches!(refused, Err(nvme_host_client::ClientError::Command { status, .. }) if status.kind() == nvme_spec::Status::COMMAND_INTERRUPTED),
+        "{refused:?}"
+    );
+    // Latency through one gateway, uncontended: a plain write, Compare and Write
+    // (one OSD compare-and-write), and a reservation change (read, compare-and-replace
+    // the record, notify both gateways).
+    let timer = connect(group.address(0));
+    let block = race_data(1, 1);
+    let mean_us = |run: &mut dyn FnMut()| {
+        let started = Instant::now();
+        for _ in 0..200 {
+            run();
+        }
+        started.elapsed().as_secs_f64() * 1e6 / 200.0
+    };
+    let write_us = mean_us(&mut || timer.write(NAMESPACE, 0, &block, false).expect("write"));
+    let caw_us = mean_us(&mut || assert!(timer.compare_and_write(NAMESPACE, 0, &block, &block).expect("caw")));
+    let mut key = 0u64;
+    let reservation_us = mean_us(&mut || {
+        key += 1;
+        let status = status_of(timer.io_command(nvme_host::commands::reservation_register(NAMESPACE, 2, true, 0, 0, key)));
+        let status = if status == nvme_spec::Status::RESERVATION_CONFLICT { register(&timer, key) } else { status };
+        assert_eq!(status, nvme_spec::Status::SUCCESS);
+    });
+    eprintln!(
+        "mean latency through one gateway, 512 B: write {write_us:.0} us, compare and write {caw_us:.0} us, reservation register/replace {reservation_us:.0} us"
+    );
+    drop(timer);
+    let rounds = 2000;
+    let (bad, took) = race_compare_and_write(&group, rounds);
+    eprintln!("{rounds} rounds, 4 racers on 2 gateways, cluster-atomic: {bad} bad rounds in {:.1} s", took.as_secs_f64());
+    assert_eq!(bad, 0, "every round has exactly one winner whose data the blocks hold");
+    drop((_a, _b));
+
+    // The same race with pairs atomic only within each gateway must go wrong.
+    let local = [(runtime::LOCAL_COMPARE_AND_WRITE_FOR_TESTS, "1")];
+    let _a = group.start_with_env(0, &local);
+    let _b = group.start_with_env(1, &local);
+    await_state(group.address(0), AnaState::Optimized, Duration::from_secs(20));
+    let (bad, took) = race_compare_and_write(&group, 500);
+    eprintln!("500 rounds with the per-process range table only: {bad} bad rounds in {:.1} s", took.as_secs_f64());
+    assert!(bad > 0, "without the cluster-atomic path two gateways' pairs must collide at least once");
 }

@@ -138,7 +138,7 @@ impl Connection {
                     return Err(invalid_namespace());
                 } else if let Some(namespace) = self.view.get(nsid) {
                     // An inactive but valid NSID reads as all zeroes.
-                    let mut identify = identify_namespace(namespace);
+                    let mut identify = identify_namespace(namespace, subsystem.group_reservations().is_some());
                     if !self.target.settings.reservations {
                         identify.reservation_capabilities = 0;
                     } else if subsystem.reservation_store().is_some() || subsystem.group_reservations().is_some() {
@@ -203,7 +203,7 @@ impl Connection {
                     return Err(invalid_namespace());
                 }
                 if let Some(entry) = subsystem.table().get(nsid) {
-                    identify_namespace(&entry.namespace).encode(data);
+                    identify_namespace(&entry.namespace, subsystem.group_reservations().is_some()).encode(data);
                 }
             }
             cns::NAMESPACE_ATTACHED_CONTROLLER_LIST => {
@@ -450,7 +450,9 @@ impl Connection {
     }
 }
 
-fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
+/// `in_gateway_group`: the subsystem is exported by a gateway group (atomicity of
+/// Compare and Write is then the storage's, see `fused`).
+fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> IdentifyNamespace {
     let blocks = namespace.geometry.block_count;
     let thin = namespace.carve.as_ref().is_some_and(|carve| carve.thin);
     let mut id = IdentifyNamespace {
@@ -485,6 +487,22 @@ fn identify_namespace(namespace: &Namespace) -> IdentifyNamespace {
         lba_data_size_log2: namespace.block_size_log2(),
         relative_performance: 0,
     };
+    let block_bytes = u64::from(namespace.geometry.block_size_bytes).max(1);
+    match namespace.backend.atomic_compare_and_write_boundary_bytes() {
+        // On a gateway group Compare and Write is the storage's own atomic operation,
+        // inside aligned regions (see `fused`): NACWU and NABSN/NABSPF say how large,
+        // NABO 0 that they start at LBA 0; a pair across two fails with Command
+        // Interrupted.
+        Some(boundary_bytes) if in_gateway_group && boundary_bytes >= block_bytes => {
+            let boundary_zero_based = (boundary_bytes / block_bytes - 1).min(u64::from(u16::MAX)) as u16;
+            id.namespace_features |= nsfeat::NAMESPACE_ATOMICS;
+            id.atomic_compare_and_write_unit = ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED.min(boundary_zero_based);
+            id.atomic_boundary_size_normal = boundary_zero_based;
+            id.atomic_boundary_size_power_fail = boundary_zero_based;
+            id.atomic_boundary_offset = 0;
+        }
+        _ => {}
+    }
     id
 }
 

@@ -37,7 +37,7 @@ fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_
             QueueStats::add(&stats.bytes_read, data_bytes);
             stats.read_latency.record(latency_microseconds);
         }
-        PendingKind::Write | PendingKind::FusedWrite => {
+        PendingKind::Write | PendingKind::FusedWrite | PendingKind::FusedAtomic => {
             QueueStats::add(&stats.write_commands, 1);
             QueueStats::add(&stats.bytes_written, data_bytes);
             stats.write_latency.record(latency_microseconds);
@@ -54,6 +54,7 @@ pub(crate) fn status_from_io_error(error: IoError) -> Status {
         IoError::WriteFault => Status::WRITE_FAULT,
         IoError::ReadError => Status::UNRECOVERED_READ_ERROR,
         IoError::Unavailable => Status::NAMESPACE_NOT_READY,
+        IoError::CompareMismatch => Status::COMPARE_FAILURE,
         IoError::BufferLengthMismatch | IoError::Internal => Status::INTERNAL_ERROR,
     }
 }
@@ -288,7 +289,7 @@ impl Connection {
         let data_bytes = match kind {
             PendingKind::Read => slot.lent.as_ref().map_or(slot.buffer.len(), storage::LentBytes::len) as u64,
             PendingKind::Compare | PendingKind::FusedCompare => slot.compare_buffer.len() as u64,
-            PendingKind::Write | PendingKind::FusedWrite => u64::from(slot.host_data_bytes),
+            PendingKind::Write | PendingKind::FusedWrite | PendingKind::FusedAtomic => u64::from(slot.host_data_bytes),
             PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => 0,
         };
         // Counted for the subsystem (SMART) and for the namespace (metrics); a
@@ -297,7 +298,7 @@ impl Connection {
         for stats in [self.stats.as_deref(), namespace_stats].into_iter().flatten() {
             count_completion(stats, kind, status, data_bytes, latency_microseconds);
         }
-        if matches!(kind, PendingKind::FusedCompare | PendingKind::FusedWrite) {
+        if matches!(kind, PendingKind::FusedCompare | PendingKind::FusedWrite | PendingKind::FusedAtomic) {
             self.fused_storage_done(slot_index, status);
             return;
         }
@@ -318,7 +319,7 @@ impl Connection {
             }
             PendingKind::Write | PendingKind::Other | PendingKind::CopyWrite => self.complete(slot_index, Status::SUCCESS, 0),
             PendingKind::CopyRead => self.copy_reads_done(slot_index),
-            PendingKind::FusedCompare | PendingKind::FusedWrite => {}
+            PendingKind::FusedCompare | PendingKind::FusedWrite | PendingKind::FusedAtomic => {}
         }
     }
 

@@ -186,6 +186,28 @@ impl Connection {
             return;
         };
         let (lba, blocks) = range_of(&sqe);
+        // The storage's own compare-and-write (RBD: one OSD operation) is atomic
+        // against every process, but only inside one aligned region (Ceph 16.2: a
+        // 512-byte sector). A pair inside one runs there. A pair across regions on a
+        // gateway group, where the range table below protects nothing from the
+        // other gateways, is refused (retryable), never run non-atomically; in a
+        // single process the range table is atomic, so it runs there. Storage
+        // without such an operation (or librbd without it: logged at open) uses the
+        // range table.
+        let (atomic_in_storage, refused) = match namespace.backend.atomic_compare_and_write_boundary_bytes() {
+            Some(boundary_bytes) => {
+                let block_bytes = u64::from(namespace.geometry.block_size_bytes);
+                let first_region = lba.saturating_mul(block_bytes) / boundary_bytes.max(1);
+                let last_region = lba.saturating_add(blocks).saturating_mul(block_bytes).saturating_sub(1) / boundary_bytes.max(1);
+                let fits = first_region == last_region;
+                (fits, !fits && self.group_reservations().is_some())
+            }
+            None => (false, false),
+        };
+        if refused {
+            self.complete(first, Status::COMMAND_INTERRUPTED, 0);
+            return;
+        }
         if namespace.range_locks.try_hold(lba, blocks, self.storage.waker()) == HoldOutcome::Busy {
             if !self.fused.parked.contains(&first) {
                 self.fused.parked.push(first);
@@ -193,12 +215,55 @@ impl Connection {
             return;
         }
         let bytes = self.slots.slot_ref(first).host_data_bytes as usize;
+        if atomic_in_storage {
+            self.start_atomic_pair(first, namespace, bytes);
+            return;
+        }
         let read_buffer = self.pool.take(bytes);
         let slot = self.slots.slot(first);
         slot.held_range = Some(namespace);
         slot.pending_kind = PendingKind::FusedCompare;
         let op = IoOp::Read { lba, blocks: sqe.block_count() };
         if let Err(status) = self.submit_storage(first, sqe.namespace_id(), op, read_buffer) {
+            self.release_held_range(first);
+            self.complete(first, status, 0);
+        }
+    }
+
+    /// Runs the pair as one compare-and-write of the storage (atomic against every
+    /// process that writes it, e.g. every gateway of an RBD image): the compare data
+    /// then the write data, in one buffer. The range stays held too, so this
+    /// process's own writes keep waiting for the pair as on every backend.
+    fn start_atomic_pair(&mut self, first: u16, namespace: Arc<crate::Namespace>, bytes: usize) {
+        let FusedLink::First { second: Some(second) } = self.slots.slot_ref(first).fused else {
+            self.complete(first, Status::INTERNAL_ERROR, 0);
+            return;
+        };
+        let sqe = self.slots.slot_ref(first).sqe;
+        let second_sqe = self.slots.slot_ref(second).sqe;
+        let mut both = self.pool.take(bytes * 2);
+        let (compare_half, write_half) = both.split_at_mut(bytes);
+        match (self.slots.slot_ref(first).buffer.get(..bytes), self.slots.slot_ref(second).buffer.get(..bytes)) {
+            (Some(compare), Some(write)) => {
+                compare_half.copy_from_slice(compare);
+                write_half.copy_from_slice(write);
+            }
+            _ => {
+                self.pool.give(both);
+                namespace.range_locks.release(sqe.starting_lba(), u64::from(sqe.block_count()));
+                self.complete(first, Status::INTERNAL_ERROR, 0);
+                return;
+            }
+        }
+        let slot = self.slots.slot(first);
+        slot.held_range = Some(namespace);
+        slot.pending_kind = PendingKind::FusedAtomic;
+        let op = IoOp::CompareAndWrite {
+            lba: sqe.starting_lba(),
+            blocks: sqe.block_count(),
+            force_unit_access: second_sqe.force_unit_access(),
+        };
+        if let Err(status) = self.submit_storage(first, sqe.namespace_id(), op, both) {
             self.release_held_range(first);
             self.complete(first, status, 0);
         }
@@ -237,6 +302,16 @@ impl Connection {
                     self.release_held_range(slot_index);
                     self.complete(second, status, 0);
                 }
+            }
+            (PendingKind::FusedAtomic, FusedLink::First { second: Some(second) }) => {
+                // One operation decided both: a mismatch fails the Compare (Compare
+                // Failure) and aborts the Write; success completes both.
+                self.release_held_range(slot_index);
+                self.slots.slot(slot_index).fused = FusedLink::None;
+                self.slots.slot(second).fused = FusedLink::None;
+                let second_status = if status.is_success() { Status::SUCCESS } else { Status::ABORTED_FAILED_FUSED };
+                self.complete(slot_index, status, 0);
+                self.complete(second, second_status, 0);
             }
             (PendingKind::FusedWrite, FusedLink::Second { first }) => {
                 self.release_held_range(first);

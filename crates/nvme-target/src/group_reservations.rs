@@ -132,16 +132,6 @@ pub(crate) fn unreachable_status(error: &str) -> Status {
     Status::INTERNAL_PATH_ERROR
 }
 
-/// Starts following `namespace` in the group (once): marked unknown until the
-/// authority installs its state.
-pub(crate) fn track(namespace: &crate::Namespace, group: &SharedGroupReservations, subsystem_nqn: &str) {
-    if namespace.reservations_restored.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        return;
-    }
-    namespace.reservations.mark_unknown();
-    group.track(NamespaceKey { subsystem_nqn: subsystem_nqn.to_string(), namespace_id: namespace.id, nguid: namespace.nguid });
-}
-
 /// The notices of `update` the copy at `applied_sequence` has not delivered yet.
 pub(crate) fn new_notices(update: &GroupUpdate, applied_sequence: u64) -> Vec<(HostId, Notice)> {
     update

@@ -431,22 +431,21 @@ impl Reservations {
         self.group_sequence.load(Ordering::Acquire)
     }
 
-    /// Installs a state the group published, unless the copy is newer. Returns the
-    /// notices this gateway has not delivered yet (`None`: the update was older).
-    pub fn install(&self, update: &crate::group_reservations::GroupUpdate) -> Option<Vec<(HostId, Notice)>> {
+    /// Installs a state a gateway group published as its `sequence`, unless the copy
+    /// is newer. Returns the sequence the copy had (`None`: the update was older),
+    /// from which the caller tells which notices are new.
+    pub fn install(&self, sequence: u64, published: &ReservationState) -> Option<u64> {
         let mut state = self.lock();
         let applied = self.group_sequence.load(Ordering::Acquire);
-        if update.sequence < applied {
+        if sequence < applied {
             return None;
         }
-        let notices = crate::group_reservations::new_notices(update, applied);
-        *state = update.state.clone();
-        self.group_sequence.store(update.sequence, Ordering::Release);
+        *state = published.clone();
+        self.group_sequence.store(sequence, Ordering::Release);
         self.publish(&state);
         self.attention.fetch_and(!UNKNOWN, Ordering::AcqRel);
-        Some(notices)
-    }
-}
+        Some(applied)
+    }}
 
 #[cfg(test)]
 mod tests {

@@ -54,6 +54,9 @@ pub enum PendingKind {
     FusedCompare,
     /// The write of a fused pair, once the compare matched.
     FusedWrite,
+    /// A whole pair as one compare-and-write of a backend that runs it atomically
+    /// (on the first command's slot).
+    FusedAtomic,
     /// The reads of a Copy's source ranges (gathered in `compare_buffer`).
     CopyRead,
     /// The write of a Copy at its destination.

@@ -247,7 +247,7 @@ impl Subsystem {
         }
         if let Some(group) = self.group_reservations.get() {
             for entry in table.entries() {
-                crate::group_reservations::track(&entry.namespace, group, &self.nqn);
+                track_in_group(&entry.namespace, group, &self.nqn);
             }
         }
         *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
@@ -269,7 +269,7 @@ impl Subsystem {
     pub(crate) fn attach_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
         let group = self.group_reservations.get_or_init(|| group);
         for entry in self.table().entries() {
-            crate::group_reservations::track(&entry.namespace, group, &self.nqn);
+            track_in_group(&entry.namespace, group, &self.nqn);
         }
     }
 
@@ -341,6 +341,16 @@ fn derive_serial_number(nqn: &str) -> String {
     let id = uuid::Uuid::new_v5(&IDENTITY_NAMESPACE, nqn.as_bytes());
     let hex = id.simple().to_string();
     format!("SLC{}", &hex[..17])
+}
+
+/// Starts following `namespace` in the group (once): marked unknown until the
+/// authority installs its state.
+fn track_in_group(namespace: &crate::Namespace, group: &crate::group_reservations::SharedGroupReservations, subsystem_nqn: &str) {
+    if namespace.reservations_restored.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    namespace.reservations.mark_unknown();
+    group.track(crate::reservation_store::NamespaceKey { subsystem_nqn: subsystem_nqn.to_string(), namespace_id: namespace.id, nguid: namespace.nguid });
 }
 
 #[cfg(test)]

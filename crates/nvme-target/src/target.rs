@@ -435,7 +435,8 @@ impl Target {
     pub fn install_group_reservations(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
         for subsystem in self.subsystems() {
             for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                let Some(notices) = entry.namespace.reservations.install(update) else { continue };
+                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state) else { continue };
+                let notices = crate::group_reservations::new_notices(update, applied);
                 if notices.is_empty() {
                     continue;
                 }

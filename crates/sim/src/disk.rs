@@ -185,7 +185,8 @@ impl SimDisk {
                         keep_or_lose(state, lba + index, &zeroes);
                     }
                 }
-                IoOp::Read { .. } | IoOp::Flush => {}
+                // Refused at submission (the simulated disk does not offer it).
+                IoOp::Read { .. } | IoOp::Flush | IoOp::CompareAndWrite { .. } => {}
             }
         }
     }
@@ -404,6 +405,8 @@ fn execute(state: &mut DiskState, block_bytes: usize, op: IoOp, buffer: &mut [u8
                 store(state, lba + index, &zeroes, false);
             }
         }
+        // Refused at submission (validate_request).
+        IoOp::CompareAndWrite { .. } => {}
         IoOp::Flush => {
             if state.canary != Some(Canary::LostFlush) {
                 let cache = std::mem::take(&mut state.cache);

@@ -50,6 +50,15 @@ pub trait Backend: Send + Sync + 'static {
         true
     }
 
+    /// When the backend runs [`crate::IoOp::CompareAndWrite`] atomically against every
+    /// other writer of the storage, including other processes (RBD: one OSD
+    /// operation): the size of the aligned regions a pair must stay inside (an RBD
+    /// object). `None`: the target's own range table makes pairs atomic, which holds
+    /// only within this process.
+    fn atomic_compare_and_write_boundary_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// A name for storage other processes may serve too ("rbd:pool/image"), so
     /// gateways that share it can check they describe it alike; `None` for storage
     /// only this process uses.

@@ -38,6 +38,19 @@ pub enum IoOp {
         /// Durable before completion (FUA).
         force_unit_access: bool,
     },
+    /// Compare the blocks with the first half of the buffer and, only if they match,
+    /// write the second half, as one operation no other writer can come between
+    /// (fused Compare and Write on storage shared by several processes). Only for
+    /// backends that offer it ([`crate::Backend::atomic_compare_and_write_boundary_bytes`]);
+    /// a mismatch completes with [`IoError::CompareMismatch`].
+    CompareAndWrite {
+        /// First logical block.
+        lba: u64,
+        /// Number of blocks (the buffer holds twice as many).
+        blocks: u32,
+        /// Durable before completion (FUA).
+        force_unit_access: bool,
+    },
     /// Unmap/discard (buffer unused, may be empty). Afterwards the range reads as zeroes
     /// for backends that retain data (DLFEAT "read zeroes").
     Deallocate {
@@ -71,6 +84,9 @@ pub enum IoError {
     /// host retries or fails over to another path.
     #[error("storage unavailable")]
     Unavailable,
+    /// A compare-and-write found other data than expected (Compare Failure).
+    #[error("compare mismatch")]
+    CompareMismatch,
     /// Anything else (Internal Error).
     #[error("internal backend error")]
     Internal,
@@ -122,7 +138,7 @@ impl IoOp {
     /// The LBA range the op touches as (lba, blocks); `None` for Flush.
     pub fn range(&self) -> Option<(u64, u64)> {
         match *self {
-            IoOp::Read { lba, blocks } | IoOp::Write { lba, blocks, .. } => {
+            IoOp::Read { lba, blocks } | IoOp::Write { lba, blocks, .. } | IoOp::CompareAndWrite { lba, blocks, .. } => {
                 Some((lba, u64::from(blocks)))
             }
             IoOp::WriteZeroes { lba, blocks, .. } | IoOp::Deallocate { lba, blocks } => {
@@ -137,7 +153,12 @@ impl IoOp {
 /// device (overflow-safe) and a read/write buffer is exactly blocks * block_size long.
 /// Out of range is reported before a length mismatch, as the target core would check
 /// the LBA range first.
+/// A compare-and-write is refused here (Internal Error): only a backend that offers
+/// it checks it, with [`validate_compare_and_write`].
 pub fn validate_request(geometry: &Geometry, op: &IoOp, buffer_len: usize) -> Result<(), IoError> {
+    if matches!(op, IoOp::CompareAndWrite { .. }) {
+        return Err(IoError::Internal);
+    }
     let Some((lba, blocks)) = op.range() else {
         return Ok(());
     };
@@ -152,6 +173,18 @@ pub fn validate_request(geometry: &Geometry, op: &IoOp, buffer_len: usize) -> Re
         }
     }
     Ok(())
+}
+
+/// The checks of a [`IoOp::CompareAndWrite`] for a backend that offers it: in range,
+/// and the buffer holds the compare data and the write data, each blocks * block_size.
+pub fn validate_compare_and_write(geometry: &Geometry, lba: u64, blocks: u32, buffer_len: usize) -> Result<(), IoError> {
+    if !geometry.contains(lba, u64::from(blocks)) {
+        return Err(IoError::OutOfRange);
+    }
+    match geometry.bytes_for_blocks(u64::from(blocks)) {
+        Some(bytes) if bytes.checked_mul(2) == Some(buffer_len as u64) => Ok(()),
+        _ => Err(IoError::BufferLengthMismatch),
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub mod conformance;
 pub use backend::{Backend, BackendQueue};
 pub use cache::{CacheBackend, CacheMode, DEFAULT_LINE_SIZE_BYTES};
 pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
-pub use io::{validate_request, IoCompletion, IoError, IoOp, IoRequest};
+pub use io::{validate_compare_and_write, validate_request, IoCompletion, IoError, IoOp, IoRequest};
 pub use lent::LentBytes;
 pub use null::NullBackend;
 pub use pool::{CarveRecord, CarvedId, NamespaceBinding, Pool, PoolError, TableStore};

@@ -490,6 +490,8 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
             IoOp::WriteZeroes { lba, blocks, .. } | IoOp::Deallocate { lba, blocks } => {
                 self.submit_zeroing(slot, op, lba, blocks);
             }
+            // Refused by validate_request: never admitted.
+            IoOp::CompareAndWrite { .. } => {}
         }
         // No children (empty range, all-unallocated thin read): complete now, via ready
         // so the caller still gets it from reap.

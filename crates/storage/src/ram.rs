@@ -447,6 +447,8 @@ impl BackendQueue for RamQueue {
                 IoOp::WriteZeroes { lba, blocks, .. } | IoOp::Deallocate { lba, blocks } => {
                     store.zero(store.byte_offset(lba), store.byte_length(blocks));
                 }
+                // Refused by validate_request.
+                IoOp::CompareAndWrite { .. } => {}
             }
         }
         self.ready.push(IoCompletion {

@@ -108,11 +108,17 @@ impl ServeProcess {
     /// Starts `sluice serve --config FILE EXTRA...` and waits for "sluice: ready";
     /// `None` if it exited or hung first (e.g. a port was taken: pick others).
     pub fn start(config: &Path, extra_args: &[&str]) -> Option<ServeProcess> {
+        Self::start_with_env(config, extra_args, &[])
+    }
+
+    /// `start` with extra environment variables.
+    pub fn start_with_env(config: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Option<ServeProcess> {
         let child = Command::new(SLUICE)
             .args(["serve", "--config"])
             .arg(config)
             .args(extra_args)
             .env("SLUICE_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -357,6 +357,8 @@ impl BackendQueue for FileQueue {
                 (self.zeroing_stage(deallocate), force_unit_access)
             }
             IoOp::Deallocate { .. } => (self.zeroing_stage(true), false),
+            // Refused by validate_request above.
+            IoOp::CompareAndWrite { .. } => return self.complete(token, Err(IoError::Internal), buffer),
         };
         let needs_bounce = self.shared.direct_io
             && matches!(stage, Stage::Read | Stage::Write)

@@ -18,6 +18,48 @@
 //!   (`rados_osd_op_timeout`) with [`storage::IoError::Unavailable`] (Namespace Not
 //!   Ready, retryable), never a hang; requests succeed again once it is back.
 
+/// How large an aligned compare-and-write librbd runs as one OSD operation here,
+/// found by trying (Ceph 16.2 measured: one 512-byte sector; longer ones are refused
+/// with EINVAL). Each try compares random bytes with the image's first bytes and
+/// would write the same random bytes on a match, so the image's data never changes.
+/// `None` when librbd offers none (then pairs use the target's range table).
+fn probe_compare_and_write(library: &library::Library, image: &cluster::OpenImage, pool: &str, name: &str) -> Option<u64> {
+    const SECTOR_BYTES: usize = 512;
+    let mut stripe_unit_bytes: u64 = 0;
+    // SAFETY: the image is open; `stripe_unit_bytes` is a valid out pointer.
+    let code = unsafe { (library.rbd_get_stripe_unit)(image.image, &mut stripe_unit_bytes) };
+    // A compare-and-write never spans two objects (a stripe unit lies in one).
+    let limit = if code == 0 && stripe_unit_bytes > 0 { stripe_unit_bytes as usize } else { SECTOR_BYTES };
+    let mut supported = None;
+    let mut length = SECTOR_BYTES;
+    while length <= limit {
+        let probe: Vec<u8> = (0..length).map(|index| (index as u8).wrapping_mul(151) ^ 0xA5).collect();
+        let mut mismatch: u64 = 0;
+        // SAFETY: the image is open; both buffers are readable for `length` bytes
+        // and `mismatch` is a valid out pointer.
+        let code = unsafe {
+            (library.rbd_compare_and_write)(image.image, 0, length, probe.as_ptr().cast(), probe.as_ptr().cast(), &mut mismatch, 0)
+        };
+        match code {
+            0.. => supported = Some(length as u64),
+            code if code == -(libc::EILSEQ as isize) => supported = Some(length as u64),
+            code if code == -(libc::EINVAL as isize) => break,
+            code => {
+                tracing::warn!(image = %format!("{pool}/{name}"), error = %describe_errno(code as i64),
+                    "cannot tell whether librbd's compare-and-write works here: fused Compare and Write is atomic within this process only");
+                return None;
+            }
+        }
+        length *= 2;
+    }
+    supported
+}
+
+/// Test-only switch: set in `sluice serve`'s environment, RBD namespaces run fused
+/// Compare and Write with the target's own range table (atomic only within one
+/// process), so a test can show that two gateways then break ATS.
+pub const LOCAL_COMPARE_AND_WRITE_FOR_TESTS: &str = "SLUICE_TEST_LOCAL_COMPARE_AND_WRITE";
+
 mod cluster;
 mod coordination;
 mod library;
@@ -194,6 +236,9 @@ pub struct RbdStatus {
 pub struct RbdBackend {
     image: Arc<OpenImage>,
     geometry: Geometry,
+    /// The stripe unit, when fused Compare and Write runs as librbd's
+    /// compare-and-write (see `Backend::atomic_compare_and_write_boundary_bytes`).
+    compare_and_write_boundary_bytes: Option<u64>,
     library: &'static library::Library,
     health: Arc<Health>,
 }
@@ -250,7 +295,18 @@ impl RbdBackend {
             (false, Some(from_bytes)) => ImageChange::Grown { from_bytes },
             (false, None) => ImageChange::None,
         };
-        let backend = RbdBackend { image: Arc::new(opened.image), geometry, library, health: Arc::default() };
+        let compare_and_write_boundary_bytes = if std::env::var_os(LOCAL_COMPARE_AND_WRITE_FOR_TESTS).is_some() {
+            None
+        } else {
+            probe_compare_and_write(library, &opened.image, &options.pool, &options.image)
+        };
+        let backend = RbdBackend {
+            image: Arc::new(opened.image),
+            geometry,
+            library,
+            health: Arc::default(),
+            compare_and_write_boundary_bytes,
+        };
         Ok((Arc::new(backend), change))
     }
 
@@ -322,5 +378,11 @@ impl Backend for RbdBackend {
 
     fn shared_name(&self) -> Option<String> {
         Some(format!("rbd:{}/{}", self.image.pool, self.image.name))
+    }
+
+    /// librbd's compare-and-write: the OSD compares and writes in one operation, so
+    /// pairs are atomic against every gateway and client of the image.
+    fn atomic_compare_and_write_boundary_bytes(&self) -> Option<u64> {
+        self.compare_and_write_boundary_bytes
     }
 }

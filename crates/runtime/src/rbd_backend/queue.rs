@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
-use storage::{validate_request, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
+use storage::{validate_compare_and_write, validate_request, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
 
 use super::cluster::OpenImage;
 use super::library::{self, Completion, Library, OP_FLAG_FADVISE_FUA};
@@ -42,6 +42,9 @@ struct Shared {
 struct SlotShared {
     /// rbd_aio_get_return_value of the finished request.
     result: AtomicI64,
+    /// Where librbd writes the offset of a compare-and-write's first mismatch (only
+    /// librbd touches it; the value is not used, the result code says mismatch).
+    mismatch_offset: AtomicU64,
     index: u32,
     /// The `Shared` this slot lives in (set once, right after the Arc is made).
     owner: AtomicPtr<Shared>,
@@ -83,7 +86,12 @@ impl RbdQueue {
         health: Arc<Health>,
     ) -> RbdQueue {
         let slots = (0..RBD_QUEUE_SLOTS as u32)
-            .map(|index| SlotShared { result: AtomicI64::new(0), index, owner: AtomicPtr::new(std::ptr::null_mut()) })
+            .map(|index| SlotShared {
+                result: AtomicI64::new(0),
+                mismatch_offset: AtomicU64::new(0),
+                index,
+                owner: AtomicPtr::new(std::ptr::null_mut()),
+            })
             .collect();
         let shared = Arc::new(Shared {
             slots,
@@ -160,6 +168,26 @@ impl RbdQueue {
             IoOp::Deallocate { lba, blocks } => {
                 // SAFETY: see above; no buffer.
                 unsafe { (library.rbd_aio_discard)(image, lba * block_size, blocks * block_size, completion) }
+            }
+            IoOp::CompareAndWrite { lba, force_unit_access, .. } => {
+                // The buffer holds the compare data, then the write data (validated).
+                let half = buffer.len() / 2;
+                let flags = if force_unit_access { OP_FLAG_FADVISE_FUA } else { 0 };
+                let mismatch = self.shared.slots[slot as usize].mismatch_offset.as_ptr();
+                // SAFETY: see above; both halves are readable for `half` bytes, and
+                // `mismatch` points into `shared`, alive until the request is reaped.
+                unsafe {
+                    (library.rbd_aio_compare_and_write)(
+                        image,
+                        lba * block_size,
+                        half,
+                        buffer.as_ptr().cast(),
+                        buffer.as_ptr().add(half).cast(),
+                        completion,
+                        mismatch,
+                        flags,
+                    ) as std::ffi::c_int
+                }
             }
         };
         if code < 0 {
@@ -261,6 +289,8 @@ fn error_for_kind(is_read: bool, code: i64) -> IoError {
             IoError::Unavailable
         }
         libc::ENOSPC | libc::EDQUOT => IoError::NoSpace,
+        // A compare-and-write whose compare did not match.
+        libc::EILSEQ => IoError::CompareMismatch,
         _ if is_read => IoError::ReadError,
         _ => IoError::WriteFault,
     }
@@ -269,7 +299,13 @@ fn error_for_kind(is_read: bool, code: i64) -> IoError {
 impl BackendQueue for RbdQueue {
     fn submit(&mut self, request: IoRequest) {
         self.in_flight += 1;
-        if let Err(error) = validate_request(&self.geometry, &request.op, request.buffer.len()) {
+        let checked = match request.op {
+            IoOp::CompareAndWrite { lba, blocks, .. } => {
+                validate_compare_and_write(&self.geometry, lba, blocks, request.buffer.len())
+            }
+            _ => validate_request(&self.geometry, &request.op, request.buffer.len()),
+        };
+        if let Err(error) = checked {
             self.finish_now(request.token, request.buffer, Err(error));
             return;
         }

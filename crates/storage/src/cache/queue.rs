@@ -390,6 +390,8 @@ impl CacheQueue {
                     IoOp::Read { .. } | IoOp::Write { .. } => self.step_data(parent),
                     IoOp::Flush => self.step_flush(parent),
                     IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => self.step_zeroing(parent),
+                    // Refused by validate_request before a parent starts.
+                    IoOp::CompareAndWrite { .. } => Step::Blocked,
                 }
             };
             match step {
