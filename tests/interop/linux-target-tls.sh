@@ -446,7 +446,12 @@ if [ -s "$tlog" ]; then
   # wrong key and the RFC derivation (format 1, then 0), the plain ICReq
   host_check tlshd-handshakes "$n_ok successful, $n_tls13 TLS 1.3 with AES-128-GCM, $n_failed failed" \
     'n_ok >= 24 && n_tls13 >= n_ok && n_failed >= 5'
-  grep -E 'failed|error|Error' "$tlog" | sort | uniq -c | sort -rn | head -n 8 | sed 's/^/  tlshd| /'
+  # format 1 refusals for the right reason: tlshd found no key for the identity
+  n_unknown=$(grep -F "failed to search 'psk' key" "$tlog" | grep -cF -e "'$OTHER_ID1'" -e "'$ID1_RFC'" || true)
+  host_check tlshd-unknown-identities "$n_unknown lookup(s) of the wrong key's and the RFC derivation's identity failed" \
+    'n_unknown >= 2'
+  grep -E 'failed|error|Error' "$tlog" | sed 's/^tlshd\[[0-9]*\]: //' | cut -c1-120 | sort | uniq -c | sort -rn | head -n 6 |
+    sed 's/^/  tlshd| /'
 else
   failures+=("no tlshd log came back from the guest")
 fi
