@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Run every interop test (tests/interop/*.sh except this one) one after the
-# other, report pass/fail per test, and exit non-zero if any failed.
+# other, report pass/fail per test, and exit non-zero if any failed. A new test is
+# picked up by its file name alone; docs/testing.md lists what each one covers and
+# the stage's time (e.g. linux-target-tls: Sluice's host against the Linux kernel
+# target over TLS, one guest boot, about 35 s).
 #
 # Usage: tests/interop/run-all.sh [NAME...]   (NAME: e.g. linux-host; default: all)
 # Artifacts: ${OUT:-target/interop}/<test>/ (see docs/testing.md)

@@ -134,17 +134,7 @@ impl QueueConnection {
                     last_error = Some(error);
                 }
                 Err(ClientError::Tls { address, message }) => {
-                    let tried: Vec<String> = versions[..=attempt].iter().map(|v| v.number().to_string()).collect();
-                    let format_0_hint = if versions.contains(&nvme_auth::IdentityVersion::V0) {
-                        ""
-                    } else {
-                        "; a target that knows only format 0 identities (SPDK's) needs format 0"
-                    };
-                    let message = format!(
-                        "{message} (PSK identity format {} offered: the target derives the key from the \
-                         configured PSK, this host's NQN and the subsystem NQN, so check all three{format_0_hint})",
-                        tried.join(" then ")
-                    );
+                    let message = refused_message(&message, &versions[..=attempt], tls.derivation);
                     return Err(ClientError::Tls { address, message });
                 }
                 Err(error) => return Err(error),
@@ -412,6 +402,39 @@ impl QueueConnection {
     }
 }
 
+/// Why every TLS handshake failed, with what to check: `tried` are the identity
+/// formats offered, in order. Both key derivations are in use (libnvme before 1.16,
+/// which Debian 13's nvme-cli keys Linux nvmet with, and RFC 8446's), and a target
+/// keyed the other way refuses the handshake just as a wrong key does, so the hint
+/// names the other one.
+fn refused_message(
+    message: &str,
+    tried: &[nvme_auth::IdentityVersion],
+    derivation: nvme_auth::KeyDerivation,
+) -> String {
+    let tried: Vec<String> = tried.iter().map(|v| v.number().to_string()).collect();
+    let format_0_hint = if tried.iter().any(|v| v == "0") {
+        ""
+    } else {
+        "; a target that knows only format 0 identities (SPDK's) needs format 0"
+    };
+    let derivation_hint = match derivation {
+        nvme_auth::KeyDerivation::Rfc8446 => {
+            "; a target keyed by libnvme before 1.16 (nvme-cli 2.15 and older: Debian 13, Ubuntu 24.04, \
+             RHEL 9) needs the compat derivation (--tls-compat; fio: tls_compat=1)"
+        }
+        nvme_auth::KeyDerivation::Compat => {
+            "; this host derived the keys the compat way (libnvme before 1.16): a target keyed the \
+             RFC 8446 way (libnvme 1.16 and later) needs that off (no --tls-compat; fio: tls_compat=0)"
+        }
+    };
+    format!(
+        "{message} (PSK identity format {} offered: the target derives the key from the configured PSK, \
+         this host's NQN and the subsystem NQN, so check all three{format_0_hint}{derivation_hint})",
+        tried.join(" then ")
+    )
+}
+
 /// A client TLS session offering `tls`'s key for the queue's host and subsystem, with
 /// a PSK identity in format `version`.
 fn tls_session(
@@ -431,4 +454,26 @@ fn tls_session(
         .session(identity.to_string().as_bytes(), PskChoice::for_key(key))
         .map_err(|error| failed(error.to_string()))?;
     Ok(Box::new(session))
+}
+
+#[cfg(test)]
+mod tests {
+    use nvme_auth::{IdentityVersion, KeyDerivation};
+
+    use super::refused_message;
+
+    // A Linux target keyed by Debian 13's nvme-cli refuses a host deriving the RFC
+    // 8446 way just as it refuses a wrong key (tests/interop/linux-target-tls.sh): the
+    // message names the derivation as well as the key and the NQNs.
+    #[test]
+    fn a_refused_handshake_names_the_other_derivation() {
+        let rfc = refused_message("closed", &[IdentityVersion::V1, IdentityVersion::V0], KeyDerivation::Rfc8446);
+        assert!(rfc.starts_with("closed (PSK identity format 1 then 0 offered"), "{rfc}");
+        assert!(rfc.contains("needs the compat derivation (--tls-compat"), "{rfc}");
+        assert!(!rfc.contains("needs format 0"), "{rfc}");
+        let compat = refused_message("closed", &[IdentityVersion::V1], KeyDerivation::Compat);
+        assert!(compat.contains("format 1 offered"), "{compat}");
+        assert!(compat.contains("needs format 0"), "{compat}");
+        assert!(compat.contains("(no --tls-compat"), "{compat}");
+    }
 }

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # TLS_TOOLS_ERROR, TLS_TOOLS_SUMMARY and TLS_TOOLS_ADD are read by the caller:
 # shellcheck disable=SC2034
-# Tools for NVMe/TCP TLS in a linux-nvme-peer guest (sourced by tests/interop/tls.sh
-# after lib/common.sh, which provides log and tail_file).
+# Tools for NVMe/TCP TLS in a linux-nvme-peer guest (sourced by tests/interop/tls.sh,
+# where tlshd is the kernel host's handshake client, and linux-target-tls.sh, where it
+# is nvmet's handshake server; after lib/common.sh, which provides log and tail_file).
 #
 # The guest image (bookworm userland, bookworm-backports' 6.12 kernel) has no TLS
 # handshake daemon, no nvme-cli that speaks TLS (bookworm's 2.3 has no --tls), no
