@@ -42,7 +42,7 @@ impl HeldTicket {
             HeldTicket::Management(ticket) => ticket.take(),
             HeldTicket::Group { ticket, nguid } => ticket.take().map(|result| match result {
                 Ok(applied) => {
-                    target.install_group_reservations(nguid, &applied.update);
+                    target.install_group_answer(nguid, &applied.update);
                     (applied.status, 0)
                 }
                 Err(error) => (crate::group_reservations::unreachable_status(&error), 0),

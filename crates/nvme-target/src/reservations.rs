@@ -433,8 +433,10 @@ impl Reservations {
 
     /// Installs a state a gateway group published as its `sequence`, unless the copy
     /// is newer. Returns the sequence the copy had (`None`: the update was older),
-    /// from which the caller tells which notices are new.
-    pub fn install(&self, sequence: u64, published: &ReservationState) -> Option<u64> {
+    /// from which the caller tells which notices are new. `vouched`: the group's
+    /// watch is in place, so the copy is known again (an answer to this gateway's own
+    /// command installs its state but does not vouch for later ones).
+    pub fn install(&self, sequence: u64, published: &ReservationState, vouched: bool) -> Option<u64> {
         let mut state = self.lock();
         let applied = self.group_sequence.load(Ordering::Acquire);
         if sequence < applied {
@@ -443,7 +445,9 @@ impl Reservations {
         *state = published.clone();
         self.group_sequence.store(sequence, Ordering::Release);
         self.publish(&state);
-        self.attention.fetch_and(!UNKNOWN, Ordering::AcqRel);
+        if vouched {
+            self.attention.fetch_and(!UNKNOWN, Ordering::AcqRel);
+        }
         Some(applied)
     }}
 

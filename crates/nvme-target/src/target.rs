@@ -433,9 +433,20 @@ impl Target {
     /// NGUID (in every subsystem that has it), unless the copy here is newer, and
     /// tells this gateway's controllers of affected hosts.
     pub fn install_group_reservations(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
+        self.install_group_state(nguid, update, true);
+    }
+
+    /// Installs the state the group answered a command of this gateway with: newer
+    /// than the copy perhaps, but it says nothing about changes after it, so a copy
+    /// marked unknown stays unknown.
+    pub(crate) fn install_group_answer(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
+        self.install_group_state(nguid, update, false);
+    }
+
+    fn install_group_state(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate, vouched: bool) {
         for subsystem in self.subsystems() {
             for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state) else { continue };
+                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state, vouched) else { continue };
                 let notices = crate::group_reservations::new_notices(update, applied);
                 if notices.is_empty() {
                     continue;

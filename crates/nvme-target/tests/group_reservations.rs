@@ -215,6 +215,11 @@ fn a_gateway_that_missed_updates_answers_path_errors_then_catches_up_with_their_
     let other = first.io.command(read_write(IoOpcode::Read, 2, 0, 1), &[], &[]);
     assert_status(&other, Status::SUCCESS);
 
+    // Its own commands still go through the group, but their answers do not vouch
+    // for the copy: it stays unknown until the group installs a state again.
+    assert_eq!(register(&mut first.io, 2, 0xA1, 0xA1), Status::RESERVATION_CONFLICT, "A was preempted");
+    assert_eq!(first.io.command(read_write(IoOpcode::Read, 1, 0, 1), &[], &[]).cqe.status.kind(), Status::INTERNAL_PATH_ERROR);
+
     // Caught up: the state and the skipped notice arrive together.
     group.cut_off.lock().unwrap().clear();
     a.install_group_reservations(&nguid, &group.latest(&nguid));
