@@ -47,12 +47,16 @@ pub struct ServeOptions {
 /// path errors until its state arrives, which the log says.
 fn follow_group_reservations(plan: &crate::config::gateway::GatewayPlan, target: &std::sync::Arc<Target>) -> Result<(), ServeError> {
     let lease = std::time::Duration::from_millis(plan.lease_ms);
+    let whole_group_was_down = crate::gateway::service::whole_group_was_down(plan);
     let group = crate::gateway::reservations::ClusterReservations::start(
-        plan.cluster.clone(),
-        plan.pool.clone(),
-        plan.group.clone(),
+        crate::gateway::reservations::GroupSettings {
+            cluster: plan.cluster.clone(),
+            pool: plan.pool.clone(),
+            group: plan.group.clone(),
+            notify_timeout: lease,
+            whole_group_was_down,
+        },
         target,
-        lease,
     )
     .map_err(ServeError::State)?;
     target.set_group_reservations(std::sync::Arc::new(group));

@@ -331,6 +331,7 @@ fn reservations_are_one_state_across_the_group_and_survive_the_gateway_they_were
     let _b = group.start(1);
     let (at_a, at_b) = (group.address(0), group.address(1));
     await_state(at_a, AnaState::Optimized, Duration::from_secs(15));
+    let _b = _b;
     let (first_id, second_id) = ([0x1A; 16], [0x2B; 16]);
     let first = connect_as(at_a, Some(first_id));
     let second = connect_as(at_b, Some(second_id));
@@ -367,10 +368,26 @@ fn reservations_are_one_state_across_the_group_and_survive_the_gateway_they_were
 
     // Gateway a restarted after the change enforces it on its first I/O.
     drop(a);
-    let _a = group.start(0);
+    let a = group.start(0);
     let late = connect_as(at_a, Some(first_id));
     assert_eq!(status_of(late.write(NAMESPACE, 0, &data, false)), nvme_spec::Status::RESERVATION_CONFLICT);
     assert_eq!(holder(&late), Some(second_id));
+
+    // Persist Through Power Loss on a group: the group's power loss is every gateway
+    // gone. With PTPL on the state outlives it; with PTPL off it does not.
+    let replace = |host: &Controller, cptpl: u8| {
+        status_of(host.io_command(nvme_host::commands::reservation_register(NAMESPACE, 2, false, cptpl, 0xB2, 0xB2)))
+    };
+    assert_eq!(replace(&second, 3), nvme_spec::Status::SUCCESS, "CPTPL 11b without a state_dir");
+    drop((late, first, second, a, _b));
+    let a = group.start(0);
+    let second = connect_as(at_a, Some(second_id));
+    assert_eq!(holder(&second), Some(second_id), "PTPL on: kept when the whole group restarts");
+    assert_eq!(replace(&second, 2), nvme_spec::Status::SUCCESS);
+    drop((second, a));
+    let _a = group.start(0);
+    let second = connect_as(at_a, Some(second_id));
+    assert_eq!(holder(&second), None, "PTPL off: gone when the whole group restarts");
 }
 
 /// Blocks the Compare and Write race works on: one 512-byte block, what VMFS's ATS

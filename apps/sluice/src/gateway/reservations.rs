@@ -183,6 +183,21 @@ enum Job {
     Reload([u8; 16]),
 }
 
+/// Where and how a group keeps its reservations.
+pub struct GroupSettings {
+    pub cluster: ClusterSpec,
+    /// The group's pool.
+    pub pool: String,
+    /// The group's name (part of each object's name).
+    pub group: String,
+    /// How long a change waits for every gateway to acknowledge it.
+    pub notify_timeout: Duration,
+    /// Every gateway of the group was down when this one started: with PTPL off a
+    /// namespace's registrations and reservation do not survive that (the group's
+    /// power loss), so they are cleared when first loaded.
+    pub whole_group_was_down: bool,
+}
+
 /// The gateway group's reservation authority (`GroupReservations`).
 pub struct ClusterReservations {
     jobs: Mutex<Sender<Job>>,
@@ -190,23 +205,9 @@ pub struct ClusterReservations {
 
 impl ClusterReservations {
     /// Starts the cluster thread. `target` receives every state the group publishes.
-    pub fn start(
-        cluster: ClusterSpec,
-        pool: String,
-        group: String,
-        target: &Arc<Target>,
-        notify_timeout: Duration,
-    ) -> Result<ClusterReservations, String> {
+    pub fn start(settings: GroupSettings, target: &Arc<Target>) -> Result<ClusterReservations, String> {
         let (sender, receiver) = channel::<Job>();
-        let worker = Worker {
-            cluster,
-            pool,
-            group,
-            target: Arc::downgrade(target),
-            notify_timeout,
-            jobs: sender.clone(),
-            followed: HashMap::new(),
-        };
+        let worker = Worker { settings, target: Arc::downgrade(target), jobs: sender.clone(), followed: HashMap::new() };
         std::thread::Builder::new()
             .name("sluice-resv".into())
             .spawn(move || worker.run(receiver))
@@ -240,11 +241,8 @@ struct Followed {
 }
 
 struct Worker {
-    cluster: ClusterSpec,
-    pool: String,
-    group: String,
+    settings: GroupSettings,
     target: Weak<Target>,
-    notify_timeout: Duration,
     jobs: Sender<Job>,
     followed: HashMap<[u8; 16], Followed>,
 }
@@ -282,9 +280,12 @@ impl Worker {
     /// watch is missed), then installs what it holds.
     fn follow(&mut self, key: &NamespaceKey) -> Result<(), String> {
         if !self.followed.contains_key(&key.nguid) {
-            let name = reservation_object(&self.group, &key.nguid);
-            let object = RadosObject::open(&self.cluster, &self.pool, &name).map_err(|error| error.to_string())?;
+            let name = reservation_object(&self.settings.group, &key.nguid);
+            let object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name).map_err(|error| error.to_string())?;
             self.followed.insert(key.nguid, Followed { key: key.clone(), object: Arc::new(object), watch: None });
+            if self.settings.whole_group_was_down {
+                self.forget_without_persistence(&key.nguid)?;
+            }
         }
         self.rewatch(&key.nguid)
     }
@@ -317,6 +318,34 @@ impl Worker {
         }
         tracing::debug!(object = %followed.object.describe(), sequence = update.sequence, "group reservations loaded");
         Ok(())
+    }
+
+    /// The group's power loss for a namespace with PTPL off: its registrations and
+    /// reservation go (PRGEN counts on), as a change other gateways would see.
+    fn forget_without_persistence(&mut self, nguid: &[u8; 16]) -> Result<(), String> {
+        let Some(followed) = self.followed.get(nguid) else { return Ok(()) };
+        let Some(current) = read(&followed.object)? else { return Ok(()) };
+        if current.state.persist_through_power_loss || (current.state.registrants.is_empty() && current.state.holder.is_none()) {
+            return Ok(());
+        }
+        let state = ReservationState { generation: current.state.generation.wrapping_add(1), ..ReservationState::default() };
+        let update = GroupUpdate { sequence: current.sequence + 1, state, notices: current.notices };
+        let written = followed.object.replace_record(
+            SEQUENCE_ATTRIBUTE,
+            Some(current.sequence.to_string().as_bytes()),
+            update.sequence.to_string().as_bytes(),
+            &encode(&followed.key, &update),
+        );
+        match written {
+            Ok(()) => {
+                tracing::info!(object = %followed.object.describe(),
+                    "every gateway of the group was down: registrations and reservation without PTPL cleared");
+                Ok(())
+            }
+            // Another gateway started at the same time and changed it: it decides.
+            Err(ReplaceError::Changed) => Ok(()),
+            Err(ReplaceError::Cluster(errno)) => Err(format!("clearing {}: {errno}", followed.object.describe())),
+        }
     }
 
     /// Re-registers lost or broken watches (their namespaces stay unknown until then).
@@ -376,7 +405,7 @@ impl Worker {
                 Err(ReplaceError::Changed) => continue,
                 Err(ReplaceError::Cluster(errno)) => return Err(format!("writing {}: {errno}", object.describe())),
             }
-            if let Err(errno) = object.notify(&record, self.notify_timeout) {
+            if let Err(errno) = object.notify(&record, self.settings.notify_timeout) {
                 // The change is in the cluster; a gateway that did not acknowledge
                 // learns it when its watch is found broken.
                 tracing::warn!(object = %object.describe(), %errno, "not every gateway acknowledged a reservation change");

@@ -282,6 +282,18 @@ fn identity_record(plan: &GatewayPlan, nqn: &str, namespace: &nvme_target::Names
     )
 }
 
+/// True when no other member of the group holds its membership lease: the whole
+/// group has been down (every gateway gone for at least a lease), which is what
+/// "power loss" means for reservations with PTPL off on a group. Unreadable leases
+/// count as alive (nothing is cleared on a doubt).
+pub fn whole_group_was_down(plan: &GatewayPlan) -> bool {
+    let Ok(object) = RadosObject::open(&plan.cluster, &plan.pool, &group_object(&plan.group)) else { return false };
+    plan.members
+        .iter()
+        .filter(|(name, _)| *name != plan.name)
+        .all(|(name, _)| object.lockers(&member_lock(name)).map(|lockers| lockers.is_empty()).unwrap_or(false))
+}
+
 /// Records each namespace's identity on the group object under its image, or refuses
 /// to start when another gateway recorded a different one for the same image.
 fn check_namespace_identities(plan: &GatewayPlan, target: &Target, object: &RadosObject) -> Result<(), String> {
