@@ -55,7 +55,8 @@ pub(crate) fn hex(bytes: &[u8; 16]) -> String {
 
 pub(crate) fn unhex(text: &str) -> Result<[u8; 16], String> {
     let mut bytes = [0u8; 16];
-    if text.len() != 32 {
+    // ASCII only, so that the byte slices below fall on character boundaries.
+    if text.len() != 32 || !text.is_ascii() {
         return Err(format!("{text:?} is not 32 hex digits"));
     }
     for (index, byte) in bytes.iter_mut().enumerate() {

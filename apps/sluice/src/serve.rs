@@ -53,17 +53,20 @@ fn follow_group_reservations(plan: &crate::config::gateway::GatewayPlan, target:
             cluster: plan.cluster.clone(),
             pool: plan.pool.clone(),
             group: plan.group.clone(),
+            members: plan.members.iter().map(|(name, _)| name.clone()).collect(),
             notify_timeout: lease,
             whole_group_was_down,
         },
         target,
     )
     .map_err(ServeError::State)?;
-    target.set_group_reservations(std::sync::Arc::new(group));
+    let group = std::sync::Arc::new(group);
+    target.set_group_reservations(std::sync::Arc::clone(&group) as std::sync::Arc<dyn nvme_target::group_reservations::GroupReservations>);
     let deadline = std::time::Instant::now() + lease;
     while target.group_reservations_unknown() > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    group.end_startup();
     let unknown = target.group_reservations_unknown();
     if unknown > 0 {
         tracing::warn!(namespaces = unknown, group = %plan.group,

@@ -458,11 +458,12 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
     assert_ne!(identify.namespace_features & nvme_spec::identify::nsfeat::NAMESPACE_ATOMICS, 0);
     assert_eq!(identify.atomic_boundary_size_normal, 0, "one 512-byte sector (Ceph 16.2)");
     assert_eq!(identify.atomic_compare_and_write_unit, 0, "NACWU: one block");
-    // A pair across two sectors cannot be one OSD operation: refused, retryable.
+    // A pair across two sectors cannot be one OSD operation: refused, not retried.
     let two = vec![0u8; 2 * RACE_BLOCK_BYTES];
     let refused = connect(group.address(0)).compare_and_write(NAMESPACE, 0, &two, &two);
     assert!(
-        matches!(refused, Err(nvme_host_client::ClientError::Command { status, .. }) if status.kind() == nvme_spec::Status::COMMAND_INTERRUPTED),
+        matches!(refused, Err(nvme_host_client::ClientError::Command { status, .. })
+            if status.kind() == nvme_spec::Status::INVALID_FIELD && status.do_not_retry()),
         "{refused:?}"
     );
     // Latency through one gateway, uncontended: a plain write, Compare and Write
@@ -497,7 +498,8 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
     drop((_a, _b));
 
     // The same race with pairs atomic only within each gateway must go wrong.
-    let local = [(runtime::LOCAL_COMPARE_AND_WRITE_FOR_TESTS, "1")];
+    // The switch of apps/sluice/src/config/mod.rs (checked builds only).
+    let local = [("SLUICE_TEST_LOCAL_COMPARE_AND_WRITE", "1")];
     let _a = group.start_with_env(0, &local);
     let _b = group.start_with_env(1, &local);
     await_state(group.address(0), AnaState::Optimized, Duration::from_secs(20));

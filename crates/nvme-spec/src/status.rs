@@ -96,8 +96,6 @@ impl Status {
     pub const KEEP_ALIVE_TIMER_EXPIRED: Status = Status::new(StatusCodeType::Generic, 0x19);
     pub const INVALID_KEEP_ALIVE_TIMEOUT: Status = Status::new(StatusCodeType::Generic, 0x1A);
     pub const COMMAND_ABORTED_PREEMPT: Status = Status::new(StatusCodeType::Generic, 0x1B);
-    /// The command was not run for a reason that may pass: the host may retry it.
-    pub const COMMAND_INTERRUPTED: Status = Status::new(StatusCodeType::Generic, 0x21);
     pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(StatusCodeType::Generic, 0x22);
     pub const LBA_OUT_OF_RANGE: Status = Status::new(StatusCodeType::Generic, 0x80);
     pub const CAPACITY_EXCEEDED: Status = Status::new(StatusCodeType::Generic, 0x81);

@@ -300,9 +300,12 @@ impl Connection {
                 if self.target.settings.reservations {
                     id.optional_nvm_command_support |= oncs::RESERVATIONS;
                 }
-                // Compare and Write, atomic for any pair up to MDTS (see `fused`).
+                // Compare and Write, atomic for any pair up to MDTS (see `fused`); on a
+                // gateway group only what the storage compares and writes at once, at
+                // least one block (NACWU may say more per namespace).
                 id.fused_operation_support = FUSED_COMPARE_AND_WRITE;
-                id.atomic_compare_and_write_unit = ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED;
+                id.atomic_compare_and_write_unit =
+                    if subsystem.group_reservations().is_some() { 0 } else { ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED };
                 if let Some(pool) = &subsystem.pool {
                     id.optional_admin_command_support |= oacs::NAMESPACE_MANAGEMENT;
                     id.total_nvm_capacity = u128::from(pool.capacity_bytes());
@@ -490,15 +493,16 @@ fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> Identify
     let block_bytes = u64::from(namespace.geometry.block_size_bytes).max(1);
     match namespace.backend.atomic_compare_and_write_boundary_bytes() {
         // On a gateway group Compare and Write is the storage's own atomic operation,
-        // inside aligned regions (see `fused`): NACWU and NABSN/NABSPF say how large,
-        // NABO 0 that they start at LBA 0; a pair across two fails with Command
-        // Interrupted.
+        // inside aligned regions (see `fused`): NACWU says how many blocks a pair may
+        // have, NABSN/NABSPF (0's based; 0 means no boundary, right for a one-block
+        // region since no pair larger than NACWU is atomic anyway) how large the
+        // regions are, NABO 0 that they start at LBA 0. Other pairs get Invalid Field.
         Some(boundary_bytes) if in_gateway_group && boundary_bytes >= block_bytes => {
-            let boundary_zero_based = (boundary_bytes / block_bytes - 1).min(u64::from(u16::MAX)) as u16;
+            let region_blocks_zero_based = (boundary_bytes / block_bytes - 1).min(u64::from(u16::MAX)) as u16;
             id.namespace_features |= nsfeat::NAMESPACE_ATOMICS;
-            id.atomic_compare_and_write_unit = ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED.min(boundary_zero_based);
-            id.atomic_boundary_size_normal = boundary_zero_based;
-            id.atomic_boundary_size_power_fail = boundary_zero_based;
+            id.atomic_compare_and_write_unit = ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED.min(region_blocks_zero_based);
+            id.atomic_boundary_size_normal = region_blocks_zero_based;
+            id.atomic_boundary_size_power_fail = region_blocks_zero_based;
             id.atomic_boundary_offset = 0;
         }
         _ => {}

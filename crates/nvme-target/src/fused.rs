@@ -188,26 +188,24 @@ impl Connection {
         let (lba, blocks) = range_of(&sqe);
         // The storage's own compare-and-write (RBD: one OSD operation) is atomic
         // against every process, but only inside one aligned region (Ceph 16.2: a
-        // 512-byte sector). A pair inside one runs there. A pair across regions on a
-        // gateway group, where the range table below protects nothing from the
-        // other gateways, is refused (retryable), never run non-atomically; in a
-        // single process the range table is atomic, so it runs there. Storage
-        // without such an operation (or librbd without it: logged at open) uses the
-        // range table.
-        let (atomic_in_storage, refused) = match namespace.backend.atomic_compare_and_write_boundary_bytes() {
-            Some(boundary_bytes) => {
-                let block_bytes = u64::from(namespace.geometry.block_size_bytes);
-                let first_region = lba.saturating_mul(block_bytes) / boundary_bytes.max(1);
-                let last_region = lba.saturating_add(blocks).saturating_mul(block_bytes).saturating_sub(1) / boundary_bytes.max(1);
-                let fits = first_region == last_region;
-                (fits, !fits && self.group_reservations().is_some())
-            }
-            None => (false, false),
-        };
-        if refused {
-            self.complete(first, Status::COMMAND_INTERRUPTED, 0);
+        // 512-byte sector). A pair inside one runs there. On a gateway group the
+        // range table below protects nothing from the other gateways, so any other
+        // pair is refused, never run in two steps; a single process runs it with the
+        // range table, which is atomic for it.
+        let atomic_in_storage = namespace.backend.atomic_compare_and_write_boundary_bytes().is_some_and(|boundary_bytes| {
+            let block_bytes = u64::from(namespace.geometry.block_size_bytes);
+            let first_region = lba.saturating_mul(block_bytes).checked_div(boundary_bytes);
+            let last_region = lba.saturating_add(blocks).saturating_mul(block_bytes).saturating_sub(1).checked_div(boundary_bytes);
+            first_region.is_some() && first_region == last_region
+        });
+        let in_group = self.group_reservations().is_some() && !self.target.settings.compare_and_write_in_process_only_for_tests;
+        if in_group && !atomic_in_storage {
+            // The pair can never run atomically here: Invalid Field with DNR (the
+            // Identify Namespace atomic boundary fields say which pairs can).
+            self.complete(first, Status::INVALID_FIELD.with_do_not_retry(), 0);
             return;
         }
+        let atomic_in_storage = atomic_in_storage && !self.target.settings.compare_and_write_in_process_only_for_tests;
         if namespace.range_locks.try_hold(lba, blocks, self.storage.waker()) == HoldOutcome::Busy {
             if !self.fused.parked.contains(&first) {
                 self.fused.parked.push(first);

@@ -107,11 +107,13 @@ pub struct TargetSettings {
     /// of an ANA-reporting controller whose namespaces come and go (Namespace
     /// Management), so a target that gains nothing from ANA does not report it.
     pub ana_reporting: bool,
-    /// Offer persistent reservations (ONCS bit 5). Off for a gateway of a gateway
-    /// group: the state lives in this process, so another gateway serving the same
-    /// namespace would not see it, and a reservation that one path ignores protects
-    /// nothing.
+    /// Offer persistent reservations (ONCS bit 5). A gateway of a gateway group
+    /// offers them through the group's authority (`Target::set_group_reservations`).
     pub reservations: bool,
+    /// Test only: on a gateway group, run fused Compare and Write with this process's
+    /// range table instead of refusing pairs the storage cannot run atomically, so a
+    /// test can show that the group then breaks ATS. Never set in production.
+    pub compare_and_write_in_process_only_for_tests: bool,
     /// CNTLIDs this target hands out: the lowest ...
     pub controller_id_min: u16,
     /// ... and the highest. Gateways exporting one subsystem get disjoint ranges, so
@@ -149,6 +151,7 @@ impl Default for TargetSettings {
             controller_id_min: 1,
             controller_id_max: ControllerId::MAX_VALID,
             reservations: true,
+            compare_and_write_in_process_only_for_tests: false,
             ana_reporting: false,
         }
     }

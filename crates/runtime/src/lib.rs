@@ -49,7 +49,7 @@ pub use huge_pages::HugePageChunkMemory;
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{
     ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions, RbdStatus, ReplaceError, Watch, WatchEvent,
-    WatchHandler, LOCAL_COMPARE_AND_WRITE_FOR_TESTS,
+    WatchHandler,
 };
 pub use send::SendParts;
 pub use tls::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};

@@ -710,6 +710,7 @@ impl Config {
                 controller_id_max,
                 // On a gateway group the cluster keeps them (`gateway::reservations`).
                 reservations: true,
+                compare_and_write_in_process_only_for_tests: compare_and_write_in_process_only_for_tests(),
                 // ANA paths matter when several gateways serve the same namespaces.
                 ana_reporting: gateway.is_some(),
                 max_io_queues_per_controller: self
@@ -763,4 +764,18 @@ pub(crate) fn parse_identifier(text: Option<&str>, location: &str) -> Result<Opt
     uuid::Uuid::try_parse(text)
         .map(|id| Some(*id.as_bytes()))
         .map_err(|_| invalid(location, format!("{text:?} is not 32 hex digits (dashes allowed)")))
+}
+
+/// Test-only switch (`SLUICE_TEST_LOCAL_COMPARE_AND_WRITE` in `sluice serve`'s
+/// environment), honoured only by builds with debug assertions (the checked build
+/// the tests run): a gateway group's fused Compare and Write then runs with each
+/// process's range table, so a test can show that two gateways break ATS that way.
+pub const LOCAL_COMPARE_AND_WRITE_FOR_TESTS: &str = "SLUICE_TEST_LOCAL_COMPARE_AND_WRITE";
+
+fn compare_and_write_in_process_only_for_tests() -> bool {
+    let set = cfg!(debug_assertions) && std::env::var_os(LOCAL_COMPARE_AND_WRITE_FOR_TESTS).is_some();
+    if set {
+        tracing::warn!("{LOCAL_COMPARE_AND_WRITE_FOR_TESTS} is set (test builds only): a gateway group's Compare and Write is atomic within each process only");
+    }
+    set
 }

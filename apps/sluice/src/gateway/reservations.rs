@@ -181,6 +181,9 @@ enum Job {
     Apply(NamespaceKey, ReservationChange, ChangeTicket),
     /// A watch reported a loss or an unreadable notice: re-watch and reload.
     Reload([u8; 16]),
+    /// The gateway opened its listeners: a namespace followed from now on was not
+    /// there when the group was found down, so it is never cleared for it.
+    EndStartup,
 }
 
 /// Where and how a group keeps its reservations.
@@ -190,11 +193,14 @@ pub struct GroupSettings {
     pub pool: String,
     /// The group's name (part of each object's name).
     pub group: String,
-    /// How long a change waits for every gateway to acknowledge it.
+    /// The members' names (their membership leases say who their cluster clients are).
+    pub members: Vec<String>,
+    /// How long a change waits for every gateway to acknowledge it; a gateway that
+    /// does not is fenced (blocklisted) before the change is answered.
     pub notify_timeout: Duration,
     /// Every gateway of the group was down when this one started: with PTPL off a
     /// namespace's registrations and reservation do not survive that (the group's
-    /// power loss), so they are cleared when first loaded.
+    /// power loss), so they are cleared when first loaded during startup.
     pub whole_group_was_down: bool,
 }
 
@@ -207,12 +213,27 @@ impl ClusterReservations {
     /// Starts the cluster thread. `target` receives every state the group publishes.
     pub fn start(settings: GroupSettings, target: &Arc<Target>) -> Result<ClusterReservations, String> {
         let (sender, receiver) = channel::<Job>();
-        let worker = Worker { settings, target: Arc::downgrade(target), jobs: sender.clone(), followed: HashMap::new() };
+        let startup = settings.whole_group_was_down;
+        let worker = Worker {
+            settings,
+            target: Arc::downgrade(target),
+            jobs: sender.clone(),
+            followed: HashMap::new(),
+            pending: Vec::new(),
+            clear_without_persistence: startup,
+            group_object: None,
+        };
         std::thread::Builder::new()
             .name("sluice-resv".into())
             .spawn(move || worker.run(receiver))
             .map_err(|error| format!("cannot start the group reservation thread: {error}"))?;
         Ok(ClusterReservations { jobs: Mutex::new(sender) })
+    }
+
+    /// Startup is over (the listeners open): a namespace followed from now on is
+    /// never cleared as after the group's power loss.
+    pub fn end_startup(&self) {
+        let _ = self.send(Job::EndStartup);
     }
 
     fn send(&self, job: Job) -> Result<(), Job> {
@@ -236,7 +257,7 @@ impl GroupReservations for ClusterReservations {
 struct Followed {
     key: NamespaceKey,
     object: Arc<RadosObject>,
-    /// `None` while it must be registered again.
+    /// `None` while it must be registered again (and the copy is unknown).
     watch: Option<Watch>,
 }
 
@@ -245,18 +266,19 @@ struct Worker {
     target: Weak<Target>,
     jobs: Sender<Job>,
     followed: HashMap<[u8; 16], Followed>,
+    /// Namespaces whose object could not be opened yet: retried every second.
+    pending: Vec<NamespaceKey>,
+    /// Still starting after the whole group was down (see `GroupSettings`).
+    clear_without_persistence: bool,
+    /// The group's coordination object (membership leases), opened when first needed.
+    group_object: Option<RadosObject>,
 }
 
 impl Worker {
     fn run(mut self, jobs: Receiver<Job>) {
         loop {
             match jobs.recv_timeout(WATCH_CHECK_INTERVAL) {
-                Ok(Job::Track(key)) => {
-                    if let Err(error) = self.follow(&key) {
-                        tracing::error!(subsystem = %key.subsystem_nqn, nsid = key.namespace_id.0, %error,
-                            "cannot follow the group's reservations: I/O to the namespace gets path errors until it can");
-                    }
-                }
+                Ok(Job::Track(key)) => self.follow_or_retry(key),
                 Ok(Job::Apply(key, change, done)) => {
                     let result = self.apply(&key, change);
                     done.finish(result);
@@ -266,13 +288,33 @@ impl Worker {
                         followed.watch = None;
                     }
                 }
+                Ok(Job::EndStartup) => self.clear_without_persistence = false,
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => break,
             }
             if self.target.strong_count() == 0 {
-                return;
+                break;
+            }
+            for key in std::mem::take(&mut self.pending) {
+                self.follow_or_retry(key);
             }
             self.check_watches();
+        }
+        // No watch is left: no copy can be vouched for any more.
+        if let Some(target) = self.target.upgrade() {
+            for nguid in self.followed.keys() {
+                target.mark_group_reservations_unknown(nguid);
+            }
+        }
+    }
+
+    fn follow_or_retry(&mut self, key: NamespaceKey) {
+        if let Err(error) = self.follow(&key) {
+            tracing::error!(subsystem = %key.subsystem_nqn, nsid = key.namespace_id.0, %error,
+                "cannot follow the group's reservations yet: I/O to the namespace gets path errors until it can (retrying every second)");
+            if !self.followed.contains_key(&key.nguid) && !self.pending.iter().any(|pending| pending.nguid == key.nguid) {
+                self.pending.push(key);
+            }
         }
     }
 
@@ -283,7 +325,7 @@ impl Worker {
             let name = reservation_object(&self.settings.group, &key.nguid);
             let object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name).map_err(|error| error.to_string())?;
             self.followed.insert(key.nguid, Followed { key: key.clone(), object: Arc::new(object), watch: None });
-            if self.settings.whole_group_was_down {
+            if self.clear_without_persistence {
                 self.forget_without_persistence(&key.nguid)?;
             }
         }
@@ -292,10 +334,12 @@ impl Worker {
 
     fn rewatch(&mut self, nguid: &[u8; 16]) -> Result<(), String> {
         let Some(followed) = self.followed.get_mut(nguid) else { return Ok(()) };
+        // Drop the old watch first (its flush waits out any callback still running),
+        // then mark the copy unknown: no late notice can vouch for it after that.
+        followed.watch = None;
         if let Some(target) = self.target.upgrade() {
             target.mark_group_reservations_unknown(nguid);
         }
-        followed.watch = None;
         let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone());
         let watch = match followed.object.watch(handler(), WATCH_TIMEOUT) {
             // Only an existing object can be watched: the first gateway creates it
@@ -311,8 +355,10 @@ impl Worker {
             other => other,
         }
         .map_err(|errno| format!("watching {}: {errno}", followed.object.describe()))?;
-        followed.watch = Some(watch);
+        // The watch counts only once the record is read and installed: a failed read
+        // leaves it unset, so the next check retries both.
         let update = read(&followed.object)?.unwrap_or_default();
+        followed.watch = Some(watch);
         if let Some(target) = self.target.upgrade() {
             target.install_group_reservations(nguid, &update);
         }
@@ -321,7 +367,7 @@ impl Worker {
     }
 
     /// The group's power loss for a namespace with PTPL off: its registrations and
-    /// reservation go (PRGEN counts on), as a change other gateways would see.
+    /// reservation go (PRGEN counts on), written and announced like any change.
     fn forget_without_persistence(&mut self, nguid: &[u8; 16]) -> Result<(), String> {
         let Some(followed) = self.followed.get(nguid) else { return Ok(()) };
         let Some(current) = read(&followed.object)? else { return Ok(()) };
@@ -329,20 +375,24 @@ impl Worker {
             return Ok(());
         }
         let state = ReservationState { generation: current.state.generation.wrapping_add(1), ..ReservationState::default() };
-        let update = GroupUpdate { sequence: current.sequence + 1, state, notices: current.notices };
+        let update = GroupUpdate { sequence: current.sequence + 1, state, notices: current.notices.clone() };
+        let record = encode(&followed.key, &update);
         let written = followed.object.replace_record(
             SEQUENCE_ATTRIBUTE,
             Some(current.sequence.to_string().as_bytes()),
             update.sequence.to_string().as_bytes(),
-            &encode(&followed.key, &update),
+            &record,
         );
         match written {
             Ok(()) => {
                 tracing::info!(object = %followed.object.describe(),
                     "every gateway of the group was down: registrations and reservation without PTPL cleared");
+                let object = Arc::clone(&followed.object);
+                self.announce(&object, &record);
                 Ok(())
             }
-            // Another gateway started at the same time and changed it: it decides.
+            // Another gateway changed it first: that gateway is up, so the group was
+            // not down as a whole by the time it changed it; keep its state.
             Err(ReplaceError::Changed) => Ok(()),
             Err(ReplaceError::Cluster(errno)) => Err(format!("clearing {}: {errno}", followed.object.describe())),
         }
@@ -373,9 +423,10 @@ impl Worker {
             self.follow(key)?;
         }
         let Some(followed) = self.followed.get(&key.nguid) else { return Err("namespace not followed".into()) };
-        let object = &followed.object;
+        let object = Arc::clone(&followed.object);
+        let namespace_key = followed.key.clone();
         for _ in 0..MAX_CHANGE_ATTEMPTS {
-            let current = read(object)?;
+            let current = read(&object)?;
             let exists = current.is_some();
             let current = current.unwrap_or_default();
             let mut state = current.state.clone();
@@ -392,7 +443,7 @@ impl Worker {
             let excess = notices.len().saturating_sub(MAX_KEPT_NOTICES);
             notices.drain(..excess);
             let update = GroupUpdate { sequence, state, notices };
-            let record = encode(&followed.key, &update);
+            let record = encode(&namespace_key, &update);
             let expected = current.sequence.to_string();
             let written = object.replace_record(
                 SEQUENCE_ATTRIBUTE,
@@ -403,16 +454,69 @@ impl Worker {
             match written {
                 Ok(()) => {}
                 Err(ReplaceError::Changed) => continue,
-                Err(ReplaceError::Cluster(errno)) => return Err(format!("writing {}: {errno}", object.describe())),
+                Err(ReplaceError::Cluster(errno)) => {
+                    // The write may have landed although the answer was lost: what
+                    // the object holds now is announced either way, so no gateway
+                    // keeps an older copy it believes current.
+                    if let Ok(Some(now)) = read(&object) {
+                        if now.sequence > current.sequence {
+                            let landed = now == update;
+                            self.announce(&object, &encode(&namespace_key, &now));
+                            if landed {
+                                return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
+                            }
+                        }
+                    }
+                    return Err(format!("writing {}: {errno}", object.describe()));
+                }
             }
-            if let Err(errno) = object.notify(&record, self.settings.notify_timeout) {
-                // The change is in the cluster; a gateway that did not acknowledge
-                // learns it when its watch is found broken.
-                tracing::warn!(object = %object.describe(), %errno, "not every gateway acknowledged a reservation change");
-            }
+            self.announce(&object, &record);
             return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
         }
         Err(format!("{}: changed by other gateways {MAX_CHANGE_ATTEMPTS} times in a row", object.describe()))
+    }
+
+    /// Notifies every gateway of `record` and waits for their acknowledgements; a
+    /// gateway that does not acknowledge within the notify timeout may go on
+    /// enforcing the old state, so it is fenced (blocklisted, as the ANA coordinator
+    /// fences a dead owner) before the change is answered: nothing it still serves
+    /// reaches the cluster, and its watch breaks.
+    fn announce(&mut self, object: &RadosObject, record: &[u8]) {
+        let silent = match object.notify(record, self.settings.notify_timeout) {
+            Ok(silent) => silent,
+            Err(errno) => {
+                tracing::warn!(object = %object.describe(), %errno, "a reservation change could not be announced to the other gateways");
+                return;
+            }
+        };
+        let this_client = object.instance_id();
+        for client in silent.into_iter().filter(|client| *client != this_client) {
+            self.fence_silent_gateway(client);
+        }
+    }
+
+    fn fence_silent_gateway(&mut self, client: u64) {
+        if self.group_object.is_none() {
+            let name = crate::gateway::service::group_object(&self.settings.group);
+            self.group_object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name).ok();
+        }
+        let Some(group_object) = &self.group_object else { return };
+        let entity = format!("client.{client}");
+        let member = self.settings.members.iter().find_map(|name| {
+            let lockers = group_object.lockers(&crate::gateway::coordinator::member_lock(name)).ok()?;
+            lockers.into_iter().find(|locker| locker.client == entity).map(|locker| (name.clone(), locker.address))
+        });
+        match member {
+            Some((name, address)) => match group_object.blocklist(&address, crate::gateway::coordinator::FENCE_DURATION) {
+                Ok(()) => tracing::warn!(gateway = %name, %address,
+                    "a gateway did not acknowledge a reservation change within the notify timeout: fenced (blocklisted)"),
+                Err(errno) => tracing::error!(gateway = %name, %address, %errno,
+                    "a gateway did not acknowledge a reservation change and could not be fenced: it may enforce the old state until its watch breaks"),
+            },
+            // Not a member holding its lease: a dead gateway's watch the OSD has not
+            // dropped yet (its lease is gone, so it serves nothing).
+            None => tracing::info!(%entity, "a watcher without a membership lease did not acknowledge a reservation change"),
+        }
     }
 }
 

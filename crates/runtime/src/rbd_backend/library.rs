@@ -19,6 +19,13 @@ pub(crate) type Image = *mut c_void;
 pub(crate) type Completion = *mut c_void;
 /// `rados_write_op_t`: a compound write applied to one object atomically.
 pub(crate) type WriteOperation = *mut c_void;
+/// `struct notify_timeout_t` (rados_types.h): a watcher that did not acknowledge.
+#[repr(C)]
+pub(crate) struct NotifyTimeout {
+    /// The watcher client's global id (its entity is "client.<id>").
+    pub notifier_id: u64,
+    pub cookie: u64,
+}
 /// `rados_watchcb2_t`: called on a librados thread for each notify on a watched object.
 pub(crate) type WatchCallback =
     unsafe extern "C" fn(argument: *mut c_void, notify_id: u64, handle: u64, notifier_id: u64, data: *mut c_void, length: usize);
@@ -189,6 +196,15 @@ pub(crate) struct Library {
         reply: *mut *mut c_char,
         reply_length: *mut usize,
     ) -> c_int,
+    pub rados_decode_notify_response: unsafe extern "C" fn(
+        reply: *mut c_char,
+        reply_length: usize,
+        acks: *mut *mut c_void,
+        ack_count: *mut usize,
+        timeouts: *mut *mut NotifyTimeout,
+        timeout_count: *mut usize,
+    ) -> c_int,
+    pub rados_free_notify_response: unsafe extern "C" fn(acks: *mut c_void, ack_count: usize, timeouts: *mut NotifyTimeout),
     pub rados_notify_ack: unsafe extern "C" fn(
         io: IoContext,
         object: *const c_char,
@@ -269,6 +285,8 @@ fn load() -> Result<Library, String> {
         rados_watch_flush: symbol!(rados, rados_watch_flush),
         rados_notify2: symbol!(rados, rados_notify2),
         rados_notify_ack: symbol!(rados, rados_notify_ack),
+        rados_decode_notify_response: symbol!(rados, rados_decode_notify_response),
+        rados_free_notify_response: symbol!(rados, rados_free_notify_response),
         rbd_create: symbol!(rbd, rbd_create),
         rbd_open: symbol!(rbd, rbd_open),
         rbd_close: symbol!(rbd, rbd_close),

@@ -18,11 +18,35 @@
 //!   (`rados_osd_op_timeout`) with [`storage::IoError::Unavailable`] (Namespace Not
 //!   Ready, retryable), never a hang; requests succeed again once it is back.
 
+mod cluster;
+mod coordination;
+mod library;
+mod queue;
+mod watched;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use storage::{Backend, BackendQueue, Geometry};
+
+pub use cluster::{open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
+pub use coordination::{Locker, RadosErrno, RadosObject};
+pub use library::{available as library_available, INSTALL_HINT};
+pub use queue::RBD_QUEUE_SLOTS;
+pub use watched::{ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
+
+use cluster::{OpenImage, OpenMode};
+use library::describe_errno;
+
 /// How large an aligned compare-and-write librbd runs as one OSD operation here,
 /// found by trying (Ceph 16.2 measured: one 512-byte sector; longer ones are refused
-/// with EINVAL). Each try compares random bytes with the image's first bytes and
-/// would write the same random bytes on a match, so the image's data never changes.
-/// `None` when librbd offers none (then pairs use the target's range table).
+/// with EINVAL). Each try compares a fixed pattern with the image's first bytes and
+/// would write the same pattern on a match, so the image's data never changes.
+/// `Some(0)` when librbd runs none here or the probe fails (logged): no pair is then
+/// atomic in the cluster, which a gateway group refuses rather than run a pair in
+/// two steps.
 fn probe_compare_and_write(library: &library::Library, image: &cluster::OpenImage, pool: &str, name: &str) -> Option<u64> {
     const SECTOR_BYTES: usize = 512;
     let mut stripe_unit_bytes: u64 = 0;
@@ -46,41 +70,19 @@ fn probe_compare_and_write(library: &library::Library, image: &cluster::OpenImag
             code if code == -(libc::EINVAL as isize) => break,
             code => {
                 tracing::warn!(image = %format!("{pool}/{name}"), error = %describe_errno(code as i64),
-                    "cannot tell whether librbd's compare-and-write works here: fused Compare and Write is atomic within this process only");
-                return None;
+                    "cannot tell whether librbd's compare-and-write works here: on a gateway group, fused Compare and Write will be refused");
+                return Some(0);
             }
         }
         length *= 2;
     }
-    supported
+    if supported.is_none() {
+        tracing::warn!(image = %format!("{pool}/{name}"),
+            "librbd refuses even a one-sector compare-and-write: on a gateway group, fused Compare and Write will be refused");
+    }
+    Some(supported.unwrap_or(0))
 }
 
-/// Test-only switch: set in `sluice serve`'s environment, RBD namespaces run fused
-/// Compare and Write with the target's own range table (atomic only within one
-/// process), so a test can show that two gateways then break ATS.
-pub const LOCAL_COMPARE_AND_WRITE_FOR_TESTS: &str = "SLUICE_TEST_LOCAL_COMPARE_AND_WRITE";
-
-mod cluster;
-mod coordination;
-mod library;
-mod queue;
-mod watched;
-
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::Waker;
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use storage::{Backend, BackendQueue, Geometry};
-
-pub use cluster::{open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
-pub use coordination::{Locker, RadosErrno, RadosObject};
-pub use library::{available as library_available, INSTALL_HINT};
-pub use queue::RBD_QUEUE_SLOTS;
-pub use watched::{ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
-
-use cluster::{OpenImage, OpenMode};
-use library::describe_errno;
 
 /// Default op timeout: below the Linux host's 30 s I/O timeout, so the host hears
 /// Namespace Not Ready from Sluice (and may fail over) before it gives up on its own.
@@ -295,7 +297,8 @@ impl RbdBackend {
             (false, Some(from_bytes)) => ImageChange::Grown { from_bytes },
             (false, None) => ImageChange::None,
         };
-        let compare_and_write_boundary_bytes = if std::env::var_os(LOCAL_COMPARE_AND_WRITE_FOR_TESTS).is_some() {
+        let compare_and_write_boundary_bytes = if mode == OpenMode::Inspect {
+            // `sluice config check` changes nothing, not even with a probe.
             None
         } else {
             probe_compare_and_write(library, &opened.image, &options.pool, &options.image)

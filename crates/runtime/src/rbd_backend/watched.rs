@@ -174,9 +174,10 @@ impl RadosObject {
     }
 
     /// Sends `payload` to every watcher of the object (this client's too) and waits
-    /// until each acknowledged or `timeout` passed (ETIMEDOUT then: some watcher did
-    /// not answer and will learn of the change when its watch breaks).
-    pub fn notify(&self, payload: &[u8], timeout: Duration) -> Result<(), RadosErrno> {
+    /// until each acknowledged or `timeout` passed. Returns the global ids of the
+    /// watchers that did not acknowledge in time (they will not have the change until
+    /// they do).
+    pub fn notify(&self, payload: &[u8], timeout: Duration) -> Result<Vec<u64>, RadosErrno> {
         let library = self.cluster.library;
         let length = c_int::try_from(payload.len()).map_err(|_| RadosErrno(-libc::E2BIG))?;
         let mut reply: *mut c_char = std::ptr::null_mut();
@@ -194,15 +195,34 @@ impl RadosObject {
                 &mut reply_length,
             )
         };
+        let mut silent = Vec::new();
         if !reply.is_null() {
-            // SAFETY: librados allocated the reply (also on timeout) and it is freed once.
+            let mut acks: *mut c_void = std::ptr::null_mut();
+            let mut timeouts: *mut super::library::NotifyTimeout = std::ptr::null_mut();
+            let (mut ack_count, mut timeout_count) = (0usize, 0usize);
+            // SAFETY: `reply` is the buffer librados returned with its length (set
+            // also on timeout); the out pointers are valid.
+            let decoded = unsafe {
+                (library.rados_decode_notify_response)(reply, reply_length, &mut acks, &mut ack_count, &mut timeouts, &mut timeout_count)
+            };
+            if decoded == 0 {
+                if !timeouts.is_null() && timeout_count > 0 {
+                    // SAFETY: librados allocated `timeout_count` entries at `timeouts`.
+                    let entries = unsafe { std::slice::from_raw_parts(timeouts, timeout_count) };
+                    silent.extend(entries.iter().map(|entry| entry.notifier_id));
+                }
+                // SAFETY: both arrays came from rados_decode_notify_response and are freed once.
+                unsafe { (library.rados_free_notify_response)(acks, ack_count, timeouts) };
+            }
+            // SAFETY: librados allocated the reply and it is freed once.
             unsafe { (library.rados_buffer_free)(reply) };
         }
-        if code < 0 {
-            Err(RadosErrno(code))
-        } else {
-            Ok(())
+        // A timeout that names who was silent is an answer; any other failure is not.
+        let silent_named = code == -libc::ETIMEDOUT && !silent.is_empty();
+        if code < 0 && !silent_named {
+            return Err(RadosErrno(code));
         }
+        Ok(silent)
     }
 
     /// Registers a watch: `handler` hears every notify on the object until the
