@@ -30,9 +30,10 @@ use crate::tls_identity::{PskIdentity, PskKind};
 use crate::tls_key::{hkdf_expand_label, psk_digest, KeyDerivation, TlsKeyError, TlsPsk};
 
 /// SC_C of AUTH_Negotiate, as far as it is understood.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SecureChannelRequest {
     /// 00h: no secure channel concatenation.
+    #[default]
     None,
     /// 02h (NEWTLSPSK): generate a PSK for TLS connections to come; the admin queue
     /// has no TLS yet.

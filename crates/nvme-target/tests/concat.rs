@@ -129,7 +129,7 @@ fn connect_admin(host: &mut FakeHost, host_nqn: &str) -> (ControllerId, bool) {
     host.initialize(DigestSettings { header: false, data: false });
     let answer = host.connect_as(QueueId::ADMIN, ControllerId::DYNAMIC, NQN, 32, host_nqn);
     assert!(answer.cqe.status.is_success(), "admin connect: {:?}", answer.cqe.status);
-    let atr = answer.cqe.result_dw0 & connect_authentication_required::TRANSACTION as u32 != 0;
+    let atr = answer.cqe.result_dw0 & connect_authentication_required::TRANSACTION != 0;
     (ControllerId(answer.cqe.result_dw0 as u16), atr)
 }
 
