@@ -17,7 +17,12 @@
 #   2. `nvme connect --concat --dhchap-secret SECRET`: the controller goes live over
 #      TLS; its sysfs tls_key names a generated PSK (`NVMe1G01 <host> <subsystem>
 #      <digest>` in the keyring); 64 KiB of canary text written and read back, fio
-#      writes 8 MiB (4 KiB random) and verifies it (crc32c); `nvme disconnect`.
+#      writes 8 MiB (4 KiB random) and verifies it (crc32c); `nvme disconnect`;
+#   3. Sluice's own host against the Linux kernel target's concatenation, in the
+#      same guest: nvmet on the guest's loopback (port with addr_tsas tls1.3,
+#      addr_treq "not required", the host with a dhchap_key and dhchap_dhgroup
+#      ffdhe2048: nvmet's default null group refuses concatenation), `sluice write/read
+#      --concat` with a data check, and a wrong secret that fails.
 # On this machine, sluice.log must show: the negotiation with NewTlsPsk, the PSK
 # generated for the host, the generated PSK found by the TLS handshakes (admin and
 # I/O queues), queues connected over it without a second DH-HMAC-CHAP, the wrong
@@ -230,6 +235,41 @@ if check concat-connect ok 120 nvme connect $T --concat --dhchap-secret "$SECRET
   no_ctrl_left concat-disconnected
 fi
 
+# 3. Sluice's host against nvmet's concatenation (the guest's loopback)
+kernel_target_concat() {
+  S=/sys/kernel/config/nvmet
+  modprobe nvmet && modprobe nvmet_tcp || { bad kt-setup "nvmet modules"; return; }
+  ip link set lo up 2>/dev/null
+  mkdir -p /kt && mount -t tmpfs -o size=40m tmpfs /kt && dd if=/dev/zero of=/kt/ns1.img bs=1048576 count=0 seek=32 2>/dev/null
+  sub=$S/subsystems/$KT_NQN h=$S/hosts/$LNP_HOSTNQN pd=$S/ports/9
+  { mkdir "$sub" && echo 0 >"$sub/attr_allow_any_host" && mkdir "$sub/namespaces/1" &&
+    printf /kt/ns1.img >"$sub/namespaces/1/device_path" && echo 1 >"$sub/namespaces/1/buffered_io" &&
+    echo 1 >"$sub/namespaces/1/enable"; } || { bad kt-setup "subsystem"; return; }
+  # nvmet uses the host's configured dhchap_dhgroup whatever the host offers, and its
+  # default (null) refuses concatenation ("concatenation mismatch"): name a group.
+  { mkdir "$h" && echo "$SECRET" >"$h/dhchap_key" && echo ffdhe2048 >"$h/dhchap_dhgroup" &&
+    ln -s "$h" "$sub/allowed_hosts/"; } ||
+    { bad kt-setup "host"; return; }
+  { mkdir "$pd" && echo tcp >"$pd/addr_trtype" && echo ipv4 >"$pd/addr_adrfam" &&
+    echo 127.0.0.1 >"$pd/addr_traddr" && echo 4421 >"$pd/addr_trsvcid" && echo tls1.3 >"$pd/addr_tsas" &&
+    echo "not required" >"$pd/addr_treq" && ln -s "$sub" "$pd/subsystems/$KT_NQN"; } ||
+    { bad kt-setup "port (addr_tsas tls1.3, addr_treq not required)"; return; }
+  ok kt-setup "nvmet port 4421: tsas $(cat "$pd/addr_tsas"), treq $(cat "$pd/addr_treq")"
+  K="-a 127.0.0.1 -s 4421 -n $KT_NQN -q $LNP_HOSTNQN"
+  dd if=/dev/urandom of=/tmp/kt-pattern bs=4096 count=64 2>/dev/null
+  check kt-sluice-concat-write ok 120 /root/sluice write $K --concat --dhchap-secret "$SECRET" -N 1 -b 8 -d /tmp/kt-pattern
+  check kt-sluice-concat-read ok 120 /root/sluice read $K --concat --dhchap-secret "$SECRET" -N 1 -b 8 -z 256k -d /tmp/kt-back
+  if cmp -s /tmp/kt-pattern /tmp/kt-back; then ok kt-sluice-concat-data "256 KiB read back"
+  else bad kt-sluice-concat-data "read back differs"; fi
+  n_tls=$(dmesg | grep -c "subsystem $KT_NQN for NQN .*, TLS\\.$")
+  if [ "$n_tls" -ge 2 ]; then ok kt-nvmet-tls-controllers "$n_tls nvmet controllers over the generated PSK"
+  else bad kt-nvmet-tls-controllers "$n_tls nvmet controllers over TLS, expected one per sluice run"; fi
+  check kt-sluice-concat-wrong-secret fail 120 /root/sluice connect $K --concat --dhchap-secret "$WRONG_SECRET"
+  dmesg | grep -i 'nvmet' | tail -n 12
+}
+echo "=== 3. sluice --concat against the Linux kernel target"
+if [ -x /root/sluice ]; then kernel_target_concat; else bad kt-sluice "no /root/sluice in the guest"; fi
+
 echo "=== tlshd"
 n=$(grep -c 'Handshake with .* was successful' /tmp/tlshd.log)
 if [ "$n" -ge 2 ] && grep -q 'Using psk identity NVMe1G01 ' /tmp/tlshd.log &&
@@ -245,12 +285,20 @@ kill $tlshd_pid 2>/dev/null
 exit $fail
 EOF
 
-guest_env="SECRET='$SECRET' WRONG_SECRET='$WRONG' CANARY='$CANARY'"
+guest_env="SECRET='$SECRET' WRONG_SECRET='$WRONG' CANARY='$CANARY' KT_NQN=nqn.2026-11.io.sluice:kernel-target-concat"
 log "booting the Linux host guest (timeout ${GUEST_TIMEOUT}s; output: guest.log)"
 t_guest=$SECONDS
+# Sluice's host runs in the guest too (against nvmet there): a stripped copy, with
+# the libraries the guest image lacks (this machine's: the same Debian release).
+strip -o "$OUT_DIR/sluice-guest" "$SLUICE" 2>/dev/null || cp "$SLUICE" "$OUT_DIR/sluice-guest"
+guest_adds=(--add "$OUT_DIR/guest.sh:/root/concat-guest.sh" --add "$OUT_DIR/sluice-guest:/root/sluice")
+for lib in libgcc_s.so.1 libssl.so.3 libcrypto.so.3; do
+  path=$(ldd "$SLUICE" | sed -n "s/.*$lib => \([^ ]*\).*/\1/p")
+  [ -z "$path" ] || guest_adds+=(--add "$path:/usr/lib/x86_64-linux-gnu/$lib")
+done
 set +e
 TMPDIR=$OUT_DIR/peer "$LNP" initiator --keep --timeout "$GUEST_TIMEOUT" --target-port "$IO_PORT" --subnqn "$SUBNQN" \
-  --hostnqn "$HOSTNQN" "${TLS_TOOLS_ADD[@]}" --add "$OUT_DIR/guest.sh:/root/concat-guest.sh" \
+  --hostnqn "$HOSTNQN" "${TLS_TOOLS_ADD[@]}" "${guest_adds[@]}" \
   -- "$guest_env sh /root/concat-guest.sh" </dev/null 2>&1 | tee "$OUT_DIR/guest.log"
 guest_rc=${PIPESTATUS[0]}
 set -e

@@ -221,13 +221,20 @@ impl HostAuthentication {
 
     /// The first step: send AUTH_Negotiate.
     pub fn start(&mut self) -> HostStep {
+        // Concatenation cannot use SHA-512 (no TLS cipher suite) or the null group (no
+        // session key): they are not offered then, so a controller whose own first
+        // choice they are (Linux nvmet's default group is null) falls back to one
+        // that works instead of refusing.
+        let concatenating = self.secure_channel.generates_psk();
+        let usable = |hash: HashFunction| !concatenating || hash != HashFunction::Sha512;
+        let usable_group = |group: DhGroup| !concatenating || group != DhGroup::Null;
         let negotiate = Message::Negotiate(Negotiate {
             transaction_id: self.transaction_id,
             secure_channel: self.secure_channel.code(),
             protocols: vec![ProtocolDescriptor {
                 auth_id: DHCHAP_AUTH_ID,
-                hash_ids: self.policy.hashes.iter().map(|hash| hash.id()).collect(),
-                dh_group_ids: self.policy.groups.iter().map(|group| group.id()).collect(),
+                hash_ids: self.policy.hashes.iter().filter(|hash| usable(**hash)).map(|hash| hash.id()).collect(),
+                dh_group_ids: self.policy.groups.iter().filter(|group| usable_group(**group)).map(|group| group.id()).collect(),
             }],
         });
         self.state = State::NegotiateSent;

@@ -448,3 +448,19 @@ fn hostile_sc_c_values_and_unusable_offers() {
     let negotiated = controller.negotiated().expect("negotiated");
     assert_eq!((negotiated.hash, negotiated.group), (HashFunction::Sha384, DhGroup::Ffdhe3072));
 }
+
+/// A concatenating host offers neither SHA-512 nor the null group (neither can make
+/// a TLS PSK), so a controller preferring them (nvmet's default group is null) falls
+/// back to one that works.
+#[test]
+fn a_concatenating_host_offers_only_what_makes_a_psk() {
+    let host_secret = secret(3, Some(HashFunction::Sha256), 32);
+    let (host, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 1);
+    let mut host = host.with_secure_channel(SecureChannelRequest::NewTlsPsk);
+    let HostStep::Send(payload) = host.start() else { panic!("negotiate first") };
+    let Ok(Message::Negotiate(negotiate)) = Message::decode(&payload) else { panic!("a negotiate") };
+    assert_eq!(negotiate.secure_channel, SecureChannelRequest::NewTlsPsk.code());
+    let protocol = &negotiate.protocols[0];
+    assert_eq!(protocol.hash_ids, vec![HashFunction::Sha256.id(), HashFunction::Sha384.id()]);
+    assert!(!protocol.dh_group_ids.contains(&DhGroup::Null.id()) && protocol.dh_group_ids.len() == 5);
+}
