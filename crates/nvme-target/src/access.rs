@@ -51,6 +51,19 @@ impl QueueAuthentication {
         now: Instant,
         secure_channel: SecureChannelContext,
     ) -> Option<Self> {
+        let mut state = Self::authenticated(host, subsystem_nqn, secure_channel)?;
+        state.authenticated = false;
+        state.deadline = Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS));
+        Some(state)
+    }
+
+    /// The state of a queue that needs no authentication to be used but may run a
+    /// transaction (a TLS admin queue over a generated PSK replacing it).
+    pub(crate) fn authenticated(
+        host: impl Borrow<HostEntry>,
+        subsystem_nqn: &str,
+        secure_channel: SecureChannelContext,
+    ) -> Option<Self> {
         let host = host.borrow();
         let secret = host.dhchap_secret.as_ref()?;
         let credentials =
@@ -58,8 +71,8 @@ impl QueueAuthentication {
         Some(QueueAuthentication {
             transaction: ControllerAuthentication::new(credentials, host.dhchap_policy.clone(), Box::new(OsRandom))
                 .with_secure_channel(secure_channel),
-            authenticated: false,
-            deadline: Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS)),
+            authenticated: true,
+            deadline: None,
         })
     }
 }
@@ -215,10 +228,7 @@ impl Connection {
         let rules = subsystem.hosts.current();
         let entry = rules.entry(&binding.controller.host_nqn).filter(|entry| entry.concat)?;
         let context = SecureChannelContext { allowed: true, admin_queue: true, on_tls: true };
-        let mut state = QueueAuthentication::new(entry, &subsystem.nqn, Instant::now(), context)?;
-        state.authenticated = true;
-        state.deadline = None;
-        Some(state)
+        QueueAuthentication::authenticated(entry, &subsystem.nqn, context)
     }
 
     /// Acts on where the transaction got: success lifts the gate, failure closes
