@@ -19,6 +19,7 @@
 
 use zeroize::Zeroizing;
 
+use crate::concat::{GeneratedPsk, SecureChannelRequest};
 use crate::group::{DhGroup, EphemeralKey};
 use crate::hash::{DigestValue, HashFunction};
 use crate::message::{
@@ -76,6 +77,33 @@ pub struct Negotiated {
     pub group: DhGroup,
     /// The host asked the controller to authenticate itself too.
     pub bidirectional: bool,
+    /// SC_C: whether the transaction generates a TLS PSK (secure channel
+    /// concatenation).
+    pub secure_channel: SecureChannelRequest,
+}
+
+/// Where a queue's transaction runs, for secure channel concatenation (SC_C): which
+/// requests the controller accepts. The default accepts none (SC_C 00h only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SecureChannelContext {
+    /// The host may generate TLS PSKs (the administrator allowed concatenation).
+    pub allowed: bool,
+    /// The queue is an admin queue (concatenation happens there only).
+    pub admin_queue: bool,
+    /// The queue runs over TLS already (REPLACETLSPSK) or not (NEWTLSPSK).
+    pub on_tls: bool,
+}
+
+impl SecureChannelContext {
+    /// Whether SC_C = `request` is acceptable on this queue (NVMe Base 2.1,
+    /// "Secure Channel Concatenation"; what Linux's nvmet accepts).
+    pub fn accepts(self, request: SecureChannelRequest) -> bool {
+        match request {
+            SecureChannelRequest::None => true,
+            SecureChannelRequest::NewTlsPsk => self.allowed && self.admin_queue && !self.on_tls,
+            SecureChannelRequest::ReplaceTlsPsk => self.allowed && self.admin_queue && self.on_tls,
+        }
+    }
 }
 
 /// The secrets of one (host, subsystem) pair, already transformed.
@@ -141,6 +169,8 @@ struct Verified {
     hash: HashFunction,
     /// R2 when the host asked for bidirectional authentication.
     controller_response: Option<DigestValue>,
+    /// The PSK the transaction generated (secure channel concatenation).
+    generated: Option<GeneratedPsk>,
 }
 
 enum State {
@@ -148,7 +178,7 @@ enum State {
     ChallengePending { transaction_id: u16, hash: HashFunction, group: DhGroup },
     AwaitingReply { transaction_id: u16, hash: HashFunction, challenge: DigestValue, sequence_number: u32, key: EphemeralKey },
     Success1Pending(Verified),
-    AwaitingSuccess2 { transaction_id: u16 },
+    AwaitingSuccess2 { transaction_id: u16, generated: Option<GeneratedPsk> },
     Authenticated,
     Failure1Pending { transaction_id: u16, reason: FailureReason },
     Failed(FailureReason),
@@ -177,6 +207,12 @@ pub struct ControllerAuthentication {
     state: State,
     /// Set by the Negotiate of the latest transaction.
     negotiated: Option<Negotiated>,
+    /// Which SC_C requests this queue accepts.
+    secure_channel: SecureChannelContext,
+    /// SC_C of the latest Negotiate.
+    request: SecureChannelRequest,
+    /// The PSK the latest successful transaction generated, until taken.
+    generated: Option<GeneratedPsk>,
 }
 
 impl std::fmt::Debug for ControllerAuthentication {
@@ -191,7 +227,30 @@ impl std::fmt::Debug for ControllerAuthentication {
 impl ControllerAuthentication {
     /// A queue waiting for the host's AUTH_Negotiate.
     pub fn new(credentials: ControllerCredentials, policy: ControllerPolicy, random: Box<dyn RandomSource>) -> Self {
-        ControllerAuthentication { credentials, policy, random, state: State::AwaitingNegotiate, negotiated: None }
+        ControllerAuthentication {
+            credentials,
+            policy,
+            random,
+            state: State::AwaitingNegotiate,
+            negotiated: None,
+            secure_channel: SecureChannelContext::default(),
+            request: SecureChannelRequest::None,
+            generated: None,
+        }
+    }
+
+    /// Which secure channel concatenation requests (SC_C) this queue accepts; none
+    /// unless set. A request the context does not accept fails the transaction with
+    /// AUTH_Failure1 "secure channel concatenation mismatch".
+    pub fn with_secure_channel(mut self, context: SecureChannelContext) -> Self {
+        self.secure_channel = context;
+        self
+    }
+
+    /// The PSK the latest successful transaction generated (SC_C NEWTLSPSK or
+    /// REPLACETLSPSK), once: the caller files it where the TLS handshake finds it.
+    pub fn take_generated_psk(&mut self) -> Option<GeneratedPsk> {
+        self.generated.take()
     }
 
     /// The state's name, for log lines.
@@ -245,7 +304,7 @@ impl ControllerAuthentication {
         let current_transaction = match &state {
             State::ChallengePending { transaction_id, .. }
             | State::AwaitingReply { transaction_id, .. }
-            | State::AwaitingSuccess2 { transaction_id }
+            | State::AwaitingSuccess2 { transaction_id, .. }
             | State::Failure1Pending { transaction_id, .. } => *transaction_id,
             State::Success1Pending(verified) => verified.transaction_id,
             _ => 0,
@@ -275,12 +334,13 @@ impl ControllerAuthentication {
                     Err(reason) => fail(transaction_id, reason),
                 }
             }
-            (State::AwaitingSuccess2 { transaction_id }, Message::Success2 { transaction_id: received }) => {
+            (State::AwaitingSuccess2 { transaction_id, generated }, Message::Success2 { transaction_id: received }) => {
                 if received != transaction_id {
                     // No Receive follows a Success2, so there is no one to tell.
                     let reason = FailureReason::IncorrectPayload;
                     return (State::Failed(reason), Progress::Failed(reason));
                 }
+                self.generated = generated;
                 (State::Authenticated, Progress::Authenticated)
             }
             (State::AwaitingSuccess2 { .. }, _) => {
@@ -294,20 +354,46 @@ impl ControllerAuthentication {
     fn negotiate(&mut self, negotiate: &Negotiate) -> (State, Progress) {
         let transaction_id = negotiate.transaction_id;
         let fail = |reason| (State::Failure1Pending { transaction_id, reason }, Progress::InProgress);
-        if negotiate.secure_channel != 0 {
-            return fail(FailureReason::ConcatenationMismatch);
-        }
+        // A new transaction: nothing generated by an earlier one is handed out now.
+        self.generated = None;
+        self.request = SecureChannelRequest::None;
+        // SC_C: 01h and reserved values, or a request this queue does not take (not
+        // allowed for the host, an I/O queue, NEWTLSPSK over TLS, REPLACETLSPSK
+        // without), are a concatenation mismatch, as in Linux's nvmet.
+        let request = match SecureChannelRequest::from_code(negotiate.secure_channel) {
+            Some(request) if self.secure_channel.accepts(request) => request,
+            _ => return fail(FailureReason::ConcatenationMismatch),
+        };
+        let concatenating = request.generates_psk();
         let Some(protocol) = negotiate.protocols.iter().find(|protocol| protocol.auth_id == DHCHAP_AUTH_ID) else {
             return fail(FailureReason::ProtocolNotUsable);
         };
-        let Some(hash) = self.policy.hashes.iter().copied().find(|hash| protocol.hash_ids.contains(&hash.id())) else {
+        // A generated PSK needs a TLS cipher suite's hash (SHA-256 or SHA-384) and a
+        // Diffie-Hellman session key: SHA-512 and the null group are passed over.
+        let Some(hash) = self
+            .policy
+            .hashes
+            .iter()
+            .copied()
+            .filter(|hash| !concatenating || *hash != HashFunction::Sha512)
+            .find(|hash| protocol.hash_ids.contains(&hash.id()))
+        else {
             return fail(FailureReason::HashUnusable);
         };
-        let Some(group) = self.policy.groups.iter().copied().find(|group| protocol.dh_group_ids.contains(&group.id()))
+        let usable_group = |group: &DhGroup| !concatenating || *group != DhGroup::Null;
+        let Some(group) = self
+            .policy
+            .groups
+            .iter()
+            .copied()
+            .filter(usable_group)
+            .find(|group| protocol.dh_group_ids.contains(&group.id()))
         else {
-            return fail(FailureReason::DhGroupUnusable);
+            let offered_null_only = concatenating && protocol.dh_group_ids.contains(&DhGroup::Null.id());
+            return fail(if offered_null_only { FailureReason::ConcatenationMismatch } else { FailureReason::DhGroupUnusable });
         };
-        self.negotiated = Some(Negotiated { hash, group, bidirectional: false });
+        self.request = request;
+        self.negotiated = Some(Negotiated { hash, group, bidirectional: false, secure_channel: request });
         (State::ChallengePending { transaction_id, hash, group }, Progress::InProgress)
     }
 
@@ -336,6 +422,7 @@ impl ControllerAuthentication {
                 sequence_number,
                 transaction_id: reply.transaction_id,
                 session_key: session_key.as_deref().map(Vec::as_slice),
+                secure_channel: self.request.code(),
             },
             &credentials.host_nqn,
             &credentials.subsystem_nqn,
@@ -343,8 +430,17 @@ impl ControllerAuthentication {
         if !expected.constant_time_eq(&reply.response) {
             return Err(FailureReason::Failed);
         }
-        // A C2 with SEQNUM 0 only feeds a secure channel PSK (not offered here): the
-        // host does not ask the controller to authenticate itself.
+        // Concatenation generates the PSK from C1 and C2: a Reply without C2 cannot.
+        let generated = if self.request.generates_psk() {
+            match (&reply.controller_challenge, session_key.as_deref()) {
+                (Some(c2), Some(session_key)) => Some(GeneratedPsk::generate(hash, session_key, challenge.as_bytes(), c2)),
+                _ => return Err(FailureReason::Failed),
+            }
+        } else {
+            None
+        };
+        // A C2 with SEQNUM 0 only feeds the generated PSK: the host does not ask the
+        // controller to authenticate itself.
         let controller_response = match &reply.controller_challenge {
             Some(challenge) if reply.sequence_number != 0 => {
                 let controller_key = credentials.controller_key.as_ref().ok_or(FailureReason::Failed)?;
@@ -356,6 +452,7 @@ impl ControllerAuthentication {
                         sequence_number: reply.sequence_number,
                         transaction_id: reply.transaction_id,
                         session_key: session_key.as_deref().map(Vec::as_slice),
+                        secure_channel: self.request.code(),
                     },
                     &credentials.subsystem_nqn,
                     &credentials.host_nqn,
@@ -366,7 +463,7 @@ impl ControllerAuthentication {
         if let Some(negotiated) = self.negotiated.as_mut() {
             negotiated.bidirectional = controller_response.is_some();
         }
-        Ok(Verified { transaction_id: reply.transaction_id, hash, controller_response })
+        Ok(Verified { transaction_id: reply.transaction_id, hash, controller_response, generated })
     }
 
     fn step_receive(&mut self, state: State) -> (State, Message, Progress) {
@@ -403,14 +500,16 @@ impl ControllerAuthentication {
                     response: verified.controller_response.as_ref().map(|response| response.as_bytes().to_vec()),
                 });
                 if bidirectional {
-                    (State::AwaitingSuccess2 { transaction_id: verified.transaction_id }, message, Progress::InProgress)
+                    let next = State::AwaitingSuccess2 { transaction_id: verified.transaction_id, generated: verified.generated };
+                    (next, message, Progress::InProgress)
                 } else {
+                    self.generated = verified.generated;
                     (State::Authenticated, message, Progress::Authenticated)
                 }
             }
             State::Failure1Pending { transaction_id, reason } => failure(transaction_id, reason),
             State::AwaitingReply { transaction_id, .. } => failure(transaction_id, FailureReason::IncorrectMessage),
-            State::AwaitingSuccess2 { transaction_id } => failure(transaction_id, FailureReason::IncorrectMessage),
+            State::AwaitingSuccess2 { transaction_id, .. } => failure(transaction_id, FailureReason::IncorrectMessage),
             State::AwaitingNegotiate | State::Authenticated => failure(0, FailureReason::IncorrectMessage),
             State::Failed(reason) => failure(0, reason),
         }

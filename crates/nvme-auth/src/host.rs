@@ -10,6 +10,7 @@
 
 use zeroize::Zeroizing;
 
+use crate::concat::{GeneratedPsk, SecureChannelRequest};
 use crate::group::{DhGroup, EphemeralKey};
 use crate::hash::{DigestValue, HashFunction};
 use crate::message::{
@@ -146,6 +147,9 @@ struct Pending {
     hash: HashFunction,
     /// R2 the controller must return, when we asked for it.
     expected_controller_response: Option<DigestValue>,
+    /// The PSK this transaction generates (secure channel concatenation), handed out
+    /// once the controller accepted R1.
+    generated: Option<GeneratedPsk>,
 }
 
 enum State {
@@ -154,7 +158,7 @@ enum State {
     AwaitingChallenge,
     ReplySent(Pending),
     AwaitingSuccess1(Pending),
-    Success2Sent,
+    Success2Sent(Option<GeneratedPsk>),
     Failure2Sent(HostAuthError),
     Finished(Result<(), HostAuthError>),
 }
@@ -166,6 +170,10 @@ pub struct HostAuthentication {
     random: Box<dyn RandomSource>,
     transaction_id: u16,
     state: State,
+    /// SC_C sent in AUTH_Negotiate.
+    secure_channel: SecureChannelRequest,
+    /// The PSK the transaction generated, once authenticated and until taken.
+    generated: Option<GeneratedPsk>,
 }
 
 impl std::fmt::Debug for HostAuthentication {
@@ -185,18 +193,48 @@ impl HostAuthentication {
         random: Box<dyn RandomSource>,
         transaction_id: u16,
     ) -> Self {
-        HostAuthentication { credentials, policy, random, transaction_id, state: State::Start }
+        HostAuthentication {
+            credentials,
+            policy,
+            random,
+            transaction_id,
+            state: State::Start,
+            secure_channel: SecureChannelRequest::None,
+            generated: None,
+        }
+    }
+
+    /// Asks for secure channel concatenation (SC_C): the transaction then generates a
+    /// TLS PSK ([`Self::take_generated_psk`] once authenticated). As Linux's host does,
+    /// it sends C2 with SEQNUM 0 and does not ask the controller to authenticate
+    /// itself (the TLS handshake with the generated PSK proves the controller), and
+    /// refuses a challenge with the null DH group or SHA-512.
+    pub fn with_secure_channel(mut self, request: SecureChannelRequest) -> Self {
+        self.secure_channel = request;
+        self
+    }
+
+    /// The PSK a successful transaction with secure channel concatenation generated.
+    pub fn take_generated_psk(&mut self) -> Option<GeneratedPsk> {
+        self.generated.take()
     }
 
     /// The first step: send AUTH_Negotiate.
     pub fn start(&mut self) -> HostStep {
+        // Concatenation cannot use SHA-512 (no TLS cipher suite) or the null group (no
+        // session key): they are not offered then, so a controller whose own first
+        // choice they are (Linux nvmet's default group is null) falls back to one
+        // that works instead of refusing.
+        let concatenating = self.secure_channel.generates_psk();
+        let usable = |hash: HashFunction| !concatenating || hash != HashFunction::Sha512;
+        let usable_group = |group: DhGroup| !concatenating || group != DhGroup::Null;
         let negotiate = Message::Negotiate(Negotiate {
             transaction_id: self.transaction_id,
-            secure_channel: 0,
+            secure_channel: self.secure_channel.code(),
             protocols: vec![ProtocolDescriptor {
                 auth_id: DHCHAP_AUTH_ID,
-                hash_ids: self.policy.hashes.iter().map(|hash| hash.id()).collect(),
-                dh_group_ids: self.policy.groups.iter().map(|group| group.id()).collect(),
+                hash_ids: self.policy.hashes.iter().filter(|hash| usable(**hash)).map(|hash| hash.id()).collect(),
+                dh_group_ids: self.policy.groups.iter().filter(|group| usable_group(**group)).map(|group| group.id()).collect(),
             }],
         });
         self.state = State::NegotiateSent;
@@ -254,11 +292,14 @@ impl HostAuthentication {
                         );
                     }
                     match &pending.expected_controller_response {
-                        None => (State::Finished(Ok(())), HostStep::Authenticated),
+                        None => {
+                            self.generated = pending.generated;
+                            (State::Finished(Ok(())), HostStep::Authenticated)
+                        }
                         Some(expected) => match &success.response {
                             Some(response) if expected.constant_time_eq(response) => {
                                 let message = Message::Success2 { transaction_id: self.transaction_id };
-                                (State::Success2Sent, HostStep::Send(message.to_bytes()))
+                                (State::Success2Sent(pending.generated), HostStep::Send(message.to_bytes()))
                             }
                             _ => self.give_up(FailureReason::Failed, HostAuthError::ControllerNotAuthenticated),
                         },
@@ -273,7 +314,10 @@ impl HostAuthentication {
                 ),
                 Err(error) => self.give_up(FailureReason::IncorrectPayload, HostAuthError::Malformed(error)),
             },
-            (State::Success2Sent, CommandResult::Sent) => (State::Finished(Ok(())), HostStep::Authenticated),
+            (State::Success2Sent(generated), CommandResult::Sent) => {
+                self.generated = generated;
+                (State::Finished(Ok(())), HostStep::Authenticated)
+            }
             (State::Failure2Sent(error), CommandResult::Sent) => Self::finish(error),
             (State::Finished(result), _) => {
                 let step = match &result {
@@ -300,6 +344,9 @@ impl HostAuthentication {
             let group = DhGroup::from_id(challenge.dh_group_id)
                 .filter(|group| self.policy.groups.contains(group))
                 .ok_or(unusable(FailureReason::DhGroupUnusable))?;
+            if self.secure_channel.generates_psk() && (group == DhGroup::Null || hash == HashFunction::Sha512) {
+                return Err(unusable(FailureReason::ConcatenationMismatch));
+            }
             match (group, challenge.dh_value.is_empty()) {
                 (DhGroup::Null, false) => return Err(unusable(FailureReason::IncorrectPayload)),
                 (DhGroup::Null, true) => {}
@@ -339,6 +386,7 @@ impl HostAuthentication {
                 sequence_number: challenge.sequence_number,
                 transaction_id: self.transaction_id,
                 session_key: session_key.as_deref().map(Vec::as_slice),
+                secure_channel: self.secure_channel.code(),
             },
             &credentials.host_nqn,
             &credentials.subsystem_nqn,
@@ -348,7 +396,22 @@ impl HostAuthentication {
         let mut controller_challenge = None;
         let mut sequence_number = 0;
         let mut expected_controller_response = None;
-        if let Some(controller_secret) = &credentials.controller_secret {
+        let mut generated = None;
+        if self.secure_channel.generates_psk() {
+            // C2 feeds the generated PSK; SEQNUM 0 asks for no R2 (as Linux does).
+            let mut c2 = vec![0u8; hash.length()];
+            if self.random.fill(&mut c2).is_err() {
+                return self.give_up(FailureReason::Failed, HostAuthError::Random);
+            }
+            let Some(session_key) = session_key.as_deref() else {
+                return self.give_up(
+                    FailureReason::ConcatenationMismatch,
+                    HostAuthError::Unusable(FailureReason::ConcatenationMismatch),
+                );
+            };
+            generated = Some(GeneratedPsk::generate(hash, session_key, &challenge.challenge, &c2));
+            controller_challenge = Some(c2);
+        } else if let Some(controller_secret) = &credentials.controller_secret {
             let mut c2 = vec![0u8; hash.length()];
             let made = self.random.fill(&mut c2).and_then(|()| self.random.nonzero_u32());
             let Ok(s2) = made else {
@@ -363,6 +426,7 @@ impl HostAuthentication {
                     sequence_number: s2,
                     transaction_id: self.transaction_id,
                     session_key: session_key.as_deref().map(Vec::as_slice),
+                    secure_channel: self.secure_channel.code(),
                 },
                 &credentials.subsystem_nqn,
                 &credentials.host_nqn,
@@ -377,6 +441,6 @@ impl HostAuthentication {
             sequence_number,
             dh_value: key.public_value().to_vec(),
         });
-        (State::ReplySent(Pending { hash, expected_controller_response }), HostStep::Send(reply.to_bytes()))
+        (State::ReplySent(Pending { hash, expected_controller_response, generated }), HostStep::Send(reply.to_bytes()))
     }
 }

@@ -11,12 +11,11 @@
 //! Kh is the host secret transformed with the host NQN, Kc the controller secret
 //! transformed with the subsystem NQN. Without Diffie-Hellman, Ca = C1 and Cb = C2;
 //! with it they are the augmented challenges HMAC(H(Ks), C) keyed by the hash of
-//! the session key Ks. SC_C is 0: secure channel concatenation is not offered.
+//! the session key Ks. SC_C is AUTH_Negotiate's, as the host sent it (0 without
+//! secure channel concatenation; Linux hosts put it there since 6.18, and Linux
+//! targets check it so since 6.19).
 
 use crate::hash::{DigestValue, HashFunction};
-
-/// SC_C as it enters the responses: no secure channel concatenation.
-const SECURE_CHANNEL_NONE: u8 = 0;
 
 /// What one response is computed over.
 pub(crate) struct ResponseInput<'a> {
@@ -32,6 +31,8 @@ pub(crate) struct ResponseInput<'a> {
     pub transaction_id: u16,
     /// Ks, when a DH group is in use.
     pub session_key: Option<&'a [u8]>,
+    /// SC_C of the transaction's AUTH_Negotiate.
+    pub secure_channel: u8,
 }
 
 /// The augmented challenge HMAC(H(Ks), C), or C itself without a session key.
@@ -54,7 +55,7 @@ fn response(input: &ResponseInput<'_>, role: &[u8], first_nqn: &str, second_nqn:
             challenge.as_bytes(),
             &input.sequence_number.to_le_bytes(),
             &input.transaction_id.to_le_bytes(),
-            &[SECURE_CHANNEL_NONE],
+            &[input.secure_channel],
             role,
             first_nqn.as_bytes(),
             &[0],
@@ -86,7 +87,7 @@ mod tests {
         let mut data = challenge;
         data.extend_from_slice(&input.sequence_number.to_le_bytes());
         data.extend_from_slice(&input.transaction_id.to_le_bytes());
-        data.push(0);
+        data.push(input.secure_channel);
         data.extend_from_slice(role);
         data.extend_from_slice(first.as_bytes());
         data.push(0);
@@ -106,6 +107,7 @@ mod tests {
                     sequence_number: 0x0102_0304,
                     transaction_id: 0x0506,
                     session_key,
+                    secure_channel: if session_key.is_some() { 2 } else { 0 },
                 };
                 let host = host_response(&input, "nqn.host", "nqn.sub");
                 assert_eq!(host.as_bytes(), &reference(&input, b"HostHost", "nqn.host", "nqn.sub")[..]);

@@ -288,7 +288,7 @@ fn check_length(length: usize, transform: Option<HashFunction>) -> Result<(), Tl
 
 /// Step 3: base64 of HMAC(retained, host NQN || " " || subsystem NQN || " " ||
 /// "NVMe-over-Fabrics").
-fn psk_digest(hash: HashFunction, retained: &[u8], host_nqn: &str, subsystem_nqn: &str) -> String {
+pub(crate) fn psk_digest(hash: HashFunction, retained: &[u8], host_nqn: &str, subsystem_nqn: &str) -> String {
     let value = hash.hmac(retained, &[host_nqn.as_bytes(), b" ", subsystem_nqn.as_bytes(), b" ", DIGEST_SEED]);
     base64::engine::general_purpose::STANDARD.encode(value.as_bytes())
 }
@@ -326,7 +326,7 @@ impl std::fmt::Display for TlsKey {
 /// HKDF-Expand-Label(HKDF-Extract(0, secret), label, context, length) (RFC 8446,
 /// section 7.1, over RFC 5869): the salt is empty, which HMAC pads to a zero key of
 /// the hash's length, as "0" means there.
-fn hkdf_expand_label(
+pub(crate) fn hkdf_expand_label(
     hash: HashFunction,
     derivation: KeyDerivation,
     secret: &[u8],

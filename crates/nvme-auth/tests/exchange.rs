@@ -4,8 +4,9 @@
 use nvme_auth::{
     CommandResult, ControllerAuthentication, ControllerCredentials, ControllerPolicy, DhGroup, FailureReason,
     HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, Negotiated, Progress,
-    Secret, SeededRandom,
+    Secret, SecureChannelContext, SecureChannelRequest, SeededRandom,
 };
+use nvme_auth::message::{Message, Negotiate, ProtocolDescriptor, DHCHAP_AUTH_ID};
 
 const HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 const SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:auth-test";
@@ -93,7 +94,7 @@ fn every_hash_and_group_authenticates_both_ways() {
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert!(controller.is_authenticated());
             assert_eq!(outcome.steps, 5);
-            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: false }));
+            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: false, secure_channel: SecureChannelRequest::None }));
             // Bidirectional: and Success2.
             let (mut host, mut controller) = pair(
                 &host_secret,
@@ -108,7 +109,7 @@ fn every_hash_and_group_authenticates_both_ways() {
             assert_eq!(outcome.host, Ok(()), "bidirectional {} {}", hash.name(), group.name());
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert_eq!(outcome.steps, 6);
-            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: true }));
+            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: true, secure_channel: SecureChannelRequest::None }));
         }
     }
 }
@@ -290,4 +291,176 @@ fn names_parse_as_nvme_cli_and_nvmet_spell_them() {
         assert_eq!(DhGroup::from_name(group.name()), Some(group));
     }
     assert_eq!(DhGroup::from_name("ffdhe1024"), None);
+}
+
+/// The admin queue of a host allowed to concatenate, without TLS yet.
+const PLAIN_ADMIN: SecureChannelContext = SecureChannelContext { allowed: true, admin_queue: true, on_tls: false };
+
+#[test]
+fn concatenation_generates_the_same_tls_psk_on_both_sides() {
+    for hash in [HashFunction::Sha256, HashFunction::Sha384] {
+        for group in [DhGroup::Ffdhe2048, DhGroup::Ffdhe4096] {
+            let host_secret = secret(3, Some(hash), hash.length());
+            let (host, controller) = pair(&host_secret, None, &host_secret, None, hash, group, 7);
+            let mut host = host.with_secure_channel(SecureChannelRequest::NewTlsPsk);
+            let mut controller = controller.with_secure_channel(PLAIN_ADMIN);
+            let outcome = exchange(&mut host, &mut controller);
+            assert_eq!(outcome.host, Ok(()), "{hash:?} {group:?}");
+            assert_eq!(outcome.controller, Progress::Authenticated);
+            // Negotiate, Challenge, Reply (C2, SEQNUM 0), Success1 without R2.
+            assert_eq!(outcome.steps, 5);
+            let negotiated = controller.negotiated().expect("negotiated");
+            assert_eq!(negotiated.secure_channel, SecureChannelRequest::NewTlsPsk);
+            assert!(!negotiated.bidirectional);
+            let on_host = host.take_generated_psk().expect("host generated a PSK");
+            let on_controller = controller.take_generated_psk().expect("controller generated a PSK");
+            assert_eq!(on_host.as_bytes(), on_controller.as_bytes());
+            assert!(controller.take_generated_psk().is_none(), "handed out once");
+            let (identity, psk) = on_host.tls_key(HOST_NQN, SUBSYSTEM_NQN).expect("tls key");
+            let (same_identity, same_psk) = on_controller.tls_key(HOST_NQN, SUBSYSTEM_NQN).expect("tls key");
+            assert_eq!(identity, same_identity);
+            assert_eq!(&*psk, &*same_psk);
+            assert!(identity.to_string().starts_with(&format!("NVMe1G{:02} ", hash.id())));
+        }
+    }
+}
+
+#[test]
+fn concatenation_with_a_controller_secret_still_generates_the_psk() {
+    // Linux's host does not ask for R2 when concatenating, even with a controller secret.
+    let host_secret = secret(3, Some(HashFunction::Sha256), 32);
+    let controller_secret = secret(5, None, 32);
+    let (host, controller) = pair(
+        &host_secret,
+        Some(&controller_secret),
+        &host_secret,
+        Some(&controller_secret),
+        HashFunction::Sha256,
+        DhGroup::Ffdhe2048,
+        3,
+    );
+    let mut host = host.with_secure_channel(SecureChannelRequest::NewTlsPsk);
+    let mut controller = controller.with_secure_channel(PLAIN_ADMIN);
+    let outcome = exchange(&mut host, &mut controller);
+    assert_eq!(outcome.host, Ok(()));
+    assert_eq!(outcome.controller, Progress::Authenticated);
+    assert!(controller.take_generated_psk().is_some());
+}
+
+#[test]
+fn a_wrong_secret_generates_nothing() {
+    let right = secret(3, Some(HashFunction::Sha256), 32);
+    let wrong = secret(4, Some(HashFunction::Sha256), 32);
+    let (host, controller) = pair(&wrong, None, &right, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 1);
+    let mut host = host.with_secure_channel(SecureChannelRequest::NewTlsPsk);
+    let mut controller = controller.with_secure_channel(PLAIN_ADMIN);
+    let outcome = exchange(&mut host, &mut controller);
+    assert_eq!(outcome.host, Err(HostAuthError::Refused { explanation: FailureReason::Failed.code() }));
+    assert!(controller.take_generated_psk().is_none());
+    assert!(host.take_generated_psk().is_none());
+}
+
+/// Every SC_C request the queue's context does not take ends in AUTH_Failure1
+/// "secure channel concatenation mismatch".
+#[test]
+fn unacceptable_concatenation_requests_are_a_mismatch() {
+    let host_secret = secret(3, Some(HashFunction::Sha256), 32);
+    let refused = [
+        // not allowed for this host
+        (SecureChannelRequest::NewTlsPsk, SecureChannelContext { allowed: false, ..PLAIN_ADMIN }),
+        // an I/O queue
+        (SecureChannelRequest::NewTlsPsk, SecureChannelContext { admin_queue: false, ..PLAIN_ADMIN }),
+        // NEWTLSPSK over TLS, REPLACETLSPSK without
+        (SecureChannelRequest::NewTlsPsk, SecureChannelContext { on_tls: true, ..PLAIN_ADMIN }),
+        (SecureChannelRequest::ReplaceTlsPsk, PLAIN_ADMIN),
+        // the default context: no concatenation at all
+        (SecureChannelRequest::NewTlsPsk, SecureChannelContext::default()),
+    ];
+    for (request, context) in refused {
+        let (host, controller) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 2);
+        let mut host = host.with_secure_channel(request);
+        let mut controller = controller.with_secure_channel(context);
+        let outcome = exchange(&mut host, &mut controller);
+        assert_eq!(
+            outcome.host,
+            Err(HostAuthError::Refused { explanation: FailureReason::ConcatenationMismatch.code() }),
+            "{request:?} {context:?}"
+        );
+        assert_eq!(outcome.controller, Progress::Failed(FailureReason::ConcatenationMismatch));
+    }
+    // REPLACETLSPSK on a TLS admin queue is fine.
+    let (host, controller) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 2);
+    let mut host = host.with_secure_channel(SecureChannelRequest::ReplaceTlsPsk);
+    let mut controller = controller.with_secure_channel(SecureChannelContext { on_tls: true, ..PLAIN_ADMIN });
+    assert_eq!(exchange(&mut host, &mut controller).host, Ok(()));
+    assert!(controller.take_generated_psk().is_some());
+}
+
+/// Raw AUTH_Negotiate messages with SC_C values nobody defined, and concatenation
+/// with only the null group or only SHA-512 on offer.
+#[test]
+fn hostile_sc_c_values_and_unusable_offers() {
+    let host_secret = secret(3, Some(HashFunction::Sha256), 32);
+    let negotiate = |secure_channel: u8, hash_ids: Vec<u8>, dh_group_ids: Vec<u8>| {
+        Message::Negotiate(Negotiate {
+            transaction_id: 9,
+            secure_channel,
+            protocols: vec![ProtocolDescriptor { auth_id: DHCHAP_AUTH_ID, hash_ids, dh_group_ids }],
+        })
+        .to_bytes()
+    };
+    let all_hashes = vec![1, 2, 3];
+    let all_groups = vec![0, 1, 2, 3, 4, 5];
+    let cases = [
+        (negotiate(0x01, all_hashes.clone(), all_groups.clone()), FailureReason::ConcatenationMismatch),
+        (negotiate(0x04, all_hashes.clone(), all_groups.clone()), FailureReason::ConcatenationMismatch),
+        (negotiate(0xFF, all_hashes.clone(), all_groups.clone()), FailureReason::ConcatenationMismatch),
+        (negotiate(0x02, all_hashes.clone(), vec![0]), FailureReason::ConcatenationMismatch),
+        (negotiate(0x02, vec![3], all_groups.clone()), FailureReason::HashUnusable),
+    ];
+    for (payload, reason) in cases {
+        let mut controller = ControllerAuthentication::new(
+            ControllerCredentials::new(HOST_NQN, SUBSYSTEM_NQN, &host_secret, None),
+            ControllerPolicy::default(),
+            Box::new(SeededRandom::new(5)),
+        )
+        .with_secure_channel(PLAIN_ADMIN);
+        assert_eq!(controller.on_send(&payload), Progress::InProgress);
+        let (message, progress) = controller.on_receive(4096).expect("answer");
+        assert_eq!(progress, Progress::Failed(reason));
+        match Message::decode(&message) {
+            Ok(Message::Failure1(failure)) => assert_eq!(failure.explanation, reason.code()),
+            other => panic!("expected AUTH_Failure1, got {other:?}"),
+        }
+        assert!(controller.take_generated_psk().is_none());
+    }
+    // With concatenation the controller passes over its preferred null group and
+    // SHA-512 to what can generate a PSK.
+    let mut controller = ControllerAuthentication::new(
+        ControllerCredentials::new(HOST_NQN, SUBSYSTEM_NQN, &host_secret, None),
+        ControllerPolicy { hashes: vec![HashFunction::Sha512, HashFunction::Sha384], groups: vec![DhGroup::Null, DhGroup::Ffdhe3072] },
+        Box::new(SeededRandom::new(5)),
+    )
+    .with_secure_channel(PLAIN_ADMIN);
+    controller.on_send(&negotiate(0x02, all_hashes, all_groups));
+    let (_, progress) = controller.on_receive(4096).expect("challenge");
+    assert_eq!(progress, Progress::InProgress);
+    let negotiated = controller.negotiated().expect("negotiated");
+    assert_eq!((negotiated.hash, negotiated.group), (HashFunction::Sha384, DhGroup::Ffdhe3072));
+}
+
+/// A concatenating host offers neither SHA-512 nor the null group (neither can make
+/// a TLS PSK), so a controller preferring them (nvmet's default group is null) falls
+/// back to one that works.
+#[test]
+fn a_concatenating_host_offers_only_what_makes_a_psk() {
+    let host_secret = secret(3, Some(HashFunction::Sha256), 32);
+    let (host, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 1);
+    let mut host = host.with_secure_channel(SecureChannelRequest::NewTlsPsk);
+    let HostStep::Send(payload) = host.start() else { panic!("negotiate first") };
+    let Ok(Message::Negotiate(negotiate)) = Message::decode(&payload) else { panic!("a negotiate") };
+    assert_eq!(negotiate.secure_channel, SecureChannelRequest::NewTlsPsk.code());
+    let protocol = &negotiate.protocols[0];
+    assert_eq!(protocol.hash_ids, vec![HashFunction::Sha256.id(), HashFunction::Sha384.id()]);
+    assert!(!protocol.dh_group_ids.contains(&DhGroup::Null.id()) && protocol.dh_group_ids.len() == 5);
 }

@@ -11,7 +11,7 @@ use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, Cont
 use nvme_spec::{ControllerId, IdentifyController, NamespaceId, QueueId};
 use nvme_tcp_wire::DigestSettings;
 
-use crate::connection::QueueConnection;
+use crate::connection::{GeneratedTls, QueueConnection, QueueTls};
 use crate::{ClientError, ConnectOptions};
 
 /// Admin queue entries (Linux NVME_AQ_DEPTH): one caller command at a time, the
@@ -41,6 +41,8 @@ pub(crate) struct Association {
     pub io_in_capsule_data_bytes: u32,
     /// MDTS in bytes (capped).
     pub max_transfer_bytes: u32,
+    /// The TLS PSK secure channel concatenation generated for this association.
+    pub generated_tls: Option<std::sync::Arc<GeneratedTls>>,
 }
 
 /// The queue configuration for queue `queue_id` of an association.
@@ -66,6 +68,7 @@ pub(crate) fn queue_config(
         dhchap: options.dhchap_secret.clone().map(|secret| DhchapSecrets {
             secret,
             controller_secret: options.dhchap_controller_secret.clone(),
+            secure_channel: nvme_auth::SecureChannelRequest::None,
         }),
     }
 }
@@ -121,7 +124,12 @@ pub(crate) fn establish(
         ControllerId::DYNAMIC,
         keep_alive_timeout_ms,
     );
-    let mut connection = QueueConnection::connect(address, config, options.connect_timeout, options.tls.as_ref())?;
+    let (mut connection, generated_tls) = if options.concat {
+        let (connection, generated) = concatenate(options, address, config)?;
+        (connection, Some(std::sync::Arc::new(generated)))
+    } else {
+        (QueueConnection::connect(address, config, options.connect_timeout, QueueTls::of(options.tls.as_ref(), None))?, None)
+    };
     let controller_id = connection.queue.controller_id().unwrap_or(ControllerId::DYNAMIC);
 
     let capabilities = ControllerCapabilities(
@@ -209,7 +217,52 @@ pub(crate) fn establish(
         io_queue_size,
         io_in_capsule_data_bytes,
         max_transfer_bytes,
+        generated_tls,
     })
+}
+
+/// Secure channel concatenation (as Linux's `nvme connect --concat`): the admin
+/// queue connects without TLS and authenticates with SC_C = NEWTLSPSK, which
+/// generates a TLS PSK on both sides; that connection closes and the admin queue
+/// connects again, over TLS with the generated PSK (where the target asks for no
+/// second authentication).
+fn concatenate(
+    options: &ConnectOptions,
+    address: std::net::SocketAddr,
+    config: QueueConfig,
+) -> Result<(QueueConnection, GeneratedTls), ClientError> {
+    if options.dhchap_secret.is_none() {
+        return Err(ClientError::InvalidArgument(
+            "secure channel concatenation (--concat) needs a DH-HMAC-CHAP secret (--dhchap-secret)".into(),
+        ));
+    }
+    if options.tls.is_some() {
+        return Err(ClientError::InvalidArgument(
+            "secure channel concatenation (--concat) generates the TLS PSK: no --tls-key with it".into(),
+        ));
+    }
+    let mut plain_config = config.clone();
+    if let Some(dhchap) = plain_config.dhchap.as_mut() {
+        dhchap.secure_channel = nvme_auth::SecureChannelRequest::NewTlsPsk;
+    }
+    let mut plain = QueueConnection::connect(address, plain_config, options.connect_timeout, QueueTls::None)?;
+    let generated = plain.queue.take_generated_psk().ok_or_else(|| {
+        ClientError::InvalidController(
+            "the controller did not ask for DH-HMAC-CHAP on the admin queue, so no TLS PSK could be generated \
+             (is this host allowed to concatenate there?)"
+                .into(),
+        )
+    })?;
+    // The plain admin queue has done its part; closing it tears its controller down.
+    drop(plain);
+    let (identity, psk) = generated
+        .tls_key(&config.host_nqn, &config.subsystem_nqn)
+        .map_err(|error| ClientError::Tls { address, message: error.to_string() })?;
+    tracing::info!(%address, %identity, "secure channel concatenation: TLS PSK generated; reconnecting over TLS");
+    let generated = GeneratedTls { identity, psk };
+    let connection =
+        QueueConnection::connect(address, config, options.connect_timeout, QueueTls::Generated(&generated))?;
+    Ok((connection, generated))
 }
 
 /// CC.EN = 1 (4 KiB pages, NVM command set, 64/16-byte entries), then CSTS.RDY within

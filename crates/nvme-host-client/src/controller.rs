@@ -60,6 +60,7 @@ impl Controller {
         let (capabilities, version) = (association.capabilities, association.version);
         let admin = AdminLink { connection: Some(association.connection), ..AdminLink::default() };
         let shared = Arc::new(Shared::new(options, state, admin, state.io_queue_count));
+        *lock(&shared.generated_tls) = association.generated_tls;
         for index in 0..state.io_queue_count {
             let inner = IoQueueInner::connect(&shared, index)?;
             *lock(&shared.io_slots[index]) = Some(inner);
@@ -717,6 +718,7 @@ fn reconnect(shared: &Shared, since: Instant) {
             Ok(association) => {
                 let epoch = state.epoch + 1;
                 let next = association_state(epoch, &association);
+                *lock(&shared.generated_tls) = association.generated_tls;
                 admin.connection = Some(association.connection);
                 drop(admin);
                 tracing::info!(epoch, controller = next.controller_id.0, "controller reconnected");

@@ -13,7 +13,7 @@ use nvme_host::{HostCommand, HostCompletion, HostError, MAX_COMMAND_DATA_BYTES};
 use nvme_spec::{CompletionQueueEntry, NamespaceId, QueueId, Status, SubmissionQueueEntry};
 
 use crate::admin::queue_config;
-use crate::connection::{LinkFailure, QueueConnection};
+use crate::connection::{LinkFailure, QueueConnection, QueueTls};
 use crate::io_link::IoLink;
 use crate::options::IoPath;
 use crate::ring_connection::RingConnection;
@@ -120,8 +120,9 @@ impl IoQueueInner {
             state.controller_id,
             0,
         );
-        let mut connection =
-            QueueConnection::connect(options.address, config, options.connect_timeout, options.tls.as_ref())?;
+        let generated = lock(&shared.generated_tls).clone();
+        let tls = QueueTls::of(options.tls.as_ref(), generated.as_deref());
+        let mut connection = QueueConnection::connect(options.address, config, options.connect_timeout, tls)?;
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
         if let Some(destination) = &self.read_destination {
             connection.queue.set_read_destination(Arc::clone(destination));

@@ -51,6 +51,11 @@ pub struct ConnectOptions {
     /// NVMe/TCP over TLS 1.3 with this pre-shared key (nvme-cli's `--tls-key`): every
     /// queue shakes hands before its ICReq. `None`: plain NVMe/TCP.
     pub tls: Option<TlsOptions>,
+    /// Secure channel concatenation (nvme-cli's `--concat`): the admin queue connects
+    /// without TLS and authenticates with `dhchap_secret`, generating a TLS PSK;
+    /// then the admin queue reconnects and every I/O queue connects over TLS with it.
+    /// Needs `dhchap_secret`; not with `tls`. Default: off.
+    pub concat: bool,
     /// How a taken I/O queue ([`crate::IoQueue`]) moves its data. Default: the
     /// io_uring ring of the thread that drives it, polling adaptively.
     pub io_path: IoPath,
@@ -102,6 +107,7 @@ impl ConnectOptions {
             dhchap_secret: None,
             dhchap_controller_secret: None,
             tls: None,
+            concat: false,
             io_path: IoPath::default(),
             fail_fast_on_path_loss: false,
         }

@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     pub namespace_changes: Mutex<Vec<NamespaceId>>,
     /// Block size in bytes per NSID, from Identify Namespace.
     pub block_sizes: RwLock<HashMap<u32, u32>>,
+    /// The TLS PSK of the current association when secure channel concatenation
+    /// generated one (every association generates its own).
+    pub generated_tls: Mutex<Option<std::sync::Arc<crate::connection::GeneratedTls>>>,
 }
 
 /// Locks a mutex, carrying on past poisoning: every critical section leaves the
@@ -91,6 +94,7 @@ impl Shared {
             io_slots: (0..io_slots).map(|_| Mutex::new(None)).collect(),
             namespace_changes: Mutex::new(Vec::new()),
             block_sizes: RwLock::new(HashMap::new()),
+            generated_tls: Mutex::new(None),
         }
     }
 

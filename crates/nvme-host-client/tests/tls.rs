@@ -127,3 +127,48 @@ fn hosts_with_libnvme_before_1_16_connect_too() {
     let target = TestTarget::start_secure(SecureChannel::Required, HostAccess { allow_any_host: false, hosts: vec![host] });
     Controller::connect(compat(&target, IdentityVersion::V0)).expect("format 0, compat").disconnect().expect("disconnect");
 }
+
+/// Secure channel concatenation (`sluice connect --concat`): the admin queue
+/// authenticates without TLS and generates a TLS PSK, every queue of the association
+/// then runs over TLS with it; a wrong secret, or a host the target does not let
+/// concatenate, fails with the reason.
+#[test]
+fn concatenation_generates_the_psk_every_queue_uses() {
+    let secret = nvme_host::Secret::from_key(&[0x5A; 32], Some(HashFunction::Sha256)).expect("secret");
+    let mut host = HostEntry::new(HOST);
+    host.dhchap_secret = Some(secret.clone());
+    host.concat = true;
+    let target = TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![host] });
+    let concat_options = |secret: &nvme_host::Secret| {
+        let mut options = options(target.address);
+        options.host_nqn = HOST.into();
+        options.dhchap_secret = Some(secret.clone());
+        options.concat = true;
+        options.io_path = IoPath::Blocking;
+        options
+    };
+    let controller = Controller::connect(concat_options(&secret)).expect("connect with --concat");
+    assert_eq!(target.target.generated_psks.len(), 1, "the target filed the generated PSK");
+    let data = pattern(256 * 1024, 9);
+    controller.write(NAMESPACE, 8, &data, false).expect("write");
+    assert!(controller.read(NAMESPACE, 8, (data.len() / BLOCK_BYTES as usize) as u32).expect("read") == data);
+    drop(controller);
+
+    let wrong = nvme_host::Secret::from_key(&[0x5B; 32], Some(HashFunction::Sha256)).expect("secret");
+    let error = Controller::connect(concat_options(&wrong)).expect_err("a wrong secret");
+    assert!(error.to_string().contains("authentication"), "{error}");
+
+    // A host with a secret but without concat on the target: a concatenation mismatch.
+    let mut plain = HostEntry::new(HOST);
+    plain.dhchap_secret = Some(secret.clone());
+    let no_concat = TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![plain] });
+    let mut refused = concat_options(&secret);
+    refused.address = no_concat.address;
+    let error = Controller::connect(refused).expect_err("not allowed to concatenate");
+    assert!(error.to_string().contains("concatenation mismatch"), "{error}");
+
+    // --concat needs a secret, and takes no configured key.
+    let mut no_secret = concat_options(&secret);
+    no_secret.dhchap_secret = None;
+    assert!(matches!(Controller::connect(no_secret), Err(ClientError::InvalidArgument(_))));
+}

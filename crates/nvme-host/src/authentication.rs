@@ -48,7 +48,8 @@ impl HostQueue {
         };
         // T_ID only has to tell this queue's transactions apart; the QID does.
         let mut transaction =
-            HostAuthentication::new(credentials, HostPolicy::default(), Box::new(OsRandom), self.config.queue_id.0);
+            HostAuthentication::new(credentials, HostPolicy::default(), Box::new(OsRandom), self.config.queue_id.0)
+                .with_secure_channel(secrets.secure_channel);
         let step = transaction.start();
         self.authentication = Some(Box::new(transaction));
         self.phase = Phase::Authenticating;
@@ -92,7 +93,7 @@ impl HostQueue {
                 read_destination: None,
             },
             HostStep::Authenticated => {
-                self.authentication = None;
+                self.generated_psk = self.authentication.take().and_then(|mut transaction| transaction.take_generated_psk());
                 self.phase = Phase::Ready;
                 self.setup_deadline = None;
                 tracing::debug!(queue = self.config.queue_id.0, "DH-HMAC-CHAP authentication succeeded");

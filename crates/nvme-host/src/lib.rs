@@ -112,6 +112,9 @@ pub struct DhchapSecrets {
     /// authentication is made to run it anyway, so a missing proof fails the queue
     /// instead of passing silently.
     pub controller_secret: Option<Secret>,
+    /// Secure channel concatenation (SC_C, admin queue only): the transaction also
+    /// generates a TLS PSK ([`HostQueue::take_generated_psk`]).
+    pub secure_channel: nvme_auth::SecureChannelRequest,
 }
 
 /// Where a queue is in its life.

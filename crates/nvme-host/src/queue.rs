@@ -114,6 +114,9 @@ pub struct HostQueue {
     pub(crate) next_sequence: u64,
     /// The DH-HMAC-CHAP transaction while `Authenticating`.
     pub(crate) authentication: Option<Box<nvme_auth::HostAuthentication>>,
+    /// The TLS PSK the admin queue's DH-HMAC-CHAP generated (secure channel
+    /// concatenation), until taken.
+    pub(crate) generated_psk: Option<nvme_auth::GeneratedPsk>,
     /// Takes the data of reads that name a destination.
     pub(crate) read_destination: Option<std::sync::Arc<dyn crate::ReadDestination>>,
 }
@@ -144,6 +147,7 @@ impl HostQueue {
             timeout_scan_at: None,
             next_sequence: 0,
             authentication: None,
+            generated_psk: None,
             read_destination: None,
             phase: Phase::Initializing,
             error: None,
@@ -179,6 +183,12 @@ impl HostQueue {
     /// Why the queue failed, once it has.
     pub fn error(&self) -> Option<&HostError> {
         self.error.as_ref()
+    }
+
+    /// The TLS PSK this queue's DH-HMAC-CHAP generated (secure channel
+    /// concatenation, [`crate::DhchapSecrets::secure_channel`]), once.
+    pub fn take_generated_psk(&mut self) -> Option<nvme_auth::GeneratedPsk> {
+        self.generated_psk.take()
     }
 
     /// CNTLID once connected.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use nvme_auth::message::MAX_MESSAGE_BYTES;
 use nvme_auth::{
-    ControllerAuthentication, ControllerCredentials, OsRandom, Progress,
+    ControllerAuthentication, ControllerCredentials, OsRandom, Progress, SecureChannelContext,
     SECURITY_PROTOCOL_DHCHAP, SECURITY_PROTOCOL_SPECIFIC_DHCHAP,
 };
 use nvme_spec::fabrics::{AuthenticationCommand, AUTHENTICATION_REQUIRED};
@@ -43,16 +43,36 @@ pub(crate) struct QueueAuthentication {
 
 impl QueueAuthentication {
     /// The state for a queue of `host` (which has a host secret) connected to
-    /// `subsystem_nqn` at `now`.
-    pub(crate) fn new(host: impl Borrow<HostEntry>, subsystem_nqn: &str, now: Instant) -> Option<Self> {
+    /// `subsystem_nqn` at `now`; `secure_channel` says which concatenation requests
+    /// (SC_C) the queue takes.
+    pub(crate) fn new(
+        host: impl Borrow<HostEntry>,
+        subsystem_nqn: &str,
+        now: Instant,
+        secure_channel: SecureChannelContext,
+    ) -> Option<Self> {
+        let mut state = Self::authenticated(host, subsystem_nqn, secure_channel)?;
+        state.authenticated = false;
+        state.deadline = Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS));
+        Some(state)
+    }
+
+    /// The state of a queue that needs no authentication to be used but may run a
+    /// transaction (a TLS admin queue over a generated PSK replacing it).
+    pub(crate) fn authenticated(
+        host: impl Borrow<HostEntry>,
+        subsystem_nqn: &str,
+        secure_channel: SecureChannelContext,
+    ) -> Option<Self> {
         let host = host.borrow();
         let secret = host.dhchap_secret.as_ref()?;
         let credentials =
             ControllerCredentials::new(&host.nqn, subsystem_nqn, secret, host.dhchap_controller_secret.as_ref());
         Some(QueueAuthentication {
-            transaction: ControllerAuthentication::new(credentials, host.dhchap_policy.clone(), Box::new(OsRandom)),
-            authenticated: false,
-            deadline: Some(now + std::time::Duration::from_millis(AUTHENTICATION_TIMEOUT_MS)),
+            transaction: ControllerAuthentication::new(credentials, host.dhchap_policy.clone(), Box::new(OsRandom))
+                .with_secure_channel(secure_channel),
+            authenticated: true,
+            deadline: None,
         })
     }
 }
@@ -128,6 +148,9 @@ impl Connection {
     /// AUTH_Failure1); only malformed command fields do.
     fn authentication_send(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry) -> Outcome {
         if self.authentication.is_none() {
+            self.authentication = self.replacement_authentication().map(Box::new);
+        }
+        if self.authentication.is_none() {
             // Nothing to authenticate on this queue: the Connect did not ask for it.
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
         }
@@ -194,6 +217,20 @@ impl Connection {
         Outcome::Data(command.length)
     }
 
+    /// A TLS admin queue over a PSK the host generated needed no authentication at
+    /// Connect; the host may still authenticate there to replace its PSK
+    /// (REPLACETLSPSK). The queue stays usable meanwhile; a failed transaction
+    /// closes it like any other.
+    fn replacement_authentication(&self) -> Option<QueueAuthentication> {
+        let binding = self.binding.as_ref().filter(|binding| binding.queue_id.is_admin())?;
+        self.secure_channel.as_ref().filter(|channel| channel.generated)?;
+        let subsystem = binding.controller.subsystem.as_ref()?;
+        let rules = subsystem.hosts.current();
+        let entry = rules.entry(&binding.controller.host_nqn).filter(|entry| entry.concat)?;
+        let context = SecureChannelContext { allowed: true, admin_queue: true, on_tls: true };
+        QueueAuthentication::authenticated(entry, &subsystem.nqn, context)
+    }
+
     /// Acts on where the transaction got: success lifts the gate, failure closes
     /// the connection once the response is out (Linux makes the controller fatal).
     fn authentication_progress(&mut self, progress: Progress) {
@@ -205,11 +242,16 @@ impl Connection {
                 state.deadline = None;
                 TargetCounters::count(&self.target.counters.authentication_successes);
                 let negotiated = state.transaction.negotiated();
+                let generated = state.transaction.take_generated_psk();
                 tracing::info!(peer = %self.peer, host = self.host_nqn(), queue = self.queue_number(),
                     hash = negotiated.map_or("", |n| n.hash.name()),
                     dhgroup = negotiated.map_or("", |n| n.group.name()),
                     bidirectional = negotiated.is_some_and(|n| n.bidirectional),
+                    secure_channel = ?negotiated.map(|n| n.secure_channel),
                     "DH-HMAC-CHAP authentication succeeded");
+                if let Some(generated) = generated {
+                    self.file_generated_psk(&generated);
+                }
             }
             Progress::Failed(reason) => {
                 TargetCounters::count(&self.target.counters.authentication_failures);
@@ -217,6 +259,19 @@ impl Connection {
                     "DH-HMAC-CHAP authentication failed; closing the connection");
                 self.phase_after_response_closing();
             }
+        }
+    }
+
+    /// Files a PSK the host's transaction generated where its TLS handshakes find it.
+    fn file_generated_psk(&mut self, generated: &nvme_auth::GeneratedPsk) {
+        let Some(binding) = self.binding.as_ref() else { return };
+        let Some(subsystem) = binding.controller.subsystem.as_ref() else { return };
+        let host_nqn = binding.controller.host_nqn.clone();
+        match self.target.generated_psks.insert(generated, &host_nqn, &subsystem.nqn) {
+            Ok(identity) => tracing::info!(peer = %self.peer, host = %host_nqn, subsystem = %subsystem.nqn,
+                %identity, "secure channel concatenation: TLS PSK generated; the host reconnects over TLS with it"),
+            Err(error) => tracing::warn!(peer = %self.peer, host = %host_nqn, %error,
+                "secure channel concatenation: no TLS PSK could be derived"),
         }
     }
 }

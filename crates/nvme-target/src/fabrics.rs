@@ -15,6 +15,7 @@ use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
 
 use crate::stats::ConnectRefusalReason;
 use crate::access::{HostVerdict, QueueAuthentication};
+use nvme_auth::SecureChannelContext;
 use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
 use crate::outcome::Outcome;
@@ -91,10 +92,21 @@ impl Connection {
             Ok(Accepted { controller, queue_id, depth, host_connection, host_rules }) => {
                 // A host with a DH-HMAC-CHAP secret authenticates every queue before
                 // using it: AUTHREQ.ATR tells it so (Linux sets it on I/O queues too).
+                // Not over a TLS PSK its own DH-HMAC-CHAP generated (secure channel
+                // concatenation): the handshake proved the same secret, and Linux's
+                // host does not authenticate such queues again.
+                let generated_psk = self.secure_channel.as_ref().is_some_and(|binding| binding.generated);
+                let secure_channel = |entry: &crate::access::HostEntry| SecureChannelContext {
+                    allowed: entry.concat,
+                    admin_queue: queue_id.is_admin(),
+                    on_tls: self.secure_channel.is_some(),
+                };
                 let authentication = controller.subsystem.as_ref().zip(host_rules.as_ref()).and_then(|(subsystem, rules)| {
                     match rules.verdict(&controller.host_nqn) {
+                        HostVerdict::AuthenticationRequired(_) if generated_psk => None,
                         HostVerdict::AuthenticationRequired(entry) => {
-                            QueueAuthentication::new(entry, &subsystem.nqn, now)
+                            let context = secure_channel(&entry);
+                            QueueAuthentication::new(entry, &subsystem.nqn, now, context)
                         }
                         HostVerdict::Allowed | HostVerdict::Refused => None,
                     }
@@ -104,7 +116,7 @@ impl Connection {
                     if authentication.is_some() { u64::from(connect_authentication_required::TRANSACTION) } else { 0 };
                 tracing::info!(peer = %self.peer, controller = controller.id.0, queue = queue_id.0,
                     depth, host = %controller.host_nqn, kind = ?controller.kind,
-                    authentication = authentication.is_some(), "queue connected");
+                    authentication = authentication.is_some(), generated_psk, "queue connected");
                 // SQHD after taking the Connect command off the queue.
                 let head = 1 % depth;
                 self.complete_unbound(slot_index, Status::SUCCESS, cntlid | authentication_required, queue_id, head);

@@ -211,7 +211,13 @@ impl ConnectionHandler for TargetConnection {
         // The lookup parsed this identity before the handshake used its key; should it
         // not parse now, no Connect may pass on this connection.
         match PskIdentity::parse(psk_identity) {
-            Ok(identity) => self.connection.bind_secure_channel(identity.host_nqn(), identity.subsystem_nqn()),
+            Ok(identity) => {
+                self.connection.bind_secure_channel(identity.host_nqn(), identity.subsystem_nqn());
+                // Only a generated PSK's lookup succeeds for a `G` identity.
+                if identity.kind() == nvme_auth::PskKind::Generated {
+                    self.connection.mark_generated_psk();
+                }
+            }
             Err(error) => {
                 tracing::warn!(%error, "TLS established with an identity that does not parse; refusing every Connect");
                 self.connection.bind_secure_channel("", "");

@@ -51,8 +51,11 @@ TLS_TOOLS_PACKAGES=(
 )
 # binary (in the packages) : wrapper name : wrapper directory in the guest
 TLS_TOOLS_BINARIES=(usr/sbin/tlshd:tlshd:/usr/local/sbin usr/sbin/nvme:nvme:/usr/local/sbin usr/bin/keyctl:keyctl:/usr/local/bin)
-# kTLS modules the guest needs (their dependencies are added)
-TLS_TOOLS_MODULES=(tls gcm ghash-generic)
+# kTLS modules the guest needs (their dependencies are added), and ones taken when
+# the kernel has them: ghash-generic is a module up to Linux 6.x; from 7.x GHASH is a
+# built-in library (CONFIG_CRYPTO_LIB_GF128HASH=y) and the module is gone.
+TLS_TOOLS_MODULES=(tls gcm)
+TLS_TOOLS_OPTIONAL_MODULES=(ghash-generic)
 TLS_TOOLS_LIBDIR=usr/lib/x86_64-linux-gnu
 TLS_TOOLS_LOADER=$TLS_TOOLS_LIBDIR/ld-linux-x86-64.so.2
 TLS_TOOLS_GUEST_ROOT=/opt/trixie
@@ -237,15 +240,41 @@ _tls_tools_kmods() {
   fi
   deb=$(find "$work/deb" -name '*.deb' -print -quit)
   dpkg-deb -x "$deb" "$work/root" 2>>"$logf" || { TLS_TOOLS_ERROR="dpkg-deb -x $(basename "$deb") failed"; return 1; }
+  # A split kernel (Debian, Linux 7.x: linux-image-<release> ships nothing itself)
+  # has its modules in linux-modules-<release> and modules.builtin in
+  # linux-base-<release>. (lib/merged-kernel.sh's merged package has them all.)
+  if [ ! -d "$work/root/usr/lib/modules/$release/kernel" ] && [ ! -d "$work/root/lib/modules/$release/kernel" ]; then
+    local part parts=()
+    for part in linux-modules- linux-base-; do
+      part=$(dpkg-deb -f "$deb" Depends | tr ',|' '\n' | sed -n "s/^ *\\(${part}[^ ]*\\).*/\\1/p" | head -n 1)
+      [ -z "$part" ] || parts+=("$part=$version")
+    done
+    if [ "${#parts[@]}" -gt 0 ]; then
+      mkdir -p "$work/split"
+      rc=0
+      _tls_tools_download '' "$work/split" "$logf" "${parts[@]}" || rc=$?
+      [ "$rc" -eq 0 ] || { TLS_TOOLS_ERROR="could not fetch ${parts[*]} (see $logf)"; return "$rc"; }
+      for part in "$work"/split/*.deb; do
+        dpkg-deb -x "$part" "$work/root" 2>>"$logf" || { TLS_TOOLS_ERROR="dpkg-deb -x $(basename "$part") failed"; return 1; }
+      done
+    fi
+  fi
   # depmod and modprobe -d look in BASE/lib/modules
   if [ ! -d "$work/root/lib/modules/$release" ] && [ -d "$work/root/usr/lib/modules/$release" ]; then
     mkdir -p "$work/root/lib"; ln -s ../usr/lib/modules "$work/root/lib/modules"
   fi
   [ -d "$work/root/lib/modules/$release" ] || { TLS_TOOLS_ERROR="$pkg has no modules for $release"; return 1; }
   depmod -b "$work/root" "$release" >>"$logf" 2>&1 || { TLS_TOOLS_ERROR="depmod on $pkg failed (see $logf)"; return 1; }
-  local deps
+  local deps optional m
   deps=$(modprobe -d "$work/root" -S "$release" --show-depends -a "${TLS_TOOLS_MODULES[@]}" 2>>"$logf") ||
     { TLS_TOOLS_ERROR="$pkg lacks one of the modules ${TLS_TOOLS_MODULES[*]} (see $logf)"; return 1; }
+  for m in "${TLS_TOOLS_OPTIONAL_MODULES[@]}"; do
+    if optional=$(modprobe -d "$work/root" -S "$release" --show-depends "$m" 2>>"$logf"); then
+      deps+=$'\n'"$optional"
+    else
+      echo "== optional module $m: not in $pkg (built in, or gone)" >>"$logf"
+    fi
+  done
   echo "$deps" >>"$logf"
   mkdir -p "$dest.new"
   local path base kept=''

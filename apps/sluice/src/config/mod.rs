@@ -162,6 +162,13 @@ pub struct HostConfig {
     /// format 1 identities (`nvme connect --tls-key`) show which one by their digest.
     #[serde(default)]
     pub tls_key_derivation: TlsKeyDerivationSetting,
+    /// Secure channel concatenation (`nvme connect --concat`): while this host
+    /// authenticates with `dhchap_secret` on a plain admin queue, DH-HMAC-CHAP also
+    /// generates a TLS PSK, and the host reconnects every queue over TLS with it.
+    /// Needs `dhchap_secret` and a listener with `tls = "optional"` (the first admin
+    /// queue comes without TLS); no `tls_key`.
+    #[serde(default)]
+    pub concat: bool,
 }
 
 /// `[[subsystem.host]] tls_key_derivation`.
@@ -254,6 +261,7 @@ impl SubsystemConfig {
                         dhchap_policy: host.dhchap_policy(location)?,
                         tls_key: host.tls_key.clone(),
                         tls_key_derivation: host.tls_key_derivation.derivation(),
+                        concat: host.concat,
                     })
                 })
                 .collect::<Result<_, ConfigError>>()?,

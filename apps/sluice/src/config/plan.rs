@@ -175,11 +175,21 @@ impl Plan {
         }
         let mut warnings = self.warnings.clone();
         let tls_listener = config.listeners.iter().any(|listener| listener.tls != super::TlsSetting::None);
-        let any_tls_key = config.subsystems.iter().flat_map(|subsystem| &subsystem.hosts).any(|host| host.tls_key.is_some());
-        if tls_listener && !any_tls_key {
+        let hosts = || config.subsystems.iter().flat_map(|subsystem| &subsystem.hosts);
+        let any_tls_key = hosts().any(|host| host.tls_key.is_some());
+        let any_concat = hosts().any(|host| host.concat);
+        if tls_listener && !any_tls_key && !any_concat {
             warnings.push(
-                "a listener has tls set but no [[subsystem.host]] has a tls_key: no host can complete a TLS handshake \
-                 (make one with `sluice gen-tls-key`)"
+                "a listener has tls set but no [[subsystem.host]] has a tls_key or concat: no host can complete a TLS \
+                 handshake (make a key with `sluice gen-tls-key`)"
+                    .to_owned(),
+            );
+        }
+        let optional_listener = config.listeners.iter().any(|listener| listener.tls == super::TlsSetting::Optional);
+        if any_concat && !optional_listener {
+            warnings.push(
+                "a [[subsystem.host]] has concat = true but no listener has tls = \"optional\": secure channel \
+                 concatenation starts on a plain admin queue and continues over TLS on the same listener"
                     .to_owned(),
             );
         }

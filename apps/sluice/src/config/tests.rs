@@ -226,3 +226,26 @@ fn secrets_are_redacted_wherever_they_are_assigned_on_a_line() {
     let marked = "key NVMeTLSkey-1:01:c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0:";
     assert_eq!(redact_secrets(marked), "key NVMeTLSkey-1:01:<redacted>:");
 }
+
+#[test]
+fn concat_needs_a_host_secret_and_no_tls_key() {
+    let secret = "DHHC-1:01:B46EA9NPfwA9odngcp0p1uBz8sbm6jki4Bcycn2xBlah1I03:";
+    let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    let with_host = |host: &str| {
+        format!(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\ntls = \"optional\"\n[[subsystem]]\nnqn = \"nqn.a\"\n\
+             [[subsystem.host]]\nnqn = \"nqn.h\"\n{host}\n"
+        )
+    };
+    let config = Config::parse(&with_host(&format!("dhchap_secret = \"{secret}\"\nconcat = true"))).expect("parses");
+    let access = config.subsystems[0].host_access("subsystem \"nqn.a\"").expect("valid");
+    assert!(access.hosts[0].concat);
+    let config = Config::parse(&with_host("concat = true")).expect("parses");
+    let error = config.subsystems[0].host_access("subsystem \"nqn.a\"").expect_err("no secret").to_string();
+    assert!(error.contains("concat") && error.contains("dhchap_secret"), "{error}");
+    let both = format!("dhchap_secret = \"{secret}\"\ntls_key = \"{key}\"\nconcat = true");
+    let config = Config::parse(&with_host(&both)).expect("parses");
+    let error = config.subsystems[0].host_access("subsystem \"nqn.a\"").expect_err("tls_key too").to_string();
+    assert!(error.contains("remove tls_key"), "{error}");
+    assert!(!error.contains("VRLbtnN9") && !error.contains("B46EA9NP"), "{error}");
+}

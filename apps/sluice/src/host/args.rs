@@ -89,6 +89,11 @@ pub struct TargetArgs {
     /// NVMe/TCP over TLS 1.3 (needs --tls-key: this host reads no kernel keyring).
     #[arg(long, requires = "tls_key")]
     pub tls: bool,
+    /// Secure channel concatenation: authenticate the admin queue without TLS
+    /// (needs --dhchap-secret), which generates a TLS PSK, then connect every queue
+    /// over TLS with it (as `nvme connect --concat`).
+    #[arg(long, requires = "dhchap_secret", conflicts_with_all = ["tls", "tls_key"])]
+    pub concat: bool,
     /// TLS pre-shared key in the interchange format (NVMeTLSkey-1:..., as `nvme
     /// gen-tls-key` prints it); turns TLS on. Also read from SLUICE_TLS_KEY, which
     /// keeps it out of the process list.
@@ -435,6 +440,7 @@ impl TargetArgs {
             .map_err(|reason| HostError::usage(format!("--tls-key (or SLUICE_TLS_KEY): {reason}")))?;
         options.tls =
             tls_key.map(|key| nvme_host_client::TlsOptions::new(key, self.tls_identity.only(), self.tls_compat));
+        options.concat = self.concat;
         let url = format!("tcp://{}/{}", display_authority(host, port), nqn);
         let host_nqn = options.host_nqn.clone();
         Ok(Target { url, address, nqn, host_nqn, purpose, options: Some(options) })

@@ -475,15 +475,27 @@ impl Management {
                 .find(|entry| entry.nqn == host)
                 .and_then(|entry| entry.tls_key.clone().map(|key| (key, entry.tls_key_derivation)))
         };
+        // A generated PSK (secure channel concatenation) stands for the secret it came
+        // from: a host whose secret or concat setting changed loses its PSKs, and its
+        // controllers go like those of a changed TLS key.
+        let concat_secret_of = |access: &HostAccess, host: &str| {
+            access.entry(host).filter(|entry| entry.concat).map(|entry| entry.dhchap_secret.clone())
+        };
+        for entry in &before.hosts {
+            if concat_secret_of(&before, &entry.nqn) != concat_secret_of(&rules, &entry.nqn) {
+                self.target.generated_psks.forget(&entry.nqn, Some(&subsystem.nqn));
+            }
+        }
         let mut disconnected = 0;
         for controller in self.target.controllers_of(subsystem.index) {
             let host = controller.host_nqn.as_str();
             let refused = !rules.allows(host);
-            let key_changed = tls_key_of(&before, host) != tls_key_of(&rules, host);
+            let key_changed = tls_key_of(&before, host) != tls_key_of(&rules, host)
+                || concat_secret_of(&before, host) != concat_secret_of(&rules, host);
             if refused || key_changed {
                 if key_changed && !refused {
                     tracing::info!(subsystem = %subsystem.nqn, host, controller = controller.id.0,
-                        "the host's TLS key changed: disconnecting its controller (it reconnects with the new key)");
+                        "the host's TLS key (or concat secret) changed: disconnecting its controller (it reconnects with the new key)");
                 }
                 controller.tear_down();
                 disconnected += 1;

@@ -367,3 +367,41 @@ fn a_subsystem_with_a_pool_takes_inline_and_pool_namespaces_live() {
     assert_eq!(fixture.file(), before);
     assert_eq!(fixture.live_ids(A), [1, 2]);
 }
+
+/// A generated PSK (secure channel concatenation) stands for the DH-HMAC-CHAP secret
+/// it came from: rotating the secret or dropping `concat` forgets the host's PSKs and
+/// tears its controllers down; an unrelated change keeps them.
+#[test]
+fn concat_secret_changes_forget_generated_psks() {
+    const HOST: &str = "nqn.2014-08.io.sluice:concat";
+    let fixture = Fixture::new("concat", FILE);
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    let secret = |byte: u8| nvme_auth::Secret::from_key(&[byte; 32], None).unwrap();
+    let entry = |secret: nvme_auth::Secret, concat: bool| nvme_target::HostEntry {
+        dhchap_secret: Some(secret),
+        concat,
+        ..nvme_target::HostEntry::new(HOST)
+    };
+    let rules = |entry| nvme_target::HostAccess { allow_any_host: false, hosts: vec![entry] };
+    let generated = nvme_auth::GeneratedPsk::generate(nvme_auth::HashFunction::Sha256, &[1; 256], &[2; 32], &[3; 32]);
+    let file = |target: &Target| target.generated_psks.insert(&generated, HOST, A).expect("filed");
+
+    fixture.management.apply_host_rules(&subsystem, rules(entry(secret(1), true)));
+    file(&fixture.target);
+    let controller = fixture
+        .target
+        .create_controller(nvme_target::ControllerKind::Io, Some(Arc::clone(&subsystem)), HOST.into(), [4; 16], 0)
+        .unwrap();
+    // The same secret and concat (another host added): kept.
+    let mut same = rules(entry(secret(1), true));
+    same.hosts.push(nvme_target::HostEntry::new("nqn.2014-08.io.sluice:other"));
+    assert_eq!(fixture.management.apply_host_rules(&subsystem, same), 0);
+    assert_eq!(fixture.target.generated_psks.len(), 1);
+    // Rotated: forgotten, and the controller goes.
+    assert_eq!(fixture.management.apply_host_rules(&subsystem, rules(entry(secret(2), true))), 1);
+    assert!(fixture.target.generated_psks.is_empty() && controller.is_torn_down());
+    // concat dropped: forgotten too.
+    file(&fixture.target);
+    fixture.management.apply_host_rules(&subsystem, rules(entry(secret(2), false)));
+    assert!(fixture.target.generated_psks.is_empty());
+}
