@@ -33,7 +33,7 @@ struct Record {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-struct RecordRegistrant {
+pub(crate) struct RecordRegistrant {
     /// HOSTID, 32 hex digits.
     host_id: String,
     /// RKEY.
@@ -42,7 +42,7 @@ struct RecordRegistrant {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-struct RecordHolder {
+pub(crate) struct RecordHolder {
     /// RTYPE, 1..=6.
     rtype: u8,
     /// HOSTID of the holder; none for the all-registrants types.
@@ -73,15 +73,8 @@ impl Record {
             nsid: key.namespace_id.0,
             nguid: hex(&key.nguid),
             generation: state.generation,
-            registrants: state
-                .registrants
-                .iter()
-                .map(|registrant| RecordRegistrant { host_id: hex(&registrant.host), key: registrant.key })
-                .collect(),
-            holder: state.holder.map(|holder| RecordHolder {
-                rtype: holder.kind as u8,
-                host_id: holder.host.as_ref().map(hex),
-            }),
+            registrants: registrants_to_record(state),
+            holder: holder_to_record(state),
         }
     }
 
@@ -89,20 +82,37 @@ impl Record {
         if self.format != RECORD_FORMAT {
             return Err(format!("record format {} (this sluice reads {RECORD_FORMAT})", self.format));
         }
-        let registrants = self
-            .registrants
-            .iter()
-            .map(|registrant| Ok(Registrant { host: unhex(&registrant.host_id)?, key: registrant.key }))
-            .collect::<Result<Vec<_>, String>>()?;
-        let holder = match self.holder {
-            None => None,
-            Some(holder) => Some(Holder {
-                kind: ReservationType::from_u8(holder.rtype).ok_or_else(|| format!("reservation type {} is not 1..=6", holder.rtype))?,
-                host: holder.host_id.as_deref().map(unhex).transpose()?,
-            }),
-        };
+        let registrants = registrants_from_record(&self.registrants)?;
+        let holder = holder_from_record(self.holder)?;
         Ok(ReservationState { generation: self.generation, registrants, holder, persist_through_power_loss: true })
     }
+}
+
+/// The registrants as a record keeps them (here and in a gateway group's object).
+pub(crate) fn registrants_to_record(state: &ReservationState) -> Vec<RecordRegistrant> {
+    state.registrants.iter().map(|registrant| RecordRegistrant { host_id: hex(&registrant.host), key: registrant.key }).collect()
+}
+
+/// The holder as a record keeps it.
+pub(crate) fn holder_to_record(state: &ReservationState) -> Option<RecordHolder> {
+    state.holder.map(|holder| RecordHolder { rtype: holder.kind as u8, host_id: holder.host.as_ref().map(hex) })
+}
+
+/// The registrants of a record, checked.
+pub(crate) fn registrants_from_record(registrants: &[RecordRegistrant]) -> Result<Vec<Registrant>, String> {
+    registrants.iter().map(|registrant| Ok(Registrant { host: unhex(&registrant.host_id)?, key: registrant.key })).collect()
+}
+
+/// The holder of a record, checked.
+pub(crate) fn holder_from_record(holder: Option<RecordHolder>) -> Result<Option<Holder>, String> {
+    holder
+        .map(|holder| {
+            Ok(Holder {
+                kind: ReservationType::from_u8(holder.rtype).ok_or_else(|| format!("reservation type {} is not 1..=6", holder.rtype))?,
+                host: holder.host_id.as_deref().map(unhex).transpose()?,
+            })
+        })
+        .transpose()
 }
 
 /// One save for the writer thread.

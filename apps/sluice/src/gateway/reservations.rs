@@ -30,12 +30,14 @@ use nvme_target::group_reservations::{
     AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
-use nvme_target::reservations::{Holder, Notice, Registrant, ReservationState, ReservationType};
+use nvme_target::reservations::{Notice, ReservationState, MAX_REGISTRANTS};
 use nvme_target::Target;
 use runtime::{ClusterSpec, RadosObject, ReplaceError, Watch, WatchEvent};
 use serde::{Deserialize, Serialize};
 
-use crate::reservation_files::{hex, unhex};
+use crate::reservation_files::{
+    hex, holder_from_record, holder_to_record, registrants_from_record, registrants_to_record, unhex, RecordHolder, RecordRegistrant,
+};
 
 /// Bumped when the record layout changes; other layouts are refused by name.
 const RECORD_FORMAT: u32 = 1;
@@ -77,20 +79,6 @@ struct GroupRecord {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-struct RecordRegistrant {
-    host_id: String,
-    key: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-struct RecordHolder {
-    rtype: u8,
-    host_id: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct RecordNotice {
     sequence: u64,
     host_id: String,
@@ -118,12 +106,8 @@ impl GroupRecord {
             nguid: hex(&key.nguid),
             sequence: update.sequence,
             generation: state.generation,
-            registrants: state
-                .registrants
-                .iter()
-                .map(|registrant| RecordRegistrant { host_id: hex(&registrant.host), key: registrant.key })
-                .collect(),
-            holder: state.holder.map(|holder| RecordHolder { rtype: holder.kind as u8, host_id: holder.host.as_ref().map(hex) }),
+            registrants: registrants_to_record(state),
+            holder: holder_to_record(state),
             persist_through_power_loss: state.persist_through_power_loss,
             notices: update
                 .notices
@@ -137,18 +121,11 @@ impl GroupRecord {
         if self.format != RECORD_FORMAT {
             return Err(format!("record format {} (this sluice reads {RECORD_FORMAT})", self.format));
         }
-        let registrants = self
-            .registrants
-            .iter()
-            .map(|registrant| Ok(Registrant { host: unhex(&registrant.host_id)?, key: registrant.key }))
-            .collect::<Result<Vec<_>, String>>()?;
-        let holder = match self.holder {
-            None => None,
-            Some(holder) => Some(Holder {
-                kind: ReservationType::from_u8(holder.rtype).ok_or_else(|| format!("reservation type {} is not 1..=6", holder.rtype))?,
-                host: holder.host_id.as_deref().map(unhex).transpose()?,
-            }),
-        };
+        let registrants = registrants_from_record(&self.registrants)?;
+        if registrants.len() > MAX_REGISTRANTS {
+            return Err(format!("{} registrants (at most {MAX_REGISTRANTS})", registrants.len()));
+        }
+        let holder = holder_from_record(self.holder)?;
         let notices = self
             .notices
             .iter()
@@ -556,6 +533,7 @@ fn watch_handler(target: Weak<Target>, nguid: [u8; 16], jobs: Sender<Job>) -> ru
 mod tests {
     use super::*;
     use nvme_spec::NamespaceId;
+    use nvme_target::reservations::{Holder, Registrant, ReservationType};
 
     #[test]
     fn records_round_trip_and_foreign_formats_are_refused() {
