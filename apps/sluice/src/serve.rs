@@ -45,7 +45,10 @@ pub struct ServeOptions {
 /// one lease) until every namespace's state is loaded, so the first host command
 /// finds the group's reservations in force; a namespace still unknown then answers
 /// path errors until its state arrives, which the log says.
-fn follow_group_reservations(plan: &crate::config::gateway::GatewayPlan, target: &std::sync::Arc<Target>) -> Result<(), ServeError> {
+fn follow_group_reservations(
+    plan: &crate::config::gateway::GatewayPlan,
+    target: &std::sync::Arc<Target>,
+) -> Result<std::sync::Arc<crate::gateway::reservations::ClusterReservations>, ServeError> {
     let lease = std::time::Duration::from_millis(plan.lease_ms);
     let whole_group_was_down = crate::gateway::service::whole_group_was_down(plan);
     let group = crate::gateway::reservations::ClusterReservations::start(
@@ -72,7 +75,7 @@ fn follow_group_reservations(plan: &crate::config::gateway::GatewayPlan, target:
         tracing::warn!(namespaces = unknown, group = %plan.group,
             "the group's reservations of some namespaces are not loaded yet: their I/O gets path errors until they are");
     }
-    Ok(())
+    Ok(group)
 }
 
 /// Runs the target described by `config` until SIGINT or SIGTERM.
@@ -80,13 +83,14 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
     // Before the listeners open: saved reservations are in force for the first command.
+    let mut group_reservations = None;
     match (&config.target.state_dir, config.gateway_plan()?) {
         (state_dir, Some(plan)) => {
             if let Some(state_dir) = state_dir {
                 tracing::info!(state_dir = %state_dir.display(),
                     "[target] state_dir does not hold a gateway's reservations: the group keeps them in the cluster");
             }
-            follow_group_reservations(&plan, &target)?;
+            group_reservations = Some(follow_group_reservations(&plan, &target)?);
         }
         (Some(state_dir), None) => {
             let store = crate::reservation_files::ReservationFiles::open(state_dir).map_err(ServeError::State)?;
@@ -182,6 +186,11 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     drop(management);
     // Hands owned ANA groups to the other gateways at once (no lease to wait out).
     drop(gateway);
+    // Unwatches the reservation objects, so the other gateways' changes do not wait
+    // for this one's acknowledgement until the OSD drops its watches.
+    if let Some(group) = group_reservations {
+        group.stop();
+    }
     signal_handle.close();
     let _ = waiter.join();
     result?;

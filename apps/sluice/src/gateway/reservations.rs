@@ -161,6 +161,8 @@ enum Job {
     /// The gateway opened its listeners: a namespace followed from now on was not
     /// there when the group was found down, so it is never cleared for it.
     EndStartup,
+    /// `sluice serve` stops: unwatch everything and end.
+    Stop(std::sync::mpsc::Sender<()>),
 }
 
 /// Where and how a group keeps its reservations.
@@ -211,6 +213,15 @@ impl ClusterReservations {
     /// never cleared as after the group's power loss.
     pub fn end_startup(&self) {
         let _ = self.send(Job::EndStartup);
+    }
+
+    /// Unwatches every object and ends the thread (waits up to a few seconds): a
+    /// stopped gateway then delays no other gateway's changes.
+    pub fn stop(&self) {
+        let (done, finished) = channel();
+        if self.send(Job::Stop(done)).is_ok() {
+            let _ = finished.recv_timeout(Duration::from_secs(5));
+        }
     }
 
     fn send(&self, job: Job) -> Result<(), Job> {
@@ -266,6 +277,12 @@ impl Worker {
                     }
                 }
                 Ok(Job::EndStartup) => self.clear_without_persistence = false,
+                Ok(Job::Stop(done)) => {
+                    // Dropping the watches unregisters them.
+                    self.followed.clear();
+                    let _ = done.send(());
+                    return;
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
