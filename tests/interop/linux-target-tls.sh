@@ -5,10 +5,11 @@
 #
 # One linux-nvme-peer guest boot (bookworm-backports' 6.12 kernel, as tls.sh; with
 # Debian trixie's tlshd, nvme-cli 2.13 and keyctl and the kTLS modules from
-# lib/trixie-tls-tools.sh) in `initiator` mode, whose guest commands set up the
-# target themselves: linux-nvme-peer's `target` mode configures nvmet without TLS
-# and its `initiator` mode forwards no port, so QEMU is started through
-# tools/qemu-hostfwd.sh (LNP_QEMU), which adds the two host forwards. In the guest:
+# lib/trixie-tls-tools.sh; what the TLS tests share is in lib/tls-guest.sh) in
+# `initiator` mode, whose guest commands set up the target themselves:
+# linux-nvme-peer's `target` mode configures nvmet without TLS and its `initiator`
+# mode forwards no port, so QEMU is started through tools/qemu-hostfwd.sh
+# (LNP_QEMU), which adds the two host forwards. In the guest:
 #   - nvmet, nvmet-tcp, the kTLS modules and a brd RAM disk; tlshd (the handshake
 #     daemon; nvmet-tcp hands each TLS connection to it as the server side);
 #   - the key inserted into the .nvme keyring by `nvme check-tls-key --insert`, with
@@ -64,6 +65,8 @@ INTEROP_REPO=$REPO
 . "$REPO/tests/interop/lib/common.sh"
 # shellcheck source=tests/interop/lib/trixie-tls-tools.sh
 . "$REPO/tests/interop/lib/trixie-tls-tools.sh"
+# shellcheck source=tests/interop/lib/tls-guest.sh
+. "$REPO/tests/interop/lib/tls-guest.sh"
 
 OUT_ROOT=${OUT:-$REPO/target/interop}
 mkdir -p "$OUT_ROOT"
@@ -103,31 +106,8 @@ skip_test() { record_skip "$1" "$2"; exit "$SKIP_STATUS"; }
 # ---------------------------------------------------------------------------
 [ "${SLUICE_GUEST_KERNEL:-${SLUICE_AUTH_KERNEL:-backports}}" = stock ] &&
   skip_test "the whole test" "SLUICE_GUEST_KERNEL=stock: Debian bookworm's 6.1 kernel has no NVMe/TCP TLS (CONFIG_NVME_TARGET_TCP_TLS)"
-command -v ss >/dev/null || die "'ss' is not installed: run scripts/setup.sh"
 command -v python3 >/dev/null || die "python3 is not installed: run scripts/setup.sh"
-[ -x "$LNP" ] || die "linux-nvme-peer not found at $LNP (expected in ../shared/ next to the repository)"
-HAVE_TSHARK=1
-command -v tshark >/dev/null || HAVE_TSHARK=0
-
-# As in tls.sh: a failed image build is a skip only when Debian's archive cannot be
-# reached.
-if ! (use_backports_kernel_peer); then
-  log "could not prepare the guest image: can Debian's archive be reached?"
-  tls_tools_registry_reachable ||
-    skip_test "the whole test" "the bookworm-backports guest image is not built and Debian's archive cannot be reached"
-  die "could not build the bookworm-backports guest image"
-fi
-use_backports_kernel_peer >/dev/null
-rc=0
-tls_tools_prepare "$LNP_CACHE_DIR/image/image.env" || rc=$?
-case $rc in
-  0) log "guest TLS tools: $TLS_TOOLS_SUMMARY" ;;
-  2) skip_test "the whole test (no guest TLS tools)" "$TLS_TOOLS_ERROR" ;;
-  *) die "preparing the guest's TLS tools failed: $TLS_TOOLS_ERROR" ;;
-esac
-
-use_sluice_binary
-[ -x "$SLUICE" ] || die "sluice binary $SLUICE not found"
+tls_prerequisites bookworm-backports use_backports_kernel_peer
 
 # ---------------------------------------------------------------------------
 # keys, identities, ports, data
@@ -171,22 +151,9 @@ make_pattern "$OUT_DIR/plain-pattern.bin" "$PLAIN_LBA" 0x91a1 "$PLAIN_CANARY"
 # ---------------------------------------------------------------------------
 # the guest: the Linux kernel target with a TLS port and a plain port
 # ---------------------------------------------------------------------------
-cat >"$OUT_DIR/guest.sh" <<'EOF'
-#!/bin/sh
-# Guest half of tests/interop/linux-target-tls.sh (busybox ash; trixie's nvme,
-# tlshd, keyctl through the wrappers in /usr/local/{s,}bin).
-fail=0
-ok() { echo "CHECK $1: ok${2:+ ($2)}"; }
-bad() { echo "CHECK $1: FAIL${2:+ ($2)}"; fail=1; }
-# check NAME EXPECT(ok|fail) TIMEOUT CMD...: output in /tmp/NAME.out
-check() {
-  name=$1 expect=$2 tmo=$3; shift 3
-  if timeout "$tmo" "$@" >"/tmp/$name.out" 2>&1; then rc=0; else rc=$?; fi
-  if { [ "$expect" = ok ] && [ $rc -eq 0 ]; } || { [ "$expect" = fail ] && [ $rc -ne 0 ]; }; then
-    ok "$name" "exit $rc"; return 0
-  fi
-  bad "$name" "exit $rc, expected $expect"; tail -n 15 "/tmp/$name.out" | sed 's/^/  | /'; return 1
-}
+{
+  tls_guest_sh linux-target-tls
+  cat <<'EOF'
 wait_listen() { # PORT: a socket listening on PORT within 10 s
   hex=$(printf '%04X' "$1") i=0
   while [ $i -lt 100 ]; do
@@ -207,15 +174,7 @@ finish() {
 echo "kernel $(uname -r); $(nvme version | tr '\n' ' ')"
 check modules ok 90 sh -c "depmod -a && modprobe -a tls gcm ghash-generic nvmet nvmet_tcp &&
   modprobe brd rd_nr=1 rd_size=$((NS_SIZE_MIB * 1024)) max_part=0" || finish
-# tlshd after the modules: it links the .nvme keyring (made by nvme_keyring, which
-# nvmet loads) into its session keyring at start-up, then waits for handshakes
-tlshd -s -c /etc/tlshd.conf >/tmp/tlshd.log 2>&1 &
-tlshd_pid=$!
-i=0; while ! grep -q "Keyring '.nvme' linked" /tmp/tlshd.log && kill -0 $tlshd_pid 2>/dev/null && [ $i -lt 100 ]; do
-  sleep 0.2; i=$((i + 1)); done
-sleep 1  # from the log line to listening on the handshake netlink family
-if kill -0 $tlshd_pid 2>/dev/null && grep -q "Keyring '.nvme' linked" /tmp/tlshd.log; then ok tlshd-running "pid $tlshd_pid"
-else bad tlshd-running; cat /tmp/tlshd.log; finish; fi
+start_tlshd || finish
 
 # the key, as nvme-cli derives and inserts it, under both identity formats
 for v in 1 0; do
@@ -260,10 +219,11 @@ i=0; while [ ! -e /host/done ] && [ $i -lt $((HOLD_S * 5)) ]; do sleep 0.2; i=$(
 if [ -e /host/done ]; then ok host-done; else bad host-done "no done file after ${HOLD_S}s"; fi
 if kill -0 $tlshd_pid 2>/dev/null; then ok tlshd-alive; else bad tlshd-alive "tlshd exited"; fi
 echo "=== tlshd"
-grep -vE 'Querying|Parsing|No certificates|System config|priority string' /tmp/tlshd.log | tail -n 40 | sed 's/^/  tlshd| /'
+tlshd_log 40
 kill $tlshd_pid 2>/dev/null
 finish
 EOF
+} >"$OUT_DIR/guest.sh"
 
 HOLD_S=$((GUEST_TIMEOUT - 120))
 guest_env="TLS_KEY='$KEY' EXPECT_ID1='$ID1' EXPECT_ID0='$ID0' TLS_PORT=$TLS_PORT PLAIN_PORT=$PLAIN_PORT"
@@ -298,15 +258,6 @@ fi
 # Sluice's host against both ports
 # ---------------------------------------------------------------------------
 failures=()
-HOST_OK=0 HOST_FAILED=()
-host_check() { # NAME DETAIL ARITHMETIC-CONDITION (true: ok)
-  local name=$1 detail=$2
-  if (( $3 )); then
-    log "CHECK $name: ok${detail:+ ($detail)}"; HOST_OK=$((HOST_OK + 1))
-  else
-    log "CHECK $name: FAIL${detail:+ ($detail)}"; HOST_FAILED+=("$name"); failures+=("$name")
-  fi
-}
 # check NAME ok|fail CMD...: runs CMD (bounded: 60 s; output in NAME.out, Sluice's
 # host log at info with TLS at debug in it) and expects it to succeed or fail; sets
 # ELAPSED (seconds) and RC
@@ -424,16 +375,7 @@ else
   wait "$GUEST_PID" || guest_rc=$?
 fi
 GUEST_PID=''
-log "guest finished with status $guest_rc after $((SECONDS - t_guest))s"
-console=$(find "$OUT_DIR/peer" -name console.log -print -quit 2>/dev/null || true)
-[ -n "$console" ] && tr -d '\r' <"$console" >"$OUT_DIR/guest-console.log"
-[ "$guest_rc" -ne 0 ] || rm -rf "$OUT_DIR/peer"
-case $guest_rc in
-  0) ;;
-  124) failures+=("guest run timed out") ;;
-  125) failures+=("linux-nvme-peer harness/boot error (status 125; see guest.log)") ;;
-  *) failures+=("guest checks failed (status $guest_rc)") ;;
-esac
+guest_outcome "$guest_rc" "$t_guest"
 
 tlog=$SHARE/tlshd.log
 if [ -s "$tlog" ]; then
@@ -468,35 +410,15 @@ if [ "$HAVE_TSHARK" = 0 ]; then
 else
   pcap=$OUT_DIR/capture.pcap
   [ -s "$pcap" ] || failures+=("the capture $pcap is missing or empty")
-  tshark_fields() { # OUTFILE TSHARK-ARGS...: as tls.sh; a failed pass fails the test
-    local outf=$1
-    shift
-    tshark "$@" >"$outf" 2>"$outf.err" && { rm -f "$outf.err"; return 0; }
-    log "tshark $* failed:"; tail_file "$outf.err" 5
-    failures+=("tshark pass failed ($(basename "$outf"))")
-    : >"$outf"
-  }
-  tls_opt=(-n -r "$pcap" -d "tcp.port==$TLS_PORT,tls" -Y)
-  tshark_fields "$OUT_DIR/capture-clienthello.txt" "${tls_opt[@]}" "tcp.port == $TLS_PORT && tls.handshake.type == 1" \
-    -T fields -e tcp.stream -e tls.handshake.extensions.psk.identity.identity
-  tshark_fields "$OUT_DIR/capture-serverhello.txt" "${tls_opt[@]}" "tcp.port == $TLS_PORT && tls.handshake.type == 2" \
-    -T fields -e tcp.stream -e tls.handshake.ciphersuite -e tls.handshake.extensions.supported_version
-  valid='(nvme-tcp.type == 0 && nvme-tcp.hlen == 128) || (nvme-tcp.type == 1 && nvme-tcp.hlen == 128) ||'
-  valid+=' (nvme-tcp.type == 4 && nvme-tcp.hlen == 72) || ((nvme-tcp.type == 5 || nvme-tcp.type == 6 ||'
-  valid+=' nvme-tcp.type == 7 || nvme-tcp.type == 9) && nvme-tcp.hlen == 24)'
+  tls_capture_hellos "$pcap" "$TLS_PORT"
   tshark_fields "$OUT_DIR/capture-nvme-tcp.txt" -n -r "$pcap" -d "tcp.port==$TLS_PORT,nvme-tcp" \
-    -d "tcp.port==$PLAIN_PORT,nvme-tcp" -Y "($valid)" -T fields -e tcp.stream -e tcp.dstport -e tcp.srcport -e nvme-tcp.type
-  hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
-  ids=$(cut -f2 "$OUT_DIR/capture-clienthello.txt" | tr -d ':')
-  n_ch=$(wc -l <"$OUT_DIR/capture-clienthello.txt")
-  n_id1=$(grep -cix "$(hex "$ID1")" <<<"$ids" || true)
-  n_id0=$(grep -cix "$(hex "$ID0")" <<<"$ids" || true)
-  n_other=$(grep -cix "$(hex "$OTHER_ID1")" <<<"$ids" || true)
-  n_rfc=$(grep -cix "$(hex "$ID1_RFC")" <<<"$ids" || true)
-  n_sh=$(wc -l <"$OUT_DIR/capture-serverhello.txt")
-  n_sh_ok=$(awk -F'\t' '$2 == "0x1301" && $3 ~ /0x0304/' "$OUT_DIR/capture-serverhello.txt" | wc -l)
-  tls_streams=" $(cut -f1 "$OUT_DIR/capture-clienthello.txt" | sort -un | paste -sd' ' -) "
-  in_tls=$(awk -v s="$tls_streams" 'index(s, " " $1 " ")' "$OUT_DIR/capture-nvme-tcp.txt" | wc -l)
+    -d "tcp.port==$PLAIN_PORT,nvme-tcp" -Y "($NVME_TCP_WELL_FORMED)" -T fields -e tcp.stream -e tcp.dstport -e tcp.srcport \
+    -e nvme-tcp.type
+  n_id1=$(offered_count "$ID1")
+  n_id0=$(offered_count "$ID0")
+  n_other=$(offered_count "$OTHER_ID1")
+  n_rfc=$(offered_count "$ID1_RFC")
+  in_tls=$(awk -v s=" $tls_streams " 'index(s, " " $1 " ")' "$OUT_DIR/capture-nvme-tcp.txt" | wc -l)
   plain_pdus=$(awk -v p="$PLAIN_PORT" '$2 == p || $3 == p' "$OUT_DIR/capture-nvme-tcp.txt" | wc -l)
   n_tls_canary=$(grep -caF "$TLS_CANARY" "$pcap" || true)
   n_plain_canary=$(grep -caF "$PLAIN_CANARY" "$pcap" || true)

@@ -9,27 +9,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_auth::{
-    CommandResult, DhGroup, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep,
-    SeededRandom, Secret,
+    DhGroup, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, SeededRandom,
+    Secret,
 };
 use nvme_spec::discovery::{DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_LOG_RECORD_BYTES, DISCOVERY_NQN};
 use nvme_spec::fabrics::{
-    connect_authentication_required, connect_invalid_parameter_in_data, property_offset, AuthenticationCommand,
-    ConnectCommand, ConnectData, AUTHENTICATION_REQUIRED, CONNECT_DATA_BYTES,
+    connect_authentication_required, connect_invalid_parameter_in_data, AuthenticationCommand, ConnectCommand,
+    ConnectData, AUTHENTICATION_REQUIRED, CONNECT_DATA_BYTES,
 };
 use nvme_spec::identify::cns;
 use nvme_spec::log_page::log_id;
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
-use nvme_spec::registers::ControllerConfiguration;
-use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, Status, SubmissionQueueEntry};
+use nvme_spec::{CommandId, ControllerId, QueueId, Status, SubmissionQueueEntry};
 use nvme_target::access::AUTHENTICATION_TIMEOUT_MS;
-use nvme_target::{
-    HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
-    TargetSpec,
-};
+use nvme_target::{HostAccess, HostEntry, ListenerSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::DigestSettings;
-use storage::{Geometry, RamBackend};
-use support::{assert_status, identify, read_write, Answer, FakeHost};
+use support::{
+    assert_status, authentication_receive, authentication_send, authentication_sqe, identify, read_write,
+    run_authentication, Answer, FakeHost,
+};
 
 const OPEN_NQN: &str = "nqn.2026-11.io.sluice:open";
 const LISTED_NQN: &str = "nqn.2026-11.io.sluice:listed";
@@ -48,20 +46,7 @@ fn controller_secret() -> Secret {
 /// Three subsystems: `open` (any host), `listed` (host A only), `secured` (host A
 /// with a host secret and a controller secret, host B with a host secret only).
 fn access_target() -> Arc<Target> {
-    let subsystem = |nqn: &str, hosts| SubsystemSpec {
-        hosts,
-        pool: None,
-        nqn: nqn.into(),
-        serial_number: None,
-        model_number: None,
-        namespaces: vec![NamespaceSpec {
-            id: NamespaceId(1),
-            backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 64 }),
-            nguid: None,
-            uuid: None,
-            ana_group: None,
-        }],
-    };
+    let subsystem = |nqn, hosts| support::subsystem(nqn, hosts, vec![support::ram_namespace(1, 64)]);
     let secured = HostAccess {
         allow_any_host: false,
         hosts: vec![
@@ -112,28 +97,6 @@ fn new_host(target: &Arc<Target>, listener: usize) -> FakeHost {
     host
 }
 
-fn authentication_sqe(fabrics_type: FabricsCommandType, length: u32) -> SubmissionQueueEntry {
-    let mut sqe = support::sqe(AdminOpcode::Fabrics as u8, fabrics_type as u32, 0);
-    AuthenticationCommand {
-        security_protocol_specific_0: 1,
-        security_protocol_specific_1: 1,
-        security_protocol: 0xE9,
-        length,
-    }
-    .encode_into(&mut sqe);
-    sqe
-}
-
-fn authentication_send(host: &mut FakeHost, payload: &[u8]) -> Answer {
-    host.command(authentication_sqe(FabricsCommandType::AuthenticationSend, payload.len() as u32), payload, &[])
-}
-
-fn authentication_receive(host: &mut FakeHost, allocation_length: u32) -> Answer {
-    let mut sqe = authentication_sqe(FabricsCommandType::AuthenticationReceive, allocation_length);
-    sqe.set_sgl(&nvme_spec::SglDescriptor::transport(allocation_length));
-    host.command(sqe, &[], &[])
-}
-
 /// Runs the host side of DH-HMAC-CHAP over the scripted connection.
 fn authenticate(
     host: &mut FakeHost,
@@ -149,39 +112,7 @@ fn authenticate(
         Box::new(SeededRandom::new(42)),
         7,
     );
-    let mut step = authentication.start();
-    for _ in 0..10 {
-        step = match step {
-            HostStep::Send(payload) => {
-                let answer = authentication_send(host, &payload);
-                if answer.cqe.status.is_success() {
-                    authentication.on_result(CommandResult::Sent)
-                } else {
-                    authentication.on_result(CommandResult::Status(answer.cqe.status.field()))
-                }
-            }
-            HostStep::Receive(allocation_length) => {
-                let answer = authentication_receive(host, allocation_length);
-                if answer.cqe.status.is_success() {
-                    assert_eq!(answer.data.len(), allocation_length as usize, "the message is padded to AL");
-                    authentication.on_result(CommandResult::Received(&answer.data))
-                } else {
-                    authentication.on_result(CommandResult::Status(answer.cqe.status.field()))
-                }
-            }
-            HostStep::Authenticated => return Ok(()),
-            HostStep::Failed(error) => return Err(error),
-        };
-    }
-    panic!("the exchange did not end");
-}
-
-fn enable(host: &mut FakeHost) -> Answer {
-    let cc = ControllerConfiguration(0)
-        .with_io_submission_queue_entry_size(6)
-        .with_io_completion_queue_entry_size(4)
-        .with_enable(true);
-    host.property_set(property_offset::CC, u64::from(cc.raw()))
+    run_authentication(host, &mut authentication)
 }
 
 fn discovery_log(host: &mut FakeHost) -> Vec<String> {
@@ -238,11 +169,7 @@ fn an_empty_host_nqn_is_accepted_where_any_host_may_connect_and_refused_by_an_al
     let answer = connect_as(&mut spdk, QueueId::ADMIN, ControllerId::DYNAMIC, OPEN_NQN, "");
     assert_status(&answer, Status::SUCCESS);
     let controller = ControllerId(answer.cqe.result_dw0 as u16);
-    let cc = nvme_spec::registers::ControllerConfiguration(0)
-        .with_io_submission_queue_entry_size(6)
-        .with_io_completion_queue_entry_size(4)
-        .with_enable(true);
-    assert_status(&spdk.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw())), Status::SUCCESS);
+    assert_status(&spdk.enable(), Status::SUCCESS);
     // Its I/O queue joins the controller with the same (empty) NQN, and only so.
     let mut io = new_host(&target, 0);
     assert_status(&connect_as(&mut io, QueueId(1), controller, OPEN_NQN, ""), Status::SUCCESS);
@@ -266,18 +193,18 @@ fn the_discovery_log_lists_only_what_the_host_may_connect_to() {
     let target = access_target();
     let mut as_a = new_host(&target, 1);
     assert_status(&connect_as(&mut as_a, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_A), Status::SUCCESS);
-    assert_status(&enable(&mut as_a), Status::SUCCESS);
+    assert_status(&as_a.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut as_a), vec![OPEN_NQN, LISTED_NQN, SECURED_NQN]);
 
     let mut as_b = new_host(&target, 1);
     assert_status(&connect_as(&mut as_b, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_B), Status::SUCCESS);
-    assert_status(&enable(&mut as_b), Status::SUCCESS);
+    assert_status(&as_b.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut as_b), vec![OPEN_NQN, SECURED_NQN]);
 
     let mut stranger = new_host(&target, 1);
     let nqn = "nqn.2014-08.org.example:stranger";
     assert_status(&connect_as(&mut stranger, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, nqn), Status::SUCCESS);
-    assert_status(&enable(&mut stranger), Status::SUCCESS);
+    assert_status(&stranger.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut stranger), vec![OPEN_NQN]);
 }
 
@@ -290,7 +217,7 @@ fn a_host_with_a_secret_authenticates_before_anything_else() {
     assert_ne!(answer.cqe.result_dw0 & connect_authentication_required::TRANSACTION, 0, "AUTHREQ.ATR");
     let controller = ControllerId(answer.cqe.result_dw0 as u16);
     // Fabrics commands are allowed, everything else waits for authentication.
-    assert_status(&enable(&mut host), Status::SUCCESS);
+    assert_status(&host.enable(), Status::SUCCESS);
     let refused = host.command(identify(cns::CONTROLLER, 0), &[], &[]);
     assert_eq!(refused.cqe.status, AUTHENTICATION_REQUIRED.with_do_not_retry());
 
@@ -316,7 +243,7 @@ fn bidirectional_authentication_checks_the_controller_secret() {
     assert_status(&connect_as(&mut host, QueueId::ADMIN, ControllerId::DYNAMIC, SECURED_NQN, HOST_A), Status::SUCCESS);
     authenticate(&mut host, HOST_A, SECURED_NQN, host_secret(), Some(controller_secret()), HostPolicy::default())
         .unwrap();
-    assert_status(&enable(&mut host), Status::SUCCESS);
+    assert_status(&host.enable(), Status::SUCCESS);
     assert_status(&host.command(identify(cns::CONTROLLER, 0), &[], &[]), Status::SUCCESS);
 
     // The host expects another controller secret: the target cannot prove it.
@@ -355,7 +282,7 @@ fn authentication_must_finish_in_time() {
     let mut host = new_host(&target, 0);
     assert_status(&connect_as(&mut host, QueueId::ADMIN, ControllerId::DYNAMIC, SECURED_NQN, HOST_B), Status::SUCCESS);
     authenticate(&mut host, HOST_B, SECURED_NQN, host_secret(), None, HostPolicy::default()).unwrap();
-    assert_status(&enable(&mut host), Status::SUCCESS);
+    assert_status(&host.enable(), Status::SUCCESS);
     host.advance(Duration::from_millis(AUTHENTICATION_TIMEOUT_MS + 1));
     assert_status(&host.command(support::sqe(AdminOpcode::KeepAlive as u8, 0, 0), &[], &[]), Status::SUCCESS);
     assert!(!host.connection.wants_close());

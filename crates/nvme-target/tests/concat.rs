@@ -9,16 +9,14 @@ mod support;
 use std::sync::Arc;
 
 use nvme_auth::{
-    CommandResult, FailureReason, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy,
-    HostStep, PskIdentity, Secret, SecureChannelRequest, SeededRandom,
+    FailureReason, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep,
+    PskIdentity, Secret, SecureChannelRequest, SeededRandom,
 };
-use nvme_spec::fabrics::{connect_authentication_required, AuthenticationCommand};
-use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
-use nvme_spec::{ControllerId, NamespaceId, QueueId, Status, SubmissionQueueEntry};
-use nvme_target::{HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_spec::fabrics::connect_authentication_required;
+use nvme_spec::{ControllerId, QueueId, Status};
+use nvme_target::{HostAccess, HostEntry, ListenerSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::DigestSettings;
-use storage::{Geometry, RamBackend};
-use support::{assert_status, Answer, FakeHost};
+use support::{assert_status, authentication_receive, authentication_send, run_authentication, FakeHost};
 
 const NQN: &str = "nqn.2026-11.io.sluice:concat";
 const CONCAT_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:cccccccc-0000-0000-0000-000000000001";
@@ -42,45 +40,10 @@ fn concat_target() -> Arc<Target> {
     };
     Target::new(TargetSpec {
         listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
-        subsystems: vec![SubsystemSpec {
-            hosts,
-            pool: None,
-            nqn: NQN.into(),
-            serial_number: None,
-            model_number: None,
-            namespaces: vec![NamespaceSpec {
-                id: NamespaceId(1),
-                backend: RamBackend::new(Geometry { block_size_bytes: 512, block_count: 64 }),
-                nguid: None,
-                uuid: None,
-                ana_group: None,
-            }],
-        }],
+        subsystems: vec![support::subsystem(NQN, hosts, vec![support::ram_namespace(1, 64)])],
         settings: TargetSettings::default(),
     })
     .expect("valid target")
-}
-
-fn authentication_sqe(fabrics_type: FabricsCommandType, length: u32) -> SubmissionQueueEntry {
-    let mut sqe = support::sqe(AdminOpcode::Fabrics as u8, fabrics_type as u32, 0);
-    AuthenticationCommand {
-        security_protocol_specific_0: 1,
-        security_protocol_specific_1: 1,
-        security_protocol: 0xE9,
-        length,
-    }
-    .encode_into(&mut sqe);
-    sqe
-}
-
-fn send(host: &mut FakeHost, payload: &[u8]) -> Answer {
-    host.command(authentication_sqe(FabricsCommandType::AuthenticationSend, payload.len() as u32), payload, &[])
-}
-
-fn receive(host: &mut FakeHost, allocation_length: u32) -> Answer {
-    let mut sqe = authentication_sqe(FabricsCommandType::AuthenticationReceive, allocation_length);
-    sqe.set_sgl(&nvme_spec::SglDescriptor::transport(allocation_length));
-    host.command(sqe, &[], &[])
 }
 
 /// The host side of DH-HMAC-CHAP with SC_C = `request`; the finished transaction.
@@ -97,31 +60,7 @@ fn authenticate(
         3,
     )
     .with_secure_channel(request);
-    let mut step = authentication.start();
-    for _ in 0..10 {
-        step = match step {
-            HostStep::Send(payload) => {
-                let answer = send(host, &payload);
-                let result = if answer.cqe.status.is_success() {
-                    CommandResult::Sent
-                } else {
-                    CommandResult::Status(answer.cqe.status.field())
-                };
-                authentication.on_result(result)
-            }
-            HostStep::Receive(allocation_length) => {
-                let answer = receive(host, allocation_length);
-                if answer.cqe.status.is_success() {
-                    authentication.on_result(CommandResult::Received(&answer.data))
-                } else {
-                    authentication.on_result(CommandResult::Status(answer.cqe.status.field()))
-                }
-            }
-            HostStep::Authenticated => return (Ok(()), authentication),
-            HostStep::Failed(error) => return (Err(error), authentication),
-        };
-    }
-    panic!("the exchange did not end");
+    (run_authentication(host, &mut authentication), authentication)
 }
 
 /// ICReq and an admin Connect as `host_nqn`: the CNTLID and whether ATR is set.
@@ -207,11 +146,7 @@ fn concatenation_requests_the_target_must_refuse() {
     let mut admin = FakeHost::new(target.clone(), 0);
     let (controller, _) = connect_admin(&mut admin, CONCAT_HOST);
     authenticate(&mut admin, CONCAT_HOST, secret(), SecureChannelRequest::None).0.expect("admin authenticated");
-    let cc = nvme_spec::registers::ControllerConfiguration(0)
-        .with_io_submission_queue_entry_size(6)
-        .with_io_completion_queue_entry_size(4)
-        .with_enable(true);
-    assert!(admin.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw())).cqe.status.is_success());
+    assert!(admin.enable().cqe.status.is_success());
     let mut io = FakeHost::new(target.clone(), 0);
     io.initialize(DigestSettings { header: false, data: false });
     let answer = io.connect_as(QueueId(1), controller, NQN, 32, CONCAT_HOST);
@@ -241,15 +176,15 @@ fn concatenation_requests_the_target_must_refuse() {
     .with_secure_channel(SecureChannelRequest::NewTlsPsk)
     .start();
     let HostStep::Send(payload) = negotiate else { panic!("negotiate first") };
-    assert_status(&send(&mut host, &payload), Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
+    assert_status(&authentication_send(&mut host, &payload), Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry());
     // Hostile SC_C bytes in a raw Negotiate: AUTH_Failure1, never a panic.
     let mut host = FakeHost::new(target.clone(), 0);
     connect_admin(&mut host, CONCAT_HOST);
     for sc_c in [0x01u8, 0x04, 0x7F, 0xFF] {
         let mut raw = payload.clone();
         raw[6] = sc_c;
-        assert!(send(&mut host, &raw).cqe.status.is_success(), "a bad message does not fail the Send");
-        let answer = receive(&mut host, 4096);
+        assert!(authentication_send(&mut host, &raw).cqe.status.is_success(), "a bad message does not fail the Send");
+        let answer = authentication_receive(&mut host, 4096);
         assert!(answer.cqe.status.is_success());
         match nvme_auth::Message::decode(&answer.data) {
             Ok(nvme_auth::Message::Failure1(failure)) => {

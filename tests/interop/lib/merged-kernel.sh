@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # A linux-nvme-peer guest image with a Debian kernel that ships split in three
 # packages (sourced by interop tests after lib/common.sh, which provides log, die,
-# tail_file and LNP).
+# tail_file and LNP, and lib/trixie-tls-tools.sh, which provides private_apt_conf).
 #
 # From Linux 7.x Debian splits the kernel: linux-image-<release> is empty and
 # depends on linux-binary-<release> (the kernel, as /usr/lib/modules/<release>/vmlinuz),
@@ -25,27 +25,6 @@
 
 MERGED_KERNEL_FORMAT=1  # bump when the layout of the cache changes
 
-# _merged_kernel_apt_conf DIR LIST-LINE: a private apt configuration whose only
-# source is LIST-LINE (no system sources); prints its path
-_merged_kernel_apt_conf() {
-  local d=$1 line=$2
-  mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/preferences.d" "$d/sources.list.d"
-  printf '%s\n' "$line" >"$d/sources.list"
-  [ -e "$d/status" ] || : >"$d/status"
-  {
-    printf 'Dir::Etc::SourceList "%s";\n' "$d/sources.list"
-    printf 'Dir::Etc::SourceParts "%s";\n' "$d/sources.list.d"
-    printf 'Dir::Etc::PreferencesParts "%s";\n' "$d/preferences.d"
-    printf 'Dir::State::Lists "%s";\n' "$d/lists"
-    printf 'Dir::State::status "%s";\n' "$d/status"
-    printf 'Dir::Cache "%s";\n' "$d/cache"
-    printf 'Acquire::Languages "none";\n'
-    printf 'APT::Architecture "amd64";\nAPT::Architectures { "amd64"; };\n'
-    printf 'APT::Sandbox::User "%s";\n' "$(id -un)"
-  } >"$d/apt.conf"
-  echo "$d/apt.conf"
-}
-
 # _merged_kernel_depends DEB PREFIX: the first dependency of DEB whose name starts
 # with PREFIX
 _merged_kernel_depends() {
@@ -58,7 +37,7 @@ _merged_kernel_build() {
   local stamp=$base/repo/.complete logf=$base/build.log conf
   [ -s "$stamp" ] && grep -qx "format=$MERGED_KERNEL_FORMAT" "$stamp" && return 0
   : >"$logf"
-  conf=$(_merged_kernel_apt_conf "$base/download-apt" \
+  conf=$(private_apt_conf "$base/download-apt" \
     "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main")
   log "downloading Debian $suite's kernel packages (one-time; cache: $base)"
   APT_CONFIG=$conf apt-get update -q >>"$logf" 2>&1 || { tail_file "$logf"; die "apt-get update ($suite) failed"; }

@@ -64,15 +64,16 @@ TLS_TOOLS_FORMAT=1  # bump when the layout of the cache changes
 TLS_TOOLS_ERROR='' TLS_TOOLS_SUMMARY=''
 TLS_TOOLS_ADD=()
 
-# _tls_tools_apt_conf: write the private trixie apt configuration; prints its path
-_tls_tools_apt_conf() {
-  local d=$TLS_TOOLS_CACHE/apt
+# private_apt_conf DIR LIST-LINE: a private apt configuration in DIR whose only
+# source is LIST-LINE (no system sources or preferences; lists, cache and an empty
+# dpkg status of its own); prints its path. (lib/merged-kernel.sh uses it too.)
+private_apt_conf() {
+  local d=$1
   mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/preferences.d" "$d/sources.list.d"
-  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s trixie main\n' "$TLS_TOOLS_MIRROR" \
-    >"$d/trixie.list"
+  printf '%s\n' "$2" >"$d/sources.list"
   [ -e "$d/status" ] || : >"$d/status"
   {
-    printf 'Dir::Etc::SourceList "%s";\n' "$d/trixie.list"
+    printf 'Dir::Etc::SourceList "%s";\n' "$d/sources.list"
     printf 'Dir::Etc::SourceParts "%s";\n' "$d/sources.list.d"
     printf 'Dir::Etc::Preferences "%s";\n' "$d/preferences"
     printf 'Dir::Etc::PreferencesParts "%s";\n' "$d/preferences.d"
@@ -85,6 +86,12 @@ _tls_tools_apt_conf() {
     printf 'APT::Sandbox::User "%s";\n' "$(id -un)"
   } >"$d/apt.conf"
   echo "$d/apt.conf"
+}
+
+# _tls_tools_apt_conf: write the private trixie apt configuration; prints its path
+_tls_tools_apt_conf() {
+  private_apt_conf "$TLS_TOOLS_CACHE/apt" \
+    "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $TLS_TOOLS_MIRROR trixie main"
 }
 
 # _tls_tools_update LOG [env APT_CONFIG=...]: apt-get update; fails (2) also when

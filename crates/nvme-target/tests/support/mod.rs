@@ -5,11 +5,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_spec::fabrics::{ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES};
+use nvme_auth::{CommandResult, HostAuthError, HostAuthentication, HostStep};
+use nvme_spec::fabrics::{
+    AuthenticationCommand, ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
+};
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry};
-use nvme_target::{Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_target::{Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::{
     CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
     PduWriter, ReadEvent, ReaderLimits, Role,
@@ -29,29 +32,35 @@ pub fn test_target() -> Arc<Target> {
 
 /// `test_target` with other settings (limits, keep-alive bounds).
 pub fn test_target_with(settings: TargetSettings) -> Arc<Target> {
-    let namespace = |id| NamespaceSpec {
-        id: NamespaceId(id),
-        backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS }),
-        nguid: None,
-        uuid: None,
-        ana_group: None,
-    };
     Target::new(TargetSpec {
         listeners: vec![
             ListenerSpec::tcp("127.0.0.1", 4420),
             ListenerSpec::tcp("127.0.0.1", 8009).for_discovery_only(),
         ],
-        subsystems: vec![SubsystemSpec {
-            hosts: nvme_target::HostAccess::allow_any(),
-            pool: None,
-            nqn: NQN.into(),
-            serial_number: None,
-            model_number: None,
-            namespaces: vec![namespace(1), namespace(2)],
-        }],
+        subsystems: vec![subsystem(
+            NQN,
+            HostAccess::allow_any(),
+            vec![ram_namespace(1, NAMESPACE_BLOCKS), ram_namespace(2, NAMESPACE_BLOCKS)],
+        )],
         settings,
     })
     .expect("valid test target")
+}
+
+/// Namespace `id`: `block_count` RAM blocks of `BLOCK_BYTES`, identities derived.
+pub fn ram_namespace(id: u32, block_count: u64) -> NamespaceSpec {
+    NamespaceSpec {
+        id: NamespaceId(id),
+        backend: RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count }),
+        nguid: None,
+        uuid: None,
+        ana_group: None,
+    }
+}
+
+/// Subsystem `nqn` with these hosts and namespaces; no pool, serial or model number.
+pub fn subsystem(nqn: &str, hosts: HostAccess, namespaces: Vec<NamespaceSpec>) -> SubsystemSpec {
+    SubsystemSpec { hosts, pool: None, nqn: nqn.into(), serial_number: None, model_number: None, namespaces }
 }
 
 /// A PDU the host received: header and data.
@@ -318,13 +327,17 @@ impl FakeHost {
         let answer = self.connect_as(QueueId::ADMIN, ControllerId::DYNAMIC, nqn, 32, host_nqn);
         assert!(answer.cqe.status.is_success(), "admin connect: {:?}", answer.cqe.status);
         let controller = ControllerId(answer.cqe.result_dw0 as u16);
+        assert!(self.enable().cqe.status.is_success());
+        controller
+    }
+
+    /// Property Set CC: EN=1 with the NVM command set's queue entry sizes.
+    pub fn enable(&mut self) -> Answer {
         let cc = ControllerConfiguration(0)
             .with_io_submission_queue_entry_size(6)
             .with_io_completion_queue_entry_size(4)
             .with_enable(true);
-        let answer = self.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw()));
-        assert!(answer.cqe.status.is_success());
-        controller
+        self.property_set(nvme_spec::fabrics::property_offset::CC, u64::from(cc.raw()))
     }
 
     pub fn advance(&mut self, by: Duration) {
@@ -393,4 +406,64 @@ pub fn admin_and_io(target: &Arc<Target>, depth: u16) -> (FakeHost, FakeHost) {
     io.initialize(DigestSettings { header: false, data: false });
     assert_status(&io.connect(QueueId(1), cntlid, NQN, depth), Status::SUCCESS);
     (admin, io)
+}
+
+/// An Authentication Send or Receive (security protocol 0xE9, SPSP 1/1) of `length`
+/// bytes; without a data pointer.
+pub fn authentication_sqe(fabrics_type: FabricsCommandType, length: u32) -> SubmissionQueueEntry {
+    let mut sqe = sqe(AdminOpcode::Fabrics as u8, fabrics_type as u32, 0);
+    AuthenticationCommand {
+        security_protocol_specific_0: 1,
+        security_protocol_specific_1: 1,
+        security_protocol: 0xE9,
+        length,
+    }
+    .encode_into(&mut sqe);
+    sqe
+}
+
+/// Authentication Send of `payload` (in capsule).
+pub fn authentication_send(host: &mut FakeHost, payload: &[u8]) -> Answer {
+    host.command(authentication_sqe(FabricsCommandType::AuthenticationSend, payload.len() as u32), payload, &[])
+}
+
+/// Authentication Receive of at most `allocation_length` bytes.
+pub fn authentication_receive(host: &mut FakeHost, allocation_length: u32) -> Answer {
+    let mut sqe = authentication_sqe(FabricsCommandType::AuthenticationReceive, allocation_length);
+    sqe.set_sgl(&SglDescriptor::transport(allocation_length));
+    host.command(sqe, &[], &[])
+}
+
+/// Runs the host side of DH-HMAC-CHAP (nvme-auth's state machine, started here) over
+/// the scripted connection until it ends; every message received must be padded to
+/// the allocation length.
+pub fn run_authentication(
+    host: &mut FakeHost,
+    authentication: &mut HostAuthentication,
+) -> Result<(), HostAuthError> {
+    let mut step = authentication.start();
+    for _ in 0..10 {
+        step = match step {
+            HostStep::Send(payload) => {
+                let answer = authentication_send(host, &payload);
+                if answer.cqe.status.is_success() {
+                    authentication.on_result(CommandResult::Sent)
+                } else {
+                    authentication.on_result(CommandResult::Status(answer.cqe.status.field()))
+                }
+            }
+            HostStep::Receive(allocation_length) => {
+                let answer = authentication_receive(host, allocation_length);
+                if answer.cqe.status.is_success() {
+                    assert_eq!(answer.data.len(), allocation_length as usize, "the message is padded to AL");
+                    authentication.on_result(CommandResult::Received(&answer.data))
+                } else {
+                    authentication.on_result(CommandResult::Status(answer.cqe.status.field()))
+                }
+            }
+            HostStep::Authenticated => return Ok(()),
+            HostStep::Failed(error) => return Err(error),
+        };
+    }
+    panic!("the exchange did not end");
 }
