@@ -18,6 +18,22 @@
 # both gateways in traddr (one namespace through two paths, ANA-aware) writes and
 # verifies its own region of the image across the same SIGKILL and must finish
 # with zero errors through gateway b.
+# Persistent reservations, one state across the group (the issue's acceptance):
+# host A is the Linux host in the guest (nvme-cli on the multipath device, both
+# paths), host B Sluice's CLI with its own host NQN and Host Identifier. A registers
+# and takes Write Exclusive through a (the guest, before its fio rounds, so its own
+# writes are the holder's); B's `resv-report` through b shows A as holder (A's Host
+# Identifier, which the guest hands over in the share) and B's write through b gets
+# Reservation Conflict; the same right after the takeover; the guest, through b
+# alone, still holds it and writes; B registers and preempts A through b; the
+# guest's next write fails with Reservation Conflict and b's controller has the
+# Reservation Notification log; a, restarted, reports B as holder and B clears the
+# reservation through it before the failback round. Sluice's own multipath fio host
+# writes during the SIGKILL too: it connects with the guest's host NQN (a UUID NQN,
+# so the guest's Host Identifier), i.e. as another controller of host A. Each CLI
+# command's wall time (connect, command, disconnect) goes to resv-commands.txt.
+# The reservation objects (rados rbd/sluice.reservations.ha.*) are removed before
+# and after the run.
 # Gateway b's traffic is captured and dissected as NVMe/TCP (a's is not: a SIGKILL
 # cuts PDUs in half, which tshark rightly marks).
 #
@@ -51,6 +67,11 @@ CONFIG_B=$REPO/docs/examples/gateway-b.toml
 NQN=nqn.2026-11.io.sluice:ha
 PORT_A=4420 PORT_B=4421
 IMAGE=rbd/ha-demo
+# Host B, Sluice's CLI: an identity of its own, unlike the guest's (and this
+# machine's /etc/nvme). KEY_A is the key the guest registers.
+HOSTNQN_B=nqn.2026-11.io.sluice:interop-host-b
+HOSTID_B=0b0b0b0b-5e51-4c1e-8b0b-00000000000b
+KEY_A=0xa1 KEY_B=0xb2
 
 if [ -z "${CEPH_CONF:-}" ]; then
   [ -n "${SLUICE_REQUIRE_CEPH:-}" ] && die "SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: start a cluster (scripts/test.sh does)"
@@ -65,9 +86,20 @@ for port in $PORT_A $PORT_B; do
   port_listening "$port" && die "port $port is taken (the examples use 4420 and 4421):"$'\n'"$(port_owner "$port")"
 done
 
+# remove_reservation_objects: the group's reservation records (one per namespace)
+remove_reservation_objects() {
+  local object
+  { rados -c "$CEPH_CONF" -p rbd ls 2>/dev/null || true; } | { grep '^sluice\.reservations\.ha\.' || true; } |
+    while read -r object; do
+      log "removing the reservation record rbd/$object"
+      rados -c "$CEPH_CONF" -p rbd rm "$object" || true
+    done
+}
+
 rm -rf "$OUT_DIR"
 mkdir -p "$SHARE" "$OUT_DIR/peer"
 use_sluice_binary
+remove_reservation_objects
 
 log "building the fio engine (scripts/build-fio-engine.sh; log: build-engine.log)"
 ENGINE=$(cd "$REPO" && bash scripts/build-fio-engine.sh --print-path 2>"$OUT_DIR/build-engine.log") ||
@@ -86,6 +118,7 @@ cleanup() {
   done
   rbd -c "$CEPH_CONF" rm --no-progress "$IMAGE" >/dev/null 2>&1 || true
   rados -c "$CEPH_CONF" -p rbd rm sluice.gateway.ha >/dev/null 2>&1 || true
+  remove_reservation_objects >/dev/null 2>&1 || true
   exit "$rc"
 }
 trap cleanup EXIT
@@ -116,6 +149,52 @@ ana_state() {
     2>/dev/null || true
 }
 state_is() { [ "$(ana_state "$1")" = "$2" ]; }
+
+# host_b STEP PORT SUBCOMMAND ARGS...: Sluice's CLI as host B through the gateway at
+# PORT; its output in resv-STEP.txt, one line (step, port, status, wall time of the
+# whole command in ms, command) in resv-commands.txt. Sets B_RC and B_OUT (stdout
+# and stderr).
+host_b() {
+  local step=$1 port=$2 t0 ms
+  shift 2
+  t0=$(date +%s%N)
+  B_RC=0
+  "$SLUICE" "$@" --traddr 127.0.0.1 --trsvcid "$port" --nqn "$NQN" --hostnqn "$HOSTNQN_B" --hostid "$HOSTID_B" \
+    --timeout 10000 >"$OUT_DIR/resv-$step.txt" 2>&1 || B_RC=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  B_OUT=$(cat "$OUT_DIR/resv-$step.txt")
+  printf '%-22s %-5s %-3s %6s ms  sluice %s\n' "$step" "$port" "$B_RC" "$ms" "$*" >>"$OUT_DIR/resv-commands.txt"
+  log "host B: sluice $1 through :$port: status $B_RC, ${ms} ms"
+}
+
+# holder_is STEP PORT HOSTID KEY: host B's resv-report through PORT shows Write
+# Exclusive held by HOSTID (a UUID) with KEY; HOLDER_SEEN says what it showed. The
+# report has one entry per registered controller (CNTLID FFFFh for a registered
+# host with no controller on that gateway), so a host with two controllers there
+# (the guest and Sluice's fio host, both host A) is listed twice: hosts are
+# compared, each with its number of entries.
+holder_is() {
+  host_b "$1" "$2" resv-report --output-format json
+  HOLDER_SEEN=$(python3 -c '
+import collections, json, sys
+d = json.loads(sys.stdin.read())
+def hosts(entries):
+    count = collections.Counter("%s/%x" % (r["hostid"], r["rkey"]) for r in entries)
+    return ",".join(h + ("(x%d)" % n if n > 1 else "") for h, n in sorted(count.items())) or "none"
+entries = d.get("regctlext", [])
+print("rtype=%d regctl=%d holder=%s registrants=%s" % (d["rtype"], d["regctl"],
+      hosts([r for r in entries if r["rcsts"] & 1]), hosts(entries)))' \
+    <<<"$B_OUT" 2>/dev/null) || HOLDER_SEEN="no report (status $B_RC): $(head -c 200 <<<"$B_OUT")"
+  [[ $HOLDER_SEEN =~ ^rtype=1\ .*\ holder=${3//-/}/${4#0x}(\(x[0-9]+\))?\ registrants= ]]
+}
+
+# b_write_conflicts STEP PORT: host B's 4 KiB write through PORT is refused with
+# Reservation Conflict
+b_write_conflicts() {
+  host_b "$1" "$2" write --start-block 0 --data-size 4096 --data "$OUT_DIR/host-b-block.bin"
+  [ "$B_RC" = 1 ] && [[ $B_OUT == *"Reservation Conflict"* ]]
+}
+head -c 4096 /dev/urandom >"$OUT_DIR/host-b-block.bin"
 
 log "gateways a and b from the unedited examples; cluster $CEPH_CONF; artifacts: $OUT_DIR"
 start_gateway a "$CONFIG_A" $PORT_A
@@ -151,7 +230,7 @@ wait_marker() {
 start_host_fio() {
   log "Sluice's multipath host: fio with the Sluice engine on 127.0.0.1:$PORT_A,127.0.0.1:$PORT_B"
   (cd "$OUT_DIR" && timeout --kill-after=10 120 fio --name=multipath --ioengine=external:"$ENGINE" \
-    --traddr="127.0.0.1:$PORT_A,127.0.0.1:$PORT_B" --subnqn="$NQN" --nsid=1 --thread=1 \
+    --traddr="127.0.0.1:$PORT_A,127.0.0.1:$PORT_B" --subnqn="$NQN" --nsid=1 --thread=1 ${GUEST_HOSTNQN:+--hostnqn="$GUEST_HOSTNQN"} \
     --rw=randwrite --bs=4k --size=32m --offset=512m --iodepth=8 --verify=crc32c --verify_backlog=256 \
     --verify_fatal=1 --time_based=1 --runtime=25 --output-format=json --output=host-multipath.json) \
     >"$OUT_DIR/host-multipath.log" 2>&1 &
@@ -180,6 +259,27 @@ PY
   fi
 }
 
+# The guest (host A) took Write Exclusive through a: host B sees it through b and
+# cannot write. The guest's host NQN is what Sluice's fio host connects with.
+GUEST_HOSTID='' GUEST_HOSTNQN=''
+if wait_marker 400 resv.taken; then
+  GUEST_HOSTID=$(cat "$SHARE/hostid" 2>/dev/null || true)
+  GUEST_HOSTNQN=$(cat "$SHARE/hostnqn" 2>/dev/null || true)
+  log "the guest (host A): host identifier '$GUEST_HOSTID', host NQN '$GUEST_HOSTNQN'"
+  if holder_is report-b-1 $PORT_B "$GUEST_HOSTID" $KEY_A; then
+    host_ok resv-report-b "through b: $HOLDER_SEEN"
+  else
+    host_fail resv-report-b "through b: $HOLDER_SEEN"
+  fi
+  if b_write_conflicts write-b-1 $PORT_B; then
+    host_ok resv-conflict-b "host B's write through b: $(tail -n 1 <<<"$B_OUT")"
+  else
+    host_fail resv-conflict-b "status $B_RC: $(tail -n 1 <<<"$B_OUT")"
+  fi
+else
+  host_fail resv-report-b "the guest never took the reservation"
+fi
+
 TAKEOVER_S=''
 if wait_marker 400 fio.started; then
   start_host_fio
@@ -200,8 +300,26 @@ if wait_marker 400 fio.started; then
   else
     host_fail fenced "no fencing line in b.log"
   fi
+  if holder_is report-b-2 $PORT_B "$GUEST_HOSTID" $KEY_A && b_write_conflicts write-b-2 $PORT_B; then
+    host_ok resv-after-takeover "through b, a dead: $HOLDER_SEEN; host B's write refused"
+  else
+    host_fail resv-after-takeover "through b: $HOLDER_SEEN; host B's write: status $B_RC: $(tail -n 1 <<<"$B_OUT")"
+  fi
   check_host_fio
-  if wait_marker 300 fio.done; then
+  if wait_marker 300 fio.done && wait_marker 120 resv.failover; then
+    # Host B preempts the guest through b (a still dead): it registers, then
+    # acquires Write Exclusive preempting the guest's key.
+    host_b register-b $PORT_B resv-register --nrkey $KEY_B --rrega 0
+    rc_register=$B_RC
+    host_b preempt-b $PORT_B resv-acquire --crkey $KEY_B --prkey $KEY_A --rtype 1 --racqa 1
+    if [ "$rc_register" = 0 ] && [ "$B_RC" = 0 ] && holder_is report-b-3 $PORT_B "$HOSTID_B" $KEY_B &&
+        [[ $HOLDER_SEEN != *"${GUEST_HOSTID//-/}"* ]]; then
+      host_ok resv-preempt-b "host B registered and preempted through b: $HOLDER_SEEN"
+    else
+      host_fail resv-preempt-b "register status $rc_register, preempt status $B_RC: $HOLDER_SEEN"
+    fi
+    : >"$SHARE/resv.preempted"
+    wait_marker 180 resv.conflict || true
     log "restarting gateway a from $CONFIG_A"
     start_gateway a "$CONFIG_A" $PORT_A
     if wait_for 40 "a to get group 1 back" state_is $PORT_A optimized && state_is $PORT_B non-optimized; then
@@ -215,6 +333,23 @@ if wait_marker 400 fio.started; then
       host_ok rejoined "gateway status: both members hold their leases"
     else
       host_fail rejoined "$(tr '\n' ' ' <"$OUT_DIR/status-2.txt" | head -c 300)"
+    fi
+    # a was dead when B preempted: restarted, it enforces the group's state.
+    held=0
+    holder_is report-a-restarted $PORT_A "$HOSTID_B" $KEY_B || held=$?
+    host_b write-a-holder $PORT_A write --start-block 0 --data-size 4096 --data "$OUT_DIR/host-b-block.bin"
+    if [ "$held" = 0 ] && [ "$B_RC" = 0 ]; then
+      host_ok resv-restarted-a "through the restarted a: $HOLDER_SEEN; the holder B writes through it"
+    else
+      host_fail resv-restarted-a "through a: $HOLDER_SEEN; B's write: status $B_RC $(tail -n 1 <<<"$B_OUT")"
+    fi
+    # Clean up for the failback round (and the next run): B clears through a.
+    host_b clear-a $PORT_A resv-release --crkey $KEY_B --rtype 1 --rrela 1
+    if [ "$B_RC" = 0 ] && host_b report-b-4 $PORT_B resv-report --output-format json &&
+        [[ $(tr -d ' \n' <<<"$B_OUT") == *'"rtype":0,"regctl":0'* ]]; then
+      host_ok resv-cleared "host B cleared the reservation through a; b reports no registrant"
+    else
+      host_fail resv-cleared "clear status $B_RC; b reports: $(head -c 200 <<<"$B_OUT")"
     fi
     : >"$SHARE/a.restarted"
   fi
@@ -252,5 +387,11 @@ worst=$(cat "$SHARE/worst-clat-us" 2>/dev/null || echo '?')
 {
   echo "takeover_seconds=${TAKEOVER_S:-?}"
   echo "longest_io_completion_us=$worst"
+  # host B's CLI commands (step, port, status, wall ms incl. connect, command)
+  sed 's/^/resv_command: /' "$OUT_DIR/resv-commands.txt" 2>/dev/null || true
 } >"$OUT_DIR/failover.txt"
-finish_with_verdict gateway ", takeover ${TAKEOVER_S:-?} s, longest I/O ${worst} us" "guest.log, a.log, b.log, failover.txt"
+log "host B's reservation commands (step, port, status, wall time incl. connect and disconnect):"
+sed 's/^/  /' "$OUT_DIR/resv-commands.txt" 2>/dev/null || true
+resv_ms=$(awk '{ print $4 }' "$OUT_DIR/resv-commands.txt" 2>/dev/null | sort -n | sed -n '1p;$p' | paste -sd- -)
+finish_with_verdict gateway ", takeover ${TAKEOVER_S:-?} s, longest I/O ${worst} us, host B's reservation commands ${resv_ms:-?} ms" \
+  "guest.log, a.log, b.log, failover.txt, resv-commands.txt"

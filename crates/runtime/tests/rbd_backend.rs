@@ -14,7 +14,7 @@ use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use runtime::rbd_backend::{open_connections, ImageChange};
-use runtime::{RbdBackend, RbdError, RbdOptions};
+use runtime::{RadosObject, RbdBackend, RbdError, RbdOptions};
 use storage::conformance::{pattern, submit_and_wait};
 use storage::{Backend, IoCompletion, IoError, IoOp, IoRequest};
 
@@ -210,4 +210,39 @@ fn open_errors_name_the_pool_image_and_fix() {
     options.size_bytes = Some(1 << 20);
     assert_eq!(RbdBackend::inspect(&options).expect("inspect"), None);
     assert_eq!(RbdBackend::inspect(&options).expect("inspect again"), None, "inspect created the image");
+}
+
+/// librados pings each watch once per objecter tick (`objecter_tick_interval`, 5 s by
+/// default) and an OSD drops a watch it has not heard from within the watch's timeout
+/// (an RBD image's header watch: `osd_client_watch_timeout`, 5 s on the test cluster).
+/// A watch pinged no more often than it times out lapses every few seconds, and a
+/// lapsed header watch makes the client's exclusive lock look dead: another gateway's
+/// next write breaks the lock and blocklists the client, which a gateway then reads
+/// as being fenced. Sluice's connections ping every second, so a watch with a 3 s
+/// timeout must stay registered (with 5 s ticks it is lost within one tick).
+#[test]
+fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
+    if !cluster_available() {
+        return;
+    }
+    let spec = runtime::ClusterSpec { ceph_conf: None, client: "admin".to_string(), op_timeout_ms: 30_000 };
+    let object = Arc::new(RadosObject::open(&spec, POOL, &unique_image("watch-ping")).expect("open the object"));
+    object.replace_record("sluice.test", None, b"1", b"record").expect("create the object");
+    let lost = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&lost);
+    let handler: runtime::WatchHandler = Box::new(move |event| {
+        if let runtime::WatchEvent::Lost(errno) = event {
+            eprintln!("watch lost: {errno:?}");
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let watch = object.watch(handler, Duration::from_secs(3)).expect("watch the object");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(12) {
+        std::thread::sleep(Duration::from_millis(250));
+        if let Err(errno) = watch.check() {
+            panic!("the watch lapsed after {:?} ({errno:?}): librados did not ping it within its 3 s timeout", start.elapsed());
+        }
+    }
+    assert_eq!(lost.load(Ordering::SeqCst), 0, "the watch was lost and re-established");
 }

@@ -19,6 +19,17 @@ use super::RbdError;
 /// is unreachable).
 pub const CONNECT_TIMEOUT_SECONDS: u64 = 10;
 
+/// Longest pause between two pings of a watch (`objecter_tick_interval`, librados'
+/// default 5 s; a lower configured value stays). librados pings every watch once per
+/// tick, and an OSD drops a watch it has not heard from within the watch's timeout:
+/// for an RBD image's header watch `osd_client_watch_timeout` (30 s by default; 5 s
+/// on clusters tuned for a fast takeover, such as the test cluster). With pings no
+/// more frequent than the timeout, the watch lapses every few seconds although the
+/// client is healthy, and a lapsed header watch makes this client's exclusive lock
+/// look dead: another gateway's next write breaks it and blocklists this client
+/// (`rbd_blocklist_on_break_lock`), which a gateway must take as being fenced.
+const WATCH_PING_INTERVAL_SECONDS: f64 = 1.0;
+
 /// Which cluster, as whom, and how long an operation may take.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClusterSpec {
@@ -151,6 +162,16 @@ fn connect_new(spec: &ClusterSpec) -> Result<Cluster, RbdError> {
         let code = unsafe { (library.rados_conf_set)(handle, option_c.as_ptr(), value_c.as_ptr()) };
         if code < 0 {
             return Err(failed(&format!("setting {option}"), code));
+        }
+    }
+    let tick = conf_get(library, handle, "objecter_tick_interval").and_then(|value| value.trim().parse::<f64>().ok());
+    if tick.is_none_or(|tick| tick > WATCH_PING_INTERVAL_SECONDS) {
+        let option_c = cstring("objecter_tick_interval", "option")?;
+        let value_c = cstring(&WATCH_PING_INTERVAL_SECONDS.to_string(), "value")?;
+        // SAFETY: the handle is live; both strings are NUL-terminated.
+        let code = unsafe { (library.rados_conf_set)(handle, option_c.as_ptr(), value_c.as_ptr()) };
+        if code < 0 {
+            return Err(failed("setting objecter_tick_interval", code));
         }
     }
     cluster.monitors = conf_get(library, handle, "mon_host").unwrap_or_default();
