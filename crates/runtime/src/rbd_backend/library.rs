@@ -64,7 +64,6 @@ pub(crate) struct Library {
         unsafe extern "C" fn(io: IoContext, name: *const c_char, image: *mut Image, snapshot: *const c_char) -> c_int,
     pub rbd_close: unsafe extern "C" fn(image: Image) -> c_int,
     pub rbd_get_size: unsafe extern "C" fn(image: Image, size: *mut u64) -> c_int,
-    pub rbd_get_stripe_unit: unsafe extern "C" fn(image: Image, stripe_unit: *mut u64) -> c_int,
     pub rbd_resize: unsafe extern "C" fn(image: Image, size: u64) -> c_int,
     pub rbd_aio_create_completion:
         unsafe extern "C" fn(argument: *mut c_void, callback: Callback, completion: *mut Completion) -> c_int,
@@ -72,15 +71,6 @@ pub(crate) struct Library {
     pub rbd_aio_release: unsafe extern "C" fn(completion: Completion),
     pub rbd_aio_read:
         unsafe extern "C" fn(image: Image, offset: u64, length: usize, buffer: *mut c_char, c: Completion) -> c_int,
-    pub rbd_compare_and_write: unsafe extern "C" fn(
-        image: Image,
-        offset: u64,
-        length: usize,
-        compare: *const c_char,
-        buffer: *const c_char,
-        mismatch_offset: *mut u64,
-        flags: c_int,
-    ) -> isize,
     pub rbd_aio_compare_and_write: unsafe extern "C" fn(
         image: Image,
         offset: u64,
@@ -291,7 +281,6 @@ fn load() -> Result<Library, String> {
         rbd_open: symbol!(rbd, rbd_open),
         rbd_close: symbol!(rbd, rbd_close),
         rbd_get_size: symbol!(rbd, rbd_get_size),
-        rbd_get_stripe_unit: symbol!(rbd, rbd_get_stripe_unit),
         rbd_resize: symbol!(rbd, rbd_resize),
         rbd_aio_create_completion: symbol!(rbd, rbd_aio_create_completion),
         rbd_aio_get_return_value: symbol!(rbd, rbd_aio_get_return_value),
@@ -299,7 +288,6 @@ fn load() -> Result<Library, String> {
         rbd_aio_read: symbol!(rbd, rbd_aio_read),
         rbd_aio_write2: symbol!(rbd, rbd_aio_write2),
         rbd_aio_compare_and_write: symbol!(rbd, rbd_aio_compare_and_write),
-        rbd_compare_and_write: symbol!(rbd, rbd_compare_and_write),
         rbd_aio_flush: symbol!(rbd, rbd_aio_flush),
         rbd_aio_discard: symbol!(rbd, rbd_aio_discard),
         rbd_aio_write_zeroes: symbol!(rbd, rbd_aio_write_zeroes),

@@ -40,48 +40,13 @@ pub use watched::{ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTE
 use cluster::{OpenImage, OpenMode};
 use library::describe_errno;
 
-/// How large an aligned compare-and-write librbd runs as one OSD operation here,
-/// found by trying (Ceph 16.2 measured: one 512-byte sector; longer ones are refused
-/// with EINVAL). Each try compares a fixed pattern with the image's first bytes and
-/// would write the same pattern on a match, so the image's data never changes.
-/// `Some(0)` when librbd runs none here or the probe fails (logged): no pair is then
-/// atomic in the cluster, which a gateway group refuses rather than run a pair in
-/// two steps.
-fn probe_compare_and_write(library: &library::Library, image: &cluster::OpenImage, pool: &str, name: &str) -> Option<u64> {
-    const SECTOR_BYTES: usize = 512;
-    let mut stripe_unit_bytes: u64 = 0;
-    // SAFETY: the image is open; `stripe_unit_bytes` is a valid out pointer.
-    let code = unsafe { (library.rbd_get_stripe_unit)(image.image, &mut stripe_unit_bytes) };
-    // A compare-and-write never spans two objects (a stripe unit lies in one).
-    let limit = if code == 0 && stripe_unit_bytes > 0 { stripe_unit_bytes as usize } else { SECTOR_BYTES };
-    let mut supported = None;
-    let mut length = SECTOR_BYTES;
-    while length <= limit {
-        let probe: Vec<u8> = (0..length).map(|index| (index as u8).wrapping_mul(151) ^ 0xA5).collect();
-        let mut mismatch: u64 = 0;
-        // SAFETY: the image is open; both buffers are readable for `length` bytes
-        // and `mismatch` is a valid out pointer.
-        let code = unsafe {
-            (library.rbd_compare_and_write)(image.image, 0, length, probe.as_ptr().cast(), probe.as_ptr().cast(), &mut mismatch, 0)
-        };
-        match code {
-            0.. => supported = Some(length as u64),
-            code if code == -(libc::EILSEQ as isize) => supported = Some(length as u64),
-            code if code == -(libc::EINVAL as isize) => break,
-            code => {
-                tracing::warn!(image = %format!("{pool}/{name}"), error = %describe_errno(code as i64),
-                    "cannot tell whether librbd's compare-and-write works here: on a gateway group, fused Compare and Write will be refused");
-                return Some(0);
-            }
-        }
-        length *= 2;
-    }
-    if supported.is_none() {
-        tracing::warn!(image = %format!("{pool}/{name}"),
-            "librbd refuses even a one-sector compare-and-write: on a gateway group, fused Compare and Write will be refused");
-    }
-    Some(supported.unwrap_or(0))
-}
+/// How large an aligned compare-and-write librbd runs as one OSD operation: one
+/// 512-byte sector. Measured with Ceph 16.2's librbd here: 512 bytes at any sector
+/// boundary run (a mismatch is EILSEQ); 1 KiB and more, or a range across a sector
+/// boundary, are refused with EINVAL. Taken as a constant rather than probed at open:
+/// a probe is a write, and with the exclusive-lock feature it took the image's lock
+/// from the gateway that owns it (seen in the gateway interop test).
+const COMPARE_AND_WRITE_REGION_BYTES: u64 = 512;
 
 
 /// Default op timeout: below the Linux host's 30 s I/O timeout, so the host hears
@@ -238,9 +203,6 @@ pub struct RbdStatus {
 pub struct RbdBackend {
     image: Arc<OpenImage>,
     geometry: Geometry,
-    /// The stripe unit, when fused Compare and Write runs as librbd's
-    /// compare-and-write (see `Backend::atomic_compare_and_write_boundary_bytes`).
-    compare_and_write_boundary_bytes: Option<u64>,
     library: &'static library::Library,
     health: Arc<Health>,
 }
@@ -297,18 +259,11 @@ impl RbdBackend {
             (false, Some(from_bytes)) => ImageChange::Grown { from_bytes },
             (false, None) => ImageChange::None,
         };
-        let compare_and_write_boundary_bytes = if mode == OpenMode::Inspect {
-            // `sluice config check` changes nothing, not even with a probe.
-            None
-        } else {
-            probe_compare_and_write(library, &opened.image, &options.pool, &options.image)
-        };
         let backend = RbdBackend {
             image: Arc::new(opened.image),
             geometry,
             library,
             health: Arc::default(),
-            compare_and_write_boundary_bytes,
         };
         Ok((Arc::new(backend), change))
     }
@@ -386,6 +341,6 @@ impl Backend for RbdBackend {
     /// librbd's compare-and-write: the OSD compares and writes in one operation, so
     /// pairs are atomic against every gateway and client of the image.
     fn atomic_compare_and_write_boundary_bytes(&self) -> Option<u64> {
-        self.compare_and_write_boundary_bytes
+        Some(COMPARE_AND_WRITE_REGION_BYTES)
     }
 }
