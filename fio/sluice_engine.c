@@ -675,7 +675,9 @@ static enum fio_q_status fio_sluice_queue(struct thread_data *td, struct io_u *i
 		ret = sluice_submit_read(sd->queue, nsid, lba, blocks, io_u->xfer_buf, tag);
 		break;
 	case DDIR_WRITE:
-		ret = sluice_submit_write(sd->queue, nsid, lba, blocks, io_u->xfer_buf, 0, tag);
+		/* fio leaves an io_u's buffer alone until the engine returns its
+		 * event, so the data can go out straight from it. */
+		ret = sluice_submit_write_in_place(sd->queue, nsid, lba, blocks, io_u->xfer_buf, 0, tag);
 		break;
 	case DDIR_TRIM:
 		ret = sluice_submit_trim(sd->queue, nsid, lba, blocks, tag);

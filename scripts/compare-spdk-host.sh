@@ -8,6 +8,9 @@
 #                 (adaptive, busy-poll, sleep, blocking; initiator CPU from the bench)
 #   fio           fio with Sluice's engine (libsluice_fio.so), one job; fio's own cost
 #                 is included (CPU from fio's usr+sys)
+#   <name>@base   <name> (a host-io mode or fio) from a second build, for a before /
+#                 after comparison in one sitting: SLUICE_BASE_BIN (and for fio@base
+#                 SLUICE_BASE_FIO_ENGINE) name it
 # Prints per workload each initiator's best round, the ratios to spdk_nvme_perf and
 # host CPU per I/O.
 #
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     --initiators) INITIATORS=$2; shift 2 ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "compare-spdk-host: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,7 +83,14 @@ printf 'round\tinitiator\tworkload\tiops\tavg_us\thost_cpu_us_per_io\n' >"$RAW"
 # run_one ROUND INITIATOR WORKLOAD SIZE DEPTH: appends one row to $RAW.
 run_one() {
   local round=$1 who=$2 workload=$3 size=$4 depth=$5 spec="$3:$4:$5" line iops avg cpu
+  local mode=$who bin=$SLUICE_BIN engine=$FIO_ENGINE
   case $who in
+    *@base)
+      mode=${who%@base}
+      bin=${SLUICE_BASE_BIN:?"$who needs SLUICE_BASE_BIN"}
+      engine=${SLUICE_BASE_FIO_ENGINE:-$FIO_ENGINE} ;;
+  esac
+  case $mode in
     spdk)
       line=$("$SPDK_PEER" perf -c 0x2 -q "$depth" -o "$size" -w "$workload" -t "$SECONDS_PER_RUN" \
         -r "$("$SPDK_PEER" trid 127.0.0.1 "$PORT" "$NQN")" 2>"$OUT/err.log" | grep '^Total' || true)
@@ -89,7 +99,7 @@ run_one() {
       cpu=$(awk -v iops="$iops" 'BEGIN { printf "%.2f", 1e6 / iops }') ;;
     fio)
       local rw=$workload
-      taskset -c 1 env SLUICE_FIO_ENGINE="$FIO_ENGINE" fio --name=host --ioengine=external:"$FIO_ENGINE" \
+      taskset -c 1 env SLUICE_FIO_ENGINE="$engine" fio --name=host --ioengine=external:"$engine" \
         --traddr=127.0.0.1 --trsvcid="$PORT" --subnqn="$NQN" --nsid=1 --thread=1 --numjobs=1 \
         --rw="$rw" --bs="$size" --iodepth="$depth" --iodepth_batch_complete_min=1 --size=1g \
         --time_based=1 --runtime="$SECONDS_PER_RUN" --ramp_time=1 --norandommap=1 --randrepeat=0 \
@@ -120,8 +130,8 @@ queue_depth = $depth
 duration = "${SECONDS_PER_RUN}s"
 ramp = "1s"
 EOF
-      taskset -c 1 "$SLUICE_BIN" bench --target "tcp://127.0.0.1:$PORT/$NQN" --suite-file "$OUT/job.toml" \
-        --size 1GiB --no-baseline --host-io "$who" --json "$OUT/bench.json" >"$OUT/err.log" 2>&1 \
+      taskset -c 1 "$bin" bench --target "tcp://127.0.0.1:$PORT/$NQN" --suite-file "$OUT/job.toml" \
+        --size 1GiB --no-baseline --host-io "$mode" --json "$OUT/bench.json" >"$OUT/err.log" 2>&1 \
         || { log "$spec $who failed"; tail -n 5 "$OUT/err.log" >&2; return 0; }
       read -r iops avg cpu < <(python3 - "$OUT/bench.json" <<'EOF'
 import json, sys

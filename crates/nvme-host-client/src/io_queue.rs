@@ -49,6 +49,9 @@ struct Inflight {
     data_in_bytes: u32,
     /// The command's `read_destination`, for a retry.
     read_destination: Option<u64>,
+    /// The command's `write_source`, for a retry (its memory stays the caller's
+    /// until the final completion).
+    write_source: Option<nvme_host::SourceBuffer>,
     retries: u8,
 }
 
@@ -83,6 +86,8 @@ pub(crate) struct IoQueueInner {
     fail_fast: bool,
     /// Given to every connection's host queue (see `IoQueue::set_read_destination`).
     read_destination: Option<Arc<dyn nvme_host::ReadDestination>>,
+    /// Given to every connection's host queue (see `IoQueue::set_write_source`).
+    write_source: Option<Arc<dyn nvme_host::WriteSource>>,
 }
 
 impl IoQueueInner {
@@ -103,6 +108,7 @@ impl IoQueueInner {
             ring_unavailable: false,
             fail_fast: shared.options.fail_fast_on_path_loss,
             read_destination: None,
+            write_source: None,
         };
         inner.open(shared)?;
         Ok(inner)
@@ -126,6 +132,9 @@ impl IoQueueInner {
         connection.queue.set_in_capsule_data_limit(state.io_in_capsule_data_bytes);
         if let Some(destination) = &self.read_destination {
             connection.queue.set_read_destination(Arc::clone(destination));
+        }
+        if let Some(source) = &self.write_source {
+            connection.queue.set_write_source(Arc::clone(source));
         }
         self.connection = Some(IoLink::Blocking(Box::new(connection)));
         self.epoch = state.epoch;
@@ -304,6 +313,7 @@ impl IoQueueInner {
                 data_in_bytes: entry.data_in_bytes,
                 user_tag: completion.user_tag,
                 read_destination: entry.read_destination,
+                write_source: entry.write_source,
             });
             return;
         }
@@ -359,8 +369,20 @@ impl IoQueueInner {
             let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
             return Err(Refused::new(error, command));
         }
-        if !command.data_out.is_empty() && command.data_in_bytes > 0 {
+        let source_bytes = command.write_source.map_or(0, |buffer| buffer.length);
+        if source_bytes > MAX_COMMAND_DATA_BYTES {
+            let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
+            return Err(Refused::new(error, command));
+        }
+        if (!command.data_out.is_empty() || source_bytes > 0) && command.data_in_bytes > 0 {
             let error = ClientError::InvalidArgument("command moves data in both directions".into());
+            return Err(Refused::new(error, command));
+        }
+        // Checked here, since the host queue would refuse it after every reconnect.
+        if command.write_source.is_some() && (self.write_source.is_none() || !command.data_out.is_empty()) {
+            let error = ClientError::InvalidArgument(
+                "write_source needs a write source on the queue (IoQueue::set_write_source) and no data_out".into(),
+            );
             return Err(Refused::new(error, command));
         }
         if let Err(error) = self.poll_connection(shared) {
@@ -373,6 +395,7 @@ impl IoQueueInner {
             sqe: command.sqe,
             data_in_bytes: command.data_in_bytes,
             read_destination: command.read_destination,
+            write_source: command.write_source,
             retries: 0,
         };
         command.user_tag = u64::from(index);
@@ -533,6 +556,20 @@ impl IoQueue {
                 link.queue().set_read_destination(Arc::clone(&destination));
             }
             inner.read_destination = Some(destination);
+        }
+    }
+
+    /// Writes submitted with a `write_source` from now on are sent straight from the
+    /// memory `source` lends, on this connection and every one after a reconnect
+    /// (see [`nvme_host::WriteSource`]); their completions carry no data. Such a
+    /// write may be sent again (retry, reconnect) until its completion is reaped, so
+    /// the memory must stay readable and unchanged until then.
+    pub fn set_write_source(&mut self, source: Arc<dyn nvme_host::WriteSource>) {
+        if let Some(inner) = self.inner.as_mut() {
+            if let Some(link) = inner.connection.as_mut() {
+                link.queue().set_write_source(Arc::clone(&source));
+            }
+            inner.write_source = Some(source);
         }
     }
 

@@ -289,6 +289,7 @@ impl Multipath {
             command_timeout: self.command_timeout,
             spin_across_paths: self.spin_across_paths,
             last_completion_at: Instant::now(),
+            has_write_source: false,
         })
     }
 
@@ -387,6 +388,8 @@ struct Tracked {
     data_in_bytes: u32,
     /// The command's `read_destination`, for a resubmission on another path.
     read_destination: Option<u64>,
+    /// The command's `write_source`, for a resubmission on another path.
+    write_source: Option<nvme_host::SourceBuffer>,
     failovers: u8,
     /// The path it is on now (index into `paths`).
     path: usize,
@@ -416,6 +419,8 @@ pub struct MultipathQueue {
     /// from leaving one path's completions waiting while it waits on another.
     spin_across_paths: Option<Duration>,
     last_completion_at: Instant,
+    /// `set_write_source` was called: commands may name a `write_source`.
+    has_write_source: bool,
 }
 
 /// Statuses that say "this path", not "this command": the command goes to
@@ -450,6 +455,16 @@ impl MultipathQueue {
         }
     }
 
+    /// Writes submitted with a `write_source` are sent from the memory `source`
+    /// lends on whichever path serves them (see [`nvme_host::WriteSource`]); the
+    /// memory must stay readable and unchanged until the completion is reaped.
+    pub fn set_write_source(&mut self, source: Arc<dyn nvme_host::WriteSource>) {
+        for path in &mut self.paths {
+            path.queue.set_write_source(Arc::clone(&source));
+        }
+        self.has_write_source = true;
+    }
+
     /// Commands that may be in flight at once.
     pub fn depth(&self) -> usize {
         self.table.len()
@@ -472,6 +487,12 @@ impl MultipathQueue {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
             return Err(ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes")));
         }
+        // Refused here: every path would refuse it, and a refusal marks a path down.
+        if command.write_source.is_some() && (!self.has_write_source || !command.data_out.is_empty()) {
+            return Err(ClientError::InvalidArgument(
+                "write_source needs a write source on the queue (set_write_source) and no data_out".into(),
+            ));
+        }
         let Some(index) = self.free.pop() else { return Err(ClientError::QueueFull) };
         self.table[index as usize] = Tracked {
             in_use: true,
@@ -479,6 +500,7 @@ impl MultipathQueue {
             sqe: command.sqe,
             data_in_bytes: command.data_in_bytes,
             read_destination: command.read_destination,
+            write_source: command.write_source,
             failovers: 0,
             path: usize::MAX,
             submitted_at: Some(Instant::now()),
@@ -526,6 +548,7 @@ impl MultipathQueue {
                 data_in_bytes: entry.data_in_bytes,
                 user_tag: u64::from(index),
                 read_destination: entry.read_destination,
+                write_source: entry.write_source,
             };
             entry.path = path_index;
             let path = &mut self.paths[path_index];

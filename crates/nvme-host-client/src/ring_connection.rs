@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use nvme_host::{HostError, HostQueue, QueueState};
+use nvme_host::{HostError, HostQueue, QueueState, TransmitBatch};
 use runtime::{
     ClientRing, ClientRingConfig, CloseReason, ConnectionHandler, ConnectionToken, PollMode, SendSource, TlsConnection,
 };
@@ -26,25 +26,30 @@ const RING_ENTRIES: u32 = 16;
 /// How long a failing connection may take to get its H2CTermReq out.
 const TERMINATION_FLUSH_WAIT: Duration = Duration::from_millis(50);
 
-/// One send batch: the PDUs `HostQueue::transmit` wrote.
+/// One send batch: the PDUs `HostQueue::transmit_batch` encoded, write data by
+/// reference, so the ring's one SendMsg reads each write's data where the command
+/// (or the caller) keeps it. The ring holds the batch until the send is over, which
+/// is what keeps those commands from completing before it.
 #[derive(Debug)]
-pub(crate) struct SendBuffer(Vec<u8>);
+pub(crate) struct SendBuffer(TransmitBatch);
 
 impl SendSource for SendBuffer {
     fn parts<'a>(&'a self, out: &mut runtime::SendParts<'a>) {
-        out.bytes(&self.0);
+        for slice in self.0.slices() {
+            out.bytes(slice);
+        }
     }
     fn total_len(&self) -> usize {
         self.0.len()
     }
 }
 
-/// The ring's handler: the host queue and the one buffer it sends from (a
-/// connection has at most one send in flight, so one buffer, reused, suffices).
+/// The ring's handler: the host queue and the one batch it sends (a connection has
+/// at most one send in flight, so one batch, reused, suffices).
 #[derive(Debug)]
 pub(crate) struct RingLink {
     queue: HostQueue,
-    spare: Vec<u8>,
+    spare: TransmitBatch,
     closed: Option<CloseReason>,
 }
 
@@ -56,17 +61,20 @@ impl ConnectionHandler for RingLink {
     }
 
     fn take_send(&mut self) -> Option<SendBuffer> {
-        let mut buffer = std::mem::take(&mut self.spare);
-        buffer.clear();
-        if self.queue.transmit(&mut buffer) == 0 {
-            self.spare = buffer;
+        let mut batch = std::mem::take(&mut self.spare);
+        if self.queue.transmit_batch(&mut batch) == 0 {
+            self.spare = batch;
             return None;
         }
-        Some(SendBuffer(buffer))
+        Some(SendBuffer(batch))
     }
 
     fn on_sent(&mut self, batch: SendBuffer, _now: Instant) {
-        self.spare = batch.0;
+        // Lets go of the commands' data at once: responses that came during the
+        // send complete at the next poll of the queue.
+        let mut batch = batch.0;
+        batch.clear();
+        self.spare = batch;
     }
 
     fn on_timer(&mut self, now: Instant) {
@@ -116,7 +124,7 @@ impl RingConnection {
             Err(error) => return Err(Box::new((connection, error))),
         };
         let (stream, queue, address, tls) = connection.into_parts();
-        let link = RingLink { queue, spare: Vec::new(), closed: None };
+        let link = RingLink { queue, spare: TransmitBatch::new(), closed: None };
         let now = Instant::now();
         let handler = match tls {
             None => TlsConnection::plain(link, now),

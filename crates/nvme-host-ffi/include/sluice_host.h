@@ -30,6 +30,12 @@
  * Buffer lifetime contract:
  *   - write: the data is copied before sluice_submit_write returns; the caller may
  *     reuse its buffer at once.
+ *   - write in place: sluice_submit_write_in_place sends the data straight from
+ *     `buf`, without a copy, so `buf` must stay valid and unchanged until
+ *     sluice_reap returns the request's completion (or sluice_queue_release
+ *     returns): a retry, a reconnect or a failover sends it again from there. The
+ *     library reads it only during sluice_* calls on that queue, on the calling
+ *     thread.
  *   - read: `buf` must stay valid and writable for blocks * block_size bytes until
  *     sluice_reap returns the request's completion (or sluice_queue_release is
  *     called). The library writes to it only during sluice_reap calls on that
@@ -150,6 +156,11 @@ int sluice_submit_read(sluice_queue *q, uint32_t nsid, uint64_t lba, uint32_t bl
 /* Write `blocks` logical blocks at `lba` from `buf` (copied); fua != 0 sets FUA. */
 int sluice_submit_write(sluice_queue *q, uint32_t nsid, uint64_t lba, uint32_t blocks,
                         const void *buf, int fua, uint64_t user_tag);
+
+/* Write `blocks` logical blocks at `lba` straight from `buf` (not copied: see the
+ * lifetime contract); fua != 0 sets FUA. */
+int sluice_submit_write_in_place(sluice_queue *q, uint32_t nsid, uint64_t lba, uint32_t blocks,
+                                 const void *buf, int fua, uint64_t user_tag);
 
 /* Flush the namespace's volatile write cache. */
 int sluice_submit_flush(sluice_queue *q, uint32_t nsid, uint64_t user_tag);

@@ -25,6 +25,16 @@ pub fn write_command(nsid: u32, lba: u64, data: Vec<u8>, block_size: u32, fua: b
     commands::write(NamespaceId(nsid), lba, data, block_size, fua)
 }
 
+pub fn write_from_source_command(
+    nsid: u32,
+    lba: u64,
+    source: nvme_host::SourceBuffer,
+    block_size: u32,
+    fua: bool,
+) -> HostCommand {
+    commands::write_from_source(NamespaceId(nsid), lba, source, block_size, fua)
+}
+
 pub fn flush_command(nsid: u32) -> HostCommand {
     commands::flush(NamespaceId(nsid))
 }
@@ -227,6 +237,14 @@ impl CommandQueue for AnyQueue {
         match self {
             AnyQueue::Single(queue) => queue.set_read_destination(destination),
             AnyQueue::Multi(queue) => queue.set_read_destination(destination),
+        }
+        true
+    }
+
+    fn set_write_source(&mut self, source: std::sync::Arc<dyn nvme_host::WriteSource>) -> bool {
+        match self {
+            AnyQueue::Single(queue) => queue.set_write_source(source),
+            AnyQueue::Multi(queue) => queue.set_write_source(source),
         }
         true
     }

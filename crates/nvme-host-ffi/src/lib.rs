@@ -112,13 +112,28 @@ pub struct SluiceController {
 
 /// The opaque `sluice_queue`.
 pub struct SluiceQueue {
-    /// Where reads land as they arrive; switched off before the queue goes.
+    /// Where reads land as they arrive and writes in place are sent from; switched
+    /// off for reads before the queue goes, for writes after (`writes_closer`).
     caller_memory: Arc<CallerMemory>,
     core: QueueCore<client::AnyQueue>,
     shared: Arc<Shared>,
     geometry: HashMap<u32, Geometry>,
     completions: Vec<Completion>,
     poisoned: bool,
+    /// Declared after `core`, so it is dropped after it: the queue drains while
+    /// writes in place may still be sent from the caller's memory (it is the
+    /// caller's until sluice_queue_release returns), and only then is it closed.
+    #[allow(dead_code)] // Held for its Drop alone.
+    writes_closer: CloseWrites,
+}
+
+/// Stops lending writes from the caller's memory when dropped.
+struct CloseWrites(Arc<CallerMemory>);
+
+impl Drop for CloseWrites {
+    fn drop(&mut self) {
+        self.0.writes_open.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl SluiceQueue {
@@ -149,11 +164,42 @@ impl Drop for SluiceQueue {
 }
 
 /// Receives read data straight into the buffers the caller gave `sluice_submit_read`,
-/// as it arrives from the socket (one copy fewer than collecting it first).
+/// as it arrives from the socket (one copy fewer than collecting it first), and lends
+/// the data of `sluice_submit_write_in_place` to the queue's sends (no copy at all).
 #[derive(Debug)]
 struct CallerMemory {
     /// False once the queue is being released.
     open: std::sync::atomic::AtomicBool,
+    /// False once the queue has been released.
+    writes_open: std::sync::atomic::AtomicBool,
+}
+
+impl CallerMemory {
+    fn new() -> Self {
+        CallerMemory {
+            open: std::sync::atomic::AtomicBool::new(true),
+            writes_open: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+}
+
+impl nvme_host::WriteSource for CallerMemory {
+    fn data(&self, source: u64, offset: usize, length: usize) -> Option<&[u8]> {
+        if !self.writes_open.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: `source` is the address of a write command's part of a buffer
+        // passed to sluice_submit_write_in_place (QueueCore::submit_write_in_place
+        // sets it), which the caller keeps valid and unchanged until the request's
+        // completion is returned by sluice_reap, or until sluice_queue_release
+        // returns (the contract in sluice_host.h); after that `writes_open` is false.
+        // The host queue asks only for offset + length within the command's length,
+        // and holds back the completion of a command whose data a send may still be
+        // reading until that send is over, so no slice is read after the caller got
+        // the buffer back. Every call runs on the thread that drives the queue,
+        // inside a sluice_* call on it.
+        Some(unsafe { std::slice::from_raw_parts((source as usize as *const u8).add(offset), length) })
+    }
 }
 
 impl nvme_host::ReadDestination for CallerMemory {
@@ -521,9 +567,11 @@ pub unsafe extern "C" fn sluice_take_queue(
                 .take_queue(index as usize)
                 .ok_or_else(|| FfiError::new(libc::EBUSY, format!("I/O queue {index} was already taken")))?;
             let mut core = QueueCore::new(queue, ctrl.shared.max_transfer_bytes);
-            let caller_memory = Arc::new(CallerMemory { open: std::sync::atomic::AtomicBool::new(true) });
+            let caller_memory = Arc::new(CallerMemory::new());
             core.deliver_reads_to(caller_memory.clone());
+            core.lend_writes_from(caller_memory.clone());
             let queue = SluiceQueue {
+                writes_closer: CloseWrites(caller_memory.clone()),
                 caller_memory,
                 core,
                 shared: ctrl.shared.clone(),
@@ -654,6 +702,43 @@ pub unsafe extern "C" fn sluice_submit_write(
     // SAFETY: `q` is NULL or a live queue handle used by this thread only, per the
     // contract above.
     unsafe { with_queue("sluice_submit_write", q, body) }
+}
+
+/// Queues a write of `blocks` blocks from `buf`, sent straight from `buf` (not
+/// copied).
+///
+/// # Safety
+/// `q` is a live queue handle; `buf` is readable for blocks * block size bytes and
+/// stays valid and unchanged until sluice_reap returns this request's completion, or
+/// until sluice_queue_release returns.
+#[no_mangle]
+pub unsafe extern "C" fn sluice_submit_write_in_place(
+    q: *mut SluiceQueue,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    buf: *const c_void,
+    fua: c_int,
+    user_tag: u64,
+) -> c_int {
+    let body = |q: &mut SluiceQueue| {
+        if buf.is_null() {
+            return Err(FfiError::invalid("buf is NULL"));
+        }
+        let geometry = q.geometry(nsid)?;
+        let bytes = (blocks as usize)
+            .checked_mul(geometry.block_size as usize)
+            .ok_or_else(|| FfiError::invalid("write too large"))?;
+        // SAFETY: the caller guarantees `buf` is readable for blocks * block size
+        // bytes until the request completes (see above); the queue keeps only its
+        // address, and reads it through CallerMemory while that holds.
+        let data = unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) };
+        q.core.submit_write_in_place(nsid, geometry, lba, data, fua != 0, user_tag)?;
+        Ok(0)
+    };
+    // SAFETY: `q` is NULL or a live queue handle used by this thread only, per the
+    // contract above.
+    unsafe { with_queue("sluice_submit_write_in_place", q, body) }
 }
 
 /// Queues a Flush of namespace `nsid`.

@@ -34,6 +34,12 @@ pub trait CommandQueue {
         let _ = destination;
         false
     }
+    /// Sends the data of writes that name a source from the memory `source` lends.
+    /// False: not supported, writes must carry their data.
+    fn set_write_source(&mut self, source: std::sync::Arc<dyn nvme_host::WriteSource>) -> bool {
+        let _ = source;
+        false
+    }
 }
 
 /// Is an error from [`CommandQueue::submit`] the end of the queue (connection lost,
@@ -123,6 +129,10 @@ pub struct QueueCore<Q: CommandQueue> {
     /// (`deliver_reads_to`): the destination value of a read's command is the address
     /// its bytes belong at.
     direct_reads: bool,
+    /// Writes in place go out straight from the caller's buffers through the queue's
+    /// write source (`lend_writes_from`): the source value of a write's command is
+    /// the address of its part of the buffer.
+    direct_writes: bool,
 }
 
 fn make_tag(generation: u32, slot: u16, chunk: u16) -> u64 {
@@ -147,6 +157,7 @@ impl<Q: CommandQueue> QueueCore<Q> {
             outstanding: 0,
             failed: None,
             direct_reads: false,
+            direct_writes: false,
         }
     }
 
@@ -156,6 +167,14 @@ impl<Q: CommandQueue> QueueCore<Q> {
     /// copies each read's data over from the queue's own buffer.
     pub fn deliver_reads_to(&mut self, destination: std::sync::Arc<dyn nvme_host::ReadDestination>) {
         self.direct_reads = self.queue.set_read_destination(destination);
+    }
+
+    /// From now on writes in place (`submit_write_in_place`) are sent straight from
+    /// the caller's buffers: each command names the address of its part of the
+    /// buffer, and `source` (which must read that address) lends the bytes. Without
+    /// it, writes in place are copied like any write.
+    pub fn lend_writes_from(&mut self, source: std::sync::Arc<dyn nvme_host::WriteSource>) {
+        self.direct_writes = self.queue.set_write_source(source);
     }
 
     pub fn depth(&self) -> usize {
@@ -271,6 +290,53 @@ impl<Q: CommandQueue> QueueCore<Q> {
         Ok(())
     }
 
+    /// Checks a write of `bytes` at `lba`: blocks per command and commands.
+    fn plan_write(&self, geometry: Geometry, lba: u64, bytes: usize) -> FfiResult<(u32, u32)> {
+        self.check_usable()?;
+        let block_size = geometry.block_size as usize;
+        if !bytes.is_multiple_of(block_size) {
+            return Err(FfiError::invalid(format!("{bytes} bytes is not a whole number of {block_size}-byte blocks")));
+        }
+        let blocks =
+            u32::try_from(bytes / block_size).map_err(|_| FfiError::invalid("a write of more than 2^32 blocks"))?;
+        Self::check_range(geometry, lba, u64::from(blocks))?;
+        let per = self.blocks_per_command(geometry.block_size);
+        Ok((per, self.command_count(blocks, per)?))
+    }
+
+    /// Queues a write of `data` (a whole number of blocks) at `lba`, sent straight
+    /// from `data`'s memory when the queue lends writes (`lend_writes_from`; the
+    /// caller then keeps it readable and unchanged until the request completes),
+    /// copied otherwise.
+    pub fn submit_write_in_place(
+        &mut self,
+        nsid: u32,
+        geometry: Geometry,
+        lba: u64,
+        data: &[u8],
+        fua: bool,
+        user_tag: u64,
+    ) -> FfiResult<()> {
+        if !self.direct_writes {
+            return self.submit_write(nsid, geometry, lba, data, fua, user_tag);
+        }
+        let (per, commands) = self.plan_write(geometry, lba, data.len())?;
+        let (generation, index) = self.allocate(user_tag, Kind::Other, commands)?;
+        let chunk_bytes = per as usize * geometry.block_size as usize;
+        let address = data.as_ptr() as usize;
+        for chunk in 0..commands as usize {
+            let offset = chunk * chunk_bytes;
+            let length = chunk_bytes.min(data.len() - offset) as u32;
+            let source = nvme_host::SourceBuffer { source: (address + offset) as u64, length };
+            let first = chunk as u64 * u64::from(per);
+            let mut command = client::write_from_source_command(nsid, lba + first, source, geometry.block_size, fua);
+            command.user_tag = make_tag(generation, index, chunk as u16);
+            self.backlog.push_back(command);
+        }
+        self.pump();
+        Ok(())
+    }
+
     /// Queues a write of `data` (a whole number of blocks) at `lba`; the data is copied.
     pub fn submit_write(
         &mut self,
@@ -281,21 +347,9 @@ impl<Q: CommandQueue> QueueCore<Q> {
         fua: bool,
         user_tag: u64,
     ) -> FfiResult<()> {
-        self.check_usable()?;
-        let block_size = geometry.block_size as usize;
-        if !data.len().is_multiple_of(block_size) {
-            return Err(FfiError::invalid(format!(
-                "{} bytes is not a whole number of {block_size}-byte blocks",
-                data.len()
-            )));
-        }
-        let blocks = u32::try_from(data.len() / block_size)
-            .map_err(|_| FfiError::invalid("a write of more than 2^32 blocks"))?;
-        Self::check_range(geometry, lba, u64::from(blocks))?;
-        let per = self.blocks_per_command(geometry.block_size);
-        let commands = self.command_count(blocks, per)?;
+        let (per, commands) = self.plan_write(geometry, lba, data.len())?;
         let (generation, index) = self.allocate(user_tag, Kind::Other, commands)?;
-        let chunk_bytes = per as usize * block_size;
+        let chunk_bytes = per as usize * geometry.block_size as usize;
         for (chunk, piece) in data.chunks(chunk_bytes).enumerate() {
             let buffer = self.take_buffer(piece);
             let first = chunk as u64 * u64::from(per);
@@ -522,6 +576,9 @@ mod tests {
         /// Set through `set_read_destination` when `takes_destination`.
         destination: Option<std::sync::Arc<dyn nvme_host::ReadDestination>>,
         takes_destination: bool,
+        /// Set through `set_write_source` when `takes_source`.
+        source: Option<std::sync::Arc<dyn nvme_host::WriteSource>>,
+        takes_source: bool,
     }
 
     impl FakeQueue {
@@ -536,6 +593,8 @@ mod tests {
                 submitted: 0,
                 destination: None,
                 takes_destination: false,
+                source: None,
+                takes_source: false,
             }
         }
     }
@@ -557,9 +616,19 @@ mod tests {
             let mut status = Status::SUCCESS;
             match sqe.opcode() {
                 0x01 => {
-                    assert_eq!(command.data_out.len(), bytes);
                     self.max_command_bytes = self.max_command_bytes.max(bytes);
-                    self.disk[offset..offset + bytes].copy_from_slice(&command.data_out);
+                    match (command.write_source, &self.source) {
+                        (Some(buffer), Some(source)) => {
+                            assert!(command.data_out.is_empty());
+                            assert_eq!(buffer.length as usize, bytes);
+                            let data = source.data(buffer.source, 0, bytes).expect("lent");
+                            self.disk[offset..offset + bytes].copy_from_slice(data);
+                        }
+                        _ => {
+                            assert_eq!(command.data_out.len(), bytes);
+                            self.disk[offset..offset + bytes].copy_from_slice(&command.data_out);
+                        }
+                    }
                 }
                 0x02 => {
                     assert_eq!(command.data_in_bytes as usize, bytes);
@@ -600,6 +669,25 @@ mod tests {
                 self.destination = Some(destination);
             }
             self.takes_destination
+        }
+        fn set_write_source(&mut self, source: std::sync::Arc<dyn nvme_host::WriteSource>) -> bool {
+            if self.takes_source {
+                self.source = Some(source);
+            }
+            self.takes_source
+        }
+    }
+
+    /// Lends `bytes`, addressed by their real addresses (as the fio engine's buffers
+    /// are).
+    #[derive(Debug)]
+    struct Lender {
+        bytes: Vec<u8>,
+    }
+    impl nvme_host::WriteSource for Lender {
+        fn data(&self, source: u64, offset: usize, length: usize) -> Option<&[u8]> {
+            let start = (source as usize).checked_sub(self.bytes.as_ptr() as usize)? + offset;
+            self.bytes.get(start..start + length)
         }
     }
 
@@ -675,6 +763,29 @@ mod tests {
         out.clear();
         core.reap(1, 1, None, &mut NoCopies, &mut out).unwrap();
         assert_eq!(out, vec![Completion { user_tag: 301, status: Status::INVALID_FIELD, error: -libc::EIO }]);
+    }
+
+    #[test]
+    fn writes_in_place_name_each_commands_part_of_the_caller_buffer() {
+        for takes_source in [true, false] {
+            let mut queue = FakeQueue::new(4);
+            queue.takes_source = takes_source;
+            let mut core = QueueCore::new(queue, 4096);
+            let bytes = (0..64 * 1024 + 1000).map(|i| (i * 11 + i / 512) as u8).collect();
+            let lender = std::sync::Arc::new(Lender { bytes });
+            core.lend_writes_from(lender.clone());
+            // 64 KiB from byte 1000 of the caller's buffer: 16 commands of 4 KiB, each
+            // naming where its part starts (or, without a source, copied as before).
+            let data = &lender.bytes[1000..];
+            core.submit_write_in_place(1, GEOMETRY, 10, data, false, 400).unwrap();
+            let mut out = Vec::new();
+            assert_eq!(core.reap(1, 8, None, &mut NoCopies, &mut out).unwrap(), 1);
+            assert_eq!(out[0], Completion { user_tag: 400, status: Status::SUCCESS, error: 0 });
+            let queue = core.into_inner();
+            let start = 10 * BS as usize;
+            assert!(queue.disk[start..start + data.len()] == data[..], "written data differs");
+            assert_eq!((queue.submitted, queue.max_command_bytes), (16, 4096));
+        }
     }
 
     #[test]

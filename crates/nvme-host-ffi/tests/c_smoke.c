@@ -144,6 +144,17 @@ int main(int argc, char **argv)
 	fill(wbuf, big_lba, big, bs, 1);
 	CHECK(memcmp(wbuf, rbuf, big) == 0, "1 MiB read back differs");
 
+	/* the same 1 MiB in place (sent from wbuf itself, kept until its completion),
+	 * over a different pattern, and read back */
+	fill(wbuf, big_lba, big, bs, 3);
+	CHECK(sluice_submit_write_in_place(q1, 1, big_lba, big / bs, wbuf, 0, 13) == 0, "1 MiB write in place");
+	CHECK(reap_all(q1, 1) == 13, "write in place tag");
+	memset(rbuf, 0, big);
+	CHECK(sluice_submit_read(q0, 1, big_lba, big / bs, rbuf, 14) == 0, "1 MiB read");
+	CHECK(reap_all(q0, 1) == 14, "read tag");
+	CHECK(memcmp(wbuf, rbuf, big) == 0, "1 MiB written in place reads back differently");
+	CHECK(sluice_submit_write_in_place(q0, 1, 0, 1, NULL, 0, 1) == -EINVAL, "NULL write-in-place buffer");
+
 	/* 64 single-block writes with FUA, then 64 reads, all queued before reaping */
 	enum { N = 64 };
 	uint8_t *small = malloc((size_t)N * bs), *back = calloc(N, bs);

@@ -84,6 +84,7 @@ impl HostQueue {
                 data_in_bytes: 0,
                 user_tag: 0,
                 read_destination: None,
+                write_source: None,
             },
             HostStep::Receive(allocation_length) => HostCommand {
                 sqe: authentication_command(FabricsCommandType::AuthenticationReceive, allocation_length),
@@ -91,6 +92,7 @@ impl HostQueue {
                 data_in_bytes: allocation_length,
                 user_tag: 0,
                 read_destination: None,
+                write_source: None,
             },
             HostStep::Authenticated => {
                 self.generated_psk = self.authentication.take().and_then(|mut transaction| transaction.take_generated_psk());

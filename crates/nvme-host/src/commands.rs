@@ -21,7 +21,7 @@ use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER;
 use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, SubmissionQueueEntry};
 
-use crate::HostCommand;
+use crate::{HostCommand, SourceBuffer};
 
 /// Most ranges one Dataset Management command carries (NR is 8 bits, 0's based).
 pub const MAX_DATASET_RANGES: usize = 256;
@@ -34,7 +34,7 @@ fn sqe_for(opcode: u8) -> SubmissionQueueEntry {
 }
 
 fn command(sqe: SubmissionQueueEntry) -> HostCommand {
-    HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0, read_destination: None }
+    HostCommand { sqe, data_out: Vec::new(), data_in_bytes: 0, user_tag: 0, read_destination: None, write_source: None }
 }
 
 /// Abort (admin 08h) of the command `command_id` on submission queue `queue_id`.
@@ -245,6 +245,19 @@ pub fn write(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32, fua: b
     HostCommand { data_out: data, ..command(sqe) }
 }
 
+/// Write (NVM 01h) of data in the caller's memory (see [`crate::WriteSource`]):
+/// `source.length` bytes (a whole number of `block_size` blocks) at `lba`, sent
+/// straight from there; `fua` sets Force Unit Access.
+pub fn write_from_source(nsid: NamespaceId, lba: u64, source: SourceBuffer, block_size: u32, fua: bool) -> HostCommand {
+    let mut sqe = sqe_for(IoOpcode::Write as u8);
+    let blocks = source.length / block_size.max(1);
+    set_range(&mut sqe, nsid, lba, blocks);
+    if fua {
+        sqe.dwords[12] |= 1 << 30;
+    }
+    HostCommand { write_source: Some(source), ..command(sqe) }
+}
+
 /// Compare (NVM 05h) of `data` (whole `block_size` blocks) with the blocks at `lba`:
 /// success when equal, Compare Failure when not.
 pub fn compare(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32) -> HostCommand {
@@ -399,6 +412,9 @@ mod tests {
         assert_eq!(write.sqe.opcode(), 0x01);
         assert_eq!(write.sqe.block_count(), 2);
         assert!(write.sqe.force_unit_access());
+        let from_source = write_from_source(NamespaceId(1), 5, SourceBuffer { source: 9, length: 1024 }, 512, false);
+        assert_eq!((from_source.sqe.opcode(), from_source.sqe.block_count()), (0x01, 2));
+        assert!(from_source.data_out.is_empty() && !from_source.sqe.force_unit_access());
         let zeroes = write_zeroes(NamespaceId(1), 7, 65536, true);
         assert_eq!(WriteZeroesCommand::decode(&zeroes.sqe).block_count(), 65536);
         let trim = dataset_management_deallocate(

@@ -168,13 +168,24 @@ pub enum HostError {
         /// "ICResp" or "Connect response".
         waiting_for: &'static str,
     },
+    /// The queue's [`crate::WriteSource`] no longer had a write's data when it was
+    /// to be sent (the caller let go of its memory): the command is not sent, or,
+    /// for data the target already asked for, the queue fails.
+    #[error("the data of command {command_id} was withdrawn by its write source before it was sent")]
+    WriteSourceWithdrawn {
+        /// CID of the command.
+        command_id: u16,
+    },
 }
 
 impl HostError {
     /// Who caused the error.
     pub fn origin(&self) -> FaultOrigin {
         match self {
-            Self::ConnectionLost | Self::CommandTimeout { .. } | Self::SetupTimeout { .. } => FaultOrigin::Transport,
+            Self::ConnectionLost
+            | Self::CommandTimeout { .. }
+            | Self::SetupTimeout { .. }
+            | Self::WriteSourceWithdrawn { .. } => FaultOrigin::Transport,
             _ => FaultOrigin::Target,
         }
     }
@@ -197,6 +208,10 @@ pub enum SubmitError {
     /// direction only.
     #[error("command moves data in both directions")]
     Bidirectional(HostCommand),
+    /// `write_source` is set on a queue without a [`crate::WriteSource`], or
+    /// together with `data_out`.
+    #[error("write source named without a write source on the queue, or together with data_out")]
+    InvalidWriteSource(HostCommand),
 }
 
 impl SubmitError {
@@ -206,7 +221,8 @@ impl SubmitError {
             Self::NotReady(command)
             | Self::QueueFull(command)
             | Self::DataTooLarge(command)
-            | Self::Bidirectional(command) => command,
+            | Self::Bidirectional(command)
+            | Self::InvalidWriteSource(command) => command,
         }
     }
 
@@ -216,7 +232,8 @@ impl SubmitError {
             Self::NotReady(command)
             | Self::QueueFull(command)
             | Self::DataTooLarge(command)
-            | Self::Bidirectional(command) => command,
+            | Self::Bidirectional(command)
+            | Self::InvalidWriteSource(command) => command,
         }
     }
 }

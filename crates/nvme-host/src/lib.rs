@@ -22,7 +22,12 @@
 //! - `receive`: the PDU stream from the target (ICResp, CapsuleResp, C2HData, R2T,
 //!   C2HTermReq), every field checked before any data is taken.
 //! - `transmit`: ICReq, Connect, command capsules (with in-capsule data) and H2CData
-//!   answering R2Ts, encoded straight into the caller's buffer.
+//!   answering R2Ts, encoded into a [`TransmitBatch`]: PDU headers in the batch's
+//!   own bytes, write data by reference to the command's buffer or the caller's
+//!   memory ([`WriteSource`]), so the driver sends it with one vectored send and
+//!   the payload is never copied in user space.
+//! - `transmit_batch`: the batch, and how it keeps write data alive while a send
+//!   reads it.
 //! - [`commands`]: builders for the admin and NVM commands a host sends.
 //! - [`status`]: human-readable NVMe status names.
 //!
@@ -31,6 +36,13 @@
 //! buffered, and every misbehaviour ends in a [`HostError`] naming who caused it.
 //! Steady state allocates nothing: command buffers move in with [`HostCommand`] and
 //! come back in [`HostCompletion`], slots and queues are sized at construction.
+//!
+//! A write's data goes out by reference: each slot keeps its buffer in an `Arc`
+//! allocated with the queue, and a batch holds a clone of it (a reference count,
+//! no allocation, no lock) until the driver is done sending it. A command whose
+//! response arrives while a batch still holds its data completes only once that
+//! batch is cleared or dropped, so neither the command's buffer nor the caller's
+//! memory is handed back while the kernel may still read it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -41,8 +53,12 @@ mod queue;
 mod receive;
 pub mod status;
 mod transmit;
+mod transmit_batch;
+#[cfg(test)]
+mod transmit_tests;
 
 pub use error::{FaultOrigin, HostError, IcRespProblem, SubmitError};
+pub use transmit_batch::{TransmitBatch, TransmitSlices};
 pub use nvme_auth::{HostAuthError, Secret, SecretError};
 pub use queue::HostQueue;
 pub use status::StatusDisplay;
@@ -145,7 +161,8 @@ pub struct HostCommand {
     /// Host-to-controller data (write data, Dataset Management ranges), may be empty.
     /// For a read (`data_in_bytes > 0`) it must be empty; its *capacity* is then used
     /// to receive the data, so passing back a previous completion's buffer keeps
-    /// steady-state reads allocation-free.
+    /// steady-state reads allocation-free. The queue sends a write's data straight
+    /// from this buffer (it is not copied) and hands it back in the completion.
     pub data_out: Vec<u8>,
     /// Controller-to-host transfer length in bytes (SGL length of a read); 0 for none.
     pub data_in_bytes: u32,
@@ -157,6 +174,22 @@ pub struct HostCommand {
     /// into the completion's `data`, which comes back empty. `None`, or a queue
     /// without a destination: collected as usual.
     pub read_destination: Option<u64>,
+    /// For a write on a queue given a [`WriteSource`]: where its data is, instead of
+    /// `data_out` (which must then be empty). The data is sent straight from there
+    /// and the completion's `data` comes back empty. On a queue without a write
+    /// source the command is refused ([`crate::SubmitError::NoWriteSource`]).
+    pub write_source: Option<SourceBuffer>,
+}
+
+/// A write's data that stays in memory the caller owns, named for the queue's
+/// [`WriteSource`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceBuffer {
+    /// The buffer, as a value the write source understands (the fio engine: the
+    /// address of the caller's buffer).
+    pub source: u64,
+    /// Bytes of data from the start of that buffer.
+    pub length: u32,
 }
 
 /// Takes read data straight from the receive buffer for commands that name a
@@ -167,6 +200,22 @@ pub trait ReadDestination: Send + Sync + std::fmt::Debug {
     /// queue checked `offset + data.len()` against the command's `data_in_bytes`, and
     /// calls this only while the command is outstanding.
     fn write(&self, destination: u64, offset: usize, data: &[u8]);
+}
+
+/// Lends write data straight from the caller's memory for commands that name a
+/// source ([`HostCommand::write_source`]): the counterpart of [`ReadDestination`]
+/// for writes, saving the copy into the command's own buffer. The queue asks for
+/// the data when it encodes a command's PDUs (to check it is there and to compute
+/// data digests) and again when the driver sends the batch, which may be after the
+/// call that encoded it but always before the command completes.
+pub trait WriteSource: Send + Sync + std::fmt::Debug {
+    /// The `length` bytes at byte `offset` of the write buffer `source` names, or
+    /// `None` when that memory may no longer be read (the caller let the queue go).
+    /// Once it has returned the data for a command, it must keep returning the same
+    /// bytes until that command's completion is handed out: retries and failover
+    /// resend from the same memory. The queue checked `offset + length` against the
+    /// command's `length`.
+    fn data(&self, source: u64, offset: usize, length: usize) -> Option<&[u8]>;
 }
 
 /// A finished command.
@@ -180,7 +229,8 @@ pub struct HostCompletion {
     /// replaced by Data Transfer Error (SCT 0h, SC 04h).
     pub cqe: CompletionQueueEntry,
     /// Read data (length = bytes received) for a command with `data_in_bytes > 0`,
-    /// otherwise the command's `data_out` buffer handed back.
+    /// otherwise the command's `data_out` buffer handed back (empty for reads and
+    /// writes that went through a read destination or write source).
     pub data: Vec<u8>,
     /// Why the host overrode the status: a data digest mismatch
     /// ([`HostError::DataDigestMismatch`]) or a read that received fewer bytes than
@@ -197,6 +247,8 @@ impl std::fmt::Debug for HostCommand {
             .field("data_out_bytes", &self.data_out.len())
             .field("data_in_bytes", &self.data_in_bytes)
             .field("user_tag", &self.user_tag)
+            .field("read_destination", &self.read_destination)
+            .field("write_source", &self.write_source)
             .finish()
     }
 }

@@ -2,16 +2,17 @@
 //! Receiving is in `receive.rs`, sending in `transmit.rs`.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::sqe::PSDT_SGL_METADATA_BUFFER;
-use nvme_spec::{CommandId, ControllerId, SglDescriptor, SubmissionQueueEntry};
+use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, SglDescriptor, SubmissionQueueEntry};
 use nvme_tcp_wire::{PduReader, PduWriter, ReaderLimits, Role, TerminationRequest};
 
 use crate::error::{HostError, SubmitError};
 use crate::{
-    HostCommand, HostCompletion, QueueConfig, QueueState, ADMIN_IN_CAPSULE_DATA_BYTES,
+    HostCommand, HostCompletion, QueueConfig, QueueState, SourceBuffer, WriteSource, ADMIN_IN_CAPSULE_DATA_BYTES,
     DEFAULT_IO_IN_CAPSULE_DATA_BYTES, MAX_COMMAND_DATA_BYTES, MIN_MAX_H2C_DATA_BYTES,
 };
 
@@ -41,8 +42,17 @@ pub(crate) struct Slot {
     pub(crate) sequence: u64,
     pub(crate) sqe: SubmissionQueueEntry,
     pub(crate) user_tag: u64,
-    /// Host-to-controller data; handed back on completion.
-    pub(crate) data_out: Vec<u8>,
+    /// Host-to-controller data; handed back on completion. The `Arc` is the slot's
+    /// for the queue's whole life (the command's buffer moves in and out of it), so
+    /// lending the data to a send batch is a reference count, not an allocation. A
+    /// batch holding a clone is also what keeps a command from completing while
+    /// its data may still be read (see `complete`); commands whose data is in the
+    /// caller's memory lend this (then empty) buffer for that purpose alone.
+    pub(crate) data_out: Arc<Vec<u8>>,
+    /// Bytes of host-to-controller data, wherever they are.
+    pub(crate) data_out_bytes: u32,
+    /// Where the data is when it is in the caller's memory (see [`crate::WriteSource`]).
+    pub(crate) write_source: Option<SourceBuffer>,
     /// The data went in the capsule (no R2T expected).
     pub(crate) in_capsule: bool,
     /// Controller-to-host data (empty when it goes to a read destination).
@@ -60,6 +70,9 @@ pub(crate) struct Slot {
     pub(crate) transport_error: Option<HostError>,
     /// `None` for commands without a timeout (held Asynchronous Event Requests).
     pub(crate) deadline: Option<Instant>,
+    /// The response, held while a send batch still holds the command's data; the
+    /// command is finished for the protocol (its CID names nothing any more).
+    pub(crate) finished: Option<CompletionQueueEntry>,
 }
 
 /// Work queued for `transmit`, in wire order. Data is not copied until then.
@@ -119,6 +132,10 @@ pub struct HostQueue {
     pub(crate) generated_psk: Option<nvme_auth::GeneratedPsk>,
     /// Takes the data of reads that name a destination.
     pub(crate) read_destination: Option<std::sync::Arc<dyn crate::ReadDestination>>,
+    /// Lends the data of writes that name a source.
+    pub(crate) write_source: Option<Arc<dyn WriteSource>>,
+    /// Slots whose response came while a send batch held their data, oldest first.
+    pub(crate) deferred: VecDeque<u16>,
 }
 
 impl HostQueue {
@@ -149,6 +166,8 @@ impl HostQueue {
             authentication: None,
             generated_psk: None,
             read_destination: None,
+            write_source: None,
+            deferred: VecDeque::with_capacity(usable),
             phase: Phase::Initializing,
             error: None,
             controller_id: None,
@@ -160,6 +179,12 @@ impl HostQueue {
     /// `destination` as it arrives (see [`crate::ReadDestination`]).
     pub fn set_read_destination(&mut self, destination: std::sync::Arc<dyn crate::ReadDestination>) {
         self.read_destination = Some(destination);
+    }
+
+    /// From now on, writes that name a source ([`HostCommand::write_source`]) are sent
+    /// straight from the memory `source` lends (see [`crate::WriteSource`]).
+    pub fn set_write_source(&mut self, source: Arc<dyn WriteSource>) {
+        self.write_source = Some(source);
     }
 
     /// The configuration the queue was built with (queue size possibly raised to 2).
@@ -233,21 +258,30 @@ impl HostQueue {
     /// times out. Used by `submit` and by the queue's own authentication commands.
     #[allow(clippy::result_large_err)] // The error hands the command back by value.
     pub(crate) fn enqueue(&mut self, command: HostCommand, deadline: Option<Instant>) -> Result<(), SubmitError> {
-        if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
+        let source_bytes = command.write_source.map_or(0, |buffer| buffer.length);
+        if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize
+            || command.data_in_bytes > MAX_COMMAND_DATA_BYTES
+            || source_bytes > MAX_COMMAND_DATA_BYTES
+        {
             return Err(SubmitError::DataTooLarge(command));
         }
-        if !command.data_out.is_empty() && command.data_in_bytes > 0 {
+        if (!command.data_out.is_empty() || source_bytes > 0) && command.data_in_bytes > 0 {
             return Err(SubmitError::Bidirectional(command));
+        }
+        if command.write_source.is_some() && (self.write_source.is_none() || !command.data_out.is_empty()) {
+            return Err(SubmitError::InvalidWriteSource(command));
         }
         let Some(index) = self.free.pop_front() else {
             return Err(SubmitError::QueueFull(command));
         };
-        let HostCommand { mut sqe, data_out, data_in_bytes, user_tag, read_destination } = command;
+        let HostCommand { mut sqe, data_out, data_in_bytes, user_tag, read_destination, write_source } = command;
+        // A source of no bytes is no data at all.
+        let write_source = write_source.filter(|buffer| buffer.length > 0);
         let destination = read_destination.filter(|_| data_in_bytes > 0 && self.read_destination.is_some());
         let (opcode, fuse) = (sqe.opcode(), sqe.fused());
         sqe.set_cdw0(opcode, CommandId(index), PSDT_SGL_METADATA_BUFFER);
         sqe.set_fused(fuse);
-        let data_out_bytes = data_out.len() as u32;
+        let data_out_bytes = write_source.map_or(data_out.len() as u32, |buffer| buffer.length);
         let in_capsule = data_out_bytes > 0 && data_out_bytes <= self.in_capsule_data_limit;
         let sgl = if in_capsule {
             SglDescriptor::in_capsule(0, data_out_bytes)
@@ -279,7 +313,15 @@ impl HostQueue {
         slot.sequence = sequence;
         slot.sqe = sqe;
         slot.user_tag = user_tag;
-        slot.data_out = data_out;
+        match Arc::get_mut(&mut slot.data_out) {
+            Some(buffer) => *buffer = data_out,
+            // Never expected: completions wait for batches to let go of the data
+            // (`complete`), and `abandon` leaves the queue failed. A new Arc keeps
+            // the old data for whoever still holds it.
+            None => slot.data_out = Arc::new(data_out),
+        }
+        slot.data_out_bytes = data_out_bytes;
+        slot.write_source = write_source;
         slot.in_capsule = in_capsule;
         slot.data_in = data_in;
         slot.data_in_bytes = data_in_bytes;
@@ -289,6 +331,7 @@ impl HostQueue {
         slot.r2t_pending = 0;
         slot.transport_error = None;
         slot.deadline = deadline;
+        slot.finished = None;
         if let Some(deadline) = deadline {
             self.timeout_scan_at = Some(self.timeout_scan_at.map_or(deadline, |at| at.min(deadline)));
         }
@@ -297,9 +340,29 @@ impl HostQueue {
         Ok(())
     }
 
-    /// The next completed command, oldest first.
+    /// The next completed command, oldest first. A command whose response came while
+    /// a send batch still held its data comes out once that batch is cleared or
+    /// dropped.
     pub fn poll_completion(&mut self) -> Option<HostCompletion> {
+        if !self.deferred.is_empty() {
+            self.finish_deferred();
+        }
         self.completed.pop_front()
+    }
+
+    /// Completes the deferred commands no batch holds any more.
+    fn finish_deferred(&mut self) {
+        for _ in 0..self.deferred.len() {
+            let Some(index) = self.deferred.pop_front() else { break };
+            let slot = &mut self.slots[usize::from(index)];
+            if Arc::get_mut(&mut slot.data_out).is_none() {
+                self.deferred.push_back(index);
+                continue;
+            }
+            if let Some(cqe) = slot.finished.take() {
+                self.complete(index, cqe);
+            }
+        }
     }
 
     /// The earliest time [`HostQueue::handle_timeout`] has something to do.
@@ -359,6 +422,7 @@ impl HostQueue {
         self.fail(reason, None);
         // The connection is gone: an H2CTermReq could not be sent any more.
         self.termination = None;
+        self.deferred.clear();
         let mut outstanding: Vec<(u64, u16)> = self
             .slots
             .iter()
@@ -367,24 +431,28 @@ impl HostQueue {
             .map(|(index, slot)| (slot.sequence, index as u16))
             .collect();
         outstanding.sort_unstable();
-        outstanding
-            .into_iter()
-            .map(|(_, index)| {
-                let slot = &mut self.slots[usize::from(index)];
-                let mut data_in = std::mem::take(&mut slot.data_in);
-                data_in.clear();
-                let data_out = if slot.data_in_bytes > 0 { data_in } else { std::mem::take(&mut slot.data_out) };
-                let command = HostCommand {
-                    sqe: slot.sqe,
-                    data_out,
-                    data_in_bytes: slot.data_in_bytes,
-                    user_tag: slot.user_tag,
-                    read_destination: slot.destination,
-                };
-                self.release(index);
-                command
-            })
-            .collect()
+        let mut abandoned = Vec::with_capacity(outstanding.len());
+        for (_, index) in outstanding {
+            let slot = &mut self.slots[usize::from(index)];
+            if let Some(cqe) = slot.finished.take() {
+                // Its response came; only the send was still holding it.
+                self.complete_now(index, cqe);
+                continue;
+            }
+            let mut data_in = std::mem::take(&mut slot.data_in);
+            data_in.clear();
+            let data_out = if slot.data_in_bytes > 0 { data_in } else { take_data_out(&mut slot.data_out) };
+            abandoned.push(HostCommand {
+                sqe: slot.sqe,
+                data_out,
+                data_in_bytes: slot.data_in_bytes,
+                user_tag: slot.user_tag,
+                read_destination: slot.destination,
+                write_source: slot.write_source,
+            });
+            self.release(index);
+        }
+        abandoned
     }
 
     /// Enters `Failed` (keeping the first error); `termination`, when given, is the
@@ -408,17 +476,36 @@ impl HostQueue {
         slot.in_use = false;
         slot.generation = slot.generation.wrapping_add(1);
         slot.transport_error = None;
+        slot.finished = None;
+        slot.write_source = None;
         self.free.push_back(index);
     }
 
     /// The outstanding command with this CID, if any.
     pub(crate) fn outstanding_slot(&self, command_id: CommandId) -> Option<u16> {
         let index = command_id.0;
-        self.slots.get(usize::from(index)).filter(|slot| slot.in_use).map(|_| index)
+        self.slots.get(usize::from(index)).filter(|slot| slot.in_use && slot.finished.is_none()).map(|_| index)
+    }
+
+    /// Completes the command in `index` with `cqe`, handing its buffer back, or, while
+    /// a send batch still holds its data, once it lets go: until then the kernel may
+    /// still read that memory, so neither the buffer nor (for a write source) the
+    /// caller's memory may be handed back. Rare: the response to a write normally
+    /// comes after its data was sent.
+    pub(crate) fn complete(&mut self, index: u16, cqe: CompletionQueueEntry) {
+        let slot = &mut self.slots[usize::from(index)];
+        if Arc::get_mut(&mut slot.data_out).is_none() {
+            if slot.finished.is_none() {
+                self.deferred.push_back(index);
+            }
+            slot.finished = Some(cqe);
+            return;
+        }
+        self.complete_now(index, cqe);
     }
 
     /// Completes the command in `index` with `cqe`, handing its buffer back.
-    pub(crate) fn complete(&mut self, index: u16, mut cqe: nvme_spec::CompletionQueueEntry) {
+    fn complete_now(&mut self, index: u16, mut cqe: CompletionQueueEntry) {
         if self.phase == Phase::Authenticating {
             // Only the queue's own Authentication Send/Receive run now.
             self.authentication_command_done(index, &cqe);
@@ -438,10 +525,20 @@ impl HostQueue {
             }
         }
         let data =
-            if slot.data_in_bytes > 0 { std::mem::take(&mut slot.data_in) } else { std::mem::take(&mut slot.data_out) };
+            if slot.data_in_bytes > 0 { std::mem::take(&mut slot.data_in) } else { take_data_out(&mut slot.data_out) };
         let user_tag = slot.user_tag;
         self.release(index);
         self.completed.push_back(HostCompletion { user_tag, cqe, data, transport_error });
+    }
+}
+
+/// The command's buffer out of its slot's `Arc`. A batch may still hold the data
+/// only when the connection failed under a send (`abandon`): then the caller gets a
+/// copy, and the batch keeps the original until it is dropped.
+fn take_data_out(data_out: &mut Arc<Vec<u8>>) -> Vec<u8> {
+    match Arc::get_mut(data_out) {
+        Some(buffer) => std::mem::take(buffer),
+        None => data_out.as_ref().clone(),
     }
 }
 

@@ -273,7 +273,7 @@ impl HostQueue {
         };
         let limit = self.config.max_r2t_outstanding.saturating_add(1);
         let slot = &mut self.slots[usize::from(index)];
-        if slot.in_capsule || slot.data_out.is_empty() {
+        if slot.in_capsule || slot.data_out_bytes == 0 {
             self.fail(
                 HostError::UnexpectedPdu { pdu_type: PduType::R2t, reason: "R2T for a command without R2T data" },
                 termination(FatalErrorStatus::InvalidPduHeaderField, offsets::CCCID),
@@ -283,14 +283,14 @@ impl HostQueue {
         let end = u64::from(request.offset) + u64::from(request.length);
         // R2Ts must ask for the data in order, without gaps or overlaps, and only
         // for data the command has (Linux checks the same).
-        if request.length == 0 || request.offset != slot.requested_bytes || end > slot.data_out.len() as u64 {
+        if request.length == 0 || request.offset != slot.requested_bytes || end > u64::from(slot.data_out_bytes) {
             let error = HostError::DataOutOfRange {
                 pdu_type: PduType::R2t,
                 command_id: index,
                 offset: request.offset,
                 length: request.length,
                 expected_offset: slot.requested_bytes,
-                limit: slot.data_out.len() as u32,
+                limit: slot.data_out_bytes,
             };
             self.fail(error, termination(FatalErrorStatus::DataTransferOutOfRange, offsets::DATA_OFFSET));
             return;

@@ -217,6 +217,40 @@ mod tests {
         assert!(state.iovecs.capacity() >= 3, "the iovec array keeps its capacity for reuse");
     }
 
+    /// Batches shaped like a host's (a header, then a write's data, many times over,
+    /// empty parts among them), sent in pieces cut at random bytes, mid-iovec
+    /// included: what the kernel would get is exactly the batch's bytes, in order.
+    #[test]
+    fn partial_sends_at_random_split_points_send_every_byte_once() {
+        let mut state_bits = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |bound: usize| {
+            state_bits ^= state_bits << 13;
+            state_bits ^= state_bits >> 7;
+            state_bits ^= state_bits << 17;
+            (state_bits % bound as u64) as usize
+        };
+        let mut state = SendState::new();
+        for round in 0..300 {
+            let parts: Vec<Vec<u8>> = (0..1 + next(80))
+                .map(|index| {
+                    let length = if index % 2 == 0 { 72 } else { [0, 16, 512, 4096, 9000][next(5)] };
+                    (0..length).map(|byte| (byte * 31 + index * 7 + round) as u8).collect()
+                })
+                .collect();
+            let expected = parts.concat();
+            state.load(Parts(parts));
+            let mut sent = Vec::new();
+            while !state.is_done() {
+                let unsent = unsent_bytes(&mut state);
+                let accepted = 1 + next(unsent.len().min(20_000));
+                sent.extend_from_slice(&unsent[..accepted]);
+                state.advance(accepted);
+            }
+            assert!(sent == expected, "round {round}: {} bytes sent, {} expected", sent.len(), expected.len());
+            assert!(state.take_batch().is_some());
+        }
+    }
+
     #[test]
     fn caps_iovecs_per_send() {
         let mut state = SendState::new();

@@ -3,9 +3,13 @@
 //! completion is checked by the oracle.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use nvme_host::{commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState, ReadDestination};
+use nvme_host::{
+    commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState, ReadDestination,
+    SourceBuffer, TransmitBatch, WriteSource,
+};
 use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::registers::ControllerConfiguration;
@@ -49,6 +53,13 @@ pub struct HostSettings {
     /// Reads name a destination, so their data goes straight into the host's memory as
     /// it arrives (as the fio engine's do) instead of into the completion.
     pub direct_reads: bool,
+    /// Writes name a source, so their data is sent from the host's memory (as the fio
+    /// engine's writes in place are) instead of from the command's buffer.
+    pub source_writes: bool,
+    /// Every third send stays "in flight" (the batch holding the commands' data is
+    /// kept) for a while, as a ring's send whose completion comes after the target's
+    /// responses: those commands must complete only once it is over.
+    pub hold_sends: bool,
 }
 
 /// The host's memory for reads that name a destination: destination (the command's
@@ -73,6 +84,44 @@ impl ReadDestination for ReadMemory {
         buffer[offset..end].copy_from_slice(data);
     }
 }
+
+/// Writes a host can have lent at once from its memory, per seed (the run's command
+/// budget is 4,000); later writes carry their data as usual.
+const WRITE_MEMORY_SLOTS: usize = 4096;
+
+/// The host's memory for writes that name a source: one slot per write (the source
+/// value is its index), filled once and kept until the host goes (a few MiB per
+/// seed), so the slices it lends stay valid without a lock held.
+#[derive(Debug)]
+struct WriteMemory {
+    slots: Box<[OnceLock<Box<[u8]>>]>,
+    next: AtomicUsize,
+}
+
+impl WriteMemory {
+    fn new() -> Self {
+        WriteMemory { slots: (0..WRITE_MEMORY_SLOTS).map(|_| OnceLock::new()).collect(), next: AtomicUsize::new(0) }
+    }
+
+    /// Keeps `data` in a fresh slot and names it; hands it back when all are used.
+    fn keep(&self, data: Vec<u8>) -> Result<SourceBuffer, Vec<u8>> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = self.slots.get(index) else { return Err(data) };
+        let length = data.len() as u32;
+        slot.set(data.into_boxed_slice()).map_err(Vec::from)?;
+        Ok(SourceBuffer { source: index as u64, length })
+    }
+}
+
+impl WriteSource for WriteMemory {
+    fn data(&self, source: u64, offset: usize, length: usize) -> Option<&[u8]> {
+        self.slots.get(usize::try_from(source).ok()?)?.get()?.get(offset..offset.checked_add(length)?)
+    }
+}
+
+/// How long a held send stays in flight: longer than the shortest round trip, so
+/// responses to the commands it carries come while it is held.
+const HOLD_SEND_NS: u64 = 300_000;
 
 /// Where a host is with the namespace it manages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +187,10 @@ enum Phase {
 struct QueueEnd {
     queue: HostQueue,
     link: u64,
+    /// What the queue sent last, write data by reference; kept while the send is
+    /// "in flight" (`held_until_ns`), cleared otherwise.
+    batch: TransmitBatch,
+    held_until_ns: Option<u64>,
 }
 
 /// One simulated host.
@@ -156,6 +209,10 @@ pub struct SimHost {
     transmit_buffer: Vec<u8>,
     /// Where reads land when `settings.direct_reads`.
     read_memory: Option<Arc<ReadMemory>>,
+    /// Where writes are sent from when `settings.source_writes`.
+    write_memory: Option<Arc<WriteMemory>>,
+    /// Sends so far, to hold every third one when `settings.hold_sends`.
+    sends: u64,
     /// Commands completed successfully (for the summary).
     pub completed_ok: u64,
     /// Times the host lost its controller and reconnected.
@@ -173,8 +230,11 @@ impl SimHost {
     /// A host that connects at once.
     pub fn new(index: usize, settings: HostSettings) -> Self {
         let read_memory = settings.direct_reads.then(|| Arc::new(ReadMemory::default()));
+        let write_memory = settings.source_writes.then(|| Arc::new(WriteMemory::new()));
         SimHost {
             read_memory,
+            write_memory,
+            sends: 0,
             index,
             settings,
             phase: Phase::Down { retry_at_ns: 0 },
@@ -233,7 +293,10 @@ impl SimHost {
         if let Some(memory) = self.read_memory.as_ref().filter(|_| queue_id != 0) {
             queue.set_read_destination(Arc::clone(memory) as Arc<dyn ReadDestination>);
         }
-        QueueEnd { queue, link }
+        if let Some(memory) = self.write_memory.as_ref().filter(|_| queue_id != 0) {
+            queue.set_write_source(Arc::clone(memory) as Arc<dyn WriteSource>);
+        }
+        QueueEnd { queue, link, batch: TransmitBatch::new(), held_until_ns: None }
     }
 
     /// Fails every outstanding command (writes become uncertain), drops both queues and
@@ -242,15 +305,16 @@ impl SimHost {
         let now_ns = context.clock.elapsed_ns();
         let ends: Vec<QueueEnd> = self.admin.take().into_iter().chain(self.io.drain(..)).collect();
         for end in ends {
-            let QueueEnd { mut queue, link } = end;
-            // Completions that arrived before the end still count.
+            let QueueEnd { mut queue, link, .. } = end;
+            // Completions that arrived before the end still count, those held back
+            // by a send in flight too (abandon hands them out).
+            queue.abandon(HostError::ConnectionLost);
             while let Some(completion) = queue.poll_completion() {
                 let is_io = self.outstanding.get(&completion.user_tag).is_some_and(|entry| entry.what.is_io());
                 if is_io {
                     self.complete(context, completion);
                 }
             }
-            queue.abandon(HostError::ConnectionLost);
             context.close_link_from_host(link);
         }
         for (_, outstanding) in std::mem::take(&mut self.outstanding) {
@@ -276,6 +340,13 @@ impl SimHost {
     pub fn service(&mut self, context: &mut Context, submit_io: bool) {
         let now = context.clock.now();
         let now_ns = context.clock.elapsed_ns();
+        // Held sends whose time came are over: the batch lets go of the data.
+        for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
+            if end.held_until_ns.is_some_and(|until| now_ns >= until) {
+                end.batch.clear();
+                end.held_until_ns = None;
+            }
+        }
         for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
             if end.queue.next_deadline().is_some_and(|deadline| deadline <= now) {
                 end.queue.handle_timeout(now);
@@ -316,9 +387,20 @@ impl SimHost {
             }
         }
         for end in self.admin.iter_mut().chain(self.io.iter_mut()) {
+            if end.held_until_ns.is_some() {
+                continue; // one send in flight per connection, as on a ring
+            }
+            if end.queue.transmit_batch(&mut end.batch) == 0 {
+                continue;
+            }
             self.transmit_buffer.clear();
-            if end.queue.transmit(&mut self.transmit_buffer) > 0 {
-                context.send_to_target(end.link, &self.transmit_buffer);
+            end.batch.copy_to(&mut self.transmit_buffer);
+            context.send_to_target(end.link, &self.transmit_buffer);
+            self.sends += 1;
+            if self.settings.hold_sends && self.sends.is_multiple_of(3) {
+                end.held_until_ns = Some(now_ns + HOLD_SEND_NS);
+            } else {
+                end.batch.clear();
             }
         }
     }
@@ -413,7 +495,14 @@ impl SimHost {
                 }
                 let force_unit_access = context.rng.chance(150_000);
                 context.oracle.begin_write(lba, blocks, tag);
-                let command = commands::write(NAMESPACE, lba, data, block_bytes as u32, force_unit_access);
+                let kept = match &self.write_memory {
+                    Some(memory) => memory.keep(data),
+                    None => Err(data),
+                };
+                let command = match kept {
+                    Ok(source) => commands::write_from_source(NAMESPACE, lba, source, block_bytes as u32, force_unit_access),
+                    Err(data) => commands::write(NAMESPACE, lba, data, block_bytes as u32, force_unit_access),
+                };
                 (command, Pending::Write { lba, blocks: blocks as u32, tag, force_unit_access })
             } else if choice < 95 {
                 context.oracle.begin_write(lba, blocks, 0);
@@ -655,6 +744,9 @@ impl SimHost {
         for end in self.admin.iter().chain(self.io.iter()) {
             if let Some(deadline) = end.queue.next_deadline() {
                 consider(context.clock.ns_of(deadline));
+            }
+            if let Some(until) = end.held_until_ns {
+                consider(until);
             }
         }
         match self.phase {

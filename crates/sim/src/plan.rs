@@ -51,6 +51,9 @@ impl Plan {
         // Half the seeds, chosen by a parity already drawn, so that no later draw of
         // the seed moves.
         plan.host.direct_reads = plan.namespace_blocks % 2 == 1;
+        // Two more bits of the same draw: writes from host memory, held sends.
+        plan.host.source_writes = (plan.namespace_blocks / 2) % 2 == 1;
+        plan.host.hold_sends = (plan.namespace_blocks / 4) % 2 == 1;
         if plan.thin_pool_unit_bytes.is_some() {
             plan.host.namespace_management_per_million = [0, 2_000, 20_000][rng.below(3) as usize];
         } else {
@@ -76,6 +79,8 @@ impl Plan {
                 abort_per_million: if calm { 0 } else { [0, 100, 1_000][rng.below(3) as usize] },
                 namespace_management_per_million: 0,
                 direct_reads: false,
+                source_writes: false,
+                hold_sends: false,
                 queue_size,
                 queue_depth: rng.between(1, u64::from(queue_size - 1).min(16)) as usize,
                 max_io_blocks: if block_bytes == 512 { rng.between(1, 64) as u32 } else { rng.between(1, 8) as u32 },
@@ -117,7 +122,7 @@ impl Plan {
             None => String::new(),
         };
         format!(
-            "{} host(s), {} x {} B blocks{pool}{}, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks{}, digests {}{}, segments <= {} B ({} ppm tiny), \
+            "{} host(s), {} x {} B blocks{pool}{}, {} queue(s) of {} at QD {}, MAXR2T {}, R2T budget {} KiB, I/O up to {} blocks{}{}, digests {}{}, segments <= {} B ({} ppm tiny), \
              faults every ~{} ms, disk errors {}/{} ppm, spikes {} ppm, bit flips {} ppm",
             self.hosts,
             self.namespace_blocks,
@@ -129,7 +134,13 @@ impl Plan {
             self.host.max_r2t_outstanding + 1,
             self.r2t_budget_bytes >> 10,
             self.host.max_io_blocks,
-            if self.host.direct_reads { ", reads into host memory" } else { "" },
+            match (self.host.direct_reads, self.host.source_writes) {
+                (true, true) => ", reads into and writes from host memory",
+                (true, false) => ", reads into host memory",
+                (false, true) => ", writes from host memory",
+                (false, false) => "",
+            },
+            if self.host.hold_sends { ", sends held in flight" } else { "" },
             if self.host.digests.header { "H" } else { "-" },
             if self.host.digests.data { "D" } else { "-" },
             self.network.max_segment_bytes,
