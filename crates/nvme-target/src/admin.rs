@@ -107,7 +107,12 @@ impl Connection {
         let discovery = controller.kind == ControllerKind::Discovery;
         if command.feature_id == feature_id::RESERVATION_PERSISTENCE && !discovery {
             // PTPL may wait for the reservation store (reservation_commands.rs).
-            return self.set_reservation_persistence(slot_index, sqe, command.dword11 & 1 != 0);
+            return self.set_reservation_persistence(
+                slot_index,
+                sqe,
+                command.dword11 & 1 != 0,
+                now,
+            );
         }
         let has_volatile_cache =
             controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.has_volatile_write_cache());

@@ -218,7 +218,7 @@ impl Connection {
         // Woken maybe because a range a parked command waits for was released, or a
         // reservation state became durable.
         self.retry_parked(now);
-        self.complete_persisted();
+        self.complete_persisted(now);
         // Commands that run several storage steps one after the other (a fused pair,
         // Copy) submit the next step while their completion is handled: reap again
         // (a few rounds at most) so backends that complete at once finish them here.

@@ -118,10 +118,18 @@ impl Connection {
                 | IoOpcode::ReservationAcquire
                 | IoOpcode::ReservationRelease
                 | IoOpcode::ReservationReport,
-            ) if !self.target.settings.reservations => Err(Status::INVALID_OPCODE.with_do_not_retry()),
-            Some(IoOpcode::ReservationRegister) => self.io_reservation_register(&sqe, slot_index),
-            Some(IoOpcode::ReservationAcquire) => self.io_reservation_acquire(&sqe, slot_index),
-            Some(IoOpcode::ReservationRelease) => self.io_reservation_release(&sqe, slot_index),
+            ) if !self.target.settings.reservations => {
+                Err(Status::INVALID_OPCODE.with_do_not_retry())
+            }
+            Some(IoOpcode::ReservationRegister) => {
+                self.io_reservation_register(&sqe, slot_index, now)
+            }
+            Some(IoOpcode::ReservationAcquire) => {
+                self.io_reservation_acquire(&sqe, slot_index, now)
+            }
+            Some(IoOpcode::ReservationRelease) => {
+                self.io_reservation_release(&sqe, slot_index, now)
+            }
             Some(IoOpcode::ReservationReport) => self.io_reservation_report(&sqe, slot_index),
             Some(IoOpcode::Fabrics) => Ok(self.io_fabrics(&sqe)),
             _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),

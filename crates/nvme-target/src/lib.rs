@@ -46,6 +46,7 @@ mod storage_queues;
 pub mod subsystem;
 pub mod target;
 pub mod transmit;
+pub mod write_fence;
 
 pub use host_access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
 /// The DH-HMAC-CHAP choices a host entry allows (its `dhchap_policy`).

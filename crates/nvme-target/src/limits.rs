@@ -132,6 +132,10 @@ pub const REFUSAL_LOG_REPEAT_MS: u64 = 60_000;
 /// expiry, admin queue loss, controller reset on another thread).
 pub const CONTROLLER_CHECK_INTERVAL_MS: u64 = 1_000;
 
+/// How often a Preempt and Abort waiting for the preempted hosts' writes at storage
+/// (`write_fence`) looks whether they completed, when they run on other threads.
+pub const FENCE_CHECK_INTERVAL_MS: u64 = 1;
+
 /// How often a held Connect looks whether the host's previous controller is quiet
 /// (see `quiesce`).
 pub const QUIESCE_CHECK_INTERVAL_MS: u64 = 10;

@@ -44,6 +44,8 @@ pub struct Namespace {
     pub reservations: crate::reservations::Reservations,
     /// LBA ranges held by fused Compare and Write pairs, shared like `reservations`.
     pub range_locks: crate::range_locks::RangeLocks,
+    /// Writes each connection's queue has at storage, for Preempt and Abort's fence.
+    pub writes: crate::write_fence::NamespaceWrites,
     /// The reservation store was asked for this namespace's saved state (once).
     pub(crate) reservations_restored: AtomicBool,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
@@ -82,6 +84,7 @@ impl Namespace {
             stats: StatsRegistry::default(),
             reservations: crate::reservations::Reservations::default(),
             range_locks: crate::range_locks::RangeLocks::default(),
+            writes: crate::write_fence::NamespaceWrites::default(),
             reservations_restored: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
         }

@@ -2,13 +2,15 @@
 //! over the namespace's [`Reservations`](crate::reservations::Reservations), and the
 //! notifications they send to other hosts' controllers.
 
+use std::time::{Duration, Instant};
+
 use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::outcome::Outcome;
-use crate::limits::MAX_DATA_TRANSFER_BYTES;
-use crate::reservation_store::{NamespaceKey, PersistTicket};
 use crate::group_reservations::{ChangeTicket, ReservationChange, SharedGroupReservations};
+use crate::limits::{FENCE_CHECK_INTERVAL_MS, MAX_DATA_TRANSFER_BYTES};
+use crate::outcome::Outcome;
+use crate::reservation_store::{NamespaceKey, PersistTicket};
 use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
 use crate::slots::SlotState;
 
@@ -65,11 +67,16 @@ impl Connection {
         }
         if !effects.preempted.is_empty() {
             tracing::info!(peer = %self.peer, nsid = nsid.0, hosts = effects.preempted.len(),
-                "preempt and abort: registrations removed (their commands in flight complete normally)");
+                "preempt and abort: registrations removed; answered once their writes at storage completed");
         }
     }
 
-    pub(crate) fn io_reservation_register(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+    pub(crate) fn io_reservation_register(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        slot_index: u16,
+        now: Instant,
+    ) -> Result<Outcome, Status> {
         let (namespace, host, data) = self.reservation_request(sqe, slot_index, 16)?;
         let cdw10 = sqe.dwords[10];
         let action = match cdw10 & 0b111 {
@@ -94,10 +101,15 @@ impl Connection {
             ignore_key: cdw10 & (1 << 3) != 0,
             persist,
         };
-        self.change_reservations(slot_index, &namespace, change)
+        self.change_reservations(slot_index, &namespace, change, now)
     }
 
-    pub(crate) fn io_reservation_acquire(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+    pub(crate) fn io_reservation_acquire(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        slot_index: u16,
+        now: Instant,
+    ) -> Result<Outcome, Status> {
         let (namespace, host, data) = self.reservation_request(sqe, slot_index, 16)?;
         let cdw10 = sqe.dwords[10];
         let action = match cdw10 & 0b111 {
@@ -115,10 +127,15 @@ impl Connection {
             preempt_key: key_at(&data, 8),
             ignore_key: cdw10 & (1 << 3) != 0,
         };
-        self.change_reservations(slot_index, &namespace, change)
+        self.change_reservations(slot_index, &namespace, change, now)
     }
 
-    pub(crate) fn io_reservation_release(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
+    pub(crate) fn io_reservation_release(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        slot_index: u16,
+        now: Instant,
+    ) -> Result<Outcome, Status> {
         let (namespace, host, data) = self.reservation_request(sqe, slot_index, 8)?;
         let cdw10 = sqe.dwords[10];
         let action = match cdw10 & 0b111 {
@@ -130,31 +147,92 @@ impl Connection {
         if action == ReleaseAction::Release && ReservationType::from_u8(kind).is_none() {
             return Err(invalid());
         }
-        let change =
-            ReservationChange::Release { host, action, kind, current_key: key_at(&data, 0), ignore_key: cdw10 & (1 << 3) != 0 };
-        self.change_reservations(slot_index, &namespace, change)
+        let change = ReservationChange::Release {
+            host,
+            action,
+            kind,
+            current_key: key_at(&data, 0),
+            ignore_key: cdw10 & (1 << 3) != 0,
+        };
+        self.change_reservations(slot_index, &namespace, change, now)
     }
 
     /// Applies a reservation change: in the gateway group's authority when the
     /// subsystem has one (the command waits for the group), here otherwise (then made
     /// durable first when PTPL is or was on).
+    ///
+    /// A Preempt and Abort is answered only once the preempted hosts' writes at
+    /// storage have completed (`write_fence`); on a group each gateway waits for its
+    /// own before it acknowledges the change (`Target::install_group_reservations`).
     fn change_reservations(
         &mut self,
         slot_index: u16,
         namespace: &std::sync::Arc<crate::namespaces::Namespace>,
         change: ReservationChange,
+        now: Instant,
     ) -> Result<Outcome, Status> {
         if let Some(group) = self.group_reservations() {
-            return Ok(self.change_in_group(slot_index, namespace, &group, change));
+            return Ok(self.change_in_group(slot_index, namespace, &group, change, now));
         }
         let mut state = namespace.reservations.lock();
         let was_persistent = state.persist_through_power_loss;
         let effects = change.apply(&mut state)?;
         namespace.reservations.publish(&state);
+        // Taken under the state's lock, after the new state is published: a write
+        // of a preempted host either is counted here or sees the new state.
+        let fence = namespace.writes.fence(&effects.preempted);
         let outcome = self.persist_reservations(slot_index, namespace, &state, was_persistent);
         drop(state);
         self.send_reservation_notices(namespace.id, &effects);
-        Ok(outcome)
+        Ok(self.hold_until_fenced(slot_index, outcome, fence, now))
+    }
+
+    /// Holds the command's answer (`outcome`, or the ticket it is held on) until
+    /// `fence` has drained, polled every `FENCE_CHECK_INTERVAL_MS`.
+    fn hold_until_fenced(
+        &mut self,
+        slot_index: u16,
+        outcome: Outcome,
+        fence: crate::write_fence::WriteFence,
+        now: Instant,
+    ) -> Outcome {
+        if fence.is_drained() {
+            return outcome;
+        }
+        let (inner, answer) = match outcome {
+            Outcome::Done(status, result) => (None, Some((status, result))),
+            Outcome::Pending => {
+                let position = self
+                    .held_tickets
+                    .iter()
+                    .rposition(|(slot, _)| *slot == slot_index);
+                match position {
+                    Some(position) => (
+                        Some(Box::new(self.held_tickets.swap_remove(position).1)),
+                        None,
+                    ),
+                    None => return outcome,
+                }
+            }
+            // Reservation changes return no data.
+            Outcome::Data(_) => return outcome,
+        };
+        let quiesce =
+            Duration::from_millis(u64::from(self.target.settings.command_quiesce_timeout_ms));
+        tracing::debug!(peer = %self.peer, writes = fence.writes_in_flight(),
+            "preempt and abort: waiting for the preempted hosts' writes at storage");
+        self.slots.slot(slot_index).state = SlotState::HeldPersist;
+        self.held_tickets.push((
+            slot_index,
+            crate::outcome::HeldTicket::Fenced {
+                inner,
+                answer: std::cell::Cell::new(answer),
+                fence,
+                give_up_at: now + quiesce,
+            },
+        ));
+        self.timers.fence_check_at = Some(now + Duration::from_millis(FENCE_CHECK_INTERVAL_MS));
+        Outcome::Pending
     }
 
     /// Hands `change` to the gateway group and holds the command until the group
@@ -165,12 +243,16 @@ impl Connection {
         namespace: &crate::namespaces::Namespace,
         group: &SharedGroupReservations,
         change: ReservationChange,
+        now: Instant,
     ) -> Outcome {
         let Some(key) = self.namespace_key(namespace) else { return Outcome::status(Status::INTERNAL_PATH_ERROR) };
         let ticket = ChangeTicket::new(self.storage.waker().cloned());
         group.apply(key, change, ticket.clone());
-        let held = crate::outcome::HeldTicket::Group { ticket, nguid: namespace.nguid };
-        if let Some((status, _)) = held.take(&self.target) {
+        let held = crate::outcome::HeldTicket::Group {
+            ticket,
+            nguid: namespace.nguid,
+        };
+        if let Some((status, _)) = held.take(&self.target, now) {
             return Outcome::status(status);
         }
         self.slots.slot(slot_index).state = SlotState::HeldPersist;
@@ -232,7 +314,13 @@ impl Connection {
 
     /// Set Features 83h (Reservation Persistence): PTPL on needs state that outlives
     /// the process (RESCAP bit 0); off forgets the saved record.
-    pub(crate) fn set_reservation_persistence(&mut self, slot_index: u16, sqe: &SubmissionQueueEntry, persist: bool) -> Outcome {
+    pub(crate) fn set_reservation_persistence(
+        &mut self,
+        slot_index: u16,
+        sqe: &SubmissionQueueEntry,
+        persist: bool,
+        now: Instant,
+    ) -> Outcome {
         let nsid = match self.reservation_feature_namespace(sqe, false) {
             Ok(nsid) => nsid,
             Err(status) => return Outcome::status(status),
@@ -243,24 +331,35 @@ impl Connection {
         let Some(namespace) = self.view.get(nsid).cloned() else {
             return Outcome::status(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
         };
-        match self.change_reservations(slot_index, &namespace, ReservationChange::SetPersistence { persist }) {
+        match self.change_reservations(
+            slot_index,
+            &namespace,
+            ReservationChange::SetPersistence { persist },
+            now,
+        ) {
             Ok(outcome) => outcome,
             Err(status) => Outcome::status(status),
         }
     }
 
     /// Completes held commands whose work ended (reservation state made durable, a
-    /// namespace change made).
-    pub(crate) fn complete_persisted(&mut self) {
+    /// namespace change made, a fence drained); keeps the fence timer while one
+    /// still waits.
+    pub(crate) fn complete_persisted(&mut self, now: Instant) {
         let mut position = 0;
         while let Some((_, ticket)) = self.held_tickets.get(position) {
-            let Some((status, result)) = ticket.take(&self.target) else {
+            let Some((status, result)) = ticket.take(&self.target, now) else {
                 position += 1;
                 continue;
             };
             let (slot_index, _) = self.held_tickets.swap_remove(position);
             self.complete(slot_index, status, result);
         }
+        self.timers.fence_check_at = self
+            .held_tickets
+            .iter()
+            .any(|(_, ticket)| ticket.is_fenced())
+            .then(|| now + Duration::from_millis(FENCE_CHECK_INTERVAL_MS));
     }
 
     /// Reservation Report, extended data structure only: fabrics Host Identifiers are

@@ -392,17 +392,18 @@ impl Reservations {
     /// Makes the I/O path see whether a reservation is held now.
     pub fn publish(&self, state: &ReservationState) {
         if state.holder.is_some() {
-            self.attention.fetch_or(HELD, Ordering::AcqRel);
+            self.attention.fetch_or(HELD, Ordering::SeqCst);
         } else {
-            self.attention.fetch_and(!HELD, Ordering::AcqRel);
+            self.attention.fetch_and(!HELD, Ordering::SeqCst);
         }
     }
 
     /// `Ok` when `host` may run a command of the read or write group; Reservation
     /// Conflict otherwise, or a path error while a group copy is unknown. One atomic
-    /// load while no reservation is held.
+    /// load while no reservation is held (sequentially consistent: Preempt and
+    /// Abort's fence relies on it, see `write_fence`; on x86 it is a plain load).
     pub fn check(&self, host: &HostId, write: bool) -> Result<(), Status> {
-        let attention = self.attention.load(Ordering::Acquire);
+        let attention = self.attention.load(Ordering::SeqCst);
         if attention == 0 {
             return Ok(());
         }

@@ -218,6 +218,9 @@ pub struct TargetCounters {
     /// Waits for a dead connection's storage requests that ran out of
     /// `command_quiesce_timeout_ms` (its drain, or a Connect held for it).
     pub quiesce_timeouts: AtomicU64,
+    /// Preempt and Abort commands answered while the preempted hosts' writes were
+    /// still at storage after `command_quiesce_timeout_ms` (their fence gave up).
+    pub fence_timeouts: AtomicU64,
 }
 
 impl TargetCounters {

@@ -7,10 +7,28 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use nvme_spec::{NamespaceId, Status};
-use storage::{BackendQueue, IoCompletion, IoRequest};
+use storage::{BackendQueue, IoCompletion, IoOp, IoRequest};
 
 use crate::namespaces::{Namespace, NamespaceView};
+use crate::reservations::HostId;
 use crate::stats::QueueStats;
+use crate::write_fence::QueueWrites;
+
+/// Marks the token of a request counted in its queue's [`QueueWrites`], so its
+/// completion uncounts it (the connection's tokens use the low 48 bits at most:
+/// slot index and Copy's range index).
+const COUNTED_WRITE_TOKEN_BIT: u64 = 1 << 63;
+
+/// Requests of the write group: what Preempt and Abort's fence waits for.
+fn modifies_blocks(op: &IoOp) -> bool {
+    match op {
+        IoOp::Write { .. }
+        | IoOp::WriteZeroes { .. }
+        | IoOp::CompareAndWrite { .. }
+        | IoOp::Deallocate { .. } => true,
+        IoOp::Read { .. } | IoOp::Flush => false,
+    }
+}
 
 /// A backend queue this connection opened, with the namespace it serves (held so
 /// that a deleted namespace's space is not reused while I/O to it is in flight).
@@ -19,18 +37,38 @@ pub(crate) struct OpenQueue {
     pub(crate) queue: Box<dyn BackendQueue>,
     /// This queue's shard of the namespace's counters.
     pub(crate) stats: Arc<QueueStats>,
+    /// This queue's writes at storage, listed in the namespace for fences.
+    writes: Arc<QueueWrites>,
 }
 
 impl OpenQueue {
     /// Opens a queue on `namespace`'s backend; with a waker, a backend whose
     /// completions arrive on its own threads wakes the caller instead of being polled.
-    fn new(namespace: Arc<Namespace>, waker: Option<&Waker>) -> Self {
+    fn new(namespace: Arc<Namespace>, waker: Option<&Waker>, host: HostId) -> Self {
         let queue = match waker {
             Some(waker) => namespace.backend.open_queue_with_waker(waker),
             None => namespace.backend.open_queue(),
         };
         let stats = namespace.stats.register();
-        OpenQueue { namespace, queue, stats }
+        let writes = namespace.writes.register(host);
+        OpenQueue {
+            namespace,
+            queue,
+            stats,
+            writes,
+        }
+    }
+
+    /// Reaps the queue's completions into `out`, uncounting the writes among them.
+    fn reap_into(&mut self, out: &mut Vec<IoCompletion>) {
+        let first = out.len();
+        self.queue.reap(out);
+        for completion in out.iter_mut().skip(first) {
+            if completion.token & COUNTED_WRITE_TOKEN_BIT != 0 {
+                completion.token &= !COUNTED_WRITE_TOKEN_BIT;
+                self.writes.end();
+            }
+        }
     }
 }
 
@@ -75,12 +113,21 @@ pub(crate) struct StorageQueues {
     waker: Option<Waker>,
     /// The list `reap` fills, kept between polls.
     completions: Vec<IoCompletion>,
+    /// Host Identifier of the connection's controller (whose writes a Preempt and
+    /// Abort of this host fences).
+    host: HostId,
 }
 
 impl StorageQueues {
     /// Queues opened from now on wake the owning thread through `waker`.
     pub(crate) fn set_waker(&mut self, waker: Waker) {
         self.waker = Some(waker);
+    }
+
+    /// The connection's queues belong to the controller of this host (set at
+    /// Connect, before any queue opens).
+    pub(crate) fn set_host(&mut self, host: HostId) {
+        self.host = host;
     }
 
     /// The owning thread's waker, if the runtime gave one.
@@ -100,15 +147,34 @@ impl StorageQueues {
                 self.open.resize_with(index + 1, || None);
             }
             let entry = self.open.get_mut(index).ok_or(Status::INTERNAL_ERROR)?;
-            *entry = Some(OpenQueue::new(namespace, self.waker.as_ref()));
+            *entry = Some(OpenQueue::new(namespace, self.waker.as_ref(), self.host));
             self.opened.push(namespace_id.0);
         }
         self.open.get_mut(index).and_then(Option::as_mut).ok_or(Status::INTERNAL_ERROR)
     }
 
-    /// Submits `request` to `namespace_id`'s queue, opening it first if need be.
-    pub(crate) fn submit(&mut self, namespace_id: NamespaceId, view: &NamespaceView, request: IoRequest) -> Result<(), Status> {
-        self.open(namespace_id, view)?.queue.submit(request);
+    /// Submits `request` to `namespace_id`'s queue, opening it first if need be. A
+    /// write is counted for Preempt and Abort's fence, then checked against the
+    /// reservation once more (see `write_fence` for why in that order): one atomic
+    /// load while no reservation is held.
+    pub(crate) fn submit(
+        &mut self,
+        namespace_id: NamespaceId,
+        view: &NamespaceView,
+        mut request: IoRequest,
+    ) -> Result<(), Status> {
+        let host = self.host;
+        let open = self.open(namespace_id, view)?;
+        if modifies_blocks(&request.op) {
+            open.writes.begin();
+            if let Err(status) = open.namespace.reservations.check(&host, true) {
+                open.writes.end();
+                return Err(status);
+            }
+            debug_assert_eq!(request.token & COUNTED_WRITE_TOKEN_BIT, 0);
+            request.token |= COUNTED_WRITE_TOKEN_BIT;
+        }
+        open.queue.submit(request);
         Ok(())
     }
 
@@ -152,13 +218,13 @@ impl StorageQueues {
             let entry = (nsid as usize).checked_sub(1).and_then(|index| self.open.get_mut(index));
             if let Some(Some(open)) = entry {
                 if open.queue.in_flight() > 0 {
-                    open.queue.reap(&mut completions);
+                    open.reap_into(&mut completions);
                 }
             }
         }
         if !self.retired.is_empty() {
             for open in &mut self.retired {
-                open.queue.reap(&mut completions);
+                open.reap_into(&mut completions);
             }
             self.retired.retain(|open| open.queue.in_flight() > 0);
         }

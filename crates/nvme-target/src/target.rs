@@ -426,68 +426,6 @@ impl Target {
         }
     }
 
-    /// Keeps every subsystem's reservations in a gateway group's authority (call it
-    /// right after `new`, before hosts connect). Set once.
-    pub fn set_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
-        let group = Arc::clone(self.group_reservations.get_or_init(|| group));
-        for subsystem in self.subsystems() {
-            subsystem.attach_group_reservations(Arc::clone(&group));
-        }
-    }
-
-    /// Installs a state the gateway group published for the namespace with this
-    /// NGUID (in every subsystem that has it), unless the copy here is newer, and
-    /// tells this gateway's controllers of affected hosts.
-    pub fn install_group_reservations(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
-        self.install_group_state(nguid, update, true);
-    }
-
-    /// Installs the state the group answered a command of this gateway with: newer
-    /// than the copy perhaps, but it says nothing about changes after it, so a copy
-    /// marked unknown stays unknown.
-    pub(crate) fn install_group_answer(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
-        self.install_group_state(nguid, update, false);
-    }
-
-    fn install_group_state(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate, vouched: bool) {
-        for subsystem in self.subsystems() {
-            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state, vouched) else { continue };
-                let notices = crate::group_reservations::new_notices(update, applied);
-                if notices.is_empty() {
-                    continue;
-                }
-                for controller in self.controllers_of(subsystem.index) {
-                    for (host, notice) in &notices {
-                        if controller.host_identifier == *host {
-                            controller.note_reservation(entry.namespace.id, *notice);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The gateway group can no longer vouch for this gateway's copy of the
-    /// namespace's reservations: until a state is installed again, commands the
-    /// reservation could refuse get a path error.
-    pub fn mark_group_reservations_unknown(&self, nguid: &[u8; 16]) {
-        for subsystem in self.subsystems() {
-            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                entry.namespace.reservations.mark_unknown();
-            }
-        }
-    }
-
-    /// Namespaces whose gateway-group reservations are not known here (not loaded
-    /// yet, or a lost watch).
-    pub fn group_reservations_unknown(&self) -> usize {
-        self.subsystems()
-            .iter()
-            .map(|subsystem| subsystem.table().entries().filter(|entry| entry.namespace.reservations.is_unknown()).count())
-            .sum()
-    }
-
     /// Removes a subsystem while the target runs: new Connects to it fail, and its
     /// controllers are torn down (their queues close at their next check).
     pub fn remove_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, TargetError> {
@@ -780,5 +718,6 @@ impl TargetSettings {
     }
 }
 
+mod group;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,8 @@
 //! gateway is enforced on the other, preemption through the other reaches the first
 //! host's controller as a notice, a gateway that missed updates delivers the skipped
 //! notices when it catches up, and a gateway whose copy is unknown answers with a
-//! path error rather than from stale state.
+//! path error rather than from stale state. A Preempt and Abort through one gateway
+//! is answered only once the preempted host's writes at the other have landed.
 
 mod support;
 
@@ -20,7 +21,8 @@ use nvme_target::group_reservations::{
     AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
-use nvme_target::Target;
+use nvme_target::write_fence::WriteFence;
+use nvme_target::{Target, TargetSettings};
 use nvme_tcp_wire::DigestSettings;
 use support::*;
 
@@ -38,13 +40,17 @@ struct MemoryGroup {
 }
 
 impl MemoryGroup {
-    fn publish(&self, nguid: &[u8; 16], update: &GroupUpdate) {
+    /// Installs `update` on every gateway it reaches; returns their fences (a
+    /// gateway "acknowledges" once its fence drained, as the watch does).
+    fn publish(&self, nguid: &[u8; 16], update: &GroupUpdate) -> Vec<WriteFence> {
         let cut_off = self.cut_off.lock().unwrap().clone();
+        let mut fences = Vec::new();
         for (index, gateway) in self.gateways.lock().unwrap().iter().enumerate() {
             if let (false, Some(target)) = (cut_off.contains(&index), gateway.upgrade()) {
-                target.install_group_reservations(nguid, update);
+                fences.push(target.install_group_reservations(nguid, update));
             }
         }
+        fences
     }
 
     fn latest(&self, nguid: &[u8; 16]) -> GroupUpdate {
@@ -55,8 +61,14 @@ impl MemoryGroup {
 impl GroupReservations for MemoryGroup {
     fn track(&self, key: NamespaceKey) {
         let update = self.latest(&key.nguid);
-        for gateway in self.gateways.lock().unwrap().iter().filter_map(Weak::upgrade) {
-            gateway.install_group_reservations(&key.nguid, &update);
+        for gateway in self
+            .gateways
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+        {
+            let _ = gateway.install_group_reservations(&key.nguid, &update);
         }
     }
 
@@ -80,9 +92,19 @@ impl GroupReservations for MemoryGroup {
         };
         let update = record.clone();
         drop(records);
-        self.publish(&key.nguid, &update);
+        let fences = self.publish(&key.nguid, &update);
         let answer = AppliedChange { status, update };
-        if self.answer_later {
+        if !fences.iter().all(WriteFence::is_drained) {
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !fences.iter().all(WriteFence::is_drained)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                done.finish(Ok(answer));
+            });
+        } else if self.answer_later {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(5));
                 done.finish(Ok(answer));
@@ -95,8 +117,16 @@ impl GroupReservations for MemoryGroup {
 
 /// Two gateways sharing `group`.
 fn gateways(group: &Arc<MemoryGroup>) -> [Arc<Target>; 2] {
-    let gateways = [test_target(), test_target()];
-    group.gateways.lock().unwrap().extend(gateways.iter().map(Arc::downgrade));
+    join(group, [test_target(), test_target()])
+}
+
+/// `gateways` joined to `group`.
+fn join(group: &Arc<MemoryGroup>, gateways: [Arc<Target>; 2]) -> [Arc<Target>; 2] {
+    group
+        .gateways
+        .lock()
+        .unwrap()
+        .extend(gateways.iter().map(Arc::downgrade));
     for gateway in &gateways {
         gateway.set_group_reservations(Arc::clone(group) as Arc<dyn GroupReservations>);
     }
@@ -222,14 +252,14 @@ fn a_gateway_that_missed_updates_answers_path_errors_then_catches_up_with_their_
 
     // Caught up: the state and the skipped notice arrive together.
     group.cut_off.lock().unwrap().clear();
-    a.install_group_reservations(&nguid, &group.latest(&nguid));
+    let _ = a.install_group_reservations(&nguid, &group.latest(&nguid));
     assert_eq!(write_status(&mut first.io), Status::RESERVATION_CONFLICT);
     assert_eq!(reservation_log(&mut first.admin), (1, 1), "the notice of the missed preemption");
     // An older update arriving late changes nothing.
     let mut stale = group.latest(&nguid);
     stale.sequence -= 1;
     stale.state.holder = None;
-    a.install_group_reservations(&nguid, &stale);
+    let _ = a.install_group_reservations(&nguid, &stale);
     assert_eq!(write_status(&mut first.io), Status::RESERVATION_CONFLICT);
 }
 
@@ -245,4 +275,59 @@ fn gateway_groups_offer_persist_through_power_loss() {
     assert_eq!(register(&mut first.io, 3 << 30, 0, 0xA1), Status::SUCCESS);
     let answer = report(&mut first.io);
     assert_eq!(answer.data[9], 1, "PTPLS");
+}
+
+#[test]
+fn preempt_and_abort_through_one_gateway_waits_for_the_preempted_hosts_writes_on_the_other() {
+    let group = Arc::new(MemoryGroup::default());
+    let (gated, gate, ram) = support::gated::gated_target(TargetSettings::default());
+    gate.lock().unwrap().open = true;
+    let [a, b] = join(&group, [gated, test_target()]);
+    let mut first = host(&a, HOST_NQN);
+    let mut second = host(&b, OTHER_HOST);
+    assert_eq!(register(&mut first.io, 0, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(register(&mut second.io, 0, 0, 0xB2), Status::SUCCESS);
+    assert_eq!(acquire(&mut first.io, 0, 1, 0xA1, 0), Status::SUCCESS);
+
+    // The first host's write waits at gateway a's storage...
+    gate.lock().unwrap().open = false;
+    let data = pattern(512, 11);
+    let write = first
+        .io
+        .send_command(read_write(IoOpcode::Write, 1, 0, 1), &data);
+    first.io.connection.poll_storage(first.io.now);
+    first.io.collect();
+    assert!(first.io.received.is_empty());
+    // ...so the second host's Preempt and Abort through gateway b is not answered.
+    let mut command = sqe(IoOpcode::ReservationAcquire as u8, 1, 0);
+    command.dwords[10] = 2 | (1 << 8);
+    let preempt = second.io.send_command(command, &keys(0xB2, 0xA1));
+    for _ in 0..50 {
+        second.io.connection.poll_storage(second.io.now);
+        second.io.collect();
+        assert!(
+            second.io.received.is_empty(),
+            "answered while the preempted host's write can still land through the other gateway"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Gateway a already enforces the new state for anything new.
+    assert_eq!(
+        first
+            .io
+            .command(read_write(IoOpcode::Write, 1, 1, 1), &pattern(512, 3), &[])
+            .cqe
+            .status
+            .kind(),
+        Status::RESERVATION_CONFLICT
+    );
+
+    gate.lock().unwrap().open = true;
+    assert_status(&first.io.await_answer(write, &[]), Status::SUCCESS);
+    assert_eq!(
+        support::gated::block_zero(&ram),
+        data,
+        "the write landed first"
+    );
+    assert_status(&second.io.await_answer(preempt, &[]), Status::SUCCESS);
 }

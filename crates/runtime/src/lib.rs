@@ -48,8 +48,8 @@ pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use huge_pages::HugePageChunkMemory;
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{
-    ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions, RbdStatus, ReplaceError, Watch, WatchEvent,
-    WatchHandler,
+    ClusterSpec, Locker, NoticeReply, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions,
+    RbdStatus, ReplaceError, Watch, WatchEvent, WatchHandler,
 };
 pub use send::SendParts;
 pub use tls::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};

@@ -235,6 +235,7 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
             eprintln!("watch lost: {errno:?}");
             counter.fetch_add(1, Ordering::SeqCst);
         }
+        runtime::NoticeReply::Acknowledge
     });
     let watch = object.watch(handler, Duration::from_secs(3)).expect("watch the object");
     let start = Instant::now();

@@ -32,7 +32,7 @@ use nvme_target::group_reservations::{
 use nvme_target::reservation_store::NamespaceKey;
 use nvme_target::reservations::{Notice, ReservationState, MAX_REGISTRANTS};
 use nvme_target::Target;
-use runtime::{ClusterSpec, RadosObject, ReplaceError, Watch, WatchEvent};
+use runtime::{ClusterSpec, NoticeReply, RadosObject, ReplaceError, Watch, WatchEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::reservation_files::{
@@ -334,7 +334,10 @@ impl Worker {
         if let Some(target) = self.target.upgrade() {
             target.mark_group_reservations_unknown(nguid);
         }
-        let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone());
+        // Half the notify timeout: an acknowledgement after the fence drained still
+        // reaches the notifier in time.
+        let fence_wait = self.settings.notify_timeout / 2;
+        let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone(), fence_wait);
         let watch = match followed.object.watch(handler(), WATCH_TIMEOUT) {
             // Only an existing object can be watched: the first gateway creates it
             // with the empty state (or finds that another one just did).
@@ -354,7 +357,10 @@ impl Worker {
         let update = read(&followed.object)?.unwrap_or_default();
         followed.watch = Some(watch);
         if let Some(target) = self.target.upgrade() {
-            target.install_group_reservations(nguid, &update);
+            // No one waits for this load: while the watch was lost the copy was
+            // unknown (writes refused), and a change made meanwhile fenced this
+            // gateway as silent.
+            let _ = target.install_group_reservations(nguid, &update);
         }
         tracing::debug!(object = %followed.object.describe(), sequence = update.sequence, "group reservations loaded");
         Ok(())
@@ -523,27 +529,64 @@ fn read(object: &RadosObject) -> Result<Option<GroupUpdate>, String> {
     }
 }
 
-/// Installs every record another gateway (or this one) notifies; a lost watch or an
+/// Installs every record another gateway (or this one) notifies, and acknowledges it
+/// once the writes at storage of the hosts it preempted have completed here (at most
+/// `fence_wait`; a gateway that cannot drain them in time stays silent, so the
+/// notifier fences it, which stops those writes at the cluster). A lost watch or an
 /// unreadable notice marks the copy unknown and asks the thread to reload.
-fn watch_handler(target: Weak<Target>, nguid: [u8; 16], jobs: Sender<Job>) -> runtime::WatchHandler {
+fn watch_handler(
+    target: Weak<Target>,
+    nguid: [u8; 16],
+    jobs: Sender<Job>,
+    fence_wait: Duration,
+) -> runtime::WatchHandler {
     Box::new(move |event| {
-        let Some(target) = target.upgrade() else { return };
+        let Some(target) = target.upgrade() else {
+            return NoticeReply::Acknowledge;
+        };
         match event {
             WatchEvent::Notice(payload) => match decode(payload) {
-                Ok(update) => target.install_group_reservations(&nguid, &update),
+                Ok(update) => {
+                    let fence = target.install_group_reservations(&nguid, &update);
+                    wait_for_fence(&fence, fence_wait)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "unreadable reservation notice: reloading the record");
                     target.mark_group_reservations_unknown(&nguid);
                     let _ = jobs.send(Job::Reload(nguid));
+                    // Unknown now: this gateway refuses the namespace's I/O until it
+                    // reloaded, which is as safe as having the change.
+                    NoticeReply::Acknowledge
                 }
             },
             WatchEvent::Lost(errno) => {
                 tracing::warn!(%errno, "reservation watch lost: I/O gets path errors until it is back");
                 target.mark_group_reservations_unknown(&nguid);
                 let _ = jobs.send(Job::Reload(nguid));
+                // Not a notice: nothing to acknowledge.
+                NoticeReply::Withhold
             }
         }
     })
+}
+
+/// How often a watch callback looks whether a fence drained.
+const FENCE_POLL: Duration = Duration::from_micros(200);
+
+/// Waits until `fence` drained (the preempted hosts' writes at storage here have
+/// completed): acknowledge then; withhold if `limit` passed first.
+fn wait_for_fence(fence: &nvme_target::write_fence::WriteFence, limit: Duration) -> NoticeReply {
+    let start = std::time::Instant::now();
+    while !fence.is_drained() {
+        if start.elapsed() >= limit {
+            tracing::warn!(writes = fence.writes_in_flight(), wait_ms = limit.as_millis() as u64,
+                "a preempted host's writes are still at storage here: the reservation change is not acknowledged, \
+                 so the gateway that made it fences this one");
+            return NoticeReply::Withhold;
+        }
+        std::thread::sleep(FENCE_POLL);
+    }
+    NoticeReply::Acknowledge
 }
 
 #[cfg(test)]

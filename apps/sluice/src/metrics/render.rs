@@ -82,13 +82,14 @@ pub fn render(target: &Target) -> String {
 /// Connections, refusals and why connections ended, for the whole target.
 fn target_counters(out: &mut String, counters: &TargetCounters) {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    let simple: [(&str, &str, &str, &AtomicU64); 7] = [
+    let simple: [(&str, &str, &str, &AtomicU64); 8] = [
         ("sluice_connections_accepted_total", "counter", "TCP connections accepted.", &counters.connections_accepted),
         ("sluice_connections_open", "gauge", "TCP connections open now.", &counters.connections_open),
         ("sluice_setup_timeouts_total", "counter", "Connections closed without ICReq and Connect in time (connection_setup_timeout_ms).", &counters.setup_timeouts),
         ("sluice_keep_alive_timeouts_total", "counter", "Controllers torn down because the host's keep-alive stopped.", &counters.keep_alive_timeouts),
         ("sluice_transport_errors_total", "counter", "Connections ended with a C2HTermReq (broken PDU stream).", &counters.transport_errors),
         ("sluice_quiesce_timeouts_total", "counter", "Storage requests of a dead connection still in flight after command_quiesce_timeout_ms.", &counters.quiesce_timeouts),
+        ("sluice_fence_timeouts_total", "counter", "Preempt and Abort answered while the preempted hosts' writes were still at storage after command_quiesce_timeout_ms.", &counters.fence_timeouts),
         ("sluice_authentication_failures_total", "counter", "DH-HMAC-CHAP transactions failed or timed out.", &counters.authentication_failures),
     ];
     for (metric, kind, help, counter) in simple {

@@ -26,6 +26,8 @@ pub(crate) struct ConnectionTimers {
     pub(crate) event_check_at: Option<Instant>,
     /// When to look for answers to held Abort commands.
     pub(crate) abort_check_at: Option<Instant>,
+    /// When to look whether a held Preempt and Abort's fence drained.
+    pub(crate) fence_check_at: Option<Instant>,
 }
 
 impl Connection {
@@ -46,6 +48,7 @@ impl Connection {
             event_check_at,
             authentication_deadline,
             timers.abort_check_at,
+            timers.fence_check_at,
             self.quiesce.next_deadline(),
         ]
             .into_iter()
@@ -106,6 +109,13 @@ impl Connection {
         }
         if self.timers.abort_check_at.is_some_and(|check_at| now >= check_at) {
             self.complete_answered_aborts(now);
+        }
+        if self
+            .timers
+            .fence_check_at
+            .is_some_and(|check_at| now >= check_at)
+        {
+            self.complete_persisted(now);
         }
         if let Some(check_at) = self.timers.event_check_at {
             if now >= check_at {
@@ -172,6 +182,7 @@ impl Connection {
             binding.controller.stats.adopt(shard.clone());
             self.stats = Some(shard);
         }
+        self.storage.set_host(binding.controller.host_identifier);
         self.binding = Some(binding);
         self.count_in_controller();
         self.phase = Phase::Live;

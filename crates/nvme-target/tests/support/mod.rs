@@ -1,6 +1,8 @@
 //! A scripted NVMe/TCP host for driving a target `Connection` without sockets.
 #![allow(dead_code)]
 
+pub mod gated;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -35,7 +35,7 @@ pub use cluster::{open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
-pub use watched::{ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
+pub use watched::{NoticeReply, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
 
 use cluster::{OpenImage, OpenMode};
 use library::describe_errno;

@@ -32,16 +32,27 @@ pub enum ReplaceError {
 #[derive(Debug)]
 pub enum WatchEvent<'payload> {
     /// Another client (or this one) notified the object with this payload; it is
-    /// acknowledged once the handler returns.
+    /// acknowledged once the handler returns [`NoticeReply::Acknowledge`].
     Notice(&'payload [u8]),
     /// The watch was lost (the OSD timed it out, or this client was disconnected or
     /// blocklisted): notices may have been missed until it is re-established.
     Lost(RadosErrno),
 }
 
-/// Called for each [`WatchEvent`]; must be quick and must not call back into the
-/// watch (librados runs it on its own finisher thread).
-pub type WatchHandler = Box<dyn Fn(WatchEvent<'_>) + Send + Sync>;
+/// Whether a notice is acknowledged to the notifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeReply {
+    /// This watcher has acted on the notice.
+    Acknowledge,
+    /// This watcher could not act on it in time: the notifier sees it as silent
+    /// (and may fence it).
+    Withhold,
+}
+
+/// Called for each [`WatchEvent`] (the reply matters only for notices); must be
+/// quick and must not call back into the watch (librados runs it on its own
+/// finisher thread).
+pub type WatchHandler = Box<dyn Fn(WatchEvent<'_>) -> NoticeReply + Send + Sync>;
 
 /// The state a watch callback reaches through librados' `void *` argument.
 struct WatchContext {
@@ -99,8 +110,16 @@ unsafe extern "C" fn on_notice(argument: *mut c_void, notify_id: u64, cookie: u6
         // SAFETY: librados passes `length` readable bytes at `data` for the call.
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) }
     };
-    // A panic must not cross into C: the notice is still acknowledged.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (context.handler)(WatchEvent::Notice(payload))));
+    // A panic must not cross into C. A handler that panicked may not have acted on
+    // the notice, so it is not acknowledged: the notifier treats this watcher as
+    // silent.
+    let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (context.handler)(WatchEvent::Notice(payload))
+    }))
+    .unwrap_or(NoticeReply::Withhold);
+    if reply == NoticeReply::Withhold {
+        return;
+    }
     let object = &context.object;
     // SAFETY: the pool context and object name are live; an empty reply is allowed.
     unsafe {

@@ -1,0 +1,103 @@
+//! The target's side of a gateway group's reservations (`group_reservations`):
+//! installing the states the group publishes, and marking copies it cannot vouch
+//! for.
+
+use std::sync::Arc;
+
+use super::Target;
+use crate::write_fence::WriteFence;
+
+impl Target {
+    /// Keeps every subsystem's reservations in a gateway group's authority (call it
+    /// right after `new`, before hosts connect). Set once.
+    pub fn set_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
+        let group = Arc::clone(self.group_reservations.get_or_init(|| group));
+        for subsystem in self.subsystems() {
+            subsystem.attach_group_reservations(Arc::clone(&group));
+        }
+    }
+
+    /// Installs a state the gateway group published for the namespace with this
+    /// NGUID (in every subsystem that has it), unless the copy here is newer, and
+    /// tells this gateway's controllers of affected hosts.
+    ///
+    /// Returns the fence of the hosts whose registrations the new changes preempted
+    /// (Preempt, Preempt and Abort): their writes already at storage on this
+    /// gateway. The group's authority must not count this gateway as having the
+    /// change before the fence drained (the watch acknowledges only then), so that
+    /// nothing a preempted host sent lands after the command is answered.
+    pub fn install_group_reservations(
+        &self,
+        nguid: &[u8; 16],
+        update: &crate::group_reservations::GroupUpdate,
+    ) -> WriteFence {
+        self.install_group_state(nguid, update, true)
+    }
+
+    /// Installs the state the group answered a command of this gateway with: newer
+    /// than the copy perhaps, but it says nothing about changes after it, so a copy
+    /// marked unknown stays unknown.
+    pub(crate) fn install_group_answer(
+        &self,
+        nguid: &[u8; 16],
+        update: &crate::group_reservations::GroupUpdate,
+    ) {
+        // This gateway's own fence was waited for when its watch got the change.
+        let _ = self.install_group_state(nguid, update, false);
+    }
+
+    fn install_group_state(
+        &self,
+        nguid: &[u8; 16],
+        update: &crate::group_reservations::GroupUpdate,
+        vouched: bool,
+    ) -> WriteFence {
+        let mut fence = WriteFence::default();
+        for subsystem in self.subsystems() {
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state, vouched) else { continue };
+                let notices = crate::group_reservations::new_notices(update, applied);
+                if notices.is_empty() {
+                    continue;
+                }
+                // After the install published the state (see `write_fence`).
+                let preempted: Vec<crate::reservations::HostId> = notices
+                    .iter()
+                    .filter(|(_, notice)| {
+                        *notice == crate::reservations::Notice::RegistrationPreempted
+                    })
+                    .map(|(host, _)| *host)
+                    .collect();
+                fence.join(entry.namespace.writes.fence(&preempted));
+                for controller in self.controllers_of(subsystem.index) {
+                    for (host, notice) in &notices {
+                        if controller.host_identifier == *host {
+                            controller.note_reservation(entry.namespace.id, *notice);
+                        }
+                    }
+                }
+            }
+        }
+        fence
+    }
+
+    /// The gateway group can no longer vouch for this gateway's copy of the
+    /// namespace's reservations: until a state is installed again, commands the
+    /// reservation could refuse get a path error.
+    pub fn mark_group_reservations_unknown(&self, nguid: &[u8; 16]) {
+        for subsystem in self.subsystems() {
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+                entry.namespace.reservations.mark_unknown();
+            }
+        }
+    }
+
+    /// Namespaces whose gateway-group reservations are not known here (not loaded
+    /// yet, or a lost watch).
+    pub fn group_reservations_unknown(&self) -> usize {
+        self.subsystems()
+            .iter()
+            .map(|subsystem| subsystem.table().entries().filter(|entry| entry.namespace.reservations.is_unknown()).count())
+            .sum()
+    }
+}
