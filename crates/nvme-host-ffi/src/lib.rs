@@ -144,6 +144,19 @@ impl SluiceQueue {
         Ok(())
     }
 
+    /// The namespace's geometry and the bytes `blocks` blocks of a write from `buf`
+    /// take (a NULL `buf` or a size overflow refused).
+    fn write_extent(&mut self, nsid: u32, blocks: u32, buf: *const c_void) -> FfiResult<(Geometry, usize)> {
+        if buf.is_null() {
+            return Err(FfiError::invalid("buf is NULL"));
+        }
+        let geometry = self.geometry(nsid)?;
+        let bytes = (blocks as usize)
+            .checked_mul(geometry.block_size as usize)
+            .ok_or_else(|| FfiError::invalid("write too large"))?;
+        Ok((geometry, bytes))
+    }
+
     fn geometry(&mut self, nsid: u32) -> FfiResult<Geometry> {
         if let Some(geometry) = self.geometry.get(&nsid) {
             return Ok(*geometry);
@@ -686,13 +699,7 @@ pub unsafe extern "C" fn sluice_submit_write(
     user_tag: u64,
 ) -> c_int {
     let body = |q: &mut SluiceQueue| {
-        if buf.is_null() {
-            return Err(FfiError::invalid("buf is NULL"));
-        }
-        let geometry = q.geometry(nsid)?;
-        let bytes = (blocks as usize)
-            .checked_mul(geometry.block_size as usize)
-            .ok_or_else(|| FfiError::invalid("write too large"))?;
+        let (geometry, bytes) = q.write_extent(nsid, blocks, buf)?;
         // SAFETY: the caller guarantees `buf` is readable for blocks * block size
         // bytes for the duration of this call; the slice is copied before return.
         let data = unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) };
@@ -722,13 +729,7 @@ pub unsafe extern "C" fn sluice_submit_write_in_place(
     user_tag: u64,
 ) -> c_int {
     let body = |q: &mut SluiceQueue| {
-        if buf.is_null() {
-            return Err(FfiError::invalid("buf is NULL"));
-        }
-        let geometry = q.geometry(nsid)?;
-        let bytes = (blocks as usize)
-            .checked_mul(geometry.block_size as usize)
-            .ok_or_else(|| FfiError::invalid("write too large"))?;
+        let (geometry, bytes) = q.write_extent(nsid, blocks, buf)?;
         // SAFETY: the caller guarantees `buf` is readable for blocks * block size
         // bytes until the request completes (see above); the queue keeps only its
         // address, and reads it through CallerMemory while that holds.
