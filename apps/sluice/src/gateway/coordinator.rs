@@ -14,7 +14,8 @@
 //! records itself and turns the group optimized. A voluntary handover (failback) clears
 //! the owner record first, so the preferred gateway takes over without fencing anyone.
 //! A gateway that cannot renew for a whole lease reports every group inaccessible; a
-//! gateway that finds itself blocklisted stays so until restarted.
+//! gateway that finds itself blocklisted reports them inaccessible too, and the
+//! service rejoins it with a new cluster client (`service::rejoin`).
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,8 @@ pub enum Phase {
     Serving,
     /// No renewal for a whole lease: every group inaccessible until the cluster answers.
     ClusterLost,
-    /// Blocklisted by another gateway: every group inaccessible until restarted.
+    /// Blocklisted by another gateway: every group inaccessible until the service has
+    /// rejoined with a new cluster client.
     Fenced,
 }
 
@@ -83,6 +85,8 @@ pub struct GatewayCounters {
     pub fenced_peers: u64,
     /// Time from noticing a group ownerless to serving it optimized, last takeover.
     pub last_takeover_ms: Option<u64>,
+    /// Times this gateway came back after being fenced, without a restart.
+    pub rejoins: u64,
 }
 
 /// The settings the coordinator runs with.
@@ -256,7 +260,7 @@ impl<S: LeaseStore> Coordinator<S> {
         if self.phase != Phase::Fenced {
             tracing::error!(
                 "this gateway was fenced (its cluster client is blocklisted): another gateway took its ANA groups; \
-                 every group is inaccessible here until sluice serve is restarted"
+                 every group is inaccessible here until it has rejoined with a new cluster client"
             );
         }
         self.phase = Phase::Fenced;

@@ -349,6 +349,18 @@ impl Worker {
                 }
                 followed.object.watch(handler(), WATCH_TIMEOUT)
             }
+            // This gateway was fenced: its client stays refused. Open the object
+            // again, through the new client the gateway service starts when it
+            // rejoins (until then the same one, and the next check tries again).
+            Err(errno) if errno.is_blocklisted() => {
+                match RadosObject::open(&self.settings.cluster, &self.settings.pool, &followed.object.name()) {
+                    Ok(object) => {
+                        followed.object = Arc::new(object);
+                        followed.object.watch(handler(), WATCH_TIMEOUT)
+                    }
+                    Err(_) => Err(errno),
+                }
+            }
             other => other,
         }
         .map_err(|errno| format!("watching {}: {errno}", followed.object.describe()))?;

@@ -3,6 +3,14 @@
 //! lists the other gateways' listeners in discovery, then runs the coordinator every
 //! quarter lease until `sluice serve` stops. Its state is published for
 //! `sluice gateway status`, the management API and the metrics.
+//!
+//! A gateway another one fenced (blocklisted its cluster client) comes back without a
+//! restart ([`rejoin`]): it closes every host connection (so no command it accepted
+//! before the fence reaches storage afterwards), waits until those queues noticed,
+//! starts a new cluster client (a blocklist entry names one client instance),
+//! reopens its images through it and joins the group again as a new member, with its
+//! groups non-optimized until the coordinator hands them back. A failed attempt is
+//! retried with a backoff of one lease, doubling up to [`MAX_REJOIN_BACKOFF`].
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
@@ -79,6 +87,8 @@ pub struct GatewayStatus {
     pub releases: u64,
     pub fenced_peers: u64,
     pub last_takeover_ms: Option<u64>,
+    /// Times it came back after being fenced, without a restart.
+    pub rejoins: u64,
 }
 
 /// The published status, shared with the management API and the metrics.
@@ -108,15 +118,38 @@ pub fn group_object(group: &str) -> String {
     format!("sluice.gateway.{group}")
 }
 
+/// Longest wait between two attempts to rejoin after being fenced.
+pub const MAX_REJOIN_BACKOFF: Duration = Duration::from_secs(60);
+
 /// Joins the group and starts the coordinator. Blocks up to about one lease (a
 /// previous life's membership lease must expire first). Before it returns, every ANA
 /// group this gateway serves has its first real state.
 pub fn start(plan: &GatewayPlan, target: &Arc<Target>) -> Result<GatewayService, String> {
     let object = RadosObject::open(&plan.cluster, &plan.pool, &group_object(&plan.group))
         .map_err(|error| format!("gateway {}: {error}", plan.name))?;
-    let address = object.my_address().map_err(|errno| format!("cannot read this cluster client's address: {errno}"))?;
     check_namespace_identities(plan, target, &object)?;
     target.set_peer_paths(peer_paths(plan, target));
+    let coordinator = join_group(plan, target, object)?;
+    let subsystems: Vec<String> = target.subsystems().iter().map(|subsystem| subsystem.nqn.clone()).collect();
+    let status = Arc::new(Mutex::new(snapshot(plan, &subsystems, &coordinator)));
+    tracing::info!(gateway = %plan.name, group = %plan.group, client = %coordinator.settings().address,
+        groups = ?status.lock().map(|status| status.ana_groups.iter().map(|group| (group.ana_group, group.state)).collect::<Vec<_>>()).unwrap_or_default(),
+        "joined the gateway group");
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let thread = {
+        let (status, stop, target, plan) = (Arc::clone(&status), Arc::clone(&stop), Arc::clone(target), plan.clone());
+        std::thread::Builder::new()
+            .name("sluice-gateway".into())
+            .spawn(move || run(coordinator, &plan, &subsystems, &target, &status, &stop))
+            .map_err(|error| format!("cannot start the gateway thread: {error}"))?
+    };
+    Ok(GatewayService { status, stop, thread: Some(thread) })
+}
+
+/// A coordinator over the group's `object` (opened through this process's current
+/// cluster client), joined and through its first round.
+fn join_group(plan: &GatewayPlan, target: &Arc<Target>, object: RadosObject) -> Result<Coordinator<RadosObject>, String> {
+    let address = object.my_address().map_err(|errno| format!("cannot read this cluster client's address: {errno}"))?;
     let groups = served_groups(target)
         .into_iter()
         .map(|group| (group, plan.preferred_owner(group).to_string()))
@@ -134,20 +167,63 @@ pub fn start(plan: &GatewayPlan, target: &Arc<Target>) -> Result<GatewayService,
     let mut coordinator = Coordinator::new(object, settings, sink);
     coordinator.join(Instant::now, std::thread::sleep)?;
     coordinator.step(Instant::now(), sink);
-    let subsystems: Vec<String> = target.subsystems().iter().map(|subsystem| subsystem.nqn.clone()).collect();
-    let status = Arc::new(Mutex::new(snapshot(plan, &subsystems, &coordinator)));
-    tracing::info!(gateway = %plan.name, group = %plan.group, client = %address,
-        groups = ?status.lock().map(|status| status.ana_groups.iter().map(|group| (group.ana_group, group.state)).collect::<Vec<_>>()).unwrap_or_default(),
-        "joined the gateway group");
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
-    let thread = {
-        let (status, stop, target, plan) = (Arc::clone(&status), Arc::clone(&stop), Arc::clone(target), plan.clone());
-        std::thread::Builder::new()
-            .name("sluice-gateway".into())
-            .spawn(move || run(coordinator, &plan, &subsystems, &target, &status, &stop))
-            .map_err(|error| format!("cannot start the gateway thread: {error}"))?
-    };
-    Ok(GatewayService { status, stop, thread: Some(thread) })
+    Ok(coordinator)
+}
+
+/// Waits `duration` unless the service is told to stop first (then true).
+fn stopped_within(stop: &(Mutex<bool>, Condvar), duration: Duration) -> bool {
+    let (lock, signal) = stop;
+    let deadline = Instant::now() + duration;
+    let mut stopping = lock.lock().unwrap_or_else(|poison| poison.into_inner());
+    while !*stopping {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        stopping = signal.wait_timeout(stopping, deadline - now).unwrap_or_else(|poison| poison.into_inner()).0;
+    }
+    true
+}
+
+/// Brings a fenced gateway back (see the module comment): closes every host
+/// connection, starts a new cluster client, reopens the images through it and joins
+/// the group again. `None` when the service stopped meanwhile.
+fn rejoin(
+    plan: &GatewayPlan,
+    target: &Arc<Target>,
+    stop: &(Mutex<bool>, Condvar),
+) -> Option<Result<Coordinator<RadosObject>, String>> {
+    let mut closed = 0;
+    for subsystem in target.subsystems() {
+        for controller in target.controllers_of(subsystem.index) {
+            controller.tear_down();
+            closed += 1;
+        }
+    }
+    tracing::warn!(gateway = %plan.name, controllers = closed,
+        "fenced: closed every host controller (commands accepted before the fence fail; hosts reconnect); \
+         rejoining the group with a new cluster client");
+    // Every I/O queue checks its controller once a controller check interval; after
+    // two, none of the closed controllers' queues submits anything more.
+    if stopped_within(stop, Duration::from_millis(2 * nvme_target::limits::CONTROLLER_CHECK_INTERVAL_MS)) {
+        return None;
+    }
+    Some((|| {
+        let images = runtime::reopen_images(&plan.cluster).map_err(|error| format!("reopening the images: {error}"))?;
+        // As at startup: the group's reservations are in force before any group is
+        // served here (their thread reopens its objects on the new client within
+        // its one-second check).
+        let deadline = Instant::now() + Duration::from_millis(plan.lease_ms);
+        while target.group_reservations_unknown() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let object = RadosObject::open(&plan.cluster, &plan.pool, &group_object(&plan.group))
+            .map_err(|error| format!("opening the group's object: {error}"))?;
+        let coordinator = join_group(plan, target, object)?;
+        tracing::warn!(gateway = %plan.name, images, client = %coordinator.settings().address,
+            "rejoined the gateway group after being fenced");
+        Ok(coordinator)
+    })())
 }
 
 fn run(
@@ -161,6 +237,7 @@ fn run(
     let sink: &dyn AnaSink = target.as_ref();
     let interval = coordinator.interval();
     let mut next = Instant::now() + interval;
+    let mut rejoin_backoff = Duration::from_millis(plan.lease_ms);
     loop {
         {
             let (lock, signal) = stop;
@@ -179,6 +256,26 @@ fn run(
         next += interval;
         coordinator.step(Instant::now(), sink);
         *status.lock().unwrap_or_else(|poison| poison.into_inner()) = snapshot(plan, subsystems, &coordinator);
+        if coordinator.phase == Phase::Fenced {
+            match rejoin(plan, target, stop) {
+                None => break,
+                Some(Ok(mut rejoined)) => {
+                    rejoined.counters = GatewayCounters { rejoins: coordinator.counters.rejoins + 1, ..coordinator.counters.clone() };
+                    coordinator = rejoined;
+                    rejoin_backoff = Duration::from_millis(plan.lease_ms);
+                }
+                Some(Err(error)) => {
+                    tracing::error!(gateway = %plan.name, %error, retry_in_ms = rejoin_backoff.as_millis() as u64,
+                        "could not rejoin the gateway group after being fenced; retrying");
+                    if stopped_within(stop, rejoin_backoff) {
+                        break;
+                    }
+                    rejoin_backoff = (rejoin_backoff * 2).min(MAX_REJOIN_BACKOFF);
+                }
+            }
+            *status.lock().unwrap_or_else(|poison| poison.into_inner()) = snapshot(plan, subsystems, &coordinator);
+            next = Instant::now() + interval;
+        }
         // A late round (a stalled machine) must not be followed by a burst.
         next = next.max(Instant::now());
     }
@@ -187,7 +284,7 @@ fn run(
 }
 
 fn snapshot(plan: &GatewayPlan, subsystems: &[String], coordinator: &Coordinator<RadosObject>) -> GatewayStatus {
-    let GatewayCounters { takeovers, releases, fenced_peers, last_takeover_ms } = coordinator.counters.clone();
+    let GatewayCounters { takeovers, releases, fenced_peers, last_takeover_ms, rejoins } = coordinator.counters.clone();
     GatewayStatus {
         group: plan.group.clone(),
         subsystems: subsystems.to_vec(),
@@ -225,6 +322,7 @@ fn snapshot(plan: &GatewayPlan, subsystems: &[String], coordinator: &Coordinator
         releases,
         fenced_peers,
         last_takeover_ms,
+        rejoins,
     }
 }
 
@@ -362,6 +460,7 @@ pub fn render_metrics(status: &GatewayStatus) -> String {
         ("sluice_gateway_takeovers_total", "ANA groups this gateway took ownership of.", status.takeovers),
         ("sluice_gateway_releases_total", "ANA groups this gateway gave back or lost.", status.releases),
         ("sluice_gateway_fenced_peers_total", "Previous owners this gateway fenced before a takeover.", status.fenced_peers),
+        ("sluice_gateway_rejoins_total", "Times this gateway rejoined its group with a new cluster client after being fenced.", status.rejoins),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}");
     }

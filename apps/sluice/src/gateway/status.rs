@@ -85,8 +85,8 @@ pub fn render(result: &Value) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "\ntakeovers {}, releases {}, fenced peers {}",
-        result["takeovers"], result["releases"], result["fenced_peers"]
+        "\ntakeovers {}, releases {}, fenced peers {}, rejoins after being fenced {}",
+        result["takeovers"], result["releases"], result["fenced_peers"], result["rejoins"]
     ));
     if let Some(ms) = result["last_takeover_ms"].as_u64() {
         out.push_str(&format!(", last takeover after {:.1} s without an owner", ms as f64 / 1000.0));

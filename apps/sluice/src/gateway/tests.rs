@@ -252,7 +252,7 @@ fn a_gateway_cut_off_from_the_cluster_reports_inaccessible_and_recovers() {
     assert_eq!(a.sink.state(2), AnaState::Optimized, "a took b's group");
     world.borrow_mut().unreachable.clear();
     run(&world, &mut [&mut a, &mut b], 1);
-    // b was fenced by a's takeover: it stays out until restarted.
+    // b was fenced by a's takeover (the service then rejoins it with a new client).
     assert_eq!(b.coordinator.phase, Phase::Fenced);
 }
 

@@ -100,6 +100,15 @@ pub(crate) fn connect(spec: &ClusterSpec) -> Result<Arc<Cluster>, RbdError> {
     Ok(cluster)
 }
 
+/// Makes the next [`connect`] for `spec` start a new client: the current one was
+/// blocklisted (fenced), and a blocklist entry names one client instance, so a new
+/// one is served again. Images and objects opened through the old client keep it
+/// (their requests fail) until they are reopened.
+pub(crate) fn forget(spec: &ClusterSpec) {
+    let mut clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    clusters.retain(|(open, cluster)| open != spec && cluster.strong_count() > 0);
+}
+
 /// How many cluster connections are open in this process (for tests and status).
 pub fn open_connections() -> usize {
     let clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -131,6 +131,11 @@ impl RadosObject {
         Ok(RadosObject { object: cstring(object, "object")?, cluster, io, pool: pool.to_string() })
     }
 
+    /// The object's name within its pool.
+    pub fn name(&self) -> String {
+        self.object.to_string_lossy().into_owned()
+    }
+
     /// "pool/object" for messages.
     pub fn describe(&self) -> String {
         format!("{}/{}", self.pool, self.object.to_string_lossy())

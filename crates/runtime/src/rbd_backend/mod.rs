@@ -25,7 +25,7 @@ mod queue;
 mod watched;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::task::Waker;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -201,10 +201,36 @@ pub struct RbdStatus {
 
 /// A Ceph RBD image as a namespace's device.
 pub struct RbdBackend {
-    image: Arc<OpenImage>,
+    /// The image as open now; replaced by [`reopen_images`] after this process was
+    /// fenced. Queues keep the image they were opened with.
+    image: RwLock<Arc<OpenImage>>,
     geometry: Geometry,
     library: &'static library::Library,
     health: Arc<Health>,
+    /// What it was opened with (to reopen it on a new cluster client).
+    options: RbdOptions,
+}
+
+/// Every RBD backend open in the process, to reopen them on a new cluster client.
+static OPEN_BACKENDS: Mutex<Vec<Weak<RbdBackend>>> = Mutex::new(Vec::new());
+
+/// After this process's cluster client for `spec` was blocklisted (another gateway
+/// fenced it): starts a new client and reopens every image of that cluster through
+/// it. Queues opened before keep the old image, whose requests the cluster refuses,
+/// so only queues opened afterwards (new connections) reach the new one. Returns how
+/// many images were reopened. Blocks (connecting, opening): never on an I/O thread.
+pub fn reopen_images(spec: &ClusterSpec) -> Result<usize, RbdError> {
+    storage::service::debug_assert_may_block("reopening RBD images");
+    cluster::forget(spec);
+    let backends: Vec<Arc<RbdBackend>> = {
+        let mut open = OPEN_BACKENDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        open.retain(|backend| backend.strong_count() > 0);
+        open.iter().filter_map(Weak::upgrade).filter(|backend| backend.options.cluster == *spec).collect()
+    };
+    for backend in &backends {
+        backend.reopen()?;
+    }
+    Ok(backends.len())
 }
 
 /// What [`RbdBackend::open`] did to the image, for the log.
@@ -259,13 +285,40 @@ impl RbdBackend {
             (false, Some(from_bytes)) => ImageChange::Grown { from_bytes },
             (false, None) => ImageChange::None,
         };
-        let backend = RbdBackend {
-            image: Arc::new(opened.image),
+        let backend = Arc::new(RbdBackend {
+            image: RwLock::new(Arc::new(opened.image)),
             geometry,
             library,
             health: Arc::default(),
-        };
-        Ok((Arc::new(backend), change))
+            options: options.clone(),
+        });
+        if mode == OpenMode::CreateOrGrow {
+            let mut open = OPEN_BACKENDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            open.retain(|backend| backend.strong_count() > 0);
+            open.push(Arc::downgrade(&backend));
+        }
+        Ok((backend, change))
+    }
+
+    /// Opens the image again through the process's current client for its cluster
+    /// (see [`reopen_images`]); it must still exist with the same size.
+    fn reopen(&self) -> Result<(), RbdError> {
+        let options = &self.options;
+        let cluster = cluster::connect(&options.cluster)?;
+        let opened = cluster::open_image(cluster, &options.pool, &options.image, None, OpenMode::Inspect)?;
+        if opened.size_bytes != self.geometry.capacity_bytes() {
+            return Err(RbdError::Geometry {
+                image: format!("{}/{}", options.pool, options.image),
+                size_bytes: opened.size_bytes,
+                block_size_bytes: options.block_size_bytes,
+            });
+        }
+        *self.image.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(opened.image);
+        Ok(())
+    }
+
+    fn current_image(&self) -> Arc<OpenImage> {
+        Arc::clone(&self.image.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Cluster, pool, image and connection state.
@@ -274,11 +327,12 @@ impl RbdBackend {
         let at_ms = self.health.last_error_at_unix_ms.load(Ordering::Relaxed);
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64);
         let recent_error = code != 0 && now_ms.saturating_sub(at_ms) < 60_000;
+        let image = self.current_image();
         RbdStatus {
-            cluster: self.image.cluster.spec.describe(),
-            monitors: self.image.cluster.monitors.clone(),
-            pool: self.image.pool.clone(),
-            image: self.image.name.clone(),
+            cluster: image.cluster.spec.describe(),
+            monitors: image.cluster.monitors.clone(),
+            pool: image.pool.clone(),
+            image: image.name.clone(),
             size_bytes: self.geometry.capacity_bytes(),
             state: if recent_error { "errors" } else { "connected" },
             errors: self.health.errors.load(Ordering::Relaxed),
@@ -288,7 +342,7 @@ impl RbdBackend {
 
     fn queue(&self, waker: Option<&Waker>) -> Box<dyn BackendQueue> {
         Box::new(queue::RbdQueue::new(
-            Arc::clone(&self.image),
+            self.current_image(),
             self.geometry,
             self.library,
             waker,
@@ -301,8 +355,8 @@ impl std::fmt::Debug for RbdBackend {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("RbdBackend")
-            .field("pool", &self.image.pool)
-            .field("image", &self.image.name)
+            .field("pool", &self.options.pool)
+            .field("image", &self.options.image)
             .field("geometry", &self.geometry)
             .finish()
     }
@@ -335,7 +389,7 @@ impl Backend for RbdBackend {
     }
 
     fn shared_name(&self) -> Option<String> {
-        Some(format!("rbd:{}/{}", self.image.pool, self.image.name))
+        Some(format!("rbd:{}/{}", self.options.pool, self.options.image))
     }
 
     /// librbd's compare-and-write: the OSD compares and writes in one operation, so
