@@ -80,6 +80,15 @@ fn follow_group_reservations(
 
 /// Runs the target described by `config` until SIGINT or SIGTERM.
 pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> {
+    // A gateway whose group's configuration is in the cluster runs the group's
+    // version (seeding an empty group with its file's group part).
+    let (group_config, group_state) = match crate::gateway::group_config::start(config, options.config_path.as_deref())
+        .map_err(ServeError::Gateway)?
+    {
+        Some(started) => (Some(started.config), Some((started.state, started.running_text))),
+        None => (None, None),
+    };
+    let config = group_config.as_ref().unwrap_or(config);
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
     // Before the listeners open: saved reservations are in force for the first command.
@@ -143,7 +152,17 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         listeners,
         storage,
         gateway_status.clone(),
+        group_state,
     )?;
+    // Members' changes to the group's configuration reach the management thread.
+    let group_config_follower = match (config.gateway_plan()?, group_config.is_some()) {
+        (Some(plan), true) => {
+            let handle = management.thread.handle();
+            let changed: std::sync::Arc<dyn Fn() + Send + Sync> = std::sync::Arc::new(move || handle.group_config_changed());
+            Some(crate::gateway::group_config::Follower::start(&plan, changed).map_err(ServeError::Gateway)?)
+        }
+        _ => None,
+    };
     if let Some(server) = &management.server {
         println!("sluice: management socket {}", server.path().display());
     }
@@ -183,6 +202,7 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let result = runtime.join();
     // Also when the runtime stopped by itself (a failure) rather than on a signal.
     crate::notify::stopping();
+    drop(group_config_follower);
     drop(management);
     // Hands owned ANA groups to the other gateways at once (no lease to wait out).
     drop(gateway);

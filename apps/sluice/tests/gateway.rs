@@ -121,6 +121,22 @@ threads = 1
         path
     }
 
+    /// The config of member `member` with the group's configuration kept in the
+    /// cluster: the whole file (its group part seeds an empty group) or, with
+    /// `own_part_only`, just the gateway's own part.
+    fn cluster_config(&self, member: usize, own_part_only: bool) -> PathBuf {
+        let path = self.config(member, NAMESPACE.0);
+        let full = std::fs::read_to_string(&path).unwrap().replacen("op_timeout_ms = 5000\n", "op_timeout_ms = 5000\nconfig = \"cluster\"\n", 1);
+        let text = if own_part_only {
+            let gateway_end = full.find("[[gateway.member]]").unwrap();
+            format!("{}[runtime]\nthreads = 1\n", &full[..gateway_end])
+        } else {
+            full
+        };
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     fn start(&self, member: usize) -> ServeProcess {
         self.start_with_env(member, &[])
     }
@@ -135,11 +151,19 @@ threads = 1
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let spec = format!("rbd/{}", self.image);
+        remove_image(&format!("rbd/{}", self.image));
+        remove_image(&format!("rbd/{}-2", self.image));
+        let _ = Command::new("rados").args(["-p", "rbd", "rm", &format!("sluice.config.{}", self.group)]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Removes an image (retrying while a gateway that just stopped still holds it).
+fn remove_image(spec: &str) {
+    {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             let child = Command::new("rbd")
-                .args(["rm", "--no-progress", &spec])
+                .args(["rm", "--no-progress", spec])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -511,4 +535,123 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
     let (bad, took) = race_compare_and_write(&group, 500);
     eprintln!("500 rounds with the per-process range table only: {bad} bad rounds in {:.1} s", took.as_secs_f64());
     assert!(bad > 0, "without the cluster-atomic path two gateways' pairs must collide at least once");
+}
+
+/// `sluice ARGS --socket` of member `member`, which must succeed; its output.
+fn manage(group: &Group, member: usize, args: &[&str]) -> String {
+    let socket = group.dir.join(format!("{member}.sock"));
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--socket", socket.to_str().unwrap()]);
+    let output = support::sluice(&all);
+    assert!(output.status.success(), "sluice {args:?} on {member}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn start_cluster_configured(group: &Group, member: usize, config: &std::path::Path) -> ServeProcess {
+    let socket = group.dir.join(format!("{member}.sock"));
+    ServeProcess::start_with_env(config, &["--rpc-socket", socket.to_str().unwrap()], &[])
+        .unwrap_or_else(|| panic!("gateway {member} did not start"))
+}
+
+/// Waits until member `member` lists namespace `nsid` (or no longer does); returns
+/// how long that took.
+fn await_namespace(group: &Group, member: usize, nsid: u32, listed: bool, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let list = manage(group, member, &["ns", "list", NQN, "-o", "json"]);
+        let value: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let present = value["namespaces"].as_array().unwrap().iter().any(|namespace| namespace["nsid"] == nsid);
+        if present == listed {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "member {member}: namespace {nsid} listed {present} after {limit:?}: {list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gateway() {
+    if !ceph_cluster_given("gateway group configuration") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
+    let group = Group::new("config");
+    // a's file seeds the empty group; b's holds only its own part.
+    let (a_file, b_file) = (group.cluster_config(0, false), group.cluster_config(1, true));
+    let a = start_cluster_configured(&group, 0, &a_file);
+    let b = start_cluster_configured(&group, 1, &b_file);
+    let (at_a, at_b) = (group.address(0), group.address(1));
+    await_state(at_a, AnaState::Optimized, Duration::from_secs(15));
+    await_state(at_b, AnaState::NonOptimized, Duration::from_secs(15));
+    assert!(connect(at_b).identify_namespace(NAMESPACE).is_ok(), "b serves the group's namespace from the cluster");
+    assert!(manage(&group, 1, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
+
+    // A namespace added through a, on a new image, is served by b too.
+    let image = format!("rbd/{}-2", group.image);
+    manage(&group, 0, &["ns", "add", NQN, "--rbd", &image, "--size", "16MiB", "--block-size", "4096", "-N", "2"]);
+    let delay = await_namespace(&group, 1, 2, true, Duration::from_secs(10));
+    eprintln!("namespace added through a listed by b after {:.0} ms", delay.as_secs_f64() * 1000.0);
+    let through_b = connect(at_b);
+    let data = pattern(0x5A);
+    through_b.write(NamespaceId(2), 0, &data, true).expect("write to the new namespace through b");
+    assert!(connect(at_a).read(NamespaceId(2), 0, BLOCKS).unwrap() == data, "the same image behind both");
+    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 2"));
+    // a's file keeps only what it had: the change lives in the cluster.
+    assert!(!std::fs::read_to_string(&a_file).unwrap().contains(&image));
+
+    // b down while a removes it; b started again serves the group's new version.
+    drop(through_b);
+    drop(b);
+    manage(&group, 0, &["ns", "remove", NQN, "2"]);
+    let b = start_cluster_configured(&group, 1, &b_file);
+    await_namespace(&group, 1, 2, false, Duration::from_secs(1));
+    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 3"));
+
+    // Concurrent changes through both gateways: each either lands or is refused with
+    // a conflict naming the versions; none is lost, and both gateways converge.
+    let mut landed = Vec::new();
+    let mut conflicts = 0;
+    for round in 0..5 {
+        let names = [format!("nqn.2026-11.io.sluice:race-{round}-a"), format!("nqn.2026-11.io.sluice:race-{round}-b")];
+        let outputs: Vec<std::process::Output> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|member| {
+                    let (group, name) = (&group, &names[member]);
+                    scope.spawn(move || manage_output(group, member, &["subsystem", "add", name]))
+                })
+                .collect();
+            handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+        });
+        for (member, output) in outputs.iter().enumerate() {
+            if output.status.success() {
+                landed.push(names[member].clone());
+            } else {
+                let error = String::from_utf8_lossy(&output.stderr);
+                assert!(error.contains("changed through another gateway") && error.contains("version"), "{error}");
+                conflicts += 1;
+            }
+        }
+        // Let both apply before the next round (a conflict is retried after that).
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("concurrent changes: {} landed, {conflicts} refused as conflicts", landed.len());
+    for member in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = manage(&group, member, &["subsystem", "list"]);
+            if landed.iter().all(|nqn| list.contains(nqn.as_str())) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "member {member} lacks a change that landed: {list}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop((a, b));
+}
+
+fn manage_output(group: &Group, member: usize, args: &[&str]) -> std::process::Output {
+    let socket = group.dir.join(format!("{member}.sock"));
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--socket", socket.to_str().unwrap()]);
+    support::sluice(&all)
 }

@@ -49,6 +49,12 @@ pub struct GatewaySection {
     /// (default true).
     #[serde(default)]
     pub failback: Option<bool>,
+    /// Where the group's part of the configuration lives: "file" (default: each
+    /// gateway's own file) or "cluster" (one copy in the cluster, changed through any
+    /// member; the file's group part only seeds an empty group; see
+    /// gateway/group_config.rs).
+    #[serde(default)]
+    pub config: Option<GroupConfigSource>,
     /// Every gateway of the group, in the same order in every gateway's config: the
     /// position gives each its controller id range.
     #[serde(default, rename = "member")]
@@ -57,6 +63,15 @@ pub struct GatewaySection {
     /// `(id - 1) % members`.
     #[serde(default, rename = "ana_group")]
     pub ana_groups: Vec<AnaGroupConfig>,
+}
+
+/// `[gateway] config`.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupConfigSource {
+    #[default]
+    File,
+    Cluster,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -90,6 +105,8 @@ pub struct GatewayPlan {
     pub position: usize,
     /// Explicit preferred owners by group.
     pub preferred: Vec<(AnaGroupId, String)>,
+    /// Where the group's configuration lives.
+    pub config: GroupConfigSource,
 }
 
 impl GatewayPlan {
@@ -110,7 +127,26 @@ impl GatewayPlan {
     }
 }
 
+/// Where a group's objects live: enough to reach the group's configuration before
+/// the rest of `[gateway]` is known (a file with only its own part lists no members).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupLocation {
+    pub group: String,
+    pub pool: String,
+    pub cluster: runtime::ClusterSpec,
+}
+
 impl GatewaySection {
+    /// The group's name, pool and cluster, checked.
+    pub fn location(&self) -> Result<GroupLocation, ConfigError> {
+        check_name(&self.group, "[gateway].group")?;
+        Ok(GroupLocation {
+            group: self.group.clone(),
+            pool: self.pool.clone().unwrap_or_else(|| "rbd".to_string()),
+            cluster: super::schema::cluster_spec(&self.ceph_conf, self.client.as_deref(), self.op_timeout_ms),
+        })
+    }
+
     pub fn plan(&self) -> Result<GatewayPlan, ConfigError> {
         let location = "[gateway]";
         check_name(&self.name, location)?;
@@ -165,6 +201,7 @@ impl GatewaySection {
             members,
             position,
             preferred,
+            config: self.config.unwrap_or_default(),
         })
     }
 }

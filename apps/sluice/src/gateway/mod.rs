@@ -1,8 +1,11 @@
 //! Gateway groups: several `sluice serve` processes export the same subsystems from the
 //! same RBD images, each reporting ANA states that the cluster arbitrates
-//! ([`coordinator`]); the coordinator runs on its own thread ([`service`]).
+//! ([`coordinator`]); the coordinator runs on its own thread ([`service`]). With
+//! `[gateway] config = "cluster"` the group's configuration is one copy in the
+//! cluster ([`group_config`]).
 
 pub mod coordinator;
+pub mod group_config;
 pub mod reservations;
 #[cfg(test)]
 mod tests;

@@ -84,6 +84,14 @@ pub fn render(result: &Value) -> String {
         }
         out.push('\n');
     }
+    match result["config"]["source"].as_str() {
+        Some("cluster") => out.push_str(&format!(
+            "\ngroup configuration: cluster, version {}{}",
+            result["config"]["version"],
+            result["config"]["pending"].as_u64().map(|pending| format!(" (version {pending} not applied yet: see the log)")).unwrap_or_default()
+        )),
+        _ => out.push_str("\ngroup configuration: this gateway's file"),
+    }
     out.push_str(&format!(
         "\ntakeovers {}, releases {}, fenced peers {}, rejoins after being fenced {}",
         result["takeovers"], result["releases"], result["fenced_peers"], result["rejoins"]

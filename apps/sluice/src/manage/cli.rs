@@ -172,8 +172,13 @@ pub enum NamespaceCommand {
         #[arg(long, short = 'N')]
         nsid: Option<u32>,
         /// Inline backend: ram, null or file.
-        #[arg(long, short = 'b', conflicts_with_all = ["device", "pool"])]
+        #[arg(long, short = 'b', conflicts_with_all = ["device", "pool", "rbd"])]
         backend: Option<String>,
+        /// A Ceph RBD image, POOL/IMAGE: a [[backend]] kind = "rbd" is added for it
+        /// (on a gateway, with the gateway's cluster settings) and the image created
+        /// with --size when it does not exist.
+        #[arg(long, conflicts_with_all = ["device", "pool", "path"])]
+        rbd: Option<String>,
         /// A [[backend]] of the config file, served whole (`sluice backend list`).
         #[arg(long, conflicts_with = "pool")]
         device: Option<String>,
@@ -408,10 +413,11 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Ns { command, client } => match command {
-            NamespaceCommand::Add { nqn, nsid, backend, device, pool, thin, size, block_size, path, direct_io, nguid, uuid } => {
+            NamespaceCommand::Add { nqn, nsid, backend, rbd, device, pool, thin, size, block_size, path, direct_io, nguid, uuid } => {
                 put("nqn", Some(json!(nqn)));
                 put("nsid", nsid.map(Value::from));
                 put("backend", backend.map(Value::from));
+                put("rbd", rbd.map(Value::from));
                 put("device", device.map(Value::from));
                 put("pool", pool.map(Value::from));
                 put("thin", thin.then_some(json!(true)));

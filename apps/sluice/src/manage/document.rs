@@ -106,6 +106,24 @@ fn not_found_subsystem(nqn: &str) -> EditError {
     EditError::NotFound { field: "nqn", message: format!("the config file has no subsystem {nqn}") }
 }
 
+/// The `[[backend]]` table named `name`, if any.
+pub fn backend<'a>(document: &'a DocumentMut, name: &str) -> Option<&'a Table> {
+    document
+        .get("backend")
+        .and_then(Item::as_array_of_tables)
+        .and_then(|backends| backends.iter().find(|table| string_of(table, "name") == Some(name)))
+}
+
+/// Appends a `[[backend]]` table (its `name` must be new).
+pub fn add_backend(document: &mut DocumentMut, table: Table) -> Result<(), EditError> {
+    let name = string_of(&table, "name").unwrap_or_default().to_string();
+    if backend(document, &name).is_some() {
+        return Err(EditError::Conflict { field: "rbd", message: format!("a [[backend]] named {name} already exists") });
+    }
+    array_of_tables(document.as_table_mut(), "backend", "")?.push(table);
+    Ok(())
+}
+
 /// Appends a `[[subsystem]]` table (its `nqn` must be new).
 pub fn add_subsystem(document: &mut DocumentMut, table: Table) -> Result<(), EditError> {
     let nqn = string_of(&table, "nqn").unwrap_or_default().to_string();

@@ -69,11 +69,14 @@ pub fn start_for_serve(
     listeners: target_server::LiveListeners,
     storage: OpenStorage,
     gateway: Option<crate::gateway::service::StatusHandle>,
+    group_config: Option<(crate::gateway::group_config::GroupConfigState, String)>,
 ) -> Result<ManagementRunning, SocketError> {
     // The live listeners replace the fixed list `new` takes.
     let management = Management::new(Arc::clone(target), config_path, Vec::new()).map_err(|source| {
         SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }
     })?;
+    let (group_state, running_text) = group_config.map_or((None, None), |(state, text)| (Some(state), Some(text)));
+    let management = management.with_group_config(group_state, running_text);
     let thread = ManagementThread::start(management.with_storage(storage).with_live_listeners(listeners).with_gateway(gateway))
         .map_err(|source| SocketError::Io { path: PathBuf::from("(management thread)"), source })?;
     let (path, explicit) = match choice {

@@ -37,6 +37,9 @@ pub const PERSIST_FAILED: i64 = -32004;
 /// The file was written but the running target refused the change; the previous
 /// file was put back (`data.file_restored` says whether that worked).
 pub const APPLY_FAILED: i64 = -32005;
+/// A gateway group's configuration was changed through another member first (its
+/// version moved on): nothing was written; retry once this member has applied it.
+pub const GROUP_CONFIG_CONFLICT: i64 = -32006;
 
 /// Longest request line accepted. Management requests are a few hundred bytes; the
 /// bound keeps a runaway client from making the server buffer without limit.

@@ -45,8 +45,8 @@ use super::document::{self, Namespaces};
 use crate::config::OpenStorage;
 use super::persist;
 use super::protocol::{
-    Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, METHOD_NOT_FOUND,
-    NO_CONFIG_FILE, PERSIST_FAILED,
+    Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, GROUP_CONFIG_CONFLICT,
+    METHOD_NOT_FOUND, NO_CONFIG_FILE, PERSIST_FAILED,
 };
 
 /// Every method, for `method not found` answers and the docs.
@@ -106,7 +106,12 @@ pub struct Management {
     storage: OpenStorage,
     /// The gateway coordinator's published state, when this target is a gateway.
     gateway: Option<crate::gateway::service::StatusHandle>,
+    /// A gateway whose group's configuration is kept in the cluster: changes write
+    /// the group's part there and the gateway's own part to the file.
+    group_config: Option<GroupConfigState>,
 }
+
+use crate::gateway::group_config::GroupConfigState;
 
 impl Management {
     /// Manages `target`, built from the file at `config_path` (None: the embedded
@@ -125,7 +130,75 @@ impl Management {
                 Some(ConfigFile { path, text })
             }
         };
-        Ok(Management { target, config_file, active_listeners, live_listeners: None, storage: OpenStorage::default(), gateway: None })
+        Ok(Management {
+            target,
+            config_file,
+            active_listeners,
+            live_listeners: None,
+            storage: OpenStorage::default(),
+            gateway: None,
+            group_config: None,
+        })
+    }
+
+    /// Keeps the group's part of the configuration in the cluster (the gateway runs
+    /// `running_text`: the file's own part with the group's version).
+    pub fn with_group_config(mut self, state: Option<GroupConfigState>, running_text: Option<String>) -> Management {
+        if let (Some(file), Some(text)) = (self.config_file.as_mut(), running_text) {
+            file.text = text;
+        }
+        self.group_config = state;
+        self
+    }
+
+    /// `file_text` with the group's part replaced by the version this gateway runs
+    /// (unchanged when the group's configuration is the file's).
+    pub(crate) fn with_group_part(&self, file_text: &str) -> Result<String, String> {
+        match &self.group_config {
+            Some(state) => crate::gateway::group_config::merge_text(file_text, &state.current.text),
+            None => Ok(file_text.to_string()),
+        }
+    }
+
+    /// A member changed the group's configuration (a notice, or a newer version
+    /// found by the periodic check): apply the cluster's version if it is newer.
+    pub fn apply_group_config(&mut self) {
+        let Some(state) = &self.group_config else { return };
+        let latest = match state.store.load() {
+            Ok(Some(latest)) if latest.version > state.current.version => latest,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the group's configuration; retrying at the next check");
+                return;
+            }
+        };
+        let text = match crate::gateway::group_config::merge_text(&state.file_text, &latest.text) {
+            Ok(text) => text,
+            Err(error) => {
+                tracing::error!(version = latest.version, %error, "the group's configuration cannot be applied here");
+                if let Some(state) = self.group_config.as_mut() {
+                    state.pending = Some(latest.version);
+                }
+                return;
+            }
+        };
+        let shown = format!("{} version {}", state.store.describe(), latest.version);
+        let outcome = self.reload_text(text, &shown);
+        if let Some(state) = self.group_config.as_mut() {
+            if outcome.refused.is_none() && outcome.failed == 0 {
+                tracing::info!(version = latest.version, applied = outcome.applied, "applied the group's configuration");
+                state.current = latest;
+                state.pending = None;
+            } else {
+                tracing::error!(version = latest.version, "{}; the group's version stays pending here", outcome.summary());
+                state.pending = Some(latest.version);
+            }
+        }
+    }
+
+    /// The group's version this gateway runs, and one it could not apply yet.
+    pub fn group_config_versions(&self) -> Option<(u64, Option<u64>)> {
+        self.group_config.as_ref().map(|state| (state.current.version, state.pending))
     }
 
     /// The named storage the target was built with (`Config::open`). Without it,
@@ -147,7 +220,13 @@ impl Management {
             return Err(RpcError::refused("gateway", "this target is not a gateway (its config has no [gateway] section)"));
         };
         let status = gateway.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
-        serde_json::to_value(status).map_err(|error| RpcError::new(super::protocol::INTERNAL_ERROR, error.to_string()))
+        let mut value =
+            serde_json::to_value(status).map_err(|error| RpcError::new(super::protocol::INTERNAL_ERROR, error.to_string()))?;
+        value["config"] = match self.group_config_versions() {
+            Some((version, pending)) => json!({ "source": "cluster", "version": version, "pending": pending }),
+            None => json!({ "source": "file" }),
+        };
+        Ok(value)
     }
 
     /// Runs one method.
@@ -298,13 +377,22 @@ impl Management {
                 table.insert(key, value(text));
             }
         }
+        let rbd = params.optional_string("rbd")?;
         params.finish("ns_add")?;
-        if ["backend", "device", "pool"].iter().all(|key| !table.contains_key(key)) {
-            return Err(RpcError::invalid_params("backend", "missing: give backend = \"ram\", \"null\" or \"file\""));
+        if rbd.is_none() && ["backend", "device", "pool"].iter().all(|key| !table.contains_key(key)) {
+            return Err(RpcError::invalid_params(
+                "backend",
+                "missing: give backend = \"ram\", \"null\" or \"file\", a device, a pool, or an rbd image",
+            ));
         }
         let subsystem = self.live_subsystem(&nqn)?;
         let live_table = subsystem.table();
         let mut draft = self.draft()?;
+        // A backend added for the image is new: nothing uses it yet.
+        let new_backend = match &rbd {
+            Some(image) => backends::inline_rbd(&mut draft.document, image, &mut table)?,
+            None => false,
+        };
         let id = match requested_id {
             Some(id) if id == 0 || id > MAX_NAMESPACE_ID => {
                 return Err(RpcError::invalid_params("nsid", format!("{id} is outside 1..={MAX_NAMESPACE_ID}")))
@@ -322,7 +410,7 @@ impl Management {
                     .ok_or_else(|| RpcError::refused("nsid", format!("subsystem {nqn} has no free NSID left")))?
             }
         };
-        if let Ok(running) = crate::config::Config::parse(&draft.previous) {
+        if let (Ok(running), false) = (crate::config::Config::parse(&draft.previous), new_backend) {
             self.refuse_unusable_storage(&running, &nqn, id, &table)?;
         }
         let pool = table.get("pool").and_then(toml_edit::Item::as_str).map(str::to_string);
@@ -552,7 +640,8 @@ impl Management {
         let on_disk = std::fs::read_to_string(&file.path).map_err(|error| {
             RpcError::new(PERSIST_FAILED, format!("cannot read the config file {}: {error}", file.path.display()))
         })?;
-        if on_disk != file.text {
+        let expected_on_disk = self.group_config.as_ref().map_or(&file.text, |state| &state.file_text);
+        if on_disk != *expected_on_disk {
             return Err(RpcError {
                 code: CONFIG_CHANGED_ON_DISK,
                 message: format!(
@@ -564,10 +653,13 @@ impl Management {
                 data: Some(json!({ "path": file.path.display().to_string() })),
             });
         }
-        let document = on_disk.parse::<DocumentMut>().map_err(|error| {
+        // With the group's configuration in the cluster, the change edits what this
+        // gateway runs: its file's own part and the group's version.
+        let running = self.with_group_part(&on_disk).map_err(|error| RpcError::new(CONFIG_INVALID, error))?;
+        let document = running.parse::<DocumentMut>().map_err(|error| {
             RpcError::new(CONFIG_INVALID, format!("the config file {} does not parse: {error}", file.path.display()))
         })?;
-        Ok(Draft { previous: on_disk, document })
+        Ok(Draft { previous: running, document })
     }
 
     /// Step 2: the edited text, parsed and checked.
@@ -577,8 +669,13 @@ impl Management {
         Ok(text)
     }
 
-    /// Step 4: the new file, on disk durably.
+    /// Step 4: the new file, on disk durably; with the group's configuration in the
+    /// cluster, its group part written there first (against the version this gateway
+    /// runs) and the file's own part to the file.
     fn write(&mut self, text: &str) -> Result<(), RpcError> {
+        if self.group_config.is_some() {
+            return self.write_to_group(text);
+        }
         let Some(file) = self.config_file.as_mut() else {
             return Err(RpcError::new(NO_CONFIG_FILE, "no config file"));
         };
@@ -592,8 +689,73 @@ impl Management {
         Ok(())
     }
 
+    fn write_to_group(&mut self, text: &str) -> Result<(), RpcError> {
+        use crate::gateway::group_config::{group_text, local_text, GroupConfig, WriteError};
+        let (Some(file), Some(state)) = (self.config_file.as_mut(), self.group_config.as_mut()) else {
+            return Err(RpcError::new(NO_CONFIG_FILE, "no config file"));
+        };
+        let invalid = |error: String| RpcError::new(CONFIG_INVALID, error);
+        let group = group_text(text).map_err(invalid)?;
+        if group != state.current.text {
+            match state.store.replace(state.current.version, &group) {
+                Ok(version) => {
+                    tracing::info!(version, "management: the group's configuration changed");
+                    state.current = GroupConfig { version, text: group };
+                }
+                Err(WriteError::Conflict { current }) => {
+                    return Err(RpcError {
+                        code: GROUP_CONFIG_CONFLICT,
+                        message: format!(
+                            "the gateway group's configuration was changed through another gateway (the cluster holds                              version {current}, this gateway runs version {}); nothing was changed: retry once this                              gateway has applied it (`sluice gateway status` shows the version it runs)",
+                            state.current.version
+                        ),
+                        data: Some(json!({ "cluster_version": current, "running_version": state.current.version })),
+                    });
+                }
+                Err(WriteError::Cluster(error)) => {
+                    return Err(RpcError::new(PERSIST_FAILED, format!("{error}; nothing was changed")));
+                }
+            }
+        }
+        // The file keeps its own part as it was written (a seed of the group's part
+        // it holds is not touched: it is used only by an empty group).
+        let own = local_text(text).map_err(invalid)?;
+        if local_text(&state.file_text).map_err(invalid)? != own {
+            let file_document = state.file_text.parse::<DocumentMut>().map_err(|error| invalid(error.to_string()))?;
+            let seed = crate::gateway::group_config::group_part(&file_document);
+            let new_file = crate::gateway::group_config::merge(
+                &own.parse::<DocumentMut>().map_err(|error| invalid(error.to_string()))?,
+                &seed,
+            )
+            .to_string();
+            persist::write_atomically(&file.path, new_file.as_bytes()).map_err(|error| {
+                RpcError::new(PERSIST_FAILED, format!("cannot write the config file {}: {error}", file.path.display()))
+            })?;
+            state.file_text = new_file;
+        }
+        file.text = text.to_string();
+        Ok(())
+    }
+
     /// Step 6: the running target refused; put the previous file back.
     fn restore(&mut self, previous: String, refusal: String) -> RpcError {
+        if self.group_config.is_some() {
+            return match self.write_to_group(&previous) {
+                Ok(()) => RpcError {
+                    code: APPLY_FAILED,
+                    message: format!("the running target refused the change ({refusal}); the group's previous configuration was written back"),
+                    data: Some(json!({ "file_restored": true, "reason": refusal })),
+                },
+                Err(error) => RpcError {
+                    code: APPLY_FAILED,
+                    message: format!(
+                        "the running target refused the change ({refusal}) and the group's previous configuration could                          not be written back ({}): the other gateways may apply a change this one refused",
+                        error.message
+                    ),
+                    data: Some(json!({ "file_restored": false, "reason": refusal })),
+                },
+            };
+        }
         let Some(file) = self.config_file.as_mut() else {
             return RpcError::new(APPLY_FAILED, format!("the running target refused the change: {refusal}"));
         };

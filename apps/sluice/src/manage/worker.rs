@@ -15,6 +15,8 @@ use crate::notify;
 enum Work {
     Call { method: String, params: Params, reply: mpsc::Sender<Result<Value, RpcError>> },
     Reload,
+    /// A member changed the gateway group's configuration.
+    GroupConfigChanged,
     Stop,
 }
 
@@ -31,6 +33,12 @@ impl ManagementHandle {
         let gone = || RpcError::new(INTERNAL_ERROR, "the management thread has stopped; see the log");
         self.sender.send(Work::Call { method: method.to_string(), params, reply }).map_err(|_| gone())?;
         answer.recv().map_err(|_| gone())?
+    }
+
+    /// Asks the management thread to apply the gateway group's newest configuration
+    /// (see `gateway::group_config`); returns at once.
+    pub fn group_config_changed(&self) {
+        let _ = self.sender.send(Work::GroupConfigChanged);
     }
 
     /// Asks for a reload of the config file and returns at once (the signal thread
@@ -94,6 +102,11 @@ fn run(mut management: Management, receiver: &mpsc::Receiver<Work>) {
                     }
                 };
                 notify::ready(&status);
+            }
+            Work::GroupConfigChanged => {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| management.apply_group_config())).is_err() {
+                    tracing::error!("applying the group's configuration panicked; see the log");
+                }
             }
             Work::Stop => break,
         }

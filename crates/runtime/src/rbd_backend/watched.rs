@@ -140,7 +140,14 @@ fn name(text: &str) -> CString {
 impl RadosObject {
     /// The whole object (up to [`MAX_RECORD_BYTES`]); `None` when it does not exist.
     pub fn read_record(&self) -> Result<Option<Vec<u8>>, RadosErrno> {
-        let mut buffer = vec![0u8; MAX_RECORD_BYTES];
+        self.read_record_up_to(MAX_RECORD_BYTES)
+    }
+
+    /// The whole object, which must be shorter than `max_bytes` (a longer one is
+    /// refused with EFBIG rather than returned cut short); `None` when it does not
+    /// exist.
+    pub fn read_record_up_to(&self, max_bytes: usize) -> Result<Option<Vec<u8>>, RadosErrno> {
+        let mut buffer = vec![0u8; max_bytes];
         // SAFETY: the context is live; the buffer is writable for its whole length.
         let code = unsafe {
             (self.cluster.library.rados_read)(self.io, self.object.as_ptr(), buffer.as_mut_ptr().cast::<c_char>(), buffer.len(), 0)
@@ -148,6 +155,9 @@ impl RadosObject {
         if code < 0 {
             let errno = RadosErrno(code);
             return if errno.is_missing() { Ok(None) } else { Err(errno) };
+        }
+        if code as usize >= max_bytes {
+            return Err(RadosErrno(-libc::EFBIG));
         }
         buffer.truncate(code as usize);
         Ok(Some(buffer))

@@ -372,3 +372,60 @@ fn pool_details(entry: &mut Value, pool: &storage::Pool, served: &[NamespaceKey]
 
 #[cfg(test)]
 pub(super) mod tests;
+
+/// `ns_add --rbd POOL/IMAGE`: the namespace is served from a `[[backend]] kind =
+/// "rbd"` named after the image, added to `document` unless one describes that image
+/// already (then it is reused). `--size` and `--block-size` go to the backend (the
+/// image is created with that size when missing); on a gateway the backend takes the
+/// gateway's cluster settings, which a gateway's namespaces must share.
+/// Returns whether the backend was added (false: an existing one is reused).
+pub(crate) fn inline_rbd(document: &mut toml_edit::DocumentMut, image_spec: &str, namespace: &mut toml_edit::Table) -> Result<bool, RpcError> {
+    use toml_edit::{value, Item, Table};
+    let invalid = |message: String| RpcError::invalid_params("rbd", message);
+    let (pool, image) = match image_spec.split_once('/') {
+        Some((pool, image)) if !pool.is_empty() && !image.is_empty() && !image.contains('/') => (pool, image),
+        _ => return Err(invalid(format!("{image_spec:?} is not POOL/IMAGE (e.g. rbd/vol1)"))),
+    };
+    for key in ["backend", "device", "pool", "path", "direct_io", "thin"] {
+        if namespace.contains_key(key) {
+            return Err(invalid(format!("--rbd and {key} do not go together")));
+        }
+    }
+    let name = image.to_string();
+    let same_image = |table: &Table| {
+        table.get("kind").and_then(Item::as_str) == Some("rbd")
+            && table.get("pool").and_then(Item::as_str).unwrap_or("rbd") == pool
+            && table.get("image").and_then(Item::as_str) == Some(image)
+    };
+    let added = match super::super::document::backend(document, &name) {
+        Some(existing) if same_image(existing) => false,
+        Some(_) => {
+            return Err(invalid(format!(
+                "a [[backend]] named {name} describes something else: name the image's backend with --device"
+            )))
+        }
+        None => {
+            let mut backend = Table::new();
+            backend.insert("name", value(name.as_str()));
+            backend.insert("kind", value("rbd"));
+            backend.insert("pool", value(pool));
+            backend.insert("image", value(image));
+            for key in ["size", "block_size"] {
+                if let Some(item) = namespace.remove(key) {
+                    backend.insert(key, item);
+                }
+            }
+            if let Some(gateway) = document.get("gateway").and_then(Item::as_table) {
+                for key in ["ceph_conf", "client", "op_timeout_ms"] {
+                    if let Some(item) = gateway.get(key) {
+                        backend.insert(key, item.clone());
+                    }
+                }
+            }
+            super::super::document::add_backend(document, backend).map_err(super::super::assemble::edit_error)?;
+            true
+        }
+    };
+    namespace.insert("device", value(name.as_str()));
+    Ok(added)
+}

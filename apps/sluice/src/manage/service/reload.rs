@@ -96,6 +96,21 @@ impl Management {
             Ok(text) => text,
             Err(error) => return refuse(format!("cannot read the config file {shown}: {error}")),
         };
+        // A gateway whose group's configuration is kept in the cluster runs the
+        // file's own part with the group's current version.
+        let text = match self.with_group_part(&text) {
+            Ok(text) => text,
+            Err(error) => return refuse(format!("config file {shown}: {error}")),
+        };
+        self.reload_text(text, &shown)
+    }
+
+    /// Applies `text` (a whole configuration; `shown` names where it came from)
+    /// through the two phases of the module comment.
+    pub(crate) fn reload_text(&mut self, text: String, shown: &str) -> ReloadOutcome {
+        let Some(file) = &self.config_file else {
+            return refuse("no config file".to_string());
+        };
         if text == file.text {
             tracing::info!(path = %shown, "reload: the config file is unchanged");
             return ReloadOutcome { applied: 0, needs_restart: 0, failed: 0, refused: None };
