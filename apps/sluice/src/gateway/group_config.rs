@@ -374,7 +374,7 @@ fn follow(store: &mut GroupConfigStore, changed: &Arc<dyn Fn() + Send + Sync>, s
             }
         }
         match store.version() {
-            Ok(version) if version != last_seen || rounds % RETRY_EVERY_CHECKS == 0 => {
+            Ok(version) if version != last_seen || rounds.is_multiple_of(RETRY_EVERY_CHECKS) => {
                 last_seen = version;
                 changed();
             }

@@ -162,6 +162,8 @@ pub enum SubsystemCommand {
     Show { nqn: String },
 }
 
+// Parsed once per command line: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum NamespaceCommand {
     /// Adds a namespace (the lowest free NSID unless --nsid is given).
