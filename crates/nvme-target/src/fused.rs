@@ -263,6 +263,17 @@ impl Connection {
         };
         if let Err(status) = self.submit_storage(first, sqe.namespace_id(), op, both) {
             self.release_held_range(first);
+            if status.kind() == Status::RESERVATION_CONFLICT {
+                // The reservation changed since the pair was checked and now refuses
+                // its write (submission checks writes again, see `write_fence`): the
+                // Write fails with it and the Compare is aborted, as when the Write
+                // fails on its own.
+                self.slots.slot(first).fused = FusedLink::None;
+                self.slots.slot(second).fused = FusedLink::None;
+                self.complete(first, Status::ABORTED_FAILED_FUSED, 0);
+                self.complete(second, status, 0);
+                return;
+            }
             self.complete(first, status, 0);
         }
     }

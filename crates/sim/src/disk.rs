@@ -25,15 +25,25 @@ pub enum Canary {
     /// A closed connection is dropped at once with its storage requests in flight
     /// (no drain): they land later, after the host rewrote the blocks (ghost writes).
     UndrainedClose,
+    /// On a gateway group: a gateway that misses a reservation notice (lost, or its
+    /// watch broke) acknowledges it anyway and keeps serving I/O from its old copy,
+    /// instead of being fenced or marking its copy unknown.
+    SkipCheckAfterMissedNotice,
+    /// On a gateway group: fused Compare and Write runs as a compare then a write
+    /// under the gateway's own range table (atomic within one process only), instead
+    /// of as one compare-and-write of the cluster.
+    LocalCompareAndWrite,
 }
 
 impl Canary {
     /// Every canary, with the name `--canary` takes.
-    pub const ALL: [(&'static str, Canary); 4] = [
+    pub const ALL: [(&'static str, Canary); 6] = [
         ("lost-flush", Canary::LostFlush),
         ("reordered-completion", Canary::ReorderedCompletion),
         ("stale-read", Canary::StaleRead),
         ("undrained-close", Canary::UndrainedClose),
+        ("missed-notice", Canary::SkipCheckAfterMissedNotice),
+        ("local-compare-and-write", Canary::LocalCompareAndWrite),
     ];
 
     /// The canary called `name`.

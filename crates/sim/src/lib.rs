@@ -20,16 +20,34 @@
 //! - [`ledger`]: what hosts were told about the namespaces they manage in the pool,
 //!   checked against the pool table after every crash.
 //! - [`disk`]: the simulated disk and the planted bugs ([`Canary`]).
+//! - [`group`]: one seed in four (by a hash of the seed) runs a gateway group
+//!   instead: 2-3 real targets exporting one namespace from one shared cluster image
+//!   (durable, with an atomic compare-and-write), reservations held by a simulated
+//!   cluster authority (one record with a sequence, changes applied in one order with
+//!   `ReservationChange::apply`, notices to every watching gateway with their own
+//!   delays, lost notices, broken watches, cluster restarts, fencing of a gateway
+//!   that does not acknowledge), gateway crashes and restarts, and 2-4 hosts that
+//!   reach it through any gateway and move to another when a path fails. Its oracle:
+//!   an independent reference reservation model in commit order (every answer, every
+//!   Report, and every I/O's success or Reservation Conflict against the states from
+//!   the newest one answered before it was submitted), one atomic register per lock
+//!   block (Compare and Write), the data oracle for the other blocks, path errors
+//!   only from a gateway whose copy was unknown or that was fenced, and at rest every
+//!   gateway's copy known and at the record's sequence.
 //!
 //! Invariants: no acknowledged write lost or torn (after a crash, only flushed or FUA
 //! data is promised), reads return the last acknowledged or a concurrent write, every
 //! command completes or fails on its host within the host's command timeout, valid
 //! commands fail only with statuses the faults explain, R2T requests stay within the
 //! per-connection byte budget, each connection's data buffers stay within the named
-//! limit for its queue depth, and nothing panics.
+//! limit for its queue depth, and nothing panics. Not in the group mode: disk faults
+//! (the cluster image fails requests only of a fenced gateway), bit flips, what
+//! Preempt and Abort aborts, the All Registrants types, PTPL and the group's power
+//! loss, and the reservation notices (AENs, log 80h) hosts receive.
 
 pub mod disk;
 pub mod disks;
+pub mod group;
 pub mod host;
 pub mod ledger;
 pub mod network;
@@ -47,7 +65,13 @@ pub use world::{RunOptions, SeedReport, World};
 /// Runs one seed. A panic anywhere in the real code or the simulation is caught and
 /// reported as a violation.
 pub fn run_seed(seed: u64, options: RunOptions) -> SeedReport {
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| World::new(seed, options).run(seed)));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        if group::is_group_seed(seed) {
+            group::GroupWorld::new(seed, options).run(seed)
+        } else {
+            World::new(seed, options).run(seed)
+        }
+    }));
     match outcome {
         Ok(report) => report,
         Err(payload) => {

@@ -1,0 +1,573 @@
+//! The cluster's reservation authority of a gateway group, as `sluice serve` keeps it
+//! in RADOS (`apps/sluice/src/gateway/reservations.rs`): one record per namespace
+//! with a sequence; each gateway's [`GatewayAuthority`] hands changes to it; changes
+//! are applied one at a time with the target's own rules (`ReservationChange::apply`)
+//! after a simulated round trip; an accepted change is notified to every gateway
+//! whose watch is registered, each after its own delay, and the command is answered
+//! once every one of them installed it, or after a lease, when the silent ones that
+//! are still alive are fenced (blocklisted).
+//!
+//! What can go wrong: a notice may be lost (the gateway does not install it, does not
+//! acknowledge, and is fenced), or its acknowledgement (installed, and fenced all the
+//! same); notices reach a gateway out of order (its copy keeps the newest sequence);
+//! a watch may break (the gateway's copy is marked unknown until the watch is
+//! registered again and the record read); the cluster may restart (all watches
+//! break, nothing completes meanwhile); a gateway may die with changes in flight
+//! (each either reaches the cluster or not).
+//!
+//! The targets belong to the world, so what the cluster does to them comes back as
+//! [`GatewayAction`]s for the world to carry out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nvme_spec::Status;
+use nvme_target::group_reservations::{
+    AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange,
+    MAX_KEPT_NOTICES,
+};
+use nvme_target::reservation_store::NamespaceKey;
+use nvme_target::reservations::HostId;
+
+use crate::rng::{Rng, SimClock};
+
+/// How the cluster behaves; drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct ClusterFaults {
+    /// Longest round trip of a change (read, compare, write).
+    pub change_latency_max_ns: u64,
+    /// Longest delay of a notice to one gateway.
+    pub notice_delay_max_ns: u64,
+    /// A notice to one gateway, or its acknowledgement (as often), is lost.
+    pub lost_notice_per_million: u32,
+    /// How long a writer waits for acknowledgements before fencing the silent.
+    pub lease_ns: u64,
+}
+
+/// What the world must do to a gateway's target.
+#[derive(Clone, Debug)]
+pub enum GatewayAction {
+    /// `install_group_reservations` (the watch vouches for it).
+    Install {
+        gateway: usize,
+        instance: u64,
+        update: GroupUpdate,
+    },
+    /// `mark_group_reservations_unknown`: the watch broke.
+    MarkUnknown { gateway: usize, instance: u64 },
+    /// The gateway was blocklisted: cut it off from the store, mark its copy unknown,
+    /// and restart it later (a fenced gateway needs a restart to rejoin).
+    Fence { gateway: usize, instance: u64 },
+}
+
+/// One change the cluster decided, in commit order.
+#[derive(Clone, Debug)]
+pub struct Commit {
+    /// The gateway process (instance) that handed it over.
+    pub instance: u64,
+    /// Which of that instance's calls for this host it was (0-based).
+    pub call: u64,
+    pub host: Option<HostId>,
+    pub change: ReservationChange,
+    pub status: Status,
+    /// The record's sequence after it (unchanged when refused).
+    pub sequence: u64,
+    /// The record's state after it.
+    pub update: GroupUpdate,
+}
+
+struct Request {
+    gateway: usize,
+    instance: u64,
+    call: u64,
+    change: ReservationChange,
+    done: ChangeTicket,
+    ready_at_ns: u64,
+}
+
+struct Publication {
+    done: ChangeTicket,
+    answer: AppliedChange,
+    /// Gateways (with their instance) that have not acknowledged.
+    waiting: BTreeSet<(usize, u64)>,
+    deadline_ns: u64,
+}
+
+struct Delivery {
+    gateway: usize,
+    instance: u64,
+    update: GroupUpdate,
+    at_ns: u64,
+    loss: Loss,
+    /// The publication it acknowledges (none for a load after a watch is registered).
+    publication: Option<u64>,
+}
+
+/// What of a notice's round trip is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    Nothing,
+    /// The gateway never sees it.
+    Notice,
+    /// The gateway installs it, but the writer never hears back.
+    Acknowledgement,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Watch {
+    /// The live process of this gateway.
+    instance: Option<u64>,
+    registered: bool,
+    /// When a broken watch is registered again (and the record read).
+    register_at_ns: Option<u64>,
+}
+
+struct ClusterState {
+    record: GroupUpdate,
+    requests: Vec<Request>,
+    publications: BTreeMap<u64, Publication>,
+    next_publication: u64,
+    deliveries: Vec<Delivery>,
+    watches: Vec<Watch>,
+    fenced: Vec<bool>,
+    paused_until_ns: u64,
+    rng: Rng,
+    faults: ClusterFaults,
+    /// `missed-notice`: a gateway that misses a notice (lost, or its watch broke)
+    /// acknowledges as if installed and keeps serving from its old copy.
+    canary_missed_notice: bool,
+    commits: Vec<Commit>,
+    /// Changes each (instance, host) handed over so far.
+    calls: BTreeMap<(u64, HostId), u64>,
+    actions: Vec<GatewayAction>,
+    fences: u64,
+    lost_notices: u64,
+}
+
+/// The cluster's reservation record of the group's one namespace.
+pub struct Cluster {
+    clock: SimClock,
+    state: Mutex<ClusterState>,
+}
+
+fn host_of(change: &ReservationChange) -> Option<HostId> {
+    match *change {
+        ReservationChange::Register { host, .. }
+        | ReservationChange::Acquire { host, .. }
+        | ReservationChange::Release { host, .. } => Some(host),
+        ReservationChange::SetPersistence { .. } => None,
+    }
+}
+
+impl Cluster {
+    pub fn new(
+        gateways: usize,
+        clock: SimClock,
+        rng: Rng,
+        faults: ClusterFaults,
+        canary_missed_notice: bool,
+    ) -> Arc<Cluster> {
+        Arc::new(Cluster {
+            clock,
+            state: Mutex::new(ClusterState {
+                record: GroupUpdate::default(),
+                requests: Vec::new(),
+                publications: BTreeMap::new(),
+                next_publication: 0,
+                deliveries: Vec::new(),
+                watches: vec![Watch::default(); gateways],
+                fenced: vec![false; gateways],
+                paused_until_ns: 0,
+                rng,
+                faults,
+                canary_missed_notice,
+                commits: Vec::new(),
+                calls: BTreeMap::new(),
+                actions: Vec::new(),
+                fences: 0,
+                lost_notices: 0,
+            }),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, ClusterState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The authority gateway `gateway`'s process `instance` gives its target.
+    pub fn authority_for(self: &Arc<Self>, gateway: usize, instance: u64) -> GatewayAuthority {
+        GatewayAuthority {
+            cluster: Arc::clone(self),
+            gateway,
+            instance,
+        }
+    }
+
+    /// A gateway process starts: a new cluster client (not blocklisted), its watch
+    /// registered, then the record read and installed after a delay.
+    pub fn gateway_started(&self, gateway: usize, instance: u64) {
+        let now_ns = self.clock.elapsed_ns();
+        let mut state = self.state();
+        state.fenced[gateway] = false;
+        state.watches[gateway] = Watch {
+            instance: Some(instance),
+            registered: false,
+            register_at_ns: Some(now_ns),
+        };
+    }
+
+    /// A gateway process died: its changes in flight each reached the cluster or not.
+    /// Writers already waiting for its acknowledgement wait out their lease (its watch
+    /// lingers on the OSD) without fencing it; later changes do not wait for it.
+    pub fn gateway_crashed(&self, gateway: usize) {
+        let mut state = self.state();
+        let state = &mut *state;
+        state.watches[gateway] = Watch::default();
+        let requests = std::mem::take(&mut state.requests);
+        for request in requests {
+            if request.gateway != gateway || state.rng.chance(500_000) {
+                state.requests.push(request);
+            }
+        }
+    }
+
+    /// The gateway's watch breaks (timed out, connection dropped): its copy is unknown
+    /// until the watch is registered again, after `again_ns`.
+    pub fn break_watch(&self, gateway: usize, again_ns: u64) {
+        let now_ns = self.clock.elapsed_ns();
+        let mut state = self.state();
+        let state = &mut *state;
+        let Some(instance) = state.watches[gateway].instance else {
+            return;
+        };
+        if state.fenced[gateway] {
+            return;
+        }
+        state.watches[gateway].registered = false;
+        state.watches[gateway].register_at_ns = Some(now_ns + again_ns);
+        // Notifies no longer wait for a watch that is gone.
+        for publication in state.publications.values_mut() {
+            publication.waiting.remove(&(gateway, instance));
+        }
+        if !state.canary_missed_notice {
+            state
+                .actions
+                .push(GatewayAction::MarkUnknown { gateway, instance });
+        }
+    }
+
+    /// The cluster restarts: nothing is answered until `until_ns`, and every watch
+    /// breaks, to be registered again after it.
+    pub fn restart(&self, until_ns: u64) {
+        let now_ns = self.clock.elapsed_ns();
+        let gateways = {
+            let mut state = self.state();
+            state.paused_until_ns = state.paused_until_ns.max(until_ns);
+            state.watches.len()
+        };
+        for gateway in 0..gateways {
+            self.break_watch(gateway, until_ns.saturating_sub(now_ns) + 1);
+        }
+    }
+
+    /// Changes decided since the last call, in commit order.
+    pub fn take_commits(&self) -> Vec<Commit> {
+        std::mem::take(&mut self.state().commits)
+    }
+
+    /// How many changes `instance` handed over for `host` so far.
+    pub fn calls(&self, instance: u64, host: HostId) -> u64 {
+        self.state()
+            .calls
+            .get(&(instance, host))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The record's current sequence.
+    pub fn sequence(&self) -> u64 {
+        self.state().record.sequence
+    }
+
+    /// Fences and lost notices so far, for the summary.
+    pub fn counters(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.fences, state.lost_notices)
+    }
+
+    /// The earliest time the cluster has something to do.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        let state = self.state();
+        let paused = state.paused_until_ns;
+        state
+            .requests
+            .iter()
+            .map(|request| request.ready_at_ns)
+            .chain(state.deliveries.iter().map(|delivery| delivery.at_ns))
+            .chain(state.publications.values().map(|p| p.deadline_ns))
+            .chain(
+                state
+                    .watches
+                    .iter()
+                    .filter_map(|watch| watch.register_at_ns),
+            )
+            .map(|at| at.max(paused))
+            .min()
+    }
+
+    /// Everything due now; returns what the world must do to the targets.
+    pub fn step(&self) -> Vec<GatewayAction> {
+        let now_ns = self.clock.elapsed_ns();
+        let mut state = self.state();
+        let state = &mut *state;
+        if now_ns >= state.paused_until_ns {
+            state.register_watches(now_ns);
+            state.apply_requests(now_ns);
+            state.deliver(now_ns);
+            state.answer(now_ns);
+        }
+        std::mem::take(&mut state.actions)
+    }
+}
+
+impl ClusterState {
+    fn notice_delay(&mut self) -> u64 {
+        self.rng.between(10_000, self.faults.notice_delay_max_ns)
+    }
+
+    /// Broken or new watches due: registered, then the record is read and installed.
+    fn register_watches(&mut self, now_ns: u64) {
+        for gateway in 0..self.watches.len() {
+            let watch = self.watches[gateway];
+            let (Some(instance), Some(at)) = (watch.instance, watch.register_at_ns) else {
+                continue;
+            };
+            if at > now_ns || self.fenced[gateway] {
+                continue;
+            }
+            self.watches[gateway].registered = true;
+            self.watches[gateway].register_at_ns = None;
+            let at_ns = now_ns + self.notice_delay();
+            self.deliveries.push(Delivery {
+                gateway,
+                instance,
+                update: self.record.clone(),
+                at_ns,
+                loss: Loss::Nothing,
+                publication: None,
+            });
+        }
+    }
+
+    /// Changes whose round trip is over, one at a time in the order they arrive.
+    fn apply_requests(&mut self, now_ns: u64) {
+        loop {
+            let Some(position) = self
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(_, request)| request.ready_at_ns <= now_ns)
+                .min_by_key(|(index, request)| (request.ready_at_ns, *index))
+                .map(|(index, _)| index)
+            else {
+                return;
+            };
+            let request = self.requests.remove(position);
+            if self.fenced[request.gateway] {
+                request
+                    .done
+                    .finish(Err("this gateway is blocklisted".into()));
+                continue;
+            }
+            let mut state = self.record.state.clone();
+            let status = match request.change.apply(&mut state) {
+                Ok(effects) => {
+                    self.record.sequence += 1;
+                    self.record.state = state;
+                    let sequence = self.record.sequence;
+                    self.record.notices.extend(
+                        effects
+                            .notices
+                            .iter()
+                            .map(|(host, notice)| (sequence, *host, *notice)),
+                    );
+                    let excess = self.record.notices.len().saturating_sub(MAX_KEPT_NOTICES);
+                    self.record.notices.drain(..excess);
+                    Status::SUCCESS
+                }
+                Err(status) => status,
+            };
+            self.commits.push(Commit {
+                instance: request.instance,
+                call: request.call,
+                host: host_of(&request.change),
+                change: request.change,
+                status,
+                sequence: self.record.sequence,
+                update: self.record.clone(),
+            });
+            let answer = AppliedChange {
+                status,
+                update: self.record.clone(),
+            };
+            if !status.is_success() {
+                // Refused from the state read: nothing written, nobody notified.
+                request.done.finish(Ok(answer));
+                continue;
+            }
+            let id = self.next_publication;
+            self.next_publication += 1;
+            let mut waiting = BTreeSet::new();
+            for gateway in 0..self.watches.len() {
+                let watch = self.watches[gateway];
+                let Some(instance) = watch.instance.filter(|_| watch.registered) else {
+                    continue;
+                };
+                waiting.insert((gateway, instance));
+                let at_ns = now_ns + self.notice_delay();
+                let loss = if !self.rng.chance(self.faults.lost_notice_per_million) {
+                    Loss::Nothing
+                } else if self.rng.chance(500_000) {
+                    Loss::Notice
+                } else {
+                    Loss::Acknowledgement
+                };
+                self.deliveries.push(Delivery {
+                    gateway,
+                    instance,
+                    update: self.record.clone(),
+                    at_ns,
+                    loss,
+                    publication: Some(id),
+                });
+            }
+            self.publications.insert(
+                id,
+                Publication {
+                    done: request.done,
+                    answer,
+                    waiting,
+                    deadline_ns: now_ns + self.faults.lease_ns,
+                },
+            );
+        }
+    }
+
+    /// Notices and loads due: installed (and acknowledged) unless lost or the watch
+    /// is gone.
+    fn deliver(&mut self, now_ns: u64) {
+        let mut index = 0;
+        while index < self.deliveries.len() {
+            if self.deliveries[index].at_ns > now_ns {
+                index += 1;
+                continue;
+            }
+            let delivery = self.deliveries.remove(index);
+            let watch = self.watches[delivery.gateway];
+            if watch.instance != Some(delivery.instance)
+                || !watch.registered
+                || self.fenced[delivery.gateway]
+            {
+                continue;
+            }
+            let key = (delivery.gateway, delivery.instance);
+            if delivery.loss == Loss::Notice {
+                self.lost_notices += 1;
+                if self.canary_missed_notice {
+                    // The planted bug: acknowledged without installing.
+                    if let Some(publication) = delivery
+                        .publication
+                        .and_then(|id| self.publications.get_mut(&id))
+                    {
+                        publication.waiting.remove(&key);
+                    }
+                }
+                continue;
+            }
+            self.actions.push(GatewayAction::Install {
+                gateway: delivery.gateway,
+                instance: delivery.instance,
+                update: delivery.update,
+            });
+            if delivery.loss == Loss::Acknowledgement {
+                self.lost_notices += 1;
+                continue;
+            }
+            if let Some(publication) = delivery
+                .publication
+                .and_then(|id| self.publications.get_mut(&id))
+            {
+                publication.waiting.remove(&key);
+            }
+        }
+    }
+
+    /// Publications every watcher acknowledged are answered; past the lease, silent
+    /// live gateways are fenced first.
+    fn answer(&mut self, now_ns: u64) {
+        let ids: Vec<u64> = self.publications.keys().copied().collect();
+        for id in ids {
+            let publication = &self.publications[&id];
+            if !publication.waiting.is_empty() && publication.deadline_ns > now_ns {
+                continue;
+            }
+            let Some(publication) = self.publications.remove(&id) else {
+                continue;
+            };
+            for (gateway, instance) in publication.waiting {
+                let alive = self.watches[gateway].instance == Some(instance);
+                if alive && !self.fenced[gateway] {
+                    self.fence(gateway, instance);
+                }
+            }
+            publication.done.finish(Ok(publication.answer));
+        }
+    }
+
+    fn fence(&mut self, gateway: usize, instance: u64) {
+        self.fences += 1;
+        self.fenced[gateway] = true;
+        self.watches[gateway].registered = false;
+        self.watches[gateway].register_at_ns = None;
+        for publication in self.publications.values_mut() {
+            publication.waiting.remove(&(gateway, instance));
+        }
+        self.actions
+            .push(GatewayAction::Fence { gateway, instance });
+    }
+}
+
+/// What one gateway process's target holds: hands its changes to the cluster.
+pub struct GatewayAuthority {
+    cluster: Arc<Cluster>,
+    gateway: usize,
+    instance: u64,
+}
+
+impl GroupReservations for GatewayAuthority {
+    fn track(&self, _key: NamespaceKey) {
+        // The group has one namespace, loaded when the gateway starts
+        // (`Cluster::gateway_started`).
+    }
+
+    fn apply(&self, _key: NamespaceKey, change: ReservationChange, done: ChangeTicket) {
+        let now_ns = self.cluster.clock.elapsed_ns();
+        let mut state = self.cluster.state();
+        let host = host_of(&change).unwrap_or_default();
+        let calls = state.calls.entry((self.instance, host)).or_insert(0);
+        let call = *calls;
+        *calls += 1;
+        let longest = state.faults.change_latency_max_ns;
+        let latency = state.rng.between(50_000, longest);
+        state.requests.push(Request {
+            gateway: self.gateway,
+            instance: self.instance,
+            call,
+            change,
+            done,
+            ready_at_ns: now_ns + latency,
+        });
+    }
+}

@@ -1,0 +1,848 @@
+//! The group world's step loop: gateways (each a real `Target` with its connections),
+//! the cluster, the hosts and the faults, stepped from one seed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use nvme_target::{
+    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
+    TargetSpec,
+};
+
+use super::authority::{Cluster, ClusterFaults, GatewayAction};
+use super::host::{GroupHost, GroupHostSettings};
+use super::reference::GroupOracle;
+use super::store::SharedStore;
+use super::{GroupContext, LOCK_BLOCKS};
+use crate::host::{NAMESPACE, SUBSYSTEM_NQN};
+use crate::network::NetworkFaults;
+use crate::oracle::Oracle;
+use crate::rng::{Rng, SimClock};
+use crate::world::{RunOptions, SeedReport};
+use crate::Canary;
+
+/// The namespace's NGUID on every gateway (one namespace, one record).
+const NGUID: [u8; 16] = [0x5A; 16];
+const MS: u64 = 1_000_000;
+/// After the workload stops: time for outstanding commands to finish.
+const QUIESCE_NS: u64 = 30_000 * MS;
+const MAX_STEPS_AT_ONE_INSTANT: u32 = 100_000;
+const MAX_STALE_WAKES: u32 = 10_000;
+
+/// What a group seed draws.
+#[derive(Clone, Debug)]
+struct GroupPlan {
+    gateways: usize,
+    hosts: usize,
+    namespace_blocks: u64,
+    host: GroupHostSettings,
+    network: NetworkFaults,
+    store_latency_max_ns: u64,
+    cluster: ClusterFaults,
+    mean_fault_interval_ns: u64,
+    run_ns: u64,
+    max_commands: u64,
+}
+
+impl GroupPlan {
+    fn draw(rng: &mut Rng) -> GroupPlan {
+        let mut plan = Self::draw_shape(rng);
+        // Each host's pace spends the command budget over about the whole run.
+        plan.host.think_ns = plan.run_ns * plan.hosts as u64 / plan.max_commands;
+        plan
+    }
+
+    fn draw_shape(rng: &mut Rng) -> GroupPlan {
+        let calm = rng.chance(250_000);
+        let queue_size = rng.between(4, 16) as u16;
+        GroupPlan {
+            gateways: rng.between(2, 3) as usize,
+            hosts: rng.between(2, 4) as usize,
+            namespace_blocks: LOCK_BLOCKS + rng.between(8, 64),
+            host: GroupHostSettings {
+                queue_size,
+                queue_depth: rng.between(2, u64::from(queue_size - 1).min(8)) as usize,
+                keep_alive_timeout_ms: rng.between(1_000, 4_000) as u32,
+                command_timeout_ms: rng.between(1_500, 5_000),
+                max_io_blocks: rng.between(1, 8),
+                think_ns: 0,
+            },
+            network: NetworkFaults {
+                latency_min_ns: 5_000,
+                latency_max_ns: rng.between(5_000, 300_000),
+                max_segment_bytes: [1460, 9000, 65536][rng.below(3) as usize],
+                tiny_segment_per_million: [0, 10_000][rng.below(2) as usize],
+                corrupt_per_million: 0,
+            },
+            store_latency_max_ns: rng.between(50_000, 2 * MS),
+            cluster: ClusterFaults {
+                change_latency_max_ns: rng.between(100_000, 3 * MS),
+                notice_delay_max_ns: rng.between(50_000, 5 * MS),
+                lost_notice_per_million: if calm {
+                    0
+                } else {
+                    [0, 40_000, 150_000][rng.below(3) as usize]
+                },
+                lease_ns: rng.between(20 * MS, 200 * MS),
+            },
+            mean_fault_interval_ns: if calm {
+                0
+            } else {
+                rng.between(10 * MS, 150 * MS)
+            },
+            run_ns: 300 * MS,
+            max_commands: 3_000,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "gateway group: {} gateways, {} hosts, {} x 512 B blocks ({LOCK_BLOCKS} lock blocks), queue of {} at QD {}, \
+             store latency <= {} us, changes <= {} us, notices <= {} us ({} ppm lost), lease {} ms, faults every ~{} ms",
+            self.gateways,
+            self.hosts,
+            self.namespace_blocks,
+            self.host.queue_size,
+            self.host.queue_depth,
+            self.store_latency_max_ns / 1_000,
+            self.cluster.change_latency_max_ns / 1_000,
+            self.cluster.notice_delay_max_ns / 1_000,
+            self.cluster.lost_notice_per_million,
+            self.cluster.lease_ns / MS,
+            self.mean_fault_interval_ns / MS,
+        )
+    }
+}
+
+/// One gateway process and its connections.
+#[derive(Default)]
+struct Gateway {
+    target: Option<Arc<Target>>,
+    /// This process's number (every start makes a new one).
+    instance: u64,
+    /// Down (crashed) until then.
+    down_until_ns: u64,
+    /// The record was installed since the process started: listeners open.
+    loaded: bool,
+    /// Fenced: restarted (with a new cluster client) at this time.
+    restart_at_ns: Option<u64>,
+    connections: BTreeMap<u64, Connection>,
+    /// Closed connections whose storage requests are still in flight.
+    draining: BTreeMap<u64, Connection>,
+}
+
+/// Everything in one group run.
+pub struct GroupWorld {
+    context: GroupContext,
+    plan: GroupPlan,
+    gateways: Vec<Gateway>,
+    hosts: Vec<GroupHost>,
+    next_instance: u64,
+    canary: Option<Canary>,
+    next_fault_ns: u64,
+    crashes: u64,
+    faults_injected: u64,
+    watch_breaks: u64,
+    cluster_restarts: u64,
+}
+
+fn target_spec(
+    backend: Arc<dyn storage::Backend>,
+    gateway: usize,
+    canary: Option<Canary>,
+) -> TargetSpec {
+    TargetSpec {
+        listeners: vec![ListenerSpec::tcp(&format!("192.0.2.{}", gateway + 1), 4420)],
+        subsystems: vec![SubsystemSpec {
+            hosts: HostAccess::allow_any(),
+            pool: None,
+            nqn: SUBSYSTEM_NQN.into(),
+            serial_number: None,
+            model_number: None,
+            namespaces: vec![NamespaceSpec {
+                id: NAMESPACE,
+                backend,
+                nguid: Some(NGUID),
+                uuid: None,
+                ana_group: None,
+            }],
+        }],
+        settings: TargetSettings {
+            connection_setup_timeout_ms: 2_000,
+            // `local-compare-and-write`: the test-only switch the gateway race test
+            // uses to show two winners.
+            compare_and_write_in_process_only_for_tests: canary
+                == Some(Canary::LocalCompareAndWrite),
+            ..TargetSettings::default()
+        },
+    }
+}
+
+impl GroupWorld {
+    pub fn new(seed: u64, options: RunOptions) -> GroupWorld {
+        let mut rng = Rng::new(seed ^ 0x6A7E_6A7E_6A7E_6A7E);
+        let plan = GroupPlan::draw(&mut rng);
+        let clock = SimClock::new();
+        let store = SharedStore::new(
+            plan.namespace_blocks,
+            LOCK_BLOCKS,
+            plan.gateways,
+            clock.clone(),
+            rng.fork(),
+            plan.store_latency_max_ns,
+        );
+        let cluster = Cluster::new(
+            plan.gateways,
+            clock.clone(),
+            rng.fork(),
+            plan.cluster.clone(),
+            options.canary == Some(Canary::SkipCheckAfterMissedNotice),
+        );
+        let network_rng = rng.fork();
+        let hosts = (0..plan.hosts)
+            .map(|index| {
+                let gateway = rng.below(plan.gateways as u64) as usize;
+                GroupHost::new(index, plan.host.clone(), gateway)
+            })
+            .collect();
+        let context = GroupContext {
+            rng,
+            clock,
+            oracle: Oracle::new(plan.namespace_blocks, 512),
+            group: GroupOracle::new(),
+            store,
+            cluster,
+            gateways: plan.gateways,
+            io_budget: plan.max_commands,
+            links: BTreeMap::new(),
+            link_gateway: BTreeMap::new(),
+            link_instance: BTreeMap::new(),
+            trouble: BTreeMap::new(),
+            next_link: 0,
+            next_write_tag: 0,
+            network: plan.network.clone(),
+            network_rng,
+            trace: options.trace,
+            violations: Vec::new(),
+            fingerprint: 0xCBF2_9CE4_8422_2325,
+        };
+        let mut world = GroupWorld {
+            context,
+            gateways: (0..plan.gateways).map(|_| Gateway::default()).collect(),
+            hosts,
+            next_instance: 1,
+            canary: options.canary,
+            next_fault_ns: u64::MAX,
+            crashes: 0,
+            faults_injected: 0,
+            watch_breaks: 0,
+            cluster_restarts: 0,
+            plan,
+        };
+        for gateway in 0..world.gateways.len() {
+            world.start_gateway(gateway);
+        }
+        world.schedule_fault();
+        world
+    }
+
+    /// A gateway process starts: a new target over the shared image, its authority
+    /// handle, a new cluster client (not fenced); it loads the record before its
+    /// listeners open.
+    fn start_gateway(&mut self, index: usize) {
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        let backend = self.context.store.backend_for(index);
+        let target = match Target::new(target_spec(backend, index, self.canary)) {
+            Ok(target) => target,
+            Err(error) => {
+                self.context
+                    .violation(format!("gateway {index} does not start: {error}"));
+                return;
+            }
+        };
+        target.set_group_reservations(Arc::new(
+            self.context.cluster.authority_for(index, instance),
+        ));
+        self.context.store.set_fenced(index, false);
+        self.context.cluster.gateway_started(index, instance);
+        let gateway = &mut self.gateways[index];
+        gateway.target = Some(target);
+        gateway.instance = instance;
+        gateway.loaded = false;
+        gateway.restart_at_ns = None;
+        self.context
+            .note(|| format!("gateway {index} started (process {instance})"));
+    }
+
+    /// The gateway's process dies: its connections reset; each storage request and
+    /// reservation change it had in flight reached the cluster or not.
+    fn crash_gateway(&mut self, index: usize, down_ns: u64, why: &str) {
+        self.crashes += 1;
+        self.context.store.gateway_crashed(index);
+        self.context.cluster.gateway_crashed(index);
+        let gateway = &mut self.gateways[index];
+        gateway.target = None;
+        gateway.loaded = false;
+        gateway.restart_at_ns = None;
+        let links: Vec<u64> = gateway
+            .connections
+            .keys()
+            .chain(gateway.draining.keys())
+            .copied()
+            .collect();
+        gateway.connections.clear();
+        gateway.draining.clear();
+        gateway.down_until_ns = self.context.clock.elapsed_ns() + down_ns;
+        for id in links {
+            if let Some(link) = self.context.links.get_mut(&id) {
+                link.reset();
+                link.target_gone = true;
+            }
+            self.context.oracle.settle_link(id);
+        }
+        self.context
+            .note(|| format!("gateway {index} went down: {why}"));
+    }
+
+    fn schedule_fault(&mut self) {
+        let mean = self.plan.mean_fault_interval_ns;
+        self.next_fault_ns = if mean == 0 {
+            u64::MAX
+        } else {
+            self.context.clock.elapsed_ns() + self.context.rng.between(mean / 4, mean * 2)
+        };
+    }
+
+    fn inject_fault(&mut self) {
+        self.faults_injected += 1;
+        let now_ns = self.context.clock.elapsed_ns();
+        let gateway = self.context.rng.below(self.gateways.len() as u64) as usize;
+        match self.context.rng.below(10) {
+            0..=1 => {
+                if self.gateways[gateway].target.is_some() {
+                    let down_ns = self.context.rng.between(MS, 200 * MS);
+                    self.crash_gateway(gateway, down_ns, "fault: crashed");
+                }
+            }
+            2..=3 => {
+                let victim = self.context.rng.below(self.hosts.len() as u64) as usize;
+                let until = now_ns + self.context.rng.between(MS, 3_000 * MS);
+                for link in self
+                    .context
+                    .links
+                    .values_mut()
+                    .filter(|link| link.owner.host == victim)
+                {
+                    link.held_until_ns = link.held_until_ns.max(until);
+                }
+                self.context.note(|| {
+                    format!(
+                        "fault: host {victim} partitioned for {} ms",
+                        (until - now_ns) / MS
+                    )
+                });
+            }
+            4..=5 => {
+                let ids: Vec<u64> = self.context.links.keys().copied().collect();
+                if ids.is_empty() {
+                    return;
+                }
+                let id = ids[self.context.rng.below(ids.len() as u64) as usize];
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.reset();
+                }
+                self.context.note(|| format!("fault: link {id} reset"));
+            }
+            6..=8 => {
+                let again_ns = self.context.rng.between(MS, 1_000 * MS);
+                self.watch_breaks += 1;
+                self.context.cluster.break_watch(gateway, again_ns);
+                self.context
+                    .note(|| format!("fault: gateway {gateway}'s watch broke"));
+            }
+            _ => {
+                let until = now_ns + self.context.rng.between(MS, 500 * MS);
+                self.cluster_restarts += 1;
+                self.context.store.pause_until(until);
+                self.context.cluster.restart(until);
+                self.context.note(|| {
+                    format!(
+                        "fault: the cluster restarts for {} ms",
+                        (until - now_ns) / MS
+                    )
+                });
+            }
+        }
+    }
+
+    /// Carries out what the cluster did to the gateways.
+    fn apply_cluster(&mut self) -> bool {
+        let actions = self.context.cluster.step();
+        let commits = self.context.cluster.take_commits();
+        let moved = !actions.is_empty() || !commits.is_empty();
+        for commit in &commits {
+            let sequence = commit.sequence;
+            self.context
+                .mix(sequence << 16 | u64::from(commit.status.field()));
+            if let Err(problem) = self.context.group.committed(commit) {
+                self.context.violation(problem);
+            }
+        }
+        for action in actions {
+            let (index, instance) = match action {
+                GatewayAction::Install {
+                    gateway, instance, ..
+                }
+                | GatewayAction::MarkUnknown { gateway, instance }
+                | GatewayAction::Fence { gateway, instance } => (gateway, instance),
+            };
+            let gateway = &mut self.gateways[index];
+            let Some(target) = gateway
+                .target
+                .clone()
+                .filter(|_| gateway.instance == instance)
+            else {
+                continue;
+            };
+            match action {
+                GatewayAction::Install { update, .. } => {
+                    // The acknowledgement does not wait for Preempt and Abort's fence
+                    // here: what it fences is not modelled (docs/ARCHITECTURE.md).
+                    let _fence = target.install_group_reservations(&NGUID, &update);
+                    gateway.loaded = true;
+                    self.context.mix(update.sequence << 8 | index as u64);
+                    self.context
+                        .note(|| format!("gateway {index} installed sequence {}", update.sequence));
+                }
+                GatewayAction::MarkUnknown { .. } => {
+                    target.mark_group_reservations_unknown(&NGUID);
+                    self.context
+                        .note(|| format!("gateway {index}: reservations unknown"));
+                }
+                GatewayAction::Fence { .. } => {
+                    self.context.store.set_fenced(index, true);
+                    target.mark_group_reservations_unknown(&NGUID);
+                    let restart_ns = self.context.rng.between(10 * MS, 100 * MS);
+                    gateway.restart_at_ns = Some(self.context.clock.elapsed_ns() + restart_ns);
+                    self.context.note(|| {
+                        format!("gateway {index} fenced: it did not acknowledge a notice")
+                    });
+                }
+            }
+        }
+        moved
+    }
+
+    /// Writes down which gateway processes cannot vouch for their reservations now
+    /// (nothing changes that until the cluster's next step).
+    fn note_trouble(&mut self) {
+        let now_ns = self.context.clock.elapsed_ns();
+        for gateway in &self.gateways {
+            let Some(target) = &gateway.target else {
+                continue;
+            };
+            let troubled =
+                target.group_reservations_unknown() > 0 || gateway.restart_at_ns.is_some();
+            let spans = self.context.trouble.entry(gateway.instance).or_default();
+            let ongoing = spans.last_mut().filter(|span| span.1 == u64::MAX);
+            match ongoing {
+                Some(span) if !troubled => span.1 = now_ns,
+                None if troubled => spans.push((now_ns, u64::MAX)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs the workload, lets it drain, then checks at rest.
+    pub fn run(mut self, seed: u64) -> SeedReport {
+        let run_end_ns = self.plan.run_ns;
+        let mut steps_at_instant = 0u32;
+        let mut stale_wakes = 0u32;
+        loop {
+            let now_ns = self.context.clock.elapsed_ns();
+            let working = now_ns < run_end_ns;
+            if !working
+                && (self.hosts.iter().all(GroupHost::idle) || now_ns > run_end_ns + QUIESCE_NS)
+            {
+                break;
+            }
+            let moved = self.step(working);
+            if !self.context.violations.is_empty() {
+                break;
+            }
+            if moved {
+                steps_at_instant += 1;
+                if steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
+                    self.context.violation(format!(
+                        "no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"
+                    ));
+                    break;
+                }
+                continue;
+            }
+            steps_at_instant = 0;
+            let next = self.next_event_ns(working).unwrap_or(now_ns + MS);
+            if next <= now_ns {
+                stale_wakes += 1;
+                if stale_wakes > MAX_STALE_WAKES {
+                    self.context.violation(
+                        "spinning: something asks to be woken at a time already passed, again and again".into(),
+                    );
+                    break;
+                }
+            } else {
+                stale_wakes = 0;
+            }
+            self.context.clock.advance_to(next.max(now_ns + 1));
+        }
+        if self.context.violations.is_empty() {
+            self.verify_at_rest();
+        }
+        let (fences, lost_notices) = self.context.cluster.counters();
+        let summary = format!(
+            "{} ms simulated, {} commands ok, {} reservation changes, {} versions, {} conflicts, {} lock swaps, {} reconnects, {} gateway restarts, {} fences, {} lost notices or acknowledgements, {} watch breaks, {} cluster restarts, {} faults",
+            self.context.clock.elapsed_ns() / MS,
+            self.hosts.iter().map(|host| host.completed_ok).sum::<u64>(),
+            self.hosts.iter().map(|host| host.reservation_commands).sum::<u64>(),
+            self.context.group.newest(),
+            self.hosts.iter().map(|host| host.conflicts).sum::<u64>(),
+            self.hosts.iter().map(|host| host.swaps).sum::<u64>(),
+            self.hosts.iter().map(|host| host.reconnects).sum::<u64>(),
+            self.crashes,
+            fences,
+            lost_notices,
+            self.watch_breaks,
+            self.cluster_restarts,
+            self.faults_injected,
+        );
+        SeedReport {
+            seed,
+            violations: self.context.violations,
+            plan: self.plan.describe(),
+            fingerprint: self.context.fingerprint,
+            summary,
+        }
+    }
+
+    fn step(&mut self, working: bool) -> bool {
+        let now = self.context.clock.now();
+        let now_ns = self.context.clock.elapsed_ns();
+        let mut moved = false;
+        for index in 0..self.gateways.len() {
+            let gateway = &self.gateways[index];
+            if gateway.restart_at_ns.is_some_and(|at| now_ns >= at) {
+                self.crash_gateway(index, 0, "restarted after it was fenced");
+                moved = true;
+            }
+            let gateway = &self.gateways[index];
+            if gateway.target.is_none() && now_ns >= gateway.down_until_ns {
+                self.start_gateway(index);
+                moved = true;
+            }
+        }
+        moved |= self.apply_cluster();
+        self.note_trouble();
+        moved |= self.accept_links(now);
+        moved |= self.deliver(now);
+        moved |= self.service_gateways(now);
+        for index in 0..self.hosts.len() {
+            self.hosts[index].service(&mut self.context, working);
+            self.hosts[index].check_liveness(&mut self.context);
+        }
+        if working && now_ns >= self.next_fault_ns {
+            self.inject_fault();
+            self.schedule_fault();
+            moved = true;
+        }
+        moved
+    }
+
+    /// New links reach their gateway, or are refused while it is down or loading.
+    fn accept_links(&mut self, now: std::time::Instant) -> bool {
+        let mut moved = false;
+        let ids: Vec<u64> = self.context.links.keys().copied().collect();
+        for id in ids {
+            let index = self.context.link_gateway[&id];
+            let gateway = &mut self.gateways[index];
+            if self.context.link_instance.contains_key(&id) {
+                continue;
+            }
+            let Some(link) = self.context.links.get_mut(&id) else {
+                continue;
+            };
+            if link.target_gone {
+                continue;
+            }
+            match gateway.target.as_ref().filter(|_| gateway.loaded) {
+                Some(target) => {
+                    let connection =
+                        Connection::new(target.clone(), 0, format!("sim-link-{id}"), now);
+                    gateway.connections.insert(id, connection);
+                    self.context.link_instance.insert(id, gateway.instance);
+                }
+                None => {
+                    // Refused (connection reset): no process took it. Instances
+                    // count from 1, so 0 names none (and marks the link as handled).
+                    link.reset();
+                    link.target_gone = true;
+                    self.context.link_instance.insert(id, 0);
+                }
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// Delivers what is due, link by link in a random order, and ends links.
+    fn deliver(&mut self, now: std::time::Instant) -> bool {
+        let now_ns = self.context.clock.elapsed_ns();
+        let mut ids: Vec<u64> = self.context.links.keys().copied().collect();
+        for index in (1..ids.len()).rev() {
+            let other = self.context.rng.below(index as u64 + 1) as usize;
+            ids.swap(index, other);
+        }
+        let mut moved = false;
+        for id in ids {
+            let gateway = self.context.link_gateway[&id];
+            let Some(link) = self.context.links.get_mut(&id) else {
+                continue;
+            };
+            let owner = link.owner;
+            let budget = 1 + self.context.rng.below(8);
+            for _ in 0..budget {
+                let Some(link) = self.context.links.get_mut(&id) else {
+                    break;
+                };
+                if now_ns < link.held_until_ns {
+                    break;
+                }
+                let Some(bytes) = link.to_target.take_due(now_ns) else {
+                    break;
+                };
+                if let Some(connection) = self.gateways[gateway].connections.get_mut(&id) {
+                    connection.handle_received(&bytes, now);
+                }
+                self.context.mix(id << 32 | bytes.len() as u64);
+                moved = true;
+            }
+            for _ in 0..budget {
+                let Some(link) = self.context.links.get_mut(&id) else {
+                    break;
+                };
+                if now_ns < link.held_until_ns {
+                    break;
+                }
+                let Some(bytes) = link.to_host.take_due(now_ns) else {
+                    break;
+                };
+                if let Some(queue) = self.hosts[owner.host].queue_for(id) {
+                    queue.handle_received(&bytes, now);
+                }
+                self.context.mix(id << 40 | bytes.len() as u64);
+                moved = true;
+            }
+            let link = &self.context.links[&id];
+            let target_sees_end = !link.target_gone && (link.reset || link.to_target.ended());
+            let host_sees_end = !link.host_gone && (link.reset || link.to_host.ended());
+            if target_sees_end {
+                self.close_connection(gateway, id);
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.target_gone = true;
+                }
+                moved = true;
+            }
+            if host_sees_end {
+                self.hosts[owner.host].link_ended(&mut self.context, id);
+                if let Some(link) = self.context.links.get_mut(&id) {
+                    link.host_gone = true;
+                }
+                moved = true;
+            }
+            if self
+                .context
+                .links
+                .get(&id)
+                .is_some_and(|link| link.target_gone && link.host_gone)
+            {
+                self.context.links.remove(&id);
+            }
+        }
+        moved
+    }
+
+    /// The socket is gone: keep the connection until its storage requests land.
+    fn close_connection(&mut self, index: usize, id: u64) {
+        let gateway = &mut self.gateways[index];
+        if let Some(mut connection) = gateway.connections.remove(&id) {
+            connection.handle_closed();
+            if !connection.drain(self.context.clock.now()) {
+                gateway.draining.insert(id, connection);
+                return;
+            }
+        }
+        self.context.oracle.settle_link(id);
+    }
+
+    /// Storage completions, timers and transmissions of every gateway's connections.
+    fn service_gateways(&mut self, now: std::time::Instant) -> bool {
+        let mut moved = false;
+        self.context.store.land_orphans();
+        for index in 0..self.gateways.len() {
+            let drained: Vec<u64> = self.gateways[index]
+                .draining
+                .iter_mut()
+                .filter_map(|(&id, connection)| connection.drain(now).then_some(id))
+                .collect();
+            for id in drained {
+                self.gateways[index].draining.remove(&id);
+                self.context.oracle.settle_link(id);
+                moved = true;
+            }
+            let ids: Vec<u64> = self.gateways[index].connections.keys().copied().collect();
+            for id in ids {
+                let Some(connection) = self.gateways[index].connections.get_mut(&id) else {
+                    continue;
+                };
+                connection.poll_storage(now);
+                if connection
+                    .next_deadline()
+                    .is_some_and(|deadline| deadline <= now)
+                {
+                    connection.handle_timeout(now);
+                }
+                let mut sent = Vec::new();
+                while let Some(batch) = connection.take_transmit() {
+                    sent.push(batch.to_bytes());
+                    connection.transmit_complete(batch);
+                }
+                let wants_close = connection.wants_close();
+                for bytes in sent {
+                    self.context.send(id, &bytes, false);
+                    moved = true;
+                }
+                if wants_close {
+                    self.close_connection(index, id);
+                    if let Some(link) = self.context.links.get_mut(&id) {
+                        link.to_host.close();
+                        link.target_gone = true;
+                    }
+                    moved = true;
+                }
+            }
+        }
+        moved
+    }
+
+    fn next_event_ns(&self, working: bool) -> Option<u64> {
+        let clock = &self.context.clock;
+        let mut candidates: Vec<u64> = Vec::new();
+        candidates.extend(
+            self.context
+                .links
+                .values()
+                .filter_map(|link| link.next_due_ns()),
+        );
+        for gateway in &self.gateways {
+            candidates.extend(
+                gateway
+                    .connections
+                    .values()
+                    .chain(gateway.draining.values())
+                    .filter_map(Connection::next_deadline)
+                    .map(|at| clock.ns_of(at)),
+            );
+            if gateway.target.is_none() {
+                candidates.push(gateway.down_until_ns);
+            }
+            candidates.extend(gateway.restart_at_ns);
+        }
+        candidates.extend(self.context.store.next_ready_ns());
+        candidates.extend(self.context.cluster.next_event_ns());
+        candidates.extend(
+            self.hosts
+                .iter()
+                .filter_map(|host| host.next_wake_ns(&self.context, working)),
+        );
+        if working {
+            candidates.push(self.next_fault_ns);
+            candidates.push(self.plan.run_ns);
+        }
+        candidates.into_iter().min()
+    }
+
+    /// With the workload drained: the cluster settles, every live gateway that is not
+    /// fenced knows its copy again and holds the record's sequence, and every data
+    /// block reads back as the oracle allows.
+    fn verify_at_rest(&mut self) {
+        if self.context.oracle.open_reads() != 0 {
+            self.context.violation(format!(
+                "{} reads never ended",
+                self.context.oracle.open_reads()
+            ));
+            return;
+        }
+        for gateway in &mut self.gateways {
+            for (id, mut connection) in std::mem::take(&mut gateway.connections) {
+                connection.handle_closed();
+                gateway.draining.insert(id, connection);
+            }
+        }
+        let give_up_ns = self.context.clock.elapsed_ns() + QUIESCE_NS;
+        loop {
+            let now = self.context.clock.now();
+            self.apply_cluster();
+            self.service_gateways(now);
+            let draining = self
+                .gateways
+                .iter()
+                .any(|gateway| !gateway.draining.is_empty());
+            let next = self
+                .context
+                .cluster
+                .next_event_ns()
+                .into_iter()
+                .chain(self.context.store.next_ready_ns())
+                .min();
+            let now_ns = self.context.clock.elapsed_ns();
+            match next {
+                Some(at) if now_ns < give_up_ns => {
+                    self.context.clock.advance_to(at.max(now_ns + 1))
+                }
+                _ if draining && now_ns < give_up_ns => self.context.clock.advance_to(now_ns + MS),
+                _ => break,
+            }
+        }
+        let sequence = self.context.cluster.sequence();
+        for (index, gateway) in self.gateways.iter().enumerate() {
+            let Some(target) = &gateway.target else {
+                continue;
+            };
+            let Some(namespace) = target
+                .subsystems()
+                .first()
+                .and_then(|subsystem| subsystem.namespace(NAMESPACE))
+            else {
+                continue;
+            };
+            let copy = namespace.reservations.group_sequence();
+            // Not fenced and its watch registered again by now: it must vouch again.
+            if namespace.reservations.is_unknown() && gateway.restart_at_ns.is_none() {
+                self.context.violation(format!(
+                    "at rest: gateway {index} still has no known copy of the reservations"
+                ));
+            } else if !namespace.reservations.is_unknown() && copy != sequence {
+                self.context.violation(format!(
+                    "at rest: gateway {index} serves reservations of sequence {copy}, the group is at {sequence}"
+                ));
+            }
+        }
+        for lba in LOCK_BLOCKS..self.context.oracle.block_count() {
+            let data = self.context.store.block(lba);
+            let watch = self.context.oracle.begin_read(lba, 1);
+            if let Err(problem) = self.context.oracle.end_read(watch, Some(&data)) {
+                self.context.violation(format!("at rest: {problem}"));
+            }
+        }
+    }
+}
