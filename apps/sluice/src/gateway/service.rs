@@ -195,6 +195,11 @@ fn rejoin(
 ) -> Option<Result<Coordinator<RadosObject>, String>> {
     let mut closed = 0;
     for subsystem in target.subsystems() {
+        // The group's reservations are no longer vouched for here: Report and the
+        // reservation checks answer path errors from now on.
+        for entry in subsystem.table().entries() {
+            target.mark_group_reservations_unknown(&entry.namespace.nguid);
+        }
         for controller in target.controllers_of(subsystem.index) {
             controller.tear_down();
             closed += 1;
