@@ -67,6 +67,8 @@ CONFIG_B=$REPO/docs/examples/gateway-b.toml
 NQN=nqn.2026-11.io.sluice:ha
 PORT_A=4420 PORT_B=4421
 IMAGE=rbd/ha-demo
+# The image of the namespace added through gateway a's management API.
+IMAGE_2=rbd/ha-demo-2
 # Host B, Sluice's CLI: an identity of its own, unlike the guest's (and this
 # machine's /etc/nvme). KEY_A is the key the guest registers.
 HOSTNQN_B=nqn.2026-11.io.sluice:interop-host-b
@@ -86,7 +88,13 @@ for port in $PORT_A $PORT_B; do
   port_listening "$port" && die "port $port is taken (the examples use 4420 and 4421):"$'\n'"$(port_owner "$port")"
 done
 
-# remove_reservation_objects: the group's reservation records (one per namespace)
+# remove_group_state: the group's configuration in the cluster (gateway-a.toml seeds
+# it), the second namespace's image, and the reservation records (one per namespace)
+remove_group_state() {
+  rados -c "$CEPH_CONF" -p rbd rm sluice.config.ha >/dev/null 2>&1 || true
+  rbd -c "$CEPH_CONF" rm --no-progress "$IMAGE_2" >/dev/null 2>&1 || true
+  remove_reservation_objects
+}
 remove_reservation_objects() {
   local object
   { rados -c "$CEPH_CONF" -p rbd ls 2>/dev/null || true; } | { grep '^sluice\.reservations\.ha\.' || true; } |
@@ -99,7 +107,7 @@ remove_reservation_objects() {
 rm -rf "$OUT_DIR"
 mkdir -p "$SHARE" "$OUT_DIR/peer"
 use_sluice_binary
-remove_reservation_objects
+remove_group_state
 
 log "building the fio engine (scripts/build-fio-engine.sh; log: build-engine.log)"
 ENGINE=$(cd "$REPO" && bash scripts/build-fio-engine.sh --print-path 2>"$OUT_DIR/build-engine.log") ||
@@ -118,7 +126,7 @@ cleanup() {
   done
   rbd -c "$CEPH_CONF" rm --no-progress "$IMAGE" >/dev/null 2>&1 || true
   rados -c "$CEPH_CONF" -p rbd rm sluice.gateway.ha >/dev/null 2>&1 || true
-  remove_reservation_objects >/dev/null 2>&1 || true
+  remove_group_state >/dev/null 2>&1 || true
   exit "$rc"
 }
 trap cleanup EXIT
@@ -259,6 +267,48 @@ PY
   fi
 }
 
+# ns_listed SOCKET: the gateway at SOCKET lists namespace 2 of the subsystem
+ns_listed() {
+  "$SLUICE" ns list "$NQN" -o json --socket "$1" 2>/dev/null |
+    python3 -c 'import json, sys; sys.exit(0 if any(n["nsid"] == 2 for n in json.load(sys.stdin)["namespaces"]) else 1)'
+}
+ns_unlisted() { ! ns_listed "$1"; }
+
+# group_configuration_change: a namespace added through gateway a's management API
+# (on a new image) reaches gateway b through the group's configuration in the
+# cluster, and the guest sees it through both paths and verifies data on it; then it
+# is removed through b.
+group_configuration_change() {
+  wait_marker "$HOST_WAIT" ns2.wanted || { host_fail ns-add "the guest never asked for the namespace"; return; }
+  local t0 delay_ms
+  t0=$(date +%s%N)
+  if "$SLUICE" ns add "$NQN" --rbd "$IMAGE_2" --size 64MiB -N 2 --socket "$OUT_DIR/a.sock" >"$OUT_DIR/ns-add.txt" 2>&1 &&
+      wait_for 10 "gateway b to list namespace 2" ns_listed "$OUT_DIR/b.sock"; then
+    delay_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    host_ok ns-add "namespace 2 on $IMAGE_2 added through a, listed by b ${delay_ms} ms after the call started"
+  else
+    tail_file "$OUT_DIR/ns-add.txt"
+    host_fail ns-add "not added through a, or b never listed it"
+  fi
+  "$SLUICE" gateway status --socket "$OUT_DIR/b.sock" >"$OUT_DIR/status-3.txt" 2>&1 || true
+  if grep -q "group configuration: cluster, version" "$OUT_DIR/status-3.txt"; then
+    host_ok group-config-version "b: $(grep 'group configuration' "$OUT_DIR/status-3.txt")"
+  else
+    host_fail group-config-version "$(tr '\n' ' ' <"$OUT_DIR/status-3.txt" | head -c 300)"
+  fi
+  : >"$SHARE/ns2.added"
+  wait_marker "$HOST_WAIT" ns2.verified || true
+  if "$SLUICE" ns remove "$NQN" 2 --socket "$OUT_DIR/b.sock" >"$OUT_DIR/ns-remove.txt" 2>&1 &&
+      wait_for 10 "gateway a to drop namespace 2" ns_unlisted "$OUT_DIR/a.sock"; then
+    host_ok ns-remove "namespace 2 removed through b, gone from a"
+  else
+    tail_file "$OUT_DIR/ns-remove.txt"
+    host_fail ns-remove "not removed through b, or a still lists it"
+  fi
+  : >"$SHARE/ns2.removed"
+}
+HOST_WAIT=200
+
 # The guest (host A) took Write Exclusive through a: host B sees it through b and
 # cannot write. The guest's host NQN is what Sluice's fio host connects with.
 GUEST_HOSTID='' GUEST_HOSTNQN=''
@@ -352,6 +402,7 @@ if wait_marker 400 fio.started; then
       host_fail resv-cleared "clear status $B_RC; b reports: $(head -c 200 <<<"$B_OUT")"
     fi
     : >"$SHARE/a.restarted"
+    group_configuration_change
   fi
 else
   host_fail takeover "the guest never started fio"

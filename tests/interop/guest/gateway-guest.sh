@@ -27,7 +27,10 @@
 #      reservation through it ($LOGDIR/a.restarted): a's path comes back live and
 #      optimized (failback), b non-optimized; one more fio verify round; resv-report
 #      shows no registrant;
-#   7. disconnect; a kernel log without nvme errors besides the killed path's and
+#   7. a namespace the host adds through gateway a's management API (the group's
+#      configuration is in the cluster) appears through both paths, and a fio verify
+#      round on it passes; the host removes it through b and it goes from both paths;
+#   8. disconnect; a kernel log without nvme errors besides the killed path's and
 #      the refused write's.
 
 ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
@@ -278,6 +281,36 @@ if run resv-report-cleared 30 nvme resv-report "$DEV" --eds && report_has "$LOGD
   ok resv-cleared "no registrant, no reservation"
 else
   fail resv-cleared "unexpected report"; show_tail "$LOGDIR/resv-report-cleared.txt"
+fi
+
+section "a namespace added through gateway a's management API, served by both"
+# The head is nvmeXn2 next to nvmeXn1; its paths are nvmeXcYn2, one per controller.
+SUBSYS=${DEV#/dev/}; SUBSYS=${SUBSYS%n1}
+ns2_paths() {
+  local count=0 path
+  for path in /sys/block/"${SUBSYS}"c*n2; do [ -e "$path" ] && count=$((count + 1)); done
+  echo "$count"
+}
+ns2_on_both() { [ -b "/dev/${SUBSYS}n2" ] && [ "$(ns2_paths)" -ge 2 ]; }
+ns2_gone() { [ ! -b "/dev/${SUBSYS}n2" ] && [ "$(ns2_paths)" -eq 0 ]; }
+: >"$LOGDIR/ns2.wanted"
+if wait_until "$HOST_WAIT_S" test -e "$LOGDIR/ns2.added"; then
+  if wait_until 30 ns2_on_both; then
+    ok ns-added "/dev/${SUBSYS}n2 with $(ns2_paths) paths"
+    run fio-ns2 180 fio --name=ns2 --filename="/dev/${SUBSYS}n2" --ioengine=libaio --direct=1 --rw=randwrite \
+      --bs=16k --size=16m --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1
+  else
+    fail ns-added "/dev/${SUBSYS}n2: $( [ -b "/dev/${SUBSYS}n2" ] && echo present || echo missing ), $(ns2_paths) path(s)"
+    ls /sys/block >"$LOGDIR/block-devices.txt" 2>&1
+  fi
+  : >"$LOGDIR/ns2.verified"
+  if wait_until "$HOST_WAIT_S" test -e "$LOGDIR/ns2.removed" && wait_until 30 ns2_gone; then
+    ok ns-removed "removed through gateway b: gone from both paths"
+  else
+    fail ns-removed "/dev/${SUBSYS}n2 still there with $(ns2_paths) path(s)"
+  fi
+else
+  fail ns-added "the host never added the namespace"
 fi
 
 section "disconnect"

@@ -137,6 +137,12 @@ pub struct GroupLocation {
 }
 
 impl GatewaySection {
+    /// With `config = "cluster"` and no members: the file holds only this gateway's
+    /// own part (the group's is in the cluster).
+    pub fn holds_only_own_part(&self) -> bool {
+        self.config == Some(GroupConfigSource::Cluster) && self.members.is_empty()
+    }
+
     /// The group's name, pool and cluster, checked.
     pub fn location(&self) -> Result<GroupLocation, ConfigError> {
         check_name(&self.group, "[gateway].group")?;

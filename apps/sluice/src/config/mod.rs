@@ -553,6 +553,11 @@ impl Config {
     /// stop its writes to them.
     pub fn gateway_plan(&self) -> Result<Option<gateway::GatewayPlan>, ConfigError> {
         let Some(section) = &self.gateway else { return Ok(None) };
+        // A file with only the gateway's own part: the group's part, members
+        // included, is in the cluster (`sluice serve` merges it in first).
+        if section.holds_only_own_part() {
+            return Ok(None);
+        }
         let plan = section.plan()?;
         for (subsystem_index, subsystem) in self.subsystems.iter().enumerate() {
             if subsystem.pool.is_some() {
@@ -625,7 +630,15 @@ impl Config {
         let plan = plan::validate(self)?;
         let spec = self.spec_with(plan.stand_in_subsystems(self)?)?;
         nvme_target::Target::new(spec)?;
-        Ok(plan.report(self))
+        let mut report = plan.report(self);
+        if let Some(section) = self.gateway.as_ref().filter(|section| section.holds_only_own_part()) {
+            let location = section.location()?;
+            report.lines.push(format!(
+                "gateway {}: the group's configuration is in the cluster ({}/sluice.config.{}), checked when sluice serve loads it",
+                section.name, location.pool, location.group
+            ));
+        }
+        Ok(report)
     }
 
     /// Connects to the cluster of every `rbd` entry and looks up its pool and image,

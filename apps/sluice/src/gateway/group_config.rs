@@ -109,7 +109,24 @@ pub fn start(config: &Config, path: Option<&Path>) -> Result<Option<Started>, St
     let file_text = std::fs::read_to_string(path).map_err(|error| format!("reading {}: {error}", path.display()))?;
     let store = GroupConfigStore::open(&location)?;
     let seed = group_text(&file_text)?;
-    let (current, seeded) = store.load_or_seed(&seed)?;
+    // Only a whole group part may seed the group: a file with just its own part
+    // (no members) must find the group's configuration there.
+    let seed_usable = Config::parse(&file_text).ok().is_some_and(|whole| matches!(whole.gateway_plan(), Ok(Some(_))));
+    let (current, seeded) = if seed_usable {
+        store.load_or_seed(&seed)?
+    } else {
+        let current = store.load()?.ok_or_else(|| {
+            format!(
+                "the gateway group {:?} has no configuration in the cluster yet ({}), and {} holds only this \
+                 gateway's own part: start first a gateway whose file also holds the group's part (members, \
+                 subsystems), which seeds it",
+                location.group,
+                store.describe(),
+                path.display()
+            )
+        })?;
+        (current, false)
+    };
     if seeded {
         tracing::info!(object = %store.describe(), "the group had no configuration: seeded it with this file's group part (version 1)");
     } else if current.text != seed && GROUP_TABLES.iter().any(|key| seed.contains(&format!("[[{key}]]"))) {
