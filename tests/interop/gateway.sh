@@ -124,6 +124,9 @@ cleanup() {
   for name in "${!PID[@]}"; do
     [ -n "${PID[$name]}" ] && { stop_pid "${PID[$name]}" "gateway $name" 20 TERM >/dev/null 2>&1 || true; }
   done
+  for name in "${RESTARTED[@]}"; do
+    [ -e "$OUT_DIR/exit-$name" ] || stop_restarted "$name" >/dev/null 2>&1 || true
+  done
   rbd -c "$CEPH_CONF" rm --no-progress "$IMAGE" >/dev/null 2>&1 || true
   rados -c "$CEPH_CONF" -p rbd rm sluice.gateway.ha >/dev/null 2>&1 || true
   remove_group_state >/dev/null 2>&1 || true
@@ -144,6 +147,7 @@ start_gateway() {
   NO_COLOR=1 SLUICE_LOG=${SLUICE_LOG:-info} "$SLUICE" serve --config "$config" --rpc-socket "$OUT_DIR/$name.sock" \
     >>"$OUT_DIR/$name.stdout" 2>>"$OUT_DIR/$name.log" </dev/null &
   PID[$name]=$!
+  echo "${PID[$name]}" >"$OUT_DIR/pid-$name"
   _up() { kill -0 "${PID[$name]}" 2>/dev/null || return 2; port_listening "$port"; }
   wait_for 60 "gateway $name to listen on $port" _up ||
     { tail_file "$OUT_DIR/$name.log"; die "gateway $name did not come up"; }
@@ -309,6 +313,47 @@ group_configuration_change() {
 }
 HOST_WAIT=200
 
+# rolling_restart: scripts/rolling-restart.sh restarts a then b (SIGTERM, start
+# again) while the guest runs fio with verification on the multipath device. The
+# restarted gateways are not this shell's children: each runs under a wrapper
+# (tests/interop/tools/start-gateway.sh) that records its pid and, once it exits,
+# its status.
+RESTARTED=()
+rolling_restart() {
+  wait_marker "$HOST_WAIT" rolling.ready || { host_fail rolling-restart "the guest never started its fio run"; return; }
+  sleep 3
+  local old_a=${PID[a]} old_b=${PID[b]} rc=0 status_a=0 status_b=0 starter
+  starter="$REPO/tests/interop/tools/start-gateway.sh $SLUICE $OUT_DIR %n"
+  log "rolling restart of a then b (scripts/rolling-restart.sh; log: rolling-restart.log)"
+  CONFIG_a=$CONFIG_A CONFIG_b=$CONFIG_B PORT_a=$PORT_A PORT_b=$PORT_B SLUICE=$SLUICE STEP_TIMEOUT=60 \
+    bash "$REPO/scripts/rolling-restart.sh" --stop "kill -TERM \$(cat $OUT_DIR/pid-%n)" \
+    --start "$starter" --socket "$OUT_DIR/%n.sock" a b >"$OUT_DIR/rolling-restart.log" 2>&1 || rc=$?
+  cat "$OUT_DIR/rolling-restart.log"
+  wait "$old_a" 2>/dev/null || status_a=$?
+  wait "$old_b" 2>/dev/null || status_b=$?
+  PID[a]='' PID[b]=''
+  RESTARTED=(a b)
+  if [ "$rc" = 0 ] && [ "$status_a" = 0 ] && [ "$status_b" = 0 ]; then
+    host_ok rolling-restart "$(grep -c 'is back with its hosts' "$OUT_DIR/rolling-restart.log") gateways restarted in turn, each exited 0 on SIGTERM"
+  else
+    host_fail rolling-restart "script status $rc, a exited $status_a, b exited $status_b"
+  fi
+  : >"$SHARE/rolling.done"
+}
+
+# stop_restarted NAME: SIGTERM to a gateway rolling_restart started; its exit status
+# (from its wrapper) in STOP_RC
+stop_restarted() {
+  local pid deadline=$((SECONDS + 20))
+  pid=$(cat "$OUT_DIR/pid-$1" 2>/dev/null) || { STOP_RC=1; return 1; }
+  kill -TERM "$pid" 2>/dev/null || true
+  while [ ! -e "$OUT_DIR/exit-$1" ]; do
+    [ $SECONDS -ge $deadline ] && { kill -KILL "$pid" 2>/dev/null || true; STOP_RC=137; return 1; }
+    sleep 0.1
+  done
+  STOP_RC=$(cat "$OUT_DIR/exit-$1")
+}
+
 # The guest (host A) took Write Exclusive through a: host B sees it through b and
 # cannot write. The guest's host NQN is what Sluice's fio host connects with.
 GUEST_HOSTID='' GUEST_HOSTNQN=''
@@ -403,6 +448,7 @@ if wait_marker 400 fio.started; then
     fi
     : >"$SHARE/a.restarted"
     group_configuration_change
+    rolling_restart
   fi
 else
   host_fail takeover "the guest never started fio"
@@ -430,6 +476,13 @@ for name in a b; do
   PID[$name]=''
   grep -q 'panicked at' "$OUT_DIR/$name.log" && failures+=("gateway $name panicked (see $name.log)")
 done
+for name in "${RESTARTED[@]}"; do
+  if stop_restarted "$name" && [ "$STOP_RC" = 0 ]; then :; else
+    failures+=("restarted gateway $name did not exit cleanly on SIGTERM (status $STOP_RC)")
+  fi
+  grep -q 'panicked at' "$OUT_DIR/$name.log" && failures+=("gateway $name panicked (see $name.log)")
+done
+RESTARTED=()
 capture_stop "$OUT_DIR/tshark-capture.log"
 capture_check "$OUT_DIR/capture.pcap" "$OUT_DIR/tshark-summary.txt" 0 $PORT_B ||
   failures+=("capture check failed (see tshark-summary.txt)")

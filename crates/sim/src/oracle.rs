@@ -76,6 +76,10 @@ struct BlockModel {
     durable: Vec<WriteTag>,
     /// The write in flight to this block, if any.
     writer: Option<WriteTag>,
+    /// The crash epoch `writer` began in: a crash since then may have dropped it
+    /// from a volatile cache although its acknowledgement arrives afterwards (a
+    /// completion already on the wire).
+    writer_epoch: u64,
     /// Oracle sequence of the last acknowledged change.
     last_change: u64,
     /// Writes begun, with the sequence they began at, kept while a read may need them.
@@ -154,6 +158,7 @@ impl Oracle {
             visible: vec![0],
             durable: vec![0],
             writer: None,
+            writer_epoch: 0,
             last_change: 0,
             recent_writes: Vec::new(),
             floating: Vec::new(),
@@ -193,9 +198,11 @@ impl Oracle {
         let sequence = self.next_sequence();
         let oldest_read = self.reads.values().map(|watch| watch.began).min().unwrap_or(u64::MAX);
         let range = self.range(lba, blocks);
+        let epoch = self.crash_epoch;
         for block in &mut self.blocks[range] {
             debug_assert!(block.writer.is_none(), "the workload overlapped two writes");
             block.writer = Some(tag);
+            block.writer_epoch = epoch;
             block.recent_writes.retain(|&(began, _)| began >= oldest_read);
             block.recent_writes.push((sequence, tag));
         }
@@ -205,13 +212,23 @@ impl Oracle {
     pub fn end_write(&mut self, lba: u64, blocks: u64, tag: WriteTag, outcome: WriteOutcome) {
         let sequence = self.next_sequence();
         let range = self.range(lba, blocks);
+        let epoch = self.crash_epoch;
         for block in &mut self.blocks[range] {
             let ended_writer = block.writer == Some(tag);
+            let crashed_meanwhile = ended_writer && block.writer_epoch != epoch;
             if ended_writer {
                 block.writer = None;
             }
             match outcome {
                 WriteOutcome::NotApplied => {}
+                // Carried out before a crash that came before its acknowledgement
+                // arrived, without FUA: the crash may have dropped it. (`crash` made
+                // it one of the block's possible values already.)
+                WriteOutcome::Acknowledged { force_unit_access: false } if crashed_meanwhile => {
+                    add(&mut block.visible, tag);
+                    add(&mut block.durable, tag);
+                    block.last_change = sequence;
+                }
                 WriteOutcome::Acknowledged { force_unit_access } => {
                     block.visible = block.only(tag);
                     if force_unit_access {
@@ -427,6 +444,31 @@ mod tests {
         oracle.end_write(0, 1, 7, WriteOutcome::Acknowledged { force_unit_access: true });
         let read = oracle.begin_read(0, 1);
         assert!(oracle.end_read(read, Some(&block(5, 0))).is_err());
+    }
+
+    #[test]
+    fn a_write_acknowledged_after_a_crash_may_have_been_dropped_by_it() {
+        // Seed 1200007218: the completion of a write without FUA was on the wire
+        // when the target crashed; the crash dropped the write from the disk's cache.
+        for survivor in [1, 2] {
+            let mut oracle = Oracle::new(4, BLOCK);
+            oracle.begin_write(0, 1, 1);
+            oracle.end_write(0, 1, 1, WriteOutcome::Acknowledged { force_unit_access: false });
+            let flush = oracle.begin_flush();
+            oracle.end_flush(flush);
+            oracle.begin_write(0, 1, 2);
+            oracle.crash();
+            oracle.end_write(0, 1, 2, WriteOutcome::Acknowledged { force_unit_access: false });
+            let read = oracle.begin_read(0, 1);
+            oracle.end_read(read, Some(&block(survivor, 0))).unwrap();
+        }
+        // With FUA the acknowledgement means it is on the disk, crash or not.
+        let mut oracle = Oracle::new(4, BLOCK);
+        oracle.begin_write(1, 1, 3);
+        oracle.crash();
+        oracle.end_write(1, 1, 3, WriteOutcome::Acknowledged { force_unit_access: true });
+        let read = oracle.begin_read(1, 1);
+        assert!(oracle.end_read(read, Some(&block(0, 1))).is_err());
     }
 
     #[test]

@@ -30,7 +30,9 @@
 #   7. a namespace the host adds through gateway a's management API (the group's
 #      configuration is in the cluster) appears through both paths, and a fio verify
 #      round on it passes; the host removes it through b and it goes from both paths;
-#   8. disconnect; a kernel log without nvme errors besides the killed path's and
+#   8. the host restarts a, then b (scripts/rolling-restart.sh) while a fio run with
+#      verification writes: no error, both paths live again afterwards;
+#   9. disconnect; a kernel log without nvme errors besides the killed path's and
 #      the refused write's.
 
 ADDR=${LNP_TARGET_ADDR:-10.0.2.2}
@@ -311,6 +313,23 @@ if wait_until "$HOST_WAIT_S" test -e "$LOGDIR/ns2.added"; then
   fi
 else
   fail ns-added "the host never added the namespace"
+fi
+
+section "rolling restart of both gateways under fio verify"
+# The host restarts a, then b (scripts/rolling-restart.sh) while this fio run writes
+# and verifies as it goes; each path goes away and comes back in turn.
+: >"$LOGDIR/rolling.ready"
+run fio-rolling-restart 300 fio --name=rolling --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite \
+  --bs=16k --size=64m --offset=256m --iodepth=8 --verify=crc32c --verify_backlog=64 --verify_fatal=1 \
+  --time_based=1 --runtime="${ROLLING_SECONDS:-70}"
+if wait_until "$HOST_WAIT_S" test -e "$LOGDIR/rolling.done"; then
+  if wait_until 30 path_is "$PORT_A" "live optimized" && wait_until 30 path_is "$PORT_B" "live non-optimized"; then
+    ok rolling-restart-paths "after the rolling restart: a live optimized, b live non-optimized"
+  else
+    fail rolling-restart-paths "a '$(path_state "$PORT_A")', b '$(path_state "$PORT_B")'"
+  fi
+else
+  fail rolling-restart-paths "the host never finished the rolling restart"
 fi
 
 section "disconnect"
