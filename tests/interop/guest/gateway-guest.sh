@@ -321,7 +321,7 @@ section "rolling restart of both gateways under fio verify"
 : >"$LOGDIR/rolling.ready"
 run fio-rolling-restart 300 fio --name=rolling --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite \
   --bs=16k --size=64m --offset=256m --iodepth=8 --verify=crc32c --verify_backlog=64 --verify_fatal=1 \
-  --time_based=1 --runtime="${ROLLING_SECONDS:-70}"
+  --time_based=1 --runtime="${ROLLING_SECONDS:-40}"
 if wait_until "$HOST_WAIT_S" test -e "$LOGDIR/rolling.done"; then
   if wait_until 30 path_is "$PORT_A" "live optimized" && wait_until 30 path_is "$PORT_B" "live non-optimized"; then
     ok rolling-restart-paths "after the rolling restart: a live optimized, b live non-optimized"
