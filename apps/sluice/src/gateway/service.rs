@@ -89,6 +89,17 @@ pub struct GatewayStatus {
     pub last_takeover_ms: Option<u64>,
     /// Times it came back after being fenced, without a restart.
     pub rejoins: u64,
+    /// With the group's configuration in the cluster: the version this gateway runs
+    /// and one it could not apply yet (kept up to date by the management thread).
+    #[serde(skip)]
+    pub config_versions: Option<(u64, Option<u64>)>,
+}
+
+/// Publishes the coordinator's view, keeping what the management thread set.
+fn publish(status: &StatusHandle, mut next: GatewayStatus) {
+    let mut current = status.lock().unwrap_or_else(|poison| poison.into_inner());
+    next.config_versions = current.config_versions;
+    *current = next;
 }
 
 /// The published status, shared with the management API and the metrics.
@@ -260,7 +271,7 @@ fn run(
         }
         next += interval;
         coordinator.step(Instant::now(), sink);
-        *status.lock().unwrap_or_else(|poison| poison.into_inner()) = snapshot(plan, subsystems, &coordinator);
+        publish(status, snapshot(plan, subsystems, &coordinator));
         if coordinator.phase == Phase::Fenced {
             match rejoin(plan, target, stop) {
                 None => break,
@@ -278,7 +289,7 @@ fn run(
                     rejoin_backoff = (rejoin_backoff * 2).min(MAX_REJOIN_BACKOFF);
                 }
             }
-            *status.lock().unwrap_or_else(|poison| poison.into_inner()) = snapshot(plan, subsystems, &coordinator);
+            publish(status, snapshot(plan, subsystems, &coordinator));
             next = Instant::now() + interval;
         }
         // A late round (a stalled machine) must not be followed by a burst.
@@ -328,6 +339,7 @@ fn snapshot(plan: &GatewayPlan, subsystems: &[String], coordinator: &Coordinator
         fenced_peers,
         last_takeover_ms,
         rejoins,
+        config_versions: None,
     }
 }
 
@@ -468,6 +480,12 @@ pub fn render_metrics(status: &GatewayStatus) -> String {
         ("sluice_gateway_rejoins_total", "Times this gateway rejoined its group with a new cluster client after being fenced.", status.rejoins),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}");
+    }
+    if let Some((version, pending)) = status.config_versions {
+        let _ = writeln!(out, "# HELP sluice_gateway_config_version The group configuration version (in the cluster) this gateway runs.");
+        let _ = writeln!(out, "# TYPE sluice_gateway_config_version gauge\nsluice_gateway_config_version{{{labels}}} {version}");
+        let _ = writeln!(out, "# HELP sluice_gateway_config_pending 1 while a newer group configuration version could not be applied here (see the log).");
+        let _ = writeln!(out, "# TYPE sluice_gateway_config_pending gauge\nsluice_gateway_config_pending{{{labels}}} {}", u8::from(pending.is_some()));
     }
     if let Some(ms) = status.last_takeover_ms {
         let _ = writeln!(out, "# HELP sluice_gateway_last_takeover_seconds Time an ANA group was ownerless before this gateway's last takeover.");

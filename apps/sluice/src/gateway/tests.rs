@@ -289,3 +289,32 @@ impl Gateway {
         self.coordinator.store().clone()
     }
 }
+
+#[test]
+fn the_metrics_say_which_group_configuration_runs_and_whether_one_is_pending() {
+    let mut status = super::service::GatewayStatus {
+        group: "ha".into(),
+        subsystems: Vec::new(),
+        name: "a".into(),
+        object: String::new(),
+        client_address: String::new(),
+        phase: "serving",
+        lease_ms: 6000,
+        failback: true,
+        members: Vec::new(),
+        ana_groups: Vec::new(),
+        takeovers: 0,
+        releases: 0,
+        fenced_peers: 0,
+        last_takeover_ms: None,
+        rejoins: 1,
+        config_versions: None,
+    };
+    let text = super::service::render_metrics(&status);
+    assert!(text.contains("sluice_gateway_rejoins_total{group=\"ha\",gateway=\"a\"} 1"), "{text}");
+    assert!(!text.contains("sluice_gateway_config_version"), "a file-configured gateway has none: {text}");
+    status.config_versions = Some((7, Some(8)));
+    let text = super::service::render_metrics(&status);
+    assert!(text.contains("sluice_gateway_config_version{group=\"ha\",gateway=\"a\"} 7"), "{text}");
+    assert!(text.contains("sluice_gateway_config_pending{group=\"ha\",gateway=\"a\"} 1"), "{text}");
+}

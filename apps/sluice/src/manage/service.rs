@@ -194,11 +194,20 @@ impl Management {
                 state.pending = Some(latest.version);
             }
         }
+        self.publish_group_config_versions();
     }
 
     /// The group's version this gateway runs, and one it could not apply yet.
     pub fn group_config_versions(&self) -> Option<(u64, Option<u64>)> {
         self.group_config.as_ref().map(|state| (state.current.version, state.pending))
+    }
+
+    /// Puts the group configuration versions into the gateway status the metrics
+    /// read.
+    fn publish_group_config_versions(&self) {
+        if let Some(gateway) = &self.gateway {
+            gateway.lock().unwrap_or_else(|poison| poison.into_inner()).config_versions = self.group_config_versions();
+        }
     }
 
     /// The named storage the target was built with (`Config::open`). Without it,
@@ -211,6 +220,7 @@ impl Management {
     /// Answers `gateway_status` from the gateway coordinator's published state.
     pub fn with_gateway(mut self, gateway: Option<crate::gateway::service::StatusHandle>) -> Management {
         self.gateway = gateway;
+        self.publish_group_config_versions();
         self
     }
 
@@ -734,6 +744,7 @@ impl Management {
             state.file_text = new_file;
         }
         file.text = text.to_string();
+        self.publish_group_config_versions();
         Ok(())
     }
 
