@@ -655,3 +655,35 @@ fn manage_output(group: &Group, member: usize, args: &[&str]) -> std::process::O
     all.extend(["--socket", socket.to_str().unwrap()]);
     support::sluice(&all)
 }
+
+#[test]
+fn gateway_import_moves_a_files_group_part_into_the_cluster_once() {
+    if !ceph_cluster_given("gateway import") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
+    let group = Group::new("import");
+    // A gateway file of today's kind (the whole group in every file).
+    let file = group.config(0, NAMESPACE.0);
+    let imported = support::sluice(&["gateway", "import", file.to_str().unwrap(), "--rewrite"]);
+    let said = String::from_utf8_lossy(&imported.stdout);
+    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    assert!(said.contains("as version 1") && said.contains("config = \"cluster\""), "{said}");
+    let rewritten = std::fs::read_to_string(&file).unwrap();
+    assert!(rewritten.contains("config = \"cluster\"") && !rewritten.contains("[[subsystem]]"), "{rewritten}");
+    let backup = file.with_file_name("gateway-a.toml.before-import");
+    assert!(std::fs::read_to_string(&backup).unwrap().contains("[[subsystem]]"));
+    // Once: the same part again changes nothing; a different one is refused.
+    let again = support::sluice(&["gateway", "import", backup.to_str().unwrap()]);
+    assert!(again.status.success() && String::from_utf8_lossy(&again.stdout).contains("already holds"));
+    std::fs::write(&backup, std::fs::read_to_string(&backup).unwrap().replace("allow_any_host = true", "allow_any_host = false")).unwrap();
+    let other = support::sluice(&["gateway", "import", backup.to_str().unwrap()]);
+    assert!(!other.status.success(), "a different group part must be refused");
+    assert!(String::from_utf8_lossy(&other.stderr).contains("different group configuration (version 1)"));
+    // The rewritten file serves the group from the cluster.
+    let a = start_cluster_configured(&group, 0, &file);
+    await_state(group.address(0), AnaState::Optimized, Duration::from_secs(15));
+    assert!(connect(group.address(0)).identify_namespace(NAMESPACE).is_ok());
+    assert!(manage(&group, 0, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
+    drop(a);
+}

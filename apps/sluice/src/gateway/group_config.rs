@@ -141,6 +141,67 @@ pub fn start(config: &Config, path: Option<&Path>) -> Result<Option<Started>, St
     Ok(Some(Started { config: running, running_text, state: GroupConfigState { store, current, file_text, pending: None } }))
 }
 
+/// `sluice gateway import FILE`: writes FILE's group part to the cluster as the
+/// group's configuration (version 1) when the group has none; with `rewrite`, then
+/// rewrites FILE to its own part with `config = "cluster"`, keeping the old file as
+/// FILE.before-import. Returns what it did.
+pub fn import(path: &Path, rewrite: bool) -> Result<String, String> {
+    let file_text = std::fs::read_to_string(path).map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let config = Config::parse(&file_text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let Some(section) = &config.gateway else {
+        return Err(format!("{} has no [gateway] section: there is no group to import into", path.display()));
+    };
+    if !matches!(config.gateway_plan(), Ok(Some(_))) {
+        return Err(format!(
+            "{} holds no group part to import (no [[gateway.member]] entries): it is already a gateway's own part",
+            path.display()
+        ));
+    }
+    config.check().map_err(|error| format!("{}: {error}", path.display()))?;
+    let location = section.location().map_err(|error| error.to_string())?;
+    let store = GroupConfigStore::open(&location)?;
+    let seed = group_text(&file_text)?;
+    let outcome = match store.load()? {
+        Some(current) if current.text == seed => {
+            format!("{} already holds this group part as version {}", store.describe(), current.version)
+        }
+        Some(current) => {
+            return Err(format!(
+                "{} already holds a different group configuration (version {}); nothing was imported: \
+                 change the group through a gateway's `sluice subsystem|ns|host ...`",
+                store.describe(),
+                current.version
+            ))
+        }
+        None => match store.write(None, 1, &seed) {
+            Ok(()) => format!("imported {}'s group part into {} as version 1", path.display(), store.describe()),
+            Err(WriteError::Conflict { current }) => {
+                return Err(format!("{} was written meanwhile (version {current}); nothing was imported", store.describe()))
+            }
+            Err(WriteError::Cluster(error)) => return Err(error),
+        },
+    };
+    if !rewrite {
+        return Ok(outcome);
+    }
+    let mut own = local_part(&file_text.parse::<DocumentMut>().map_err(|error| error.to_string())?);
+    if let Some(gateway) = own.get_mut("gateway").and_then(Item::as_table_mut) {
+        gateway.insert("config", toml_edit::value("cluster"));
+    }
+    let backup = path.with_file_name(format!(
+        "{}.before-import",
+        path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+    ));
+    std::fs::copy(path, &backup).map_err(|error| format!("keeping {}: {error}", backup.display()))?;
+    crate::manage::persist::write_atomically(path, own.to_string().as_bytes())
+        .map_err(|error| format!("rewriting {}: {error}", path.display()))?;
+    Ok(format!(
+        "{outcome}; {} now holds only this gateway's own part with config = \"cluster\" (the old file: {})",
+        path.display(),
+        backup.display()
+    ))
+}
+
 /// Why a change was not written.
 #[derive(Debug)]
 pub enum WriteError {

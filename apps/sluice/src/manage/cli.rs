@@ -246,6 +246,17 @@ pub enum LimitsCommand {
 pub enum GatewayCommand {
     /// Shows the group, its members and ANA group owners and states.
     Status,
+    /// Moves the group's part of a gateway's config file (members, ANA groups,
+    /// backends, subsystems) into the cluster as the group's configuration, once;
+    /// offline, through the cluster (no sluice serve needed).
+    Import {
+        /// The gateway's config file, holding the group's part.
+        config: PathBuf,
+        /// Then rewrite the file to the gateway's own part with `config = "cluster"`
+        /// (the old file is kept as FILE.before-import).
+        #[arg(long)]
+        rewrite: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -357,6 +368,15 @@ impl Failure {
 
 /// Runs a management command; errors are one `sluice: error: ...` line on stderr.
 pub fn run(command: ManageCommand) -> ExitCode {
+    if let ManageCommand::Gateway { command: GatewayCommand::Import { config, rewrite }, .. } = &command {
+        return match crate::gateway::group_config::import(config, *rewrite) {
+            Ok(message) => {
+                println!("{message}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => report(Failure::refused(message), Format::Normal),
+        };
+    }
     let (client, method, params, view) = match request_of(command) {
         Ok(request) => request,
         Err(failure) => return report(failure, Format::Normal),
@@ -490,6 +510,9 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
         ManageCommand::Pool { command: PoolCommand::List, client } => (client, "pool_list", View::Pools),
         ManageCommand::Limits { command: LimitsCommand::Show, client } => (client, "limits_show", View::Limits),
         ManageCommand::Gateway { command: GatewayCommand::Status, client } => (client, "gateway_status", View::Gateway),
+        ManageCommand::Gateway { command: GatewayCommand::Import { .. }, .. } => {
+            return Err(Failure::failed("gateway import runs without the management socket"))
+        }
         ManageCommand::Rpc { method, params: text, client } => {
             let params = match text {
                 None => Value::Object(Map::new()),

@@ -19,7 +19,7 @@
 mod assemble;
 pub mod cli;
 mod document;
-mod persist;
+pub(crate) mod persist;
 pub mod protocol;
 mod server;
 mod service;
