@@ -79,7 +79,8 @@ fn free_port() -> u16 {
 
 fn start_target(config: &Path) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config"])
+        // No management socket: the tests run at once, and none needs one.
+        .args(["serve", "--no-rpc-socket", "--config"])
         .arg(config)
         .env("SLUICE_LOG", "warn")
         .stdout(Stdio::piped())

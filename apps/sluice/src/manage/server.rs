@@ -173,11 +173,17 @@ fn remove_if_stale(path: &Path) -> Result<(), SocketError> {
     if !metadata.file_type().is_socket() {
         return Err(SocketError::NotASocket(path.to_path_buf()));
     }
+    // Another process starting at the same moment may find the same stale file and
+    // remove it first: a file gone meanwhile is what this wanted.
     match UnixStream::connect(path) {
         Ok(_) => Err(SocketError::InUse(path.to_path_buf())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
             tracing::info!(path = %path.display(), "removing the stale management socket of a stopped sluice serve");
-            std::fs::remove_file(path).map_err(|source| SocketError::Io { path: path.to_path_buf(), source })
+            match std::fs::remove_file(path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other.map_err(|source| SocketError::Io { path: path.to_path_buf(), source }),
+            }
         }
         Err(source) => Err(SocketError::Io { path: path.to_path_buf(), source }),
     }
