@@ -191,12 +191,41 @@ impl TlsKeyDerivationSetting {
 
 fn tls_key<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<TlsKey>, D::Error> {
     let text = String::deserialize(deserializer)?;
+    let text = referenced_secret(&text, "tls_key").map_err(serde::de::Error::custom)?;
     TlsKey::parse(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 fn secret<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Secret>, D::Error> {
     let text = String::deserialize(deserializer)?;
+    let text = referenced_secret(&text, "dhchap secret").map_err(serde::de::Error::custom)?;
     Secret::parse(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// Marks a secret given by reference: `"file:/etc/sluice/keys/host1"`.
+const SECRET_FILE_PREFIX: &str = "file:";
+
+/// A host secret as written, or, for `file:PATH`, the first line of that file: the
+/// configuration (a gateway group's in the cluster too) then holds only the
+/// reference, and each machine keeps the key in a file only its owner reads. The
+/// file's content never appears in a message.
+fn referenced_secret<'a>(text: &'a str, what: &str) -> Result<std::borrow::Cow<'a, str>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = text.strip_prefix(SECRET_FILE_PREFIX) else {
+        return Ok(std::borrow::Cow::Borrowed(text));
+    };
+    let metadata = std::fs::metadata(path).map_err(|error| format!("the {what} file {path}: {error}"))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "the {what} file {path} can be read by others than its owner (mode {mode:o}): `chmod 600 {path}`"
+        ));
+    }
+    let content = std::fs::read_to_string(path).map_err(|error| format!("the {what} file {path}: {error}"))?;
+    let first_line = content.lines().next().unwrap_or_default().trim();
+    if first_line.is_empty() {
+        return Err(format!("the {what} file {path} is empty"));
+    }
+    Ok(std::borrow::Cow::Owned(first_line.to_string()))
 }
 
 impl HostConfig {

@@ -249,3 +249,30 @@ fn concat_needs_a_host_secret_and_no_tls_key() {
     assert!(error.contains("remove tls_key"), "{error}");
     assert!(!error.contains("VRLbtnN9") && !error.contains("B46EA9NP"), "{error}");
 }
+
+#[test]
+fn a_host_secret_may_be_a_reference_to_a_file_only_its_owner_reads() {
+    use std::os::unix::fs::PermissionsExt;
+    let secret = "DHHC-1:01:B46EA9NPfwA9odngcp0p1uBz8sbm6jki4Bcycn2xBlah1I03:";
+    let directory = std::env::temp_dir().join(format!("sluice-secret-file-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join("host1.dhchap");
+    std::fs::write(&path, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let with_secret = |value: &str| {
+        format!(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.a\"\n\
+             [[subsystem.host]]\nnqn = \"nqn.h\"\ndhchap_secret = \"{value}\"\n"
+        )
+    };
+    let inline = Config::parse(&with_secret(secret)).expect("inline secret");
+    let referenced = Config::parse(&with_secret(&format!("file:{}", path.display()))).expect("referenced secret");
+    assert_eq!(referenced.subsystems[0].hosts[0].dhchap_secret, inline.subsystems[0].hosts[0].dhchap_secret);
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let error = Config::parse(&with_secret(&format!("file:{}", path.display()))).unwrap_err();
+    assert!(error.contains("chmod 600") && !error.contains("B46EA9"), "{error}");
+    let missing = Config::parse(&with_secret("file:/nonexistent/sluice-secret")).unwrap_err();
+    assert!(missing.contains("/nonexistent/sluice-secret"), "{missing}");
+    std::fs::remove_dir_all(&directory).unwrap();
+}
