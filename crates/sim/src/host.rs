@@ -419,11 +419,7 @@ impl SimHost {
             Phase::AdminConnecting => {
                 if let Some(controller_id) = ready(self.admin.as_ref()) {
                     self.controller_id = controller_id;
-                    let cc = ControllerConfiguration(0)
-                        .with_io_submission_queue_entry_size(6)
-                        .with_io_completion_queue_entry_size(4)
-                        .with_enable(true);
-                    let command = commands::property_set(property_offset::CC, u64::from(cc.raw()));
+                    let command = crate::host::enable_controller_command();
                     self.submit(context, None, command, Pending::PropertySetEnable);
                     self.phase = Phase::Enabling;
                 }
@@ -825,4 +821,14 @@ fn expected_failure(status: Status) -> bool {
     ]
     .iter()
     .any(|allowed| allowed.kind() == kind)
+}
+
+/// Property Set CC: EN=1 with the NVM command set's queue entry sizes (what every
+/// simulated host sends once its admin queue is connected).
+pub(crate) fn enable_controller_command() -> nvme_host::HostCommand {
+    let cc = ControllerConfiguration(0)
+        .with_io_submission_queue_entry_size(6)
+        .with_io_completion_queue_entry_size(4)
+        .with_enable(true);
+    commands::property_set(property_offset::CC, u64::from(cc.raw()))
 }

@@ -36,6 +36,14 @@ impl Rng {
         self.below(1_000_000) < u64::from(per_million)
     }
 
+    /// Puts `items` in a random order (Fisher-Yates, last to first).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for index in (1..items.len()).rev() {
+            let other = self.below(index as u64 + 1) as usize;
+            items.swap(index, other);
+        }
+    }
+
     /// A generator for a part of the world (the disk, the network), so that how often
     /// one part draws does not shift every other part's stream.
     pub fn fork(&mut self) -> Rng {

@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use nvme_host::{
     commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState,
 };
-use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{feature_id, number_of_queues_request};
-use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
 use nvme_tcp_wire::DigestSettings;
 
@@ -370,11 +368,7 @@ impl GroupHost {
             Phase::AdminConnecting => {
                 if let Some(controller_id) = ready(self.admin.as_ref()) {
                     self.controller_id = controller_id;
-                    let cc = ControllerConfiguration(0)
-                        .with_io_submission_queue_entry_size(6)
-                        .with_io_completion_queue_entry_size(4)
-                        .with_enable(true);
-                    let command = commands::property_set(property_offset::CC, u64::from(cc.raw()));
+                    let command = crate::host::enable_controller_command();
                     self.submit(context, false, command, Work::PropertySetEnable);
                     self.phase = Phase::Enabling;
                 }

@@ -598,10 +598,7 @@ impl GroupWorld {
     fn deliver(&mut self, now: std::time::Instant) -> bool {
         let now_ns = self.context.clock.elapsed_ns();
         let mut ids: Vec<u64> = self.context.links.keys().copied().collect();
-        for index in (1..ids.len()).rev() {
-            let other = self.context.rng.below(index as u64 + 1) as usize;
-            ids.swap(index, other);
-        }
+        self.context.rng.shuffle(&mut ids);
         let mut moved = false;
         for id in ids {
             let gateway = self.context.link_gateway[&id];
