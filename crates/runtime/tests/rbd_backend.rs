@@ -1,7 +1,7 @@
 //! The `rbd` backend against a real one-node Ceph cluster: the storage conformance
 //! suite, completions that wake the owner instead of being polled for, write buffers
 //! that are free once their write completes, one cluster connection for many images,
-//! and actionable open errors.
+//! actionable open errors, and Sluice's librados defaults yielding to the operator's.
 //!
 //! Needs a cluster: `CEPH_CONF` naming its ceph.conf (scripts/test.sh starts one with
 //! ../shared/ceph-single-node.sh and sets it). Without one the tests say so and pass,
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use runtime::rbd_backend::{open_connections, ImageChange};
+use runtime::rbd_backend::{client_option, open_connections, ImageChange};
 use runtime::{RadosObject, RbdBackend, RbdError, RbdOptions};
 use storage::conformance::{pattern, submit_and_wait};
 use storage::{Backend, IoCompletion, IoError, IoOp, IoRequest};
@@ -246,4 +246,28 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
         }
     }
     assert_eq!(lost.load(Ordering::SeqCst), 0, "the watch was lost and re-established");
+}
+
+/// Sluice runs librados with one io_context thread unless the configuration file (or
+/// CEPH_ARGS) says otherwise: the default applies, and an operator's value wins.
+#[test]
+fn librados_defaults_yield_to_the_configuration_file() {
+    if !cluster_available() {
+        return;
+    }
+    // Specs of their own (the op timeout is part of a connection's key), so other tests'
+    // connections are not reused.
+    let spec = runtime::ClusterSpec { ceph_conf: None, client: "admin".to_string(), op_timeout_ms: 29_000 };
+    let value = client_option(&spec, "librados_thread_count").expect("connect");
+    assert_eq!(value.as_deref(), Some("1"), "Sluice's default for librados_thread_count");
+
+    let conf = std::path::PathBuf::from(std::env::var_os("CEPH_CONF").expect("CEPH_CONF"));
+    let text = std::fs::read_to_string(&conf).expect("read the cluster's ceph.conf");
+    assert!(text.contains("[client]\n"), "ceph-single-node.sh's file has a [client] section");
+    let tuned = conf.with_extension(format!("tuned-{}.conf", std::process::id()));
+    std::fs::write(&tuned, text.replacen("[client]\n", "[client]\nlibrados_thread_count = 3\n", 1)).expect("write a tuned copy");
+    let spec = runtime::ClusterSpec { ceph_conf: Some(tuned.clone()), client: "admin".to_string(), op_timeout_ms: 29_000 };
+    let value = client_option(&spec, "librados_thread_count");
+    let _ = std::fs::remove_file(&tuned);
+    assert_eq!(value.expect("connect with the tuned file").as_deref(), Some("3"), "the file's value wins over Sluice's default");
 }

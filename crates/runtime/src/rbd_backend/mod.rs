@@ -31,7 +31,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use storage::{Backend, BackendQueue, Geometry};
 
-pub use cluster::{open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
+pub use cluster::{client_option, open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
