@@ -33,10 +33,11 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
     let mut subsystems = namespaces::resolve(config, &mut graph)?;
     let unused = graph.check_single_use(config)?;
     let shapes = shapes::compute(config, &graph, &all_nodes)?;
+    super::qos::plan(config)?;
     let mut paths = shapes.paths.clone();
     paths.extend(namespaces::finish(config, &mut subsystems, &shapes)?);
     shapes::check_distinct_paths(&paths)?;
-    let warnings = unused
+    let mut warnings: Vec<String> = unused
         .iter()
         .map(|&node| {
             format!(
@@ -46,6 +47,7 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
             )
         })
         .collect();
+    warnings.extend(super::qos::unknown_namespace_warnings(config));
     Ok(Plan { order: graph.needed(&all_nodes), shapes: shapes.of, subsystems, warnings })
 }
 
