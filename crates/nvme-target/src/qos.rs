@@ -114,7 +114,8 @@ impl RateLimiter {
     /// Sets the rate (0: no limit) and the burst, and forgets the past (a fresh,
     /// full bucket).
     pub fn set(&self, rate_per_second: u64, burst: Duration) {
-        self.rate_per_second.store(rate_per_second.min(MAX_QOS_RATE), Ordering::Relaxed);
+        // Any u64 rate is safe: costs are computed in u128 (bytes limits reach 2^60).
+        self.rate_per_second.store(rate_per_second, Ordering::Relaxed);
         self.burst_nanoseconds.store(burst.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
         self.theoretical_arrival_nanoseconds.store(0, Ordering::Release);
     }

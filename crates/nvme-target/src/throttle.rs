@@ -12,13 +12,13 @@
 //! the others no bytes. Fabrics, reservation and admin commands are never throttled,
 //! nor is a fused Compare and Write (its pair holds a range other writes wait for).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvme_spec::opcode::IoOpcode;
-use nvme_spec::{NamespaceId, Status};
+use nvme_spec::{Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
+use crate::namespaces::Namespace;
 use crate::qos::{IoDirection, QosBuckets, QOS_RECHECK_INTERVAL_MS};
 use crate::slots::{FusedLink, SlotState};
 
@@ -68,9 +68,9 @@ impl ThrottledCommands {
 
 /// What a command costs against the limits: its direction and bytes, or `None`
 /// when it is never throttled.
-fn cost(opcode: u8, blocks: u32, block_size_bytes: u32) -> Option<(IoDirection, u64)> {
-    let bytes = u64::from(blocks) * u64::from(block_size_bytes);
-    match IoOpcode::from_u8(opcode)? {
+fn cost(sqe: &SubmissionQueueEntry, block_size_bytes: u32) -> Option<(IoDirection, u64)> {
+    let bytes = u64::from(sqe.block_count()) * u64::from(block_size_bytes);
+    match IoOpcode::from_u8(sqe.opcode())? {
         IoOpcode::Read | IoOpcode::Compare | IoOpcode::Verify => Some((IoDirection::Read, bytes)),
         IoOpcode::Write => Some((IoDirection::Write, bytes)),
         IoOpcode::Flush | IoOpcode::WriteZeroes | IoOpcode::DatasetManagement | IoOpcode::Copy => {
@@ -80,63 +80,55 @@ fn cost(opcode: u8, blocks: u32, block_size_bytes: u32) -> Option<(IoDirection, 
     }
 }
 
+/// Books one command against the namespace's limits and the host's; returns when
+/// it may run.
+fn book(namespace: &Namespace, host: Option<&QosBuckets>, now: Instant, direction: IoDirection, bytes: u64) -> Instant {
+    let own = namespace.qos.namespace.reserve(now, direction, bytes);
+    host.map_or(own, |host| own.max(host.reserve(now, direction, bytes)))
+}
+
+/// The generations of the namespace's limits and the host's.
+fn generations(namespace: &Namespace, host: Option<&QosBuckets>) -> (u64, u64) {
+    (namespace.qos.namespace.generation(), host.map_or(0, QosBuckets::generation))
+}
+
 impl Connection {
     /// Takes room for a queue of `depth` throttled commands (at Connect).
     pub(crate) fn make_room_for_throttled(&mut self, depth: u16) {
         self.throttled = ThrottledCommands::with_depth(depth);
     }
 
-    /// The namespace's and this host's limits on `namespace_id`, when either is set.
-    fn limits_of(&self, namespace_id: NamespaceId) -> Option<(Arc<crate::Namespace>, Option<Arc<QosBuckets>>)> {
-        let namespace = self.view.get(namespace_id)?;
-        let host = self.view.host_qos(namespace_id).filter(|host| host.is_active());
-        if !namespace.qos.namespace.is_active() && host.is_none() {
-            return None;
-        }
-        Some((Arc::clone(namespace), host.cloned()))
-    }
-
     /// Books the command in `slot_index` against its limits; true when it must wait
     /// (it is then held and runs from `release_throttled`). A command admitted once
-    /// (run again after a fused pair's range freed) is not booked twice.
+    /// (run again after a fused pair's range freed) is not booked twice. Without a
+    /// limit: two relaxed loads; with one, a compare-and-swap per limit (no reference
+    /// count is touched: the namespace's is shared by every thread).
     pub(crate) fn throttle(&mut self, slot_index: u16, now: Instant) -> bool {
         let slot = self.slots.slot_ref(slot_index);
         if slot.qos_admitted || slot.fused != FusedLink::None {
             return false;
         }
         let sqe = slot.sqe;
-        let Some((namespace, host)) = self.limits_of(sqe.namespace_id()) else { return false };
-        let blocks = match IoOpcode::from_u8(sqe.opcode()) {
-            Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::Verify) => sqe.block_count(),
-            _ => 0,
-        };
-        let Some((direction, bytes)) = cost(sqe.opcode(), blocks, namespace.geometry.block_size_bytes) else {
+        let namespace_id = sqe.namespace_id();
+        let Some(namespace) = self.view.get(namespace_id) else { return false };
+        let host = self.view.host_qos(namespace_id).map(|host| &**host).filter(|host| host.is_active());
+        if !namespace.qos.namespace.is_active() && host.is_none() {
             return false;
-        };
-        self.slots.slot(slot_index).qos_admitted = true;
-        let release_at = Self::book(&namespace, host.as_deref(), now, direction, bytes);
+        }
+        let Some((direction, bytes)) = cost(&sqe, namespace.geometry.block_size_bytes) else { return false };
+        let release_at = book(namespace, host, now, direction, bytes);
+        let generations = generations(namespace, host);
+        let slot = self.slots.slot(slot_index);
+        slot.qos_admitted = true;
         if release_at <= now {
             return false;
         }
-        let generations = (namespace.qos.namespace.generation(), host.as_ref().map_or(0, |host| host.generation()));
-        let slot = self.slots.slot(slot_index);
         let state = std::mem::replace(&mut slot.state, SlotState::Throttled);
         // Room for the whole queue was taken at Connect: this push never allocates.
         debug_assert!(self.throttled.waiting.len() < self.throttled.waiting.capacity());
         self.throttled.waiting.push(Waiting { slot: slot_index, release_at, since: now, generations, state });
         self.timers.throttle_check_at = self.throttled.next_check(now);
         true
-    }
-
-    fn book(
-        namespace: &crate::Namespace,
-        host: Option<&QosBuckets>,
-        now: Instant,
-        direction: IoDirection,
-        bytes: u64,
-    ) -> Instant {
-        let own = namespace.qos.namespace.reserve(now, direction, bytes);
-        host.map_or(own, |host| own.max(host.reserve(now, direction, bytes)))
     }
 
     /// Runs the throttled commands whose time came, and books again those whose
@@ -149,36 +141,28 @@ impl Connection {
         // An idle queue's Aborts are otherwise looked at only every second.
         self.serve_abort_requests();
         let mut index = 0;
-        while let Some(&waiting) = self.throttled.waiting.get(index) {
-            let slot = self.slots.slot_ref(waiting.slot);
-            let namespace_id = slot.sqe.namespace_id();
-            let mut release_at = waiting.release_at;
-            if let Some(namespace) = self.view.get(namespace_id).cloned() {
-                let host = self.view.host_qos(namespace_id).cloned();
-                let generations = (namespace.qos.namespace.generation(), host.as_ref().map_or(0, |host| host.generation()));
-                if generations != waiting.generations {
-                    let sqe = slot.sqe;
-                    let blocks = match IoOpcode::from_u8(sqe.opcode()) {
-                        Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::Verify) => sqe.block_count(),
-                        _ => 0,
-                    };
-                    let (direction, bytes) = cost(sqe.opcode(), blocks, namespace.geometry.block_size_bytes)
-                        .unwrap_or((IoDirection::Write, 0));
-                    release_at = Self::book(&namespace, host.as_deref(), now, direction, bytes);
-                    if let Some(place) = self.throttled.waiting.get_mut(index) {
-                        place.release_at = release_at;
-                        place.generations = generations;
+        while let Some(waiting) = self.throttled.waiting.get_mut(index) {
+            let sqe = self.slots.slot_ref(waiting.slot).sqe;
+            let namespace_id = sqe.namespace_id();
+            match self.view.get(namespace_id) {
+                Some(namespace) => {
+                    let host = self.view.host_qos(namespace_id).map(|host| &**host);
+                    let now_generations = generations(namespace, host);
+                    if now_generations != waiting.generations {
+                        let (direction, bytes) =
+                            cost(&sqe, namespace.geometry.block_size_bytes).unwrap_or((IoDirection::Write, 0));
+                        waiting.release_at = book(namespace, host, now, direction, bytes);
+                        waiting.generations = now_generations;
                     }
                 }
-            } else {
                 // The namespace went away: the command runs now and fails as it would.
-                release_at = now;
+                None => waiting.release_at = now,
             }
-            if release_at > now {
+            if waiting.release_at > now {
                 index += 1;
                 continue;
             }
-            self.throttled.waiting.swap_remove(index);
+            let waiting = self.throttled.waiting.swap_remove(index);
             self.run_released(waiting, now);
         }
         self.timers.throttle_check_at = self.throttled.next_check(now);
