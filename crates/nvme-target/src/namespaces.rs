@@ -253,7 +253,13 @@ pub(crate) struct NamespaceView {
 
 impl NamespaceView {
     /// Rebuilds the view from a table for one host.
-    pub(crate) fn rebuild(&mut self, table: &NamespaceTable, host_nqn: &str, generation: u64) {
+    pub(crate) fn rebuild(
+        &mut self,
+        table: &NamespaceTable,
+        host_nqn: &str,
+        generation: u64,
+        qos_defaults: &crate::qos::HostDefaults,
+    ) {
         self.active.clear();
         self.active_ids.clear();
         self.host_qos.clear();
@@ -270,7 +276,7 @@ impl NamespaceView {
                     self.active.push(namespace);
                 }
             }
-            let host_qos = Some(entry.namespace.qos.for_host(host_nqn));
+            let host_qos = Some(entry.namespace.qos.for_host_or(host_nqn, || qos_defaults.of(host_nqn)));
             match self.host_qos.get_mut(slot) {
                 Some(place) => *place = host_qos,
                 None => {

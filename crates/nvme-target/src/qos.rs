@@ -250,6 +250,27 @@ impl QosBuckets {
     }
 }
 
+/// Each host's limits on every namespace of a subsystem: what a host's buckets on a
+/// namespace start with when the namespace has none set for it yet.
+#[derive(Debug, Default)]
+pub struct HostDefaults {
+    hosts: Mutex<Vec<(HostNqn, QosLimits)>>,
+}
+
+impl HostDefaults {
+    /// Replaces every host's defaults.
+    pub fn set(&self, limits: &[(String, QosLimits)]) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|poison| poison.into_inner());
+        *hosts = limits.iter().map(|(host, limits)| (HostNqn(host.clone()), *limits)).collect();
+    }
+
+    /// The defaults of `host` (none: unlimited).
+    pub fn of(&self, host: &str) -> QosLimits {
+        let hosts = self.hosts.lock().unwrap_or_else(|poison| poison.into_inner());
+        hosts.iter().find(|(nqn, _)| nqn.0 == host).map_or(QosLimits::default(), |(_, limits)| *limits)
+    }
+}
+
 /// A host NQN, as the per-host limits key it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostNqn(pub String);
@@ -268,11 +289,18 @@ pub struct NamespaceQos {
 impl NamespaceQos {
     /// The buckets of `host` on this namespace (unlimited until a limit is set).
     pub fn for_host(&self, host: &str) -> Arc<QosBuckets> {
+        self.for_host_or(host, || QosLimits::default())
+    }
+
+    /// The buckets of `host` on this namespace; made with `defaults()` when the
+    /// host has none here yet (a namespace created after the limits were set).
+    pub fn for_host_or(&self, host: &str, defaults: impl FnOnce() -> QosLimits) -> Arc<QosBuckets> {
         let mut hosts = self.hosts.lock().unwrap_or_else(|poison| poison.into_inner());
         if let Some((_, buckets)) = hosts.iter().find(|(nqn, _)| nqn.0 == host) {
             return Arc::clone(buckets);
         }
         let buckets = Arc::new(QosBuckets::default());
+        buckets.set(defaults());
         hosts.push((HostNqn(host.to_string()), Arc::clone(&buckets)));
         buckets
     }

@@ -259,3 +259,20 @@ fn a_closed_connection_lets_its_throttled_commands_go() {
     assert_eq!(io.connection.throttled_commands(), 0);
     assert!(io.connection.drain(io.now), "nothing of a throttled command is at storage");
 }
+
+#[test]
+fn a_namespace_created_later_holds_a_host_to_its_limits_on_every_namespace() {
+    let target = test_target();
+    let subsystem = target.subsystem_by_nqn(NQN).unwrap();
+    subsystem.qos_host_defaults.set(&[(HOST_NQN.to_string(), iops(1))]);
+    // Namespace 2 never had limits set for this host: the view's rebuild gives it
+    // the host's defaults.
+    let (_admin, mut io) = admin_and_io(&target, 32);
+    for index in 0..3 {
+        io.send_command(read_write(IoOpcode::Read, 2, index * 8, 8), &[]);
+    }
+    settle(&mut io);
+    assert_eq!(answered(&mut io).len(), 1);
+    assert_eq!(io.connection.throttled_commands(), 2);
+    assert_eq!(namespace(&target, 2).qos.host_limits(), [(HOST_NQN.to_string(), iops(1))]);
+}

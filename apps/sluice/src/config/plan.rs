@@ -172,7 +172,19 @@ impl Plan {
                     }
                 };
                 let shape = namespace.shape.as_ref().map_or(String::new(), |shape| format!(", {}", describe_shape(shape)));
-                lines.push(format!("  nsid {}: {source}{shape}", namespace.nsid));
+                let qos = subsystem.namespaces[namespace.index]
+                    .qos
+                    .as_ref()
+                    .and_then(|qos| qos.limits("").ok())
+                    .map_or(String::new(), |limits| format!(", QoS {}", super::qos::summary(&limits)));
+                lines.push(format!("  nsid {}: {source}{shape}{qos}", namespace.nsid));
+            }
+            for host in subsystem.hosts.iter().filter(|host| !host.qos.is_empty()) {
+                for entry in &host.qos {
+                    let Ok(limits) = entry.limits("") else { continue };
+                    let on = entry.nsid.map_or("each namespace".to_string(), |nsid| format!("nsid {nsid}"));
+                    lines.push(format!("  host {} on {on}: QoS {}", host.nqn, super::qos::summary(&limits)));
+                }
             }
         }
         let mut warnings = self.warnings.clone();

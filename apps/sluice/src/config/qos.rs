@@ -210,6 +210,15 @@ pub fn apply(target: &Target, config: &Config) -> Result<(), ConfigError> {
     let plans = plan(config)?;
     for subsystem in target.subsystems() {
         let plan = plans.iter().find(|plan| plan.nqn == subsystem.nqn).cloned().unwrap_or_default();
+        // For namespaces that come later (Namespace Management): each host's limits
+        // on every namespace.
+        let defaults: Vec<(String, QosLimits)> = plan
+            .hosts
+            .iter()
+            .filter(|(_, nsid, _)| nsid.is_none())
+            .map(|(host, _, limits)| (host.clone(), *limits))
+            .collect();
+        subsystem.qos_host_defaults.set(&defaults);
         let table = subsystem.table();
         for entry in table.entries() {
             let namespace = &entry.namespace;
@@ -229,6 +238,14 @@ pub fn apply(target: &Target, config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// "rw_ios_per_second=5000 burst_ms=100", or "no limits": one line for reports.
+pub fn summary(limits: &QosLimits) -> String {
+    let Some(object) = describe(limits).as_object().cloned().filter(|object| !object.is_empty()) else {
+        return "no limits".to_string();
+    };
+    object.iter().map(|(key, value)| format!("{key}={value}")).collect::<Vec<_>>().join(" ")
 }
 
 /// Limits as JSON for views: the rates set, and the burst in force when any is.

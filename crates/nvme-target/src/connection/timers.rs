@@ -143,7 +143,7 @@ impl Connection {
             return;
         }
         let table = subsystem.table();
-        self.view.rebuild(&table, &binding.controller.host_nqn, generation);
+        self.view.rebuild(&table, &binding.controller.host_nqn, generation, &subsystem.qos_host_defaults);
         self.storage.retire_inactive(&self.view);
     }
 
