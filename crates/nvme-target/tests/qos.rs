@@ -241,7 +241,9 @@ fn bytes_limits_count_blocks_by_direction() {
     for index in 0..4 {
         assert_status(&io.command(read_write(IoOpcode::Read, 1, index * 8, 8), &[], &[]), Status::SUCCESS);
     }
-    assert_eq!(io.connection.throttled_commands(), 1, "the second write waits; reads pass");
+    // Flush moves no data: no bytes limit holds it.
+    assert_status(&io.command(sqe(IoOpcode::Flush as u8, 1, 0), &[], &[]), Status::SUCCESS);
+    assert_eq!(io.connection.throttled_commands(), 1, "the second write waits; reads and Flush pass");
     assert_eq!(io.connection.next_deadline(), Some(start + Duration::from_micros(62_500)));
 }
 
@@ -275,4 +277,31 @@ fn a_namespace_created_later_holds_a_host_to_its_limits_on_every_namespace() {
     assert_eq!(answered(&mut io).len(), 1);
     assert_eq!(io.connection.throttled_commands(), 2);
     assert_eq!(namespace(&target, 2).qos.host_limits(), [(HOST_NQN.to_string(), iops(1))]);
+}
+
+#[test]
+fn a_controller_reset_lets_throttled_commands_go_without_running_them() {
+    let target = test_target();
+    let (mut admin, mut io) = admin_and_io(&target, 32);
+    namespace(&target, 1).qos.namespace.set(iops(1));
+    let data = pattern(512, 9);
+    io.command(read_write(IoOpcode::Write, 1, 0, 1), &data, &[]);
+    let throttled = io.send_command(read_write(IoOpcode::Write, 1, 8, 1), &data);
+    settle(&mut io);
+    assert_eq!(io.connection.throttled_commands(), 1);
+    let cc = nvme_spec::fabrics::property_offset::CC;
+    let enabled = nvme_spec::registers::ControllerConfiguration(0)
+        .with_io_submission_queue_entry_size(6)
+        .with_io_completion_queue_entry_size(4)
+        .with_enable(true);
+    assert_status(&admin.property_set(cc, u64::from(enabled.with_enable(false).raw())), Status::SUCCESS);
+    io.advance(Duration::from_secs(2));
+    assert!(io.connection.wants_close(), "the reset's old queue closes");
+    for (id, status) in answered(&mut io) {
+        assert_eq!(id, throttled);
+        assert_ne!(status, Status::SUCCESS, "a throttled command of an ended generation never runs");
+    }
+    io.connection.handle_closed();
+    assert_eq!(io.connection.throttled_commands(), 0);
+    assert!(io.connection.drain(io.now));
 }
