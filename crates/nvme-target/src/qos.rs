@@ -289,7 +289,7 @@ pub struct NamespaceQos {
 impl NamespaceQos {
     /// The buckets of `host` on this namespace (unlimited until a limit is set).
     pub fn for_host(&self, host: &str) -> Arc<QosBuckets> {
-        self.for_host_or(host, || QosLimits::default())
+        self.for_host_or(host, QosLimits::default)
     }
 
     /// The buckets of `host` on this namespace; made with `defaults()` when the
