@@ -115,6 +115,11 @@ impl Connection {
         if !namespace.qos.namespace.is_active() && host.is_none() {
             return false;
         }
+        // A path that serves no I/O for the namespace (ANA) answers at once, so the
+        // host fails over without waiting for a budget it would not use.
+        if self.target.ana.check_io(namespace.ana_group).is_err() {
+            return false;
+        }
         let Some((direction, bytes)) = cost(&sqe, namespace.geometry.block_size_bytes) else { return false };
         let release_at = book(namespace, host, now, direction, bytes);
         let generations = generations(namespace, host);
