@@ -21,6 +21,6 @@ mod svg;
 pub use report::render_html;
 pub use result::{
     validate, BaselineResult, BenchResult, Ceilings, CpuUse, Latency, Machine, Percentile,
-    Preconditioning, ResultError, RunResult, Sample, Schedule, SteadyState, TargetInfo,
+    Preconditioning, QosObservation, ResultError, RunResult, Sample, Schedule, SteadyState, TargetInfo,
     BEHIND_ACHIEVED_PERCENT, BEHIND_LATE_PERCENT, SCHEMA_ID, SCHEMA_ID_1,
 };

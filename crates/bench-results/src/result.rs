@@ -61,6 +61,28 @@ pub struct BenchResult {
     pub runs: Vec<RunResult>,
     /// Free-form remarks (overrides, warnings) shown in the report header.
     pub notes: Vec<String>,
+    /// QoS on the namespace under test, when the bench could read the target's
+    /// limits and throttle counters (the embedded target, or `sluice serve` through
+    /// its management socket); `None` when it could not. Written always; results
+    /// from before it have none.
+    #[serde(default)]
+    pub qos: Option<QosObservation>,
+}
+
+/// The target's QoS limits on the namespace under test and what they held back
+/// during the suite, so that nobody benchmarks a limit by mistake.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QosObservation {
+    /// Where it was read: `"embedded"` or `"management socket PATH"`.
+    pub source: String,
+    /// The limits in force at the end, as `key=value` (`host NQN: key=value` for a
+    /// host's own limits); empty when none.
+    pub limits: Vec<String>,
+    /// Commands the limits delayed during the suite.
+    pub throttled_commands: u64,
+    /// Time those commands waited, summed, in seconds.
+    pub throttled_seconds: f64,
 }
 
 /// The machine the initiator ran on.

@@ -334,5 +334,11 @@ pub fn sample_result() -> BenchResult {
         }),
         runs,
         notes: vec!["sample data: hand-built, not a measurement".into()],
+        qos: Some(crate::QosObservation {
+            source: "embedded".into(),
+            limits: Vec::new(),
+            throttled_commands: 0,
+            throttled_seconds: 0.0,
+        }),
     }
 }

@@ -3,7 +3,8 @@
 //! the controller and holds the Abort; the I/O queue looks at the requests when it
 //! receives data and at its periodic controller check, aborts the command if it is
 //! still waiting for R2T budget (no host data outstanding, nothing at the storage:
-//! nothing can arrive for it afterwards), and answers. The admin queue completes the
+//! nothing can arrive for it afterwards) or waiting for its QoS limits (`throttle`),
+//! and answers. The admin queue completes the
 //! Abort with DW0 bit 0 clear (aborted) or set (not aborted), or set after
 //! `ABORT_ANSWER_TIMEOUT_MS` when no queue answered.
 
@@ -94,6 +95,15 @@ impl Connection {
         }
         let (controller, queue) = (binding.controller.clone(), binding.queue_id);
         for command in controller.abort_requests_for(queue) {
+            // A command waiting for its QoS limits has nothing at storage and all its
+            // data: it can always be aborted.
+            if self.is_throttled(command) {
+                if controller.answer_abort(queue, command, true) {
+                    tracing::info!(peer = %self.peer, queue = queue.0, command = command.0, "throttled command aborted by request");
+                    self.abort_throttled(command);
+                }
+                continue;
+            }
             let waiting = self.r2t.waiting.iter().position(|&slot_index| {
                 let slot = self.slots.slot_ref(slot_index);
                 slot.sqe.command_id() == command

@@ -104,6 +104,8 @@ pub struct Connection {
     pub(crate) held_tickets: Vec<(u16, crate::outcome::HeldTicket)>,
     /// Fused Compare and Write pairing and commands parked behind held ranges.
     pub(crate) fused: crate::fused::FusedQueue,
+    /// Commands waiting for their QoS limits (`throttle`).
+    pub(crate) throttled: crate::throttle::ThrottledCommands,
     /// The TLS identity this connection's queue must connect as (`secure_channel`).
     pub(crate) secure_channel: Option<crate::secure_channel::SecureChannelBinding>,
     /// Its count in the controller, its drain once closed, a held Connect.
@@ -159,6 +161,7 @@ impl Connection {
             host_connection: None,
             held_tickets: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
+            throttled: crate::throttle::ThrottledCommands::default(),
             secure_channel: None,
             quiesce: crate::quiesce::QueueQuiesce::default(),
             cleaned_up: false,
@@ -526,6 +529,8 @@ impl Connection {
         // Commands that never reached storage never will; ranges held by those that
         // did stay held until they land (`finish_drain`, or their own completion).
         self.fused.parked.clear();
+        self.throttled.clear();
+        self.timers.throttle_check_at = None;
         self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;
         // Gives the place back to the host's max_connections_per_host.

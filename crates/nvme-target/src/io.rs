@@ -102,6 +102,9 @@ impl Connection {
         }
         self.refresh_namespaces();
         let sqe = self.slots.slot(slot_index).sqe;
+        if self.throttle(slot_index, now) {
+            return Outcome::Pending;
+        }
         let fused = self.slots.slot_ref(slot_index).fused != FusedLink::None;
         let result = match IoOpcode::from_u8(sqe.opcode()) {
             Some(IoOpcode::Compare | IoOpcode::Write) if fused => self.fused_data_ready(slot_index),

@@ -46,6 +46,9 @@ pub struct Namespace {
     pub range_locks: crate::range_locks::RangeLocks,
     /// Writes each connection's queue has at storage, for Preempt and Abort's fence.
     pub writes: crate::write_fence::NamespaceWrites,
+    /// Rate limits on the namespace and on each host's I/O to it (`qos`); changed
+    /// live, shared by every connection.
+    pub qos: crate::qos::NamespaceQos,
     /// The reservation store was asked for this namespace's saved state (once).
     pub(crate) reservations_restored: AtomicBool,
     /// Set by Namespace Management delete: the carve is deleted (its space zeroed and
@@ -85,6 +88,7 @@ impl Namespace {
             reservations: crate::reservations::Reservations::default(),
             range_locks: crate::range_locks::RangeLocks::default(),
             writes: crate::write_fence::NamespaceWrites::default(),
+            qos: crate::qos::NamespaceQos::default(),
             reservations_restored: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
         }
@@ -242,13 +246,23 @@ pub(crate) struct NamespaceView {
     active: Vec<Option<Arc<Namespace>>>,
     /// Active NSIDs in ascending order.
     active_ids: Vec<NamespaceId>,
+    /// This host's QoS limits on each active namespace, by NSID - 1 (looked up here,
+    /// at a rebuild, never on the I/O path).
+    host_qos: Vec<Option<Arc<crate::qos::QosBuckets>>>,
 }
 
 impl NamespaceView {
     /// Rebuilds the view from a table for one host.
-    pub(crate) fn rebuild(&mut self, table: &NamespaceTable, host_nqn: &str, generation: u64) {
+    pub(crate) fn rebuild(
+        &mut self,
+        table: &NamespaceTable,
+        host_nqn: &str,
+        generation: u64,
+        qos_defaults: &crate::qos::HostDefaults,
+    ) {
         self.active.clear();
         self.active_ids.clear();
+        self.host_qos.clear();
         for entry in table.entries() {
             if !entry.attachment.includes(host_nqn) {
                 continue;
@@ -262,6 +276,14 @@ impl NamespaceView {
                     self.active.push(namespace);
                 }
             }
+            let host_qos = Some(entry.namespace.qos.for_host_or(host_nqn, || qos_defaults.of(host_nqn)));
+            match self.host_qos.get_mut(slot) {
+                Some(place) => *place = host_qos,
+                None => {
+                    self.host_qos.resize(slot, None);
+                    self.host_qos.push(host_qos);
+                }
+            }
             self.active_ids.push(entry.namespace.id);
         }
         self.generation = Some(generation);
@@ -271,6 +293,12 @@ impl NamespaceView {
     pub(crate) fn get(&self, id: NamespaceId) -> Option<&Arc<Namespace>> {
         let slot = (id.0 as usize).checked_sub(1)?;
         self.active.get(slot)?.as_ref()
+    }
+
+    /// This host's QoS limits on the active namespace with this NSID.
+    pub(crate) fn host_qos(&self, id: NamespaceId) -> Option<&Arc<crate::qos::QosBuckets>> {
+        let slot = (id.0 as usize).checked_sub(1)?;
+        self.host_qos.get(slot)?.as_ref()
     }
 
     /// Active NSIDs in ascending order.

@@ -26,6 +26,8 @@ pub enum SlotState {
     /// Waiting for work off the I/O thread: a reservation command for its new state to
     /// be durable (PTPL), Namespace Management or Attachment for its pool table save.
     HeldPersist,
+    /// Waiting for its namespace's or host's QoS limits (see `throttle`).
+    Throttled,
 }
 
 /// A command's place in a fused operation (FUSE, CDW0 bits 9:8).
@@ -98,6 +100,8 @@ pub struct CommandSlot {
     pub held_range: Option<std::sync::Arc<crate::namespaces::Namespace>>,
     /// A read's data as the backend lent it (sent from there instead of `buffer`).
     pub lent: Option<storage::LentBytes>,
+    /// Booked against the QoS limits already (a command run again is not booked twice).
+    pub qos_admitted: bool,
 }
 
 impl CommandSlot {
@@ -119,6 +123,7 @@ impl CommandSlot {
             fused: FusedLink::None,
             held_range: None,
             lent: None,
+            qos_admitted: false,
         }
     }
 
@@ -137,6 +142,7 @@ impl CommandSlot {
         self.fused = FusedLink::None;
         self.held_range = None;
         self.lent = None;
+        self.qos_admitted = false;
     }
 }
 

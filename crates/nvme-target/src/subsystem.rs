@@ -77,6 +77,9 @@ pub struct Subsystem {
     /// Which hosts may connect, and their DH-HMAC-CHAP secrets; replaced while the
     /// subsystem runs by the management API.
     pub hosts: SharedHostAccess,
+    /// Each host's QoS limits on every namespace (set by the configuration): a
+    /// namespace created later (Namespace Management) holds the host to them too.
+    pub qos_host_defaults: crate::qos::HostDefaults,
     /// Where namespaces with PTPL keep their reservations (set by the target).
     reservation_store: std::sync::OnceLock<crate::reservation_store::SharedReservationStore>,
     /// The gateway group's reservation authority, when the subsystem is exported by a
@@ -205,6 +208,7 @@ impl Subsystem {
             changes: Mutex::new(()),
             pool: spec.pool,
             hosts: SharedHostAccess::new(spec.hosts),
+            qos_host_defaults: crate::qos::HostDefaults::default(),
             index,
             stats: SubsystemStats::default(),
             reservation_store: std::sync::OnceLock::new(),

@@ -137,6 +137,12 @@ pub struct BenchArgs {
     /// --compare fio-rbd, busy-poll also makes fio's rbd engine spin (busy_poll=1).
     #[arg(long, value_enum, default_value_t = HostIo::Auto)]
     pub(super) host_io: HostIo,
+    /// The management socket of the `sluice serve` behind --target: the bench reads
+    /// the namespace's QoS limits and throttle counters there before and after the
+    /// suite, and warns when they held it back [default: the default management
+    /// socket, when the target is on this machine].
+    #[arg(long, value_name = "PATH")]
+    pub(super) target_rpc_socket: Option<PathBuf>,
 }
 
 /// `--target-poll-mode`.

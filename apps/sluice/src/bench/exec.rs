@@ -134,6 +134,8 @@ pub enum EmbeddedBackend<'a> {
 
 pub struct Embedded {
     pub backend: Arc<dyn Backend>,
+    /// The target itself (its namespace's QoS counters are read directly).
+    pub target: Arc<Target>,
     pub backend_kind: &'static str,
     runtime: Option<Runtime>,
 }
@@ -221,7 +223,7 @@ pub fn start_embedded(
         ring_entries: 1024,
         tcp_nodelay: true,
     };
-    let runtime = target_server::start(target, config)
+    let runtime = target_server::start(Arc::clone(&target), config)
         .map_err(|e| BenchError::Runtime(format!("embedded target: {e}")))?;
     let address = runtime.local_addrs().first().copied().unwrap_or(bind);
     Ok(Endpoint {
@@ -233,6 +235,7 @@ pub fn start_embedded(
         protocol: Protocol::NvmeTcp,
         embedded: Some(Embedded {
             backend,
+            target,
             backend_kind: kind,
             runtime: Some(runtime),
         }),

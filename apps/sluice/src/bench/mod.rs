@@ -24,6 +24,7 @@ mod exec;
 mod fio;
 mod iscsi;
 mod output;
+mod qos;
 mod suites;
 mod system;
 
@@ -559,6 +560,24 @@ fn run_suite(
         }
     }
 
+    // QoS on the namespace: read now and at the end (see `qos`).
+    let qos_source = qos::QosSource::of(endpoint, args.target_rpc_socket.as_deref());
+    let qos_before = qos_source.as_ref().and_then(|source| match source.read(&endpoint.nqn, endpoint.nsid.0) {
+        Ok(reading) => Some(reading),
+        Err(error) => {
+            if args.target_rpc_socket.is_some() {
+                notes.push(format!("QoS of the target not read: {error}"));
+            }
+            None
+        }
+    });
+    if let Some(reading) = qos_before.as_ref().filter(|reading| !reading.limits.is_empty()) {
+        eprintln!(
+            "sluice bench: WARNING: the namespace under test has QoS limits ({}): the results may measure the limit",
+            reading.limits.join(", ")
+        );
+    }
+
     // Ceilings measured on this machine, now.
     let loopback = if endpoint.is_local() {
         let window = if mini || args.duration.is_some_and(|d| d < Duration::from_secs(2)) {
@@ -706,6 +725,23 @@ fn run_suite(
     if partial {
         notes.push("interrupted (Ctrl-C): partial result".into());
     }
+    let qos = match (&qos_source, &qos_before) {
+        (Some(source), Some(before)) => match source.read(&endpoint.nqn, endpoint.nsid.0) {
+            Ok(after) => {
+                let (observation, qos_notes) = qos::observe(source, before, &after);
+                for note in &qos_notes {
+                    eprintln!("sluice bench: {note}");
+                }
+                notes.extend(qos_notes);
+                Some(observation)
+            }
+            Err(error) => {
+                notes.push(format!("QoS of the target not read after the suite: {error}"));
+                None
+            }
+        },
+        _ => None,
+    };
 
     let result = BenchResult {
         schema: SCHEMA_ID.into(),
@@ -731,6 +767,7 @@ fn run_suite(
         preconditioning,
         runs,
         notes,
+        qos,
     };
     Ok(Outcome { result, any_errors })
 }

@@ -455,6 +455,7 @@ mod tests {
             preconditioning: None,
             runs,
             notes: Vec::new(),
+            qos: None,
         }
     }
 

@@ -35,6 +35,11 @@ pub enum Change {
     HostsChanged {
         nqn: String,
     },
+    /// A namespace's `qos` table or a host's `qos` entries changed (applied live,
+    /// without reconnecting anyone).
+    QosChanged {
+        nqn: String,
+    },
     ListenerAdded {
         address: String,
         discovery_only: bool,
@@ -66,6 +71,7 @@ impl std::fmt::Display for Change {
             Change::NamespaceAdded { nqn, nsid } => write!(f, "namespace {nsid} of {nqn} added"),
             Change::NamespaceRemoved { nqn, nsid } => write!(f, "namespace {nsid} of {nqn} removed"),
             Change::HostsChanged { nqn } => write!(f, "allowed hosts of {nqn} changed"),
+            Change::QosChanged { nqn } => write!(f, "QoS limits of {nqn} changed"),
             Change::ListenerAdded { address, .. } => write!(f, "listener {address} added"),
             Change::ListenerRemoved { address } => write!(f, "listener {address} removed"),
             Change::StorageChanged { entry, key } => write!(f, "{entry}.{key} changed"),
@@ -174,23 +180,31 @@ fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &m
             }
         }
     }
-    if before.allow_any_host != after.allow_any_host || before.hosts != after.hosts {
+    // A host's `qos` entries are limits, not access: they change without touching
+    // the host rules.
+    let without_qos = |hosts: &[super::HostConfig]| -> Vec<super::HostConfig> {
+        hosts.iter().map(|host| super::HostConfig { qos: Vec::new(), ..host.clone() }).collect()
+    };
+    if before.allow_any_host != after.allow_any_host || without_qos(&before.hosts) != without_qos(&after.hosts) {
         changes.push(Change::HostsChanged { nqn: nqn.clone() });
+    }
+    let host_qos = |hosts: &[super::HostConfig]| -> Vec<(String, Vec<super::qos::HostQosConfig>)> {
+        hosts.iter().filter(|host| !host.qos.is_empty()).map(|host| (host.nqn.clone(), host.qos.clone())).collect()
+    };
+    let namespace_qos = |namespaces: &[NamespaceConfig]| -> Vec<(u32, super::qos::QosConfig)> {
+        numbered(namespaces)
+            .into_iter()
+            .filter_map(|(nsid, namespace)| namespace.qos.clone().map(|qos| (nsid, qos)))
+            .collect()
+    };
+    if host_qos(&before.hosts) != host_qos(&after.hosts)
+        || namespace_qos(&before.namespaces) != namespace_qos(&after.namespaces)
+    {
+        changes.push(Change::QosChanged { nqn: nqn.clone() });
     }
 }
 
-/// The namespaces with their NSIDs (explicit, else the previous one plus one).
-fn numbered(namespaces: &[NamespaceConfig]) -> Vec<(u32, &NamespaceConfig)> {
-    let mut next = 1u32;
-    namespaces
-        .iter()
-        .map(|namespace| {
-            let nsid = namespace.nsid.unwrap_or(next);
-            next = nsid.saturating_add(1);
-            (nsid, namespace)
-        })
-        .collect()
-}
+use super::qos::numbered;
 
 /// The first key (other than `nsid`, which is the identity) that differs.
 fn namespace_difference(before: &NamespaceConfig, after: &NamespaceConfig) -> Option<&'static str> {

@@ -18,6 +18,7 @@ pub mod gateway;
 mod graph;
 mod namespaces;
 mod plan;
+pub mod qos;
 mod schema;
 mod shapes;
 mod storage;
@@ -169,6 +170,10 @@ pub struct HostConfig {
     /// queue comes without TLS); no `tls_key`.
     #[serde(default)]
     pub concat: bool,
+    /// `[[subsystem.host.qos]]`: this host's rate limits on one namespace (`nsid`)
+    /// or on each namespace of the subsystem (see `qos`).
+    #[serde(default)]
+    pub qos: Vec<qos::HostQosConfig>,
 }
 
 /// `[[subsystem.host]] tls_key_derivation`.
@@ -343,6 +348,10 @@ pub struct NamespaceConfig {
     /// group, the gateway owning the group reports it optimized.
     #[serde(default)]
     pub ana_group: Option<u32>,
+    /// `[subsystem.namespace.qos]`: rate limits on the namespace, all hosts together
+    /// (see `qos`); changed live.
+    #[serde(default)]
+    pub qos: Option<qos::QosConfig>,
 }
 
 /// Block size of RAM and null storage when the config does not say.

@@ -33,10 +33,11 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
     let mut subsystems = namespaces::resolve(config, &mut graph)?;
     let unused = graph.check_single_use(config)?;
     let shapes = shapes::compute(config, &graph, &all_nodes)?;
+    super::qos::plan(config)?;
     let mut paths = shapes.paths.clone();
     paths.extend(namespaces::finish(config, &mut subsystems, &shapes)?);
     shapes::check_distinct_paths(&paths)?;
-    let warnings = unused
+    let mut warnings: Vec<String> = unused
         .iter()
         .map(|&node| {
             format!(
@@ -46,6 +47,7 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
             )
         })
         .collect();
+    warnings.extend(super::qos::unknown_namespace_warnings(config));
     Ok(Plan { order: graph.needed(&all_nodes), shapes: shapes.of, subsystems, warnings })
 }
 
@@ -170,7 +172,19 @@ impl Plan {
                     }
                 };
                 let shape = namespace.shape.as_ref().map_or(String::new(), |shape| format!(", {}", describe_shape(shape)));
-                lines.push(format!("  nsid {}: {source}{shape}", namespace.nsid));
+                let qos = subsystem.namespaces[namespace.index]
+                    .qos
+                    .as_ref()
+                    .and_then(|qos| qos.limits("").ok())
+                    .map_or(String::new(), |limits| format!(", QoS {}", super::qos::summary(&limits)));
+                lines.push(format!("  nsid {}: {source}{shape}{qos}", namespace.nsid));
+            }
+            for host in subsystem.hosts.iter().filter(|host| !host.qos.is_empty()) {
+                for entry in &host.qos {
+                    let Ok(limits) = entry.limits("") else { continue };
+                    let on = entry.nsid.map_or("each namespace".to_string(), |nsid| format!("nsid {nsid}"));
+                    lines.push(format!("  host {} on {on}: QoS {}", host.nqn, super::qos::summary(&limits)));
+                }
             }
         }
         let mut warnings = self.warnings.clone();

@@ -222,6 +222,8 @@ pub enum NamespaceCommand {
         /// Subsystem NQN.
         nqn: String,
     },
+    /// Sets or removes QoS limits of a namespace, or of one host on it, live.
+    Qos(super::cli_qos::QosArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -337,6 +339,7 @@ enum View {
     NamespaceAdded,
     NamespaceRemoved,
     Namespaces,
+    QosChanged,
     HostChanged,
     Hosts,
     ListenerChanged,
@@ -460,6 +463,10 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
                 put("nqn", Some(json!(nqn)));
                 (client, "ns_list", View::Namespaces)
             }
+            NamespaceCommand::Qos(arguments) => {
+                arguments.into_params(&mut params);
+                (client, "ns_qos", View::QosChanged)
+            }
         },
         ManageCommand::Host { command, client } => match command {
             HostAccessCommand::Allow {
@@ -542,6 +549,12 @@ fn socket_path(client: &ClientOptions) -> Result<PathBuf, Failure> {
     client.socket.clone().or_else(default_socket_path).ok_or_else(|| {
         Failure::refused("no management socket path: give --socket PATH (or set SLUICE_RPC_SOCKET or XDG_RUNTIME_DIR)")
     })
+}
+
+/// One request over the management socket at `path`, for other commands (the bench
+/// reads QoS counters with it); the error is the message a person reads.
+pub fn query(path: &Path, method: &str, params: Value) -> Result<Value, String> {
+    call(path, method, params).map_err(|failure| failure.message)
 }
 
 /// One request and its response over the socket.
@@ -654,10 +667,11 @@ fn namespace_rows(namespaces: &[Value]) -> String {
                 text(namespace, "backend").to_string(),
                 text(namespace, "source").to_string(),
                 text(namespace, "nguid").to_string(),
+                super::cli_qos::summary(namespace.get("qos")),
             ]
         })
         .collect();
-    table(&["NSID", "SIZE", "BLOCK", "BACKEND", "SOURCE", "NGUID"], &rows)
+    table(&["NSID", "SIZE", "BLOCK", "BACKEND", "SOURCE", "NGUID", "QOS"], &rows)
 }
 
 fn host_rows(hosts: &[Value]) -> String {
@@ -743,6 +757,7 @@ fn render(view: View, result: &Value) -> String {
             if flag(result, "removed_from_config_file") { "" } else { " (it was not in the config file)" }
         ),
         View::Namespaces => namespace_rows(items(result, "namespaces")),
+        View::QosChanged => super::cli_qos::render_changed(result),
         View::HostChanged => {
             let what = match text(result, "change") {
                 "added" => "allowed",
@@ -965,7 +980,7 @@ mod tests {
         let result = json!({"namespaces": [{"nsid": 1, "size_bytes": 1 << 30, "block_size": 512, "backend": "ram",
             "source": "config", "nguid": "00112233445566778899aabbccddeeff"}]});
         let text = render(View::Namespaces, &result);
-        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID\n"), "{text}");
+        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS\n"), "{text}");
         assert!(text.contains("1     1 GiB  512    ram      config  00112233"), "{text}");
     }
 }

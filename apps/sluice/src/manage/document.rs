@@ -221,6 +221,37 @@ pub fn remove_namespace(document: &mut DocumentMut, nqn: &str, id: u32) -> Resul
     Ok(true)
 }
 
+/// The namespace entry with NSID `id` (NSIDs pinned first, as every edit of a
+/// subsystem's namespaces does). `Ok(None)`: the file does not describe it.
+pub fn namespace_mut<'a>(document: &'a mut DocumentMut, nqn: &str, id: u32) -> Result<Option<&'a mut Table>, EditError> {
+    let subsystem = subsystem_mut(document, nqn)?;
+    let ids = namespace_ids(subsystem)?;
+    let Some(position) = ids.iter().position(|&existing| existing == id) else { return Ok(None) };
+    pin_namespace_ids(subsystem)?;
+    Ok(array_of_tables(subsystem, NAMESPACE_KEY, "subsystem.")?.get_mut(position))
+}
+
+/// The `[[subsystem.host]]` entry of `host_nqn`, or `Ok(None)` when it has none.
+pub fn host_mut<'a>(document: &'a mut DocumentMut, nqn: &str, host_nqn: &str) -> Result<Option<&'a mut Table>, EditError> {
+    let subsystem = subsystem_mut(document, nqn)?;
+    if !subsystem.contains_key(HOST_KEY) {
+        return Ok(None);
+    }
+    let hosts = array_of_tables(subsystem, HOST_KEY, "subsystem.")?;
+    Ok(hosts.iter_mut().find(|host| string_of(host, "nqn") == Some(host_nqn)))
+}
+
+/// A sub-table (`qos`) of an entry, created empty (as `[...qos]`) when absent.
+pub fn sub_table_mut<'a>(table: &'a mut Table, key: &str, location: &str) -> Result<&'a mut Table, EditError> {
+    let item = table.entry(key).or_insert(Item::Table(Table::new()));
+    item.as_table_mut().ok_or_else(|| layout(format!("{location}.{key}"), "is not written as a table; edit the file by hand"))
+}
+
+/// The array of tables `key` (`qos`) of an entry, created empty when absent.
+pub fn sub_array_of_tables_mut<'a>(table: &'a mut Table, key: &str, location: &str) -> Result<&'a mut ArrayOfTables, EditError> {
+    array_of_tables(table, key, location)
+}
+
 /// Whether `host_allow` added a host or replaced an existing entry's secrets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostChange {
@@ -241,8 +272,9 @@ pub fn allow_host(
     table.insert("nqn", value(host_nqn));
     table.sort_values_by(|left, _, right, _| (left.get() != "nqn").cmp(&(right.get() != "nqn")));
     if let Some(existing) = hosts.iter_mut().find(|host| string_of(host, "nqn") == Some(host_nqn)) {
-        // Keep the entry where it is (and its comments); replace its keys.
-        let keys: Vec<String> = existing.iter().map(|(key, _)| key.to_string()).collect();
+        // Keep the entry where it is (and its comments); replace its keys, but not
+        // its QoS limits (`ns_qos` sets those; a secret rotation keeps them).
+        let keys: Vec<String> = existing.iter().map(|(key, _)| key.to_string()).filter(|key| key != "qos").collect();
         for key in keys {
             existing.remove(&key);
         }

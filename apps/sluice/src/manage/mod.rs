@@ -18,6 +18,7 @@
 
 mod assemble;
 pub mod cli;
+mod cli_qos;
 mod document;
 pub(crate) mod persist;
 pub mod protocol;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use nvme_target::Target;
 
 pub use server::{default_socket_path, ManagementServer, SocketError};
+pub use cli::query;
 pub use service::Management;
 pub use worker::ManagementThread;
 

@@ -258,6 +258,22 @@ impl Params {
         }
     }
 
+    /// Any whole number, negative ones too (the config check refuses those with the
+    /// message a config file gets); text that is a whole number is taken as one
+    /// (what a CLI flag gives).
+    pub fn optional_integer(&mut self, name: &str) -> Result<Option<i64>, RpcError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::Number(number)) => number.as_i64().map(Some).ok_or_else(|| {
+                RpcError::invalid_params(name, format!("must be a whole number, not {number}"))
+            }),
+            Some(Value::String(text)) => text.trim().parse::<i64>().map(Some).map_err(|_| {
+                RpcError::invalid_params(name, format!("must be a whole number, not {text:?}"))
+            }),
+            Some(other) => Err(RpcError::invalid_params(name, format!("must be a whole number, not {}", kind(&other)))),
+        }
+    }
+
     /// A size as the config writes it: a number of bytes or a string like "64MiB".
     pub fn optional_size(&mut self, name: &str) -> Result<Option<SizeParam>, RpcError> {
         match self.take(name) {

@@ -50,7 +50,7 @@ use super::protocol::{
 };
 
 /// Every method, for `method not found` answers and the docs.
-pub const METHODS: [&str; 20] = [
+pub const METHODS: [&str; 21] = [
     "subsystem_add",
     "subsystem_remove",
     "subsystem_list",
@@ -58,6 +58,7 @@ pub const METHODS: [&str; 20] = [
     "ns_add",
     "ns_remove",
     "ns_list",
+    "ns_qos",
     "host_allow",
     "host_deny",
     "host_list",
@@ -249,6 +250,7 @@ impl Management {
             "ns_add" => self.ns_add(params),
             "ns_remove" => self.ns_remove(params),
             "ns_list" => self.ns_list(params),
+            "ns_qos" => self.ns_qos(params),
             "host_allow" => self.host_allow(params),
             "host_deny" => self.host_deny(params),
             "host_list" => self.host_list(params),
@@ -304,6 +306,7 @@ impl Management {
         match self.apply_subsystem(built) {
             Ok(subsystem) => {
                 tracing::info!(subsystem = %nqn, "management: subsystem added");
+                self.apply_qos_of_file();
                 Ok(self.subsystem_json(&subsystem, false))
             }
             Err(refusal) => Err(self.restore(draft.previous, refusal)),
@@ -432,6 +435,8 @@ impl Management {
         match self.apply_namespace(&subsystem, built) {
             Ok(added) => {
                 tracing::info!(subsystem = %nqn, nsid = id, "management: namespace added");
+                // Hosts' limits on every namespace of the subsystem hold on it too.
+                self.apply_qos_of_file();
                 Ok(added)
             }
             Err(refusal) => Err(self.restore(draft.previous, refusal)),
@@ -544,6 +549,8 @@ impl Management {
         let rules = assemble::build_subsystem(&draft.document, &nqn, Namespaces::None, &self.storage)?.spec.hosts;
         self.write(&text)?;
         let disconnected = self.apply_host_rules(&subsystem, rules.clone());
+        // Its limits went with its entry.
+        self.apply_qos_of_file();
         tracing::info!(subsystem = %nqn, %host, disconnected, "management: host denied");
         Ok(json!({
             "nqn": nqn,
@@ -851,6 +858,13 @@ impl Management {
 
 fn namespace_json(namespace: &Namespace, in_config_file: bool) -> Value {
     let geometry = namespace.geometry;
+    let (throttled_commands, throttled_seconds) = namespace.qos.namespace.throttled();
+    let host_qos: Vec<Value> = namespace
+        .qos
+        .host_limits()
+        .iter()
+        .map(|(host, limits)| json!({ "host": host, "limits": crate::config::qos::describe(limits) }))
+        .collect();
     json!({
         "nsid": namespace.id.0,
         "backend": namespace.backend.kind(),
@@ -860,6 +874,10 @@ fn namespace_json(namespace: &Namespace, in_config_file: bool) -> Value {
         "nguid": namespace.nguid.iter().map(|byte| format!("{byte:02x}")).collect::<String>(),
         "uuid": uuid::Uuid::from_bytes(namespace.uuid).hyphenated().to_string(),
         "source": if in_config_file { "config" } else if namespace.carve.is_some() { "pool" } else { "runtime" },
+        "qos": crate::config::qos::describe(&namespace.qos.namespace.limits()),
+        "host_qos": host_qos,
+        "qos_throttled_commands": throttled_commands,
+        "qos_throttled_seconds": throttled_seconds,
     })
 }
 
@@ -882,6 +900,7 @@ fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
 
 mod backends;
 mod listeners;
+mod qos;
 mod reload;
 
 #[cfg(test)]

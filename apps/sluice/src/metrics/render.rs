@@ -61,6 +61,7 @@ pub fn render(target: &Target) -> String {
     for (labels, _, used) in &capacity_rows {
         let _ = writeln!(out, "sluice_namespace_used_bytes{{{labels}}} {used}");
     }
+    qos(&mut out, &subsystems);
     let mut controller_rows = Vec::new();
     for subsystem in &subsystems {
         for controller in target.controllers_of(subsystem.index) {
@@ -77,6 +78,61 @@ pub fn render(target: &Target) -> String {
     counters(&mut out, "sluice_namespace", &namespace_rows, Scope::Namespace);
     counters(&mut out, "sluice_controller", &controller_rows, Scope::Controller);
     out
+}
+
+/// QoS: the limits in force and what throttling cost, per namespace (every host's
+/// commands together, whichever limit held them) and per host that has limits.
+fn qos(out: &mut String, subsystems: &[std::sync::Arc<nvme_target::Subsystem>]) {
+    let mut limits = Vec::new();
+    let mut namespaces = Vec::new();
+    let mut hosts = Vec::new();
+    for subsystem in subsystems {
+        for entry in subsystem.table().entries() {
+            let namespace = &entry.namespace;
+            let labels = format!("subsystem=\"{}\",nsid=\"{}\"", escape(&subsystem.nqn), namespace.id.0);
+            let configured = namespace.qos.namespace.limits();
+            for (key, value) in rates(&configured) {
+                limits.push((format!("{labels},host=\"\",limit=\"{key}\""), value));
+            }
+            namespaces.push((labels.clone(), namespace.qos.namespace.throttled()));
+            for (host, host_limits) in namespace.qos.host_limits() {
+                let host_labels = format!("{labels},host=\"{}\"", escape(&host));
+                for (key, value) in rates(&host_limits) {
+                    limits.push((format!("{host_labels},limit=\"{key}\""), value));
+                }
+                hosts.push((host_labels, namespace.qos.for_host(&host).throttled()));
+            }
+        }
+    }
+    header(out, "sluice_qos_limit", "gauge", "QoS limits in force (commands or MiB per second; host empty: all hosts together).");
+    for (labels, value) in &limits {
+        let _ = writeln!(out, "sluice_qos_limit{{{labels}}} {value}");
+    }
+    header(out, "sluice_qos_throttled_commands_total", "counter", "I/O commands a QoS limit delayed, per namespace.");
+    for (labels, (commands, _)) in &namespaces {
+        let _ = writeln!(out, "sluice_qos_throttled_commands_total{{{labels}}} {commands}");
+    }
+    header(out, "sluice_qos_throttled_seconds_total", "counter", "Time I/O commands waited for QoS limits, summed, per namespace.");
+    for (labels, (_, seconds)) in &namespaces {
+        let _ = writeln!(out, "sluice_qos_throttled_seconds_total{{{labels}}} {seconds}");
+    }
+    header(out, "sluice_qos_host_throttled_commands_total", "counter", "I/O commands of a host with its own limits that waited.");
+    for (labels, (commands, _)) in &hosts {
+        let _ = writeln!(out, "sluice_qos_host_throttled_commands_total{{{labels}}} {commands}");
+    }
+}
+
+/// The rates a limits set holds, by config key.
+fn rates(limits: &nvme_target::qos::QosLimits) -> Vec<(&'static str, u64)> {
+    [
+        ("rw_ios_per_second", limits.rw_ios_per_second),
+        ("rw_mbytes_per_second", limits.rw_mbytes_per_second),
+        ("r_mbytes_per_second", limits.r_mbytes_per_second),
+        ("w_mbytes_per_second", limits.w_mbytes_per_second),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|value| (key, value)))
+    .collect()
 }
 
 /// Connections, refusals and why connections ended, for the whole target.

@@ -28,6 +28,8 @@ pub(crate) struct ConnectionTimers {
     pub(crate) abort_check_at: Option<Instant>,
     /// When to look whether a held Preempt and Abort's fence drained.
     pub(crate) fence_check_at: Option<Instant>,
+    /// When a throttled command may run, or its limits are looked at again.
+    pub(crate) throttle_check_at: Option<Instant>,
 }
 
 impl Connection {
@@ -49,6 +51,7 @@ impl Connection {
             authentication_deadline,
             timers.abort_check_at,
             timers.fence_check_at,
+            timers.throttle_check_at,
             self.quiesce.next_deadline(),
         ]
             .into_iter()
@@ -117,6 +120,9 @@ impl Connection {
         {
             self.complete_persisted(now);
         }
+        if self.timers.throttle_check_at.is_some_and(|check_at| now >= check_at) {
+            self.release_throttled(now);
+        }
         if let Some(check_at) = self.timers.event_check_at {
             if now >= check_at {
                 self.timers.event_check_at = Some(now + Duration::from_millis(ASYNC_EVENT_CHECK_INTERVAL_MS));
@@ -137,7 +143,7 @@ impl Connection {
             return;
         }
         let table = subsystem.table();
-        self.view.rebuild(&table, &binding.controller.host_nqn, generation);
+        self.view.rebuild(&table, &binding.controller.host_nqn, generation, &subsystem.qos_host_defaults);
         self.storage.retire_inactive(&self.view);
     }
 
@@ -167,6 +173,7 @@ impl Connection {
     pub(crate) fn bind(&mut self, binding: QueueBinding, now: Instant) {
         self.slots = SlotTable::new(binding.depth);
         self.pool = BufferPool::new(binding.depth as usize + crate::limits::SPARE_DATA_BUFFERS);
+        self.make_room_for_throttled(binding.depth);
         self.timers.setup_deadline = None;
         if binding.queue_id.is_admin() {
             self.restart_keep_alive(&binding.controller, now);

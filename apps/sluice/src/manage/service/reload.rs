@@ -293,6 +293,22 @@ impl Management {
                 outcome.needs_restart += 1;
             }
         }
+        // Limits follow the file whole (new namespaces get theirs too); unchanged
+        // ones keep their buckets and the commands waiting in them.
+        match crate::config::qos::apply(&self.target, edited) {
+            Ok(()) => {
+                for change in changes {
+                    if let Change::QosChanged { nqn } = change {
+                        tracing::info!(subsystem = %nqn, "reload: QoS limits applied");
+                        outcome.applied += 1;
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "reload: the QoS limits could not be applied");
+                outcome.failed += 1;
+            }
+        }
         // Compared with the definitions the open entries were built from, which a
         // reload before this one may already have changed.
         for (entry, key) in self.storage.changed_definitions(edited) {

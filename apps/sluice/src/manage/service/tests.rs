@@ -405,3 +405,63 @@ fn concat_secret_changes_forget_generated_psks() {
     fixture.management.apply_host_rules(&subsystem, rules(entry(secret(2), false)));
     assert!(fixture.target.generated_psks.is_empty());
 }
+
+#[test]
+fn qos_limits_change_live_without_reconnecting_and_bad_ones_are_refused() {
+    const HOST: &str = "nqn.2014-08.io.sluice:h";
+    let mut fixture = Fixture::new("qos", FILE);
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    let namespace = subsystem.namespace(NamespaceId(1)).unwrap();
+    let host = fixture
+        .target
+        .create_controller(nvme_target::ControllerKind::Io, Some(Arc::clone(&subsystem)), HOST.into(), [2; 16], 0)
+        .unwrap();
+
+    let set = fixture.call("ns_qos", json!({"nqn": A, "nsid": 1, "rw_ios_per_second": 10, "burst_ms": 0})).unwrap();
+    assert_eq!(set["qos"], json!({"rw_ios_per_second": 10, "burst_ms": 0}));
+    assert!(fixture.file().contains("[subsystem.namespace.qos]\nrw_ios_per_second = 10\nburst_ms = 0"), "{}", fixture.file());
+    assert!(!host.is_torn_down(), "a limit changes no connection");
+    // In force at once: the second of two commands at the same instant waits 100 ms.
+    let now = std::time::Instant::now();
+    let direction = nvme_target::qos::IoDirection::Read;
+    assert_eq!(namespace.qos.namespace.reserve(now, direction, 4096), now);
+    assert_eq!(namespace.qos.namespace.reserve(now, direction, 4096), now + std::time::Duration::from_millis(100));
+    let listed = fixture.call("ns_list", json!({"nqn": A})).unwrap();
+    assert_eq!(listed["namespaces"][0]["qos"]["rw_ios_per_second"], 10);
+
+    for (key, bad) in [("rw_ios_per_second", json!(0)), ("w_mbytes_per_second", json!(-3)), ("r_mbytes_per_second", json!(1u64 << 41))] {
+        let before = fixture.file();
+        let error = fixture.call("ns_qos", json!({"nqn": A, "nsid": 1, key: bad})).unwrap_err();
+        assert_eq!(error.code, CONFIG_INVALID, "{error:?}");
+        assert!(error.message.contains(key), "names the key: {error:?}");
+        assert_eq!(fixture.file(), before);
+        assert_eq!(namespace.qos.namespace.limits().rw_ios_per_second, Some(10), "the running limit stays");
+    }
+    fixture.assert_refused("ns_qos", json!({"nqn": A, "nsid": 1, "rw_ios_per_second": "many"}), INVALID_PARAMS, "rw_ios_per_second");
+    fixture.assert_refused("ns_qos", json!({"nqn": A, "nsid": 1, "remove": ["iops"]}), INVALID_PARAMS, "remove");
+    fixture.assert_refused("ns_qos", json!({"nqn": A, "nsid": 1, "host": HOST, "rw_ios_per_second": 5}), CHANGE_REFUSED, "host");
+
+    // Per host: in the host's entry, kept across a secret rotation, gone with the host.
+    fixture.call("host_allow", json!({"nqn": A, "host": HOST})).unwrap();
+    fixture.call("ns_qos", json!({"nqn": A, "nsid": 1, "host": HOST, "w_mbytes_per_second": "5"})).unwrap();
+    assert!(fixture.file().contains("[[subsystem.host.qos]]\nnsid = 1\nw_mbytes_per_second = 5"), "{}", fixture.file());
+    let host_limits = nvme_target::qos::QosLimits { w_mbytes_per_second: Some(5), ..Default::default() };
+    assert_eq!(namespace.qos.host_limits(), [(HOST.to_string(), host_limits)]);
+    let secret = nvme_host::Secret::from_key(&[3; 32], None).unwrap().to_representation().to_string();
+    fixture.call("host_allow", json!({"nqn": A, "host": HOST, "dhchap_secret": secret})).unwrap();
+    assert_eq!(namespace.qos.host_limits(), [(HOST.to_string(), host_limits)], "a secret rotation keeps the limits");
+    fixture.call("host_deny", json!({"nqn": A, "host": HOST})).unwrap();
+    assert!(namespace.qos.host_limits().is_empty());
+
+    // Removing the limit: the file loses the table, the namespace its limit.
+    fixture.call("ns_qos", json!({"nqn": A, "nsid": 1, "remove": "all"})).unwrap();
+    assert!(!fixture.file().contains("qos"), "{}", fixture.file());
+    assert!(!namespace.qos.namespace.is_active());
+
+    // A reload applies an edited file's limits too.
+    let edited = format!("{FILE}\n[subsystem.namespace.qos]\nrw_mbytes_per_second = 50\n");
+    std::fs::write(&fixture.path, &edited).unwrap();
+    let outcome = fixture.management.reload();
+    assert_eq!((outcome.applied, outcome.failed, outcome.refused.clone()), (1, 0, None), "{outcome:?}");
+    assert_eq!(namespace.qos.namespace.limits().rw_mbytes_per_second, Some(50));
+}
