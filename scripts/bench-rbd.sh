@@ -44,7 +44,7 @@ mkdir -p "$OUT"
 
 SERVE_PID=''
 cleanup() {
-  [ -n "$SERVE_PID" ] && { kill "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null || true; }
+  [ -n "$SERVE_PID" ] && { kill "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true; }
   rbd -c "$CEPH_CONF" rm rbd/sluice-bench-compare >/dev/null 2>&1 || true
   for n in $(seq 1 "$NAMESPACES"); do rbd -c "$CEPH_CONF" rm "rbd/sluice-bench-$n" >/dev/null 2>&1 || true; done
 }

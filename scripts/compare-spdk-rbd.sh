@@ -103,7 +103,8 @@ fi
 
 OWN_CLUSTER='' TARGET_PID='' IMAGES_MADE=()
 cleanup() {
-  [ -n "$TARGET_PID" ] && { kill -TERM "$TARGET_PID" 2>/dev/null; wait "$TARGET_PID" 2>/dev/null || true; }
+  # A target that died already makes kill fail: that must not end the cleanup.
+  [ -n "$TARGET_PID" ] && { kill -TERM "$TARGET_PID" 2>/dev/null || true; wait "$TARGET_PID" 2>/dev/null || true; }
   local image
   for image in ${IMAGES_MADE[@]+"${IMAGES_MADE[@]}"}; do rbd -c "$CEPH_CONF" rm "$image" >/dev/null 2>&1 || true; done
   [ -z "$OWN_CLUSTER" ] || "$CEPH_SINGLE_NODE" down "$OWN_CLUSTER" >/dev/null 2>&1 || true
