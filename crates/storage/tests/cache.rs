@@ -1,6 +1,6 @@
 //! The cache tier: conformance in both modes (RAM and delayed tiers, heavy eviction),
 //! hits served from the fast tier, Flush reaching the slow tier, and dirty lines
-//! recovered after a restart.
+//! recovered after a restart; a failed write-through write forgets its cached line.
 
 mod support;
 
@@ -10,7 +10,7 @@ use storage::conformance::{self, pattern, submit_and_wait};
 use storage::{
     Backend, CacheBackend, CacheMode, CompositionError, Geometry, IoOp, IoRequest, RamBackend,
 };
-use support::DelayedBackend;
+use support::{DelayedBackend, FailingWritesBackend};
 
 fn ram(block_size_bytes: u32, block_count: u64) -> Arc<dyn Backend> {
     RamBackend::new(Geometry {
@@ -333,4 +333,30 @@ fn dropping_a_busy_queue_releases_its_slots() {
     write(&*cache, 0, data.clone(), false);
     assert_eq!(read(&*cache, 0, 64), data);
     cache.destage().unwrap();
+}
+
+/// A write-through write that fails on the slow tier must not leave its data cached:
+/// reads would serve it until the line is evicted and then the slow tier's older data
+/// (simulator seed 1_400_107_323). The read after the failure sees the slow tier.
+#[test]
+fn a_failed_write_through_write_forgets_its_cached_line() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Arc<dyn Backend> = Arc::new(FailingWritesBackend { inner: ram(512, 8195), failing: Arc::clone(&failing) });
+    let backend = CacheBackend::with_line_size(ram(512, 600), slow, CacheMode::WriteThrough, 4096).unwrap();
+    let old = pattern(1, 8 * 512);
+    write(&*backend, 0, old.clone(), false);
+    assert_eq!(read(&*backend, 0, 8), old, "the read fills the line");
+
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut queue = backend.open_queue();
+    let new = pattern(2, 8 * 512);
+    let completion = submit_and_wait(
+        &mut *queue,
+        IoRequest { token: 1, op: IoOp::Write { lba: 0, blocks: 8, force_unit_access: false }, buffer: new },
+    );
+    assert_eq!(completion.result, Err(storage::IoError::WriteFault));
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    // Compared with assert! so a failure does not print 4 KiB twice.
+    assert!(read(&*backend, 0, 8) == old, "a read after the failed write served the data the slow tier never took");
 }

@@ -472,6 +472,21 @@ impl CacheQueue {
             if kind == Child::MetaWrite {
                 self.set_word(slot, self.parents[parent].saved_word);
             }
+            // Write-through: a failed write leaves the cached line holding data the slow
+            // tier may not have (the fast copy was written first) or a torn fast copy.
+            // Reads served from it would see a value that vanishes once the line is
+            // evicted (found by simulator seed 1_400_107_323): forget the line, so every
+            // later read sees what the slow tier holds. No record of it is on the medium
+            // (write-through restarts cold), so forgetting it in memory is enough.
+            if shared.mode == CacheMode::WriteThrough
+                && matches!(kind, Child::FastWriteThenSlow | Child::SlowWrite)
+                && matches!(self.parents[parent].op, IoOp::Write { .. })
+            {
+                let line = self.parents[parent].cursor;
+                if self.word(slot) & TAG_MASK == line + 1 {
+                    self.set_word(slot, 0);
+                }
+            }
             self.recycle(completion.buffer);
             self.parents[parent].result = Err(error);
             self.finish(parent);

@@ -129,3 +129,57 @@ impl BackendQueue for FailingReadsQueue {
         self.inner.in_flight() + self.failed.len()
     }
 }
+
+/// Wraps a backend and fails every write with `IoError::WriteFault` while `failing`
+/// is set.
+pub struct FailingWritesBackend {
+    pub inner: Arc<dyn Backend>,
+    pub failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Backend for FailingWritesBackend {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn has_volatile_write_cache(&self) -> bool {
+        self.inner.has_volatile_write_cache()
+    }
+    fn kind(&self) -> &'static str {
+        "failing-writes"
+    }
+    fn open_queue(&self) -> Box<dyn BackendQueue> {
+        Box::new(FailingWritesQueue {
+            inner: self.inner.open_queue(),
+            failing: Arc::clone(&self.failing),
+            failed: Vec::new(),
+        })
+    }
+}
+
+struct FailingWritesQueue {
+    inner: Box<dyn BackendQueue>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    failed: Vec<IoCompletion>,
+}
+
+impl BackendQueue for FailingWritesQueue {
+    fn submit(&mut self, request: IoRequest) {
+        let failing = self.failing.load(std::sync::atomic::Ordering::SeqCst);
+        if failing && matches!(request.op, storage::IoOp::Write { .. }) {
+            self.failed.push(IoCompletion {
+                token: request.token,
+                result: Err(storage::IoError::WriteFault),
+                buffer: request.buffer,
+            });
+        } else {
+            self.inner.submit(request);
+        }
+    }
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) {
+        out.append(&mut self.failed);
+        self.inner.reap(out);
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.failed.len()
+    }
+}
