@@ -1,16 +1,15 @@
 //! `sluice subsystem|ns|host|listener|backend|pool|limits|rpc`: clients of the management socket of a
 //! running `sluice serve`, with human output by default and `-o json` for scripts.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 
-use super::protocol::{self, RpcError, APPLY_FAILED, INTERNAL_ERROR, PERSIST_FAILED};
+use management_client::{CallError, Client, Endpoint};
+
+use super::protocol::{APPLY_FAILED, INTERNAL_ERROR, PERSIST_FAILED};
 use super::server::default_socket_path;
 use crate::config::TlsSetting;
 
@@ -19,11 +18,6 @@ use crate::config::TlsSetting;
 const EXIT_REFUSED: u8 = 2;
 /// Exit status when the target could not be reached or failed.
 const EXIT_FAILED: u8 = 1;
-/// How long to wait for an answer. Changes build backends (a file namespace may be
-/// created and sized) but nothing takes minutes.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
-/// Longest response read: a `subsystem_show` of 4096 namespaces is about 1 MiB.
-const MAX_RESPONSE_BYTES: u64 = 16 << 20;
 
 /// After-help of the management commands.
 const AFTER_HELP: &str = "\
@@ -559,42 +553,19 @@ pub fn query(path: &Path, method: &str, params: Value) -> Result<Value, String> 
 
 /// One request and its response over the socket.
 fn call(path: &Path, method: &str, params: Value) -> Result<Value, Failure> {
-    let unreachable = |error: std::io::Error| {
-        Failure::failed(format!(
-            "cannot reach the management socket {}: {error}: is `sluice serve` running (with --rpc-socket {} if it \
-             uses another path)?",
-            path.display(),
-            path.display()
-        ))
-    };
-    let stream = UnixStream::connect(path).map_err(unreachable)?;
-    let broken = |error: std::io::Error| Failure::failed(format!("management socket {}: {error}", path.display()));
-    stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
-    stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
-    let mut line = serde_json::to_vec(&protocol::request(1, method, params))
-        .map_err(|error| Failure::failed(format!("cannot encode the request: {error}")))?;
-    line.push(b'\n');
-    (&stream).write_all(&line).map_err(broken)?;
-    let mut response = Vec::new();
-    BufReader::new(&stream).take(MAX_RESPONSE_BYTES).read_until(b'\n', &mut response).map_err(broken)?;
-    if response.is_empty() {
-        return Err(Failure::failed(format!("management socket {}: closed without an answer", path.display())));
-    }
-    let response: Value = serde_json::from_slice(&response).map_err(|error| {
-        Failure::failed(format!("management socket {}: the answer is not JSON: {error}", path.display()))
-    })?;
-    if let Some(result) = response.get("result") {
-        return Ok(result.clone());
-    }
-    let error = response.get("error").cloned().unwrap_or(Value::Null);
-    let code = error.get("code").and_then(Value::as_i64).unwrap_or(INTERNAL_ERROR);
-    let message = error.get("message").and_then(Value::as_str).unwrap_or("malformed error answer").to_string();
-    let rpc_error = RpcError { code, message, data: error.get("data").cloned() };
-    let exit = if matches!(code, INTERNAL_ERROR | PERSIST_FAILED | APPLY_FAILED) { EXIT_FAILED } else { EXIT_REFUSED };
-    Err(Failure { message: format!("{} (JSON-RPC error {code})", rpc_error.message), code: exit, error: Some(error) })
+    let client = Client::new(Endpoint::Unix(path.to_path_buf()));
+    client.call(method, params).map_err(|error| match error {
+        CallError::Remote(remote) => {
+            let exit = if matches!(remote.code, INTERNAL_ERROR | PERSIST_FAILED | APPLY_FAILED) {
+                EXIT_FAILED
+            } else {
+                EXIT_REFUSED
+            };
+            Failure { message: format!("{} (JSON-RPC error {})", remote.message, remote.code), code: exit, error: Some(remote.object) }
+        }
+        other => Failure::failed(other.to_string()),
+    })
 }
-
-// ---- normal output ----
 
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or("")

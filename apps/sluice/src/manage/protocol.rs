@@ -6,40 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
-/// The request is not JSON.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON, but not a JSON-RPC 2.0 request (no method, bad id, a batch, too long).
-pub const INVALID_REQUEST: i64 = -32600;
-/// No method of that name.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// A parameter is missing, unknown, or has the wrong type or value.
-pub const INVALID_PARAMS: i64 = -32602;
-/// A bug on our side; the running target and the file are unchanged.
-pub const INTERNAL_ERROR: i64 = -32603;
-
-// Server-defined codes live in -32000..=-32099 (JSON-RPC 2.0, section 5.1).
-
-/// The change conflicts with what exists (NQN or NSID taken, unknown subsystem,
-/// port in use) and was not made.
-pub const CHANGE_REFUSED: i64 = -32000;
-/// The configuration with the change would not validate (or a backend could not be
-/// built from it); `data.location` names the entry. Nothing was changed.
-pub const CONFIG_INVALID: i64 = -32001;
-/// `sluice serve` runs without a config file, so no change can be made persistent
-/// and none is made.
-pub const NO_CONFIG_FILE: i64 = -32002;
-/// The config file on disk differs from what the running target was built from
-/// (edited by hand); changes are refused until the two agree again.
-pub const CONFIG_CHANGED_ON_DISK: i64 = -32003;
-/// The new config file could not be written; the old one and the running target
-/// are unchanged.
-pub const PERSIST_FAILED: i64 = -32004;
-/// The file was written but the running target refused the change; the previous
-/// file was put back (`data.file_restored` says whether that worked).
-pub const APPLY_FAILED: i64 = -32005;
-/// A gateway group's configuration was changed through another member first (its
-/// version moved on): nothing was written; retry once this member has applied it.
-pub const GROUP_CONFIG_CONFLICT: i64 = -32006;
+// The codes live with the client, which callers (the CLI, the CSI driver) branch on.
+pub use management_client::codes::*;
 
 /// Longest request line accepted. Management requests are a few hundred bytes; the
 /// bound keeps a runaway client from making the server buffer without limit.
@@ -185,11 +153,6 @@ pub fn success(id: Value, result: Value) -> Value {
 /// The error response for `id`.
 pub fn failure(id: Value, error: &RpcError) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
-}
-
-/// A request for the client side.
-pub fn request(id: u64, method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
 }
 
 /// Named parameters, taken out one by one so that `finish` can refuse the ones no

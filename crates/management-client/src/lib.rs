@@ -1,0 +1,218 @@
+//! The client side of the management API of `sluice serve`: one JSON-RPC 2.0 request
+//! per line, one response per line (apps/sluice/src/manage/protocol.rs is the server
+//! side). The `sluice` management commands and `sluice-csi` both call through it, so
+//! they reach a gateway the same way and see the same errors.
+//!
+//! - `codes`: the error codes the server answers with, for callers that branch on them.
+//! - `Endpoint`: where the API is offered.
+//! - `Client::call`: one request, its result or the server's error.
+
+pub mod codes;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// How long to wait for an answer. Changes build backends (a file namespace may be
+/// created and sized, an RBD image opened) but nothing takes minutes.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest response read: a `subsystem_show` of 4096 namespaces is about 1 MiB.
+pub const MAX_RESPONSE_BYTES: u64 = 16 << 20;
+
+/// Where a `sluice serve` offers its management API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The local Unix socket (`--rpc-socket`); the file's mode is the access control.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(path) => write!(formatter, "the management socket {}", path.display()),
+        }
+    }
+}
+
+/// An error object the server answered with (JSON-RPC 2.0, section 5.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteError {
+    /// One of `codes`, or another the server defines.
+    pub code: i64,
+    pub message: String,
+    /// `{"field": ..., "reason": ...}` or `{"location": ..., "reason": ...}` when the
+    /// server names what to change.
+    pub data: Option<Value>,
+    /// The whole error object, for callers that print it as JSON.
+    pub object: Value,
+}
+
+/// Why a call has no result.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Nothing answered at the endpoint (not running, wrong path or address).
+    #[error("cannot reach {endpoint}: {reason}")]
+    Unreachable { endpoint: String, reason: String },
+    /// The connection broke, timed out, or the answer was not a JSON-RPC response.
+    #[error("{endpoint}: {reason}")]
+    Broken { endpoint: String, reason: String },
+    /// The server ran the request and refused it.
+    #[error("{} (JSON-RPC error {})", .0.message, .0.code)]
+    Remote(RemoteError),
+}
+
+/// A client of one endpoint. Each call opens its own connection: management calls are
+/// rare, and a connection that broke mid-call cannot confuse the next one.
+#[derive(Debug, Clone)]
+pub struct Client {
+    endpoint: Endpoint,
+}
+
+impl Client {
+    pub fn new(endpoint: Endpoint) -> Self {
+        Client { endpoint }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Sends one request and waits for its answer (at most `RESPONSE_TIMEOUT`).
+    pub fn call(&self, method: &str, params: Value) -> Result<Value, CallError> {
+        let mut line = serde_json::to_vec(&request(1, method, params)).map_err(|error| self.broken(error))?;
+        line.push(b'\n');
+        let response = match &self.endpoint {
+            Endpoint::Unix(path) => {
+                let stream = UnixStream::connect(path).map_err(|error| CallError::Unreachable {
+                    endpoint: self.endpoint.to_string(),
+                    reason: format!("{error}: is `sluice serve` running (with --rpc-socket {} if it uses another path)?", path.display()),
+                })?;
+                stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
+                stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
+                self.exchange(&stream, &line)?
+            }
+        };
+        self.result_of(&response)
+    }
+
+    /// Writes the request line and reads one response line.
+    fn exchange<S>(&self, stream: S, line: &[u8]) -> Result<Vec<u8>, CallError>
+    where
+        S: Read + Write,
+    {
+        let mut reader = BufReader::new(stream);
+        reader.get_mut().write_all(line).map_err(|error| self.broken(error))?;
+        reader.get_mut().flush().map_err(|error| self.broken(error))?;
+        let mut response = Vec::new();
+        (&mut reader).take(MAX_RESPONSE_BYTES).read_until(b'\n', &mut response).map_err(|error| self.broken(error))?;
+        if response.is_empty() {
+            return Err(self.broken("closed without an answer"));
+        }
+        Ok(response)
+    }
+
+    fn result_of(&self, response: &[u8]) -> Result<Value, CallError> {
+        let response: Value = serde_json::from_slice(response)
+            .map_err(|error| self.broken(format!("the answer is not JSON: {error}")))?;
+        if let Some(result) = response.get("result") {
+            return Ok(result.clone());
+        }
+        let object = response.get("error").cloned().unwrap_or(Value::Null);
+        Err(CallError::Remote(RemoteError {
+            code: object.get("code").and_then(Value::as_i64).unwrap_or(codes::INTERNAL_ERROR),
+            message: object.get("message").and_then(Value::as_str).unwrap_or("malformed error answer").to_string(),
+            data: object.get("data").cloned(),
+            object,
+        }))
+    }
+
+    fn broken(&self, reason: impl std::fmt::Display) -> CallError {
+        CallError::Broken { endpoint: self.endpoint.to_string(), reason: reason.to_string() }
+    }
+}
+
+/// The request object for `method` (JSON-RPC 2.0, named parameters).
+pub fn request(id: u64, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A server that answers one request with `answer` and returns what it read.
+    fn serve_once(answer: &'static str) -> (tempdir::Path, std::thread::JoinHandle<String>) {
+        let directory = tempdir::new();
+        let listener = UnixListener::bind(directory.join("api.sock")).unwrap();
+        let thread = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(&stream);
+            let mut request = String::new();
+            reader.read_line(&mut request).unwrap();
+            (&stream).write_all(answer.as_bytes()).unwrap();
+            request
+        });
+        (directory, thread)
+    }
+
+    mod tempdir {
+        pub type Path = std::path::PathBuf;
+        pub fn new() -> Path {
+            let path = std::env::temp_dir().join(format!(
+                "management-client-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            path
+        }
+    }
+
+    #[test]
+    fn a_result_comes_back_and_the_request_is_one_line() {
+        let (directory, server) = serve_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":true}}\n");
+        let client = Client::new(Endpoint::Unix(directory.join("api.sock")));
+        let result = client.call("ns_list", json!({ "nqn": "nqn.x" })).unwrap();
+        assert_eq!(result, json!({ "ok": true }));
+        let request: Value = serde_json::from_str(&server.join().unwrap()).unwrap();
+        assert_eq!(request["method"], "ns_list");
+        assert_eq!(request["params"]["nqn"], "nqn.x");
+        let _ = std::fs::remove_dir_all(directory);
+    }
+
+    #[test]
+    fn a_refusal_keeps_its_code_and_data() {
+        let (directory, server) = serve_once(
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32000,\"message\":\"nsid: taken\",\"data\":{\"field\":\"nsid\"}}}\n",
+        );
+        let client = Client::new(Endpoint::Unix(directory.join("api.sock")));
+        let Err(CallError::Remote(error)) = client.call("ns_add", json!({})) else { panic!("expected a refusal") };
+        assert_eq!(error.code, codes::CHANGE_REFUSED);
+        assert_eq!(error.message, "nsid: taken");
+        assert_eq!(error.data, Some(json!({ "field": "nsid" })));
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(directory);
+    }
+
+    #[test]
+    fn nothing_listening_is_unreachable_and_says_where() {
+        let client = Client::new(Endpoint::Unix(PathBuf::from("/nonexistent/sluice.sock")));
+        let error = client.call("ns_list", json!({})).unwrap_err();
+        assert!(matches!(error, CallError::Unreachable { .. }), "{error:?}");
+        assert!(error.to_string().contains("/nonexistent/sluice.sock"), "{error}");
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_is_broken() {
+        let (directory, server) = serve_once("hello\n");
+        let client = Client::new(Endpoint::Unix(directory.join("api.sock")));
+        let error = client.call("ns_list", json!({})).unwrap_err();
+        assert!(matches!(error, CallError::Broken { .. }), "{error:?}");
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(directory);
+    }
+}
