@@ -10,7 +10,7 @@ use storage::conformance::{self, pattern, submit_and_wait};
 use storage::{
     Backend, CacheBackend, CacheMode, CompositionError, Geometry, IoOp, IoRequest, RamBackend,
 };
-use support::{DelayedBackend, FailingWritesBackend};
+use support::{DelayedBackend, FaultyBackend};
 
 fn ram(block_size_bytes: u32, block_count: u64) -> Arc<dyn Backend> {
     RamBackend::new(Geometry {
@@ -341,7 +341,7 @@ fn dropping_a_busy_queue_releases_its_slots() {
 #[test]
 fn a_failed_write_through_write_forgets_its_cached_line() {
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let slow: Arc<dyn Backend> = Arc::new(FailingWritesBackend { inner: ram(512, 8195), failing: Arc::clone(&failing) });
+    let slow: Arc<dyn Backend> = Arc::new(FaultyBackend::failing_writes_while(ram(512, 8195), Arc::clone(&failing)));
     let backend = CacheBackend::with_line_size(ram(512, 600), slow, CacheMode::WriteThrough, 4096).unwrap();
     let old = pattern(1, 8 * 512);
     write(&*backend, 0, old.clone(), false);

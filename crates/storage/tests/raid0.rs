@@ -244,9 +244,7 @@ fn layout_oracle_places_every_block_on_the_right_member() {
 /// still complete, and VWC reports the member's cache.
 #[test]
 fn member_error_fails_the_parent() {
-    let failing: Arc<dyn Backend> = Arc::new(support::FailingReadsBackend {
-        inner: ram(512, 64),
-    });
+    let failing: Arc<dyn Backend> = Arc::new(support::FaultyBackend::failing_reads(ram(512, 64)));
     let raid = Raid0Backend::new(vec![ram(512, 64), failing], 4096).unwrap();
     assert!(raid.has_volatile_write_cache());
     let mut queue = raid.open_queue();

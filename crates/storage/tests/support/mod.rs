@@ -2,9 +2,10 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest};
+use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
 
 /// Wraps a backend and holds every completion for `delay_reaps` reap calls, so
 /// compositions on top cannot rely on members completing inside `submit`.
@@ -81,98 +82,64 @@ impl BackendQueue for DelayedQueue {
     }
 }
 
-/// Wraps a backend and fails every read with `IoError::ReadError`.
-pub struct FailingReadsBackend {
+/// Decides, per request, whether a `FaultyBackend` fails it and with which error.
+pub type FaultRule = Arc<dyn Fn(&IoOp) -> Option<IoError> + Send + Sync>;
+
+/// Wraps a backend and fails the requests `rule` names; the others reach `inner`.
+/// Failed requests complete at the next reap, with their buffers, as a device's would.
+pub struct FaultyBackend {
     pub inner: Arc<dyn Backend>,
+    pub rule: FaultRule,
+    /// What the wrapper reports as its write cache (a RAID0 test checks that one
+    /// member with a volatile cache makes the set report one).
+    pub volatile_write_cache: bool,
 }
 
-impl Backend for FailingReadsBackend {
+impl FaultyBackend {
+    /// Fails every read with `IoError::ReadError`; reports a volatile write cache.
+    pub fn failing_reads(inner: Arc<dyn Backend>) -> Self {
+        let rule: FaultRule = Arc::new(|op| matches!(op, IoOp::Read { .. }).then_some(IoError::ReadError));
+        FaultyBackend { inner, rule, volatile_write_cache: true }
+    }
+
+    /// Fails every write with `IoError::WriteFault` while `failing` is set.
+    pub fn failing_writes_while(inner: Arc<dyn Backend>, failing: Arc<AtomicBool>) -> Self {
+        let volatile_write_cache = inner.has_volatile_write_cache();
+        let rule: FaultRule = Arc::new(move |op| {
+            (failing.load(Ordering::SeqCst) && matches!(op, IoOp::Write { .. })).then_some(IoError::WriteFault)
+        });
+        FaultyBackend { inner, rule, volatile_write_cache }
+    }
+}
+
+impl Backend for FaultyBackend {
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
     }
     fn has_volatile_write_cache(&self) -> bool {
-        true
+        self.volatile_write_cache
     }
     fn kind(&self) -> &'static str {
-        "failing-reads"
+        "faulty"
     }
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(FailingReadsQueue {
-            inner: self.inner.open_queue(),
-            failed: Vec::new(),
-        })
+        Box::new(FaultyQueue { inner: self.inner.open_queue(), rule: Arc::clone(&self.rule), failed: Vec::new() })
     }
 }
 
-struct FailingReadsQueue {
+struct FaultyQueue {
     inner: Box<dyn BackendQueue>,
+    rule: FaultRule,
     failed: Vec<IoCompletion>,
 }
 
-impl BackendQueue for FailingReadsQueue {
+impl BackendQueue for FaultyQueue {
     fn submit(&mut self, request: IoRequest) {
-        if matches!(request.op, storage::IoOp::Read { .. }) {
-            self.failed.push(IoCompletion {
-                token: request.token,
-                result: Err(storage::IoError::ReadError),
-                buffer: request.buffer,
-            });
-        } else {
-            self.inner.submit(request);
-        }
-    }
-    fn reap(&mut self, out: &mut Vec<IoCompletion>) {
-        out.append(&mut self.failed);
-        self.inner.reap(out);
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.failed.len()
-    }
-}
-
-/// Wraps a backend and fails every write with `IoError::WriteFault` while `failing`
-/// is set.
-pub struct FailingWritesBackend {
-    pub inner: Arc<dyn Backend>,
-    pub failing: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Backend for FailingWritesBackend {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn has_volatile_write_cache(&self) -> bool {
-        self.inner.has_volatile_write_cache()
-    }
-    fn kind(&self) -> &'static str {
-        "failing-writes"
-    }
-    fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(FailingWritesQueue {
-            inner: self.inner.open_queue(),
-            failing: Arc::clone(&self.failing),
-            failed: Vec::new(),
-        })
-    }
-}
-
-struct FailingWritesQueue {
-    inner: Box<dyn BackendQueue>,
-    failing: Arc<std::sync::atomic::AtomicBool>,
-    failed: Vec<IoCompletion>,
-}
-
-impl BackendQueue for FailingWritesQueue {
-    fn submit(&mut self, request: IoRequest) {
-        let failing = self.failing.load(std::sync::atomic::Ordering::SeqCst);
-        if failing && matches!(request.op, storage::IoOp::Write { .. }) {
-            self.failed.push(IoCompletion {
-                token: request.token,
-                result: Err(storage::IoError::WriteFault),
-                buffer: request.buffer,
-            });
-        } else {
-            self.inner.submit(request);
+        match (self.rule)(&request.op) {
+            Some(error) => {
+                self.failed.push(IoCompletion { token: request.token, result: Err(error), buffer: request.buffer })
+            }
+            None => self.inner.submit(request),
         }
     }
     fn reap(&mut self, out: &mut Vec<IoCompletion>) {
