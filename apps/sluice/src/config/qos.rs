@@ -16,39 +16,55 @@ use nvme_target::Target;
 
 use super::{invalid, Config, ConfigError, NamespaceConfig};
 
-/// `[subsystem.namespace.qos]`: limits on a namespace; every key optional.
-#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct QosConfig {
-    #[serde(default)]
-    pub rw_ios_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub rw_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub r_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub w_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub burst_ms: Option<toml::Value>,
+/// Declares a QoS table: the five limit keys (every one optional), any fields of the
+/// table's own before them, and `limits`, which checks them. One list for both tables,
+/// so the namespace's and the host's keys cannot drift apart (serde's `flatten` would
+/// share them too, but it does not work with `deny_unknown_fields`).
+macro_rules! qos_table {
+    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $field_type:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$field_meta])* #[serde(default)] pub $field: $field_type,)*
+            #[serde(default)]
+            pub rw_ios_per_second: Option<toml::Value>,
+            #[serde(default)]
+            pub rw_mbytes_per_second: Option<toml::Value>,
+            #[serde(default)]
+            pub r_mbytes_per_second: Option<toml::Value>,
+            #[serde(default)]
+            pub w_mbytes_per_second: Option<toml::Value>,
+            #[serde(default)]
+            pub burst_ms: Option<toml::Value>,
+        }
+
+        impl $name {
+            /// The limits, checked; `location` names the table.
+            pub fn limits(&self, location: &str) -> Result<QosLimits, ConfigError> {
+                Ok(QosLimits {
+                    rw_ios_per_second: rate(&self.rw_ios_per_second, RATE_KEYS[0], location)?,
+                    rw_mbytes_per_second: rate(&self.rw_mbytes_per_second, RATE_KEYS[1], location)?,
+                    r_mbytes_per_second: rate(&self.r_mbytes_per_second, RATE_KEYS[2], location)?,
+                    w_mbytes_per_second: rate(&self.w_mbytes_per_second, RATE_KEYS[3], location)?,
+                    burst_ms: burst(&self.burst_ms, location)?,
+                })
+            }
+        }
+    };
 }
 
-/// `[[subsystem.host.qos]]`: a host's limits on namespace `nsid`, or on each
-/// namespace of the subsystem (each with its own bucket) when `nsid` is absent.
-#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HostQosConfig {
-    #[serde(default)]
-    pub nsid: Option<u32>,
-    #[serde(default)]
-    pub rw_ios_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub rw_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub r_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub w_mbytes_per_second: Option<toml::Value>,
-    #[serde(default)]
-    pub burst_ms: Option<toml::Value>,
+qos_table! {
+    /// `[subsystem.namespace.qos]`: limits on a namespace.
+    QosConfig {}
+}
+
+qos_table! {
+    /// `[[subsystem.host.qos]]`: a host's limits on namespace `nsid`, or on each
+    /// namespace of the subsystem (each with its own bucket) when `nsid` is absent.
+    HostQosConfig {
+        nsid: Option<u32>,
+    }
 }
 
 /// The rate keys, in the order they are documented and shown.
@@ -93,38 +109,6 @@ fn burst(value: &Option<toml::Value>, location: &str) -> Result<Option<u64>, Con
         }
         toml::Value::Integer(number) => Ok(Some(*number as u64)),
         other => Err(refuse(format!("{other} is not a whole number"))),
-    }
-}
-
-/// Checks the five keys; `location` names the table (`... namespace[0].qos`).
-fn limits(values: [&Option<toml::Value>; 5], location: &str) -> Result<QosLimits, ConfigError> {
-    let [ios, rw, read, write, burst_ms] = values;
-    Ok(QosLimits {
-        rw_ios_per_second: rate(ios, RATE_KEYS[0], location)?,
-        rw_mbytes_per_second: rate(rw, RATE_KEYS[1], location)?,
-        r_mbytes_per_second: rate(read, RATE_KEYS[2], location)?,
-        w_mbytes_per_second: rate(write, RATE_KEYS[3], location)?,
-        burst_ms: burst(burst_ms, location)?,
-    })
-}
-
-impl QosConfig {
-    /// The limits, checked; `location` names the table.
-    pub fn limits(&self, location: &str) -> Result<QosLimits, ConfigError> {
-        limits(
-            [&self.rw_ios_per_second, &self.rw_mbytes_per_second, &self.r_mbytes_per_second, &self.w_mbytes_per_second, &self.burst_ms],
-            location,
-        )
-    }
-}
-
-impl HostQosConfig {
-    /// The limits, checked; `location` names the entry.
-    pub fn limits(&self, location: &str) -> Result<QosLimits, ConfigError> {
-        limits(
-            [&self.rw_ios_per_second, &self.rw_mbytes_per_second, &self.r_mbytes_per_second, &self.w_mbytes_per_second, &self.burst_ms],
-            location,
-        )
     }
 }
 
@@ -350,9 +334,17 @@ size = "1MiB"
             let error = with(&format!("[subsystem.namespace.qos]\n{line}\n")).unwrap_err();
             assert!(error.contains(key) && error.contains(why), "{line}: {error}");
             assert!(error.contains("leave"), "{line}: says what to do: {error}");
+            // A host's entry shares the keys and their checks.
+            let host_key = key.replace("namespace[0].qos", "host[0] (nqn.h) qos[0]");
+            let error = with(&format!("[[subsystem.host]]\nnqn = \"nqn.h\"\n[[subsystem.host.qos]]\n{line}\n")).unwrap_err();
+            assert!(error.contains(&host_key) && error.contains(why), "host {line}: {error}");
         }
         let unknown = with("[subsystem.namespace.qos]\nrw_iops = 5\n").unwrap_err();
         assert!(unknown.contains("rw_iops"), "{unknown}");
+        let unknown = with("[[subsystem.host]]\nnqn = \"nqn.h\"\n[[subsystem.host.qos]]\nrw_iops = 5\n").unwrap_err();
+        assert!(unknown.contains("rw_iops"), "{unknown}");
+        let nsid_on_namespace = with("[subsystem.namespace.qos]\nnsid = 1\n").unwrap_err();
+        assert!(nsid_on_namespace.contains("nsid"), "only a host's entry takes nsid: {nsid_on_namespace}");
         let twice = with(
             "[[subsystem.host]]\nnqn = \"nqn.h\"\n[[subsystem.host.qos]]\nnsid = 1\nrw_ios_per_second = 1\n\
              [[subsystem.host.qos]]\nnsid = 1\nrw_ios_per_second = 2\n",
