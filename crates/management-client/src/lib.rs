@@ -46,8 +46,17 @@ pub struct RemoteError {
     /// `{"field": ..., "reason": ...}` or `{"location": ..., "reason": ...}` when the
     /// server names what to change.
     pub data: Option<Value>,
-    /// The whole error object, for callers that print it as JSON.
-    pub object: Value,
+}
+
+impl RemoteError {
+    /// The error object as the server sent it, for callers that print JSON.
+    pub fn to_json(&self) -> Value {
+        let mut object = json!({ "code": self.code, "message": self.message });
+        if let Some(data) = &self.data {
+            object["data"] = data.clone();
+        }
+        object
+    }
 }
 
 /// Why a call has no result.
@@ -125,7 +134,6 @@ impl Client {
             code: object.get("code").and_then(Value::as_i64).unwrap_or(codes::INTERNAL_ERROR),
             message: object.get("message").and_then(Value::as_str).unwrap_or("malformed error answer").to_string(),
             data: object.get("data").cloned(),
-            object,
         }))
     }
 

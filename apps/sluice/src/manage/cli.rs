@@ -561,7 +561,7 @@ fn call(path: &Path, method: &str, params: Value) -> Result<Value, Failure> {
             } else {
                 EXIT_REFUSED
             };
-            Failure { message: format!("{} (JSON-RPC error {})", remote.message, remote.code), code: exit, error: Some(remote.object) }
+            Failure { message: format!("{} (JSON-RPC error {})", remote.message, remote.code), code: exit, error: Some(remote.to_json()) }
         }
         other => Failure::failed(other.to_string()),
     })
