@@ -75,6 +75,8 @@ missing=()     # (--check) what is missing
 #   libssl-dev, pkg-config: OpenSSL 3 for NVMe/TCP's TLS (the openssl crates link the
 #   system's libssl3); gnutls-bin (gnutls-cli): the TLS peer of the TLS tests, from the
 #   library Linux's tlshd handshakes with.
+#   e2fsprogs (mkfs.ext4, e2fsck, resize2fs) and util-linux (blkid): what the CSI node
+#   service runs; scripts/lib/guest-node-kit.sh copies them into the peer's guest.
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
@@ -83,7 +85,8 @@ APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshar
   tgtd:tgt tgtadm:tgt iscsi-inq:libiscsi-bin /usr/include/iscsi/iscsi.h:libiscsi-dev
   ceph-mon:ceph-mon ceph-osd:ceph-osd ceph:ceph-common rbd:ceph-common
   /usr/include/rbd/librbd.h:librbd-dev /usr/include/rados/librados.h:librados-dev
-  /usr/include/openssl/ssl.h:libssl-dev pkg-config:pkg-config gnutls-cli:gnutls-bin"
+  /usr/include/openssl/ssl.h:libssl-dev pkg-config:pkg-config gnutls-cli:gnutls-bin
+  mkfs.ext4:e2fsprogs resize2fs:e2fsprogs blkid:util-linux"
 
 apt_missing=()
 for entry in $APT_TOOLS; do
