@@ -148,6 +148,9 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
             changes.push(Change::NeedsRestart { key: format!("{section}.{key}"), reason: RESTART_SETTING });
         }
     }
+    if running.management != edited.management {
+        changes.push(Change::NeedsRestart { key: "management.network".to_string(), reason: RESTART_SETTING });
+    }
     changes
 }
 
