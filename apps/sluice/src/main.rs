@@ -107,7 +107,7 @@ enum Command {
     #[command(flatten)]
     Host(Box<host::HostCommand>),
     #[command(flatten)]
-    Manage(manage::cli::ManageCommand),
+    Manage(Box<manage::cli::ManageCommand>),
 }
 
 #[derive(Subcommand)]
@@ -207,7 +207,7 @@ fn main() -> ExitCode {
         Command::GenTlsKey(args) => tls_keys::gen_tls_key(&args),
         Command::CheckTlsKey(args) => tls_keys::check_tls_key(&args),
         Command::Host(command) => host::run(*command),
-        Command::Manage(command) => manage::cli::run(command),
+        Command::Manage(command) => manage::cli::run(*command),
     }
 }
 

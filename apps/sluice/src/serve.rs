@@ -155,12 +155,11 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let management = crate::manage::start_for_serve(
         &target,
         config_path,
-        options.rpc_socket.clone(),
+        crate::manage::ApiEndpoints { socket: options.rpc_socket.clone(), network: network_management },
         listeners,
         storage,
         gateway_status.clone(),
         group_state,
-        network_management,
     )?;
     // Members' changes to the group's configuration reach the management thread.
     let group_config_follower = match (config.gateway_plan()?, group_config.is_some()) {

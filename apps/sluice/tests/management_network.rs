@@ -175,7 +175,7 @@ fn an_admin_changes_a_read_only_client_reads_and_changes_are_audited() {
     assert_eq!(lines.len(), 3, "one audit line per change request (ns_add, refused ns_add, host_allow): {lines:#?}");
     assert!(lines[0].contains("who=client \"admin\" from 127.0.0.1:") && lines[0].contains("ns_add"), "{}", lines[0]);
     assert!(lines[0].contains("outcome=") && lines[0].contains("ok"), "{}", lines[0]);
-    assert!(lines[1].contains("client \"monitor\"") && lines[1].contains(&format!("error {ACCESS_DENIED}")), "{}", lines[1]);
+    assert!(lines[1].contains("client \"monitor\"") && lines[1].contains(&format!("code={ACCESS_DENIED}")), "{}", lines[1]);
     assert!(lines[2].contains("host_allow") && lines[2].contains("audited-host") && lines[2].contains("<redacted>"), "{}", lines[2]);
     let log = gateway.server.log();
     assert!(!log.contains(&key_part), "the DH-HMAC-CHAP secret reached the log:\n{log}");

@@ -84,6 +84,20 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// What this caller is shown of `method`'s result: a read-only client reads
+    /// `config_show`'s text with host secrets (DH-HMAC-CHAP secrets, TLS PSKs) masked,
+    /// since it may not change them and so has no need to know them.
+    pub fn shown_result(&self, method: &str, mut result: serde_json::Value) -> serde_json::Value {
+        if self.rights == Rights::Network(Access::ReadOnly) && method == "config_show" {
+            if let Some(text) = result.get("text").and_then(serde_json::Value::as_str) {
+                result["text"] = crate::config::redact_secrets(text).into();
+            }
+        }
+        result
+    }
+}
+
 impl std::fmt::Display for Caller {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str(&self.name)
@@ -99,13 +113,21 @@ pub fn is_audited(method: &str) -> bool {
 /// the outcome (`Err(code)`: the JSON-RPC error code it was refused with).
 pub fn audit(caller: &Caller, method: &str, redacted_params: &str, outcome: Result<(), i64>) {
     match outcome {
-        Ok(()) => tracing::info!(target: AUDIT_TARGET, who = %caller, method, params = redacted_params, outcome = "ok", "management change"),
+        Ok(()) => tracing::info!(
+            target: AUDIT_TARGET,
+            who = %caller,
+            method = %method,
+            params = %redacted_params,
+            outcome = %"ok",
+            "management change"
+        ),
         Err(code) => tracing::info!(
             target: AUDIT_TARGET,
             who = %caller,
-            method,
-            params = redacted_params,
-            outcome = %format!("error {code}"),
+            method = %method,
+            params = %redacted_params,
+            outcome = %"error",
+            code,
             "management change"
         ),
     }
@@ -135,6 +157,19 @@ mod tests {
         }
         // Unknown methods go on to be answered "not found" (nothing runs them).
         assert!(monitor.authorise("no_such_method").is_ok());
+    }
+
+    #[test]
+    fn read_only_clients_read_the_config_without_its_secrets() {
+        let text = "[[subsystem.host]]\nnqn = \"nqn.h\"\ndhchap_secret = \"DHHC-1:00:c2VjcmV0c2VjcmV0:\"\n";
+        let result = serde_json::json!({ "path": "/etc/sluice.toml", "text": text });
+        let monitor = Caller::network("monitor", peer(), Some(Access::ReadOnly));
+        let shown = monitor.shown_result("config_show", result.clone());
+        let shown_text = shown["text"].as_str().unwrap();
+        assert!(!shown_text.contains("c2VjcmV0") && shown_text.contains("nqn.h"), "{shown_text}");
+        let admin = Caller::network("admin", peer(), Some(Access::ReadWrite));
+        assert_eq!(admin.shown_result("config_show", result.clone()), result);
+        assert_eq!(Caller::local_socket().shown_result("config_show", result.clone()), result);
     }
 
     #[test]

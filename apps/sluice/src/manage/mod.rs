@@ -56,6 +56,14 @@ pub enum SocketChoice {
     Off,
 }
 
+/// Where `sluice serve` offers the management API: its socket, and with
+/// `[management.network]` the network endpoint (the checked settings).
+#[derive(Default)]
+pub struct ApiEndpoints {
+    pub socket: SocketChoice,
+    pub network: Option<crate::config::management::NetworkSettings>,
+}
+
 /// The management side of a running `sluice serve`: the thread that owns the API's
 /// state (and runs reloads), and the socket when one is offered. Dropping it stops
 /// the socket first, then the thread.
@@ -70,17 +78,17 @@ pub struct ManagementRunning {
 
 /// Starts the management thread and socket of `sluice serve`. `storage` is the named
 /// storage the target was built with (`Config::open`); `listeners` changes the
-/// runtime's listeners live; `network` is the checked `[management.network]`.
+/// runtime's listeners live.
 pub fn start_for_serve(
     target: &Arc<Target>,
     config_path: Option<&Path>,
-    choice: SocketChoice,
+    endpoints: ApiEndpoints,
     listeners: target_server::LiveListeners,
     storage: OpenStorage,
     gateway: Option<crate::gateway::service::StatusHandle>,
     group_config: Option<(crate::gateway::group_config::GroupConfigState, String)>,
-    network: Option<crate::config::management::NetworkSettings>,
 ) -> Result<ManagementRunning, SocketError> {
+    let ApiEndpoints { socket: choice, network } = endpoints;
     // The live listeners replace the fixed list `new` takes.
     let management = Management::new(Arc::clone(target), config_path, Vec::new()).map_err(|source| {
         SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }

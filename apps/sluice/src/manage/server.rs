@@ -283,7 +283,7 @@ fn answer(line: &[u8], management: &ManagementHandle, caller: &Caller) -> Value 
     match outcome {
         Ok(Ok(result)) => {
             audit(Ok(()));
-            protocol::success(id, result)
+            protocol::success(id, caller.shown_result(&method, result))
         }
         Ok(Err(error)) => {
             audit(Err(error.code));
