@@ -107,7 +107,7 @@ enum Command {
     #[command(flatten)]
     Host(Box<host::HostCommand>),
     #[command(flatten)]
-    Manage(manage::cli::ManageCommand),
+    Manage(Box<manage::cli::ManageCommand>),
 }
 
 #[derive(Subcommand)]
@@ -167,10 +167,14 @@ fn main() -> ExitCode {
         Command::Config { command: ConfigCommand::Check { file } } => {
             // Validation only: nothing is created, opened for writing or formatted.
             let checked = Config::load(&file).and_then(|config| {
-                let report = config.check()?;
+                let mut report = config.check()?;
                 // Ceph clusters answer here too (connected, pool and image looked up,
                 // nothing created): a config that validates but cannot serve fails now.
                 config.check_clusters()?;
+                // The network management API's certificates and key, read and matched.
+                if let Some(network) = config.network_management()? {
+                    report.warnings.extend(network.warnings);
+                }
                 Ok(report)
             });
             match checked {
@@ -203,7 +207,7 @@ fn main() -> ExitCode {
         Command::GenTlsKey(args) => tls_keys::gen_tls_key(&args),
         Command::CheckTlsKey(args) => tls_keys::check_tls_key(&args),
         Command::Host(command) => host::run(*command),
-        Command::Manage(command) => manage::cli::run(command),
+        Command::Manage(command) => manage::cli::run(*command),
     }
 }
 

@@ -89,6 +89,11 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         None => (None, None),
     };
     let config = group_config.as_ref().unwrap_or(config);
+    // Before anything starts: a certificate that cannot be read stops the start.
+    let network_management = config.network_management()?;
+    for warning in network_management.iter().flat_map(|settings| &settings.warnings) {
+        tracing::warn!("config: {warning}");
+    }
     let (spec, storage) = config.open()?;
     let target = Target::new(spec)?;
     // Before the listeners open: the first command meets its limits.
@@ -150,7 +155,7 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let management = crate::manage::start_for_serve(
         &target,
         config_path,
-        options.rpc_socket.clone(),
+        crate::manage::ApiEndpoints { socket: options.rpc_socket.clone(), network: network_management },
         listeners,
         storage,
         gateway_status.clone(),
@@ -167,6 +172,9 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     };
     if let Some(server) = &management.server {
         println!("sluice: management socket {}", server.path().display());
+    }
+    if let Some(network) = &management.network {
+        println!("sluice: management API at https://{} (mutual TLS)", network.address());
     }
     // Before the banner: its last line, "sluice: ready", means everything is up.
     if let Some(address) = options.metrics_address {

@@ -35,3 +35,8 @@ pub const APPLY_FAILED: i64 = -32005;
 /// A gateway group's configuration was changed through another member first (its
 /// version moved on): nothing was written; retry once this member has applied it.
 pub const GROUP_CONFIG_CONFLICT: i64 = -32006;
+/// The caller may not call this method: a network client with `access = "read-only"`
+/// asked for a change, or its certificate's CN is not listed among the server's
+/// `[[management.network.client]]` entries. The message names the client, the method
+/// and what to change. Nothing was changed.
+pub const ACCESS_DENIED: i64 = -32007;

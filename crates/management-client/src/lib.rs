@@ -6,8 +6,18 @@
 //! - `codes`: the error codes the server answers with, for callers that branch on them.
 //! - `Endpoint`: where the API is offered.
 //! - `Client::call`: one request, its result or the server's error.
+//! - `tls`: the network endpoint (mutual TLS).
+
+// A `CallError` is made at most once per management call (rare, never on an I/O
+// path), and an unboxed `RemoteError` lets callers match its fields directly; its
+// size (larger with serde_json's preserve_order, which the sluice app turns on)
+// costs nothing that matters.
+#![allow(clippy::result_large_err)]
 
 pub mod codes;
+mod tls;
+
+pub use tls::{TlsEndpoint, CONNECT_TIMEOUT};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -27,12 +37,16 @@ pub const MAX_RESPONSE_BYTES: u64 = 16 << 20;
 pub enum Endpoint {
     /// The local Unix socket (`--rpc-socket`); the file's mode is the access control.
     Unix(PathBuf),
+    /// The network endpoint of `[management.network]`: mutual TLS, our certificate's
+    /// subject CN names us (and sets what we may do).
+    Tls(TlsEndpoint),
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Endpoint::Unix(path) => write!(formatter, "the management socket {}", path.display()),
+            Endpoint::Tls(endpoint) => write!(formatter, "the management API at https://{}", endpoint.address),
         }
     }
 }
@@ -68,6 +82,10 @@ pub enum CallError {
     /// The connection broke, timed out, or the answer was not a JSON-RPC response.
     #[error("{endpoint}: {reason}")]
     Broken { endpoint: String, reason: String },
+    /// Our side cannot make the call (a certificate, key or CA file that cannot be
+    /// read or does not fit); the reason names the file and the option.
+    #[error("cannot call {endpoint}: {reason}")]
+    Local { endpoint: String, reason: String },
     /// The server ran the request and refused it.
     #[error("{} (JSON-RPC error {})", .0.message, .0.code)]
     Remote(RemoteError),
@@ -102,6 +120,17 @@ impl Client {
                 stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
                 stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
                 self.exchange(&stream, &line)?
+            }
+            Endpoint::Tls(endpoint) => {
+                let stream = endpoint.connect(&self.endpoint.to_string())?;
+                self.exchange(stream, &line).map_err(|error| match error {
+                    // TLS 1.3: a certificate the server refuses shows as an alert on
+                    // our first read, after our side of the handshake completed.
+                    CallError::Broken { endpoint, reason } if reason.contains("alert") => {
+                        CallError::Unreachable { endpoint, reason: format!("{reason}: {}", tls::REFUSED_CERTIFICATE_HINT) }
+                    }
+                    other => other,
+                })?
             }
         };
         self.result_of(&response)

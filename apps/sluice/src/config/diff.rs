@@ -148,6 +148,9 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
             changes.push(Change::NeedsRestart { key: format!("{section}.{key}"), reason: RESTART_SETTING });
         }
     }
+    if running.management != edited.management {
+        changes.push(Change::NeedsRestart { key: "management.network".to_string(), reason: RESTART_SETTING });
+    }
     changes
 }
 
@@ -344,7 +347,9 @@ nqn = "nqn.2014-08.io.sluice:h"
             .replace("size = \"1MiB\"", "size = \"2MiB\"")
             .replace(&format!("nqn = \"{A}\"\n"), &format!("nqn = \"{A}\"\nmodel = \"New\"\n"))
             .replace("size = \"8MiB\"", "size = \"16MiB\"")
-            + "\n[runtime]\nthreads = 3\n[target]\nmax_io_queue_depth = 128\n";
+            + "\n[runtime]\nthreads = 3\n[target]\nmax_io_queue_depth = 128\n"
+            + "[management.network]\nlisten = \"127.0.0.1\"\ncertificate = \"c.pem\"\nprivate_key = \"k.pem\"\n\
+               client_ca = \"ca.pem\"\n[[management.network.client]]\ncommon_name = \"admin\"\naccess = \"read-write\"\n";
         let keys: Vec<String> = changes(&edited)
             .iter()
             .map(|change| match change {
@@ -361,6 +366,7 @@ nqn = "nqn.2014-08.io.sluice:h"
                 "backend \"disk\".size".to_string(),
                 "runtime.threads".to_string(),
                 "target.max_io_queue_depth".to_string(),
+                "management.network".to_string(),
             ]
         );
     }

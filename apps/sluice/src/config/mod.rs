@@ -16,6 +16,7 @@ mod build;
 mod diff;
 pub mod gateway;
 mod graph;
+pub mod management;
 mod namespaces;
 mod plan;
 pub mod qos;
@@ -70,6 +71,9 @@ pub struct Config {
     /// This process is one gateway of a gateway group (see docs/config.md).
     #[serde(default)]
     pub gateway: Option<gateway::GatewaySection>,
+    /// `[management]`: the management API over the network (see management.rs).
+    #[serde(default)]
+    pub management: management::ManagementSection,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -582,6 +586,7 @@ impl Config {
             runtime: RuntimeSection::default(),
             target: TargetSection::default(),
             gateway: None,
+            management: management::ManagementSection::default(),
         }
     }
 
@@ -669,6 +674,10 @@ impl Config {
         let spec = self.spec_with(plan.stand_in_subsystems(self)?)?;
         nvme_target::Target::new(spec)?;
         let mut report = plan.report(self);
+        if let Some(network) = &self.management.network {
+            network.check()?;
+            report.lines.push(network.describe());
+        }
         if let Some(section) = self.gateway.as_ref().filter(|section| section.holds_only_own_part()) {
             let location = section.location()?;
             report.lines.push(format!(
@@ -677,6 +686,14 @@ impl Config {
             ));
         }
         Ok(report)
+    }
+
+    /// The checked `[management.network]` with its certificates and key read (`None`
+    /// without the table). Not part of `check`: the management API checks every
+    /// edited config with that, and a certificate renewed on disk must not refuse
+    /// unrelated changes.
+    pub fn network_management(&self) -> Result<Option<management::NetworkSettings>, ConfigError> {
+        self.management.network.as_ref().map(management::NetworkSection::load).transpose()
     }
 
     /// Connects to the cluster of every `rbd` entry and looks up its pool and image,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 
-use management_client::{CallError, Client, Endpoint};
+use management_client::{CallError, Client, Endpoint, TlsEndpoint};
 
 use super::protocol::{APPLY_FAILED, INTERNAL_ERROR, PERSIST_FAILED};
 use super::server::default_socket_path;
@@ -21,12 +21,13 @@ const EXIT_FAILED: u8 = 1;
 
 /// After-help of the management commands.
 const AFTER_HELP: &str = "\
-Talks to the management socket of a running `sluice serve` (docs/operations.md).
-Changes are written to its config file and applied at once.
+Talks to the management socket of a running `sluice serve`, or with --api to its
+network endpoint over mutual TLS (docs/operations.md). Changes are written to its
+config file and applied at once.
 
 Exit status:
   0  success
-  1  the socket could not be reached, or the target failed
+  1  the socket or API could not be reached, or the target failed
   2  the request was refused (bad arguments, or a change that conflicts or would
      make the config invalid): nothing was changed";
 
@@ -44,6 +45,20 @@ pub struct ClientOptions {
     /// else $XDG_RUNTIME_DIR/sluice.sock].
     #[arg(long, global = true, env = "SLUICE_RPC_SOCKET", value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// The network endpoint of a `sluice serve` ([management.network]) instead of the
+    /// socket: https://HOST:PORT, with --api-ca, --api-cert and --api-key.
+    #[arg(long, global = true, env = "SLUICE_API", value_name = "https://HOST:PORT")]
+    api: Option<String>,
+    /// With --api: PEM file of the CA that signed the server's certificate.
+    #[arg(long, global = true, env = "SLUICE_API_CA", value_name = "FILE")]
+    api_ca: Option<PathBuf>,
+    /// With --api: PEM file of our client certificate; its subject CN must be listed
+    /// in the server's [[management.network.client]] entries.
+    #[arg(long, global = true, env = "SLUICE_API_CERT", value_name = "FILE")]
+    api_cert: Option<PathBuf>,
+    /// With --api: PEM file of our certificate's private key.
+    #[arg(long, global = true, env = "SLUICE_API_KEY", value_name = "FILE")]
+    api_key: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Normal)]
     output_format: Format,
@@ -378,7 +393,7 @@ pub fn run(command: ManageCommand) -> ExitCode {
         Ok(request) => request,
         Err(failure) => return report(failure, Format::Normal),
     };
-    let outcome = socket_path(&client).and_then(|path| call(&path, &method, params));
+    let outcome = endpoint(&client).and_then(|endpoint| call(endpoint, &method, params));
     match outcome {
         Ok(mut result) => {
             if matches!(view, View::Gateway) {
@@ -545,15 +560,27 @@ fn socket_path(client: &ClientOptions) -> Result<PathBuf, Failure> {
     })
 }
 
+/// The network endpoint with --api (which then needs its three files), else the socket.
+fn endpoint(client: &ClientOptions) -> Result<Endpoint, Failure> {
+    let Some(url) = &client.api else { return socket_path(client).map(Endpoint::Unix) };
+    let file = |given: &Option<PathBuf>, option: &str, what: &str| {
+        given.clone().ok_or_else(|| Failure::refused(format!("--api needs {option} FILE: {what}")))
+    };
+    let ca = file(&client.api_ca, "--api-ca", "the PEM certificate of the CA that signed the server's certificate")?;
+    let certificate = file(&client.api_cert, "--api-cert", "our PEM client certificate")?;
+    let private_key = file(&client.api_key, "--api-key", "the PEM private key of --api-cert")?;
+    TlsEndpoint::parse(url, ca, certificate, private_key).map(Endpoint::Tls).map_err(|reason| Failure::refused(format!("--api: {reason}")))
+}
+
 /// One request over the management socket at `path`, for other commands (the bench
 /// reads QoS counters with it); the error is the message a person reads.
 pub fn query(path: &Path, method: &str, params: Value) -> Result<Value, String> {
-    call(path, method, params).map_err(|failure| failure.message)
+    call(Endpoint::Unix(path.to_path_buf()), method, params).map_err(|failure| failure.message)
 }
 
-/// One request and its response over the socket.
-fn call(path: &Path, method: &str, params: Value) -> Result<Value, Failure> {
-    let client = Client::new(Endpoint::Unix(path.to_path_buf()));
+/// One request and its response.
+fn call(endpoint: Endpoint, method: &str, params: Value) -> Result<Value, Failure> {
+    let client = Client::new(endpoint);
     client.call(method, params).map_err(|error| match error {
         CallError::Remote(remote) => {
             let exit = if matches!(remote.code, INTERNAL_ERROR | PERSIST_FAILED | APPLY_FAILED) {

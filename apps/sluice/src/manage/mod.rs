@@ -1,6 +1,6 @@
-//! The management API of `sluice serve`: JSON-RPC 2.0 on a Unix socket, in the
-//! spirit of SPDK's rpc.py, and the `sluice subsystem|ns|host|listener|rpc`
-//! commands that speak it.
+//! The management API of `sluice serve`: JSON-RPC 2.0 on a Unix socket (and, with
+//! `[management.network]`, over TCP with mutual TLS), in the spirit of SPDK's rpc.py,
+//! and the `sluice subsystem|ns|host|listener|rpc` commands that speak it.
 //!
 //! - `protocol`: framing, error codes, typed parameters.
 //! - `service`: the methods; each change goes file-first (edit, check, build, write
@@ -9,7 +9,9 @@
 //! - `assemble`: checking a changed config and building one new piece with the
 //!   config module.
 //! - `persist`: the atomic write.
-//! - `server`: the socket and its one thread.
+//! - `server`: the socket and its one thread; serving one client over any stream.
+//! - `network`: the TCP endpoint with mutual TLS, a thread per client (bounded).
+//! - `caller`: who calls, what they may call, the audit log of changes.
 //! - `worker`: the management thread, the one owner of the service's state; the
 //!   socket thread and SIGHUP (reload) hand it their work.
 //! - `cli`: the client commands.
@@ -17,11 +19,13 @@
 //! docs/operations.md describes the API for operators.
 
 mod assemble;
+mod caller;
 pub mod cli;
 mod cli_qos;
 mod document;
 pub(crate) mod persist;
 pub mod protocol;
+mod network;
 mod server;
 mod service;
 mod worker;
@@ -31,6 +35,7 @@ use std::sync::Arc;
 
 use nvme_target::Target;
 
+pub use network::NetworkServer;
 pub use server::{default_socket_path, ManagementServer, SocketError};
 pub use cli::query;
 pub use service::Management;
@@ -51,6 +56,14 @@ pub enum SocketChoice {
     Off,
 }
 
+/// Where `sluice serve` offers the management API: its socket, and with
+/// `[management.network]` the network endpoint (the checked settings).
+#[derive(Default)]
+pub struct ApiEndpoints {
+    pub socket: SocketChoice,
+    pub network: Option<crate::config::management::NetworkSettings>,
+}
+
 /// The management side of a running `sluice serve`: the thread that owns the API's
 /// state (and runs reloads), and the socket when one is offered. Dropping it stops
 /// the socket first, then the thread.
@@ -58,6 +71,8 @@ pub struct ManagementRunning {
     /// `None`: no socket (turned off, no default path, or the default path is taken by
     /// another server); reloads still work.
     pub server: Option<ManagementServer>,
+    /// The network endpoint, with `[management.network]`.
+    pub network: Option<NetworkServer>,
     pub thread: ManagementThread,
 }
 
@@ -67,12 +82,13 @@ pub struct ManagementRunning {
 pub fn start_for_serve(
     target: &Arc<Target>,
     config_path: Option<&Path>,
-    choice: SocketChoice,
+    endpoints: ApiEndpoints,
     listeners: target_server::LiveListeners,
     storage: OpenStorage,
     gateway: Option<crate::gateway::service::StatusHandle>,
     group_config: Option<(crate::gateway::group_config::GroupConfigState, String)>,
 ) -> Result<ManagementRunning, SocketError> {
+    let ApiEndpoints { socket: choice, network } = endpoints;
     // The live listeners replace the fixed list `new` takes.
     let management = Management::new(Arc::clone(target), config_path, Vec::new()).map_err(|source| {
         SocketError::ConfigFile { path: config_path.map(Path::to_path_buf).unwrap_or_default(), source }
@@ -81,14 +97,15 @@ pub fn start_for_serve(
     let management = management.with_group_config(group_state, running_text);
     let thread = ManagementThread::start(management.with_storage(storage).with_live_listeners(listeners).with_gateway(gateway))
         .map_err(|source| SocketError::Io { path: PathBuf::from("(management thread)"), source })?;
+    let network = network.map(|settings| NetworkServer::start(settings, thread.handle())).transpose()?;
     let (path, explicit) = match choice {
-        SocketChoice::Off => return Ok(ManagementRunning { server: None, thread }),
+        SocketChoice::Off => return Ok(ManagementRunning { server: None, network, thread }),
         SocketChoice::Path(path) => (path, true),
         SocketChoice::Default => match default_socket_path() {
             Some(path) => (path, false),
             None => {
                 tracing::warn!("no management socket: XDG_RUNTIME_DIR is not set; give --rpc-socket PATH");
-                return Ok(ManagementRunning { server: None, thread });
+                return Ok(ManagementRunning { server: None, network, thread });
             }
         },
     };
@@ -100,5 +117,5 @@ pub fn start_for_serve(
         }
         Err(error) => return Err(error),
     };
-    Ok(ManagementRunning { server, thread })
+    Ok(ManagementRunning { server, network, thread })
 }

@@ -155,6 +155,10 @@ pub fn failure(id: Value, error: &RpcError) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
 }
 
+/// Parameters whose values are secrets (host_allow's DH-HMAC-CHAP secrets and TLS
+/// PSK): never logged.
+const SECRET_PARAMETERS: [&str; 3] = ["dhchap_secret", "dhchap_ctrl_secret", "tls_key"];
+
 /// Named parameters, taken out one by one so that `finish` can refuse the ones no
 /// method reads (a misspelt optional parameter must not be silently ignored).
 #[derive(Debug, Default)]
@@ -165,6 +169,20 @@ pub struct Params {
 impl Params {
     pub fn new(fields: Map<String, Value>) -> Self {
         Params { fields }
+    }
+
+    /// The parameters as one line of JSON for the audit log, secrets masked: the
+    /// values of the secret parameters (and of any parameter whose name says
+    /// "secret"), and every key in the `DHHC-1:` or `NVMeTLSkey-1:` form wherever it
+    /// appears (under a misspelt name it is still a secret).
+    pub fn redacted(&self) -> String {
+        let mut fields = self.fields.clone();
+        for (name, value) in fields.iter_mut() {
+            if SECRET_PARAMETERS.contains(&name.as_str()) || name.contains("secret") {
+                *value = Value::from("<redacted>");
+            }
+        }
+        crate::config::redact_secrets(&Value::Object(fields).to_string())
     }
 
     /// Removes `name`; an explicit null counts as absent.
@@ -303,6 +321,24 @@ mod tests {
         params.finish("ns_list").unwrap();
         let request = parse_request(br#"{"jsonrpc":"2.0","id":"x","method":"subsystem_list"}"#).unwrap();
         assert_eq!(request.id, json!("x"));
+    }
+
+    #[test]
+    fn redacted_params_never_show_a_secret() {
+        let secret = "DHHC-1:00:c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj:";
+        let tls_key = "NVMeTLSkey-1:01:a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5:";
+        let params = Params::new(
+            json!({
+                "nqn": "nqn.a", "host": "nqn.h", "dhchap_secret": secret, "dhchap_ctrl_secret": secret,
+                "tls_key": tls_key, "tls_key_derivation": "compat", "dhchap_secrte": secret, "note": tls_key,
+            })
+            .as_object()
+            .cloned()
+            .unwrap(),
+        );
+        let shown = params.redacted();
+        assert!(!shown.contains("c2VjcmV0") && !shown.contains("a2V5a2V5"), "{shown}");
+        assert!(shown.contains("\"nqn\":\"nqn.a\"") && shown.contains("\"tls_key_derivation\":\"compat\""), "{shown}");
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! in turn, one newline-terminated request at a time; the runtime's threads never
 //! wait for it. A client that stalls is dropped after `IDLE_TIMEOUT`.
 //!
+//! `serve_client` and `answer` serve any stream: the network endpoint (network.rs)
+//! runs them over TLS, with its caller's rights.
+//!
 //! The socket is created where nobody else can reach it (a private 0700 directory
 //! next to the final path), chmod-ed to 0600, then hard-linked into place: the link
 //! fails if the path exists, so two servers cannot both take one path, and no other
@@ -20,6 +23,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::caller::{self, Caller};
 use super::protocol::{self, RpcError, INTERNAL_ERROR, INVALID_REQUEST, MAX_REQUEST_BYTES};
 use super::worker::ManagementHandle;
 
@@ -29,11 +33,11 @@ const SOCKET_MODE: u32 = 0o600;
 const DIRECTORY_MODE: u32 = 0o700;
 /// How long a connected client may stay silent before it is dropped, so one stuck
 /// client cannot hold the only management thread for ever.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long writing a response may block on a client that does not read.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
-const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+pub(super) const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 /// Socket path when running as root.
 const ROOT_SOCKET_PATH: &str = "/run/sluice/sluice.sock";
 /// Socket file name under $XDG_RUNTIME_DIR.
@@ -53,6 +57,9 @@ pub enum SocketError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("cannot read the config file {path} for the management API: {source}")]
     ConfigFile { path: PathBuf, source: std::io::Error },
+    /// The network endpoint (`[management.network]`) could not start.
+    #[error(transparent)]
+    Network(#[from] super::network::NetworkError),
 }
 
 /// The default socket path: /run/sluice/sluice.sock for root, else
@@ -195,7 +202,13 @@ fn accept_loop(listener: UnixListener, management: ManagementHandle, stopping: &
             break;
         }
         match incoming {
-            Ok(stream) => serve_client(&stream, &management),
+            Ok(stream) => {
+                if stream.set_read_timeout(Some(IDLE_TIMEOUT)).is_ok()
+                    && stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_ok()
+                {
+                    serve_client(&stream, &management, &Caller::local_socket());
+                }
+            }
             Err(error) => {
                 tracing::warn!(%error, "management socket: accept failed");
                 std::thread::sleep(ACCEPT_RETRY_DELAY);
@@ -204,13 +217,10 @@ fn accept_loop(listener: UnixListener, management: ManagementHandle, stopping: &
     }
 }
 
-/// Answers one client's requests until it closes, stalls or sends an oversized line.
-fn serve_client(stream: &UnixStream, management: &ManagementHandle) {
-    if stream.set_read_timeout(Some(IDLE_TIMEOUT)).is_err() || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
-        return;
-    }
+/// Answers one client's requests until it closes, stalls (the stream's timeouts,
+/// set by the caller) or sends an oversized line; a refused caller gets one answer.
+pub(super) fn serve_client<S: Read + Write>(stream: S, management: &ManagementHandle, caller: &Caller) {
     let mut reader = BufReader::new(stream);
-    let mut writer = stream;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -220,7 +230,7 @@ fn serve_client(stream: &UnixStream, management: &ManagementHandle) {
             Ok(0) => return,
             Ok(_) => {}
             Err(error) => {
-                tracing::debug!(%error, "management client dropped");
+                tracing::debug!(%error, caller = %caller, "management client dropped");
                 return;
             }
         }
@@ -231,7 +241,7 @@ fn serve_client(stream: &UnixStream, management: &ManagementHandle) {
                 INVALID_REQUEST,
                 format!("request longer than {MAX_REQUEST_BYTES} bytes; send one request per line"),
             );
-            let _ = send(&mut writer, &protocol::failure(Value::Null, &error));
+            let _ = send(reader.get_mut(), &protocol::failure(Value::Null, &error));
             return;
         }
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -240,27 +250,43 @@ fn serve_client(stream: &UnixStream, management: &ManagementHandle) {
             }
             return;
         }
-        let response = answer(&line, management);
-        if send(&mut writer, &response).is_err() {
+        let response = answer(&line, management, caller);
+        if send(reader.get_mut(), &response).is_err() || caller.is_refused() {
             return;
         }
     }
 }
 
-/// The response to one request line.
-fn answer(line: &[u8], management: &ManagementHandle) -> Value {
+/// The response to one request line from `caller`.
+fn answer(line: &[u8], management: &ManagementHandle, caller: &Caller) -> Value {
     let request = match protocol::parse_request(line) {
         Ok(request) => request,
         Err(refused) => return protocol::failure(refused.id, &refused.error),
     };
     let id = request.id;
     let method = request.method;
-    tracing::debug!(%method, "management request");
+    tracing::debug!(%method, caller = %caller, "management request");
+    // Taken before the call consumes the parameters.
+    let audited_params = caller::is_audited(&method).then(|| request.params.redacted());
+    let audit = |outcome: Result<(), i64>| {
+        if let Some(params) = &audited_params {
+            caller::audit(caller, &method, params, outcome);
+        }
+    };
+    if let Err(error) = caller.authorise(&method) {
+        tracing::warn!(%method, caller = %caller, "management request refused: access denied");
+        audit(Err(error.code));
+        return protocol::failure(id, &error);
+    }
     // A bug in one method must not take the management socket down with it.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| management.call(&method, request.params)));
     match outcome {
-        Ok(Ok(result)) => protocol::success(id, result),
+        Ok(Ok(result)) => {
+            audit(Ok(()));
+            protocol::success(id, caller.shown_result(&method, result))
+        }
         Ok(Err(error)) => {
+            audit(Err(error.code));
             // A refused host_allow may quote the secret it was given (a config parse
             // error shows the line): never log its message.
             if method == "host_allow" {
@@ -271,13 +297,14 @@ fn answer(line: &[u8], management: &ManagementHandle) -> Value {
             protocol::failure(id, &error)
         }
         Err(_) => {
+            audit(Err(INTERNAL_ERROR));
             tracing::error!(%method, "management method panicked");
             protocol::failure(id, &RpcError::new(INTERNAL_ERROR, format!("internal error in {method}; see the log")))
         }
     }
 }
 
-fn send(writer: &mut &UnixStream, response: &Value) -> std::io::Result<()> {
+fn send<W: Write>(writer: &mut W, response: &Value) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(response).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     writer.write_all(&bytes)?;

@@ -49,30 +49,66 @@ use super::protocol::{
     METHOD_NOT_FOUND, NO_CONFIG_FILE, PERSIST_FAILED,
 };
 
-/// Every method, for `method not found` answers and the docs.
-pub const METHODS: [&str; 21] = [
-    "subsystem_add",
-    "subsystem_remove",
-    "subsystem_list",
-    "subsystem_show",
-    "ns_add",
-    "ns_remove",
-    "ns_list",
-    "ns_qos",
-    "host_allow",
-    "host_deny",
-    "host_list",
-    "listener_add",
-    "listener_remove",
-    "listener_list",
-    "config_show",
-    "rpc_methods",
-    "target_show",
-    "backend_list",
-    "pool_list",
-    "limits_show",
-    "gateway_status",
+/// What a method does to the target: decides who may call it and what is audited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Reads state and changes nothing: open to read-only network clients, not audited.
+    ReadsOnly,
+    /// Changes the target or its config file (or could: a refused change too):
+    /// read-write clients only, one audit line per call.
+    Changes,
+}
+
+/// Every method and its effect: the one table `rpc_methods` lists, `call` runs (a
+/// method missing here is not found, even if `call` has an arm for it), read-only
+/// network clients are held to and the audit log follows. A new method needs a line
+/// here, and whether read-only clients may call it is decided on that line.
+pub const METHODS: [(&str, Effect); 21] = [
+    ("subsystem_add", Effect::Changes),
+    ("subsystem_remove", Effect::Changes),
+    ("subsystem_list", Effect::ReadsOnly),
+    ("subsystem_show", Effect::ReadsOnly),
+    ("ns_add", Effect::Changes),
+    ("ns_remove", Effect::Changes),
+    ("ns_list", Effect::ReadsOnly),
+    ("ns_qos", Effect::Changes),
+    ("host_allow", Effect::Changes),
+    ("host_deny", Effect::Changes),
+    ("host_list", Effect::ReadsOnly),
+    ("listener_add", Effect::Changes),
+    ("listener_remove", Effect::Changes),
+    ("listener_list", Effect::ReadsOnly),
+    ("config_show", Effect::ReadsOnly),
+    ("rpc_methods", Effect::ReadsOnly),
+    ("target_show", Effect::ReadsOnly),
+    ("backend_list", Effect::ReadsOnly),
+    ("pool_list", Effect::ReadsOnly),
+    ("limits_show", Effect::ReadsOnly),
+    ("gateway_status", Effect::ReadsOnly),
 ];
+
+/// The effect of `method`; `None`: no such method.
+pub fn method_effect(method: &str) -> Option<Effect> {
+    METHODS.iter().find(|(name, _)| *name == method).map(|&(_, effect)| effect)
+}
+
+/// The names of every method, in the table's order.
+pub fn method_names() -> Vec<&'static str> {
+    METHODS.iter().map(|&(name, _)| name).collect()
+}
+
+/// The names of the methods that change nothing.
+pub fn read_only_method_names() -> Vec<&'static str> {
+    METHODS.iter().filter(|(_, effect)| *effect == Effect::ReadsOnly).map(|&(name, _)| name).collect()
+}
+
+fn method_not_found(method: &str) -> RpcError {
+    RpcError {
+        code: METHOD_NOT_FOUND,
+        message: format!("no method {method:?}; `rpc_methods` lists them"),
+        data: Some(json!({ "method": method, "methods": method_names() })),
+    }
+}
 
 /// A listener the runtime accepts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +278,9 @@ impl Management {
 
     /// Runs one method.
     pub fn call(&mut self, method: &str, params: Params) -> Result<Value, RpcError> {
+        if method_effect(method).is_none() {
+            return Err(method_not_found(method));
+        }
         match method {
             "subsystem_add" => self.subsystem_add(params),
             "subsystem_remove" => self.subsystem_remove(params),
@@ -265,13 +304,9 @@ impl Management {
             "gateway_status" => self.gateway_status(params),
             "rpc_methods" => {
                 params.finish(method)?;
-                Ok(json!(METHODS))
+                Ok(json!(method_names()))
             }
-            _ => Err(RpcError {
-                code: METHOD_NOT_FOUND,
-                message: format!("no method {method:?}; `rpc_methods` lists them"),
-                data: Some(json!({ "method": method, "methods": METHODS })),
-            }),
+            _ => Err(method_not_found(method)),
         }
     }
 

@@ -4,6 +4,8 @@
 //! a management socket in a directory of its own that is killed when dropped.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -254,13 +256,20 @@ pub struct ManagedServer {
     /// The port of the listener the config file started with.
     pub port: u16,
     pub dir: PathBuf,
+    /// Everything it printed on stdout so far.
+    pub stdout_lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl ManagedServer {
     /// Starts on a fresh [`managed_config`] file in `dir`, trying a few ports.
     pub fn start(dir: &Path, setup: &ServeSetup) -> ManagedServer {
+        ManagedServer::start_with_config(dir, setup, managed_config)
+    }
+
+    /// Starts on the config `config(port)` writes, trying a few ports.
+    pub fn start_with_config(dir: &Path, setup: &ServeSetup, config: impl Fn(u16) -> String) -> ManagedServer {
         on_a_free_port(|port| {
-            std::fs::write(dir.join("sluice.toml"), managed_config(port)).expect("write config");
+            std::fs::write(dir.join("sluice.toml"), config(port)).expect("write config");
             ManagedServer::spawn(dir, setup, port)
         })
     }
@@ -300,12 +309,18 @@ impl ManagedServer {
                 None => command.env_remove(name),
             };
         }
-        let (child, _stdout) = wait_until_ready(command.spawn().expect("spawn sluice serve"))?;
-        Some(ManagedServer { child, port, dir: dir.to_path_buf() })
+        let (child, stdout_lines) = wait_until_ready(command.spawn().expect("spawn sluice serve"))?;
+        Some(ManagedServer { child, port, dir: dir.to_path_buf(), stdout_lines })
     }
 
     pub fn config(&self) -> PathBuf {
         self.dir.join("sluice.toml")
+    }
+
+    /// The first stdout line starting with `prefix`, without the prefix.
+    pub fn printed(&self, prefix: &str) -> Option<String> {
+        let lines = self.stdout_lines.lock().unwrap();
+        lines.iter().find_map(|line| line.strip_prefix(prefix).map(str::to_string))
     }
 
     pub fn socket(&self) -> PathBuf {

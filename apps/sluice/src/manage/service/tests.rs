@@ -465,3 +465,42 @@ fn qos_limits_change_live_without_reconnecting_and_bad_ones_are_refused() {
     assert_eq!((outcome.applied, outcome.failed, outcome.refused.clone()), (1, 0, None), "{outcome:?}");
     assert_eq!(namespace.qos.namespace.limits().rw_mbytes_per_second, Some(50));
 }
+
+/// The method table decides what read-only network clients may call: every method
+/// `call` runs must be in it, each once, and the read-only ones are exactly these
+/// (a method moved to read-only must be a decision taken here, in review).
+#[test]
+fn every_method_is_in_the_table_once_and_classified() {
+    let mut fixture = Fixture::new("method-table", FILE);
+    let names = method_names();
+    for (index, name) in names.iter().enumerate() {
+        assert!(!names[..index].contains(name), "{name} is in METHODS twice");
+        // An unknown parameter: every method refuses it, none answers "not found".
+        let answer = fixture.call(name, json!({ "no_such_parameter": 1 }));
+        assert!(
+            !matches!(&answer, Err(error) if error.code == METHOD_NOT_FOUND),
+            "{name} is in METHODS but `call` has no arm for it"
+        );
+    }
+    assert_eq!(
+        read_only_method_names(),
+        [
+            "subsystem_list",
+            "subsystem_show",
+            "ns_list",
+            "host_list",
+            "listener_list",
+            "config_show",
+            "rpc_methods",
+            "target_show",
+            "backend_list",
+            "pool_list",
+            "limits_show",
+            "gateway_status",
+        ]
+    );
+    // Not in the table: not found, whatever `call` might know.
+    let error = fixture.call("subsystem_list_all", json!({})).unwrap_err();
+    assert_eq!(error.code, METHOD_NOT_FOUND);
+    assert_eq!(fixture.file(), FILE, "no call above changed the file");
+}
