@@ -8,12 +8,6 @@
 //! - `Client::call`: one request, its result or the server's error.
 //! - `tls`: the network endpoint (mutual TLS).
 
-// A `CallError` is made at most once per management call (rare, never on an I/O
-// path), and an unboxed `RemoteError` lets callers match its fields directly; its
-// size (larger with serde_json's preserve_order, which the sluice app turns on)
-// costs nothing that matters.
-#![allow(clippy::result_large_err)]
-
 pub mod codes;
 mod tls;
 
