@@ -40,6 +40,6 @@ pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE
 pub use io::{validate_compare_and_write, validate_request, IoCompletion, IoError, IoOp, IoRequest};
 pub use lent::LentBytes;
 pub use null::NullBackend;
-pub use pool::{CarveRecord, CarvedId, NamespaceBinding, Pool, PoolError, TableStore};
+pub use pool::{CarveIdentity, CarveRecord, CarvedId, NamespaceBinding, Pool, PoolError, TableStore};
 pub use raid0::{CompositionError, Raid0Backend};
 pub use ram::{ChunkMemory, ChunkWords, RamBackend, DEFAULT_CHUNK_SIZE_BYTES, MAX_CHUNK_COUNT};

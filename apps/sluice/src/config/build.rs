@@ -14,8 +14,8 @@ use nvme_target::{NamespaceSpec, SubsystemSpec};
 use runtime::rbd_backend::ImageChange;
 use runtime::{FileBackend, FileOptions, RbdBackend};
 use storage::{
-    Backend, CacheBackend, CacheMode, CarveRecord, CompositionError, Geometry, NamespaceBinding, NullBackend, Pool,
-    PoolError, Raid0Backend, RamBackend, TableStore,
+    Backend, CacheBackend, CacheMode, CarveIdentity, CarveRecord, CompositionError, Geometry, NamespaceBinding,
+    NullBackend, Pool, PoolError, Raid0Backend, RamBackend, TableStore,
 };
 
 use super::graph::Node;
@@ -265,8 +265,15 @@ pub fn build(
                         hosts: Vec::new(),
                     };
                     let what = format!("pool {:?}", config.pools[*pool_index].name);
-                    let record =
-                        ensure_carve(&pool, binding, *size_bytes, *thin, location, &what, &mut builder.changes)?;
+                    let identity = CarveIdentity { nguid: namespace_plan.nguid, uuid: namespace_plan.uuid };
+                    let record = ensure_carve(
+                        &pool,
+                        binding,
+                        CarveShape { size_bytes: *size_bytes, thin: *thin, identity },
+                        location,
+                        &what,
+                        &mut builder.changes,
+                    )?;
                     if subsystem_plan.management_pool == Some(*pool_index) {
                         // The subsystem loads the carves bound to it from its own pool.
                         pool_namespaces.push((subsystem_index, namespace_plan.nsid));
@@ -431,7 +438,8 @@ fn build_backend(config: &Config, index: usize, builder: &mut Builder<'_>) -> Re
             };
             let what = format!("pool {pool_name:?}");
             let thin = backend.thin.unwrap_or(false);
-            let record = ensure_carve(&pool, binding, size.unwrap_or(0), thin, &location, &what, &mut builder.changes)?;
+            let shape = CarveShape { size_bytes: size.unwrap_or(0), thin, identity: CarveIdentity::default() };
+            let record = ensure_carve(&pool, binding, shape, &location, &what, &mut builder.changes)?;
             pool.get(record.id).map_err(|error| invalid(&location, error.to_string()))?
         }
     };
@@ -484,15 +492,22 @@ fn composition_message(error: &CompositionError, backend: &BackendConfig) -> Str
 /// size or provisioning differs from the config is an error, never silently resized.
 /// Errors about the size or provisioning name the key (`location.size`), so the
 /// management API can name the request field.
+/// What a carve entry asks for: its size, provisioning and (when given) identifiers.
+struct CarveShape {
+    size_bytes: u64,
+    thin: bool,
+    identity: CarveIdentity,
+}
+
 fn ensure_carve(
     pool: &Arc<Pool>,
     binding: NamespaceBinding,
-    size_bytes: u64,
-    thin: bool,
+    shape: CarveShape,
     location: &str,
     what: &str,
     changes: &mut StorageChanges,
 ) -> Result<CarveRecord, ConfigError> {
+    let CarveShape { size_bytes, thin, identity } = shape;
     let size_location = format!("{location}.size");
     let block_size = u64::from(pool.block_size_bytes());
     if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
@@ -514,7 +529,7 @@ fn ensure_carve(
     let provisioning = |thin: bool| if thin { "thin" } else { "thick" };
     match bound.as_slice() {
         [] => {
-            let id = pool.create_bound(size_blocks, thin, Some(binding)).map_err(|error| match error {
+            let id = pool.create_with_identity(size_blocks, thin, Some(binding), identity).map_err(|error| match error {
                 PoolError::NoSpace => invalid(
                     &size_location,
                     format!(
@@ -547,6 +562,22 @@ fn ensure_carve(
                 provisioning(record.thin),
                 provisioning(thin),
                 record.thin
+            ),
+        )),
+        [record] if identity.uuid.is_some_and(|uuid| uuid != record.uuid) => Err(invalid(
+            format!("{location}.uuid"),
+            format!(
+                "{what} already holds this carve (id {}) with UUID {}; the UUID of a carve is kept from its creation",
+                record.id.0,
+                uuid::Uuid::from_bytes(record.uuid).hyphenated()
+            ),
+        )),
+        [record] if identity.nguid.is_some_and(|nguid| nguid != record.nguid) => Err(invalid(
+            format!("{location}.nguid"),
+            format!(
+                "{what} already holds this carve (id {}) with NGUID {}; the NGUID of a carve is kept from its creation",
+                record.id.0,
+                uuid::Uuid::from_bytes(record.nguid).simple()
             ),
         )),
         [record] => Ok(record.clone()),

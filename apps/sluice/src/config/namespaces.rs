@@ -171,10 +171,10 @@ fn resolve_source(config: &Config, graph: &mut Graph, namespace: &NamespaceConfi
                 ],
                 "a pool namespace (the pool's device sets it)",
             )?;
-            refuse(
-                &[("nguid", namespace.nguid.is_some()), ("uuid", namespace.uuid.is_some())],
-                "a pool namespace (its NGUID and UUID are generated at creation and kept in the pool table)",
-            )?;
+            // `nguid` and `uuid` are allowed: given, they become the carve's identity at
+            // its creation (a CSI driver derives the UUID from the volume name, so a
+            // retried CreateVolume finds its namespace); not given, they are generated.
+            // Either way the pool table keeps them.
             let Some(size) = namespace.size else {
                 return Err(invalid(location, "`size` is missing: a pool namespace needs its capacity, e.g. size = \"100GiB\""));
             };

@@ -434,6 +434,7 @@ impl Management {
             ));
         }
         let subsystem = self.live_subsystem(&nqn)?;
+        self.refuse_identifier_in_use(&table)?;
         let live_table = subsystem.table();
         let mut draft = self.draft()?;
         // A backend added for the image is new: nothing uses it yet.
@@ -476,6 +477,31 @@ impl Management {
             }
             Err(refusal) => Err(self.restore(draft.previous, refusal)),
         }
+    }
+
+    /// An NGUID or UUID names one namespace (NVMe Base 2.0, 4.5.1): a host finds
+    /// its device by it, and a CSI driver finds the namespace it made by it, so a
+    /// second namespace with the same one anywhere on this target is refused.
+    fn refuse_identifier_in_use(&self, table: &Table) -> Result<(), RpcError> {
+        for key in ["nguid", "uuid"] {
+            let Some(wanted) = table.get(key).and_then(toml_edit::Item::as_str).and_then(|text| uuid::Uuid::try_parse(text).ok())
+            else {
+                continue;
+            };
+            for subsystem in self.target.subsystems() {
+                for entry in subsystem.table().entries() {
+                    let namespace = &entry.namespace;
+                    let used = if key == "nguid" { namespace.nguid } else { namespace.uuid };
+                    if used == *wanted.as_bytes() {
+                        return Err(RpcError::refused(
+                            key,
+                            format!("{key} {wanted} is already used by namespace {} of {}", namespace.id.0, subsystem.nqn),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn ns_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {

@@ -470,6 +470,19 @@ impl Pool {
         thin: bool,
         binding: Option<NamespaceBinding>,
     ) -> Result<CarvedId, PoolError> {
+        self.create_with_identity(size_blocks, thin, binding, CarveIdentity::default())
+    }
+
+    /// Like [`Pool::create_bound`], with the NGUID and UUID the caller chose (each
+    /// one not given is generated): an orchestrator that names its volumes derives
+    /// the UUID from the name, so a retried creation finds what the first one made.
+    pub fn create_with_identity(
+        &self,
+        size_blocks: u64,
+        thin: bool,
+        binding: Option<NamespaceBinding>,
+        identity: CarveIdentity,
+    ) -> Result<CarvedId, PoolError> {
         let shared = &self.shared;
         let geometry = Geometry {
             block_size_bytes: shared.block_size_bytes,
@@ -496,7 +509,9 @@ impl Pool {
         };
         let id = CarvedId(state.next_id);
         let next_id = state.next_id.checked_add(1).ok_or(PoolError::NoSpace)?;
-        let (nguid, uuid) = new_identity(id);
+        let (generated_nguid, generated_uuid) = new_identity(id);
+        let nguid = identity.nguid.unwrap_or(generated_nguid);
+        let uuid = identity.uuid.unwrap_or(generated_uuid);
         let record = CarveRecord {
             id,
             nguid,
@@ -753,6 +768,15 @@ fn first_fit(used_units: &[bool], count: u64) -> Option<u64> {
 /// Random NGUID and UUID (version 4, RFC 4122 variant). The standard library's hasher
 /// keys are random per process; mixing in the time, the id and a counter makes every
 /// identity distinct without a `rand` dependency.
+/// The identifiers a new carve is given (None: generated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CarveIdentity {
+    /// NVMe NGUID.
+    pub nguid: Option<[u8; 16]>,
+    /// NVMe namespace UUID.
+    pub uuid: Option<[u8; 16]>,
+}
+
 fn new_identity(id: CarvedId) -> ([u8; 16], [u8; 16]) {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut random_words = [0u64; 4];

@@ -368,6 +368,36 @@ fn a_subsystem_with_a_pool_takes_inline_and_pool_namespaces_live() {
     assert_eq!(fixture.live_ids(A), [1, 2]);
 }
 
+/// A pool namespace can be given its UUID and NGUID (a CSI driver derives them from
+/// the volume name); a second namespace with an identifier in use is refused, and
+/// once the first is removed (its carve deleted) the identifier is free again.
+#[test]
+fn pool_namespaces_take_given_identifiers_and_duplicates_are_refused() {
+    let pooled = FILE.replace(
+        "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
+        "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
+         [[pool]]\nname = \"fast\"\ndevice = \"pooldev\"\n\n\
+         [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\npool = \"fast\"\n",
+    );
+    let mut fixture = Fixture::new("pool-identity", &pooled);
+    let uuid = "5b0c9e8a-4a1d-5f3e-9c57-2d618e0fa7c3";
+    let nguid = "5b0c9e8a4a1d5f3e9c572d618e0fa7c3";
+    let carve = json!({"nqn": A, "pool": "fast", "size": "1MiB", "thin": true, "uuid": uuid, "nguid": nguid});
+    fixture.call("ns_add", carve.clone()).unwrap();
+    let listed = fixture.call("ns_list", json!({"nqn": A})).unwrap();
+    let namespace = listed["namespaces"].as_array().unwrap().iter().find(|ns| ns["uuid"] == uuid).cloned();
+    let namespace = namespace.unwrap_or_else(|| panic!("no namespace with the given UUID: {listed}"));
+    assert_eq!(namespace["nguid"], nguid, "{listed}");
+    let nsid = namespace["nsid"].as_u64().unwrap();
+    // The same UUID again (a retry that raced, or another subsystem) is refused.
+    fixture.assert_refused("ns_add", carve.clone(), CHANGE_REFUSED, "nguid");
+    let mut only_uuid = carve.clone();
+    only_uuid.as_object_mut().unwrap().remove("nguid");
+    fixture.assert_refused("ns_add", only_uuid, CHANGE_REFUSED, "uuid");
+    fixture.call("ns_remove", json!({"nqn": A, "nsid": nsid})).unwrap();
+    fixture.call("ns_add", carve).unwrap();
+}
+
 /// A generated PSK (secure channel concatenation) stands for the DH-HMAC-CHAP secret
 /// it came from: rotating the secret or dropping `concat` forgets the host's PSKs and
 /// tears its controllers down; an unrelated change keeps them.

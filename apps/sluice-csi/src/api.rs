@@ -1,0 +1,226 @@
+//! The gateway's management API, as the CSI services call it: the one place an
+//! `--api` URL becomes an endpoint, blocking calls moved off the async runtime, and
+//! the management API's refusals mapped to the gRPC codes the CSI spec asks for.
+
+use std::path::PathBuf;
+
+use management_client::{codes, CallError, Client, Endpoint, RemoteError};
+use serde_json::Value;
+use tonic::{Code, Status};
+
+/// Files for a TLS management endpoint (`--api-ca`, `--api-cert`, `--api-key`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    pub ca: Option<PathBuf>,
+    pub certificate: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// The management endpoint `url` names: `unix:///path/to/socket` or a plain path.
+/// `https://HOST:PORT` will map to the TLS endpoint of management-client once it
+/// has one; until then it is refused with a message saying so.
+pub fn endpoint_of(url: &str, tls: &TlsFiles) -> Result<Endpoint, String> {
+    if let Some(path) = url.strip_prefix("unix://") {
+        if path.is_empty() {
+            return Err(format!("--api {url:?}: no socket path after unix://"));
+        }
+        return Ok(Endpoint::Unix(PathBuf::from(path)));
+    }
+    if url.starts_with("https://") {
+        let given: Vec<String> = [
+            ("--api-ca", &tls.ca),
+            ("--api-cert", &tls.certificate),
+            ("--api-key", &tls.key),
+        ]
+        .iter()
+        .filter_map(|(flag, path)| {
+            path.as_ref()
+                .map(|path| format!("{flag} {}", path.display()))
+        })
+        .collect();
+        return Err(format!(
+            "--api {url:?}: https endpoints need the TLS client of management-client, which this build does not have \
+             yet (so {} cannot be used); use the gateway's Unix socket (unix:///run/sluice/api.sock)",
+            if given.is_empty() { "no TLS files".to_string() } else { given.join(", ") }
+        ));
+    }
+    if url.contains("://") {
+        return Err(format!(
+            "--api {url:?}: give unix:///path/to/socket, a socket path, or https://HOST:PORT"
+        ));
+    }
+    if url.is_empty() {
+        return Err("--api: empty".to_string());
+    }
+    Ok(Endpoint::Unix(PathBuf::from(url)))
+}
+
+/// A management client the async services share.
+#[derive(Debug, Clone)]
+pub struct Api {
+    client: Client,
+}
+
+impl Api {
+    pub fn new(endpoint: Endpoint) -> Api {
+        Api {
+            client: Client::new(endpoint),
+        }
+    }
+
+    /// One call, on a blocking thread (the client waits on its socket).
+    pub async fn call_raw(&self, method: &'static str, params: Value) -> Result<Value, CallError> {
+        let client = self.client.clone();
+        match tokio::task::spawn_blocking(move || client.call(method, params)).await {
+            Ok(outcome) => outcome,
+            Err(join_error) => Err(CallError::Broken {
+                endpoint: self.client.endpoint().to_string(),
+                reason: format!("the call's thread failed: {join_error}"),
+            }),
+        }
+    }
+
+    /// One call, its refusal mapped to a gRPC status.
+    pub async fn call(&self, method: &'static str, params: Value) -> Result<Value, Status> {
+        self.call_raw(method, params)
+            .await
+            .map_err(|error| status_of(method, &error))
+    }
+}
+
+/// The gRPC status for a failed management call, with the gateway's own words.
+pub fn status_of(method: &str, error: &CallError) -> Status {
+    let code = match error {
+        // Nothing answered or the answer broke: the CO retries.
+        CallError::Unreachable { .. } | CallError::Broken { .. } => Code::Unavailable,
+        CallError::Remote(remote) => code_of_refusal(remote),
+    };
+    Status::new(code, format!("gateway {method}: {error}"))
+}
+
+fn code_of_refusal(remote: &RemoteError) -> Code {
+    let message = remote.message.as_str();
+    match remote.code {
+        codes::INVALID_PARAMS => Code::InvalidArgument,
+        codes::CHANGE_REFUSED
+            if message.starts_with("no subsystem") || message.contains("has no namespace") =>
+        {
+            Code::NotFound
+        }
+        codes::CHANGE_REFUSED if message.contains("already") => Code::AlreadyExists,
+        // "pool \"p\" has 8 GiB free, less than a thick carve of 10 GiB needs"
+        codes::CHANGE_REFUSED if message.contains("free, less than") => Code::ResourceExhausted,
+        codes::CHANGE_REFUSED => Code::FailedPrecondition,
+        // A pool without room for the carve is the caller asking for too much.
+        codes::CONFIG_INVALID if message.contains("no room") => Code::ResourceExhausted,
+        codes::CONFIG_INVALID => Code::InvalidArgument,
+        // The operator has to act (start with --config, reconcile the file).
+        codes::NO_CONFIG_FILE | codes::CONFIG_CHANGED_ON_DISK => Code::FailedPrecondition,
+        // Another gateway changed the group first: retrying is right.
+        codes::GROUP_CONFIG_CONFLICT => Code::Aborted,
+        codes::PERSIST_FAILED => Code::Unavailable,
+        codes::METHOD_NOT_FOUND => Code::Unimplemented,
+        _ => Code::Internal,
+    }
+}
+
+/// Whether `error` is the gateway saying the subsystem or namespace is not there.
+pub fn is_not_found(error: &CallError) -> bool {
+    matches!(error, CallError::Remote(remote) if code_of_refusal(remote) == Code::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refusal(code: i64, message: &str) -> CallError {
+        CallError::Remote(RemoteError {
+            code,
+            message: message.to_string(),
+            data: None,
+            object: json!({}),
+        })
+    }
+
+    #[test]
+    fn urls_become_unix_endpoints_and_https_is_refused_clearly() {
+        let tls = TlsFiles::default();
+        assert_eq!(
+            endpoint_of("unix:///run/sluice/api.sock", &tls),
+            Ok(Endpoint::Unix("/run/sluice/api.sock".into()))
+        );
+        assert_eq!(
+            endpoint_of("/tmp/a.sock", &tls),
+            Ok(Endpoint::Unix("/tmp/a.sock".into()))
+        );
+        assert!(endpoint_of("https://gw:9443", &tls)
+            .unwrap_err()
+            .contains("TLS client"));
+        assert!(endpoint_of("http://gw:80", &tls).is_err());
+        assert!(endpoint_of("unix://", &tls).is_err());
+    }
+
+    #[test]
+    fn refusals_map_to_the_codes_the_spec_asks_for() {
+        let cases = [
+            (
+                refusal(codes::INVALID_PARAMS, "size: is too large"),
+                Code::InvalidArgument,
+            ),
+            (
+                refusal(
+                    codes::CHANGE_REFUSED,
+                    "no subsystem nqn.x in the running target",
+                ),
+                Code::NotFound,
+            ),
+            (
+                refusal(codes::CHANGE_REFUSED, "subsystem nqn.x has no namespace 3"),
+                Code::NotFound,
+            ),
+            (
+                refusal(
+                    codes::CHANGE_REFUSED,
+                    "uuid 1 is already used by namespace 1 of nqn.x",
+                ),
+                Code::AlreadyExists,
+            ),
+            (
+                refusal(
+                    codes::CHANGE_REFUSED,
+                    "subsystem nqn.x has no free NSID left",
+                ),
+                Code::FailedPrecondition,
+            ),
+            (
+                refusal(
+                    codes::CONFIG_INVALID,
+                    "pool \"p\" has no room for a thick carve",
+                ),
+                Code::ResourceExhausted,
+            ),
+            (refusal(codes::CONFIG_INVALID, "bad"), Code::InvalidArgument),
+            (
+                refusal(codes::GROUP_CONFIG_CONFLICT, "changed"),
+                Code::Aborted,
+            ),
+            (refusal(codes::INTERNAL_ERROR, "bug"), Code::Internal),
+            (
+                CallError::Unreachable {
+                    endpoint: "e".into(),
+                    reason: "r".into(),
+                },
+                Code::Unavailable,
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(status_of("ns_add", &error).code(), code, "{error}");
+        }
+        assert!(
+            status_of("ns_add", &refusal(codes::INVALID_PARAMS, "size: x"))
+                .message()
+                .contains("size: x")
+        );
+    }
+}

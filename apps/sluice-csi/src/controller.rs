@@ -1,0 +1,672 @@
+//! The CSI Controller service: volumes are namespaces of one gateway.
+//!
+//! - CreateVolume derives the namespace UUID from the volume name (`volume_id`),
+//!   looks for it first (a retry finds what the first attempt made), and adds the
+//!   namespace with that UUID as both UUID and NGUID. Calls for one volume run one
+//!   at a time (`locks`); the gateway refusing a UUID already in use is the
+//!   backstop across processes.
+//! - Pool volumes go into a subsystem whose Namespace Management pool is the
+//!   StorageClass's pool (`pool = "..."` in its `[[subsystem]]` entry): only there
+//!   does removing a namespace delete its carve and free the space (elsewhere the
+//!   gateway keeps a removed carve for its NSID, which would hand a later volume
+//!   the old volume's blocks). The subsystem must exist: the operator sets it up.
+//! - ControllerPublishVolume allows the node's host NQN on the subsystem. The
+//!   management API has no per-host namespace attachment yet, so a node allowed on
+//!   a subsystem sees all of its namespaces; unpublish denies the host only when no
+//!   other volume of the subsystem could still be in use by it (see `unpublish`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tonic::{Request, Response, Status};
+
+use crate::api::{is_not_found, status_of, Api};
+use crate::csi::controller_server::Controller;
+use crate::csi::controller_service_capability::{
+    rpc::Type as RpcType, Rpc, Type as CapabilityType,
+};
+use crate::csi::validate_volume_capabilities_response::Confirmed;
+use crate::csi::volume_capability::access_mode::Mode;
+use crate::csi::volume_capability::AccessType;
+use crate::csi::*;
+use crate::gateway::{self, NamespaceInfo};
+use crate::locks::VolumeLocks;
+use crate::parameters::{
+    capacity_pool, size_fits, volume_size_bytes, Backing, StorageClass, DEFAULT_VOLUME_SIZE_BYTES,
+};
+use crate::volume_id::{VolumeId, MAX_VOLUME_ID_BYTES};
+
+/// Publish context key: the gateway's NVMe/TCP addresses (`HOST:PORT,...`) a
+/// node discovers the subsystem's paths through.
+pub const DISCOVERY_ADDRESSES_KEY: &str = "discoveryAddresses";
+
+pub struct ControllerService {
+    pub api: Api,
+    pub locks: Arc<VolumeLocks>,
+    /// `--discovery-address`: what nodes connect to; empty: the gateway's listeners.
+    pub discovery_addresses: Vec<String>,
+}
+
+/// Why a set of capabilities cannot be served; None when it can.
+pub fn unsupported_capability(capabilities: &[VolumeCapability]) -> Option<String> {
+    if capabilities.is_empty() {
+        return Some("volume_capabilities: missing".to_string());
+    }
+    for capability in capabilities {
+        let mode = capability
+            .access_mode
+            .and_then(|mode| Mode::try_from(mode.mode).ok())
+            .unwrap_or(Mode::Unknown);
+        match (&capability.access_type, mode) {
+            (None, _) => {
+                return Some("a volume capability without access_type (block or mount)".to_string())
+            }
+            (_, Mode::Unknown) => {
+                return Some("a volume capability without a known access_mode".to_string())
+            }
+            // A local filesystem written from several nodes at once is corrupted.
+            (
+                Some(AccessType::Mount(_)),
+                Mode::MultiNodeSingleWriter | Mode::MultiNodeMultiWriter,
+            ) => {
+                return Some(format!(
+                    "{} needs access_type block: a filesystem cannot be shared",
+                    mode.as_str_name()
+                ))
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn volume_of(id: &VolumeId, namespace: &NamespaceInfo) -> Volume {
+    Volume {
+        capacity_bytes: i64::try_from(namespace.size_bytes).unwrap_or(i64::MAX),
+        volume_id: id.encode(),
+        volume_context: HashMap::from([("nsid".to_string(), namespace.nsid.to_string())]),
+        ..Default::default()
+    }
+}
+
+fn required_volume_id(text: &str) -> Result<Option<VolumeId>, Status> {
+    if text.is_empty() {
+        return Err(Status::invalid_argument("volume_id: missing"));
+    }
+    Ok(VolumeId::decode(text))
+}
+
+fn not_found(text: &str) -> Status {
+    Status::not_found(format!(
+        "volume {text:?} does not exist (no such namespace on the gateway)"
+    ))
+}
+
+impl ControllerService {
+    /// The volume's namespace, or NOT_FOUND.
+    async fn existing(&self, text: &str) -> Result<(VolumeId, NamespaceInfo), Status> {
+        let id = required_volume_id(text)?.ok_or_else(|| not_found(text))?;
+        match gateway::find(&self.api, &id).await? {
+            Some(namespace) => Ok((id, namespace)),
+            None => Err(not_found(text)),
+        }
+    }
+
+    async fn create(&self, request: CreateVolumeRequest) -> Result<Volume, Status> {
+        if request.name.is_empty() {
+            return Err(Status::invalid_argument("name: missing"));
+        }
+        if let Some(reason) = unsupported_capability(&request.volume_capabilities) {
+            return Err(Status::invalid_argument(reason));
+        }
+        if request.volume_content_source.is_some() {
+            return Err(Status::invalid_argument(
+                "volume_content_source: snapshots and clones are not supported yet",
+            ));
+        }
+        if !request.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument(
+                "mutable_parameters: not supported",
+            ));
+        }
+        let class = StorageClass::parse(&request.parameters)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let (required_bytes, limit_bytes) = request
+            .capacity_range
+            .map_or((0, 0), |range| (range.required_bytes, range.limit_bytes));
+        let id = VolumeId::for_name(&class.subsystem_nqn, &request.name);
+        if id.encode().len() > MAX_VOLUME_ID_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "StorageClass parameter \"subsystem\": the NQN is too long for volume ids of at most {MAX_VOLUME_ID_BYTES} bytes"
+            )));
+        }
+        let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
+        let Some(listed) = gateway::namespaces(&self.api, &class.subsystem_nqn).await? else {
+            return Err(Status::invalid_argument(format!(
+                "StorageClass parameter \"subsystem\": the gateway has no subsystem {}; create it first \
+                 (`sluice subsystem add`, with pool = \"<pool>\" in its [[subsystem]] entry for pool volumes)",
+                class.subsystem_nqn
+            )));
+        };
+        if let Some(namespace) = listed
+            .iter()
+            .find(|namespace| namespace.uuid == id.namespace_uuid)
+        {
+            return self.already_made(&id, namespace, required_bytes, limit_bytes, &class);
+        }
+        let mut params = json!({
+            "nqn": class.subsystem_nqn,
+            "uuid": id.namespace_uuid.hyphenated().to_string(),
+            "nguid": id.namespace_uuid.simple().to_string(),
+        });
+        match &class.backing {
+            Backing::Pool { name, thin } => {
+                let block_size_bytes = self.check_pool(&class, name).await?;
+                let size_bytes = volume_size_bytes(required_bytes, limit_bytes, block_size_bytes)
+                    .map_err(|error| Status::out_of_range(error.to_string()))?;
+                self.check_room(name, size_bytes, *thin).await?;
+                params["pool"] = json!(name);
+                params["size"] = json!(size_bytes);
+                params["thin"] = json!(thin);
+            }
+            Backing::Rbd { ceph_pool } => {
+                let block_size_bytes = class.block_size_bytes.unwrap_or(512);
+                let size_bytes =
+                    volume_size_bytes(required_bytes, limit_bytes, u64::from(block_size_bytes))
+                        .map_err(|error| Status::out_of_range(error.to_string()))?;
+                params["rbd"] = json!(format!("{ceph_pool}/csi-{}", id.namespace_uuid.simple()));
+                params["size"] = json!(size_bytes);
+                params["block_size"] = json!(block_size_bytes);
+            }
+        }
+        if let Err(error) = self.api.call_raw("ns_add", params).await {
+            // Another process may have made it since we looked (the gateway refuses
+            // the second UUID): what is there now decides.
+            if let Some(namespace) = gateway::find(&self.api, &id).await? {
+                return self.already_made(&id, &namespace, required_bytes, limit_bytes, &class);
+            }
+            return Err(status_of("ns_add", &error));
+        }
+        let namespace = gateway::find(&self.api, &id)
+            .await?
+            .ok_or_else(|| Status::internal("ns_add succeeded but the namespace is not listed"))?;
+        tracing::info!(volume = %id.encode(), name = %request.name, nsid = namespace.nsid, size_bytes = namespace.size_bytes, "volume created");
+        Ok(volume_of(&id, &namespace))
+    }
+
+    /// A retried CreateVolume: the same volume if it fits what is asked now.
+    fn already_made(
+        &self,
+        id: &VolumeId,
+        namespace: &NamespaceInfo,
+        required_bytes: i64,
+        limit_bytes: i64,
+        class: &StorageClass,
+    ) -> Result<Volume, Status> {
+        let block_size_fits = class
+            .block_size_bytes
+            .is_none_or(|bytes| u64::from(bytes) == namespace.block_size_bytes);
+        if !size_fits(namespace.size_bytes, required_bytes, limit_bytes) || !block_size_fits {
+            return Err(Status::already_exists(format!(
+                "a volume of this name exists with {} bytes in {}-byte blocks, which does not meet this request",
+                namespace.size_bytes, namespace.block_size_bytes
+            )));
+        }
+        Ok(volume_of(id, namespace))
+    }
+
+    /// The pool's block size, after checking the subsystem takes carves from it.
+    async fn check_pool(&self, class: &StorageClass, pool_name: &str) -> Result<u64, Status> {
+        let pools = gateway::pools(&self.api).await?;
+        let Some(pool) = pools.iter().find(|pool| pool.name == pool_name) else {
+            return Err(Status::invalid_argument(format!(
+                "StorageClass parameter \"pool\": the gateway has no [[pool]] {pool_name:?} (`sluice pool list`)"
+            )));
+        };
+        if !pool.management_subsystems.contains(&class.subsystem_nqn) {
+            return Err(Status::invalid_argument(format!(
+                "StorageClass parameter \"subsystem\": {} does not take its namespaces from pool {pool_name:?}; \
+                 add pool = \"{pool_name}\" to its [[subsystem]] entry, so that deleting a volume frees its carve",
+                class.subsystem_nqn
+            )));
+        }
+        // A pool not opened yet has not said its block size; 4096 is a multiple of
+        // every block size a pool device has.
+        let pool_block_size = pool.block_size_bytes.unwrap_or(4096);
+        if let Some(wanted) = class.block_size_bytes {
+            if pool
+                .block_size_bytes
+                .is_some_and(|bytes| bytes != u64::from(wanted))
+            {
+                return Err(Status::invalid_argument(format!(
+                    "StorageClass parameter \"blockSize\": pool {pool_name:?} has {pool_block_size}-byte blocks, not {wanted}"
+                )));
+            }
+        }
+        Ok(pool_block_size)
+    }
+
+    /// RESOURCE_EXHAUSTED when the pool cannot hold the carve: a thick one must fit
+    /// the free space, a thin one the pool (it could never be filled otherwise).
+    async fn check_room(&self, pool_name: &str, size_bytes: u64, thin: bool) -> Result<(), Status> {
+        let pools = gateway::pools(&self.api).await?;
+        let Some(pool) = pools.iter().find(|pool| pool.name == pool_name) else {
+            return Ok(());
+        };
+        let (room, what) = if thin {
+            (pool.capacity_bytes, "capacity")
+        } else {
+            (pool.free_bytes, "free space")
+        };
+        match room {
+            Some(room) if size_bytes > room => Err(Status::resource_exhausted(format!(
+                "pool {pool_name:?} has {room} bytes of {what}, less than the {size_bytes} bytes asked for"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete(&self, request: DeleteVolumeRequest) -> Result<(), Status> {
+        // An id this driver never made names no volume: deleting it succeeds.
+        let Some(id) = required_volume_id(&request.volume_id)? else {
+            return Ok(());
+        };
+        let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
+        let Some(namespace) = gateway::find(&self.api, &id).await? else {
+            return Ok(());
+        };
+        match self
+            .api
+            .call_raw(
+                "ns_remove",
+                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid }),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(volume = %request.volume_id, nsid = namespace.nsid, "volume deleted");
+                Ok(())
+            }
+            Err(error) if is_not_found(&error) => Ok(()),
+            Err(error) => Err(status_of("ns_remove", &error)),
+        }
+    }
+
+    async fn publish(
+        &self,
+        request: ControllerPublishVolumeRequest,
+    ) -> Result<HashMap<String, String>, Status> {
+        required_volume_id(&request.volume_id)?;
+        if request.node_id.is_empty() {
+            return Err(Status::invalid_argument("node_id: missing"));
+        }
+        let capability = request
+            .volume_capability
+            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        if let Some(reason) = unsupported_capability(&[capability]) {
+            return Err(Status::invalid_argument(reason));
+        }
+        let (id, namespace) = self.existing(&request.volume_id).await?;
+        // Node ids are host NQNs (NodeGetInfo); anything else names no node.
+        if !request.node_id.starts_with("nqn.") || request.node_id.len() > 223 {
+            return Err(Status::not_found(format!(
+                "node {:?} is not an NVMe host NQN: no such node",
+                request.node_id
+            )));
+        }
+        if !self
+            .host_allowed(&id.subsystem_nqn, &request.node_id)
+            .await?
+        {
+            self.api
+                .call(
+                    "host_allow",
+                    json!({ "nqn": id.subsystem_nqn, "host": request.node_id }),
+                )
+                .await?;
+            tracing::info!(volume = %request.volume_id, node = %request.node_id, "host allowed on the subsystem");
+        }
+        let addresses = if self.discovery_addresses.is_empty() {
+            gateway::reachable_listeners(&self.api).await?
+        } else {
+            self.discovery_addresses.clone()
+        };
+        Ok(HashMap::from([
+            (DISCOVERY_ADDRESSES_KEY.to_string(), addresses.join(",")),
+            ("subsystemNqn".to_string(), id.subsystem_nqn.clone()),
+            ("nsid".to_string(), namespace.nsid.to_string()),
+        ]))
+    }
+
+    async fn host_allowed(&self, subsystem_nqn: &str, host: &str) -> Result<bool, Status> {
+        let hosts = self
+            .api
+            .call("host_list", json!({ "nqn": subsystem_nqn }))
+            .await?;
+        Ok(hosts
+            .get("hosts")
+            .and_then(Value::as_array)
+            .is_some_and(|hosts| {
+                hosts
+                    .iter()
+                    .any(|entry| entry.get("host").and_then(Value::as_str) == Some(host))
+            }))
+    }
+
+    /// Unpublish. Without per-host namespace attachment the gateway cannot tell
+    /// which of a subsystem's volumes a node uses, so the host is denied only when
+    /// this was the subsystem's last volume of this driver; otherwise it stays
+    /// allowed (its other volumes may be mounted) and the node's NodeUnstage has
+    /// already disconnected what this volume needed.
+    async fn unpublish(&self, request: ControllerUnpublishVolumeRequest) -> Result<(), Status> {
+        let Some(id) = required_volume_id(&request.volume_id)? else {
+            return Ok(());
+        };
+        if request.node_id.is_empty() || !request.node_id.starts_with("nqn.") {
+            return Ok(());
+        }
+        let Some(listed) = gateway::namespaces(&self.api, &id.subsystem_nqn).await? else {
+            return Ok(());
+        };
+        let others = listed
+            .iter()
+            .filter(|namespace| namespace.uuid != id.namespace_uuid)
+            .filter(|namespace| crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid))
+            .count();
+        if others > 0
+            || !self
+                .host_allowed(&id.subsystem_nqn, &request.node_id)
+                .await?
+        {
+            return Ok(());
+        }
+        match self
+            .api
+            .call_raw(
+                "host_deny",
+                json!({ "nqn": id.subsystem_nqn, "host": request.node_id }),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(volume = %request.volume_id, node = %request.node_id, "host denied on the subsystem");
+                Ok(())
+            }
+            Err(error) if is_not_found(&error) => Ok(()),
+            Err(error) => Err(status_of("host_deny", &error)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for ControllerService {
+    async fn create_volume(
+        &self,
+        request: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let volume = self.create(request.into_inner()).await?;
+        Ok(Response::new(CreateVolumeResponse {
+            volume: Some(volume),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        self.delete(request.into_inner()).await?;
+        Ok(Response::new(DeleteVolumeResponse {}))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        let publish_context = self.publish(request.into_inner()).await?;
+        Ok(Response::new(ControllerPublishVolumeResponse {
+            publish_context,
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        self.unpublish(request.into_inner()).await?;
+        Ok(Response::new(ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        let request = request.into_inner();
+        required_volume_id(&request.volume_id)?;
+        if request.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities: missing"));
+        }
+        self.existing(&request.volume_id).await?;
+        let response = match unsupported_capability(&request.volume_capabilities) {
+            Some(reason) => ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: reason,
+            },
+            None => ValidateVolumeCapabilitiesResponse {
+                confirmed: Some(Confirmed {
+                    volume_context: request.volume_context,
+                    volume_capabilities: request.volume_capabilities,
+                    parameters: request.parameters,
+                    mutable_parameters: request.mutable_parameters,
+                }),
+                message: String::new(),
+            },
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        let request = request.into_inner();
+        let start: usize = if request.starting_token.is_empty() {
+            0
+        } else {
+            request
+                .starting_token
+                .parse()
+                .map_err(|_| Status::aborted("starting_token: not a token ListVolumes gave"))?
+        };
+        let volumes = gateway::all_volumes(&self.api).await?;
+        if start > volumes.len() {
+            return Err(Status::aborted(
+                "starting_token: past the end of the list (volumes were deleted)",
+            ));
+        }
+        let count = match usize::try_from(request.max_entries) {
+            Ok(0) => volumes.len() - start,
+            Ok(count) => count.min(volumes.len() - start),
+            Err(_) => return Err(Status::invalid_argument("max_entries: negative")),
+        };
+        let entries = volumes[start..start + count]
+            .iter()
+            .map(|(id, namespace)| list_volumes_response::Entry {
+                volume: Some(volume_of(id, namespace)),
+                status: None,
+            })
+            .collect();
+        let next_token = if start + count < volumes.len() {
+            (start + count).to_string()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(ListVolumesResponse {
+            entries,
+            next_token,
+        }))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        let request = request.into_inner();
+        let wanted = capacity_pool(&request.parameters)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let pools = gateway::pools(&self.api).await?;
+        let chosen: Vec<_> = pools
+            .iter()
+            .filter(|pool| wanted.as_ref().is_none_or(|name| &pool.name == name))
+            .collect();
+        if let (Some(name), true) = (&wanted, chosen.is_empty()) {
+            return Err(Status::invalid_argument(format!(
+                "StorageClass parameter \"pool\": the gateway has no [[pool]] {name:?}"
+            )));
+        }
+        let free_bytes: u64 = chosen.iter().filter_map(|pool| pool.free_bytes).sum();
+        let largest_bytes = chosen
+            .iter()
+            .filter_map(|pool| pool.capacity_bytes)
+            .max()
+            .unwrap_or(DEFAULT_VOLUME_SIZE_BYTES);
+        Ok(Response::new(GetCapacityResponse {
+            available_capacity: i64::try_from(free_bytes).unwrap_or(i64::MAX),
+            maximum_volume_size: Some(i64::try_from(largest_bytes).unwrap_or(i64::MAX)),
+            minimum_volume_size: None,
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _request: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        let capabilities = [
+            RpcType::CreateDeleteVolume,
+            RpcType::PublishUnpublishVolume,
+            RpcType::ListVolumes,
+            RpcType::GetCapacity,
+        ]
+        .into_iter()
+        .map(|rpc| ControllerServiceCapability {
+            r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })),
+        })
+        .collect();
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<CreateSnapshotRequest>,
+    ) -> Result<Response<CreateSnapshotResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported yet"))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<DeleteSnapshotRequest>,
+    ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported yet"))
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported yet"))
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<GetSnapshotResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported yet"))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        _: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented(
+            "the gateway cannot resize a namespace yet (no ns_resize in its management API)",
+        ))
+    }
+
+    async fn controller_get_volume(
+        &self,
+        _: Request<ControllerGetVolumeRequest>,
+    ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
+        Err(Status::unimplemented("GET_VOLUME is not offered"))
+    }
+
+    async fn controller_list_volume_health(
+        &self,
+        _: Request<ControllerListVolumeHealthRequest>,
+    ) -> Result<Response<ControllerListVolumeHealthResponse>, Status> {
+        Err(Status::unimplemented("volume health is not offered yet"))
+    }
+
+    async fn controller_get_volume_health(
+        &self,
+        _: Request<ControllerGetVolumeHealthRequest>,
+    ) -> Result<Response<ControllerGetVolumeHealthResponse>, Status> {
+        Err(Status::unimplemented("volume health is not offered yet"))
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        Err(Status::unimplemented("MODIFY_VOLUME is not offered"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
+
+    fn capability(access_type: AccessType, mode: Mode) -> VolumeCapability {
+        VolumeCapability {
+            access_type: Some(access_type),
+            access_mode: Some(AccessMode { mode: mode as i32 }),
+        }
+    }
+
+    #[test]
+    fn shared_writers_need_block_access() {
+        let mount = || AccessType::Mount(MountVolume::default());
+        assert_eq!(
+            unsupported_capability(&[capability(mount(), Mode::SingleNodeWriter)]),
+            None
+        );
+        assert_eq!(
+            unsupported_capability(&[capability(
+                AccessType::Block(BlockVolume {}),
+                Mode::MultiNodeMultiWriter
+            )]),
+            None
+        );
+        assert!(
+            unsupported_capability(&[capability(mount(), Mode::MultiNodeMultiWriter)]).is_some()
+        );
+        assert!(unsupported_capability(&[capability(mount(), Mode::Unknown)]).is_some());
+        assert!(unsupported_capability(&[]).is_some());
+        assert!(unsupported_capability(&[VolumeCapability {
+            access_type: None,
+            access_mode: None
+        }])
+        .is_some());
+    }
+
+    #[test]
+    fn an_id_that_is_missing_is_invalid_and_one_never_made_is_none() {
+        assert_eq!(
+            required_volume_id("").unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(required_volume_id("fake-vol-id").unwrap(), None);
+    }
+}

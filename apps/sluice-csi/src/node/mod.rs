@@ -1,0 +1,477 @@
+//! The CSI Node service: attaches a volume's namespace with the kernel's NVMe/TCP
+//! host and mounts it.
+//!
+//! - NodeStageVolume: `nvme discover` at each address the controller put in the
+//!   publish context, `nvme connect` to every path of the volume's subsystem the
+//!   discovery log announces (native multipath joins them into one head device),
+//!   waits for the device whose UUID is the volume's (`system::find_device`), and
+//!   for a filesystem volume makes one if the device has none, then mounts it on
+//!   the staging path. Block volumes are only attached here.
+//! - NodePublishVolume: a bind mount of the staging path (filesystem) or of the
+//!   device (block) on the target path.
+//! - NodeUnstageVolume: unmounts, and disconnects the subsystem only when none of
+//!   its other namespaces is still attached on this node.
+//!
+//! Every step checks first whether it was done, so each call can be repeated.
+
+pub mod system;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+
+use crate::controller::DISCOVERY_ADDRESSES_KEY;
+use crate::csi::node_server::Node;
+use crate::csi::node_service_capability::{rpc::Type as RpcType, Rpc, Type as CapabilityType};
+use crate::csi::volume_capability::AccessType;
+use crate::csi::*;
+use crate::locks::VolumeLocks;
+use crate::volume_id::VolumeId;
+use system::Commands;
+
+/// How long a connected namespace may take to show up as a block device.
+const DEVICE_WAIT: Duration = Duration::from_secs(30);
+
+pub struct NodeService {
+    /// The node's host NQN: its node id, and what it connects as.
+    pub host_nqn: String,
+    pub commands: Arc<dyn Commands>,
+    pub sys_block: PathBuf,
+    pub locks: Arc<VolumeLocks>,
+}
+
+fn decode(text: &str) -> Result<VolumeId, Status> {
+    if text.is_empty() {
+        return Err(Status::invalid_argument("volume_id: missing"));
+    }
+    VolumeId::decode(text)
+        .ok_or_else(|| Status::not_found(format!("volume {text:?} was not made by sluice-csi")))
+}
+
+fn required_path(text: &str, field: &str) -> Result<PathBuf, Status> {
+    if text.is_empty() {
+        return Err(Status::invalid_argument(format!("{field}: missing")));
+    }
+    Ok(PathBuf::from(text))
+}
+
+fn internal(error: String) -> Status {
+    Status::internal(error)
+}
+
+impl NodeService {
+    /// Runs a command on a blocking thread.
+    async fn run(&self, program: &'static str, args: Vec<String>) -> Result<String, String> {
+        let commands = Arc::clone(&self.commands);
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            commands.run(program, &args)
+        })
+        .await
+        .map_err(|error| format!("{program}: {error}"))?
+    }
+
+    fn device_of(&self, id: &VolumeId) -> Option<PathBuf> {
+        system::find_device(&self.sys_block, &id.namespace_uuid)
+    }
+
+    /// Connects every path of the volume's subsystem and returns its device.
+    async fn attach(&self, id: &VolumeId, discovery_addresses: &str) -> Result<PathBuf, Status> {
+        if let Some(device) = self.device_of(id) {
+            return Ok(device);
+        }
+        let mut paths = Vec::new();
+        for address in discovery_addresses
+            .split(',')
+            .map(str::trim)
+            .filter(|address| !address.is_empty())
+        {
+            let (host, port) = system::split_address(address);
+            let args = [
+                "discover",
+                "-t",
+                "tcp",
+                "-a",
+                &host,
+                "-s",
+                &port,
+                "--hostnqn",
+                &self.host_nqn,
+                "-o",
+                "json",
+            ];
+            match self
+                .run("nvme", args.iter().map(|arg| arg.to_string()).collect())
+                .await
+            {
+                Ok(log) => paths.extend(system::discovered_paths(&log, &id.subsystem_nqn)),
+                Err(error) => {
+                    tracing::warn!(%address, %error, "discovery failed at this address; trying the others")
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        if paths.is_empty() {
+            return Err(Status::unavailable(format!(
+                "no discovery address ({discovery_addresses:?}) announces subsystem {} to host {}; is the host allowed \
+                 (ControllerPublishVolume) and the gateway reachable?",
+                id.subsystem_nqn, self.host_nqn
+            )));
+        }
+        for (address, port) in &paths {
+            let args = [
+                "connect",
+                "-t",
+                "tcp",
+                "-a",
+                address,
+                "-s",
+                port,
+                "-n",
+                &id.subsystem_nqn,
+                "--hostnqn",
+                &self.host_nqn,
+            ];
+            // A path already connected answers with an error; the device check decides.
+            if let Err(error) = self
+                .run("nvme", args.iter().map(|arg| arg.to_string()).collect())
+                .await
+            {
+                tracing::warn!(%address, %port, %error, "nvme connect failed on this path");
+            }
+        }
+        let deadline = tokio::time::Instant::now() + DEVICE_WAIT;
+        loop {
+            if let Some(device) = self.device_of(id) {
+                return Ok(device);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Status::deadline_exceeded(format!(
+                    "connected to {} but no block device with UUID {} appeared in {}s",
+                    id.subsystem_nqn,
+                    id.namespace_uuid,
+                    DEVICE_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn stage(&self, request: NodeStageVolumeRequest) -> Result<(), Status> {
+        let id = decode(&request.volume_id)?;
+        let staging = required_path(&request.staging_target_path, "staging_target_path")?;
+        let capability = request
+            .volume_capability
+            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
+        let addresses = request
+            .publish_context
+            .get(DISCOVERY_ADDRESSES_KEY)
+            .cloned()
+            .unwrap_or_default();
+        let device = self.attach(&id, &addresses).await?;
+        let Some(AccessType::Mount(mount)) = capability.access_type else {
+            return Ok(());
+        };
+        if system::is_mount_point(&staging) {
+            return Ok(());
+        }
+        tokio::fs::create_dir_all(&staging)
+            .await
+            .map_err(|error| internal(format!("{}: {error}", staging.display())))?;
+        let device_text = device.display().to_string();
+        let existing = self
+            .run(
+                "blkid",
+                vec![
+                    "-o".into(),
+                    "value".into(),
+                    "-s".into(),
+                    "TYPE".into(),
+                    device_text.clone(),
+                ],
+            )
+            .await;
+        let fs_type = if mount.fs_type.is_empty() {
+            "ext4".to_string()
+        } else {
+            mount.fs_type.clone()
+        };
+        match existing.as_deref().map(str::trim) {
+            Ok(found) if !found.is_empty() => {
+                if found != fs_type {
+                    return Err(Status::failed_precondition(format!(
+                        "{device_text} holds {found}, not the {fs_type} asked for"
+                    )));
+                }
+            }
+            // blkid exits 2 when it finds no filesystem: make one.
+            _ => {
+                let program = match fs_type.as_str() {
+                    "ext4" => "mkfs.ext4",
+                    "xfs" => "mkfs.xfs",
+                    other => {
+                        return Err(Status::invalid_argument(format!(
+                            "fs_type {other:?}: ext4 and xfs are supported"
+                        )))
+                    }
+                };
+                self.run(program, vec![device_text.clone()])
+                    .await
+                    .map_err(internal)?;
+            }
+        }
+        let mut args = vec!["-t".to_string(), fs_type];
+        if !mount.mount_flags.is_empty() {
+            args.extend(["-o".to_string(), mount.mount_flags.join(",")]);
+        }
+        args.extend([device_text, staging.display().to_string()]);
+        self.run("mount", args).await.map_err(internal)?;
+        Ok(())
+    }
+
+    async fn unstage(&self, request: NodeUnstageVolumeRequest) -> Result<(), Status> {
+        let id = decode(&request.volume_id)?;
+        let staging = required_path(&request.staging_target_path, "staging_target_path")?;
+        let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
+        if system::is_mount_point(&staging) {
+            self.run("umount", vec![staging.display().to_string()])
+                .await
+                .map_err(internal)?;
+        }
+        let _ = tokio::fs::remove_dir(&staging).await;
+        if self.device_of(&id).is_some() && !self.subsystem_has_other_devices(&id) {
+            self.run(
+                "nvme",
+                vec!["disconnect".into(), "-n".into(), id.subsystem_nqn.clone()],
+            )
+            .await
+            .map_err(internal)?;
+        }
+        Ok(())
+    }
+
+    /// Whether another namespace of the volume's subsystem is attached here (its
+    /// connection must stay).
+    fn subsystem_has_other_devices(&self, id: &VolumeId) -> bool {
+        let Some(own) = self.device_of(id) else {
+            return false;
+        };
+        let Ok(entries) = std::fs::read_dir(&self.sys_block) else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let subsystem =
+                std::fs::read_to_string(entry.path().join("device/subsysnqn")).unwrap_or_default();
+            name.starts_with("nvme")
+                && !name.contains('c')
+                && Path::new("/dev").join(&name) != own
+                && subsystem.trim() == id.subsystem_nqn
+        })
+    }
+
+    async fn publish(&self, request: NodePublishVolumeRequest) -> Result<(), Status> {
+        let id = decode(&request.volume_id)?;
+        let target = required_path(&request.target_path, "target_path")?;
+        let capability = request
+            .volume_capability
+            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        if system::is_mount_point(&target) {
+            return Ok(());
+        }
+        let source = match capability.access_type {
+            Some(AccessType::Block(_)) => {
+                let device = self.device_of(&id).ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "volume {} is not attached: NodeStageVolume first",
+                        request.volume_id
+                    ))
+                })?;
+                if let Some(parent) = target.parent() {
+                    tokio::fs::create_dir_all(parent)
+                        .await
+                        .map_err(|error| internal(error.to_string()))?;
+                }
+                tokio::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&target)
+                    .await
+                    .map_err(|error| internal(format!("{}: {error}", target.display())))?;
+                device
+            }
+            _ => {
+                let staging = required_path(&request.staging_target_path, "staging_target_path")?;
+                tokio::fs::create_dir_all(&target)
+                    .await
+                    .map_err(|error| internal(format!("{}: {error}", target.display())))?;
+                staging
+            }
+        };
+        let mut options = vec!["bind".to_string()];
+        if request.readonly {
+            options.push("ro".to_string());
+        }
+        let args = vec![
+            "-o".into(),
+            options.join(","),
+            source.display().to_string(),
+            target.display().to_string(),
+        ];
+        self.run("mount", args).await.map_err(internal)?;
+        Ok(())
+    }
+
+    async fn unpublish(&self, request: NodeUnpublishVolumeRequest) -> Result<(), Status> {
+        decode(&request.volume_id)?;
+        let target = required_path(&request.target_path, "target_path")?;
+        if system::is_mount_point(&target) {
+            self.run("umount", vec![target.display().to_string()])
+                .await
+                .map_err(internal)?;
+        }
+        // A directory (filesystem) or a file (block) made by publish.
+        if tokio::fs::remove_dir(&target).await.is_err() {
+            let _ = tokio::fs::remove_file(&target).await;
+        }
+        Ok(())
+    }
+
+    async fn stats(
+        &self,
+        request: NodeGetVolumeStatsRequest,
+    ) -> Result<NodeGetVolumeStatsResponse, Status> {
+        let id = decode(&request.volume_id)?;
+        let path = required_path(&request.volume_path, "volume_path")?;
+        if !path.exists() {
+            return Err(Status::not_found(format!(
+                "volume_path {} does not exist",
+                path.display()
+            )));
+        }
+        // A namespace deleted out of band leaves the mount but not the device: said
+        // in the log (health reporting, NodeGetVolumeHealth, is not offered yet).
+        if self.device_of(&id).is_none() {
+            tracing::warn!(volume = %request.volume_id, "no NVMe namespace with the volume's UUID is attached: deleted or disconnected");
+        }
+        let mut usage = Vec::new();
+        if path.is_dir() {
+            let stats = rustix::fs::statvfs(&path)
+                .map_err(|error| internal(format!("statvfs {}: {error}", path.display())))?;
+            let as_i64 = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+            let block = stats.f_frsize;
+            usage.push(VolumeUsage {
+                available: as_i64(stats.f_bavail.saturating_mul(block)),
+                total: as_i64(stats.f_blocks.saturating_mul(block)),
+                used: as_i64(
+                    stats
+                        .f_blocks
+                        .saturating_sub(stats.f_bfree)
+                        .saturating_mul(block),
+                ),
+                unit: volume_usage::Unit::Bytes as i32,
+            });
+            usage.push(VolumeUsage {
+                available: as_i64(stats.f_favail),
+                total: as_i64(stats.f_files),
+                used: as_i64(stats.f_files.saturating_sub(stats.f_ffree)),
+                unit: volume_usage::Unit::Inodes as i32,
+            });
+        }
+        Ok(NodeGetVolumeStatsResponse { usage })
+    }
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        self.stage(request.into_inner()).await?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        self.unstage(request.into_inner()).await?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        self.publish(request.into_inner()).await?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        self.unpublish(request.into_inner()).await?;
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        Ok(Response::new(self.stats(request.into_inner()).await?))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("volume expansion is not offered yet"))
+    }
+
+    async fn node_get_volume_health(
+        &self,
+        _: Request<NodeGetVolumeHealthRequest>,
+    ) -> Result<Response<NodeGetVolumeHealthResponse>, Status> {
+        Err(Status::unimplemented(
+            "GET_VOLUME_HEALTH is not offered yet",
+        ))
+    }
+
+    async fn node_get_storage_health(
+        &self,
+        _: Request<NodeGetStorageHealthRequest>,
+    ) -> Result<Response<NodeGetStorageHealthResponse>, Status> {
+        Err(Status::unimplemented("storage health is not offered yet"))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        let capabilities = [RpcType::StageUnstageVolume, RpcType::GetVolumeStats]
+            .into_iter()
+            .map(|rpc| NodeServiceCapability {
+                r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })),
+            })
+            .collect();
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.host_nqn.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}

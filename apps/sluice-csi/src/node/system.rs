@@ -1,0 +1,226 @@
+//! What the node service asks of the machine, behind small seams so the logic is
+//! testable: commands (`nvme`, `blkid`, `mkfs.*`, `mount`, `umount`), the mount
+//! table, and the sysfs tree the NVMe host driver publishes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use uuid::Uuid;
+
+/// Runs a program and returns its standard output.
+pub trait Commands: Send + Sync {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, String>;
+}
+
+/// The real machine.
+pub struct SystemCommands;
+
+impl Commands for SystemCommands {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|error| format!("cannot run {program}: {error}"))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!(
+                "`{program} {}` failed ({}): {}",
+                args.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+}
+
+/// Mount points in a mountinfo table (`/proc/self/mountinfo`), octal escapes undone.
+pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|escaped| PathBuf::from(unescape_octal(escaped)))
+        .collect()
+}
+
+fn unescape_octal(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'\\'
+            && index + 4 <= bytes.len()
+            && bytes[index + 1..index + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let digit = |offset: usize| u32::from(bytes[index + offset] - b'0');
+            // Three octal digits can exceed a byte (\777); mountinfo never writes those.
+            out.push(u8::try_from(digit(1) * 64 + digit(2) * 8 + digit(3)).unwrap_or(b'?'));
+            index += 4;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn is_mount_point(path: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mount_points(&table).iter().any(|mounted| mounted == path)
+}
+
+/// The block device (`/dev/nvmeXnY`) of the namespace with `uuid`, found in
+/// `sys_block` (`/sys/block`) by its `uuid`, `nguid` or `wwid` attribute, never by
+/// guessing a name. With native multipath the kernel shows one head device
+/// (`nvmeXnY`) and hidden per-path devices (`nvmeXcYnZ`); the head is the one to use.
+pub fn find_device(sys_block: &Path, uuid: &Uuid) -> Option<PathBuf> {
+    let hyphenated = uuid.hyphenated().to_string();
+    let simple = uuid.simple().to_string();
+    let mut found: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(sys_block).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("nvme") {
+            continue;
+        }
+        let attribute = |file: &str| {
+            std::fs::read_to_string(entry.path().join(file)).map(|text| text.trim().to_lowercase())
+        };
+        let matches = attribute("uuid").is_ok_and(|text| text == hyphenated)
+            || attribute("nguid").is_ok_and(|text| text.replace('-', "") == simple)
+            || attribute("wwid").is_ok_and(|text| {
+                text == format!("uuid.{hyphenated}") || text == format!("eui.{simple}")
+            });
+        if matches {
+            found.push(name);
+        }
+    }
+    // Heads first: a path device's name has a controller part (`c<N>`).
+    found.sort_by_key(|name| (is_path_device(name), name.clone()));
+    found.first().map(|name| PathBuf::from("/dev").join(name))
+}
+
+fn is_path_device(name: &str) -> bool {
+    name.strip_prefix("nvme")
+        .is_some_and(|rest| rest.contains('c'))
+}
+
+/// NVMe/TCP discovery log records (`nvme discover -o json`) for `subsystem_nqn`:
+/// (address, port) of every path the gateway announces.
+pub fn discovered_paths(discover_json: &str, subsystem_nqn: &str) -> Vec<(String, String)> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(discover_json) else {
+        return Vec::new();
+    };
+    let records = value
+        .get("records")
+        .and_then(|records| records.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let mut paths: Vec<(String, String)> = records
+        .iter()
+        .filter(|record| record.get("subnqn").and_then(|nqn| nqn.as_str()) == Some(subsystem_nqn))
+        .filter_map(|record| {
+            let address = record.get("traddr")?.as_str()?.trim().to_string();
+            let port = record.get("trsvcid")?.as_str()?.trim().to_string();
+            Some((address, port))
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Splits `HOST:PORT` (`[v6]:PORT` too); the port defaults to 8009 (discovery).
+pub fn split_address(address: &str) -> (String, String) {
+    if let Ok(socket) = address.parse::<std::net::SocketAddr>() {
+        return (socket.ip().to_string(), socket.port().to_string());
+    }
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => (host.to_string(), port.to_string()),
+        _ => (address.to_string(), "8009".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_read_with_escapes_undone() {
+        let table = "36 35 98:0 / /mnt/a\\040b rw - ext4 /dev/x rw\n37 35 98:0 / /var/lib/kubelet rw - ext4 /dev/y rw\n";
+        assert_eq!(
+            mount_points(table),
+            vec![PathBuf::from("/mnt/a b"), PathBuf::from("/var/lib/kubelet")]
+        );
+    }
+
+    #[test]
+    fn the_device_is_found_by_uuid_and_the_head_wins_over_paths() {
+        let root = std::env::temp_dir().join(format!("sluice-csi-sys-{}", std::process::id()));
+        let uuid = crate::volume_id::namespace_uuid_for_name("pvc-a");
+        for (name, file, text) in [
+            ("nvme0c0n1", "uuid", uuid.hyphenated().to_string()),
+            ("nvme0n1", "uuid", uuid.hyphenated().to_string()),
+            (
+                "nvme1n1",
+                "uuid",
+                "00000000-0000-0000-0000-000000000000".to_string(),
+            ),
+            (
+                "nvme2n1",
+                "wwid",
+                format!(
+                    "eui.{}",
+                    crate::volume_id::namespace_uuid_for_name("pvc-b").simple()
+                ),
+            ),
+            ("sda", "uuid", uuid.hyphenated().to_string()),
+        ] {
+            std::fs::create_dir_all(root.join(name)).unwrap();
+            std::fs::write(root.join(name).join(file), format!("{text}\n")).unwrap();
+        }
+        assert_eq!(
+            find_device(&root, &uuid),
+            Some(PathBuf::from("/dev/nvme0n1"))
+        );
+        let other = crate::volume_id::namespace_uuid_for_name("pvc-b");
+        assert_eq!(
+            find_device(&root, &other),
+            Some(PathBuf::from("/dev/nvme2n1"))
+        );
+        assert_eq!(
+            find_device(&root, &crate::volume_id::namespace_uuid_for_name("pvc-c")),
+            None
+        );
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn discovery_records_of_the_subsystem_become_paths() {
+        let log = r#"{"genctr":3,"records":[
+            {"trtype":"tcp","traddr":"10.0.0.1","trsvcid":"4420","subnqn":"nqn.a:gold"},
+            {"trtype":"tcp","traddr":"10.0.0.2","trsvcid":"4420","subnqn":"nqn.a:gold"},
+            {"trtype":"tcp","traddr":"10.0.0.1","trsvcid":"4420","subnqn":"nqn.a:other"}]}"#;
+        assert_eq!(
+            discovered_paths(log, "nqn.a:gold"),
+            vec![
+                ("10.0.0.1".to_string(), "4420".to_string()),
+                ("10.0.0.2".to_string(), "4420".to_string())
+            ]
+        );
+        assert!(discovered_paths("not json", "nqn.a:gold").is_empty());
+        assert_eq!(
+            split_address("10.0.0.1:8009"),
+            ("10.0.0.1".to_string(), "8009".to_string())
+        );
+        assert_eq!(
+            split_address("[fd00::1]:4420"),
+            ("fd00::1".to_string(), "4420".to_string())
+        );
+        assert_eq!(
+            split_address("gw.example"),
+            ("gw.example".to_string(), "8009".to_string())
+        );
+    }
+}

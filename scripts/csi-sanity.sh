@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Runs the CSI conformance tests (csi-sanity, github.com/kubernetes-csi/csi-test) against
+# sluice-csi talking to a real `sluice serve`: the Identity and Controller suites.
+#
+# The Node suite is skipped here: it connects the kernel's NVMe/TCP host, formats and
+# mounts, which needs root and the nvme-tcp module; it runs inside the Linux guest.
+#
+# Usage: scripts/csi-sanity.sh   (builds sluice and sluice-csi in release mode first
+# unless SLUICE_BIN and SLUICE_CSI_BIN name binaries; CSI_SANITY names a csi-sanity
+# binary, otherwise it is installed with `go install` into target/csi-tools).
+# Prints csi-sanity's own summary line; exits non-zero if any test failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/common.sh
+
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}
+if [[ -z ${SLUICE_BIN:-} || -z ${SLUICE_CSI_BIN:-} ]]; then
+    cargo build --release -q -p sluice -p sluice-csi
+    SLUICE_BIN=$target_dir/release/sluice
+    SLUICE_CSI_BIN=$target_dir/release/sluice-csi
+fi
+
+CSI_SANITY=${CSI_SANITY:-$PWD/target/csi-tools/csi-sanity}
+if [[ ! -x $CSI_SANITY ]]; then
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    mkdir -p "$(dirname "$CSI_SANITY")"
+    echo "installing csi-sanity into $(dirname "$CSI_SANITY")" >&2
+    GOBIN=$(dirname "$CSI_SANITY") GOFLAGS=-mod=mod "$go" install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@latest
+fi
+
+work=$(mktemp -d /tmp/sluice-csi-sanity.XXXXXX)
+serve_pid=
+csi_pid=
+cleanup() {
+    [[ -n $csi_pid ]] && { kill "$csi_pid" 2>/dev/null || true; wait "$csi_pid" 2>/dev/null || true; }
+    [[ -n $serve_pid ]] && { kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; }
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+io_port=$(free_port)
+discovery_port=$(free_port)
+subsystem=nqn.2026-11.io.sluice:csi-sanity
+# A file-backed pool (sparse, 2 GiB) that is the subsystem's Namespace Management pool,
+# so that deleting a volume deletes its carve.
+cat > "$work/sluice.toml" <<TOML
+[[listener]]
+address = "127.0.0.1:$io_port"
+
+[[listener]]
+address = "127.0.0.1:$discovery_port"
+discovery_only = true
+
+[[backend]]
+name = "csi-disk"
+kind = "file"
+path = "$work/pool.img"
+size = "2GiB"
+
+[[pool]]
+name = "csi"
+device = "csi-disk"
+table = "$work/pool.table.json"
+
+[[subsystem]]
+nqn = "$subsystem"
+pool = "csi"
+
+[runtime]
+poll_mode = "sleep"
+TOML
+
+cat > "$work/parameters.yaml" <<YAML
+subsystem: "$subsystem"
+pool: "csi"
+YAML
+
+"$SLUICE_BIN" serve --config "$work/sluice.toml" --threads 1 --rpc-socket "$work/api.sock" \
+    > "$work/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 100); do [[ -S $work/api.sock ]] && break; sleep 0.1; done
+[[ -S $work/api.sock ]] || { echo "sluice serve did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+
+# All services in one process: the controller suite calls NodeGetInfo for a node id,
+# and its cleanup calls NodeUnpublish/NodeUnstage (no-ops for volumes never staged).
+"$SLUICE_CSI_BIN" --endpoint "unix://$work/csi.sock" --api "unix://$work/api.sock" --mode all \
+    --node-nqn nqn.2014-08.org.nvmexpress:uuid:5a1c0e00-0000-4000-8000-00000000c510 \
+    > "$work/csi.log" 2>&1 &
+csi_pid=$!
+for _ in $(seq 100); do [[ -S $work/csi.sock ]] && break; sleep 0.1; done
+[[ -S $work/csi.sock ]] || { echo "sluice-csi did not start:" >&2; cat "$work/csi.log" >&2; exit 1; }
+
+status=0
+"$CSI_SANITY" --csi.endpoint "unix://$work/csi.sock" \
+    --csi.testvolumeparameters "$work/parameters.yaml" \
+    --csi.testvolumesize 67108864 \
+    --csi.mountdir "$work/mount" --csi.stagingdir "$work/staging" \
+    --ginkgo.skip 'Node Service' --ginkgo.no-color \
+    > "$work/sanity.log" 2>&1 || status=$?
+if [[ $status -ne 0 ]]; then
+    cat "$work/sanity.log"
+    echo "--- sluice-csi log" >&2; tail -n 50 "$work/csi.log" >&2
+fi
+# csi-sanity's (ginkgo's) own summary line, e.g. "Ran 30 of 91 Specs ... 30 Passed | 0 Failed | ..."
+grep -E '^Ran [0-9]+ of [0-9]+ Specs' "$work/sanity.log" || true
+grep -E '(Passed|FAIL!|SUCCESS!).*\| [0-9]+ Failed' "$work/sanity.log" || true
+exit "$status"
