@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use management_client::{codes, CallError, Client, Endpoint, RemoteError};
+use management_client::{codes, CallError, Client, Endpoint, RemoteError, TlsEndpoint};
 use serde_json::Value;
 use tonic::{Code, Status};
 
@@ -16,9 +16,8 @@ pub struct TlsFiles {
     pub key: Option<PathBuf>,
 }
 
-/// The management endpoint `url` names: `unix:///path/to/socket` or a plain path.
-/// `https://HOST:PORT` will map to the TLS endpoint of management-client once it
-/// has one; until then it is refused with a message saying so.
+/// The management endpoint `url` names: `https://HOST:PORT` (the gateway's network
+/// API, mutual TLS with the three files), `unix:///path/to/socket` or a plain path.
 pub fn endpoint_of(url: &str, tls: &TlsFiles) -> Result<Endpoint, String> {
     if let Some(path) = url.strip_prefix("unix://") {
         if path.is_empty() {
@@ -27,22 +26,15 @@ pub fn endpoint_of(url: &str, tls: &TlsFiles) -> Result<Endpoint, String> {
         return Ok(Endpoint::Unix(PathBuf::from(path)));
     }
     if url.starts_with("https://") {
-        let given: Vec<String> = [
-            ("--api-ca", &tls.ca),
-            ("--api-cert", &tls.certificate),
-            ("--api-key", &tls.key),
-        ]
-        .iter()
-        .filter_map(|(flag, path)| {
-            path.as_ref()
-                .map(|path| format!("{flag} {}", path.display()))
-        })
-        .collect();
-        return Err(format!(
-            "--api {url:?}: https endpoints need the TLS client of management-client, which this build does not have \
-             yet (so {} cannot be used); use the gateway's Unix socket (unix:///run/sluice/api.sock)",
-            if given.is_empty() { "no TLS files".to_string() } else { given.join(", ") }
-        ));
+        let file = |given: &Option<PathBuf>, flag: &str, what: &str| {
+            given.clone().ok_or_else(|| format!("--api {url:?} needs {flag} FILE: {what}"))
+        };
+        let ca = file(&tls.ca, "--api-ca", "the PEM certificate of the CA that signed the gateway's certificate")?;
+        let certificate = file(&tls.certificate, "--api-cert", "this driver's PEM client certificate")?;
+        let key = file(&tls.key, "--api-key", "the PEM private key of --api-cert")?;
+        return TlsEndpoint::parse(url, ca, certificate, key)
+            .map(Endpoint::Tls)
+            .map_err(|reason| format!("--api: {reason}"));
     }
     if url.contains("://") {
         return Err(format!(
@@ -93,6 +85,8 @@ pub fn status_of(method: &str, error: &CallError) -> Status {
     let code = match error {
         // Nothing answered or the answer broke: the CO retries.
         CallError::Unreachable { .. } | CallError::Broken { .. } => Code::Unavailable,
+        // Our own certificate or key files cannot be used: the operator must fix them.
+        CallError::Local { .. } => Code::FailedPrecondition,
         CallError::Remote(remote) => code_of_refusal(remote),
     };
     Status::new(code, format!("gateway {method}: {error}"))
@@ -139,12 +133,11 @@ mod tests {
             code,
             message: message.to_string(),
             data: None,
-            object: json!({}),
         })
     }
 
     #[test]
-    fn urls_become_unix_endpoints_and_https_is_refused_clearly() {
+    fn urls_become_endpoints_and_https_needs_its_files() {
         let tls = TlsFiles::default();
         assert_eq!(
             endpoint_of("unix:///run/sluice/api.sock", &tls),
@@ -154,9 +147,15 @@ mod tests {
             endpoint_of("/tmp/a.sock", &tls),
             Ok(Endpoint::Unix("/tmp/a.sock".into()))
         );
-        assert!(endpoint_of("https://gw:9443", &tls)
-            .unwrap_err()
-            .contains("TLS client"));
+        assert!(endpoint_of("https://gw:9443", &tls).unwrap_err().contains("--api-ca"));
+        let files = TlsFiles {
+            ca: Some("/etc/sluice-api/ca.crt".into()),
+            certificate: Some("/etc/sluice-api/tls.crt".into()),
+            key: Some("/etc/sluice-api/tls.key".into()),
+        };
+        let Ok(Endpoint::Tls(endpoint)) = endpoint_of("https://gw:4430", &files) else { panic!("an https endpoint") };
+        assert_eq!(endpoint.server_name, "gw");
+        assert!(endpoint_of("https://gw", &files).unwrap_err().contains("port"));
         assert!(endpoint_of("http://gw:80", &tls).is_err());
         assert!(endpoint_of("unix://", &tls).is_err());
     }
