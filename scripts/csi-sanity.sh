@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the CSI conformance tests (csi-sanity, github.com/kubernetes-csi/csi-test) against
-# sluice-csi talking to a real `sluice serve`: the Identity and Controller suites.
+# sluice-csi talking to a real `sluice serve` over its network management API (mutual
+# TLS, throw-away certificates; the driver's CN listed read-write): the Identity and
+# Controller suites.
 #
 # The Node suite is skipped here: it connects the kernel's NVMe/TCP host, formats and
 # mounts, which needs root and the nvme-tcp module; it runs inside the Linux guest.
@@ -9,9 +11,13 @@
 # unless SLUICE_BIN and SLUICE_CSI_BIN name binaries; CSI_SANITY names a csi-sanity
 # binary, otherwise it is installed with `go install` into target/csi-tools).
 # Prints csi-sanity's own summary line; exits non-zero if any test failed.
+# cleanup runs from the trap, which ShellCheck cannot see:
+# shellcheck disable=SC2317
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
+# shellcheck source=scripts/lib/api-pki.sh
+source scripts/lib/api-pki.sh
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 if [[ -z ${SLUICE_BIN:-} || -z ${SLUICE_CSI_BIN:-} ]]; then
@@ -40,6 +46,8 @@ trap cleanup EXIT
 
 io_port=$(free_port)
 discovery_port=$(free_port)
+api_port=$(free_port)
+make_api_pki "$work/pki" "IP:127.0.0.1" csi-controller
 subsystem=nqn.2026-11.io.sluice:csi-sanity
 # A file-backed pool (sparse, 2 GiB) that is the subsystem's Namespace Management pool,
 # so that deleting a volume deletes its carve.
@@ -68,6 +76,16 @@ pool = "csi"
 
 [runtime]
 poll_mode = "sleep"
+
+[management.network]
+listen = "127.0.0.1:$api_port"
+certificate = "$work/pki/server.pem"
+private_key = "$work/pki/server.key"
+client_ca = "$work/pki/ca.pem"
+
+[[management.network.client]]
+common_name = "csi-controller"
+access = "read-write"
 TOML
 
 cat > "$work/parameters.yaml" <<YAML
@@ -80,10 +98,14 @@ YAML
 serve_pid=$!
 for _ in $(seq 100); do [[ -S $work/api.sock ]] && break; sleep 0.1; done
 [[ -S $work/api.sock ]] || { echo "sluice serve did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+for _ in $(seq 100); do ss -Hltn "sport = :$api_port" | grep -q . && break; sleep 0.1; done
+ss -Hltn "sport = :$api_port" | grep -q . ||
+    { echo "sluice serve does not listen on its management API port $api_port:" >&2; cat "$work/serve.log" >&2; exit 1; }
 
 # All services in one process: the controller suite calls NodeGetInfo for a node id,
 # and its cleanup calls NodeUnpublish/NodeUnstage (no-ops for volumes never staged).
-"$SLUICE_CSI_BIN" --endpoint "unix://$work/csi.sock" --api "unix://$work/api.sock" --mode all \
+"$SLUICE_CSI_BIN" --endpoint "unix://$work/csi.sock" --api "https://127.0.0.1:$api_port" --mode all \
+    --api-ca "$work/pki/ca.pem" --api-cert "$work/pki/csi-controller.pem" --api-key "$work/pki/csi-controller.key" \
     --node-nqn nqn.2014-08.org.nvmexpress:uuid:5a1c0e00-0000-4000-8000-00000000c510 \
     > "$work/csi.log" 2>&1 &
 csi_pid=$!

@@ -213,6 +213,9 @@ fn accept_loop(
 /// Shakes hands, names the client by its certificate, and serves it.
 fn serve_connection(stream: TcpStream, acceptor: &SslAcceptor, clients: &Clients, management: &ManagementHandle) {
     let Ok(peer) = stream.peer_addr() else { return };
+    // Small writes that wait for an answer: without this each one waits for the
+    // client's delayed ACK (40 ms a call on Linux).
+    let _ = stream.set_nodelay(true);
     if stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() || stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() {
         return;
     }
