@@ -18,6 +18,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/common.sh
 # shellcheck source=scripts/lib/api-pki.sh
 source scripts/lib/api-pki.sh
+# shellcheck source=scripts/lib/csi-sanity.sh
+source scripts/lib/csi-sanity.sh
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 if [[ -z ${SLUICE_BIN:-} || -z ${SLUICE_CSI_BIN:-} ]]; then
@@ -28,10 +30,8 @@ fi
 
 CSI_SANITY=${CSI_SANITY:-$PWD/target/csi-tools/csi-sanity}
 if [[ ! -x $CSI_SANITY ]]; then
-    go=$(command -v go || echo /usr/local/go/bin/go)
-    mkdir -p "$(dirname "$CSI_SANITY")"
-    echo "installing csi-sanity into $(dirname "$CSI_SANITY")" >&2
-    GOBIN=$(dirname "$CSI_SANITY") GOFLAGS=-mod=mod "$go" install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@latest
+    echo "installing csi-sanity $CSI_SANITY_VERSION into $(dirname "$CSI_SANITY")" >&2
+    install_csi_sanity "$CSI_SANITY"
 fi
 
 work=$(mktemp -d /tmp/sluice-csi-sanity.XXXXXX)

@@ -175,6 +175,25 @@ if [ "${SETUP_NO_FUZZ:-0}" != 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# csi-sanity (kubernetes-csi/csi-test), the CSI conformance suite scripts/csi-sanity.sh
+# and the csi-node interop test run against sluice-csi. It comes from the Go module
+# proxy with `go install` (about 30 s once; a static binary). The pinned version is the
+# one the tests were written against (scripts/lib/csi-sanity.sh).
+# ---------------------------------------------------------------------------
+# shellcheck source=scripts/lib/csi-sanity.sh
+. "$REPO/scripts/lib/csi-sanity.sh"
+CSI_SANITY=${CSI_SANITY:-$REPO/target/csi-tools/csi-sanity}
+if [ ! -x "$CSI_SANITY" ]; then
+  if [ "$CHECK_ONLY" = 1 ]; then missing+=("csi-sanity")
+  else
+    echo "+ go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$CSI_SANITY_VERSION" >>"$LOG"
+    install_csi_sanity "$CSI_SANITY" >>"$LOG" 2>&1 ||
+      die "installing csi-sanity $CSI_SANITY_VERSION failed (needs Go 1.22+ and the Go module proxy)"
+    installed+=("csi-sanity")
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 # The linux-nvme-peer guest image (kernel + initramfs, cached; ~40 s to build on a
 # fresh machine, a no-op afterwards). The script lives next to the repository.
 # ---------------------------------------------------------------------------
@@ -208,5 +227,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, clippy, nightly, cargo-fuzz, peer image) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, clippy, nightly, cargo-fuzz, csi-sanity, peer image) in ${elapsed}s"
 fi

@@ -10,6 +10,9 @@
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
 #   clippy      cargo clippy --workspace --all-targets -- -D warnings
+#   csi         scripts/csi-sanity.sh: the CSI conformance suite (Identity, Controller)
+#               against sluice-csi and a sluice serve over the network API; its Node
+#               suite runs in the interop stage's guest (tests/interop/csi-node.sh)
 #   sim         scripts/sim.sh: sluice-sim over 2000 seeds, and its canaries caught
 #   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
 #               self-test of the interop capture check (tshark filters)
@@ -48,7 +51,7 @@ CHECKED_PROFILE=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_U
   CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true)
 export "${CHECKED_PROFILE[@]}"
 
-STAGES=(setup build cluster test clippy sim harness fuzz report interop)
+STAGES=(setup build cluster test clippy csi sim harness fuzz report interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -192,6 +195,8 @@ stage test "a unit/integration test failed: see its output above" \
   cargo test --release --workspace
 stage clippy "fix the clippy warnings above (they are errors here)" \
   cargo clippy --workspace --all-targets -- -D warnings
+stage csi "a CSI conformance test failed: see csi-sanity's output above" \
+  env SLUICE_BIN="$TARGET_DIR/release/sluice" SLUICE_CSI_BIN="$TARGET_DIR/release/sluice-csi" scripts/csi-sanity.sh
 stage sim "a simulated seed broke an invariant: replay it with the command printed above" \
   scripts/sim.sh
 stage harness "fix the ShellCheck findings / capture-check self-test failures above" \
@@ -206,7 +211,7 @@ stage report "the benchmark HTML report did not render in headless Chromium: see
 if [ "${SKIP_INTEROP:-0}" = 1 ]; then skip interop "SKIP_INTEROP=1"
 else
   # the binary the build stage made (no rebuild inside the interop tests)
-  export SLUICE_BIN=$TARGET_DIR/release/sluice
+  export SLUICE_BIN=$TARGET_DIR/release/sluice SLUICE_CSI_BIN=$TARGET_DIR/release/sluice-csi
   stage interop "see the interop output above and its artifacts in ${OUT:-target/interop}/" \
     tests/interop/run-all.sh
 fi
