@@ -5,6 +5,8 @@
 
 mod api;
 mod controller;
+#[cfg(test)]
+mod deploy_files;
 mod gateway;
 mod identity;
 mod locks;
