@@ -126,7 +126,6 @@ pub fn is_not_found(error: &CallError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn refusal(code: i64, message: &str) -> CallError {
         CallError::Remote(RemoteError {

@@ -428,7 +428,7 @@ nqn = "nqn.2014-08.io.sluice:h"
             "[[listener]]\naddress = \"127.0.0.1:4420\"\nadvertise = \"192.0.2.10:4420\"\n",
         );
         let restart = Change::NeedsRestart { key: "listener \"127.0.0.1:4420\"".into(), reason: RESTART_LISTENER };
-        assert_eq!(changes(&advertised), [restart.clone()]);
+        assert_eq!(changes(&advertised), [restart]);
         // Nor is a new listener with `advertise` bound by a reload.
         let added = format!("{RUNNING}\n[[listener]]\naddress = \"127.0.0.1:4421\"\nadvertise = \"192.0.2.10:4421\"\n");
         assert_eq!(
