@@ -20,6 +20,8 @@ source scripts/lib/common.sh
 source scripts/lib/api-pki.sh
 # shellcheck source=scripts/lib/csi-sanity.sh
 source scripts/lib/csi-sanity.sh
+# shellcheck source=scripts/lib/csi-gateway.sh
+source scripts/lib/csi-gateway.sh
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 if [[ -z ${SLUICE_BIN:-} || -z ${SLUICE_CSI_BIN:-} ]]; then
@@ -49,44 +51,8 @@ discovery_port=$(free_port)
 api_port=$(free_port)
 make_api_pki "$work/pki" "IP:127.0.0.1" csi-controller
 subsystem=nqn.2026-11.io.sluice:csi-sanity
-# A file-backed pool (sparse, 2 GiB) that is the subsystem's Namespace Management pool,
-# so that deleting a volume deletes its carve.
-cat > "$work/sluice.toml" <<TOML
-[[listener]]
-address = "127.0.0.1:$io_port"
-
-[[listener]]
-address = "127.0.0.1:$discovery_port"
-discovery_only = true
-
-[[backend]]
-name = "csi-disk"
-kind = "file"
-path = "$work/pool.img"
-size = "2GiB"
-
-[[pool]]
-name = "csi"
-device = "csi-disk"
-table = "$work/pool.table.json"
-
-[[subsystem]]
-nqn = "$subsystem"
-pool = "csi"
-
-[runtime]
-poll_mode = "sleep"
-
-[management.network]
-listen = "127.0.0.1:$api_port"
-certificate = "$work/pki/server.pem"
-private_key = "$work/pki/server.key"
-client_ca = "$work/pki/ca.pem"
-
-[[management.network.client]]
-common_name = "csi-controller"
-access = "read-write"
-TOML
+write_csi_gateway_config "$work/sluice.toml" "$work" "$subsystem" "$api_port" "$work/pki" \
+    "127.0.0.1:$io_port" "127.0.0.1:$discovery_port/discovery"
 
 cat > "$work/parameters.yaml" <<YAML
 subsystem: "$subsystem"

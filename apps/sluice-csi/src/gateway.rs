@@ -131,18 +131,28 @@ pub async fn pools(api: &Api) -> Result<Vec<PoolInfo>, Status> {
         .collect())
 }
 
-/// Addresses (`HOST:PORT`) of the gateway's listeners a host can reach: wildcard
-/// binds (0.0.0.0, ::) name no address and are left out.
+/// Addresses (`HOST:PORT`) of the gateway's listeners a host can reach: a listener's
+/// `advertise` address when it has one (the bound address may be a wildcard, or only
+/// reachable behind NAT), else its bound address; wildcard binds without one name no
+/// address and are left out.
 pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
-    let result = api.call("listener_list", json!({})).await?;
+    Ok(reachable_addresses(&api.call("listener_list", json!({})).await?))
+}
+
+/// [`reachable_listeners`] from a `listener_list` answer.
+fn reachable_addresses(listed: &Value) -> Vec<String> {
     let mut addresses = Vec::new();
-    for listener in result
+    for listener in listed
         .get("listeners")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
     {
-        let Some(address) = listener.get("address").and_then(Value::as_str) else {
+        let Some(address) = listener
+            .get("advertise")
+            .or_else(|| listener.get("address"))
+            .and_then(Value::as_str)
+        else {
             continue;
         };
         match address.parse::<std::net::SocketAddr>() {
@@ -150,7 +160,7 @@ pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
             _ => addresses.push(address.to_string()),
         }
     }
-    Ok(addresses)
+    addresses
 }
 
 #[cfg(test)]
@@ -168,5 +178,19 @@ mod tests {
         assert_eq!(namespace.nsid, 3);
         assert!(made_by_driver(&namespace.uuid, &namespace.nguid));
         assert_eq!(parse_namespace(&json!({ "nsid": 3 })), None);
+    }
+
+    #[test]
+    fn nodes_are_given_the_advertised_address_and_never_a_wildcard() {
+        let listed = json!({ "listeners": [
+            { "address": "127.0.0.1:4420", "advertise": "10.0.2.2:4420" },
+            { "address": "0.0.0.0:8009" },
+            { "address": "0.0.0.0:4421", "advertise": "192.0.2.7:4421" },
+            { "address": "192.0.2.8:4420" },
+        ]});
+        assert_eq!(
+            reachable_addresses(&listed),
+            ["10.0.2.2:4420", "192.0.2.7:4421", "192.0.2.8:4420"]
+        );
     }
 }

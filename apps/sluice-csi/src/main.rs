@@ -80,6 +80,11 @@ struct Arguments {
     /// the gateway's listeners that are not wildcard binds.
     #[arg(long = "discovery-address")]
     discovery_addresses: Vec<String>,
+    /// Where the node service records the volumes it staged (which NVMe
+    /// connections are still needed); keep it on a tmpfs that lives as long as
+    /// the node's boot, like /run.
+    #[arg(long, default_value = "/run/sluice-csi")]
+    state_dir: PathBuf,
 }
 
 fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
@@ -146,7 +151,8 @@ async fn run(arguments: Arguments) -> Result<(), String> {
         true => Some(NodeServer::new(node::NodeService {
             host_nqn: node_nqn(arguments.node_nqn)?,
             commands: Arc::new(node::system::SystemCommands),
-            sys_block: PathBuf::from("/sys/block"),
+            sysfs: PathBuf::from("/sys"),
+            staged: node::records::StagedRecords::new(&arguments.state_dir),
             locks: Arc::clone(&locks),
         })),
         false => None,

@@ -3,20 +3,23 @@
 //!
 //! - NodeStageVolume: `nvme discover` at each address the controller put in the
 //!   publish context, `nvme connect` to every path of the volume's subsystem the
-//!   discovery log announces (native multipath joins them into one head device),
-//!   waits for the device whose UUID is the volume's (`system::find_device`), and
-//!   for a filesystem volume makes one if the device has none, then mounts it on
-//!   the staging path. Block volumes are only attached here.
+//!   discovery log announces and that is not connected yet (native multipath joins
+//!   them into one head device), waits for the device whose UUID is the volume's
+//!   (`system::find_device`; a subsystem already connected is asked to rescan, for a
+//!   namespace added since), and for a filesystem volume makes one if the device has
+//!   none, then mounts it on the staging path. Block volumes are only attached here.
 //! - NodePublishVolume: a bind mount of the staging path (filesystem) or of the
-//!   device (block) on the target path.
-//! - NodeUnstageVolume: unmounts, and disconnects the subsystem only when none of
-//!   its other namespaces is still attached on this node.
+//!   device (block) on the target path; read-only is a remount, since a bind mount
+//!   ignores `ro` on the first call.
+//! - NodeUnstageVolume: unmounts, and disconnects the subsystem's controllers only
+//!   when no other volume staged here is on that subsystem (`records`).
 //!
 //! Every step checks first whether it was done, so each call can be repeated.
 
+pub mod records;
 pub mod system;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,16 +32,24 @@ use crate::csi::volume_capability::AccessType;
 use crate::csi::*;
 use crate::locks::VolumeLocks;
 use crate::volume_id::VolumeId;
-use system::Commands;
+use records::StagedRecords;
+use system::{CommandError, Commands};
 
 /// How long a connected namespace may take to show up as a block device.
 const DEVICE_WAIT: Duration = Duration::from_secs(30);
+
+/// blkid's exit status when the device holds no filesystem it knows.
+const BLKID_NOTHING_FOUND: i32 = 2;
 
 pub struct NodeService {
     /// The node's host NQN: its node id, and what it connects as.
     pub host_nqn: String,
     pub commands: Arc<dyn Commands>,
-    pub sys_block: PathBuf,
+    /// Where sysfs is mounted (`/sys`): block devices and NVMe controllers are
+    /// looked up there, never guessed from names.
+    pub sysfs: PathBuf,
+    /// The volumes staged on this node (`records`).
+    pub staged: StagedRecords,
     pub locks: Arc<VolumeLocks>,
 }
 
@@ -50,6 +61,13 @@ fn decode(text: &str) -> Result<VolumeId, Status> {
         .ok_or_else(|| Status::not_found(format!("volume {text:?} was not made by sluice-csi")))
 }
 
+fn required_id(text: &str) -> Result<(), Status> {
+    if text.is_empty() {
+        return Err(Status::invalid_argument("volume_id: missing"));
+    }
+    Ok(())
+}
+
 fn required_path(text: &str, field: &str) -> Result<PathBuf, Status> {
     if text.is_empty() {
         return Err(Status::invalid_argument(format!("{field}: missing")));
@@ -57,24 +75,35 @@ fn required_path(text: &str, field: &str) -> Result<PathBuf, Status> {
     Ok(PathBuf::from(text))
 }
 
-fn internal(error: String) -> Status {
-    Status::internal(error)
+fn internal(error: impl ToString) -> Status {
+    Status::internal(error.to_string())
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|arg| arg.to_string()).collect()
 }
 
 impl NodeService {
     /// Runs a command on a blocking thread.
-    async fn run(&self, program: &'static str, args: Vec<String>) -> Result<String, String> {
+    async fn run(&self, program: &'static str, args: Vec<String>) -> Result<String, CommandError> {
         let commands = Arc::clone(&self.commands);
         tokio::task::spawn_blocking(move || {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             commands.run(program, &args)
         })
         .await
-        .map_err(|error| format!("{program}: {error}"))?
+        .map_err(|error| CommandError {
+            status: None,
+            message: format!("{program}: {error}"),
+        })?
     }
 
     fn device_of(&self, id: &VolumeId) -> Option<PathBuf> {
-        system::find_device(&self.sys_block, &id.namespace_uuid)
+        system::find_device(&self.sysfs.join("block"), &id.namespace_uuid)
+    }
+
+    fn controllers_of(&self, subsystem_nqn: &str) -> Vec<(String, (String, String))> {
+        system::subsystem_controllers(&self.sysfs.join("class/nvme"), subsystem_nqn)
     }
 
     /// Connects every path of the volume's subsystem and returns its device.
@@ -91,21 +120,13 @@ impl NodeService {
             let (host, port) = system::split_address(address);
             let args = [
                 "discover",
-                "-t",
-                "tcp",
-                "-a",
-                &host,
-                "-s",
-                &port,
-                "--hostnqn",
-                &self.host_nqn,
-                "-o",
-                "json",
+                "--transport=tcp",
+                &format!("--traddr={host}"),
+                &format!("--trsvcid={port}"),
+                &format!("--hostnqn={}", self.host_nqn),
+                "--output-format=json",
             ];
-            match self
-                .run("nvme", args.iter().map(|arg| arg.to_string()).collect())
-                .await
-            {
+            match self.run("nvme", strings(&args)).await {
                 Ok(log) => paths.extend(system::discovered_paths(&log, &id.subsystem_nqn)),
                 Err(error) => {
                     tracing::warn!(%address, %error, "discovery failed at this address; trying the others")
@@ -117,29 +138,38 @@ impl NodeService {
         if paths.is_empty() {
             return Err(Status::unavailable(format!(
                 "no discovery address ({discovery_addresses:?}) announces subsystem {} to host {}; is the host allowed \
-                 (ControllerPublishVolume) and the gateway reachable?",
+                 (ControllerPublishVolume) and the gateway reachable from this node at those addresses \
+                 (`[[listener]] advertise` on the gateway)?",
                 id.subsystem_nqn, self.host_nqn
             )));
         }
-        for (address, port) in &paths {
-            let args = [
-                "connect",
-                "-t",
-                "tcp",
-                "-a",
-                address,
-                "-s",
-                port,
-                "-n",
-                &id.subsystem_nqn,
-                "--hostnqn",
-                &self.host_nqn,
-            ];
-            // A path already connected answers with an error; the device check decides.
+        let connected: Vec<(String, String)> = self
+            .controllers_of(&id.subsystem_nqn)
+            .into_iter()
+            .map(|(_, path)| path)
+            .collect();
+        // The namespace may have been added after the subsystem was connected (another
+        // volume of it staged here first): the kernel learns of it from a Namespace
+        // Attribute Changed event, or from a rescan, asked for here.
+        for (controller, _) in self.controllers_of(&id.subsystem_nqn) {
             if let Err(error) = self
-                .run("nvme", args.iter().map(|arg| arg.to_string()).collect())
+                .run("nvme", strings(&["ns-rescan", &format!("/dev/{controller}")]))
                 .await
             {
+                tracing::warn!(%controller, %error, "nvme ns-rescan failed");
+            }
+        }
+        for (address, port) in paths.iter().filter(|path| !connected.contains(path)) {
+            let args = [
+                "connect",
+                "--transport=tcp",
+                &format!("--traddr={address}"),
+                &format!("--trsvcid={port}"),
+                &format!("--nqn={}", id.subsystem_nqn),
+                &format!("--hostnqn={}", self.host_nqn),
+            ];
+            // One path failing leaves the others; the device check decides.
+            if let Err(error) = self.run("nvme", strings(&args)).await {
                 tracing::warn!(%address, %port, %error, "nvme connect failed on this path");
             }
         }
@@ -150,8 +180,10 @@ impl NodeService {
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(Status::deadline_exceeded(format!(
-                    "connected to {} but no block device with UUID {} appeared in {}s",
+                    "connected to {} ({} controller(s)) but no block device with UUID {} appeared in {}s; \
+                     see `nvme list-subsys` and the kernel log",
                     id.subsystem_nqn,
+                    self.controllers_of(&id.subsystem_nqn).len(),
                     id.namespace_uuid,
                     DEVICE_WAIT.as_secs()
                 )));
@@ -161,18 +193,28 @@ impl NodeService {
     }
 
     async fn stage(&self, request: NodeStageVolumeRequest) -> Result<(), Status> {
-        let id = decode(&request.volume_id)?;
+        // Every missing field is InvalidArgument, before an unknown volume is NotFound.
+        required_id(&request.volume_id)?;
         let staging = required_path(&request.staging_target_path, "staging_target_path")?;
         let capability = request
             .volume_capability
             .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         let addresses = request
             .publish_context
             .get(DISCOVERY_ADDRESSES_KEY)
             .cloned()
             .unwrap_or_default();
-        let device = self.attach(&id, &addresses).await?;
+        let device = {
+            // Attach and record under the subsystem's lock: an unstage of another of
+            // its volumes must not disconnect it in between.
+            let _subsystem = self.locks.lock(&format!("subsystem {}", id.subsystem_nqn)).await;
+            self.staged
+                .add(&id.namespace_uuid, &id.subsystem_nqn)
+                .map_err(Status::internal)?;
+            self.attach(&id, &addresses).await?
+        };
         let Some(AccessType::Mount(mount)) = capability.access_type else {
             return Ok(());
         };
@@ -183,24 +225,27 @@ impl NodeService {
             .await
             .map_err(|error| internal(format!("{}: {error}", staging.display())))?;
         let device_text = device.display().to_string();
-        let existing = self
-            .run(
-                "blkid",
-                vec![
-                    "-o".into(),
-                    "value".into(),
-                    "-s".into(),
-                    "TYPE".into(),
-                    device_text.clone(),
-                ],
-            )
-            .await;
         let fs_type = if mount.fs_type.is_empty() {
             "ext4".to_string()
         } else {
             mount.fs_type.clone()
         };
-        match existing.as_deref().map(str::trim) {
+        let mkfs = match fs_type.as_str() {
+            "ext4" => "mkfs.ext4",
+            "xfs" => "mkfs.xfs",
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "fs_type {other:?}: ext4 and xfs are supported"
+                )))
+            }
+        };
+        // Low-level probing (-p): the blkid cache may still describe what the device
+        // held before. Only "nothing found" leads to mkfs; any other failure (blkid
+        // missing, an I/O error) must not format a device that may hold data.
+        let probe = self
+            .run("blkid", strings(&["-p", "-o", "value", "-s", "TYPE", &device_text]))
+            .await;
+        match probe.as_deref().map(str::trim) {
             Ok(found) if !found.is_empty() => {
                 if found != fs_type {
                     return Err(Status::failed_precondition(format!(
@@ -208,20 +253,14 @@ impl NodeService {
                     )));
                 }
             }
-            // blkid exits 2 when it finds no filesystem: make one.
-            _ => {
-                let program = match fs_type.as_str() {
-                    "ext4" => "mkfs.ext4",
-                    "xfs" => "mkfs.xfs",
-                    other => {
-                        return Err(Status::invalid_argument(format!(
-                            "fs_type {other:?}: ext4 and xfs are supported"
-                        )))
-                    }
-                };
-                self.run(program, vec![device_text.clone()])
-                    .await
-                    .map_err(internal)?;
+            Ok(_) => self.make_filesystem(mkfs, &device_text).await?,
+            Err(error) if error.status == Some(BLKID_NOTHING_FOUND) => {
+                self.make_filesystem(mkfs, &device_text).await?
+            }
+            Err(error) => {
+                return Err(internal(format!(
+                    "cannot tell whether {device_text} holds a filesystem, so it is not formatted: {error}"
+                )))
             }
         }
         let mut args = vec!["-t".to_string(), fs_type];
@@ -233,9 +272,19 @@ impl NodeService {
         Ok(())
     }
 
+    async fn make_filesystem(&self, program: &'static str, device: &str) -> Result<(), Status> {
+        tracing::info!(%device, program, "no filesystem on the device: making one");
+        // Quiet: the progress output is of no use in a log.
+        self.run(program, strings(&["-q", device]))
+            .await
+            .map(|_| ())
+            .map_err(internal)
+    }
+
     async fn unstage(&self, request: NodeUnstageVolumeRequest) -> Result<(), Status> {
-        let id = decode(&request.volume_id)?;
+        required_id(&request.volume_id)?;
         let staging = required_path(&request.staging_target_path, "staging_target_path")?;
+        let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         if system::is_mount_point(&staging) {
             self.run("umount", vec![staging.display().to_string()])
@@ -243,43 +292,28 @@ impl NodeService {
                 .map_err(internal)?;
         }
         let _ = tokio::fs::remove_dir(&staging).await;
-        if self.device_of(&id).is_some() && !self.subsystem_has_other_devices(&id) {
-            self.run(
-                "nvme",
-                vec!["disconnect".into(), "-n".into(), id.subsystem_nqn.clone()],
-            )
-            .await
-            .map_err(internal)?;
+        let _subsystem = self.locks.lock(&format!("subsystem {}", id.subsystem_nqn)).await;
+        if !self.staged.others_on(&id.namespace_uuid, &id.subsystem_nqn) {
+            // Only this subsystem's controllers (every path of it), named one by one.
+            for (controller, _) in self.controllers_of(&id.subsystem_nqn) {
+                self.run("nvme", strings(&["disconnect", &format!("--device={controller}")]))
+                    .await
+                    .map_err(internal)?;
+            }
         }
+        self.staged
+            .remove(&id.namespace_uuid)
+            .map_err(Status::internal)?;
         Ok(())
     }
 
-    /// Whether another namespace of the volume's subsystem is attached here (its
-    /// connection must stay).
-    fn subsystem_has_other_devices(&self, id: &VolumeId) -> bool {
-        let Some(own) = self.device_of(id) else {
-            return false;
-        };
-        let Ok(entries) = std::fs::read_dir(&self.sys_block) else {
-            return false;
-        };
-        entries.flatten().any(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let subsystem =
-                std::fs::read_to_string(entry.path().join("device/subsysnqn")).unwrap_or_default();
-            name.starts_with("nvme")
-                && !name.contains('c')
-                && Path::new("/dev").join(&name) != own
-                && subsystem.trim() == id.subsystem_nqn
-        })
-    }
-
     async fn publish(&self, request: NodePublishVolumeRequest) -> Result<(), Status> {
-        let id = decode(&request.volume_id)?;
+        required_id(&request.volume_id)?;
         let target = required_path(&request.target_path, "target_path")?;
         let capability = request
             .volume_capability
             .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let id = decode(&request.volume_id)?;
         if system::is_mount_point(&target) {
             return Ok(());
         }
@@ -294,7 +328,7 @@ impl NodeService {
                 if let Some(parent) = target.parent() {
                     tokio::fs::create_dir_all(parent)
                         .await
-                        .map_err(|error| internal(error.to_string()))?;
+                        .map_err(|error| internal(format!("{}: {error}", parent.display())))?;
                 }
                 tokio::fs::OpenOptions::new()
                     .create(true)
@@ -307,29 +341,40 @@ impl NodeService {
             }
             _ => {
                 let staging = required_path(&request.staging_target_path, "staging_target_path")?;
+                if !system::is_mount_point(&staging) {
+                    return Err(Status::failed_precondition(format!(
+                        "volume {} is not staged at {}: NodeStageVolume first",
+                        request.volume_id,
+                        staging.display()
+                    )));
+                }
                 tokio::fs::create_dir_all(&target)
                     .await
                     .map_err(|error| internal(format!("{}: {error}", target.display())))?;
                 staging
             }
         };
-        let mut options = vec!["bind".to_string()];
+        let (source, target_text) = (source.display().to_string(), target.display().to_string());
+        self.run("mount", strings(&["-o", "bind", &source, &target_text]))
+            .await
+            .map_err(internal)?;
         if request.readonly {
-            options.push("ro".to_string());
+            // The kernel ignores MS_RDONLY on the call that makes a bind mount.
+            if let Err(error) = self
+                .run("mount", strings(&["-o", "remount,bind,ro", &target_text]))
+                .await
+            {
+                let _ = self.run("umount", vec![target_text.clone()]).await;
+                return Err(internal(format!("cannot make {target_text} read-only: {error}")));
+            }
         }
-        let args = vec![
-            "-o".into(),
-            options.join(","),
-            source.display().to_string(),
-            target.display().to_string(),
-        ];
-        self.run("mount", args).await.map_err(internal)?;
         Ok(())
     }
 
     async fn unpublish(&self, request: NodeUnpublishVolumeRequest) -> Result<(), Status> {
-        decode(&request.volume_id)?;
+        required_id(&request.volume_id)?;
         let target = required_path(&request.target_path, "target_path")?;
+        decode(&request.volume_id)?;
         if system::is_mount_point(&target) {
             self.run("umount", vec![target.display().to_string()])
                 .await
@@ -346,8 +391,9 @@ impl NodeService {
         &self,
         request: NodeGetVolumeStatsRequest,
     ) -> Result<NodeGetVolumeStatsResponse, Status> {
-        let id = decode(&request.volume_id)?;
+        required_id(&request.volume_id)?;
         let path = required_path(&request.volume_path, "volume_path")?;
+        let id = decode(&request.volume_id)?;
         if !path.exists() {
             return Err(Status::not_found(format!(
                 "volume_path {} does not exist",

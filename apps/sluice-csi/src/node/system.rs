@@ -7,29 +7,49 @@ use std::process::Command;
 
 use uuid::Uuid;
 
+/// Why a command did not succeed: its exit status (None: it could not be started or
+/// was killed by a signal) and a message naming the command and its stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandError {
+    pub status: Option<i32>,
+    pub message: String,
+}
+
+impl std::fmt::Display for CommandError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.message)
+    }
+}
+
 /// Runs a program and returns its standard output.
 pub trait Commands: Send + Sync {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, String>;
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError>;
 }
 
 /// The real machine.
 pub struct SystemCommands;
 
 impl Commands for SystemCommands {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
         let output = Command::new(program)
             .args(args)
             .output()
-            .map_err(|error| format!("cannot run {program}: {error}"))?;
+            .map_err(|error| CommandError {
+                status: None,
+                message: format!("cannot run {program} (is it installed and on PATH?): {error}"),
+            })?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
-            Err(format!(
-                "`{program} {}` failed ({}): {}",
-                args.join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
+            Err(CommandError {
+                status: output.status.code(),
+                message: format!(
+                    "`{program} {}` failed ({}): {}",
+                    args.join(" "),
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ),
+            })
         }
     }
 }
@@ -131,6 +151,36 @@ pub fn discovered_paths(discover_json: &str, subsystem_nqn: &str) -> Vec<(String
     paths
 }
 
+/// The NVMe controllers (`nvmeN`, in `sys_class_nvme`, i.e. `/sys/class/nvme`)
+/// connected to `subsystem_nqn`, with the (address, port) of each: what a stage
+/// need not connect again, a rescan asks, and an unstage disconnects.
+pub fn subsystem_controllers(sys_class_nvme: &Path, subsystem_nqn: &str) -> Vec<(String, (String, String))> {
+    let Ok(entries) = std::fs::read_dir(sys_class_nvme) else {
+        return Vec::new();
+    };
+    let mut controllers: Vec<(String, (String, String))> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let read = |file: &str| std::fs::read_to_string(entry.path().join(file)).ok();
+            if read("subsysnqn")?.trim() != subsystem_nqn {
+                return None;
+            }
+            let address = read("address").unwrap_or_default();
+            let field = |key: &str| {
+                address
+                    .trim()
+                    .split(',')
+                    .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            Some((entry.file_name().to_string_lossy().into_owned(), (field("traddr"), field("trsvcid"))))
+        })
+        .collect();
+    controllers.sort();
+    controllers
+}
+
 /// Splits `HOST:PORT` (`[v6]:PORT` too); the port defaults to 8009 (discovery).
 pub fn split_address(address: &str) -> (String, String) {
     if let Ok(socket) = address.parse::<std::net::SocketAddr>() {
@@ -222,5 +272,30 @@ mod tests {
             split_address("gw.example"),
             ("gw.example".to_string(), "8009".to_string())
         );
+    }
+
+    #[test]
+    fn the_controllers_of_a_subsystem_are_found_with_their_paths() {
+        let root = std::env::temp_dir().join(format!("sluice-csi-class-{}", std::process::id()));
+        for (name, nqn, address) in [
+            ("nvme0", "nqn.a:gold", "traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15\n"),
+            ("nvme1", "nqn.a:gold", "traddr=10.0.2.2,trsvcid=4421\n"),
+            ("nvme2", "nqn.a:other", "traddr=10.0.2.2,trsvcid=4420\n"),
+        ] {
+            std::fs::create_dir_all(root.join(name)).unwrap();
+            std::fs::write(root.join(name).join("subsysnqn"), format!("{nqn}\n")).unwrap();
+            std::fs::write(root.join(name).join("address"), address).unwrap();
+        }
+        let path = |address: &str, port: &str| (address.to_string(), port.to_string());
+        assert_eq!(
+            subsystem_controllers(&root, "nqn.a:gold"),
+            vec![
+                ("nvme0".to_string(), path("10.0.2.2", "4420")),
+                ("nvme1".to_string(), path("10.0.2.2", "4421"))
+            ]
+        );
+        assert!(subsystem_controllers(&root, "nqn.a:none").is_empty());
+        assert!(subsystem_controllers(&root.join("missing"), "nqn.a:gold").is_empty());
+        let _ = std::fs::remove_dir_all(root);
     }
 }

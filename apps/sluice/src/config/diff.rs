@@ -81,6 +81,8 @@ impl std::fmt::Display for Change {
 }
 
 const RESTART_SETTING: &str = "read at start; takes effect at the next start of sluice serve";
+const RESTART_LISTENER: &str = "a listener with `advertise` is announced as configured only when bound at start; \
+     takes effect at the next start of sluice serve";
 const RESTART_IDENTITY: &str =
     "a subsystem's identity and Namespace Management pool are fixed while it runs; takes effect at the next start \
      (or remove the subsystem, reload, add it back, reload)";
@@ -230,21 +232,37 @@ fn namespace_difference(before: &NamespaceConfig, after: &NamespaceConfig) -> Op
 /// Listeners by address value ("127.0.0.1:4420" and "127.0.0.1:04420" are one); a
 /// changed `discovery_only` or `tls` is a removal and an addition (its connections
 /// close: a listener that now requires TLS keeps no plain connection).
+///
+/// A listener with `advertise` (before or after) is left alone and any change to it
+/// needs a restart: what the discovery log announces is set when the listener is bound
+/// at start, and one added while running announces its bound address, which hosts
+/// may not reach.
 fn diff_listeners(before: &[ListenerConfig], after: &[ListenerConfig], changes: &mut Vec<Change>) {
-    let key = |listener: &ListenerConfig| {
-        let address = listener
-            .address
-            .parse::<SocketAddr>()
-            .map_or_else(|_| listener.address.clone(), |address| address.to_string());
-        (address, listener.discovery_only, listener.tls.secure_channel())
+    let normalized = |listener: &ListenerConfig| {
+        listener.address.parse::<SocketAddr>().map_or_else(|_| listener.address.clone(), |address| address.to_string())
+    };
+    let key = |listener: &ListenerConfig| (normalized(listener), listener.discovery_only, listener.tls.secure_channel());
+    let advertised = |listeners: &[ListenerConfig], address: &str| {
+        listeners.iter().find(|listener| normalized(listener) == address).and_then(|listener| listener.advertise.clone())
     };
     let (old, new): (Vec<_>, Vec<_>) = (before.iter().map(key).collect(), after.iter().map(key).collect());
-    for entry in &old {
+    let mut pinned: Vec<String> = Vec::new();
+    for address in old.iter().chain(&new).map(|entry| entry.0.clone()) {
+        let (was, is) = (advertised(before, &address), advertised(after, &address));
+        if (was.is_some() || is.is_some()) && !pinned.contains(&address) {
+            let same = old.iter().find(|entry| entry.0 == address) == new.iter().find(|entry| entry.0 == address);
+            if !same || was != is {
+                changes.push(Change::NeedsRestart { key: format!("listener {address:?}"), reason: RESTART_LISTENER });
+            }
+            pinned.push(address);
+        }
+    }
+    for entry in old.iter().filter(|entry| !pinned.contains(&entry.0)) {
         if !new.contains(entry) {
             changes.push(Change::ListenerRemoved { address: entry.0.clone() });
         }
     }
-    for (address, discovery_only, secure_channel) in &new {
+    for (address, discovery_only, secure_channel) in new.iter().filter(|entry| !pinned.contains(&entry.0)) {
         if !old.contains(&(address.clone(), *discovery_only, *secure_channel)) {
             changes.push(Change::ListenerAdded {
                 address: address.clone(),
@@ -400,6 +418,22 @@ nqn = "nqn.2014-08.io.sluice:h"
                     secure_channel: SecureChannel::Required
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_listener_with_an_advertised_address_changes_at_the_next_start() {
+        let advertised = RUNNING.replace(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n",
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\nadvertise = \"192.0.2.10:4420\"\n",
+        );
+        let restart = Change::NeedsRestart { key: "listener \"127.0.0.1:4420\"".into(), reason: RESTART_LISTENER };
+        assert_eq!(changes(&advertised), [restart]);
+        // Nor is a new listener with `advertise` bound by a reload.
+        let added = format!("{RUNNING}\n[[listener]]\naddress = \"127.0.0.1:4421\"\nadvertise = \"192.0.2.10:4421\"\n");
+        assert_eq!(
+            changes(&added),
+            [Change::NeedsRestart { key: "listener \"127.0.0.1:4421\"".into(), reason: RESTART_LISTENER }]
         );
     }
 }

@@ -84,6 +84,11 @@ pub struct ListenerConfig {
     /// Serve only the discovery subsystem on this listener (like port 8009).
     #[serde(default)]
     pub discovery_only: bool,
+    /// "IP:port" the discovery log announces for this listener instead of `address`
+    /// (TRADDR/TRSVCID, like a Linux nvmet port's `addr_traddr`): the address hosts
+    /// can dial when `address` is a wildcard, or behind NAT or port forwarding.
+    #[serde(default)]
+    pub advertise: Option<String>,
     /// NVMe/TCP over TLS 1.3 with pre-shared keys: "none" (default), "optional"
     /// (each host chooses) or "required" (plain connections are closed). Hosts need a
     /// `tls_key` in their `[[subsystem.host]]` entry.
@@ -562,8 +567,8 @@ impl Config {
     pub fn embedded_default() -> Config {
         Config {
             listeners: vec![
-                ListenerConfig { address: "127.0.0.1:4420".into(), discovery_only: false, tls: TlsSetting::None },
-                ListenerConfig { address: "127.0.0.1:8009".into(), discovery_only: true, tls: TlsSetting::None },
+                ListenerConfig { address: "127.0.0.1:4420".into(), discovery_only: false, advertise: None, tls: TlsSetting::None },
+                ListenerConfig { address: "127.0.0.1:8009".into(), discovery_only: true, advertise: None, tls: TlsSetting::None },
             ],
             backends: Vec::new(),
             pools: Vec::new(),
@@ -666,6 +671,35 @@ impl Config {
         Ok(addresses)
     }
 
+    /// Each listener's `advertise` address (None: the discovery log announces the
+    /// bound address), checked: an IP and a port, not a wildcard, which no host can dial.
+    pub fn advertised_addresses(&self) -> Result<Vec<Option<SocketAddr>>, ConfigError> {
+        let mut advertised = Vec::new();
+        for (index, listener) in self.listeners.iter().enumerate() {
+            let Some(text) = &listener.advertise else {
+                advertised.push(None);
+                continue;
+            };
+            let key = format!("listener[{index}].advertise");
+            let address: SocketAddr = text.parse().map_err(|_| {
+                invalid(
+                    key.clone(),
+                    format!(
+                        "{text:?} is not IP:port: give the address hosts dial to reach this listener (e.g. \"192.0.2.10:4420\" or \"[2001:db8::10]:4420\"); host names are not allowed"
+                    ),
+                )
+            })?;
+            if address.ip().is_unspecified() || address.port() == 0 {
+                return Err(invalid(
+                    key,
+                    format!("{address} cannot be dialled: give the host-reachable IP and port of this listener"),
+                ));
+            }
+            advertised.push(Some(address));
+        }
+        Ok(advertised)
+    }
+
     /// Validates the whole file without side effects: no file is created or opened for
     /// writing, no pool table is read or written, no device is formatted. Also runs the
     /// target's own checks (NQNs, NSID range, limits) on stand-in namespaces.
@@ -764,12 +798,18 @@ impl Config {
         let listeners = addresses
             .iter()
             .zip(&self.listeners)
-            .map(|(address, listener)| ListenerSpec {
-                address: address.ip().to_string(),
-                port: address.port(),
-                family: if address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-                discovery_only: listener.discovery_only,
-                secure_channel: listener.tls.secure_channel(),
+            .zip(self.advertised_addresses()?)
+            .map(|((bound, listener), advertised)| {
+                // Hosts follow the discovery log: it names where they can reach this
+                // listener, which is not always where it is bound.
+                let announced = advertised.unwrap_or(*bound);
+                ListenerSpec {
+                    address: announced.ip().to_string(),
+                    port: announced.port(),
+                    family: if announced.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+                    discovery_only: listener.discovery_only,
+                    secure_channel: listener.tls.secure_channel(),
+                }
             })
             .collect();
         let defaults = TargetSettings::default();

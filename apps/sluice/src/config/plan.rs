@@ -28,6 +28,7 @@ pub struct Plan {
 /// Validates `config` without side effects (reads only file metadata).
 pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
     config.listen_addresses()?;
+    config.advertised_addresses()?;
     let mut graph = Graph::new(config)?;
     let all_nodes = graph.build_order(config)?;
     let mut subsystems = namespaces::resolve(config, &mut graph)?;

@@ -276,3 +276,37 @@ fn a_host_secret_may_be_a_reference_to_a_file_only_its_owner_reads() {
     assert!(missing.contains("/nonexistent/sluice-secret"), "{missing}");
     std::fs::remove_dir_all(&directory).unwrap();
 }
+
+/// The discovery log's TRADDR/TRSVCID come from the target's listener table
+/// (`ListenerSpec`, crates/nvme-target/src/discovery.rs): with `advertise` it holds
+/// the address hosts dial, not the bound one.
+#[test]
+fn the_discovery_log_announces_the_advertised_address() {
+    let text = |advertise: &str| {
+        format!(
+            "[[listener]]\naddress = \"0.0.0.0:4420\"\n{advertise}\n[[listener]]\naddress = \"127.0.0.1:8009\"\n\
+             discovery_only = true\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n[[subsystem.namespace]]\n\
+             backend = \"null\"\nsize = \"1MiB\"\n"
+        )
+    };
+    let spec = Config::parse(&text("advertise = \"10.0.2.2:14420\"")).unwrap().target_spec().unwrap();
+    assert_eq!((spec.listeners[0].address.as_str(), spec.listeners[0].port), ("10.0.2.2", 14420));
+    // Without it, the bound address.
+    assert_eq!((spec.listeners[1].address.as_str(), spec.listeners[1].port), ("127.0.0.1", 8009));
+    let target = nvme_target::Target::new(spec).unwrap();
+    let announced: Vec<(String, u16)> =
+        target.listeners().into_iter().map(|(_, listener)| (listener.address, listener.port)).collect();
+    assert_eq!(announced[0], ("10.0.2.2".to_string(), 14420));
+    let v6 = Config::parse(&text("advertise = \"[2001:db8::10]:4420\"")).unwrap().target_spec().unwrap();
+    assert_eq!(v6.listeners[0].family, nvme_target::AddressFamily::Ipv6);
+
+    for (bad, says) in [
+        ("advertise = \"gateway.example:4420\"", "is not IP:port"),
+        ("advertise = \"10.0.2.2\"", "is not IP:port"),
+        ("advertise = \"0.0.0.0:4420\"", "cannot be dialled"),
+        ("advertise = \"10.0.2.2:0\"", "cannot be dialled"),
+    ] {
+        let error = Config::parse(&text(bad)).unwrap().check().err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("listener[0].advertise") && error.contains(says), "{bad}: {error}");
+    }
+}

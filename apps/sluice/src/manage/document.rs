@@ -329,6 +329,20 @@ pub fn listeners(document: &DocumentMut) -> Result<Vec<(String, bool, String)>, 
         .collect())
 }
 
+/// In file order, each `[[listener]]`'s address and its `advertise` address, for those
+/// that have one (what the discovery log announces instead of the bound address).
+pub fn advertised_listeners(document: &DocumentMut) -> Vec<(String, String)> {
+    let Ok(Some(listeners)) = existing_array_of_tables(document.as_table(), LISTENER_KEY, "") else {
+        return Vec::new();
+    };
+    listeners
+        .iter()
+        .filter_map(|table| {
+            Some((string_of(table, "address")?.to_string(), string_of(table, "advertise")?.to_string()))
+        })
+        .collect()
+}
+
 /// The index of the listener entry whose address means `address` ("127.0.0.1:4420"
 /// and "127.0.0.1:04420" are one address; entries that do not parse match nothing).
 fn listener_position(listeners: &ArrayOfTables, address: SocketAddr) -> Option<usize> {

@@ -170,11 +170,13 @@ impl Management {
     pub(super) fn listener_list(&mut self, params: Params) -> Result<Value, RpcError> {
         params.finish("listener_list")?;
         let accepting = self.accepting_listeners();
+        let mut advertised = Vec::new();
         let configured = match &self.config_file {
             Some(file) => {
                 let document: DocumentMut = file.text.parse().map_err(|error| {
                     RpcError::new(CONFIG_INVALID, format!("the config file no longer parses: {error}"))
                 })?;
+                advertised = document::advertised_listeners(&document);
                 document::listeners(&document).map_err(edit_error)?
             }
             None => accepting
@@ -190,13 +192,18 @@ impl Management {
             let address = text.parse::<SocketAddr>().ok();
             let active = address.is_some_and(|address| accepting.iter().any(|listener| listener.address == address));
             seen.extend(address);
-            listeners.push(json!({
+            let mut entry = json!({
                 "address": text,
                 "discovery_only": discovery_only,
                 "tls": tls,
                 "configured": true,
                 "active": active,
-            }));
+            });
+            // Where hosts reach it (`[[listener]] advertise`), e.g. for the CSI driver's publish context.
+            if let Some((_, advertise)) = advertised.iter().find(|(address, _)| *address == text) {
+                entry["advertise"] = json!(advertise);
+            }
+            listeners.push(entry);
         }
         for listener in accepting.iter().filter(|listener| !seen.contains(&listener.address)) {
             listeners.push(json!({

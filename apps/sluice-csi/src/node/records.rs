@@ -1,0 +1,90 @@
+//! What this node has staged: one small file per staged volume,
+//! `<state dir>/staged/<namespace UUID>`, holding the volume's subsystem NQN. An
+//! unstage disconnects a subsystem only when no other staged volume names it: the
+//! namespaces a host sees on a subsystem are not all staged (the host is allowed on
+//! the whole subsystem), so the devices in sysfs cannot tell which connections are
+//! still needed. The files live under /run: connections end at reboot, and so do they.
+
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+pub struct StagedRecords {
+    directory: PathBuf,
+}
+
+impl StagedRecords {
+    pub fn new(state_dir: &Path) -> StagedRecords {
+        StagedRecords {
+            directory: state_dir.join("staged"),
+        }
+    }
+
+    /// Records that the volume with `uuid` on `subsystem_nqn` is staged here.
+    pub fn add(&self, uuid: &Uuid, subsystem_nqn: &str) -> Result<(), String> {
+        let cannot = |error: std::io::Error| {
+            format!(
+                "cannot record the staged volume in {}: {error} (the node service needs a writable --state-dir)",
+                self.directory.display()
+            )
+        };
+        std::fs::create_dir_all(&self.directory).map_err(cannot)?;
+        std::fs::write(self.file(uuid), format!("{subsystem_nqn}\n")).map_err(cannot)
+    }
+
+    /// Forgets the volume; a volume that was not recorded is no error.
+    pub fn remove(&self, uuid: &Uuid) -> Result<(), String> {
+        match std::fs::remove_file(self.file(uuid)) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(format!(
+                "cannot remove {}: {error}",
+                self.file(uuid).display()
+            )),
+        }
+    }
+
+    /// Whether a staged volume other than `uuid` is on `subsystem_nqn`.
+    pub fn others_on(&self, uuid: &Uuid, subsystem_nqn: &str) -> bool {
+        let own = uuid.hyphenated().to_string();
+        let Ok(entries) = std::fs::read_dir(&self.directory) else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            entry.file_name().to_string_lossy() != own
+                && std::fs::read_to_string(entry.path())
+                    .is_ok_and(|text| text.trim() == subsystem_nqn)
+        })
+    }
+
+    fn file(&self, uuid: &Uuid) -> PathBuf {
+        self.directory.join(uuid.hyphenated().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume_id::namespace_uuid_for_name;
+
+    #[test]
+    fn a_subsystem_is_needed_while_another_volume_on_it_is_staged() {
+        let root = std::env::temp_dir().join(format!("sluice-csi-records-{}", std::process::id()));
+        let records = StagedRecords::new(&root);
+        let (a, b, c) = (
+            namespace_uuid_for_name("pvc-a"),
+            namespace_uuid_for_name("pvc-b"),
+            namespace_uuid_for_name("pvc-c"),
+        );
+        assert!(!records.others_on(&a, "nqn.a:gold"), "nothing recorded yet");
+        records.add(&a, "nqn.a:gold").unwrap();
+        records.add(&b, "nqn.a:gold").unwrap();
+        records.add(&c, "nqn.a:silver").unwrap();
+        assert!(records.others_on(&a, "nqn.a:gold"));
+        assert!(!records.others_on(&c, "nqn.a:silver"));
+        records.remove(&b).unwrap();
+        records.remove(&b).unwrap();
+        assert!(!records.others_on(&a, "nqn.a:gold"));
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
