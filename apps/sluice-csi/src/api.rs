@@ -123,6 +123,12 @@ pub fn is_not_found(error: &CallError) -> bool {
     matches!(error, CallError::Remote(remote) if code_of_refusal(remote) == Code::NotFound)
 }
 
+/// `host_deny` refused because a namespace's hosts list still names the host.
+pub fn is_still_attached(error: &CallError) -> bool {
+    matches!(error, CallError::Remote(remote)
+        if remote.code == codes::CHANGE_REFUSED && remote.message.contains("is still attached"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,10 +19,10 @@ use toml_edit::{value, Array, Table};
 use nvme_spec::NamespaceId;
 use nvme_target::{Attachment, ManagementError, Subsystem};
 
+use super::Management;
 use crate::manage::assemble::edit_error;
 use crate::manage::document;
 use crate::manage::protocol::{Params, RpcError, APPLY_FAILED};
-use super::Management;
 
 /// What an edit of a `hosts` list did.
 enum HostsEdit {
@@ -51,7 +51,10 @@ impl Management {
         let subsystem = self.live_subsystem(&nqn)?;
         let id = NamespaceId(nsid);
         let Some(entry) = subsystem.table().get(id).cloned() else {
-            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid} (`sluice ns list`)")));
+            return Err(RpcError::refused(
+                "nsid",
+                format!("subsystem {nqn} has no namespace {nsid} (`sluice ns list`)"),
+            ));
         };
         let rules = subsystem.hosts.current();
         if attach && !rules.allows(&host) {
