@@ -997,9 +997,10 @@ mod tests {
     #[test]
     fn namespaces_render_as_a_table() {
         let result = json!({"namespaces": [{"nsid": 1, "size_bytes": 1 << 30, "block_size": 512, "backend": "ram",
-            "source": "config", "nguid": "00112233445566778899aabbccddeeff"}]});
+            "source": "config", "nguid": "00112233445566778899aabbccddeeff", "hosts": []}]});
         let text = render(View::Namespaces, &result);
-        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS\n"), "{text}");
+        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS  HOSTS\n"), "{text}");
+        assert!(text.contains("-    no host\n"), "{text}");
         assert!(text.contains("1     1 GiB  512    ram      config  00112233"), "{text}");
     }
 }

@@ -130,7 +130,7 @@ fn a_reload_applies_an_edited_hosts_list() {
     let mut fixture = Fixture::new("attach-reload", LIMITED);
     let edited = LIMITED.replacen("hosts = []", &format!("hosts = [\"{H2}\"]"), 1);
     let outcome = fixture.management.reload_text(edited, "test");
-    assert_eq!((outcome.applied, outcome.failed, outcome.refused), (1, 0, None), "{outcome:?}");
+    assert_eq!((outcome.applied, outcome.failed, outcome.refused.clone()), (1, 0, None), "{outcome:?}");
     assert_eq!(attachment(&fixture, 1), Attachment::Hosts(vec![H2.into()]));
 }
 
