@@ -123,6 +123,12 @@ pub fn is_not_found(error: &CallError) -> bool {
     matches!(error, CallError::Remote(remote) if code_of_refusal(remote) == Code::NotFound)
 }
 
+/// `host_deny` refused because a namespace's hosts list still names the host.
+pub fn is_still_attached(error: &CallError) -> bool {
+    matches!(error, CallError::Remote(remote)
+        if remote.code == codes::CHANGE_REFUSED && remote.message.contains("is still attached"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +226,29 @@ mod tests {
                 .message()
                 .contains("size: x")
         );
+    }
+
+    #[test]
+    fn attachment_refusals_map_to_what_the_controller_expects() {
+        let gone = refusal(
+            codes::CHANGE_REFUSED,
+            "nsid: subsystem nqn.a has no namespace 3 (`sluice ns list`)",
+        );
+        assert!(is_not_found(&gone));
+        let not_allowed = refusal(
+            codes::CHANGE_REFUSED,
+            "host: host nqn.h is not allowed on subsystem nqn.a, so it could never see the namespace",
+        );
+        assert_eq!(
+            status_of("ns_attach", &not_allowed).code(),
+            Code::FailedPrecondition
+        );
+        assert!(!is_still_attached(&not_allowed));
+        let attached = refusal(
+            codes::CHANGE_REFUSED,
+            "host: host nqn.h is still attached to namespace(s) [2] of nqn.a (their `hosts` lists)",
+        );
+        assert!(is_still_attached(&attached));
+        assert!(!is_not_found(&attached));
     }
 }

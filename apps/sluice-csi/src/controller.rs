@@ -155,10 +155,13 @@ impl ControllerService {
         {
             return self.already_made(&id, namespace, required_bytes, limit_bytes, &class);
         }
+        // Attached to no host: ControllerPublishVolume attaches it to the node that
+        // mounts it, so that no other node of the subsystem sees it.
         let mut params = json!({
             "nqn": class.subsystem_nqn,
             "uuid": id.namespace_uuid.hyphenated().to_string(),
             "nguid": id.namespace_uuid.simple().to_string(),
+            "hosts": [],
         });
         match &class.backing {
             Backing::Pool { name, thin } => {
@@ -327,6 +330,14 @@ impl ControllerService {
                 .await?;
             tracing::info!(volume = %request.volume_id, node = %request.node_id, "host allowed on the subsystem");
         }
+        // Idempotent on the gateway: a retried publish finds it attached already.
+        self.api
+            .call(
+                "ns_attach",
+                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }),
+            )
+            .await?;
+        tracing::info!(volume = %request.volume_id, node = %request.node_id, nsid = namespace.nsid, "namespace attached to the node");
         let addresses = if self.discovery_addresses.is_empty() {
             gateway::reachable_listeners(&self.api).await?
         } else {
@@ -354,11 +365,9 @@ impl ControllerService {
             }))
     }
 
-    /// Unpublish. Without per-host namespace attachment the gateway cannot tell
-    /// which of a subsystem's volumes a node uses, so the host is denied only when
-    /// this was the subsystem's last volume of this driver; otherwise it stays
-    /// allowed (its other volumes may be mounted) and the node's NodeUnstage has
-    /// already disconnected what this volume needed.
+    /// Unpublish: the namespace is detached from the node (idempotent on the
+    /// gateway), and the host is denied on the subsystem only when no other
+    /// namespace of it is attached to the node (its other volumes may be mounted).
     async fn unpublish(&self, request: ControllerUnpublishVolumeRequest) -> Result<(), Status> {
         let Some(id) = required_volume_id(&request.volume_id)? else {
             return Ok(());
@@ -369,10 +378,31 @@ impl ControllerService {
         let Some(listed) = gateway::namespaces(&self.api, &id.subsystem_nqn).await? else {
             return Ok(());
         };
+        if let Some(namespace) = listed
+            .iter()
+            .find(|namespace| namespace.uuid == id.namespace_uuid)
+        {
+            match self
+                .api
+                .call_raw(
+                    "ns_detach",
+                    json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(volume = %request.volume_id, node = %request.node_id, "namespace detached from the node")
+                }
+                // Deleted meanwhile: nothing left to detach.
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => return Err(status_of("ns_detach", &error)),
+            }
+        }
         let others = listed
             .iter()
             .filter(|namespace| namespace.uuid != id.namespace_uuid)
             .filter(|namespace| crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid))
+            .filter(|namespace| namespace.attached_to(&request.node_id))
             .count();
         if others > 0
             || !self
@@ -394,6 +424,9 @@ impl ControllerService {
                 Ok(())
             }
             Err(error) if is_not_found(&error) => Ok(()),
+            // A namespace that is not this driver's still lists the node: the node
+            // keeps its access for that one; this volume is detached all the same.
+            Err(error) if crate::api::is_still_attached(&error) => Ok(()),
             Err(error) => Err(status_of("host_deny", &error)),
         }
     }

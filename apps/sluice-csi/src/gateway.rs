@@ -16,6 +16,19 @@ pub struct NamespaceInfo {
     pub block_size_bytes: u64,
     pub uuid: Uuid,
     pub nguid: [u8; 16],
+    /// The hosts that see it: `None` every host the subsystem allows (a gateway
+    /// older than per-host attachment shows no list either), else these (none when
+    /// empty).
+    pub hosts: Option<Vec<String>>,
+}
+
+impl NamespaceInfo {
+    /// True when controllers of `host` see the namespace.
+    pub fn attached_to(&self, host: &str) -> bool {
+        self.hosts
+            .as_ref()
+            .is_none_or(|hosts| hosts.iter().any(|entry| entry == host))
+    }
 }
 
 fn parse_namespace(value: &Value) -> Option<NamespaceInfo> {
@@ -26,6 +39,12 @@ fn parse_namespace(value: &Value) -> Option<NamespaceInfo> {
         block_size_bytes: value.get("block_size")?.as_u64()?,
         uuid: Uuid::try_parse(value.get("uuid")?.as_str()?).ok()?,
         nguid: *Uuid::try_parse(nguid_text).ok()?.as_bytes(),
+        hosts: value.get("hosts").and_then(Value::as_array).map(|hosts| {
+            hosts
+                .iter()
+                .filter_map(|host| host.as_str().map(str::to_string))
+                .collect()
+        }),
     })
 }
 

@@ -98,6 +98,8 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
     let target = Target::new(spec)?;
     // Before the listeners open: the first command meets its limits.
     crate::config::qos::apply(&target, config)?;
+    // Before the listeners open: a namespace limited to some hosts is never seen by others.
+    crate::config::attachment::apply(&target, config);
     // Before the listeners open: saved reservations are in force for the first command.
     let mut group_reservations = None;
     match (&config.target.state_dir, config.gateway_plan()?) {

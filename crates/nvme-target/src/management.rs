@@ -49,6 +49,8 @@ pub enum ManagementError {
     InsufficientCapacity,
     #[error("size of {0} blocks is not valid")]
     InvalidSize(u64),
+    #[error("namespace {0} was created through Namespace Management; its attachment follows Namespace Attachment")]
+    ManagedNamespace(u32),
     #[error("namespace {0} is already attached to that host")]
     AlreadyAttached(u32),
     #[error("namespace {0} is not attached to that host")]
@@ -68,7 +70,9 @@ impl ManagementError {
                 Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry()
             }
             ManagementError::NotAllocated(_) => Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry(),
-            ManagementError::ConfiguredNamespace(_) => Status::INVALID_FIELD.with_do_not_retry(),
+            ManagementError::ConfiguredNamespace(_) | ManagementError::ManagedNamespace(_) => {
+                Status::INVALID_FIELD.with_do_not_retry()
+            }
             ManagementError::InsufficientCapacity => Status::NAMESPACE_INSUFFICIENT_CAPACITY.with_do_not_retry(),
             ManagementError::InvalidSize(_) | ManagementError::InvalidAnaGroup(_) => {
                 Status::INVALID_FIELD.with_do_not_retry()
@@ -120,7 +124,7 @@ impl Subsystem {
         let backend = pool.get(carve_id).map_err(pool_error)?;
         let carve = PoolCarve { pool: Arc::clone(pool), id: carve_id, thin };
         let namespace = Namespace::new(id, backend, record.nguid, record.uuid, Some(carve));
-        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::Hosts(Vec::new()) });
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::Hosts(Vec::new()), managed: true });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, size_blocks, thin, "namespace created");
         Ok(id)
@@ -133,7 +137,7 @@ impl Subsystem {
         let _change = self.lock_changes();
         let mut table = (*self.table()).clone();
         let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
-        let Some(carve) = entry.namespace.carve.as_ref().filter(|_| entry.attachment != Attachment::AllHosts) else {
+        let Some(carve) = entry.namespace.carve.as_ref().filter(|_| entry.managed) else {
             return Err(ManagementError::ConfiguredNamespace(id.0));
         };
         // Unbind first (persisted): after a stop or crash from here on the carve is an
@@ -150,6 +154,17 @@ impl Subsystem {
     /// Adds a namespace over any backend, attached to every host (the management
     /// API's "ns add"; the config's namespaces are added the same way at start).
     pub fn add_namespace(&self, spec: NamespaceSpec) -> Result<NamespaceChange, ManagementError> {
+        self.add_namespace_attached(spec, Attachment::AllHosts)
+    }
+
+    /// Adds a namespace over any backend, attached as the configuration says, in
+    /// one table swap: a namespace limited to some hosts is never seen by others,
+    /// not even for a moment.
+    pub fn add_namespace_attached(
+        &self,
+        spec: NamespaceSpec,
+        attachment: Attachment,
+    ) -> Result<NamespaceChange, ManagementError> {
         let id = spec.id;
         if id.0 == 0 || id.0 > MAX_NAMESPACE_ID {
             return Err(ManagementError::NotAllocated(id.0));
@@ -170,17 +185,23 @@ impl Subsystem {
             None,
         )
         .in_ana_group(spec.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP));
-        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::AllHosts });
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: attachment.clone(), managed: false });
         self.replace_table(table);
-        tracing::info!(subsystem = %self.nqn, nsid = id.0, "namespace added");
-        Ok(NamespaceChange { namespace_id: id, hosts: Attachment::AllHosts })
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, ?attachment, "namespace added");
+        Ok(NamespaceChange { namespace_id: id, hosts: attachment })
     }
 
     /// Serves the carve of this subsystem's pool that is bound to `id`, attached as its
     /// binding says: a pool namespace the config adds while the target runs (at start,
     /// `Subsystem::new` loads every bound carve). Like a namespace Namespace Management
-    /// created, removing it deletes the carve.
-    pub fn add_bound_carve(&self, id: NamespaceId) -> Result<NamespaceChange, ManagementError> {
+    /// created, removing it deletes the carve. `configured` replaces the binding's
+    /// attachment (a host list from the configuration; the pool table keeps the
+    /// configured carve bound to all hosts).
+    pub fn add_bound_carve(
+        &self,
+        id: NamespaceId,
+        configured: Option<Attachment>,
+    ) -> Result<NamespaceChange, ManagementError> {
         let pool = self.pool.as_ref().ok_or(ManagementError::NoPool)?;
         let _change = self.lock_changes();
         let mut table = (*self.table()).clone();
@@ -198,10 +219,12 @@ impl Subsystem {
             })
             .ok_or(ManagementError::NotAllocated(id.0))?;
         let backend = pool.get(record.id).map_err(pool_error)?;
-        let attachment = if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
+        let managed = !binding.all_hosts;
+        let stored = if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
+        let attachment = configured.filter(|_| !managed).unwrap_or(stored);
         let carve = PoolCarve { pool: Arc::clone(pool), id: record.id, thin: record.thin };
         let namespace = Namespace::new(id, backend, record.nguid, record.uuid, Some(carve));
-        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: attachment.clone() });
+        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: attachment.clone(), managed });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, carve = record.id.0, "pool namespace added");
         Ok(NamespaceChange { namespace_id: id, hosts: attachment })
@@ -228,7 +251,7 @@ impl Subsystem {
     pub fn managed_namespace_ids(&self) -> Vec<NamespaceId> {
         self.table()
             .entries()
-            .filter(|entry| entry.namespace.carve.is_some() && entry.attachment != Attachment::AllHosts)
+            .filter(|entry| entry.namespace.carve.is_some() && entry.managed)
             .map(|entry| entry.namespace.id)
             .collect()
     }
@@ -245,8 +268,9 @@ impl Subsystem {
         let _change = self.lock_changes();
         let mut table = (*self.table()).clone();
         let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
-        let (Some(carve), Attachment::Hosts(current)) = (&entry.namespace.carve, &entry.attachment) else {
-            return Err(if attach {
+        let (Some(carve), Attachment::Hosts(current), true) = (&entry.namespace.carve, &entry.attachment, entry.managed)
+        else {
+            return Err(if attach && entry.attachment == Attachment::AllHosts {
                 ManagementError::AlreadyAttached(id.0)
             } else {
                 ManagementError::ConfiguredNamespace(id.0)
@@ -270,10 +294,48 @@ impl Subsystem {
         };
         pool.set_binding(carve.id, Some(binding)).map_err(pool_error)?;
         let namespace = Arc::clone(&entry.namespace);
-        table.insert(TableEntry { namespace, attachment: Attachment::Hosts(updated) });
+        table.insert(TableEntry { namespace, attachment: Attachment::Hosts(updated), managed: true });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, ?hosts, attach, "namespace attachment changed");
         Ok(NamespaceChange { namespace_id: id, hosts: Attachment::Hosts(hosts.to_vec()) })
+    }
+
+    /// Sets the attachment of a namespace the configuration declared (every host,
+    /// or a list of hosts, possibly empty: no host). `Ok(None)` when it already was;
+    /// otherwise the change names the hosts whose view changed, for the Namespace
+    /// Attribute Changed notice. A namespace a host created through Namespace
+    /// Management is refused: its attachment follows Namespace Attachment.
+    pub fn set_configured_attachment(
+        &self,
+        id: NamespaceId,
+        attachment: Attachment,
+    ) -> Result<Option<NamespaceChange>, ManagementError> {
+        let _change = self.lock_changes();
+        let mut table = (*self.table()).clone();
+        let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
+        if entry.managed {
+            return Err(ManagementError::ManagedNamespace(id.0));
+        }
+        if entry.attachment == attachment {
+            return Ok(None);
+        }
+        let changed = match (&entry.attachment, &attachment) {
+            (Attachment::Hosts(before), Attachment::Hosts(after)) => Attachment::Hosts(
+                before
+                    .iter()
+                    .filter(|host| !after.contains(host))
+                    .chain(after.iter().filter(|host| !before.contains(host)))
+                    .cloned()
+                    .collect(),
+            ),
+            // From or to every host: any connected host may have gained or lost it.
+            _ => Attachment::AllHosts,
+        };
+        let namespace = Arc::clone(&entry.namespace);
+        table.insert(TableEntry { namespace, attachment: attachment.clone(), managed: false });
+        self.replace_table(table);
+        tracing::info!(subsystem = %self.nqn, nsid = id.0, ?attachment, "namespace attachment configured");
+        Ok(Some(NamespaceChange { namespace_id: id, hosts: changed }))
     }
 }
 

@@ -178,6 +178,12 @@ impl Attachment {
 pub struct TableEntry {
     pub namespace: Arc<Namespace>,
     pub attachment: Attachment,
+    /// Created by a host's Namespace Management command (its attachment follows
+    /// Namespace Attachment and is kept in the pool table), rather than declared in
+    /// the configuration (its attachment follows the configuration). Kept apart from
+    /// `attachment` because a configured namespace may be limited to some hosts too,
+    /// and must not become deletable by hosts for that.
+    pub managed: bool,
 }
 
 /// The allocated namespaces of a subsystem at one moment, by NSID.

@@ -171,6 +171,7 @@ impl Subsystem {
                 )
                 .in_ana_group(namespace.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP))),
                 attachment: Attachment::AllHosts,
+                managed: false,
             };
             add(&mut table, entry)?;
         }
@@ -185,6 +186,9 @@ impl Subsystem {
                     carve: record.id.0,
                     reason: error.to_string(),
                 })?;
+                // A carve the configuration declared is bound to all hosts in the pool
+                // table; its configured host list, if any, is applied over it.
+                let managed = !binding.all_hosts;
                 let attachment =
                     if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
                 let carve = PoolCarve { pool: Arc::clone(pool), id: record.id, thin: record.thin };
@@ -195,7 +199,7 @@ impl Subsystem {
                     record.uuid,
                     Some(carve),
                 );
-                add(&mut table, TableEntry { namespace: Arc::new(namespace), attachment })?;
+                add(&mut table, TableEntry { namespace: Arc::new(namespace), attachment, managed })?;
             }
         }
         let serial_number = spec.serial_number.unwrap_or_else(|| derive_serial_number(&spec.nqn));

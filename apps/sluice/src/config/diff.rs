@@ -40,6 +40,12 @@ pub enum Change {
     QosChanged {
         nqn: String,
     },
+    /// A namespace's `hosts` list changed (applied live: the hosts that gain or lose
+    /// it get a Namespace Attribute Changed notice).
+    AttachmentChanged {
+        nqn: String,
+        nsid: u32,
+    },
     ListenerAdded {
         address: String,
         discovery_only: bool,
@@ -72,6 +78,7 @@ impl std::fmt::Display for Change {
             Change::NamespaceRemoved { nqn, nsid } => write!(f, "namespace {nsid} of {nqn} removed"),
             Change::HostsChanged { nqn } => write!(f, "allowed hosts of {nqn} changed"),
             Change::QosChanged { nqn } => write!(f, "QoS limits of {nqn} changed"),
+            Change::AttachmentChanged { nqn, nsid } => write!(f, "hosts of namespace {nsid} of {nqn} changed"),
             Change::ListenerAdded { address, .. } => write!(f, "listener {address} added"),
             Change::ListenerRemoved { address } => write!(f, "listener {address} removed"),
             Change::StorageChanged { entry, key } => write!(f, "{entry}.{key} changed"),
@@ -181,6 +188,9 @@ fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &m
                         key: format!("subsystem {nqn:?} namespace {nsid}.{key}"),
                         reason: RESTART_NAMESPACE,
                     });
+                }
+                if previous.hosts != namespace.hosts {
+                    changes.push(Change::AttachmentChanged { nqn: nqn.clone(), nsid: *nsid });
                 }
             }
         }
@@ -357,6 +367,17 @@ nqn = "nqn.2014-08.io.sluice:h"
         assert_eq!(changes(&edited), [Change::HostsChanged { nqn: B.into() }]);
         let edited = RUNNING.replace("allow_any_host = true\n", "");
         assert_eq!(changes(&edited), [Change::HostsChanged { nqn: A.into() }]);
+    }
+
+    #[test]
+    fn a_namespace_host_list_is_a_live_change_and_empty_is_not_absent() {
+        let limited = RUNNING.replace("device = \"disk\"", "device = \"disk\"\nhosts = [\"nqn.2014-08.io.sluice:h\"]");
+        assert_eq!(changes(&limited), [Change::AttachmentChanged { nqn: A.into(), nsid: 2 }]);
+        let running = Config::parse(&limited).unwrap();
+        let nobody = Config::parse(&limited.replace("hosts = [\"nqn.2014-08.io.sluice:h\"]", "hosts = []")).unwrap();
+        assert_eq!(diff(&running, &nobody), [Change::AttachmentChanged { nqn: A.into(), nsid: 2 }]);
+        let everyone = Config::parse(RUNNING).unwrap();
+        assert_eq!(diff(&nobody, &everyone), [Change::AttachmentChanged { nqn: A.into(), nsid: 2 }]);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! The reference of every key is docs/config.md.
 
+pub mod attachment;
 mod build;
 mod diff;
 pub mod gateway;
@@ -357,6 +358,11 @@ pub struct NamespaceConfig {
     /// group, the gateway owning the group reports it optimized.
     #[serde(default)]
     pub ana_group: Option<u32>,
+    /// The hosts (NQNs) whose controllers see the namespace (NVMe Namespace
+    /// Attachment). Absent: every host the subsystem admits; `[]`: no host at all
+    /// (a namespace made ready before any host may use it). Changed live.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
     /// `[subsystem.namespace.qos]`: rate limits on the namespace, all hosts together
     /// (see `qos`); changed live.
     #[serde(default)]

@@ -35,6 +35,7 @@ pub fn validate(config: &Config) -> Result<Plan, ConfigError> {
     let unused = graph.check_single_use(config)?;
     let shapes = shapes::compute(config, &graph, &all_nodes)?;
     super::qos::plan(config)?;
+    super::attachment::check(config)?;
     let mut paths = shapes.paths.clone();
     paths.extend(namespaces::finish(config, &mut subsystems, &shapes)?);
     shapes::check_distinct_paths(&paths)?;

@@ -494,3 +494,26 @@ fn a_gateway_serves_only_rbd_images_of_its_own_cluster_connection() {
     let group = gateway_config("device = \"image\"\nana_group = 65", "").check().unwrap_err().to_string();
     assert!(group.contains("ana_group = 65 is outside 1..=64"), "{group}");
 }
+
+#[test]
+fn a_namespace_hosts_list_names_allowed_hosts_once() {
+    let file = |hosts: &str, allow_any: bool| {
+        format!(
+            "[[listener]]\naddress = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:h\"\n{}\
+             [[subsystem.host]]\nnqn = \"nqn.2014-08.io.sluice:one\"\n[[subsystem.namespace]]\nbackend = \"ram\"\n\
+             size = \"1MiB\"\nhosts = {hosts}\n",
+            if allow_any { "allow_any_host = true\n" } else { "" }
+        )
+    };
+    let check = |text: String| Config::parse(&text).unwrap().check().map(|_| ()).map_err(|error| error.to_string());
+    check(file("[]", false)).unwrap();
+    check(file("[\"nqn.2014-08.io.sluice:one\"]", false)).unwrap();
+    let error = check(file("[\"nqn.2014-08.io.sluice:two\"]", false)).unwrap_err();
+    assert!(error.contains("namespace[0].hosts") && error.contains("not allowed on the subsystem"), "{error}");
+    // A subsystem that admits any host may name any host.
+    check(file("[\"nqn.2014-08.io.sluice:two\"]", true)).unwrap();
+    let error = check(file("[\"nqn.2014-08.io.sluice:one\", \"nqn.2014-08.io.sluice:one\"]", false)).unwrap_err();
+    assert!(error.contains("namespace[0].hosts") && error.contains("twice"), "{error}");
+    let error = check(file("[\"not an nqn\"]", true)).unwrap_err();
+    assert!(error.contains("namespace[0].hosts") && error.contains("not a host NQN"), "{error}");
+}

@@ -12,7 +12,7 @@
 //! [`StorageChanges`], kept once the change is in force and undone otherwise.
 
 use nvme_spec::NamespaceId;
-use nvme_target::{NamespaceSpec, SubsystemSpec};
+use nvme_target::{Attachment, NamespaceSpec, SubsystemSpec};
 use toml_edit::{DocumentMut, Item};
 
 use super::document::{self, Namespaces};
@@ -33,6 +33,9 @@ pub struct BuiltSubsystem {
     /// may still serve them when the change is applied.
     pub reused_backends: Vec<String>,
     pub storage: StorageChanges,
+    /// The attachment of each namespace with a `hosts` list, by NSID (the others are
+    /// attached to every admitted host): applied as the subsystem is added.
+    pub attachments: Vec<(u32, Attachment)>,
 }
 
 /// What a namespace is built into.
@@ -48,6 +51,8 @@ pub enum NamespacePiece {
 /// A namespace built for a change.
 pub struct BuiltNamespace {
     pub piece: NamespacePiece,
+    /// Its `hosts` key: the namespace is added attached so, in one step.
+    pub attachment: Attachment,
     pub reused_backends: Vec<String>,
     pub storage: StorageChanges,
 }
@@ -90,7 +95,15 @@ pub fn build_subsystem(
         .subsystems
         .pop()
         .ok_or_else(|| RpcError::new(INTERNAL_ERROR, format!("building subsystem {nqn} produced no subsystem")))?;
+    let attachments = config
+        .subsystems
+        .iter()
+        .flat_map(|subsystem| crate::config::qos::numbered(&subsystem.namespaces))
+        .filter(|(_, namespace)| namespace.hosts.is_some())
+        .map(|(nsid, namespace)| (nsid, crate::config::attachment::of(namespace)))
+        .collect();
     Ok(BuiltSubsystem {
+        attachments,
         spec,
         pool_namespaces: output.pool_namespaces.iter().map(|&(_, nsid)| nsid).collect(),
         reused_backends: std::mem::take(&mut output.reused_backends),
@@ -128,7 +141,12 @@ pub fn build_namespace(
             })?;
         NamespacePiece::Spec(spec)
     };
-    Ok(BuiltNamespace { piece, reused_backends: built.reused_backends, storage: built.storage })
+    let attachment = built
+        .attachments
+        .iter()
+        .find(|(nsid, _)| *nsid == id)
+        .map_or(Attachment::AllHosts, |(_, attachment)| attachment.clone());
+    Ok(BuiltNamespace { piece, attachment, reused_backends: built.reused_backends, storage: built.storage })
 }
 
 /// A config module error as a JSON-RPC error. Locations of a stand-alone build

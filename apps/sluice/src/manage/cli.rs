@@ -218,6 +218,10 @@ pub enum NamespaceCommand {
         /// UUID override [default: derived from NQN and NSID].
         #[arg(long)]
         uuid: Option<String>,
+        /// Only these hosts see it (comma-separated NQNs; "" for no host yet)
+        /// [default: every allowed host].
+        #[arg(long, value_name = "NQN,...")]
+        hosts: Option<String>,
     },
     /// Removes a namespace (a file or device backend keeps its data).
     Remove {
@@ -233,6 +237,10 @@ pub enum NamespaceCommand {
     },
     /// Sets or removes QoS limits of a namespace, or of one host on it, live.
     Qos(super::cli_qos::QosArgs),
+    /// Lets a host see the namespace (adds it to the namespace's hosts list).
+    Attach(super::cli_attach::AttachArgs),
+    /// Hides the namespace from a host (the last host leaves an empty list: no host).
+    Detach(super::cli_attach::AttachArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -349,6 +357,7 @@ enum View {
     NamespaceRemoved,
     Namespaces,
     QosChanged,
+    AttachmentChanged,
     HostChanged,
     Hosts,
     ListenerChanged,
@@ -447,7 +456,7 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             }
         },
         ManageCommand::Ns { command, client } => match command {
-            NamespaceCommand::Add { nqn, nsid, backend, rbd, device, pool, thin, size, block_size, path, direct_io, nguid, uuid } => {
+            NamespaceCommand::Add { nqn, nsid, backend, rbd, device, pool, thin, size, block_size, path, direct_io, nguid, uuid, hosts } => {
                 put("nqn", Some(json!(nqn)));
                 put("nsid", nsid.map(Value::from));
                 put("backend", backend.map(Value::from));
@@ -461,6 +470,8 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
                 put("direct_io", direct_io.map(Value::from));
                 put("nguid", nguid.map(Value::from));
                 put("uuid", uuid.map(Value::from));
+                // A comma-separated string; the method splits it (empty: no host).
+                put("hosts", hosts.map(Value::from));
                 (client, "ns_add", View::NamespaceAdded)
             }
             NamespaceCommand::Remove { nqn, nsid } => {
@@ -475,6 +486,14 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             NamespaceCommand::Qos(arguments) => {
                 arguments.into_params(&mut params);
                 (client, "ns_qos", View::QosChanged)
+            }
+            NamespaceCommand::Attach(arguments) => {
+                arguments.into_params(&mut params);
+                (client, "ns_attach", View::AttachmentChanged)
+            }
+            NamespaceCommand::Detach(arguments) => {
+                arguments.into_params(&mut params);
+                (client, "ns_detach", View::AttachmentChanged)
             }
         },
         ManageCommand::Host { command, client } => match command {
@@ -666,10 +685,11 @@ fn namespace_rows(namespaces: &[Value]) -> String {
                 text(namespace, "source").to_string(),
                 text(namespace, "nguid").to_string(),
                 super::cli_qos::summary(namespace.get("qos")),
+                super::cli_attach::hosts_summary(namespace),
             ]
         })
         .collect();
-    table(&["NSID", "SIZE", "BLOCK", "BACKEND", "SOURCE", "NGUID", "QOS"], &rows)
+    table(&["NSID", "SIZE", "BLOCK", "BACKEND", "SOURCE", "NGUID", "QOS", "HOSTS"], &rows)
 }
 
 fn host_rows(hosts: &[Value]) -> String {
@@ -756,6 +776,7 @@ fn render(view: View, result: &Value) -> String {
         ),
         View::Namespaces => namespace_rows(items(result, "namespaces")),
         View::QosChanged => super::cli_qos::render_changed(result),
+        View::AttachmentChanged => super::cli_attach::render_changed(result),
         View::HostChanged => {
             let what = match text(result, "change") {
                 "added" => "allowed",
@@ -976,9 +997,10 @@ mod tests {
     #[test]
     fn namespaces_render_as_a_table() {
         let result = json!({"namespaces": [{"nsid": 1, "size_bytes": 1 << 30, "block_size": 512, "backend": "ram",
-            "source": "config", "nguid": "00112233445566778899aabbccddeeff"}]});
+            "source": "config", "nguid": "00112233445566778899aabbccddeeff", "hosts": []}]});
         let text = render(View::Namespaces, &result);
-        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS\n"), "{text}");
+        assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS  HOSTS\n"), "{text}");
+        assert!(text.contains("-    no host\n"), "{text}");
         assert!(text.contains("1     1 GiB  512    ram      config  00112233"), "{text}");
     }
 }

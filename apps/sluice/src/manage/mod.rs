@@ -21,6 +21,7 @@
 mod assemble;
 mod caller;
 pub mod cli;
+mod cli_attach;
 mod cli_qos;
 mod document;
 pub(crate) mod persist;

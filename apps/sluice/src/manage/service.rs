@@ -63,7 +63,7 @@ pub enum Effect {
 /// method missing here is not found, even if `call` has an arm for it), read-only
 /// network clients are held to and the audit log follows. A new method needs a line
 /// here, and whether read-only clients may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 21] = [
+pub const METHODS: [(&str, Effect); 23] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -72,6 +72,8 @@ pub const METHODS: [(&str, Effect); 21] = [
     ("ns_remove", Effect::Changes),
     ("ns_list", Effect::ReadsOnly),
     ("ns_qos", Effect::Changes),
+    ("ns_attach", Effect::Changes),
+    ("ns_detach", Effect::Changes),
     ("host_allow", Effect::Changes),
     ("host_deny", Effect::Changes),
     ("host_list", Effect::ReadsOnly),
@@ -290,6 +292,8 @@ impl Management {
             "ns_remove" => self.ns_remove(params),
             "ns_list" => self.ns_list(params),
             "ns_qos" => self.ns_qos(params),
+            "ns_attach" => self.ns_attach(params),
+            "ns_detach" => self.ns_detach(params),
             "host_allow" => self.host_allow(params),
             "host_deny" => self.host_deny(params),
             "host_list" => self.host_list(params),
@@ -424,6 +428,10 @@ impl Management {
                 }
                 table.insert(key, value(text));
             }
+        }
+        // Which hosts see it (absent: every admitted host; empty: none yet).
+        if let Some(hosts) = params.optional_string_list("hosts")? {
+            table.insert("hosts", value(hosts.iter().map(String::as_str).collect::<toml_edit::Array>()));
         }
         let rbd = params.optional_string("rbd")?;
         params.finish("ns_add")?;
@@ -604,6 +612,7 @@ impl Management {
         let host = params.required_string("host")?;
         params.finish("host_deny")?;
         let subsystem = self.live_subsystem(&nqn)?;
+        self.refuse_deny_of_attached_host(&nqn, &host)?;
         let mut draft = self.draft()?;
         document::deny_host(&mut draft.document, &nqn, &host).map_err(edit_error)?;
         let text = self.check(&draft)?;
@@ -887,7 +896,7 @@ impl Management {
         let table = subsystem.table();
         table
             .entries()
-            .map(|entry| namespace_json(&entry.namespace, configured.contains(&entry.namespace.id.0)))
+            .map(|entry| namespace_json(&entry.namespace, configured.contains(&entry.namespace.id.0), &entry.attachment))
             .collect()
     }
 
@@ -917,7 +926,7 @@ impl Management {
     }
 }
 
-fn namespace_json(namespace: &Namespace, in_config_file: bool) -> Value {
+fn namespace_json(namespace: &Namespace, in_config_file: bool, attachment: &nvme_target::Attachment) -> Value {
     let geometry = namespace.geometry;
     let (throttled_commands, throttled_seconds) = namespace.qos.namespace.throttled();
     let host_qos: Vec<Value> = namespace
@@ -939,6 +948,8 @@ fn namespace_json(namespace: &Namespace, in_config_file: bool) -> Value {
         "host_qos": host_qos,
         "qos_throttled_commands": throttled_commands,
         "qos_throttled_seconds": throttled_seconds,
+        "all_hosts": *attachment == nvme_target::Attachment::AllHosts,
+        "hosts": attachment::hosts_field(attachment),
     })
 }
 
@@ -959,6 +970,7 @@ fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
     json!({ "nqn": nqn, "allow_any_host": hosts.allow_any_host, "hosts": entries })
 }
 
+mod attachment;
 mod backends;
 mod listeners;
 mod qos;

@@ -172,10 +172,10 @@ impl Management {
     /// storage the build opened. On refusal the build is dropped (a carve it created
     /// is deleted again) and the reason returned.
     pub(super) fn apply_namespace(&mut self, subsystem: &Subsystem, built: BuiltNamespace) -> Result<Value, String> {
-        let BuiltNamespace { piece, storage, .. } = built;
+        let BuiltNamespace { piece, storage, attachment, .. } = built;
         let (id, outcome) = match piece {
-            NamespacePiece::Spec(spec) => (spec.id, subsystem.add_namespace(spec)),
-            NamespacePiece::SubsystemPoolCarve(id) => (id, subsystem.add_bound_carve(id)),
+            NamespacePiece::Spec(spec) => (spec.id, subsystem.add_namespace_attached(spec, attachment)),
+            NamespacePiece::SubsystemPoolCarve(id) => (id, subsystem.add_bound_carve(id, Some(attachment))),
         };
         let change = outcome.map_err(|error| error.to_string())?;
         // Connected hosts get a namespace attribute notice and rescan.
@@ -186,8 +186,9 @@ impl Management {
             tracing::info!(subsystem = %subsystem.nqn, nsid = id.0, ?opened, "management: storage opened at its first use");
         }
         Ok(subsystem
-            .namespace(id)
-            .map(|namespace| namespace_json(&namespace, true))
+            .table()
+            .get(id)
+            .map(|entry| namespace_json(&entry.namespace, true, &entry.attachment))
             .unwrap_or_else(|| json!({ "nsid": id.0 })))
     }
 

@@ -287,6 +287,14 @@ impl Management {
             }
         }
         self.apply_listeners(changes, listeners, &mut outcome);
+        // Host lists follow the file whole, after the hosts they name were allowed.
+        crate::config::attachment::apply(&self.target, edited);
+        for change in changes {
+            if let Change::AttachmentChanged { nqn, nsid } = change {
+                tracing::info!(subsystem = %nqn, nsid, "reload: the namespace's hosts applied");
+                outcome.applied += 1;
+            }
+        }
         for change in changes {
             if let Change::NeedsRestart { key, reason } = change {
                 tracing::warn!("reload: {key} changed: {reason}");
@@ -422,8 +430,15 @@ impl Management {
 
     /// Puts a built subsystem in force and keeps the storage its build opened.
     pub(super) fn apply_subsystem(&mut self, built: BuiltSubsystem) -> Result<Arc<Subsystem>, String> {
-        let BuiltSubsystem { spec, storage, .. } = built;
+        let BuiltSubsystem { spec, storage, attachments, .. } = built;
         let subsystem = self.target.add_subsystem(spec).map_err(|error| error.to_string())?;
+        // Right after the add, before any host could have connected to the new
+        // subsystem and found its namespaces.
+        for (nsid, attachment) in attachments {
+            if let Err(error) = subsystem.set_configured_attachment(NamespaceId(nsid), attachment) {
+                tracing::error!(subsystem = %subsystem.nqn, nsid, %error, "the namespace's hosts could not be applied");
+            }
+        }
         storage.keep(&mut self.storage);
         Ok(subsystem)
     }

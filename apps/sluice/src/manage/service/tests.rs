@@ -40,8 +40,10 @@ impl Fixture {
         let path = directory.join("sluice.toml");
         std::fs::write(&path, text).unwrap();
         // As `sluice serve` does: the named storage the target opened goes to the API.
-        let (spec, storage) = Config::parse(text).unwrap().open().unwrap();
+        let config = Config::parse(text).unwrap();
+        let (spec, storage) = config.open().unwrap();
         let target = Target::new(spec).unwrap();
+        crate::config::attachment::apply(&target, &config);
         let listeners = vec![ActiveListener {
             address: "127.0.0.1:4420".parse().unwrap(),
             discovery_only: false,
@@ -534,3 +536,5 @@ fn every_method_is_in_the_table_once_and_classified() {
     assert_eq!(error.code, METHOD_NOT_FOUND);
     assert_eq!(fixture.file(), FILE, "no call above changed the file");
 }
+
+mod attachment;
