@@ -253,13 +253,22 @@ impl Subsystem {
                 crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
             }
         }
-        if let Some(group) = self.group_reservations.get() {
-            for entry in table.entries() {
-                track_in_group(&entry.namespace, group, &self.nqn);
-            }
-        }
+        // A namespace new to the group is marked unknown before anyone can reach it,
+        // and followed only once the table holding it is in place: the authority
+        // may install its state at once (on its own thread), and an install that ran
+        // before the swap would find no such namespace and leave it unknown for good
+        // (every command a path error on this gateway).
+        let newly_followed: Vec<Arc<crate::Namespace>> = match self.group_reservations.get() {
+            Some(_) => table.entries().filter(|entry| mark_for_group(&entry.namespace)).map(|entry| Arc::clone(&entry.namespace)).collect(),
+            None => Vec::new(),
+        };
         *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
         self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(group) = self.group_reservations.get() {
+            for namespace in &newly_followed {
+                follow_in_group(namespace, group, &self.nqn);
+            }
+        }
     }
 
     /// Gives the subsystem its reservation store and restores the saved state of its
@@ -276,8 +285,11 @@ impl Subsystem {
     /// namespaces added later as they arrive.
     pub(crate) fn attach_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
         let group = self.group_reservations.get_or_init(|| group);
+        // These entries are in the table already: marked, then followed.
         for entry in self.table().entries() {
-            track_in_group(&entry.namespace, group, &self.nqn);
+            if mark_for_group(&entry.namespace) {
+                follow_in_group(&entry.namespace, group, &self.nqn);
+            }
         }
     }
 
@@ -351,13 +363,18 @@ fn derive_serial_number(nqn: &str) -> String {
     format!("SLC{}", &hex[..17])
 }
 
-/// Starts following `namespace` in the group (once): marked unknown until the
-/// authority installs its state.
-fn track_in_group(namespace: &crate::Namespace, group: &crate::group_reservations::SharedGroupReservations, subsystem_nqn: &str) {
+/// Marks `namespace` unknown until the group installs its state, the first time it
+/// is seen; true when it was new (and must be followed once it is in the table).
+fn mark_for_group(namespace: &crate::Namespace) -> bool {
     if namespace.reservations_restored.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        return;
+        return false;
     }
     namespace.reservations.mark_unknown();
+    true
+}
+
+/// Asks the group's authority to follow `namespace` (already in the subsystem's table).
+fn follow_in_group(namespace: &crate::Namespace, group: &crate::group_reservations::SharedGroupReservations, subsystem_nqn: &str) {
     group.track(crate::reservation_store::NamespaceKey { subsystem_nqn: subsystem_nqn.to_string(), namespace_id: namespace.id, nguid: namespace.nguid });
 }
 

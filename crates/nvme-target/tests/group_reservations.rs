@@ -331,3 +331,29 @@ fn preempt_and_abort_through_one_gateway_waits_for_the_preempted_hosts_writes_on
     );
     assert_status(&second.io.await_answer(preempt, &[]), Status::SUCCESS);
 }
+
+/// A namespace added while the gateways run (the group's configuration reaching
+/// them, or `ns_add`) is followed once it is in the table: an authority that installs
+/// the state at once, on any thread (this one installs it inside `track`), must find
+/// it there. Before, it was followed before the table swap, so the install found no
+/// such namespace and every command to it got a path error on that gateway for good
+/// (a Linux host with only that path hung in blkid).
+#[test]
+fn a_namespace_added_while_running_is_served_once_its_state_arrives() {
+    let group = Arc::new(MemoryGroup::default());
+    let [a, b] = gateways(&group);
+    let mut first = host(&a, HOST_NQN);
+    let mut second = host(&b, OTHER_HOST);
+    for gateway in [&a, &b] {
+        gateway.subsystems()[0].add_namespace(ram_namespace(9, 64)).unwrap();
+    }
+    for io in [&mut first.io, &mut second.io] {
+        let read = io.command(read_write(IoOpcode::Read, 9, 0, 1), &[], &[]);
+        assert_status(&read, Status::SUCCESS);
+        assert_eq!(write_status_of(io, 9), Status::SUCCESS);
+    }
+}
+
+fn write_status_of(io: &mut FakeHost, nsid: u32) -> Status {
+    io.command(read_write(IoOpcode::Write, nsid, 0, 1), &pattern(512, 9), &[]).cqe.status.kind()
+}
