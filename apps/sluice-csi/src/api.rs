@@ -3,6 +3,8 @@
 //! the management API's refusals mapped to the gRPC codes the CSI spec asks for.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use management_client::{codes, CallError, Client, Endpoint, RemoteError, TlsEndpoint};
 use serde_json::Value;
@@ -47,29 +49,60 @@ pub fn endpoint_of(url: &str, tls: &TlsFiles) -> Result<Endpoint, String> {
     Ok(Endpoint::Unix(PathBuf::from(url)))
 }
 
-/// A management client the async services share.
+/// Management clients the async services share: one per gateway of a gateway group
+/// (`--api` repeated), any of which can make every change, since the group's
+/// configuration is one document in the cluster.
 #[derive(Debug, Clone)]
 pub struct Api {
-    client: Client,
+    clients: Arc<Vec<Client>>,
+    /// The client that answered last: tried first, so that a dead gateway costs one
+    /// failed connect, not one per call.
+    current: Arc<AtomicUsize>,
 }
 
 impl Api {
-    pub fn new(endpoint: Endpoint) -> Api {
+    /// `endpoints` must not be empty (`main` refuses an empty `--api`).
+    pub fn new(endpoints: Vec<Endpoint>) -> Api {
         Api {
-            client: Client::new(endpoint),
+            clients: Arc::new(endpoints.into_iter().map(Client::new).collect()),
+            current: Arc::new(AtomicUsize::new(0)),
         }
     }
 
-    /// One call, on a blocking thread (the client waits on its socket).
+    /// One call, on a blocking thread (the client waits on its socket). A gateway
+    /// that cannot be reached (nothing was sent) passes the call to the next
+    /// endpoint; any answer, a refusal included, is the group's answer. A call cut
+    /// off mid-way is not repeated elsewhere: it may have taken effect.
     pub async fn call_raw(&self, method: &'static str, params: Value) -> Result<Value, CallError> {
-        let client = self.client.clone();
-        match tokio::task::spawn_blocking(move || client.call(method, params)).await {
-            Ok(outcome) => outcome,
-            Err(join_error) => Err(CallError::Broken {
-                endpoint: self.client.endpoint().to_string(),
-                reason: format!("the call's thread failed: {join_error}"),
-            }),
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last_error = None;
+        for index in try_order(start, self.clients.len()) {
+            let client = self.clients[index].clone();
+            let params = params.clone();
+            let outcome = match tokio::task::spawn_blocking(move || client.call(method, params)).await {
+                Ok(outcome) => outcome,
+                Err(join_error) => Err(CallError::Broken {
+                    endpoint: self.clients[index].endpoint().to_string(),
+                    reason: format!("the call's thread failed: {join_error}"),
+                }),
+            };
+            match outcome {
+                Err(error @ CallError::Unreachable { .. }) => {
+                    if self.clients.len() > 1 {
+                        tracing::warn!(endpoint = %self.clients[index].endpoint(), %error, method, "gateway unreachable; trying the next --api endpoint");
+                    }
+                    last_error = Some(error);
+                }
+                outcome => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return outcome;
+                }
+            }
         }
+        Err(last_error.unwrap_or_else(|| CallError::Unreachable {
+            endpoint: String::new(),
+            reason: "no --api endpoint given".to_string(),
+        }))
     }
 
     /// One call, its refusal mapped to a gRPC status.
@@ -78,6 +111,11 @@ impl Api {
             .await
             .map_err(|error| status_of(method, &error))
     }
+}
+
+/// Indexes of `count` endpoints, from `start` round to the one before it.
+fn try_order(start: usize, count: usize) -> impl Iterator<Item = usize> {
+    (0..count).map(move |offset| (start + offset) % count)
 }
 
 /// The gRPC status for a failed management call, with the gateway's own words.
@@ -139,6 +177,22 @@ mod tests {
             message: message.to_string(),
             data: None,
         })
+    }
+
+    #[test]
+    fn endpoints_are_tried_from_the_one_that_answered_last() {
+        assert_eq!(try_order(0, 3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(try_order(2, 3).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(try_order(0, 1).collect::<Vec<_>>(), [0]);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_gateway_passes_the_call_to_the_next() {
+        let missing = |name: &str| Endpoint::Unix(std::env::temp_dir().join(format!("sluice-csi-no-such-{name}-{}.sock", std::process::id())));
+        let api = Api::new(vec![missing("a"), missing("b")]);
+        let error = api.call_raw("ns_list", serde_json::json!({})).await.unwrap_err();
+        // Both were tried: the error is the last one's.
+        assert!(matches!(&error, CallError::Unreachable { endpoint, .. } if endpoint.contains("no-such-b")), "{error}");
     }
 
     #[test]

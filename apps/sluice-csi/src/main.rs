@@ -51,14 +51,17 @@ struct Arguments {
     /// Where to serve CSI: unix:///path/to/csi.sock (or a plain path).
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     endpoint: String,
-    /// The gateway's management API: unix:///run/sluice/api.sock (or a plain path);
-    /// https://HOST:PORT once management-client has its TLS endpoint.
+    /// The gateway's management API: unix:///run/sluice/api.sock (or a plain path),
+    /// or https://HOST:PORT (mutual TLS with --api-ca/--api-cert/--api-key). For a
+    /// gateway group, each member's API (repeat, or separate with commas): a call
+    /// goes to the next one when a gateway cannot be reached.
     #[arg(
         long,
         env = "SLUICE_API",
+        value_delimiter = ',',
         default_value = "unix:///run/sluice/api.sock"
     )]
-    api: String,
+    api: Vec<String>,
     /// CA certificate of a TLS management endpoint (https:// only).
     #[arg(long)]
     api_ca: Option<PathBuf>,
@@ -116,8 +119,15 @@ async fn run(arguments: Arguments) -> Result<(), String> {
         certificate: arguments.api_cert,
         key: arguments.api_key,
     };
-    let endpoint = api::endpoint_of(&arguments.api, &tls)?;
-    let api = api::Api::new(endpoint);
+    let endpoints = arguments
+        .api
+        .iter()
+        .map(|url| api::endpoint_of(url, &tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    if endpoints.is_empty() {
+        return Err("--api: give at least one management endpoint".to_string());
+    }
+    let api = api::Api::new(endpoints);
     let locks = Arc::new(locks::VolumeLocks::default());
     let serves_controller = arguments.mode != Mode::Node;
     let serves_node = arguments.mode != Mode::Controller;
@@ -157,7 +167,7 @@ async fn run(arguments: Arguments) -> Result<(), String> {
         })),
         false => None,
     };
-    tracing::info!(endpoint = %path.display(), api = %arguments.api, mode = ?arguments.mode, driver = %arguments.driver_name, "serving CSI");
+    tracing::info!(endpoint = %path.display(), api = %arguments.api.join(","), mode = ?arguments.mode, driver = %arguments.driver_name, "serving CSI");
     let shutdown = async {
         let mut terminate =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
