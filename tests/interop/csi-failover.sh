@@ -129,6 +129,13 @@ LNP=$LNP_REAL bash "$REPO/scripts/lib/guest-node-kit.sh" "$OUT_DIR/kit" >"$OUT_D
 # ---------------------------------------------------------------------------
 remove_group_state
 io_port_a=$(free_port) io_port_b=$(free_port) api_port_a=$(free_port) api_port_b=$(free_port)
+# b's port below a's: the node then connects b's (non-optimized) path first, so the
+# first I/O to the new namespace goes through the gateway that learned of it from the
+# group's configuration. That order once hung NodeStage (b's copy of the namespace's
+# reservations stayed unknown: path errors for good); keep testing it.
+if [ "$io_port_b" -gt "$io_port_a" ]; then
+  swap=$io_port_a io_port_a=$io_port_b io_port_b=$swap
+fi
 make_api_pki "$OUT_DIR/pki" "IP:127.0.0.1,IP:10.0.2.2" csi-controller
 
 # gateway_config NAME IO_PORT API_PORT [GROUP_KEYS]: the gateway's own part, with
