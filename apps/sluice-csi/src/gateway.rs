@@ -155,7 +155,40 @@ pub async fn pools(api: &Api) -> Result<Vec<PoolInfo>, Status> {
 /// reachable behind NAT), else its bound address; wildcard binds without one name no
 /// address and are left out.
 pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
-    Ok(reachable_addresses(&api.call("listener_list", json!({})).await?))
+    let mut addresses = reachable_addresses(&api.call("listener_list", json!({})).await?);
+    // A gateway group: every member's address too, so a node that stages while the
+    // gateway that answered here is down still finds the others (each member's
+    // discovery log also names its peers, but only while that member is up).
+    match api.call_raw("gateway_status", json!({})).await {
+        Ok(status) => {
+            for address in member_addresses(&status) {
+                if !addresses.contains(&address) {
+                    addresses.push(address);
+                }
+            }
+        }
+        // Not a gateway (or one too old to say): its own listeners are all there is.
+        Err(error) if is_refusal(&error) => {}
+        Err(error) => return Err(status_of("gateway_status", &error)),
+    }
+    Ok(addresses)
+}
+
+/// True when the gateway answered with a refusal (not a gateway, no such method).
+fn is_refusal(error: &management_client::CallError) -> bool {
+    matches!(error, management_client::CallError::Remote(_))
+}
+
+/// The members' NVMe/TCP addresses from a `gateway_status` answer.
+fn member_addresses(status: &Value) -> Vec<String> {
+    status
+        .get("members")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|member| member.get("address").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
 }
 
 /// [`reachable_listeners`] from a `listener_list` answer.
@@ -185,6 +218,16 @@ fn reachable_addresses(listed: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_member_of_a_group_is_a_discovery_address() {
+        let status = json!({ "members": [
+            { "name": "a", "address": "10.0.0.5:4420", "alive": false, "this_gateway": false },
+            { "name": "b", "address": "10.0.0.6:4420", "alive": true, "this_gateway": true },
+        ]});
+        assert_eq!(member_addresses(&status), ["10.0.0.5:4420", "10.0.0.6:4420"]);
+        assert!(member_addresses(&json!({})).is_empty());
+    }
 
     #[test]
     fn a_listed_namespace_parses_and_a_partial_one_does_not() {
