@@ -43,15 +43,25 @@ const IMAGE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// "POOL/IMAGE" split, refused (naming `field`) when it is not that.
 pub(crate) fn image_spec<'a>(field: &str, text: &'a str) -> Result<(&'a str, &'a str), RpcError> {
     match text.split_once('/') {
-        Some((pool, image)) if !pool.is_empty() && !image.is_empty() && !image.contains(['/', '@']) => Ok((pool, image)),
-        _ => Err(RpcError::invalid_params(field, format!("{text:?} is not POOL/IMAGE (e.g. rbd/vol1)"))),
+        Some((pool, image))
+            if !pool.is_empty() && !image.is_empty() && !image.contains(['/', '@']) =>
+        {
+            Ok((pool, image))
+        }
+        _ => Err(RpcError::invalid_params(
+            field,
+            format!("{text:?} is not POOL/IMAGE (e.g. rbd/vol1)"),
+        )),
     }
 }
 
 /// "POOL/IMAGE@SNAPSHOT" split.
 pub(crate) fn snapshot_spec(field: &str, text: &str) -> Result<(String, String, String), RpcError> {
     let Some((image, snapshot)) = text.rsplit_once('@') else {
-        return Err(RpcError::invalid_params(field, format!("{text:?} is not POOL/IMAGE@SNAPSHOT (e.g. rbd/vol1@monday)")));
+        return Err(RpcError::invalid_params(
+            field,
+            format!("{text:?} is not POOL/IMAGE@SNAPSHOT (e.g. rbd/vol1@monday)"),
+        ));
     };
     let (pool, image) = image_spec(field, image)?;
     check_snapshot_name(field, snapshot)?;
@@ -60,7 +70,10 @@ pub(crate) fn snapshot_spec(field: &str, text: &str) -> Result<(String, String, 
 
 fn check_snapshot_name(field: &str, name: &str) -> Result<(), RpcError> {
     if name.is_empty() || name.contains(['/', '@', '\0']) || name.len() > 255 {
-        return Err(RpcError::invalid_params(field, format!("{name:?} is not a snapshot name (1-255 bytes, no '/' or '@')")));
+        return Err(RpcError::invalid_params(
+            field,
+            format!("{name:?} is not a snapshot name (1-255 bytes, no '/' or '@')"),
+        ));
     }
     Ok(())
 }
@@ -68,8 +81,15 @@ fn check_snapshot_name(field: &str, name: &str) -> Result<(), RpcError> {
 /// The cluster of the `[gateway]` section of `document`, else librados' defaults.
 pub(crate) fn gateway_cluster(document: &DocumentMut) -> ClusterSpec {
     let gateway = document.get("gateway").and_then(Item::as_table);
-    let text = |key: &str| gateway.and_then(|table| table.get(key)).and_then(Item::as_str).map(str::to_string);
-    let timeout = gateway.and_then(|table| table.get("op_timeout_ms")).and_then(Item::as_integer);
+    let text = |key: &str| {
+        gateway
+            .and_then(|table| table.get(key))
+            .and_then(Item::as_str)
+            .map(str::to_string)
+    };
+    let timeout = gateway
+        .and_then(|table| table.get("op_timeout_ms"))
+        .and_then(Item::as_integer);
     cluster_spec(
         &text("ceph_conf").map(std::path::PathBuf::from),
         text("client").as_deref(),
@@ -101,13 +121,22 @@ impl Management {
     /// The cluster `pool/image` lives in: its `[[backend]]` entry's, else the gateway's.
     fn cluster_of(&self, pool: &str, image: &str) -> ClusterSpec {
         let running = self.running_config();
-        let entry = running.iter().flat_map(|config| &config.backends).find_map(|backend| {
-            backend.rbd_options().filter(|options| options.pool == pool && options.image == image)
-        });
+        let entry = running
+            .iter()
+            .flat_map(|config| &config.backends)
+            .find_map(|backend| {
+                backend
+                    .rbd_options()
+                    .filter(|options| options.pool == pool && options.image == image)
+            });
         match entry {
             Some(options) => options.cluster,
             None => {
-                let text = self.config_file.as_ref().map(|file| file.text.clone()).unwrap_or_default();
+                let text = self
+                    .config_file
+                    .as_ref()
+                    .map(|file| file.text.clone())
+                    .unwrap_or_default();
                 gateway_cluster(&text.parse::<DocumentMut>().unwrap_or_default())
             }
         }
@@ -120,8 +149,8 @@ impl Management {
         let (pool, image) = image_spec("rbd", &spec)?;
         check_snapshot_name("snapshot", &snapshot)?;
         let cluster = self.cluster_of(pool, image);
-        let (taken, created) =
-            rbd_backend::create_snapshot(&cluster, pool, image, &snapshot).map_err(|error| rbd_error("rbd", error))?;
+        let (taken, created) = rbd_backend::create_snapshot(&cluster, pool, image, &snapshot)
+            .map_err(|error| rbd_error("rbd", error))?;
         tracing::info!(image = %spec, %snapshot, created, "management: RBD snapshot taken");
         Ok(json!({ "rbd": spec, "created": created, "snapshot": snapshot_json(&taken) }))
     }
@@ -148,35 +177,68 @@ impl Management {
         params.finish("rbd_snapshot_list")?;
         let (pool, image) = image_spec("rbd", &spec)?;
         let cluster = self.cluster_of(pool, image);
-        let snapshots = rbd_backend::list_snapshots(&cluster, pool, image).map_err(|error| rbd_error("rbd", error))?;
-        Ok(json!({ "rbd": spec, "snapshots": snapshots.iter().map(snapshot_json).collect::<Vec<_>>() }))
+        let snapshots = rbd_backend::list_snapshots(&cluster, pool, image)
+            .map_err(|error| rbd_error("rbd", error))?;
+        Ok(
+            json!({ "rbd": spec, "snapshots": snapshots.iter().map(snapshot_json).collect::<Vec<_>>() }),
+        )
     }
 
     /// `ns_add`'s `clone_from`: makes `target` ("POOL/IMAGE") a copy of `source`
     /// ("POOL/IMAGE@SNAPSHOT") in the cluster of `document`'s gateway, before the
     /// namespace is built (which opens the image). Returns whether it was made now.
-    pub(super) fn clone_for_namespace(&self, document: &DocumentMut, source: &str, target: &str) -> Result<bool, RpcError> {
+    pub(super) fn clone_for_namespace(
+        &self,
+        document: &DocumentMut,
+        source: &str,
+        target: &str,
+    ) -> Result<bool, RpcError> {
         let (parent_pool, parent_image, snapshot) = snapshot_spec("clone_from", source)?;
         let (pool, image) = image_spec("rbd", target)?;
         let cluster = self.cluster_of(&parent_pool, &parent_image);
-        if cluster != gateway_cluster(document) && self.cluster_of(pool, image) != cluster {
+        // The new image's backend takes the gateway's cluster (`inline_rbd`); the op
+        // timeout may differ, the cluster and the user may not.
+        let target_cluster = gateway_cluster(document);
+        if (&cluster.ceph_conf, &cluster.client) != (&target_cluster.ceph_conf, &target_cluster.client) {
             return Err(RpcError::refused(
                 "clone_from",
-                format!("{source} is in another cluster than the one {target} is created in; a clone lives in its parent's cluster"),
+                format!(
+                    "{source} is reached through {}, but {target} would be opened through {}; a clone lives in \
+                     its parent's cluster, so serve both through the same ceph_conf and client",
+                    cluster.describe(),
+                    target_cluster.describe()
+                ),
             ));
         }
-        let made = rbd_backend::clone_image(&cluster, &parent_pool, &parent_image, &snapshot, pool, image)
-            .map_err(|error| rbd_error("clone_from", error))?;
+        let made = rbd_backend::clone_image(
+            &cluster,
+            &parent_pool,
+            &parent_image,
+            &snapshot,
+            pool,
+            image,
+        )
+        .map_err(|error| rbd_error("clone_from", error))?;
         tracing::info!(%source, %target, made, "management: RBD image cloned from a snapshot");
         Ok(made)
     }
 
     /// `ns_remove` with `delete_image: true` (see the module comment).
-    pub(super) fn ns_remove_with_image(&mut self, nqn: &str, id: u32, subsystem: &Subsystem) -> Result<Value, RpcError> {
+    pub(super) fn ns_remove_with_image(
+        &mut self,
+        nqn: &str,
+        id: u32,
+        subsystem: &Subsystem,
+    ) -> Result<Value, RpcError> {
         let mut draft = self.draft()?;
         let device = document::namespace_mut(&mut draft.document, nqn, id)
             .map_err(edit_error)?
-            .and_then(|table| table.get("device").and_then(Item::as_str).map(str::to_string));
+            .and_then(|table| {
+                table
+                    .get("device")
+                    .and_then(Item::as_str)
+                    .map(str::to_string)
+            });
         let refuse = |reason: String| RpcError::refused("delete_image", reason);
         let Some(name) = device else {
             return Err(refuse(format!(
@@ -184,8 +246,13 @@ impl Management {
                  image can be deleted with its namespace (remove it without delete_image)"
             )));
         };
-        let running = Config::parse(&draft.previous).map_err(|error| RpcError::new(CHANGE_REFUSED, error.to_string()))?;
-        let Some(options) = running.backends.iter().find(|backend| backend.name == name).and_then(|backend| backend.rbd_options())
+        let running = Config::parse(&draft.previous)
+            .map_err(|error| RpcError::new(CHANGE_REFUSED, error.to_string()))?;
+        let Some(options) = running
+            .backends
+            .iter()
+            .find(|backend| backend.name == name)
+            .and_then(|backend| backend.rbd_options())
         else {
             return Err(refuse(format!(
                 "backend {name:?} of namespace {id} of {nqn} is not kind = \"rbd\"; only an RBD image can be deleted \
@@ -194,7 +261,8 @@ impl Management {
         };
         let image_name = format!("{}/{}", options.pool, options.image);
         document::remove_namespace(&mut draft.document, nqn, id).map_err(edit_error)?;
-        let edited = Config::parse(&draft.document.to_string()).map_err(|error| RpcError::new(CHANGE_REFUSED, error.to_string()))?;
+        let edited = Config::parse(&draft.document.to_string())
+            .map_err(|error| RpcError::new(CHANGE_REFUSED, error.to_string()))?;
         if let Some(user) = edited.users_of(&name).first() {
             return Err(refuse(format!(
                 "backend {name:?} (image {image_name}) is also used by {user}; remove that use first or remove the \
@@ -204,7 +272,10 @@ impl Management {
         // Its snapshots would go with it: the caller removes them first, knowingly.
         match rbd_backend::list_snapshots(&options.cluster, &options.pool, &options.image) {
             Ok(snapshots) if !snapshots.is_empty() => {
-                let names: Vec<&str> = snapshots.iter().map(|snapshot| snapshot.name.as_str()).collect();
+                let names: Vec<&str> = snapshots
+                    .iter()
+                    .map(|snapshot| snapshot.name.as_str())
+                    .collect();
                 return Err(refuse(format!(
                     "image {image_name} has snapshots ({}); remove them first (rbd_snapshot_remove), nothing was changed",
                     names.join(", ")
@@ -252,7 +323,10 @@ impl Management {
 
 /// Drops the `[[backend]]` entry named `name` from `document`.
 fn remove_backend_entry(document: &mut DocumentMut, name: &str) {
-    if let Some(backends) = document.get_mut("backend").and_then(Item::as_array_of_tables_mut) {
+    if let Some(backends) = document
+        .get_mut("backend")
+        .and_then(Item::as_array_of_tables_mut)
+    {
         backends.retain(|table| table.get("name").and_then(Item::as_str) != Some(name));
         if backends.is_empty() {
             document.remove("backend");
@@ -269,7 +343,11 @@ mod tests {
         assert_eq!(image_spec("rbd", "rbd/vol1").unwrap(), ("rbd", "vol1"));
         for bad in ["vol1", "/vol1", "rbd/", "rbd/a/b", "rbd/a@s"] {
             let error = image_spec("rbd", bad).unwrap_err();
-            assert!(error.message.starts_with("rbd:"), "{bad:?}: {}", error.message);
+            assert!(
+                error.message.starts_with("rbd:"),
+                "{bad:?}: {}",
+                error.message
+            );
         }
         assert_eq!(
             snapshot_spec("clone_from", "rbd/vol1@monday").unwrap(),
@@ -285,7 +363,10 @@ mod tests {
         let document: DocumentMut =
             "[gateway]\nceph_conf = \"/etc/ceph/x.conf\"\nclient = \"client.gw\"\nop_timeout_ms = 5000\n".parse().unwrap();
         let cluster = gateway_cluster(&document);
-        assert_eq!(cluster.ceph_conf.as_deref(), Some(std::path::Path::new("/etc/ceph/x.conf")));
+        assert_eq!(
+            cluster.ceph_conf.as_deref(),
+            Some(std::path::Path::new("/etc/ceph/x.conf"))
+        );
         assert_eq!(cluster.client, "gw");
         assert_eq!(cluster.op_timeout_ms, 5000);
         assert_eq!(gateway_cluster(&DocumentMut::new()).client, "admin");
