@@ -314,6 +314,21 @@ impl ControllerService {
                 Ok(())
             }
             Err(error) if is_not_found(&error) => Ok(()),
+            Err(error) if error.to_string().contains("has snapshots") => {
+                // The gateway names RBD snapshots; the CO knows them by their ids.
+                let snapshots: Vec<String> = crate::snapshots::all_snapshots(&self.api)
+                    .await?
+                    .into_iter()
+                    .filter(|snapshot| snapshot.source_volume_id == request.volume_id)
+                    .map(|snapshot| snapshot.snapshot_id)
+                    .collect();
+                Err(Status::failed_precondition(format!(
+                    "volume {} has snapshots ({}): deleting its image would delete them; delete the snapshots \
+                     (VolumeSnapshots) first ({error})",
+                    request.volume_id,
+                    snapshots.join(", ")
+                )))
+            }
             Err(error) => Err(status_of("ns_remove", &error)),
         }
     }

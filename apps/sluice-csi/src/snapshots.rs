@@ -20,7 +20,12 @@ use tonic::Status;
 use uuid::Uuid;
 
 use crate::api::{status_of, Api};
+use crate::controller::ControllerService;
 use crate::csi::Snapshot;
+use crate::csi::{
+    volume_content_source, CreateSnapshotRequest, DeleteSnapshotRequest, ListSnapshotsRequest,
+    ListSnapshotsResponse, VolumeContentSource,
+};
 use crate::gateway;
 use crate::volume_id::{VolumeId, SLUICE_CSI_NAMESPACE};
 
@@ -210,66 +215,6 @@ pub fn carves_have_no_snapshots(what: &str) -> Status {
          for volumes that need snapshots or clones"
     ))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_snapshot_id_names_its_volume_and_round_trips() {
-        let volume = VolumeId::for_name("nqn.2026-11.io.sluice:csi:gold", "pvc-1");
-        let id = SnapshotId::for_name(volume.clone(), "snap-1");
-        let text = id.encode();
-        assert!(text.starts_with(&volume.encode()), "{text}");
-        assert_eq!(SnapshotId::decode(&text), Some(id.clone()));
-        assert_eq!(
-            snapshot_uuid_of_rbd_name(&id.rbd_name()),
-            Some(id.snapshot_uuid)
-        );
-        assert!(
-            text.len() <= crate::volume_id::MAX_VOLUME_ID_BYTES,
-            "{}",
-            text.len()
-        );
-    }
-
-    #[test]
-    fn snapshot_uuids_depend_on_the_name_only_and_differ_from_volume_uuids() {
-        assert_eq!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("a"));
-        assert_ne!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("b"));
-        assert_ne!(
-            snapshot_uuid_for_name("a"),
-            crate::volume_id::namespace_uuid_for_name("a")
-        );
-    }
-
-    #[test]
-    fn ids_and_names_this_driver_never_made_do_not_decode() {
-        for text in [
-            "",
-            "snap",
-            "nqn.x:8c3e0a52-0000-5000-8000-000000000000",
-            "@8c3e0a52-0000-5000-8000-000000000000",
-            "nqn.x:bad@8c3e0a52-0000-5000-8000-000000000000",
-        ] {
-            assert_eq!(SnapshotId::decode(text), None, "{text:?}");
-        }
-        for name in [
-            "monday",
-            "csi-snap-",
-            "csi-snap-xyz",
-            "csi-clone-8c3e0a5200005000800000000000000a",
-        ] {
-            assert_eq!(snapshot_uuid_of_rbd_name(name), None, "{name:?}");
-        }
-    }
-}
-
-use crate::controller::ControllerService;
-use crate::csi::{
-    volume_content_source, CreateSnapshotRequest, DeleteSnapshotRequest, ListSnapshotsRequest,
-    ListSnapshotsResponse, VolumeContentSource,
-};
 
 /// Where a new volume's data comes from: `ns_add`'s `clone_from`, the size the
 /// source had, and an internal snapshot to remove once the copy exists.
@@ -481,6 +426,67 @@ impl ControllerService {
             {
                 tracing::warn!(%image, %snapshot, %error, "cannot remove the snapshot a clone was made through; remove it with rbd snap rm");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_id_names_its_volume_and_round_trips() {
+        let volume = VolumeId::for_name("nqn.2026-11.io.sluice:csi:gold", "pvc-1");
+        let id = SnapshotId::for_name(volume.clone(), "snap-1");
+        let text = id.encode();
+        assert!(text.starts_with(&volume.encode()), "{text}");
+        assert_eq!(SnapshotId::decode(&text), Some(id.clone()));
+        assert_eq!(
+            snapshot_uuid_of_rbd_name(&id.rbd_name()),
+            Some(id.snapshot_uuid)
+        );
+        assert!(
+            text.len() <= crate::volume_id::MAX_VOLUME_ID_BYTES,
+            "{}",
+            text.len()
+        );
+    }
+
+    #[test]
+    fn snapshot_uuids_depend_on_the_name_only_and_differ_from_volume_uuids() {
+        assert_eq!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("a"));
+        assert_ne!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("b"));
+        assert_ne!(
+            snapshot_uuid_for_name("a"),
+            crate::volume_id::namespace_uuid_for_name("a")
+        );
+    }
+
+    #[test]
+    fn snapshots_of_carves_are_invalid_arguments_naming_rbd_pool() {
+        let status = carves_have_no_snapshots("source_volume_id");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("rbdPool"), "{}", status.message());
+    }
+
+    #[test]
+    fn ids_and_names_this_driver_never_made_do_not_decode() {
+        for text in [
+            "",
+            "snap",
+            "nqn.x:8c3e0a52-0000-5000-8000-000000000000",
+            "@8c3e0a52-0000-5000-8000-000000000000",
+            "nqn.x:bad@8c3e0a52-0000-5000-8000-000000000000",
+        ] {
+            assert_eq!(SnapshotId::decode(text), None, "{text:?}");
+        }
+        for name in [
+            "monday",
+            "csi-snap-",
+            "csi-snap-xyz",
+            "csi-clone-8c3e0a5200005000800000000000000a",
+        ] {
+            assert_eq!(snapshot_uuid_of_rbd_name(name), None, "{name:?}");
         }
     }
 }
