@@ -10,7 +10,8 @@
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
 #   clippy      cargo clippy --workspace --all-targets -- -D warnings
-#   csi         scripts/csi-sanity.sh: the CSI conformance suite (Identity, Controller)
+#   csi         scripts/csi-sanity.sh: the CSI conformance suite (Identity, Controller;
+#               a pool pass, and an RBD pass with snapshots and clones on the cluster)
 #               against sluice-csi and a sluice serve over the network API; its Node
 #               suite runs in the interop stage's guest (tests/interop/csi-node.sh)
 #   sim         scripts/sim.sh: sluice-sim over 2000 seeds, and its canaries caught

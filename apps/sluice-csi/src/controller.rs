@@ -120,11 +120,6 @@ impl ControllerService {
         if let Some(reason) = unsupported_capability(&request.volume_capabilities) {
             return Err(Status::invalid_argument(reason));
         }
-        if request.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume_content_source: snapshots and clones are not supported yet",
-            ));
-        }
         if !request.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters: not supported",
@@ -132,6 +127,9 @@ impl ControllerService {
         }
         let class = StorageClass::parse(&request.parameters)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        if request.volume_content_source.is_some() && matches!(class.backing, Backing::Pool { .. }) {
+            return Err(crate::snapshots::carves_have_no_snapshots("volume_content_source"));
+        }
         let (required_bytes, limit_bytes) = request
             .capacity_range
             .map_or((0, 0), |range| (range.required_bytes, range.limit_bytes));
@@ -155,6 +153,10 @@ impl ControllerService {
         {
             return self.already_made(&id, namespace, required_bytes, limit_bytes, &class);
         }
+        let source = match &request.volume_content_source {
+            Some(source) => Some(self.clone_source(source, &id).await?),
+            None => None,
+        };
         // Attached to no host: ControllerPublishVolume attaches it to the node that
         // mounts it, so that no other node of the subsystem sees it.
         let mut params = json!({
@@ -175,15 +177,31 @@ impl ControllerService {
             }
             Backing::Rbd { ceph_pool } => {
                 let block_size_bytes = class.block_size_bytes.unwrap_or(512);
-                let size_bytes =
+                let mut size_bytes =
                     volume_size_bytes(required_bytes, limit_bytes, u64::from(block_size_bytes))
                         .map_err(|error| Status::out_of_range(error.to_string()))?;
+                if let Some(source) = &source {
+                    // A copy holds all of its source: never smaller than that.
+                    if limit_bytes > 0 && source.size_bytes > limit_bytes.unsigned_abs() {
+                        self.drop_internal_snapshot(&source.internal_snapshot).await;
+                        return Err(Status::out_of_range(format!(
+                            "capacity_range: the source holds {} bytes, more than limit_bytes {limit_bytes}",
+                            source.size_bytes
+                        )));
+                    }
+                    size_bytes = size_bytes.max(source.size_bytes);
+                    params["clone_from"] = json!(source.clone_from);
+                }
                 params["rbd"] = json!(format!("{ceph_pool}/csi-{}", id.namespace_uuid.simple()));
                 params["size"] = json!(size_bytes);
                 params["block_size"] = json!(block_size_bytes);
             }
         }
-        if let Err(error) = self.api.call_raw("ns_add", params).await {
+        let added = self.api.call_raw("ns_add", params).await;
+        if let Some(source) = &source {
+            self.drop_internal_snapshot(&source.internal_snapshot).await;
+        }
+        if let Err(error) = added {
             // Another process may have made it since we looked (the gateway refuses
             // the second UUID): what is there now decides.
             if let Some(namespace) = gateway::find(&self.api, &id).await? {
@@ -195,7 +213,9 @@ impl ControllerService {
             .await?
             .ok_or_else(|| Status::internal("ns_add succeeded but the namespace is not listed"))?;
         tracing::info!(volume = %id.encode(), name = %request.name, nsid = namespace.nsid, size_bytes = namespace.size_bytes, "volume created");
-        Ok(volume_of(&id, &namespace))
+        let mut volume = volume_of(&id, &namespace);
+        volume.content_source = request.volume_content_source;
+        Ok(volume)
     }
 
     /// A retried CreateVolume: the same volume if it fits what is asked now.
@@ -279,11 +299,13 @@ impl ControllerService {
         let Some(namespace) = gateway::find(&self.api, &id).await? else {
             return Ok(());
         };
+        // An RBD volume's image goes with it (refused while it has snapshots).
+        let delete_image = crate::snapshots::image_of(&self.api, &id).await?.is_some();
         match self
             .api
             .call_raw(
                 "ns_remove",
-                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid }),
+                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "delete_image": delete_image }),
             )
             .await
         {
@@ -292,6 +314,21 @@ impl ControllerService {
                 Ok(())
             }
             Err(error) if is_not_found(&error) => Ok(()),
+            Err(error) if error.to_string().contains("has snapshots") => {
+                // The gateway names RBD snapshots; the CO knows them by their ids.
+                let snapshots: Vec<String> = crate::snapshots::all_snapshots(&self.api)
+                    .await?
+                    .into_iter()
+                    .filter(|snapshot| snapshot.source_volume_id == request.volume_id)
+                    .map(|snapshot| snapshot.snapshot_id)
+                    .collect();
+                Err(Status::failed_precondition(format!(
+                    "volume {} has snapshots ({}): deleting its image would delete them; delete the snapshots \
+                     (VolumeSnapshots) first ({error})",
+                    request.volume_id,
+                    snapshots.join(", ")
+                )))
+            }
             Err(error) => Err(status_of("ns_remove", &error)),
         }
     }
@@ -579,6 +616,10 @@ impl Controller for ControllerService {
             RpcType::PublishUnpublishVolume,
             RpcType::ListVolumes,
             RpcType::GetCapacity,
+            // RBD volumes only; pool volumes refuse them (see `snapshots`).
+            RpcType::CreateDeleteSnapshot,
+            RpcType::ListSnapshots,
+            RpcType::CloneVolume,
         ]
         .into_iter()
         .map(|rpc| ControllerServiceCapability {
@@ -592,30 +633,32 @@ impl Controller for ControllerService {
 
     async fn create_snapshot(
         &self,
-        _: Request<CreateSnapshotRequest>,
+        request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported yet"))
+        let snapshot = self.snapshot_create(request.into_inner()).await?;
+        Ok(Response::new(CreateSnapshotResponse { snapshot: Some(snapshot) }))
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<DeleteSnapshotRequest>,
+        request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported yet"))
+        self.snapshot_delete(request.into_inner()).await?;
+        Ok(Response::new(DeleteSnapshotResponse {}))
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<ListSnapshotsRequest>,
+        request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported yet"))
+        Ok(Response::new(self.snapshot_list(request.into_inner()).await?))
     }
 
     async fn get_snapshot(
         &self,
         _: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported yet"))
+        Err(Status::unimplemented("GetSnapshot is not offered (no GET_SNAPSHOT capability): use ListSnapshots"))
     }
 
     async fn controller_expand_volume(

@@ -12,6 +12,7 @@ mod identity;
 mod locks;
 mod node;
 mod parameters;
+mod snapshots;
 mod volume_id;
 
 /// The CSI spec's messages and services, generated from proto/csi.proto.

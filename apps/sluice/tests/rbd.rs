@@ -11,6 +11,11 @@
 //!   keeps serving; `sluice backend list` shows the image and its errors; after
 //!   SIGCONT (and the OSD marked down, so that it rejoins: see [`StalledOsd`]) the same
 //!   namespace serves again, with its data, without a restart.
+//! - snapshots, clones and image deletion through the management API: a snapshot
+//!   taken twice is one snapshot, a namespace cloned from it reads the source's data,
+//!   `ns_remove delete_image` is refused while the image has snapshots and otherwise
+//!   deletes the image and its `[[backend]]` entry, removing a missing snapshot
+//!   succeeds.
 //!
 //! The tests share the one cluster and one of them stalls its only OSD, so they take
 //! turns ([`CLUSTER`]).
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 use nvme_host::{commands, HostCompletion};
 use nvme_host_client::{ConnectOptions, Controller, IoQueue};
 use nvme_spec::{NamespaceId, Status};
+use serde_json::json;
 use support::{ceph_cluster_given, on_a_free_port, scratch_dir, sluice, wait_bounded, wait_until_ready};
 
 const NQN: &str = "nqn.2026-11.io.sluice:rbd-test";
@@ -71,6 +77,8 @@ struct ImageGuard(String);
 impl Drop for ImageGuard {
     fn drop(&mut self) {
         let spec = format!("rbd/{}", self.0);
+        // A test that failed midway may leave snapshots, which rbd rm refuses.
+        let _ = ceph_tool("rbd", &["snap", "purge", "--no-progress", &spec]);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             // Never panics: this may run while the test unwinds from another panic,
@@ -513,5 +521,81 @@ fn a_stalled_osd_fails_io_within_the_op_timeout_and_io_resumes_after() {
         started.elapsed().as_secs_f64()
     );
     drop(controller);
+    drop(target);
+}
+
+/// `sluice rpc METHOD PARAMS --socket DIR/sluice.sock`: the result, or the error text.
+fn rpc(target: &Target, method: &str, params: serde_json::Value) -> Result<serde_json::Value, String> {
+    let socket = target.dir.join("sluice.sock");
+    let params = params.to_string();
+    let output = sluice(&["rpc", "--socket", socket.to_str().expect("a UTF-8 path"), method, &params]);
+    if output.status.success() {
+        serde_json::from_slice(&output.stdout).map_err(|error| format!("{method}: not JSON: {error}"))
+    } else {
+        Err(format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+    }
+}
+
+fn image_exists(image: &str) -> bool {
+    rbd(&["info", &format!("rbd/{image}")]).status.success()
+}
+
+#[test]
+fn snapshots_clones_and_image_deletion_through_the_management_api() {
+    if !ceph_cluster_given("snapshots_clones_and_image_deletion_through_the_management_api") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = scratch_dir("rbd-snapshots");
+    let (source, clone) = (image_name("snapshot-source"), image_name("clone"));
+    let (_source_guard, _clone_guard) = (ImageGuard(source.clone()), ImageGuard(clone.clone()));
+    let target = Target::start(&dir, &source, 16, 20_000);
+    let data = pattern(7, CHUNK_BYTES);
+    let controller = connect(target.port, Duration::from_secs(30));
+    controller.write(RBD_NAMESPACE, 0, &data, true).expect("write the source");
+    controller.flush(RBD_NAMESPACE).expect("flush");
+
+    let source_spec = format!("rbd/{source}");
+    let snapshot = json!({ "rbd": source_spec, "snapshot": "s1" });
+    let first = rpc(&target, "rbd_snapshot_create", snapshot.clone()).expect("take the snapshot");
+    assert_eq!(first["created"], json!(true), "{first}");
+    assert_eq!(first["snapshot"]["size_bytes"], json!(16u64 << 20), "{first}");
+    let again = rpc(&target, "rbd_snapshot_create", snapshot.clone()).expect("take it again");
+    assert_eq!(again["created"], json!(false), "a retry keeps the snapshot: {again}");
+    let listed = rpc(&target, "rbd_snapshot_list", json!({ "rbd": source_spec })).expect("list");
+    let names: Vec<&str> = listed["snapshots"].as_array().unwrap().iter().filter_map(|entry| entry["name"].as_str()).collect();
+    assert_eq!(names, ["s1"], "{listed}");
+
+    // A namespace on a copy of the snapshot reads what the source held.
+    let added = rpc(
+        &target,
+        "ns_add",
+        json!({ "nqn": NQN, "nsid": 3, "rbd": format!("rbd/{clone}"), "clone_from": format!("{source_spec}@s1"), "block_size": BLOCK_BYTES }),
+    )
+    .expect("add a namespace cloned from the snapshot");
+    assert_eq!(added["size_bytes"], json!(16u64 << 20), "{added}");
+    let clone_namespace = NamespaceId(3);
+    let back = controller.read(clone_namespace, 0, (CHUNK_BYTES / BLOCK_BYTES) as u32).expect("read the clone");
+    assert_same("the clone", &back, &data);
+
+    let refused = rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 1, "delete_image": true }))
+        .expect_err("the source has a snapshot");
+    assert!(refused.contains("has snapshots (s1)"), "{refused}");
+    assert!(rpc(&target, "ns_list", json!({ "nqn": NQN })).unwrap()["namespaces"].as_array().unwrap().len() == 3);
+
+    let removed = rpc(&target, "rbd_snapshot_remove", snapshot.clone()).expect("remove the snapshot");
+    assert_eq!(removed["removed"], json!(true), "{removed}");
+    let removed = rpc(&target, "rbd_snapshot_remove", snapshot).expect("remove it again");
+    assert_eq!(removed["removed"], json!(false), "a missing snapshot is removed already: {removed}");
+
+    drop(controller);
+    for (nsid, image) in [(3, &clone), (1, &source)] {
+        let result = rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": nsid, "delete_image": true }))
+            .unwrap_or_else(|error| panic!("remove namespace {nsid} with its image: {error}"));
+        assert_eq!(result["image_deleted"], json!(true), "{result}");
+        assert!(!image_exists(image), "image {image} still exists");
+    }
+    let config = std::fs::read_to_string(dir.join("sluice.toml")).expect("read the config");
+    assert!(!config.contains("[[backend]]"), "the backends' entries stay in the file:\n{config}");
     drop(target);
 }

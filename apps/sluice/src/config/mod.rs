@@ -44,7 +44,7 @@ use nvme_target::{
 pub use build::BuildOutput;
 pub use diff::{diff, Change};
 pub use plan::CheckReport;
-pub use schema::{BackendConfig, CacheModeConfig, PoolConfig};
+pub use schema::{cluster_spec, BackendConfig, CacheModeConfig, PoolConfig};
 pub use storage::{OpenStorage, StorageChanges};
 
 /// NQN of the subsystem `sluice serve` exports without a config file.

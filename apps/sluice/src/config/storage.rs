@@ -72,6 +72,12 @@ impl OpenStorage {
         self.backends.insert(name, open);
     }
 
+    /// Lets go of the open backend `name` (it closes once the last queue using it is
+    /// gone): its entry was removed from the file and its storage is to be deleted.
+    pub(crate) fn remove_backend(&mut self, name: &str) -> Option<OpenBackend> {
+        self.backends.remove(name)
+    }
+
     pub(crate) fn insert_pool(&mut self, name: String, open: OpenPool) {
         self.pools.insert(name, open);
     }

@@ -63,7 +63,7 @@ pub enum Effect {
 /// method missing here is not found, even if `call` has an arm for it), read-only
 /// network clients are held to and the audit log follows. A new method needs a line
 /// here, and whether read-only clients may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 23] = [
+pub const METHODS: [(&str, Effect); 26] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -87,6 +87,9 @@ pub const METHODS: [(&str, Effect); 23] = [
     ("pool_list", Effect::ReadsOnly),
     ("limits_show", Effect::ReadsOnly),
     ("gateway_status", Effect::ReadsOnly),
+    ("rbd_snapshot_create", Effect::Changes),
+    ("rbd_snapshot_remove", Effect::Changes),
+    ("rbd_snapshot_list", Effect::ReadsOnly),
 ];
 
 /// The effect of `method`; `None`: no such method.
@@ -306,6 +309,9 @@ impl Management {
             "pool_list" => self.pool_list(params),
             "limits_show" => self.limits_show(params),
             "gateway_status" => self.gateway_status(params),
+            "rbd_snapshot_create" => self.rbd_snapshot_create(params),
+            "rbd_snapshot_remove" => self.rbd_snapshot_remove(params),
+            "rbd_snapshot_list" => self.rbd_snapshot_list(params),
             "rpc_methods" => {
                 params.finish(method)?;
                 Ok(json!(method_names()))
@@ -434,7 +440,12 @@ impl Management {
             table.insert("hosts", value(hosts.iter().map(String::as_str).collect::<toml_edit::Array>()));
         }
         let rbd = params.optional_string("rbd")?;
+        // A new image that is a copy of an RBD snapshot (rbd_images.rs).
+        let clone_from = params.optional_string("clone_from")?;
         params.finish("ns_add")?;
+        if clone_from.is_some() && rbd.is_none() {
+            return Err(RpcError::invalid_params("clone_from", "goes with rbd = \"POOL/IMAGE\", the image to create"));
+        }
         if rbd.is_none() && ["backend", "device", "pool"].iter().all(|key| !table.contains_key(key)) {
             return Err(RpcError::invalid_params(
                 "backend",
@@ -473,6 +484,9 @@ impl Management {
         let pool = table.get("pool").and_then(toml_edit::Item::as_str).map(str::to_string);
         document::add_namespace(&mut draft.document, &nqn, id, table).map_err(edit_error)?;
         let text = self.check(&draft).map_err(|error| backends::name_the_size(error, pool.as_deref()))?;
+        if let (Some(source), Some(target)) = (&clone_from, &rbd) {
+            self.clone_for_namespace(&draft.document, source, target)?;
+        }
         let built = assemble::build_namespace(&draft.document, &nqn, id, &self.storage)?;
         self.refuse_served(&built.reused_backends, &[])?;
         self.write(&text)?;
@@ -515,10 +529,15 @@ impl Management {
     fn ns_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
         let nqn = params.required_string("nqn")?;
         let id = params.required_u32("nsid")?;
+        // Also delete the RBD image it is served from (rbd_images.rs).
+        let delete_image = params.optional_bool("delete_image")?.unwrap_or(false);
         params.finish("ns_remove")?;
         let subsystem = self.live_subsystem(&nqn)?;
         if subsystem.namespace(NamespaceId(id)).is_none() {
             return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {id}")));
+        }
+        if delete_image {
+            return self.ns_remove_with_image(&nqn, id, &subsystem);
         }
         let mut draft = self.draft()?;
         // Not in the file: a namespace a host created through Namespace Management,
@@ -974,6 +993,7 @@ mod attachment;
 mod backends;
 mod listeners;
 mod qos;
+mod rbd_images;
 mod reload;
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ pub fn open_connections() -> usize {
     clusters.iter().filter(|(_, cluster)| cluster.strong_count() > 0).count()
 }
 
-fn cstring(text: &str, what: &str) -> Result<CString, RbdError> {
+pub(crate) fn cstring(text: &str, what: &str) -> Result<CString, RbdError> {
     CString::new(text).map_err(|_| RbdError::Invalid(format!("{what} {text:?} contains a NUL byte")))
 }
 

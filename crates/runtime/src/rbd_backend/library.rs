@@ -19,6 +19,17 @@ pub(crate) type Image = *mut c_void;
 pub(crate) type Completion = *mut c_void;
 /// `rados_write_op_t`: a compound write applied to one object atomically.
 pub(crate) type WriteOperation = *mut c_void;
+/// `rbd_image_options_t`: options for creating or cloning an image.
+pub(crate) type ImageOptions = *mut c_void;
+/// `RBD_IMAGE_OPTION_CLONE_FORMAT` (librbd.h): 1 (the snapshot must be protected) or 2.
+pub(crate) const IMAGE_OPTION_CLONE_FORMAT: c_int = 12;
+/// `rbd_snap_info_t`: one snapshot of an image, as `rbd_snap_list` fills it.
+#[repr(C)]
+pub(crate) struct SnapshotInfo {
+    pub id: u64,
+    pub size: u64,
+    pub name: *const c_char,
+}
 /// `struct notify_timeout_t` (rados_types.h): a watcher that did not acknowledge.
 #[repr(C)]
 pub(crate) struct NotifyTimeout {
@@ -203,6 +214,25 @@ pub(crate) struct Library {
         buffer: *const c_char,
         length: c_int,
     ) -> c_int,
+    pub rbd_remove: unsafe extern "C" fn(io: IoContext, name: *const c_char) -> c_int,
+    pub rbd_snap_create: unsafe extern "C" fn(image: Image, name: *const c_char) -> c_int,
+    pub rbd_snap_remove: unsafe extern "C" fn(image: Image, name: *const c_char) -> c_int,
+    pub rbd_snap_list: unsafe extern "C" fn(image: Image, snapshots: *mut SnapshotInfo, max: *mut c_int) -> c_int,
+    pub rbd_snap_list_end: unsafe extern "C" fn(snapshots: *mut SnapshotInfo),
+    pub rbd_snap_get_timestamp:
+        unsafe extern "C" fn(image: Image, snapshot_id: u64, timestamp: *mut libc::timespec) -> c_int,
+    pub rbd_image_options_create: unsafe extern "C" fn(options: *mut ImageOptions),
+    pub rbd_image_options_destroy: unsafe extern "C" fn(options: ImageOptions),
+    pub rbd_image_options_set_uint64: unsafe extern "C" fn(options: ImageOptions, option: c_int, value: u64) -> c_int,
+    pub rbd_clone3: unsafe extern "C" fn(
+        parent_io: IoContext,
+        parent_name: *const c_char,
+        parent_snapshot: *const c_char,
+        child_io: IoContext,
+        child_name: *const c_char,
+        options: ImageOptions,
+    ) -> c_int,
+    pub rbd_flatten: unsafe extern "C" fn(image: Image) -> c_int,
     _rados: libloading::Library,
     _rbd: libloading::Library,
 }
@@ -291,6 +321,17 @@ fn load() -> Result<Library, String> {
         rbd_aio_flush: symbol!(rbd, rbd_aio_flush),
         rbd_aio_discard: symbol!(rbd, rbd_aio_discard),
         rbd_aio_write_zeroes: symbol!(rbd, rbd_aio_write_zeroes),
+        rbd_remove: symbol!(rbd, rbd_remove),
+        rbd_snap_create: symbol!(rbd, rbd_snap_create),
+        rbd_snap_remove: symbol!(rbd, rbd_snap_remove),
+        rbd_snap_list: symbol!(rbd, rbd_snap_list),
+        rbd_snap_list_end: symbol!(rbd, rbd_snap_list_end),
+        rbd_snap_get_timestamp: symbol!(rbd, rbd_snap_get_timestamp),
+        rbd_image_options_create: symbol!(rbd, rbd_image_options_create),
+        rbd_image_options_destroy: symbol!(rbd, rbd_image_options_destroy),
+        rbd_image_options_set_uint64: symbol!(rbd, rbd_image_options_set_uint64),
+        rbd_clone3: symbol!(rbd, rbd_clone3),
+        rbd_flatten: symbol!(rbd, rbd_flatten),
         _rados: rados,
         _rbd: rbd,
     })

@@ -20,6 +20,7 @@
 
 mod cluster;
 mod coordination;
+mod images;
 mod library;
 mod queue;
 mod watched;
@@ -33,6 +34,7 @@ use storage::{Backend, BackendQueue, Geometry};
 
 pub use cluster::{client_option, open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
+pub use images::{clone_image, create_snapshot, list_snapshots, remove_image, remove_snapshot, Snapshot};
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
 pub use watched::{NoticeReply, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
@@ -150,6 +152,13 @@ pub enum RbdError {
         /// The configured block size.
         block_size_bytes: u32,
     },
+}
+
+impl RbdError {
+    /// librbd answered EBUSY: the image is still open somewhere (or has clones).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, RbdError::Image { code, .. } if *code == -i64::from(libc::EBUSY))
+    }
 }
 
 fn cluster_hint(code: i64) -> &'static str {

@@ -529,6 +529,8 @@ fn every_method_is_in_the_table_once_and_classified() {
             "pool_list",
             "limits_show",
             "gateway_status",
+            // Snapshot names and sizes: no secret, and monitoring may watch them.
+            "rbd_snapshot_list",
         ]
     );
     // Not in the table: not found, whatever `call` might know.
@@ -538,3 +540,29 @@ fn every_method_is_in_the_table_once_and_classified() {
 }
 
 mod attachment;
+
+/// `delete_image`, `clone_from` and the snapshot methods refuse what they cannot apply
+/// before anything changes (these refusals come before any cluster is asked).
+#[test]
+fn image_deletion_clones_and_snapshots_refuse_what_cannot_apply() {
+    let mut fixture = Fixture::new("rbd-refusals", FILE);
+    let nqn = "nqn.2026-11.io.sluice:a";
+    let field = |error: &RpcError| error.data.as_ref().and_then(|data| data["field"].as_str().map(str::to_string));
+    let error = fixture.call("ns_remove", json!({ "nqn": nqn, "nsid": 1, "delete_image": true })).unwrap_err();
+    assert_eq!((error.code, field(&error).as_deref()), (CHANGE_REFUSED, Some("delete_image")), "{}", error.message);
+    for params in [
+        json!({ "nqn": nqn, "backend": "ram", "size": "1MiB", "clone_from": "rbd/a@s" }),
+        json!({ "nqn": nqn, "rbd": "rbd/new", "size": "1MiB", "clone_from": "rbd/a" }),
+    ] {
+        let error = fixture.call("ns_add", params.clone()).unwrap_err();
+        assert_eq!((error.code, field(&error).as_deref()), (INVALID_PARAMS, Some("clone_from")), "{params}: {}", error.message);
+    }
+    for (params, wrong) in [
+        (json!({ "rbd": "rbd", "snapshot": "s" }), "rbd"),
+        (json!({ "rbd": "rbd/a", "snapshot": "a@b" }), "snapshot"),
+    ] {
+        let error = fixture.call("rbd_snapshot_create", params.clone()).unwrap_err();
+        assert_eq!((error.code, field(&error).as_deref()), (INVALID_PARAMS, Some(wrong)), "{params}: {}", error.message);
+    }
+    assert_eq!(fixture.file(), FILE, "a refusal changed the file");
+}
