@@ -10,10 +10,11 @@
 //!   does removing a namespace delete its carve and free the space (elsewhere the
 //!   gateway keeps a removed carve for its NSID, which would hand a later volume
 //!   the old volume's blocks). The subsystem must exist: the operator sets it up.
-//! - ControllerPublishVolume allows the node's host NQN on the subsystem. The
-//!   management API has no per-host namespace attachment yet, so a node allowed on
-//!   a subsystem sees all of its namespaces; unpublish denies the host only when no
-//!   other volume of the subsystem could still be in use by it (see `unpublish`).
+//! - CreateVolume makes the namespace attached to no host; ControllerPublishVolume
+//!   allows the node's host NQN on the subsystem and attaches the namespace to it
+//!   alone (`ns_attach`); unpublish detaches it (`ns_detach`) and denies the host
+//!   only when no namespace of the subsystem, the driver's or anyone's, is still
+//!   attached to it (see `unpublish`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -147,10 +148,12 @@ impl ControllerService {
                 class.subsystem_nqn
             )));
         };
-        if let Some(namespace) = listed
-            .iter()
-            .find(|namespace| namespace.uuid == id.namespace_uuid)
-        {
+        if let Some(namespace) = listed.iter().find(|namespace| {
+            namespace.uuid == id.namespace_uuid && crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid)
+        }) {
+            if let Some(source) = &request.volume_content_source {
+                self.drop_clone_snapshot_for(source, &id).await;
+            }
             return self.already_made(&id, namespace, required_bytes, limit_bytes, &class);
         }
         let source = match &request.volume_content_source {
@@ -299,8 +302,13 @@ impl ControllerService {
         let Some(namespace) = gateway::find(&self.api, &id).await? else {
             return Ok(());
         };
-        // An RBD volume's image goes with it (refused while it has snapshots).
-        let delete_image = crate::snapshots::image_of(&self.api, &id).await?.is_some();
+        // An RBD volume's image goes with it (refused while it has snapshots the CO
+        // made; internal clone snapshots left by an interrupted clone go first).
+        let image = crate::snapshots::image_of(&self.api, &id).await?;
+        if let Some(image) = &image {
+            self.drop_clone_leftovers(image).await?;
+        }
+        let delete_image = image.is_some();
         match self
             .api
             .call_raw(
@@ -415,10 +423,9 @@ impl ControllerService {
         let Some(listed) = gateway::namespaces(&self.api, &id.subsystem_nqn).await? else {
             return Ok(());
         };
-        if let Some(namespace) = listed
-            .iter()
-            .find(|namespace| namespace.uuid == id.namespace_uuid)
-        {
+        if let Some(namespace) = listed.iter().find(|namespace| {
+            namespace.uuid == id.namespace_uuid && crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid)
+        }) {
             match self
                 .api
                 .call_raw(
@@ -435,10 +442,12 @@ impl ControllerService {
                 Err(error) => return Err(status_of("ns_detach", &error)),
             }
         }
+        // Any other namespace the node still sees keeps it allowed: the driver's
+        // volumes, and an operator's namespaces too (one with no host list is seen
+        // by every allowed host, and denying the node would take it away).
         let others = listed
             .iter()
             .filter(|namespace| namespace.uuid != id.namespace_uuid)
-            .filter(|namespace| crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid))
             .filter(|namespace| namespace.attached_to(&request.node_id))
             .count();
         if others > 0

@@ -70,14 +70,17 @@ pub async fn namespaces(
     }
 }
 
-/// The namespace of a volume; None when it (or its subsystem) is gone.
+/// The namespace of a volume; None when it (or its subsystem) is gone. Only a
+/// namespace this driver made counts: a volume id that names an operator's own
+/// namespace (a hand-written PersistentVolume, say) must never lead the driver to
+/// publish or delete it.
 pub async fn find(api: &Api, volume: &VolumeId) -> Result<Option<NamespaceInfo>, Status> {
     let listed = namespaces(api, &volume.subsystem_nqn)
         .await?
         .unwrap_or_default();
-    Ok(listed
-        .into_iter()
-        .find(|namespace| namespace.uuid == volume.namespace_uuid))
+    Ok(listed.into_iter().find(|namespace| {
+        namespace.uuid == volume.namespace_uuid && made_by_driver(&namespace.uuid, &namespace.nguid)
+    }))
 }
 
 /// Every volume this driver made, on every subsystem of the gateway, by id.
@@ -167,16 +170,19 @@ pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
                 }
             }
         }
-        // Not a gateway (or one too old to say): its own listeners are all there is.
-        Err(error) if is_refusal(&error) => {}
+        // Not a gateway, or one too old to know the method: its own listeners are
+        // all there is. Any other failure (access denied, internal) is reported.
+        Err(error) if is_not_a_gateway(&error) => {}
         Err(error) => return Err(status_of("gateway_status", &error)),
     }
     Ok(addresses)
 }
 
-/// True when the gateway answered with a refusal (not a gateway, no such method).
-fn is_refusal(error: &management_client::CallError) -> bool {
-    matches!(error, management_client::CallError::Remote(_))
+/// True when `gateway_status` was refused because this target is no gateway (or
+/// does not have the method).
+fn is_not_a_gateway(error: &management_client::CallError) -> bool {
+    use management_client::codes::{CHANGE_REFUSED, METHOD_NOT_FOUND};
+    matches!(error, management_client::CallError::Remote(remote) if remote.code == CHANGE_REFUSED || remote.code == METHOD_NOT_FOUND)
 }
 
 /// The members' NVMe/TCP addresses from a `gateway_status` answer.

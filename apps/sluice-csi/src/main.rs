@@ -52,7 +52,8 @@ struct Arguments {
     /// Where to serve CSI: unix:///path/to/csi.sock (or a plain path).
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     endpoint: String,
-    /// The gateway's management API: unix:///run/sluice/api.sock (or a plain path),
+    /// The gateway's management API: unix:///run/sluice/sluice.sock (the socket
+    /// `sluice serve` makes as root; or another path),
     /// or https://HOST:PORT (mutual TLS with --api-ca/--api-cert/--api-key). For a
     /// gateway group, each member's API (repeat, or separate with commas): a call
     /// goes to the next one when a gateway cannot be reached.
@@ -60,7 +61,7 @@ struct Arguments {
         long,
         env = "SLUICE_API",
         value_delimiter = ',',
-        default_value = "unix:///run/sluice/api.sock"
+        default_value = "unix:///run/sluice/sluice.sock"
     )]
     api: Vec<String>,
     /// CA certificate of a TLS management endpoint (https:// only).
@@ -85,8 +86,9 @@ struct Arguments {
     #[arg(long = "discovery-address")]
     discovery_addresses: Vec<String>,
     /// Where the node service records the volumes it staged (which NVMe
-    /// connections are still needed); keep it on a tmpfs that lives as long as
-    /// the node's boot, like /run.
+    /// connections are still needed): the node's own /run (the DaemonSet mounts
+    /// it), so the records outlive a restarted pod as the connections do, and end
+    /// with the node's boot as they do.
     #[arg(long, default_value = "/run/sluice-csi")]
     state_dir: PathBuf,
 }

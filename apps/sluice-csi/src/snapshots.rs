@@ -411,6 +411,30 @@ impl ControllerService {
         }
     }
 
+    /// Removes the internal snapshot a clone of a volume into `target` was made
+    /// through, for a retried CreateVolume that finds the clone made: the first
+    /// attempt may have stopped (a crash, a timeout) before removing it, and a
+    /// leftover would block deleting the source with no snapshot the CO knows of.
+    pub(crate) async fn drop_clone_snapshot_for(&self, source: &VolumeContentSource, target: &VolumeId) {
+        let Some(volume_content_source::Type::Volume(volume)) = &source.r#type else { return };
+        let Some(id) = VolumeId::decode(&volume.volume_id) else { return };
+        if let Ok(Some(image)) = image_of(&self.api, &id).await {
+            let snapshot = format!("{CLONE_SNAPSHOT_PREFIX}{}", target.namespace_uuid.simple());
+            self.drop_internal_snapshot(&Some((image, snapshot))).await;
+        }
+    }
+
+    /// Removes every internal clone snapshot left on `image` (their clones are
+    /// flattened, so nothing depends on them), before the image itself is deleted.
+    pub(crate) async fn drop_clone_leftovers(&self, image: &str) -> Result<(), Status> {
+        for snapshot in list(&self.api, image).await? {
+            if snapshot.name.starts_with(CLONE_SNAPSHOT_PREFIX) {
+                self.drop_internal_snapshot(&Some((image.to_string(), snapshot.name))).await;
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the internal snapshot a volume clone was made through (the clone is
     /// flattened, so nothing depends on it); a failure is logged, not returned: the
     /// volume exists, and a leftover snapshot only blocks deleting the source.

@@ -264,3 +264,43 @@ fn at_most_max_network_clients_connections_are_held() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The TLS handshake has one deadline, not a timeout per read: a peer that sends a
+/// byte every 2 s (each read well inside 10 s) is still closed about 10 s after it
+/// connected, so a few such peers cannot hold the `MAX_NETWORK_CLIENTS` places.
+#[test]
+fn a_handshake_that_trickles_is_closed_at_its_deadline() {
+    let dir = scratch_dir("api-net-trickle");
+    let gateway = start(&dir);
+    let mut stream = TcpStream::connect(gateway.address).expect("connect");
+    let started = Instant::now();
+    // The start of a TLS record header (handshake, TLS 1.0 record version), one
+    // byte at a time: the server waits for the rest.
+    let hello = [0x16u8, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let mut closed_after = None;
+    for byte in hello.iter().cycle().take(20) {
+        if stream.write_all(&[*byte]).is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut answer = [0u8; 64];
+        match stream.read(&mut answer) {
+            // Closed (or an alert, then closed).
+            Ok(_) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+        }
+    }
+    let closed_after = closed_after.expect("the trickling handshake was never closed (40 s)");
+    assert!(
+        closed_after >= Duration::from_secs(9) && closed_after < Duration::from_secs(16),
+        "closed after {closed_after:?}, expected about the 10 s handshake deadline"
+    );
+}

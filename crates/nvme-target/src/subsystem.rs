@@ -268,6 +268,14 @@ impl Subsystem {
             for namespace in &newly_followed {
                 follow_in_group(namespace, group, &self.nqn);
             }
+            // The group may have been attached between the look above and the swap
+            // (at start): `attach_group_reservations` then walked the old table, so
+            // the new one's namespaces are marked and followed here.
+            for entry in self.table().entries() {
+                if mark_for_group(&entry.namespace) {
+                    follow_in_group(&entry.namespace, group, &self.nqn);
+                }
+            }
         }
     }
 

@@ -213,7 +213,15 @@ impl NodeService {
             self.staged
                 .add(&id.namespace_uuid, &id.subsystem_nqn)
                 .map_err(Status::internal)?;
-            self.attach(&id, &addresses).await?
+            match self.attach(&id, &addresses).await {
+                Ok(device) => device,
+                Err(status) => {
+                    // A failed stage the CO never unstages must not keep the
+                    // subsystem's connections needed for ever.
+                    let _ = self.staged.remove(&id.namespace_uuid);
+                    return Err(status);
+                }
+            }
         };
         let Some(AccessType::Mount(mount)) = capability.access_type else {
             return Ok(());
@@ -240,20 +248,28 @@ impl NodeService {
             }
         };
         // Low-level probing (-p): the blkid cache may still describe what the device
-        // held before. Only "nothing found" leads to mkfs; any other failure (blkid
-        // missing, an I/O error) must not format a device that may hold data.
+        // held before. Only "nothing found" leads to mkfs; anything blkid recognises
+        // (a filesystem of another type, a partition table, RAID or LVM signatures)
+        // and any other failure (blkid missing, an I/O error) must not format a
+        // device that may hold data.
         let probe = self
-            .run("blkid", strings(&["-p", "-o", "value", "-s", "TYPE", &device_text]))
+            .run("blkid", strings(&["-p", "-o", "export", &device_text]))
             .await;
-        match probe.as_deref().map(str::trim) {
-            Ok(found) if !found.is_empty() => {
-                if found != fs_type {
+        match probe {
+            Ok(found) => match probed_signature(&found) {
+                Signature::Filesystem(found) if found == fs_type => {}
+                Signature::Filesystem(found) => {
                     return Err(Status::failed_precondition(format!(
                         "{device_text} holds {found}, not the {fs_type} asked for"
-                    )));
+                    )))
                 }
-            }
-            Ok(_) => self.make_filesystem(mkfs, &device_text).await?,
+                Signature::Other(what) => {
+                    return Err(Status::failed_precondition(format!(
+                        "{device_text} holds {what}, not a filesystem: it is not formatted; clear it (wipefs) if \
+                         its contents are not needed"
+                    )))
+                }
+            },
             Err(error) if error.status == Some(BLKID_NOTHING_FOUND) => {
                 self.make_filesystem(mkfs, &device_text).await?
             }
@@ -293,7 +309,11 @@ impl NodeService {
         }
         let _ = tokio::fs::remove_dir(&staging).await;
         let _subsystem = self.locks.lock(&format!("subsystem {}", id.subsystem_nqn)).await;
-        if !self.staged.others_on(&id.namespace_uuid, &id.subsystem_nqn) {
+        let still_needed = self.staged.others_on(&id.namespace_uuid, &id.subsystem_nqn).unwrap_or_else(|error| {
+            tracing::warn!(volume = %request.volume_id, %error, "cannot tell whether other volumes use the subsystem: keeping its connections");
+            true
+        });
+        if !still_needed {
             // Only this subsystem's controllers (every path of it), named one by one.
             for (controller, _) in self.controllers_of(&id.subsystem_nqn) {
                 self.run("nvme", strings(&["disconnect", &format!("--device={controller}")]))
@@ -519,5 +539,49 @@ impl Node for NodeService {
             max_volumes_per_node: 0,
             accessible_topology: None,
         }))
+    }
+}
+
+/// What `blkid -p -o export` found on a device.
+#[derive(Debug, PartialEq, Eq)]
+enum Signature {
+    /// A filesystem of this TYPE.
+    Filesystem(String),
+    /// Something that is not a filesystem (a partition table, RAID, LVM), named.
+    Other(String),
+}
+
+/// Reads `blkid -p -o export` output (KEY=value lines). A TYPE that is a filesystem
+/// blkid knows by USAGE=filesystem (or with no USAGE) is a filesystem; a partition
+/// table (PTTYPE) or any other signature is not.
+fn probed_signature(output: &str) -> Signature {
+    let value = |key: &str| {
+        output
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+            .map(str::to_string)
+    };
+    if let Some(table) = value("PTTYPE") {
+        return Signature::Other(format!("a {table} partition table"));
+    }
+    match (value("TYPE"), value("USAGE")) {
+        (Some(kind), None) => Signature::Filesystem(kind),
+        (Some(kind), Some(usage)) if usage == "filesystem" => Signature::Filesystem(kind),
+        (Some(kind), Some(_)) => Signature::Other(format!("a {kind} signature")),
+        (None, _) => Signature::Other("a signature blkid does not name".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_filesystem_counts_as_one_and_nothing_else_is_formatted_over() {
+        assert_eq!(probed_signature("DEVNAME=/dev/nvme0n1\nUUID=x\nBLOCK_SIZE=4096\nTYPE=ext4\nUSAGE=filesystem\n"), Signature::Filesystem("ext4".into()));
+        assert_eq!(probed_signature("DEVNAME=/dev/nvme0n1\nTYPE=xfs\n"), Signature::Filesystem("xfs".into()));
+        assert!(matches!(probed_signature("DEVNAME=/dev/nvme0n1\nPTUUID=1\nPTTYPE=gpt\n"), Signature::Other(what) if what.contains("gpt")));
+        assert!(matches!(probed_signature("DEVNAME=/dev/x\nTYPE=LVM2_member\nUSAGE=raid\n"), Signature::Other(what) if what.contains("LVM2_member")));
+        assert!(matches!(probed_signature("DEVNAME=/dev/x\n"), Signature::Other(_)));
     }
 }

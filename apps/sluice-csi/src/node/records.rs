@@ -1,9 +1,11 @@
 //! What this node has staged: one small file per staged volume,
 //! `<state dir>/staged/<namespace UUID>`, holding the volume's subsystem NQN. An
 //! unstage disconnects a subsystem only when no other staged volume names it: the
-//! namespaces a host sees on a subsystem are not all staged (the host is allowed on
-//! the whole subsystem), so the devices in sysfs cannot tell which connections are
-//! still needed. The files live under /run: connections end at reboot, and so do they.
+//! namespaces a host sees on a subsystem are not all staged (an operator's namespace
+//! may be attached to every host), so the devices in sysfs cannot tell which
+//! connections are still needed. The files live under /run, which the DaemonSet
+//! mounts from the node (so they outlive the pod, as the connections do); a reboot
+//! ends both.
 
 use std::path::{Path, PathBuf};
 
@@ -44,17 +46,29 @@ impl StagedRecords {
         }
     }
 
-    /// Whether a staged volume other than `uuid` is on `subsystem_nqn`.
-    pub fn others_on(&self, uuid: &Uuid, subsystem_nqn: &str) -> bool {
+    /// Whether a staged volume other than `uuid` is on `subsystem_nqn`. An `Err`
+    /// when the records cannot be read: the caller must then keep the connections
+    /// (disconnecting under a mounted volume is the one thing never to do).
+    pub fn others_on(&self, uuid: &Uuid, subsystem_nqn: &str) -> Result<bool, String> {
         let own = uuid.hyphenated().to_string();
-        let Ok(entries) = std::fs::read_dir(&self.directory) else {
-            return false;
+        let entries = match std::fs::read_dir(&self.directory) {
+            Ok(entries) => entries,
+            // Nothing was ever staged here.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(format!("cannot read {}: {error}", self.directory.display())),
         };
-        entries.flatten().any(|entry| {
-            entry.file_name().to_string_lossy() != own
-                && std::fs::read_to_string(entry.path())
-                    .is_ok_and(|text| text.trim() == subsystem_nqn)
-        })
+        for entry in entries {
+            let entry = entry.map_err(|error| format!("cannot read {}: {error}", self.directory.display()))?;
+            if entry.file_name().to_string_lossy() == own {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path())
+                .map_err(|error| format!("cannot read {}: {error}", entry.path().display()))?;
+            if text.trim() == subsystem_nqn {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn file(&self, uuid: &Uuid) -> PathBuf {
@@ -76,15 +90,15 @@ mod tests {
             namespace_uuid_for_name("pvc-b"),
             namespace_uuid_for_name("pvc-c"),
         );
-        assert!(!records.others_on(&a, "nqn.a:gold"), "nothing recorded yet");
+        assert!(!records.others_on(&a, "nqn.a:gold").unwrap(), "nothing recorded yet");
         records.add(&a, "nqn.a:gold").unwrap();
         records.add(&b, "nqn.a:gold").unwrap();
         records.add(&c, "nqn.a:silver").unwrap();
-        assert!(records.others_on(&a, "nqn.a:gold"));
-        assert!(!records.others_on(&c, "nqn.a:silver"));
+        assert!(records.others_on(&a, "nqn.a:gold").unwrap());
+        assert!(!records.others_on(&c, "nqn.a:silver").unwrap());
         records.remove(&b).unwrap();
         records.remove(&b).unwrap();
-        assert!(!records.others_on(&a, "nqn.a:gold"));
+        assert!(!records.others_on(&a, "nqn.a:gold").unwrap());
         let _ = std::fs::remove_dir_all(root);
     }
 }

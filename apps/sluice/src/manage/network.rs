@@ -216,9 +216,7 @@ fn serve_connection(stream: TcpStream, acceptor: &SslAcceptor, clients: &Clients
     // Small writes that wait for an answer: without this each one waits for the
     // client's delayed ACK (40 ms a call on Linux).
     let _ = stream.set_nodelay(true);
-    if stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() || stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() {
-        return;
-    }
+    let stream = DeadlineStream { stream, deadline: Some(Instant::now() + HANDSHAKE_TIMEOUT) };
     let mut tls = match acceptor.accept(stream) {
         Ok(tls) => tls,
         Err(error) => {
@@ -244,13 +242,58 @@ fn serve_connection(stream: TcpStream, acceptor: &SslAcceptor, clients: &Clients
             Caller::network("(no single subject CN)", peer, None)
         }
     };
-    let timeouts = tls.get_ref().set_read_timeout(Some(IDLE_TIMEOUT)).and(tls.get_ref().set_write_timeout(Some(WRITE_TIMEOUT)));
+    tls.get_mut().deadline = None;
+    let socket = &tls.get_ref().stream;
+    let timeouts = socket.set_read_timeout(Some(IDLE_TIMEOUT)).and(socket.set_write_timeout(Some(WRITE_TIMEOUT)));
     if timeouts.is_err() {
         return;
     }
     serve_client(&mut tls, management, &caller);
     // close_notify, so the client tells a finished answer from a cut connection.
     let _ = tls.shutdown();
+}
+
+/// A TCP stream whose reads and writes share one deadline while it is set (the TLS
+/// handshake): a timeout per read alone would let a peer that sends a byte every few
+/// seconds hold one of the `MAX_NETWORK_CLIENTS` places for as long as it likes.
+/// Without a deadline it is the plain stream.
+struct DeadlineStream {
+    stream: TcpStream,
+    deadline: Option<Instant>,
+}
+
+impl DeadlineStream {
+    /// Gives the next read or write the time left, or fails once none is.
+    fn arm(&self) -> std::io::Result<()> {
+        let Some(deadline) = self.deadline else { return Ok(()) };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the TLS handshake took longer than {} s", HANDSHAKE_TIMEOUT.as_secs()),
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.set_write_timeout(Some(left))
+    }
+}
+
+impl std::io::Read for DeadlineStream {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.stream.read(buffer)
+    }
+}
+
+impl std::io::Write for DeadlineStream {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.stream.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 /// The subject CN of the verified client certificate; `None` without exactly one.
@@ -267,7 +310,7 @@ fn peer_common_name(ssl: &SslRef) -> Option<String> {
 
 /// Why a handshake failed, for the log: a certificate the client CA did not sign, no
 /// certificate, or a TLS error.
-fn handshake_failure(error: &HandshakeError<TcpStream>) -> String {
+fn handshake_failure(error: &HandshakeError<DeadlineStream>) -> String {
     match error {
         HandshakeError::SetupFailure(error) => format!("TLS setup failed: {error}"),
         HandshakeError::Failure(stream) | HandshakeError::WouldBlock(stream) => {

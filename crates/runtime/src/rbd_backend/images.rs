@@ -287,7 +287,8 @@ pub fn remove_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool,
 
 /// Makes `pool/image` a copy of `parent_pool/parent_image@snapshot`: a format 2 clone,
 /// flattened at once (see the module comment). Returns false when `pool/image` exists
-/// already (it is left as it is: the caller decides whether it is the same clone).
+/// already: it is only flattened then (a clone whose flatten was cut off), and the
+/// caller decides whether it is the same clone.
 pub fn clone_image(
     spec: &ClusterSpec,
     parent_pool: &str,
@@ -299,9 +300,25 @@ pub fn clone_image(
     storage::service::debug_assert_may_block("cloning an RBD image");
     let parent = open_pool(spec, parent_pool)?;
     let child = open_pool(spec, pool)?;
-    if child.open(image)?.is_some() {
-        return Ok(false);
+    let library = parent.cluster.library;
+    let source = format!("{parent_pool}/{parent_image}@{snapshot}");
+    let created = child.open(image)?.is_none() && clone(&parent, &child, parent_image, snapshot, image, &source)?;
+    // Flattened also when the image was there already: a clone cut off between
+    // rbd_clone3 and rbd_flatten (a crash, a client that gave up) must not be
+    // served still depending on its parent snapshot.
+    let opened = child.open(image)?.ok_or_else(|| child.missing(image))?;
+    // SAFETY: the image is open.
+    let code = unsafe { (library.rbd_flatten)(opened.handle) };
+    // EINVAL: it has no parent (flattened before, or never a clone).
+    if code < 0 && code != -libc::EINVAL {
+        return Err(child.failed(image, &format!("flattening the clone of {source}"), code));
     }
+    Ok(created)
+}
+
+/// `rbd_clone3` of the snapshot into `image` (clone format 2); false when another
+/// client made `image` first.
+fn clone(parent: &Pool, child: &Pool, parent_image: &str, snapshot: &str, image: &str, source: &str) -> Result<bool, RbdError> {
     let library = parent.cluster.library;
     let (parent_c, snapshot_c, child_c) = (
         cstring(parent_image, "image")?,
@@ -331,24 +348,14 @@ pub fn clone_image(
     }
     // SAFETY: created above, destroyed once.
     unsafe { (library.rbd_image_options_destroy)(options) };
-    let source = format!("{parent_pool}/{parent_image}@{snapshot}");
     match code {
-        0 => {}
-        code if code == -libc::EEXIST => return Ok(false),
-        code if code == -libc::ENOENT => {
-            return Err(RbdError::ImageMissing {
-                image: source,
-                cluster: spec.describe(),
-                will_create: false,
-            })
-        }
-        code => return Err(child.failed(image, &format!("cloning it from {source}"), code)),
+        0 => Ok(true),
+        code if code == -libc::EEXIST => Ok(false),
+        code if code == -libc::ENOENT => Err(RbdError::ImageMissing {
+            image: source.to_string(),
+            cluster: parent.cluster.spec.describe(),
+            will_create: false,
+        }),
+        code => Err(child.failed(image, &format!("cloning it from {source}"), code)),
     }
-    let opened = child.open(image)?.ok_or_else(|| child.missing(image))?;
-    // SAFETY: the image is open.
-    let code = unsafe { (library.rbd_flatten)(opened.handle) };
-    if code < 0 {
-        return Err(child.failed(image, &format!("flattening the clone of {source}"), code));
-    }
-    Ok(true)
 }
