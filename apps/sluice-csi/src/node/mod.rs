@@ -183,6 +183,7 @@ impl NodeService {
                 tracing::warn!(%controller, %error, "nvme ns-rescan failed");
             }
         }
+        let mut connect_errors = Vec::new();
         for (address, port) in paths.iter().filter(|path| !connected.contains(path)) {
             let args = connect_args(address, port, &id.subsystem_nqn, &self.host_nqn, keys);
             // One path failing leaves the others; the device check decides. The
@@ -190,7 +191,23 @@ impl NodeService {
             if let Err(error) = self.run("nvme", args).await {
                 let error = keys.scrub(&error.message);
                 tracing::warn!(%address, %port, %error, authenticated = keys.host.is_some(), "nvme connect failed on this path");
+                connect_errors.push(format!("{address}:{port}: {error}"));
             }
+        }
+        // Every path refused (a wrong or missing DH-HMAC-CHAP key is the usual
+        // reason): say so now, not after waiting for a device that cannot appear.
+        if !connect_errors.is_empty() && self.controllers_of(&id.subsystem_nqn).is_empty() {
+            let hint = if keys.host.is_some() {
+                "check that the StorageClass's node-stage Secret holds the key the gateway has for this host \
+                 (the controller-publish Secret's) and that the node's kernel has NVMe in-band authentication"
+            } else {
+                "if the gateway asks this host for DH-HMAC-CHAP, the StorageClass must name a node-stage Secret"
+            };
+            return Err(Status::unavailable(format!(
+                "nvme connect to subsystem {} failed on every path ({}); {hint}",
+                id.subsystem_nqn,
+                connect_errors.join("; ")
+            )));
         }
         let deadline = tokio::time::Instant::now() + DEVICE_WAIT;
         loop {
@@ -559,6 +576,8 @@ mod tests {
         discover_log: String,
         device_uuid_file: PathBuf,
         uuid: String,
+        /// Every connect fails (as a wrong key would), quoting its command line.
+        refuse_connect: bool,
     }
 
     impl Commands for Recorder {
@@ -568,6 +587,10 @@ mod tests {
             self.calls.lock().unwrap().push(call);
             match args.first().copied() {
                 Some("discover") => Ok(self.discover_log.clone()),
+                Some("connect") if self.refuse_connect => Err(CommandError {
+                    status: Some(1),
+                    message: format!("`nvme {}` failed: could not add new controller: {}", args.join(" "), args.join(" ")),
+                }),
                 Some("connect") => {
                     std::fs::create_dir_all(self.device_uuid_file.parent().unwrap()).unwrap();
                     std::fs::write(&self.device_uuid_file, format!("{}\n", self.uuid)).unwrap();
@@ -595,6 +618,10 @@ mod tests {
     /// Stages a block volume with `secrets` on a fresh fake node; the nvme
     /// commands it ran, or its refusal.
     async fn stage_with(name: &str, secrets: &[(&str, &str)]) -> Result<Vec<Vec<String>>, Status> {
+        stage_on_node(name, secrets, false).await
+    }
+
+    async fn stage_on_node(name: &str, secrets: &[(&str, &str)], refuse_connect: bool) -> Result<Vec<Vec<String>>, Status> {
         let root = std::env::temp_dir().join(format!("sluice-csi-stage-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let id = VolumeId::for_name("nqn.2026-11.io.sluice:gold", name);
@@ -604,6 +631,7 @@ mod tests {
             discover_log: log.to_string(),
             device_uuid_file: root.join("sys/block/nvme0n1/uuid"),
             uuid: id.namespace_uuid.hyphenated().to_string(),
+            refuse_connect,
         });
         let service = NodeService {
             host_nqn: "nqn.2014-08.org.nvmexpress:uuid:node-a".to_string(),
@@ -663,5 +691,16 @@ mod tests {
         let error = stage_with("pvc-malformed", &[(secrets::HOST_SECRET_KEY, "DHHC-1:00:oops:")]).await.unwrap_err();
         assert_eq!(error.code(), tonic::Code::InvalidArgument);
         assert!(!error.message().contains("oops"), "{}", error.message());
+    }
+
+    #[tokio::test]
+    async fn a_stage_whose_connects_all_fail_says_so_at_once_without_the_key() {
+        let started = std::time::Instant::now();
+        let error = stage_on_node("pvc-refused", &[(secrets::HOST_SECRET_KEY, HOST_KEY)], true).await.unwrap_err();
+        assert!(started.elapsed() < DEVICE_WAIT / 2, "waited for a device that cannot appear");
+        assert_eq!(error.code(), tonic::Code::Unavailable);
+        assert!(error.message().contains("failed on every path"), "{}", error.message());
+        assert!(error.message().contains("node-stage Secret"), "{}", error.message());
+        assert!(!error.message().contains("AAAA"), "the key is shown: {}", error.message());
     }
 }
