@@ -15,6 +15,8 @@
 //!   alone (`ns_attach`); unpublish detaches it (`ns_detach`) and denies the host
 //!   only when no namespace of the subsystem, the driver's or anyone's, is still
 //!   attached to it (see `unpublish`).
+//!   With DH-HMAC-CHAP keys in the call's secrets (`secrets`) the host is allowed
+//!   with them; see `host_step` for a host that is allowed already.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,11 +38,56 @@ use crate::locks::VolumeLocks;
 use crate::parameters::{
     capacity_pool, size_fits, volume_size_bytes, Backing, StorageClass, DEFAULT_VOLUME_SIZE_BYTES,
 };
+use crate::secrets::{self, DhchapKeys};
 use crate::volume_id::{VolumeId, MAX_VOLUME_ID_BYTES};
 
 /// Publish context key: the gateway's NVMe/TCP addresses (`HOST:PORT,...`) a
 /// node discovers the subsystem's paths through.
 pub const DISCOVERY_ADDRESSES_KEY: &str = "discoveryAddresses";
+
+/// What publish does about the node's entry in the subsystem's allowed hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HostStep {
+    /// Not allowed yet: `host_allow`, with the keys if any.
+    Allow,
+    /// Allowed, and the call has keys: `host_allow` again, which replaces the
+    /// entry's keys in place (the gateway's secret rotation; the host stays allowed
+    /// and its sessions keep running, so its other volumes are untouched).
+    UpdateKeys,
+    /// Allowed and left as it is.
+    Keep,
+    /// Allowed with a TLS key, which only an operator sets: replacing the entry
+    /// would drop that key and tear down the host's TLS sessions, so it is kept
+    /// (the operator manages that host's keys).
+    KeepOperatorsEntry,
+}
+
+/// The step for a node whose entry in `host_list` is `entry` (None: not allowed).
+/// A call without keys never touches an existing entry: another StorageClass of
+/// the subsystem, or the operator, may have given it a key, and dropping it would
+/// turn authentication off for the host.
+fn host_step(entry: Option<&Value>, keys: &DhchapKeys) -> HostStep {
+    let Some(entry) = entry else { return HostStep::Allow };
+    if keys.host.is_none() {
+        return HostStep::Keep;
+    }
+    if entry.get("tls").and_then(Value::as_bool).unwrap_or(false) {
+        return HostStep::KeepOperatorsEntry;
+    }
+    HostStep::UpdateKeys
+}
+
+/// The `host_allow` parameters for `host` on `subsystem_nqn`, with its keys.
+fn host_allow_params(subsystem_nqn: &str, host: &str, keys: &DhchapKeys) -> Value {
+    let mut params = json!({ "nqn": subsystem_nqn, "host": host });
+    if let Some(key) = &keys.host {
+        params["dhchap_secret"] = json!(key);
+    }
+    if let Some(key) = &keys.controller {
+        params["dhchap_ctrl_secret"] = json!(key);
+    }
+    params
+}
 
 pub struct ControllerService {
     pub api: Api,
@@ -355,6 +402,7 @@ impl ControllerService {
         if let Some(reason) = unsupported_capability(&[capability]) {
             return Err(Status::invalid_argument(reason));
         }
+        let keys = secrets::dhchap_keys(&request.secrets)?;
         let (id, namespace) = self.existing(&request.volume_id).await?;
         // Node ids are host NQNs (NodeGetInfo); anything else names no node.
         if !request.node_id.starts_with("nqn.") || request.node_id.len() > 223 {
@@ -363,17 +411,25 @@ impl ControllerService {
                 request.node_id
             )));
         }
-        if !self
-            .host_allowed(&id.subsystem_nqn, &request.node_id)
-            .await?
-        {
-            self.api
-                .call(
-                    "host_allow",
-                    json!({ "nqn": id.subsystem_nqn, "host": request.node_id }),
-                )
-                .await?;
-            tracing::info!(volume = %request.volume_id, node = %request.node_id, "host allowed on the subsystem");
+        let entry = self.host_entry(&id.subsystem_nqn, &request.node_id).await?;
+        match host_step(entry.as_ref(), &keys) {
+            step @ (HostStep::Allow | HostStep::UpdateKeys) => {
+                // A refused host_allow may quote what it was given (the gateway's
+                // own log leaves its message out for that reason): scrubbed before it
+                // reaches the CO's events.
+                self.api
+                    .call("host_allow", host_allow_params(&id.subsystem_nqn, &request.node_id, &keys))
+                    .await
+                    .map_err(|status| Status::new(status.code(), keys.scrub(status.message())))?;
+                tracing::info!(volume = %request.volume_id, node = %request.node_id, ?step,
+                    dhchap = keys.host.is_some(), bidirectional = keys.controller.is_some(), "host allowed on the subsystem");
+            }
+            HostStep::KeepOperatorsEntry => {
+                tracing::warn!(volume = %request.volume_id, node = %request.node_id,
+                    "the node's entry on the subsystem has a TLS key, so it was set up by an operator: the \
+                     DH-HMAC-CHAP keys of the StorageClass's Secret are not applied to it");
+            }
+            HostStep::Keep => {}
         }
         // Idempotent on the gateway: a retried publish finds it attached already.
         self.api
@@ -396,6 +452,12 @@ impl ControllerService {
     }
 
     async fn host_allowed(&self, subsystem_nqn: &str, host: &str) -> Result<bool, Status> {
+        Ok(self.host_entry(subsystem_nqn, host).await?.is_some())
+    }
+
+    /// `host`'s entry in the subsystem's `host_list` (whether it has keys, never the
+    /// keys); None when it is not allowed.
+    async fn host_entry(&self, subsystem_nqn: &str, host: &str) -> Result<Option<Value>, Status> {
         let hosts = self
             .api
             .call("host_list", json!({ "nqn": subsystem_nqn }))
@@ -403,10 +465,11 @@ impl ControllerService {
         Ok(hosts
             .get("hosts")
             .and_then(Value::as_array)
-            .is_some_and(|hosts| {
+            .and_then(|hosts| {
                 hosts
                     .iter()
-                    .any(|entry| entry.get("host").and_then(Value::as_str) == Some(host))
+                    .find(|entry| entry.get("host").and_then(Value::as_str) == Some(host))
+                    .cloned()
             }))
     }
 
@@ -744,6 +807,48 @@ mod tests {
             access_mode: None
         }])
         .is_some());
+    }
+
+    #[test]
+    fn host_allow_gets_the_keys_of_the_secrets() {
+        let host_key = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
+        let controller_key = "DHHC-1:00:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB:";
+        let secrets = HashMap::from([
+            (secrets::HOST_SECRET_KEY.to_string(), host_key.to_string()),
+            (secrets::CONTROLLER_SECRET_KEY.to_string(), controller_key.to_string()),
+        ]);
+        let keys = secrets::dhchap_keys(&secrets).unwrap();
+        assert_eq!(
+            host_allow_params("nqn.a:gold", "nqn.b:node", &keys),
+            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node", "dhchap_secret": host_key, "dhchap_ctrl_secret": controller_key })
+        );
+        let one_way = DhchapKeys { controller: None, ..keys };
+        assert_eq!(
+            host_allow_params("nqn.a:gold", "nqn.b:node", &one_way),
+            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node", "dhchap_secret": host_key })
+        );
+        assert_eq!(
+            host_allow_params("nqn.a:gold", "nqn.b:node", &DhchapKeys::default()),
+            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node" })
+        );
+    }
+
+    #[test]
+    fn an_allowed_host_keeps_its_entry_unless_the_call_brings_keys_and_it_has_no_tls_key() {
+        let keys = DhchapKeys { host: Some("DHHC-1:00:x:".to_string()), controller: None };
+        let none = DhchapKeys::default();
+        let plain = json!({ "host": "nqn.b:node", "dhchap": false, "bidirectional": false, "tls": false });
+        let authenticated = json!({ "host": "nqn.b:node", "dhchap": true, "bidirectional": false, "tls": false });
+        let tls = json!({ "host": "nqn.b:node", "dhchap": true, "bidirectional": false, "tls": true });
+        assert_eq!(host_step(None, &none), HostStep::Allow);
+        assert_eq!(host_step(None, &keys), HostStep::Allow);
+        // Never turns authentication off, nor touches an entry without reason.
+        assert_eq!(host_step(Some(&authenticated), &none), HostStep::Keep);
+        assert_eq!(host_step(Some(&plain), &none), HostStep::Keep);
+        // A rotated Secret reaches a host that is allowed already.
+        assert_eq!(host_step(Some(&plain), &keys), HostStep::UpdateKeys);
+        assert_eq!(host_step(Some(&authenticated), &keys), HostStep::UpdateKeys);
+        assert_eq!(host_step(Some(&tls), &keys), HostStep::KeepOperatorsEntry);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod identity;
 mod locks;
 mod node;
 mod parameters;
+mod secrets;
 mod snapshots;
 mod volume_id;
 

@@ -123,6 +123,15 @@ impl Client {
                     CallError::Broken { endpoint, reason } if reason.contains("alert") => {
                         CallError::Unreachable { endpoint, reason: format!("{reason}: {}", tls::REFUSED_CERTIFICATE_HINT) }
                     }
+                    // The same refusal when the server's close overtook its alert: the
+                    // kernel answers our request, which it no longer reads, with a reset.
+                    CallError::Broken { endpoint, reason } if reason.contains("Connection reset") => CallError::Unreachable {
+                        endpoint,
+                        reason: format!(
+                            "{reason}: the server closed the connection right after the handshake; most likely {}",
+                            tls::REFUSED_CERTIFICATE_HINT
+                        ),
+                    },
                     other => other,
                 })?
             }

@@ -2,7 +2,8 @@
 //! host and mounts it.
 //!
 //! - NodeStageVolume: `nvme discover` at each address the controller put in the
-//!   publish context, `nvme connect` to every path of the volume's subsystem the
+//!   publish context, `nvme connect` (with the DH-HMAC-CHAP keys of the call's
+//!   secrets, `secrets`) to every path of the volume's subsystem the
 //!   discovery log announces and that is not connected yet (native multipath joins
 //!   them into one head device), waits for the device whose UUID is the volume's
 //!   (`system::find_device`; a subsystem already connected is asked to rescan, for a
@@ -31,6 +32,7 @@ use crate::csi::node_service_capability::{rpc::Type as RpcType, Rpc, Type as Cap
 use crate::csi::volume_capability::AccessType;
 use crate::csi::*;
 use crate::locks::VolumeLocks;
+use crate::secrets::{self, DhchapKeys};
 use crate::volume_id::VolumeId;
 use records::StagedRecords;
 use system::{CommandError, Commands};
@@ -83,6 +85,28 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|arg| arg.to_string()).collect()
 }
 
+/// The `nvme connect` arguments for one path of `subsystem_nqn`, as `host_nqn`, with
+/// the DH-HMAC-CHAP keys when the call's secrets hold them (nvme-cli 2.3 spells them
+/// `--dhchap-secret` and `--dhchap-ctrl-secret`). The `--option=value` form keeps a
+/// key in one argument, which is what `system::SystemCommands` redacts.
+fn connect_args(address: &str, port: &str, subsystem_nqn: &str, host_nqn: &str, keys: &DhchapKeys) -> Vec<String> {
+    let mut args = strings(&[
+        "connect",
+        "--transport=tcp",
+        &format!("--traddr={address}"),
+        &format!("--trsvcid={port}"),
+        &format!("--nqn={subsystem_nqn}"),
+        &format!("--hostnqn={host_nqn}"),
+    ]);
+    if let Some(key) = &keys.host {
+        args.push(format!("--dhchap-secret={key}"));
+    }
+    if let Some(key) = &keys.controller {
+        args.push(format!("--dhchap-ctrl-secret={key}"));
+    }
+    args
+}
+
 impl NodeService {
     /// Runs a command on a blocking thread.
     async fn run(&self, program: &'static str, args: Vec<String>) -> Result<String, CommandError> {
@@ -107,7 +131,7 @@ impl NodeService {
     }
 
     /// Connects every path of the volume's subsystem and returns its device.
-    async fn attach(&self, id: &VolumeId, discovery_addresses: &str) -> Result<PathBuf, Status> {
+    async fn attach(&self, id: &VolumeId, discovery_addresses: &str, keys: &DhchapKeys) -> Result<PathBuf, Status> {
         if let Some(device) = self.device_of(id) {
             return Ok(device);
         }
@@ -159,19 +183,31 @@ impl NodeService {
                 tracing::warn!(%controller, %error, "nvme ns-rescan failed");
             }
         }
+        let mut connect_errors = Vec::new();
         for (address, port) in paths.iter().filter(|path| !connected.contains(path)) {
-            let args = [
-                "connect",
-                "--transport=tcp",
-                &format!("--traddr={address}"),
-                &format!("--trsvcid={port}"),
-                &format!("--nqn={}", id.subsystem_nqn),
-                &format!("--hostnqn={}", self.host_nqn),
-            ];
-            // One path failing leaves the others; the device check decides.
-            if let Err(error) = self.run("nvme", strings(&args)).await {
-                tracing::warn!(%address, %port, %error, "nvme connect failed on this path");
+            let args = connect_args(address, port, &id.subsystem_nqn, &self.host_nqn, keys);
+            // One path failing leaves the others; the device check decides. The
+            // error is scrubbed again: a Commands other than SystemCommands may not.
+            if let Err(error) = self.run("nvme", args).await {
+                let error = keys.scrub(&error.message);
+                tracing::warn!(%address, %port, %error, authenticated = keys.host.is_some(), "nvme connect failed on this path");
+                connect_errors.push(format!("{address}:{port}: {error}"));
             }
+        }
+        // Every path refused (a wrong or missing DH-HMAC-CHAP key is the usual
+        // reason): say so now, not after waiting for a device that cannot appear.
+        if !connect_errors.is_empty() && self.controllers_of(&id.subsystem_nqn).is_empty() {
+            let hint = if keys.host.is_some() {
+                "check that the StorageClass's node-stage Secret holds the key the gateway has for this host \
+                 (the controller-publish Secret's) and that the node's kernel has NVMe in-band authentication"
+            } else {
+                "if the gateway asks this host for DH-HMAC-CHAP, the StorageClass must name a node-stage Secret"
+            };
+            return Err(Status::unavailable(format!(
+                "nvme connect to subsystem {} failed on every path ({}); {hint}",
+                id.subsystem_nqn,
+                connect_errors.join("; ")
+            )));
         }
         let deadline = tokio::time::Instant::now() + DEVICE_WAIT;
         loop {
@@ -199,6 +235,7 @@ impl NodeService {
         let capability = request
             .volume_capability
             .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let keys = secrets::dhchap_keys(&request.secrets)?;
         let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         let addresses = request
@@ -213,7 +250,7 @@ impl NodeService {
             self.staged
                 .add(&id.namespace_uuid, &id.subsystem_nqn)
                 .map_err(Status::internal)?;
-            match self.attach(&id, &addresses).await {
+            match self.attach(&id, &addresses, &keys).await {
                 Ok(device) => device,
                 Err(status) => {
                     // A failed stage the CO never unstages must not keep the
@@ -583,5 +620,151 @@ mod signature_tests {
         assert!(matches!(probed_signature("DEVNAME=/dev/nvme0n1\nPTUUID=1\nPTTYPE=gpt\n"), Signature::Other(what) if what.contains("gpt")));
         assert!(matches!(probed_signature("DEVNAME=/dev/x\nTYPE=LVM2_member\nUSAGE=raid\n"), Signature::Other(what) if what.contains("LVM2_member")));
         assert!(matches!(probed_signature("DEVNAME=/dev/x\n"), Signature::Other(_)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::volume_capability::{AccessMode, BlockVolume};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    const HOST_KEY: &str = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
+    const CONTROLLER_KEY: &str = "DHHC-1:01:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB:";
+
+    /// Records the commands a stage runs; a connect makes the namespace's block
+    /// device appear in the fake sysfs, as the kernel would.
+    struct Recorder {
+        calls: Mutex<Vec<Vec<String>>>,
+        discover_log: String,
+        device_uuid_file: PathBuf,
+        uuid: String,
+        /// Every connect fails (as a wrong key would), quoting its command line.
+        refuse_connect: bool,
+    }
+
+    impl Commands for Recorder {
+        fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
+            let mut call = vec![program.to_string()];
+            call.extend(args.iter().map(|arg| arg.to_string()));
+            self.calls.lock().unwrap().push(call);
+            match args.first().copied() {
+                Some("discover") => Ok(self.discover_log.clone()),
+                Some("connect") if self.refuse_connect => Err(CommandError {
+                    status: Some(1),
+                    message: format!("`nvme {}` failed: could not add new controller: {}", args.join(" "), args.join(" ")),
+                }),
+                Some("connect") => {
+                    std::fs::create_dir_all(self.device_uuid_file.parent().unwrap()).unwrap();
+                    std::fs::write(&self.device_uuid_file, format!("{}\n", self.uuid)).unwrap();
+                    Ok(String::new())
+                }
+                _ => Ok(String::new()),
+            }
+        }
+    }
+
+    fn block_stage(id: &VolumeId, secrets: &[(&str, &str)], root: &std::path::Path) -> NodeStageVolumeRequest {
+        NodeStageVolumeRequest {
+            volume_id: id.encode(),
+            staging_target_path: root.join("staging").display().to_string(),
+            volume_capability: Some(VolumeCapability {
+                access_type: Some(AccessType::Block(BlockVolume {})),
+                access_mode: Some(AccessMode { mode: volume_capability::access_mode::Mode::SingleNodeWriter as i32 }),
+            }),
+            publish_context: HashMap::from([(DISCOVERY_ADDRESSES_KEY.to_string(), "10.0.0.1:8009".to_string())]),
+            secrets: secrets.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Stages a block volume with `secrets` on a fresh fake node; the nvme
+    /// commands it ran, or its refusal.
+    async fn stage_with(name: &str, secrets: &[(&str, &str)]) -> Result<Vec<Vec<String>>, Status> {
+        stage_on_node(name, secrets, false).await
+    }
+
+    async fn stage_on_node(name: &str, secrets: &[(&str, &str)], refuse_connect: bool) -> Result<Vec<Vec<String>>, Status> {
+        let root = std::env::temp_dir().join(format!("sluice-csi-stage-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let id = VolumeId::for_name("nqn.2026-11.io.sluice:gold", name);
+        let log = r#"{"records":[{"traddr":"10.0.0.1","trsvcid":"4420","subnqn":"nqn.2026-11.io.sluice:gold"}]}"#;
+        let recorder = Arc::new(Recorder {
+            calls: Mutex::new(Vec::new()),
+            discover_log: log.to_string(),
+            device_uuid_file: root.join("sys/block/nvme0n1/uuid"),
+            uuid: id.namespace_uuid.hyphenated().to_string(),
+            refuse_connect,
+        });
+        let service = NodeService {
+            host_nqn: "nqn.2014-08.org.nvmexpress:uuid:node-a".to_string(),
+            commands: recorder.clone(),
+            sysfs: root.join("sys"),
+            staged: StagedRecords::new(&root.join("state")),
+            locks: Arc::new(VolumeLocks::default()),
+        };
+        let outcome = service.stage(block_stage(&id, secrets, &root)).await;
+        let _ = std::fs::remove_dir_all(&root);
+        outcome?;
+        let calls = recorder.calls.lock().unwrap().clone();
+        Ok(calls.into_iter().filter(|call| call[0] == "nvme").collect())
+    }
+
+    fn connects(calls: &[Vec<String>]) -> Vec<Vec<String>> {
+        calls.iter().filter(|call| call[1] == "connect").cloned().collect()
+    }
+
+    #[tokio::test]
+    async fn a_stage_connects_with_the_keys_of_its_secrets() {
+        let plain = stage_with("pvc-plain", &[]).await.unwrap();
+        let expected: Vec<String> = strings(&[
+            "nvme",
+            "connect",
+            "--transport=tcp",
+            "--traddr=10.0.0.1",
+            "--trsvcid=4420",
+            "--nqn=nqn.2026-11.io.sluice:gold",
+            "--hostnqn=nqn.2014-08.org.nvmexpress:uuid:node-a",
+        ]);
+        assert_eq!(connects(&plain), vec![expected.clone()]);
+
+        let one_way = stage_with("pvc-one-way", &[(secrets::HOST_SECRET_KEY, HOST_KEY)]).await.unwrap();
+        let mut with_host_key = expected.clone();
+        with_host_key.push(format!("--dhchap-secret={HOST_KEY}"));
+        assert_eq!(connects(&one_way), vec![with_host_key.clone()]);
+
+        let both = stage_with(
+            "pvc-both",
+            &[(secrets::HOST_SECRET_KEY, HOST_KEY), (secrets::CONTROLLER_SECRET_KEY, CONTROLLER_KEY)],
+        )
+        .await
+        .unwrap();
+        let mut with_both = with_host_key;
+        with_both.push(format!("--dhchap-ctrl-secret={CONTROLLER_KEY}"));
+        assert_eq!(connects(&both), vec![with_both]);
+        // Discovery runs without the keys: the gateway asks for them at the subsystem's Connect.
+        assert!(both.iter().filter(|call| call[1] == "discover").all(|call| !call.join(" ").contains("DHHC")));
+    }
+
+    #[tokio::test]
+    async fn a_stage_refuses_unknown_or_malformed_secrets_before_running_anything() {
+        let error = stage_with("pvc-unknown", &[("tlsKey", "x")]).await.unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        assert!(error.message().contains("\"tlsKey\""), "{}", error.message());
+        let error = stage_with("pvc-malformed", &[(secrets::HOST_SECRET_KEY, "DHHC-1:00:oops:")]).await.unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        assert!(!error.message().contains("oops"), "{}", error.message());
+    }
+
+    #[tokio::test]
+    async fn a_stage_whose_connects_all_fail_says_so_at_once_without_the_key() {
+        let started = std::time::Instant::now();
+        let error = stage_on_node("pvc-refused", &[(secrets::HOST_SECRET_KEY, HOST_KEY)], true).await.unwrap_err();
+        assert!(started.elapsed() < DEVICE_WAIT / 2, "waited for a device that cannot appear");
+        assert_eq!(error.code(), tonic::Code::Unavailable);
+        assert!(error.message().contains("failed on every path"), "{}", error.message());
+        assert!(error.message().contains("node-stage Secret"), "{}", error.message());
+        assert!(!error.message().contains("AAAA"), "the key is shown: {}", error.message());
     }
 }

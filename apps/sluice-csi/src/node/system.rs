@@ -41,14 +41,17 @@ impl Commands for SystemCommands {
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
+            // The message is logged and may reach the CO: a DH-HMAC-CHAP key on the
+            // command line (`nvme connect --dhchap-secret=...`), or quoted by the
+            // program, must not.
             Err(CommandError {
                 status: output.status.code(),
-                message: format!(
+                message: crate::secrets::redact(&format!(
                     "`{program} {}` failed ({}): {}",
                     args.join(" "),
                     output.status,
                     String::from_utf8_lossy(&output.stderr).trim()
-                ),
+                )),
             })
         }
     }
@@ -195,6 +198,17 @@ pub fn split_address(address: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_command_line_never_shows_a_key() {
+        let key = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
+        let error = SystemCommands
+            .run("false", &["connect", &format!("--dhchap-secret={key}")])
+            .unwrap_err();
+        assert_eq!(error.status, Some(1));
+        assert!(error.message.contains("--dhchap-secret=DHHC-1:<redacted>"), "{}", error.message);
+        assert!(!error.message.contains("AAAA"), "{}", error.message);
+    }
 
     #[test]
     fn mount_points_are_read_with_escapes_undone() {
