@@ -22,6 +22,7 @@ mod assemble;
 mod caller;
 pub mod cli;
 mod cli_attach;
+mod cli_output;
 mod cli_qos;
 mod document;
 pub(crate) mod persist;
