@@ -10,6 +10,7 @@
 # "BIND_ADDRESS[=ADVERTISED_ADDRESS][/discovery]", e.g. "127.0.0.1:4420=10.0.2.2:4420"
 # (announced in the discovery log as 10.0.2.2:4420) or "127.0.0.1:8009/discovery".
 # PKI_DIR holds ca.pem, server.pem and server.key (scripts/lib/api-pki.sh).
+# csi_management_network below writes the API's table alone (for gateway groups).
 write_csi_gateway_config() {
   local file=$1 dir=$2 subsystem=$3 api_port=$4 pki=$5 listener bind advertise
   shift 5
@@ -43,15 +44,24 @@ pool = "csi"
 threads = 1
 poll_mode = "sleep"
 
+TOML
+    csi_management_network "$api_port" "$pki"
+  } >"$file"
+}
+
+# csi_management_network API_PORT PKI_DIR: the [management.network] table of a CSI
+# test's gateway (listening on 127.0.0.1:API_PORT, the CN "csi-controller"
+# read-write), on stdout.
+csi_management_network() {
+  cat <<TOML
 [management.network]
-listen = "127.0.0.1:$api_port"
-certificate = "$pki/server.pem"
-private_key = "$pki/server.key"
-client_ca = "$pki/ca.pem"
+listen = "127.0.0.1:$1"
+certificate = "$2/server.pem"
+private_key = "$2/server.key"
+client_ca = "$2/ca.pem"
 
 [[management.network.client]]
 common_name = "csi-controller"
 access = "read-write"
 TOML
-  } >"$file"
 }

@@ -47,6 +47,8 @@ INTEROP_REPO=$REPO
 . "$REPO/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/api-pki.sh
 . "$REPO/scripts/lib/api-pki.sh"
+# shellcheck source=scripts/lib/csi-gateway.sh
+. "$REPO/scripts/lib/csi-gateway.sh"
 
 OUT_ROOT=${OUT:-$REPO/target/interop}
 mkdir -p "$OUT_ROOT"
@@ -156,16 +158,8 @@ ${4:-}
 threads = 1
 poll_mode = "sleep"
 
-[management.network]
-listen = "127.0.0.1:$3"
-certificate = "$OUT_DIR/pki/server.pem"
-private_key = "$OUT_DIR/pki/server.key"
-client_ca = "$OUT_DIR/pki/ca.pem"
-
-[[management.network.client]]
-common_name = "csi-controller"
-access = "read-write"
 TOML
+  csi_management_network "$3" "$OUT_DIR/pki"
 }
 {
   gateway_config a "$io_port_a" "$api_port_a" "lease_ms = $LEASE_MS

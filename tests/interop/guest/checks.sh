@@ -11,6 +11,16 @@ fail() {
   failed=$((failed + 1)); failed_names="$failed_names $1"
 }
 section() { echo; echo "=== $*"; }
+# wait_until SECONDS CMD...: run CMD every 100 ms until it succeeds; 1 if it never
+# did within SECONDS
+wait_until() {
+  local limit=$(( $1 * 10 )) i=0
+  shift
+  while ! "$@"; do
+    i=$((i + 1)); [ $i -ge $limit ] && return 1
+    usleep 100000
+  done
+}
 # show the last lines of a detail file (on failure)
 show_tail() { [ -s "$1" ] && { echo "--- last lines of ${1##*/}:"; tail -n "${2:-25}" "$1" | sed 's/^/  | /'; }; }
 

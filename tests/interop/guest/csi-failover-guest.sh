@@ -39,15 +39,6 @@ else LOGDIR=/tmp/csi-failover; mkdir -p "$LOGDIR"; fi
 # shellcheck source=tests/interop/guest/checks.sh
 . /root/checks.sh
 
-wait_until() {
-  local limit=$(( $1 * 10 )) i=0
-  shift
-  while ! "$@"; do
-    i=$((i + 1)); [ $i -ge $limit ] && return 1
-    usleep 100000
-  done
-}
-
 # path_state PORT: "live optimized", "connecting ...", ... of the subsystem's
 # controller connected through PORT ("" when none)
 path_state() {
