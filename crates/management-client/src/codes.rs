@@ -40,3 +40,16 @@ pub const GROUP_CONFIG_CONFLICT: i64 = -32006;
 /// `[[management.network.client]]` entries. The message names the client, the method
 /// and what to change. Nothing was changed.
 pub const ACCESS_DENIED: i64 = -32007;
+
+/// Machine-readable causes a refusal carries in `data.cause`, so a caller (the CSI
+/// driver) branches on them instead of on the message, which is for people.
+pub mod causes {
+    /// The pool (or image store) has no room for what was asked.
+    pub const NO_SPACE: &str = "no_space";
+    /// `ns_resize` to a size below the namespace's: shrinking would cut off blocks a
+    /// host may hold data in, so it is never done.
+    pub const WOULD_SHRINK: &str = "would_shrink";
+    /// The namespace's storage cannot change size while served (a RAM disk, a block
+    /// device, a RAID0 set).
+    pub const NOT_RESIZABLE: &str = "not_resizable";
+}
