@@ -65,6 +65,60 @@ pub trait Backend: Send + Sync + 'static {
     fn shared_name(&self) -> Option<String> {
         None
     }
+
+    /// Grows the storage to `block_count` blocks while it is served (a live namespace
+    /// resize), durably: once this returns, the new size survives a crash. Blocking
+    /// (it may write a table or talk to a cluster): the management thread calls it,
+    /// never an I/O thread. Queues already open accept the new blocks at once. The
+    /// same size again is a success; a smaller one is [`GrowError::WouldShrink`],
+    /// since a host may hold data in the blocks it would cut off. The default:
+    /// storage that cannot change size.
+    fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        let _ = block_count;
+        Err(GrowError::NotResizable { kind: self.kind() })
+    }
+
+    /// For storage other processes can grow (an RBD image resized through another
+    /// gateway or `rbd resize`): reads the size now and returns the geometry, grown if
+    /// the storage grew. Blocking, like [`Backend::grow`]. The default: the size only
+    /// this process changes.
+    fn refresh_geometry(&self) -> Result<Geometry, GrowError> {
+        Ok(self.geometry())
+    }
+}
+
+/// Why [`Backend::grow`] did not grow the storage; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GrowError {
+    /// This kind of storage has a fixed size while served.
+    #[error("{kind} storage cannot change size while it is served")]
+    NotResizable {
+        /// [`Backend::kind`].
+        kind: &'static str,
+    },
+    /// The requested size is below the current one.
+    #[error("{requested_blocks} blocks is less than the {current_blocks} the namespace has; namespaces only grow")]
+    WouldShrink {
+        /// Blocks now.
+        current_blocks: u64,
+        /// Blocks asked for.
+        requested_blocks: u64,
+    },
+    /// Not enough free space where the storage must grow (a pool; for a thick carve,
+    /// the units right after it).
+    #[error("{0}")]
+    NoSpace(String),
+    /// The size is beyond what this storage can describe.
+    #[error("{requested_blocks} blocks is more than this storage can hold ({reason})")]
+    TooLarge {
+        /// Blocks asked for.
+        requested_blocks: u64,
+        /// Which limit.
+        reason: String,
+    },
+    /// The storage refused or failed (a table write, a cluster call).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// A submission queue owned by one thread at a time.

@@ -89,6 +89,41 @@ impl Geometry {
     }
 }
 
+/// The geometry of storage that can grow while it is served (a live resize): the
+/// block size is fixed, the block count only ever rises. Queues read it on every
+/// request's range check, which costs one atomic load.
+#[derive(Debug)]
+pub struct LiveGeometry {
+    block_size_bytes: u32,
+    block_count: std::sync::atomic::AtomicU64,
+}
+
+impl LiveGeometry {
+    /// Starts at `geometry` (validated by the caller).
+    pub fn new(geometry: Geometry) -> LiveGeometry {
+        LiveGeometry {
+            block_size_bytes: geometry.block_size_bytes,
+            block_count: std::sync::atomic::AtomicU64::new(geometry.block_count),
+        }
+    }
+
+    /// The geometry now. Acquire: a request that sees the grown count also sees
+    /// whatever the grower set up before raising it (a larger thin map, say).
+    pub fn get(&self) -> Geometry {
+        Geometry {
+            block_size_bytes: self.block_size_bytes,
+            block_count: self.block_count.load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// Raises the block count to `block_count` (never lowers it); returns the geometry
+    /// after. Release pairs with [`LiveGeometry::get`].
+    pub fn grow_to(&self, block_count: u64) -> Geometry {
+        self.block_count.fetch_max(block_count, std::sync::atomic::Ordering::AcqRel);
+        self.get()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

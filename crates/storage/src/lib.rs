@@ -34,9 +34,9 @@ pub mod service;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{Backend, BackendQueue};
+pub use backend::{Backend, BackendQueue, GrowError};
 pub use cache::{CacheBackend, CacheMode, DEFAULT_LINE_SIZE_BYTES};
-pub use geometry::{Geometry, GeometryError, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
+pub use geometry::{Geometry, GeometryError, LiveGeometry, MAX_BLOCK_SIZE_BYTES, MIN_BLOCK_SIZE_BYTES};
 pub use io::{validate_compare_and_write, validate_request, IoCompletion, IoError, IoOp, IoRequest};
 pub use lent::LentBytes;
 pub use null::NullBackend;

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use crate::backend::ReadyCompletions;
 use crate::io::validate_request;
-use crate::{Backend, BackendQueue, Geometry, GeometryError, IoCompletion, IoOp, IoRequest};
+use crate::{Backend, BackendQueue, Geometry, GeometryError, GrowError, IoCompletion, IoOp, IoRequest, LiveGeometry};
 
 /// A namespace that stores nothing.
 #[derive(Debug)]
 pub struct NullBackend {
-    geometry: Geometry,
+    /// Shared with its queues: it grows live (nothing is stored, so growing is free).
+    geometry: Arc<LiveGeometry>,
 }
 
 impl NullBackend {
@@ -26,13 +27,13 @@ impl NullBackend {
     /// Like [`NullBackend::new`], reporting an invalid geometry instead of panicking.
     pub fn try_new(geometry: Geometry) -> Result<Arc<Self>, GeometryError> {
         geometry.validate()?;
-        Ok(Arc::new(Self { geometry }))
+        Ok(Arc::new(Self { geometry: Arc::new(LiveGeometry::new(geometry)) }))
     }
 }
 
 impl Backend for NullBackend {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        self.geometry.get()
     }
 
     fn has_volatile_write_cache(&self) -> bool {
@@ -43,9 +44,21 @@ impl Backend for NullBackend {
         "null"
     }
 
+    fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        let current = self.geometry.get();
+        if block_count < current.block_count {
+            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
+        }
+        let wanted = Geometry { block_count, ..current };
+        if wanted.validate().is_err() {
+            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
+        }
+        Ok(self.geometry.grow_to(block_count))
+    }
+
     fn open_queue(&self) -> Box<dyn BackendQueue> {
         Box::new(NullQueue {
-            geometry: self.geometry,
+            geometry: Arc::clone(&self.geometry),
             ready: ReadyCompletions::new(),
         })
     }
@@ -56,7 +69,7 @@ impl Backend for NullBackend {
 }
 
 struct NullQueue {
-    geometry: Geometry,
+    geometry: Arc<LiveGeometry>,
     ready: ReadyCompletions,
 }
 
@@ -67,7 +80,7 @@ impl BackendQueue for NullQueue {
             op,
             mut buffer,
         } = request;
-        let result = validate_request(&self.geometry, &op, buffer.len());
+        let result = validate_request(&self.geometry.get(), &op, buffer.len());
         if result.is_ok() {
             if let IoOp::Read { .. } = op {
                 // Reads return zeroes, not whatever the caller's recycled buffer held.

@@ -614,3 +614,71 @@ fn a_flush_whose_table_save_fails_fails_and_the_next_one_saves_again() {
     drop(pool);
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[test]
+fn carves_grow_live_keep_their_data_and_reopen_grown() {
+    let (pool, backend, table) = pool(64);
+    let thin = pool.create(2 * 128, true).unwrap();
+    let thick = pool.create(2 * 128, false).unwrap();
+    let (thin_view, thick_view) = (pool.get(thin).unwrap(), pool.get(thick).unwrap());
+    // Queues opened before the resize must take the new blocks too.
+    let mut thin_queue = thin_view.open_queue();
+    let mut thick_queue = thick_view.open_queue();
+    let old_data = pattern(2, 512 * 4);
+    write(&thick_view, 252, old_data.clone()).unwrap();
+    let beyond = |token| IoRequest { token, op: IoOp::Write { lba: 256, blocks: 8, force_unit_access: false }, buffer: pattern(3, 4096) };
+    assert_eq!(submit_and_wait(&mut *thin_queue, beyond(1)).result, Err(IoError::OutOfRange), "not grown yet");
+
+    assert_eq!(thick_view.grow(4 * 128).unwrap().block_count, 4 * 128);
+    assert_eq!(pool.free_units(), 64 - 4, "the thick carve took the two units after it");
+    write(&thin_view, 252, old_data.clone()).unwrap();
+    assert_eq!(thin_view.grow(5 * 128 + 7).unwrap().block_count, 5 * 128 + 7, "a thin carve grows to any block count");
+    assert_eq!(pool.free_units(), 64 - 4 - 1, "the thin one mapped only what was written");
+    assert_eq!(submit_and_wait(&mut *thin_queue, beyond(2)).result, Ok(()));
+    assert_eq!(submit_and_wait(&mut *thick_queue, beyond(3)).result, Ok(()));
+    assert_eq!(read(&thin_view, 600, 40), vec![0; 40 * 512], "new thin blocks read as zeroes");
+    assert_eq!(read(&thick_view, 300, 100), vec![0; 100 * 512], "new thick blocks read as zeroes");
+    // Growing writes at the end of the new size work; one block past it does not.
+    write(&thin_view, 5 * 128 + 6, pattern(4, 512)).unwrap();
+    assert_eq!(write(&thin_view, 5 * 128 + 7, pattern(4, 512)), Err(IoError::OutOfRange));
+    assert_eq!(thin_view.grow(5 * 128 + 7), Ok(thin_view.geometry()), "the same size again is a success");
+    flush(&thin_view);
+    drop((thin_queue, thick_queue, thin_view, thick_view));
+    drop(pool);
+
+    let reopened = Pool::open(Arc::clone(&backend), table.clone()).unwrap();
+    let (thin_view, thick_view) = (reopened.get(thin).unwrap(), reopened.get(thick).unwrap());
+    assert_eq!(thin_view.geometry().block_count, 5 * 128 + 7, "the new size was saved");
+    assert_eq!(thick_view.geometry().block_count, 4 * 128);
+    for view in [&thin_view, &thick_view] {
+        assert_eq!(read(view, 252, 4), old_data);
+        assert_eq!(read(view, 256, 8), pattern(3, 4096));
+    }
+    assert_eq!(reopened.free_units(), 64 - 4 - 3, "the table's unit use survived too");
+}
+
+#[test]
+fn carves_never_shrink_and_a_thick_carve_grows_only_into_free_units_after_it() {
+    let (pool, _, _) = pool(8);
+    let thick = pool.create(2 * 128, false).unwrap();
+    let neighbour = pool.create(128, false).unwrap();
+    let view = pool.get(thick).unwrap();
+    let error = view.grow(3 * 128).unwrap_err();
+    assert!(matches!(&error, storage::GrowError::NoSpace(message) if message.contains("units 2..3 after it are in use")), "{error}");
+    assert_eq!(view.geometry().block_count, 2 * 128, "unchanged");
+    assert_eq!(pool.free_units(), 5);
+    assert_eq!(
+        view.grow(2 * 128 - 1),
+        Err(storage::GrowError::WouldShrink { current_blocks: 256, requested_blocks: 255 })
+    );
+    let last = pool.get(neighbour).unwrap();
+    let error = last.grow(7 * 128).unwrap_err();
+    assert!(matches!(&error, storage::GrowError::NoSpace(message) if message.contains("past the end of the pool")), "{error}");
+    assert_eq!(last.grow(6 * 128).unwrap().block_count, 6 * 128, "every unit up to the end");
+    assert_eq!(pool.free_units(), 0);
+    let thin = pool.get(pool.create(128, true).unwrap()).unwrap();
+    let error = thin.grow((storage::pool::MAX_THIN_UNITS + 1) * 128).unwrap_err();
+    assert!(matches!(error, storage::GrowError::TooLarge { .. }), "{error}");
+    pool.delete(thick).unwrap();
+    assert!(view.grow(3 * 128).is_err(), "a deleted carve does not grow");
+}

@@ -4,12 +4,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use std::task::Waker;
 
 use super::PoolShared;
 use crate::service::Ticket;
 use crate::raid0::{Layout, Piece, SplitKind, SplitQueue, Target};
-use crate::{Backend, BackendQueue, Geometry, IoError};
+use crate::{Backend, BackendQueue, Geometry, GrowError, IoError, LiveGeometry};
 
 /// A thin carve's unit map: entry = physical unit + 1, or 0 while unallocated. Entries
 /// only ever go from 0 to a unit (under the pool lock) and are read lock-free.
@@ -36,12 +38,15 @@ impl ThinMap {
 #[derive(Debug)]
 pub(super) enum Placement {
     Thick { start_lba: u64 },
-    Thin { map: Arc<ThinMap> },
+    /// Swapped for a larger copy when the carve grows (under the pool lock, which
+    /// every mapping takes too, so no mapping is lost); readers load it lock-free.
+    Thin { map: ArcSwap<ThinMap> },
 }
 
 /// The mapping of one carve; shared by its backend handle and queues.
 pub(super) struct CarveLayout {
-    pub(super) geometry: Geometry,
+    /// Grows live ([`super::Pool::grow`]); every queue's range check reads it.
+    pub(super) geometry: LiveGeometry,
     pub(super) unit_blocks: u64,
     pub(super) placement: Placement,
     pub(super) pool: Arc<PoolShared>,
@@ -52,7 +57,7 @@ pub(super) struct CarveLayout {
 
 impl Layout for CarveLayout {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        self.geometry.get()
     }
 
     fn member_count(&self) -> usize {
@@ -68,18 +73,19 @@ impl Layout for CarveLayout {
     }
 
     fn prepare_write(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
-        let Placement::Thin { map } = &self.placement else {
+        let Placement::Thin { map: shared_map } = &self.placement else {
             return Ok(());
         };
         if blocks == 0 {
             return Ok(());
         }
+        let map = shared_map.load();
         let first_unit = lba / self.unit_blocks;
         let last_unit = (lba + blocks - 1) / self.unit_blocks;
         for logical_unit in first_unit..=last_unit {
             // The common case (already mapped) costs one atomic load and no lock.
             if map.physical_unit(logical_unit).is_none() {
-                self.pool.allocate_unit(map, logical_unit)?;
+                self.pool.allocate_unit(shared_map, logical_unit)?;
             }
         }
         Ok(())
@@ -105,7 +111,7 @@ impl Layout for CarveLayout {
                 });
                 return;
             }
-            Placement::Thin { map } => map,
+            Placement::Thin { map } => map.load(),
         };
         let unit_blocks = self.unit_blocks;
         let end = lba + blocks;
@@ -159,7 +165,11 @@ pub(super) struct CarveBackend {
 
 impl Backend for CarveBackend {
     fn geometry(&self) -> Geometry {
-        self.layout.geometry
+        self.layout.geometry.get()
+    }
+
+    fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        self.layout.pool.grow(&self.layout, block_count)
     }
 
     fn has_volatile_write_cache(&self) -> bool {

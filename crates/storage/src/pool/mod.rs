@@ -42,10 +42,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::service::{debug_assert_may_block, process_service, ServiceExecutor, Ticket};
-use crate::{Backend, Geometry, IoError, IoOp, IoRequest};
+use crate::{Backend, Geometry, GrowError, IoError, IoOp, IoRequest, LiveGeometry};
 use carve::{CarveBackend, CarveLayout, Placement, ThinMap};
 use table::{units_for_blocks, TableFile, TABLE_VERSION};
 
@@ -155,8 +156,11 @@ impl PoolShared {
     }
 
     /// Maps `logical_unit` of a thin carve to a free unit (lowest free from the hint).
-    fn allocate_unit(&self, map: &ThinMap, logical_unit: u64) -> Result<(), IoError> {
+    /// `shared_map` is loaded under the lock: a carve growing at the same time swaps
+    /// in a larger copy under it, and the mapping must land in the map that stays.
+    fn allocate_unit(&self, shared_map: &ArcSwap<ThinMap>, logical_unit: u64) -> Result<(), IoError> {
         let mut state = self.lock();
+        let map = shared_map.load();
         if map.physical_unit(logical_unit).is_some() {
             return Ok(()); // Another queue mapped it while we waited for the lock.
         }
@@ -271,6 +275,94 @@ impl PoolShared {
     }
 }
 
+impl PoolShared {
+    /// [`Backend::grow`] of the carve behind `layout`: a thin carve gets a larger unit
+    /// map (new units read as zeroes, unmapped); a thick carve takes the free units
+    /// right after its run, since it stays one contiguous run. Saved before the new
+    /// blocks are served; on a failed save nothing changes.
+    fn grow(&self, layout: &Arc<CarveLayout>, block_count: u64) -> Result<Geometry, GrowError> {
+        let current = layout.geometry.get();
+        if block_count < current.block_count {
+            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
+        }
+        if block_count == current.block_count {
+            return Ok(current);
+        }
+        if layout.deleted.load(Ordering::Acquire) {
+            return Err(GrowError::Failed("the carve is being deleted".to_string()));
+        }
+        let wanted = Geometry { block_count, ..current };
+        let too_large = |reason: &str| GrowError::TooLarge { requested_blocks: block_count, reason: reason.to_string() };
+        let units = units_for_blocks(block_count, self.unit_blocks)
+            .filter(|_| wanted.validate().is_ok())
+            .ok_or_else(|| too_large("the capacity overflows 64 bits"))?;
+        // Held through the save and any undo (see `Pool::create_bound`).
+        let _order = lock_ignoring_poison(&self.save_order);
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let Some(entry) = state.carves.values_mut().find(|entry| Arc::ptr_eq(&entry.layout, layout)) else {
+            return Err(GrowError::Failed("the carve was deleted".to_string()));
+        };
+        let previous_record = entry.record.clone();
+        let mut added: Option<UnitExtent> = None;
+        match &layout.placement {
+            Placement::Thin { map } => {
+                if units > MAX_THIN_UNITS {
+                    return Err(too_large(&format!("a thin carve maps at most {MAX_THIN_UNITS} units")));
+                }
+                let old = map.load();
+                if units > old.units.len() as u64 {
+                    let larger = ThinMap::new(units);
+                    for (entry, old_entry) in larger.units.iter().zip(old.units.iter()) {
+                        entry.store(old_entry.load(Ordering::Acquire), Ordering::Relaxed);
+                    }
+                    map.store(Arc::new(larger));
+                }
+            }
+            Placement::Thick { .. } => {
+                let extent = entry.record.extents[0];
+                if units > extent.unit_count {
+                    let from = extent.start_unit + extent.unit_count;
+                    let to = extent.start_unit + units;
+                    if to > self.unit_count {
+                        return Err(GrowError::NoSpace(format!(
+                            "a thick carve stays one contiguous run of units, and {} more would run past the end of the pool",
+                            units - extent.unit_count
+                        )));
+                    }
+                    if state.used_units[from as usize..to as usize].iter().any(|&used| used) {
+                        return Err(GrowError::NoSpace(format!(
+                            "a thick carve stays one contiguous run of units, and units {from}..{to} after it are in use \
+                             by other carves; make the volume thin, or move it to a pool with room"
+                        )));
+                    }
+                    state.used_units[from as usize..to as usize].fill(true);
+                    state.free_units -= to - from;
+                    entry.record.extents[0].unit_count = units;
+                    added = Some(UnitExtent { start_unit: from, unit_count: to - from });
+                }
+            }
+        }
+        entry.record.size_blocks = block_count;
+        drop(guard);
+        if let Err(error) = self.save_ordered(false) {
+            // Not persisted, so not grown: undo (a larger thin map is harmless, since
+            // the geometry never rose).
+            let mut state = self.lock();
+            if let Some(extent) = added {
+                let (from, to) = (extent.start_unit as usize, (extent.start_unit + extent.unit_count) as usize);
+                state.used_units[from..to].fill(false);
+                state.free_units += extent.unit_count;
+            }
+            if let Some(entry) = state.carves.values_mut().find(|entry| Arc::ptr_eq(&entry.layout, layout)) {
+                entry.record = previous_record;
+            }
+            return Err(GrowError::Failed(format!("the pool table could not be saved: {error}")));
+        }
+        Ok(layout.geometry.grow_to(block_count))
+    }
+}
+
 impl CarveEntry {
     /// The record with the thin unit map read from the live atomics.
     fn snapshot(&self) -> CarveRecord {
@@ -281,6 +373,7 @@ impl CarveEntry {
 /// `record` with its thin unit map read from the live atomics of `layout`.
 fn with_unit_map(mut record: CarveRecord, layout: &CarveLayout) -> CarveRecord {
     if let Placement::Thin { map } = &layout.placement {
+        let map = map.load();
         record.unit_map = (0..map.units.len() as u64)
             .filter_map(|logical_unit| {
                 map.physical_unit(logical_unit).map(|physical_unit| UnitMapping { logical_unit, physical_unit })
@@ -438,17 +531,17 @@ impl Pool {
                 map.units[mapping.logical_unit as usize]
                     .store(mapping.physical_unit + 1, Ordering::Relaxed);
             }
-            Placement::Thin { map: Arc::new(map) }
+            Placement::Thin { map: ArcSwap::from_pointee(map) }
         } else {
             Placement::Thick {
                 start_lba: record.extents[0].start_unit * shared.unit_blocks,
             }
         };
         let layout = Arc::new(CarveLayout {
-            geometry: Geometry {
+            geometry: LiveGeometry::new(Geometry {
                 block_size_bytes: shared.block_size_bytes,
                 block_count: record.size_blocks,
-            },
+            }),
             unit_blocks: shared.unit_blocks,
             placement,
             pool: Arc::clone(shared),
@@ -603,6 +696,7 @@ impl Pool {
         Ok(match &entry.layout.placement {
             Placement::Thick { .. } => entry.record.size_blocks,
             Placement::Thin { map } => {
+                let map = map.load();
                 let mapped = (0..map.units.len() as u64)
                     .filter(|&unit| map.physical_unit(unit).is_some())
                     .count() as u64;
