@@ -456,14 +456,14 @@ impl Connection {
 /// `in_gateway_group`: the subsystem is exported by a gateway group (atomicity of
 /// Compare and Write is then the storage's, see `fused`).
 fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> IdentifyNamespace {
-    let blocks = namespace.geometry.block_count;
+    let blocks = namespace.geometry().block_count;
     let thin = namespace.carve.as_ref().is_some_and(|carve| carve.thin);
     let mut id = IdentifyNamespace {
         namespace_size: blocks,
         namespace_capacity: blocks,
         namespace_utilization: namespace.utilization_blocks(),
         namespace_features: if thin { nsfeat::THIN_PROVISIONING } else { 0 },
-        nvm_capacity: u128::from(namespace.geometry.capacity_bytes()),
+        nvm_capacity: u128::from(namespace.geometry().capacity_bytes()),
         number_of_lba_formats: 0,
         formatted_lba_size: 0,
         multipath_capabilities: nmic::SHARED,
@@ -477,9 +477,9 @@ fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> Identify
         namespace_globally_unique_identifier: namespace.nguid,
         ana_group_identifier: namespace.ana_group.0,
         // Copy: one MDTS in all, any one range as long (MSSRL, MCL), MSRC 0's based.
-        maximum_single_source_range_length: crate::copy::maximum_copy_blocks(namespace.geometry.block_size_bytes)
+        maximum_single_source_range_length: crate::copy::maximum_copy_blocks(namespace.geometry().block_size_bytes)
             .min(u32::from(u16::MAX)) as u16,
-        maximum_copy_length: crate::copy::maximum_copy_blocks(namespace.geometry.block_size_bytes),
+        maximum_copy_length: crate::copy::maximum_copy_blocks(namespace.geometry().block_size_bytes),
         maximum_source_range_count: (crate::limits::MAX_COPY_SOURCE_RANGES - 1) as u8,
         // RESCAP: all six types and Ignore Existing Key; PTPOS where a store exists.
         reservation_capabilities: RESERVATION_CAPABILITIES,
@@ -490,7 +490,7 @@ fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> Identify
         lba_data_size_log2: namespace.block_size_log2(),
         relative_performance: 0,
     };
-    let block_bytes = u64::from(namespace.geometry.block_size_bytes).max(1);
+    let block_bytes = u64::from(namespace.geometry().block_size_bytes).max(1);
     match namespace.backend.atomic_compare_and_write_boundary_bytes() {
         // On a gateway group Compare and Write is the storage's own atomic operation,
         // inside aligned regions (see `fused`): NACWU says how many blocks a pair may

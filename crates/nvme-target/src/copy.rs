@@ -126,7 +126,7 @@ impl Connection {
         let slot = self.slots.slot(slot_index);
         let sqe = slot.sqe;
         let gathered = std::mem::take(&mut slot.compare_buffer);
-        let block_bytes = self.view.get(sqe.namespace_id()).map_or(1, |namespace| namespace.geometry.block_size_bytes);
+        let block_bytes = self.view.get(sqe.namespace_id()).map_or(1, |namespace| namespace.geometry().block_size_bytes);
         let op = IoOp::Write {
             lba: sqe.starting_lba(),
             blocks: (gathered.len() / block_bytes.max(1) as usize) as u32,

@@ -193,7 +193,7 @@ impl Connection {
         // pair is refused, never run in two steps; a single process runs it with the
         // range table, which is atomic for it.
         let atomic_in_storage = namespace.backend.atomic_compare_and_write_boundary_bytes().is_some_and(|boundary_bytes| {
-            let block_bytes = u64::from(namespace.geometry.block_size_bytes);
+            let block_bytes = u64::from(namespace.geometry().block_size_bytes);
             let first_region = lba.saturating_mul(block_bytes).checked_div(boundary_bytes);
             let last_region = lba.saturating_add(blocks).saturating_mul(block_bytes).saturating_sub(1).checked_div(boundary_bytes);
             first_region.is_some() && first_region == last_region

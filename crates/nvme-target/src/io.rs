@@ -44,7 +44,7 @@ impl Connection {
         if let Some(binding) = &self.binding {
             namespace.reservations.check(&binding.controller.host_identifier, write)?;
         }
-        Ok(namespace.geometry)
+        Ok(namespace.geometry())
     }
 
     /// True when the blocks are held by a fused pair: the command is parked and runs

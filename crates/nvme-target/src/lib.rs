@@ -58,7 +58,10 @@ pub use controller::{Controller, ControllerKind};
 pub use management::ManagementError;
 pub use namespaces::{Attachment, Namespace, NamespaceChange, NamespaceTable};
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
-pub use target::{AddressFamily, ListenerSpec, PeerPath, Target, TargetError, TargetSettings, TargetSpec};
+pub use target::{
+    AddressFamily, GrowNamespaceError, ListenerSpec, NamespaceSizeRefresh, PeerPath, Target, TargetError, TargetSettings,
+    TargetSpec,
+};
 pub use storage_queues::StorageActivity;
 pub use transmit::{BatchPart, TransmitBatch};
 pub use secure_channel::{SecureChannel, SecureChannelBinding};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use nvme_spec::ana::AnaGroupId;
 use nvme_spec::NamespaceId;
-use storage::{Backend, CarvedId, Geometry, Pool};
+use storage::{Backend, CarvedId, Geometry, GrowError, LiveGeometry, Pool};
 
 use crate::stats::StatsRegistry;
 
@@ -26,8 +26,9 @@ pub struct Namespace {
     pub id: NamespaceId,
     /// Where the blocks live.
     pub backend: Arc<dyn Backend>,
-    /// Cached backend geometry (block size, block count).
-    pub geometry: Geometry,
+    /// Block size and block count: the backend's, cached so the I/O path's range
+    /// check is one atomic load; it only grows (a live resize, [`Namespace::grow`]).
+    geometry: LiveGeometry,
     /// NGUID: namespace globally unique identifier.
     pub nguid: [u8; 16],
     /// UUID: namespace UUID.
@@ -78,7 +79,7 @@ impl Namespace {
     ) -> Namespace {
         Namespace {
             id,
-            geometry: backend.geometry(),
+            geometry: LiveGeometry::new(backend.geometry()),
             backend,
             nguid,
             uuid,
@@ -100,18 +101,45 @@ impl Namespace {
         self
     }
 
+    /// Block size and block count (NSZE) now.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry.get()
+    }
+
+    /// Grows the namespace to `block_count` blocks, durably ([`Backend::grow`]): the
+    /// backend first, so any command admitted against the new size finds the backend
+    /// ready for it. Blocking: the management thread calls it. The caller tells the
+    /// controllers ([`crate::Target::notify_namespace_change`]).
+    pub fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        let grown = self.backend.grow(block_count)?;
+        Ok(self.geometry.grow_to(grown.block_count))
+    }
+
+    /// For storage others can grow (an RBD image resized elsewhere): `Some` with the
+    /// new geometry when the backend is larger than the namespace was. A backend that
+    /// reads smaller (shrunk under us) changes nothing here: its own range checks
+    /// refuse the lost blocks, and shrinking NSZE under a host is never done.
+    pub fn refresh_geometry(&self) -> Result<Option<Geometry>, GrowError> {
+        let backend = self.backend.refresh_geometry()?;
+        let current = self.geometry.get();
+        if backend.block_size_bytes != current.block_size_bytes || backend.block_count <= current.block_count {
+            return Ok(None);
+        }
+        Ok(Some(self.geometry.grow_to(backend.block_count)))
+    }
+
     /// log2 of the block size, as LBADS in the LBA format.
     pub fn block_size_log2(&self) -> u8 {
-        self.geometry.block_size_bytes.trailing_zeros() as u8
+        self.geometry.get().block_size_bytes.trailing_zeros() as u8
     }
 
     /// NUSE: blocks that hold space (all of them unless thin).
     pub fn utilization_blocks(&self) -> u64 {
         match &self.carve {
             Some(carve) if carve.thin => {
-                carve.pool.allocated_blocks(carve.id).unwrap_or(self.geometry.block_count)
+                carve.pool.allocated_blocks(carve.id).unwrap_or(self.geometry.get().block_count)
             }
-            _ => self.geometry.block_count,
+            _ => self.geometry.get().block_count,
         }
     }
 
@@ -145,7 +173,7 @@ impl std::fmt::Debug for Namespace {
         f.debug_struct("Namespace")
             .field("id", &self.id.0)
             .field("backend", &self.backend.kind())
-            .field("geometry", &self.geometry)
+            .field("geometry", &self.geometry.get())
             .field("carve", &self.carve.as_ref().map(|carve| carve.id.0))
             .finish()
     }

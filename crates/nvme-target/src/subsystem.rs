@@ -323,7 +323,7 @@ impl Subsystem {
 
     /// Total capacity of the allocated namespaces, in bytes.
     pub fn capacity_bytes(&self) -> u64 {
-        self.table().entries().map(|entry| entry.namespace.geometry.capacity_bytes()).sum()
+        self.table().entries().map(|entry| entry.namespace.geometry().capacity_bytes()).sum()
     }
 
     /// True when Namespace Management and Attachment are offered (OACS bit 3).

@@ -627,6 +627,51 @@ impl Target {
         }
     }
 
+    /// Grows namespace `id` of `subsystem` to `block_count` blocks ([`Namespace::grow`])
+    /// and raises a Namespace Attribute Changed notice on every controller it is
+    /// attached to, so hosts re-read NSZE (Linux: "detected capacity change").
+    /// Returns the geometry before and after. Blocking: the management thread.
+    pub fn grow_namespace(
+        &self,
+        subsystem: &Subsystem,
+        id: nvme_spec::NamespaceId,
+        block_count: u64,
+    ) -> Result<(storage::Geometry, storage::Geometry), GrowNamespaceError> {
+        let table = subsystem.table();
+        let entry = table.get(id).ok_or(GrowNamespaceError::NoSuchNamespace)?;
+        let before = entry.namespace.geometry();
+        let after = entry.namespace.grow(block_count).map_err(GrowNamespaceError::Storage)?;
+        if after != before {
+            self.notify_namespace_change(subsystem, &NamespaceChange { namespace_id: id, hosts: entry.attachment.clone() });
+        }
+        Ok((before, after))
+    }
+
+    /// Reads the size of every namespace whose storage others can grow (an RBD image
+    /// resized through another gateway of a group, or with `rbd resize`) and grows
+    /// those that grew, with the notice [`Target::grow_namespace`] raises. Returns what
+    /// grew (subsystem NQN, NSID, before, after) and what could not be read. Blocking:
+    /// the management thread runs it now and then.
+    pub fn refresh_namespace_sizes(&self) -> NamespaceSizeRefresh {
+        let mut refresh = NamespaceSizeRefresh::default();
+        for subsystem in self.subsystems() {
+            for entry in subsystem.table().entries() {
+                let namespace = &entry.namespace;
+                let before = namespace.geometry();
+                match namespace.refresh_geometry() {
+                    Ok(None) => {}
+                    Ok(Some(after)) => {
+                        let change = NamespaceChange { namespace_id: namespace.id, hosts: entry.attachment.clone() };
+                        self.notify_namespace_change(&subsystem, &change);
+                        refresh.grown.push((subsystem.nqn.clone(), namespace.id, before, after));
+                    }
+                    Err(error) => refresh.failed.push((subsystem.nqn.clone(), namespace.id, error)),
+                }
+            }
+        }
+        refresh
+    }
+
     /// Counts a new connection of `host_nqn` against `max_connections_per_host`; the
     /// guard gives the place back when dropped. Refused when the host is at the limit.
     pub fn admit_host_connection(
@@ -721,3 +766,23 @@ impl TargetSettings {
 mod group;
 #[cfg(test)]
 mod tests;
+
+/// Why [`Target::grow_namespace`] did not grow a namespace; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum GrowNamespaceError {
+    /// No namespace with that NSID in the subsystem.
+    #[error("no such namespace")]
+    NoSuchNamespace,
+    /// The storage refused (cannot grow, no room, would shrink).
+    #[error(transparent)]
+    Storage(storage::GrowError),
+}
+
+/// What [`Target::refresh_namespace_sizes`] found.
+#[derive(Debug, Default)]
+pub struct NamespaceSizeRefresh {
+    /// Namespaces that grew: subsystem NQN, NSID, geometry before and after.
+    pub grown: Vec<(String, nvme_spec::NamespaceId, storage::Geometry, storage::Geometry)>,
+    /// Namespaces whose storage could not be read.
+    pub failed: Vec<(String, nvme_spec::NamespaceId, storage::GrowError)>,
+}

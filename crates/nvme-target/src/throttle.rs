@@ -120,7 +120,7 @@ impl Connection {
         if self.target.ana.check_io(namespace.ana_group).is_err() {
             return false;
         }
-        let Some((direction, bytes)) = cost(&sqe, namespace.geometry.block_size_bytes) else { return false };
+        let Some((direction, bytes)) = cost(&sqe, namespace.geometry().block_size_bytes) else { return false };
         let release_at = book(namespace, host, now, direction, bytes);
         let generations = generations(namespace, host);
         let slot = self.slots.slot(slot_index);
@@ -155,7 +155,7 @@ impl Connection {
                     let now_generations = generations(namespace, host);
                     if now_generations != waiting.generations {
                         let (direction, bytes) =
-                            cost(&sqe, namespace.geometry.block_size_bytes).unwrap_or((IoDirection::Write, 0));
+                            cost(&sqe, namespace.geometry().block_size_bytes).unwrap_or((IoDirection::Write, 0));
                         waiting.release_at = book(namespace, host, now, direction, bytes);
                         waiting.generations = now_generations;
                     }

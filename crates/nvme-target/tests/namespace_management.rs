@@ -394,3 +394,45 @@ fn live_changes_through_the_management_interface() {
     assert!(target.discovery_generation() > generation);
     assert!(target.remove_subsystem(POOL_NQN).is_err());
 }
+
+#[test]
+fn a_namespace_grows_live_the_host_hears_of_it_and_uses_the_new_blocks() {
+    let setup = PoolSetup::new();
+    let (target, _pool) = setup.target();
+    let (mut host, controller, event) = admin(&target, HOST_NQN);
+    let subsystem = target.subsystem_by_nqn(POOL_NQN).unwrap();
+    // A thin pool namespace (as `ns_add pool=...` makes), every host sees it.
+    let created = subsystem.create_namespace(2048, true, None).unwrap();
+    assert_status(&attachment(&mut host, created.0, &[controller.0], true), Status::SUCCESS);
+    assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0);
+    assert_eq!(changed_namespace_log(&mut host), [created.0]);
+    let mut io = io_queue(&target, controller, HOST_NQN);
+    let beyond = read_write(IoOpcode::Write, created.0, 2048, 8);
+    assert_status(&io.command(beyond.clone(), &pattern(4096, 3), &[]), Status::LBA_OUT_OF_RANGE.with_do_not_retry());
+
+    let event = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
+    let (before, after) = target.grow_namespace(&subsystem, created, 4096).unwrap();
+    assert_eq!((before.block_count, after.block_count), (2048, 4096));
+    assert_eq!(await_event(&mut host, event), NAMESPACE_NOTICE_DW0, "Namespace Attribute Changed");
+    assert_eq!(changed_namespace_log(&mut host), [created.0]);
+    let identified = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, created.0));
+    assert_eq!((identified.namespace_size, identified.namespace_capacity), (4096, 4096), "NSZE and NCAP");
+    // The queue connected before the resize writes and reads the new blocks.
+    assert_status(&io.command(beyond, &pattern(4096, 3), &[]), Status::SUCCESS);
+    assert_eq!(io.command(read_write(IoOpcode::Read, created.0, 2048, 8), &[], &[]).data, pattern(4096, 3));
+    assert_status(
+        &io.command(read_write(IoOpcode::Read, created.0, 4095, 2), &[], &[]),
+        Status::LBA_OUT_OF_RANGE.with_do_not_retry(),
+    );
+
+    // Shrinking and fixed-size storage are refused; nothing changes, no notice.
+    let _held = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
+    let error = target.grow_namespace(&subsystem, created, 4000).unwrap_err();
+    assert!(matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::WouldShrink { .. })), "{error}");
+    let error = target.grow_namespace(&subsystem, NamespaceId(1), 4096).unwrap_err();
+    assert!(matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::NotResizable { kind: "ram" })), "{error}");
+    assert!(matches!(target.grow_namespace(&subsystem, NamespaceId(77), 1), Err(nvme_target::GrowNamespaceError::NoSuchNamespace)));
+    assert_eq!(target.grow_namespace(&subsystem, created, 4096).unwrap().1.block_count, 4096, "the same size: a success");
+    host.advance(Duration::from_secs(1));
+    assert!(host.received.is_empty(), "no notice for what did not change");
+}

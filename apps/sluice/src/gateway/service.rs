@@ -391,8 +391,8 @@ fn identity_record(plan: &GatewayPlan, nqn: &str, namespace: &nvme_target::Names
         namespace.id.0,
         uuid::Uuid::from_bytes(namespace.nguid).simple(),
         uuid::Uuid::from_bytes(namespace.uuid).hyphenated(),
-        namespace.geometry.block_count,
-        namespace.geometry.block_size_bytes,
+        namespace.geometry().block_count,
+        namespace.geometry().block_size_bytes,
         namespace.ana_group.0,
     )
 }

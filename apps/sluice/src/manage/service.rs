@@ -946,7 +946,7 @@ impl Management {
 }
 
 fn namespace_json(namespace: &Namespace, in_config_file: bool, attachment: &nvme_target::Attachment) -> Value {
-    let geometry = namespace.geometry;
+    let geometry = namespace.geometry();
     let (throttled_commands, throttled_seconds) = namespace.qos.namespace.throttled();
     let host_qos: Vec<Value> = namespace
         .qos

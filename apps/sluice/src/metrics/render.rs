@@ -49,7 +49,7 @@ pub fn render(target: &Target) -> String {
         for entry in subsystem.table().entries() {
             let namespace = &entry.namespace;
             let labels = format!("{subsystem_label},nsid=\"{}\"", namespace.id.0);
-            capacity_rows.push((labels.clone(), namespace.geometry.capacity_bytes(), namespace.utilization_blocks() * u64::from(namespace.geometry.block_size_bytes)));
+            capacity_rows.push((labels.clone(), namespace.geometry().capacity_bytes(), namespace.utilization_blocks() * u64::from(namespace.geometry().block_size_bytes)));
             namespace_rows.push((labels, namespace.stats.snapshot()));
         }
     }

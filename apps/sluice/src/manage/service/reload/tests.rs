@@ -94,5 +94,5 @@ fn what_needs_a_restart_is_counted_not_applied() {
     // runtime attached) the listener.
     assert_eq!((outcome.applied, outcome.needs_restart, outcome.failed), (0, 4, 0), "{outcome:?}");
     let namespace = fixture.target.subsystem_by_nqn(A).unwrap().namespace(NamespaceId(1)).unwrap();
-    assert_eq!(namespace.geometry.capacity_bytes(), 4 << 20, "still the disk it had");
+    assert_eq!(namespace.geometry().capacity_bytes(), 4 << 20, "still the disk it had");
 }
