@@ -377,3 +377,27 @@ fn acknowledged_writes_survive_sigkill() {
     }
     assert!(total_acked > 0, "the writer never acknowledged anything before being killed");
 }
+
+#[test]
+fn a_file_grows_live_and_reopens_at_the_new_length() {
+    let path = TempPath::new("grow");
+    let data = pattern(9, 4096);
+    {
+        let backend = FileBackend::open(&path.0, options(false, 4096, 1 << 20)).unwrap();
+        let mut queue = backend.open_queue();
+        assert_eq!(run(&mut *queue, 1, write_op(256, 1, false), data.clone()).0, Err(IoError::OutOfRange));
+        assert_eq!(
+            backend.grow(100),
+            Err(storage::GrowError::WouldShrink { current_blocks: 256, requested_blocks: 100 })
+        );
+        assert_eq!(backend.grow(512).unwrap().block_count, 512);
+        assert_eq!(std::fs::metadata(&path.0).unwrap().len(), 2 << 20, "extended on disk");
+        // The queue opened before the resize writes past the old end.
+        assert_eq!(run(&mut *queue, 2, write_op(256, 1, true), data.clone()).0, Ok(()));
+        assert_eq!(run(&mut *queue, 3, write_op(512, 1, false), data.clone()).0, Err(IoError::OutOfRange));
+    }
+    let reopened = FileBackend::open(&path.0, FileOptions::default()).unwrap();
+    assert_eq!(reopened.geometry().block_count, 512);
+    let mut queue = reopened.open_queue();
+    assert_eq!(run(&mut *queue, 4, IoOp::Read { lba: 256, blocks: 1 }, vec![0; 4096]).1, data);
+}

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use storage::{Backend, BackendQueue, Geometry};
+use storage::{Backend, BackendQueue, Geometry, GrowError, LiveGeometry};
 
 pub use buffers::DIRECT_IO_ALIGNMENT;
 
@@ -162,7 +162,8 @@ pub enum FileError {
 /// What queues share: the open file and what the backend learned about it.
 pub(crate) struct Shared {
     pub(crate) file: File,
-    pub(crate) geometry: Geometry,
+    /// Grows live ([`Backend::grow`]); every queue's range check reads it.
+    pub(crate) geometry: LiveGeometry,
     pub(crate) direct_io: bool,
     pub(crate) queue_entries: u32,
     /// Cleared after fallocate(PUNCH_HOLE) is refused, so later requests skip it.
@@ -184,7 +185,7 @@ impl std::fmt::Debug for FileBackend {
             .field("path", &self.path)
             .field("block_device", &self.is_block_device)
             .field("direct_io", &self.shared.direct_io)
-            .field("geometry", &self.shared.geometry)
+            .field("geometry", &self.shared.geometry.get())
             .finish()
     }
 }
@@ -314,7 +315,7 @@ impl FileBackend {
         Ok(Arc::new(FileBackend {
             shared: Arc::new(Shared {
                 file,
-                geometry,
+                geometry: LiveGeometry::new(geometry),
                 direct_io: options.direct_io,
                 queue_entries,
                 punch_hole_supported: AtomicBool::new(true),
@@ -343,7 +344,43 @@ impl FileBackend {
 
 impl Backend for FileBackend {
     fn geometry(&self) -> Geometry {
-        self.shared.geometry
+        self.shared.geometry.get()
+    }
+
+    /// A file is extended (ftruncate, then fsync so the length survives a crash); a
+    /// block device's size is its own, so it grows only as far as the device already
+    /// reaches (grow the LV or the disk first).
+    fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        storage::service::debug_assert_may_block("growing a file backend");
+        let current = self.shared.geometry.get();
+        if block_count < current.block_count {
+            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
+        }
+        let wanted = Geometry { block_count, ..current };
+        if wanted.validate().is_err() {
+            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
+        }
+        let wanted_bytes = wanted.capacity_bytes();
+        let path = self.path.display();
+        let failed = |action: &str, error: std::io::Error| GrowError::Failed(format!("{path}: {action}: {error}"));
+        if self.is_block_device {
+            let mut file = &self.shared.file;
+            let device_bytes = file.seek(SeekFrom::End(0)).map_err(|error| failed("seek to the device's end", error))?;
+            if device_bytes < wanted_bytes {
+                return Err(GrowError::NoSpace(format!(
+                    "the block device {path} holds {device_bytes} bytes, less than {wanted_bytes}: grow the device \
+                     (lvextend, a larger disk) first, then resize the namespace"
+                )));
+            }
+        } else {
+            let file = &self.shared.file;
+            let length = file.metadata().map_err(|error| failed("stat", error))?.len();
+            if length < wanted_bytes {
+                file.set_len(wanted_bytes).map_err(|error| failed("extend the file (ftruncate)", error))?;
+                file.sync_all().map_err(|error| failed("fsync the new length", error))?;
+            }
+        }
+        Ok(self.shared.geometry.grow_to(block_count))
     }
 
     /// True: completed writes may sit in the page cache or the device's cache until

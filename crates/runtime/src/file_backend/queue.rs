@@ -334,7 +334,7 @@ fn map_errno(stage: Stage, errno: i32) -> IoError {
 impl BackendQueue for FileQueue {
     fn submit(&mut self, request: IoRequest) {
         let IoRequest { token, op, buffer } = request;
-        let geometry = self.shared.geometry;
+        let geometry = self.shared.geometry.get();
         if let Err(error) = validate_request(&geometry, &op, buffer.len()) {
             return self.complete(token, Err(error), buffer);
         }

@@ -44,6 +44,8 @@ pub(crate) type WatchCallback =
 pub(crate) type WatchErrorCallback = unsafe extern "C" fn(argument: *mut c_void, cookie: u64, error: c_int);
 /// `rbd_callback_t`: called on a librbd thread when a request completes.
 pub(crate) type Callback = unsafe extern "C" fn(completion: Completion, argument: *mut c_void);
+/// librbd_progress_fn_t: progress of a long image operation; non-zero cancels it.
+pub(crate) type ProgressCallback = unsafe extern "C" fn(offset: u64, total: u64, argument: *mut c_void) -> c_int;
 
 /// `LIBRADOS_OP_FLAG_FADVISE_FUA`: ask the OSD to make the write durable before it
 /// acknowledges (it always does for replicated pools; the flag keeps the intent).
@@ -76,6 +78,13 @@ pub(crate) struct Library {
     pub rbd_close: unsafe extern "C" fn(image: Image) -> c_int,
     pub rbd_get_size: unsafe extern "C" fn(image: Image, size: *mut u64) -> c_int,
     pub rbd_resize: unsafe extern "C" fn(image: Image, size: u64) -> c_int,
+    pub rbd_resize2: unsafe extern "C" fn(
+        image: Image,
+        size: u64,
+        allow_shrink: bool,
+        progress: ProgressCallback,
+        argument: *mut c_void,
+    ) -> c_int,
     pub rbd_aio_create_completion:
         unsafe extern "C" fn(argument: *mut c_void, callback: Callback, completion: *mut Completion) -> c_int,
     pub rbd_aio_get_return_value: unsafe extern "C" fn(completion: Completion) -> isize,
@@ -312,6 +321,7 @@ fn load() -> Result<Library, String> {
         rbd_close: symbol!(rbd, rbd_close),
         rbd_get_size: symbol!(rbd, rbd_get_size),
         rbd_resize: symbol!(rbd, rbd_resize),
+        rbd_resize2: symbol!(rbd, rbd_resize2),
         rbd_aio_create_completion: symbol!(rbd, rbd_aio_create_completion),
         rbd_aio_get_return_value: symbol!(rbd, rbd_aio_get_return_value),
         rbd_aio_release: symbol!(rbd, rbd_aio_release),

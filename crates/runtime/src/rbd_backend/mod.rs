@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::task::Waker;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use storage::{Backend, BackendQueue, Geometry};
+use storage::{Backend, BackendQueue, Geometry, GrowError, LiveGeometry};
 
 pub use cluster::{client_option, open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
@@ -213,7 +213,9 @@ pub struct RbdBackend {
     /// The image as open now; replaced by [`reopen_images`] after this process was
     /// fenced. Queues keep the image they were opened with.
     image: RwLock<Arc<OpenImage>>,
-    geometry: Geometry,
+    /// Shared with the queues: the image grows live ([`Backend::grow`], or another
+    /// gateway's resize seen by [`Backend::refresh_geometry`]).
+    geometry: Arc<LiveGeometry>,
     library: &'static library::Library,
     health: Arc<Health>,
     /// What it was opened with (to reopen it on a new cluster client).
@@ -269,7 +271,7 @@ impl RbdBackend {
     /// the image size when it exists.
     pub fn inspect(options: &RbdOptions) -> Result<Option<u64>, RbdError> {
         match Self::open_with(options, OpenMode::Inspect) {
-            Ok((backend, _)) => Ok(Some(backend.geometry.capacity_bytes())),
+            Ok((backend, _)) => Ok(Some(backend.geometry.get().capacity_bytes())),
             Err(RbdError::ImageMissing { will_create: true, .. }) => Ok(None),
             Err(error) => Err(error),
         }
@@ -296,7 +298,7 @@ impl RbdBackend {
         };
         let backend = Arc::new(RbdBackend {
             image: RwLock::new(Arc::new(opened.image)),
-            geometry,
+            geometry: Arc::new(LiveGeometry::new(geometry)),
             library,
             health: Arc::default(),
             options: options.clone(),
@@ -310,12 +312,13 @@ impl RbdBackend {
     }
 
     /// Opens the image again through the process's current client for its cluster
-    /// (see [`reopen_images`]); it must still exist with the same size.
+    /// (see [`reopen_images`]); it must still exist, at least as large (another
+    /// gateway may have grown it; the next size refresh tells the hosts).
     fn reopen(&self) -> Result<(), RbdError> {
         let options = &self.options;
         let cluster = cluster::connect(&options.cluster)?;
         let opened = cluster::open_image(cluster, &options.pool, &options.image, None, OpenMode::Inspect)?;
-        if opened.size_bytes != self.geometry.capacity_bytes() {
+        if opened.size_bytes < self.geometry.get().capacity_bytes() {
             return Err(RbdError::Geometry {
                 image: format!("{}/{}", options.pool, options.image),
                 size_bytes: opened.size_bytes,
@@ -342,7 +345,7 @@ impl RbdBackend {
             monitors: image.cluster.monitors.clone(),
             pool: image.pool.clone(),
             image: image.name.clone(),
-            size_bytes: self.geometry.capacity_bytes(),
+            size_bytes: self.geometry.get().capacity_bytes(),
             state: if recent_error { "errors" } else { "connected" },
             errors: self.health.errors.load(Ordering::Relaxed),
             last_error: (code != 0).then(|| describe_errno(code)),
@@ -352,7 +355,7 @@ impl RbdBackend {
     fn queue(&self, waker: Option<&Waker>) -> Box<dyn BackendQueue> {
         Box::new(queue::RbdQueue::new(
             self.current_image(),
-            self.geometry,
+            Arc::clone(&self.geometry),
             self.library,
             waker,
             Arc::clone(&self.health),
@@ -366,14 +369,80 @@ impl std::fmt::Debug for RbdBackend {
             .debug_struct("RbdBackend")
             .field("pool", &self.options.pool)
             .field("image", &self.options.image)
-            .field("geometry", &self.geometry)
+            .field("geometry", &self.geometry.get())
             .finish()
     }
 }
 
+impl RbdBackend {
+    /// The image's size as librbd knows it now (it re-reads the header when another
+    /// client changed it). Blocking.
+    fn image_size_bytes(&self, image: &OpenImage) -> Result<u64, GrowError> {
+        let mut size_bytes: u64 = 0;
+        // SAFETY: the image stays open while `image` is held; `size_bytes` is a valid
+        // out pointer.
+        let code = unsafe { (self.library.rbd_get_size)(image.image, &mut size_bytes) };
+        if code < 0 {
+            return Err(GrowError::Failed(format!(
+                "reading the size of RBD image {}/{}: {}",
+                image.pool,
+                image.name,
+                describe_errno(i64::from(code))
+            )));
+        }
+        Ok(size_bytes)
+    }
+}
+
+/// librbd calls this with the progress of a resize; 0 goes on.
+unsafe extern "C" fn resize_progress(_offset: u64, _total: u64, _argument: *mut std::ffi::c_void) -> std::ffi::c_int {
+    0
+}
+
 impl Backend for RbdBackend {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        self.geometry.get()
+    }
+
+    /// `rbd_resize2` with shrinking refused by librbd itself, so a gateway that has
+    /// not seen another's larger resize yet can never cut the image back.
+    fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        storage::service::debug_assert_may_block("growing an RBD image");
+        let current = self.geometry.get();
+        if block_count < current.block_count {
+            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
+        }
+        let wanted = Geometry { block_count, ..current };
+        if wanted.validate().is_err() {
+            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
+        }
+        let image = self.current_image();
+        let wanted_bytes = wanted.capacity_bytes();
+        if self.image_size_bytes(&image)? < wanted_bytes {
+            // SAFETY: the image stays open while `image` is held; the progress callback
+            // ignores its argument, so a null argument is fine.
+            let code = unsafe {
+                (self.library.rbd_resize2)(image.image, wanted_bytes, false, resize_progress, std::ptr::null_mut())
+            };
+            if code < 0 {
+                return Err(GrowError::Failed(format!(
+                    "growing RBD image {}/{} to {wanted_bytes} bytes: {}",
+                    image.pool,
+                    image.name,
+                    describe_errno(i64::from(code))
+                )));
+            }
+        }
+        Ok(self.geometry.grow_to(block_count))
+    }
+
+    fn refresh_geometry(&self) -> Result<Geometry, GrowError> {
+        let image = self.current_image();
+        let size_bytes = self.image_size_bytes(&image)?;
+        let current = self.geometry.get();
+        // Whole blocks only: a size that is not a multiple (resized by hand) serves
+        // the blocks it holds in full.
+        Ok(self.geometry.grow_to(size_bytes / u64::from(current.block_size_bytes)))
     }
 
     /// librbd's cache is off: a completed write is in the cluster.

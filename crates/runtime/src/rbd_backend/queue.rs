@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
-use storage::{validate_compare_and_write, validate_request, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
+use storage::{
+    validate_compare_and_write, validate_request, BackendQueue, IoCompletion, IoError, IoOp, IoRequest, LiveGeometry,
+};
 
 use super::cluster::OpenImage;
 use super::library::{self, Completion, Library, OP_FLAG_FADVISE_FUA};
@@ -60,7 +62,8 @@ struct InFlight {
 
 pub(crate) struct RbdQueue {
     image: Arc<OpenImage>,
-    geometry: Geometry,
+    /// The backend's: it grows live ([`super::RbdBackend`]'s `grow`).
+    geometry: Arc<LiveGeometry>,
     library: &'static Library,
     shared: Arc<Shared>,
     slots: Box<[Option<InFlight>]>,
@@ -80,7 +83,7 @@ unsafe impl Send for RbdQueue {}
 impl RbdQueue {
     pub(crate) fn new(
         image: Arc<OpenImage>,
-        geometry: Geometry,
+        geometry: Arc<LiveGeometry>,
         library: &'static Library,
         waker: Option<&Waker>,
         health: Arc<Health>,
@@ -133,7 +136,7 @@ impl RbdQueue {
             self.finish_now(token, buffer, Err(IoError::Internal));
             return;
         }
-        let block_size = u64::from(self.geometry.block_size_bytes);
+        let block_size = u64::from(self.geometry.get().block_size_bytes);
         let image = self.image.image;
         let library = self.library;
         // Every call below relies on the same facts: the image is open for the queue's
@@ -304,9 +307,9 @@ impl BackendQueue for RbdQueue {
         self.in_flight += 1;
         let checked = match request.op {
             IoOp::CompareAndWrite { lba, blocks, .. } => {
-                validate_compare_and_write(&self.geometry, lba, blocks, request.buffer.len())
+                validate_compare_and_write(&self.geometry.get(), lba, blocks, request.buffer.len())
             }
-            _ => validate_request(&self.geometry, &request.op, request.buffer.len()),
+            _ => validate_request(&self.geometry.get(), &request.op, request.buffer.len()),
         };
         if let Err(error) = checked {
             self.finish_now(request.token, request.buffer, Err(error));
@@ -362,7 +365,7 @@ impl Drop for RbdQueue {
             // `in_flight` counts what is still at librbd: reaping there takes them off.
             let leftover = RbdQueue {
                 image: Arc::clone(&self.image),
-                geometry: self.geometry,
+                geometry: Arc::clone(&self.geometry),
                 library: self.library,
                 shared: Arc::clone(&self.shared),
                 slots: std::mem::take(&mut self.slots),
