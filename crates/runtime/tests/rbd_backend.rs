@@ -271,3 +271,35 @@ fn librados_defaults_yield_to_the_configuration_file() {
     let _ = std::fs::remove_file(&tuned);
     assert_eq!(value.expect("connect with the tuned file").as_deref(), Some("3"), "the file's value wins over Sluice's default");
 }
+
+#[test]
+fn an_image_grows_live_and_another_handle_sees_it_on_refresh_but_never_shrinks_it() {
+    if !cluster_available() {
+        return;
+    }
+    let name = unique_image("grow");
+    let mut options = RbdOptions::new(POOL, &name);
+    options.size_bytes = Some(4 << 20);
+    let (first, _) = RbdBackend::open(&options).expect("create");
+    // Another gateway's handle on the same image.
+    options.size_bytes = None;
+    let (second, _) = RbdBackend::open(&options).expect("open again");
+    let mut queue = first.open_queue();
+    let data = pattern(5, 8 * 512);
+    let write = |token| IoRequest { token, op: IoOp::Write { lba: 8192, blocks: 8, force_unit_access: true }, buffer: data.clone() };
+    assert_eq!(submit_and_wait(&mut *queue, write(1)).result, Err(IoError::OutOfRange));
+
+    assert_eq!(first.grow(16384).unwrap().capacity_bytes(), 8 << 20);
+    assert_eq!(submit_and_wait(&mut *queue, write(2)).result, Ok(()), "a queue opened before writes the new blocks");
+    assert_eq!(second.geometry().capacity_bytes(), 4 << 20, "not refreshed yet");
+    // A handle behind the resize growing to less than the image has must not shrink it.
+    assert_eq!(second.grow(12288).unwrap().capacity_bytes(), 6 << 20);
+    let (fresh, _) = RbdBackend::open(&options).expect("open a third");
+    assert_eq!(fresh.geometry().capacity_bytes(), 8 << 20, "the image kept its 8 MiB");
+    assert_eq!(second.refresh_geometry().unwrap().capacity_bytes(), 8 << 20, "seen through the image's header");
+    assert_eq!(second.grow(12288).unwrap_err(), storage::GrowError::WouldShrink { current_blocks: 16384, requested_blocks: 12288 });
+    let mut queue = second.open_queue();
+    let read = submit_and_wait(&mut *queue, IoRequest { token: 3, op: IoOp::Read { lba: 8192, blocks: 8 }, buffer: vec![0; data.len()] });
+    assert_eq!(read.result, Ok(()));
+    assert!(read.buffer == data, "the other handle reads the new blocks");
+}
