@@ -489,7 +489,8 @@ fn composition_message(error: &CompositionError, backend: &BackendConfig) -> Str
 
 /// The carve recorded under `binding`, created on first start (and noted in `changes`,
 /// so that a change refused after the build deletes it again). A stored carve whose
-/// size or provisioning differs from the config is an error, never silently resized.
+/// configured size is larger grows to it; a smaller size or another provisioning is an
+/// error, never a silent shrink.
 /// Errors about the size or provisioning name the key (`location.size`), so the
 /// management API can name the request field.
 /// What a carve entry asks for: its size, provisioning and (when given) identifiers.
@@ -544,10 +545,19 @@ fn ensure_carve(
             changes.created_carves.push(CreatedCarve { pool: Arc::clone(pool), id, location: location.to_string() });
             pool.record(id).map_err(|error| invalid(location, error.to_string()))
         }
+        // A larger size is a resize (`ns_resize` writes the size first, so a crash
+        // before the carve grew is finished here, or the file was edited).
+        [record] if record.size_blocks < size_blocks && record.thin == thin => {
+            let grown = pool.get(record.id).map_err(|error| invalid(location, error.to_string()))?.grow(size_blocks);
+            grown.map_err(|error| invalid(&size_location, format!("cannot grow the carve (id {}) in {what} to {}: {error}", record.id.0, describe_bytes(size_bytes))))?;
+            tracing::info!("config: {location}: grew the carve in {what} from {} to {}",
+                describe_bytes(record.size_blocks * block_size), describe_bytes(size_bytes));
+            pool.record(record.id).map_err(|error| invalid(location, error.to_string()))
+        }
         [record] if record.size_blocks != size_blocks => Err(invalid(
             &size_location,
             format!(
-                "{what} already holds this carve (id {}) with {}, but size = {}: carves are not resized; set size = \"{}\"",
+                "{what} already holds this carve (id {}) with {}, but size = {}: carves never shrink; set size = \"{}\"",
                 record.id.0,
                 describe_bytes(record.size_blocks * block_size),
                 describe_bytes(size_bytes),

@@ -8,7 +8,8 @@
 
 use std::net::SocketAddr;
 
-use super::{Config, ListenerConfig, NamespaceConfig, SubsystemConfig};
+use super::schema::BackendConfig;
+use super::{ByteSize, Config, ListenerConfig, NamespaceConfig, SubsystemConfig};
 
 /// One difference, as a reload applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,20 @@ pub enum Change {
         nqn: String,
         nsid: u32,
     },
+    /// Only a namespace's inline `size` changed, and grew: the namespace grows live
+    /// (a pool carve, a file), and its hosts get a Namespace Attribute Changed notice.
+    NamespaceGrown {
+        nqn: String,
+        nsid: u32,
+        size_bytes: u64,
+    },
+    /// Only a `[[backend]]`'s `size` changed, and grew: the open backend grows live
+    /// (an RBD image another gateway of the group has already grown, a file), and so
+    /// do the namespaces over it.
+    BackendGrown {
+        name: String,
+        size_bytes: u64,
+    },
     ListenerAdded {
         address: String,
         discovery_only: bool,
@@ -79,6 +94,10 @@ impl std::fmt::Display for Change {
             Change::HostsChanged { nqn } => write!(f, "allowed hosts of {nqn} changed"),
             Change::QosChanged { nqn } => write!(f, "QoS limits of {nqn} changed"),
             Change::AttachmentChanged { nqn, nsid } => write!(f, "hosts of namespace {nsid} of {nqn} changed"),
+            Change::NamespaceGrown { nqn, nsid, size_bytes } => {
+                write!(f, "namespace {nsid} of {nqn} grown to {size_bytes} bytes")
+            }
+            Change::BackendGrown { name, size_bytes } => write!(f, "backend {name:?} grown to {size_bytes} bytes"),
             Change::ListenerAdded { address, .. } => write!(f, "listener {address} added"),
             Change::ListenerRemoved { address } => write!(f, "listener {address} removed"),
             Change::StorageChanged { entry, key } => write!(f, "{entry}.{key} changed"),
@@ -113,8 +132,10 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
     }
     diff_listeners(&running.listeners, &edited.listeners, &mut changes);
     for backend in &edited.backends {
-        let before = running.backends.iter().find(|other| other.name == backend.name);
-        if let Some(key) = before.and_then(|before| before.first_difference(backend)) {
+        let Some(before) = running.backends.iter().find(|other| other.name == backend.name) else { continue };
+        if let Some(size_bytes) = grown_size(before.size, backend.size, || BackendConfig { size: backend.size, ..before.clone() } == *backend) {
+            changes.push(Change::BackendGrown { name: backend.name.clone(), size_bytes });
+        } else if let Some(key) = before.first_difference(backend) {
             changes.push(Change::StorageChanged { entry: format!("backend {:?}", backend.name), key });
         }
     }
@@ -183,7 +204,10 @@ fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &m
         match old.iter().find(|(other, _)| other == nsid) {
             None => changes.push(Change::NamespaceAdded { nqn: nqn.clone(), nsid: *nsid }),
             Some((_, previous)) => {
-                if let Some(key) = namespace_difference(previous, namespace) {
+                let only_size = || namespace_difference(&NamespaceConfig { size: namespace.size, ..(*previous).clone() }, namespace).is_none();
+                if let Some(size_bytes) = grown_size(previous.size, namespace.size, only_size) {
+                    changes.push(Change::NamespaceGrown { nqn: nqn.clone(), nsid: *nsid, size_bytes });
+                } else if let Some(key) = namespace_difference(previous, namespace) {
                     changes.push(Change::NeedsRestart {
                         key: format!("subsystem {nqn:?} namespace {nsid}.{key}"),
                         reason: RESTART_NAMESPACE,
@@ -222,6 +246,15 @@ fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &m
 use super::qos::numbered;
 
 /// The first key (other than `nsid`, which is the identity) that differs.
+/// The new size when a size was set before and after, grew, and nothing else of
+/// the entry changed (`only_size`): storage grows live; it never shrinks.
+fn grown_size(before: Option<ByteSize>, after: Option<ByteSize>, only_size: impl FnOnce() -> bool) -> Option<u64> {
+    match (before, after) {
+        (Some(before), Some(after)) if after.0 > before.0 && only_size() => Some(after.0),
+        _ => None,
+    }
+}
+
 fn namespace_difference(before: &NamespaceConfig, after: &NamespaceConfig) -> Option<&'static str> {
     [
         ("backend", before.backend == after.backend),

@@ -78,6 +78,14 @@ impl OpenStorage {
         self.backends.remove(name)
     }
 
+    /// The open backend `name` grew live to `size_bytes`: its definition says so, so
+    /// the size is not reported as a change that waits for a restart.
+    pub(crate) fn note_backend_size(&mut self, name: &str, size_bytes: u64) {
+        if let Some(open) = self.backends.get_mut(name) {
+            open.definition.size = Some(super::ByteSize(size_bytes));
+        }
+    }
+
     pub(crate) fn insert_pool(&mut self, name: String, open: OpenPool) {
         self.pools.insert(name, open);
     }

@@ -389,14 +389,19 @@ fn composed_storage_builds_and_keeps_carve_identities_across_a_restart() {
     let second = identities(&config(&scratch, &text).target_spec().unwrap());
     assert_eq!(first, second, "a restart finds the same carves (NSID, NGUID, UUID, size)");
 
-    // A changed size is refused, naming the entry, and the carve is left alone.
+    // A larger size grows the carve (a resize finished at start); a smaller one is
+    // refused, naming the entry, and the carve is left alone.
     let grown = text.replace("size = \"2MiB\"\nthin = true", "size = \"3MiB\"\nthin = true");
-    let message = config(&scratch, &grown).target_spec().err().unwrap().to_string();
+    let spec = config(&scratch, &grown).target_spec().unwrap();
+    assert_eq!(spec.subsystems[0].namespaces[1].backend.geometry().capacity_bytes(), 3 << 20);
+    let third = identities(&config(&scratch, &grown).target_spec().unwrap());
+    assert_eq!((third[1].1, third[1].2, third[1].3), (first[1].1, first[1].2, 3 << 20), "the same carve, grown");
+    let message = config(&scratch, &text).target_spec().err().unwrap().to_string();
     assert_contains(&message, &[
         "config subsystem[0] (nqn.2026-11.io.sluice:test) namespace[1].size: pool \"capacity\" already holds this carve",
-        "with 2 MiB, but size = 3 MiB: carves are not resized; set size = \"2MiB\"",
+        "with 3 MiB, but size = 2 MiB: carves never shrink; set size = \"3MiB\"",
     ]);
-    let thick = text.replace("size = \"2MiB\"\nthin = true", "size = \"2MiB\"");
+    let thick = text.replace("size = \"2MiB\"\nthin = true", "size = \"3MiB\"");
     assert_contains(&config(&scratch, &thick).target_spec().err().unwrap().to_string(), &["as thin, but the config says thick"]);
 }
 

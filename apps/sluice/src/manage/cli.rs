@@ -242,6 +242,17 @@ pub enum NamespaceCommand {
     Attach(super::cli_attach::AttachArgs),
     /// Hides the namespace from a host (the last host leaves an empty list: no host).
     Detach(super::cli_attach::AttachArgs),
+    /// Grows a namespace live (pool carve, file, RBD image); hosts are told and see
+    /// the new size. Namespaces never shrink.
+    Resize {
+        /// Subsystem NQN.
+        nqn: String,
+        /// Namespace ID.
+        nsid: u32,
+        /// The new size: bytes or "20GiB", a multiple of the block size.
+        #[arg(long)]
+        size: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -473,6 +484,12 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             NamespaceCommand::Detach(arguments) => {
                 arguments.into_params(&mut params);
                 (client, "ns_detach", View::AttachmentChanged)
+            }
+            NamespaceCommand::Resize { nqn, nsid, size } => {
+                put("nqn", Some(json!(nqn)));
+                put("nsid", Some(json!(nsid)));
+                put("size", Some(json!(size)));
+                (client, "ns_resize", View::Resized)
             }
         },
         ManageCommand::Host { command, client } => match command {

@@ -15,6 +15,7 @@ pub(super) enum View {
     Namespaces,
     QosChanged,
     AttachmentChanged,
+    Resized,
     HostChanged,
     Hosts,
     ListenerChanged,
@@ -190,6 +191,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
         View::Namespaces => namespace_rows(items(result, "namespaces")),
         View::QosChanged => super::cli_qos::render_changed(result),
         View::AttachmentChanged => super::cli_attach::render_changed(result),
+        View::Resized => render_resized(result),
         View::HostChanged => {
             let what = match text(result, "change") {
                 "added" => "allowed",
@@ -408,5 +410,22 @@ mod tests {
         assert!(text.starts_with("NSID  SIZE   BLOCK  BACKEND  SOURCE  NGUID                             QOS  HOSTS\n"), "{text}");
         assert!(text.contains("-    no host\n"), "{text}");
         assert!(text.contains("1     1 GiB  512    ram      config  00112233"), "{text}");
+    }
+}
+
+/// One line for an `ns_resize` answer.
+fn render_resized(result: &Value) -> String {
+    let number = |key: &str| result.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let nqn = result.get("nqn").and_then(Value::as_str).unwrap_or("?");
+    let now = crate::config::describe_bytes(number("size_bytes"));
+    if result.get("changed").and_then(Value::as_bool) == Some(true) {
+        format!(
+            "grew namespace {} of {nqn} from {} to {now} ({} blocks); its hosts were told\n",
+            number("nsid"),
+            crate::config::describe_bytes(number("previous_size_bytes")),
+            number("blocks")
+        )
+    } else {
+        format!("namespace {} of {nqn} already holds {now}; nothing changed\n", number("nsid"))
     }
 }

@@ -114,6 +114,14 @@ pub fn backend<'a>(document: &'a DocumentMut, name: &str) -> Option<&'a Table> {
         .and_then(|backends| backends.iter().find(|table| string_of(table, "name") == Some(name)))
 }
 
+/// The `[[backend]]` table named `name`, to edit, if any.
+pub fn backend_mut<'a>(document: &'a mut DocumentMut, name: &str) -> Option<&'a mut Table> {
+    document
+        .get_mut("backend")
+        .and_then(Item::as_array_of_tables_mut)
+        .and_then(|backends| backends.iter_mut().find(|table| string_of(table, "name") == Some(name)))
+}
+
 /// Appends a `[[backend]]` table (its `name` must be new).
 pub fn add_backend(document: &mut DocumentMut, table: Table) -> Result<(), EditError> {
     let name = string_of(&table, "name").unwrap_or_default().to_string();

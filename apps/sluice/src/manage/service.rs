@@ -63,7 +63,7 @@ pub enum Effect {
 /// method missing here is not found, even if `call` has an arm for it), read-only
 /// network clients are held to and the audit log follows. A new method needs a line
 /// here, and whether read-only clients may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 26] = [
+pub const METHODS: [(&str, Effect); 27] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -72,6 +72,7 @@ pub const METHODS: [(&str, Effect); 26] = [
     ("ns_remove", Effect::Changes),
     ("ns_list", Effect::ReadsOnly),
     ("ns_qos", Effect::Changes),
+    ("ns_resize", Effect::Changes),
     ("ns_attach", Effect::Changes),
     ("ns_detach", Effect::Changes),
     ("host_allow", Effect::Changes),
@@ -295,6 +296,7 @@ impl Management {
             "ns_remove" => self.ns_remove(params),
             "ns_list" => self.ns_list(params),
             "ns_qos" => self.ns_qos(params),
+            "ns_resize" => self.ns_resize(params),
             "ns_attach" => self.ns_attach(params),
             "ns_detach" => self.ns_detach(params),
             "host_allow" => self.host_allow(params),
@@ -995,6 +997,7 @@ mod listeners;
 mod qos;
 mod rbd_images;
 mod reload;
+mod resize;
 
 #[cfg(test)]
 mod tests;

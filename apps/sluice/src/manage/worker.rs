@@ -78,8 +78,26 @@ impl Drop for ManagementThread {
     }
 }
 
+/// How often the management thread checks whether a namespace's storage grew
+/// elsewhere (an RBD image resized with `rbd resize`, or through another gateway of
+/// the group before this one applied the group's configuration).
+const SIZE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn run(mut management: Management, receiver: &mpsc::Receiver<Work>) {
-    while let Ok(work) = receiver.recv() {
+    let mut next_size_check = std::time::Instant::now() + SIZE_CHECK_INTERVAL;
+    loop {
+        let wait = next_size_check.saturating_duration_since(std::time::Instant::now());
+        let work = match receiver.recv_timeout(wait) {
+            Ok(work) => work,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| management.refresh_namespace_sizes())).is_err() {
+                    tracing::error!("checking the namespaces' storage sizes panicked; see the log");
+                }
+                next_size_check = std::time::Instant::now() + SIZE_CHECK_INTERVAL;
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match work {
             Work::Call { method, params, reply } => {
                 // A bug in one method must not take the management thread down with it.

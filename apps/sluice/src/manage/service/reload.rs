@@ -295,6 +295,21 @@ impl Management {
                 outcome.applied += 1;
             }
         }
+        // Sizes grow after additions, so a grown backend's new namespaces grow too.
+        for change in changes {
+            if matches!(change, Change::NamespaceGrown { .. } | Change::BackendGrown { .. }) {
+                match self.apply_grown(change) {
+                    Ok(()) => {
+                        tracing::info!("reload: {change}; hosts were told");
+                        outcome.applied += 1;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "reload: {change} could not be applied");
+                        outcome.failed += 1;
+                    }
+                }
+            }
+        }
         for change in changes {
             if let Change::NeedsRestart { key, reason } = change {
                 tracing::warn!("reload: {key} changed: {reason}");

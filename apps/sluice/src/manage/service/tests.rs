@@ -540,6 +540,7 @@ fn every_method_is_in_the_table_once_and_classified() {
 }
 
 mod attachment;
+mod resize;
 
 /// `delete_image`, `clone_from` and the snapshot methods refuse what they cannot apply
 /// before anything changes (these refusals come before any cluster is asked).
