@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use management_client::{codes, CallError, Client, Endpoint, RemoteError, TlsEndpoint};
+use management_client::codes::{self, causes};
+use management_client::{CallError, Client, Endpoint, RemoteError, TlsEndpoint};
 use serde_json::Value;
 use tonic::{Code, Status};
 
@@ -131,6 +132,11 @@ pub fn status_of(method: &str, error: &CallError) -> Status {
 }
 
 fn code_of_refusal(remote: &RemoteError) -> Code {
+    // A machine-readable cause (`data.cause`) decides before the message does: the
+    // message is for people and may be reworded.
+    if let Some(code) = cause_of(remote).and_then(code_of_cause) {
+        return code;
+    }
     let message = remote.message.as_str();
     match remote.code {
         codes::INVALID_PARAMS => Code::InvalidArgument,
@@ -154,6 +160,32 @@ fn code_of_refusal(remote: &RemoteError) -> Code {
         codes::METHOD_NOT_FOUND => Code::Unimplemented,
         _ => Code::Internal,
     }
+}
+
+/// The refusal's `data.cause`, if it has one.
+pub fn cause_of(remote: &RemoteError) -> Option<&str> {
+    remote.data.as_ref()?.get("cause")?.as_str()
+}
+
+/// The gRPC code of a refusal cause this driver knows; None for others (the code
+/// and message decide then).
+fn code_of_cause(cause: &str) -> Option<Code> {
+    match cause {
+        // The pool (or image store) cannot hold what was asked.
+        causes::NO_SPACE => Some(Code::ResourceExhausted),
+        // A size below the namespace's: the capacity asked for is not one this
+        // plugin serves (ControllerExpandVolume treats it as done, see `expand`).
+        causes::WOULD_SHRINK => Some(Code::OutOfRange),
+        // The namespace's storage cannot change size while served: no retry helps
+        // until an operator moves it.
+        causes::NOT_RESIZABLE => Some(Code::FailedPrecondition),
+        _ => None,
+    }
+}
+
+/// Whether `error` is a refusal with `data.cause` equal to `cause`.
+pub fn has_cause(error: &CallError, cause: &str) -> bool {
+    matches!(error, CallError::Remote(remote) if cause_of(remote) == Some(cause))
 }
 
 /// Whether `error` is the gateway saying the subsystem or namespace is not there.
@@ -280,6 +312,47 @@ mod tests {
                 .message()
                 .contains("size: x")
         );
+    }
+
+    fn refusal_with_cause(code: i64, message: &str, cause: &str) -> CallError {
+        CallError::Remote(RemoteError {
+            code,
+            message: message.to_string(),
+            data: Some(serde_json::json!({ "cause": cause, "field": "size" })),
+        })
+    }
+
+    #[test]
+    fn resize_refusals_map_by_their_cause_not_their_words() {
+        let cases = [
+            (causes::NO_SPACE, Code::ResourceExhausted),
+            (causes::WOULD_SHRINK, Code::OutOfRange),
+            (causes::NOT_RESIZABLE, Code::FailedPrecondition),
+        ];
+        for (cause, code) in cases {
+            // Words that the text fallbacks would read otherwise: the cause wins.
+            for message in ["size: namespace 3 has no namespace room", "size: already 1 GiB", "x"] {
+                let error = refusal_with_cause(codes::CHANGE_REFUSED, message, cause);
+                assert_eq!(status_of("ns_resize", &error).code(), code, "{cause}: {message}");
+                assert!(has_cause(&error, cause));
+            }
+        }
+        // Not found stays not found (the existing messages, no cause).
+        let gone = refusal(codes::CHANGE_REFUSED, "nsid: subsystem nqn.a has no namespace 3");
+        assert_eq!(status_of("ns_resize", &gone).code(), Code::NotFound);
+        assert!(!has_cause(&gone, causes::NO_SPACE));
+        // A bad size is the caller's.
+        let bad = refusal(codes::INVALID_PARAMS, "size: not a multiple of the 4096-byte block size");
+        assert_eq!(status_of("ns_resize", &bad).code(), Code::InvalidArgument);
+        // A cause this driver does not know leaves the code and message to decide.
+        let unknown = refusal_with_cause(codes::CHANGE_REFUSED, "uuid 1 is already used", "something_new");
+        assert_eq!(status_of("ns_resize", &unknown).code(), Code::AlreadyExists);
+        let no_cause_object = CallError::Remote(RemoteError {
+            code: codes::CHANGE_REFUSED,
+            message: "refused".to_string(),
+            data: Some(serde_json::json!({ "cause": 7 })),
+        });
+        assert_eq!(status_of("ns_resize", &no_cause_object).code(), Code::FailedPrecondition);
     }
 
     #[test]

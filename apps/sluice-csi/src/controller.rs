@@ -17,6 +17,7 @@
 //!   attached to it (see `unpublish`).
 //!   With DH-HMAC-CHAP keys in the call's secrets (`secrets`) the host is allowed
 //!   with them; see `host_step` for a host that is allowed already.
+//! - ControllerExpandVolume grows the namespace with `ns_resize` (`expand`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,14 +139,14 @@ fn volume_of(id: &VolumeId, namespace: &NamespaceInfo) -> Volume {
     }
 }
 
-fn required_volume_id(text: &str) -> Result<Option<VolumeId>, Status> {
+pub(crate) fn required_volume_id(text: &str) -> Result<Option<VolumeId>, Status> {
     if text.is_empty() {
         return Err(Status::invalid_argument("volume_id: missing"));
     }
     Ok(VolumeId::decode(text))
 }
 
-fn not_found(text: &str) -> Status {
+pub(crate) fn not_found(text: &str) -> Status {
     Status::not_found(format!(
         "volume {text:?} does not exist (no such namespace on the gateway)"
     ))
@@ -692,6 +693,8 @@ impl Controller for ControllerService {
             RpcType::CreateDeleteSnapshot,
             RpcType::ListSnapshots,
             RpcType::CloneVolume,
+            // Online: a published volume grows in place (`expand`).
+            RpcType::ExpandVolume,
         ]
         .into_iter()
         .map(|rpc| ControllerServiceCapability {
@@ -735,11 +738,9 @@ impl Controller for ControllerService {
 
     async fn controller_expand_volume(
         &self,
-        _: Request<ControllerExpandVolumeRequest>,
+        request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "the gateway cannot resize a namespace yet (no ns_resize in its management API)",
-        ))
+        Ok(Response::new(self.expand(request.into_inner()).await?))
     }
 
     async fn controller_get_volume(

@@ -16,10 +16,16 @@ fn deploy_directory() -> PathBuf {
 /// ours and written in one style (a `- name: sluice-csi` item, then `args:` with one
 /// quoted argument per line), so reading them needs no YAML parser.
 fn container_arguments(manifest: &str) -> Vec<Vec<String>> {
+    arguments_of(manifest, "sluice-csi")
+}
+
+/// The `args:` lists of the containers named `container` in a manifest.
+fn arguments_of(manifest: &str, container: &str) -> Vec<Vec<String>> {
     let mut found = Vec::new();
     let mut lines = manifest.lines().peekable();
+    let item = format!("- name: {container}");
     while let Some(line) = lines.next() {
-        if line.trim() != "- name: sluice-csi" {
+        if line.trim() != item {
             continue;
         }
         // The container's keys, up to its `args:`.
@@ -69,4 +75,31 @@ fn a_flag_this_binary_does_not_take_is_caught() {
     assert_eq!(containers, vec![vec!["--mode=node".to_string(), "--no-such-flag=1".to_string()]]);
     let command_line = std::iter::once("sluice-csi".to_string()).chain(containers[0].iter().cloned());
     assert!(Arguments::try_parse_from(command_line).is_err());
+}
+
+#[test]
+fn the_controller_runs_a_sidecar_for_each_capability_on_the_shared_socket() {
+    let path = deploy_directory().join("controller.yaml");
+    let manifest = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    // CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, CREATE_DELETE_SNAPSHOT, EXPAND_VOLUME.
+    for sidecar in ["csi-provisioner", "csi-attacher", "csi-snapshotter", "csi-resizer"] {
+        let containers = arguments_of(&manifest, sidecar);
+        assert_eq!(containers.len(), 1, "controller.yaml: one {sidecar} container with args");
+        for wanted in ["--csi-address=/csi/csi.sock", "--leader-election"] {
+            assert!(containers[0].iter().any(|argument| argument == wanted), "controller.yaml: {sidecar} lacks {wanted}");
+        }
+    }
+}
+
+#[test]
+fn every_storage_class_allows_expansion() {
+    for name in ["storageclass-pool.yaml", "storageclass-rbd.yaml"] {
+        let path = deploy_directory().join(name);
+        let manifest = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        let settings: Vec<&str> = manifest
+            .lines()
+            .filter(|line| line.trim_start().starts_with("allowVolumeExpansion:"))
+            .collect();
+        assert_eq!(settings, ["allowVolumeExpansion: true"], "{name}");
+    }
 }

@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use crate::csi::identity_server::Identity;
-use crate::csi::plugin_capability::{service, Service, Type as CapabilityType};
+use crate::csi::plugin_capability::{service, volume_expansion, Service, Type as CapabilityType, VolumeExpansion};
 use crate::csi::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
@@ -32,15 +32,20 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        let capabilities = if self.controller {
-            vec![PluginCapability {
+        // Online expansion: a volume grows while published (the gateway resizes the
+        // namespace under the connected hosts; the node grows a mounted filesystem).
+        let mut capabilities = vec![PluginCapability {
+            r#type: Some(CapabilityType::VolumeExpansion(VolumeExpansion {
+                r#type: volume_expansion::Type::Online as i32,
+            })),
+        }];
+        if self.controller {
+            capabilities.push(PluginCapability {
                 r#type: Some(CapabilityType::Service(Service {
                     r#type: service::Type::ControllerService as i32,
                 })),
-            }]
-        } else {
-            Vec::new()
-        };
+            });
+        }
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities,
         }))

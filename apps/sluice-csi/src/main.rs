@@ -7,6 +7,7 @@ mod api;
 mod controller;
 #[cfg(test)]
 mod deploy_files;
+mod expand;
 mod gateway;
 mod identity;
 mod locks;

@@ -14,9 +14,12 @@
 //!   ignores `ro` on the first call.
 //! - NodeUnstageVolume: unmounts, and disconnects the subsystem's controllers only
 //!   when no other volume staged here is on that subsystem (`records`).
+//! - NodeExpandVolume: waits for the device to show the size the controller gave
+//!   the namespace and grows the filesystem online (`expand`).
 //!
 //! Every step checks first whether it was done, so each call can be repeated.
 
+mod expand;
 pub mod records;
 pub mod system;
 
@@ -533,9 +536,9 @@ impl Node for NodeService {
 
     async fn node_expand_volume(
         &self,
-        _: Request<NodeExpandVolumeRequest>,
+        request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("volume expansion is not offered yet"))
+        Ok(Response::new(self.expand(request.into_inner()).await?))
     }
 
     async fn node_get_volume_health(
@@ -558,7 +561,7 @@ impl Node for NodeService {
         &self,
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        let capabilities = [RpcType::StageUnstageVolume, RpcType::GetVolumeStats]
+        let capabilities = [RpcType::StageUnstageVolume, RpcType::GetVolumeStats, RpcType::ExpandVolume]
             .into_iter()
             .map(|rpc| NodeServiceCapability {
                 r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })),

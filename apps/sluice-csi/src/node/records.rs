@@ -71,6 +71,16 @@ impl StagedRecords {
         Ok(false)
     }
 
+    /// The subsystem NQN of the volume with `uuid` if it is staged here; None when
+    /// it is not.
+    pub fn subsystem_of(&self, uuid: &Uuid) -> Result<Option<String>, String> {
+        match std::fs::read_to_string(self.file(uuid)) {
+            Ok(text) => Ok(Some(text.trim().to_string())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(format!("cannot read {}: {error}", self.file(uuid).display())),
+        }
+    }
+
     fn file(&self, uuid: &Uuid) -> PathBuf {
         self.directory.join(uuid.hyphenated().to_string())
     }
@@ -94,11 +104,13 @@ mod tests {
         records.add(&a, "nqn.a:gold").unwrap();
         records.add(&b, "nqn.a:gold").unwrap();
         records.add(&c, "nqn.a:silver").unwrap();
+        assert_eq!(records.subsystem_of(&c).unwrap().as_deref(), Some("nqn.a:silver"));
         assert!(records.others_on(&a, "nqn.a:gold").unwrap());
         assert!(!records.others_on(&c, "nqn.a:silver").unwrap());
         records.remove(&b).unwrap();
         records.remove(&b).unwrap();
         assert!(!records.others_on(&a, "nqn.a:gold").unwrap());
+        assert_eq!(records.subsystem_of(&b).unwrap(), None);
         let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -1,6 +1,6 @@
 //! What the node service asks of the machine, behind small seams so the logic is
-//! testable: commands (`nvme`, `blkid`, `mkfs.*`, `mount`, `umount`), the mount
-//! table, and the sysfs tree the NVMe host driver publishes.
+//! testable: commands (`nvme`, `blkid`, `mkfs.*`, `mount`, `umount`, `resize2fs`,
+//! `xfs_growfs`), the mount table, and the sysfs tree the NVMe host driver publishes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -122,6 +122,25 @@ pub fn find_device(sys_block: &Path, uuid: &Uuid) -> Option<PathBuf> {
     // Heads first: a path device's name has a controller part (`c<N>`).
     found.sort_by_key(|name| (is_path_device(name), name.clone()));
     found.first().map(|name| PathBuf::from("/dev").join(name))
+}
+
+/// The size in bytes of the block device `device` (`/dev/NAME`), from
+/// `sys_block/NAME/size` (in 512-byte sectors whatever the logical block size).
+pub fn device_size_bytes(sys_block: &Path, device: &Path) -> Option<u64> {
+    let name = device.file_name()?;
+    let sectors: u64 = std::fs::read_to_string(sys_block.join(name).join("size"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    sectors.checked_mul(512)
+}
+
+/// Whether `path` is a block device node (a raw block volume's publish target is
+/// the device bind-mounted on a file).
+pub fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device())
 }
 
 fn is_path_device(name: &str) -> bool {
@@ -257,6 +276,10 @@ mod tests {
             find_device(&root, &crate::volume_id::namespace_uuid_for_name("pvc-c")),
             None
         );
+        std::fs::write(root.join("nvme0n1/size"), "2097152\n").unwrap();
+        assert_eq!(device_size_bytes(&root, Path::new("/dev/nvme0n1")), Some(1 << 30));
+        assert_eq!(device_size_bytes(&root, Path::new("/dev/nvme1n1")), None);
+        assert!(!is_block_device(&root));
         let _ = std::fs::remove_dir_all(root);
     }
 
