@@ -408,7 +408,7 @@ fn a_namespace_grows_live_the_host_hears_of_it_and_uses_the_new_blocks() {
     assert_eq!(changed_namespace_log(&mut host), [created.0]);
     let mut io = io_queue(&target, controller, HOST_NQN);
     let beyond = read_write(IoOpcode::Write, created.0, 2048, 8);
-    assert_status(&io.command(beyond.clone(), &pattern(4096, 3), &[]), Status::LBA_OUT_OF_RANGE.with_do_not_retry());
+    assert_status(&io.command(beyond, &pattern(4096, 3), &[]), Status::LBA_OUT_OF_RANGE.with_do_not_retry());
 
     let event = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
     let (before, after) = target.grow_namespace(&subsystem, created, 4096).unwrap();

@@ -363,6 +363,23 @@ fn tls_note(tls: &str) -> String {
     }
 }
 
+/// One line for an `ns_resize` answer.
+fn render_resized(result: &Value) -> String {
+    let number = |key: &str| result.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let nqn = result.get("nqn").and_then(Value::as_str).unwrap_or("?");
+    let now = crate::config::describe_bytes(number("size_bytes"));
+    if result.get("changed").and_then(Value::as_bool) == Some(true) {
+        format!(
+            "grew namespace {} of {nqn} from {} to {now} ({} blocks); its hosts were told\n",
+            number("nsid"),
+            crate::config::describe_bytes(number("previous_size_bytes")),
+            number("blocks")
+        )
+    } else {
+        format!("namespace {} of {nqn} already holds {now}; nothing changed\n", number("nsid"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,19 +430,3 @@ mod tests {
     }
 }
 
-/// One line for an `ns_resize` answer.
-fn render_resized(result: &Value) -> String {
-    let number = |key: &str| result.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let nqn = result.get("nqn").and_then(Value::as_str).unwrap_or("?");
-    let now = crate::config::describe_bytes(number("size_bytes"));
-    if result.get("changed").and_then(Value::as_bool) == Some(true) {
-        format!(
-            "grew namespace {} of {nqn} from {} to {now} ({} blocks); its hosts were told\n",
-            number("nsid"),
-            crate::config::describe_bytes(number("previous_size_bytes")),
-            number("blocks")
-        )
-    } else {
-        format!("namespace {} of {nqn} already holds {now}; nothing changed\n", number("nsid"))
-    }
-}
