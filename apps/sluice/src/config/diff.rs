@@ -8,8 +8,8 @@
 
 use std::net::SocketAddr;
 
-use super::schema::BackendConfig;
-use super::{ByteSize, Config, ListenerConfig, NamespaceConfig, SubsystemConfig};
+use super::schema::{BackendConfig, StorageKind};
+use super::{BackendKind, ByteSize, Config, ListenerConfig, NamespaceConfig, SubsystemConfig};
 
 /// One difference, as a reload applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +133,9 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
     diff_listeners(&running.listeners, &edited.listeners, &mut changes);
     for backend in &edited.backends {
         let Some(before) = running.backends.iter().find(|other| other.name == backend.name) else { continue };
-        if let Some(size_bytes) = grown_size(before.size, backend.size, || BackendConfig { size: backend.size, ..before.clone() } == *backend) {
+        let grows_live = matches!(backend.kind, StorageKind::File | StorageKind::Null | StorageKind::Rbd | StorageKind::Carve);
+        let only_size = || grows_live && BackendConfig { size: backend.size, ..before.clone() } == *backend;
+        if let Some(size_bytes) = grown_size(before.size, backend.size, only_size) {
             changes.push(Change::BackendGrown { name: backend.name.clone(), size_bytes });
         } else if let Some(key) = before.first_difference(backend) {
             changes.push(Change::StorageChanged { entry: format!("backend {:?}", backend.name), key });
@@ -204,7 +206,12 @@ fn diff_subsystem(before: &SubsystemConfig, after: &SubsystemConfig, changes: &m
         match old.iter().find(|(other, _)| other == nsid) {
             None => changes.push(Change::NamespaceAdded { nqn: nqn.clone(), nsid: *nsid }),
             Some((_, previous)) => {
-                let only_size = || namespace_difference(&NamespaceConfig { size: namespace.size, ..(*previous).clone() }, namespace).is_none();
+                // A RAM disk's size is fixed while served; a carve, a file or null grow.
+                let grows_live = previous.pool.is_some() || matches!(previous.backend, Some(BackendKind::File | BackendKind::Null));
+                let only_size = || {
+                    grows_live
+                        && namespace_difference(&NamespaceConfig { size: namespace.size, ..(*previous).clone() }, namespace).is_none()
+                };
                 if let Some(size_bytes) = grown_size(previous.size, namespace.size, only_size) {
                     changes.push(Change::NamespaceGrown { nqn: nqn.clone(), nsid: *nsid, size_bytes });
                 } else if let Some(key) = namespace_difference(previous, namespace) {
@@ -411,6 +418,29 @@ nqn = "nqn.2014-08.io.sluice:h"
         assert_eq!(diff(&running, &nobody), [Change::AttachmentChanged { nqn: A.into(), nsid: 2 }]);
         let everyone = Config::parse(RUNNING).unwrap();
         assert_eq!(diff(&nobody, &everyone), [Change::AttachmentChanged { nqn: A.into(), nsid: 2 }]);
+    }
+
+    #[test]
+    fn a_larger_size_of_storage_that_grows_is_a_live_change_and_ram_waits_for_a_restart() {
+        let running = RUNNING.replace("kind = \"ram\"\nsize = \"8MiB\"", "kind = \"null\"\nsize = \"8MiB\"")
+            + "\n[[subsystem.namespace]]\nnsid = 3\nbackend = \"file\"\npath = \"/tmp/x\"\nsize = \"4MiB\"\n";
+        let grown = running.replace("size = \"8MiB\"", "size = \"16MiB\"").replace("size = \"4MiB\"", "size = \"6MiB\"");
+        let changes = diff(&Config::parse(&running).unwrap(), &Config::parse(&grown).unwrap());
+        // Subsystem b's namespace (nsid 3 belongs to the last [[subsystem]] in the text).
+        assert_eq!(
+            changes,
+            [
+                Change::NamespaceGrown { nqn: B.into(), nsid: 3, size_bytes: 6 << 20 },
+                Change::BackendGrown { name: "disk".into(), size_bytes: 16 << 20 },
+            ]
+        );
+        let shrunk = running.replace("size = \"4MiB\"", "size = \"2MiB\"");
+        let changes = diff(&Config::parse(&running).unwrap(), &Config::parse(&shrunk).unwrap());
+        assert!(matches!(&changes[..], [Change::NeedsRestart { key, .. }] if key.ends_with("namespace 3.size")), "{changes:?}");
+        // A larger size and another change at once is not a resize.
+        let both = running.replace("size = \"4MiB\"", "size = \"6MiB\"\ndirect_io = false");
+        let changes = diff(&Config::parse(&running).unwrap(), &Config::parse(&both).unwrap());
+        assert!(matches!(&changes[..], [Change::NeedsRestart { .. }]), "{changes:?}");
     }
 
     #[test]
