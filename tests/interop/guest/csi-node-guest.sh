@@ -47,9 +47,10 @@ while [ ! -S /tmp/csi.sock ] && [ $i -lt 100 ]; do
 done
 [ -S /tmp/csi.sock ] || fail "sluice-csi does not listen on /tmp/csi.sock after 10 s"
 
-# Every suite. The Node suite's NodeExpandVolume, NodeGetVolumeHealth and
-# NodeGetStorageHealth tests skip themselves: the driver does not offer those
-# capabilities. The snapshot and clone specs are skipped: the volumes here are pool
+# Every suite. NodeExpandVolume runs: the controller grows the carve through
+# ns_resize, the kernel host re-reads the namespace on the gateway's notice, and the
+# node grows ext4 online (resize2fs). NodeGetVolumeHealth and NodeGetStorageHealth
+# skip themselves: the driver does not offer those capabilities. The snapshot and clone specs are skipped: the volumes here are pool
 # carves, which have none (the driver refuses them, naming rbdPool); they run in the
 # RBD pass of scripts/csi-sanity.sh. The check-path command also writes and reads back a file on each
 # published filesystem volume it is asked about (csi-node-check-path.sh).
@@ -74,6 +75,16 @@ fi
 cat "$LOGDIR/ext4-checks.log"
 grep -q '^CHECK ext4 .*: ok$' "$LOGDIR/ext4-checks.log" || { echo "CHECK ext4 write/read: FAIL (no published ext4 volume was checked)"; status=1; }
 grep -q ': FAIL' "$LOGDIR/ext4-checks.log" && status=1
+
+# Expansion: the grown namespace reached the kernel through the gateway's Namespace
+# Attribute Changed notice (no rescan was needed) before NodeExpandVolume grew ext4.
+if grep -q "the kernel sees the new size on the gateway's notice" "$LOGDIR/sluice-csi.log"; then
+  echo "CHECK expansion seen through the namespace notice: ok"
+else
+  echo "CHECK expansion seen through the namespace notice: FAIL"
+  grep -E "new size|expanded" "$LOGDIR/sluice-csi.log" | head -n 5
+  status=1
+fi
 
 # Nothing of the test is left connected: every unstage disconnected its subsystem.
 left=$(cat /sys/class/nvme/*/subsysnqn 2>/dev/null | grep -c "^${SUBSYSTEM:-}$" || true)

@@ -31,6 +31,10 @@ use crate::volume_id::VolumeId;
 pub const SIZE_WAIT: Duration = Duration::from_secs(30);
 /// How often its size is read meanwhile.
 const SIZE_POLL: Duration = Duration::from_millis(200);
+/// How long the gateway's Namespace Attribute Changed notice gets to reach the
+/// kernel (it re-reads the namespace and resizes the disk) before the node asks for
+/// a rescan itself.
+const NOTICE_GRACE: Duration = Duration::from_secs(3);
 
 impl NodeService {
     pub(super) async fn expand(&self, request: NodeExpandVolumeRequest) -> Result<NodeExpandVolumeResponse, Status> {
@@ -102,16 +106,20 @@ impl NodeService {
         size_wait: Duration,
     ) -> Result<u64, Status> {
         let sys_block = self.sysfs.join("block");
-        let deadline = tokio::time::Instant::now() + size_wait;
+        let started = tokio::time::Instant::now();
+        let deadline = started + size_wait;
         let mut nudged = false;
         loop {
             let seen_bytes = system::device_size_bytes(&sys_block, device).ok_or_else(|| {
                 internal(format!("cannot read the size of {} in {}", device.display(), sys_block.display()))
             })?;
             if seen_bytes >= wanted_bytes {
+                let how = if nudged { "after a rescan" } else { "on the gateway's notice" };
+                tracing::info!(device = %device.display(), seen_bytes, waited_ms = started.elapsed().as_millis() as u64,
+                    "the kernel sees the new size {how}");
                 return Ok(seen_bytes);
             }
-            if !nudged {
+            if !nudged && started.elapsed() >= NOTICE_GRACE.min(size_wait) {
                 // The notice should have done it; a rescan of each path's controller
                 // makes the kernel read the namespace's size again if it was missed.
                 nudged = true;
