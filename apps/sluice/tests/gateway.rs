@@ -569,6 +569,22 @@ fn await_namespace(group: &Group, member: usize, nsid: u32, listed: bool, limit:
     }
 }
 
+/// Waits until member `member` lists namespace `nsid` with `size_bytes`; returns how
+/// long that took.
+fn await_size(group: &Group, member: usize, nsid: u32, size_bytes: u64, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let list = manage(group, member, &["ns", "list", NQN, "-o", "json"]);
+        let value: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let namespaces = value["namespaces"].as_array().unwrap();
+        if namespaces.iter().any(|namespace| namespace["nsid"] == nsid && namespace["size_bytes"] == size_bytes) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "member {member}: namespace {nsid} not {size_bytes} bytes after {limit:?}: {list}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gateway() {
     if !ceph_cluster_given("gateway group configuration") {
@@ -599,13 +615,32 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
     // a's file keeps only what it had: the change lives in the cluster.
     assert!(!std::fs::read_to_string(&a_file).unwrap().contains(&image));
 
+    // Grown through a: the image grows once, b follows the group's configuration,
+    // and b's host sees the new size and writes past the old end.
+    let grown = manage(&group, 0, &["ns", "resize", NQN, "2", "--size", "32MiB"]);
+    assert!(grown.contains("grew namespace 2") && grown.contains("to 32 MiB"), "{grown}");
+    let delay = await_size(&group, 1, 2, 32 << 20, Duration::from_secs(10));
+    eprintln!("namespace grown through a seen by b after {:.0} ms", delay.as_secs_f64() * 1000.0);
+    assert_eq!(through_b.identify_namespace(NamespaceId(2)).unwrap().namespace_size, (32 << 20) / 4096, "NSZE through b");
+    through_b.write(NamespaceId(2), (16 << 20) / 4096, &data, true).expect("write past the old end through b");
+    // Grown outside Sluice (`rbd resize`): both gateways notice within their size check.
+    let resized = Command::new("rbd").args(["resize", "--no-progress", "--size", "48M", &image]).status().expect("run rbd");
+    assert!(resized.success());
+    for member in 0..2 {
+        let delay = await_size(&group, member, 2, 48 << 20, Duration::from_secs(15));
+        eprintln!("`rbd resize` seen by member {member} after {:.0} ms", delay.as_secs_f64() * 1000.0);
+    }
+    let shrink = manage_output(&group, 0, &["ns", "resize", NQN, "2", "--size", "16MiB"]);
+    assert!(!shrink.status.success() && String::from_utf8_lossy(&shrink.stderr).contains("only grow"), "{shrink:?}");
+
     // b down while a removes it; b started again serves the group's new version.
     drop(through_b);
     drop(b);
     manage(&group, 0, &["ns", "remove", NQN, "2"]);
     let b = start_cluster_configured(&group, 1, &b_file);
     await_namespace(&group, 1, 2, false, Duration::from_secs(1));
-    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 3"));
+    // Version 3 was the resize.
+    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 4"));
 
     // Concurrent changes through both gateways: each either lands or is refused with
     // a conflict naming the versions; none is lost, and both gateways converge.

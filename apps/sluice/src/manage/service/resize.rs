@@ -75,13 +75,19 @@ impl Management {
         // The file's size, where it has one, changes first: a crash before the
         // storage grew is finished by the next start.
         let mut draft = self.draft()?;
-        let in_file = set_size_in_document(&mut draft.document, &nqn, nsid, size_bytes)?;
+        let home = set_size_in_document(&mut draft.document, &nqn, nsid, size_bytes)?;
+        let in_file = home != SizeHome::NotInFile;
         if in_file {
             let text = self.check(&draft)?;
             self.write(&text)?;
         }
         match self.target.grow_namespace(&subsystem, NamespaceId(nsid), block_count) {
             Ok((_, after)) => {
+                if let SizeHome::Backend(name) = &home {
+                    // The open backend's definition follows, so the next reload does
+                    // not report the size as waiting for a restart.
+                    self.storage.note_backend_size(name, size_bytes);
+                }
                 tracing::info!(subsystem = %nqn, nsid, from = before.capacity_bytes(), to = after.capacity_bytes(),
                     "management: namespace grown; its hosts were told");
                 Ok(answer(true, after))
@@ -172,14 +178,23 @@ fn grow_refusal(nqn: &str, nsid: u32, error: &GrowNamespaceError) -> RpcError {
     }
 }
 
-/// Writes `size_bytes` where the file keeps the namespace's size: its own `size`, or
-/// the `size` of the `[[backend]]` it names (`device`). `false`: the file does not
-/// describe the namespace (a host made it through Namespace Management; its pool
-/// table keeps the size).
-fn set_size_in_document(document: &mut toml_edit::DocumentMut, nqn: &str, nsid: u32, size_bytes: u64) -> Result<bool, RpcError> {
+/// Where the file keeps a namespace's size.
+#[derive(Debug, PartialEq, Eq)]
+enum SizeHome {
+    /// Not in the file: a host made the namespace through Namespace Management, and
+    /// its pool table keeps the size.
+    NotInFile,
+    /// The namespace entry's own `size`.
+    Namespace,
+    /// The `size` of the `[[backend]]` the namespace names (`device`).
+    Backend(String),
+}
+
+/// Writes `size_bytes` where the file keeps the namespace's size.
+fn set_size_in_document(document: &mut toml_edit::DocumentMut, nqn: &str, nsid: u32, size_bytes: u64) -> Result<SizeHome, RpcError> {
     let bytes = i64::try_from(size_bytes).map_err(|_| RpcError::invalid_params("size", "is too large"))?;
     let Some(namespace) = document::namespace_mut(document, nqn, nsid).map_err(edit_error)? else {
-        return Ok(false);
+        return Ok(SizeHome::NotInFile);
     };
     let device = namespace.get("device").and_then(toml_edit::Item::as_str).map(str::to_string);
     match device {
@@ -188,10 +203,11 @@ fn set_size_in_document(document: &mut toml_edit::DocumentMut, nqn: &str, nsid: 
                 RpcError::new(CHANGE_REFUSED, format!("namespace {nsid} of {nqn} names backend {name:?}, which the config file does not define"))
             })?;
             backend.insert("size", value(bytes));
+            Ok(SizeHome::Backend(name))
         }
         None => {
             namespace.insert("size", value(bytes));
+            Ok(SizeHome::Namespace)
         }
     }
-    Ok(true)
 }
