@@ -132,25 +132,14 @@ pub fn status_of(method: &str, error: &CallError) -> Status {
 }
 
 fn code_of_refusal(remote: &RemoteError) -> Code {
-    // A machine-readable cause (`data.cause`) decides before the message does: the
-    // message is for people and may be reworded.
+    // The machine-readable cause (`data.cause`) decides, then the code: the message
+    // is for people and may be reworded, so nothing here reads it.
     if let Some(code) = cause_of(remote).and_then(code_of_cause) {
         return code;
     }
-    let message = remote.message.as_str();
     match remote.code {
         codes::INVALID_PARAMS => Code::InvalidArgument,
-        codes::CHANGE_REFUSED
-            if message.starts_with("no subsystem") || message.contains("has no namespace") =>
-        {
-            Code::NotFound
-        }
-        codes::CHANGE_REFUSED if message.contains("already") => Code::AlreadyExists,
-        // "pool \"p\" has 8 GiB free, less than a thick carve of 10 GiB needs"
-        codes::CHANGE_REFUSED if message.contains("free, less than") => Code::ResourceExhausted,
         codes::CHANGE_REFUSED => Code::FailedPrecondition,
-        // A pool without room for the carve is the caller asking for too much.
-        codes::CONFIG_INVALID if message.contains("no room") => Code::ResourceExhausted,
         codes::CONFIG_INVALID => Code::InvalidArgument,
         // The operator has to act (start with --config, reconcile the file).
         codes::NO_CONFIG_FILE | codes::CONFIG_CHANGED_ON_DISK => Code::FailedPrecondition,
@@ -179,6 +168,10 @@ fn code_of_cause(cause: &str) -> Option<Code> {
         // The namespace's storage cannot change size while served: no retry helps
         // until an operator moves it.
         causes::NOT_RESIZABLE => Some(Code::FailedPrecondition),
+        causes::NOT_FOUND => Some(Code::NotFound),
+        causes::ALREADY_EXISTS => Some(Code::AlreadyExists),
+        // A host still attached, snapshots still there: the caller must act first.
+        causes::IN_USE | causes::HAS_SNAPSHOTS => Some(Code::FailedPrecondition),
         _ => None,
     }
 }
@@ -195,8 +188,7 @@ pub fn is_not_found(error: &CallError) -> bool {
 
 /// `host_deny` refused because a namespace's hosts list still names the host.
 pub fn is_still_attached(error: &CallError) -> bool {
-    matches!(error, CallError::Remote(remote)
-        if remote.code == codes::CHANGE_REFUSED && remote.message.contains("is still attached"))
+    has_cause(error, causes::IN_USE)
 }
 
 #[cfg(test)]
@@ -251,69 +243,6 @@ mod tests {
         assert!(endpoint_of("unix://", &tls).is_err());
     }
 
-    #[test]
-    fn refusals_map_to_the_codes_the_spec_asks_for() {
-        let cases = [
-            (
-                refusal(codes::INVALID_PARAMS, "size: is too large"),
-                Code::InvalidArgument,
-            ),
-            (
-                refusal(
-                    codes::CHANGE_REFUSED,
-                    "no subsystem nqn.x in the running target",
-                ),
-                Code::NotFound,
-            ),
-            (
-                refusal(codes::CHANGE_REFUSED, "subsystem nqn.x has no namespace 3"),
-                Code::NotFound,
-            ),
-            (
-                refusal(
-                    codes::CHANGE_REFUSED,
-                    "uuid 1 is already used by namespace 1 of nqn.x",
-                ),
-                Code::AlreadyExists,
-            ),
-            (
-                refusal(
-                    codes::CHANGE_REFUSED,
-                    "subsystem nqn.x has no free NSID left",
-                ),
-                Code::FailedPrecondition,
-            ),
-            (
-                refusal(
-                    codes::CONFIG_INVALID,
-                    "pool \"p\" has no room for a thick carve",
-                ),
-                Code::ResourceExhausted,
-            ),
-            (refusal(codes::CONFIG_INVALID, "bad"), Code::InvalidArgument),
-            (
-                refusal(codes::GROUP_CONFIG_CONFLICT, "changed"),
-                Code::Aborted,
-            ),
-            (refusal(codes::INTERNAL_ERROR, "bug"), Code::Internal),
-            (
-                CallError::Unreachable {
-                    endpoint: "e".into(),
-                    reason: "r".into(),
-                },
-                Code::Unavailable,
-            ),
-        ];
-        for (error, code) in cases {
-            assert_eq!(status_of("ns_add", &error).code(), code, "{error}");
-        }
-        assert!(
-            status_of("ns_add", &refusal(codes::INVALID_PARAMS, "size: x"))
-                .message()
-                .contains("size: x")
-        );
-    }
-
     fn refusal_with_cause(code: i64, message: &str, cause: &str) -> CallError {
         CallError::Remote(RemoteError {
             code,
@@ -323,59 +252,59 @@ mod tests {
     }
 
     #[test]
-    fn resize_refusals_map_by_their_cause_not_their_words() {
+    fn refusals_map_to_the_codes_the_spec_asks_for() {
+        let cases = [
+            (refusal(codes::INVALID_PARAMS, "size: is too large"), Code::InvalidArgument),
+            (refusal_with_cause(codes::CHANGE_REFUSED, "no subsystem nqn.x", causes::NOT_FOUND), Code::NotFound),
+            (refusal_with_cause(codes::CHANGE_REFUSED, "uuid 1 is already used", causes::ALREADY_EXISTS), Code::AlreadyExists),
+            (refusal(codes::CHANGE_REFUSED, "subsystem nqn.x has no free NSID left"), Code::FailedPrecondition),
+            (refusal_with_cause(codes::CONFIG_INVALID, "pool \"p\" has no room", causes::NO_SPACE), Code::ResourceExhausted),
+            (refusal(codes::CONFIG_INVALID, "bad"), Code::InvalidArgument),
+            (refusal(codes::GROUP_CONFIG_CONFLICT, "changed"), Code::Aborted),
+            (refusal(codes::INTERNAL_ERROR, "bug"), Code::Internal),
+            (CallError::Unreachable { endpoint: "e".into(), reason: "r".into() }, Code::Unavailable),
+        ];
+        for (error, code) in cases {
+            assert_eq!(status_of("ns_add", &error).code(), code, "{error}");
+        }
+        assert!(status_of("ns_add", &refusal(codes::INVALID_PARAMS, "size: x")).message().contains("size: x"));
+    }
+
+    #[test]
+    fn refusals_map_by_their_cause_never_by_their_words() {
         let cases = [
             (causes::NO_SPACE, Code::ResourceExhausted),
             (causes::WOULD_SHRINK, Code::OutOfRange),
             (causes::NOT_RESIZABLE, Code::FailedPrecondition),
+            (causes::NOT_FOUND, Code::NotFound),
+            (causes::ALREADY_EXISTS, Code::AlreadyExists),
+            (causes::IN_USE, Code::FailedPrecondition),
+            (causes::HAS_SNAPSHOTS, Code::FailedPrecondition),
         ];
         for (cause, code) in cases {
-            // Words that the text fallbacks would read otherwise: the cause wins.
-            for message in ["size: namespace 3 has no namespace room", "size: already 1 GiB", "x"] {
+            for message in ["size: namespace 3 has no namespace room", "already 1 GiB; is still attached", "x"] {
                 let error = refusal_with_cause(codes::CHANGE_REFUSED, message, cause);
                 assert_eq!(status_of("ns_resize", &error).code(), code, "{cause}: {message}");
                 assert!(has_cause(&error, cause));
             }
         }
-        // Not found stays not found (the existing messages, no cause).
-        let gone = refusal(codes::CHANGE_REFUSED, "nsid: subsystem nqn.a has no namespace 3");
-        assert_eq!(status_of("ns_resize", &gone).code(), Code::NotFound);
-        assert!(!has_cause(&gone, causes::NO_SPACE));
-        // A bad size is the caller's.
-        let bad = refusal(codes::INVALID_PARAMS, "size: not a multiple of the 4096-byte block size");
-        assert_eq!(status_of("ns_resize", &bad).code(), Code::InvalidArgument);
-        // A cause this driver does not know leaves the code and message to decide.
-        let unknown = refusal_with_cause(codes::CHANGE_REFUSED, "uuid 1 is already used", "something_new");
-        assert_eq!(status_of("ns_resize", &unknown).code(), Code::AlreadyExists);
-        let no_cause_object = CallError::Remote(RemoteError {
+        // Without a cause, words decide nothing: a refusal is a failed precondition.
+        for message in ["nsid: subsystem nqn.a has no namespace 3", "uuid 1 is already used", "pool has 1 GiB free, less than"] {
+            let error = refusal(codes::CHANGE_REFUSED, message);
+            assert_eq!(status_of("ns_resize", &error).code(), Code::FailedPrecondition, "{message}");
+            assert!(!is_not_found(&error) && !is_still_attached(&error));
+        }
+        // A cause this driver does not know, or not a string, leaves it to the code.
+        let unknown = refusal_with_cause(codes::CHANGE_REFUSED, "refused", "something_new");
+        assert_eq!(status_of("ns_resize", &unknown).code(), Code::FailedPrecondition);
+        let no_cause_string = CallError::Remote(RemoteError {
             code: codes::CHANGE_REFUSED,
             message: "refused".to_string(),
             data: Some(serde_json::json!({ "cause": 7 })),
         });
-        assert_eq!(status_of("ns_resize", &no_cause_object).code(), Code::FailedPrecondition);
-    }
-
-    #[test]
-    fn attachment_refusals_map_to_what_the_controller_expects() {
-        let gone = refusal(
-            codes::CHANGE_REFUSED,
-            "nsid: subsystem nqn.a has no namespace 3 (`sluice ns list`)",
-        );
-        assert!(is_not_found(&gone));
-        let not_allowed = refusal(
-            codes::CHANGE_REFUSED,
-            "host: host nqn.h is not allowed on subsystem nqn.a, so it could never see the namespace",
-        );
-        assert_eq!(
-            status_of("ns_attach", &not_allowed).code(),
-            Code::FailedPrecondition
-        );
-        assert!(!is_still_attached(&not_allowed));
-        let attached = refusal(
-            codes::CHANGE_REFUSED,
-            "host: host nqn.h is still attached to namespace(s) [2] of nqn.a (their `hosts` lists)",
-        );
-        assert!(is_still_attached(&attached));
-        assert!(!is_not_found(&attached));
+        assert_eq!(status_of("ns_resize", &no_cause_string).code(), Code::FailedPrecondition);
+        let attached = refusal_with_cause(codes::CHANGE_REFUSED, "host nqn.h is still attached", causes::IN_USE);
+        assert!(is_still_attached(&attached) && !is_not_found(&attached));
+        assert!(is_not_found(&refusal_with_cause(codes::CHANGE_REFUSED, "gone", causes::NOT_FOUND)));
     }
 }

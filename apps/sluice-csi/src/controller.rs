@@ -370,7 +370,7 @@ impl ControllerService {
                 Ok(())
             }
             Err(error) if is_not_found(&error) => Ok(()),
-            Err(error) if error.to_string().contains("has snapshots") => {
+            Err(error) if crate::api::has_cause(&error, management_client::codes::causes::HAS_SNAPSHOTS) => {
                 // The gateway names RBD snapshots; the CO knows them by their ids.
                 let snapshots: Vec<String> = crate::snapshots::all_snapshots(&self.api)
                     .await?

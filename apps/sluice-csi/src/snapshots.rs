@@ -179,7 +179,7 @@ pub async fn list(api: &Api, image: &str) -> Result<Vec<RbdSnapshot>, Status> {
             .flatten()
             .filter_map(parse_snapshot)
             .collect()),
-        Err(error) if error.to_string().contains("does not exist") => Ok(Vec::new()),
+        Err(error) if crate::api::is_not_found(&error) => Ok(Vec::new()),
         Err(error) => Err(status_of("rbd_snapshot_list", &error)),
     }
 }

@@ -52,4 +52,14 @@ pub mod causes {
     /// The namespace's storage cannot change size while served (a RAM disk, a block
     /// device, a RAID0 set).
     pub const NOT_RESIZABLE: &str = "not_resizable";
+    /// What the request names is not there: no such subsystem, namespace or image.
+    pub const NOT_FOUND: &str = "not_found";
+    /// What the request would make exists already: an NQN, an NSID, an NGUID/UUID
+    /// used by another namespace, a listener, a config entry.
+    pub const ALREADY_EXISTS: &str = "already_exists";
+    /// Something still uses it: a host still attached to a namespace of the
+    /// subsystem, a backend another entry serves.
+    pub const IN_USE: &str = "in_use";
+    /// An RBD image that has snapshots cannot be deleted (they would go with it).
+    pub const HAS_SNAPSHOTS: &str = "has_snapshots";
 }

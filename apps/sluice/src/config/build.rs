@@ -531,14 +531,14 @@ fn ensure_carve(
     match bound.as_slice() {
         [] => {
             let id = pool.create_with_identity(size_blocks, thin, Some(binding), identity).map_err(|error| match error {
-                PoolError::NoSpace => invalid(
-                    &size_location,
-                    format!(
+                PoolError::NoSpace => ConfigError::NoSpace {
+                    location: size_location.clone(),
+                    message: format!(
                         "{what} has no room for a thick carve of {} ({} free); make it smaller, thin = true, or the pool larger",
                         describe_bytes(size_bytes),
                         describe_bytes(pool.free_bytes())
                     ),
-                ),
+                },
                 other => invalid(location, format!("cannot create the carve in {what}: {other}")),
             })?;
             tracing::info!("config: {location}: created a {} carve of {} in {what}", provisioning(thin), describe_bytes(size_bytes));

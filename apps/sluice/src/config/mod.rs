@@ -558,6 +558,10 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("config {location}: {message}")]
     Invalid { location: String, message: String },
+    /// Like `Invalid`, for storage without room for what the entry asks (a thick
+    /// carve), so the management API can say so by cause.
+    #[error("config {location}: {message}")]
+    NoSpace { location: String, message: String },
     /// The target refused the subsystems or settings (NQN syntax, NSID range, limits).
     #[error("config: {0}")]
     Target(#[from] nvme_target::TargetError),

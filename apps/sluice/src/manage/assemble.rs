@@ -18,6 +18,7 @@ use toml_edit::{DocumentMut, Item};
 use super::document::{self, Namespaces};
 use super::protocol::{RpcError, CONFIG_INVALID, INTERNAL_ERROR};
 use crate::config::{Config, ConfigError, OpenStorage, StorageChanges};
+use management_client::codes::causes;
 
 /// The listener of a stand-alone document: the config module wants one, and nothing
 /// is ever bound to it.
@@ -153,8 +154,10 @@ pub fn build_namespace(
 /// (`keep` given) say `subsystem[0]` and `namespace[0]`, which are indexes of the
 /// stand-alone document, not of the file: they are rewritten to name the NSID.
 pub fn config_error(error: &ConfigError, keep: Option<Namespaces>) -> RpcError {
-    let ConfigError::Invalid { location, message } = error else {
-        return RpcError::config_invalid("config", error.to_string());
+    let (location, message, cause) = match error {
+        ConfigError::Invalid { location, message } => (location, message, None),
+        ConfigError::NoSpace { location, message } => (location, message, Some(causes::NO_SPACE)),
+        _ => return RpcError::config_invalid("config", error.to_string()),
     };
     let mut location = location.clone();
     if keep.is_some() {
@@ -170,14 +173,18 @@ pub fn config_error(error: &ConfigError, keep: Option<Namespaces>) -> RpcError {
             data["field"] = serde_json::Value::String(key.to_string());
         }
     }
-    rpc_error
+    match cause {
+        Some(cause) => rpc_error.with_cause(cause),
+        None => rpc_error,
+    }
 }
 
 /// A document edit refusal as a JSON-RPC error.
 pub fn edit_error(error: document::EditError) -> RpcError {
     match error {
-        document::EditError::NotFound { field, message } | document::EditError::Conflict { field, message } => {
-            RpcError::refused(field, message)
+        document::EditError::NotFound { field, message } => RpcError::refused(field, message).with_cause(causes::NOT_FOUND),
+        document::EditError::Conflict { field, message } => {
+            RpcError::refused(field, message).with_cause(causes::ALREADY_EXISTS)
         }
         document::EditError::Layout { location, message } => RpcError {
             code: CONFIG_INVALID,

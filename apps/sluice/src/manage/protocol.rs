@@ -46,6 +46,14 @@ impl RpcError {
         RpcError::with_field(CHANGE_REFUSED, field, reason)
     }
 
+    /// The same error with a machine-readable `data.cause` (see
+    /// `management_client::codes::causes`), so callers need not read the message.
+    pub fn with_cause(mut self, cause: &str) -> Self {
+        let data = self.data.get_or_insert_with(|| json!({}));
+        data["cause"] = json!(cause);
+        self
+    }
+
     /// The changed config would not validate (-32001); `location` is the config
     /// module's name for the entry, e.g. `subsystem[1] (nqn...) namespace[0].size`.
     pub fn config_invalid(location: &str, reason: impl Into<String>) -> Self {

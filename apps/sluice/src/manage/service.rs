@@ -35,6 +35,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use toml_edit::{value, DocumentMut, Table};
 
+use management_client::codes::causes;
 use nvme_spec::NamespaceId;
 use nvme_target::limits::MAX_NAMESPACE_ID;
 use nvme_target::subsystem::validate_nqn;
@@ -332,7 +333,7 @@ impl Management {
         params.finish("subsystem_add")?;
         validate_nqn(&nqn).map_err(|reason| RpcError::invalid_params("nqn", reason))?;
         if self.target.subsystem_by_nqn(&nqn).is_some() {
-            return Err(RpcError::refused("nqn", format!("subsystem {nqn} already exists")));
+            return Err(RpcError::refused("nqn", format!("subsystem {nqn} already exists")).with_cause(causes::ALREADY_EXISTS));
         }
         let mut draft = self.draft()?;
         let mut table = Table::new();
@@ -468,7 +469,8 @@ impl Management {
                 return Err(RpcError::invalid_params("nsid", format!("{id} is outside 1..={MAX_NAMESPACE_ID}")))
             }
             Some(id) if live_table.contains(NamespaceId(id)) => {
-                return Err(RpcError::refused("nsid", format!("subsystem {nqn} already has namespace {id}")))
+                return Err(RpcError::refused("nsid", format!("subsystem {nqn} already has namespace {id}"))
+                    .with_cause(causes::ALREADY_EXISTS))
             }
             Some(id) => id,
             None => {
@@ -520,7 +522,8 @@ impl Management {
                         return Err(RpcError::refused(
                             key,
                             format!("{key} {wanted} is already used by namespace {} of {}", namespace.id.0, subsystem.nqn),
-                        ));
+                        )
+                        .with_cause(causes::ALREADY_EXISTS));
                     }
                 }
             }
@@ -536,7 +539,7 @@ impl Management {
         params.finish("ns_remove")?;
         let subsystem = self.live_subsystem(&nqn)?;
         if subsystem.namespace(NamespaceId(id)).is_none() {
-            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {id}")));
+            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {id}")).with_cause(causes::NOT_FOUND));
         }
         if delete_image {
             return self.ns_remove_with_image(&nqn, id, &subsystem);
@@ -899,6 +902,7 @@ impl Management {
     fn live_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, RpcError> {
         self.target.subsystem_by_nqn(nqn).ok_or_else(|| {
             RpcError::refused("nqn", format!("no subsystem {nqn} in the running target (`sluice subsystem list`)"))
+                .with_cause(causes::NOT_FOUND)
         })
     }
 

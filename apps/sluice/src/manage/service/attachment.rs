@@ -54,7 +54,8 @@ impl Management {
             return Err(RpcError::refused(
                 "nsid",
                 format!("subsystem {nqn} has no namespace {nsid} (`sluice ns list`)"),
-            ));
+            )
+            .with_cause(management_client::codes::causes::NOT_FOUND));
         };
         let rules = subsystem.hosts.current();
         if attach && !rules.allows(&host) {
@@ -145,7 +146,8 @@ impl Management {
                 "host {host} is still attached to namespace(s) {attached:?} of {nqn} (their `hosts` lists); detach it \
                  first (`sluice ns detach --nqn {nqn} --nsid {first} --host {host}`)"
             ),
-        ))
+        )
+        .with_cause(management_client::codes::causes::IN_USE))
     }
 }
 

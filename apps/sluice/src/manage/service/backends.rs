@@ -161,7 +161,8 @@ impl Management {
                             describe_bytes(needed),
                             describe_bytes(unit)
                         ),
-                    ));
+                    )
+                    .with_cause(management_client::codes::causes::NO_SPACE));
                 }
             }
         }

@@ -48,7 +48,8 @@ impl Management {
         }
         let subsystem = self.live_subsystem(&nqn)?;
         if subsystem.namespace(nvme_spec::NamespaceId(nsid)).is_none() && host.is_none() {
-            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}")));
+            return Err(RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}"))
+                .with_cause(management_client::codes::causes::NOT_FOUND));
         }
         let mut draft = self.draft()?;
         edit(&mut draft.document, &nqn, nsid, host.as_deref(), &given, &remove)?;

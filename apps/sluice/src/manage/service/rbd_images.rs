@@ -101,9 +101,10 @@ pub(crate) fn gateway_cluster(document: &DocumentMut) -> ClusterSpec {
 /// `field` (the caller asked for something that is not there), others failed to apply.
 fn rbd_error(field: &str, error: RbdError) -> RpcError {
     match error {
-        RbdError::PoolMissing { .. } | RbdError::ImageMissing { .. } | RbdError::Invalid(_) => {
-            RpcError::refused(field, error.to_string())
+        RbdError::PoolMissing { .. } | RbdError::ImageMissing { .. } => {
+            RpcError::refused(field, error.to_string()).with_cause(management_client::codes::causes::NOT_FOUND)
         }
+        RbdError::Invalid(_) => RpcError::refused(field, error.to_string()),
         other => RpcError::new(APPLY_FAILED, other.to_string()),
     }
 }
@@ -279,7 +280,8 @@ impl Management {
                 return Err(refuse(format!(
                     "image {image_name} has snapshots ({}); remove them first (rbd_snapshot_remove), nothing was changed",
                     names.join(", ")
-                )));
+                ))
+                .with_cause(management_client::codes::causes::HAS_SNAPSHOTS));
             }
             Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => {}
             Err(error) => return Err(rbd_error("delete_image", error)),

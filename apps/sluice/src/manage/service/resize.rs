@@ -38,7 +38,7 @@ impl Management {
         let subsystem = self.live_subsystem(&nqn)?;
         let namespace = subsystem
             .namespace(NamespaceId(nsid))
-            .ok_or_else(|| RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}")))?;
+            .ok_or_else(|| RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}")).with_cause(causes::NOT_FOUND))?;
         let before = namespace.geometry();
         let block_size = u64::from(before.block_size_bytes);
         if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
@@ -161,7 +161,9 @@ fn refusal(cause: &str, message: String) -> RpcError {
 fn grow_refusal(nqn: &str, nsid: u32, error: &GrowNamespaceError) -> RpcError {
     let what = format!("namespace {nsid} of {nqn}");
     match error {
-        GrowNamespaceError::NoSuchNamespace => RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}")),
+        GrowNamespaceError::NoSuchNamespace => {
+            RpcError::refused("nsid", format!("subsystem {nqn} has no namespace {nsid}")).with_cause(causes::NOT_FOUND)
+        }
         GrowNamespaceError::Storage(GrowError::NotResizable { kind }) => refusal(
             causes::NOT_RESIZABLE,
             format!("{what} is served from {kind} storage, whose size is fixed while it is served; move the data to a pool carve, a file or an RBD image to grow it"),
