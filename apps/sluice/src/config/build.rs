@@ -547,11 +547,19 @@ fn ensure_carve(
         }
         // A larger size is a resize (`ns_resize` writes the size first, so a crash
         // before the carve grew is finished here, or the file was edited).
+        // One that cannot grow (its neighbours took the room) is served at the size
+        // it has, with a warning: refusing the start would take every subsystem down.
         [record] if record.size_blocks < size_blocks && record.thin == thin => {
-            let grown = pool.get(record.id).map_err(|error| invalid(location, error.to_string()))?.grow(size_blocks);
-            grown.map_err(|error| invalid(&size_location, format!("cannot grow the carve (id {}) in {what} to {}: {error}", record.id.0, describe_bytes(size_bytes))))?;
-            tracing::info!("config: {location}: grew the carve in {what} from {} to {}",
-                describe_bytes(record.size_blocks * block_size), describe_bytes(size_bytes));
+            let (from, to) = (describe_bytes(record.size_blocks * block_size), describe_bytes(size_bytes));
+            match pool.get(record.id).map_err(|error| invalid(location, error.to_string()))?.grow(size_blocks) {
+                Ok(_) => tracing::info!("config: {location}: grew the carve in {what} from {from} to {to}"),
+                Err(error) => tracing::warn!(
+                    "config: {location}: the carve (id {}) in {what} cannot grow from {from} to {to} ({error}); it is \
+                     served at {from}: free room in the pool and reload, or set size = \"{}\"",
+                    record.id.0,
+                    from.replace(' ', "")
+                ),
+            }
             pool.record(record.id).map_err(|error| invalid(location, error.to_string()))
         }
         [record] if record.size_blocks != size_blocks => Err(invalid(

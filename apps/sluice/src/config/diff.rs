@@ -133,7 +133,15 @@ pub fn diff(running: &Config, edited: &Config) -> Vec<Change> {
     diff_listeners(&running.listeners, &edited.listeners, &mut changes);
     for backend in &edited.backends {
         let Some(before) = running.backends.iter().find(|other| other.name == backend.name) else { continue };
-        let grows_live = matches!(backend.kind, StorageKind::File | StorageKind::Null | StorageKind::Rbd | StorageKind::Carve);
+        // Only storage a namespace names directly grows live: a cache tier, a RAID0
+        // member or a pool's device has a user whose own size is fixed.
+        let named_by_namespace = edited
+            .subsystems
+            .iter()
+            .flat_map(|subsystem| &subsystem.namespaces)
+            .any(|namespace| namespace.device.as_deref() == Some(backend.name.as_str()));
+        let grows_live = named_by_namespace
+            && matches!(backend.kind, StorageKind::File | StorageKind::Null | StorageKind::Rbd | StorageKind::Carve);
         let only_size = || grows_live && BackendConfig { size: backend.size, ..before.clone() } == *backend;
         if let Some(size_bytes) = grown_size(before.size, backend.size, only_size) {
             changes.push(Change::BackendGrown { name: backend.name.clone(), size_bytes });
@@ -434,6 +442,12 @@ nqn = "nqn.2014-08.io.sluice:h"
                 Change::BackendGrown { name: "disk".into(), size_bytes: 16 << 20 },
             ]
         );
+        // A backend no namespace names (here: a pool's device) waits for a restart.
+        let pooled = running.replace("[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"", "[[pool]]\nname = \"p\"\ndevice = \"disk\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"")
+            .replace("device = \"disk\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:b\"", "backend = \"null\"\nsize = \"1MiB\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:b\"");
+        let pooled_grown = pooled.replace("size = \"8MiB\"", "size = \"16MiB\"");
+        let changes = diff(&Config::parse(&pooled).unwrap(), &Config::parse(&pooled_grown).unwrap());
+        assert!(matches!(&changes[..], [Change::StorageChanged { key: "size", .. }]), "{changes:?}");
         let shrunk = running.replace("size = \"4MiB\"", "size = \"2MiB\"");
         let changes = diff(&Config::parse(&running).unwrap(), &Config::parse(&shrunk).unwrap());
         assert!(matches!(&changes[..], [Change::NeedsRestart { key, .. }] if key.ends_with("namespace 3.size")), "{changes:?}");

@@ -406,6 +406,27 @@ fn composed_storage_builds_and_keeps_carve_identities_across_a_restart() {
 }
 
 #[test]
+fn a_carve_that_cannot_grow_at_start_is_served_at_its_size_and_the_start_goes_on() {
+    let scratch = Scratch::new();
+    let body = |first: &str| {
+        format!(
+            "[[backend]]\nname = \"disk\"\nkind = \"file\"\npath = \"{{dir}}/pool.img\"\nsize = \"8MiB\"\n\
+             [[pool]]\nname = \"p\"\ndevice = \"disk\"\ntable = \"{{dir}}/p.json\"\n\
+             [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:grow\"\n\
+             [[subsystem.namespace]]\nnsid = 1\npool = \"p\"\nsize = \"{first}\"\n\
+             [[subsystem.namespace]]\nnsid = 2\npool = \"p\"\nsize = \"2MiB\"\n"
+        )
+    };
+    let capacities = |spec: &TargetSpec| -> Vec<u64> {
+        spec.subsystems[0].namespaces.iter().map(|namespace| namespace.backend.geometry().capacity_bytes()).collect()
+    };
+    assert_eq!(capacities(&config(&scratch, &body("2MiB")).target_spec().unwrap()), [2 << 20, 2 << 20]);
+    // Thick carve 1 is followed by carve 2: it cannot grow in place.
+    let spec = config(&scratch, &body("3MiB")).target_spec().expect("the start goes on");
+    assert_eq!(capacities(&spec), [2 << 20, 2 << 20], "served at the size it has");
+}
+
+#[test]
 fn a_namespace_management_pool_serves_its_own_namespaces() {
     let scratch = Scratch::new();
     let body = "[[backend]]\nname = \"r\"\nkind = \"ram\"\nsize = \"16MiB\"\n[[pool]]\nname = \"managed\"\ndevice = \"r\"\n\

@@ -39,10 +39,11 @@ use management_client::codes::causes;
 use nvme_spec::NamespaceId;
 use nvme_target::limits::MAX_NAMESPACE_ID;
 use nvme_target::subsystem::validate_nqn;
-use nvme_target::{HostAccess, Namespace, Subsystem, Target};
+use nvme_target::{HostAccess, Subsystem, Target};
 
 use super::assemble::{self, edit_error};
 use super::document::{self, Namespaces};
+use views::{hosts_json, namespace_json};
 use crate::config::OpenStorage;
 use super::persist;
 use super::protocol::{
@@ -951,57 +952,15 @@ impl Management {
     }
 }
 
-fn namespace_json(namespace: &Namespace, in_config_file: bool, attachment: &nvme_target::Attachment) -> Value {
-    let geometry = namespace.geometry();
-    let (throttled_commands, throttled_seconds) = namespace.qos.namespace.throttled();
-    let host_qos: Vec<Value> = namespace
-        .qos
-        .host_limits()
-        .iter()
-        .map(|(host, limits)| json!({ "host": host, "limits": crate::config::qos::describe(limits) }))
-        .collect();
-    json!({
-        "nsid": namespace.id.0,
-        "backend": namespace.backend.kind(),
-        "size_bytes": geometry.capacity_bytes(),
-        "block_size": geometry.block_size_bytes,
-        "blocks": geometry.block_count,
-        "nguid": namespace.nguid.iter().map(|byte| format!("{byte:02x}")).collect::<String>(),
-        "uuid": uuid::Uuid::from_bytes(namespace.uuid).hyphenated().to_string(),
-        "source": if in_config_file { "config" } else if namespace.carve.is_some() { "pool" } else { "runtime" },
-        "qos": crate::config::qos::describe(&namespace.qos.namespace.limits()),
-        "host_qos": host_qos,
-        "qos_throttled_commands": throttled_commands,
-        "qos_throttled_seconds": throttled_seconds,
-        "all_hosts": *attachment == nvme_target::Attachment::AllHosts,
-        "hosts": attachment::hosts_field(attachment),
-    })
-}
-
-/// Allowed hosts without their secrets: only whether each has one.
-fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
-    let entries: Vec<Value> = hosts
-        .hosts
-        .iter()
-        .map(|host| {
-            json!({
-                "host": host.nqn,
-                "dhchap": host.dhchap_secret.is_some(),
-                "bidirectional": host.dhchap_controller_secret.is_some(),
-                "tls": host.tls_key.is_some(),
-            })
-        })
-        .collect();
-    json!({ "nqn": nqn, "allow_any_host": hosts.allow_any_host, "hosts": entries })
-}
-
 mod attachment;
+mod views;
 mod backends;
 mod listeners;
 mod qos;
 mod rbd_images;
 mod reload;
 mod resize;
+pub use resize::refresh_namespace_sizes;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,10 @@
 //! each request and waits for the answer; the signal thread hands it reloads (SIGHUP).
 //! So changes never run at the same time as each other, never on an I/O thread, and
 //! a reload that builds storage never delays a SIGTERM.
+//!
+//! A second thread checks every few seconds whether a namespace's storage grew
+//! elsewhere (`rbd resize`, another gateway): reading an image's size may wait for the
+//! cluster, which must not hold up management calls.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -54,14 +58,35 @@ impl ManagementHandle {
 pub struct ManagementThread {
     handle: ManagementHandle,
     thread: Option<JoinHandle<()>>,
+    /// The size checker: a message (or the sender's drop) stops it.
+    size_check: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+}
+
+/// How often a namespace's storage size is read again, to notice an RBD image resized
+/// with `rbd resize`, or through another gateway of the group before this one applied
+/// the group's configuration.
+const SIZE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn check_sizes(target: &nvme_target::Target, stop: &mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(SIZE_CHECK_INTERVAL) {
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            super::service::refresh_namespace_sizes(target)
+        }));
+        if checked.is_err() {
+            tracing::error!("checking the namespaces' storage sizes panicked; see the log");
+        }
+    }
 }
 
 impl ManagementThread {
     pub fn start(management: Management) -> std::io::Result<ManagementThread> {
         let (sender, receiver) = mpsc::channel();
+        let target = management.target();
+        let (stop, stopped) = mpsc::channel();
+        let checker = std::thread::Builder::new().name("sluice-sizes".into()).spawn(move || check_sizes(&target, &stopped))?;
         let thread =
             std::thread::Builder::new().name("sluice-manage".into()).spawn(move || run(management, &receiver))?;
-        Ok(ManagementThread { handle: ManagementHandle { sender }, thread: Some(thread) })
+        Ok(ManagementThread { handle: ManagementHandle { sender }, thread: Some(thread), size_check: Some((stop, checker)) })
     }
 
     pub fn handle(&self) -> ManagementHandle {
@@ -75,29 +100,15 @@ impl Drop for ManagementThread {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        if let Some((stop, checker)) = self.size_check.take() {
+            let _ = stop.send(());
+            let _ = checker.join();
+        }
     }
 }
 
-/// How often the management thread checks whether a namespace's storage grew
-/// elsewhere (an RBD image resized with `rbd resize`, or through another gateway of
-/// the group before this one applied the group's configuration).
-const SIZE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-
 fn run(mut management: Management, receiver: &mpsc::Receiver<Work>) {
-    let mut next_size_check = std::time::Instant::now() + SIZE_CHECK_INTERVAL;
-    loop {
-        let wait = next_size_check.saturating_duration_since(std::time::Instant::now());
-        let work = match receiver.recv_timeout(wait) {
-            Ok(work) => work,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| management.refresh_namespace_sizes())).is_err() {
-                    tracing::error!("checking the namespaces' storage sizes panicked; see the log");
-                }
-                next_size_check = std::time::Instant::now() + SIZE_CHECK_INTERVAL;
-                continue;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
+    while let Ok(work) = receiver.recv() {
         match work {
             Work::Call { method, params, reply } => {
                 // A bug in one method must not take the management thread down with it.

@@ -425,13 +425,23 @@ pub(crate) fn open_image(
     let mut grown_from_bytes = None;
     if let (Some(wanted), OpenMode::CreateOrGrow) = (size_bytes, mode) {
         if wanted > current {
-            // SAFETY: the image is open; growing never discards data.
-            let code = unsafe { (library.rbd_resize)(opened_image.image, wanted) };
-            if code < 0 {
+            // SAFETY: the image is open; the progress callback ignores its (null)
+            // argument. Shrinking is refused by librbd itself: another gateway may
+            // have grown the image past `wanted` since `current` was read.
+            let code = unsafe {
+                (library.rbd_resize2)(opened_image.image, wanted, false, super::resize_progress, std::ptr::null_mut())
+            };
+            let mut after: u64 = 0;
+            // SAFETY: as above; `after` is a valid out pointer.
+            let read = unsafe { (library.rbd_get_size)(opened_image.image, &mut after) };
+            if read < 0 {
+                return Err(failed("reading the image size", read));
+            }
+            if code < 0 && after < wanted {
                 return Err(failed("growing the image to the configured size", code));
             }
             grown_from_bytes = Some(current);
-            current = wanted;
+            current = after;
         }
     }
     Ok(Opened { image: opened_image, size_bytes: current, created, grown_from_bytes })

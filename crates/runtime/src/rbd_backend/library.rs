@@ -77,7 +77,6 @@ pub(crate) struct Library {
         unsafe extern "C" fn(io: IoContext, name: *const c_char, image: *mut Image, snapshot: *const c_char) -> c_int,
     pub rbd_close: unsafe extern "C" fn(image: Image) -> c_int,
     pub rbd_get_size: unsafe extern "C" fn(image: Image, size: *mut u64) -> c_int,
-    pub rbd_resize: unsafe extern "C" fn(image: Image, size: u64) -> c_int,
     pub rbd_resize2: unsafe extern "C" fn(
         image: Image,
         size: u64,
@@ -320,7 +319,6 @@ fn load() -> Result<Library, String> {
         rbd_open: symbol!(rbd, rbd_open),
         rbd_close: symbol!(rbd, rbd_close),
         rbd_get_size: symbol!(rbd, rbd_get_size),
-        rbd_resize: symbol!(rbd, rbd_resize),
         rbd_resize2: symbol!(rbd, rbd_resize2),
         rbd_aio_create_completion: symbol!(rbd, rbd_aio_create_completion),
         rbd_aio_get_return_value: symbol!(rbd, rbd_aio_get_return_value),

@@ -395,7 +395,7 @@ impl RbdBackend {
 }
 
 /// librbd calls this with the progress of a resize; 0 goes on.
-unsafe extern "C" fn resize_progress(_offset: u64, _total: u64, _argument: *mut std::ffi::c_void) -> std::ffi::c_int {
+pub(crate) unsafe extern "C" fn resize_progress(_offset: u64, _total: u64, _argument: *mut std::ffi::c_void) -> std::ffi::c_int {
     0
 }
 
@@ -424,7 +424,9 @@ impl Backend for RbdBackend {
             let code = unsafe {
                 (self.library.rbd_resize2)(image.image, wanted_bytes, false, resize_progress, std::ptr::null_mut())
             };
-            if code < 0 {
+            // Another gateway may have grown it past `wanted_bytes` meanwhile (librbd
+            // then refuses to "shrink" it): what counts is the size now.
+            if code < 0 && self.image_size_bytes(&image)? < wanted_bytes {
                 return Err(GrowError::Failed(format!(
                     "growing RBD image {}/{} to {wanted_bytes} bytes: {}",
                     image.pool,

@@ -288,31 +288,36 @@ impl PoolShared {
         if block_count == current.block_count {
             return Ok(current);
         }
-        if layout.deleted.load(Ordering::Acquire) {
-            return Err(GrowError::Failed("the carve is being deleted".to_string()));
-        }
         let wanted = Geometry { block_count, ..current };
         let too_large = |reason: &str| GrowError::TooLarge { requested_blocks: block_count, reason: reason.to_string() };
         let units = units_for_blocks(block_count, self.unit_blocks)
             .filter(|_| wanted.validate().is_ok())
             .ok_or_else(|| too_large("the capacity overflows 64 bits"))?;
+        // A thin carve's larger map is made before the pool lock, which I/O threads
+        // mapping units wait for: up to 128 MiB to allocate.
+        let larger_map = match &layout.placement {
+            Placement::Thin { .. } if units > MAX_THIN_UNITS => {
+                return Err(too_large(&format!("a thin carve maps at most {MAX_THIN_UNITS} units")));
+            }
+            Placement::Thin { map } if units > map.load().units.len() as u64 => Some(ThinMap::new(units)),
+            _ => None,
+        };
         // Held through the save and any undo (see `Pool::create_bound`).
         let _order = lock_ignoring_poison(&self.save_order);
         let mut guard = self.lock();
         let state = &mut *guard;
-        let Some(entry) = state.carves.values_mut().find(|entry| Arc::ptr_eq(&entry.layout, layout)) else {
+        // Under the lock, so a delete cannot take the carve's units in between.
+        let found = state.carves.values_mut().find(|entry| Arc::ptr_eq(&entry.layout, layout));
+        let Some(entry) = found.filter(|_| !layout.deleted.load(Ordering::Acquire)) else {
             return Err(GrowError::Failed("the carve was deleted".to_string()));
         };
         let previous_record = entry.record.clone();
         let mut added: Option<UnitExtent> = None;
         match &layout.placement {
             Placement::Thin { map } => {
-                if units > MAX_THIN_UNITS {
-                    return Err(too_large(&format!("a thin carve maps at most {MAX_THIN_UNITS} units")));
-                }
-                let old = map.load();
-                if units > old.units.len() as u64 {
-                    let larger = ThinMap::new(units);
+                if let Some(larger) = larger_map {
+                    // Mappings only appear under this lock, so the copy misses none.
+                    let old = map.load();
                     for (entry, old_entry) in larger.units.iter().zip(old.units.iter()) {
                         entry.store(old_entry.load(Ordering::Acquire), Ordering::Relaxed);
                     }

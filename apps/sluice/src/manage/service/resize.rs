@@ -131,25 +131,30 @@ impl Management {
                 let block_size = u64::from(open.backend.geometry().block_size_bytes);
                 open.backend.grow(size_bytes / block_size).map_err(|error| error.to_string())?;
                 self.storage.note_backend_size(name, *size_bytes);
-                self.refresh_namespace_sizes();
+                refresh_namespace_sizes(&self.target);
                 Ok(())
             }
             _ => Ok(()),
         }
     }
 
-    /// Grows every namespace whose storage grew elsewhere (an RBD image resized
-    /// through another gateway or with `rbd resize`) and tells its hosts. Run by the
-    /// management thread every few seconds.
-    pub fn refresh_namespace_sizes(&self) {
-        let refresh = self.target.refresh_namespace_sizes();
-        for (nqn, nsid, before, after) in &refresh.grown {
-            tracing::info!(subsystem = %nqn, nsid = nsid.0, from = before.capacity_bytes(), to = after.capacity_bytes(),
-                "namespace storage grew elsewhere; the namespace grew and its hosts were told");
-        }
-        for (nqn, nsid, error) in &refresh.failed {
-            tracing::debug!(subsystem = %nqn, nsid = nsid.0, %error, "could not read a namespace's storage size");
-        }
+    /// The target, for the thread that checks storage sizes.
+    pub fn target(&self) -> std::sync::Arc<nvme_target::Target> {
+        std::sync::Arc::clone(&self.target)
+    }
+}
+
+/// Grows every namespace whose storage grew elsewhere (an RBD image resized through
+/// another gateway or with `rbd resize`) and tells its hosts. Run every few seconds
+/// by a thread of its own (`worker.rs`) and after a reload grew a backend.
+pub fn refresh_namespace_sizes(target: &nvme_target::Target) {
+    let refresh = target.refresh_namespace_sizes();
+    for (nqn, nsid, before, after) in &refresh.grown {
+        tracing::info!(subsystem = %nqn, nsid = nsid.0, from = before.capacity_bytes(), to = after.capacity_bytes(),
+            "namespace storage grew elsewhere; the namespace grew and its hosts were told");
+    }
+    for (nqn, nsid, error) in &refresh.failed {
+        tracing::debug!(subsystem = %nqn, nsid = nsid.0, %error, "could not read a namespace's storage size");
     }
 }
 
