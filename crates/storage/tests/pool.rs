@@ -682,3 +682,83 @@ fn carves_never_shrink_and_a_thick_carve_grows_only_into_free_units_after_it() {
     pool.delete(thick).unwrap();
     assert!(view.grow(3 * 128).is_err(), "a deleted carve does not grow");
 }
+
+/// Writers map thin units at and near the moving end while another thread grows the
+/// carve unit by unit: every write lands in the map that stays (none is lost to a map
+/// swapped under it), reads see the last write of each block, and so does the table
+/// after a reopen. Each writer owns the blocks `lba % WRITERS == id`, so its own
+/// record of what it wrote is the oracle.
+#[test]
+fn writes_racing_a_growing_thin_carve_are_all_kept() {
+    const WRITERS: u64 = 3;
+    const OPERATIONS: u64 = 1500;
+    let (pool, backend, table) = pool(256);
+    let id = pool.create(4 * 128, true).unwrap();
+    let carve = pool.get(id).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let written: Vec<std::collections::HashMap<u64, Vec<u8>>> = std::thread::scope(|scope| {
+        let grower = scope.spawn(|| {
+            for units in 5..=200u64 {
+                carve.grow(units * 128).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                let carve = &carve;
+                scope.spawn(move || {
+                    let mut queue = carve.open_queue();
+                    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ writer;
+                    let mut next = move || {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        state
+                    };
+                    let mut mine = std::collections::HashMap::new();
+                    for operation in 0..OPERATIONS {
+                        let size = carve.geometry().block_count;
+                        // Half near the end (fresh units, often the newest), half anywhere.
+                        let distance = if next() % 2 == 0 { next() % 256 } else { next() % size };
+                        let mut lba = size.saturating_sub(1 + distance);
+                        lba -= lba % WRITERS;
+                        lba += writer;
+                        if lba >= size {
+                            continue;
+                        }
+                        let data = pattern(operation * 8 + writer + 1, 512);
+                        let request = IoRequest { token: operation, op: IoOp::Write { lba, blocks: 1, force_unit_access: false }, buffer: data.clone() };
+                        assert_eq!(submit_and_wait(&mut *queue, request).result, Ok(()), "write at {lba} of {size}");
+                        mine.insert(lba, data);
+                        if operation % 8 == 0 {
+                            let (&check, expected) = mine.iter().next().unwrap();
+                            let read = IoRequest { token: operation, op: IoOp::Read { lba: check, blocks: 1 }, buffer: vec![0; 512] };
+                            assert_eq!(&submit_and_wait(&mut *queue, read).buffer, expected, "block {check} read back");
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let written = writers.into_iter().map(|writer| writer.join().unwrap()).collect();
+        grower.join().unwrap();
+        written
+    });
+    assert!(done.load(std::sync::atomic::Ordering::Acquire));
+    let verify = |carve: &Arc<dyn Backend>| {
+        for mine in &written {
+            for (&lba, expected) in mine {
+                assert!(read(carve, lba, 1) == *expected, "block {lba} lost");
+            }
+        }
+    };
+    verify(&carve);
+    flush(&carve);
+    drop(carve);
+    drop(pool);
+    let reopened = Pool::open(Arc::clone(&backend), table.clone()).unwrap();
+    let carve = reopened.get(id).unwrap();
+    assert_eq!(carve.geometry().block_count, 200 * 128);
+    verify(&carve);
+}
