@@ -23,7 +23,7 @@ mod expand;
 pub mod records;
 pub mod system;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -267,7 +267,9 @@ impl NodeService {
             return Ok(());
         };
         if system::is_mount_point(&staging) {
-            return Ok(());
+            // A repeated stage finds its own filesystem there; anything else mounted
+            // at the staging path must not be handed to the pod as this volume.
+            return self.check_mounted_device(&staging, "staging path", &device);
         }
         tokio::fs::create_dir_all(&staging)
             .await
@@ -367,6 +369,24 @@ impl NodeService {
         Ok(())
     }
 
+    /// Ok when the filesystem mounted at `path` is on `device` (same device number);
+    /// otherwise a refusal naming both, so nothing else is handed over as the volume.
+    fn check_mounted_device(&self, path: &Path, what: &str, device: &Path) -> Result<(), Status> {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mounted = system::mounted_device(&table, path);
+        let wanted = system::device_number(&self.sysfs.join("block"), device);
+        if mounted.is_some() && mounted == wanted {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(format!(
+            "{what} {} already has device {} mounted, not this volume's {} ({}): unmount it first",
+            path.display(),
+            mounted.as_deref().unwrap_or("?"),
+            device.display(),
+            wanted.as_deref().unwrap_or("device number unknown")
+        )))
+    }
+
     async fn publish(&self, request: NodePublishVolumeRequest) -> Result<(), Status> {
         required_id(&request.volume_id)?;
         let target = required_path(&request.target_path, "target_path")?;
@@ -375,6 +395,11 @@ impl NodeService {
             .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
         let id = decode(&request.volume_id)?;
         if system::is_mount_point(&target) {
+            // A filesystem there must be this volume's (a raw block bind mount shows
+            // devtmpfs's number, so only filesystems can be told apart this way).
+            if let (Some(AccessType::Mount(_)), Some(device)) = (&capability.access_type, self.device_of(&id)) {
+                return self.check_mounted_device(&target, "target path", &device);
+            }
             return Ok(());
         }
         let source = match capability.access_type {

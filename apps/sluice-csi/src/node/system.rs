@@ -89,6 +89,24 @@ fn unescape_octal(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The device number (`major:minor`) of the filesystem mounted at `path` in a
+/// mountinfo table; the last entry wins (the mount on top).
+pub fn mounted_device(mountinfo: &str, path: &Path) -> Option<String> {
+    mountinfo.lines().rev().find_map(|line| {
+        let mut fields = line.split(' ');
+        let device = fields.nth(2)?;
+        let point = fields.nth(1)?;
+        (PathBuf::from(unescape_octal(point)) == path).then(|| device.to_string())
+    })
+}
+
+/// The device number (`major:minor`) of a block device, from `sys_block`.
+pub fn device_number(sys_block: &Path, device: &Path) -> Option<String> {
+    let name = device.file_name()?;
+    let text = std::fs::read_to_string(sys_block.join(name).join("dev")).ok()?;
+    Some(text.trim().to_string())
+}
+
 pub fn is_mount_point(path: &Path) -> bool {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     mount_points(&table).iter().any(|mounted| mounted == path)
@@ -227,6 +245,16 @@ mod tests {
         assert_eq!(error.status, Some(1));
         assert!(error.message.contains("--dhchap-secret=DHHC-1:<redacted>"), "{}", error.message);
         assert!(!error.message.contains("AAAA"), "{}", error.message);
+    }
+
+    #[test]
+    fn the_device_mounted_at_a_path_is_the_one_on_top() {
+        let table = "36 35 98:0 / /mnt1 rw - ext3 /dev/root rw\n\
+                     40 36 259:3 / /var/lib/kubelet/stage\\040a rw - ext4 /dev/nvme0n1 rw\n\
+                     41 40 259:7 / /var/lib/kubelet/stage\\040a rw - ext4 /dev/nvme1n1 rw\n";
+        assert_eq!(mounted_device(table, Path::new("/var/lib/kubelet/stage a")).as_deref(), Some("259:7"));
+        assert_eq!(mounted_device(table, Path::new("/mnt1")).as_deref(), Some("98:0"));
+        assert_eq!(mounted_device(table, Path::new("/elsewhere")), None);
     }
 
     #[test]
