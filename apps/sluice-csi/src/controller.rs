@@ -348,7 +348,9 @@ impl ControllerService {
         };
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         let Some(namespace) = gateway::find(&self.api, &id).await? else {
-            return Ok(());
+            // A deletion whose image could not be deleted after the namespace went
+            // left the image's [[backend]] entry: finish it now.
+            return self.delete_leftover_image(&id).await;
         };
         // An RBD volume's image goes with it (refused while it has snapshots the CO
         // made; internal clone snapshots left by an interrupted clone go first).
@@ -387,6 +389,27 @@ impl ControllerService {
             }
             Err(error) => Err(status_of("ns_remove", &error)),
         }
+    }
+
+    /// Deletes the RBD image of a volume whose namespace is gone but whose image a
+    /// failed deletion left (still named by an unused `[[backend]]` entry).
+    async fn delete_leftover_image(&self, id: &VolumeId) -> Result<(), Status> {
+        let image = format!("csi-{}", id.namespace_uuid.simple());
+        let listed = self.api.call("backend_list", json!({})).await?;
+        let leftovers = listed.get("backends").and_then(|backends| backends.as_array()).into_iter().flatten().filter(|backend| {
+            let unused = backend.get("used_by").and_then(|users| users.as_array()).is_none_or(|users| users.is_empty())
+                && backend.get("namespace").is_none_or(|namespace| namespace.is_null());
+            unused && backend.pointer("/rbd/image").and_then(|name| name.as_str()) == Some(image.as_str())
+        });
+        for backend in leftovers {
+            let Some(name) = backend.get("name").and_then(|name| name.as_str()) else { continue };
+            match self.api.call_raw("backend_remove", json!({ "name": name, "delete_image": true })).await {
+                Ok(_) => tracing::info!(backend = %name, %image, "deleted the image a failed deletion left"),
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => return Err(status_of("backend_remove", &error)),
+            }
+        }
+        Ok(())
     }
 
     async fn publish(
@@ -859,5 +882,39 @@ mod tests {
             tonic::Code::InvalidArgument
         );
         assert_eq!(required_volume_id("fake-vol-id").unwrap(), None);
+    }
+
+    /// DeleteVolume of a volume whose namespace is gone but whose image a failed
+    /// deletion left: the unused backend naming `csi-<uuid>` is removed with its image;
+    /// other backends are left alone.
+    #[tokio::test]
+    async fn a_deletion_that_left_its_image_is_finished_by_the_next() {
+        let id = crate::volume_id::VolumeId::for_name("nqn.2026-11.io.sluice:gold", "leftover");
+        let image = format!("csi-{}", id.namespace_uuid.simple());
+        let calls = Arc::new(std::sync::Mutex::new(Vec::<(String, Value)>::new()));
+        let recorded = Arc::clone(&calls);
+        let backends = json!([
+            { "name": "left", "used_by": [], "namespace": null, "rbd": { "image": image } },
+            { "name": "other", "used_by": [], "namespace": null, "rbd": { "image": "csi-0000" } },
+            { "name": "busy", "used_by": ["namespace 3"], "namespace": { "nqn": "n", "nsid": 3 }, "rbd": { "image": image } },
+        ]);
+        let socket = crate::fake_gateway::serve("leftover", move |method, params| {
+            recorded.lock().unwrap().push((method.to_string(), params.clone()));
+            match method {
+                "ns_list" => json!({ "result": { "namespaces": [] } }),
+                "backend_list" => json!({ "result": { "backends": backends } }),
+                "backend_remove" => json!({ "result": { "removed": true, "image_deleted": true } }),
+                other => json!({ "error": { "code": -32601, "message": format!("no method {other}") } }),
+            }
+        });
+        let service = ControllerService {
+            api: Api::new(vec![management_client::Endpoint::Unix(socket)]),
+            locks: Arc::new(VolumeLocks::default()),
+            discovery_addresses: Vec::new(),
+        };
+        service.delete(DeleteVolumeRequest { volume_id: id.encode(), ..Default::default() }).await.unwrap();
+        let calls = calls.lock().unwrap().clone();
+        let removed: Vec<&Value> = calls.iter().filter(|(method, _)| method == "backend_remove").map(|(_, params)| params).collect();
+        assert_eq!(removed, [&json!({ "name": "left", "delete_image": true })], "{calls:?}");
     }
 }

@@ -120,9 +120,6 @@ impl ControllerService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::net::UnixListener;
-    use std::path::PathBuf;
     use std::sync::{Arc, Mutex};
 
     use management_client::{codes, Endpoint};
@@ -217,31 +214,6 @@ mod tests {
         }
     }
 
-    /// Serves `gateway` on a Unix socket (one request per connection, as the
-    /// client sends) for the rest of the test process.
-    fn serve(name: &str, gateway: Arc<FakeGateway>) -> PathBuf {
-        let directory = std::env::temp_dir().join(format!("sluice-csi-expand-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&directory);
-        std::fs::create_dir_all(&directory).unwrap();
-        let socket = directory.join("api.sock");
-        let listener = UnixListener::bind(&socket).unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                let mut line = String::new();
-                if BufReader::new(&stream).read_line(&mut line).is_err() {
-                    continue;
-                }
-                let request: Value = serde_json::from_str(&line).unwrap();
-                let mut answer = gateway.answer(request["method"].as_str().unwrap(), &request["params"]);
-                answer["jsonrpc"] = json!("2.0");
-                answer["id"] = request["id"].clone();
-                let _ = (&stream).write_all(format!("{answer}\n").as_bytes());
-            }
-        });
-        socket
-    }
-
     struct Setup {
         gateway: Arc<FakeGateway>,
         service: ControllerService,
@@ -258,7 +230,8 @@ mod tests {
             calls: Mutex::new(Vec::new()),
             uuid: id.namespace_uuid,
         });
-        let socket = serve(name, Arc::clone(&gateway));
+        let answering = Arc::clone(&gateway);
+        let socket = crate::fake_gateway::serve(&format!("expand-{name}"), move |method, params| answering.answer(method, params));
         let service = ControllerService {
             api: Api::new(vec![Endpoint::Unix(socket)]),
             locks: Arc::new(VolumeLocks::default()),

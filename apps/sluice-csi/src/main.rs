@@ -8,6 +8,8 @@ mod controller;
 #[cfg(test)]
 mod deploy_files;
 mod expand;
+#[cfg(test)]
+mod fake_gateway;
 mod gateway;
 mod identity;
 mod locks;

@@ -597,5 +597,23 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     }
     let config = std::fs::read_to_string(dir.join("sluice.toml")).expect("read the config");
     assert!(!config.contains("[[backend]]"), "the backends' entries stay in the file:\n{config}");
+
+    // An image left behind with its entry (what a failed deletion leaves: the
+    // namespace gone, the entry naming the image) is deleted by `backend_remove`.
+    let left = image_name("left");
+    let _left_guard = ImageGuard(left.clone());
+    rpc(&target, "ns_add", json!({ "nqn": NQN, "nsid": 5, "rbd": format!("rbd/{left}"), "size": "4MiB" })).expect("add");
+    rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 5 })).expect("remove the namespace alone");
+    let listed = rpc(&target, "backend_list", json!({})).expect("list backends");
+    let entry = listed["backends"].as_array().unwrap().iter().find(|backend| backend["rbd"]["image"] == json!(left)).cloned();
+    let entry = entry.unwrap_or_else(|| panic!("the image's entry is listed: {listed}"));
+    assert_eq!((entry["used_by"].clone(), entry["namespace"].clone()), (json!([]), json!(null)), "{entry}");
+    let name = entry["name"].as_str().unwrap().to_string();
+    let removed = rpc(&target, "backend_remove", json!({ "name": name, "delete_image": true })).expect("remove the leftover");
+    assert_eq!(removed["image_deleted"], json!(true), "{removed}");
+    assert!(!image_exists(&left), "image {left} still exists");
+    let again = rpc(&target, "backend_remove", json!({ "name": name })).expect_err("it is gone");
+    assert!(again.contains("no [[backend]] named"), "{again}");
+    assert!(!std::fs::read_to_string(dir.join("sluice.toml")).unwrap().contains("[[backend]]"));
     drop(target);
 }

@@ -259,6 +259,15 @@ pub enum NamespaceCommand {
 pub enum BackendCommand {
     /// Lists the [[backend]] entries.
     List,
+    /// Removes a [[backend]] entry nothing uses (and, with --delete-image, its RBD
+    /// image: what a failed `ns remove --delete-image` left).
+    Remove {
+        /// The backend's name.
+        name: String,
+        /// Also delete its RBD image (refused while the image has snapshots).
+        #[arg(long)]
+        delete_image: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -538,6 +547,11 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             ListenerCommand::List => (client, "listener_list", View::Listeners),
         },
         ManageCommand::Backend { command: BackendCommand::List, client } => (client, "backend_list", View::Backends),
+        ManageCommand::Backend { command: BackendCommand::Remove { name, delete_image }, client } => {
+            put("name", Some(json!(name)));
+            put("delete_image", Some(json!(delete_image)));
+            (client, "backend_remove", View::Raw)
+        }
         ManageCommand::Pool { command: PoolCommand::List, client } => (client, "pool_list", View::Pools),
         ManageCommand::Limits { command: LimitsCommand::Show, client } => (client, "limits_show", View::Limits),
         ManageCommand::Gateway { command: GatewayCommand::Status, client } => (client, "gateway_status", View::Gateway),

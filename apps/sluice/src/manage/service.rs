@@ -65,7 +65,7 @@ pub enum Effect {
 /// method missing here is not found, even if `call` has an arm for it), read-only
 /// network clients are held to and the audit log follows. A new method needs a line
 /// here, and whether read-only clients may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 27] = [
+pub const METHODS: [(&str, Effect); 28] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -87,6 +87,7 @@ pub const METHODS: [(&str, Effect); 27] = [
     ("rpc_methods", Effect::ReadsOnly),
     ("target_show", Effect::ReadsOnly),
     ("backend_list", Effect::ReadsOnly),
+    ("backend_remove", Effect::Changes),
     ("pool_list", Effect::ReadsOnly),
     ("limits_show", Effect::ReadsOnly),
     ("gateway_status", Effect::ReadsOnly),
@@ -310,6 +311,7 @@ impl Management {
             "config_show" => self.config_show(params),
             "target_show" => self.target_show(params),
             "backend_list" => self.backend_list(params),
+            "backend_remove" => self.backend_remove(params),
             "pool_list" => self.pool_list(params),
             "limits_show" => self.limits_show(params),
             "gateway_status" => self.gateway_status(params),

@@ -286,7 +286,8 @@ impl Management {
             Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => {}
             Err(error) => return Err(rbd_error("delete_image", error)),
         }
-        remove_backend_entry(&mut draft.document, &name);
+        // The [[backend]] entry stays until the image is gone: if deleting it fails,
+        // the entry still names it, and `backend_remove` finishes the job later.
         let text = self.check(&draft)?;
         self.write(&text)?;
         let change = match subsystem.remove_namespace(nvme_spec::NamespaceId(id)) {
@@ -294,9 +295,28 @@ impl Management {
             Err(error) => return Err(self.restore(draft.previous, error.to_string())),
         };
         self.target.notify_namespace_change(subsystem, &change);
+        tracing::info!(subsystem = %nqn, nsid = id, backend = %name, "management: namespace removed");
+        match self.delete_backend_image(&name, &options) {
+            Ok(existed) => Ok(json!({ "nqn": nqn, "nsid": id, "removed": true, "removed_from_config_file": true,
+                                      "backend_removed": name, "image": image_name, "image_deleted": existed })),
+            Err(error) => Err(RpcError::new(
+                APPLY_FAILED,
+                format!(
+                    "namespace {id} of {nqn} was removed, but deleting image {image_name} failed: {error}; its \
+                     backend {name:?} stays in the configuration: `sluice backend remove {name} --delete-image` (or \
+                     the CSI driver's next DeleteVolume) deletes it once the cause is fixed"
+                ),
+            )),
+        }
+    }
+
+    /// Closes the unused backend `name`, deletes its RBD image (waiting a while for
+    /// clients to let go), then drops its entry from the configuration. On a failed
+    /// deletion the entry stays, naming the image. Returns whether the image existed.
+    fn delete_backend_image(&mut self, name: &str, options: &runtime::RbdOptions) -> Result<bool, String> {
+        let image_name = format!("{}/{}", options.pool, options.image);
         // Closes the image once the last queue lets go of it.
-        self.storage.remove_backend(&name);
-        tracing::info!(subsystem = %nqn, nsid = id, backend = %name, "management: namespace and its backend removed");
+        self.storage.remove_backend(name);
         let deadline = Instant::now() + IMAGE_RELEASE_WAIT;
         let removed = loop {
             match rbd_backend::remove_image(&options.cluster, &options.pool, &options.image) {
@@ -306,18 +326,65 @@ impl Management {
                 outcome => break outcome,
             }
         };
-        match removed {
-            Ok(existed) => {
-                tracing::info!(image = %image_name, existed, "management: RBD image deleted");
-                Ok(json!({ "nqn": nqn, "nsid": id, "removed": true, "removed_from_config_file": true,
-                           "backend_removed": name, "image": image_name, "image_deleted": existed }))
+        let existed = removed.map_err(|error| error.to_string())?;
+        tracing::info!(image = %image_name, existed, "management: RBD image deleted");
+        let mut draft = self.draft().map_err(|error| error.message)?;
+        remove_backend_entry(&mut draft.document, name);
+        let text = self.check(&draft).map_err(|error| error.message)?;
+        self.write(&text).map_err(|error| error.message)?;
+        Ok(existed)
+    }
+
+    /// `backend_remove {name, delete_image?}`: drops a `[[backend]]` entry nothing
+    /// uses; with `delete_image`, its RBD image too (refused while it has snapshots).
+    pub(super) fn backend_remove(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        use management_client::codes::causes;
+        let name = params.required_string("name")?;
+        let delete_image = params.optional_bool("delete_image")?.unwrap_or(false);
+        params.finish("backend_remove")?;
+        let running = Config::parse(&self.draft()?.previous).map_err(|error| RpcError::new(CHANGE_REFUSED, error))?;
+        let Some(backend) = running.backends.iter().find(|backend| backend.name == name) else {
+            return Err(RpcError::refused("name", format!("the configuration has no [[backend]] named {name:?}"))
+                .with_cause(causes::NOT_FOUND));
+        };
+        if let Some(user) = running.users_of(&name).first() {
+            return Err(RpcError::refused("name", format!("backend {name:?} is used by {user}; remove that use first"))
+                .with_cause(causes::IN_USE));
+        }
+        let served = self.serving_namespaces(&name, &[]);
+        if let Some((nqn, nsid)) = served.first() {
+            return Err(RpcError::refused("name", format!("backend {name:?} still serves namespace {nsid} of {nqn}"))
+                .with_cause(causes::IN_USE));
+        }
+        if !delete_image {
+            let mut draft = self.draft()?;
+            remove_backend_entry(&mut draft.document, &name);
+            let text = self.check(&draft)?;
+            self.write(&text)?;
+            self.storage.remove_backend(&name);
+            return Ok(json!({ "name": name, "removed": true, "image_deleted": false }));
+        }
+        let Some(options) = backend.rbd_options() else {
+            return Err(RpcError::refused("delete_image", format!("backend {name:?} is not kind = \"rbd\": it has no image")));
+        };
+        let image_name = format!("{}/{}", options.pool, options.image);
+        match rbd_backend::list_snapshots(&options.cluster, &options.pool, &options.image) {
+            Ok(snapshots) if !snapshots.is_empty() => {
+                let names: Vec<&str> = snapshots.iter().map(|snapshot| snapshot.name.as_str()).collect();
+                return Err(RpcError::refused(
+                    "delete_image",
+                    format!("image {image_name} has snapshots ({}); remove them first (rbd_snapshot_remove)", names.join(", ")),
+                )
+                .with_cause(causes::HAS_SNAPSHOTS));
             }
+            Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => {}
+            Err(error) => return Err(rbd_error("delete_image", error)),
+        }
+        match self.delete_backend_image(&name, &options) {
+            Ok(existed) => Ok(json!({ "name": name, "removed": true, "image": image_name, "image_deleted": existed })),
             Err(error) => Err(RpcError::new(
                 APPLY_FAILED,
-                format!(
-                    "namespace {id} of {nqn} and backend {name:?} were removed, but deleting image {image_name} failed: \
-                     {error}; delete it with `rbd rm {image_name}` once the cause is fixed"
-                ),
+                format!("deleting image {image_name} failed: {error}; backend {name:?} stays in the configuration"),
             )),
         }
     }

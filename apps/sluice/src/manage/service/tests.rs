@@ -567,3 +567,20 @@ fn image_deletion_clones_and_snapshots_refuse_what_cannot_apply() {
     }
     assert_eq!(fixture.file(), FILE, "a refusal changed the file");
 }
+
+#[test]
+fn backend_remove_drops_only_an_unused_entry_and_says_why_not() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:4420\"\n\n[[backend]]\nname = \"spare\"\nkind = \"ram\"\nsize = \"1MiB\"\n\n\
+                [[backend]]\nname = \"disk\"\nkind = \"ram\"\nsize = \"1MiB\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n\n\
+                [[subsystem.namespace]]\ndevice = \"disk\"\n";
+    let mut fixture = Fixture::new("backend-remove", text);
+    let cause = |error: &RpcError| error.data.as_ref().and_then(|data| data.get("cause")).and_then(Value::as_str).map(str::to_string);
+    let error = fixture.assert_refused("backend_remove", json!({ "name": "disk" }), CHANGE_REFUSED, "name");
+    assert_eq!(cause(&error).as_deref(), Some("in_use"), "{error:?}");
+    let error = fixture.assert_refused("backend_remove", json!({ "name": "nope" }), CHANGE_REFUSED, "name");
+    assert_eq!(cause(&error).as_deref(), Some("not_found"), "{error:?}");
+    fixture.assert_refused("backend_remove", json!({ "name": "spare", "delete_image": true }), CHANGE_REFUSED, "delete_image");
+    let removed = fixture.call("backend_remove", json!({ "name": "spare" })).unwrap();
+    assert_eq!(removed["removed"], json!(true));
+    assert!(!fixture.file().contains("spare") && fixture.file().contains("name = \"disk\""), "{}", fixture.file());
+}
