@@ -33,6 +33,11 @@ fn cluster_available() -> bool {
     false
 }
 
+/// Held by the tests that count this process's cluster connections and by the one
+/// that opens connections of its own specs, which would otherwise be counted too
+/// when both run at once.
+static CONNECTION_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A name no other test run uses.
 fn unique_image(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -161,6 +166,7 @@ fn data_survives_reopen_and_many_images_share_one_connection() {
     if !cluster_available() {
         return;
     }
+    let _counting = CONNECTION_COUNT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let name = unique_image("reopen");
     let mut options = RbdOptions::new(POOL, &name);
     options.size_bytes = Some(4 << 20);
@@ -255,6 +261,7 @@ fn librados_defaults_yield_to_the_configuration_file() {
     if !cluster_available() {
         return;
     }
+    let _counting = CONNECTION_COUNT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // Specs of their own (the op timeout is part of a connection's key), so other tests'
     // connections are not reused.
     let spec = runtime::ClusterSpec { ceph_conf: None, client: "admin".to_string(), op_timeout_ms: 29_000 };
