@@ -1,5 +1,7 @@
 //! The shape of a namespace: block size and block count.
 
+use crate::backend::GrowError;
+
 /// Smallest logical block size a backend accepts; NVMe requires at least 512 bytes.
 pub const MIN_BLOCK_SIZE_BYTES: u32 = 512;
 /// Largest logical block size a backend accepts (LBA data size is 2^LBADS, and hosts in
@@ -81,6 +83,24 @@ impl Geometry {
         u64::from(self.block_size_bytes).checked_mul(blocks)
     }
 
+    /// This geometry grown to `block_count` blocks: the precondition every backend's
+    /// [`crate::Backend::grow`] shares. Fewer blocks than now is
+    /// [`GrowError::WouldShrink`]; a capacity past 64 bits is [`GrowError::TooLarge`].
+    /// The same count is accepted (a repeated resize is a success).
+    pub fn grown_to(&self, block_count: u64) -> Result<Geometry, GrowError> {
+        if block_count < self.block_count {
+            return Err(GrowError::WouldShrink { current_blocks: self.block_count, requested_blocks: block_count });
+        }
+        let wanted = Geometry { block_count, ..*self };
+        if wanted.validate().is_err() {
+            return Err(GrowError::TooLarge {
+                requested_blocks: block_count,
+                reason: "the capacity overflows 64 bits".into(),
+            });
+        }
+        Ok(wanted)
+    }
+
     pub(crate) fn too_large(&self) -> GeometryError {
         GeometryError::TooLarge {
             block_size_bytes: self.block_size_bytes,
@@ -133,6 +153,22 @@ mod tests {
             block_size_bytes,
             block_count,
         }
+    }
+
+    #[test]
+    fn grown_to_refuses_shrinking_and_overflow_and_accepts_the_same_size() {
+        let now = geometry(4096, 100);
+        assert_eq!(now.grown_to(100), Ok(now));
+        assert_eq!(now.grown_to(150), Ok(geometry(4096, 150)));
+        assert_eq!(
+            now.grown_to(99),
+            Err(GrowError::WouldShrink { current_blocks: 100, requested_blocks: 99 })
+        );
+        assert!(matches!(
+            now.grown_to(u64::MAX / 4096 + 1),
+            Err(GrowError::TooLarge { requested_blocks, .. }) if requested_blocks == u64::MAX / 4096 + 1
+        ));
+        assert_eq!(now.grown_to(u64::MAX / 4096), Ok(geometry(4096, u64::MAX / 4096)));
     }
 
     #[test]

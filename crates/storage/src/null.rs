@@ -45,15 +45,8 @@ impl Backend for NullBackend {
     }
 
     fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
-        let current = self.geometry.get();
-        if block_count < current.block_count {
-            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
-        }
-        let wanted = Geometry { block_count, ..current };
-        if wanted.validate().is_err() {
-            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
-        }
-        Ok(self.geometry.grow_to(block_count))
+        let wanted = self.geometry.get().grown_to(block_count)?;
+        Ok(self.geometry.grow_to(wanted.block_count))
     }
 
     fn open_queue(&self) -> Box<dyn BackendQueue> {

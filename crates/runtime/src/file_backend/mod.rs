@@ -353,13 +353,7 @@ impl Backend for FileBackend {
     fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
         storage::service::debug_assert_may_block("growing a file backend");
         let current = self.shared.geometry.get();
-        if block_count < current.block_count {
-            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
-        }
-        let wanted = Geometry { block_count, ..current };
-        if wanted.validate().is_err() {
-            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
-        }
+        let wanted = current.grown_to(block_count)?;
         let wanted_bytes = wanted.capacity_bytes();
         let path = self.path.display();
         let failed = |action: &str, error: std::io::Error| GrowError::Failed(format!("{path}: {action}: {error}"));

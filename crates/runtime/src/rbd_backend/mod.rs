@@ -409,13 +409,7 @@ impl Backend for RbdBackend {
     fn grow(&self, block_count: u64) -> Result<Geometry, GrowError> {
         storage::service::debug_assert_may_block("growing an RBD image");
         let current = self.geometry.get();
-        if block_count < current.block_count {
-            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
-        }
-        let wanted = Geometry { block_count, ..current };
-        if wanted.validate().is_err() {
-            return Err(GrowError::TooLarge { requested_blocks: block_count, reason: "the capacity overflows 64 bits".into() });
-        }
+        let wanted = current.grown_to(block_count)?;
         let image = self.current_image();
         let wanted_bytes = wanted.capacity_bytes();
         if self.image_size_bytes(&image)? < wanted_bytes {

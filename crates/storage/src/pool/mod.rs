@@ -282,16 +282,12 @@ impl PoolShared {
     /// blocks are served; on a failed save nothing changes.
     fn grow(&self, layout: &Arc<CarveLayout>, block_count: u64) -> Result<Geometry, GrowError> {
         let current = layout.geometry.get();
-        if block_count < current.block_count {
-            return Err(GrowError::WouldShrink { current_blocks: current.block_count, requested_blocks: block_count });
-        }
-        if block_count == current.block_count {
+        let wanted = current.grown_to(block_count)?;
+        if wanted == current {
             return Ok(current);
         }
-        let wanted = Geometry { block_count, ..current };
         let too_large = |reason: &str| GrowError::TooLarge { requested_blocks: block_count, reason: reason.to_string() };
         let units = units_for_blocks(block_count, self.unit_blocks)
-            .filter(|_| wanted.validate().is_ok())
             .ok_or_else(|| too_large("the capacity overflows 64 bits"))?;
         // A thin carve's larger map is made before the pool lock, which I/O threads
         // mapping units wait for: up to 128 MiB to allocate.
