@@ -21,6 +21,9 @@
 #                          [--only accuracy|isolation|cost] [--out DIR]
 #
 # Needs a release build of sluice (built here unless SLUICE_BIN is set) and 2 CPUs.
+# The noisy-neighbour hosts can be moved and weighted through the environment:
+# A_CPU and B_CPU (cpu lists for taskset, default 1), A_PREFIX (a command A's host
+# runs under, e.g. "chrt --idle 0"), B_HOST_IO (B's --host-io, default the bench's).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +34,8 @@ ONLY=''
 # Where the two hosts of the noisy-neighbour test run (the target is on core 0).
 A_CPU=${A_CPU:-1}
 B_CPU=${B_CPU:-1}
+A_PREFIX=${A_PREFIX:-}
+B_HOST_IO=${B_HOST_IO:-}
 OUT=${OUT:-$REPO/target/measure-qos}
 IOPS_LIMIT=5000
 MBYTES_LIMIT=50
@@ -42,7 +47,7 @@ while [ $# -gt 0 ]; do
     --neighbour-limit) NEIGHBOUR_LIMIT=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "measure-qos: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -116,7 +121,7 @@ bench() {
   local name=$1 suffix=$2 block=$3 depth=$4
   printf '[[job]]\nname = "%s"\npattern = "random"\nblock_size = "%s"\nqueue_depth = %s\nduration = "%ss"\nramp = "%s"\n' \
     "$name" "$block" "$depth" "$SECONDS_PER_RUN" "$RAMP" >"$OUT/$name.job.toml"
-  taskset -c "${BENCH_CPU:-1}" "$SLUICE_BIN" bench --target "tcp://127.0.0.1:$PORT/$NQN_PREFIX:$suffix" \
+  ${BENCH_PREFIX:-} taskset -c "${BENCH_CPU:-1}" "$SLUICE_BIN" bench --target "tcp://127.0.0.1:$PORT/$NQN_PREFIX:$suffix" \
     --suite-file "$OUT/$name.job.toml" ${BENCH_HOST_IO:+--host-io "$BENCH_HOST_IO"} --target-rpc-socket "$SOCKET" --json "$OUT/$name.json" \
     >"$OUT/$name.out" 2>&1 || { tail -n 20 "$OUT/$name.out" >&2; echo "measure-qos: bench $name failed" >&2; exit 1; }
 }
@@ -179,12 +184,12 @@ neighbour() {
     # A's host sleeps for its completions: a throttled host that polled would spin on
     # the CPU it shares with B (or the target) here, where on a network it would burn
     # only its own machine's (measured: B's p99 2.8x idle with A polling, limited).
-    BENCH_HOST_IO=sleep BENCH_CPU=$A_CPU bench "isolation-a-$phase" a 4KiB 128 &
+    BENCH_PREFIX=$A_PREFIX BENCH_HOST_IO=sleep BENCH_CPU=$A_CPU bench "isolation-a-$phase" a 4KiB 128 &
     a_pid=$!
     SECONDS_PER_RUN=$saved
     sleep 1.5
   fi
-  BENCH_CPU=$B_CPU bench "isolation-b-$phase" b 4KiB 1
+  BENCH_HOST_IO=$B_HOST_IO BENCH_CPU=$B_CPU bench "isolation-b-$phase" b 4KiB 1
   [ -z "$a_pid" ] || wait "$a_pid"
 }
 
