@@ -129,22 +129,38 @@ impl Management {
         Ok(answer(nqn, nsid, host, label, hosts.as_deref(), false))
     }
 
-    /// `host_deny` of a host some namespace's `hosts` list still names is refused:
-    /// the list would then name a host the subsystem does not admit, which the
-    /// config check refuses, and the message says what to do instead.
+    /// `host_deny` of a host some namespace is still attached to is refused: a
+    /// configured namespace's `hosts` list would then name a host the subsystem does
+    /// not admit, which the config check refuses, and a namespace a host created
+    /// would keep an attachment nobody could use or see through the denied host
+    /// (and would show again, unasked, if the host were allowed back). The message
+    /// says what to do instead.
     pub(super) fn refuse_deny_of_attached_host(&self, nqn: &str, host: &str) -> Result<(), RpcError> {
         let Some(config) = self.running_config() else { return Ok(()) };
         let Some(subsystem) = config.subsystems.iter().find(|subsystem| subsystem.nqn == nqn) else { return Ok(()) };
         if subsystem.allow_any_host.unwrap_or(false) {
             return Ok(());
         }
-        let attached = crate::config::attachment::attached_to(subsystem, host);
+        let mut attached = crate::config::attachment::attached_to(subsystem, host);
+        if let Some(live) = self.target.subsystem_by_nqn(nqn) {
+            let created_by_hosts = live
+                .table()
+                .entries()
+                .filter(|entry| {
+                    entry.managed && matches!(&entry.attachment, Attachment::Hosts(hosts) if hosts.iter().any(|entry| entry == host))
+                })
+                .map(|entry| entry.namespace.id.0)
+                .collect::<Vec<_>>();
+            attached.extend(created_by_hosts);
+            attached.sort_unstable();
+            attached.dedup();
+        }
         let Some(first) = attached.first() else { return Ok(()) };
         Err(RpcError::refused(
             "host",
             format!(
-                "host {host} is still attached to namespace(s) {attached:?} of {nqn} (their `hosts` lists); detach it \
-                 first (`sluice ns detach --nqn {nqn} --nsid {first} --host {host}`)"
+                "host {host} is still attached to namespace(s) {attached:?} of {nqn} (a `hosts` list, or a namespace a \
+                 host created); detach it first (`sluice ns detach --nqn {nqn} --nsid {first} --host {host}`)"
             ),
         )
         .with_cause(management_client::codes::causes::IN_USE))

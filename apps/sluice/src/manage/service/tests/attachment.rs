@@ -139,3 +139,53 @@ fn ns_attach_and_ns_detach_are_changes() {
     assert_eq!(method_effect("ns_attach"), Some(Effect::Changes));
     assert_eq!(method_effect("ns_detach"), Some(Effect::Changes));
 }
+
+#[test]
+fn a_host_attached_to_a_namespace_it_created_is_not_denied_until_detached() {
+    let directory = std::env::temp_dir().join(format!("sluice-manage-attach-managed-{}", std::process::id()));
+    let text = format!(
+        r#"[[listener]]
+address = "127.0.0.1:4420"
+
+[[backend]]
+name = "r"
+kind = "file"
+path = "{}"
+size = "8MiB"
+block_size = 512
+
+[[pool]]
+name = "p"
+device = "r"
+table = "{}"
+
+[[subsystem]]
+nqn = "{A}"
+pool = "p"
+
+[[subsystem.host]]
+nqn = "{H1}"
+
+[[subsystem.host]]
+nqn = "{H2}"
+"#,
+        directory.join("pool.img").display(),
+        directory.join("pool.json").display()
+    );
+    let mut fixture = Fixture::new("attach-managed", &text);
+    // What a host's Namespace Management and Namespace Attachment commands do.
+    let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
+    let created = subsystem.create_namespace(1024, true, None).unwrap();
+    subsystem.change_attachment(created, &[H1.to_string()], true).unwrap();
+
+    let error = fixture.assert_refused("host_deny", json!({ "nqn": A, "host": H1 }), CHANGE_REFUSED, "host");
+    assert!(error.message.contains(&format!("[{}]", created.0)) && error.message.contains("ns detach"), "{error:?}");
+    assert_eq!(error.data.as_ref().and_then(|data| data["cause"].as_str()), Some("in_use"));
+    // A host the namespace is not attached to is denied as before.
+    fixture.call("host_deny", json!({ "nqn": A, "host": H2 })).unwrap();
+
+    let detached = fixture.call("ns_detach", json!({ "nqn": A, "nsid": created.0, "host": H1 })).unwrap();
+    assert_eq!(change(&detached), "detached");
+    assert_eq!(attachment(&fixture, created.0), Attachment::Hosts(Vec::new()));
+    fixture.call("host_deny", json!({ "nqn": A, "host": H1 })).unwrap();
+}
