@@ -12,7 +12,8 @@
 //!   SIGCONT (and the OSD marked down, so that it rejoins: see [`StalledOsd`]) the same
 //!   namespace serves again, with its data, without a restart.
 //! - snapshots, clones and image deletion through the management API: a snapshot
-//!   taken twice is one snapshot, a namespace cloned from it reads the source's data,
+//!   taken twice is one snapshot, a namespace cloned from it reads the source's data
+//!   at once and again after the copying thread flattened it (no parent left),
 //!   `ns_remove delete_image` is refused while the image has snapshots and otherwise
 //!   deletes the image and its `[[backend]]` entry, removing a missing snapshot
 //!   succeeds.
@@ -574,9 +575,24 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     )
     .expect("add a namespace cloned from the snapshot");
     assert_eq!(added["size_bytes"], json!(16u64 << 20), "{added}");
+    assert_eq!(added["copying"], json!(true), "the copy runs apart from the call: {added}");
     let clone_namespace = NamespaceId(3);
     let back = controller.read(clone_namespace, 0, (CHUNK_BYTES / BLOCK_BYTES) as u32).expect("read the clone");
     assert_same("the clone", &back, &data);
+    // The copying thread flattens it: no parent left, nothing listed as copying.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = rbd(&["info", &format!("rbd/{clone}")]);
+        let listed = rpc(&target, "backend_list", json!({})).expect("list backends");
+        let copying = listed["backends"].as_array().unwrap().iter().any(|backend| !backend["rbd"]["copy"].is_null());
+        if !String::from_utf8_lossy(&info.stdout).contains("parent:") && !copying {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the clone still has a parent after 60 s: {listed}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let back = controller.read(clone_namespace, 0, (CHUNK_BYTES / BLOCK_BYTES) as u32).expect("read the copied clone");
+    assert_same("the copied clone", &back, &data);
 
     let refused = rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 1, "delete_image": true }))
         .expect_err("the source has a snapshot");
@@ -588,8 +604,39 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     let removed = rpc(&target, "rbd_snapshot_remove", snapshot).expect("remove it again");
     assert_eq!(removed["removed"], json!(false), "a missing snapshot is removed already: {removed}");
 
+    // A second clone, its snapshot removed and its source deleted at once, while its
+    // copy may still run: the snapshot waits in the source's trash, and the source's
+    // deletion waits for the copy.
+    let second = image_name("clone-2");
+    let _second_guard = ImageGuard(second.clone());
+    let s2 = json!({ "rbd": source_spec, "snapshot": "s2" });
+    rpc(&target, "rbd_snapshot_create", s2.clone()).expect("take a second snapshot");
+    rpc(
+        &target,
+        "ns_add",
+        json!({ "nqn": NQN, "nsid": 4, "rbd": format!("rbd/{second}"), "clone_from": format!("{source_spec}@s2"), "block_size": BLOCK_BYTES }),
+    )
+    .expect("add a second clone");
+    rpc(&target, "rbd_snapshot_remove", s2).expect("remove the second snapshot while its clone may be copied");
+    let back = controller.read(NamespaceId(4), 0, (CHUNK_BYTES / BLOCK_BYTES) as u32).expect("read the second clone");
+    assert_same("the second clone", &back, &data);
+
+    // A clone made outside Sluice and not flattened keeps its removed snapshot in
+    // the source's trash: not listed as a snapshot, and the source cannot be deleted
+    // until the clone is copied.
+    let outside = image_name("outside-clone");
+    let _outside_guard = ImageGuard(outside.clone());
+    rpc(&target, "rbd_snapshot_create", json!({ "rbd": source_spec, "snapshot": "s3" })).expect("take a third snapshot");
+    let made = rbd(&["clone", "--rbd-default-clone-format", "2", &format!("{source_spec}@s3"), &format!("rbd/{outside}")]);
+    assert!(made.status.success(), "rbd clone: {}", String::from_utf8_lossy(&made.stderr));
+    rpc(&target, "rbd_snapshot_remove", json!({ "rbd": source_spec, "snapshot": "s3" })).expect("remove s3 (to the trash)");
+    let listed = rpc(&target, "rbd_snapshot_list", json!({ "rbd": source_spec })).expect("list");
+    assert_eq!(listed["snapshots"], json!([]), "a snapshot in the trash is not listed: {listed}");
+    let flattened = rbd(&["flatten", &format!("rbd/{outside}")]);
+    assert!(flattened.status.success(), "rbd flatten: {}", String::from_utf8_lossy(&flattened.stderr));
+
     drop(controller);
-    for (nsid, image) in [(3, &clone), (1, &source)] {
+    for (nsid, image) in [(3, &clone), (1, &source), (4, &second)] {
         let result = rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": nsid, "delete_image": true }))
             .unwrap_or_else(|error| panic!("remove namespace {nsid} with its image: {error}"));
         assert_eq!(result["image_deleted"], json!(true), "{result}");

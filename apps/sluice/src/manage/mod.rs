@@ -14,6 +14,7 @@
 //! - `caller`: who calls, what they may call, the audit log of changes.
 //! - `worker`: the management thread, the one owner of the service's state; the
 //!   socket thread and SIGHUP (reload) hand it their work.
+//! - `flatten`: the thread that copies RBD clones, so no management call waits on one.
 //! - `cli`: the client commands.
 //!
 //! docs/operations.md describes the API for operators.
@@ -25,6 +26,7 @@ mod cli_attach;
 mod cli_output;
 mod cli_qos;
 mod document;
+mod flatten;
 pub(crate) mod persist;
 pub mod protocol;
 mod network;

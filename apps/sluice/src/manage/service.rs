@@ -155,6 +155,8 @@ pub struct Management {
     /// A gateway whose group's configuration is kept in the cluster: changes write
     /// the group's part there and the gateway's own part to the file.
     group_config: Option<GroupConfigState>,
+    /// The thread copying RBD clones (`flatten`), started at the first copy asked for.
+    flattener: Option<super::flatten::Flattener>,
 }
 
 use crate::gateway::group_config::GroupConfigState;
@@ -184,6 +186,7 @@ impl Management {
             storage: OpenStorage::default(),
             gateway: None,
             group_config: None,
+            flattener: None,
         })
     }
 
@@ -491,15 +494,20 @@ impl Management {
         let pool = table.get("pool").and_then(toml_edit::Item::as_str).map(str::to_string);
         document::add_namespace(&mut draft.document, &nqn, id, table).map_err(edit_error)?;
         let text = self.check(&draft).map_err(|error| backends::name_the_size(error, pool.as_deref()))?;
-        if let (Some(source), Some(target)) = (&clone_from, &rbd) {
-            self.clone_for_namespace(&draft.document, source, target)?;
-        }
+        let clone_cluster = match (&clone_from, &rbd) {
+            (Some(source), Some(target)) => Some(self.clone_for_namespace(&draft.document, source, target)?),
+            _ => None,
+        };
         let built = assemble::build_namespace(&draft.document, &nqn, id, &self.storage)?;
         self.refuse_served(&built.reused_backends, &[])?;
         self.write(&text)?;
         match self.apply_namespace(&subsystem, built) {
-            Ok(added) => {
+            Ok(mut added) => {
                 tracing::info!(subsystem = %nqn, nsid = id, "management: namespace added");
+                if let (Some(cluster), Some(target)) = (clone_cluster, &rbd) {
+                    // Served already; the copy that frees it from its parent runs apart.
+                    added["copying"] = json!(self.request_copy(cluster, target));
+                }
                 // Hosts' limits on every namespace of the subsystem hold on it too.
                 self.apply_qos_of_file();
                 Ok(added)

@@ -79,7 +79,9 @@ fn check_sizes(target: &nvme_target::Target, stop: &mpsc::Receiver<()>) {
 }
 
 impl ManagementThread {
-    pub fn start(management: Management) -> std::io::Result<ManagementThread> {
+    pub fn start(mut management: Management) -> std::io::Result<ManagementThread> {
+        // Clones whose copy a stop cut off are finished in the background.
+        management.copy_unfinished_clones();
         let (sender, receiver) = mpsc::channel();
         let target = management.target();
         let (stop, stopped) = mpsc::channel();

@@ -8,11 +8,13 @@
 //!
 //! Clones are made with clone format 2 (Ceph Mimic and later): the parent snapshot
 //! need not be protected, and a snapshot whose clones still exist can be removed (Ceph
-//! moves it to the image's trash namespace until the last clone is gone). Each clone is
-//! flattened before it is returned, so that it shares no data with its parent: a
-//! volume made from a snapshot outlives the snapshot and its source image, and the
-//! source can be deleted once its own snapshots are gone. Flattening copies the
-//! parent's allocated data, so it takes as long as copying the image.
+//! moves it to the image's trash namespace until the last clone is gone). A clone is
+//! served at once (librbd reads what it has not copied from the parent) and then
+//! flattened ([`flatten_image`]), so that it shares no data with its parent: a volume
+//! made from a snapshot outlives the snapshot and its source image, and the source can
+//! be deleted once its own snapshots are gone and its clones are flattened.
+//! Flattening copies the parent's allocated data, so it takes as long as copying the
+//! image: the caller runs it where nothing waits for it.
 
 use std::ffi::{c_int, CStr};
 use std::sync::Arc;
@@ -156,6 +158,16 @@ impl Image<'_> {
             let listed = usize::try_from(code).unwrap_or(0).min(raw.len());
             let mut snapshots = Vec::with_capacity(listed);
             for entry in &raw[..listed] {
+                let mut namespace_type: c_int = library::SNAPSHOT_NAMESPACE_USER;
+                // SAFETY: the image is open; `namespace_type` is a valid out pointer.
+                let code = unsafe {
+                    (library.rbd_snap_get_namespace_type)(self.handle, entry.id, &mut namespace_type)
+                };
+                // Only snapshots taken by name are listed: one in the trash (removed,
+                // its clones not yet copied) is no longer anyone's to use or remove.
+                if code == 0 && namespace_type != library::SNAPSHOT_NAMESPACE_USER {
+                    continue;
+                }
                 // SAFETY: rbd_snap_list filled `listed` entries whose names are
                 // NUL-terminated strings it allocated, freed below by rbd_snap_list_end.
                 let name = unsafe { CStr::from_ptr(entry.name) }
@@ -273,7 +285,8 @@ pub fn remove_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool,
         code if code == -libc::ENOENT => Ok(false),
         code if code == -libc::ENOTEMPTY => Err(pool.failed(
             image,
-            "removing the image (it still has snapshots: remove them first)",
+            "removing the image (it still has snapshots: remove them first; a snapshot removed while a clone of \
+             it was still being copied waits in the image's trash until the copy is done, then retry)",
             code,
         )),
         code if code == -libc::EBUSY => Err(pool.failed(
@@ -285,10 +298,10 @@ pub fn remove_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool,
     }
 }
 
-/// Makes `pool/image` a copy of `parent_pool/parent_image@snapshot`: a format 2 clone,
-/// flattened at once (see the module comment). Returns false when `pool/image` exists
-/// already: it is only flattened then (a clone whose flatten was cut off), and the
-/// caller decides whether it is the same clone.
+/// Makes `pool/image` a format 2 clone of `parent_pool/parent_image@snapshot`,
+/// not yet flattened (see the module comment: [`flatten_image`] does that). Returns
+/// false when `pool/image` exists already; the caller decides whether it is the same
+/// clone.
 pub fn clone_image(
     spec: &ClusterSpec,
     parent_pool: &str,
@@ -300,20 +313,40 @@ pub fn clone_image(
     storage::service::debug_assert_may_block("cloning an RBD image");
     let parent = open_pool(spec, parent_pool)?;
     let child = open_pool(spec, pool)?;
-    let library = parent.cluster.library;
     let source = format!("{parent_pool}/{parent_image}@{snapshot}");
-    let created = child.open(image)?.is_none() && clone(&parent, &child, parent_image, snapshot, image, &source)?;
-    // Flattened also when the image was there already: a clone cut off between
-    // rbd_clone3 and rbd_flatten (a crash, a client that gave up) must not be
-    // served still depending on its parent snapshot.
-    let opened = child.open(image)?.ok_or_else(|| child.missing(image))?;
+    Ok(child.open(image)?.is_none() && clone(&parent, &child, parent_image, snapshot, image, &source)?)
+}
+
+/// Copies into `pool/image` whatever it still reads from its parent snapshot, so it
+/// no longer depends on it (`rbd_flatten`). Returns true when it had a parent (the
+/// copy is done now), false when there was nothing to do: no parent (never a clone,
+/// or flattened before) or no such image. Blocks for as long as the copy takes;
+/// serving the image meanwhile is fine (librbd's exclusive lock coordinates the two),
+/// and a flatten cut off part way is finished by the next one.
+pub fn flatten_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool, RbdError> {
+    storage::service::debug_assert_may_block("flattening an RBD image");
+    let pool = open_pool(spec, pool)?;
+    let Some(opened) = pool.open(image)? else {
+        return Ok(false);
+    };
+    let library = pool.cluster.library;
+    let mut overlap_bytes = 0u64;
+    // SAFETY: the image is open; `overlap_bytes` is a valid out pointer.
+    let code = unsafe { (library.rbd_get_overlap)(opened.handle, &mut overlap_bytes) };
+    // Asked first so that the images with no parent (most of them, at a start) cost
+    // no flatten call, which librbd would log as an error.
+    // ENOENT: no parent.
+    if code == -libc::ENOENT || (code == 0 && overlap_bytes == 0) {
+        return Ok(false);
+    }
     // SAFETY: the image is open.
     let code = unsafe { (library.rbd_flatten)(opened.handle) };
-    // EINVAL: it has no parent (flattened before, or never a clone).
-    if code < 0 && code != -libc::EINVAL {
-        return Err(child.failed(image, &format!("flattening the clone of {source}"), code));
+    match code {
+        0 => Ok(true),
+        // EINVAL: it has no parent (flattened before, or never a clone).
+        code if code == -libc::EINVAL => Ok(false),
+        code => Err(pool.failed(image, "flattening the clone (copying its parent's data)", code)),
     }
-    Ok(created)
 }
 
 /// `rbd_clone3` of the snapshot into `image` (clone format 2); false when another

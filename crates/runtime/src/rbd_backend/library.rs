@@ -23,6 +23,10 @@ pub(crate) type WriteOperation = *mut c_void;
 pub(crate) type ImageOptions = *mut c_void;
 /// `RBD_IMAGE_OPTION_CLONE_FORMAT` (librbd.h): 1 (the snapshot must be protected) or 2.
 pub(crate) const IMAGE_OPTION_CLONE_FORMAT: c_int = 12;
+/// `RBD_SNAP_NAMESPACE_TYPE_USER`: a snapshot someone took by name (not a group's,
+/// a mirror's, or one in the trash).
+pub(crate) const SNAPSHOT_NAMESPACE_USER: c_int = 0;
+
 /// `rbd_snap_info_t`: one snapshot of an image, as `rbd_snap_list` fills it.
 #[repr(C)]
 pub(crate) struct SnapshotInfo {
@@ -225,6 +229,11 @@ pub(crate) struct Library {
     pub rbd_remove: unsafe extern "C" fn(io: IoContext, name: *const c_char) -> c_int,
     pub rbd_snap_create: unsafe extern "C" fn(image: Image, name: *const c_char) -> c_int,
     pub rbd_snap_remove: unsafe extern "C" fn(image: Image, name: *const c_char) -> c_int,
+    /// Which namespace a snapshot is in (`rbd_snap_namespace_type_t`): user
+    /// snapshots are [`SNAPSHOT_NAMESPACE_USER`]; a removed snapshot whose format 2
+    /// clones still read from it waits in the trash namespace, under a generated name.
+    pub rbd_snap_get_namespace_type:
+        unsafe extern "C" fn(image: Image, snap_id: u64, namespace_type: *mut c_int) -> c_int,
     pub rbd_snap_list: unsafe extern "C" fn(image: Image, snapshots: *mut SnapshotInfo, max: *mut c_int) -> c_int,
     pub rbd_snap_list_end: unsafe extern "C" fn(snapshots: *mut SnapshotInfo),
     pub rbd_snap_get_timestamp:
@@ -240,6 +249,9 @@ pub(crate) struct Library {
         child_name: *const c_char,
         options: ImageOptions,
     ) -> c_int,
+    /// How many bytes of the image still read from its parent snapshot (0: none,
+    /// or no parent); a copy that needs no flatten is told apart without one.
+    pub rbd_get_overlap: unsafe extern "C" fn(image: Image, overlap: *mut u64) -> c_int,
     pub rbd_flatten: unsafe extern "C" fn(image: Image) -> c_int,
     _rados: libloading::Library,
     _rbd: libloading::Library,
@@ -332,6 +344,7 @@ fn load() -> Result<Library, String> {
         rbd_remove: symbol!(rbd, rbd_remove),
         rbd_snap_create: symbol!(rbd, rbd_snap_create),
         rbd_snap_remove: symbol!(rbd, rbd_snap_remove),
+        rbd_snap_get_namespace_type: symbol!(rbd, rbd_snap_get_namespace_type),
         rbd_snap_list: symbol!(rbd, rbd_snap_list),
         rbd_snap_list_end: symbol!(rbd, rbd_snap_list_end),
         rbd_snap_get_timestamp: symbol!(rbd, rbd_snap_get_timestamp),
@@ -339,6 +352,7 @@ fn load() -> Result<Library, String> {
         rbd_image_options_destroy: symbol!(rbd, rbd_image_options_destroy),
         rbd_image_options_set_uint64: symbol!(rbd, rbd_image_options_set_uint64),
         rbd_clone3: symbol!(rbd, rbd_clone3),
+        rbd_get_overlap: symbol!(rbd, rbd_get_overlap),
         rbd_flatten: symbol!(rbd, rbd_flatten),
         _rados: rados,
         _rbd: rbd,

@@ -34,7 +34,7 @@ use storage::{Backend, BackendQueue, Geometry, GrowError, LiveGeometry};
 
 pub use cluster::{client_option, open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
-pub use images::{clone_image, create_snapshot, list_snapshots, remove_image, remove_snapshot, Snapshot};
+pub use images::{clone_image, create_snapshot, flatten_image, list_snapshots, remove_image, remove_snapshot, Snapshot};
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
 pub use watched::{NoticeReply, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
@@ -158,6 +158,11 @@ impl RbdError {
     /// librbd answered EBUSY: the image is still open somewhere (or has clones).
     pub fn is_busy(&self) -> bool {
         matches!(self, RbdError::Image { code, .. } if *code == -i64::from(libc::EBUSY))
+    }
+    /// librbd answered ENOTEMPTY: the image still has snapshots (a removed one whose
+    /// clones are not yet flattened waits in the image's trash, and counts).
+    pub fn has_snapshots(&self) -> bool {
+        matches!(self, RbdError::Image { code, .. } if *code == -i64::from(libc::ENOTEMPTY))
     }
 }
 

@@ -225,6 +225,10 @@ impl Management {
                     None => json!({ "cluster": options.cluster.describe(), "pool": options.pool,
                                     "image": options.image, "state": "not open" }),
                 };
+                // A clone still being copied from its parent (`manage::flatten`).
+                if let Some(copy) = self.copy_view(&options.pool, &options.image) {
+                    entry["rbd"]["copy"] = copy;
+                }
             }
             backends.push(entry);
             listed.push(backend.name.clone());

@@ -8,8 +8,10 @@
 //!   success (`removed: false`).
 //! - `rbd_snapshot_list {rbd}`: the image's snapshots, oldest first.
 //! - `ns_add {rbd: "POOL/NEW", clone_from: "POOL/IMAGE@SNAPSHOT", ...}`: the new image
-//!   is a copy of the snapshot (a clone, flattened: see `runtime::rbd_backend`) before
-//!   the namespace opens it; an existing image of that name is served as it is.
+//!   is a clone of the snapshot, served at once and then copied (flattened: see
+//!   `runtime::rbd_backend`) by the copying thread (`manage::flatten`), so the call
+//!   does not wait for the copy; an existing image of that name is served as it is
+//!   (and copied if it still has a parent).
 //! - `ns_remove {..., delete_image: true}`: removes the namespace, the `[[backend]]`
 //!   entry it was served from, and then the RBD image. Refused before anything
 //!   changes when the namespace is not served from an RBD `[[backend]]`, when the
@@ -18,8 +20,9 @@
 //!
 //! The cluster is the one the image's `[[backend]]` entry names, else the `[gateway]`
 //! section's (`ceph_conf`, `client`, `op_timeout_ms`), else librados' defaults
-//! (`$CEPH_CONF`). librbd calls block (up to the op timeout; a clone's flatten copies
-//! the data), and they run here, on the management thread, never on an I/O thread.
+//! (`$CEPH_CONF`). librbd calls block (up to the op timeout), and they run here, on
+//! the management thread, never on an I/O thread; a clone's copy, which takes as long
+//! as copying the image, runs on the copying thread instead.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +42,12 @@ use crate::manage::protocol::{Params, RpcError, APPLY_FAILED, CHANGE_REFUSED};
 /// How long deleting an image waits for the namespace's last I/O queue to let go of
 /// it (librbd refuses to remove an image that is still open: EBUSY).
 const IMAGE_RELEASE_WAIT: Duration = Duration::from_secs(10);
+/// How long deleting an image waits for this gateway's copies of clones to finish
+/// (a clone not yet copied keeps its parent snapshot in the image's trash, and
+/// librbd refuses to delete an image with snapshots: ENOTEMPTY). Longer copies fail
+/// the call; the namespace is gone, and a later `backend_remove` (or the CSI
+/// driver's retried DeleteVolume) deletes the image.
+const CLONE_COPY_WAIT: Duration = Duration::from_secs(30);
 
 /// "POOL/IMAGE" split, refused (naming `field`) when it is not that.
 pub(crate) fn image_spec<'a>(field: &str, text: &'a str) -> Result<(&'a str, &'a str), RpcError> {
@@ -185,15 +194,16 @@ impl Management {
         )
     }
 
-    /// `ns_add`'s `clone_from`: makes `target` ("POOL/IMAGE") a copy of `source`
+    /// `ns_add`'s `clone_from`: makes `target` ("POOL/IMAGE") a clone of `source`
     /// ("POOL/IMAGE@SNAPSHOT") in the cluster of `document`'s gateway, before the
-    /// namespace is built (which opens the image). Returns whether it was made now.
+    /// namespace is built (which opens the image). Returns the cluster, for the copy
+    /// asked for once the namespace is served ([`Management::request_copy`]).
     pub(super) fn clone_for_namespace(
         &self,
         document: &DocumentMut,
         source: &str,
         target: &str,
-    ) -> Result<bool, RpcError> {
+    ) -> Result<ClusterSpec, RpcError> {
         let (parent_pool, parent_image, snapshot) = snapshot_spec("clone_from", source)?;
         let (pool, image) = image_spec("rbd", target)?;
         let cluster = self.cluster_of(&parent_pool, &parent_image);
@@ -221,7 +231,52 @@ impl Management {
         )
         .map_err(|error| rbd_error("clone_from", error))?;
         tracing::info!(%source, %target, made, "management: RBD image cloned from a snapshot");
-        Ok(made)
+        Ok(cluster)
+    }
+
+    /// Asks the copying thread to make `target` ("POOL/IMAGE") independent of its
+    /// parent. True when the copy runs apart; false when the thread could not be
+    /// started and the copy was made here, before answering.
+    pub(super) fn request_copy(&mut self, cluster: ClusterSpec, target: &str) -> bool {
+        let Ok((pool, image)) = image_spec("rbd", target) else { return false };
+        if self.flattener.is_none() {
+            match super::super::flatten::Flattener::start() {
+                Ok(flattener) => self.flattener = Some(flattener),
+                Err(error) => {
+                    tracing::warn!(%error, image = %target, "cannot start the clone copying thread; copying here");
+                    if let Err(error) = rbd_backend::flatten_image(&cluster, pool, image) {
+                        tracing::warn!(%error, image = %target, "copying the clone failed; the next start tries again");
+                    }
+                    return false;
+                }
+            }
+        }
+        if let Some(flattener) = &self.flattener {
+            flattener.request(cluster, pool, image);
+        }
+        true
+    }
+
+    /// At start: a copy of every RBD image the configuration serves, so that a clone
+    /// whose copy a stop cut off is finished (an image with no parent costs an open).
+    pub fn copy_unfinished_clones(&mut self) {
+        let images: Vec<(ClusterSpec, String)> = self
+            .running_config()
+            .iter()
+            .flat_map(|config| &config.backends)
+            .filter_map(|backend| backend.rbd_options())
+            .map(|options| (options.cluster, format!("{}/{}", options.pool, options.image)))
+            .collect();
+        for (cluster, image) in images {
+            self.request_copy(cluster, &image);
+        }
+    }
+
+    /// Where the copy of `pool/image` stands, for `backend_list`; None when none
+    /// waits or runs.
+    pub(super) fn copy_view(&self, pool: &str, image: &str) -> Option<Value> {
+        let state = self.flattener.as_ref()?.state_of(pool, image)?;
+        Some(state.view(Instant::now()))
     }
 
     /// `ns_remove` with `delete_image: true` (see the module comment).
@@ -317,10 +372,18 @@ impl Management {
         let image_name = format!("{}/{}", options.pool, options.image);
         // Closes the image once the last queue lets go of it.
         self.storage.remove_backend(name);
-        let deadline = Instant::now() + IMAGE_RELEASE_WAIT;
+        let started = Instant::now();
         let removed = loop {
             match rbd_backend::remove_image(&options.cluster, &options.pool, &options.image) {
-                Err(error) if error.is_busy() && Instant::now() < deadline => {
+                Err(error) if error.is_busy() && started.elapsed() < IMAGE_RELEASE_WAIT => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                // A clone of it still being copied holds a snapshot in its trash.
+                Err(error)
+                    if error.has_snapshots()
+                        && started.elapsed() < CLONE_COPY_WAIT
+                        && self.flattener.as_ref().is_some_and(|flattener| !flattener.is_idle()) =>
+                {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 outcome => break outcome,

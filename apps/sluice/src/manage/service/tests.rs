@@ -80,6 +80,17 @@ impl Fixture {
     }
 }
 
+/// `text` with a 64 MiB RAM-backed `[[pool]]` "fast" that subsystem A takes its
+/// Namespace Management namespaces from (its table lives as long as the target).
+fn with_ram_pool(text: &str) -> String {
+    text.replace(
+        "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
+        "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
+         [[pool]]\nname = \"fast\"\ndevice = \"pooldev\"\n\n\
+         [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\npool = \"fast\"\n",
+    )
+}
+
 impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.directory);
@@ -336,12 +347,7 @@ fn host_rules_apply_live_and_disconnect_hosts_no_longer_allowed() {
 
 #[test]
 fn a_subsystem_with_a_pool_takes_inline_and_pool_namespaces_live() {
-    let pooled = FILE.replace(
-        "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
-        "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
-         [[pool]]\nname = \"fast\"\ndevice = \"pooldev\"\n\n\
-         [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\npool = \"fast\"\n",
-    );
+    let pooled = with_ram_pool(FILE);
     let mut fixture = Fixture::new("pool", &pooled);
     let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
     assert!(subsystem.supports_namespace_management());
@@ -375,12 +381,7 @@ fn a_subsystem_with_a_pool_takes_inline_and_pool_namespaces_live() {
 /// once the first is removed (its carve deleted) the identifier is free again.
 #[test]
 fn pool_namespaces_take_given_identifiers_and_duplicates_are_refused() {
-    let pooled = FILE.replace(
-        "[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n",
-        "[[backend]]\nname = \"pooldev\"\nkind = \"ram\"\nsize = \"64MiB\"\n\n\
-         [[pool]]\nname = \"fast\"\ndevice = \"pooldev\"\n\n\
-         [[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\npool = \"fast\"\n",
-    );
+    let pooled = with_ram_pool(FILE);
     let mut fixture = Fixture::new("pool-identity", &pooled);
     let uuid = "5b0c9e8a-4a1d-5f3e-9c57-2d618e0fa7c3";
     let nguid = "5b0c9e8a4a1d5f3e9c572d618e0fa7c3";

@@ -142,36 +142,7 @@ fn ns_attach_and_ns_detach_are_changes() {
 
 #[test]
 fn a_host_attached_to_a_namespace_it_created_is_not_denied_until_detached() {
-    let directory = std::env::temp_dir().join(format!("sluice-manage-attach-managed-{}", std::process::id()));
-    let text = format!(
-        r#"[[listener]]
-address = "127.0.0.1:4420"
-
-[[backend]]
-name = "r"
-kind = "file"
-path = "{}"
-size = "8MiB"
-block_size = 512
-
-[[pool]]
-name = "p"
-device = "r"
-table = "{}"
-
-[[subsystem]]
-nqn = "{A}"
-pool = "p"
-
-[[subsystem.host]]
-nqn = "{H1}"
-
-[[subsystem.host]]
-nqn = "{H2}"
-"#,
-        directory.join("pool.img").display(),
-        directory.join("pool.json").display()
-    );
+    let text = with_ram_pool(LIMITED);
     let mut fixture = Fixture::new("attach-managed", &text);
     // What a host's Namespace Management and Namespace Attachment commands do.
     let subsystem = fixture.target.subsystem_by_nqn(A).unwrap();
