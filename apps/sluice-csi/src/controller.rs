@@ -636,37 +636,22 @@ impl Controller for ControllerService {
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let request = request.into_inner();
-        let start: usize = if request.starting_token.is_empty() {
-            0
-        } else {
-            request
-                .starting_token
-                .parse()
-                .map_err(|_| Status::aborted("starting_token: not a token ListVolumes gave"))?
-        };
         let volumes = gateway::all_volumes(&self.api).await?;
-        if start > volumes.len() {
-            return Err(Status::aborted(
-                "starting_token: past the end of the list (volumes were deleted)",
-            ));
-        }
-        let count = match usize::try_from(request.max_entries) {
-            Ok(0) => volumes.len() - start,
-            Ok(count) => count.min(volumes.len() - start),
-            Err(_) => return Err(Status::invalid_argument("max_entries: negative")),
-        };
-        let entries = volumes[start..start + count]
+        let page = crate::paging::page(
+            &request.starting_token,
+            request.max_entries,
+            volumes.len(),
+            "ListVolumes",
+            "volumes",
+        )?;
+        let entries = volumes[page.entries]
             .iter()
             .map(|(id, namespace)| list_volumes_response::Entry {
                 volume: Some(volume_of(id, namespace)),
                 status: None,
             })
             .collect();
-        let next_token = if start + count < volumes.len() {
-            (start + count).to_string()
-        } else {
-            String::new()
-        };
+        let next_token = page.next_token;
         Ok(Response::new(ListVolumesResponse {
             entries,
             next_token,

@@ -14,6 +14,7 @@ mod gateway;
 mod identity;
 mod locks;
 mod node;
+mod paging;
 mod parameters;
 mod secrets;
 mod snapshots;

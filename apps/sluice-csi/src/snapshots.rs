@@ -310,14 +310,6 @@ impl ControllerService {
         &self,
         request: ListSnapshotsRequest,
     ) -> Result<ListSnapshotsResponse, Status> {
-        let start: usize = if request.starting_token.is_empty() {
-            0
-        } else {
-            request
-                .starting_token
-                .parse()
-                .map_err(|_| Status::aborted("starting_token: not a token ListSnapshots gave"))?
-        };
         let mut snapshots = all_snapshots(&self.api).await?;
         if !request.snapshot_id.is_empty() {
             snapshots.retain(|snapshot| snapshot.snapshot_id == request.snapshot_id);
@@ -325,23 +317,16 @@ impl ControllerService {
         if !request.source_volume_id.is_empty() {
             snapshots.retain(|snapshot| snapshot.source_volume_id == request.source_volume_id);
         }
-        if start > snapshots.len() {
-            return Err(Status::aborted(
-                "starting_token: past the end of the list (snapshots were deleted)",
-            ));
-        }
-        let count = match usize::try_from(request.max_entries) {
-            Ok(0) => snapshots.len() - start,
-            Ok(count) => count.min(snapshots.len() - start),
-            Err(_) => return Err(Status::invalid_argument("max_entries: negative")),
-        };
-        let next_token = if start + count < snapshots.len() {
-            (start + count).to_string()
-        } else {
-            String::new()
-        };
+        let page = crate::paging::page(
+            &request.starting_token,
+            request.max_entries,
+            snapshots.len(),
+            "ListSnapshots",
+            "snapshots",
+        )?;
+        let next_token = page.next_token;
         let entries = snapshots
-            .drain(start..start + count)
+            .drain(page.entries)
             .map(|snapshot| crate::csi::list_snapshots_response::Entry {
                 snapshot: Some(snapshot),
             })
