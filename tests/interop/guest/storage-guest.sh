@@ -58,7 +58,7 @@ if [ -d /host ] && : 2>/dev/null >/host/.writable; then LOGDIR=/host; rm -f /hos
 else LOGDIR=/tmp/storage; mkdir -p "$LOGDIR"; fi
 
 # shellcheck source=tests/interop/guest/checks.sh
-. /root/checks.sh  # ok, fail, section, show_tail, run, run_quiet (tests/interop/guest/checks.sh)
+. /root/checks.sh  # ok, fail, section, show_tail, run, run_quiet, wait_until (tests/interop/guest/checks.sh)
 POOL_CTRL='' CNTLID=''
 
 # uptime in centiseconds (busybox date has whole seconds only)
@@ -107,15 +107,6 @@ size_blocks() { echo $(( $(cat "/sys/block/${1#/dev/}/size") * 512 / BLOCK_SIZE 
 event_ns_present() { [ -n "$(device_of "$POOL_NQN" "$EVENT_NSID")" ]; }
 event_ns_absent() { ! event_ns_present; }
 
-# wait_until SECONDS CMD...: poll CMD every 0.1 s; 0 once it succeeds, 1 on timeout
-wait_until() {
-  local limit=$(( $1 * 10 )) i=0
-  shift
-  while ! "$@"; do
-    i=$((i + 1)); [ $i -ge $limit ] && return 1
-    usleep 100000
-  done
-}
 # wait_for_file NAME: the host's marker $LOGDIR/NAME (at most HOST_WAIT_S)
 wait_for_file() { wait_until "$HOST_WAIT_S" test -e "$LOGDIR/$1"; }
 
