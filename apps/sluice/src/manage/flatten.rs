@@ -4,26 +4,32 @@
 //! reads what the clone has not copied yet from the parent snapshot. The copy that
 //! makes the clone independent (`rbd_flatten`) takes as long as copying the image, so
 //! it runs here, on a thread of its own, one image after another, while management
-//! calls go on. A copy that fails is tried again, later and later; one cut off by a
-//! stop is finished after the next start, which asks for a copy of every RBD image
-//! the configuration serves (one that has no parent costs an open).
+//! calls go on. A copy that fails is tried again, later and later (every image of a
+//! cluster that cannot be reached waits together: one failed connect, not one each).
+//! One cut off by a stop is finished after the next start, which asks for a copy of
+//! every RBD image the configuration serves (one that has no parent costs an open).
 //!
 //! Until its copy is done a clone keeps its parent snapshot: removing that snapshot
 //! moves it to the source image's trash (clone format 2), and the source image cannot
-//! be deleted yet. `backend_list` shows each image's copy while it waits or runs.
+//! be deleted yet. Deleting the clone itself cancels its copy. `backend_list` shows
+//! each image's copy while it waits, runs or waits to be tried again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runtime::rbd_backend::{self, ClusterSpec};
+use runtime::rbd_backend::{self, ClusterSpec, Flattened, RbdError};
 
 /// The first wait before a failed copy is tried again; each further failure doubles
 /// it, up to [`MAX_RETRY_WAIT`].
 const FIRST_RETRY_WAIT: Duration = Duration::from_secs(5);
 /// The longest wait between tries of a failing copy.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+/// How long a stop waits for the copy in progress to stop (it finishes the objects
+/// in flight, then lets go of the image and its lock).
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// Where one image's copy stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,73 +58,131 @@ impl CopyState {
             }),
         }
     }
+
+    /// Waiting or running (not a failed copy waiting for its next try).
+    fn is_active(&self) -> bool {
+        !matches!(self, CopyState::Retrying { .. })
+    }
 }
 
-/// One copy to make: the image "POOL/IMAGE" in its cluster.
+/// One image: its cluster and "POOL/IMAGE".
+type ImageKey = (ClusterSpec, String);
+
+/// One copy to make.
 #[derive(Debug, Clone)]
 struct Job {
-    cluster: ClusterSpec,
+    key: ImageKey,
     pool: String,
     image: String,
     /// Tries that failed so far.
     attempts: u32,
 }
 
-impl Job {
-    fn key(&self) -> String {
-        format!("{}/{}", self.pool, self.image)
+/// What the handle and the thread share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Copies by image, while they wait, run or wait to be tried again.
+    states: Mutex<HashMap<ImageKey, CopyState>>,
+    /// The image being copied, and the flag that stops its copy.
+    running: Mutex<Option<(ImageKey, Arc<AtomicBool>)>>,
+    /// Set by the handle's drop: the thread stops.
+    stopping: AtomicBool,
+}
+
+impl Shared {
+    fn states(&self) -> std::sync::MutexGuard<'_, HashMap<ImageKey, CopyState>> {
+        self.states.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Option<(ImageKey, Arc<AtomicBool>)>> {
+        self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// Copies by "POOL/IMAGE", while they wait or run.
-pub type CopyStates = Arc<Mutex<BTreeMap<String, CopyState>>>;
-
-/// The copying thread's handle. Dropping it lets the thread end after its current
-/// copy, without waiting for it (the next start finishes an interrupted copy).
+/// The copying thread's handle. Dropping it stops the copy in progress (the next
+/// start finishes it) and waits a little for the thread to let go of the image.
 #[derive(Debug)]
 pub struct Flattener {
-    sender: mpsc::Sender<Job>,
-    states: CopyStates,
+    sender: Option<mpsc::Sender<Job>>,
+    shared: Arc<Shared>,
+    /// Disconnected when the thread ends.
+    ended: mpsc::Receiver<()>,
 }
 
 impl Flattener {
     /// Starts the copying thread.
     pub fn start() -> std::io::Result<Flattener> {
         let (sender, receiver) = mpsc::channel();
-        let states = CopyStates::default();
-        let shared = Arc::clone(&states);
-        std::thread::Builder::new().name("sluice-flatten".into()).spawn(move || run(&receiver, &shared))?;
-        Ok(Flattener { sender, states })
+        let (ended_sender, ended) = mpsc::channel::<()>();
+        let shared = Arc::new(Shared::default());
+        let thread_shared = Arc::clone(&shared);
+        std::thread::Builder::new().name("sluice-flatten".into()).spawn(move || {
+            let _ended = ended_sender;
+            run(&receiver, &thread_shared);
+        })?;
+        Ok(Flattener { sender: Some(sender), shared, ended })
     }
 
-    /// Asks for `pool/image` to be made independent of its parent; a copy already
-    /// asked for is not asked for twice.
+    /// Asks for `pool/image` to be made independent of its parent. A copy already
+    /// waiting or running is not asked for twice; one waiting to be tried again is
+    /// tried now.
     pub fn request(&self, cluster: ClusterSpec, pool: &str, image: &str) {
-        let job = Job { cluster, pool: pool.to_string(), image: image.to_string(), attempts: 0 };
+        let key = (cluster, format!("{pool}/{image}"));
         {
-            let mut states = lock(&self.states);
-            if states.contains_key(&job.key()) {
+            let mut states = self.shared.states();
+            if states.get(&key).is_some_and(CopyState::is_active) {
                 return;
             }
-            states.insert(job.key(), CopyState::Waiting);
+            states.insert(key.clone(), CopyState::Waiting);
         }
-        // The thread ends only when this handle is dropped.
-        let _ = self.sender.send(job);
+        let job = Job { key, pool: pool.to_string(), image: image.to_string(), attempts: 0 };
+        if let Some(sender) = &self.sender {
+            // The thread ends only when this handle is dropped.
+            let _ = sender.send(job);
+        }
     }
 
-    /// True when no copy waits or runs.
-    pub fn is_idle(&self) -> bool {
-        lock(&self.states).is_empty()
+    /// Drops the copy of `pool/image` (its image is being deleted): one waiting is
+    /// forgotten, one running is stopped, and this waits up to `timeout` for it to
+    /// let go of the image. True when no copy of it runs any more.
+    pub fn cancel(&self, cluster: &ClusterSpec, pool: &str, image: &str, timeout: Duration) -> bool {
+        let key = (cluster.clone(), format!("{pool}/{image}"));
+        self.shared.states().remove(&key);
+        let deadline = Instant::now() + timeout;
+        loop {
+            match &*self.shared.running() {
+                Some((running, cancel)) if *running == key => cancel.store(true, Ordering::Release),
+                _ => return true,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// True when a copy waits or runs (a failed one waiting for its next try does
+    /// not count).
+    pub fn is_copying(&self) -> bool {
+        self.shared.states().values().any(CopyState::is_active)
     }
 
     /// Where the copy of `pool/image` stands; None when none waits or runs.
-    pub fn state_of(&self, pool: &str, image: &str) -> Option<CopyState> {
-        lock(&self.states).get(&format!("{pool}/{image}")).cloned()
+    pub fn state_of(&self, cluster: &ClusterSpec, pool: &str, image: &str) -> Option<CopyState> {
+        self.shared.states().get(&(cluster.clone(), format!("{pool}/{image}"))).cloned()
     }
 }
 
-fn lock(states: &CopyStates) -> std::sync::MutexGuard<'_, BTreeMap<String, CopyState>> {
-    states.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+impl Drop for Flattener {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        if let Some((_, cancel)) = &*self.shared.running() {
+            cancel.store(true, Ordering::Release);
+        }
+        self.sender = None;
+        // Disconnected once the thread has let go of the image.
+        let _ = self.ended.recv_timeout(STOP_WAIT);
+    }
 }
 
 /// How long a copy that failed `attempts` times waits before its next try.
@@ -127,16 +191,22 @@ fn retry_wait(attempts: u32) -> Duration {
 }
 
 /// The copying thread: new jobs in order, failed ones again when their wait is over.
-fn run(receiver: &mpsc::Receiver<Job>, states: &CopyStates) {
+fn run(receiver: &mpsc::Receiver<Job>, shared: &Shared) {
     let mut ready: VecDeque<Job> = VecDeque::new();
     let mut retries: Vec<(Instant, Job)> = Vec::new();
     loop {
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
         let now = Instant::now();
-        // Failed copies whose wait is over go after the new ones already queued.
         let (due, later): (Vec<_>, Vec<_>) = retries.drain(..).partition(|(at, _)| *at <= now);
         retries = later;
-        ready.extend(due.into_iter().map(|(_, job)| job));
-        let Some(mut job) = ready.pop_front() else {
+        // A failed copy whose wait is over runs, unless it was cancelled or asked for
+        // again meanwhile (that job is queued already).
+        let still_retrying =
+            |job: &Job| matches!(shared.states().get(&job.key), Some(CopyState::Retrying { attempts, .. }) if *attempts == job.attempts);
+        ready.extend(due.into_iter().map(|(_, job)| job).filter(still_retrying));
+        let Some(job) = ready.pop_front() else {
             let wait = retries.iter().map(|(at, _)| at.saturating_duration_since(now)).min();
             let received = match wait {
                 Some(wait) => receiver.recv_timeout(wait),
@@ -149,22 +219,23 @@ fn run(receiver: &mpsc::Receiver<Job>, states: &CopyStates) {
             }
             continue;
         };
-        let key = job.key();
-        let started = Instant::now();
-        lock(states).insert(key.clone(), CopyState::Copying { since: started });
-        match rbd_backend::flatten_image(&job.cluster, &job.pool, &job.image) {
-            Ok(copied) => {
-                if copied {
-                    tracing::info!(image = %key, seconds = started.elapsed().as_secs_f64(), "clone copied: it no longer depends on its parent snapshot");
-                }
-                lock(states).remove(&key);
+        if let Some(failed) = copy(job, shared) {
+            // Cluster errors hold for every image of the cluster: they all wait.
+            let cluster_down = matches!(failed.1, RbdError::Cluster { .. } | RbdError::LibraryMissing(_));
+            let mut waiting = vec![failed.0];
+            if cluster_down {
+                let cluster = waiting[0].key.0.clone();
+                let (same, others): (VecDeque<Job>, VecDeque<Job>) = ready.drain(..).partition(|job| job.key.0 == cluster);
+                ready = others;
+                waiting.extend(same);
             }
-            Err(error) => {
+            for mut job in waiting {
                 job.attempts += 1;
                 let wait = retry_wait(job.attempts);
                 let next_try = Instant::now() + wait;
-                tracing::warn!(image = %key, %error, attempts = job.attempts, retry_in_s = wait.as_secs(), "copying a clone failed; it is served meanwhile (reading from its parent) and tried again");
-                lock(states).insert(key, CopyState::Retrying { error: error.to_string(), attempts: job.attempts, next_try });
+                let error = failed.1.to_string();
+                tracing::warn!(image = %job.key.1, %error, attempts = job.attempts, retry_in_s = wait.as_secs(), "copying a clone failed; it is served meanwhile (reading from its parent) and tried again");
+                shared.states().insert(job.key.clone(), CopyState::Retrying { error, attempts: job.attempts, next_try });
                 retries.push((next_try, job));
             }
         }
@@ -175,22 +246,93 @@ fn run(receiver: &mpsc::Receiver<Job>, states: &CopyStates) {
     }
 }
 
+/// Runs one copy, unless it was cancelled while it waited; returns it with its error
+/// when it failed.
+fn copy(job: Job, shared: &Shared) -> Option<(Job, RbdError)> {
+    let started = Instant::now();
+    let cancel = Arc::new(AtomicBool::new(false));
+    {
+        let mut states = shared.states();
+        if !states.contains_key(&job.key) {
+            return None;
+        }
+        states.insert(job.key.clone(), CopyState::Copying { since: started });
+        *shared.running() = Some((job.key.clone(), Arc::clone(&cancel)));
+    }
+    let outcome = rbd_backend::flatten_image(&job.key.0, &job.pool, &job.image, &cancel);
+    *shared.running() = None;
+    let image = &job.key.1;
+    match outcome {
+        Ok(done) => {
+            match done {
+                Flattened::Copied => tracing::info!(%image, seconds = started.elapsed().as_secs_f64(), "clone copied: it no longer depends on its parent snapshot"),
+                Flattened::Cancelled => tracing::info!(%image, "copy of a clone stopped (its image is being deleted, or sluice is stopping)"),
+                Flattened::Independent => {}
+            }
+            let mut states = shared.states();
+            // Asked for again while it ran: that request's job is queued and runs.
+            if matches!(states.get(&job.key), Some(CopyState::Copying { since }) if *since == started) {
+                states.remove(&job.key);
+            }
+            None
+        }
+        Err(error) => {
+            if !shared.states().contains_key(&job.key) {
+                // Cancelled while it ran (the image is being deleted).
+                return None;
+            }
+            Some((job, error))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn handle() -> (Flattener, mpsc::Receiver<Job>) {
+        let (sender, receiver) = mpsc::channel();
+        let (_, ended) = mpsc::channel();
+        (Flattener { sender: Some(sender), shared: Arc::default(), ended }, receiver)
+    }
+
     #[test]
     fn a_copy_asked_for_twice_is_one_copy_and_its_state_is_shown() {
-        let (sender, receiver) = mpsc::channel();
-        let flattener = Flattener { sender, states: CopyStates::default() };
+        let (flattener, receiver) = handle();
         let cluster = runtime::RbdOptions::new("", "").cluster;
         flattener.request(cluster.clone(), "rbd", "a");
-        flattener.request(cluster, "rbd", "a");
+        flattener.request(cluster.clone(), "rbd", "a");
         assert_eq!(receiver.try_iter().count(), 1, "one job for one image");
-        assert_eq!(flattener.state_of("rbd", "a"), Some(CopyState::Waiting));
-        assert_eq!(flattener.state_of("rbd", "b"), None);
-        assert!(!flattener.is_idle());
+        assert_eq!(flattener.state_of(&cluster, "rbd", "a"), Some(CopyState::Waiting));
+        assert_eq!(flattener.state_of(&cluster, "rbd", "b"), None);
+        assert!(flattener.is_copying());
         assert_eq!(CopyState::Waiting.view(Instant::now())["state"], "waiting");
+    }
+
+    #[test]
+    fn a_failed_copy_asked_for_again_is_tried_at_once_and_a_cancelled_one_is_forgotten() {
+        let (flattener, receiver) = handle();
+        let cluster = runtime::RbdOptions::new("", "").cluster;
+        let key = (cluster.clone(), "rbd/a".to_string());
+        let retrying = CopyState::Retrying { error: "down".into(), attempts: 1, next_try: Instant::now() };
+        flattener.shared.states().insert(key.clone(), retrying);
+        assert!(!flattener.is_copying(), "a copy waiting for its next try is not running");
+        flattener.request(cluster.clone(), "rbd", "a");
+        assert_eq!(receiver.try_iter().count(), 1);
+        assert_eq!(flattener.state_of(&cluster, "rbd", "a"), Some(CopyState::Waiting));
+        assert!(flattener.cancel(&cluster, "rbd", "a", Duration::ZERO));
+        assert_eq!(flattener.state_of(&cluster, "rbd", "a"), None);
+    }
+
+    #[test]
+    fn cancelling_the_running_copy_sets_its_flag() {
+        let (flattener, _receiver) = handle();
+        let cluster = runtime::RbdOptions::new("", "").cluster;
+        let flag = Arc::new(AtomicBool::new(false));
+        *flattener.shared.running() = Some(((cluster.clone(), "rbd/a".into()), Arc::clone(&flag)));
+        assert!(!flattener.cancel(&cluster, "rbd", "a", Duration::from_millis(30)), "still running after the wait");
+        assert!(flag.load(Ordering::Acquire));
+        assert!(flattener.cancel(&cluster, "rbd", "b", Duration::ZERO), "another image's copy is left alone");
     }
 
     #[test]

@@ -494,8 +494,13 @@ impl Management {
         let pool = table.get("pool").and_then(toml_edit::Item::as_str).map(str::to_string);
         document::add_namespace(&mut draft.document, &nqn, id, table).map_err(edit_error)?;
         let text = self.check(&draft).map_err(|error| backends::name_the_size(error, pool.as_deref()))?;
-        let clone_cluster = match (&clone_from, &rbd) {
-            (Some(source), Some(target)) => Some(self.clone_for_namespace(&draft.document, source, target)?),
+        // Asked for as soon as the clone exists: a namespace refused after this point
+        // must not leave a clone that keeps its parent snapshot for good.
+        let copying = match (&clone_from, &rbd) {
+            (Some(source), Some(target)) => {
+                let cluster = self.clone_for_namespace(&draft.document, source, target)?;
+                Some(self.request_copy(cluster, target))
+            }
             _ => None,
         };
         let built = assemble::build_namespace(&draft.document, &nqn, id, &self.storage)?;
@@ -504,9 +509,9 @@ impl Management {
         match self.apply_namespace(&subsystem, built) {
             Ok(mut added) => {
                 tracing::info!(subsystem = %nqn, nsid = id, "management: namespace added");
-                if let (Some(cluster), Some(target)) = (clone_cluster, &rbd) {
+                if let Some(copying) = copying {
                     // Served already; the copy that frees it from its parent runs apart.
-                    added["copying"] = json!(self.request_copy(cluster, target));
+                    added["copying"] = json!(copying);
                 }
                 // Hosts' limits on every namespace of the subsystem hold on it too.
                 self.apply_qos_of_file();

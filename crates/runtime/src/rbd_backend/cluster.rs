@@ -89,15 +89,31 @@ impl Drop for Cluster {
 static CLUSTERS: Mutex<Vec<(ClusterSpec, Weak<Cluster>)>> = Mutex::new(Vec::new());
 
 /// The process's connection for `spec`, connecting when there is none.
+///
+/// The list is not locked while connecting, which takes up to the op timeout when
+/// the cluster does not answer: a connect to one cluster (or a slow one) must not
+/// hold up every thread that opens or reopens anything on another. Two threads that
+/// connect to the same spec at once each make a client; the first listed is kept and
+/// the other is shut down.
 pub(crate) fn connect(spec: &ClusterSpec) -> Result<Arc<Cluster>, RbdError> {
+    if let Some(cluster) = listed(spec) {
+        return Ok(cluster);
+    }
+    let connected = Arc::new(connect_new(spec)?);
     let mut clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     clusters.retain(|(_, cluster)| cluster.strong_count() > 0);
     if let Some(cluster) = clusters.iter().find(|(open, _)| open == spec).and_then(|(_, cluster)| cluster.upgrade()) {
         return Ok(cluster);
     }
-    let cluster = Arc::new(connect_new(spec)?);
-    clusters.push((spec.clone(), Arc::downgrade(&cluster)));
-    Ok(cluster)
+    clusters.push((spec.clone(), Arc::downgrade(&connected)));
+    Ok(connected)
+}
+
+/// The listed connection for `spec`, if one is open.
+fn listed(spec: &ClusterSpec) -> Option<Arc<Cluster>> {
+    let mut clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    clusters.retain(|(_, cluster)| cluster.strong_count() > 0);
+    clusters.iter().find(|(open, _)| open == spec).and_then(|(_, cluster)| cluster.upgrade())
 }
 
 /// Makes the next [`connect`] for `spec` start a new client: the current one was

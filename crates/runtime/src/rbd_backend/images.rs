@@ -17,6 +17,7 @@
 //! image: the caller runs it where nothing waits for it.
 
 use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::cluster::{connect, cstring, Cluster, ClusterSpec};
@@ -286,7 +287,8 @@ pub fn remove_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool,
         code if code == -libc::ENOTEMPTY => Err(pool.failed(
             image,
             "removing the image (it still has snapshots: remove them first; a snapshot removed while a clone of \
-             it was still being copied waits in the image's trash until the copy is done, then retry)",
+             it was still being copied waits in the image's trash until the copy is done: see the copies in \
+             `sluice backend list`, or the trash in `rbd snap ls --all POOL/IMAGE`, then retry)",
             code,
         )),
         code if code == -libc::EBUSY => Err(pool.failed(
@@ -317,35 +319,64 @@ pub fn clone_image(
     Ok(child.open(image)?.is_none() && clone(&parent, &child, parent_image, snapshot, image, &source)?)
 }
 
+/// What [`flatten_image`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flattened {
+    /// The image had a parent; it no longer does.
+    Copied,
+    /// Nothing to do: no parent (never a clone, or flattened before), or no such image.
+    Independent,
+    /// `cancel` was set: the copy stopped part way (the next flatten finishes it).
+    Cancelled,
+}
+
 /// Copies into `pool/image` whatever it still reads from its parent snapshot, so it
-/// no longer depends on it (`rbd_flatten`). Returns true when it had a parent (the
-/// copy is done now), false when there was nothing to do: no parent (never a clone,
-/// or flattened before) or no such image. Blocks for as long as the copy takes;
-/// serving the image meanwhile is fine (librbd's exclusive lock coordinates the two),
-/// and a flatten cut off part way is finished by the next one.
-pub fn flatten_image(spec: &ClusterSpec, pool: &str, image: &str) -> Result<bool, RbdError> {
+/// no longer depends on it (`rbd_flatten_with_progress`). Blocks for as long as the
+/// copy takes, unless `cancel` is set meanwhile: it is looked at after each object,
+/// and the copy then stops once the objects in flight are done. Serving the image
+/// meanwhile is fine (librbd's exclusive lock coordinates the two), and a flatten
+/// cut off part way is finished by the next one.
+pub fn flatten_image(spec: &ClusterSpec, pool: &str, image: &str, cancel: &AtomicBool) -> Result<Flattened, RbdError> {
     storage::service::debug_assert_may_block("flattening an RBD image");
     let pool = open_pool(spec, pool)?;
     let Some(opened) = pool.open(image)? else {
-        return Ok(false);
+        return Ok(Flattened::Independent);
     };
     let library = pool.cluster.library;
     let mut overlap_bytes = 0u64;
     // SAFETY: the image is open; `overlap_bytes` is a valid out pointer.
     let code = unsafe { (library.rbd_get_overlap)(opened.handle, &mut overlap_bytes) };
-    // Asked first so that the images with no parent (most of them, at a start) cost
-    // no flatten call, which librbd would log as an error.
-    // ENOENT: no parent.
-    if code == -libc::ENOENT || (code == 0 && overlap_bytes == 0) {
-        return Ok(false);
+    // ENOENT: no parent. Asked first so that images with no parent (most of them, at
+    // a start) cost no flatten call, which librbd would log as an error.
+    if code == -libc::ENOENT {
+        return Ok(Flattened::Independent);
     }
-    // SAFETY: the image is open.
-    let code = unsafe { (library.rbd_flatten)(opened.handle) };
+    // SAFETY: the image is open; `cancel` outlives the call, which is the only time
+    // librbd calls `stop_when_cancelled` with it.
+    let code = unsafe {
+        (library.rbd_flatten_with_progress)(
+            opened.handle,
+            stop_when_cancelled,
+            cancel as *const AtomicBool as *mut std::ffi::c_void,
+        )
+    };
     match code {
-        0 => Ok(true),
-        // EINVAL: it has no parent (flattened before, or never a clone).
-        code if code == -libc::EINVAL => Ok(false),
+        0 => Ok(Flattened::Copied),
+        // EINVAL: it has no parent (flattened by another client meanwhile).
+        code if code == -libc::EINVAL => Ok(Flattened::Independent),
+        code if code == -libc::ECANCELED && cancel.load(Ordering::Acquire) => Ok(Flattened::Cancelled),
         code => Err(pool.failed(image, "flattening the clone (copying its parent's data)", code)),
+    }
+}
+
+/// The progress callback of [`flatten_image`]: stops the copy once its flag is set.
+unsafe extern "C" fn stop_when_cancelled(_offset: u64, _total: u64, argument: *mut std::ffi::c_void) -> c_int {
+    // SAFETY: `argument` is the `&AtomicBool` flatten_image passed, alive for the call.
+    let cancel = unsafe { &*(argument as *const AtomicBool) };
+    if cancel.load(Ordering::Acquire) {
+        -libc::ECANCELED
+    } else {
+        0
     }
 }
 

@@ -252,7 +252,10 @@ pub(crate) struct Library {
     /// How many bytes of the image still read from its parent snapshot (0: none,
     /// or no parent); a copy that needs no flatten is told apart without one.
     pub rbd_get_overlap: unsafe extern "C" fn(image: Image, overlap: *mut u64) -> c_int,
-    pub rbd_flatten: unsafe extern "C" fn(image: Image) -> c_int,
+    /// `rbd_flatten_with_progress`: the callback is called as objects are copied;
+    /// a negative return stops the copy (no new object is started) and is returned.
+    pub rbd_flatten_with_progress:
+        unsafe extern "C" fn(image: Image, progress: ProgressCallback, argument: *mut c_void) -> c_int,
     _rados: libloading::Library,
     _rbd: libloading::Library,
 }
@@ -353,7 +356,7 @@ fn load() -> Result<Library, String> {
         rbd_image_options_set_uint64: symbol!(rbd, rbd_image_options_set_uint64),
         rbd_clone3: symbol!(rbd, rbd_clone3),
         rbd_get_overlap: symbol!(rbd, rbd_get_overlap),
-        rbd_flatten: symbol!(rbd, rbd_flatten),
+        rbd_flatten_with_progress: symbol!(rbd, rbd_flatten_with_progress),
         _rados: rados,
         _rbd: rbd,
     })

@@ -34,7 +34,9 @@ use storage::{Backend, BackendQueue, Geometry, GrowError, LiveGeometry};
 
 pub use cluster::{client_option, open_connections, ClusterSpec, CONNECT_TIMEOUT_SECONDS};
 pub use coordination::{Locker, RadosErrno, RadosObject};
-pub use images::{clone_image, create_snapshot, flatten_image, list_snapshots, remove_image, remove_snapshot, Snapshot};
+pub use images::{
+    clone_image, create_snapshot, flatten_image, list_snapshots, remove_image, remove_snapshot, Flattened, Snapshot,
+};
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
 pub use watched::{NoticeReply, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};

@@ -147,7 +147,7 @@ impl Management {
                 .table()
                 .entries()
                 .filter(|entry| {
-                    entry.managed && matches!(&entry.attachment, Attachment::Hosts(hosts) if hosts.iter().any(|entry| entry == host))
+                    entry.managed && matches!(&entry.attachment, Attachment::Hosts(hosts) if hosts.iter().any(|listed| listed == host))
                 })
                 .map(|entry| entry.namespace.id.0)
                 .collect::<Vec<_>>();

@@ -226,7 +226,7 @@ impl Management {
                                     "image": options.image, "state": "not open" }),
                 };
                 // A clone still being copied from its parent (`manage::flatten`).
-                if let Some(copy) = self.copy_view(&options.pool, &options.image) {
+                if let Some(copy) = self.copy_view(&options.cluster, &options.pool, &options.image) {
                     entry["rbd"]["copy"] = copy;
                 }
             }

@@ -235,18 +235,15 @@ impl Management {
     }
 
     /// Asks the copying thread to make `target` ("POOL/IMAGE") independent of its
-    /// parent. True when the copy runs apart; false when the thread could not be
-    /// started and the copy was made here, before answering.
+    /// parent; false when the thread could not be started (the copy is then left to
+    /// the next start, and the clone is served reading from its parent meanwhile).
     pub(super) fn request_copy(&mut self, cluster: ClusterSpec, target: &str) -> bool {
         let Ok((pool, image)) = image_spec("rbd", target) else { return false };
         if self.flattener.is_none() {
             match super::super::flatten::Flattener::start() {
                 Ok(flattener) => self.flattener = Some(flattener),
                 Err(error) => {
-                    tracing::warn!(%error, image = %target, "cannot start the clone copying thread; copying here");
-                    if let Err(error) = rbd_backend::flatten_image(&cluster, pool, image) {
-                        tracing::warn!(%error, image = %target, "copying the clone failed; the next start tries again");
-                    }
+                    tracing::warn!(%error, image = %target, "cannot start the thread that copies clones; the copy waits for the next start");
                     return false;
                 }
             }
@@ -274,8 +271,8 @@ impl Management {
 
     /// Where the copy of `pool/image` stands, for `backend_list`; None when none
     /// waits or runs.
-    pub(super) fn copy_view(&self, pool: &str, image: &str) -> Option<Value> {
-        let state = self.flattener.as_ref()?.state_of(pool, image)?;
+    pub(super) fn copy_view(&self, cluster: &ClusterSpec, pool: &str, image: &str) -> Option<Value> {
+        let state = self.flattener.as_ref()?.state_of(cluster, pool, image)?;
         Some(state.view(Instant::now()))
     }
 
@@ -372,6 +369,12 @@ impl Management {
         let image_name = format!("{}/{}", options.pool, options.image);
         // Closes the image once the last queue lets go of it.
         self.storage.remove_backend(name);
+        // Its own copy (a clone being flattened) is of no use now, and holds it open.
+        if let Some(flattener) = &self.flattener {
+            if !flattener.cancel(&options.cluster, &options.pool, &options.image, IMAGE_RELEASE_WAIT) {
+                tracing::warn!(image = %image_name, "the copy of the clone did not stop in time; deleting it may fail (busy)");
+            }
+        }
         let started = Instant::now();
         let removed = loop {
             match rbd_backend::remove_image(&options.cluster, &options.pool, &options.image) {
@@ -382,7 +385,7 @@ impl Management {
                 Err(error)
                     if error.has_snapshots()
                         && started.elapsed() < CLONE_COPY_WAIT
-                        && self.flattener.as_ref().is_some_and(|flattener| !flattener.is_idle()) =>
+                        && self.flattener.as_ref().is_some_and(|flattener| flattener.is_copying()) =>
                 {
                     std::thread::sleep(Duration::from_millis(100));
                 }
