@@ -2,6 +2,7 @@
 //! suite, completions that wake the owner instead of being polled for, write buffers
 //! that are free once their write completes, one cluster connection for many images,
 //! actionable open errors, and Sluice's librados defaults yielding to the operator's.
+//! Each test deletes the images it made when it ends.
 //!
 //! Needs a cluster: `CEPH_CONF` naming its ceph.conf (scripts/test.sh starts one with
 //! ../shared/ceph-single-node.sh and sets it). Without one the tests say so and pass,
@@ -21,16 +22,51 @@ use storage::{Backend, IoCompletion, IoError, IoOp, IoRequest};
 /// The pool ceph-single-node.sh creates.
 const POOL: &str = "rbd";
 
-fn cluster_available() -> bool {
+/// The cluster, when there is one: the returned guard deletes the images this
+/// test's thread named ([`unique_image`]) when the test ends, so runs leave the
+/// shared cluster as they found it.
+fn cluster() -> Option<ImagesOfThisTest> {
     if std::env::var_os("CEPH_CONF").is_some() {
-        return true;
+        return Some(ImagesOfThisTest);
     }
     assert!(
         std::env::var_os("SLUICE_REQUIRE_CEPH").is_none(),
         "SLUICE_REQUIRE_CEPH is set but CEPH_CONF is not: start a cluster (../shared/ceph-single-node.sh up)"
     );
     eprintln!("skipped: no Ceph cluster (set CEPH_CONF; scripts/test.sh starts one)");
-    false
+    None
+}
+
+thread_local! {
+    /// The image names this thread's test made up (each test runs on its own thread).
+    static NAMED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Deletes the images of this test when dropped (declared first in a test, so
+/// dropped after the backends that hold them open). Never panics: it may run while
+/// the test unwinds.
+struct ImagesOfThisTest;
+
+impl Drop for ImagesOfThisTest {
+    fn drop(&mut self) {
+        let cluster = RbdOptions::new(POOL, "").cluster;
+        for image in NAMED.with(|named| std::mem::take(&mut *named.borrow_mut())) {
+            // A handle's close lets go of its watch a moment later (EBUSY meanwhile).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match runtime::rbd_backend::remove_image(&cluster, POOL, &image) {
+                    Err(error) if error.is_busy() && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100))
+                    }
+                    Err(error) => {
+                        eprintln!("could not delete test image {POOL}/{image}: {error}");
+                        break;
+                    }
+                    Ok(_) => break,
+                }
+            }
+        }
+    }
 }
 
 /// Held by the tests that count this process's cluster connections and by the one
@@ -41,7 +77,9 @@ static CONNECTION_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A name no other test run uses.
 fn unique_image(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    let name = format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    NAMED.with(|named| named.borrow_mut().push(name.clone()));
+    name
 }
 
 fn new_image(prefix: &str, size_bytes: u64, block_size: u32) -> Arc<RbdBackend> {
@@ -55,17 +93,13 @@ fn new_image(prefix: &str, size_bytes: u64, block_size: u32) -> Arc<RbdBackend> 
 
 #[test]
 fn conformance_512_byte_blocks() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     storage::conformance::run_all(&|| new_image("conf512", 4 << 20, 512) as Arc<dyn Backend>);
 }
 
 #[test]
 fn conformance_4096_byte_blocks() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     storage::conformance::run_all(&|| new_image("conf4k", 4 << 20, 4096) as Arc<dyn Backend>);
 }
 
@@ -81,9 +115,7 @@ impl Wake for CountingWake {
 
 #[test]
 fn completions_wake_the_owner() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let backend = new_image("wake", 8 << 20, 4096);
     let wakes = Arc::new(CountingWake::default());
     let waker = Waker::from(Arc::clone(&wakes));
@@ -128,9 +160,7 @@ fn completions_wake_the_owner() {
 /// it, whether it copied the data or, with zero-copy writes, sent from the buffer).
 #[test]
 fn write_buffers_are_free_once_their_write_completes() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     const WRITES: u64 = 48;
     const BLOCKS: u64 = 32; // 128 KiB of 4 KiB blocks
     let bytes = (BLOCKS * 4096) as usize;
@@ -163,9 +193,7 @@ fn write_buffers_are_free_once_their_write_completes() {
 
 #[test]
 fn data_survives_reopen_and_many_images_share_one_connection() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let _counting = CONNECTION_COUNT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let name = unique_image("reopen");
     let mut options = RbdOptions::new(POOL, &name);
@@ -200,9 +228,7 @@ fn data_survives_reopen_and_many_images_share_one_connection() {
 
 #[test]
 fn open_errors_name_the_pool_image_and_fix() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let missing_pool = RbdBackend::open(&RbdOptions::new("no-such-pool", "x")).map(|_| ()).unwrap_err();
     assert!(matches!(missing_pool, RbdError::PoolMissing { .. }), "{missing_pool}");
     let text = missing_pool.to_string();
@@ -228,9 +254,7 @@ fn open_errors_name_the_pool_image_and_fix() {
 /// timeout must stay registered (with 5 s ticks it is lost within one tick).
 #[test]
 fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let spec = runtime::ClusterSpec { ceph_conf: None, client: "admin".to_string(), op_timeout_ms: 30_000 };
     let object = Arc::new(RadosObject::open(&spec, POOL, &unique_image("watch-ping")).expect("open the object"));
     object.replace_record("sluice.test", None, b"1", b"record").expect("create the object");
@@ -258,9 +282,7 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
 /// CEPH_ARGS) says otherwise: the default applies, and an operator's value wins.
 #[test]
 fn librados_defaults_yield_to_the_configuration_file() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let _counting = CONNECTION_COUNT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // Specs of their own (the op timeout is part of a connection's key), so other tests'
     // connections are not reused.
@@ -281,9 +303,7 @@ fn librados_defaults_yield_to_the_configuration_file() {
 
 #[test]
 fn an_image_grows_live_and_another_handle_sees_it_on_refresh_but_never_shrinks_it() {
-    if !cluster_available() {
-        return;
-    }
+    let Some(_images) = cluster() else { return };
     let name = unique_image("grow");
     let mut options = RbdOptions::new(POOL, &name);
     options.size_bytes = Some(4 << 20);
