@@ -74,15 +74,27 @@ struct Job {
     key: ImageKey,
     pool: String,
     image: String,
+    /// The request it answers ([`Entry::generation`]): a job whose image was
+    /// cancelled or asked for again since is dropped, never run twice.
+    generation: u64,
     /// Tries that failed so far.
     attempts: u32,
+}
+
+/// One image's copy: its state, and which request it belongs to.
+#[derive(Debug, Clone)]
+struct Entry {
+    generation: u64,
+    state: CopyState,
 }
 
 /// What the handle and the thread share.
 #[derive(Debug, Default)]
 struct Shared {
     /// Copies by image, while they wait, run or wait to be tried again.
-    states: Mutex<HashMap<ImageKey, CopyState>>,
+    states: Mutex<HashMap<ImageKey, Entry>>,
+    /// The last request's generation.
+    requests: std::sync::atomic::AtomicU64,
     /// The image being copied, and the flag that stops its copy.
     running: Mutex<Option<(ImageKey, Arc<AtomicBool>)>>,
     /// Set by the handle's drop: the thread stops.
@@ -90,7 +102,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn states(&self) -> std::sync::MutexGuard<'_, HashMap<ImageKey, CopyState>> {
+    fn states(&self) -> std::sync::MutexGuard<'_, HashMap<ImageKey, Entry>> {
         self.states.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -128,14 +140,15 @@ impl Flattener {
     /// tried now.
     pub fn request(&self, cluster: ClusterSpec, pool: &str, image: &str) {
         let key = (cluster, format!("{pool}/{image}"));
+        let generation = self.shared.requests.fetch_add(1, Ordering::Relaxed) + 1;
         {
             let mut states = self.shared.states();
-            if states.get(&key).is_some_and(CopyState::is_active) {
+            if states.get(&key).is_some_and(|entry| entry.state.is_active()) {
                 return;
             }
-            states.insert(key.clone(), CopyState::Waiting);
+            states.insert(key.clone(), Entry { generation, state: CopyState::Waiting });
         }
-        let job = Job { key, pool: pool.to_string(), image: image.to_string(), attempts: 0 };
+        let job = Job { key, pool: pool.to_string(), image: image.to_string(), generation, attempts: 0 };
         if let Some(sender) = &self.sender {
             // The thread ends only when this handle is dropped.
             let _ = sender.send(job);
@@ -164,20 +177,25 @@ impl Flattener {
     /// True when a copy waits or runs (a failed one waiting for its next try does
     /// not count).
     pub fn is_copying(&self) -> bool {
-        self.shared.states().values().any(CopyState::is_active)
+        self.shared.states().values().any(|entry| entry.state.is_active())
     }
 
     /// Where the copy of `pool/image` stands; None when none waits or runs.
     pub fn state_of(&self, cluster: &ClusterSpec, pool: &str, image: &str) -> Option<CopyState> {
-        self.shared.states().get(&(cluster.clone(), format!("{pool}/{image}"))).cloned()
+        self.shared.states().get(&(cluster.clone(), format!("{pool}/{image}"))).map(|entry| entry.state.clone())
     }
 }
 
 impl Drop for Flattener {
     fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::Release);
-        if let Some((_, cancel)) = &*self.shared.running() {
-            cancel.store(true, Ordering::Release);
+        {
+            // Under the lock the thread takes to start a copy: either it sees
+            // `stopping`, or its copy is listed here and stopped.
+            let running = self.shared.running();
+            self.shared.stopping.store(true, Ordering::Release);
+            if let Some((_, cancel)) = &*running {
+                cancel.store(true, Ordering::Release);
+            }
         }
         self.sender = None;
         // Disconnected once the thread has let go of the image.
@@ -202,10 +220,8 @@ fn run(receiver: &mpsc::Receiver<Job>, shared: &Shared) {
         let (due, later): (Vec<_>, Vec<_>) = retries.drain(..).partition(|(at, _)| *at <= now);
         retries = later;
         // A failed copy whose wait is over runs, unless it was cancelled or asked for
-        // again meanwhile (that job is queued already).
-        let still_retrying =
-            |job: &Job| matches!(shared.states().get(&job.key), Some(CopyState::Retrying { attempts, .. }) if *attempts == job.attempts);
-        ready.extend(due.into_iter().map(|(_, job)| job).filter(still_retrying));
+        // again meanwhile (that request's job is queued already).
+        ready.extend(due.into_iter().map(|(_, job)| job).filter(|job| is_current(shared, job)));
         let Some(job) = ready.pop_front() else {
             let wait = retries.iter().map(|(at, _)| at.saturating_duration_since(now)).min();
             let received = match wait {
@@ -219,23 +235,30 @@ fn run(receiver: &mpsc::Receiver<Job>, shared: &Shared) {
             }
             continue;
         };
-        if let Some(failed) = copy(job, shared) {
+        if let Some((failed, error)) = copy(job, shared) {
             // Cluster errors hold for every image of the cluster: they all wait.
-            let cluster_down = matches!(failed.1, RbdError::Cluster { .. } | RbdError::LibraryMissing(_));
-            let mut waiting = vec![failed.0];
+            let cluster_down = matches!(error, RbdError::Cluster { .. } | RbdError::LibraryMissing(_));
+            let mut waiting = vec![failed];
             if cluster_down {
                 let cluster = waiting[0].key.0.clone();
                 let (same, others): (VecDeque<Job>, VecDeque<Job>) = ready.drain(..).partition(|job| job.key.0 == cluster);
                 ready = others;
                 waiting.extend(same);
             }
+            let error = error.to_string();
             for mut job in waiting {
                 job.attempts += 1;
                 let wait = retry_wait(job.attempts);
                 let next_try = Instant::now() + wait;
-                let error = failed.1.to_string();
+                let retrying = CopyState::Retrying { error: error.clone(), attempts: job.attempts, next_try };
+                // Only a job still current waits for a retry; a cancelled one is dropped.
+                let mut states = shared.states();
+                match states.get_mut(&job.key) {
+                    Some(entry) if entry.generation == job.generation => entry.state = retrying,
+                    _ => continue,
+                }
+                drop(states);
                 tracing::warn!(image = %job.key.1, %error, attempts = job.attempts, retry_in_s = wait.as_secs(), "copying a clone failed; it is served meanwhile (reading from its parent) and tried again");
-                shared.states().insert(job.key.clone(), CopyState::Retrying { error, attempts: job.attempts, next_try });
                 retries.push((next_try, job));
             }
         }
@@ -246,18 +269,28 @@ fn run(receiver: &mpsc::Receiver<Job>, shared: &Shared) {
     }
 }
 
-/// Runs one copy, unless it was cancelled while it waited; returns it with its error
-/// when it failed.
+/// True when `job` still answers its image's latest request (not cancelled, not
+/// asked for again since).
+fn is_current(shared: &Shared, job: &Job) -> bool {
+    shared.states().get(&job.key).is_some_and(|entry| entry.generation == job.generation)
+}
+
+/// Runs one copy, unless it was cancelled while it waited or a stop began; returns
+/// it with its error when it failed and is still wanted.
 fn copy(job: Job, shared: &Shared) -> Option<(Job, RbdError)> {
     let started = Instant::now();
     let cancel = Arc::new(AtomicBool::new(false));
     {
         let mut states = shared.states();
-        if !states.contains_key(&job.key) {
+        // Cancelled while it waited, or asked for again (that request's job runs).
+        let entry = states.get_mut(&job.key).filter(|entry| entry.generation == job.generation)?;
+        // `stopping` is read under this lock: see `Flattener::drop`.
+        let mut running = shared.running();
+        if shared.stopping.load(Ordering::Acquire) {
             return None;
         }
-        states.insert(job.key.clone(), CopyState::Copying { since: started });
-        *shared.running() = Some((job.key.clone(), Arc::clone(&cancel)));
+        entry.state = CopyState::Copying { since: started };
+        *running = Some((job.key.clone(), Arc::clone(&cancel)));
     }
     let outcome = rbd_backend::flatten_image(&job.key.0, &job.pool, &job.image, &cancel);
     *shared.running() = None;
@@ -270,19 +303,14 @@ fn copy(job: Job, shared: &Shared) -> Option<(Job, RbdError)> {
                 Flattened::Independent => {}
             }
             let mut states = shared.states();
-            // Asked for again while it ran: that request's job is queued and runs.
-            if matches!(states.get(&job.key), Some(CopyState::Copying { since }) if *since == started) {
+            // Cancelled or asked for again while it ran: that is not this job's entry.
+            if states.get(&job.key).is_some_and(|entry| entry.generation == job.generation) {
                 states.remove(&job.key);
             }
             None
         }
-        Err(error) => {
-            if !shared.states().contains_key(&job.key) {
-                // Cancelled while it ran (the image is being deleted).
-                return None;
-            }
-            Some((job, error))
-        }
+        // The failure path checks again, under the lock, that it is still wanted.
+        Err(error) => Some((job, error)),
     }
 }
 
@@ -315,13 +343,33 @@ mod tests {
         let cluster = runtime::RbdOptions::new("", "").cluster;
         let key = (cluster.clone(), "rbd/a".to_string());
         let retrying = CopyState::Retrying { error: "down".into(), attempts: 1, next_try: Instant::now() };
-        flattener.shared.states().insert(key.clone(), retrying);
+        flattener.shared.states().insert(key.clone(), Entry { generation: 1, state: retrying });
         assert!(!flattener.is_copying(), "a copy waiting for its next try is not running");
         flattener.request(cluster.clone(), "rbd", "a");
         assert_eq!(receiver.try_iter().count(), 1);
         assert_eq!(flattener.state_of(&cluster, "rbd", "a"), Some(CopyState::Waiting));
         assert!(flattener.cancel(&cluster, "rbd", "a", Duration::ZERO));
         assert_eq!(flattener.state_of(&cluster, "rbd", "a"), None);
+    }
+
+    #[test]
+    fn a_job_of_a_cancelled_or_repeated_request_never_runs() {
+        let (flattener, receiver) = handle();
+        let cluster = runtime::RbdOptions::new("", "").cluster;
+        flattener.request(cluster.clone(), "rbd", "a");
+        let first = receiver.try_recv().unwrap();
+        assert!(flattener.cancel(&cluster, "rbd", "a", Duration::ZERO));
+        assert!(!is_current(&flattener.shared, &first), "cancelled");
+        assert!(copy(first.clone(), &flattener.shared).is_none(), "a cancelled job is not run");
+        flattener.request(cluster.clone(), "rbd", "a");
+        let second = receiver.try_recv().unwrap();
+        assert!(!is_current(&flattener.shared, &first), "asked for again: only the new job is current");
+        assert!(is_current(&flattener.shared, &second));
+        // A stop begun: the current job does not start either.
+        flattener.shared.stopping.store(true, Ordering::Release);
+        assert!(copy(second, &flattener.shared).is_none());
+        assert!(flattener.shared.running().is_none());
+        assert_eq!(flattener.state_of(&cluster, "rbd", "a"), Some(CopyState::Waiting), "left as it was");
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub(crate) fn connect(spec: &ClusterSpec) -> Result<Arc<Cluster>, RbdError> {
     let mut clusters = CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     clusters.retain(|(_, cluster)| cluster.strong_count() > 0);
     if let Some(cluster) = clusters.iter().find(|(open, _)| open == spec).and_then(|(_, cluster)| cluster.upgrade()) {
+        // Another thread connected first: ours is shut down, outside the lock.
+        drop(clusters);
+        drop(connected);
         return Ok(cluster);
     }
     clusters.push((spec.clone(), Arc::downgrade(&connected)));

@@ -351,6 +351,9 @@ pub fn flatten_image(spec: &ClusterSpec, pool: &str, image: &str, cancel: &Atomi
     if code == -libc::ENOENT {
         return Ok(Flattened::Independent);
     }
+    if code < 0 {
+        return Err(pool.failed(image, "reading how much of the clone its parent still holds", code));
+    }
     // SAFETY: the image is open; `cancel` outlives the call, which is the only time
     // librbd calls `stop_when_cancelled` with it.
     let code = unsafe {
