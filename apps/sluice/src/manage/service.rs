@@ -499,7 +499,8 @@ impl Management {
         let copying = match (&clone_from, &rbd) {
             (Some(source), Some(target)) => {
                 let cluster = self.clone_for_namespace(&draft.document, source, target)?;
-                Some(self.request_copy(cluster, target))
+                let (pool, image) = rbd_images::image_spec("rbd", target)?;
+                Some(self.request_copy(cluster, pool, image))
             }
             _ => None,
         };

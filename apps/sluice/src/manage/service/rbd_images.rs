@@ -49,6 +49,28 @@ const IMAGE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// driver's retried DeleteVolume) deletes the image.
 const CLONE_COPY_WAIT: Duration = Duration::from_secs(30);
 
+/// `delete_image` of an image with snapshots is refused, naming them: they would go
+/// with it, so the caller removes them first, knowingly.
+fn refuse_image_with_snapshots(options: &runtime::RbdOptions) -> Result<(), RpcError> {
+    match rbd_backend::list_snapshots(&options.cluster, &options.pool, &options.image) {
+        Ok(snapshots) if !snapshots.is_empty() => {
+            let names: Vec<&str> = snapshots.iter().map(|snapshot| snapshot.name.as_str()).collect();
+            Err(RpcError::refused(
+                "delete_image",
+                format!(
+                    "image {}/{} has snapshots ({}); remove them first (rbd_snapshot_remove), nothing was changed",
+                    options.pool,
+                    options.image,
+                    names.join(", ")
+                ),
+            )
+            .with_cause(management_client::codes::causes::HAS_SNAPSHOTS))
+        }
+        Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => Ok(()),
+        Err(error) => Err(rbd_error("delete_image", error)),
+    }
+}
+
 /// "POOL/IMAGE" split, refused (naming `field`) when it is not that.
 pub(crate) fn image_spec<'a>(field: &str, text: &'a str) -> Result<(&'a str, &'a str), RpcError> {
     match text.split_once('/') {
@@ -237,8 +259,8 @@ impl Management {
     /// Asks the copying thread to make `target` ("POOL/IMAGE") independent of its
     /// parent; false when the thread could not be started (the copy is then left to
     /// the next start, and the clone is served reading from its parent meanwhile).
-    pub(super) fn request_copy(&mut self, cluster: ClusterSpec, target: &str) -> bool {
-        let Ok((pool, image)) = image_spec("rbd", target) else { return false };
+    pub(super) fn request_copy(&mut self, cluster: ClusterSpec, pool: &str, image: &str) -> bool {
+        let target = format!("{pool}/{image}");
         if self.flattener.is_none() {
             match super::super::flatten::Flattener::start() {
                 Ok(flattener) => self.flattener = Some(flattener),
@@ -257,15 +279,14 @@ impl Management {
     /// At start: a copy of every RBD image the configuration serves, so that a clone
     /// whose copy a stop cut off is finished (an image with no parent costs an open).
     pub fn copy_unfinished_clones(&mut self) {
-        let images: Vec<(ClusterSpec, String)> = self
+        let images: Vec<runtime::RbdOptions> = self
             .running_config()
             .iter()
             .flat_map(|config| &config.backends)
             .filter_map(|backend| backend.rbd_options())
-            .map(|options| (options.cluster, format!("{}/{}", options.pool, options.image)))
             .collect();
-        for (cluster, image) in images {
-            self.request_copy(cluster, &image);
+        for options in images {
+            self.request_copy(options.cluster, &options.pool, &options.image);
         }
     }
 
@@ -322,22 +343,7 @@ impl Management {
                  namespace without delete_image"
             )));
         }
-        // Its snapshots would go with it: the caller removes them first, knowingly.
-        match rbd_backend::list_snapshots(&options.cluster, &options.pool, &options.image) {
-            Ok(snapshots) if !snapshots.is_empty() => {
-                let names: Vec<&str> = snapshots
-                    .iter()
-                    .map(|snapshot| snapshot.name.as_str())
-                    .collect();
-                return Err(refuse(format!(
-                    "image {image_name} has snapshots ({}); remove them first (rbd_snapshot_remove), nothing was changed",
-                    names.join(", ")
-                ))
-                .with_cause(management_client::codes::causes::HAS_SNAPSHOTS));
-            }
-            Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => {}
-            Err(error) => return Err(rbd_error("delete_image", error)),
-        }
+        refuse_image_with_snapshots(&options)?;
         // The [[backend]] entry stays until the image is gone: if deleting it fails,
         // the entry still names it, and `backend_remove` finishes the job later.
         let text = self.check(&draft)?;
@@ -434,18 +440,7 @@ impl Management {
             return Err(RpcError::refused("delete_image", format!("backend {name:?} is not kind = \"rbd\": it has no image")));
         };
         let image_name = format!("{}/{}", options.pool, options.image);
-        match rbd_backend::list_snapshots(&options.cluster, &options.pool, &options.image) {
-            Ok(snapshots) if !snapshots.is_empty() => {
-                let names: Vec<&str> = snapshots.iter().map(|snapshot| snapshot.name.as_str()).collect();
-                return Err(RpcError::refused(
-                    "delete_image",
-                    format!("image {image_name} has snapshots ({}); remove them first (rbd_snapshot_remove)", names.join(", ")),
-                )
-                .with_cause(causes::HAS_SNAPSHOTS));
-            }
-            Ok(_) | Err(RbdError::ImageMissing { .. }) | Err(RbdError::PoolMissing { .. }) => {}
-            Err(error) => return Err(rbd_error("delete_image", error)),
-        }
+        refuse_image_with_snapshots(&options)?;
         match self.delete_backend_image(&name, &options) {
             Ok(existed) => Ok(json!({ "name": name, "removed": true, "image": image_name, "image_deleted": existed })),
             Err(error) => Err(RpcError::new(
