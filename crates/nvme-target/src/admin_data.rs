@@ -32,7 +32,9 @@ use crate::limits::{
 use crate::namespaces::Namespace;
 use crate::subsystem::Subsystem;
 
-/// RESCAP bits 7:1: Ignore Existing Key and the six reservation types.
+/// RESCAP bits 7:1: the six reservation types, and bit 7, IEKEY with its NVMe 1.3
+/// meaning (Register may ignore the current key; Acquire and Release with IEKEY set are
+/// refused, see `reservation_commands.rs`).
 const RESERVATION_CAPABILITIES: u8 = 0b1111_1110;
 /// RESCAP bit 0, PTPOS: Persist Through Power Loss supported.
 const RESERVATION_PERSIST_THROUGH_POWER_LOSS: u8 = 1 << 0;

@@ -100,6 +100,12 @@ pub const MAX_OUTSTANDING_ABORTS: u16 = 4;
 /// Dataset Management ranges per command: NR is 8 bits, 0's based.
 pub const MAX_DATASET_RANGES: u32 = 256;
 
+/// Largest Reservation Report a host may ask for (NUMD, 0's based dwords, up to
+/// 16 GiB as sent): one data transfer (MDTS), as for every other command. The report
+/// itself is at most 64 + 64 x `MAX_REGISTRANTS` bytes (4160); what a host asks for
+/// beyond it is sent as zeroes. Checked before the answer's buffer is allocated.
+pub const MAX_RESERVATION_REPORT_BYTES: u32 = MAX_DATA_TRANSFER_BYTES;
+
 /// Longest `connection_setup_timeout_ms` accepted (the setting: a connection that has
 /// not sent ICReq and a successful Connect within it is closed).
 pub const MAX_CONNECTION_SETUP_TIMEOUT_MS: u64 = 3_600_000;

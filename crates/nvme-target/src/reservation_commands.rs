@@ -8,18 +8,28 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
 use crate::group_reservations::{ChangeTicket, ReservationChange, SharedGroupReservations};
-use crate::limits::{FENCE_CHECK_INTERVAL_MS, MAX_DATA_TRANSFER_BYTES};
+use crate::limits::{FENCE_CHECK_INTERVAL_MS, MAX_RESERVATION_REPORT_BYTES};
 use crate::outcome::Outcome;
 use crate::reservation_store::{NamespaceKey, PersistTicket};
-use crate::reservations::{AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationType};
+use crate::reservations::{
+    AcquireAction, Effects, HostId, RegisterAction, ReleaseAction, ReservationState, ReservationType,
+};
 use crate::slots::SlotState;
 
 /// Bytes of the extended Reservation Status header and of each extended Registered
 /// Controller data structure (128-bit Host Identifiers, the only kind fabrics use).
 const REPORT_HEADER_BYTES: usize = 64;
 const REPORT_ENTRY_BYTES: usize = 64;
-/// CNTLID of a registrant with no controller now (dynamic controller model).
-const NO_CONTROLLER: u16 = 0xFFFF;
+/// CNTLID of every entry of a Reservation Report: this subsystem creates controllers
+/// dynamically (Connect asks for FFFFh), and for the dynamic controller model the
+/// Registered Controller data structure's CNTLID is FFFFh (NVMe Base 2.0, Reservation
+/// Report), as the Linux target and SPDK report it.
+const DYNAMIC_CONTROLLER: u16 = 0xFFFF;
+/// CDW10 bit 3, IEKEY, of Register, Acquire and Release. RESCAP bit 7 (Identify
+/// Namespace) says it has its NVMe 1.3 and later meaning: Register may ignore the
+/// current key; in Acquire and Release the bit is not allowed, and a command with it
+/// set gets Invalid Field in Command (as the Linux target and SPDK answer).
+const IGNORE_EXISTING_KEY: u32 = 1 << 3;
 
 fn invalid() -> Status {
     Status::INVALID_FIELD.with_do_not_retry()
@@ -98,7 +108,7 @@ impl Connection {
             action,
             current_key: key_at(&data, 0),
             new_key: key_at(&data, 8),
-            ignore_key: cdw10 & (1 << 3) != 0,
+            ignore_key: cdw10 & IGNORE_EXISTING_KEY != 0,
             persist,
         };
         self.change_reservations(slot_index, &namespace, change, now)
@@ -119,13 +129,16 @@ impl Connection {
             _ => return Err(invalid()),
         };
         let kind = ReservationType::from_u8((cdw10 >> 8) as u8).ok_or_else(invalid)?;
+        if cdw10 & IGNORE_EXISTING_KEY != 0 {
+            return Err(invalid());
+        }
         let change = ReservationChange::Acquire {
             host,
             action,
             kind,
             current_key: key_at(&data, 0),
             preempt_key: key_at(&data, 8),
-            ignore_key: cdw10 & (1 << 3) != 0,
+            ignore_key: false,
         };
         self.change_reservations(slot_index, &namespace, change, now)
     }
@@ -147,12 +160,15 @@ impl Connection {
         if action == ReleaseAction::Release && ReservationType::from_u8(kind).is_none() {
             return Err(invalid());
         }
+        if cdw10 & IGNORE_EXISTING_KEY != 0 {
+            return Err(invalid());
+        }
         let change = ReservationChange::Release {
             host,
             action,
             kind,
             current_key: key_at(&data, 0),
-            ignore_key: cdw10 & (1 << 3) != 0,
+            ignore_key: false,
         };
         self.change_reservations(slot_index, &namespace, change, now)
     }
@@ -364,15 +380,20 @@ impl Connection {
 
     /// Reservation Report, extended data structure only: fabrics Host Identifiers are
     /// 128 bits, so EDS clear gets Host Identifier Inconsistent (as the Linux target).
+    /// One entry per registrant, CNTLID FFFFh (see [`encode_report`]).
     pub(crate) fn io_reservation_report(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
         let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
         let sgl = sqe.sgl();
         if sgl.length > 0 && !sgl.is_transport() {
             return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());
         }
-        let length = ((u64::from(sqe.dwords[10]) + 1) * 4).min(u64::from(sgl.length));
-        if length > u64::from(MAX_DATA_TRANSFER_BYTES) {
-            return Err(invalid());
+        // NUMD (0's based dwords) is what is transferred. Bounded before anything is
+        // allocated: more than the host's data buffer holds (or than one transfer
+        // carries, which no buffer may exceed) is Data SGL Length Invalid, as reads
+        // and Get Log Page answer a buffer too short for their transfer.
+        let length = (u64::from(sqe.dwords[10]) + 1) * 4;
+        if length > u64::from(sgl.length) || length > u64::from(MAX_RESERVATION_REPORT_BYTES) {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry());
         }
         if sqe.dwords[11] & 1 == 0 {
             return Err(Status::HOST_IDENTIFIER_INCONSISTENT.with_do_not_retry());
@@ -381,49 +402,103 @@ impl Connection {
         if namespace.reservations.is_unknown() {
             return Err(Status::INTERNAL_PATH_ERROR);
         }
-        let state = namespace.reservations.lock().clone();
-        let controllers = self
-            .binding
-            .as_ref()
-            .and_then(|binding| binding.controller.subsystem.clone())
-            .map(|subsystem| self.target.controllers_of(subsystem.index))
-            .unwrap_or_default();
-        // One entry per controller of a registered host, or one without a controller.
-        let mut entries: Vec<(u16, bool, u64, HostId)> = Vec::new();
-        for registrant in &state.registrants {
-            let holds = state.holds(&registrant.host);
-            let mut ids: Vec<u16> = controllers
-                .iter()
-                .filter(|controller| controller.host_identifier == registrant.host)
-                .map(|controller| controller.id.0)
-                .collect();
-            ids.sort_unstable();
-            if ids.is_empty() {
-                ids.push(NO_CONTROLLER);
-            }
-            entries.extend(ids.into_iter().map(|id| (id, holds, registrant.key, registrant.host)));
-        }
-        let mut report = Vec::with_capacity(REPORT_HEADER_BYTES + entries.len() * REPORT_ENTRY_BYTES);
-        let mut header = [0u8; REPORT_HEADER_BYTES];
-        header[0..4].copy_from_slice(&state.generation.to_le_bytes());
-        header[4] = state.holder.map_or(0, |holder| holder.kind as u8);
-        header[5..7].copy_from_slice(&(entries.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
-        header[9] = u8::from(state.persist_through_power_loss);
-        report.extend_from_slice(&header);
-        for (controller, holds, key, host) in &entries {
-            let mut entry = [0u8; REPORT_ENTRY_BYTES];
-            entry[0..2].copy_from_slice(&controller.to_le_bytes());
-            entry[2] = u8::from(*holds);
-            entry[8..16].copy_from_slice(&key.to_le_bytes());
-            entry[16..32].copy_from_slice(host);
-            report.extend_from_slice(&entry);
-        }
+        // At most MAX_RESERVATION_REPORT_BYTES, checked above.
         let mut buffer = self.pool.take_zeroed(length as usize);
-        // As much of the report as the host asked for; the rest stays zero.
-        for (byte, reported) in buffer.iter_mut().zip(&report) {
-            *byte = *reported;
-        }
+        encode_report(&namespace.reservations.lock(), &mut buffer);
         self.slots.slot(slot_index).buffer = buffer;
         Ok(Outcome::Data(length as u32))
+    }
+}
+
+/// Writes the extended Reservation Status data structure of `state` into `out`, as
+/// much of it as `out` holds (the rest of `out` is left as it is: zeroes).
+///
+/// The report is the namespace's state and nothing of this process's: one Registered
+/// Controller entry per registrant (registrations belong to Host Identifiers, not to
+/// controllers), each with CNTLID FFFFh, the dynamic controller model's value. So a
+/// gateway group's report is the same through every gateway, whichever gateway the
+/// host's controllers are on, and a single target reports by the same rule. REGCTL
+/// counts every registrant, also those past the end of `out`.
+pub(crate) fn encode_report(state: &ReservationState, out: &mut [u8]) {
+    let mut header = [0u8; REPORT_HEADER_BYTES];
+    header[0..4].copy_from_slice(&state.generation.to_le_bytes());
+    header[4] = state.holder.map_or(0, |holder| holder.kind as u8);
+    let registered = u16::try_from(state.registrants.len()).unwrap_or(u16::MAX);
+    header[5..7].copy_from_slice(&registered.to_le_bytes());
+    header[9] = u8::from(state.persist_through_power_loss);
+    copy_into(out, 0, &header);
+    for (index, registrant) in state.registrants.iter().enumerate() {
+        let offset = REPORT_HEADER_BYTES + index * REPORT_ENTRY_BYTES;
+        if offset >= out.len() {
+            break;
+        }
+        let mut entry = [0u8; REPORT_ENTRY_BYTES];
+        entry[0..2].copy_from_slice(&DYNAMIC_CONTROLLER.to_le_bytes());
+        entry[2] = u8::from(state.holds(&registrant.host));
+        entry[8..16].copy_from_slice(&registrant.key.to_le_bytes());
+        entry[16..32].copy_from_slice(&registrant.host);
+        copy_into(out, offset, &entry);
+    }
+}
+
+/// Copies as much of `bytes` as fits into `out` from `offset` on.
+fn copy_into(out: &mut [u8], offset: usize, bytes: &[u8]) {
+    if let Some(target) = out.get_mut(offset..) {
+        for (byte, value) in target.iter_mut().zip(bytes) {
+            *byte = *value;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservations::{Holder, Registrant};
+
+    fn state(kind: ReservationType, holder: Option<u8>) -> ReservationState {
+        ReservationState {
+            generation: 9,
+            registrants: (1..=3).map(|host| Registrant { host: [host; 16], key: u64::from(host) * 0x11 }).collect(),
+            holder: Some(Holder { kind, host: holder.map(|host| [host; 16]) }),
+            persist_through_power_loss: true,
+        }
+    }
+
+    fn entry(report: &[u8], index: usize) -> &[u8] {
+        &report[REPORT_HEADER_BYTES + index * REPORT_ENTRY_BYTES..][..REPORT_ENTRY_BYTES]
+    }
+
+    #[test]
+    fn the_report_lists_each_registrant_once_with_cntlid_ffffh() {
+        let mut report = vec![0u8; REPORT_HEADER_BYTES + 4 * REPORT_ENTRY_BYTES];
+        encode_report(&state(ReservationType::WriteExclusive, Some(2)), &mut report);
+        assert_eq!(report[0..4], 9u32.to_le_bytes());
+        assert_eq!((report[4], u16::from_le_bytes([report[5], report[6]]), report[9]), (1, 3, 1));
+        for index in 0..3 {
+            let host = index as u8 + 1;
+            let entry = entry(&report, index);
+            assert_eq!(entry[0..2], [0xFF, 0xFF], "CNTLID FFFFh");
+            assert_eq!(entry[2], u8::from(host == 2), "only the holder holds");
+            assert_eq!(entry[8..16], (u64::from(host) * 0x11).to_le_bytes());
+            assert_eq!(entry[16..32], [host; 16]);
+        }
+        assert!(entry(&report, 3).iter().all(|&byte| byte == 0), "no fourth entry");
+        // All-registrants types: every registrant holds.
+        encode_report(&state(ReservationType::ExclusiveAccessAllRegistrants, None), &mut report);
+        assert!((0..3).all(|index| entry(&report, index)[2] == 1));
+    }
+
+    #[test]
+    fn a_short_buffer_gets_the_start_of_the_report_and_the_full_count() {
+        let whole = {
+            let mut whole = vec![0u8; REPORT_HEADER_BYTES + 3 * REPORT_ENTRY_BYTES];
+            encode_report(&state(ReservationType::WriteExclusive, Some(1)), &mut whole);
+            whole
+        };
+        for length in [0, 4, 63, 64, 65, 100, 128, 150] {
+            let mut report = vec![0u8; length];
+            encode_report(&state(ReservationType::WriteExclusive, Some(1)), &mut report);
+            assert_eq!(report, whole[..length], "{length} bytes");
+        }
     }
 }

@@ -263,6 +263,48 @@ fn a_gateway_that_missed_updates_answers_path_errors_then_catches_up_with_their_
     assert_eq!(write_status(&mut first.io), Status::RESERVATION_CONFLICT);
 }
 
+/// Reservation Report is the group's record, nothing of the gateway that answers:
+/// each registrant once with CNTLID FFFFh, whether its controllers are on this
+/// gateway, on the other or on both, so the report is byte for byte the same through
+/// every gateway. IEKEY in Acquire and Release is refused on a group as on a single
+/// target, before the group is asked.
+#[test]
+fn the_report_is_the_same_through_every_gateway_and_iekey_is_refused() {
+    let group = Arc::new(MemoryGroup::default());
+    let [a, b] = gateways(&group);
+    let mut first = host(&a, HOST_NQN);
+    let mut second = host(&b, OTHER_HOST);
+    let mut first_on_b = host(&b, HOST_NQN);
+    assert_eq!(register(&mut first.io, 0, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(register(&mut second.io, 0, 0, 0xB2), Status::SUCCESS);
+    assert_eq!(acquire(&mut first.io, 0, 1, 0xA1, 0), Status::SUCCESS);
+
+    let reports = [report(&mut first.io), report(&mut second.io), report(&mut first_on_b.io)];
+    for answer in &reports {
+        assert_status(answer, Status::SUCCESS);
+    }
+    let data = &reports[0].data;
+    assert_eq!(u16::from_le_bytes([data[5], data[6]]), 2, "two registrants, each once");
+    for (index, (host, holds)) in [(HOST_NQN, 1), (OTHER_HOST, 0)].into_iter().enumerate() {
+        let entry = &data[64 + index * 64..128 + index * 64];
+        assert_eq!(entry[0..2], [0xFF, 0xFF], "CNTLID FFFFh");
+        assert_eq!(entry[2], holds);
+        assert_eq!(entry[16..32], host_id_of(host));
+    }
+    assert_eq!(reports[1].data, *data, "the same report through the other gateway");
+    assert_eq!(reports[2].data, *data, "the same report to the holder's controller on the other gateway");
+
+    let nguid = a.subsystems()[0].namespace(nvme_spec::NamespaceId(1)).unwrap().nguid;
+    let sequence = group.latest(&nguid).sequence;
+    let refused = Status::INVALID_FIELD.with_do_not_retry();
+    assert_eq!(acquire(&mut second.io, 2 | (1 << 3), 1, 0xB2, 0xA1), refused, "Preempt and Abort with IEKEY");
+    let mut release = sqe(IoOpcode::ReservationRelease as u8, 1, 0);
+    release.dwords[10] = 1 | (1 << 3);
+    assert_eq!(first.io.command(release, &0xA1u64.to_le_bytes(), &[]).cqe.status, refused, "Clear with IEKEY");
+    assert_eq!(group.latest(&nguid).sequence, sequence, "the group was not asked");
+    assert_eq!(write_status(&mut second.io), Status::RESERVATION_CONFLICT, "the first host still holds it");
+}
+
 #[test]
 fn gateway_groups_offer_persist_through_power_loss() {
     let group = Arc::new(MemoryGroup::default());

@@ -1,7 +1,9 @@
 //! Persistent reservations through the wire, between hosts with different Host
 //! Identifiers: registration, acquire and the access rules on the I/O path,
-//! preemption with its notification (AEN and log 80h), release, the report, the
-//! Host Identifier and mask features, and the statuses bad requests get.
+//! preemption with its notification (AEN and log 80h), release, the report (one
+//! entry per registrant, CNTLID FFFFh), the Host Identifier and mask features, and
+//! the statuses bad requests get (IEKEY in Acquire and Release, a NUMD larger than
+//! the data buffer).
 
 mod support;
 
@@ -55,11 +57,32 @@ fn release(io: &mut FakeHost, action: u32, kind: u32, current: u64) -> Status {
 }
 
 fn report(io: &mut FakeHost, extended: bool) -> Answer {
-    let length = 4096u32;
-    let mut command = sqe(IoOpcode::ReservationReport as u8, 1, length);
-    command.dwords[10] = length / 4 - 1;
+    report_sized(io, extended, 4096 / 4 - 1, 4096)
+}
+
+/// A Reservation Report with NUMD `numd` (0's based dwords) into a data buffer of
+/// `buffer` bytes.
+fn report_sized(io: &mut FakeHost, extended: bool, numd: u32, buffer: u32) -> Answer {
+    let mut command = sqe(IoOpcode::ReservationReport as u8, 1, buffer);
+    command.dwords[10] = numd;
     command.dwords[11] = u32::from(extended);
     io.command(command, &[], &[])
+}
+
+/// The Registered Controller entries of an extended report: (CNTLID, holds, key, host).
+fn entries(data: &[u8]) -> Vec<(u16, u8, u64, [u8; 16])> {
+    let count = usize::from(u16::from_le_bytes([data[5], data[6]]));
+    (0..count)
+        .map(|index| {
+            let entry = &data[64 + index * 64..128 + index * 64];
+            (
+                u16::from_le_bytes([entry[0], entry[1]]),
+                entry[2],
+                u64::from_le_bytes(entry[8..16].try_into().unwrap()),
+                entry[16..32].try_into().unwrap(),
+            )
+        })
+        .collect()
 }
 
 fn status_of(io: &mut FakeHost, opcode: IoOpcode) -> Status {
@@ -89,18 +112,17 @@ fn registration_reservation_and_preemption_between_hosts() {
     let other_namespace = c.io.command(read_write(IoOpcode::Write, 2, 0, 1), &pattern(512, 1), &[]);
     assert_status(&other_namespace, Status::SUCCESS);
 
-    // The report: generation 2, type 1, both registrants with their controllers.
+    // The report: generation 2, type 1, both registrants, each once with CNTLID
+    // FFFFh (the dynamic controller model's value), A holding.
     let answer = report(&mut b.io, true);
     assert_status(&answer, Status::SUCCESS);
     let data = answer.data;
     assert_eq!(u32::from_le_bytes(data[0..4].try_into().unwrap()), 2);
     assert_eq!(data[4], 1);
-    assert_eq!(u16::from_le_bytes([data[5], data[6]]), 2);
-    let entry = |index: usize| &data[64 + index * 64..128 + index * 64];
-    let holder = (0..2).find(|&index| entry(index)[2] == 1).expect("a holder entry");
-    assert_eq!(u16::from_le_bytes([entry(holder)[0], entry(holder)[1]]), a.cntlid.0);
-    assert_eq!(u64::from_le_bytes(entry(holder)[8..16].try_into().unwrap()), 0xA1);
-    assert_eq!(entry(holder)[16..32], host_id_of(HOST_NQN));
+    assert_eq!(
+        entries(&data),
+        [(0xFFFF, 1, 0xA1, host_id_of(HOST_NQN)), (0xFFFF, 0, 0xB2, host_id_of(OTHER_HOST))]
+    );
     assert_eq!(report(&mut b.io, false).cqe.status.kind(), Status::HOST_IDENTIFIER_INCONSISTENT);
 
     // A waits for notifications; B preempts A into Exclusive Access (and aborts).
@@ -149,6 +171,85 @@ fn bad_reservation_commands_get_the_statuses_the_spec_names() {
     assert_eq!(a.io.command(missing, &keys(1, 0), &[]).cqe.status.kind(), Status::INVALID_NAMESPACE_OR_FORMAT);
     assert_eq!(register(&mut a.io, 1, 0, 0), Status::RESERVATION_CONFLICT);
     assert_eq!(register(&mut a.io, 1 | (1 << 3), 0, 0), Status::SUCCESS, "IEKEY ignores the key");
+}
+
+/// RESCAP bit 7 says IEKEY has its NVMe 1.3 meaning: Register may ignore the current
+/// key, Acquire and Release must not be sent with it (Invalid Field in Command, DNR),
+/// even with the right key, and such a command changes nothing.
+#[test]
+fn ignore_existing_key_is_refused_in_acquire_and_release() {
+    let target = test_target();
+    let mut a = host(&target, HOST_NQN);
+    let mut b = host(&target, OTHER_HOST);
+    const IEKEY: u32 = 1 << 3;
+    assert_eq!(register(&mut a.io, 0, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(register(&mut b.io, 0, 0, 0xB2), Status::SUCCESS);
+    let refused = Status::INVALID_FIELD.with_do_not_retry();
+    for action in [0, 1, 2] {
+        assert_eq!(acquire(&mut a.io, action | IEKEY, 1, 0xA1, 0xB2), refused, "Acquire RACQA {action} with IEKEY");
+    }
+    assert_eq!(report(&mut b.io, true).data[4], 0, "no reservation was taken");
+    assert_eq!(status_of(&mut b.io, IoOpcode::Write), Status::SUCCESS);
+    assert_eq!(entries(&report(&mut b.io, true).data).len(), 2, "nobody was preempted");
+
+    assert_eq!(acquire(&mut a.io, 0, 1, 0xA1, 0), Status::SUCCESS);
+    assert_eq!(release(&mut a.io, IEKEY, 1, 0xA1), refused, "Release with IEKEY and the right key");
+    assert_eq!(release(&mut a.io, 1 | IEKEY, 0, 0), refused, "Clear with IEKEY");
+    assert_eq!(release(&mut b.io, 1 | IEKEY, 0, 0xB2), refused, "Clear with IEKEY by another registrant");
+    let answer = report(&mut b.io, true);
+    assert_eq!((answer.data[4], entries(&answer.data).len()), (1, 2), "still held, nobody cleared");
+    assert_eq!(status_of(&mut b.io, IoOpcode::Write), Status::RESERVATION_CONFLICT);
+    // Without IEKEY both work, and Register keeps honouring it.
+    assert_eq!(release(&mut a.io, 0, 1, 0xA1), Status::SUCCESS);
+    assert_eq!(register(&mut b.io, 2 | IEKEY, 0, 0xB3), Status::SUCCESS, "Replace with IEKEY");
+    assert_eq!(release(&mut b.io, 1, 0, 0xB3), Status::SUCCESS);
+}
+
+/// NUMD (0's based dwords) asking for more than the data buffer holds is Data SGL
+/// Length Invalid, never a report cut to the buffer; NUMD is bounded by one transfer
+/// before anything is allocated; a buffer larger than NUMD gets NUMD's bytes.
+#[test]
+fn a_report_larger_than_its_data_buffer_is_refused() {
+    let target = test_target();
+    let mut a = host(&target, HOST_NQN);
+    assert_eq!(register(&mut a.io, 0, 0, 0xA1), Status::SUCCESS);
+    let too_short = Status::DATA_SGL_LENGTH_INVALID.with_do_not_retry();
+    for (numd, buffer) in [(0x3FF, 64), (0xFFFF_FFFF, 4096), (4096 / 4, 4096), (0, 0), (0xFFFF_FFFF, 0xFFFF_FFFC)] {
+        let answer = report_sized(&mut a.io, true, numd, buffer);
+        assert_eq!(answer.cqe.status, too_short, "NUMD {numd:#x} into {buffer} bytes");
+        assert!(answer.data.is_empty(), "no data for a refused report");
+    }
+    // More than one transfer, even into a buffer that large.
+    let limit = nvme_target::limits::MAX_RESERVATION_REPORT_BYTES;
+    let answer = report_sized(&mut a.io, true, (2 * limit) / 4 - 1, 2 * limit);
+    assert_eq!(answer.cqe.status, too_short, "NUMD past one transfer");
+    // Exactly the buffer, and less than it: NUMD's bytes.
+    for (numd, buffer, sent) in [(0x3F, 256, 256), (15, 4096, 64), (0, 4, 4)] {
+        let answer = report_sized(&mut a.io, true, numd, buffer);
+        assert_status(&answer, Status::SUCCESS);
+        assert_eq!(answer.data.len(), sent, "NUMD {numd:#x} into {buffer} bytes");
+    }
+    let answer = report_sized(&mut a.io, true, limit / 4 - 1, limit);
+    assert_status(&answer, Status::SUCCESS);
+    assert_eq!(answer.data.len(), limit as usize, "the largest report, zeroes past the registrants");
+    assert_eq!(entries(&answer.data), [(0xFFFF, 0, 0xA1, host_id_of(HOST_NQN))]);
+    assert!(answer.data[128..].iter().all(|&byte| byte == 0));
+}
+
+/// A host with two controllers (two admin queues, the same Host Identifier) is one
+/// registrant, reported once with CNTLID FFFFh, whichever controller asks.
+#[test]
+fn a_host_with_two_controllers_is_reported_once() {
+    let target = test_target();
+    let mut first = host(&target, HOST_NQN);
+    let mut second = host(&target, HOST_NQN);
+    assert_ne!(first.cntlid, second.cntlid);
+    assert_eq!(register(&mut first.io, 0, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(acquire(&mut second.io, 0, 5, 0xA1, 0), Status::SUCCESS, "the registration is the host's");
+    let through_first = report(&mut first.io, true);
+    let through_second = report(&mut second.io, true);
+    assert_eq!(entries(&through_first.data), [(0xFFFF, 1, 0xA1, host_id_of(HOST_NQN))]);
+    assert_eq!(through_first.data, through_second.data);
 }
 
 #[test]
