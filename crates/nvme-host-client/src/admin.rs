@@ -77,7 +77,7 @@ pub(crate) fn queue_config(
 /// turning an error status into `ClientError::Command`.
 pub(crate) fn run_admin(connection: &mut QueueConnection, command: HostCommand) -> Result<HostCompletion, ClientError> {
     let opcode = command.sqe.opcode();
-    let completion = connection.execute(command, 1, &mut |_| None)?;
+    let completion = connection.execute(command, 1, None, &mut |_| None)?;
     check_admin(opcode, completion)
 }
 
@@ -142,7 +142,7 @@ pub(crate) fn establish(
             capabilities.memory_page_size_minimum()
         )));
     }
-    enable(&mut connection, capabilities)?;
+    enable(&mut connection, capabilities, options.connect_timeout)?;
 
     let completion = run_admin(&mut connection, commands::identify(cns::CONTROLLER, NamespaceId::NONE, csi::NVM))?;
     let identify = IdentifyController::decode(identify_data(&completion)?);
@@ -266,16 +266,29 @@ fn concatenate(
 }
 
 /// CC.EN = 1 (4 KiB pages, NVM command set, 64/16-byte entries), then CSTS.RDY within
-/// CAP.TO.
-fn enable(connection: &mut QueueConnection, capabilities: ControllerCapabilities) -> Result<(), ClientError> {
+/// CAP.TO, and within `setup_timeout` (the connect timeout, which bounds connection
+/// setup): a target may claim up to 127.5 s in CAP.TO.
+fn enable(
+    connection: &mut QueueConnection,
+    capabilities: ControllerCapabilities,
+    setup_timeout: Duration,
+) -> Result<(), ClientError> {
     let configuration = ControllerConfiguration(0)
         .with_command_set_selected(ControllerConfiguration::COMMAND_SET_NVM)
         .with_io_submission_queue_entry_size(6)
         .with_io_completion_queue_entry_size(4)
         .with_enable(true);
     run_admin(connection, commands::property_set(property_offset::CC, u64::from(configuration.raw())))?;
-    let timeout = Duration::from_millis(u64::from(capabilities.timeout_500ms_units()).max(1) * 500);
-    wait_for_status(connection, timeout, "CSTS.RDY after CC.EN", |status| status.ready())
+    let ready_timeout = Duration::from_millis(u64::from(capabilities.timeout_500ms_units()).max(1) * 500);
+    let what = if setup_timeout < ready_timeout {
+        format!(
+            "CSTS.RDY after CC.EN (CAP.TO allows {} ms; the connect timeout ends the wait first)",
+            ready_timeout.as_millis()
+        )
+    } else {
+        format!("CSTS.RDY after CC.EN (CAP.TO {} ms)", ready_timeout.as_millis())
+    };
+    wait_for_status(connection, ready_timeout.min(setup_timeout), &what, |status| status.ready())
 }
 
 /// Polls CSTS until `done` (CSTS.CFS is an error), at most `timeout`.
@@ -297,7 +310,10 @@ pub(crate) fn wait_for_status(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(ClientError::InvalidController(format!("no {what} within {} ms", timeout.as_millis())));
+            return Err(ClientError::InvalidController(format!(
+                "the target did not set {what} within {} ms",
+                timeout.as_millis()
+            )));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));

@@ -70,6 +70,9 @@ pub(crate) struct LinkFailure {
     pub error: ClientError,
     /// The queue's own error, if it failed itself (target misbehaviour, timeout).
     pub queue_error: Option<HostError>,
+    /// What the end says about the target: the queue's own error, or what the
+    /// socket reported (see [`link_cause`]).
+    pub cause: HostError,
     /// Outstanding commands handed back by `HostQueue::abandon`, oldest first.
     pub abandoned: Vec<HostCommand>,
     /// Completions that had finished before the failure.
@@ -427,9 +430,10 @@ impl QueueConnection {
         if queue_error.is_some() {
             let _ = self.flush();
         }
+        let cause = link_cause(&error, &self.queue);
         let completed = std::iter::from_fn(|| self.queue.poll_completion()).collect();
         let abandoned = self.queue.abandon(HostError::ConnectionLost);
-        LinkFailure { error, queue_error, abandoned, completed }
+        LinkFailure { error, queue_error, cause, abandoned, completed }
     }
 
     /// The error to report when the queue failed by itself.
@@ -439,16 +443,18 @@ impl QueueConnection {
     }
 
     /// Submits `command` and waits for its completion (bounded by the queue's
-    /// command timeout). Completions of other commands go to `other`, which may
-    /// return a command to submit in turn (a re-armed AER).
+    /// command timeout, and by `limit` when given: the command's own deadline).
+    /// Completions of other commands go to `other`, which may return a command to
+    /// submit in turn (a re-armed AER).
     pub(crate) fn execute(
         &mut self,
         mut command: HostCommand,
         tag: u64,
+        limit: Option<Instant>,
         other: &mut dyn FnMut(HostCompletion) -> Option<HostCommand>,
     ) -> Result<HostCompletion, ClientError> {
         command.user_tag = tag;
-        self.queue.submit(command, Instant::now()).map_err(|error| match error {
+        self.queue.submit_with_deadline(command, Instant::now(), limit).map_err(|error| match error {
             nvme_host::SubmitError::NotReady(_) => self.queue_failure().unwrap_or(ClientError::Closed),
             other => ClientError::InvalidArgument(other.to_string()),
         })?;
@@ -470,6 +476,25 @@ impl QueueConnection {
             let wait = self.wait_until(Instant::now() + MAX_READ_WAIT);
             self.receive(wait)?;
         }
+    }
+}
+
+/// What a connection's end says about the target, as a [`HostError`] for
+/// messages: the queue's own error when it failed by itself (a C2HTermReq, a bad
+/// PDU, a timeout), else what the socket said (closed, in the middle of a PDU or
+/// not; reset), else the error as given.
+pub(crate) fn link_cause(error: &ClientError, queue: &HostQueue) -> HostError {
+    if let Some(own) = queue.error().filter(|own| **own != HostError::ConnectionLost) {
+        return own.clone();
+    }
+    match error {
+        ClientError::Io { source, .. } if source.kind() == ErrorKind::UnexpectedEof => {
+            HostError::ConnectionClosed { mid_pdu: queue.is_mid_pdu() }
+        }
+        ClientError::Io { source, .. } => HostError::ConnectionFailed { kind: source.kind() },
+        ClientError::Protocol(error) => error.clone(),
+        ClientError::Tls { .. } => HostError::ConnectionFailed { kind: ErrorKind::InvalidData },
+        _ => HostError::ConnectionLost,
     }
 }
 

@@ -17,8 +17,19 @@ use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDe
 
 use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
 use crate::io_queue::{IoQueue, IoQueueInner};
-use crate::shared::{lock, AdminLink, AssociationState, LinkStatus, Shared};
+use crate::shared::{lock, AdminLink, AssociationState, LinkStatus, Shared, MAX_COMMAND_RESENDS};
 use crate::{ClientError, ConnectOptions};
+
+/// Most active NSIDs [`Controller::active_namespaces`] lists: 64 Identify pages
+/// (256 KiB). Far above what targets serve per subsystem (Sluice 4096, Linux
+/// nvmet's NVMET_MAX_NAMESPACES 1024), so only a target inventing namespaces
+/// reaches it.
+pub const MAX_ACTIVE_NAMESPACES: usize = 64 * NAMESPACE_LIST_CAPACITY;
+
+/// Namespaces whose block size `connect` reads ahead (one Identify Namespace
+/// each); the others are identified when first used. One list page: the admin
+/// round trips of a connect stay bounded whatever the target lists.
+const NAMESPACES_IDENTIFIED_AT_CONNECT: usize = NAMESPACE_LIST_CAPACITY;
 
 /// A connected NVMe controller. `Send + Sync`: admin commands from any thread are
 /// serialised on the admin queue; I/O goes through [`IoQueue`]s or the convenience
@@ -72,7 +83,7 @@ impl Controller {
             .map_err(|error| ClientError::InvalidArgument(format!("cannot start the keep-alive thread: {error}")))?;
         let controller = Controller { shared, identify, capabilities, version, supervisor: Some(supervisor) };
         if let Ok(namespaces) = controller.active_namespaces() {
-            for nsid in namespaces {
+            for nsid in namespaces.into_iter().take(NAMESPACES_IDENTIFIED_AT_CONNECT) {
                 if let Err(error) = controller.refresh_block_size(nsid) {
                     tracing::warn!(nsid = nsid.0, %error, "cannot identify namespace");
                 }
@@ -141,24 +152,48 @@ impl Controller {
     }
 
     /// Every active NSID, paging through the Active Namespace ID list (CNS 02h).
+    /// The list is checked as the spec defines it: each page ascends, past the NSID
+    /// asked for, and names no NSID above NN (Identify Controller), so the pages
+    /// end by NN / 1024 + 1; and the whole list stops at [`MAX_ACTIVE_NAMESPACES`].
+    /// A list that breaks a rule is the target's fault, named in the error.
     pub fn active_namespaces(&self) -> Result<Vec<NamespaceId>, ClientError> {
+        let highest = self.identify.number_of_namespaces;
         let mut namespaces = Vec::new();
         let mut after = NamespaceId::NONE;
         loop {
             let completion = self.admin_checked(commands::identify(cns::ACTIVE_NAMESPACE_LIST, after, csi::NVM))?;
             let page: Vec<NamespaceId> = decode_namespace_list(identify_data(&completion)?).collect();
-            let full = page.len() == NAMESPACE_LIST_CAPACITY;
-            match page.last() {
-                // A list must ascend past the NSID asked for; anything else would loop.
-                Some(last) if last.0 > after.0 && last.0 < NamespaceId::BROADCAST.0 - 1 => after = *last,
-                _ => {
-                    namespaces.extend(page);
-                    return Ok(namespaces);
+            let mut previous = after;
+            for nsid in &page {
+                let problem = if nsid.0 <= previous.0 {
+                    Some(format!("NSID {} does not ascend past {}", nsid.0, previous.0))
+                } else if *nsid == NamespaceId::BROADCAST {
+                    Some("it names the broadcast NSID FFFFFFFFh".to_string())
+                } else if nsid.0 > highest {
+                    Some(format!("NSID {} is above the highest NSID the controller reports (NN {highest})", nsid.0))
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    return Err(ClientError::InvalidController(format!(
+                        "the target's Active Namespace ID list (Identify CNS 02h after NSID {}) is invalid: {problem}",
+                        after.0
+                    )));
                 }
+                previous = *nsid;
             }
+            if namespaces.len() + page.len() > MAX_ACTIVE_NAMESPACES {
+                return Err(ClientError::InvalidController(format!(
+                    "the target lists more than {MAX_ACTIVE_NAMESPACES} active namespaces (NN {highest}), more than \
+                     this host handles"
+                )));
+            }
+            let full = page.len() == NAMESPACE_LIST_CAPACITY;
             namespaces.extend(page);
-            if !full {
-                return Ok(namespaces);
+            match namespaces.last() {
+                // An NSID of FFFFFFFEh or more cannot be asked after.
+                Some(last) if full && last.0 < highest && last.0 < NamespaceId::BROADCAST.0 - 1 => after = *last,
+                _ => return Ok(namespaces),
             }
         }
     }
@@ -522,20 +557,32 @@ pub(crate) fn check_io(completion: &HostCompletion, opcode: u8) -> Result<(), Cl
     Err(match &completion.transport_error {
         Some(HostError::ConnectionLost) => ClientError::ControllerLost,
         Some(HostError::CommandTimeout { .. }) => ClientError::Timeout,
+        // What the target did, rather than the status the host made up for it.
+        Some(error @ (HostError::GaveUp { .. } | HostError::DataDigestMismatch { .. } | HostError::ShortData { .. })) => {
+            ClientError::Protocol(error.clone())
+        }
         _ => ClientError::Command { admin: false, opcode, status },
     })
 }
 
-/// One admin command across reconnects; see [`Controller::admin_command`].
+/// One admin command across reconnects; see [`Controller::admin_command`]. The
+/// command is sent again after each reconnect, at most [`MAX_COMMAND_RESENDS`]
+/// times, and never past its own deadline ([`Shared::command_deadline`]): a target
+/// that fails the connection whenever this command arrives, and accepts every
+/// reconnect, cannot keep the caller waiting for ever.
 fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostCompletion, ClientError> {
     let options = &shared.options;
+    // Without a deadline (a controller loss timeout of "for ever"): how long one
+    // wait for a reconnect may take, as before.
     let patience = options.controller_loss_timeout + options.reconnect_delay + options.connect_timeout * 2;
+    let deadline = shared.command_deadline(Instant::now());
+    let mut resends: u8 = 0;
     loop {
-        let state = shared.wait_while_reconnecting(Instant::now() + patience);
+        let state = shared.wait_while_reconnecting(deadline.unwrap_or_else(|| Instant::now() + patience));
         match state.status {
             LinkStatus::Lost => return Err(ClientError::ControllerLost),
             LinkStatus::Closed => return Err(ClientError::Closed),
-            LinkStatus::Reconnecting { .. } => return Err(ClientError::Timeout),
+            LinkStatus::Reconnecting { .. } => return Err(ClientError::Protocol(shared.gave_up(resends, true))),
             LinkStatus::Live => {}
         }
         let mut admin = lock(&shared.admin);
@@ -544,11 +591,12 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
         let Some(connection) = admin.connection.as_mut() else {
             drop(admin);
             // Failed, and the supervisor has not started reconnecting yet.
-            shared.request_reconnect(state.epoch);
+            shared.request_reconnect(state.epoch, HostError::ConnectionLost);
             continue;
         };
         let user_tag = command.user_tag;
-        let result = connection.execute(command, tag, &mut |other| on_admin_event(other, &mut pending_event));
+        let result =
+            connection.execute(command, tag, deadline, &mut |other| on_admin_event(other, &mut pending_event));
         if pending_event {
             admin.namespace_event_pending = true;
             shared.poke();
@@ -562,9 +610,15 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
                 let Some(connection) = admin.connection.take() else { return Err(error) };
                 let failure = connection.into_failure(error);
                 drop(admin);
-                shared.request_reconnect(state.epoch);
+                shared.request_reconnect(state.epoch, failure.cause.clone());
                 if let Some(HostError::CommandTimeout { .. }) = failure.queue_error {
-                    return Err(ClientError::Timeout);
+                    // Nothing came in time: a plain timeout the first time, the
+                    // whole story once the command had been sent again.
+                    return Err(if resends == 0 {
+                        ClientError::Timeout
+                    } else {
+                        ClientError::Protocol(shared.gave_up(resends, true))
+                    });
                 }
                 if let Some(completion) = failure.completed.into_iter().find(|completion| completion.user_tag == tag) {
                     return Ok(HostCompletion { user_tag, ..completion });
@@ -573,7 +627,11 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
                     Some(abandoned) => command = HostCommand { user_tag, ..abandoned },
                     None => return Err(failure.error),
                 }
-                tracing::info!(error = %failure.error, "admin connection lost; command resubmitted after reconnect");
+                if resends >= MAX_COMMAND_RESENDS {
+                    return Err(ClientError::Protocol(shared.gave_up(resends, false)));
+                }
+                resends += 1;
+                tracing::info!(cause = %failure.cause, resends, "admin connection lost; command resent after reconnect");
             }
         }
     }
@@ -649,18 +707,20 @@ fn admin_command_once(shared: &Shared, command: HostCommand, epoch: u64) -> Resu
     let mut pending_event = false;
     let Some(connection) = admin.connection.as_mut() else {
         drop(admin);
-        shared.request_reconnect(epoch);
+        shared.request_reconnect(epoch, HostError::ConnectionLost);
         return Err(ClientError::ControllerLost);
     };
-    let result = connection.execute(command, tag, &mut |other| on_admin_event(other, &mut pending_event));
+    let result = connection.execute(command, tag, None, &mut |other| on_admin_event(other, &mut pending_event));
     admin.namespace_event_pending |= pending_event;
-    if let Err(error) = &result {
+    if let Err(error) = result {
         tracing::warn!(%error, "admin connection failed");
-        if let Some(connection) = admin.connection.take() {
-            drop(connection.into_failure(ClientError::ControllerLost));
-        }
+        let cause = match admin.connection.take() {
+            Some(connection) => connection.into_failure(error).cause,
+            None => HostError::ConnectionLost,
+        };
         drop(admin);
-        shared.request_reconnect(epoch);
+        shared.request_reconnect(epoch, cause.clone());
+        return Err(ClientError::Protocol(cause));
     }
     result
 }
@@ -692,7 +752,7 @@ fn read_namespace_changes(shared: &Shared) {
         }
     }
     tracing::info!(?changed, "namespaces changed");
-    lock(&shared.namespace_changes).extend(changed);
+    shared.record_namespace_changes(&changed);
 }
 
 /// Builds a new association after `reconnect_delay`, retrying until the controller

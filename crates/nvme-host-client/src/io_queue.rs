@@ -17,13 +17,8 @@ use crate::connection::{LinkFailure, QueueConnection, QueueTls};
 use crate::io_link::IoLink;
 use crate::options::IoPath;
 use crate::ring_connection::RingConnection;
-use crate::shared::{lock, LinkStatus, Shared};
+use crate::shared::{lock, LinkStatus, Shared, MAX_COMMAND_RESENDS};
 use crate::ClientError;
-
-/// Times one command is resubmitted after a retryable status (queue deleted under
-/// it, transient transport error, bad data digest) before the error is reported.
-/// Linux's nvme_max_retries is 5 too.
-const MAX_COMMAND_RETRIES: u8 = 5;
 
 /// A command [`IoQueue::submit_or_return`] did not take, with why.
 #[derive(Debug)]
@@ -52,7 +47,12 @@ struct Inflight {
     /// The command's `write_source`, for a retry (its memory stays the caller's
     /// until the final completion).
     write_source: Option<nvme_host::SourceBuffer>,
-    retries: u8,
+    /// Times sent again (retryable status, or a new connection after a
+    /// reconnect); at most [`MAX_COMMAND_RESENDS`].
+    resends: u8,
+    /// When the command must be over, whatever happens to its connections
+    /// ([`Shared::command_deadline`]).
+    deadline: Option<Instant>,
 }
 
 /// Whether the queue can talk to the controller right now.
@@ -208,7 +208,14 @@ impl IoQueueInner {
                     Err(error) => {
                         tracing::warn!(queue = self.index + 1, %error, "I/O queue connect failed");
                         self.failed_epoch = Some(state.epoch);
-                        shared.request_reconnect(state.epoch);
+                        let cause = match &error {
+                            ClientError::Protocol(error) => error.clone(),
+                            ClientError::Connect { source, .. } | ClientError::Io { source, .. } => {
+                                HostError::ConnectionFailed { kind: source.kind() }
+                            }
+                            _ => HostError::ConnectionLost,
+                        };
+                        shared.request_reconnect(state.epoch, cause);
                         self.fail_fast_backlog();
                         Ok(Connectivity::Waiting { generation })
                     }
@@ -222,15 +229,17 @@ impl IoQueueInner {
     fn drop_connection(&mut self, shared: &Shared, error: ClientError, report: bool) {
         let Some(connection) = self.connection.take() else { return };
         let failure = connection.into_failure(error);
-        self.take_failure(failure);
         if report {
+            // Recorded before the commands are looked at, so one that gives up
+            // now names this failure.
             self.failed_epoch = Some(self.epoch);
-            shared.request_reconnect(self.epoch);
+            shared.request_reconnect(self.epoch, failure.cause.clone());
         }
+        self.take_failure(shared, failure);
     }
 
-    fn take_failure(&mut self, failure: LinkFailure) {
-        let LinkFailure { error, queue_error, abandoned, completed } = failure;
+    fn take_failure(&mut self, shared: &Shared, failure: LinkFailure) {
+        let LinkFailure { error, queue_error, abandoned, completed, .. } = failure;
         tracing::warn!(queue = self.index + 1, %error, "I/O queue connection ended");
         for completion in completed {
             self.on_completion(completion);
@@ -241,14 +250,49 @@ impl IoQueueInner {
         };
         // Abandoned commands are older than anything in the backlog: they go first.
         for command in abandoned.into_iter().rev() {
+            let resends = self.table.get(command.user_tag as usize).map_or(0, |entry| entry.resends);
             if timed_out == Some(command.sqe.command_id().0) {
-                let error = HostError::CommandTimeout { command_id: command.sqe.command_id().0 };
+                // Nothing came in time: a plain timeout on the first connection,
+                // the whole story once the command had been sent again.
+                let error = if resends == 0 {
+                    HostError::CommandTimeout { command_id: command.sqe.command_id().0 }
+                } else {
+                    shared.gave_up(resends, true)
+                };
                 self.fail_command(command, COMMAND_ABORTED_BY_HOST.with_do_not_retry(), error);
+            } else if !self.fail_fast && resends >= MAX_COMMAND_RESENDS {
+                self.fail_command(command, HOST_PATHING_ERROR.with_do_not_retry(), shared.gave_up(resends, false));
             } else {
+                if let Some(entry) = self.table.get_mut(command.user_tag as usize) {
+                    entry.resends += u8::from(!self.fail_fast);
+                }
                 self.backlog.push_front(command);
             }
         }
         self.fail_fast_backlog();
+    }
+
+    /// Fails the waiting commands whose deadline has passed (they never go out
+    /// again); returns the earliest deadline of those still waiting.
+    fn expire_backlog(&mut self, shared: &Shared, now: Instant) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        for _ in 0..self.backlog.len() {
+            let Some(command) = self.backlog.pop_front() else { break };
+            let entry = self.table.get(command.user_tag as usize).copied().unwrap_or_default();
+            match entry.deadline {
+                Some(deadline) if deadline <= now => {
+                    self.fail_command(command, HOST_PATHING_ERROR.with_do_not_retry(), shared.gave_up(entry.resends, true));
+                }
+                deadline => {
+                    earliest = match (earliest, deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    self.backlog.push_back(command);
+                }
+            }
+        }
+        earliest
     }
 
     /// With fail-fast on: commands waiting for a connection complete now with Host
@@ -300,9 +344,9 @@ impl IoQueueInner {
         let retryable = !status.do_not_retry()
             && [Status::ABORTED_SQ_DELETION, Status::TRANSIENT_TRANSPORT_ERROR, Status::DATA_TRANSFER_ERROR]
                 .contains(&status.kind());
-        if retryable && entry.retries < MAX_COMMAND_RETRIES {
-            entry.retries += 1;
-            tracing::debug!(status = ?status, retries = entry.retries, "retrying command");
+        if retryable && entry.resends < MAX_COMMAND_RESENDS {
+            entry.resends += 1;
+            tracing::debug!(status = ?status, resends = entry.resends, "retrying command");
             let mut data = std::mem::take(&mut completion.data);
             if entry.data_in_bytes > 0 {
                 data.clear();
@@ -331,14 +375,20 @@ impl IoQueueInner {
         }
     }
 
-    /// Sends backlog commands while the queue has room; writes them out.
+    /// Sends backlog commands while the queue has room (each bounded by its own
+    /// deadline; one past it fails instead); writes them out.
     fn submit_backlog(&mut self, shared: &Shared) {
-        let Some(connection) = self.connection.as_mut() else { return };
+        if self.connection.is_none() {
+            return;
+        }
         let now = Instant::now();
+        self.expire_backlog(shared, now);
+        let Some(connection) = self.connection.as_mut() else { return };
         let queue = connection.queue();
         while queue.outstanding() < queue.capacity() {
             let Some(command) = self.backlog.pop_front() else { break };
-            if let Err(error) = queue.submit(command, now) {
+            let deadline = self.table.get(command.user_tag as usize).and_then(|entry| entry.deadline);
+            if let Err(error) = queue.submit_with_deadline(command, now, deadline) {
                 self.backlog.push_front(error.into_command());
                 break;
             }
@@ -396,7 +446,8 @@ impl IoQueueInner {
             data_in_bytes: command.data_in_bytes,
             read_destination: command.read_destination,
             write_source: command.write_source,
-            retries: 0,
+            resends: 0,
+            deadline: shared.command_deadline(Instant::now()),
         };
         command.user_tag = u64::from(index);
         self.backlog.push_back(command);
@@ -434,14 +485,15 @@ impl IoQueueInner {
             };
             match connectivity {
                 Connectivity::Waiting { generation } => {
+                    let earliest = self.expire_backlog(shared, Instant::now());
                     if !self.ready.is_empty() {
-                        continue; // failed fast: hand them out first
+                        continue; // failed fast or out of time: hand them out first
                     }
                     if min_completions == 0 {
                         out.extend(self.ready.drain(..));
                         return Ok(out.len() - start);
                     }
-                    shared.wait_for_change(generation, deadline);
+                    shared.wait_for_change(generation, earliest.map_or(deadline, |earliest| earliest.min(deadline)));
                 }
                 Connectivity::Connected => {
                     let Some(connection) = self.connection.as_mut() else { continue };
@@ -515,9 +567,9 @@ impl IoQueueInner {
         match (*ring).detach() {
             Ok(connection) => self.connection = Some(IoLink::Blocking(Box::new(connection))),
             Err(failure) => {
-                self.take_failure(*failure);
                 self.failed_epoch = Some(self.epoch);
-                shared.request_reconnect(self.epoch);
+                shared.request_reconnect(self.epoch, failure.cause.clone());
+                self.take_failure(shared, *failure);
             }
         }
     }

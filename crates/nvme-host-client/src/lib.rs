@@ -47,6 +47,15 @@
 //!    first, ahead of anything submitted meanwhile. Admin commands waiting in
 //!    [`Controller::admin_command`] are resubmitted the same way.
 //!
+//! Every command is bounded whatever the target does: it is sent again at most 5
+//! times in all (after a reconnect, or after a retryable status; Linux's
+//! nvme_max_retries), and it is over at the latest `command_timeout +
+//! controller_loss_timeout` after it was first submitted (it may wait out one
+//! whole outage), even when every reconnect succeeds: a target that fails the
+//! connection whenever a command arrives cannot keep it going. Such a command
+//! fails with [`HostError::GaveUp`], which says how the target ended the last
+//! connection and whether it did so every time.
+//!
 //! Callers see resubmitted commands complete normally. Resubmitting is safe because
 //! block writes are idempotent: writing the same data to the same LBAs twice leaves
 //! the same result, and a write is only acknowledged to the caller once its
@@ -55,7 +64,13 @@
 //! itself timed out is not resubmitted: it completes with Command Aborted By Host
 //! (SCT 3h, SC 71h). Commands completed by the target with a retryable status
 //! (Command Aborted due to SQ Deletion, Transient Transport Error, or Data Transfer
-//! Error after a bad data digest; DNR clear) are resubmitted up to 5 times.
+//! Error after a bad data digest; DNR clear) are resubmitted within the same bound.
+//!
+//! Nothing the target reports makes the host allocate without a bound: lists are
+//! checked against what the controller said of itself (the Active Namespace ID
+//! list against NN, at most [`MAX_ACTIVE_NAMESPACES`]; the ANA log against
+//! NANAGRPID and NN; log pages in pieces of MDTS), and the CSTS.RDY wait of CAP.TO
+//! is capped by the connect timeout.
 //!
 //! Once the controller is lost, commands in flight complete with Host Pathing Error
 //! (SCT 3h, SC 70h, DNR), further calls fail with [`ClientError::ControllerLost`],
@@ -77,7 +92,7 @@ mod ring_connection;
 mod shared;
 
 pub use command_queue::CommandQueue;
-pub use controller::{ana_log_length, Controller};
+pub use controller::{ana_log_length, Controller, MAX_ACTIVE_NAMESPACES};
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::{IoQueue, Refused};

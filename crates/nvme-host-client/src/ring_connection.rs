@@ -229,9 +229,10 @@ impl RingConnection {
             }
         }
         let queue = self.queue();
+        let cause = crate::connection::link_cause(&error, queue);
         let completed = std::iter::from_fn(|| queue.poll_completion()).collect();
         let abandoned = queue.abandon(HostError::ConnectionLost);
-        LinkFailure { error, queue_error, abandoned, completed }
+        LinkFailure { error, queue_error, cause, abandoned, completed }
     }
 
     /// Moves the queue back onto a blocking socket (on the owning thread): the

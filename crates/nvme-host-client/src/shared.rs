@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
+use nvme_host::HostError;
 use nvme_spec::{ControllerId, NamespaceId};
 
 use crate::connection::QueueConnection;
@@ -58,6 +59,30 @@ impl AdminLink {
     }
 }
 
+/// Times one command is sent again, for any reason, before the host gives up on
+/// it: after a retryable status (queue deleted under it, transient transport
+/// error, bad data digest) or on the new connection after a reconnect. Linux's
+/// nvme_max_retries is 5 too, and counts both the same way. Without a bound, a
+/// target that fails the connection whenever one command arrives (and accepts
+/// the reconnect) keeps that command, and its caller, going for ever.
+pub(crate) const MAX_COMMAND_RESENDS: u8 = 5;
+
+/// Changed NSIDs kept for [`crate::Controller::take_namespace_changes`] before
+/// they collapse into "every namespace may have changed" (the broadcast NSID, as
+/// the Changed Namespace List itself reports an overflow). One log page's worth:
+/// a target that keeps sending namespace notices cannot grow the list.
+pub(crate) const MAX_PENDING_NAMESPACE_CHANGES: usize = 1024;
+
+/// How the association's connections ended, so that a command the host gives up
+/// on can say what the target did rather than only that it gave up.
+#[derive(Debug, Default)]
+pub(crate) struct FailureRecord {
+    /// How the last association ended: the failure that asked for its reconnect.
+    pub cause: Option<HostError>,
+    /// Associations in a row that ended the same kind of way as `cause`.
+    pub alike: u32,
+}
+
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub options: ConnectOptions,
@@ -74,6 +99,8 @@ pub(crate) struct Shared {
     /// The TLS PSK of the current association when secure channel concatenation
     /// generated one (every association generates its own).
     pub generated_tls: Mutex<Option<std::sync::Arc<crate::connection::GeneratedTls>>>,
+    /// How the last associations ended.
+    pub failures: Mutex<FailureRecord>,
 }
 
 /// Locks a mutex, carrying on past poisoning: every critical section leaves the
@@ -95,6 +122,43 @@ impl Shared {
             namespace_changes: Mutex::new(Vec::new()),
             block_sizes: RwLock::new(HashMap::new()),
             generated_tls: Mutex::new(None),
+            failures: Mutex::new(FailureRecord::default()),
+        }
+    }
+
+    /// When a command first submitted at `submitted` must be over, whatever
+    /// happens to its connections: one command timeout plus one controller loss
+    /// timeout (it may wait out one whole outage), `None` when that is past what
+    /// `Instant` holds (a controller loss timeout of "for ever").
+    pub fn command_deadline(&self, submitted: Instant) -> Option<Instant> {
+        let budget = self.options.command_timeout.checked_add(self.options.controller_loss_timeout)?;
+        submitted.checked_add(budget)
+    }
+
+    /// The error for a command the host gives up on after `resends` resends (or,
+    /// with `out_of_time`, when its deadline passed): how the last association
+    /// ended, and whether every one it was sent on ended that way.
+    pub fn gave_up(&self, resends: u8, out_of_time: bool) -> HostError {
+        let failures = lock(&self.failures);
+        let cause = failures.cause.clone().unwrap_or(HostError::ConnectionLost);
+        let every_time = failures.alike > u32::from(resends);
+        HostError::GaveUp { cause: Box::new(cause), resends, every_time, out_of_time }
+    }
+
+    /// Records NSIDs reported changed, bounded by [`MAX_PENDING_NAMESPACE_CHANGES`].
+    pub fn record_namespace_changes(&self, changed: &[NamespaceId]) {
+        let mut pending = lock(&self.namespace_changes);
+        if pending.first() == Some(&NamespaceId::BROADCAST) {
+            return;
+        }
+        for nsid in changed {
+            if !pending.contains(nsid) {
+                pending.push(*nsid);
+            }
+        }
+        if pending.len() > MAX_PENDING_NAMESPACE_CHANGES || pending.contains(&NamespaceId::BROADCAST) {
+            pending.clear();
+            pending.push(NamespaceId::BROADCAST);
         }
     }
 
@@ -123,17 +187,26 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// A connection of association `epoch` failed: ask for a new association unless
-    /// someone already did.
-    pub fn request_reconnect(&self, epoch: u64) {
+    /// A connection of association `epoch` failed (`cause` says how): ask for a
+    /// new association unless someone already did. The first cause reported for an
+    /// association is the one recorded.
+    pub fn request_reconnect(&self, epoch: u64, cause: HostError) {
         let state = self.snapshot();
         if state.epoch == epoch && state.status == LinkStatus::Live {
-            tracing::warn!(epoch, "connection lost; reconnecting the controller");
+            let mut first = false;
             self.update(|state| {
                 if state.epoch == epoch && state.status == LinkStatus::Live {
                     state.status = LinkStatus::Reconnecting { since: Instant::now() };
+                    first = true;
                 }
             });
+            if first {
+                tracing::warn!(epoch, %cause, "connection lost; reconnecting the controller");
+                let mut failures = lock(&self.failures);
+                let alike = failures.cause.as_ref().is_some_and(|last| same_kind(last, &cause));
+                failures.alike = if alike { failures.alike.saturating_add(1) } else { 1 };
+                failures.cause = Some(cause);
+            }
         }
     }
 
@@ -180,11 +253,33 @@ impl Shared {
         self.block_sizes.read().unwrap_or_else(|poison| poison.into_inner()).get(&nsid.0).copied()
     }
 
+    /// Caches (or, with `None`, forgets) the block size of `nsid`; at most
+    /// [`crate::controller::MAX_ACTIVE_NAMESPACES`] namespaces are kept, so notices
+    /// naming ever new NSIDs cannot grow the cache.
     pub fn cache_block_size(&self, nsid: NamespaceId, block_size: Option<u32>) {
         let mut sizes = self.block_sizes.write().unwrap_or_else(|poison| poison.into_inner());
+        if block_size.is_some()
+            && sizes.len() >= crate::controller::MAX_ACTIVE_NAMESPACES
+            && !sizes.contains_key(&nsid.0)
+        {
+            return;
+        }
         match block_size {
             Some(bytes) => sizes.insert(nsid.0, bytes),
             None => sizes.remove(&nsid.0),
         };
+    }
+}
+
+/// Two connection failures of the same kind (the same variant, and for a
+/// termination request the same FES): details such as CIDs differ between
+/// connections anyway.
+fn same_kind(first: &HostError, second: &HostError) -> bool {
+    match (first, second) {
+        (HostError::TerminatedByTarget { status: a, .. }, HostError::TerminatedByTarget { status: b, .. }) => a == b,
+        (HostError::InvalidPdu { kind: a }, HostError::InvalidPdu { kind: b }) => {
+            std::mem::discriminant(a) == std::mem::discriminant(b)
+        }
+        _ => std::mem::discriminant(first) == std::mem::discriminant(second),
     }
 }

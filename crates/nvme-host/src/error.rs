@@ -69,7 +69,7 @@ pub enum HostError {
         kind: ReadErrorKind,
     },
     /// The target ended the connection with a C2HTermReq.
-    #[error("target terminated the connection (FES {status:?}, FEI {info:#x})")]
+    #[error("the target ended the connection with C2HTermReq {}", termination_detail(*status, *info))]
     TerminatedByTarget {
         /// FES.
         status: FatalErrorStatus,
@@ -149,6 +149,33 @@ pub enum HostError {
     /// [`crate::HostQueue::abandon`]).
     #[error("connection lost")]
     ConnectionLost,
+    /// The target closed the TCP connection (the driver read end of stream).
+    #[error("the target closed the connection{}", if *mid_pdu { " in the middle of a PDU" } else { "" })]
+    ConnectionClosed {
+        /// Part of a PDU had arrived ([`crate::HostQueue::is_mid_pdu`]).
+        mid_pdu: bool,
+    },
+    /// The TCP connection failed under the driver (reset, broken pipe, ...).
+    #[error("the connection failed ({kind})")]
+    ConnectionFailed {
+        /// What the socket reported, e.g. `ConnectionReset`.
+        kind: std::io::ErrorKind,
+    },
+    /// The driver gave up on a command whose connection kept failing: it was sent
+    /// again on `resends` new connections (the association reconnected each time)
+    /// and the last one ended with `cause`. Reported by drivers that resend
+    /// commands after a reconnect, never by the queue itself.
+    #[error("{cause} {}", gave_up_detail(*resends, *every_time, *out_of_time))]
+    GaveUp {
+        /// How the last connection the command was on ended.
+        cause: Box<HostError>,
+        /// Times the command was sent again on a new connection.
+        resends: u8,
+        /// Every connection the command was sent on ended the same way.
+        every_time: bool,
+        /// The command's own time limit ran out (rather than its resends).
+        out_of_time: bool,
+    },
     /// A command got no response within the command timeout.
     #[error("command {command_id} timed out")]
     CommandTimeout {
@@ -178,11 +205,50 @@ pub enum HostError {
     },
 }
 
+/// "FES 0x01 (invalid PDU header field) at offset 16": FEI read as FES defines it.
+fn termination_detail(status: FatalErrorStatus, info: u32) -> String {
+    let code = status as u16;
+    match status {
+        FatalErrorStatus::InvalidPduHeaderField => format!("FES {code:#04x} (invalid PDU header field) at offset {info}"),
+        FatalErrorStatus::UnsupportedParameter => format!("FES {code:#04x} (unsupported parameter) at offset {info}"),
+        FatalErrorStatus::HeaderDigestError => {
+            format!("FES {code:#04x} (header digest error, the target received HDGST {info:#010x})")
+        }
+        FatalErrorStatus::PduSequenceError => format!("FES {code:#04x} (PDU sequence error, FEI {info:#x})"),
+        FatalErrorStatus::DataTransferOutOfRange => format!("FES {code:#04x} (data transfer out of range, FEI {info:#x})"),
+        FatalErrorStatus::DataTransferLimitExceeded => {
+            format!("FES {code:#04x} (data transfer limit exceeded, FEI {info:#x})")
+        }
+    }
+}
+
+/// What follows the cause in [`HostError::GaveUp`]'s message.
+fn gave_up_detail(resends: u8, every_time: bool, out_of_time: bool) -> String {
+    let reconnects = if resends == 1 { "1 reconnect".to_string() } else { format!("{resends} reconnects") };
+    match (out_of_time, every_time, resends) {
+        (true, _, 0) => "and the command's time limit ran out".to_string(),
+        (true, true, _) => format!("every time, until the command's time limit ran out ({reconnects})"),
+        (true, false, _) => format!("(the last of {reconnects}), and the command's time limit ran out"),
+        (false, true, _) => format!("on every retry ({reconnects})"),
+        (false, false, _) => format!("(the last of {reconnects}, each ended by a failure)"),
+    }
+}
+
 impl HostError {
+    /// True for errors that say the connection (not one command) is gone:
+    /// [`HostError::ConnectionLost`], [`HostError::ConnectionClosed`],
+    /// [`HostError::ConnectionFailed`].
+    pub fn is_connection_end(&self) -> bool {
+        matches!(self, Self::ConnectionLost | Self::ConnectionClosed { .. } | Self::ConnectionFailed { .. })
+    }
+
     /// Who caused the error.
     pub fn origin(&self) -> FaultOrigin {
         match self {
+            Self::GaveUp { cause, .. } => cause.origin(),
             Self::ConnectionLost
+            | Self::ConnectionClosed { .. }
+            | Self::ConnectionFailed { .. }
             | Self::CommandTimeout { .. }
             | Self::SetupTimeout { .. }
             | Self::WriteSourceWithdrawn { .. } => FaultOrigin::Transport,

@@ -254,6 +254,31 @@ impl HostQueue {
         self.enqueue(command, deadline)
     }
 
+    /// [`HostQueue::submit`] for a command that must be over by `limit` whatever
+    /// the command timeout says (a driver resending a command after reconnects
+    /// gives it its own overall deadline): the command times out at the earlier of
+    /// the two. With `limit` `None` it is `submit`.
+    #[allow(clippy::result_large_err)] // The error hands the command back by value.
+    pub fn submit_with_deadline(
+        &mut self,
+        command: HostCommand,
+        now: Instant,
+        limit: Option<Instant>,
+    ) -> Result<(), SubmitError> {
+        let Some(limit) = limit else { return self.submit(command, now) };
+        if self.phase != Phase::Ready {
+            return Err(SubmitError::NotReady(command));
+        }
+        let deadline = deadline_after(now, self.config.command_timeout_ms).map_or(limit, |own| own.min(limit));
+        self.enqueue(command, Some(deadline))
+    }
+
+    /// True while part of a PDU has been received and not the rest: a connection
+    /// that ends now ended in the middle of a PDU.
+    pub fn is_mid_pdu(&self) -> bool {
+        !self.reader.is_at_pdu_boundary()
+    }
+
     /// Takes a command into a slot and queues it for sending; `deadline` is when it
     /// times out. Used by `submit` and by the queue's own authentication commands.
     #[allow(clippy::result_large_err)] // The error hands the command back by value.
