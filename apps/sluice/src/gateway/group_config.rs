@@ -11,7 +11,10 @@
 //! - **Start.** The first gateway of an empty group writes its file's group part as
 //!   version 1 (an exclusive create: of two gateways starting at once, one seeds and
 //!   the other loads what it wrote). Every other gateway ignores its file's group
-//!   part (a seed, logged when it differs) and runs the cluster's.
+//!   part (a seed, logged when it differs) and runs the cluster's. A gateway whose
+//!   file holds only its own part and finds the group empty waits for the member that
+//!   seeds it (started at the same moment, as systemd starts them at boot), up to
+//!   [`SEED_WAIT`], logging the wait.
 //! - **Change.** A management API change on any member writes the new group part in
 //!   one operation that first compares `sluice.version` with the version this
 //!   gateway runs: if another member changed the group since, nothing is written and
@@ -50,6 +53,20 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the cluster keeps a watch without hearing from its client.
 const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a gateway whose file holds only its own part waits for the group's
+/// configuration when the cluster has none yet. Gateways of a group started at the
+/// same moment (systemd starts them at boot) race: the member whose file holds the
+/// group's part seeds the group, the others must find its configuration there. The
+/// seeder writes it after a cluster connection (at most 10 s, librados'
+/// `client_mount_timeout` as `runtime` sets it), a read and an exclusive create (each
+/// at most `op_timeout_ms`, 20 s by default): 50 s, so 60 s leaves room, and leaves
+/// most of the systemd unit's `TimeoutStartSec=300s` to the rest of the start. A group
+/// still empty then is an error, as before (no member's file holds the group's part).
+pub const SEED_WAIT: Duration = Duration::from_secs(60);
+/// How often the cluster is read again while waiting for the seed (one small read).
+const SEED_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a wait for the seed is logged again.
+const SEED_WAIT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Top-level arrays of tables that belong to the group.
 const GROUP_TABLES: [&str; 3] = ["backend", "pool", "subsystem"];
@@ -115,16 +132,18 @@ pub fn start(config: &Config, path: Option<&Path>) -> Result<Option<Started>, St
     let (current, seeded) = if seed_usable {
         store.load_or_seed(&seed)?
     } else {
-        let current = store.load()?.ok_or_else(|| {
-            format!(
-                "the gateway group {:?} has no configuration in the cluster yet ({}), and {} holds only this \
-                 gateway's own part: start first a gateway whose file also holds the group's part (members, \
-                 subsystems), which seeds it",
-                location.group,
-                store.describe(),
-                path.display()
-            )
-        })?;
+        let current = await_seed(|| store.load(), SEED_WAIT, &store.describe(), std::time::Instant::now, std::thread::sleep)?
+            .ok_or_else(|| {
+                format!(
+                    "the gateway group {:?} has no configuration in the cluster ({}) after waiting {} s for a member \
+                     to seed it, and {} holds only this gateway's own part: start a gateway whose file also holds the \
+                     group's part (members, subsystems), which seeds it",
+                    location.group,
+                    store.describe(),
+                    SEED_WAIT.as_secs(),
+                    path.display()
+                )
+            })?;
         (current, false)
     };
     if seeded {
@@ -139,6 +158,56 @@ pub fn start(config: &Config, path: Option<&Path>) -> Result<Option<Started>, St
     running.check().map_err(|error| format!("the group's configuration version {}: {error}", current.version))?;
     tracing::info!(object = %store.describe(), version = current.version, "running the gateway group's configuration");
     Ok(Some(Started { config: running, running_text, state: GroupConfigState { store, current, file_text, pending: None } }))
+}
+
+/// Reads the group's configuration with `load` until there is one, or until `limit`
+/// has passed (then `None`), every [`SEED_POLL_INTERVAL`]; logs the wait (and tells
+/// the service manager) when the first read finds none. `now` and `sleep` are the
+/// clock (a test's own in tests).
+fn await_seed(
+    mut load: impl FnMut() -> Result<Option<GroupConfig>, String>,
+    limit: Duration,
+    object: &str,
+    now: impl Fn() -> std::time::Instant,
+    sleep: impl Fn(Duration),
+) -> Result<Option<GroupConfig>, String> {
+    let start = now();
+    let mut next_log: Option<Duration> = None;
+    loop {
+        if let Some(current) = load()? {
+            if next_log.is_some() {
+                let waited = now().saturating_duration_since(start);
+                tracing::info!(%object, version = current.version, waited_ms = waited.as_millis() as u64,
+                    "found the group's configuration, seeded by another member");
+            }
+            return Ok(Some(current));
+        }
+        let waited = now().saturating_duration_since(start);
+        if waited >= limit {
+            tracing::warn!(%object, waited_s = waited.as_secs(), "no member seeded the group's configuration in time");
+            return Ok(None);
+        }
+        match next_log {
+            None => {
+                tracing::info!(%object, limit_s = limit.as_secs(),
+                    "the gateway group has no configuration in the cluster yet, and this file holds only this \
+                     gateway's own part: waiting for the member that seeds it (one whose file holds the group's \
+                     part, started at the same moment)");
+                crate::notify::send(&format!(
+                    "STATUS=waiting up to {} s for a member to seed the group's configuration ({object})",
+                    limit.as_secs()
+                ));
+                next_log = Some(SEED_WAIT_LOG_INTERVAL);
+            }
+            Some(at) if waited >= at => {
+                tracing::info!(%object, waited_s = waited.as_secs(), limit_s = limit.as_secs(),
+                    "still waiting for the member that seeds the group's configuration");
+                next_log = Some(at + SEED_WAIT_LOG_INTERVAL);
+            }
+            Some(_) => {}
+        }
+        sleep(SEED_POLL_INTERVAL.min(limit - waited));
+    }
 }
 
 /// `sluice gateway import FILE`: writes FILE's group part to the cluster as the
@@ -518,6 +587,61 @@ threads = 1
         let parsed = crate::config::Config::parse(&merged).unwrap();
         let original = crate::config::Config::parse(FILE).unwrap();
         assert_eq!(format!("{parsed:?}"), format!("{original:?}"), "{merged}");
+    }
+
+    /// A clock that moves only when slept on, and a cluster whose group is seeded
+    /// after `seeded_after` reads (never: `None`).
+    struct Seeding {
+        now: std::cell::Cell<std::time::Instant>,
+        reads: std::cell::Cell<u32>,
+        seeded_after: Option<u32>,
+    }
+
+    impl Seeding {
+        fn new(seeded_after: Option<u32>) -> Seeding {
+            Seeding { now: std::cell::Cell::new(std::time::Instant::now()), reads: std::cell::Cell::new(0), seeded_after }
+        }
+
+        fn wait(&self, limit: Duration) -> (Result<Option<GroupConfig>, String>, Duration) {
+            let start = self.now.get();
+            let load = || {
+                self.reads.set(self.reads.get() + 1);
+                let seeded = self.seeded_after.is_some_and(|after| self.reads.get() > after);
+                Ok(seeded.then(|| GroupConfig { version: 1, text: String::new() }))
+            };
+            let result = await_seed(load, limit, "rbd/sluice.config.test", || self.now.get(), |step| self.now.set(self.now.get() + step));
+            (result, self.now.get() - start)
+        }
+    }
+
+    #[test]
+    fn a_gateway_waits_for_the_member_that_seeds_the_group() {
+        // Found at once: no wait.
+        let seeding = Seeding::new(Some(0));
+        let (found, waited) = seeding.wait(SEED_WAIT);
+        assert_eq!((found.unwrap().map(|config| config.version), waited), (Some(1), Duration::ZERO));
+        // Seeded by another member 40 reads later: found then, polled every interval.
+        let seeding = Seeding::new(Some(40));
+        let (found, waited) = seeding.wait(SEED_WAIT);
+        assert_eq!(found.unwrap().map(|config| config.version), Some(1));
+        assert_eq!(waited, SEED_POLL_INTERVAL * 40);
+        assert_eq!(seeding.reads.get(), 41);
+    }
+
+    #[test]
+    fn the_wait_for_a_seed_is_bounded() {
+        let seeding = Seeding::new(None);
+        let (found, waited) = seeding.wait(SEED_WAIT);
+        assert_eq!(found, Ok(None));
+        assert_eq!(waited, SEED_WAIT, "waits exactly the bound, then gives up");
+        let reads = seeding.reads.get();
+        assert_eq!(reads, (SEED_WAIT.as_millis() / SEED_POLL_INTERVAL.as_millis()) as u32 + 1, "a read per interval");
+        // A bound that is not a whole number of intervals is kept too.
+        let seeding = Seeding::new(None);
+        assert_eq!(seeding.wait(Duration::from_millis(600)).1, Duration::from_millis(600));
+        // A cluster error ends the wait at once, with the error.
+        let failing = await_seed(|| Err("reading: EIO".to_string()), SEED_WAIT, "x", std::time::Instant::now, |_| panic!("no wait"));
+        assert_eq!(failing, Err("reading: EIO".to_string()));
     }
 
     #[test]
