@@ -46,6 +46,12 @@ impl QueueWrites {
         debug_assert!(previous > 0, "a write ended that never began");
     }
 
+    /// Ends a write begun by `NamespaceWrites::register_for_test`.
+    #[doc(hidden)]
+    pub fn end_for_test(&self) {
+        self.end();
+    }
+
     /// Writes at storage now.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::SeqCst)
@@ -74,6 +80,15 @@ impl NamespaceWrites {
         queues.retain(|queue| queue.strong_count() > 0);
         queues.push(Arc::downgrade(&counter));
         counter
+    }
+
+    /// A queue of `host` with one write at storage, for tests of code outside this
+    /// crate that waits on fences (the gateway's fence thread).
+    #[doc(hidden)]
+    pub fn register_for_test(&self, host: HostId) -> Arc<QueueWrites> {
+        let queue = self.register(host);
+        queue.begin();
+        queue
     }
 
     /// The queues of `hosts` with writes at storage now. Take it only after the state

@@ -267,7 +267,6 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
             eprintln!("watch lost: {errno:?}");
             counter.fetch_add(1, Ordering::SeqCst);
         }
-        runtime::NoticeReply::Acknowledge
     });
     let watch = object.watch(handler, Duration::from_secs(3)).expect("watch the object");
     let start = Instant::now();
@@ -278,6 +277,83 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
         }
     }
     assert_eq!(lost.load(Ordering::SeqCst), 0, "the watch was lost and re-established");
+}
+
+/// A notice's acknowledgement may be sent after the callback returned, from another
+/// thread: the notifier counts it; one dropped unsent leaves the watcher silent
+/// (named by the notify, which a gateway then fences).
+#[test]
+fn a_notice_is_acknowledged_later_from_another_thread_or_withheld_by_dropping_it() {
+    let Some(_images) = cluster() else { return };
+    let spec = RbdOptions::new(POOL, "unused").cluster;
+    let object = Arc::new(RadosObject::open(&spec, POOL, &unique_image("deferred-ack")).expect("open the object"));
+    object.replace_record("sluice.test", None, b"1", b"record").expect("create the object");
+    let (sender, receiver) = std::sync::mpsc::channel::<runtime::Acknowledgement>();
+    let sender = std::sync::Mutex::new(sender);
+    let handler: runtime::WatchHandler = Box::new(move |event| {
+        if let runtime::WatchEvent::Notice(_, acknowledgement) = event {
+            let _ = sender.lock().unwrap().send(acknowledgement);
+        }
+    });
+    let _watch = object.watch(handler, Duration::from_secs(10)).expect("watch the object");
+    let acknowledger = std::thread::spawn(move || {
+        // The first notice: acknowledged 200 ms after the callback returned.
+        let first = receiver.recv().expect("the first notice");
+        std::thread::sleep(Duration::from_millis(200));
+        first.acknowledge();
+        // The second: dropped unsent.
+        drop(receiver.recv().expect("the second notice"));
+    });
+    let silent = object.notify(b"first", Duration::from_secs(5)).expect("notify");
+    assert!(silent.is_empty(), "acknowledged from another thread, yet silent: {silent:?}");
+    let silent = object.notify(b"second", Duration::from_secs(1)).expect("notify");
+    assert_eq!(silent, [object.instance_id()], "a dropped acknowledgement must leave this watcher silent");
+    acknowledger.join().unwrap();
+}
+
+/// Why a notice callback must never wait for I/O (issue 49): librados runs watch
+/// callbacks on the thread that completes the same client's I/O (Sluice runs it with
+/// one such thread), so an RBD write submitted from inside a callback cannot complete
+/// while the callback waits for it; it completes at once after the callback returns.
+#[test]
+fn a_write_cannot_complete_while_a_notice_callback_of_the_same_client_waits_for_it() {
+    let Some(_images) = cluster() else { return };
+    let backend = new_image("finisher", 8 << 20, 4096);
+    let options = RbdOptions::new(POOL, "unused");
+    let object = Arc::new(RadosObject::open(&options.cluster, POOL, &unique_image("finisher-watch")).expect("open the object"));
+    object.replace_record("sluice.test", None, b"1", b"record").expect("create the object");
+    let completed_in_callback = Arc::new(AtomicUsize::new(usize::MAX));
+    let seen = Arc::clone(&completed_in_callback);
+    let queue = Arc::new(std::sync::Mutex::new(backend.open_queue()));
+    let callback_queue = Arc::clone(&queue);
+    let handler: runtime::WatchHandler = Box::new(move |event| {
+        if let runtime::WatchEvent::Notice(_, acknowledgement) = event {
+            let mut queue = callback_queue.lock().unwrap();
+            let op = IoOp::Write { lba: 0, blocks: 1, force_unit_access: false };
+            queue.submit(IoRequest { token: 7, op, buffer: pattern(7, 4096) });
+            let mut completions = Vec::new();
+            let start = Instant::now();
+            while completions.is_empty() && start.elapsed() < Duration::from_millis(1500) {
+                queue.reap(&mut completions);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen.store(completions.len(), Ordering::SeqCst);
+            acknowledgement.acknowledge();
+        }
+    });
+    let _watch = object.watch(handler, Duration::from_secs(10)).expect("watch the object");
+    let silent = object.notify(b"wait for a write", Duration::from_secs(5)).expect("notify");
+    assert!(silent.is_empty(), "{silent:?}");
+    assert_eq!(completed_in_callback.load(Ordering::SeqCst), 0, "the write completed while the callback waited on librados' thread");
+    let mut completions = Vec::new();
+    let start = Instant::now();
+    while completions.is_empty() && start.elapsed() < Duration::from_secs(10) {
+        queue.lock().unwrap().reap(&mut completions);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(completions.len(), 1, "the write completes once the callback returned");
+    assert!(completions[0].result.is_ok());
+    eprintln!("completed {:?} after the callback returned", start.elapsed());
 }
 
 /// Sluice runs librados with one io_context thread unless the configuration file (or

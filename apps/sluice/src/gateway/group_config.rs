@@ -31,7 +31,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use runtime::{NoticeReply, RadosObject, ReplaceError, Watch, WatchEvent};
+use runtime::{RadosObject, ReplaceError, Watch, WatchEvent};
 use serde::{Deserialize, Serialize};
 use toml_edit::{DocumentMut, Item, Table};
 
@@ -451,10 +451,10 @@ impl GroupConfigStore {
         let handler = move || -> runtime::WatchHandler {
             let changed = Arc::clone(&changed);
             Box::new(move |event| {
-                if let WatchEvent::Notice(_) = event {
+                if let WatchEvent::Notice(_, acknowledgement) = event {
                     changed();
+                    acknowledgement.acknowledge();
                 }
-                NoticeReply::Acknowledge
             })
         };
         match self.object.watch(handler(), WATCH_TIMEOUT) {

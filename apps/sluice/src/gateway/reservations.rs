@@ -32,9 +32,10 @@ use nvme_target::group_reservations::{
 use nvme_target::reservation_store::NamespaceKey;
 use nvme_target::reservations::{Notice, ReservationState, MAX_REGISTRANTS};
 use nvme_target::Target;
-use runtime::{ClusterSpec, NoticeReply, RadosObject, ReplaceError, Watch, WatchEvent};
+use runtime::{ClusterSpec, RadosObject, ReplaceError, Watch, WatchEvent};
 use serde::{Deserialize, Serialize};
 
+use crate::gateway::fence_waits::FenceWaits;
 use crate::reservation_files::{
     hex, holder_from_record, holder_to_record, registrants_from_record, registrants_to_record, unhex, RecordHolder, RecordRegistrant,
 };
@@ -193,7 +194,11 @@ impl ClusterReservations {
     pub fn start(settings: GroupSettings, target: &Arc<Target>) -> Result<ClusterReservations, String> {
         let (sender, receiver) = channel::<Job>();
         let startup = settings.whole_group_was_down;
+        // Half the notify timeout: an acknowledgement sent when the fence drained
+        // late still reaches the notifier in time.
+        let fence_waits = FenceWaits::start(settings.notify_timeout / 2)?;
         let worker = Worker {
+            fence_waits,
             settings,
             target: Arc::downgrade(target),
             jobs: sender.clone(),
@@ -251,6 +256,8 @@ struct Followed {
 
 struct Worker {
     settings: GroupSettings,
+    /// Where notices that preempted a host with writes here wait for their fence.
+    fence_waits: FenceWaits,
     target: Weak<Target>,
     jobs: Sender<Job>,
     followed: HashMap<[u8; 16], Followed>,
@@ -334,10 +341,8 @@ impl Worker {
         if let Some(target) = self.target.upgrade() {
             target.mark_group_reservations_unknown(nguid);
         }
-        // Half the notify timeout: an acknowledgement after the fence drained still
-        // reaches the notifier in time.
-        let fence_wait = self.settings.notify_timeout / 2;
-        let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone(), fence_wait);
+        let object_name = followed.object.describe();
+        let handler = || watch_handler(self.target.clone(), *nguid, self.jobs.clone(), self.fence_waits.clone(), object_name.clone());
         let watch = match followed.object.watch(handler(), WATCH_TIMEOUT) {
             // Only an existing object can be watched: the first gateway creates it
             // with the empty state (or finds that another one just did).
@@ -542,25 +547,31 @@ fn read(object: &RadosObject) -> Result<Option<GroupUpdate>, String> {
 }
 
 /// Installs every record another gateway (or this one) notifies, and acknowledges it
-/// once the writes at storage of the hosts it preempted have completed here (at most
-/// `fence_wait`; a gateway that cannot drain them in time stays silent, so the
-/// notifier fences it, which stops those writes at the cluster). A lost watch or an
-/// unreadable notice marks the copy unknown and asks the thread to reload.
+/// once the writes at storage of the hosts it preempted have completed here
+/// ([`FenceWaits`]: never by waiting on this librados thread, which also completes
+/// those writes). A lost watch or an unreadable notice marks the copy unknown and
+/// asks the thread to reload.
 fn watch_handler(
     target: Weak<Target>,
     nguid: [u8; 16],
     jobs: Sender<Job>,
-    fence_wait: Duration,
+    fence_waits: FenceWaits,
+    object: String,
 ) -> runtime::WatchHandler {
     Box::new(move |event| {
         let Some(target) = target.upgrade() else {
-            return NoticeReply::Acknowledge;
+            if let WatchEvent::Notice(_, acknowledgement) = event {
+                acknowledgement.acknowledge();
+            }
+            return;
         };
         match event {
-            WatchEvent::Notice(payload) => match decode(payload) {
+            WatchEvent::Notice(payload, acknowledgement) => match decode(payload) {
                 Ok(update) => {
+                    // From here on the preempted hosts' new commands are refused; the
+                    // fence holds only what this gateway had already sent to storage.
                     let fence = target.install_group_reservations(&nguid, &update);
-                    wait_for_fence(&fence, fence_wait)
+                    fence_waits.acknowledge_when_drained(fence, Box::new(move || acknowledgement.acknowledge()), &object);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "unreadable reservation notice: reloading the record");
@@ -568,37 +579,17 @@ fn watch_handler(
                     let _ = jobs.send(Job::Reload(nguid));
                     // Unknown now: this gateway refuses the namespace's I/O until it
                     // reloaded, which is as safe as having the change.
-                    NoticeReply::Acknowledge
+                    acknowledgement.acknowledge();
                 }
             },
+            // Not a notice: nothing to acknowledge.
             WatchEvent::Lost(errno) => {
                 tracing::warn!(%errno, "reservation watch lost: I/O gets path errors until it is back");
                 target.mark_group_reservations_unknown(&nguid);
                 let _ = jobs.send(Job::Reload(nguid));
-                // Not a notice: nothing to acknowledge.
-                NoticeReply::Withhold
             }
         }
     })
-}
-
-/// How often a watch callback looks whether a fence drained.
-const FENCE_POLL: Duration = Duration::from_micros(200);
-
-/// Waits until `fence` drained (the preempted hosts' writes at storage here have
-/// completed): acknowledge then; withhold if `limit` passed first.
-fn wait_for_fence(fence: &nvme_target::write_fence::WriteFence, limit: Duration) -> NoticeReply {
-    let start = std::time::Instant::now();
-    while !fence.is_drained() {
-        if start.elapsed() >= limit {
-            tracing::warn!(writes = fence.writes_in_flight(), wait_ms = limit.as_millis() as u64,
-                "a preempted host's writes are still at storage here: the reservation change is not acknowledged, \
-                 so the gateway that made it fences this one");
-            return NoticeReply::Withhold;
-        }
-        std::thread::sleep(FENCE_POLL);
-    }
-    NoticeReply::Acknowledge
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! a management socket in a directory of its own that is killed when dropped.
 #![allow(dead_code)]
 
+pub mod gateway_group;
 pub mod pki;
 
 use std::ffi::OsStr;

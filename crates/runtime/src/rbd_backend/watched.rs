@@ -31,28 +31,67 @@ pub enum ReplaceError {
 /// What a watch reports, on a librados thread.
 #[derive(Debug)]
 pub enum WatchEvent<'payload> {
-    /// Another client (or this one) notified the object with this payload; it is
-    /// acknowledged once the handler returns [`NoticeReply::Acknowledge`].
-    Notice(&'payload [u8]),
+    /// Another client (or this one) notified the object with this payload. The
+    /// notifier counts this watcher as having acted on it only once the
+    /// [`Acknowledgement`] is sent, which the handler may do at once or later from
+    /// any thread (dropping it withholds it).
+    Notice(&'payload [u8], Acknowledgement),
     /// The watch was lost (the OSD timed it out, or this client was disconnected or
     /// blocklisted): notices may have been missed until it is re-established.
     Lost(RadosErrno),
 }
 
-/// Whether a notice is acknowledged to the notifier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoticeReply {
-    /// This watcher has acted on the notice.
-    Acknowledge,
-    /// This watcher could not act on it in time: the notifier sees it as silent
-    /// (and may fence it).
-    Withhold,
+/// The acknowledgement one notice's notifier waits for. Send it with
+/// [`Acknowledgement::acknowledge`] once the notice has been acted on; dropping it
+/// unsent withholds it, so the notifier sees this watcher as silent when its timeout
+/// passes (and may fence it).
+///
+/// Why it can outlive the callback: librados delivers notices on the same finisher
+/// thread as this client's I/O completions (RBD images included). A handler that
+/// waited there for I/O to finish would wait for completions queued behind itself;
+/// it hands this to a thread of its own instead.
+#[must_use = "a notice is withheld unless its acknowledgement is sent"]
+pub struct Acknowledgement {
+    object: Arc<RadosObject>,
+    notify_id: u64,
+    cookie: u64,
 }
 
-/// Called for each [`WatchEvent`] (the reply matters only for notices); must be
-/// quick and must not call back into the watch (librados runs it on its own
-/// finisher thread).
-pub type WatchHandler = Box<dyn Fn(WatchEvent<'_>) -> NoticeReply + Send + Sync>;
+impl std::fmt::Debug for Acknowledgement {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Acknowledgement")
+            .field("object", &self.object.describe())
+            .field("notify_id", &self.notify_id)
+            .finish()
+    }
+}
+
+impl Acknowledgement {
+    /// Tells the notifier this watcher has acted on the notice (the OSD forwards
+    /// it; nothing waits for an answer here).
+    pub fn acknowledge(self) {
+        let object = &self.object;
+        // SAFETY: the pool context and object name are live (held by the Arc); an
+        // empty reply is allowed; librados accepts an acknowledgement from any thread,
+        // also after the watch was unregistered (the OSD then ignores it).
+        unsafe {
+            (object.cluster.library.rados_notify_ack)(
+                object.io,
+                object.object.as_ptr(),
+                self.notify_id,
+                self.cookie,
+                std::ptr::null(),
+                0,
+            );
+        }
+    }
+}
+
+/// Called for each [`WatchEvent`]; must not block (librados runs it on the finisher
+/// thread that also completes this client's I/O) and must not call back into the
+/// watch.
+pub type WatchHandler = Box<dyn Fn(WatchEvent<'_>) + Send + Sync>;
 
 /// The state a watch callback reaches through librados' `void *` argument.
 struct WatchContext {
@@ -110,21 +149,12 @@ unsafe extern "C" fn on_notice(argument: *mut c_void, notify_id: u64, cookie: u6
         // SAFETY: librados passes `length` readable bytes at `data` for the call.
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) }
     };
-    // A panic must not cross into C. A handler that panicked may not have acted on
-    // the notice, so it is not acknowledged: the notifier treats this watcher as
-    // silent.
-    let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        (context.handler)(WatchEvent::Notice(payload))
-    }))
-    .unwrap_or(NoticeReply::Withhold);
-    if reply == NoticeReply::Withhold {
-        return;
-    }
-    let object = &context.object;
-    // SAFETY: the pool context and object name are live; an empty reply is allowed.
-    unsafe {
-        (object.cluster.library.rados_notify_ack)(object.io, object.object.as_ptr(), notify_id, cookie, std::ptr::null(), 0);
-    }
+    let acknowledgement = Acknowledgement { object: Arc::clone(&context.object), notify_id, cookie };
+    // A panic must not cross into C. A handler that panicked dropped the
+    // acknowledgement unsent: the notifier treats this watcher as silent.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (context.handler)(WatchEvent::Notice(payload, acknowledgement))
+    }));
 }
 
 unsafe extern "C" fn on_watch_error(argument: *mut c_void, _cookie: u64, error: c_int) {
