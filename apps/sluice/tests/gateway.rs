@@ -22,206 +22,24 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{ConnectOptions, Controller};
-use nvme_spec::ana::{AnaLog, AnaState};
-use nvme_spec::log_page::log_id;
+use nvme_host_client::Controller;
+use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
-use support::{ceph_cluster_given, free_port, scratch_dir, wait_bounded, ServeProcess};
+use support::gateway_group::{
+    acquire_write_exclusive, await_state, connect, connect_as, holder, register, status_of, Group, BLOCK_BYTES, LEASE_MS, NAMESPACE,
+    NQN,
+};
+use support::{ceph_cluster_given, wait_bounded, ServeProcess};
 
-const NQN: &str = "nqn.2026-11.io.sluice:ha-test";
-const NAMESPACE: NamespaceId = NamespaceId(1);
-const BLOCK_BYTES: usize = 4096;
-/// Short leases keep the test quick; the default (6 s) is measured in docs/results.
-const LEASE_MS: u64 = 3000;
 /// Blocks written in each pattern.
 const BLOCKS: u32 = 64;
 
 /// One test at a time on the cluster.
 static CLUSTER: Mutex<()> = Mutex::new(());
-
-fn unique(what: &str) -> String {
-    format!("sluice-gw-{what}-{}", std::process::id())
-}
-
-struct Group {
-    dir: PathBuf,
-    image: String,
-    group: String,
-    ports: [u16; 2],
-    block_bytes: usize,
-}
-
-impl Group {
-    fn new(test: &str) -> Group {
-        let dir = scratch_dir(&format!("gateway-{test}"));
-        Group { dir, image: unique(test), group: unique(test), ports: [free_port(), free_port()], block_bytes: BLOCK_BYTES }
-    }
-
-    fn address(&self, member: usize) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.ports[member]))
-    }
-
-    /// The config of member `member` ("a" or "b"), its namespace with `nsid`.
-    fn config(&self, member: usize, nsid: u32) -> PathBuf {
-        let name = ["a", "b"][member];
-        let path = self.dir.join(format!("gateway-{name}.toml"));
-        let text = format!(
-            r#"[[listener]]
-address = "127.0.0.1:{port}"
-
-[gateway]
-name = "{name}"
-group = "{group}"
-lease_ms = {LEASE_MS}
-op_timeout_ms = 5000
-
-[[gateway.member]]
-name = "a"
-address = "127.0.0.1:{port_a}"
-
-[[gateway.member]]
-name = "b"
-address = "127.0.0.1:{port_b}"
-
-[[backend]]
-name = "shared"
-kind = "rbd"
-pool = "rbd"
-image = "{image}"
-size = "64MiB"
-block_size = {block_bytes}
-op_timeout_ms = 5000
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = {nsid}
-device = "shared"
-ana_group = 1
-
-[runtime]
-threads = 1
-"#,
-            port = self.ports[member],
-            group = self.group,
-            port_a = self.ports[0],
-            port_b = self.ports[1],
-            image = self.image,
-            block_bytes = self.block_bytes,
-        );
-        std::fs::write(&path, text).expect("write gateway config");
-        path
-    }
-
-    /// The config of member `member` with the group's configuration kept in the
-    /// cluster: the whole file (its group part seeds an empty group) or, with
-    /// `own_part_only`, just the gateway's own part.
-    fn cluster_config(&self, member: usize, own_part_only: bool) -> PathBuf {
-        let path = self.config(member, NAMESPACE.0);
-        let full = std::fs::read_to_string(&path).unwrap().replacen("op_timeout_ms = 5000\n", "op_timeout_ms = 5000\nconfig = \"cluster\"\n", 1);
-        let text = if own_part_only {
-            let gateway_end = full.find("[[gateway.member]]").unwrap();
-            format!("{}[runtime]\nthreads = 1\n", &full[..gateway_end])
-        } else {
-            full
-        };
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    fn start(&self, member: usize) -> ServeProcess {
-        self.start_with_env(member, &[])
-    }
-
-    fn start_with_env(&self, member: usize, env: &[(&str, &str)]) -> ServeProcess {
-        let config = self.config(member, NAMESPACE.0);
-        let socket = self.dir.join(format!("{member}.sock"));
-        ServeProcess::start_with_env(&config, &["--rpc-socket", socket.to_str().unwrap()], env)
-            .unwrap_or_else(|| panic!("gateway {member} did not start (ports {:?})", self.ports))
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        remove_image(&format!("rbd/{}", self.image));
-        remove_image(&format!("rbd/{}-2", self.image));
-        let _ = Command::new("rados").args(["-p", "rbd", "rm", &format!("sluice.config.{}", self.group)]).stderr(Stdio::null()).status();
-    }
-}
-
-/// Removes an image (retrying while a gateway that just stopped still holds it).
-fn remove_image(spec: &str) {
-    {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let child = Command::new("rbd")
-                .args(["rm", "--no-progress", spec])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run rbd");
-            match wait_bounded(child, Duration::from_secs(60)) {
-                Some(output) if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") => return,
-                _ => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-    }
-}
-
-fn connect(address: SocketAddr) -> Controller {
-    connect_as(address, None)
-}
-
-/// Connects as the host with this identifier (its NQN derived from it), or as the
-/// default host.
-fn connect_as(address: SocketAddr, host: Option<[u8; 16]>) -> Controller {
-    let mut options = ConnectOptions::new(address, NQN);
-    if let Some(host) = host {
-        options.host_identifier = host;
-        options.host_nqn = format!("nqn.2014-08.org.nvmexpress:uuid:{}", nvme_host_client::format_uuid(&host));
-    }
-    options.io_queues = 1;
-    options.command_timeout = Duration::from_secs(20);
-    options.controller_loss_timeout = Duration::ZERO;
-    Controller::connect(options).unwrap_or_else(|error| panic!("connect to {address}: {error}"))
-}
-
-/// The state of ANA group 1 at `address`, as a host reads it; `None` when the gateway
-/// does not answer.
-fn group_state(address: SocketAddr) -> Option<AnaState> {
-    let mut options = ConnectOptions::new(address, NQN);
-    options.io_queues = 0;
-    options.connect_timeout = Duration::from_secs(2);
-    options.command_timeout = Duration::from_secs(2);
-    options.controller_loss_timeout = Duration::ZERO;
-    let controller = Controller::connect(options).ok()?;
-    let data = controller.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, 4096).ok()?;
-    let log = AnaLog::decode(&data).expect("a well-formed ANA log");
-    assert_eq!(log.groups.len(), 1, "one ANA group: {log:?}");
-    assert_eq!(log.groups[0].namespaces, [NAMESPACE]);
-    Some(log.groups[0].descriptor.state)
-}
-
-/// Polls until `address` reports `state` for group 1; returns how long it took.
-fn await_state(address: SocketAddr, state: AnaState, limit: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let seen = group_state(address);
-        if seen == Some(state) {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < limit, "{address} reports {seen:?}, not {state:?}, after {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn pattern(tag: u8) -> Vec<u8> {
     (0..BLOCKS as usize * BLOCK_BYTES).map(|index| tag ^ (index % 251) as u8).collect()
@@ -291,7 +109,7 @@ fn owner_fenced_on_takeover_rejoins_by_itself_and_fails_back() {
     let third = pattern(0x33);
     again.write(NAMESPACE, 0, &third, true).expect("a write through the rejoined gateway's new client");
     assert!(through_b.read(NAMESPACE, 0, BLOCKS).unwrap() == third, "written through a, read through b");
-    let status = support::sluice(&["gateway", "status", "--socket", group.dir.join("0.sock").to_str().unwrap()]);
+    let status = support::sluice(&["gateway", "status", "--socket", group.socket(0).to_str().unwrap()]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success(), "gateway status: {}", String::from_utf8_lossy(&status.stderr));
     assert!(text.contains("optimized") && text.contains("non-optimized") && text.contains("held"), "{text}");
@@ -321,32 +139,6 @@ fn a_conflicting_namespace_identity_is_refused_naming_both_gateways() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "b must refuse to start: {stderr}");
     assert!(stderr.contains("gateway a serves it as") && stderr.contains("gateway b (this one)") && stderr.contains("nsid=2"), "{stderr}");
-}
-
-/// The status a command ended with (success, or the error status it got).
-fn status_of<T>(result: Result<T, nvme_host_client::ClientError>) -> nvme_spec::Status {
-    match result {
-        Ok(_) => nvme_spec::Status::SUCCESS,
-        Err(nvme_host_client::ClientError::Command { status, .. }) => status.kind(),
-        Err(other) => panic!("expected a command status, got {other}"),
-    }
-}
-
-fn register(host: &Controller, key: u64) -> nvme_spec::Status {
-    status_of(host.io_command(nvme_host::commands::reservation_register(NAMESPACE, 0, false, 0, 0, key)))
-}
-
-/// Reservation Acquire (RACQA `action`) of Write Exclusive.
-fn acquire_write_exclusive(host: &Controller, action: u8, key: u64, preempt: u64) -> nvme_spec::Status {
-    status_of(host.io_command(nvme_host::commands::reservation_acquire(NAMESPACE, action, false, 1, key, preempt)))
-}
-
-/// The holder's Host Identifier in a Reservation Report, or `None`.
-fn holder(host: &Controller) -> Option<[u8; 16]> {
-    let completion = host.io_command(nvme_host::commands::reservation_report(NAMESPACE, 4096, true)).expect("report");
-    let data = completion.data;
-    let count = u16::from_le_bytes([data[5], data[6]]) as usize;
-    (0..count).map(|index| &data[64 + index * 64..128 + index * 64]).find(|entry| entry[2] == 1).map(|entry| entry[16..32].try_into().unwrap())
 }
 
 #[test]
@@ -538,17 +330,8 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
 }
 
 /// `sluice ARGS --socket` of member `member`, which must succeed; its output.
-fn manage(group: &Group, member: usize, args: &[&str]) -> String {
-    let socket = group.dir.join(format!("{member}.sock"));
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--socket", socket.to_str().unwrap()]);
-    let output = support::sluice(&all);
-    assert!(output.status.success(), "sluice {args:?} on {member}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 fn start_cluster_configured(group: &Group, member: usize, config: &std::path::Path) -> ServeProcess {
-    let socket = group.dir.join(format!("{member}.sock"));
+    let socket = group.socket(member);
     ServeProcess::start_with_env(config, &["--rpc-socket", socket.to_str().unwrap()], &[])
         .unwrap_or_else(|| panic!("gateway {member} did not start"))
 }
@@ -558,7 +341,7 @@ fn start_cluster_configured(group: &Group, member: usize, config: &std::path::Pa
 fn await_namespace(group: &Group, member: usize, nsid: u32, listed: bool, limit: Duration) -> Duration {
     let start = Instant::now();
     loop {
-        let list = manage(group, member, &["ns", "list", NQN, "-o", "json"]);
+        let list = group.manage(member, &["ns", "list", NQN, "-o", "json"]);
         let value: serde_json::Value = serde_json::from_str(&list).unwrap();
         let present = value["namespaces"].as_array().unwrap().iter().any(|namespace| namespace["nsid"] == nsid);
         if present == listed {
@@ -574,7 +357,7 @@ fn await_namespace(group: &Group, member: usize, nsid: u32, listed: bool, limit:
 fn await_size(group: &Group, member: usize, nsid: u32, size_bytes: u64, limit: Duration) -> Duration {
     let start = Instant::now();
     loop {
-        let list = manage(group, member, &["ns", "list", NQN, "-o", "json"]);
+        let list = group.manage(member, &["ns", "list", NQN, "-o", "json"]);
         let value: serde_json::Value = serde_json::from_str(&list).unwrap();
         let namespaces = value["namespaces"].as_array().unwrap();
         if namespaces.iter().any(|namespace| namespace["nsid"] == nsid && namespace["size_bytes"] == size_bytes) {
@@ -600,24 +383,24 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
     await_state(at_a, AnaState::Optimized, Duration::from_secs(15));
     await_state(at_b, AnaState::NonOptimized, Duration::from_secs(15));
     assert!(connect(at_b).identify_namespace(NAMESPACE).is_ok(), "b serves the group's namespace from the cluster");
-    assert!(manage(&group, 1, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
+    assert!(group.manage(1, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
 
     // A namespace added through a, on a new image, is served by b too.
     let image = format!("rbd/{}-2", group.image);
-    manage(&group, 0, &["ns", "add", NQN, "--rbd", &image, "--size", "16MiB", "--block-size", "4096", "-N", "2"]);
+    group.manage(0, &["ns", "add", NQN, "--rbd", &image, "--size", "16MiB", "--block-size", "4096", "-N", "2"]);
     let delay = await_namespace(&group, 1, 2, true, Duration::from_secs(10));
     eprintln!("namespace added through a listed by b after {:.0} ms", delay.as_secs_f64() * 1000.0);
     let through_b = connect(at_b);
     let data = pattern(0x5A);
     through_b.write(NamespaceId(2), 0, &data, true).expect("write to the new namespace through b");
     assert!(connect(at_a).read(NamespaceId(2), 0, BLOCKS).unwrap() == data, "the same image behind both");
-    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 2"));
+    assert!(group.manage(1, &["gateway", "status"]).contains("version 2"));
     // a's file keeps only what it had: the change lives in the cluster.
     assert!(!std::fs::read_to_string(&a_file).unwrap().contains(&image));
 
     // Grown through a: the image grows once, b follows the group's configuration,
     // and b's host sees the new size and writes past the old end.
-    let grown = manage(&group, 0, &["ns", "resize", NQN, "2", "--size", "32MiB"]);
+    let grown = group.manage(0, &["ns", "resize", NQN, "2", "--size", "32MiB"]);
     assert!(grown.contains("grew namespace 2") && grown.contains("to 32 MiB"), "{grown}");
     let delay = await_size(&group, 1, 2, 32 << 20, Duration::from_secs(10));
     eprintln!("namespace grown through a seen by b after {:.0} ms", delay.as_secs_f64() * 1000.0);
@@ -636,11 +419,11 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
     // b down while a removes it; b started again serves the group's new version.
     drop(through_b);
     drop(b);
-    manage(&group, 0, &["ns", "remove", NQN, "2"]);
+    group.manage(0, &["ns", "remove", NQN, "2"]);
     let b = start_cluster_configured(&group, 1, &b_file);
     await_namespace(&group, 1, 2, false, Duration::from_secs(1));
     // Version 3 was the resize.
-    assert!(manage(&group, 1, &["gateway", "status"]).contains("version 4"));
+    assert!(group.manage(1, &["gateway", "status"]).contains("version 4"));
 
     // Concurrent changes through both gateways: each either lands or is refused with
     // a conflict naming the versions; none is lost, and both gateways converge.
@@ -673,7 +456,7 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
     for member in 0..2 {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let list = manage(&group, member, &["subsystem", "list"]);
+            let list = group.manage(member, &["subsystem", "list"]);
             if landed.iter().all(|nqn| list.contains(nqn.as_str())) {
                 break;
             }
@@ -685,7 +468,7 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
 }
 
 fn manage_output(group: &Group, member: usize, args: &[&str]) -> std::process::Output {
-    let socket = group.dir.join(format!("{member}.sock"));
+    let socket = group.socket(member);
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--socket", socket.to_str().unwrap()]);
     support::sluice(&all)
@@ -719,6 +502,6 @@ fn gateway_import_moves_a_files_group_part_into_the_cluster_once() {
     let a = start_cluster_configured(&group, 0, &file);
     await_state(group.address(0), AnaState::Optimized, Duration::from_secs(15));
     assert!(connect(group.address(0)).identify_namespace(NAMESPACE).is_ok());
-    assert!(manage(&group, 0, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
+    assert!(group.manage(0, &["gateway", "status"]).contains("group configuration: cluster, version 1"));
     drop(a);
 }

@@ -97,6 +97,22 @@ threads = 1
         path
     }
 
+    /// The config of member `member` with the group's configuration kept in the
+    /// cluster: the whole file (its group part seeds an empty group) or, with
+    /// `own_part_only`, just the gateway's own part.
+    pub fn cluster_config(&self, member: usize, own_part_only: bool) -> PathBuf {
+        let path = self.config(member, NAMESPACE.0);
+        let full = std::fs::read_to_string(&path).unwrap().replacen("op_timeout_ms = 5000\n", "op_timeout_ms = 5000\nconfig = \"cluster\"\n", 1);
+        let text = if own_part_only {
+            let gateway_end = full.find("[[gateway.member]]").unwrap();
+            format!("{}[runtime]\nthreads = 1\n", &full[..gateway_end])
+        } else {
+            full
+        };
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     pub fn start(&self, member: usize) -> ServeProcess {
         self.start_with_env(member, &[])
     }
