@@ -239,7 +239,9 @@ impl Controller {
             return Err(ClientError::InvalidController("the controller does not report ANA (CMIC bit 3 clear)".into()));
         }
         let data = self.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, ana_log_length(&self.identify))?;
-        AnaLog::decode(&data).map_err(|error| ClientError::InvalidController(format!("bad ANA log: {error}")))
+        let log = AnaLog::decode(&data).map_err(|error| ClientError::InvalidController(format!("bad ANA log: {error}")))?;
+        check_ana_log(&log, &self.identify).map_err(|problem| ClientError::InvalidController(format!("bad ANA log: {problem}")))?;
+        Ok(log)
     }
 
     /// The ANA state of `nsid` on this controller (this path): its group's state in
@@ -586,6 +588,11 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
             LinkStatus::Live => {}
         }
         let mut admin = lock(&shared.admin);
+        // Read again under the admin lock: the supervisor publishes a new
+        // association before it lets go of that lock, so this epoch is the one
+        // of the connection used below (a failure reported for an older one
+        // would be ignored).
+        let state = shared.snapshot();
         let tag = admin.next_tag();
         let mut pending_event = false;
         let Some(connection) = admin.connection.as_mut() else {
@@ -609,8 +616,10 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
             Err(error) => {
                 let Some(connection) = admin.connection.take() else { return Err(error) };
                 let failure = connection.into_failure(error);
-                drop(admin);
+                // Asked for under the admin lock, so nobody finds the connection
+                // gone first and reports a vaguer cause.
                 shared.request_reconnect(state.epoch, failure.cause.clone());
+                drop(admin);
                 if let Some(HostError::CommandTimeout { .. }) = failure.queue_error {
                     // Nothing came in time: a plain timeout the first time, the
                     // whole story once the command had been sent again.
@@ -703,6 +712,10 @@ fn supervise(shared: &Shared) {
 /// supervisor is the one that would do them).
 fn admin_command_once(shared: &Shared, command: HostCommand, epoch: u64) -> Result<HostCompletion, ClientError> {
     let mut admin = lock(&shared.admin);
+    if shared.snapshot().epoch != epoch {
+        // Reconnected since the caller looked: this command was for the old one.
+        return Err(ClientError::ControllerLost);
+    }
     let tag = admin.next_tag();
     let mut pending_event = false;
     let Some(connection) = admin.connection.as_mut() else {
@@ -718,8 +731,8 @@ fn admin_command_once(shared: &Shared, command: HostCommand, epoch: u64) -> Resu
             Some(connection) => connection.into_failure(error).cause,
             None => HostError::ConnectionLost,
         };
-        drop(admin);
         shared.request_reconnect(epoch, cause.clone());
+        drop(admin);
         return Err(ClientError::Protocol(cause));
     }
     result
@@ -780,18 +793,42 @@ fn reconnect(shared: &Shared, since: Instant) {
                 let next = association_state(epoch, &association);
                 *lock(&shared.generated_tls) = association.generated_tls;
                 admin.connection = Some(association.connection);
-                drop(admin);
-                tracing::info!(epoch, controller = next.controller_id.0, "controller reconnected");
+                // Published before the admin lock is let go: whoever takes the
+                // connection next sees its epoch.
                 shared.update(|state| {
                     if state.status != LinkStatus::Closed {
                         *state = next;
                     }
                 });
+                drop(admin);
+                tracing::info!(epoch, controller = next.controller_id.0, "controller reconnected");
                 return;
             }
             Err(error) => tracing::warn!(%error, "reconnect attempt failed"),
         }
     }
+}
+
+/// An ANA log against what the controller reported of itself: at most NANAGRPID
+/// groups, group IDs in 1..=NANAGRPID, NSIDs in 1..=NN.
+fn check_ana_log(log: &AnaLog, identify: &IdentifyController) -> Result<(), String> {
+    let groups = identify.number_of_ana_group_identifiers;
+    if log.groups.len() as u64 > u64::from(groups) {
+        return Err(format!("{} group descriptors, but NANAGRPID is {groups}", log.groups.len()));
+    }
+    for group in &log.groups {
+        let id = group.descriptor.group_id.0;
+        if id == 0 || id > groups {
+            return Err(format!("group ID {id} is outside 1..={groups} (NANAGRPID)"));
+        }
+        if let Some(nsid) = group.namespaces.iter().find(|nsid| nsid.0 == 0 || nsid.0 > identify.number_of_namespaces) {
+            return Err(format!(
+                "group {id} lists NSID {}, outside 1..={} (NN)",
+                nsid.0, identify.number_of_namespaces
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The length to ask for the whole ANA log of a controller with this Identify data:

@@ -156,7 +156,11 @@ pub enum HostError {
         mid_pdu: bool,
     },
     /// The TCP connection failed under the driver (reset, broken pipe, ...).
-    #[error("the connection failed ({kind})")]
+    #[error("{}", if *kind == std::io::ErrorKind::ConnectionReset {
+        "the target reset the connection".to_string()
+    } else {
+        format!("the connection failed ({kind})")
+    })]
     ConnectionFailed {
         /// What the socket reported, e.g. `ConnectionReset`.
         kind: std::io::ErrorKind,
