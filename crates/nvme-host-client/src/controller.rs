@@ -13,6 +13,7 @@ use nvme_spec::log_page::{log_id, SmartHealthLog, CHANGED_NAMESPACE_LIST_BYTES, 
 use nvme_spec::registers::{ControllerCapabilities, Version};
 use nvme_spec::ana::{AnaLog, AnaState};
 use nvme_spec::identify::cmic;
+use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId};
 
 use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
@@ -25,6 +26,12 @@ use crate::{ClientError, ConnectOptions};
 /// nvmet's NVMET_MAX_NAMESPACES 1024), so only a target inventing namespaces
 /// reaches it.
 pub const MAX_ACTIVE_NAMESPACES: usize = 64 * NAMESPACE_LIST_CAPACITY;
+
+/// Longest `disconnect` (or a drop) waits for the supervisor thread to stop. It
+/// stops at once unless it is inside a reconnect attempt, which a target that does
+/// not answer stretches to the connect timeout; then it is left to end by itself,
+/// so that closing a controller is never held up by the target.
+const SUPERVISOR_STOP_WAIT: Duration = Duration::from_millis(200);
 
 /// Namespaces whose block size `connect` reads ahead (one Identify Namespace
 /// each); the others are identified when first used. One list page: the admin
@@ -82,14 +89,35 @@ impl Controller {
             .spawn(move || supervise(&supervisor_shared))
             .map_err(|error| ClientError::InvalidArgument(format!("cannot start the keep-alive thread: {error}")))?;
         let controller = Controller { shared, identify, capabilities, version, supervisor: Some(supervisor) };
-        if let Ok(namespaces) = controller.active_namespaces() {
-            for nsid in namespaces.into_iter().take(NAMESPACES_IDENTIFIED_AT_CONNECT) {
-                if let Err(error) = controller.refresh_block_size(nsid) {
+        controller.prefetch_block_sizes();
+        Ok(controller)
+    }
+
+    /// Reads the block sizes of the first active namespaces ahead, for
+    /// [`IoQueue::block_size`]. Only a prefetch: no command is sent again, the first
+    /// failure ends it, and so does the connect timeout (a target answering each
+    /// command just in time cannot stretch a connect); namespaces left out are
+    /// identified when first used.
+    fn prefetch_block_sizes(&self) {
+        let until = Instant::now() + self.shared.options.connect_timeout;
+        let Ok(namespaces) = self.list_active_namespaces(0) else { return };
+        for nsid in namespaces.into_iter().take(NAMESPACES_IDENTIFIED_AT_CONNECT) {
+            if Instant::now() >= until {
+                tracing::info!(nsid = nsid.0, "block sizes from here on are read when first used");
+                return;
+            }
+            let command = commands::identify(cns::NAMESPACE, nsid, csi::NVM);
+            let identify = admin_command(&self.shared, command, 0)
+                .and_then(|completion| check_admin(AdminOpcode::Identify as u8, completion))
+                .and_then(|completion| Ok(IdentifyNamespace::decode(identify_data(&completion)?)));
+            match identify {
+                Ok(identify) => self.shared.cache_block_size(nsid, namespace_block_size(&identify)),
+                Err(error) => {
                     tracing::warn!(nsid = nsid.0, %error, "cannot identify namespace");
+                    return;
                 }
             }
         }
-        Ok(controller)
     }
 
     /// CNTLID of the current association (changes when the controller reconnects).
@@ -131,7 +159,7 @@ impl Controller {
     /// sent; across a reconnect, until the controller is back or lost). An error
     /// status is returned as a completion, not an error: check `cqe.status`.
     pub fn admin_command(&self, command: HostCommand) -> Result<HostCompletion, ClientError> {
-        admin_command(&self.shared, command)
+        admin_command(&self.shared, command, MAX_COMMAND_RESENDS)
     }
 
     fn admin_checked(&self, command: HostCommand) -> Result<HostCompletion, ClientError> {
@@ -157,11 +185,18 @@ impl Controller {
     /// end by NN / 1024 + 1; and the whole list stops at [`MAX_ACTIVE_NAMESPACES`].
     /// A list that breaks a rule is the target's fault, named in the error.
     pub fn active_namespaces(&self) -> Result<Vec<NamespaceId>, ClientError> {
+        self.list_active_namespaces(MAX_COMMAND_RESENDS)
+    }
+
+    /// [`Controller::active_namespaces`], each page sent again at most
+    /// `max_resends` times.
+    fn list_active_namespaces(&self, max_resends: u8) -> Result<Vec<NamespaceId>, ClientError> {
         let highest = self.identify.number_of_namespaces;
         let mut namespaces = Vec::new();
         let mut after = NamespaceId::NONE;
         loop {
-            let completion = self.admin_checked(commands::identify(cns::ACTIVE_NAMESPACE_LIST, after, csi::NVM))?;
+            let command = commands::identify(cns::ACTIVE_NAMESPACE_LIST, after, csi::NVM);
+            let completion = check_admin(command.sqe.opcode(), admin_command(&self.shared, command, max_resends)?)?;
             let page: Vec<NamespaceId> = decode_namespace_list(identify_data(&completion)?).collect();
             let mut previous = after;
             for nsid in &page {
@@ -328,7 +363,16 @@ impl Controller {
     fn stop(&mut self) {
         self.shared.update(|state| state.status = LinkStatus::Closed);
         if let Some(supervisor) = self.supervisor.take() {
-            let _ = supervisor.join();
+            // It may be inside a reconnect attempt against a target that does not
+            // answer (up to the connect timeout): wait a little, then let it end
+            // on its own (it sees Closed and drops what it connected).
+            let until = Instant::now() + SUPERVISOR_STOP_WAIT;
+            while !supervisor.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if supervisor.is_finished() {
+                let _ = supervisor.join();
+            }
         }
         lock(&self.shared.admin).connection = None;
         for slot in &self.shared.io_slots {
@@ -568,11 +612,11 @@ pub(crate) fn check_io(completion: &HostCompletion, opcode: u8) -> Result<(), Cl
 }
 
 /// One admin command across reconnects; see [`Controller::admin_command`]. The
-/// command is sent again after each reconnect, at most [`MAX_COMMAND_RESENDS`]
-/// times, and never past its own deadline ([`Shared::command_deadline`]): a target
+/// command is sent again after each reconnect, at most `max_resends` times
+/// ([`MAX_COMMAND_RESENDS`] but for prefetches), and never past its own deadline ([`Shared::command_deadline`]): a target
 /// that fails the connection whenever this command arrives, and accepts every
 /// reconnect, cannot keep the caller waiting for ever.
-fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostCompletion, ClientError> {
+fn admin_command(shared: &Shared, mut command: HostCommand, max_resends: u8) -> Result<HostCompletion, ClientError> {
     let options = &shared.options;
     // Without a deadline (a controller loss timeout of "for ever"): how long one
     // wait for a reconnect may take, as before.
@@ -636,7 +680,7 @@ fn admin_command(shared: &Shared, mut command: HostCommand) -> Result<HostComple
                     Some(abandoned) => command = HostCommand { user_tag, ..abandoned },
                     None => return Err(failure.error),
                 }
-                if resends >= MAX_COMMAND_RESENDS {
+                if resends >= max_resends {
                     return Err(ClientError::Protocol(shared.gave_up(resends, false)));
                 }
                 resends += 1;
@@ -786,9 +830,14 @@ fn reconnect(shared: &Shared, since: Instant) {
             shared.update(|state| state.status = LinkStatus::Lost);
             return;
         }
-        let mut admin = lock(&shared.admin);
+        // Without the admin lock: nothing uses the admin connection while it is
+        // gone, and `stop` must not wait for an attempt to finish.
         match establish(options, options.address, &options.subsystem_nqn, options.keep_alive_timeout_ms, true) {
             Ok(association) => {
+                let mut admin = lock(&shared.admin);
+                if matches!(shared.snapshot().status, LinkStatus::Closed | LinkStatus::Lost) {
+                    return;
+                }
                 let epoch = state.epoch + 1;
                 let next = association_state(epoch, &association);
                 *lock(&shared.generated_tls) = association.generated_tls;
