@@ -56,6 +56,7 @@ fn follow_group_reservations(
             cluster: plan.cluster.clone(),
             pool: plan.pool.clone(),
             group: plan.group.clone(),
+            member: plan.name.clone(),
             members: plan.members.iter().map(|(name, _)| name.clone()).collect(),
             notify_timeout: lease,
             whole_group_was_down,

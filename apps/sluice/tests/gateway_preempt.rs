@@ -11,6 +11,10 @@
 //!   write carries a tag of its own; every block is read back through both gateways);
 //! - no gateway is fenced (gateway a never rejoins), and H3 sees no error and no
 //!   reconnect.
+//!
+//! And a gateway that misses a change (stopped through it, so it is fenced) never
+//! answers from its old copy once resumed: its copy is vouched for only a bounded
+//! time after its last round trip to the cluster (`gateway/copy_vouch.rs`).
 
 mod support;
 
@@ -281,4 +285,69 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
         assert!(Instant::now() < deadline, "gateway a was not fenced (no rejoin in 20 s) with the planted cause");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// What a Reservation Report through a resumed, fenced gateway said.
+#[derive(Debug, Default)]
+struct ResumedAnswers {
+    path_errors: u32,
+    transport_errors: u32,
+    current: u32,
+}
+
+/// Gateway b is stopped while H1 releases its reservation through a: b does not
+/// acknowledge, is fenced, and a answers only after b's copy stopped being vouched
+/// for. Resumed, b must never report the old holder: each Report through it is a
+/// path error (or its controller is gone), or the new state once it reloaded.
+#[test]
+fn a_gateway_fenced_while_stopped_never_answers_from_its_old_copy() {
+    if !ceph_cluster_given("a fenced gateway's old reservation copy") {
+        return;
+    }
+    let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
+    let scenario = Scenario::start("stale-copy", &[]);
+    let Scenario { h1, h2, .. } = &scenario;
+    assert_eq!(register(h1, H1_KEY), Status::SUCCESS);
+    assert_eq!(acquire_write_exclusive(h1, 0, H1_KEY, 0), Status::SUCCESS);
+    assert_eq!(support::gateway_group::holder(h2), Some(H1), "b reports H1 holding");
+
+    let b = scenario._gateways[1].child.id().to_string();
+    let signal = |name: &str| assert!(std::process::Command::new("kill").args([name, &b]).status().unwrap().success(), "kill {name}");
+    signal("-STOP");
+    let started = Instant::now();
+    let released = status_of(h1.io_command(nvme_host::commands::reservation_release(NAMESPACE, 0, false, 1, H1_KEY)));
+    let took = started.elapsed();
+    assert_eq!(released, Status::SUCCESS, "H1 releases through a");
+    eprintln!("release with b stopped: answered after {:.2} s (b fenced, then its copy's bound waited out)", took.as_secs_f64());
+    // The first Report is already waiting in b's socket when b resumes, so b's I/O
+    // thread may answer it before any other thread of b runs.
+    let answers = std::thread::scope(|scope| {
+        let reporter = scope.spawn(|| {
+            let mut answers = ResumedAnswers::default();
+            let until = Instant::now() + Duration::from_secs(4);
+            while Instant::now() < until {
+                match h2.io_command(nvme_host::commands::reservation_report(NAMESPACE, 4096, true)) {
+                    Ok(completion) => {
+                        let data = completion.data;
+                        assert_eq!(data[4], 0, "b reported a reservation held after it was released (stale copy): {:?}", &data[..8]);
+                        answers.current += 1;
+                    }
+                    Err(nvme_host_client::ClientError::Command { status, .. }) => {
+                        assert_eq!(status.kind(), Status::INTERNAL_PATH_ERROR, "b answered {status:?}");
+                        answers.path_errors += 1;
+                    }
+                    Err(_) => {
+                        answers.transport_errors += 1;
+                        break;
+                    }
+                }
+            }
+            answers
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        signal("-CONT");
+        reporter.join().expect("reporter")
+    });
+    eprintln!("reports through the resumed gateway: {answers:?}");
+    assert!(answers.path_errors + answers.transport_errors > 0 || answers.current > 0, "no answer at all: {answers:?}");
 }

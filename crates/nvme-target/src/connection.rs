@@ -75,6 +75,9 @@ pub struct Connection {
     /// Peer description for log messages.
     pub(crate) peer: String,
     pub(crate) phase: Phase,
+    /// The time of the event being handled (every entry point with a `now` sets it),
+    /// for the few checks deep in a command that need the clock.
+    pub(crate) now: Instant,
     /// PDUs in and out, and where received data goes.
     pub(crate) stream: PduStream,
     /// R2T flow control: host data requested and commands waiting for budget.
@@ -146,6 +149,7 @@ impl Connection {
             listener_index,
             peer,
             phase: Phase::AwaitingIcReq,
+            now,
             stream: PduStream::new(),
             r2t: R2tFlow::new(),
             pool: BufferPool::new(SETUP_QUEUE_DEPTH as usize),
@@ -180,6 +184,7 @@ impl Connection {
 
     /// Bytes received from the host, in any chunking. Consumes all of them.
     pub fn handle_received(&mut self, mut input: &[u8], now: Instant) {
+        self.now = now;
         while self.phase != Phase::Closing {
             match self.stream.next_event(&mut input) {
                 Ok(None) => break,

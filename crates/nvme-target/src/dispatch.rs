@@ -172,7 +172,7 @@ impl Connection {
         buffer: Vec<u8>,
     ) -> Result<(), Status> {
         let request = IoRequest { token, op, buffer };
-        self.storage.submit(namespace_id, &self.view, request)?;
+        self.storage.submit(namespace_id, &self.view, request, self.now)?;
         let slot = self.slots.slot(slot_index);
         slot.pending_operations += 1;
         slot.state = SlotState::AwaitingStorage;
@@ -215,6 +215,7 @@ impl Connection {
 
     /// Collects storage completions and finishes the commands they belong to.
     pub fn poll_storage(&mut self, now: Instant) {
+        self.now = now;
         // Woken maybe because a range a parked command waits for was released, or a
         // reservation state became durable.
         self.retry_parked(now);

@@ -19,7 +19,11 @@
 //! that the reservation could refuse get a path error, so the host retries on
 //! another path rather than being served from stale state.
 
+use std::sync::Arc;
+
 use nvme_spec::Status;
+
+pub use crate::copy_vouch::CopyVouch;
 
 use crate::reservation_store::NamespaceKey;
 use crate::reservations::{
@@ -111,6 +115,13 @@ pub type ChangeTicket = storage::service::Ticket<Result<AppliedChange, String>>;
 
 /// Where a gateway group keeps its reservations.
 pub trait GroupReservations: Send + Sync {
+    /// The bound of this gateway's copies ([`CopyVouch`]); `None`: the copies are
+    /// vouched for as long as they are known (an authority that marks a fenced
+    /// gateway's copies unknown at once).
+    fn copy_vouch(&self) -> Option<Arc<CopyVouch>> {
+        None
+    }
+
     /// Starts following the namespace: load its state, learn of changes, and hand
     /// every newer state to `Target::install_group_reservations`. Until the first
     /// state arrives the namespace is marked unknown.

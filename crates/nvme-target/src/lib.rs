@@ -30,6 +30,7 @@ mod retiring;
 mod copy;
 mod fabrics;
 mod fused;
+pub mod copy_vouch;
 pub mod group_reservations;
 mod io;
 mod reservation_commands;

@@ -83,6 +83,7 @@ impl Connection {
     /// again when storage wakes the thread, while `has_pending_storage`, and at
     /// `next_deadline`.
     pub fn drain(&mut self, now: Instant) -> bool {
+        self.now = now;
         self.handle_closed();
         self.poll_storage(now);
         let in_flight = self.storage_in_flight();

@@ -398,10 +398,9 @@ impl Connection {
         if sqe.dwords[11] & 1 == 0 {
             return Err(Status::HOST_IDENTIFIER_INCONSISTENT.with_do_not_retry());
         }
-        // A gateway whose copy of the group's state is unknown does not report it.
-        if namespace.reservations.is_unknown() {
-            return Err(Status::INTERNAL_PATH_ERROR);
-        }
+        // A gateway whose copy of the group's state is unknown, or no longer vouched
+        // for, does not report it.
+        namespace.reservations.answerable(self.now)?;
         // At most MAX_RESERVATION_REPORT_BYTES, checked above.
         let mut buffer = self.pool.take_zeroed(length as usize);
         encode_report(&namespace.reservations.lock(), &mut buffer);

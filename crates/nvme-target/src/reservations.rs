@@ -9,7 +9,10 @@
 //! one atomic load while no reservation is held.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use crate::copy_vouch::CopyVouch;
 
 use nvme_spec::Status;
 
@@ -381,6 +384,8 @@ pub struct Reservations {
     /// On a gateway group: the group sequence of the copy in `state` (written under
     /// its mutex).
     group_sequence: AtomicU64,
+    /// On a gateway group whose authority bounds its copies in time: that bound.
+    vouch: OnceLock<Arc<CopyVouch>>,
 }
 
 impl Reservations {
@@ -402,7 +407,9 @@ impl Reservations {
     /// Conflict otherwise, or a path error while a group copy is unknown. One atomic
     /// load while no reservation is held (sequentially consistent: Preempt and
     /// Abort's fence relies on it, see `write_fence`; on x86 it is a plain load).
-    pub fn check(&self, host: &HostId, write: bool) -> Result<(), Status> {
+    /// A refusal is the copy's own answer: on a group whose copy is no longer
+    /// vouched for at `now` ([`CopyVouch`]) it is a path error instead.
+    pub fn check(&self, host: &HostId, write: bool, now: Instant) -> Result<(), Status> {
         let attention = self.attention.load(Ordering::SeqCst);
         if attention == 0 {
             return Ok(());
@@ -413,8 +420,25 @@ impl Reservations {
         if self.lock().allows(host, write) {
             Ok(())
         } else {
+            self.answerable(now)?;
             Err(conflict())
         }
+    }
+
+    /// `Ok` when the copy may answer from itself at `now` (a Reservation Report, a
+    /// Reservation Conflict): known, and on a bounded group still vouched for;
+    /// otherwise a path error, so the host asks another gateway.
+    pub fn answerable(&self, now: Instant) -> Result<(), Status> {
+        if self.is_unknown() || self.vouch.get().is_some_and(|vouch| !vouch.covers(now)) {
+            return Err(Status::INTERNAL_PATH_ERROR);
+        }
+        Ok(())
+    }
+
+    /// Bounds the copy by the group's [`CopyVouch`] (set once, when the namespace
+    /// joins a group whose authority has one).
+    pub fn bound_by(&self, vouch: Arc<CopyVouch>) {
+        let _ = self.vouch.set(vouch);
     }
 
     /// True while the group copy cannot be vouched for.

@@ -162,12 +162,13 @@ impl StorageQueues {
         namespace_id: NamespaceId,
         view: &NamespaceView,
         mut request: IoRequest,
+        now: std::time::Instant,
     ) -> Result<(), Status> {
         let host = self.host;
         let open = self.open(namespace_id, view)?;
         if modifies_blocks(&request.op) {
             open.writes.begin();
-            if let Err(status) = open.namespace.reservations.check(&host, true) {
+            if let Err(status) = open.namespace.reservations.check(&host, true, now) {
                 open.writes.end();
                 return Err(status);
             }

@@ -383,6 +383,9 @@ fn mark_for_group(namespace: &crate::Namespace) -> bool {
 
 /// Asks the group's authority to follow `namespace` (already in the subsystem's table).
 fn follow_in_group(namespace: &crate::Namespace, group: &crate::group_reservations::SharedGroupReservations, subsystem_nqn: &str) {
+    if let Some(vouch) = group.copy_vouch() {
+        namespace.reservations.bound_by(vouch);
+    }
     group.track(crate::reservation_store::NamespaceKey { subsystem_nqn: subsystem_nqn.to_string(), namespace_id: namespace.id, nguid: namespace.nguid });
 }
 

@@ -5,7 +5,8 @@
 //! gateway is enforced on the other, preemption through the other reaches the first
 //! host's controller as a notice, a gateway that missed updates delivers the skipped
 //! notices when it catches up, and a gateway whose copy is unknown answers with a
-//! path error rather than from stale state. A Preempt and Abort through one gateway
+//! path error rather than from stale state, as does one whose copy is no longer
+//! vouched for (for Conflict and Report). A Preempt and Abort through one gateway
 //! is answered only once the preempted host's writes at the other have landed.
 
 mod support;
@@ -18,7 +19,7 @@ use nvme_spec::identify::cns;
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{IdentifyNamespace, QueueId, Status};
 use nvme_target::group_reservations::{
-    AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
+    AppliedChange, ChangeTicket, CopyVouch, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
 use nvme_target::write_fence::WriteFence;
@@ -37,6 +38,8 @@ struct MemoryGroup {
     cut_off: Mutex<Vec<usize>>,
     /// Finish tickets from another thread, as a real cluster does.
     answer_later: bool,
+    /// The bound of the gateways' copies, when the test sets one.
+    vouch: Option<Arc<CopyVouch>>,
 }
 
 impl MemoryGroup {
@@ -59,6 +62,10 @@ impl MemoryGroup {
 }
 
 impl GroupReservations for MemoryGroup {
+    fn copy_vouch(&self) -> Option<Arc<CopyVouch>> {
+        self.vouch.clone()
+    }
+
     fn track(&self, key: NamespaceKey) {
         let update = self.latest(&key.nguid);
         for gateway in self
@@ -398,4 +405,36 @@ fn a_namespace_added_while_running_is_served_once_its_state_arrives() {
 
 fn write_status_of(io: &mut FakeHost, nsid: u32) -> Status {
     io.command(read_write(IoOpcode::Write, nsid, 0, 1), &pattern(512, 9), &[]).cqe.status.kind()
+}
+
+/// A copy no longer vouched for does not answer from itself: a refusal it would give
+/// and a report are path errors (the host asks another gateway); what it allows
+/// still runs (storage refuses a fenced gateway). Vouched for again, it answers.
+#[test]
+fn a_copy_past_its_vouch_answers_path_errors_instead_of_conflict_or_report() {
+    let vouch = Arc::new(CopyVouch::default());
+    let group = Arc::new(MemoryGroup { vouch: Some(Arc::clone(&vouch)), ..MemoryGroup::default() });
+    let [a, b] = gateways(&group);
+    let mut first = host(&a, HOST_NQN);
+    let mut second = host(&b, OTHER_HOST);
+    let start = second.io.now;
+    assert_eq!(write_status(&mut second.io), Status::SUCCESS, "no reservation held: the copy refuses nothing");
+    assert_eq!(report(&mut second.io).cqe.status.kind(), Status::INTERNAL_PATH_ERROR, "never vouched for yet");
+    vouch.extend_to(start + Duration::from_secs(10));
+    first.io.now = start;
+    assert_eq!(register(&mut first.io, 0, 0, 0xA1), Status::SUCCESS);
+    assert_eq!(acquire(&mut first.io, 0, 1, 0xA1, 0), Status::SUCCESS);
+    assert_eq!(write_status(&mut second.io), Status::RESERVATION_CONFLICT, "vouched for: the copy refuses");
+    assert_status(&report(&mut second.io), Status::SUCCESS);
+
+    second.io.now = start + Duration::from_secs(11);
+    first.io.now = start + Duration::from_secs(11);
+    assert_eq!(write_status(&mut second.io), Status::INTERNAL_PATH_ERROR, "past the vouch: no Conflict from the copy");
+    assert_eq!(report(&mut second.io).cqe.status.kind(), Status::INTERNAL_PATH_ERROR, "past the vouch: no report");
+    assert_eq!(write_status(&mut first.io), Status::SUCCESS, "what the copy allows still runs");
+
+    vouch.extend_to(start + Duration::from_secs(20));
+    vouch.extend_to(start + Duration::from_secs(12));
+    assert_eq!(write_status(&mut second.io), Status::RESERVATION_CONFLICT, "vouched for again (never moved back)");
+    assert_status(&report(&mut second.io), Status::SUCCESS);
 }

@@ -5,6 +5,7 @@
 //! cluster ([`group_config`]).
 
 pub mod coordinator;
+pub mod copy_vouch;
 pub mod fence_waits;
 pub mod group_config;
 pub mod reservations;

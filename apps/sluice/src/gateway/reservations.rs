@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use nvme_target::group_reservations::{
-    AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
+    AppliedChange, ChangeTicket, CopyVouch, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
 use nvme_target::reservations::{Notice, ReservationState, MAX_REGISTRANTS};
@@ -173,7 +173,10 @@ pub struct GroupSettings {
     pub pool: String,
     /// The group's name (part of each object's name).
     pub group: String,
-    /// The members' names (their membership leases say who their cluster clients are).
+    /// This gateway's member name.
+    pub member: String,
+    /// The members' names (their membership leases, and the client each records,
+    /// say who their cluster clients are).
     pub members: Vec<String>,
     /// How long a change waits for every gateway to acknowledge it; a gateway that
     /// does not is fenced (blocklisted) before the change is answered.
@@ -187,6 +190,9 @@ pub struct GroupSettings {
 /// The gateway group's reservation authority (`GroupReservations`).
 pub struct ClusterReservations {
     jobs: Mutex<Sender<Job>>,
+    /// How long this gateway's copies may answer from themselves (renewed by
+    /// `copy_vouch`'s thread).
+    vouch: Arc<CopyVouch>,
 }
 
 impl ClusterReservations {
@@ -197,6 +203,14 @@ impl ClusterReservations {
         // Half the notify timeout: an acknowledgement sent when the fence drained
         // late still reaches the notifier in time.
         let fence_waits = FenceWaits::start(settings.notify_timeout / 2)?;
+        let vouch = Arc::new(CopyVouch::default());
+        let source = crate::gateway::copy_vouch::VouchSource {
+            cluster: settings.cluster.clone(),
+            pool: settings.pool.clone(),
+            object: crate::gateway::service::group_object(&settings.group),
+            member: settings.member.clone(),
+        };
+        crate::gateway::copy_vouch::start(source, settings.notify_timeout, Arc::clone(&vouch))?;
         let worker = Worker {
             fence_waits,
             settings,
@@ -211,7 +225,7 @@ impl ClusterReservations {
             .name("sluice-resv".into())
             .spawn(move || worker.run(receiver))
             .map_err(|error| format!("cannot start the group reservation thread: {error}"))?;
-        Ok(ClusterReservations { jobs: Mutex::new(sender) })
+        Ok(ClusterReservations { jobs: Mutex::new(sender), vouch })
     }
 
     /// Startup is over (the listeners open): a namespace followed from now on is
@@ -235,6 +249,10 @@ impl ClusterReservations {
 }
 
 impl GroupReservations for ClusterReservations {
+    fn copy_vouch(&self) -> Option<Arc<CopyVouch>> {
+        Some(Arc::clone(&self.vouch))
+    }
+
     fn track(&self, key: NamespaceKey) {
         let _ = self.send(Job::Track(key));
     }
@@ -507,32 +525,58 @@ impl Worker {
             }
         };
         let this_client = object.instance_id();
+        let mut fenced = false;
         for client in silent.into_iter().filter(|client| *client != this_client) {
-            self.fence_silent_gateway(client);
+            fenced |= self.fence_silent_gateway(client);
+        }
+        if fenced {
+            // The fenced gateway's copies answer from themselves until their vouch
+            // runs out (`copy_vouch`): the change is answered only after that.
+            std::thread::sleep(crate::gateway::copy_vouch::fenced_answer_delay(self.settings.notify_timeout));
         }
     }
 
-    fn fence_silent_gateway(&mut self, client: u64) {
+    /// Fences the member whose cluster client is `client`; true when one was fenced.
+    fn fence_silent_gateway(&mut self, client: u64) -> bool {
         if self.group_object.is_none() {
             let name = crate::gateway::service::group_object(&self.settings.group);
             self.group_object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name).ok();
         }
-        let Some(group_object) = &self.group_object else { return };
+        let Some(group_object) = &self.group_object else { return false };
         let entity = format!("client.{client}");
-        let member = self.settings.members.iter().find_map(|name| {
+        let by_lease = self.settings.members.iter().find_map(|name| {
             let lockers = group_object.lockers(&crate::gateway::coordinator::member_lock(name)).ok()?;
             lockers.into_iter().find(|locker| locker.client == entity).map(|locker| (name.clone(), locker.address))
         });
+        // A member whose lease lapsed (stopped longer than a lease) is alive when it
+        // resumes: found by the client it recorded.
+        let member = by_lease.or_else(|| {
+            self.settings.members.iter().find_map(|name| {
+                let record = group_object.attribute(&crate::gateway::copy_vouch::client_attribute(name)).ok()??;
+                let record = String::from_utf8(record).ok()?;
+                let (id, address) = record.split_once(' ')?;
+                (id.parse::<u64>().ok()? == client).then(|| (name.clone(), address.to_string()))
+            })
+        });
         match member {
             Some((name, address)) => match group_object.blocklist(&address, crate::gateway::coordinator::FENCE_DURATION) {
-                Ok(()) => tracing::warn!(gateway = %name, %address,
-                    "a gateway did not acknowledge a reservation change within the notify timeout: fenced (blocklisted)"),
-                Err(errno) => tracing::error!(gateway = %name, %address, %errno,
-                    "a gateway did not acknowledge a reservation change and could not be fenced: it may enforce the old state until its watch breaks"),
+                Ok(()) => {
+                    tracing::warn!(gateway = %name, %address,
+                        "a gateway did not acknowledge a reservation change within the notify timeout: fenced (blocklisted)");
+                    true
+                }
+                Err(errno) => {
+                    tracing::error!(gateway = %name, %address, %errno,
+                        "a gateway did not acknowledge a reservation change and could not be fenced: it may enforce the old state until its watch breaks");
+                    false
+                }
             },
-            // Not a member holding its lease: a dead gateway's watch the OSD has not
-            // dropped yet (its lease is gone, so it serves nothing).
-            None => tracing::info!(%entity, "a watcher without a membership lease did not acknowledge a reservation change"),
+            // No member's client: a watch of a process that was replaced (its member
+            // recorded a newer client), which the OSD has not dropped yet.
+            None => {
+                tracing::info!(%entity, "a watcher that is no member's current client did not acknowledge a reservation change");
+                false
+            }
         }
     }
 }

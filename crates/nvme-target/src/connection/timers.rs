@@ -62,6 +62,7 @@ impl Connection {
     /// Time passed: enforce the setup timeout and keep-alive, and notice controllers
     /// torn down elsewhere.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         if self.phase == Phase::Closing {
             return;
         }
