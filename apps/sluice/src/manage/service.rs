@@ -834,7 +834,7 @@ impl Management {
                     return Err(RpcError {
                         code: GROUP_CONFIG_CONFLICT,
                         message: format!(
-                            "the gateway group's configuration was changed through another gateway (the cluster holds                              version {current}, this gateway runs version {}); nothing was changed: retry once this                              gateway has applied it (`sluice gateway status` shows the version it runs)",
+                            "the gateway group's configuration was changed through another gateway (the cluster holds version {current}, this gateway runs version {}); nothing was changed: retry once this gateway has applied it (`sluice gateway status` shows the version it runs)",
                             state.current.version
                         ),
                         data: Some(json!({ "cluster_version": current, "running_version": state.current.version })),
@@ -878,7 +878,7 @@ impl Management {
                 Err(error) => RpcError {
                     code: APPLY_FAILED,
                     message: format!(
-                        "the running target refused the change ({refusal}) and the group's previous configuration could                          not be written back ({}): the other gateways may apply a change this one refused",
+                        "the running target refused the change ({refusal}) and the group's previous configuration could not be written back ({}): the other gateways may apply a change this one refused",
                         error.message
                     ),
                     data: Some(json!({ "file_restored": false, "reason": refusal })),
