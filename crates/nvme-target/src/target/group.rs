@@ -22,10 +22,11 @@ impl Target {
     /// tells this gateway's controllers of affected hosts.
     ///
     /// Returns the fence of the hosts whose registrations the new changes preempted
-    /// (Preempt, Preempt and Abort): their writes already at storage on this
-    /// gateway. The group's authority must not count this gateway as having the
-    /// change before the fence drained (the watch acknowledges only then), so that
-    /// nothing a preempted host sent lands after the command is answered.
+    /// (Preempt, Preempt and Abort), and the update's own change even if the copy had
+    /// it already: their writes already at storage on this gateway. The group's
+    /// authority must not count this gateway as having the change before the fence
+    /// drained (the watch acknowledges only then), so that nothing a preempted host
+    /// sent lands after the command is answered.
     pub fn install_group_reservations(
         &self,
         nguid: &[u8; 16],
@@ -42,7 +43,8 @@ impl Target {
         nguid: &[u8; 16],
         update: &crate::group_reservations::GroupUpdate,
     ) {
-        // This gateway's own fence was waited for when its watch got the change.
+        // The fence is the notice's to wait for: the watch's notice of a change
+        // fences the hosts it preempted whether or not an answer installed it first.
         let _ = self.install_group_state(nguid, update, false);
     }
 
@@ -55,20 +57,25 @@ impl Target {
         let mut fence = WriteFence::default();
         for subsystem in self.subsystems() {
             for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                let Some(applied) = entry.namespace.reservations.install(update.sequence, &update.state, vouched) else { continue };
-                let notices = crate::group_reservations::new_notices(update, applied);
-                if notices.is_empty() {
-                    continue;
-                }
-                // After the install published the state (see `write_fence`).
-                let preempted: Vec<crate::reservations::HostId> = notices
+                let applied = entry.namespace.reservations.install(update.sequence, &update.state, vouched);
+                // After the install published the state (see `write_fence`): the hosts
+                // preempted by the changes the copy takes on now, and by the update's
+                // own change even when the copy had it already (the answer to a
+                // refused command of this gateway installed it, or a newer notice came
+                // first): this update's acknowledgement must wait for their writes
+                // here all the same.
+                let preempted: Vec<crate::reservations::HostId> = update
+                    .notices
                     .iter()
-                    .filter(|(_, notice)| {
+                    .filter(|(sequence, _, notice)| {
                         *notice == crate::reservations::Notice::RegistrationPreempted
+                            && (*sequence == update.sequence || applied.is_some_and(|applied| *sequence > applied))
                     })
-                    .map(|(host, _)| *host)
+                    .map(|(_, host, _)| *host)
                     .collect();
                 fence.join(entry.namespace.writes.fence(&preempted));
+                let Some(applied) = applied else { continue };
+                let notices = crate::group_reservations::new_notices(update, applied);
                 for controller in self.controllers_of(subsystem.index) {
                     for (host, notice) in &notices {
                         if controller.host_identifier == *host {
