@@ -33,17 +33,23 @@ pub enum Canary {
     /// under the gateway's own range table (atomic within one process only), instead
     /// of as one compare-and-write of the cluster.
     LocalCompareAndWrite,
+    /// On a gateway group: a gateway waits for Preempt and Abort's fence inside the
+    /// notice handler, on the one thread (librados' finisher) that also delivers its
+    /// storage completions, which are then held until the wait ends: the fence cannot
+    /// drain, the acknowledgement is withheld, and the gateway is fenced (issue 49).
+    FenceWaitOnFinisher,
 }
 
 impl Canary {
     /// Every canary, with the name `--canary` takes.
-    pub const ALL: [(&'static str, Canary); 6] = [
+    pub const ALL: [(&'static str, Canary); 7] = [
         ("lost-flush", Canary::LostFlush),
         ("reordered-completion", Canary::ReorderedCompletion),
         ("stale-read", Canary::StaleRead),
         ("undrained-close", Canary::UndrainedClose),
         ("missed-notice", Canary::SkipCheckAfterMissedNotice),
         ("local-compare-and-write", Canary::LocalCompareAndWrite),
+        ("fence-wait-on-finisher", Canary::FenceWaitOnFinisher),
     ];
 
     /// The canary called `name`.

@@ -22,18 +22,24 @@
 //! - [`disk`]: the simulated disk and the planted bugs ([`Canary`]).
 //! - [`group`]: one seed in four (by a hash of the seed) runs a gateway group
 //!   instead: 2-3 real targets exporting one namespace from one shared cluster image
-//!   (durable, with an atomic compare-and-write), reservations held by a simulated
-//!   cluster authority (one record with a sequence, changes applied in one order with
-//!   `ReservationChange::apply`, notices to every watching gateway with their own
-//!   delays, lost notices, broken watches, cluster restarts, fencing of a gateway
-//!   that does not acknowledge), gateway crashes and restarts, and 2-4 hosts that
-//!   reach it through any gateway and move to another when a path fails. Its oracle:
-//!   an independent reference reservation model in commit order (every answer, every
-//!   Report, and every I/O's success or Reservation Conflict against the states from
-//!   the newest one answered before it was submitted), one atomic register per lock
-//!   block (Compare and Write), the data oracle for the other blocks, path errors
-//!   only from a gateway whose copy was unknown or that was fenced, and at rest every
-//!   gateway's copy known and at the record's sequence.
+//!   (durable, with an atomic compare-and-write, every landed write logged),
+//!   reservations held by a simulated cluster authority (one record with a sequence,
+//!   changes applied in one order with `ReservationChange::apply`, notices to every
+//!   watching gateway with their own delays, each acknowledged only once Preempt and
+//!   Abort's fence drained there, lost notices, broken watches, cluster restarts,
+//!   fencing of a gateway that does not acknowledge, with its cause), membership
+//!   leases and the group's power loss (PTPL), gateway crashes and restarts, storage
+//!   stalls, and 2-4 hosts that reach it through any gateway, move to another when a
+//!   path fails, and read log 80h on reservation events. Its oracle: an independent
+//!   reference reservation model in commit order (every answer, every Report, every
+//!   I/O's success or Reservation Conflict against the states from the newest one
+//!   answered before it was submitted, the notices each change owes, PTPL across the
+//!   power loss), one atomic register per lock block (Compare and Write), the data
+//!   oracle for the other blocks, no preempted host's write landing after the Preempt
+//!   and Abort was answered, no gateway fenced that did nothing wrong, every notice
+//!   owed to a host's controller read, path errors only from a gateway whose copy was
+//!   unknown or that was fenced, and at rest every gateway's copy known and at the
+//!   record's sequence.
 //!
 //! Invariants: no acknowledged write lost or torn (after a crash, only flushed or FUA
 //! data is promised), reads return the last acknowledged or a concurrent write, every
@@ -41,9 +47,9 @@
 //! commands fail only with statuses the faults explain, R2T requests stay within the
 //! per-connection byte budget, each connection's data buffers stay within the named
 //! limit for its queue depth, and nothing panics. Not in the group mode: disk faults
-//! (the cluster image fails requests only of a fenced gateway), bit flips, what
-//! Preempt and Abort aborts, the All Registrants types, PTPL and the group's power
-//! loss, and the reservation notices (AENs, log 80h) hosts receive.
+//! (the cluster image fails requests only of a fenced gateway), bit flips, the
+//! commands Preempt and Abort aborts that have not reached storage, and the All
+//! Registrants types.
 
 pub mod disk;
 pub mod disks;

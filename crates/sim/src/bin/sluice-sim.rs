@@ -25,8 +25,10 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
-        /// Plant a known bug (lost-flush, reordered-completion, stale-read): the run
-        /// succeeds when a seed catches it, and stops there.
+        /// Plant a known bug (lost-flush, reordered-completion, stale-read,
+        /// undrained-close, missed-notice, local-compare-and-write,
+        /// fence-wait-on-finisher): the run succeeds when a seed catches it, and
+        /// stops there.
         #[arg(long, value_parser = parse_canary)]
         canary: Option<Canary>,
         /// Worker threads (default: one per core).

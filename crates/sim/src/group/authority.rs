@@ -4,8 +4,18 @@
 //! are applied one at a time with the target's own rules (`ReservationChange::apply`)
 //! after a simulated round trip; an accepted change is notified to every gateway
 //! whose watch is registered, each after its own delay, and the command is answered
-//! once every one of them installed it, or after a lease, when the silent ones that
-//! are still alive are fenced (blocklisted).
+//! once every one of them acknowledged it, or after a lease, when the silent ones that
+//! are still alive are fenced (blocklisted). A gateway acknowledges a notice once it
+//! installed it and the writes at storage of the hosts it preempted drained (the world
+//! does that: [`Cluster::acknowledge`]); each fence is recorded with its cause
+//! ([`FenceRecord`]), so the oracle can tell a gateway rightly fenced from one fenced
+//! though it did nothing wrong.
+//!
+//! Membership leases: a live gateway process holds one; a dead one's runs out a lease
+//! after it died. A gateway that starts while no other holds one finds the whole group
+//! was down (the group's power loss): before it loads the record it clears the
+//! registrations and reservation if PTPL is off, as `sluice serve` does
+//! (`forget_without_persistence`).
 //!
 //! What can go wrong: a notice may be lost (the gateway does not install it, does not
 //! acknowledge, and is fenced), or its acknowledgement (installed, and fenced all the
@@ -27,7 +37,7 @@ use nvme_target::group_reservations::{
     MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
-use nvme_target::reservations::HostId;
+use nvme_target::reservations::{HostId, ReservationState};
 
 use crate::rng::{Rng, SimClock};
 
@@ -52,12 +62,42 @@ pub enum GatewayAction {
         gateway: usize,
         instance: u64,
         update: GroupUpdate,
+        /// A notice of this publication (`None`: the record read when the watch was
+        /// registered, which nobody waits for): acknowledge it once its fence drained.
+        publication: Option<u64>,
+        /// The acknowledgement will be lost on its way.
+        acknowledgement_lost: bool,
     },
     /// `mark_group_reservations_unknown`: the watch broke.
     MarkUnknown { gateway: usize, instance: u64 },
     /// The gateway was blocklisted: cut it off from the store, mark its copy unknown,
     /// and restart it later (a fenced gateway needs a restart to rejoin).
     Fence { gateway: usize, instance: u64 },
+}
+
+/// Why the cluster fenced a gateway that did not acknowledge a notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceCause {
+    /// The notice never reached it.
+    NoticeLost,
+    /// Its acknowledgement never reached the writer.
+    AcknowledgementLost,
+    /// The cluster restarted while the notice was out.
+    ClusterRestarted,
+    /// Nothing was lost: the gateway did not acknowledge in time.
+    Silent,
+}
+
+/// One gateway fenced for a publication it did not acknowledge.
+#[derive(Clone, Copy, Debug)]
+pub struct FenceRecord {
+    pub gateway: usize,
+    pub instance: u64,
+    pub publication: u64,
+    /// The record's sequence the publication announced.
+    pub sequence: u64,
+    pub committed_ns: u64,
+    pub cause: FenceCause,
 }
 
 /// One change the cluster decided, in commit order.
@@ -68,7 +108,8 @@ pub struct Commit {
     /// Which of that instance's calls for this host it was (0-based).
     pub call: u64,
     pub host: Option<HostId>,
-    pub change: ReservationChange,
+    /// `None`: the group's power loss cleared a state without PTPL.
+    pub change: Option<ReservationChange>,
     pub status: Status,
     /// The record's sequence after it (unchanged when refused).
     pub sequence: u64,
@@ -86,11 +127,17 @@ struct Request {
 }
 
 struct Publication {
-    done: ChangeTicket,
+    /// The command waiting for it (none for a power loss's clearing).
+    done: Option<ChangeTicket>,
     answer: AppliedChange,
     /// Gateways (with their instance) that have not acknowledged.
     waiting: BTreeSet<(usize, u64)>,
+    committed_ns: u64,
     deadline_ns: u64,
+    /// Gateways whose notice or acknowledgement was lost.
+    lost: BTreeMap<(usize, u64), FenceCause>,
+    /// The cluster restarted while it was out.
+    restarted: bool,
 }
 
 struct Delivery {
@@ -120,6 +167,10 @@ struct Watch {
     registered: bool,
     /// When a broken watch is registered again (and the record read).
     register_at_ns: Option<u64>,
+    /// Started after the whole group was down: clear a state without PTPL first, if
+    /// the watch is registered before this time (`sluice serve` clears only while it
+    /// starts: within a lease).
+    forget_until_ns: Option<u64>,
 }
 
 struct ClusterState {
@@ -142,6 +193,15 @@ struct ClusterState {
     actions: Vec<GatewayAction>,
     fences: u64,
     lost_notices: u64,
+    /// Fences since the world last took them.
+    fence_records: Vec<FenceRecord>,
+    /// When each gateway's membership lease runs out (u64::MAX while its process
+    /// lives, 0 before it ever started).
+    leases: Vec<u64>,
+    /// States without PTPL cleared after the group's power loss.
+    power_loss_clears: u64,
+    /// Gateway processes that cleared what PTPL does not keep before they loaded.
+    forgot: BTreeSet<u64>,
 }
 
 /// The cluster's reservation record of the group's one namespace.
@@ -150,7 +210,8 @@ pub struct Cluster {
     state: Mutex<ClusterState>,
 }
 
-fn host_of(change: &ReservationChange) -> Option<HostId> {
+/// The host a change is made for (`None` for Set Features' PTPL).
+pub fn host_of(change: &ReservationChange) -> Option<HostId> {
     match *change {
         ReservationChange::Register { host, .. }
         | ReservationChange::Acquire { host, .. }
@@ -186,6 +247,10 @@ impl Cluster {
                 actions: Vec::new(),
                 fences: 0,
                 lost_notices: 0,
+                fence_records: Vec::new(),
+                leases: vec![0; gateways],
+                power_loss_clears: 0,
+                forgot: BTreeSet::new(),
             }),
         })
     }
@@ -205,26 +270,38 @@ impl Cluster {
         }
     }
 
-    /// A gateway process starts: a new cluster client (not blocklisted), its watch
-    /// registered, then the record read and installed after a delay.
-    pub fn gateway_started(&self, gateway: usize, instance: u64) {
+    /// A gateway process starts: a new cluster client (not blocklisted) taking its
+    /// membership lease, its watch registered, then the record read and installed
+    /// after a delay. True when no other gateway held its lease: the whole group was
+    /// down, so a state without PTPL is cleared first.
+    pub fn gateway_started(&self, gateway: usize, instance: u64) -> bool {
         let now_ns = self.clock.elapsed_ns();
         let mut state = self.state();
+        let whole_group_was_down = state
+            .leases
+            .iter()
+            .enumerate()
+            .all(|(other, &until)| other == gateway || until <= now_ns);
+        state.leases[gateway] = u64::MAX;
         state.fenced[gateway] = false;
         state.watches[gateway] = Watch {
             instance: Some(instance),
             registered: false,
             register_at_ns: Some(now_ns),
+            forget_until_ns: whole_group_was_down.then_some(now_ns + state.faults.lease_ns),
         };
+        whole_group_was_down
     }
 
     /// A gateway process died: its changes in flight each reached the cluster or not.
     /// Writers already waiting for its acknowledgement wait out their lease (its watch
     /// lingers on the OSD) without fencing it; later changes do not wait for it.
     pub fn gateway_crashed(&self, gateway: usize) {
+        let now_ns = self.clock.elapsed_ns();
         let mut state = self.state();
         let state = &mut *state;
         state.watches[gateway] = Watch::default();
+        state.leases[gateway] = now_ns + state.faults.lease_ns;
         let requests = std::mem::take(&mut state.requests);
         for request in requests {
             if request.gateway != gateway || state.rng.chance(500_000) {
@@ -265,6 +342,9 @@ impl Cluster {
         let gateways = {
             let mut state = self.state();
             state.paused_until_ns = state.paused_until_ns.max(until_ns);
+            for publication in state.publications.values_mut() {
+                publication.restarted = true;
+            }
             state.watches.len()
         };
         for gateway in 0..gateways {
@@ -297,6 +377,35 @@ impl Cluster {
         (state.fences, state.lost_notices)
     }
 
+    /// True (once) when process `instance` found the group down as a whole and cleared
+    /// what PTPL does not keep right before it loaded the record.
+    pub fn take_forgot(&self, instance: u64) -> bool {
+        self.state().forgot.remove(&instance)
+    }
+
+    /// States cleared after the group's power loss, for the summary.
+    pub fn power_loss_clears(&self) -> u64 {
+        self.state().power_loss_clears
+    }
+
+    /// Fences since the last call, with their causes.
+    pub fn take_fences(&self) -> Vec<FenceRecord> {
+        std::mem::take(&mut self.state().fence_records)
+    }
+
+    /// Gateway `gateway`'s process `instance` acknowledges `publication` (it
+    /// installed the notice and the writes it fences drained). Nothing if the
+    /// publication was answered meanwhile or no longer waits for it.
+    pub fn acknowledge(&self, publication: u64, gateway: usize, instance: u64) {
+        let mut state = self.state();
+        if state.fenced[gateway] {
+            return;
+        }
+        if let Some(publication) = state.publications.get_mut(&publication) {
+            publication.waiting.remove(&(gateway, instance));
+        }
+    }
+
     /// The earliest time the cluster has something to do.
     pub fn next_event_ns(&self) -> Option<u64> {
         let state = self.state();
@@ -306,7 +415,13 @@ impl Cluster {
             .iter()
             .map(|request| request.ready_at_ns)
             .chain(state.deliveries.iter().map(|delivery| delivery.at_ns))
-            .chain(state.publications.values().map(|p| p.deadline_ns))
+            .chain(state.publications.values().map(|publication| {
+                if publication.waiting.is_empty() {
+                    0
+                } else {
+                    publication.deadline_ns
+                }
+            }))
             .chain(
                 state
                     .watches
@@ -347,6 +462,12 @@ impl ClusterState {
             if at > now_ns || self.fenced[gateway] {
                 continue;
             }
+            if let Some(until_ns) = self.watches[gateway].forget_until_ns.take() {
+                if now_ns < until_ns {
+                    self.forget_without_persistence(now_ns, instance);
+                    self.forgot.insert(instance);
+                }
+            }
             self.watches[gateway].registered = true;
             self.watches[gateway].register_at_ns = None;
             let at_ns = now_ns + self.notice_delay();
@@ -359,6 +480,38 @@ impl ClusterState {
                 publication: None,
             });
         }
+    }
+
+    /// The group's power loss: with PTPL off, registrations and reservation go (PRGEN
+    /// counts on), written and announced like any change.
+    fn forget_without_persistence(&mut self, now_ns: u64, instance: u64) {
+        let current = &self.record.state;
+        if current.persist_through_power_loss
+            || (current.registrants.is_empty() && current.holder.is_none())
+        {
+            return;
+        }
+        let generation = current.generation.wrapping_add(1);
+        self.power_loss_clears += 1;
+        self.record.sequence += 1;
+        self.record.state = ReservationState {
+            generation,
+            ..ReservationState::default()
+        };
+        self.commits.push(Commit {
+            instance,
+            call: 0,
+            host: None,
+            change: None,
+            status: Status::SUCCESS,
+            sequence: self.record.sequence,
+            update: self.record.clone(),
+        });
+        let answer = AppliedChange {
+            status: Status::SUCCESS,
+            update: self.record.clone(),
+        };
+        self.publish(now_ns, None, answer);
     }
 
     /// Changes whose round trip is over, one at a time in the order they arrive.
@@ -403,7 +556,7 @@ impl ClusterState {
                 instance: request.instance,
                 call: request.call,
                 host: host_of(&request.change),
-                change: request.change,
+                change: Some(request.change),
                 status,
                 sequence: self.record.sequence,
                 update: self.record.clone(),
@@ -417,46 +570,58 @@ impl ClusterState {
                 request.done.finish(Ok(answer));
                 continue;
             }
-            let id = self.next_publication;
-            self.next_publication += 1;
-            let mut waiting = BTreeSet::new();
-            for gateway in 0..self.watches.len() {
-                let watch = self.watches[gateway];
-                let Some(instance) = watch.instance.filter(|_| watch.registered) else {
-                    continue;
-                };
-                waiting.insert((gateway, instance));
-                let at_ns = now_ns + self.notice_delay();
-                let loss = if !self.rng.chance(self.faults.lost_notice_per_million) {
-                    Loss::Nothing
-                } else if self.rng.chance(500_000) {
-                    Loss::Notice
-                } else {
-                    Loss::Acknowledgement
-                };
-                self.deliveries.push(Delivery {
-                    gateway,
-                    instance,
-                    update: self.record.clone(),
-                    at_ns,
-                    loss,
-                    publication: Some(id),
-                });
-            }
-            self.publications.insert(
-                id,
-                Publication {
-                    done: request.done,
-                    answer,
-                    waiting,
-                    deadline_ns: now_ns + self.faults.lease_ns,
-                },
-            );
+            self.publish(now_ns, Some(request.done), answer);
         }
     }
 
-    /// Notices and loads due: installed (and acknowledged) unless lost or the watch
-    /// is gone.
+    /// Notifies every registered watch of the record (`answer`'s), each after its own
+    /// delay; `done` is finished once all acknowledged or the lease passed.
+    fn publish(&mut self, now_ns: u64, done: Option<ChangeTicket>, answer: AppliedChange) {
+        let id = self.next_publication;
+        self.next_publication += 1;
+        let mut waiting = BTreeSet::new();
+        let mut lost = BTreeMap::new();
+        for gateway in 0..self.watches.len() {
+            let watch = self.watches[gateway];
+            let Some(instance) = watch.instance.filter(|_| watch.registered) else {
+                continue;
+            };
+            waiting.insert((gateway, instance));
+            let at_ns = now_ns + self.notice_delay();
+            let loss = if !self.rng.chance(self.faults.lost_notice_per_million) {
+                Loss::Nothing
+            } else if self.rng.chance(500_000) {
+                lost.insert((gateway, instance), FenceCause::NoticeLost);
+                Loss::Notice
+            } else {
+                lost.insert((gateway, instance), FenceCause::AcknowledgementLost);
+                Loss::Acknowledgement
+            };
+            self.deliveries.push(Delivery {
+                gateway,
+                instance,
+                update: self.record.clone(),
+                at_ns,
+                loss,
+                publication: Some(id),
+            });
+        }
+        self.publications.insert(
+            id,
+            Publication {
+                done,
+                answer,
+                waiting,
+                committed_ns: now_ns,
+                deadline_ns: now_ns + self.faults.lease_ns,
+                lost,
+                restarted: false,
+            },
+        );
+    }
+
+    /// Notices and loads due: installed (the world acknowledges them) unless lost or
+    /// the watch is gone.
     fn deliver(&mut self, now_ns: u64) {
         let mut index = 0;
         while index < self.deliveries.len() {
@@ -486,21 +651,17 @@ impl ClusterState {
                 }
                 continue;
             }
+            let acknowledgement_lost = delivery.loss == Loss::Acknowledgement;
+            if acknowledgement_lost {
+                self.lost_notices += 1;
+            }
             self.actions.push(GatewayAction::Install {
                 gateway: delivery.gateway,
                 instance: delivery.instance,
                 update: delivery.update,
+                publication: delivery.publication,
+                acknowledgement_lost,
             });
-            if delivery.loss == Loss::Acknowledgement {
-                self.lost_notices += 1;
-                continue;
-            }
-            if let Some(publication) = delivery
-                .publication
-                .and_then(|id| self.publications.get_mut(&id))
-            {
-                publication.waiting.remove(&key);
-            }
         }
     }
 
@@ -516,13 +677,28 @@ impl ClusterState {
             let Some(publication) = self.publications.remove(&id) else {
                 continue;
             };
-            for (gateway, instance) in publication.waiting {
+            for &(gateway, instance) in &publication.waiting {
                 let alive = self.watches[gateway].instance == Some(instance);
                 if alive && !self.fenced[gateway] {
+                    let cause = match publication.lost.get(&(gateway, instance)) {
+                        Some(&cause) => cause,
+                        None if publication.restarted => FenceCause::ClusterRestarted,
+                        None => FenceCause::Silent,
+                    };
+                    self.fence_records.push(FenceRecord {
+                        gateway,
+                        instance,
+                        publication: id,
+                        sequence: publication.answer.update.sequence,
+                        committed_ns: publication.committed_ns,
+                        cause,
+                    });
                     self.fence(gateway, instance);
                 }
             }
-            publication.done.finish(Ok(publication.answer));
+            if let Some(done) = publication.done {
+                done.finish(Ok(publication.answer));
+            }
         }
     }
 

@@ -3,22 +3,29 @@
 //! Identifier and registration key, issuing reservation commands one at a time,
 //! reads and writes on the data blocks, reads of the lock blocks and fused Compare
 //! and Write on them (as VMFS takes its on-disk locks: only with Compare and Write,
-//! comparing with the value it last saw). Every completion is checked by the oracles.
+//! comparing with the value it last saw) ([`workload`]). It keeps an Asynchronous
+//! Event Request outstanding and reads the Reservation Notification log (80h) until
+//! it is empty on every reservation event, as a Linux host's user space does. Every
+//! completion is checked by the oracles.
+
+mod workload;
 
 use std::collections::BTreeMap;
 
 use nvme_host::{
     commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState,
 };
+use nvme_spec::admin::{async_event_type, AsynchronousEventCompletion};
 use nvme_spec::features::{feature_id, number_of_queues_request};
+use nvme_spec::log_page::log_id;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
 use nvme_tcp_wire::DigestSettings;
 
-use super::reference::{self, host_identifier, is_path_or_transport_failure, TYPES};
+use super::reference::{self, host_identifier, is_path_or_transport_failure};
 use super::{GroupContext, LOCK_BLOCKS};
-use crate::host::{NAMESPACE, SUBSYSTEM_NQN};
+use crate::host::SUBSYSTEM_NQN;
 use crate::network::{Link, LinkOwner};
-use crate::oracle::{decode_block, fill_block, ReadId, WriteOutcome, WriteTag};
+use crate::oracle::{decode_block, ReadId, WriteOutcome, WriteTag};
 
 /// Bytes of Reservation Report asked for: the header and eight registrants.
 const REPORT_BYTES: u32 = 64 + 8 * 64;
@@ -57,6 +64,10 @@ enum Work {
     PropertySetEnable,
     SetQueueCount,
     KeepAlive,
+    /// Asynchronous Event Request: outstanding until the controller has an event.
+    AsyncEvent,
+    /// Log 80h, read on a reservation event.
+    NoticeLog,
     Reservation {
         calls_before: u64,
         instance: u64,
@@ -95,8 +106,16 @@ impl Work {
     fn is_io(&self) -> bool {
         !matches!(
             self,
-            Work::PropertySetEnable | Work::SetQueueCount | Work::KeepAlive
+            Work::PropertySetEnable
+                | Work::SetQueueCount
+                | Work::KeepAlive
+                | Work::AsyncEvent
+                | Work::NoticeLog
         )
+    }
+
+    fn is_write(&self) -> bool {
+        matches!(self, Work::Write { .. } | Work::CompareWrite { .. })
     }
 }
 
@@ -145,6 +164,8 @@ pub struct GroupHost {
     /// retries on another path.
     fail_over: bool,
     transmit_buffer: Vec<u8>,
+    /// Reading log 80h after a reservation event (until a page comes back empty).
+    reading_notices: bool,
     pub completed_ok: u64,
     pub reconnects: u64,
     pub reservation_commands: u64,
@@ -171,6 +192,7 @@ impl GroupHost {
             key: key_of(index as u8),
             next_submit_ns: 0,
             transmit_buffer: Vec::new(),
+            reading_notices: false,
             completed_ok: 0,
             reconnects: 0,
             reservation_commands: 0,
@@ -235,6 +257,9 @@ impl GroupHost {
             }),
             self.gateway,
         );
+        if queue_id == 0 {
+            context.notices.controller_opened(self.me(), link);
+        }
         QueueEnd {
             queue: HostQueue::new(self.config(queue_id), context.clock.now()),
             link,
@@ -260,6 +285,8 @@ impl GroupHost {
             }
             context.close_link_from_host(link);
         }
+        context.notices.controller_lost(self.me());
+        self.reading_notices = false;
         for (_, outstanding) in std::mem::take(&mut self.outstanding) {
             match outstanding.work {
                 Work::Read { watch, .. } => {
@@ -352,6 +379,13 @@ impl GroupHost {
             }
             context.send(end.link, &self.transmit_buffer, true);
         }
+        // What other hosts' Preempts aim at.
+        context.writing[self.index] = self
+            .outstanding
+            .values()
+            .filter(|entry| entry.work.is_write())
+            .count() as u32;
+        context.keys[self.index] = self.key;
     }
 
     fn advance_bring_up(&mut self, context: &mut GroupContext) {
@@ -368,6 +402,7 @@ impl GroupHost {
             Phase::AdminConnecting => {
                 if let Some(controller_id) = ready(self.admin.as_ref()) {
                     self.controller_id = controller_id;
+                    context.notices.controller_ready(self.me());
                     let command = crate::host::enable_controller_command();
                     self.submit(context, false, command, Work::PropertySetEnable);
                     self.phase = Phase::Enabling;
@@ -377,6 +412,7 @@ impl GroupHost {
                 self.phase = Phase::Running;
                 self.failures_in_a_row = 0;
                 self.keep_alive_due_ns = now_ns;
+                self.submit(context, false, commands::async_event_request(), Work::AsyncEvent);
                 let (index, gateway) = (self.index, self.gateway);
                 context.note(|| format!("host {index} running through gateway {gateway}"));
             }
@@ -431,183 +467,6 @@ impl GroupHost {
             .any(|entry| matches!(entry.work, Work::Reservation { .. } | Work::Report { .. }))
     }
 
-    fn submit_workload(&mut self, context: &mut GroupContext) {
-        let namespace_blocks = context.oracle.block_count();
-        let now_ns = context.clock.elapsed_ns();
-        while self.io_in_flight() < self.settings.queue_depth
-            && context.io_budget > 0
-            && now_ns >= self.next_submit_ns
-        {
-            // Paced, so that the budget lasts the run and faults fall amid the work.
-            let think_ns = self.settings.think_ns;
-            self.next_submit_ns = now_ns + context.rng.between(think_ns / 2, think_ns * 3 / 2);
-            context.io_budget -= 1;
-            let floor = context.group.floor();
-            let choice = context.rng.below(100);
-            if choice < 25 {
-                if !self.reservation_in_flight() {
-                    self.submit_reservation(context);
-                }
-                return;
-            }
-            if choice < 45 && self.io_in_flight() + 2 <= self.settings.queue_depth {
-                self.submit_compare_and_write(context);
-                continue;
-            }
-            let lba_count = namespace_blocks - LOCK_BLOCKS;
-            let blocks = context
-                .rng
-                .between(1, self.settings.max_io_blocks)
-                .min(lba_count);
-            let lba = LOCK_BLOCKS + context.rng.below(lba_count - blocks + 1);
-            let (command, work) = if choice < 55 {
-                let lba = context.rng.below(LOCK_BLOCKS);
-                (
-                    commands::read(NAMESPACE, lba, 1, 512),
-                    Work::LockRead { lba, floor },
-                )
-            } else if choice < 75 || !context.oracle.can_write(lba, blocks) {
-                let watch = context.oracle.begin_read(lba, blocks);
-                (
-                    commands::read(NAMESPACE, lba, blocks as u32, 512),
-                    Work::Read { watch, floor },
-                )
-            } else {
-                let tag = context.new_write_tag();
-                let mut data = vec![0; blocks as usize * 512];
-                for (offset, block) in data.chunks_mut(512).enumerate() {
-                    fill_block(tag, lba + offset as u64, block);
-                }
-                context.oracle.begin_write(lba, blocks, tag);
-                (
-                    commands::write(NAMESPACE, lba, data, 512, false),
-                    Work::Write {
-                        lba,
-                        blocks,
-                        tag,
-                        floor,
-                    },
-                )
-            };
-            if !self.submit(context, true, command, work.clone()) {
-                self.abandon_unsent(context, work);
-                return;
-            }
-        }
-    }
-
-    /// A command the queue refused never went out: it did not happen.
-    fn abandon_unsent(&mut self, context: &mut GroupContext, work: Work) {
-        match work {
-            Work::Read { watch, .. } => {
-                let _ = context.oracle.end_read(watch, None);
-            }
-            Work::Write {
-                lba, blocks, tag, ..
-            } => context
-                .oracle
-                .end_write(lba, blocks, tag, WriteOutcome::NotApplied),
-            _ => {}
-        }
-    }
-
-    /// One reservation command: mostly with the host's own key, sometimes a wrong
-    /// one; Preempt names another host's key.
-    fn submit_reservation(&mut self, context: &mut GroupContext) {
-        let Some(link) = self.io.as_ref().map(|end| end.link) else {
-            return;
-        };
-        let Some(&instance) = context.link_instance.get(&link) else {
-            return;
-        };
-        // Mostly the key the host believes it holds, sometimes the other of its two
-        // (a wrong one, or right after a Replace whose answer was lost).
-        let key = if context.rng.chance(80_000) {
-            other_key(self.key)
-        } else {
-            self.key
-        };
-        let kind = TYPES[context.rng.below(TYPES.len() as u64) as usize];
-        // Preempt names another host's key (either of its two), or its own.
-        let mut preempt_key = key_of(context.rng.below(4) as u8);
-        if context.rng.chance(200_000) {
-            preempt_key = other_key(preempt_key);
-        }
-        // Preempt and Abort changes the state as Preempt does.
-        let preempt = 1 + context.rng.below(2) as u8;
-        let mut replaced_to = None;
-        let command = match context.rng.below(100) {
-            0..=21 => commands::reservation_register(NAMESPACE, 0, false, 0, 0, key),
-            22..=29 => commands::reservation_register(NAMESPACE, 1, false, 0, key, 0),
-            30..=33 => {
-                replaced_to = Some(other_key(key));
-                commands::reservation_register(NAMESPACE, 2, false, 0, key, other_key(key))
-            }
-            34..=57 => commands::reservation_acquire(NAMESPACE, 0, false, kind, key, 0),
-            58..=69 => {
-                commands::reservation_acquire(NAMESPACE, preempt, false, kind, key, preempt_key)
-            }
-            70..=84 => commands::reservation_release(NAMESPACE, 0, false, kind, key),
-            85..=89 => commands::reservation_release(NAMESPACE, 1, false, 0, key),
-            _ => {
-                let floor = context.group.floor();
-                let command = commands::reservation_report(NAMESPACE, REPORT_BYTES, true);
-                self.submit(context, true, command, Work::Report { floor });
-                return;
-            }
-        };
-        self.reservation_commands += 1;
-        let calls_before = context.cluster.calls(instance, host_identifier(self.index));
-        self.submit(
-            context,
-            true,
-            command,
-            Work::Reservation {
-                calls_before,
-                instance,
-                replaced_to,
-            },
-        );
-    }
-
-    /// A fused Compare and Write of a lock block from the value the host saw last to
-    /// a new one of its own.
-    fn submit_compare_and_write(&mut self, context: &mut GroupContext) {
-        let room = self
-            .io
-            .as_ref()
-            .is_some_and(|end| end.queue.capacity() - end.queue.outstanding() >= 2);
-        if !room {
-            return;
-        }
-        let floor = context.group.floor();
-        let lba = context.rng.below(LOCK_BLOCKS);
-        let compare = self.lock_values[lba as usize];
-        let new = context.new_write_tag();
-        let mut expected = vec![0; 512];
-        fill_block(compare, lba, &mut expected);
-        let mut data = vec![0; 512];
-        fill_block(new, lba, &mut data);
-        let [first, second] = commands::compare_and_write(NAMESPACE, lba, expected, data, 512);
-        let sent = self.submit(context, true, first, Work::Compare { floor })
-            && self.submit(
-                context,
-                true,
-                second,
-                Work::CompareWrite {
-                    lba,
-                    compare,
-                    new,
-                    floor,
-                },
-            );
-        if !sent {
-            context.violation(format!(
-                "host {}: a queue with room for two commands refused a fused pair",
-                self.index
-            ));
-        }
-    }
 
     fn complete(&mut self, context: &mut GroupContext, completion: HostCompletion) {
         let Some(outstanding) = self.outstanding.remove(&completion.user_tag) else {
@@ -682,6 +541,14 @@ impl GroupHost {
                 Ok(())
             }
             Work::KeepAlive => Ok(()),
+            Work::AsyncEvent if ok => self.async_event(context, completion.cqe.result_dw0),
+            Work::NoticeLog if ok => {
+                self.notice_log_read(context, &completion.data, outstanding.link, outstanding.submitted_ns)
+            }
+            Work::AsyncEvent | Work::NoticeLog => {
+                self.reading_notices = false;
+                Ok(())
+            }
             Work::Reservation {
                 calls_before,
                 instance,
@@ -690,9 +557,10 @@ impl GroupHost {
                 if let Some(key) = replaced_to.filter(|_| ok) {
                     self.key = key;
                 }
+                let now_ns = context.clock.elapsed_ns();
                 context
                     .group
-                    .change_answered(instance, me, calls_before, status)
+                    .change_answered(instance, me, calls_before, status, now_ns)
             }
             Work::Report { floor } if ok => context.group.report_answered(&completion.data, floor),
             Work::Report { .. } => expect_path_failure(status),
@@ -800,6 +668,63 @@ impl GroupHost {
         self.check_access(context, true, status, floor)
     }
 
+    /// An asynchronous event: a reservation one starts reading log 80h; the request
+    /// goes out again at once.
+    fn async_event(&mut self, context: &mut GroupContext, dword0: u32) -> Result<(), String> {
+        let event = AsynchronousEventCompletion::from_dword0(dword0);
+        self.submit(context, false, commands::async_event_request(), Work::AsyncEvent);
+        if event.log_page_id != log_id::RESERVATION_NOTIFICATION {
+            return Ok(());
+        }
+        if event.event_type != async_event_type::IO_COMMAND_SET_SPECIFIC {
+            return Err(format!("a reservation log event of type {}", event.event_type));
+        }
+        if !self.reading_notices {
+            self.reading_notices = true;
+            self.read_notice_log(context);
+        }
+        Ok(())
+    }
+
+    fn read_notice_log(&mut self, context: &mut GroupContext) {
+        let command = commands::get_log_page(
+            log_id::RESERVATION_NOTIFICATION,
+            NamespaceId::BROADCAST,
+            0,
+            64,
+        );
+        if !self.submit(context, false, command, Work::NoticeLog) {
+            self.reading_notices = false;
+        }
+    }
+
+    /// One page of log 80h: read on until it is empty.
+    fn notice_log_read(
+        &mut self,
+        context: &mut GroupContext,
+        page: &[u8],
+        link: u64,
+        sent_ns: u64,
+    ) -> Result<(), String> {
+        let empty = context.notices.page_read(self.me(), link, page, sent_ns)?;
+        if empty {
+            self.reading_notices = false;
+        } else {
+            self.read_notice_log(context);
+        }
+        Ok(())
+    }
+
+    /// The end: the notices owed to the controller the host still uses were read.
+    pub fn check_notices(&self, context: &GroupContext, before_ns: u64) -> Result<(), String> {
+        match (&self.admin, self.phase) {
+            (Some(admin), Phase::Running) => {
+                context.notices.check_end(self.me(), admin.link, before_ns)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Success and Reservation Conflict are checked against the reference; a path
     /// failure is always allowed; anything else is a violation.
     fn check_access(
@@ -819,10 +744,9 @@ impl GroupHost {
     pub fn check_liveness(&self, context: &mut GroupContext) {
         let now_ns = context.clock.elapsed_ns();
         let limit_ns = self.settings.command_timeout_ms * 1_000_000 + LIVENESS_GRACE_NS;
-        if let Some((tag, entry)) = self
-            .outstanding
-            .iter()
-            .find(|(_, entry)| now_ns - entry.submitted_ns > limit_ns)
+        if let Some((tag, entry)) = self.outstanding.iter().find(|(_, entry)| {
+            !matches!(entry.work, Work::AsyncEvent) && now_ns - entry.submitted_ns > limit_ns
+        })
         {
             context.violation(format!(
                 "host {}: command {tag} ({:?}) outstanding for {} ms, past its {} ms timeout",

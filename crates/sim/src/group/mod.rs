@@ -8,17 +8,29 @@
 //!       |      \------> gateway 1: Target --+
 //!  GroupOracle      (GatewayAuthority each) +--> Cluster (record, notices, fencing)
 //! ```
-//! - [`store`]: the image, with compare-and-write as one step and fencing.
-//! - [`authority`]: the reservation record, its notices, watches and fencing.
-//! - [`reference`]: the reference reservation model and the checks against it, and
-//!   the atomic registers of the lock blocks.
+//! - [`store`]: the image, with compare-and-write as one step, fencing, the log of
+//!   the writes that landed, and completions a gateway's finisher may hold.
+//! - [`authority`]: the reservation record, its notices, watches, fencing (with its
+//!   causes), membership leases and the group's power loss.
+//! - [`reference`]: the reference reservation model (states, statuses, notices) and
+//!   the checks against it, and the atomic registers of the lock blocks.
 //! - [`host`]: hosts issuing reservation commands, reads and writes on data blocks,
-//!   and fused Compare and Write on the lock blocks.
-//! - [`world`]: the step loop, gateway crashes and restarts, partitions, resets,
-//!   broken watches, cluster restarts, and the checks at rest.
+//!   and fused Compare and Write on the lock blocks, and reading log 80h on
+//!   reservation events.
+//! - [`notices`]: the notices each host's controller is owed, and what it read.
+//! - [`fences`]: acknowledgements that wait for Preempt and Abort's fence, the
+//!   gateway's finisher, and the oracles of safety (no preempted write lands after the
+//!   answer) and liveness (no gateway fenced that did nothing wrong).
+//! - [`plan`]: what a group seed draws; [`faults`]: the faults injected.
+//! - [`world`]: the step loop, gateway starts, the end phase for notices, and the
+//!   checks at rest.
 
 pub mod authority;
+pub mod faults;
+pub mod fences;
 pub mod host;
+pub mod notices;
+pub mod plan;
 pub mod reference;
 pub mod store;
 pub mod world;
@@ -27,7 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::network::{Link, NetworkFaults};
-use crate::oracle::Oracle;
+use crate::oracle::{Oracle, WriteTag};
 use crate::rng::{Rng, SimClock};
 
 pub use world::GroupWorld;
@@ -65,6 +77,14 @@ pub struct GroupContext {
     /// When each gateway process could not vouch for its reservations (its copy
     /// unknown, or it was fenced): (from, to) in ns, `to` u64::MAX while it lasts.
     pub trouble: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// What each host's controller is owed of reservation notices, and read.
+    pub notices: notices::NoticeLedger,
+    /// Writes (and Compare and Writes) each host has out now.
+    pub writing: Vec<u32>,
+    /// The key each host believes it holds.
+    pub keys: Vec<u64>,
+    /// The host of each write tag.
+    pub tag_owner: BTreeMap<WriteTag, u8>,
     next_link: u64,
     next_write_tag: u64,
     network: NetworkFaults,
@@ -92,9 +112,10 @@ impl GroupContext {
         self.violations.push(what);
     }
 
-    /// A fresh tag for a write.
-    pub fn new_write_tag(&mut self) -> u64 {
+    /// A fresh tag for a write of host `host`.
+    pub fn new_write_tag(&mut self, host: usize) -> WriteTag {
         self.next_write_tag += 1;
+        self.tag_owner.insert(self.next_write_tag, host as u8);
         self.next_write_tag
     }
 

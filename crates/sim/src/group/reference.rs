@@ -21,6 +21,14 @@
 //! - Release by a host that does not hold the reservation succeeds and does nothing;
 //!   by the holder, with another type, is Invalid Field; else it frees it.
 //! - Clear removes every registrant and the reservation (PRGEN + 1).
+//! - CPTPL of a successful Register sets Persist Through Power Loss; the group's power
+//!   loss (every gateway down for a lease) clears registrants and reservation
+//!   (PRGEN + 1) unless it is set.
+//! - Notices: a Preempt sends Registration Preempted to each host it unregisters, and
+//!   Reservation Preempted to the other registrants (not the issuer) when the
+//!   reservation changed hands or type; Clear sends Reservation Preempted to every
+//!   other registrant; the holder's Release or Unregister of a Registrants Only type
+//!   sends Reservation Released to the other registrants.
 //! - Access: Write Exclusive lets anyone read, the holder write; Exclusive Access
 //!   lets only the holder do either; the Registrants Only variants extend the holder's
 //!   rights to every registrant.
@@ -55,7 +63,14 @@ pub struct ReferenceState {
     pub registrants: BTreeMap<u8, u64>,
     /// (RTYPE, holder host index).
     pub holder: Option<(u8, u8)>,
+    /// PTPL.
+    pub persist: bool,
 }
+
+/// Notice types of the Reservation Notification log.
+pub const REGISTRATION_PREEMPTED: u8 = 1;
+pub const RESERVATION_RELEASED: u8 = 2;
+pub const RESERVATION_PREEMPTED: u8 = 3;
 
 const WRITE_EXCLUSIVE: u8 = 1;
 const EXCLUSIVE_ACCESS: u8 = 2;
@@ -81,23 +96,61 @@ impl ReferenceState {
     /// Applies one change; the status the specification answers it with (the state
     /// is unchanged when it is refused).
     pub fn apply(&mut self, change: &ReservationChange) -> Status {
+        self.apply_with_notices(change).0
+    }
+
+    /// [`ReferenceState::apply`], with the notices the change owes: (host, type),
+    /// sorted.
+    pub fn apply_with_notices(&mut self, change: &ReservationChange) -> (Status, Vec<(u8, u8)>) {
         let mut next = self.clone();
-        match next.apply_inner(change) {
+        let mut notices = Vec::new();
+        match next.apply_inner(change, &mut notices) {
             Ok(()) => {
                 *self = next;
-                Status::SUCCESS
+                notices.sort_unstable();
+                (Status::SUCCESS, notices)
             }
-            Err(status) => status,
+            Err(status) => (status, Vec::new()),
         }
     }
 
-    fn apply_inner(&mut self, change: &ReservationChange) -> Result<(), Status> {
+    /// The group's power loss: without PTPL registrants and reservation go. False
+    /// when nothing changes (PTPL on, or nothing to clear).
+    pub fn power_loss(&mut self) -> bool {
+        if self.persist || (self.registrants.is_empty() && self.holder.is_none()) {
+            return false;
+        }
+        self.registrants.clear();
+        self.holder = None;
+        self.generation += 1;
+        true
+    }
+
+    /// Registrants other than `host`.
+    fn others(&self, host: u8) -> impl Iterator<Item = u8> + '_ {
+        self.registrants.keys().copied().filter(move |&other| other != host)
+    }
+
+    /// The holder of a Registrants Only type (single holder) let it go: the others
+    /// are told it was released.
+    fn released_by(&self, host: u8, kind: u8, notices: &mut Vec<(u8, u8)>) {
+        if [WRITE_EXCLUSIVE_REGISTRANTS_ONLY, EXCLUSIVE_ACCESS_REGISTRANTS_ONLY].contains(&kind) {
+            notices.extend(self.others(host).map(|other| (other, RESERVATION_RELEASED)));
+        }
+    }
+
+    fn apply_inner(
+        &mut self,
+        change: &ReservationChange,
+        notices: &mut Vec<(u8, u8)>,
+    ) -> Result<(), Status> {
         match *change {
             ReservationChange::Register {
                 host,
                 action,
                 current_key,
                 new_key,
+                persist,
                 ..
             } => {
                 let host = host_index(&host);
@@ -114,8 +167,9 @@ impl ReferenceState {
                         self.authorized(host, current_key)?;
                         self.registrants.remove(&host);
                         self.generation += 1;
-                        if self.holder.is_some_and(|(_, holder)| holder == host) {
+                        if let Some((kind, holder)) = self.holder.filter(|&(_, holder)| holder == host) {
                             self.holder = None;
+                            self.released_by(holder, kind, notices);
                         }
                     }
                     RegisterAction::Replace => {
@@ -123,6 +177,9 @@ impl ReferenceState {
                         self.registrants.insert(host, new_key);
                         self.generation += 1;
                     }
+                }
+                if let Some(persist) = persist {
+                    self.persist = persist;
                 }
             }
             ReservationChange::Acquire {
@@ -147,21 +204,31 @@ impl ReferenceState {
                 let holder_key = self
                     .holder
                     .and_then(|(_, holder)| self.registrants.get(&holder).copied());
-                let before = self.registrants.len();
+                let removed: Vec<u8> = self
+                    .registrants
+                    .iter()
+                    .filter(|&(&other, &key)| other != host && key == preempt_key)
+                    .map(|(&other, _)| other)
+                    .collect();
                 if holder_key == Some(preempt_key) {
-                    self.registrants
-                        .retain(|&other, &mut key| other == host || key != preempt_key);
+                    self.registrants.retain(|other, _| !removed.contains(other));
+                    if self.holder != Some((kind, host)) {
+                        notices.extend(
+                            self.others(host)
+                                .map(|other| (other, RESERVATION_PREEMPTED)),
+                        );
+                    }
                     self.holder = Some((kind, host));
                 } else {
                     if preempt_key == 0 {
                         return Err(Status::INVALID_FIELD);
                     }
-                    self.registrants
-                        .retain(|&other, &mut key| other == host || key != preempt_key);
-                    if self.registrants.len() == before {
+                    if removed.is_empty() {
                         return Err(Status::RESERVATION_CONFLICT);
                     }
+                    self.registrants.retain(|other, _| !removed.contains(other));
                 }
+                notices.extend(removed.iter().map(|&other| (other, REGISTRATION_PREEMPTED)));
                 self.generation += 1;
             }
             ReservationChange::Release {
@@ -180,10 +247,12 @@ impl ReferenceState {
                                 return Err(Status::INVALID_FIELD);
                             }
                             self.holder = None;
+                            self.released_by(host, held, notices);
                         }
                         _ => {}
                     },
                     ReleaseAction::Clear => {
+                        notices.extend(self.others(host).map(|other| (other, RESERVATION_PREEMPTED)));
                         self.registrants.clear();
                         self.holder = None;
                         self.generation += 1;
@@ -227,6 +296,7 @@ impl ReferenceState {
                     holder.host.map_or(u8::MAX, |host| host_index(&host)),
                 )
             }),
+            persist: state.persist_through_power_loss,
         }
     }
 
@@ -244,6 +314,7 @@ impl ReferenceState {
         let entries = word(5, 2) as usize;
         let mut state = ReferenceState {
             generation: word(0, 4) as u32,
+            persist: data[9] & 1 != 0,
             ..ReferenceState::default()
         };
         for index in 0..entries {
@@ -288,6 +359,16 @@ struct Decision {
     sequence: u64,
 }
 
+/// A Preempt and Abort answered with success to the host that sent it.
+#[derive(Clone, Debug)]
+struct AnsweredPreempt {
+    /// The hosts it unregistered.
+    victims: Vec<u8>,
+    /// The version it made.
+    sequence: u64,
+    answered_ns: u64,
+}
+
 /// The reference states in commit order, and what hosts were told.
 #[derive(Default)]
 pub struct GroupOracle {
@@ -297,6 +378,11 @@ pub struct GroupOracle {
     floor: u64,
     /// (gateway process, host index) -> the changes the group decided for them.
     decided: BTreeMap<(u64, u8), Vec<Decision>>,
+    /// The hosts each Preempt and Abort unregistered, by the version it made.
+    preempted: BTreeMap<u64, Vec<u8>>,
+    answered_preempts: Vec<AnsweredPreempt>,
+    /// Preempt and Abort answers the safety check holds (for the summary).
+    pub preempts_answered: u64,
 }
 
 impl GroupOracle {
@@ -322,7 +408,15 @@ impl GroupOracle {
     /// record the reference's state.
     pub fn committed(&mut self, commit: &Commit) -> Result<(), String> {
         let mut state = self.versions.last().cloned().unwrap_or_default();
-        let expected = state.apply(&commit.change);
+        let (expected, notices) = match &commit.change {
+            Some(change) => state.apply_with_notices(change),
+            None if state.power_loss() => (Status::SUCCESS, Vec::new()),
+            None => {
+                return Err(format!(
+                    "the group cleared its reservations after a power loss, though the reference has nothing to clear there ({state:?})"
+                ))
+            }
+        };
         if let Some(host) = commit.host {
             self.decided
                 .entry((commit.instance, host_index(&host)))
@@ -343,6 +437,32 @@ impl GroupOracle {
         }
         if expected.is_success() {
             self.versions.push(state);
+            let mut recorded: Vec<(u8, u8)> = commit
+                .update
+                .notices
+                .iter()
+                .filter(|(sequence, _, _)| *sequence == commit.sequence)
+                .map(|(_, host, notice)| (host_index(host), *notice as u8))
+                .collect();
+            recorded.sort_unstable();
+            if recorded != notices {
+                return Err(format!(
+                    "{:?} left the notices {recorded:?} (host, type) in the record; the reference owes {notices:?}",
+                    commit.change
+                ));
+            }
+            if let Some(ReservationChange::Acquire {
+                action: AcquireAction::PreemptAndAbort,
+                ..
+            }) = commit.change
+            {
+                let victims = notices
+                    .iter()
+                    .filter(|(_, notice)| *notice == REGISTRATION_PREEMPTED)
+                    .map(|(host, _)| *host)
+                    .collect();
+                self.preempted.insert(commit.sequence, victims);
+            }
         }
         let recorded = ReferenceState::of_target(&commit.update.state);
         if commit.sequence != self.newest() || recorded != self.versions[self.newest() as usize] {
@@ -366,6 +486,7 @@ impl GroupOracle {
         host: u8,
         calls_before: u64,
         status: Status,
+        now_ns: u64,
     ) -> Result<(), String> {
         if is_path_or_transport_failure(status) {
             return Ok(());
@@ -399,6 +520,54 @@ impl GroupOracle {
         };
         if status.is_success() {
             self.floor = self.floor.max(sequence);
+            let successes = candidates
+                .iter()
+                .filter(|decision| decision.status.is_success())
+                .count();
+            // Only when it is sure which change this answer was.
+            if let Some(victims) = self.preempted.get(&sequence).filter(|_| successes == 1) {
+                self.preempts_answered += 1;
+                self.answered_preempts.push(AnsweredPreempt {
+                    victims: victims.clone(),
+                    sequence,
+                    answered_ns: now_ns,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A write (or Compare and Write) of `host` landed at `landed_ns`: not after a
+    /// Preempt and Abort that unregistered the host was answered, unless the state it
+    /// made or a later one lets the host write (with no reservation held an
+    /// unregistered host may write: the fence does not order those writes).
+    pub fn write_landed(&self, host: u8, landed_ns: u64) -> Result<(), String> {
+        for preempt in &self.answered_preempts {
+            if preempt.answered_ns >= landed_ns || !preempt.victims.contains(&host) {
+                continue;
+            }
+            let since = &self.versions[preempt.sequence as usize..];
+            if !since.iter().any(|state| state.allows(host, true)) {
+                return Err(format!(
+                    "a write of host {host} landed {} us after the Preempt and Abort that unregistered it (version {}) was answered, and no state since lets it write",
+                    (landed_ns - preempt.answered_ns) / 1_000,
+                    preempt.sequence
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A gateway that found the group down as a whole loaded the record at
+    /// `sequence`, right after it cleared what PTPL does not keep: no registration or
+    /// reservation is left there with PTPL off (that the group cleared nothing with
+    /// PTPL on is checked as it commits).
+    pub fn loaded_after_power_loss(&self, sequence: u64) -> Result<(), String> {
+        let state = &self.versions[sequence as usize];
+        if !state.persist && (!state.registrants.is_empty() || state.holder.is_some()) {
+            return Err(format!(
+                "after the group's power loss a gateway loaded version {sequence} with PTPL off and registrations or a reservation: {state:?}"
+            ));
         }
         Ok(())
     }
@@ -566,12 +735,84 @@ mod tests {
         assert_eq!(state, before);
     }
 
+    fn release(host: u8, action: ReleaseAction, kind: u8, key: u64) -> ReservationChange {
+        ReservationChange::Release {
+            host: host_identifier(usize::from(host)),
+            action,
+            kind,
+            current_key: key,
+            ignore_key: false,
+        }
+    }
+
+    #[test]
+    fn changes_owe_the_notices_the_specification_names() {
+        let mut state = ReferenceState::default();
+        for (host, key) in [(0, 10), (1, 11), (2, 12)] {
+            assert_eq!(state.apply_with_notices(&register(host, key)), (Status::SUCCESS, vec![]));
+        }
+        let take = |kind: ReservationType| ReservationChange::Acquire {
+            host: host_identifier(0),
+            action: AcquireAction::Acquire,
+            kind,
+            current_key: 10,
+            preempt_key: 0,
+            ignore_key: false,
+        };
+        assert_eq!(
+            state.apply_with_notices(&take(ReservationType::WriteExclusiveRegistrantsOnly)).1,
+            []
+        );
+        // The holder's Release of a Registrants Only type: the others are told.
+        assert_eq!(
+            state.apply_with_notices(&release(0, ReleaseAction::Release, WRITE_EXCLUSIVE_REGISTRANTS_ONLY, 10)),
+            (Status::SUCCESS, vec![(1, RESERVATION_RELEASED), (2, RESERVATION_RELEASED)])
+        );
+        state.apply(&take(ReservationType::ExclusiveAccess));
+        // Preempting the holder: it is unregistered, the other registrant learns the
+        // reservation was preempted, the issuer learns nothing.
+        assert_eq!(
+            state.apply_with_notices(&acquire(1, AcquireAction::PreemptAndAbort, 11, 10)),
+            (Status::SUCCESS, vec![(0, REGISTRATION_PREEMPTED), (2, RESERVATION_PREEMPTED)])
+        );
+        // Clear: every other registrant.
+        assert_eq!(
+            state.apply_with_notices(&release(2, ReleaseAction::Clear, 0, 12)),
+            (Status::SUCCESS, vec![(1, RESERVATION_PREEMPTED)])
+        );
+        assert!(state.registrants.is_empty() && state.holder.is_none());
+    }
+
+    #[test]
+    fn only_ptpl_keeps_the_state_through_the_group_power_loss() {
+        let mut state = ReferenceState::default();
+        assert!(!state.power_loss(), "nothing to clear");
+        let mut persistent = register(0, 10);
+        if let ReservationChange::Register { persist, .. } = &mut persistent {
+            *persist = Some(true);
+        }
+        state.apply(&persistent);
+        assert!(state.persist);
+        let before = state.clone();
+        assert!(!state.power_loss());
+        assert_eq!(state, before, "PTPL on: kept");
+        let mut volatile = register(0, 10);
+        if let ReservationChange::Register { persist, .. } = &mut volatile {
+            *persist = Some(false);
+        }
+        assert_eq!(state.apply(&volatile), Status::SUCCESS, "the same key again, PTPL off");
+        assert!(state.power_loss());
+        assert!(state.registrants.is_empty());
+        assert_eq!(state.generation, before.generation + 1);
+    }
+
     #[test]
     fn a_report_reads_back_as_the_state_it_describes() {
         let mut report = vec![0u8; 64 + 2 * 64];
         report[0..4].copy_from_slice(&7u32.to_le_bytes());
         report[4] = WRITE_EXCLUSIVE_REGISTRANTS_ONLY;
         report[5] = 2;
+        report[9] = 1;
         for (entry, (host, key, holds)) in [(0u8, 10u64, false), (2, 12, true)].iter().enumerate() {
             let offset = 64 + entry * 64;
             report[offset + 2] = u8::from(*holds);
@@ -582,6 +823,7 @@ mod tests {
         assert_eq!(state.generation, 7);
         assert_eq!(state.holder, Some((WRITE_EXCLUSIVE_REGISTRANTS_ONLY, 2)));
         assert_eq!(state.registrants, BTreeMap::from([(0, 10), (2, 12)]));
+        assert!(state.persist, "PTPLS");
     }
 
     #[test]

@@ -4,10 +4,14 @@
 //! `rbd_aio_compare_and_write` (a mismatch is EILSEQ, which the runtime's RBD queue
 //! maps to [`IoError::CompareMismatch`], so that is what this store answers).
 //!
-//! A request is carried out when its gateway reaps it after its latency, so the order
-//! in which requests change the image is the order the world observes. A fenced
-//! (blocklisted) gateway's requests fail as Unavailable and change nothing, as the
-//! OSDs refuse a blocklisted client.
+//! A request lands (changes the image) when its latency is over, whether or not its
+//! gateway reaps the completion then: the completion waits for the gateway, which may
+//! be slow to take it (`hold_completions`: librados hands a client's completions to
+//! one finisher thread, which a blocked callback holds up). Every write that lands is
+//! logged with its write tag ([`Landing`]), for the oracle of Preempt and Abort. A
+//! fenced (blocklisted) gateway's requests fail as Unavailable and change nothing, as
+//! the OSDs refuse a blocklisted client; a stalled gateway's requests (a slow OSD)
+//! land only once the stall is over.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +31,16 @@ pub const COMPARE_AND_WRITE_REGION_BYTES: u64 = 512;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Committed {
     pub at_ns: u64,
+    pub tag: WriteTag,
+}
+
+/// A write (or compare-and-write) that changed the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Landing {
+    pub at_ns: u64,
+    pub gateway: usize,
+    pub lba: u64,
+    /// The write tag of its first block (every block of a write carries the same).
     pub tag: WriteTag,
 }
 
@@ -52,6 +66,14 @@ struct StoreState {
     next_queue: u64,
     /// Every value each lock block held, oldest first (the atomic registers' truth).
     register_log: Vec<Vec<Committed>>,
+    /// Completions of landed requests, by queue, until their gateway reaps them.
+    done: BTreeMap<u64, Vec<IoCompletion>>,
+    /// Gateways whose completions are not handed out (their finisher is blocked).
+    held: Vec<bool>,
+    /// Gateways whose requests do not land before then (their OSDs stall).
+    stalled_until_ns: Vec<u64>,
+    /// Writes that landed since the world last took them.
+    landings: Vec<Landing>,
 }
 
 struct StoreShared {
@@ -91,6 +113,10 @@ impl SharedStore {
             register_log: (0..lock_blocks)
                 .map(|_| vec![Committed { at_ns: 0, tag: 0 }])
                 .collect(),
+            done: BTreeMap::new(),
+            held: vec![false; gateways],
+            stalled_until_ns: vec![0; gateways],
+            landings: Vec::new(),
         };
         SharedStore {
             shared: Arc::new(StoreShared {
@@ -137,6 +163,7 @@ impl SharedStore {
         let now_ns = self.shared.clock.elapsed_ns();
         let mut state = self.state();
         let state = &mut *state;
+        state.held[gateway] = false;
         let mut index = 0;
         while index < state.in_flight.len() {
             if state.in_flight[index].gateway != gateway {
@@ -151,25 +178,27 @@ impl SharedStore {
         }
     }
 
-    /// Carries out requests of dropped queues that are due (nobody is told).
-    pub fn land_orphans(&self) {
+    /// Lands every request that is due (those of dropped queues too: nobody is told).
+    pub fn land_due(&self) {
         let now_ns = self.shared.clock.elapsed_ns();
+        land_due(&mut self.state(), now_ns);
+    }
+
+    /// `held`: gateway `gateway`'s completions are not handed out (its finisher is
+    /// blocked); its requests still land.
+    pub fn hold_completions(&self, gateway: usize, held: bool) {
+        self.state().held[gateway] = held;
+    }
+
+    /// Gateway `gateway`'s requests land no earlier than `until_ns` (a slow OSD).
+    pub fn stall(&self, gateway: usize, until_ns: u64) {
         let mut state = self.state();
-        let state = &mut *state;
-        if now_ns < state.paused_until_ns {
-            return;
-        }
-        let mut index = 0;
-        while index < state.in_flight.len() {
-            let entry = &state.in_flight[index];
-            if entry.queue != 0 || entry.ready_at_ns > now_ns {
-                index += 1;
-                continue;
-            }
-            let entry = state.in_flight.remove(index);
-            let mut buffer = entry.request.buffer;
-            let _ = execute(state, entry.gateway, entry.request.op, &mut buffer, now_ns);
-        }
+        state.stalled_until_ns[gateway] = state.stalled_until_ns[gateway].max(until_ns);
+    }
+
+    /// Writes that landed since the last call, in the order they landed.
+    pub fn take_landings(&self) -> Vec<Landing> {
+        std::mem::take(&mut self.state().landings)
     }
 
     /// When the next request can complete.
@@ -179,7 +208,12 @@ impl SharedStore {
         state
             .in_flight
             .iter()
-            .map(|entry| entry.ready_at_ns.max(paused))
+            .map(|entry| {
+                entry
+                    .ready_at_ns
+                    .max(paused)
+                    .max(state.stalled_until_ns[entry.gateway])
+            })
             .min()
     }
 
@@ -198,6 +232,40 @@ impl SharedStore {
     /// Requests in flight, over every gateway.
     pub fn in_flight(&self) -> usize {
         self.state().in_flight.len()
+    }
+}
+
+/// Lands the requests due now, in the order of their times (then of submission).
+fn land_due(state: &mut StoreState, now_ns: u64) {
+    if now_ns < state.paused_until_ns {
+        return;
+    }
+    let stalled = &state.stalled_until_ns;
+    let (mut due, rest): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut state.in_flight)
+        .into_iter()
+        .partition(|entry| entry.ready_at_ns <= now_ns && stalled[entry.gateway] <= now_ns);
+    state.in_flight = rest;
+    due.sort_by_key(|entry| entry.ready_at_ns);
+    for InFlight {
+        gateway,
+        queue,
+        request,
+        ..
+    } in due
+    {
+        let IoRequest {
+            token,
+            op,
+            mut buffer,
+        } = request;
+        let result = execute(state, gateway, op, &mut buffer, now_ns);
+        if queue != 0 {
+            state.done.entry(queue).or_default().push(IoCompletion {
+                token,
+                result,
+                buffer,
+            });
+        }
     }
 }
 
@@ -240,6 +308,14 @@ fn execute(
         IoOp::Flush => None,
     };
     if let Some((lba, blocks)) = changed {
+        if let Ok(tag) = decode_block(lba, &state.image[span(lba, 1)]) {
+            state.landings.push(Landing {
+                at_ns: now_ns,
+                gateway,
+                lba,
+                tag,
+            });
+        }
         for block in lba..lba + blocks {
             let Some(log) = state.register_log.get_mut(block as usize) else {
                 continue;
@@ -340,36 +416,19 @@ impl BackendQueue for StoreQueue {
         let now_ns = self.store.shared.clock.elapsed_ns();
         let mut state = self.store.state();
         let state = &mut *state;
-        if now_ns < state.paused_until_ns {
+        land_due(state, now_ns);
+        if state.held[self.gateway] {
             return;
         }
-        let mut index = 0;
-        while index < state.in_flight.len() {
-            let entry = &state.in_flight[index];
-            if entry.queue != self.id || entry.ready_at_ns > now_ns {
-                index += 1;
-                continue;
-            }
-            let InFlight {
-                gateway, request, ..
-            } = state.in_flight.remove(index);
-            let IoRequest {
-                token,
-                op,
-                mut buffer,
-            } = request;
-            let result = execute(state, gateway, op, &mut buffer, now_ns);
-            out.push(IoCompletion {
-                token,
-                result,
-                buffer,
-            });
+        if let Some(done) = state.done.remove(&self.id) {
+            out.extend(done);
         }
     }
 
     fn in_flight(&self) -> usize {
         let state = self.store.state();
         self.ready.len()
+            + state.done.get(&self.id).map_or(0, Vec::len)
             + state
                 .in_flight
                 .iter()
@@ -380,9 +439,9 @@ impl BackendQueue for StoreQueue {
 
 impl Drop for StoreQueue {
     fn drop(&mut self) {
-        for entry in self
-            .store
-            .state()
+        let mut state = self.store.state();
+        state.done.remove(&self.id);
+        for entry in state
             .in_flight
             .iter_mut()
             .filter(|entry| entry.queue == self.id)

@@ -1,5 +1,7 @@
 //! The group world's step loop: gateways (each a real `Target` with its connections),
-//! the cluster, the hosts and the faults, stepped from one seed.
+//! the cluster, the hosts and the faults, stepped from one seed; after the workload,
+//! an end phase in which the hosts read the notices still owed them, then the checks
+//! at rest.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,141 +11,67 @@ use nvme_target::{
     TargetSpec,
 };
 
-use super::authority::{Cluster, ClusterFaults, GatewayAction};
-use super::host::{GroupHost, GroupHostSettings};
+use super::authority::{Cluster, GatewayAction};
+use super::fences::Fences;
+use super::host::{key_of, GroupHost};
+use super::notices::NoticeLedger;
+use super::plan::GroupPlan;
 use super::reference::GroupOracle;
 use super::store::SharedStore;
 use super::{GroupContext, LOCK_BLOCKS};
 use crate::host::{NAMESPACE, SUBSYSTEM_NQN};
-use crate::network::NetworkFaults;
 use crate::oracle::Oracle;
 use crate::rng::{Rng, SimClock};
 use crate::world::{RunOptions, SeedReport};
 use crate::Canary;
 
 /// The namespace's NGUID on every gateway (one namespace, one record).
-const NGUID: [u8; 16] = [0x5A; 16];
-const MS: u64 = 1_000_000;
+pub(super) const NGUID: [u8; 16] = [0x5A; 16];
+pub(super) const MS: u64 = 1_000_000;
+/// The end phase lasts this long after the last partition is over ...
+const NOTICE_TAIL_NS: u64 = 1_500 * MS;
+/// ... and every notice owed this long before its end must have been read.
+const NOTICE_READ_SLACK_NS: u64 = 800 * MS;
 /// After the workload stops: time for outstanding commands to finish.
 const QUIESCE_NS: u64 = 30_000 * MS;
 const MAX_STEPS_AT_ONE_INSTANT: u32 = 100_000;
 const MAX_STALE_WAKES: u32 = 10_000;
 
-/// What a group seed draws.
-#[derive(Clone, Debug)]
-struct GroupPlan {
-    gateways: usize,
-    hosts: usize,
-    namespace_blocks: u64,
-    host: GroupHostSettings,
-    network: NetworkFaults,
-    store_latency_max_ns: u64,
-    cluster: ClusterFaults,
-    mean_fault_interval_ns: u64,
-    run_ns: u64,
-    max_commands: u64,
-}
-
-impl GroupPlan {
-    fn draw(rng: &mut Rng) -> GroupPlan {
-        let mut plan = Self::draw_shape(rng);
-        // Each host's pace spends the command budget over about the whole run.
-        plan.host.think_ns = plan.run_ns * plan.hosts as u64 / plan.max_commands;
-        plan
-    }
-
-    fn draw_shape(rng: &mut Rng) -> GroupPlan {
-        let calm = rng.chance(250_000);
-        let queue_size = rng.between(4, 16) as u16;
-        GroupPlan {
-            gateways: rng.between(2, 3) as usize,
-            hosts: rng.between(2, 4) as usize,
-            namespace_blocks: LOCK_BLOCKS + rng.between(8, 64),
-            host: GroupHostSettings {
-                queue_size,
-                queue_depth: rng.between(2, u64::from(queue_size - 1).min(8)) as usize,
-                keep_alive_timeout_ms: rng.between(1_000, 4_000) as u32,
-                command_timeout_ms: rng.between(1_500, 5_000),
-                max_io_blocks: rng.between(1, 8),
-                think_ns: 0,
-            },
-            network: NetworkFaults {
-                latency_min_ns: 5_000,
-                latency_max_ns: rng.between(5_000, 300_000),
-                max_segment_bytes: [1460, 9000, 65536][rng.below(3) as usize],
-                tiny_segment_per_million: [0, 10_000][rng.below(2) as usize],
-                corrupt_per_million: 0,
-            },
-            store_latency_max_ns: rng.between(50_000, 2 * MS),
-            cluster: ClusterFaults {
-                change_latency_max_ns: rng.between(100_000, 3 * MS),
-                notice_delay_max_ns: rng.between(50_000, 5 * MS),
-                lost_notice_per_million: if calm {
-                    0
-                } else {
-                    [0, 40_000, 150_000][rng.below(3) as usize]
-                },
-                lease_ns: rng.between(20 * MS, 200 * MS),
-            },
-            mean_fault_interval_ns: if calm {
-                0
-            } else {
-                rng.between(10 * MS, 150 * MS)
-            },
-            run_ns: 300 * MS,
-            max_commands: 3_000,
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "gateway group: {} gateways, {} hosts, {} x 512 B blocks ({LOCK_BLOCKS} lock blocks), queue of {} at QD {}, \
-             store latency <= {} us, changes <= {} us, notices <= {} us ({} ppm lost), lease {} ms, faults every ~{} ms",
-            self.gateways,
-            self.hosts,
-            self.namespace_blocks,
-            self.host.queue_size,
-            self.host.queue_depth,
-            self.store_latency_max_ns / 1_000,
-            self.cluster.change_latency_max_ns / 1_000,
-            self.cluster.notice_delay_max_ns / 1_000,
-            self.cluster.lost_notice_per_million,
-            self.cluster.lease_ns / MS,
-            self.mean_fault_interval_ns / MS,
-        )
-    }
-}
-
 /// One gateway process and its connections.
 #[derive(Default)]
-struct Gateway {
-    target: Option<Arc<Target>>,
+pub(super) struct Gateway {
+    pub(super) target: Option<Arc<Target>>,
     /// This process's number (every start makes a new one).
-    instance: u64,
+    pub(super) instance: u64,
     /// Down (crashed) until then.
-    down_until_ns: u64,
+    pub(super) down_until_ns: u64,
     /// The record was installed since the process started: listeners open.
-    loaded: bool,
+    pub(super) loaded: bool,
     /// Fenced: restarted (with a new cluster client) at this time.
-    restart_at_ns: Option<u64>,
-    connections: BTreeMap<u64, Connection>,
+    pub(super) restart_at_ns: Option<u64>,
+    pub(super) connections: BTreeMap<u64, Connection>,
     /// Closed connections whose storage requests are still in flight.
-    draining: BTreeMap<u64, Connection>,
+    pub(super) draining: BTreeMap<u64, Connection>,
 }
 
 /// Everything in one group run.
 pub struct GroupWorld {
-    context: GroupContext,
-    plan: GroupPlan,
-    gateways: Vec<Gateway>,
-    hosts: Vec<GroupHost>,
+    pub(super) context: GroupContext,
+    pub(super) plan: GroupPlan,
+    pub(super) gateways: Vec<Gateway>,
+    pub(super) hosts: Vec<GroupHost>,
     next_instance: u64,
-    canary: Option<Canary>,
-    next_fault_ns: u64,
-    crashes: u64,
-    faults_injected: u64,
-    watch_breaks: u64,
-    cluster_restarts: u64,
+    pub(super) canary: Option<Canary>,
+    pub(super) next_fault_ns: u64,
+    pub(super) fences: Fences,
+    pub(super) crashes: u64,
+    pub(super) faults_injected: u64,
+    pub(super) watch_breaks: u64,
+    pub(super) cluster_restarts: u64,
+    pub(super) power_losses: u64,
+    /// Gateways that started while no other held its membership lease (after the
+    /// first start of all).
+    whole_group_restarts: u64,
 }
 
 fn target_spec(
@@ -218,6 +146,10 @@ impl GroupWorld {
             link_gateway: BTreeMap::new(),
             link_instance: BTreeMap::new(),
             trouble: BTreeMap::new(),
+            notices: NoticeLedger::default(),
+            writing: vec![0; plan.hosts],
+            keys: (0..plan.hosts).map(|index| key_of(index as u8)).collect(),
+            tag_owner: BTreeMap::new(),
             next_link: 0,
             next_write_tag: 0,
             network: plan.network.clone(),
@@ -233,10 +165,13 @@ impl GroupWorld {
             next_instance: 1,
             canary: options.canary,
             next_fault_ns: u64::MAX,
+            fences: Fences::new(plan.gateways),
             crashes: 0,
             faults_injected: 0,
             watch_breaks: 0,
             cluster_restarts: 0,
+            power_losses: 0,
+            whole_group_restarts: 0,
             plan,
         };
         for gateway in 0..world.gateways.len() {
@@ -265,7 +200,15 @@ impl GroupWorld {
             self.context.cluster.authority_for(index, instance),
         ));
         self.context.store.set_fenced(index, false);
-        self.context.cluster.gateway_started(index, instance);
+        if self.context.cluster.gateway_started(index, instance) {
+            // The group's power loss: the reference checks what the record holds
+            // when this process loads it.
+            if self.context.clock.elapsed_ns() > 0 {
+                self.whole_group_restarts += 1;
+                self.context
+                    .note(|| format!("gateway {index} finds every other gateway's lease run out"));
+            }
+        }
         let gateway = &mut self.gateways[index];
         gateway.target = Some(target);
         gateway.instance = instance;
@@ -273,107 +216,6 @@ impl GroupWorld {
         gateway.restart_at_ns = None;
         self.context
             .note(|| format!("gateway {index} started (process {instance})"));
-    }
-
-    /// The gateway's process dies: its connections reset; each storage request and
-    /// reservation change it had in flight reached the cluster or not.
-    fn crash_gateway(&mut self, index: usize, down_ns: u64, why: &str) {
-        self.crashes += 1;
-        self.context.store.gateway_crashed(index);
-        self.context.cluster.gateway_crashed(index);
-        let gateway = &mut self.gateways[index];
-        gateway.target = None;
-        gateway.loaded = false;
-        gateway.restart_at_ns = None;
-        let links: Vec<u64> = gateway
-            .connections
-            .keys()
-            .chain(gateway.draining.keys())
-            .copied()
-            .collect();
-        gateway.connections.clear();
-        gateway.draining.clear();
-        gateway.down_until_ns = self.context.clock.elapsed_ns() + down_ns;
-        for id in links {
-            if let Some(link) = self.context.links.get_mut(&id) {
-                link.reset();
-                link.target_gone = true;
-            }
-            self.context.oracle.settle_link(id);
-        }
-        self.context
-            .note(|| format!("gateway {index} went down: {why}"));
-    }
-
-    fn schedule_fault(&mut self) {
-        let mean = self.plan.mean_fault_interval_ns;
-        self.next_fault_ns = if mean == 0 {
-            u64::MAX
-        } else {
-            self.context.clock.elapsed_ns() + self.context.rng.between(mean / 4, mean * 2)
-        };
-    }
-
-    fn inject_fault(&mut self) {
-        self.faults_injected += 1;
-        let now_ns = self.context.clock.elapsed_ns();
-        let gateway = self.context.rng.below(self.gateways.len() as u64) as usize;
-        match self.context.rng.below(10) {
-            0..=1 => {
-                if self.gateways[gateway].target.is_some() {
-                    let down_ns = self.context.rng.between(MS, 200 * MS);
-                    self.crash_gateway(gateway, down_ns, "fault: crashed");
-                }
-            }
-            2..=3 => {
-                let victim = self.context.rng.below(self.hosts.len() as u64) as usize;
-                let until = now_ns + self.context.rng.between(MS, 3_000 * MS);
-                for link in self
-                    .context
-                    .links
-                    .values_mut()
-                    .filter(|link| link.owner.host == victim)
-                {
-                    link.held_until_ns = link.held_until_ns.max(until);
-                }
-                self.context.note(|| {
-                    format!(
-                        "fault: host {victim} partitioned for {} ms",
-                        (until - now_ns) / MS
-                    )
-                });
-            }
-            4..=5 => {
-                let ids: Vec<u64> = self.context.links.keys().copied().collect();
-                if ids.is_empty() {
-                    return;
-                }
-                let id = ids[self.context.rng.below(ids.len() as u64) as usize];
-                if let Some(link) = self.context.links.get_mut(&id) {
-                    link.reset();
-                }
-                self.context.note(|| format!("fault: link {id} reset"));
-            }
-            6..=8 => {
-                let again_ns = self.context.rng.between(MS, 1_000 * MS);
-                self.watch_breaks += 1;
-                self.context.cluster.break_watch(gateway, again_ns);
-                self.context
-                    .note(|| format!("fault: gateway {gateway}'s watch broke"));
-            }
-            _ => {
-                let until = now_ns + self.context.rng.between(MS, 500 * MS);
-                self.cluster_restarts += 1;
-                self.context.store.pause_until(until);
-                self.context.cluster.restart(until);
-                self.context.note(|| {
-                    format!(
-                        "fault: the cluster restarts for {} ms",
-                        (until - now_ns) / MS
-                    )
-                });
-            }
-        }
     }
 
     /// Carries out what the cluster did to the gateways.
@@ -388,6 +230,7 @@ impl GroupWorld {
             if let Err(problem) = self.context.group.committed(commit) {
                 self.context.violation(problem);
             }
+            self.context.notices.committed(commit);
         }
         for action in actions {
             let (index, instance) = match action {
@@ -406,14 +249,13 @@ impl GroupWorld {
                 continue;
             };
             match action {
-                GatewayAction::Install { update, .. } => {
-                    // The acknowledgement does not wait for Preempt and Abort's fence
-                    // here: what it fences is not modelled (docs/ARCHITECTURE.md).
-                    let _fence = target.install_group_reservations(&NGUID, &update);
-                    gateway.loaded = true;
-                    self.context.mix(update.sequence << 8 | index as u64);
-                    self.context
-                        .note(|| format!("gateway {index} installed sequence {}", update.sequence));
+                GatewayAction::Install {
+                    update,
+                    publication,
+                    acknowledgement_lost,
+                    ..
+                } => {
+                    self.notice_arrived(index, instance, update, publication, acknowledgement_lost)
                 }
                 GatewayAction::MarkUnknown { .. } => {
                     target.mark_group_reservations_unknown(&NGUID);
@@ -431,7 +273,28 @@ impl GroupWorld {
                 }
             }
         }
+        self.check_fences();
         moved
+    }
+
+    /// Each gateway process's copy of the reservations: the notices of the changes
+    /// it took on are owed to the controllers there.
+    fn observe_copies(&mut self) {
+        let now_ns = self.context.clock.elapsed_ns();
+        for gateway in &self.gateways {
+            let Some(namespace) = gateway.target.as_ref().and_then(|target| {
+                target
+                    .subsystems()
+                    .first()
+                    .and_then(|subsystem| subsystem.namespace(NAMESPACE))
+            }) else {
+                continue;
+            };
+            let sequence = namespace.reservations.group_sequence();
+            self.context
+                .notices
+                .copy_at(gateway.instance, sequence, now_ns, &self.context.link_instance);
+        }
     }
 
     /// Writes down which gateway processes cannot vouch for their reservations now
@@ -454,11 +317,11 @@ impl GroupWorld {
         }
     }
 
-    /// Runs the workload, lets it drain, then checks at rest.
+    /// Runs the workload, lets it drain, lets the hosts read the notices still owed
+    /// them, then checks at rest.
     pub fn run(mut self, seed: u64) -> SeedReport {
         let run_end_ns = self.plan.run_ns;
-        let mut steps_at_instant = 0u32;
-        let mut stale_wakes = 0u32;
+        let mut pacing = (0u32, 0u32);
         loop {
             let now_ns = self.context.clock.elapsed_ns();
             let working = now_ns < run_end_ns;
@@ -467,41 +330,19 @@ impl GroupWorld {
             {
                 break;
             }
-            let moved = self.step(working);
-            if !self.context.violations.is_empty() {
+            if !self.advance(working, &mut pacing, None) {
                 break;
             }
-            if moved {
-                steps_at_instant += 1;
-                if steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
-                    self.context.violation(format!(
-                        "no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"
-                    ));
-                    break;
-                }
-                continue;
-            }
-            steps_at_instant = 0;
-            let next = self.next_event_ns(working).unwrap_or(now_ns + MS);
-            if next <= now_ns {
-                stale_wakes += 1;
-                if stale_wakes > MAX_STALE_WAKES {
-                    self.context.violation(
-                        "spinning: something asks to be woken at a time already passed, again and again".into(),
-                    );
-                    break;
-                }
-            } else {
-                stale_wakes = 0;
-            }
-            self.context.clock.advance_to(next.max(now_ns + 1));
+        }
+        if self.context.violations.is_empty() {
+            self.read_owed_notices(&mut pacing);
         }
         if self.context.violations.is_empty() {
             self.verify_at_rest();
         }
         let (fences, lost_notices) = self.context.cluster.counters();
         let summary = format!(
-            "{} ms simulated, {} commands ok, {} reservation changes, {} versions, {} conflicts, {} lock swaps, {} reconnects, {} gateway restarts, {} fences, {} lost notices or acknowledgements, {} watch breaks, {} cluster restarts, {} faults",
+            "{} ms simulated, {} commands ok, {} reservation changes, {} versions, {} conflicts, {} lock swaps, {} reconnects, {} gateway restarts, {} fences, {} lost notices or acknowledgements, {} watch breaks, {} cluster restarts, {} fence waits, {} acknowledgements withheld, {} preempt and abort answers, {} power losses, {} whole-group restarts, {} cleared without PTPL, {} notices owed, {} notices read, {} faults",
             self.context.clock.elapsed_ns() / MS,
             self.hosts.iter().map(|host| host.completed_ok).sum::<u64>(),
             self.hosts.iter().map(|host| host.reservation_commands).sum::<u64>(),
@@ -514,6 +355,14 @@ impl GroupWorld {
             lost_notices,
             self.watch_breaks,
             self.cluster_restarts,
+            self.fences.waited,
+            self.fences.withheld_count,
+            self.context.group.preempts_answered,
+            self.power_losses,
+            self.whole_group_restarts,
+            self.context.cluster.power_loss_clears(),
+            self.context.notices.owed,
+            self.context.notices.read,
             self.faults_injected,
         );
         SeedReport {
@@ -523,6 +372,71 @@ impl GroupWorld {
             fingerprint: self.context.fingerprint,
             summary,
         }
+    }
+
+    /// The end phase: no workload, no faults, until every partition is over and a
+    /// while more; then every notice owed before the last moments has been read.
+    fn read_owed_notices(&mut self, pacing: &mut (u32, u32)) {
+        let now_ns = self.context.clock.elapsed_ns();
+        let held_ns = self
+            .context
+            .links
+            .values()
+            .map(|link| link.held_until_ns)
+            .max()
+            .unwrap_or(0);
+        let end_ns = now_ns.max(held_ns) + NOTICE_TAIL_NS;
+        while self.context.clock.elapsed_ns() < end_ns {
+            if !self.advance(false, pacing, Some(end_ns)) {
+                return;
+            }
+        }
+        for index in 0..self.hosts.len() {
+            let checked = self.hosts[index].check_notices(&self.context, end_ns - NOTICE_READ_SLACK_NS);
+            if let Err(problem) = checked {
+                self.context.violation(problem);
+            }
+        }
+    }
+
+    /// One step, then time moves on to the next event (no later than `until_ns`).
+    /// False when the run must stop. `pacing`: steps at this instant, and wakes at a
+    /// time already passed in a row.
+    fn advance(&mut self, working: bool, pacing: &mut (u32, u32), until_ns: Option<u64>) -> bool {
+        let now_ns = self.context.clock.elapsed_ns();
+        let moved = self.step(working);
+        if !self.context.violations.is_empty() {
+            return false;
+        }
+        let (steps_at_instant, stale_wakes) = pacing;
+        if moved {
+            *steps_at_instant += 1;
+            if *steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
+                self.context.violation(format!(
+                    "no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"
+                ));
+                return false;
+            }
+            return true;
+        }
+        *steps_at_instant = 0;
+        let mut next = self.next_event_ns(working).unwrap_or(now_ns + MS);
+        if let Some(until_ns) = until_ns {
+            next = next.min(until_ns);
+        }
+        if next <= now_ns {
+            *stale_wakes += 1;
+            if *stale_wakes > MAX_STALE_WAKES {
+                self.context.violation(
+                    "spinning: something asks to be woken at a time already passed, again and again".into(),
+                );
+                return false;
+            }
+        } else {
+            *stale_wakes = 0;
+        }
+        self.context.clock.advance_to(next.max(now_ns + 1));
+        true
     }
 
     fn step(&mut self, working: bool) -> bool {
@@ -542,10 +456,13 @@ impl GroupWorld {
             }
         }
         moved |= self.apply_cluster();
+        self.observe_copies();
         self.note_trouble();
         moved |= self.accept_links(now);
         moved |= self.deliver(now);
         moved |= self.service_gateways(now);
+        moved |= self.settle_fences();
+        self.observe_copies();
         for index in 0..self.hosts.len() {
             self.hosts[index].service(&mut self.context, working);
             self.hosts[index].check_liveness(&mut self.context);
@@ -555,6 +472,7 @@ impl GroupWorld {
             self.schedule_fault();
             moved = true;
         }
+        self.check_landings();
         moved
     }
 
@@ -684,7 +602,7 @@ impl GroupWorld {
     /// Storage completions, timers and transmissions of every gateway's connections.
     fn service_gateways(&mut self, now: std::time::Instant) -> bool {
         let mut moved = false;
-        self.context.store.land_orphans();
+        self.context.store.land_due();
         for index in 0..self.gateways.len() {
             let drained: Vec<u64> = self.gateways[index]
                 .draining
@@ -756,6 +674,7 @@ impl GroupWorld {
         }
         candidates.extend(self.context.store.next_ready_ns());
         candidates.extend(self.context.cluster.next_event_ns());
+        candidates.extend(self.fences.next_deadline_ns());
         candidates.extend(
             self.hosts
                 .iter()
@@ -790,6 +709,8 @@ impl GroupWorld {
             let now = self.context.clock.now();
             self.apply_cluster();
             self.service_gateways(now);
+            self.settle_fences();
+            self.check_landings();
             let draining = self
                 .gateways
                 .iter()
@@ -800,6 +721,7 @@ impl GroupWorld {
                 .next_event_ns()
                 .into_iter()
                 .chain(self.context.store.next_ready_ns())
+                .chain(self.fences.next_deadline_ns())
                 .min();
             let now_ns = self.context.clock.elapsed_ns();
             match next {
