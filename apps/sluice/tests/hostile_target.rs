@@ -268,3 +268,79 @@ fn list_ns_with_the_reported_options_ends_after_five_resends() {
     assert!(run.elapsed < Duration::from_secs(8 + 2), "took {:?}", run.elapsed);
     assert!(run.message().contains("the target reset the connection on every retry (5 reconnects)"), "{}", run.message());
 }
+
+/// A suite of three short runs: a maximum-rate run, a load level of its group
+/// (which needs that run's rate) and another run after them.
+const BENCH_SUITE: &str = "\
+[[job]]\nname = \"max\"\ngroup = \"g\"\nthreads = 1\nqueue_depth = 4\nduration = \"300ms\"\nramp = \"50ms\"\n
+[[job]]\nname = \"half\"\ngroup = \"g\"\nload_percent = 50\nduration = \"300ms\"\nramp = \"0ms\"\n
+[[job]]\nname = \"writes\"\nread_percent = 0\nthreads = 1\nqueue_depth = 4\nduration = \"300ms\"\nramp = \"50ms\"\n";
+
+/// `sluice bench --target` against `fault` with [`BENCH_SUITE`] and `--timeout
+/// 1000`. Returns the run (stdout and stderr together) and the JSON result.
+fn bench(fault: Fault) -> (Run, String) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let target = HostileTarget::start(fault);
+    let index = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("sluice-hostile-bench-{}-{index}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let suite = dir.join("suite.toml");
+    std::fs::write(&suite, BENCH_SUITE).expect("suite file");
+    let json = dir.join("result.json");
+    let args = [
+        "--target",
+        &target.url(),
+        "--suite-file",
+        suite.to_str().expect("UTF-8 path"),
+        "--timeout",
+        "1000",
+        "--json",
+        json.to_str().expect("UTF-8 path"),
+    ];
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("bench")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice bench");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    let run = Run { code: output.status.code(), elapsed: started.elapsed(), peak_memory_bytes: 0, stderr: text };
+    eprintln!("sluice bench ({fault:?}): exit {:?} after {:?}\n{}", run.code, run.elapsed, run.stderr);
+    let result = std::fs::read_to_string(&json).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    (run, result)
+}
+
+/// The bench against a failing target: the suite runs to its end (each run a
+/// bounded time past its window), exits 1 saying the target failed (never 2, the
+/// usage status), flags the runs in the table and names the failure in the JSON.
+fn bench_reports_a_failed_target(fault: Fault, bound: Duration) {
+    let (run, result) = bench(fault);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.elapsed < bound, "took {:?}", run.elapsed);
+    assert!(run.stderr.contains("sluice: error: the target failed"), "{}", run.stderr);
+    assert!(run.stderr.contains("  ! target failed: "), "no flagged row: {}", run.stderr);
+    assert!(!run.stderr.contains("impossible rate"), "{}", run.stderr);
+    assert!(!run.stderr.contains("other than its owner"), "a ring driven from the wrong thread: {}", run.stderr);
+    let result: serde_json::Value = serde_json::from_str(&result).expect("the JSON result is written");
+    let notes = result["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|note| note.as_str().is_some_and(|note| note.contains("target failed: "))), "{notes:?}");
+    let runs: Vec<&str> = result["runs"].as_array().expect("runs").iter().filter_map(|run| run["name"].as_str()).collect();
+    assert!(runs.contains(&"writes"), "the suite went on past the failed runs: {runs:?}");
+}
+
+#[test]
+fn bench_against_duplicate_completions_says_the_target_failed() {
+    bench_reports_a_failed_target(Fault::DuplicateIoCompletions, Duration::from_secs(20));
+}
+
+#[test]
+fn bench_against_a_reset_mid_run_says_the_target_failed() {
+    bench_reports_a_failed_target(Fault::ResetAfterIo(200), Duration::from_secs(20));
+}
+
+#[test]
+fn bench_against_a_target_that_goes_silent_says_so_within_a_bounded_wait() {
+    bench_reports_a_failed_target(Fault::SilentAfterIo(200), Duration::from_secs(30));
+}

@@ -130,6 +130,13 @@ impl Controller {
         self.shared.snapshot().epoch - 1
     }
 
+    /// How the last association ended (the failure that made the host reconnect,
+    /// as the host saw it: what the target did, or that it did not answer), `None`
+    /// while it never failed.
+    pub fn last_failure(&self) -> Option<HostError> {
+        lock(&self.shared.failures).cause.clone()
+    }
+
     /// Identify Controller data from the initial connect.
     pub fn identify(&self) -> &IdentifyController {
         &self.identify

@@ -349,6 +349,11 @@ pub fn run_worker<E: Engine>(
             {
                 let _ = slot;
                 free.push(completion.tag as usize);
+                // A failure after the window still failed: counted, not measured.
+                if let Some(error) = completion.error {
+                    result.errors += 1;
+                    result.first_error.get_or_insert(error);
+                }
             }
         }
     }

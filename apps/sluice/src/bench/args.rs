@@ -137,6 +137,12 @@ pub struct BenchArgs {
     /// --compare fio-rbd, busy-poll also makes fio's rbd engine spin (busy_poll=1).
     #[arg(long, value_enum, default_value_t = HostIo::Auto)]
     pub(super) host_io: HostIo,
+    /// Sluice's host: how long one I/O command may take, in milliseconds, before
+    /// it counts as failed (and at most how long connecting may take). A target
+    /// that stops answering costs a run about this long, plus the controller loss
+    /// time (5 s), after its window [default: 10000].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) timeout: Option<u64>,
     /// The management socket of the `sluice serve` behind --target: the bench reads
     /// the namespace's QoS limits and throttle counters there before and after the
     /// suite, and warns when they held it back [default: the default management

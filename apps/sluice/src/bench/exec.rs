@@ -262,11 +262,36 @@ pub fn parse_target(text: &str) -> Result<(Vec<SocketAddr>, String), BenchError>
     Ok((addresses, nqn.to_string()))
 }
 
+/// The command timeout of the bench's host by default: an I/O that takes longer
+/// is a failure of the target, not a measurement (and a target that stops
+/// answering costs a job about this long after its window). `--timeout` sets it.
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest connection setup of the bench's host (at most the command timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The command timeout in milliseconds, 0 for [`DEFAULT_COMMAND_TIMEOUT`]: one
+/// setting of the whole invocation (`--timeout`), read by every connect.
+static COMMAND_TIMEOUT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the host's command timeout for the rest of the invocation (`--timeout`).
+pub fn set_command_timeout(timeout: Duration) {
+    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+    COMMAND_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn command_timeout() -> Duration {
+    match COMMAND_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => DEFAULT_COMMAND_TIMEOUT,
+        ms => Duration::from_millis(ms),
+    }
+}
+
 fn options(address: SocketAddr, nqn: &str, queues: u16, queue_size: u16) -> ConnectOptions {
     let mut options = ConnectOptions::new(address, nqn);
     options.io_queues = queues.max(1);
     options.queue_size = queue_size.max(2);
-    options.connect_timeout = Duration::from_secs(5);
+    options.command_timeout = command_timeout();
+    options.connect_timeout = CONNECT_TIMEOUT.min(command_timeout());
     options.controller_loss_timeout = Duration::from_secs(5);
     options.reconnect_delay = Duration::from_millis(500);
     options
@@ -316,6 +341,24 @@ pub struct Measured {
     /// threads; `None` when the kernel does not say.
     pub initiator_runqueue_seconds: Option<f64>,
     pub target_runqueue_seconds: Option<f64>,
+    /// Why the target failed this run (it could not be connected, or connections
+    /// failed during the run and the host reconnected), as the host saw it.
+    pub target_failure: Option<String>,
+}
+
+impl Measured {
+    /// A run that never started: the target failed first.
+    fn target_failed(reason: String) -> Measured {
+        Measured {
+            result: WorkerResult::default(),
+            samples: Vec::new(),
+            initiator_seconds: 0.0,
+            target_seconds: 0.0,
+            initiator_runqueue_seconds: None,
+            target_runqueue_seconds: None,
+            target_failure: Some(reason),
+        }
+    }
 }
 
 /// Checks a job fits the endpoint.
@@ -378,29 +421,26 @@ pub fn run_network(
     let mut queues = Vec::new();
     while queues.len() < threads {
         let wanted = (threads - queues.len()).min(u16::MAX as usize) as u16;
-        let controller =
-            Controller::connect(ConnectOptions {
-                io_path: endpoint.host_io,
-                ..options(endpoint.address, &endpoint.nqn, wanted, queue_size)
-            })
-                .map_err(|e| {
-                    BenchError::Runtime(format!(
-                        "cannot connect to {} ({}): {e}",
-                        endpoint.address, endpoint.nqn
-                    ))
-                })?;
+        // A target that fails here fails this run; the suite goes on.
+        let controller = match Controller::connect(ConnectOptions {
+            io_path: endpoint.host_io,
+            ..options(endpoint.address, &endpoint.nqn, wanted, queue_size)
+        }) {
+            Ok(controller) => controller,
+            Err(e) => {
+                let reason = format!("cannot connect to {} ({}): {e}", endpoint.address, endpoint.nqn);
+                return Ok(Measured::target_failed(reason));
+            }
+        };
         let max_transfer = controller.max_transfer_bytes().max(endpoint.lba_bytes);
         let granted = controller.io_queue_count();
         if granted == 0 {
-            return Err(BenchError::Runtime(format!(
-                "{} granted no I/O queue",
-                endpoint.address
-            )));
+            return Ok(Measured::target_failed(format!("{} granted no I/O queue", endpoint.address)));
         }
         for index in 0..granted.min(threads - queues.len()) {
-            let queue = controller
-                .take_io_queue(index)
-                .ok_or_else(|| BenchError::Runtime(format!("I/O queue {index} unavailable")))?;
+            let Some(queue) = controller.take_io_queue(index) else {
+                return Ok(Measured::target_failed(format!("I/O queue {index} unavailable")));
+            };
             queues.push(NvmeEngine::new(
                 queue,
                 endpoint.nsid,
@@ -411,7 +451,14 @@ pub fn run_network(
         }
         controllers.push(controller);
     }
-    let measured = run_engines(job, region, queues, stop, progress);
+    let mut measured = run_engines(job, region, queues, stop, progress);
+    let reconnects: u64 = controllers.iter().map(Controller::reconnect_count).sum();
+    if let Some(cause) = controllers.iter().find_map(Controller::last_failure) {
+        measured.target_failure = Some(format!(
+            "a connection to the target failed during the run ({reconnects} reconnect(s) succeeded), the last one \
+             because {cause}"
+        ));
+    }
     for controller in controllers {
         let _ = controller.disconnect();
     }
@@ -434,8 +481,13 @@ fn run_multipath(
         .iter()
         .map(|&address| ConnectOptions { io_path: endpoint.host_io, ..options(address, &endpoint.nqn, threads, queue_size) })
         .collect();
-    let multipath = Multipath::connect(paths, endpoint.nsid, PathPolicy::QueueDepth)
-        .map_err(|e| BenchError::Runtime(format!("multipath connect to {} ({}): {e}", endpoint.address, endpoint.nqn)))?;
+    let multipath = match Multipath::connect(paths, endpoint.nsid, PathPolicy::QueueDepth) {
+        Ok(multipath) => multipath,
+        Err(e) => {
+            let reason = format!("multipath connect to {} ({}): {e}", endpoint.address, endpoint.nqn);
+            return Ok(Measured::target_failed(reason));
+        }
+    };
     for (address, why) in multipath.unreachable() {
         tracing::warn!(%address, why, "multipath: path unreachable; running without it");
     }
@@ -511,9 +563,9 @@ fn run_engines<E: Engine + Send>(
     let done = std::sync::atomic::AtomicUsize::new(0);
     let (result, cpu) = std::thread::scope(|scope| {
         let handles: Vec<_> = engines
-            .iter_mut()
+            .drain(..)
             .enumerate()
-            .map(|(thread, engine)| {
+            .map(|(thread, mut engine)| {
                 let config = WorkerConfig {
                     thread: thread as u32,
                     ..base.clone()
@@ -522,9 +574,12 @@ fn run_engines<E: Engine + Send>(
                 std::thread::Builder::new()
                     .name(format!("bench-worker-{thread}"))
                     .spawn_scoped(scope, move || {
-                        let result = run_worker(&config, engine, shared);
+                        let result = run_worker(&config, &mut engine, shared);
                         done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         release.wait();
+                        // Dropped here, on the thread whose io_uring ring carries its
+                        // queue: another thread could not drive that ring.
+                        drop(engine);
                         result
                     })
                     .expect("spawn a bench worker")
@@ -594,6 +649,7 @@ fn run_engines<E: Engine + Send>(
         target_seconds: cpu.target_seconds,
         initiator_runqueue_seconds: cpu.initiator_runqueue_seconds,
         target_runqueue_seconds: cpu.target_runqueue_seconds,
+        target_failure: None,
     }
 }
 

@@ -148,6 +148,8 @@ impl Driver {
 struct Outcome {
     result: BenchResult,
     any_errors: bool,
+    /// Runs the target failed (see [`output::TARGET_FAILED`]).
+    target_failures: usize,
 }
 
 /// Ctrl-C and SIGTERM: the first stops the current run (the partial result is
@@ -375,6 +377,9 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         _ => {}
     }
 
+    if let Some(ms) = args.timeout {
+        exec::set_command_timeout(Duration::from_millis(ms));
+    }
     let mut endpoint = match &args.target {
         Some(text) => {
             let (addresses, nqn) = exec::parse_target(text)?;
@@ -432,10 +437,11 @@ fn bench_inner(args: BenchArgs) -> Result<ExitCode, BenchError> {
         "took {:.1} s",
         started.elapsed().map_or(0.0, |d| d.as_secs_f64())
     );
-    finish(&[&result], outcome.any_errors)
+    finish(&[&result], outcome.any_errors || outcome.target_failures > 0)
 }
 
-/// Warns about a result that does not validate; maps the outcome to the exit status.
+/// Warns about a result that does not validate; maps the outcome to the exit status:
+/// 130 interrupted, 1 when a run had I/O errors or the target failed it.
 fn finish(results: &[&BenchResult], any_errors: bool) -> Result<ExitCode, BenchError> {
     for result in results {
         if let Err(problems) = bench_results::validate(result) {
@@ -448,6 +454,11 @@ fn finish(results: &[&BenchResult], any_errors: bool) -> Result<ExitCode, BenchE
     if results.iter().any(|result| result.partial) {
         eprintln!("sluice: interrupted; partial result written");
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    let failed: usize = results.iter().map(|result| output::target_failures(result).count()).sum();
+    if failed > 0 {
+        eprintln!("sluice: error: the target failed {failed} run(s) (flagged with ! in the table, why in the result's notes)");
+        return Ok(ExitCode::from(1));
     }
     if any_errors {
         eprintln!("sluice: error: some runs had I/O errors (flagged with ! in the table)");
@@ -611,6 +622,10 @@ fn run_suite(
     let mut baseline_cache: Vec<(String, f64, f64)> = Vec::new();
     let mut max_rates: Vec<(String, f64)> = Vec::new();
     let mut any_errors = false;
+    let mut target_failures = 0;
+    // Groups whose maximum-rate run the target failed: their load levels have no
+    // rate to run at.
+    let mut failed_groups: Vec<String> = Vec::new();
     for job in jobs {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -623,6 +638,16 @@ fn run_suite(
                 .find(|(group, _)| *group == job.group)
                 .map(|(_, iops)| *iops);
             let Some(max) = max.filter(|iops| *iops > 0.0) else {
+                if failed_groups.contains(&job.group) {
+                    let note = format!(
+                        "run {:?}: not run: the maximum-rate run of group {:?} failed (the target failed), so load \
+                         level {load}% has no rate",
+                        job.name, job.group
+                    );
+                    eprintln!("  {note}");
+                    notes.push(note);
+                    continue;
+                }
                 return Err(BenchError::Usage(format!(
                     "job {:?}: impossible rate: load_percent {load} needs an earlier maximum-rate run (no rate_iops, no load_percent) in group {:?} that completed I/O",
                     job.name, job.group
@@ -630,9 +655,11 @@ fn run_suite(
             };
             job.rate_limit_iops = Some(max * load / 100.0);
         }
+        let mut target_failure = None;
         let (mut run, first_error) = match driver {
             Driver::SluiceHost => {
                 let measured = exec::run_network(&job, endpoint, stop, true)?;
+                target_failure = measured.target_failure.clone();
                 (
                     output::run_result(&job, &measured, endpoint.embedded.is_some()),
                     measured.result.first_error.clone(),
@@ -654,6 +681,15 @@ fn run_suite(
         }
         if job.rate_limit_iops.is_none() && job.load_percent.is_none() {
             max_rates.push((job.group.clone(), run.iops));
+        }
+        if let Some(reason) = target_failure {
+            target_failures += 1;
+            if run.ios == 0 {
+                failed_groups.push(job.group.clone());
+            }
+            let note = output::target_failure_note(&run.name, &reason);
+            eprintln!("  ! {note}");
+            notes.push(note);
         }
         if run.errors > 0 {
             any_errors = true;
@@ -769,7 +805,7 @@ fn run_suite(
         notes,
         qos,
     };
-    Ok(Outcome { result, any_errors })
+    Ok(Outcome { result, any_errors, target_failures })
 }
 
 /// Makes run names unique ("name", "name #2", ...).

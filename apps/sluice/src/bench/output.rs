@@ -233,7 +233,27 @@ fn percentile(run: &RunResult, which: f64) -> f64 {
         .map_or(0.0, |p| p.value)
 }
 
-/// The final table (stdout).
+/// What a note about a run the target failed says after the run's name.
+pub const TARGET_FAILED: &str = "target failed: ";
+
+/// The result's note for run `name`, which the target failed for `reason`.
+pub fn target_failure_note(name: &str, reason: &str) -> String {
+    format!("run {name:?}: {TARGET_FAILED}{reason}")
+}
+
+/// The runs of `result` the target failed, with why (from its notes).
+pub fn target_failures(result: &BenchResult) -> impl Iterator<Item = (&str, &str)> {
+    result.runs.iter().filter_map(|run| target_failure(result, &run.name).map(|reason| (run.name.as_str(), reason)))
+}
+
+/// Why the target failed run `name`, if it did.
+fn target_failure<'a>(result: &'a BenchResult, name: &str) -> Option<&'a str> {
+    let prefix = format!("run {name:?}: {TARGET_FAILED}");
+    result.notes.iter().find_map(|note| note.strip_prefix(&prefix))
+}
+
+/// The final table (stdout). A run with I/O errors or that the target failed is
+/// flagged with `!`, the failure on a line under it.
 pub fn print_table(result: &BenchResult) {
     println!();
     println!(
@@ -253,7 +273,8 @@ pub fn print_table(result: &BenchResult) {
     for run in &result.runs {
         let shape = format!("{}x{}", run.threads, run.queue_depth);
         let mut name = run.name.clone();
-        if run.errors > 0 {
+        let failure = target_failure(result, &run.name);
+        if run.errors > 0 || failure.is_some() {
             name = format!("! {name}");
         }
         if name.chars().count() > 44 {
@@ -281,6 +302,9 @@ pub fn print_table(result: &BenchResult) {
         );
         if let Some(line) = schedule_line(run) {
             println!("{line}");
+        }
+        if let Some(reason) = failure {
+            println!("  ! {TARGET_FAILED}{reason} ({} I/O errors)", run.errors);
         }
     }
     if result.runs.iter().any(|run| run.schedule.is_some()) {

@@ -72,8 +72,10 @@ pub struct TargetArgs {
     /// Seconds to keep trying to reconnect before giving up; -1 for ever [default: 60].
     #[arg(short = 'l', long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub ctrl_loss_tmo: Option<i64>,
-    /// Per-command timeout in milliseconds, also capping connection setup [default:
-    /// 30000; 10000 to connect].
+    /// Per-command timeout in milliseconds, also capping connection setup (and the
+    /// CSTS.RDY wait CAP.TO allows) [default: 30000; 10000 to connect]. A command
+    /// whose connection keeps failing is sent again at most 5 times and is over
+    /// within --timeout + --ctrl-loss-tmo.
     #[arg(long, value_name = "MS")]
     pub timeout: Option<u64>,
     /// DH-HMAC-CHAP host secret, as `nvme gen-dhchap-key` prints it

@@ -9,7 +9,7 @@
 //! SHST follows SHN), Identify (controller, namespace 1, the Active Namespace ID
 //! list, an empty descriptor list), Set/Get Features, Keep Alive, Get Log Page
 //! (zeros), Asynchronous Event Requests held, and Read, Write (in-capsule, or R2T
-//! then H2CData) and Flush on one 1 MiB namespace of 512-byte blocks.
+//! then H2CData) and Flush on one 64 MiB namespace of 512-byte blocks.
 //!
 //! What it does wrong is a [`Fault`]. The module is shared with
 //! `apps/sluice/tests/hostile_target.rs` through `#[path]`.
@@ -33,9 +33,9 @@ use nvme_tcp_wire::{
 
 /// The subsystem it serves (any NQN is accepted).
 pub const NQN: &str = "nqn.2026-11.io.sluice:hostile";
-/// Namespace 1: 2048 blocks of 512 bytes.
+/// Namespace 1: 64 MiB of 512-byte blocks (the memory is taken only where written).
 pub const BLOCK_BYTES: u32 = 512;
-pub const NAMESPACE_BLOCKS: u64 = 2048;
+pub const NAMESPACE_BLOCKS: u64 = 131_072;
 /// MAXH2CDATA announced, and the largest C2HData PDU sent.
 const MAX_DATA_PDU_BYTES: u32 = 128 * 1024;
 /// In-capsule data accepted on I/O queues (IOCCSZ = (64 + this) / 16).
@@ -195,6 +195,8 @@ struct Connection {
     writes: HashMap<u16, (u64, Vec<u8>, u32)>,
     /// The write whose H2CData is arriving.
     receiving: Option<u16>,
+    /// An I/O command (not Connect) is being answered.
+    serving_io: bool,
     out: Vec<u8>,
 }
 
@@ -211,6 +213,7 @@ impl Connection {
             capsule: None,
             writes: HashMap::new(),
             receiving: None,
+            serving_io: false,
             out: Vec::new(),
         }
     }
@@ -299,7 +302,9 @@ impl Connection {
                 if complete {
                     if let Some((lba, data, _)) = self.writes.remove(&cid) {
                         self.store(lba, &data);
+                        self.serving_io = true;
                         self.respond(cid, 0, Status::SUCCESS);
+                        self.serving_io = false;
                     }
                 }
                 After::Continue
@@ -316,7 +321,7 @@ impl Connection {
             ..CompletionQueueEntry::default()
         };
         self.writer.write_header(&PduHeader::CapsuleResp(CapsuleResponse { cqe }), 0, &mut self.out);
-        if self.queue_id != QueueId::ADMIN && self.state.fault == Fault::DuplicateIoCompletions {
+        if self.serving_io && self.state.fault == Fault::DuplicateIoCompletions {
             self.writer.write_header(&PduHeader::CapsuleResp(CapsuleResponse { cqe }), 0, &mut self.out);
         }
     }
@@ -391,7 +396,11 @@ impl Connection {
             }
             (true, 0x0C) => self.async_event(cid),
             (true, _) => self.respond(cid, 0, Status::INVALID_OPCODE.with_do_not_retry()),
-            (false, opcode) => self.io(&sqe, opcode, data),
+            (false, opcode) => {
+                self.serving_io = true;
+                self.io(&sqe, opcode, data);
+                self.serving_io = false;
+            }
         }
         After::Continue
     }
