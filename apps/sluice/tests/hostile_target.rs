@@ -233,7 +233,7 @@ fn read_against_an_r2t_for_an_unknown_command() {
 #[test]
 fn write_against_read_data() {
     let args = ["-N", "1", "-c", "7", "-z", "4096", "-d", "/dev/zero"];
-    fails_naming(Fault::On(Trigger::Write, Misdeed::C2hData), "write", &args, &["write failed: target sent C2hData for command"]);
+    fails_naming(Fault::On(Trigger::Write, Misdeed::C2hData), "write", &args, &["write failed: target sent C2hData out of place: C2HData for a command that reads no data"]);
 }
 
 #[test]

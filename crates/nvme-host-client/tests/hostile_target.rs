@@ -160,7 +160,7 @@ fn a_write_answered_with_read_data_names_it() {
     let controller = connect(&target);
     let data = vec![0x5Au8; 8 * BLOCK_BYTES as usize];
     let message = failure("write", || controller.write(NamespaceId(1), 0, &data, false));
-    assert!(message.contains("C2hData for command"), "{message}");
+    assert!(message.contains("C2HData for a command that reads no data"), "{message}");
     assert!(message.contains("on every retry (5 reconnects)"), "{message}");
 }
 

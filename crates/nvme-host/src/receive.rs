@@ -198,6 +198,13 @@ impl HostQueue {
             return;
         };
         let slot = &self.slots[usize::from(index)];
+        if slot.data_in_bytes == 0 {
+            self.fail(
+                HostError::UnexpectedPdu { pdu_type: PduType::C2hData, reason: "C2HData for a command that reads no data" },
+                termination(FatalErrorStatus::InvalidPduHeaderField, offsets::CCCID),
+            );
+            return;
+        }
         let received = slot.received_bytes;
         let end = u64::from(data.data_offset) + u64::from(data_length);
         if data.data_offset != received || end > u64::from(slot.data_in_bytes) {
