@@ -48,7 +48,7 @@ pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use huge_pages::HugePageChunkMemory;
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{
-    reopen_images, Acknowledgement, ClusterSpec, Locker, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions,
+    reopen_images, Acknowledgement, ClusterSpec, Locker, NotifyReplies, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions,
     RbdStatus, ReplaceError, Watch, WatchEvent, WatchHandler,
 };
 pub use send::SendParts;

@@ -423,7 +423,7 @@ impl Worker {
                 tracing::info!(object = %followed.object.describe(),
                     "every gateway of the group was down: registrations and reservation without PTPL cleared");
                 let object = Arc::clone(&followed.object);
-                self.announce(&object, &record);
+                self.announce(&object, &record, false);
                 Ok(())
             }
             // Another gateway changed it first: that gateway is up, so the group was
@@ -458,6 +458,14 @@ impl Worker {
             self.follow(key)?;
         }
         let Some(followed) = self.followed.get(&key.nguid) else { return Err("namespace not followed".into()) };
+        if followed.watch.is_none() {
+            // Its own notice is what fences this gateway's writes of a host the
+            // change preempts: without a watch it would answer without that wait.
+            return Err(format!(
+                "{}: this gateway's watch on the record is lost (being registered again); the change is refused here, retry through another gateway",
+                followed.object.describe()
+            ));
+        }
         let object = Arc::clone(&followed.object);
         let namespace_key = followed.key.clone();
         for _ in 0..MAX_CHANGE_ATTEMPTS {
@@ -496,7 +504,8 @@ impl Worker {
                     if let Ok(Some(now)) = read(&object) {
                         if now.sequence > current.sequence {
                             let landed = now == update;
-                            self.announce(&object, &encode(&namespace_key, &now));
+                            let preempts = preempts_registrations(&now, current.sequence);
+                            self.announce(&object, &encode(&namespace_key, &now), preempts);
                             if landed {
                                 return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
                             }
@@ -505,7 +514,7 @@ impl Worker {
                     return Err(format!("writing {}: {errno}", object.describe()));
                 }
             }
-            self.announce(&object, &record);
+            self.announce(&object, &record, preempts_registrations(&update, current.sequence));
             return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
         }
         Err(format!("{}: changed by other gateways {MAX_CHANGE_ATTEMPTS} times in a row", object.describe()))
@@ -516,9 +525,15 @@ impl Worker {
     /// enforcing the old state, so it is fenced (blocklisted, as the ANA coordinator
     /// fences a dead owner) before the change is answered: nothing it still serves
     /// reaches the cluster, and its watch breaks.
-    fn announce(&mut self, object: &RadosObject, record: &[u8]) {
-        let silent = match object.notify(record, self.settings.notify_timeout) {
-            Ok(silent) => silent,
+    ///
+    /// A change that `preempts` registrations also fences each member holding its
+    /// membership lease whose client neither acknowledged nor was silent: its watch
+    /// was lost (its copy is unknown, so it takes no new command), but writes it had
+    /// already sent to storage for a preempted host were not waited for, and must not
+    /// land after the change is answered.
+    fn announce(&mut self, object: &RadosObject, record: &[u8], preempts: bool) {
+        let replies = match object.notify_watchers(record, self.settings.notify_timeout) {
+            Ok(replies) => replies,
             Err(errno) => {
                 tracing::warn!(object = %object.describe(), %errno, "a reservation change could not be announced to the other gateways");
                 return;
@@ -526,8 +541,11 @@ impl Worker {
         };
         let this_client = object.instance_id();
         let mut fenced = false;
-        for client in silent.into_iter().filter(|client| *client != this_client) {
+        for client in replies.silent.iter().copied().filter(|client| *client != this_client) {
             fenced |= self.fence_silent_gateway(client);
+        }
+        if preempts {
+            fenced |= self.fence_members_without_a_watch(&replies, this_client);
         }
         if fenced {
             // The fenced gateway's copies answer from themselves until their vouch
@@ -536,22 +554,57 @@ impl Worker {
         }
     }
 
-    /// Fences the member whose cluster client is `client`; true when one was fenced.
-    fn fence_silent_gateway(&mut self, client: u64) -> bool {
+    /// The group's object, opened when first needed.
+    fn group_object(&mut self) -> Option<&RadosObject> {
         if self.group_object.is_none() {
             let name = crate::gateway::service::group_object(&self.settings.group);
             self.group_object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name).ok();
         }
-        let Some(group_object) = &self.group_object else { return false };
+        self.group_object.as_ref()
+    }
+
+    /// Fences every member holding its lease whose client did not answer `replies`
+    /// at all (see `announce`); true when one was fenced.
+    fn fence_members_without_a_watch(&mut self, replies: &runtime::NotifyReplies, this_client: u64) -> bool {
+        let members = self.settings.members.clone();
+        let Some(group_object) = self.group_object() else { return false };
+        let answered = |client: u64| client == this_client || replies.acknowledged.contains(&client) || replies.silent.contains(&client);
+        let mut fenced = false;
+        for name in members {
+            let Ok(lockers) = group_object.lockers(&crate::gateway::coordinator::member_lock(&name)) else { continue };
+            for locker in lockers {
+                let client = locker.client.strip_prefix("client.").and_then(|id| id.parse::<u64>().ok());
+                if client.is_none_or(answered) {
+                    continue;
+                }
+                match group_object.blocklist(&locker.address, crate::gateway::coordinator::FENCE_DURATION) {
+                    Ok(()) => {
+                        tracing::warn!(gateway = %name, address = %locker.address,
+                            "a gateway holding its membership lease had no watch on a namespace whose reservation change preempted a host \
+                             (its watch was lost): fenced (blocklisted), so none of its writes in flight lands after the change is answered");
+                        fenced = true;
+                    }
+                    Err(errno) => tracing::error!(gateway = %name, address = %locker.address, %errno,
+                        "a gateway without a watch could not be fenced: a preempted host's write in flight there may land after the change is answered"),
+                }
+            }
+        }
+        fenced
+    }
+
+    /// Fences the member whose cluster client is `client`; true when one was fenced.
+    fn fence_silent_gateway(&mut self, client: u64) -> bool {
+        let members = self.settings.members.clone();
+        let Some(group_object) = self.group_object() else { return false };
         let entity = format!("client.{client}");
-        let by_lease = self.settings.members.iter().find_map(|name| {
+        let by_lease = members.iter().find_map(|name| {
             let lockers = group_object.lockers(&crate::gateway::coordinator::member_lock(name)).ok()?;
             lockers.into_iter().find(|locker| locker.client == entity).map(|locker| (name.clone(), locker.address))
         });
         // A member whose lease lapsed (stopped longer than a lease) is alive when it
         // resumes: found by the client it recorded.
         let member = by_lease.or_else(|| {
-            self.settings.members.iter().find_map(|name| {
+            members.iter().find_map(|name| {
                 let record = group_object.attribute(&crate::gateway::copy_vouch::client_attribute(name)).ok()??;
                 let record = String::from_utf8(record).ok()?;
                 let (id, address) = record.split_once(' ')?;
@@ -579,6 +632,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// True when `update` preempted a registration since `sequence` (its notices say so).
+fn preempts_registrations(update: &GroupUpdate, sequence: u64) -> bool {
+    update.notices.iter().any(|(at, _, notice)| *at > sequence && *notice == nvme_target::reservations::Notice::RegistrationPreempted)
 }
 
 /// The record in `object`, `None` when there is none yet.

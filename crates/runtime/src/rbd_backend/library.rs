@@ -41,6 +41,15 @@ pub(crate) struct NotifyTimeout {
     pub notifier_id: u64,
     pub cookie: u64,
 }
+/// `struct notify_ack_t` (rados_types.h): a watcher that acknowledged, with its reply.
+#[repr(C)]
+pub(crate) struct NotifyAck {
+    /// The watcher client's global id.
+    pub notifier_id: u64,
+    pub cookie: u64,
+    pub payload: *mut c_char,
+    pub payload_length: u64,
+}
 /// `rados_watchcb2_t`: called on a librados thread for each notify on a watched object.
 pub(crate) type WatchCallback =
     unsafe extern "C" fn(argument: *mut c_void, notify_id: u64, handle: u64, notifier_id: u64, data: *mut c_void, length: usize);
@@ -212,12 +221,12 @@ pub(crate) struct Library {
     pub rados_decode_notify_response: unsafe extern "C" fn(
         reply: *mut c_char,
         reply_length: usize,
-        acks: *mut *mut c_void,
+        acks: *mut *mut NotifyAck,
         ack_count: *mut usize,
         timeouts: *mut *mut NotifyTimeout,
         timeout_count: *mut usize,
     ) -> c_int,
-    pub rados_free_notify_response: unsafe extern "C" fn(acks: *mut c_void, ack_count: usize, timeouts: *mut NotifyTimeout),
+    pub rados_free_notify_response: unsafe extern "C" fn(acks: *mut NotifyAck, ack_count: usize, timeouts: *mut NotifyTimeout),
     pub rados_notify_ack: unsafe extern "C" fn(
         io: IoContext,
         object: *const c_char,

@@ -39,7 +39,7 @@ pub use images::{
 };
 pub use library::{available as library_available, INSTALL_HINT};
 pub use queue::RBD_QUEUE_SLOTS;
-pub use watched::{Acknowledgement, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
+pub use watched::{Acknowledgement, NotifyReplies, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
 
 use cluster::{OpenImage, OpenMode};
 use library::describe_errno;

@@ -28,6 +28,15 @@ pub enum ReplaceError {
     Cluster(RadosErrno),
 }
 
+/// Who answered a notify, by client global id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NotifyReplies {
+    /// Watchers that acknowledged in time.
+    pub acknowledged: Vec<u64>,
+    /// Watchers that did not.
+    pub silent: Vec<u64>,
+}
+
 /// What a watch reports, on a librados thread.
 #[derive(Debug)]
 pub enum WatchEvent<'payload> {
@@ -237,6 +246,12 @@ impl RadosObject {
     /// watchers that did not acknowledge in time (they will not have the change until
     /// they do).
     pub fn notify(&self, payload: &[u8], timeout: Duration) -> Result<Vec<u64>, RadosErrno> {
+        self.notify_watchers(payload, timeout).map(|replies| replies.silent)
+    }
+
+    /// [`RadosObject::notify`], with who acknowledged too: a client that neither
+    /// acknowledged nor was silent had no watch registered (a lost watch).
+    pub fn notify_watchers(&self, payload: &[u8], timeout: Duration) -> Result<NotifyReplies, RadosErrno> {
         let library = self.cluster.library;
         let length = c_int::try_from(payload.len()).map_err(|_| RadosErrno(-libc::E2BIG))?;
         let mut reply: *mut c_char = std::ptr::null_mut();
@@ -254,9 +269,9 @@ impl RadosObject {
                 &mut reply_length,
             )
         };
-        let mut silent = Vec::new();
+        let mut replies = NotifyReplies::default();
         if !reply.is_null() {
-            let mut acks: *mut c_void = std::ptr::null_mut();
+            let mut acks: *mut super::library::NotifyAck = std::ptr::null_mut();
             let mut timeouts: *mut super::library::NotifyTimeout = std::ptr::null_mut();
             let (mut ack_count, mut timeout_count) = (0usize, 0usize);
             // SAFETY: `reply` is the buffer librados returned with its length (set
@@ -268,7 +283,12 @@ impl RadosObject {
                 if !timeouts.is_null() && timeout_count > 0 {
                     // SAFETY: librados allocated `timeout_count` entries at `timeouts`.
                     let entries = unsafe { std::slice::from_raw_parts(timeouts, timeout_count) };
-                    silent.extend(entries.iter().map(|entry| entry.notifier_id));
+                    replies.silent.extend(entries.iter().map(|entry| entry.notifier_id));
+                }
+                if !acks.is_null() && ack_count > 0 {
+                    // SAFETY: librados allocated `ack_count` entries at `acks`.
+                    let entries = unsafe { std::slice::from_raw_parts(acks, ack_count) };
+                    replies.acknowledged.extend(entries.iter().map(|entry| entry.notifier_id));
                 }
                 // SAFETY: both arrays came from rados_decode_notify_response and are freed once.
                 unsafe { (library.rados_free_notify_response)(acks, ack_count, timeouts) };
@@ -277,11 +297,11 @@ impl RadosObject {
             unsafe { (library.rados_buffer_free)(reply) };
         }
         // A timeout that names who was silent is an answer; any other failure is not.
-        let silent_named = code == -libc::ETIMEDOUT && !silent.is_empty();
+        let silent_named = code == -libc::ETIMEDOUT && !replies.silent.is_empty();
         if code < 0 && !silent_named {
             return Err(RadosErrno(code));
         }
-        Ok(silent)
+        Ok(replies)
     }
 
     /// Registers a watch: `handler` hears every notify on the object until the
