@@ -11,6 +11,12 @@
 //! ([`FenceRecord`]), so the oracle can tell a gateway rightly fenced from one fenced
 //! though it did nothing wrong.
 //!
+//! A change that preempts a registration also fences every live gateway that neither
+//! acknowledged its notice nor was silent (its watch was lost, or registered only
+//! after the notify went out): writes it had already sent for the preempted host were
+//! not waited for. A gateway whose watch is lost refuses to make changes (the host
+//! gets a path error). Both as `sluice serve` does since the simulation found the gap.
+//!
 //! Membership leases: a live gateway process holds one; a dead one's runs out a lease
 //! after it died. A gateway that starts while no other holds one finds the whole group
 //! was down (the group's power loss): before it loads the record it clears the
@@ -37,7 +43,7 @@ use nvme_target::group_reservations::{
     MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
-use nvme_target::reservations::{HostId, ReservationState};
+use nvme_target::reservations::{HostId, Notice, ReservationState};
 
 use crate::rng::{Rng, SimClock};
 
@@ -84,6 +90,9 @@ pub enum FenceCause {
     AcknowledgementLost,
     /// The cluster restarted while the notice was out.
     ClusterRestarted,
+    /// The change preempted a registration, and the gateway had no watch to answer
+    /// its notice (lost, or registered again only after the notify went out).
+    NoWatch,
     /// Nothing was lost: the gateway did not acknowledge in time.
     Silent,
 }
@@ -138,6 +147,12 @@ struct Publication {
     lost: BTreeMap<(usize, u64), FenceCause>,
     /// The cluster restarted while it was out.
     restarted: bool,
+    /// Watchers that acknowledged.
+    acknowledged: BTreeSet<(usize, u64)>,
+    /// The gateway that made the change (none for a power loss's clearing).
+    notifier: Option<usize>,
+    /// The change preempted a registration: gateways without a watch are fenced.
+    preempts: bool,
 }
 
 struct Delivery {
@@ -145,6 +160,8 @@ struct Delivery {
     instance: u64,
     update: GroupUpdate,
     at_ns: u64,
+    /// The registration of the watch it was sent to.
+    epoch: u64,
     loss: Loss,
     /// The publication it acknowledges (none for a load after a watch is registered).
     publication: Option<u64>,
@@ -167,6 +184,8 @@ struct Watch {
     registered: bool,
     /// When a broken watch is registered again (and the record read).
     register_at_ns: Option<u64>,
+    /// Counts the watch's registrations: a notice sent to one never reaches the next.
+    epoch: u64,
     /// Started after the whole group was down: clear a state without PTPL first, if
     /// the watch is registered before this time (`sluice serve` clears only while it
     /// starts: within a lease).
@@ -284,10 +303,12 @@ impl Cluster {
             .all(|(other, &until)| other == gateway || until <= now_ns);
         state.leases[gateway] = u64::MAX;
         state.fenced[gateway] = false;
+        let epoch = state.watches[gateway].epoch;
         state.watches[gateway] = Watch {
             instance: Some(instance),
             registered: false,
             register_at_ns: Some(now_ns),
+            epoch,
             forget_until_ns: whole_group_was_down.then_some(now_ns + state.faults.lease_ns),
         };
         whole_group_was_down
@@ -300,7 +321,10 @@ impl Cluster {
         let now_ns = self.clock.elapsed_ns();
         let mut state = self.state();
         let state = &mut *state;
-        state.watches[gateway] = Watch::default();
+        state.watches[gateway] = Watch {
+            epoch: state.watches[gateway].epoch,
+            ..Watch::default()
+        };
         state.leases[gateway] = now_ns + state.faults.lease_ns;
         let requests = std::mem::take(&mut state.requests);
         for request in requests {
@@ -402,7 +426,9 @@ impl Cluster {
             return;
         }
         if let Some(publication) = state.publications.get_mut(&publication) {
-            publication.waiting.remove(&(gateway, instance));
+            if publication.waiting.remove(&(gateway, instance)) {
+                publication.acknowledged.insert((gateway, instance));
+            }
         }
     }
 
@@ -470,12 +496,14 @@ impl ClusterState {
             }
             self.watches[gateway].registered = true;
             self.watches[gateway].register_at_ns = None;
+            self.watches[gateway].epoch += 1;
             let at_ns = now_ns + self.notice_delay();
             self.deliveries.push(Delivery {
                 gateway,
                 instance,
                 update: self.record.clone(),
                 at_ns,
+                epoch: self.watches[gateway].epoch,
                 loss: Loss::Nothing,
                 publication: None,
             });
@@ -511,7 +539,7 @@ impl ClusterState {
             status: Status::SUCCESS,
             update: self.record.clone(),
         };
-        self.publish(now_ns, None, answer);
+        self.publish(now_ns, None, answer, None, false);
     }
 
     /// Changes whose round trip is over, one at a time in the order they arrive.
@@ -535,8 +563,13 @@ impl ClusterState {
                 continue;
             }
             let mut state = self.record.state.clone();
+            let mut preempts = false;
             let status = match request.change.apply(&mut state) {
                 Ok(effects) => {
+                    preempts = effects
+                        .notices
+                        .iter()
+                        .any(|(_, notice)| *notice == Notice::RegistrationPreempted);
                     self.record.sequence += 1;
                     self.record.state = state;
                     let sequence = self.record.sequence;
@@ -570,13 +603,20 @@ impl ClusterState {
                 request.done.finish(Ok(answer));
                 continue;
             }
-            self.publish(now_ns, Some(request.done), answer);
+            self.publish(now_ns, Some(request.done), answer, Some(request.gateway), preempts);
         }
     }
 
     /// Notifies every registered watch of the record (`answer`'s), each after its own
     /// delay; `done` is finished once all acknowledged or the lease passed.
-    fn publish(&mut self, now_ns: u64, done: Option<ChangeTicket>, answer: AppliedChange) {
+    fn publish(
+        &mut self,
+        now_ns: u64,
+        done: Option<ChangeTicket>,
+        answer: AppliedChange,
+        notifier: Option<usize>,
+        preempts: bool,
+    ) {
         let id = self.next_publication;
         self.next_publication += 1;
         let mut waiting = BTreeSet::new();
@@ -602,6 +642,7 @@ impl ClusterState {
                 instance,
                 update: self.record.clone(),
                 at_ns,
+                epoch: watch.epoch,
                 loss,
                 publication: Some(id),
             });
@@ -616,6 +657,9 @@ impl ClusterState {
                 deadline_ns: now_ns + self.faults.lease_ns,
                 lost,
                 restarted: false,
+                acknowledged: BTreeSet::new(),
+                notifier,
+                preempts,
             },
         );
     }
@@ -633,6 +677,7 @@ impl ClusterState {
             let watch = self.watches[delivery.gateway];
             if watch.instance != Some(delivery.instance)
                 || !watch.registered
+                || watch.epoch != delivery.epoch
                 || self.fenced[delivery.gateway]
             {
                 continue;
@@ -646,7 +691,9 @@ impl ClusterState {
                         .publication
                         .and_then(|id| self.publications.get_mut(&id))
                     {
-                        publication.waiting.remove(&key);
+                        if publication.waiting.remove(&key) {
+                            publication.acknowledged.insert(key);
+                        }
                     }
                 }
                 continue;
@@ -696,6 +743,31 @@ impl ClusterState {
                     self.fence(gateway, instance);
                 }
             }
+            if publication.preempts {
+                // Live gateways that neither acknowledged nor were silent had no watch.
+                for gateway in 0..self.watches.len() {
+                    let Some(instance) = self.watches[gateway].instance else {
+                        continue;
+                    };
+                    let key = (gateway, instance);
+                    if self.fenced[gateway]
+                        || publication.notifier == Some(gateway)
+                        || publication.acknowledged.contains(&key)
+                        || publication.waiting.contains(&key)
+                    {
+                        continue;
+                    }
+                    self.fence_records.push(FenceRecord {
+                        gateway,
+                        instance,
+                        publication: id,
+                        sequence: publication.answer.update.sequence,
+                        committed_ns: publication.committed_ns,
+                        cause: FenceCause::NoWatch,
+                    });
+                    self.fence(gateway, instance);
+                }
+            }
             if let Some(done) = publication.done {
                 done.finish(Ok(publication.answer));
             }
@@ -731,6 +803,14 @@ impl GroupReservations for GatewayAuthority {
     fn apply(&self, _key: NamespaceKey, change: ReservationChange, done: ChangeTicket) {
         let now_ns = self.cluster.clock.elapsed_ns();
         let mut state = self.cluster.state();
+        let watch = state.watches[self.gateway];
+        if !watch.registered || watch.instance != Some(self.instance) {
+            // Its own notice is what fences this gateway's writes of a host the
+            // change preempts: without a watch it would answer without that wait.
+            drop(state);
+            done.finish(Err("this gateway's watch on the record is lost".into()));
+            return;
+        }
         let host = host_of(&change).unwrap_or_default();
         let calls = state.calls.entry((self.instance, host)).or_insert(0);
         let call = *calls;

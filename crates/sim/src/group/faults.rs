@@ -58,7 +58,7 @@ impl GroupWorld {
                     self.crash_gateway(gateway, down_ns, "fault: crashed");
                 }
             }
-            4..=7 => {
+            4..=6 => {
                 let victim = self.context.rng.below(self.hosts.len() as u64) as usize;
                 let until = now_ns + self.context.rng.between(MS, 3_000 * MS);
                 for link in self
@@ -76,7 +76,7 @@ impl GroupWorld {
                     )
                 });
             }
-            8..=11 => {
+            7..=9 => {
                 let ids: Vec<u64> = self.context.links.keys().copied().collect();
                 if ids.is_empty() {
                     return;
@@ -87,15 +87,15 @@ impl GroupWorld {
                 }
                 self.context.note(|| format!("fault: link {id} reset"));
             }
-            12..=15 => {
+            10..=13 => {
                 let again_ns = self.context.rng.between(MS, 1_000 * MS);
                 self.watch_breaks += 1;
                 self.context.cluster.break_watch(gateway, again_ns);
                 self.context
                     .note(|| format!("fault: gateway {gateway}'s watch broke"));
             }
-            18 => self.power_loss(),
-            19 => {
+            16 => self.power_loss(),
+            17..=19 => {
                 let until = now_ns + self.context.rng.between(MS, self.plan.cluster.lease_ns);
                 self.context.store.stall(gateway, until);
                 self.fences.stalled(gateway, now_ns, until);
@@ -107,6 +107,7 @@ impl GroupWorld {
                 });
             }
             _ => {
+                // 14 and 15: the cluster restarts.
                 let until = now_ns + self.context.rng.between(MS, 500 * MS);
                 self.cluster_restarts += 1;
                 self.context.store.pause_until(until);

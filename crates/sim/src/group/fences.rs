@@ -18,8 +18,8 @@
 //!   Preempt and Abort that unregistered the host was answered to its sender, unless
 //!   a later state lets the host write again (`GroupOracle::write_landed`);
 //! - liveness: a gateway whose storage answers (no stall), with nothing lost on the
-//!   way (its notice and acknowledgement arrived, the cluster did not restart), is
-//!   never fenced by a reservation change.
+//!   way (its notice and acknowledgement arrived, the cluster did not restart, its
+//!   watch was in place), is never fenced by a reservation change.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -257,7 +257,7 @@ impl GroupWorld {
     }
 
     /// Liveness: every gateway the cluster fenced had lost a notice or an
-    /// acknowledgement, met a cluster restart, or had its storage stall.
+    /// acknowledgement, met a cluster restart, had no watch, or had its storage stall.
     pub(super) fn check_fences(&mut self) {
         let now_ns = self.context.clock.elapsed_ns();
         for record in self.context.cluster.take_fences() {
