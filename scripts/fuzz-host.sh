@@ -13,6 +13,9 @@
 # Environment:
 #   FUZZ_RSS_LIMIT_MB    memory bound in MiB (default 1024); over it is a failure
 #   FUZZ_INPUT_TIMEOUT   seconds one input may take (default 10); over it is a hang
+#   FUZZ_CPU             pin the fuzzer to this CPU (taskset -c), so that other work
+#                        can be kept off it; the record gives the CPU seconds the run
+#                        actually got either way
 #
 # Exit status: 0 when the run ended with no crash, hang or memory overrun; 1 when
 # libFuzzer found one (the input is in fuzz/artifacts/host_receive/, named in the
@@ -29,6 +32,10 @@ fi
 target=host_receive
 rss_limit=${FUZZ_RSS_LIMIT_MB:-1024}
 input_timeout=${FUZZ_INPUT_TIMEOUT:-10}
+pin=()
+if [ -n "${FUZZ_CPU:-}" ]; then
+  pin=(taskset -c "$FUZZ_CPU")
+fi
 corpus=fuzz/corpus/$target
 seeds=fuzz/seeds/$target
 artifacts=fuzz/artifacts/$target
@@ -41,8 +48,9 @@ unset CARGO_TARGET_DIR CARGO_PROFILE_RELEASE_LTO CARGO_PROFILE_RELEASE_CODEGEN_U
 mkdir -p "$corpus" "$seeds" "$artifacts"
 log=$(mktemp)
 marker=$(mktemp)
+cpu_times=$(mktemp)
 merged=$(mktemp -d)
-trap 'rm -rf "$log" "$marker" "$merged"' EXIT
+trap 'rm -rf "$log" "$marker" "$cpu_times" "$merged"' EXIT
 
 echo "+ cargo +nightly fuzz build $target"
 cargo +nightly fuzz build "$target"
@@ -53,13 +61,26 @@ started=$(date -u +%Y-%m-%dT%H:%MZ)
 echo "+ cargo +nightly fuzz run $target $corpus $seeds -- -max_total_time=$seconds -rss_limit_mb=$rss_limit -timeout=$input_timeout"
 # Bounded from outside too: libFuzzer stops itself at -max_total_time; a run that
 # does not is stopped with SIGINT (it then prints its statistics) 5 minutes later.
+# The run is in its own shell so that `times` there counts the CPU it got (user and
+# system of every process it waited for: the fuzzer and the small filters): on a
+# shared machine the wall seconds overstate it.
 set +e
-timeout --signal=INT --kill-after=60 $((seconds + 300)) \
-  cargo +nightly fuzz run "$target" "$corpus" "$seeds" -- \
-  -max_total_time="$seconds" -rss_limit_mb="$rss_limit" -timeout="$input_timeout" -print_final_stats=1 \
-  2>&1 | grep --line-buffered -Ev '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' | tee "$log"
-status=${PIPESTATUS[0]}
+FUZZ_PIN="${pin[*]}" FUZZ_TARGET=$target FUZZ_CORPUS=$corpus FUZZ_SEEDS=$seeds FUZZ_SECONDS=$seconds \
+  FUZZ_RSS=$rss_limit FUZZ_INPUT=$input_timeout FUZZ_LOG=$log FUZZ_TIMES=$cpu_times bash -c '
+  timeout --signal=INT --kill-after=60 $((FUZZ_SECONDS + 300)) \
+    $FUZZ_PIN cargo +nightly fuzz run "$FUZZ_TARGET" "$FUZZ_CORPUS" "$FUZZ_SEEDS" -- \
+    -max_total_time="$FUZZ_SECONDS" -rss_limit_mb="$FUZZ_RSS" -timeout="$FUZZ_INPUT" -print_final_stats=1 \
+    2>&1 | grep --line-buffered -Ev "^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)" | tee "$FUZZ_LOG"
+  status=${PIPESTATUS[0]}
+  times > "$FUZZ_TIMES"
+  exit $status'
+status=$?
 set -e
+# `times` prints the shell's own line, then the one of its children: "XmY.YYYs XmY.YYYs".
+cpu_seconds=$(sed -n 2p "$cpu_times" | awk '{
+  total = 0
+  for (i = 1; i <= 2; i++) { split($i, part, "m"); sub("s", "", part[2]); total += part[1] * 60 + part[2] }
+  printf "%d", total }')
 
 final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n 1; }
 executions=$(final_stat number_of_executed_units)
@@ -87,7 +108,7 @@ seed_count=$(find "$seeds" -type f | wc -l)
 seed_bytes=$(du -sb "$seeds" | cut -f1)
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
-line="| $started | $commit | $seconds | ${executions:-?} | ${rate:-?} | ${peak_rss:-?} | $seed_count ($((seed_bytes / 1024)) KiB) | $outcome |"
+line="| $started | $commit | $seconds | ${cpu_seconds:-?} | ${executions:-?} | ${rate:-?} | ${peak_rss:-?} | $seed_count ($((seed_bytes / 1024)) KiB) | $outcome |"
 echo "$line" >> "$record"
 echo
 echo "recorded in $record:"
