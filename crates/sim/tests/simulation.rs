@@ -12,7 +12,10 @@ fn a_seed_replays_exactly() {
         let second = run_seed(seed, RunOptions::default());
         assert_eq!(first.fingerprint, second.fingerprint, "seed {seed}");
         assert_eq!(first.summary, second.summary, "seed {seed}");
-        assert_ne!(first.fingerprint, run_seed(seed + 1, RunOptions::default()).fingerprint);
+        assert_ne!(
+            first.fingerprint,
+            run_seed(seed + 1, RunOptions::default()).fingerprint
+        );
     }
 }
 
@@ -20,7 +23,12 @@ fn a_seed_replays_exactly() {
 fn a_short_run_is_clean() {
     for seed in 0..40 {
         let report = run_seed(seed, RunOptions::default());
-        assert!(report.violations.is_empty(), "seed {seed}: {:?}\nworld: {}", report.violations, report.plan);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}\nworld: {}",
+            report.violations,
+            report.plan
+        );
     }
 }
 
@@ -29,8 +37,10 @@ fn a_short_run_is_clean() {
 /// 399 are gateway-group seeds in which a preempted host's write landed after the
 /// Preempt and Abort was answered (a notice whose change the copy already had
 /// acknowledged at once), and the six from 3,000,000,000 and 5,000,000,000 the same
-/// through a gateway whose watch was lost (not waited for, nor fenced).
-const SEEDS_THAT_FOUND_BUGS: [u64; 18] = [
+/// through a gateway whose watch was lost (not waited for, nor fenced), and the five
+/// after them through the gateway that made the change losing its own watch (its own
+/// notify never fences it).
+const SEEDS_THAT_FOUND_BUGS: [u64; 23] = [
     9,
     36,
     102,
@@ -49,13 +59,23 @@ const SEEDS_THAT_FOUND_BUGS: [u64; 18] = [
     5_000_012_328,
     5_000_015_371,
     5_000_017_498,
+    3_000_002_697,
+    3_000_004_726,
+    5_000_006_190,
+    5_000_007_009,
+    5_000_009_445,
 ];
 
 #[test]
 fn seeds_that_found_bugs_stay_clean() {
     for seed in SEEDS_THAT_FOUND_BUGS {
         let report = run_seed(seed, RunOptions::default());
-        assert!(report.violations.is_empty(), "seed {seed}: {:?}\nworld: {}", report.violations, report.plan);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}\nworld: {}",
+            report.violations,
+            report.plan
+        );
     }
 }
 
@@ -128,9 +148,36 @@ fn a_quarter_of_seeds_run_a_gateway_group_that_does_its_work() {
 /// summary counters it must show: they must stay clean, and keep doing so (if what a
 /// seed draws changes, pick new ones: `sluice-sim replay S --quiet`).
 const GROUP_SEEDS_THROUGH_EVERY_FAULT: [(u64, &[&str]); 4] = [
-    (516, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " power losses"]),
-    (96, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " fence waits", " notices read"]),
-    (838, &[" fences", " whole-group restarts", " cleared without PTPL", " fence waits"]),
+    (
+        516,
+        &[
+            " fences",
+            " gateway restarts",
+            " watch breaks",
+            " cluster restarts",
+            " power losses",
+        ],
+    ),
+    (
+        96,
+        &[
+            " fences",
+            " gateway restarts",
+            " watch breaks",
+            " cluster restarts",
+            " fence waits",
+            " notices read",
+        ],
+    ),
+    (
+        838,
+        &[
+            " fences",
+            " whole-group restarts",
+            " cleared without PTPL",
+            " fence waits",
+        ],
+    ),
     (215, &[" acknowledgements withheld", " fences"]),
 ];
 
@@ -157,7 +204,17 @@ fn group_seeds_through_every_fault_stay_clean() {
 #[test]
 fn every_canary_is_caught_within_200_seeds() {
     for (name, canary) in Canary::ALL {
-        let caught = (0..200).find(|&seed| !run_seed(seed, RunOptions { canary: Some(canary), trace: false }).violations.is_empty());
+        let caught = (0..200).find(|&seed| {
+            !run_seed(
+                seed,
+                RunOptions {
+                    canary: Some(canary),
+                    trace: false,
+                },
+            )
+            .violations
+            .is_empty()
+        });
         assert!(caught.is_some(), "canary {name} not caught in 200 seeds");
     }
 }

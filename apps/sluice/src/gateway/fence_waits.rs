@@ -27,7 +27,7 @@ pub type Acknowledge = Box<dyn FnOnce() + Send>;
 /// storage takes from tens of microseconds (RAM) to milliseconds (RBD), and the
 /// notifier waits for the acknowledgement, so the poll adds at most this to a
 /// Preempt and Abort's completion, and costs nothing while no fence is pending.
-const FENCE_POLL: Duration = Duration::from_micros(200);
+pub(crate) const FENCE_POLL: Duration = Duration::from_micros(200);
 
 /// Most fences waited for at once: one per notice that preempted a host with writes
 /// in flight here; notices of one namespace come one at a time (the notifier waits

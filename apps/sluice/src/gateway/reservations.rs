@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nvme_target::group_reservations::{
     AppliedChange, ChangeTicket, CopyVouch, GroupReservations, GroupUpdate, ReservationChange, MAX_KEPT_NOTICES,
@@ -423,7 +423,7 @@ impl Worker {
                 tracing::info!(object = %followed.object.describe(),
                     "every gateway of the group was down: registrations and reservation without PTPL cleared");
                 let object = Arc::clone(&followed.object);
-                self.announce(&object, &record, false);
+                self.announce(&object, nguid, &update, &record, false);
                 Ok(())
             }
             // Another gateway changed it first: that gateway is up, so the group was
@@ -505,7 +505,7 @@ impl Worker {
                         if now.sequence > current.sequence {
                             let landed = now == update;
                             let preempts = preempts_registrations(&now, current.sequence);
-                            self.announce(&object, &encode(&namespace_key, &now), preempts);
+                            self.announce(&object, &key.nguid, &now, &encode(&namespace_key, &now), preempts);
                             if landed {
                                 return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
                             }
@@ -514,7 +514,7 @@ impl Worker {
                     return Err(format!("writing {}: {errno}", object.describe()));
                 }
             }
-            self.announce(&object, &record, preempts_registrations(&update, current.sequence));
+            self.announce(&object, &key.nguid, &update, &record, preempts_registrations(&update, current.sequence));
             return Ok(AppliedChange { status: nvme_spec::Status::SUCCESS, update });
         }
         Err(format!("{}: changed by other gateways {MAX_CHANGE_ATTEMPTS} times in a row", object.describe()))
@@ -530,8 +530,9 @@ impl Worker {
     /// membership lease whose client neither acknowledged nor was silent: its watch
     /// was lost (its copy is unknown, so it takes no new command), but writes it had
     /// already sent to storage for a preempted host were not waited for, and must not
-    /// land after the change is answered.
-    fn announce(&mut self, object: &RadosObject, record: &[u8], preempts: bool) {
+    /// land after the change is answered. The same holds for this gateway itself when
+    /// its own notice went unacknowledged (`wait_for_own_fence`).
+    fn announce(&mut self, object: &RadosObject, nguid: &[u8; 16], update: &GroupUpdate, record: &[u8], preempts: bool) {
         let replies = match object.notify_watchers(record, self.settings.notify_timeout) {
             Ok(replies) => replies,
             Err(errno) => {
@@ -546,11 +547,50 @@ impl Worker {
         }
         if preempts {
             fenced |= self.fence_members_without_a_watch(&replies, this_client);
+            if !replies.acknowledged.contains(&this_client) {
+                self.wait_for_own_fence(nguid, update, this_client);
+            }
         }
         if fenced {
             // The fenced gateway's copies answer from themselves until their vouch
             // runs out (`copy_vouch`): the change is answered only after that.
             std::thread::sleep(crate::gateway::copy_vouch::fenced_answer_delay(self.settings.notify_timeout));
+        }
+    }
+
+    /// This gateway made a change that preempts a host, and its own notice went
+    /// unacknowledged: its watch was lost during the notify (a broken watch, a cluster
+    /// restart), or its fence did not drain within the bound. Nobody waited for its
+    /// own writes of the preempted hosts then, and nobody fences it (the notify
+    /// excludes its sender), so it installs the change itself (from then on those
+    /// hosts' new commands are refused here, as the notice would have done) and waits
+    /// for those writes as its notice would have; if they do not drain within the
+    /// bound it fences (blocklists) itself, as it would any other gateway, before the
+    /// change is answered.
+    fn wait_for_own_fence(&mut self, nguid: &[u8; 16], update: &GroupUpdate, this_client: u64) {
+        let Some(target) = self.target.upgrade() else { return };
+        let fence = target.install_own_change(nguid, update);
+        let bound = self.settings.notify_timeout / 2;
+        let started = Instant::now();
+        while !fence.is_drained() && started.elapsed() < bound {
+            std::thread::sleep(crate::gateway::fence_waits::FENCE_POLL);
+        }
+        if fence.is_drained() {
+            tracing::info!(sequence = update.sequence, wait_us = started.elapsed().as_micros() as u64,
+                "this gateway's own notice of a reservation change that preempted a host went unacknowledged: its writes of that host here drained before the change is answered");
+            return;
+        }
+        let writes = fence.writes_in_flight();
+        match self.member_of_client(this_client) {
+            Some((name, address)) => match self.group_object().map(|group| group.blocklist(&address, crate::gateway::coordinator::FENCE_DURATION)) {
+                Some(Ok(())) => tracing::warn!(gateway = %name, %address, writes,
+                    "a preempted host's writes here did not drain within the bound after this gateway's own reservation change (its own notice went unacknowledged): this gateway fenced (blocklisted) itself, so none of them lands after the change is answered; it rejoins the group on its own"),
+                Some(Err(errno)) => tracing::error!(gateway = %name, %address, %errno, writes,
+                    "a preempted host's writes here did not drain and this gateway could not fence itself: they may land after the change is answered"),
+                None => tracing::error!(writes, "a preempted host's writes here did not drain and the group's object cannot be opened to fence this gateway: they may land after the change is answered"),
+            },
+            None => tracing::error!(writes, client = this_client,
+                "a preempted host's writes here did not drain and this gateway holds no membership lease to be fenced by: they may land after the change is answered"),
         }
     }
 
@@ -592,25 +632,32 @@ impl Worker {
         fenced
     }
 
-    /// Fences the member whose cluster client is `client`; true when one was fenced.
-    fn fence_silent_gateway(&mut self, client: u64) -> bool {
+    /// The member (name, address) whose cluster client is `client`: by its membership
+    /// lease, else (a member whose lease lapsed, stopped longer than a lease, is alive
+    /// when it resumes) by the client it recorded.
+    fn member_of_client(&mut self, client: u64) -> Option<(String, String)> {
         let members = self.settings.members.clone();
-        let Some(group_object) = self.group_object() else { return false };
+        let group_object = self.group_object()?;
         let entity = format!("client.{client}");
         let by_lease = members.iter().find_map(|name| {
             let lockers = group_object.lockers(&crate::gateway::coordinator::member_lock(name)).ok()?;
             lockers.into_iter().find(|locker| locker.client == entity).map(|locker| (name.clone(), locker.address))
         });
-        // A member whose lease lapsed (stopped longer than a lease) is alive when it
-        // resumes: found by the client it recorded.
-        let member = by_lease.or_else(|| {
+        by_lease.or_else(|| {
             members.iter().find_map(|name| {
                 let record = group_object.attribute(&crate::gateway::copy_vouch::client_attribute(name)).ok()??;
                 let record = String::from_utf8(record).ok()?;
                 let (id, address) = record.split_once(' ')?;
                 (id.parse::<u64>().ok()? == client).then(|| (name.clone(), address.to_string()))
             })
-        });
+        })
+    }
+
+    /// Fences the member whose cluster client is `client`; true when one was fenced.
+    fn fence_silent_gateway(&mut self, client: u64) -> bool {
+        let entity = format!("client.{client}");
+        let member = self.member_of_client(client);
+        let Some(group_object) = self.group_object() else { return false };
         match member {
             Some((name, address)) => match group_object.blocklist(&address, crate::gateway::coordinator::FENCE_DURATION) {
                 Ok(()) => {

@@ -10,7 +10,10 @@ use crate::write_fence::WriteFence;
 impl Target {
     /// Keeps every subsystem's reservations in a gateway group's authority (call it
     /// right after `new`, before hosts connect). Set once.
-    pub fn set_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
+    pub fn set_group_reservations(
+        &self,
+        group: crate::group_reservations::SharedGroupReservations,
+    ) {
         let group = Arc::clone(self.group_reservations.get_or_init(|| group));
         for subsystem in self.subsystems() {
             subsystem.attach_group_reservations(Arc::clone(&group));
@@ -48,6 +51,20 @@ impl Target {
         let _ = self.install_group_state(nguid, update, false);
     }
 
+    /// Installs the state of a change this gateway made and whose own notice it did
+    /// not acknowledge (its watch was lost while the change was notified, or its own
+    /// fence did not drain within the bound), as `install_group_answer` does (a copy
+    /// marked unknown stays unknown), and returns the fence of the hosts the change
+    /// preempted: their writes already at storage here, which no notice waited for.
+    /// The gateway must wait for it (or be fenced) before it answers the change.
+    pub fn install_own_change(
+        &self,
+        nguid: &[u8; 16],
+        update: &crate::group_reservations::GroupUpdate,
+    ) -> WriteFence {
+        self.install_group_state(nguid, update, false)
+    }
+
     fn install_group_state(
         &self,
         nguid: &[u8; 16],
@@ -56,8 +73,16 @@ impl Target {
     ) -> WriteFence {
         let mut fence = WriteFence::default();
         for subsystem in self.subsystems() {
-            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
-                let applied = entry.namespace.reservations.install(update.sequence, &update.state, vouched);
+            for entry in subsystem
+                .table()
+                .entries()
+                .filter(|entry| entry.namespace.nguid == *nguid)
+            {
+                let applied =
+                    entry
+                        .namespace
+                        .reservations
+                        .install(update.sequence, &update.state, vouched);
                 // After the install published the state (see `write_fence`): the hosts
                 // preempted by the changes the copy takes on now, and by the update's
                 // own change even when the copy had it already (the answer to a
@@ -69,7 +94,8 @@ impl Target {
                     .iter()
                     .filter(|(sequence, _, notice)| {
                         *notice == crate::reservations::Notice::RegistrationPreempted
-                            && (*sequence == update.sequence || applied.is_some_and(|applied| *sequence > applied))
+                            && (*sequence == update.sequence
+                                || applied.is_some_and(|applied| *sequence > applied))
                     })
                     .map(|(_, host, _)| *host)
                     .collect();
@@ -93,7 +119,11 @@ impl Target {
     /// reservation could refuse get a path error.
     pub fn mark_group_reservations_unknown(&self, nguid: &[u8; 16]) {
         for subsystem in self.subsystems() {
-            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+            for entry in subsystem
+                .table()
+                .entries()
+                .filter(|entry| entry.namespace.nguid == *nguid)
+            {
                 entry.namespace.reservations.mark_unknown();
             }
         }
@@ -104,7 +134,13 @@ impl Target {
     pub fn group_reservations_unknown(&self) -> usize {
         self.subsystems()
             .iter()
-            .map(|subsystem| subsystem.table().entries().filter(|entry| entry.namespace.reservations.is_unknown()).count())
+            .map(|subsystem| {
+                subsystem
+                    .table()
+                    .entries()
+                    .filter(|entry| entry.namespace.reservations.is_unknown())
+                    .count()
+            })
             .sum()
     }
 }

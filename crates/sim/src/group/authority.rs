@@ -16,6 +16,11 @@
 //! after the notify went out): writes it had already sent for the preempted host were
 //! not waited for. A gateway whose watch is lost refuses to make changes (the host
 //! gets a path error). Both as `sluice serve` does since the simulation found the gap.
+//! The gateway that made such a change and whose own notice went unacknowledged (its
+//! watch was lost while the change was out, or its own fence did not drain) installs
+//! the change itself and waits for its own writes of the preempted hosts before the
+//! change is answered ([`GatewayAction::OwnFence`]), fencing itself when they do not
+//! drain within the bound: nobody else waits for them.
 //!
 //! Membership leases: a live gateway process holds one; a dead one's runs out a lease
 //! after it died. A gateway that starts while no other holds one finds the whole group
@@ -79,6 +84,16 @@ pub enum GatewayAction {
     /// The gateway was blocklisted: cut it off from the store, mark its copy unknown,
     /// and restart it later (a fenced gateway needs a restart to rejoin).
     Fence { gateway: usize, instance: u64 },
+    /// The gateway made the change of `publication`, which preempted a host, and did
+    /// not acknowledge its own notice: `Target::install_own_change`, then wait for
+    /// the fence it returns (bounded as a notice's) and tell the cluster
+    /// ([`Cluster::own_fence_settled`]) before the change is answered.
+    OwnFence {
+        gateway: usize,
+        instance: u64,
+        publication: u64,
+        update: GroupUpdate,
+    },
 }
 
 /// Why the cluster fenced a gateway that did not acknowledge a notice.
@@ -95,6 +110,9 @@ pub enum FenceCause {
     NoWatch,
     /// Nothing was lost: the gateway did not acknowledge in time.
     Silent,
+    /// The gateway made the change, did not acknowledge its own notice, and its own
+    /// writes of the preempted hosts did not drain within the bound: it fenced itself.
+    OwnFenceUndrained,
 }
 
 /// One gateway fenced for a publication it did not acknowledge.
@@ -149,10 +167,14 @@ struct Publication {
     restarted: bool,
     /// Watchers that acknowledged.
     acknowledged: BTreeSet<(usize, u64)>,
-    /// The gateway that made the change (none for a power loss's clearing).
-    notifier: Option<usize>,
+    /// The gateway (and its process) that made the change (none for a power loss's
+    /// clearing).
+    notifier: Option<(usize, u64)>,
     /// The change preempted a registration: gateways without a watch are fenced.
     preempts: bool,
+    /// The notify is over (the silent and those without a watch were fenced) and the
+    /// notifier waits for its own fence ([`GatewayAction::OwnFence`]).
+    awaiting_own_fence: bool,
 }
 
 struct Delivery {
@@ -325,6 +347,14 @@ impl Cluster {
             epoch: state.watches[gateway].epoch,
             ..Watch::default()
         };
+        // A change whose notifier died waiting for its own fence is never answered
+        // (the host's command goes with the process).
+        state.publications.retain(|_, publication| {
+            !(publication.awaiting_own_fence
+                && publication
+                    .notifier
+                    .is_some_and(|(notifier, _)| notifier == gateway))
+        });
         state.leases[gateway] = now_ns + state.faults.lease_ns;
         let requests = std::mem::take(&mut state.requests);
         for request in requests {
@@ -432,6 +462,44 @@ impl Cluster {
         }
     }
 
+    /// Gateway `gateway`'s process `instance`, which made the change of `publication`,
+    /// waited for its own fence ([`GatewayAction::OwnFence`]): when the writes did not
+    /// drain within the bound it is fenced (it blocklists itself); then the change is
+    /// answered.
+    pub fn own_fence_settled(
+        &self,
+        publication: u64,
+        gateway: usize,
+        instance: u64,
+        drained: bool,
+    ) {
+        let mut state = self.state();
+        let state = &mut *state;
+        let Some(waiting) = state.publications.get(&publication) else {
+            return;
+        };
+        if !waiting.awaiting_own_fence || waiting.notifier != Some((gateway, instance)) {
+            return;
+        }
+        let Some(settled) = state.publications.remove(&publication) else {
+            return;
+        };
+        if !drained && !state.fenced[gateway] && state.watches[gateway].instance == Some(instance) {
+            state.fence_records.push(FenceRecord {
+                gateway,
+                instance,
+                publication,
+                sequence: settled.answer.update.sequence,
+                committed_ns: settled.committed_ns,
+                cause: FenceCause::OwnFenceUndrained,
+            });
+            state.fence(gateway, instance);
+        }
+        if let Some(done) = settled.done {
+            done.finish(Ok(settled.answer));
+        }
+    }
+
     /// The earliest time the cluster has something to do.
     pub fn next_event_ns(&self) -> Option<u64> {
         let state = self.state();
@@ -441,13 +509,19 @@ impl Cluster {
             .iter()
             .map(|request| request.ready_at_ns)
             .chain(state.deliveries.iter().map(|delivery| delivery.at_ns))
-            .chain(state.publications.values().map(|publication| {
-                if publication.waiting.is_empty() {
-                    0
-                } else {
-                    publication.deadline_ns
-                }
-            }))
+            .chain(
+                state
+                    .publications
+                    .values()
+                    .filter(|publication| !publication.awaiting_own_fence)
+                    .map(|publication| {
+                        if publication.waiting.is_empty() {
+                            0
+                        } else {
+                            publication.deadline_ns
+                        }
+                    }),
+            )
             .chain(
                 state
                     .watches
@@ -603,7 +677,13 @@ impl ClusterState {
                 request.done.finish(Ok(answer));
                 continue;
             }
-            self.publish(now_ns, Some(request.done), answer, Some(request.gateway), preempts);
+            self.publish(
+                now_ns,
+                Some(request.done),
+                answer,
+                Some((request.gateway, request.instance)),
+                preempts,
+            );
         }
     }
 
@@ -614,7 +694,7 @@ impl ClusterState {
         now_ns: u64,
         done: Option<ChangeTicket>,
         answer: AppliedChange,
-        notifier: Option<usize>,
+        notifier: Option<(usize, u64)>,
         preempts: bool,
     ) {
         let id = self.next_publication;
@@ -660,6 +740,7 @@ impl ClusterState {
                 acknowledged: BTreeSet::new(),
                 notifier,
                 preempts,
+                awaiting_own_fence: false,
             },
         );
     }
@@ -718,7 +799,9 @@ impl ClusterState {
         let ids: Vec<u64> = self.publications.keys().copied().collect();
         for id in ids {
             let publication = &self.publications[&id];
-            if !publication.waiting.is_empty() && publication.deadline_ns > now_ns {
+            if publication.awaiting_own_fence
+                || (!publication.waiting.is_empty() && publication.deadline_ns > now_ns)
+            {
                 continue;
             }
             let Some(publication) = self.publications.remove(&id) else {
@@ -751,7 +834,9 @@ impl ClusterState {
                     };
                     let key = (gateway, instance);
                     if self.fenced[gateway]
-                        || publication.notifier == Some(gateway)
+                        || publication
+                            .notifier
+                            .is_some_and(|(notifier, _)| notifier == gateway)
                         || publication.acknowledged.contains(&key)
                         || publication.waiting.contains(&key)
                     {
@@ -767,6 +852,28 @@ impl ClusterState {
                     });
                     self.fence(gateway, instance);
                 }
+            }
+            // The notifier's own notice went unacknowledged: nobody waited for its
+            // writes of the preempted hosts; it waits for them itself.
+            if let Some((gateway, instance)) =
+                publication.notifier.filter(|&(gateway, instance)| {
+                    publication.preempts
+                        && !self.fenced[gateway]
+                        && self.watches[gateway].instance == Some(instance)
+                        && !publication.acknowledged.contains(&(gateway, instance))
+                })
+            {
+                self.actions.push(GatewayAction::OwnFence {
+                    gateway,
+                    instance,
+                    publication: id,
+                    update: publication.answer.update.clone(),
+                });
+                let mut publication = publication;
+                publication.awaiting_own_fence = true;
+                publication.waiting.clear();
+                self.publications.insert(id, publication);
+                continue;
             }
             if let Some(done) = publication.done {
                 done.finish(Ok(publication.answer));

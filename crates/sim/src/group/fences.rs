@@ -13,6 +13,10 @@
 //! notices) are held until the wait ends, the fence cannot drain, and the gateway
 //! is fenced for nothing.
 //!
+//! The gateway that made a change preempting a host and did not acknowledge its own
+//! notice installs the change itself and waits for its own fence the same way (on its
+//! reservation thread, never the finisher), fencing itself past the bound.
+//!
 //! The oracles:
 //! - safety: no write or Compare and Write of a host lands in the store after a
 //!   Preempt and Abort that unregistered the host was answered to its sender, unless
@@ -41,6 +45,9 @@ struct FenceWait {
     deadline_ns: u64,
     /// `fence-wait-on-finisher`: the wait holds its gateway's finisher.
     blocking: bool,
+    /// The notifier's wait for its own fence ([`GroupWorld::own_fence`]): it tells
+    /// the cluster either way, instead of acknowledging a notice.
+    own: bool,
 }
 
 /// A notice that waits behind a blocked finisher (the canary only).
@@ -147,7 +154,11 @@ impl GroupWorld {
         acknowledgement_lost: bool,
     ) {
         let gateway = &mut self.gateways[index];
-        let Some(target) = gateway.target.clone().filter(|_| gateway.instance == instance) else {
+        let Some(target) = gateway
+            .target
+            .clone()
+            .filter(|_| gateway.instance == instance)
+        else {
             return;
         };
         let fence = target.install_group_reservations(&NGUID, update);
@@ -173,7 +184,9 @@ impl GroupWorld {
         };
         if fence.is_drained() {
             if !acknowledgement_lost {
-                self.context.cluster.acknowledge(publication, index, instance);
+                self.context
+                    .cluster
+                    .acknowledge(publication, index, instance);
             }
             return;
         }
@@ -199,6 +212,57 @@ impl GroupWorld {
             fence,
             deadline_ns: self.context.clock.elapsed_ns() + self.plan.cluster.lease_ns / 2,
             blocking,
+            own: false,
+        });
+    }
+
+    /// Gateway `index`'s process `instance` made the change of `publication`, which
+    /// preempted a host, and did not acknowledge its own notice: it installs the
+    /// change itself and waits for its writes of the preempted hosts before the
+    /// change is answered (`sluice serve`'s `wait_for_own_fence`).
+    pub(super) fn own_fence(
+        &mut self,
+        index: usize,
+        instance: u64,
+        publication: u64,
+        update: &GroupUpdate,
+    ) {
+        let gateway = &self.gateways[index];
+        let Some(target) = gateway
+            .target
+            .clone()
+            .filter(|_| gateway.instance == instance)
+        else {
+            self.context
+                .cluster
+                .own_fence_settled(publication, index, instance, false);
+            return;
+        };
+        let fence = target.install_own_change(&NGUID, update);
+        let writes = fence.writes_in_flight();
+        self.context.note(|| {
+            format!(
+                "gateway {index}: its own notice of sequence {} went unacknowledged; it waits for its own {writes} preempted writes at storage",
+                update.sequence
+            )
+        });
+        if fence.is_drained() {
+            self.context
+                .cluster
+                .own_fence_settled(publication, index, instance, true);
+            return;
+        }
+        self.fences.waited += 1;
+        self.fences.waits.push(FenceWait {
+            gateway: index,
+            instance,
+            publication,
+            sequence: update.sequence,
+            acknowledgement_lost: false,
+            fence,
+            deadline_ns: self.context.clock.elapsed_ns() + self.plan.cluster.lease_ns / 2,
+            blocking: false,
+            own: true,
         });
     }
 
@@ -222,7 +286,24 @@ impl GroupWorld {
                 self.context.store.hold_completions(index, false);
                 unblocked.push(index);
             }
-            if drained {
+            if wait.own {
+                self.context.cluster.own_fence_settled(
+                    wait.publication,
+                    index,
+                    wait.instance,
+                    drained,
+                );
+                self.context.note(|| {
+                    format!(
+                        "gateway {index}: its own fence for sequence {sequence} {}",
+                        if drained {
+                            "drained"
+                        } else {
+                            "did not drain within its bound: it fences itself"
+                        }
+                    )
+                });
+            } else if drained {
                 if !wait.acknowledgement_lost {
                     self.context
                         .cluster
@@ -233,7 +314,9 @@ impl GroupWorld {
                 });
             } else {
                 self.fences.withheld_count += 1;
-                self.fences.withheld.insert((wait.instance, wait.publication));
+                self.fences
+                    .withheld
+                    .insert((wait.instance, wait.publication));
                 self.context.note(|| {
                     format!("gateway {index}: the fence did not drain within its bound, sequence {sequence} not acknowledged")
                 });
@@ -268,14 +351,16 @@ impl GroupWorld {
                     record.gateway, record.sequence
                 )
             });
-            if cause != FenceCause::Silent
+            if !matches!(cause, FenceCause::Silent | FenceCause::OwnFenceUndrained)
                 || self
                     .fences
                     .stalled_during(record.gateway, record.committed_ns, now_ns)
             {
                 continue;
             }
-            let why = if self
+            let why = if cause == FenceCause::OwnFenceUndrained {
+                "it made the change and its own fence did not drain within the bound"
+            } else if self
                 .fences
                 .withheld
                 .contains(&(record.instance, record.publication))

@@ -234,6 +234,15 @@ impl GroupWorld {
         }
         for action in actions {
             let (index, instance) = match action {
+                GatewayAction::OwnFence {
+                    gateway,
+                    instance,
+                    publication,
+                    update,
+                } => {
+                    self.own_fence(gateway, instance, publication, &update);
+                    continue;
+                }
                 GatewayAction::Install {
                     gateway, instance, ..
                 }
@@ -262,6 +271,7 @@ impl GroupWorld {
                     self.context
                         .note(|| format!("gateway {index}: reservations unknown"));
                 }
+                GatewayAction::OwnFence { .. } => {}
                 GatewayAction::Fence { .. } => {
                     self.context.store.set_fenced(index, true);
                     target.mark_group_reservations_unknown(&NGUID);
@@ -291,9 +301,12 @@ impl GroupWorld {
                 continue;
             };
             let sequence = namespace.reservations.group_sequence();
-            self.context
-                .notices
-                .copy_at(gateway.instance, sequence, now_ns, &self.context.link_instance);
+            self.context.notices.copy_at(
+                gateway.instance,
+                sequence,
+                now_ns,
+                &self.context.link_instance,
+            );
         }
     }
 
@@ -392,7 +405,8 @@ impl GroupWorld {
             }
         }
         for index in 0..self.hosts.len() {
-            let checked = self.hosts[index].check_notices(&self.context, end_ns - NOTICE_READ_SLACK_NS);
+            let checked =
+                self.hosts[index].check_notices(&self.context, end_ns - NOTICE_READ_SLACK_NS);
             if let Err(problem) = checked {
                 self.context.violation(problem);
             }
