@@ -38,11 +38,16 @@ pub enum Canary {
     /// storage completions, which are then held until the wait ends: the fence cannot
     /// drain, the acknowledgement is withheld, and the gateway is fenced (issue 49).
     FenceWaitOnFinisher,
+    /// On a gateway group: copies are not bounded in time (no `CopyVouch`) and a
+    /// change that fenced a gateway is answered at once: the fenced gateway, which
+    /// learns of its fence only later, answers Reservation Report and Conflict from
+    /// its old copy meanwhile, after the change was answered.
+    NoCopyVouch,
 }
 
 impl Canary {
     /// Every canary, with the name `--canary` takes.
-    pub const ALL: [(&'static str, Canary); 7] = [
+    pub const ALL: [(&'static str, Canary); 8] = [
         ("lost-flush", Canary::LostFlush),
         ("reordered-completion", Canary::ReorderedCompletion),
         ("stale-read", Canary::StaleRead),
@@ -50,6 +55,7 @@ impl Canary {
         ("missed-notice", Canary::SkipCheckAfterMissedNotice),
         ("local-compare-and-write", Canary::LocalCompareAndWrite),
         ("fence-wait-on-finisher", Canary::FenceWaitOnFinisher),
+        ("no-copy-vouch", Canary::NoCopyVouch),
     ];
 
     /// The canary called `name`.

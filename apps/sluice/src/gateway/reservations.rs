@@ -526,12 +526,15 @@ impl Worker {
     /// fences a dead owner) before the change is answered: nothing it still serves
     /// reaches the cluster, and its watch breaks.
     ///
-    /// A change that `preempts` registrations also fences each member holding its
-    /// membership lease whose client neither acknowledged nor was silent: its watch
-    /// was lost (its copy is unknown, so it takes no new command), but writes it had
-    /// already sent to storage for a preempted host were not waited for, and must not
-    /// land after the change is answered. The same holds for this gateway itself when
-    /// its own notice went unacknowledged (`wait_for_own_fence`).
+    /// A member holding its membership lease whose client neither acknowledged nor
+    /// was silent has no watch: fenced already (a blocklisted client's watch is
+    /// dropped), or its watch was lost. Until it learns so, or its vouch runs out,
+    /// its copy may answer Reservation Report and Conflict from an older state, so
+    /// the change is answered only after that bound, as after a fence. A change that
+    /// `preempts` registrations also fences each such member: writes it had already
+    /// sent to storage for a preempted host were not waited for, and must not land
+    /// after the change is answered. The same holds for this gateway itself when its
+    /// own notice went unacknowledged (`wait_for_own_fence`).
     fn announce(&mut self, object: &RadosObject, nguid: &[u8; 16], update: &GroupUpdate, record: &[u8], preempts: bool) {
         let replies = match object.notify_watchers(record, self.settings.notify_timeout) {
             Ok(replies) => replies,
@@ -541,19 +544,22 @@ impl Worker {
             }
         };
         let this_client = object.instance_id();
-        let mut fenced = false;
+        let mut wait_for_vouches = false;
         for client in replies.silent.iter().copied().filter(|client| *client != this_client) {
-            fenced |= self.fence_silent_gateway(client);
+            wait_for_vouches |= self.fence_silent_gateway(client);
         }
+        let without_a_reply = self.members_without_a_reply(&replies, this_client);
+        wait_for_vouches |= !without_a_reply.is_empty();
         if preempts {
-            fenced |= self.fence_members_without_a_watch(&replies, this_client);
+            self.fence_members_without_a_watch(&without_a_reply);
             if !replies.acknowledged.contains(&this_client) {
                 self.wait_for_own_fence(nguid, update, this_client);
             }
         }
-        if fenced {
-            // The fenced gateway's copies answer from themselves until their vouch
-            // runs out (`copy_vouch`): the change is answered only after that.
+        if wait_for_vouches {
+            // A fenced gateway's copies, or those of one whose watch was lost, answer
+            // from themselves until their vouch runs out (`copy_vouch`) or it learns
+            // so: the change is answered only after that.
             std::thread::sleep(crate::gateway::copy_vouch::fenced_answer_delay(self.settings.notify_timeout));
         }
     }
@@ -603,33 +609,38 @@ impl Worker {
         self.group_object.as_ref()
     }
 
-    /// Fences every member holding its lease whose client did not answer `replies`
-    /// at all (see `announce`); true when one was fenced.
-    fn fence_members_without_a_watch(&mut self, replies: &runtime::NotifyReplies, this_client: u64) -> bool {
+    /// The members (name, address) holding their membership lease whose client did
+    /// not answer `replies` at all, this gateway aside (see `announce`).
+    fn members_without_a_reply(&mut self, replies: &runtime::NotifyReplies, this_client: u64) -> Vec<(String, String)> {
         let members = self.settings.members.clone();
-        let Some(group_object) = self.group_object() else { return false };
+        let Some(group_object) = self.group_object() else { return Vec::new() };
         let answered = |client: u64| client == this_client || replies.acknowledged.contains(&client) || replies.silent.contains(&client);
-        let mut fenced = false;
+        let mut without = Vec::new();
         for name in members {
             let Ok(lockers) = group_object.lockers(&crate::gateway::coordinator::member_lock(&name)) else { continue };
             for locker in lockers {
                 let client = locker.client.strip_prefix("client.").and_then(|id| id.parse::<u64>().ok());
-                if client.is_none_or(answered) {
-                    continue;
-                }
-                match group_object.blocklist(&locker.address, crate::gateway::coordinator::FENCE_DURATION) {
-                    Ok(()) => {
-                        tracing::warn!(gateway = %name, address = %locker.address,
-                            "a gateway holding its membership lease had no watch on a namespace whose reservation change preempted a host \
-                             (its watch was lost): fenced (blocklisted), so none of its writes in flight lands after the change is answered");
-                        fenced = true;
-                    }
-                    Err(errno) => tracing::error!(gateway = %name, address = %locker.address, %errno,
-                        "a gateway without a watch could not be fenced: a preempted host's write in flight there may land after the change is answered"),
+                if !client.is_none_or(answered) {
+                    without.push((name.clone(), locker.address));
                 }
             }
         }
-        fenced
+        without
+    }
+
+    /// Fences the members `without_a_reply` found, after a change that preempted a
+    /// host (see `announce`).
+    fn fence_members_without_a_watch(&mut self, without_a_reply: &[(String, String)]) {
+        let Some(group_object) = self.group_object() else { return };
+        for (name, address) in without_a_reply {
+            match group_object.blocklist(address, crate::gateway::coordinator::FENCE_DURATION) {
+                Ok(()) => tracing::warn!(gateway = %name, %address,
+                    "a gateway holding its membership lease had no watch on a namespace whose reservation change preempted a host \
+                     (its watch was lost, or it was fenced already): fenced (blocklisted), so none of its writes in flight lands after the change is answered"),
+                Err(errno) => tracing::error!(gateway = %name, %address, %errno,
+                    "a gateway without a watch could not be fenced: a preempted host's write in flight there may land after the change is answered"),
+            }
+        }
     }
 
     /// The member (name, address) whose cluster client is `client`: by its membership

@@ -44,13 +44,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvme_spec::Status;
 use nvme_target::group_reservations::{
-    AppliedChange, ChangeTicket, GroupReservations, GroupUpdate, ReservationChange,
+    AppliedChange, ChangeTicket, CopyVouch, GroupReservations, GroupUpdate, ReservationChange,
     MAX_KEPT_NOTICES,
 };
 use nvme_target::reservation_store::NamespaceKey;
 use nvme_target::reservations::{HostId, Notice, ReservationState};
 
 use crate::rng::{Rng, SimClock};
+use crate::Canary;
 
 /// How the cluster behaves; drawn from the seed.
 #[derive(Clone, Debug)]
@@ -175,6 +176,26 @@ struct Publication {
     /// The notify is over (the silent and those without a watch were fenced) and the
     /// notifier waits for its own fence ([`GatewayAction::OwnFence`]).
     awaiting_own_fence: bool,
+    /// When the notify ended having fenced other gateways, or with live gateways that
+    /// did not answer it at all (fenced before, or their watch lost): their copies
+    /// may answer from themselves until their vouch runs out, so the change is
+    /// answered only [`fenced_answer_delay_ns`] after it.
+    vouch_wait_from_ns: Option<u64>,
+    /// Everything is settled: the change is answered at this time.
+    answer_at_ns: Option<u64>,
+}
+
+/// How long one successful round trip to the cluster vouches for a gateway's copy
+/// (`sluice serve`'s `copy_vouch_bound`: a quarter of the notify timeout, the lease).
+pub fn copy_vouch_bound_ns(lease_ns: u64) -> u64 {
+    lease_ns / 4
+}
+
+/// How long after fencing another gateway a change is answered (`sluice serve`'s
+/// `fenced_answer_delay`): the vouch's bound, plus the time for the store to learn of
+/// the blocklist (the simulated store learns at once; 1 ms stands for it).
+pub fn fenced_answer_delay_ns(lease_ns: u64) -> u64 {
+    copy_vouch_bound_ns(lease_ns) + 1_000_000
 }
 
 struct Delivery {
@@ -228,6 +249,9 @@ struct ClusterState {
     /// `missed-notice`: a gateway that misses a notice (lost, or its watch broke)
     /// acknowledges as if installed and keeps serving from its old copy.
     canary_missed_notice: bool,
+    /// `no-copy-vouch`: a change is answered right after it fenced a gateway (no
+    /// wait for the fenced gateway's vouch to run out, there being none).
+    canary_no_copy_vouch: bool,
     commits: Vec<Commit>,
     /// Changes each (instance, host) handed over so far.
     calls: BTreeMap<(u64, HostId), u64>,
@@ -267,7 +291,7 @@ impl Cluster {
         clock: SimClock,
         rng: Rng,
         faults: ClusterFaults,
-        canary_missed_notice: bool,
+        canary: Option<Canary>,
     ) -> Arc<Cluster> {
         Arc::new(Cluster {
             clock,
@@ -282,7 +306,8 @@ impl Cluster {
                 paused_until_ns: 0,
                 rng,
                 faults,
-                canary_missed_notice,
+                canary_missed_notice: canary == Some(Canary::SkipCheckAfterMissedNotice),
+                canary_no_copy_vouch: canary == Some(Canary::NoCopyVouch),
                 commits: Vec::new(),
                 calls: BTreeMap::new(),
                 actions: Vec::new(),
@@ -303,11 +328,19 @@ impl Cluster {
     }
 
     /// The authority gateway `gateway`'s process `instance` gives its target.
-    pub fn authority_for(self: &Arc<Self>, gateway: usize, instance: u64) -> GatewayAuthority {
+    /// `vouch` bounds its copies in time (renewed by the world while its round trips
+    /// succeed); `None` for the `no-copy-vouch` canary.
+    pub fn authority_for(
+        self: &Arc<Self>,
+        gateway: usize,
+        instance: u64,
+        vouch: Option<Arc<CopyVouch>>,
+    ) -> GatewayAuthority {
         GatewayAuthority {
             cluster: Arc::clone(self),
             gateway,
             instance,
+            vouch,
         }
     }
 
@@ -350,7 +383,7 @@ impl Cluster {
         // A change whose notifier died waiting for its own fence is never answered
         // (the host's command goes with the process).
         state.publications.retain(|_, publication| {
-            !(publication.awaiting_own_fence
+            !((publication.awaiting_own_fence || publication.answer_at_ns.is_some())
                 && publication
                     .notifier
                     .is_some_and(|(notifier, _)| notifier == gateway))
@@ -481,7 +514,7 @@ impl Cluster {
         if !waiting.awaiting_own_fence || waiting.notifier != Some((gateway, instance)) {
             return;
         }
-        let Some(settled) = state.publications.remove(&publication) else {
+        let Some(mut settled) = state.publications.remove(&publication) else {
             return;
         };
         if !drained && !state.fenced[gateway] && state.watches[gateway].instance == Some(instance) {
@@ -495,9 +528,20 @@ impl Cluster {
             });
             state.fence(gateway, instance);
         }
-        if let Some(done) = settled.done {
-            done.finish(Ok(settled.answer));
-        }
+        settled.awaiting_own_fence = false;
+        let now_ns = self.clock.elapsed_ns();
+        state.answer_or_delay(now_ns, publication, settled);
+    }
+
+    /// True when gateway `gateway`'s process `instance` completes a round trip to the
+    /// cluster now (not fenced, the cluster not restarting): what renews the vouch
+    /// for its copy (`sluice serve`'s `copy_vouch` thread).
+    pub fn round_trip_succeeds(&self, gateway: usize, instance: u64) -> bool {
+        let now_ns = self.clock.elapsed_ns();
+        let state = self.state();
+        now_ns >= state.paused_until_ns
+            && !state.fenced[gateway]
+            && state.watches[gateway].instance == Some(instance)
     }
 
     /// The earliest time the cluster has something to do.
@@ -509,19 +553,17 @@ impl Cluster {
             .iter()
             .map(|request| request.ready_at_ns)
             .chain(state.deliveries.iter().map(|delivery| delivery.at_ns))
-            .chain(
-                state
-                    .publications
-                    .values()
-                    .filter(|publication| !publication.awaiting_own_fence)
-                    .map(|publication| {
-                        if publication.waiting.is_empty() {
-                            0
-                        } else {
-                            publication.deadline_ns
-                        }
-                    }),
-            )
+            .chain(state.publications.values().filter_map(|publication| {
+                if let Some(at_ns) = publication.answer_at_ns {
+                    Some(at_ns)
+                } else if publication.awaiting_own_fence {
+                    None
+                } else if publication.waiting.is_empty() {
+                    Some(0)
+                } else {
+                    Some(publication.deadline_ns)
+                }
+            }))
             .chain(
                 state
                     .watches
@@ -741,6 +783,8 @@ impl ClusterState {
                 notifier,
                 preempts,
                 awaiting_own_fence: false,
+                vouch_wait_from_ns: None,
+                answer_at_ns: None,
             },
         );
     }
@@ -799,14 +843,27 @@ impl ClusterState {
         let ids: Vec<u64> = self.publications.keys().copied().collect();
         for id in ids {
             let publication = &self.publications[&id];
+            if let Some(at_ns) = publication.answer_at_ns {
+                if at_ns <= now_ns {
+                    if let Some(done) = self
+                        .publications
+                        .remove(&id)
+                        .and_then(|settled| settled.done.map(|done| (done, settled.answer)))
+                    {
+                        done.0.finish(Ok(done.1));
+                    }
+                }
+                continue;
+            }
             if publication.awaiting_own_fence
                 || (!publication.waiting.is_empty() && publication.deadline_ns > now_ns)
             {
                 continue;
             }
-            let Some(publication) = self.publications.remove(&id) else {
+            let Some(mut publication) = self.publications.remove(&id) else {
                 continue;
             };
+            let fences_before = self.fences;
             for &(gateway, instance) in &publication.waiting {
                 let alive = self.watches[gateway].instance == Some(instance);
                 if alive && !self.fenced[gateway] {
@@ -826,20 +883,25 @@ impl ClusterState {
                     self.fence(gateway, instance);
                 }
             }
-            if publication.preempts {
-                // Live gateways that neither acknowledged nor were silent had no watch.
-                for gateway in 0..self.watches.len() {
-                    let Some(instance) = self.watches[gateway].instance else {
-                        continue;
-                    };
-                    let key = (gateway, instance);
-                    if self.fenced[gateway]
-                        || publication
-                            .notifier
-                            .is_some_and(|(notifier, _)| notifier == gateway)
+            // Live gateways that neither acknowledged nor were silent: their watch was
+            // lost (or registered only after the notify went out), or they were
+            // fenced already (a blocklisted client's watch is gone).
+            let unanswered: Vec<(usize, u64)> = (0..self.watches.len())
+                .filter_map(|gateway| {
+                    let key = (gateway, self.watches[gateway].instance?);
+                    let answered = publication
+                        .notifier
+                        .is_some_and(|(notifier, _)| notifier == gateway)
                         || publication.acknowledged.contains(&key)
-                        || publication.waiting.contains(&key)
-                    {
+                        || publication.waiting.contains(&key);
+                    (!answered).then_some(key)
+                })
+                .collect();
+            if publication.preempts {
+                // Writes they had already sent for the preempted host were not waited
+                // for.
+                for &(gateway, instance) in &unanswered {
+                    if self.fenced[gateway] {
                         continue;
                     }
                     self.fence_records.push(FenceRecord {
@@ -852,6 +914,12 @@ impl ClusterState {
                     });
                     self.fence(gateway, instance);
                 }
+            }
+            // A fenced gateway, or one that lost its watch, may answer from its old copy
+            // until it learns so or its vouch runs out: the change is answered after
+            // that bound.
+            if self.fences > fences_before || !unanswered.is_empty() {
+                publication.vouch_wait_from_ns = Some(now_ns);
             }
             // The notifier's own notice went unacknowledged: nobody waited for its
             // writes of the preempted hosts; it waits for them itself.
@@ -869,15 +937,29 @@ impl ClusterState {
                     publication: id,
                     update: publication.answer.update.clone(),
                 });
-                let mut publication = publication;
                 publication.awaiting_own_fence = true;
                 publication.waiting.clear();
                 self.publications.insert(id, publication);
                 continue;
             }
-            if let Some(done) = publication.done {
-                done.finish(Ok(publication.answer));
-            }
+            self.answer_or_delay(now_ns, id, publication);
+        }
+    }
+
+    /// Answers a settled publication now, or, when it fenced other gateways, once
+    /// their vouch ran out ([`fenced_answer_delay_ns`] after the fence).
+    fn answer_or_delay(&mut self, now_ns: u64, id: u64, mut publication: Publication) {
+        let at_ns = publication
+            .vouch_wait_from_ns
+            .filter(|_| !self.canary_no_copy_vouch)
+            .map_or(0, |fenced_ns| {
+                fenced_ns + fenced_answer_delay_ns(self.faults.lease_ns)
+            });
+        if at_ns > now_ns {
+            publication.answer_at_ns = Some(at_ns);
+            self.publications.insert(id, publication);
+        } else if let Some(done) = publication.done {
+            done.finish(Ok(publication.answer));
         }
     }
 
@@ -899,9 +981,14 @@ pub struct GatewayAuthority {
     cluster: Arc<Cluster>,
     gateway: usize,
     instance: u64,
+    vouch: Option<Arc<CopyVouch>>,
 }
 
 impl GroupReservations for GatewayAuthority {
+    fn copy_vouch(&self) -> Option<Arc<CopyVouch>> {
+        self.vouch.clone()
+    }
+
     fn track(&self, _key: NamespaceKey) {
         // The group has one namespace, loaded when the gateway starts
         // (`Cluster::gateway_started`).

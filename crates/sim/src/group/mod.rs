@@ -33,6 +33,7 @@ pub mod notices;
 pub mod plan;
 pub mod reference;
 pub mod store;
+pub mod vouch;
 pub mod world;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use nvme_target::group_reservations::CopyVouch;
 use nvme_target::{
     Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
     TargetSpec,
@@ -52,6 +53,12 @@ pub(super) struct Gateway {
     pub(super) connections: BTreeMap<u64, Connection>,
     /// Closed connections whose storage requests are still in flight.
     pub(super) draining: BTreeMap<u64, Connection>,
+    /// How long its copy may answer from itself (`None`: the `no-copy-vouch` canary).
+    pub(super) vouch: Option<Arc<CopyVouch>>,
+    /// When its next round trip to the cluster renews the vouch.
+    pub(super) next_renewal_ns: u64,
+    /// Fenced: when it learns so (its watch reported lost) and marks its copy unknown.
+    pub(super) mark_unknown_at_ns: Option<u64>,
 }
 
 /// Everything in one group run.
@@ -124,7 +131,7 @@ impl GroupWorld {
             clock.clone(),
             rng.fork(),
             plan.cluster.clone(),
-            options.canary == Some(Canary::SkipCheckAfterMissedNotice),
+            options.canary,
         );
         let network_rng = rng.fork();
         let hosts = (0..plan.hosts)
@@ -196,9 +203,13 @@ impl GroupWorld {
                 return;
             }
         };
-        target.set_group_reservations(Arc::new(
-            self.context.cluster.authority_for(index, instance),
-        ));
+        let vouch =
+            (self.canary != Some(Canary::NoCopyVouch)).then(|| Arc::new(CopyVouch::default()));
+        target.set_group_reservations(Arc::new(self.context.cluster.authority_for(
+            index,
+            instance,
+            vouch.clone(),
+        )));
         self.context.store.set_fenced(index, false);
         if self.context.cluster.gateway_started(index, instance) {
             // The group's power loss: the reference checks what the record holds
@@ -214,6 +225,9 @@ impl GroupWorld {
         gateway.instance = instance;
         gateway.loaded = false;
         gateway.restart_at_ns = None;
+        gateway.vouch = vouch;
+        gateway.next_renewal_ns = self.context.clock.elapsed_ns();
+        gateway.mark_unknown_at_ns = None;
         self.context
             .note(|| format!("gateway {index} started (process {instance})"));
     }
@@ -273,10 +287,18 @@ impl GroupWorld {
                 }
                 GatewayAction::OwnFence { .. } => {}
                 GatewayAction::Fence { .. } => {
+                    // Cut off from storage at once; its copy is marked unknown only when
+                    // it learns of the fence, meanwhile bounded by its vouch.
                     self.context.store.set_fenced(index, true);
-                    target.mark_group_reservations_unknown(&NGUID);
-                    let restart_ns = self.context.rng.between(10 * MS, 100 * MS);
-                    gateway.restart_at_ns = Some(self.context.clock.elapsed_ns() + restart_ns);
+                    let now_ns = self.context.clock.elapsed_ns();
+                    let learns_ns = now_ns
+                        + self
+                            .context
+                            .rng
+                            .between(10 * MS, self.plan.cluster.lease_ns.max(20 * MS));
+                    gateway.mark_unknown_at_ns = Some(learns_ns);
+                    gateway.restart_at_ns =
+                        Some(learns_ns + self.context.rng.between(10 * MS, 100 * MS));
                     self.context.note(|| {
                         format!("gateway {index} fenced: it did not acknowledge a notice")
                     });
@@ -318,8 +340,13 @@ impl GroupWorld {
             let Some(target) = &gateway.target else {
                 continue;
             };
-            let troubled =
-                target.group_reservations_unknown() > 0 || gateway.restart_at_ns.is_some();
+            let lapsed = gateway
+                .vouch
+                .as_ref()
+                .is_some_and(|vouch| !vouch.covers(self.context.clock.instant_at(now_ns)));
+            let troubled = target.group_reservations_unknown() > 0
+                || gateway.restart_at_ns.is_some()
+                || lapsed;
             let spans = self.context.trouble.entry(gateway.instance).or_default();
             let ongoing = spans.last_mut().filter(|span| span.1 == u64::MAX);
             match ongoing {
@@ -470,6 +497,7 @@ impl GroupWorld {
             }
         }
         moved |= self.apply_cluster();
+        moved |= self.renew_vouches();
         self.observe_copies();
         self.note_trouble();
         moved |= self.accept_links(now);
@@ -689,6 +717,7 @@ impl GroupWorld {
         candidates.extend(self.context.store.next_ready_ns());
         candidates.extend(self.context.cluster.next_event_ns());
         candidates.extend(self.fences.next_deadline_ns());
+        candidates.extend(self.vouch_events_ns());
         candidates.extend(
             self.hosts
                 .iter()
