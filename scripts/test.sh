@@ -4,8 +4,10 @@
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
 #   build       cargo build --release --workspace --all-targets, and cargo check of
-#               tools/runtime-compare (its own workspace, so nothing else builds it);
-#               "release" here is the checked build below, in target/checked
+#               tools/runtime-compare (its own workspace, so nothing else builds it),
+#               then the fio engines (scripts/build-fio-engine.sh) for the bench's fio
+#               driver test; "release" here is the checked build below, in
+#               target/checked
 #   cluster     a one-node Ceph cluster (../shared/ceph-single-node.sh, memstore) for
 #               the RBD backend's tests, here and in interop; stopped when this exits
 #   test        cargo test --release --workspace
@@ -186,7 +188,12 @@ build_all() {
   echo "+ cargo build --release --workspace --all-targets"
   cargo build --release --workspace --all-targets || return 1
   echo "+ cargo check --manifest-path tools/runtime-compare/Cargo.toml"
-  cargo check --manifest-path tools/runtime-compare/Cargo.toml
+  cargo check --manifest-path tools/runtime-compare/Cargo.toml || return 1
+  # The fio engines, before the test stage: the bench's fio driver test needs them,
+  # and SLUICE_REQUIRE_FIO makes it fail rather than skip without them.
+  echo "+ scripts/build-fio-engine.sh"
+  scripts/build-fio-engine.sh || return 1
+  export SLUICE_REQUIRE_FIO=1
 }
 stage build "fix the compile errors above" \
   build_all

@@ -353,13 +353,15 @@ fn fio_engine_dir() -> Option<PathBuf> {
     found.filter(|_| fio.is_ok_and(|o| o.status.success()))
 }
 
-/// `--driver fio` in miniature, when fio and the engine are there.
+/// `--driver fio` in miniature, when fio and the engine are there (scripts/test.sh
+/// builds the engine first and sets `SLUICE_REQUIRE_FIO`, which turns "skipped" into
+/// a failure).
 #[test]
 fn fio_driver_in_miniature() {
     let Some(engines) = fio_engine_dir() else {
-        eprintln!(
-            "skipped: fio or target/fio/libsluice_fio.so missing (scripts/build-fio-engine.sh)"
-        );
+        let missing = "fio or target/fio/libsluice_fio.so missing: build the engine with scripts/build-fio-engine.sh";
+        assert!(std::env::var_os("SLUICE_REQUIRE_FIO").is_none(), "SLUICE_REQUIRE_FIO is set but {missing}");
+        eprintln!("skipped: {missing}");
         return;
     };
     let result = mini_suite(
