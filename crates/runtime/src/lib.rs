@@ -13,8 +13,9 @@
 //! Why a hand-written loop on `io-uring` rather than an existing runtime, and
 //! the measurements behind that choice: see `docs/runtime.md`.
 //!
-//! This is the only crate in the project allowed `unsafe`: every unsafe block
-//! carries a `// SAFETY:` comment and every unsafe fn a `# Safety` section.
+//! This is one of the two crates in the project allowed `unsafe` (the other is
+//! `nvme-host-ffi`, the C host library's boundary): every unsafe block carries a
+//! `// SAFETY:` comment and every unsafe fn a `# Safety` section.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
