@@ -4,7 +4,6 @@
 //! for the disk. Saves are applied in the order the target made them.
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
@@ -166,13 +165,8 @@ impl ReservationFiles {
 
 fn write_job(job: &Job, directory: &Path) -> std::io::Result<()> {
     match &job.content {
-        Some(content) => {
-            let temporary = job.path.with_extension("json.tmp");
-            let mut file = File::create(&temporary)?;
-            file.write_all(content)?;
-            file.sync_all()?;
-            fs::rename(&temporary, &job.path)?;
-        }
+        // Written whole, durably, the rename included.
+        Some(content) => return storage::durable_file::write_atomically(&job.path, content),
         None => match fs::remove_file(&job.path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),

@@ -22,6 +22,7 @@
 
 mod backend;
 mod cache;
+pub mod durable_file;
 mod geometry;
 mod io;
 mod lent;

@@ -262,7 +262,7 @@ pub fn import(path: &Path, rewrite: bool) -> Result<String, String> {
         path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
     ));
     std::fs::copy(path, &backup).map_err(|error| format!("keeping {}: {error}", backup.display()))?;
-    crate::manage::persist::write_atomically(path, own.to_string().as_bytes())
+    storage::durable_file::write_atomically(path, own.to_string().as_bytes())
         .map_err(|error| format!("rewriting {}: {error}", path.display()))?;
     Ok(format!(
         "{outcome}; {} now holds only this gateway's own part with config = \"cluster\" (the old file: {})",

@@ -8,7 +8,7 @@
 //! - `document`: the TOML edits (comments and layout kept).
 //! - `assemble`: checking a changed config and building one new piece with the
 //!   config module.
-//! - `persist`: the atomic write.
+//! - the config file is replaced with `storage::durable_file::write_atomically`.
 //! - `server`: the socket and its one thread; serving one client over any stream.
 //! - `network`: the TCP endpoint with mutual TLS, a thread per client (bounded).
 //! - `caller`: who calls, what they may call, the audit log of changes.
@@ -27,7 +27,6 @@ mod cli_output;
 mod cli_qos;
 mod document;
 mod flatten;
-pub(crate) mod persist;
 pub mod protocol;
 mod network;
 mod server;

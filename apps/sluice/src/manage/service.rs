@@ -45,7 +45,6 @@ use super::assemble::{self, edit_error};
 use super::document::{self, Namespaces};
 use views::{hosts_json, namespace_json};
 use crate::config::OpenStorage;
-use super::persist;
 use super::protocol::{
     Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, GROUP_CONFIG_CONFLICT,
     METHOD_NOT_FOUND, NO_CONFIG_FILE, PERSIST_FAILED,
@@ -807,7 +806,7 @@ impl Management {
         let Some(file) = self.config_file.as_mut() else {
             return Err(RpcError::new(NO_CONFIG_FILE, "no config file"));
         };
-        persist::write_atomically(&file.path, text.as_bytes()).map_err(|error| {
+        storage::durable_file::write_atomically(&file.path, text.as_bytes()).map_err(|error| {
             RpcError::new(
                 PERSIST_FAILED,
                 format!("cannot write the config file {}: {error}; nothing was changed", file.path.display()),
@@ -856,7 +855,7 @@ impl Management {
                 &seed,
             )
             .to_string();
-            persist::write_atomically(&file.path, new_file.as_bytes()).map_err(|error| {
+            storage::durable_file::write_atomically(&file.path, new_file.as_bytes()).map_err(|error| {
                 RpcError::new(PERSIST_FAILED, format!("cannot write the config file {}: {error}", file.path.display()))
             })?;
             state.file_text = new_file;
@@ -888,7 +887,7 @@ impl Management {
         let Some(file) = self.config_file.as_mut() else {
             return RpcError::new(APPLY_FAILED, format!("the running target refused the change: {refusal}"));
         };
-        match persist::write_atomically(&file.path, previous.as_bytes()) {
+        match storage::durable_file::write_atomically(&file.path, previous.as_bytes()) {
             Ok(()) => {
                 file.text = previous;
                 RpcError {

@@ -1,9 +1,8 @@
 //! The pool's persisted namespace table: its on-disk shape, where it is stored, and the
 //! checks run on it at open (the table file is as untrusted as any other input).
 
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -69,7 +68,7 @@ impl TableStore {
                 *lock(&memory.0) = Some(text);
                 Ok(())
             }
-            Self::File(path) => write_atomically(path, text.as_bytes())
+            Self::File(path) => crate::durable_file::write_atomically(path, text.as_bytes())
                 .map_err(|error| PoolError::TableIo(format!("{}: {error}", path.display()))),
         }
     }
@@ -83,24 +82,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Write temp, fsync, rename over the old file, fsync the directory: after a crash the
-/// path holds either the old or the new table, never a torn one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut temporary_name = path.as_os_str().to_owned();
-    temporary_name.push(".tmp");
-    let temporary = PathBuf::from(temporary_name);
-    {
-        let mut file = File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&temporary, path)?;
-    let directory = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    File::open(directory)?.sync_all()
-}
 
 /// A run of pool allocation units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,14 +1,16 @@
-//! Writing the config file so that a crash at any moment leaves either the old or the
-//! new file, whole: write a temporary file in the same directory, fsync it, rename it
-//! over the config, fsync the directory (which makes the rename itself durable).
+//! Replacing a small file (a config, a pool table, a reservation record) so that a
+//! crash at any moment leaves either the old or the new file, whole: write a
+//! temporary file in the same directory, fsync it, rename it over the file, fsync the
+//! directory (which makes the rename itself durable). One implementation for every
+//! such file of the project.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Mode of a config file written for the first time: it may hold DH-HMAC-CHAP
-/// secrets, so only its owner reads it.
+/// Mode of a file written for the first time: a config may hold DH-HMAC-CHAP secrets
+/// and a reservation record holds reservation keys, so only its owner reads it.
 const NEW_FILE_MODE: u32 = 0o600;
 
 /// Replaces `path` with `contents` atomically and durably. The file keeps its
