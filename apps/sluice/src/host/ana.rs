@@ -6,7 +6,7 @@ use nvme_spec::ana::AnaLog;
 use serde_json::{json, Value};
 
 use super::args::{OutputArgs, TargetArgs};
-use super::commands::{command_error, print_json, print_text, Session};
+use super::session::{command_error, print_json, print_text, Session};
 use super::output::StatusContext;
 use super::HostError;
 

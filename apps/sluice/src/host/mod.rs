@@ -18,6 +18,7 @@ mod namespaces;
 mod output;
 mod paths;
 mod reservations;
+mod session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -15,7 +15,7 @@ use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, Status};
 use serde_json::{json, Value};
 
 use super::args::{self, OutputArgs, TargetArgs};
-use super::commands::{command_error, print_json, print_text, Session};
+use super::session::{command_error, print_json, print_text, Session};
 use super::output::{binary_units, StatusContext};
 use super::HostError;
 

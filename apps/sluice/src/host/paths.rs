@@ -10,7 +10,7 @@ use nvme_spec::{IdentifyNamespace, NamespaceId};
 use serde_json::{json, Value};
 
 use super::args::{OutputArgs, Purpose, Target, TargetArgs};
-use super::commands::{command_error, connect_error, print_json, print_text, Session};
+use super::session::{command_error, connect_error, print_json, print_text, Session};
 use super::output::StatusContext;
 use super::HostError;
 

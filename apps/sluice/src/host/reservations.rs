@@ -9,7 +9,7 @@ use nvme_spec::{NamespaceId, Status};
 use serde_json::{json, Value};
 
 use super::args::{self, OutputArgs, TargetArgs};
-use super::commands::{command_error, print_json, print_text, Session};
+use super::session::{command_error, print_json, print_text, Session};
 use super::output::StatusContext;
 use super::{HostError, HOST_AFTER_HELP};
 
