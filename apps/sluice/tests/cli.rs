@@ -417,6 +417,20 @@ fn write_then_read_back_the_same_data() {
     assert!(result.status.success());
     assert_eq!(result.stdout, &data[..1000]);
 
+    // -z reads sizes like every Sluice size: 1k is 1024 bytes, 1kb 1000, and a unit
+    // that meant 1024 to the old -z (and to nvme-cli) says so on stderr.
+    let result = sluice(&["read", &server.url(), "-b", "16", "-z", "1k"]);
+    assert!(result.status.success());
+    assert_eq!((result.stdout.as_slice(), result.stderr.as_slice()), (&data[..1024], &b"read: Success\n"[..]));
+    let result = sluice(&["read", &server.url(), "-b", "16", "-z", "1kb"]);
+    assert!(result.status.success());
+    assert_eq!(result.stdout, &data[..1000]);
+    assert_eq!(
+        String::from_utf8_lossy(&result.stderr),
+        "sluice: warning: -z 1kb now means 1,000 bytes (KB is a power of 1000); write -z 1KiB for 1,024 bytes as before\n\
+         read: Success\n"
+    );
+
     // Bigger than one command (split by MDTS), with FUA, on the 4 KiB namespace.
     let big = pattern(300 * 1024, 9);
     std::fs::write(&input, &big).unwrap();
@@ -506,6 +520,8 @@ fn bad_usage_exits_2() {
         &["cannot open /nonexistent/sluice-input"],
     );
     assert_fails(&sluice(&["get-feature", "-f", "7", "-s", "4", "-a", "127.0.0.1", "-n", NQN]), 2, &["4"]);
+    // Sizes are exact: a fraction is refused with the whole spelling to use.
+    assert_fails(&sluice(&["read", "tcp://127.0.0.1:9/x", "-z", "1.5k"]), 2, &["\"1.5k\"", "write 1536B"]);
 }
 
 #[test]

@@ -243,9 +243,9 @@ impl JobSpec {
                     match value {
                         None => Ok(default),
                         Some(SizeValue::Number(n)) => Ok(*n),
-                        Some(SizeValue::Text(text)) => {
-                            parse_size(text).map_err(|message| err(field, message))
-                        }
+                        // The same rules as every other size of Sluice (the units crate).
+                        Some(SizeValue::Text(text)) => units::parse_byte_size(text)
+                            .map_err(|error| err(field, error.to_string())),
                     }
                 };
             let time = |field: &str,
@@ -392,36 +392,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// "4096", "4KiB", "4K", "1MiB", "64MiB", "1GiB" (KB/MB/GB as powers of ten).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("size {text:?} must start with a number, e.g. \"4KiB\" or 4096"))?;
-    let multiplier: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" | "K" | "k" => 1 << 10,
-        "MiB" | "M" => 1 << 20,
-        "GiB" | "G" => 1 << 30,
-        "TiB" | "T" => 1 << 40,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "size {text:?} has unknown unit {other:?}; use B, KiB, MiB, GiB or TiB"
-            ))
-        }
-    };
-    number
-        .checked_mul(multiplier)
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,7 +450,15 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("fast").is_err());
-        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert!(parse_size("4X").is_err());
+        let region = |text: &str| {
+            JobSpec::parse_suite(&format!("[[job]]\nname = \"x\"\nregion = \"{text}\"\n"))
+                .map(|jobs| jobs[0].region_bytes)
+        };
+        assert_eq!(region("64MiB").unwrap(), Some(64 << 20));
+        assert_eq!(region("4k").unwrap(), Some(4096));
+        assert_eq!(region("1 TB").unwrap(), Some(1_000_000_000_000));
+        let error = region("4X").unwrap_err();
+        assert_eq!(error.field, "region");
+        assert!(error.message.contains("unknown unit \"X\""), "{error}");
     }
 }

@@ -15,7 +15,7 @@ mod runner;
 pub mod schedule;
 pub mod steady_state;
 
-pub use job::{parse_duration, parse_size as parse_byte_size, JobError, JobSpec, Pattern};
+pub use job::{parse_duration, JobError, JobSpec, Pattern};
 pub use latency::{LatencyRecorder, LatencySummary, SecondSample, PERCENTILES};
 pub use offsets::{IoKind, IoPlan, OffsetGenerator};
 pub use rng::Rng;

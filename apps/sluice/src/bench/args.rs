@@ -8,12 +8,14 @@ use workload::parse_duration;
 
 use super::suites::Scale;
 
+// Sizes follow the rules of every Sluice size (the units crate): 4k and 4KiB are
+// 4096, 4KB is 4000.
 fn parse_size_arg(text: &str) -> Result<u64, String> {
-    workload::parse_byte_size(text)
+    units::parse_byte_size(text).map_err(|error| error.to_string())
 }
 
 fn parse_u32_size_arg(text: &str) -> Result<u32, String> {
-    let bytes = workload::parse_byte_size(text)?;
+    let bytes = parse_size_arg(text)?;
     u32::try_from(bytes).map_err(|_| format!("{text} is too large"))
 }
 
@@ -36,7 +38,12 @@ libiscsi-dev packages: scripts/setup.sh installs them).
 --ceph-conf or $CEPH_CONF). --compare fio-rbd runs the suite through Sluice to that
 image (fio and Sluice's engine; --driver sluice: Sluice's host), then through fio's
 own rbd engine straight to the same image (librbd's cache off, so writes complete
-once the OSDs have them on both sides), and prints them side by side.")]
+once the OSDs have them on both sides), and prints them side by side.
+
+Sizes (--block-size, --size, --namespace-size, a suite file's block_size and
+region): 4096, 0x1000, 4k or 4KiB; K, M, G, T and KiB, MiB, GiB, TiB are powers
+of 1024, KB, MB, GB, TB powers of 1000 (as dd reads them; fio by default reads
+4KB as 4096).")]
 pub struct BenchArgs {
     /// Named suite.
     #[arg(long, default_value = "quick", value_parser = clap::builder::PossibleValuesParser::new(super::suites::SUITES))]
@@ -212,4 +219,20 @@ pub struct ReportArgs {
     /// The HTML file to write.
     #[arg(short, long, default_value = "report.html")]
     pub(super) output: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_the_rules_of_every_sluice_size() {
+        assert_eq!(parse_size_arg("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size_arg("1g"), Ok(1 << 30));
+        assert_eq!(parse_size_arg("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_u32_size_arg("4k"), Ok(4096));
+        assert_eq!(parse_u32_size_arg("4KB"), Ok(4000));
+        assert_eq!(parse_u32_size_arg("4GiB"), Err("4GiB is too large".to_string()));
+        assert!(parse_size_arg("4 parsecs").unwrap_err().contains("unknown unit"));
+    }
 }

@@ -46,6 +46,12 @@ pub use diff::{diff, Change};
 pub use plan::CheckReport;
 pub use schema::{cluster_spec, BackendConfig, CacheModeConfig, PoolConfig};
 pub use storage::{OpenStorage, StorageChanges};
+// Sizes are read and written by the units crate, by the same rules as on every other
+// surface (the command line, the bench's job files): KB is 1000, KiB and K are 1024.
+// `describe_bytes` writes "64 MiB", or "N bytes" when no binary unit holds it whole:
+// the name the config's many messages use for `units::format::exact`.
+pub use units::format::exact as describe_bytes;
+use units::parse_byte_size;
 
 /// NQN of the subsystem `sluice serve` exports without a config file.
 pub const DEFAULT_SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:default";
@@ -510,43 +516,6 @@ fn redact_marked(text: &str, marker: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// Parses "123", "4KiB", "512MiB", "1GiB", "2TiB" (also KB/MB/GB/TB as powers of ten).
-pub fn parse_byte_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("size {text:?} must start with a number, e.g. \"1GiB\" or 4096"))?;
-    let multiplier: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" | "K" => 1 << 10,
-        "MiB" | "M" => 1 << 20,
-        "GiB" | "G" => 1 << 30,
-        "TiB" | "T" => 1 << 40,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        other => {
-            return Err(format!("size {text:?} has unknown unit {other:?}; use B, KiB, MiB, GiB or TiB"))
-        }
-    };
-    number.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
-}
-
-/// Writes a byte count the way a config would give it: "64 MiB" when it is a whole
-/// number of a binary unit, else "N bytes".
-pub fn describe_bytes(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (unit_bytes, unit) in UNITS {
-        if bytes >= unit_bytes && bytes.is_multiple_of(unit_bytes) {
-            return format!("{} {unit}", bytes / unit_bytes);
-        }
-    }
-    format!("{bytes} bytes")
 }
 
 /// A configuration problem, located and explained.

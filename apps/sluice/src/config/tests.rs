@@ -10,9 +10,27 @@ fn sizes_parse_with_units_and_refuse_nonsense() {
     assert_eq!(parse_byte_size("1GiB"), Ok(1 << 30));
     assert_eq!(parse_byte_size("512 MiB"), Ok(512 << 20));
     assert_eq!(parse_byte_size("2TB"), Ok(2_000_000_000_000));
-    assert!(parse_byte_size("1 parsec").unwrap_err().contains("unknown unit"));
-    assert!(parse_byte_size("GiB").unwrap_err().contains("must start with a number"));
-    assert!(parse_byte_size("99999999999TiB").unwrap_err().contains("too large"));
+    assert!(parse_byte_size("1 parsec").unwrap_err().to_string().contains("unknown unit"));
+    assert!(parse_byte_size("GiB").unwrap_err().to_string().contains("must start with a number"));
+    assert!(parse_byte_size("99999999999TiB").unwrap_err().to_string().contains("too large"));
+}
+
+#[test]
+fn config_sizes_follow_the_one_set_of_rules() {
+    let size = |text: &str| {
+        let config = format!("[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:a\"\n[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"{text}\"\n");
+        Config::parse(&config).map(|config| config.subsystems[0].namespaces[0].size.map(|size| size.0))
+    };
+    // Every spelling the config took before keeps its value...
+    assert_eq!(size("1MB"), Ok(Some(1_000_000)));
+    assert_eq!(size("1M"), Ok(Some(1 << 20)));
+    assert_eq!(size("1MiB"), Ok(Some(1 << 20)));
+    // ...and the spellings the command line took mean the same here now.
+    assert_eq!(size("4k"), Ok(Some(4096)));
+    assert_eq!(size("1mb"), Ok(Some(1_000_000)));
+    assert_eq!(size("0x1000"), Ok(Some(4096)));
+    let error = size("1.5GiB").unwrap_err();
+    assert!(error.contains("write 1536MiB"), "{error}");
 }
 
 #[test]

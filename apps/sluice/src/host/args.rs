@@ -284,24 +284,36 @@ pub fn parse_u64(text: &str) -> Result<u64, String> {
     parse_number(text, u64::MAX)
 }
 
-/// A byte count: a number with an optional binary suffix (k/K, m/M, g/G = KiB, MiB,
-/// GiB; "KiB" etc. also accepted).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (number, suffix) = if text.starts_with("0x") || text.starts_with("0X") {
-        (text, "")
-    } else {
-        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
-    };
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        other => return Err(format!("unknown size suffix {other:?}: use k, M or G (powers of 1024)")),
-    };
-    let value = parse_number(number, u64::MAX)?;
-    value.checked_mul(1 << shift).ok_or_else(|| format!("{text} is too large"))
+/// `-z`: a byte count, and the warning when its spelling meant another count before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSize {
+    pub bytes: u64,
+    /// Set for KB, MB and GB (any case): `-z` read them as powers of two, as nvme-cli
+    /// does, until every surface of Sluice took one set of rules (KB = 1000).
+    pub meaning_changed: Option<units::MeaningChanged>,
+}
+
+impl DataSize {
+    /// The warning for stderr, when the size means something it did not before.
+    pub fn warning(&self) -> Option<String> {
+        self.meaning_changed.as_ref().map(|change| format!("sluice: warning: {change}"))
+    }
+}
+
+/// The units `-z` read as powers of two before: KB, MB and GB (it refused TB, so a TB
+/// size cannot have changed meaning).
+const UNITS_ONCE_BINARY: [units::Unit; 3] = [units::Unit::Kilobyte, units::Unit::Megabyte, units::Unit::Gigabyte];
+
+/// Parses `-z`: a byte count by the rules of every Sluice size (4096, 0x1000, 4k,
+/// 4KiB, 4KB; the units crate has them), with the warning for a spelling whose count
+/// changed.
+pub fn parse_data_size(text: &str) -> Result<DataSize, String> {
+    let size = units::parse_written_size(text).map_err(|error| error.to_string())?;
+    let meaning_changed = UNITS_ONCE_BINARY
+        .contains(&size.unit)
+        .then(|| units::MeaningChanged::decimal_unit_was_binary("-z", text, &size))
+        .flatten();
+    Ok(DataSize { bytes: size.bytes, meaning_changed })
 }
 
 /// What a subcommand needs the target for.
@@ -540,11 +552,31 @@ mod tests {
         assert_eq!(parse_u32("17"), Ok(17));
         assert!(parse_u8("256").is_err());
         assert!(parse_u8("x").is_err());
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
-        assert_eq!(parse_size("0x200"), Ok(512));
-        assert_eq!(parse_size("512"), Ok(512));
-        assert!(parse_size("5q").is_err());
+        let bytes = |text: &str| parse_data_size(text).map(|size| size.bytes);
+        assert_eq!(bytes("4k"), Ok(4096));
+        assert_eq!(bytes("1MiB"), Ok(1 << 20));
+        assert_eq!(bytes("0x200"), Ok(512));
+        assert_eq!(bytes("512"), Ok(512));
+        assert_eq!(bytes("1MB"), Ok(1_000_000));
+        assert!(bytes("5q").unwrap_err().contains("unknown unit \"q\""));
+    }
+
+    #[test]
+    fn a_data_size_whose_meaning_changed_warns_with_both_counts() {
+        let size = parse_data_size("1mb").unwrap();
+        assert_eq!(size.bytes, 1_000_000);
+        assert_eq!(
+            size.warning().unwrap(),
+            "sluice: warning: -z 1mb now means 1,000,000 bytes (MB is a power of 1000); write -z 1MiB for 1,048,576 bytes as before"
+        );
+        for (text, before, now) in [("4KB", 4 << 10, 4_000), ("4 kb", 4 << 10, 4_000), ("2Gb", 2 << 30, 2_000_000_000), ("3mB", 3 << 20, 3_000_000)] {
+            let change = parse_data_size(text).unwrap().meaning_changed.expect(text);
+            assert_eq!((change.before_bytes, change.now_bytes), (before, now), "{text}");
+        }
+        // Spellings that kept their meaning, and TB, which -z refused before.
+        for text in ["4k", "4K", "4KiB", "4kib", "1m", "1M", "1MiB", "1G", "1GiB", "4096", "0x1000", "1TB", "1tb", "1TiB"] {
+            assert_eq!(parse_data_size(text).unwrap().warning(), None, "{text}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use nvme_spec::log_page::{log_id, SmartHealthLog, SMART_HEALTH_LOG_BYTES};
 use nvme_spec::{IdentifyNamespace, NamespaceId, Status};
 use serde_json::{json, Value};
 
-use super::args::{OutputArgs, Purpose, TargetArgs};
+use super::args::{DataSize, OutputArgs, Purpose, TargetArgs};
 use super::output::{self, ListRow, StatusContext};
 use super::session::{command_error, connect_error, namespace_hint, no_hint, print_json, print_text, Session};
 use super::paths::IoSession;
@@ -21,6 +21,12 @@ use super::{HostCommand, HostError, IoArgs};
 const MAX_CHUNK_BYTES: u64 = 1 << 20;
 
 pub fn run(command: HostCommand) -> Result<(), HostError> {
+    if let HostCommand::Read { io, .. } | HostCommand::Write { io, .. } | HostCommand::Compare { io, .. } = &command {
+        // Before anything runs: the user learns that -z 1mb moves 1,000,000 bytes now.
+        if let Some(warning) = io.data_size.as_ref().and_then(DataSize::warning) {
+            eprintln!("{warning}");
+        }
+    }
     match command {
         HostCommand::Discover { target, output } => discover(&target, output),
         HostCommand::Connect { target, output } => connect(&target, output),
@@ -360,7 +366,7 @@ struct Transfer {
 /// Works out the transfer from -c (0's based), -z and, for a write without either,
 /// the input's length.
 fn plan_transfer(io: &IoArgs, block_bytes: u64, input_len: Option<u64>) -> Result<Transfer, HostError> {
-    let data_size = io.data_size.filter(|&size| size > 0);
+    let data_size = io.data_size_bytes().filter(|&size| size > 0);
     match (io.block_count, data_size, input_len) {
         (Some(count), size, _) => {
             let blocks = u64::from(count) + 1;
@@ -466,7 +472,7 @@ fn host_blocks(args: &TargetArgs, io_args: &IoArgs) -> Result<HostBlocks, HostEr
     let session = IoSession::open(args, nsid)?;
     let ns = session.identify_namespace(nsid)?;
     let block_bytes = block_size(nsid, &ns)?;
-    let explicit = io_args.block_count.is_some() || io_args.data_size.is_some_and(|size| size > 0);
+    let explicit = io_args.block_count.is_some() || io_args.data_size_bytes().is_some_and(|size| size > 0);
     let transfer = plan_transfer(io_args, block_bytes, (!explicit).then_some(input.len() as u64))?;
     input.truncate(transfer.bytes as usize);
     input.resize((transfer.blocks * block_bytes) as usize, 0);
@@ -568,7 +574,7 @@ fn io_summary(command: &str, output: OutputArgs, nsid: u32, start: u64, transfer
 
 fn read_input(io_args: &IoArgs) -> Result<Vec<u8>, HostError> {
     let limit = io_args
-        .data_size
+        .data_size_bytes()
         .filter(|&size| size > 0)
         .or(io_args.block_count.map(|count| (u64::from(count) + 1) * (1 << 16)))
         .unwrap_or(u64::MAX);
@@ -601,7 +607,8 @@ mod tests {
     use super::*;
 
     fn io(count: Option<u32>, size: Option<u64>) -> IoArgs {
-        IoArgs { namespace_id: 1, start_block: 0, block_count: count, data_size: size, data: None }
+        let data_size = size.map(|bytes| DataSize { bytes, meaning_changed: None });
+        IoArgs { namespace_id: 1, start_block: 0, block_count: count, data_size, data: None }
     }
 
     #[test]

@@ -373,14 +373,22 @@ pub struct IoArgs {
     /// Number of blocks, 0's based as in nvme-cli (0 = one block).
     #[arg(short = 'c', long, value_parser = args::parse_u32)]
     pub block_count: Option<u32>,
-    /// Bytes to transfer (k/M/G suffixes allowed); blocks are padded with zeros on
+    /// Bytes to transfer: 4096, 0x1000, 4k or 4KiB (k/M/G/T and KiB/MiB/GiB/TiB are
+    /// powers of 1024, KB/MB/GB/TB powers of 1000); blocks are padded with zeros on
     /// write, the output is cut to this size on read.
-    #[arg(short = 'z', long, value_parser = args::parse_size)]
-    pub data_size: Option<u64>,
+    #[arg(short = 'z', long, value_parser = args::parse_data_size)]
+    pub data_size: Option<args::DataSize>,
     /// Data file: where read data goes [default: stdout], where write data comes
     /// from [default: stdin].
     #[arg(short = 'd', long, value_name = "FILE")]
     pub data: Option<PathBuf>,
+}
+
+impl IoArgs {
+    /// `-z` in bytes.
+    pub fn data_size_bytes(&self) -> Option<u64> {
+        self.data_size.as_ref().map(|size| size.bytes)
+    }
 }
 
 /// A failure of a host subcommand: one line for stderr and the exit status.

@@ -15,8 +15,8 @@ use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, Status};
 use serde_json::{json, Value};
 
 use super::args::{self, OutputArgs, TargetArgs};
+use super::output::StatusContext;
 use super::session::{command_error, print_json, print_text, Session};
-use super::output::{binary_units, StatusContext};
 use super::HostError;
 
 /// Shown after the help of every namespace subcommand.
@@ -274,7 +274,7 @@ fn identify_data(completion: &HostCompletion) -> Result<&[u8; IDENTIFY_DATA_BYTE
 
 /// "1.50 GiB" for a byte count.
 fn binary_bytes(bytes: u128) -> String {
-    let (value, suffix) = binary_units(bytes as f64);
+    let (value, suffix) = units::format::scale(bytes as f64, units::format::Base::Binary);
     if suffix.is_empty() {
         format!("{bytes} bytes")
     } else {

@@ -200,8 +200,9 @@ pub enum NamespaceCommand {
         /// With --pool: allocate on write instead of reserving the space now.
         #[arg(long, requires = "pool")]
         thin: bool,
-        /// Capacity, e.g. 1GiB (required for ram and null, and for a file that does
-        /// not exist yet).
+        /// Capacity, e.g. 1GiB or 1G (K, M, G, T and KiB...: powers of 1024; KB, MB...:
+        /// powers of 1000); required for ram and null, and for a file that does not
+        /// exist yet.
         #[arg(long, short = 's')]
         size: Option<String>,
         /// Block size in bytes [default: 512 for ram/null, 4096 or the device's for file].
@@ -249,7 +250,8 @@ pub enum NamespaceCommand {
         nqn: String,
         /// Namespace ID.
         nsid: u32,
-        /// The new size: bytes or "20GiB", a multiple of the block size.
+        /// The new size: bytes or "20GiB" (K, M, G, T and KiB...: powers of 1024; KB,
+        /// MB...: powers of 1000), a multiple of the block size.
         #[arg(long)]
         size: String,
     },

@@ -2,6 +2,9 @@
 //! answer, rendered as tables and summaries (`-o json` prints the answer itself).
 
 use serde_json::Value;
+// Sizes: approximate in tables ("1.5 GiB"), exact in the resize line, which a reader
+// may copy back into a config ("1536 MiB").
+use units::format::{approximate, exact};
 
 /// How a result is printed in normal output.
 #[derive(Debug, Clone, Copy)]
@@ -43,22 +46,6 @@ fn items<'a>(value: &'a Value, key: &str) -> &'a [Value] {
     value.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-/// "64 MiB", "1.5 GiB", "512 B".
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (unit_bytes, unit) in UNITS {
-        if bytes >= unit_bytes {
-            let whole = bytes / unit_bytes;
-            return if whole * unit_bytes == bytes {
-                format!("{whole} {unit}")
-            } else {
-                format!("{:.1} {unit}", bytes as f64 / unit_bytes as f64)
-            };
-        }
-    }
-    format!("{bytes} B")
-}
-
 /// Rows as aligned columns under a header.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
@@ -93,7 +80,7 @@ fn namespace_rows(namespaces: &[Value]) -> String {
         .map(|namespace| {
             vec![
                 number(namespace, "nsid").to_string(),
-                human_bytes(number(namespace, "size_bytes")),
+                approximate(number(namespace, "size_bytes")),
                 number(namespace, "block_size").to_string(),
                 text(namespace, "backend").to_string(),
                 text(namespace, "source").to_string(),
@@ -139,7 +126,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
                     vec![
                         text(subsystem, "nqn").to_string(),
                         number(subsystem, "namespaces").to_string(),
-                        human_bytes(number(subsystem, "capacity_bytes")),
+                        approximate(number(subsystem, "capacity_bytes")),
                         number(subsystem, "controllers").to_string(),
                         if flag(subsystem, "allow_any_host") {
                             "any".to_string()
@@ -158,7 +145,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
                 text(result, "nqn"),
                 text(result, "serial"),
                 text(result, "model"),
-                human_bytes(number(result, "capacity_bytes")),
+                approximate(number(result, "capacity_bytes")),
                 if flag(result, "namespace_management") { "yes" } else { "no" },
                 if flag(result, "allow_any_host") { "yes" } else { "no" },
             );
@@ -177,7 +164,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
         View::NamespaceAdded => format!(
             "added namespace {} ({}, {}-byte blocks, {}), NGUID {}\n",
             number(result, "nsid"),
-            human_bytes(number(result, "size_bytes")),
+            approximate(number(result, "size_bytes")),
             number(result, "block_size"),
             text(result, "backend"),
             text(result, "nguid"),
@@ -270,7 +257,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
                     vec![
                         text(backend, "name").to_string(),
                         text(backend, "kind").to_string(),
-                        if open { human_bytes(number(backend, "size_bytes")) } else { "-".to_string() },
+                        if open { approximate(number(backend, "size_bytes")) } else { "-".to_string() },
                         if open { number(backend, "block_size").to_string() } else { "-".to_string() },
                         backend_state(backend, open),
                         backend_source(backend),
@@ -295,8 +282,8 @@ pub(super) fn render(view: View, result: &Value) -> String {
                     vec![
                         text(pool, "name").to_string(),
                         text(pool, "device").to_string(),
-                        if open { human_bytes(number(pool, "capacity_bytes")) } else { "-".to_string() },
-                        if open { human_bytes(number(pool, "free_bytes")) } else { "-".to_string() },
+                        if open { approximate(number(pool, "capacity_bytes")) } else { "-".to_string() },
+                        if open { approximate(number(pool, "free_bytes")) } else { "-".to_string() },
                         if open { format!("{} ({served} served)", carves.len()) } else { "-".to_string() },
                         if management.is_empty() { "-".to_string() } else { management },
                     ]
@@ -367,12 +354,12 @@ fn tls_note(tls: &str) -> String {
 fn render_resized(result: &Value) -> String {
     let number = |key: &str| result.get(key).and_then(Value::as_u64).unwrap_or(0);
     let nqn = result.get("nqn").and_then(Value::as_str).unwrap_or("?");
-    let now = crate::config::describe_bytes(number("size_bytes"));
+    let now = exact(number("size_bytes"));
     if result.get("changed").and_then(Value::as_bool) == Some(true) {
         format!(
             "grew namespace {} of {nqn} from {} to {now} ({} blocks); its hosts were told\n",
             number("nsid"),
-            crate::config::describe_bytes(number("previous_size_bytes")),
+            exact(number("previous_size_bytes")),
             number("blocks")
         )
     } else {
@@ -387,9 +374,9 @@ mod tests {
 
     #[test]
     fn sizes_and_tables_read_well() {
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-        assert_eq!(human_bytes(100), "100 B");
+        assert_eq!(approximate(64 << 20), "64 MiB");
+        assert_eq!(approximate(3 << 29), "1.5 GiB");
+        assert_eq!(approximate(100), "100 B");
         let text = table(&["A", "LONGER"], &[vec!["wide cell".into(), "x".into()]]);
         assert_eq!(text, "A          LONGER\nwide cell  x\n");
     }

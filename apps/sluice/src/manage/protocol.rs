@@ -272,9 +272,9 @@ impl Params {
                     RpcError::invalid_params(name, format!("must be a whole number of bytes, not {number}"))
                 })
             }
-            Some(Value::String(text)) => crate::config::parse_byte_size(&text)
+            Some(Value::String(text)) => units::parse_byte_size(&text)
                 .map(|_| Some(SizeParam::Text(text)))
-                .map_err(|reason| RpcError::invalid_params(name, reason)),
+                .map_err(|reason| RpcError::invalid_params(name, reason.to_string())),
             Some(other) => Err(RpcError::invalid_params(
                 name,
                 format!("must be a number of bytes or a string like \"64MiB\", not {}", kind(&other)),

@@ -1,6 +1,7 @@
 //! `sluice list` rows.
 
 use super::*;
+use units::format::{scale, Base};
 
 // ---------------------------------------------------------------------------------
 // list
@@ -49,10 +50,11 @@ pub fn list_text(rows: &[ListRow]) -> String {
         "-".repeat(8)
     );
     for row in rows {
-        let (used, used_suffix) = si_units(row.used_bytes as f64);
-        let (total, total_suffix) = si_units(row.total_bytes() as f64);
+        // nvme-cli's columns: usage in SI units, the block size in binary ones.
+        let (used, used_suffix) = scale(row.used_bytes as f64, Base::Decimal);
+        let (total, total_suffix) = scale(row.total_bytes() as f64, Base::Decimal);
         let usage = format!("{used:6.2} {used_suffix:>2}B / {total:6.2} {total_suffix:>2}B");
-        let (block, block_suffix) = binary_units(row.block_bytes as f64);
+        let (block, block_suffix) = scale(row.block_bytes as f64, Base::Binary);
         let format = format!("{block:3.0} {block_suffix:>3}B + {:2} B", row.metadata_bytes);
         let nsid = format!("{:#x}", row.nsid);
         let _ = writeln!(

@@ -175,33 +175,9 @@ pub fn c_alt_hex(value: u64, width_nonzero: usize, width_zero: usize) -> String 
     }
 }
 
-/// A value in SI units like nvme-cli's usage column: (value, "k"/"M"/"G"/"T"/"P"/"").
-pub fn si_units(value: f64) -> (f64, &'static str) {
-    let mut value = value;
-    for suffix in ["", "k", "M", "G", "T", "P"] {
-        if value < 1000.0 || suffix == "P" {
-            return (value, suffix);
-        }
-        value /= 1000.0;
-    }
-    (value, "E")
-}
-
-/// A value in binary units: (value, "Ki"/"Mi"/"Gi"/"Ti"/"").
-pub fn binary_units(value: f64) -> (f64, &'static str) {
-    let mut value = value;
-    for suffix in ["", "Ki", "Mi", "Gi", "Ti"] {
-        if value < 1024.0 || suffix == "Ti" {
-            return (value, suffix);
-        }
-        value /= 1024.0;
-    }
-    (value, "Pi")
-}
-
-/// "1.14 GB" for a byte count.
+/// "1.14 GB" for a byte count, as nvme-cli's smart-log writes data units.
 pub fn si_bytes(bytes: u128) -> String {
-    let (value, suffix) = si_units(bytes as f64);
+    let (value, suffix) = units::format::scale(bytes as f64, units::format::Base::Decimal);
     format!("{value:.2} {suffix}B")
 }
 

@@ -18,7 +18,7 @@ use nvme_target::Subsystem;
 use storage::Backend;
 
 use super::{namespace_json, Management};
-use crate::config::{describe_bytes, parse_byte_size, Config};
+use crate::config::{describe_bytes, Config};
 use crate::manage::assemble::{BuiltNamespace, NamespacePiece};
 use crate::manage::protocol::{Params, RpcError};
 
@@ -139,7 +139,7 @@ impl Management {
                 Some(item) => item
                     .as_integer()
                     .and_then(|bytes| u64::try_from(bytes).ok())
-                    .or_else(|| item.as_str().and_then(|text| parse_byte_size(text).ok())),
+                    .or_else(|| item.as_str().and_then(|text| units::parse_byte_size(text).ok())),
                 None => None,
             };
             if let (Some(open), Some(size_bytes), false) = (self.storage.pool(name), size, thin) {

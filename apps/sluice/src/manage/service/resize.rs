@@ -30,7 +30,7 @@ impl Management {
         let size_bytes = match params.optional_size("size")? {
             Some(SizeParam::Bytes(bytes)) => bytes,
             Some(SizeParam::Text(text)) => {
-                crate::config::parse_byte_size(&text).map_err(|reason| RpcError::invalid_params("size", reason))?
+                units::parse_byte_size(&text).map_err(|reason| RpcError::invalid_params("size", reason.to_string()))?
             }
             None => return Err(RpcError::invalid_params("size", "missing: give the new size, e.g. \"20GiB\"")),
         };
