@@ -1,0 +1,1 @@
+//! No code: the checks are in `tests/` (they read the workspace's manifests).
