@@ -41,6 +41,24 @@ pub const GROUP_CONFIG_CONFLICT: i64 = -32006;
 /// and what to change. Nothing was changed.
 pub const ACCESS_DENIED: i64 = -32007;
 
+/// Every code above, in the order docs/operations.md lists them (a test checks the
+/// two agree).
+pub const ALL: [i64; 13] = [
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    INTERNAL_ERROR,
+    CHANGE_REFUSED,
+    CONFIG_INVALID,
+    NO_CONFIG_FILE,
+    CONFIG_CHANGED_ON_DISK,
+    PERSIST_FAILED,
+    APPLY_FAILED,
+    GROUP_CONFIG_CONFLICT,
+    ACCESS_DENIED,
+];
+
 /// Machine-readable causes a refusal carries in `data.cause`, so a caller (the CSI
 /// driver) branches on them instead of on the message, which is for people.
 pub mod causes {
@@ -62,4 +80,15 @@ pub mod causes {
     pub const IN_USE: &str = "in_use";
     /// An RBD image that has snapshots cannot be deleted (they would go with it).
     pub const HAS_SNAPSHOTS: &str = "has_snapshots";
+
+    /// Every cause above.
+    pub const ALL: [&str; 7] = [
+        NO_SPACE,
+        WOULD_SHRINK,
+        NOT_RESIZABLE,
+        NOT_FOUND,
+        ALREADY_EXISTS,
+        IN_USE,
+        HAS_SNAPSHOTS,
+    ];
 }

@@ -4,11 +4,13 @@
 //! they reach a gateway the same way and see the same errors.
 //!
 //! - `codes`: the error codes the server answers with, for callers that branch on them.
+//! - `methods`: the method table (every method and whether it changes anything).
 //! - `Endpoint`: where the API is offered.
 //! - `Client::call`: one request, its result or the server's error.
 //! - `tls`: the network endpoint (mutual TLS).
 
 pub mod codes;
+pub mod methods;
 mod tls;
 
 pub use tls::{TlsEndpoint, CONNECT_TIMEOUT};

@@ -136,7 +136,7 @@ pub fn audit(caller: &Caller, method: &str, redacted_params: &str, outcome: Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manage::service::METHODS;
+    use management_client::methods::METHODS;
 
     fn peer() -> SocketAddr {
         SocketAddr::from(([192, 0, 2, 7], 50_000))
