@@ -133,13 +133,22 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------
-# Rust: stable with clippy (lint stage), nightly + cargo-fuzz (fuzz stage).
+# Rust: stable with rustfmt (fmt stage) and clippy (clippy stage), nightly + cargo-fuzz (fuzz stage).
 # ---------------------------------------------------------------------------
 if [ -d "$HOME/.cargo/bin" ] && [[ ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 have_cmd cargo || die "cargo not found: install Rust with rustup (https://rustup.rs) and re-run"
 have_cmd rustup || die "rustup not found: the fuzz stage needs rustup to manage the nightly toolchain"
+
+if ! cargo fmt --version >/dev/null 2>&1; then
+  if [ "$CHECK_ONLY" = 1 ]; then missing+=("rustup component rustfmt")
+  else
+    echo "+ rustup component add rustfmt" >>"$LOG"
+    rustup component add rustfmt >>"$LOG" 2>&1 || die "rustup component add rustfmt failed"
+    installed+=("rustfmt")
+  fi
+fi
 
 if ! cargo clippy --version >/dev/null 2>&1; then
   if [ "$CHECK_ONLY" = 1 ]; then missing+=("rustup component clippy")
@@ -227,5 +236,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, clippy, nightly, cargo-fuzz, csi-sanity, peer image) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, rustfmt, clippy, nightly, cargo-fuzz, csi-sanity, peer image) in ${elapsed}s"
 fi

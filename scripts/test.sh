@@ -3,6 +3,7 @@
 #
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
+#   fmt         cargo fmt --all --check (rustfmt.toml: one style for the workspace)
 #   build       cargo build --release --workspace --all-targets, and cargo check of
 #               tools/runtime-compare (its own workspace, so nothing else builds it),
 #               then the fio engines (scripts/build-fio-engine.sh) for the bench's fio
@@ -54,7 +55,7 @@ CHECKED_PROFILE=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_U
   CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true)
 export "${CHECKED_PROFILE[@]}"
 
-STAGES=(setup build cluster test clippy csi sim harness fuzz report interop)
+STAGES=(setup fmt build cluster test clippy csi sim harness fuzz report interop)
 declare -A RESULT=() TOOK=()
 run_start=$SECONDS
 
@@ -195,6 +196,8 @@ build_all() {
   scripts/build-fio-engine.sh || return 1
   export SLUICE_REQUIRE_FIO=1
 }
+stage fmt "run cargo fmt --all (the diff above is what it changes)" \
+  cargo fmt --all --check
 stage build "fix the compile errors above" \
   build_all
 stage cluster "the one-node Ceph cluster did not come up: see above and its log directory" \

@@ -122,16 +122,11 @@ fn capability(arguments: &Arguments) -> VolumeCapability {
     let access_type = if arguments.block {
         AccessType::Block(BlockVolume {})
     } else {
-        AccessType::Mount(MountVolume {
-            fs_type: arguments.fs_type.clone(),
-            ..Default::default()
-        })
+        AccessType::Mount(MountVolume { fs_type: arguments.fs_type.clone(), ..Default::default() })
     };
     VolumeCapability {
         access_type: Some(access_type),
-        access_mode: Some(AccessMode {
-            mode: Mode::SingleNodeWriter as i32,
-        }),
+        access_mode: Some(AccessMode { mode: Mode::SingleNodeWriter as i32 }),
     }
 }
 
@@ -141,9 +136,7 @@ async fn connect(endpoint: &str) -> Result<Channel, String> {
     Endpoint::from_static("http://csi.invalid")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
         }))
         .await
         .map_err(|error| format!("cannot connect to the driver at {endpoint}: {error}"))
@@ -160,9 +153,7 @@ async fn call(arguments: Arguments) -> Result<String, String> {
     let capability = capability(&arguments);
     let refused = |status: tonic::Status| format!("{:?}: {}", status.code(), status.message());
     let output = match arguments.call {
-        Call::NodeInfo => {
-            node.node_get_info(NodeGetInfoRequest {}).await.map_err(refused)?.into_inner().node_id
-        }
+        Call::NodeInfo => node.node_get_info(NodeGetInfoRequest {}).await.map_err(refused)?.into_inner().node_id,
         Call::Create { name, size_bytes, parameters } => {
             let request = CreateVolumeRequest {
                 name,

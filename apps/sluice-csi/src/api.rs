@@ -40,9 +40,7 @@ pub fn endpoint_of(url: &str, tls: &TlsFiles) -> Result<Endpoint, String> {
             .map_err(|reason| format!("--api: {reason}"));
     }
     if url.contains("://") {
-        return Err(format!(
-            "--api {url:?}: give unix:///path/to/socket, a socket path, or https://HOST:PORT"
-        ));
+        return Err(format!("--api {url:?}: give unix:///path/to/socket, a socket path, or https://HOST:PORT"));
     }
     if url.is_empty() {
         return Err("--api: empty".to_string());
@@ -108,9 +106,7 @@ impl Api {
 
     /// One call, its refusal mapped to a gRPC status.
     pub async fn call(&self, method: &'static str, params: Value) -> Result<Value, Status> {
-        self.call_raw(method, params)
-            .await
-            .map_err(|error| status_of(method, &error))
+        self.call_raw(method, params).await.map_err(|error| status_of(method, &error))
     }
 }
 
@@ -196,11 +192,7 @@ mod tests {
     use super::*;
 
     fn refusal(code: i64, message: &str) -> CallError {
-        CallError::Remote(RemoteError {
-            code,
-            message: message.to_string(),
-            data: None,
-        })
+        CallError::Remote(RemoteError { code, message: message.to_string(), data: None })
     }
 
     #[test]
@@ -212,7 +204,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_gateway_passes_the_call_to_the_next() {
-        let missing = |name: &str| Endpoint::Unix(std::env::temp_dir().join(format!("sluice-csi-no-such-{name}-{}.sock", std::process::id())));
+        let missing = |name: &str| {
+            Endpoint::Unix(std::env::temp_dir().join(format!("sluice-csi-no-such-{name}-{}.sock", std::process::id())))
+        };
         let api = Api::new(vec![missing("a"), missing("b")]);
         let error = api.call_raw("ns_list", serde_json::json!({})).await.unwrap_err();
         // Both were tried: the error is the last one's.
@@ -222,14 +216,8 @@ mod tests {
     #[test]
     fn urls_become_endpoints_and_https_needs_its_files() {
         let tls = TlsFiles::default();
-        assert_eq!(
-            endpoint_of("unix:///run/sluice/api.sock", &tls),
-            Ok(Endpoint::Unix("/run/sluice/api.sock".into()))
-        );
-        assert_eq!(
-            endpoint_of("/tmp/a.sock", &tls),
-            Ok(Endpoint::Unix("/tmp/a.sock".into()))
-        );
+        assert_eq!(endpoint_of("unix:///run/sluice/api.sock", &tls), Ok(Endpoint::Unix("/run/sluice/api.sock".into())));
+        assert_eq!(endpoint_of("/tmp/a.sock", &tls), Ok(Endpoint::Unix("/tmp/a.sock".into())));
         assert!(endpoint_of("https://gw:9443", &tls).unwrap_err().contains("--api-ca"));
         let files = TlsFiles {
             ca: Some("/etc/sluice-api/ca.crt".into()),
@@ -256,9 +244,15 @@ mod tests {
         let cases = [
             (refusal(codes::INVALID_PARAMS, "size: is too large"), Code::InvalidArgument),
             (refusal_with_cause(codes::CHANGE_REFUSED, "no subsystem nqn.x", causes::NOT_FOUND), Code::NotFound),
-            (refusal_with_cause(codes::CHANGE_REFUSED, "uuid 1 is already used", causes::ALREADY_EXISTS), Code::AlreadyExists),
+            (
+                refusal_with_cause(codes::CHANGE_REFUSED, "uuid 1 is already used", causes::ALREADY_EXISTS),
+                Code::AlreadyExists,
+            ),
             (refusal(codes::CHANGE_REFUSED, "subsystem nqn.x has no free NSID left"), Code::FailedPrecondition),
-            (refusal_with_cause(codes::CONFIG_INVALID, "pool \"p\" has no room", causes::NO_SPACE), Code::ResourceExhausted),
+            (
+                refusal_with_cause(codes::CONFIG_INVALID, "pool \"p\" has no room", causes::NO_SPACE),
+                Code::ResourceExhausted,
+            ),
             (refusal(codes::CONFIG_INVALID, "bad"), Code::InvalidArgument),
             (refusal(codes::GROUP_CONFIG_CONFLICT, "changed"), Code::Aborted),
             (refusal(codes::INTERNAL_ERROR, "bug"), Code::Internal),
@@ -289,7 +283,9 @@ mod tests {
             }
         }
         // Without a cause, words decide nothing: a refusal is a failed precondition.
-        for message in ["nsid: subsystem nqn.a has no namespace 3", "uuid 1 is already used", "pool has 1 GiB free, less than"] {
+        for message in
+            ["nsid: subsystem nqn.a has no namespace 3", "uuid 1 is already used", "pool has 1 GiB free, less than"]
+        {
             let error = refusal(codes::CHANGE_REFUSED, message);
             assert_eq!(status_of("ns_resize", &error).code(), Code::FailedPrecondition, "{message}");
             assert!(!is_not_found(&error) && !is_still_attached(&error));

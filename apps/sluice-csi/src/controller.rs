@@ -27,9 +27,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::{is_not_found, status_of, Api};
 use crate::csi::controller_server::Controller;
-use crate::csi::controller_service_capability::{
-    rpc::Type as RpcType, Rpc, Type as CapabilityType,
-};
+use crate::csi::controller_service_capability::{rpc::Type as RpcType, Rpc, Type as CapabilityType};
 use crate::csi::validate_volume_capabilities_response::Confirmed;
 use crate::csi::volume_capability::access_mode::Mode;
 use crate::csi::volume_capability::AccessType;
@@ -103,26 +101,13 @@ pub fn unsupported_capability(capabilities: &[VolumeCapability]) -> Option<Strin
         return Some("volume_capabilities: missing".to_string());
     }
     for capability in capabilities {
-        let mode = capability
-            .access_mode
-            .and_then(|mode| Mode::try_from(mode.mode).ok())
-            .unwrap_or(Mode::Unknown);
+        let mode = capability.access_mode.and_then(|mode| Mode::try_from(mode.mode).ok()).unwrap_or(Mode::Unknown);
         match (&capability.access_type, mode) {
-            (None, _) => {
-                return Some("a volume capability without access_type (block or mount)".to_string())
-            }
-            (_, Mode::Unknown) => {
-                return Some("a volume capability without a known access_mode".to_string())
-            }
+            (None, _) => return Some("a volume capability without access_type (block or mount)".to_string()),
+            (_, Mode::Unknown) => return Some("a volume capability without a known access_mode".to_string()),
             // A local filesystem written from several nodes at once is corrupted.
-            (
-                Some(AccessType::Mount(_)),
-                Mode::MultiNodeSingleWriter | Mode::MultiNodeMultiWriter,
-            ) => {
-                return Some(format!(
-                    "{} needs access_type block: a filesystem cannot be shared",
-                    mode.as_str_name()
-                ))
+            (Some(AccessType::Mount(_)), Mode::MultiNodeSingleWriter | Mode::MultiNodeMultiWriter) => {
+                return Some(format!("{} needs access_type block: a filesystem cannot be shared", mode.as_str_name()))
             }
             _ => {}
         }
@@ -147,9 +132,7 @@ pub(crate) fn required_volume_id(text: &str) -> Result<Option<VolumeId>, Status>
 }
 
 pub(crate) fn not_found(text: &str) -> Status {
-    Status::not_found(format!(
-        "volume {text:?} does not exist (no such namespace on the gateway)"
-    ))
+    Status::not_found(format!("volume {text:?} does not exist (no such namespace on the gateway)"))
 }
 
 impl ControllerService {
@@ -170,18 +153,15 @@ impl ControllerService {
             return Err(Status::invalid_argument(reason));
         }
         if !request.mutable_parameters.is_empty() {
-            return Err(Status::invalid_argument(
-                "mutable_parameters: not supported",
-            ));
+            return Err(Status::invalid_argument("mutable_parameters: not supported"));
         }
-        let class = StorageClass::parse(&request.parameters)
-            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let class =
+            StorageClass::parse(&request.parameters).map_err(|error| Status::invalid_argument(error.to_string()))?;
         if request.volume_content_source.is_some() && matches!(class.backing, Backing::Pool { .. }) {
             return Err(crate::snapshots::carves_have_no_snapshots("volume_content_source"));
         }
-        let (required_bytes, limit_bytes) = request
-            .capacity_range
-            .map_or((0, 0), |range| (range.required_bytes, range.limit_bytes));
+        let (required_bytes, limit_bytes) =
+            request.capacity_range.map_or((0, 0), |range| (range.required_bytes, range.limit_bytes));
         let id = VolumeId::for_name(&class.subsystem_nqn, &request.name);
         if id.encode().len() > MAX_VOLUME_ID_BYTES {
             return Err(Status::invalid_argument(format!(
@@ -228,9 +208,8 @@ impl ControllerService {
             }
             Backing::Rbd { ceph_pool } => {
                 let block_size_bytes = class.block_size_bytes.unwrap_or(512);
-                let mut size_bytes =
-                    volume_size_bytes(required_bytes, limit_bytes, u64::from(block_size_bytes))
-                        .map_err(|error| Status::out_of_range(error.to_string()))?;
+                let mut size_bytes = volume_size_bytes(required_bytes, limit_bytes, u64::from(block_size_bytes))
+                    .map_err(|error| Status::out_of_range(error.to_string()))?;
                 if let Some(source) = &source {
                     // A copy holds all of its source: never smaller than that.
                     if limit_bytes > 0 && source.size_bytes > limit_bytes.unsigned_abs() {
@@ -278,9 +257,7 @@ impl ControllerService {
         limit_bytes: i64,
         class: &StorageClass,
     ) -> Result<Volume, Status> {
-        let block_size_fits = class
-            .block_size_bytes
-            .is_none_or(|bytes| u64::from(bytes) == namespace.block_size_bytes);
+        let block_size_fits = class.block_size_bytes.is_none_or(|bytes| u64::from(bytes) == namespace.block_size_bytes);
         if !size_fits(namespace.size_bytes, required_bytes, limit_bytes) || !block_size_fits {
             return Err(Status::already_exists(format!(
                 "a volume of this name exists with {} bytes in {}-byte blocks, which does not meet this request",
@@ -309,10 +286,7 @@ impl ControllerService {
         // every block size a pool device has.
         let pool_block_size = pool.block_size_bytes.unwrap_or(4096);
         if let Some(wanted) = class.block_size_bytes {
-            if pool
-                .block_size_bytes
-                .is_some_and(|bytes| bytes != u64::from(wanted))
-            {
+            if pool.block_size_bytes.is_some_and(|bytes| bytes != u64::from(wanted)) {
                 return Err(Status::invalid_argument(format!(
                     "StorageClass parameter \"blockSize\": pool {pool_name:?} has {pool_block_size}-byte blocks, not {wanted}"
                 )));
@@ -328,11 +302,7 @@ impl ControllerService {
         let Some(pool) = pools.iter().find(|pool| pool.name == pool_name) else {
             return Ok(());
         };
-        let (room, what) = if thin {
-            (pool.capacity_bytes, "capacity")
-        } else {
-            (pool.free_bytes, "free space")
-        };
+        let (room, what) = if thin { (pool.capacity_bytes, "capacity") } else { (pool.free_bytes, "free space") };
         match room {
             Some(room) if size_bytes > room => Err(Status::resource_exhausted(format!(
                 "pool {pool_name:?} has {room} bytes of {what}, less than the {size_bytes} bytes asked for"
@@ -396,11 +366,13 @@ impl ControllerService {
     async fn delete_leftover_image(&self, id: &VolumeId) -> Result<(), Status> {
         let image = format!("csi-{}", id.namespace_uuid.simple());
         let listed = self.api.call("backend_list", json!({})).await?;
-        let leftovers = listed.get("backends").and_then(|backends| backends.as_array()).into_iter().flatten().filter(|backend| {
-            let unused = backend.get("used_by").and_then(|users| users.as_array()).is_none_or(|users| users.is_empty())
-                && backend.get("namespace").is_none_or(|namespace| namespace.is_null());
-            unused && backend.pointer("/rbd/image").and_then(|name| name.as_str()) == Some(image.as_str())
-        });
+        let leftovers =
+            listed.get("backends").and_then(|backends| backends.as_array()).into_iter().flatten().filter(|backend| {
+                let unused =
+                    backend.get("used_by").and_then(|users| users.as_array()).is_none_or(|users| users.is_empty())
+                        && backend.get("namespace").is_none_or(|namespace| namespace.is_null());
+                unused && backend.pointer("/rbd/image").and_then(|name| name.as_str()) == Some(image.as_str())
+            });
         for backend in leftovers {
             let Some(name) = backend.get("name").and_then(|name| name.as_str()) else { continue };
             match self.api.call_raw("backend_remove", json!({ "name": name, "delete_image": true })).await {
@@ -412,17 +384,13 @@ impl ControllerService {
         Ok(())
     }
 
-    async fn publish(
-        &self,
-        request: ControllerPublishVolumeRequest,
-    ) -> Result<HashMap<String, String>, Status> {
+    async fn publish(&self, request: ControllerPublishVolumeRequest) -> Result<HashMap<String, String>, Status> {
         required_volume_id(&request.volume_id)?;
         if request.node_id.is_empty() {
             return Err(Status::invalid_argument("node_id: missing"));
         }
-        let capability = request
-            .volume_capability
-            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let capability =
+            request.volume_capability.ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
         if let Some(reason) = unsupported_capability(&[capability]) {
             return Err(Status::invalid_argument(reason));
         }
@@ -430,10 +398,7 @@ impl ControllerService {
         let (id, namespace) = self.existing(&request.volume_id).await?;
         // Node ids are host NQNs (NodeGetInfo); anything else names no node.
         if !request.node_id.starts_with("nqn.") || request.node_id.len() > 223 {
-            return Err(Status::not_found(format!(
-                "node {:?} is not an NVMe host NQN: no such node",
-                request.node_id
-            )));
+            return Err(Status::not_found(format!("node {:?} is not an NVMe host NQN: no such node", request.node_id)));
         }
         let entry = self.host_entry(&id.subsystem_nqn, &request.node_id).await?;
         match host_step(entry.as_ref(), &keys) {
@@ -457,10 +422,7 @@ impl ControllerService {
         }
         // Idempotent on the gateway: a retried publish finds it attached already.
         self.api
-            .call(
-                "ns_attach",
-                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }),
-            )
+            .call("ns_attach", json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }))
             .await?;
         tracing::info!(volume = %request.volume_id, node = %request.node_id, nsid = namespace.nsid, "namespace attached to the node");
         let addresses = if self.discovery_addresses.is_empty() {
@@ -482,19 +444,10 @@ impl ControllerService {
     /// `host`'s entry in the subsystem's `host_list` (whether it has keys, never the
     /// keys); None when it is not allowed.
     async fn host_entry(&self, subsystem_nqn: &str, host: &str) -> Result<Option<Value>, Status> {
-        let hosts = self
-            .api
-            .call("host_list", json!({ "nqn": subsystem_nqn }))
-            .await?;
-        Ok(hosts
-            .get("hosts")
-            .and_then(Value::as_array)
-            .and_then(|hosts| {
-                hosts
-                    .iter()
-                    .find(|entry| entry.get("host").and_then(Value::as_str) == Some(host))
-                    .cloned()
-            }))
+        let hosts = self.api.call("host_list", json!({ "nqn": subsystem_nqn })).await?;
+        Ok(hosts.get("hosts").and_then(Value::as_array).and_then(|hosts| {
+            hosts.iter().find(|entry| entry.get("host").and_then(Value::as_str) == Some(host)).cloned()
+        }))
     }
 
     /// Unpublish: the namespace is detached from the node (idempotent on the
@@ -537,21 +490,10 @@ impl ControllerService {
             .filter(|namespace| namespace.uuid != id.namespace_uuid)
             .filter(|namespace| namespace.attached_to(&request.node_id))
             .count();
-        if others > 0
-            || !self
-                .host_allowed(&id.subsystem_nqn, &request.node_id)
-                .await?
-        {
+        if others > 0 || !self.host_allowed(&id.subsystem_nqn, &request.node_id).await? {
             return Ok(());
         }
-        match self
-            .api
-            .call_raw(
-                "host_deny",
-                json!({ "nqn": id.subsystem_nqn, "host": request.node_id }),
-            )
-            .await
-        {
+        match self.api.call_raw("host_deny", json!({ "nqn": id.subsystem_nqn, "host": request.node_id })).await {
             Ok(_) => {
                 tracing::info!(volume = %request.volume_id, node = %request.node_id, "host denied on the subsystem");
                 Ok(())
@@ -572,9 +514,7 @@ impl Controller for ControllerService {
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let volume = self.create(request.into_inner()).await?;
-        Ok(Response::new(CreateVolumeResponse {
-            volume: Some(volume),
-        }))
+        Ok(Response::new(CreateVolumeResponse { volume: Some(volume) }))
     }
 
     async fn delete_volume(
@@ -590,9 +530,7 @@ impl Controller for ControllerService {
         request: Request<ControllerPublishVolumeRequest>,
     ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
         let publish_context = self.publish(request.into_inner()).await?;
-        Ok(Response::new(ControllerPublishVolumeResponse {
-            publish_context,
-        }))
+        Ok(Response::new(ControllerPublishVolumeResponse { publish_context }))
     }
 
     async fn controller_unpublish_volume(
@@ -614,10 +552,7 @@ impl Controller for ControllerService {
         }
         self.existing(&request.volume_id).await?;
         let response = match unsupported_capability(&request.volume_capabilities) {
-            Some(reason) => ValidateVolumeCapabilitiesResponse {
-                confirmed: None,
-                message: reason,
-            },
+            Some(reason) => ValidateVolumeCapabilitiesResponse { confirmed: None, message: reason },
             None => ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(Confirmed {
                     volume_context: request.volume_context,
@@ -637,13 +572,8 @@ impl Controller for ControllerService {
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let request = request.into_inner();
         let volumes = gateway::all_volumes(&self.api).await?;
-        let page = crate::paging::page(
-            &request.starting_token,
-            request.max_entries,
-            volumes.len(),
-            "ListVolumes",
-            "volumes",
-        )?;
+        let page =
+            crate::paging::page(&request.starting_token, request.max_entries, volumes.len(), "ListVolumes", "volumes")?;
         let entries = volumes[page.entries]
             .iter()
             .map(|(id, namespace)| list_volumes_response::Entry {
@@ -652,10 +582,7 @@ impl Controller for ControllerService {
             })
             .collect();
         let next_token = page.next_token;
-        Ok(Response::new(ListVolumesResponse {
-            entries,
-            next_token,
-        }))
+        Ok(Response::new(ListVolumesResponse { entries, next_token }))
     }
 
     async fn get_capacity(
@@ -663,24 +590,18 @@ impl Controller for ControllerService {
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
         let request = request.into_inner();
-        let wanted = capacity_pool(&request.parameters)
-            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let wanted = capacity_pool(&request.parameters).map_err(|error| Status::invalid_argument(error.to_string()))?;
         let pools = gateway::pools(&self.api).await?;
-        let chosen: Vec<_> = pools
-            .iter()
-            .filter(|pool| wanted.as_ref().is_none_or(|name| &pool.name == name))
-            .collect();
+        let chosen: Vec<_> =
+            pools.iter().filter(|pool| wanted.as_ref().is_none_or(|name| &pool.name == name)).collect();
         if let (Some(name), true) = (&wanted, chosen.is_empty()) {
             return Err(Status::invalid_argument(format!(
                 "StorageClass parameter \"pool\": the gateway has no [[pool]] {name:?}"
             )));
         }
         let free_bytes: u64 = chosen.iter().filter_map(|pool| pool.free_bytes).sum();
-        let largest_bytes = chosen
-            .iter()
-            .filter_map(|pool| pool.capacity_bytes)
-            .max()
-            .unwrap_or(DEFAULT_VOLUME_SIZE_BYTES);
+        let largest_bytes =
+            chosen.iter().filter_map(|pool| pool.capacity_bytes).max().unwrap_or(DEFAULT_VOLUME_SIZE_BYTES);
         Ok(Response::new(GetCapacityResponse {
             available_capacity: i64::try_from(free_bytes).unwrap_or(i64::MAX),
             maximum_volume_size: Some(i64::try_from(largest_bytes).unwrap_or(i64::MAX)),
@@ -705,13 +626,9 @@ impl Controller for ControllerService {
             RpcType::ExpandVolume,
         ]
         .into_iter()
-        .map(|rpc| ControllerServiceCapability {
-            r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })),
-        })
+        .map(|rpc| ControllerServiceCapability { r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })) })
         .collect();
-        Ok(Response::new(ControllerGetCapabilitiesResponse {
-            capabilities,
-        }))
+        Ok(Response::new(ControllerGetCapabilitiesResponse { capabilities }))
     }
 
     async fn create_snapshot(
@@ -737,10 +654,7 @@ impl Controller for ControllerService {
         Ok(Response::new(self.snapshot_list(request.into_inner()).await?))
     }
 
-    async fn get_snapshot(
-        &self,
-        _: Request<GetSnapshotRequest>,
-    ) -> Result<Response<GetSnapshotResponse>, Status> {
+    async fn get_snapshot(&self, _: Request<GetSnapshotRequest>) -> Result<Response<GetSnapshotResponse>, Status> {
         Err(Status::unimplemented("GetSnapshot is not offered (no GET_SNAPSHOT capability): use ListSnapshots"))
     }
 
@@ -786,36 +700,21 @@ mod tests {
     use crate::csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
 
     fn capability(access_type: AccessType, mode: Mode) -> VolumeCapability {
-        VolumeCapability {
-            access_type: Some(access_type),
-            access_mode: Some(AccessMode { mode: mode as i32 }),
-        }
+        VolumeCapability { access_type: Some(access_type), access_mode: Some(AccessMode { mode: mode as i32 }) }
     }
 
     #[test]
     fn shared_writers_need_block_access() {
         let mount = || AccessType::Mount(MountVolume::default());
+        assert_eq!(unsupported_capability(&[capability(mount(), Mode::SingleNodeWriter)]), None);
         assert_eq!(
-            unsupported_capability(&[capability(mount(), Mode::SingleNodeWriter)]),
+            unsupported_capability(&[capability(AccessType::Block(BlockVolume {}), Mode::MultiNodeMultiWriter)]),
             None
         );
-        assert_eq!(
-            unsupported_capability(&[capability(
-                AccessType::Block(BlockVolume {}),
-                Mode::MultiNodeMultiWriter
-            )]),
-            None
-        );
-        assert!(
-            unsupported_capability(&[capability(mount(), Mode::MultiNodeMultiWriter)]).is_some()
-        );
+        assert!(unsupported_capability(&[capability(mount(), Mode::MultiNodeMultiWriter)]).is_some());
         assert!(unsupported_capability(&[capability(mount(), Mode::Unknown)]).is_some());
         assert!(unsupported_capability(&[]).is_some());
-        assert!(unsupported_capability(&[VolumeCapability {
-            access_type: None,
-            access_mode: None
-        }])
-        .is_some());
+        assert!(unsupported_capability(&[VolumeCapability { access_type: None, access_mode: None }]).is_some());
     }
 
     #[test]
@@ -862,10 +761,7 @@ mod tests {
 
     #[test]
     fn an_id_that_is_missing_is_invalid_and_one_never_made_is_none() {
-        assert_eq!(
-            required_volume_id("").unwrap_err().code(),
-            tonic::Code::InvalidArgument
-        );
+        assert_eq!(required_volume_id("").unwrap_err().code(), tonic::Code::InvalidArgument);
         assert_eq!(required_volume_id("fake-vol-id").unwrap(), None);
     }
 
@@ -899,7 +795,8 @@ mod tests {
         };
         service.delete(DeleteVolumeRequest { volume_id: id.encode(), ..Default::default() }).await.unwrap();
         let calls = calls.lock().unwrap().clone();
-        let removed: Vec<&Value> = calls.iter().filter(|(method, _)| method == "backend_remove").map(|(_, params)| params).collect();
+        let removed: Vec<&Value> =
+            calls.iter().filter(|(method, _)| method == "backend_remove").map(|(_, params)| params).collect();
         assert_eq!(removed, [&json!({ "name": "left", "delete_image": true })], "{calls:?}");
     }
 }

@@ -86,7 +86,10 @@ fn the_controller_runs_a_sidecar_for_each_capability_on_the_shared_socket() {
         let containers = arguments_of(&manifest, sidecar);
         assert_eq!(containers.len(), 1, "controller.yaml: one {sidecar} container with args");
         for wanted in ["--csi-address=/csi/csi.sock", "--leader-election"] {
-            assert!(containers[0].iter().any(|argument| argument == wanted), "controller.yaml: {sidecar} lacks {wanted}");
+            assert!(
+                containers[0].iter().any(|argument| argument == wanted),
+                "controller.yaml: {sidecar} lacks {wanted}"
+            );
         }
     }
 }
@@ -96,10 +99,8 @@ fn every_storage_class_allows_expansion() {
     for name in ["storageclass-pool.yaml", "storageclass-rbd.yaml"] {
         let path = deploy_directory().join(name);
         let manifest = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-        let settings: Vec<&str> = manifest
-            .lines()
-            .filter(|line| line.trim_start().starts_with("allowVolumeExpansion:"))
-            .collect();
+        let settings: Vec<&str> =
+            manifest.lines().filter(|line| line.trim_start().starts_with("allowVolumeExpansion:")).collect();
         assert_eq!(settings, ["allowVolumeExpansion: true"], "{name}");
     }
 }

@@ -32,12 +32,10 @@ use crate::parameters::{volume_size_bytes, SizeError};
 /// `range`; 0 when the range asks for no minimum (only a limit): any size serves.
 pub fn expansion_target(range: &CapacityRange, block_size_bytes: u64) -> Result<u64, Status> {
     match (range.required_bytes, range.limit_bytes) {
-        (required, limit) if required < 0 || limit < 0 => Err(Status::invalid_argument(
-            SizeError::Negative.to_string(),
-        )),
-        (0, 0) => Err(Status::invalid_argument(
-            "capacity_range: neither required_bytes nor limit_bytes is given",
-        )),
+        (required, limit) if required < 0 || limit < 0 => {
+            Err(Status::invalid_argument(SizeError::Negative.to_string()))
+        }
+        (0, 0) => Err(Status::invalid_argument("capacity_range: neither required_bytes nor limit_bytes is given")),
         (0, _) => Ok(0),
         (required, limit) => volume_size_bytes(required, limit, block_size_bytes).map_err(|error| match error {
             SizeError::Negative => Status::invalid_argument(error.to_string()),
@@ -50,10 +48,7 @@ pub fn expansion_target(range: &CapacityRange, block_size_bytes: u64) -> Result<
 /// not for a block volume (the device grows by itself), else yes (a filesystem to
 /// grow, or the CO did not say how the volume is used).
 pub fn node_expansion_required(capability: Option<&VolumeCapability>) -> bool {
-    !matches!(
-        capability.and_then(|capability| capability.access_type.as_ref()),
-        Some(AccessType::Block(_))
-    )
+    !matches!(capability.and_then(|capability| capability.access_type.as_ref()), Some(AccessType::Block(_)))
 }
 
 /// The size `ns_resize` reports, or `asked` when its answer does not say.
@@ -75,9 +70,7 @@ impl ControllerService {
     ) -> Result<ControllerExpandVolumeResponse, Status> {
         // Every missing field is InvalidArgument, before an unknown volume is NotFound.
         let id = required_volume_id(&request.volume_id)?;
-        let range = request
-            .capacity_range
-            .ok_or_else(|| Status::invalid_argument("capacity_range: missing"))?;
+        let range = request.capacity_range.ok_or_else(|| Status::invalid_argument("capacity_range: missing"))?;
         if let Some(capability) = &request.volume_capability {
             if let Some(reason) = unsupported_capability(std::slice::from_ref(capability)) {
                 return Err(Status::invalid_argument(reason));
@@ -86,9 +79,7 @@ impl ControllerService {
         let capability = request.volume_capability.as_ref();
         let id = id.ok_or_else(|| not_found(&request.volume_id))?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
-        let namespace = gateway::find(&self.api, &id)
-            .await?
-            .ok_or_else(|| not_found(&request.volume_id))?;
+        let namespace = gateway::find(&self.api, &id).await?.ok_or_else(|| not_found(&request.volume_id))?;
         let target = expansion_target(&range, namespace.block_size_bytes)?;
         if namespace.size_bytes >= target {
             tracing::info!(volume = %request.volume_id, size_bytes = namespace.size_bytes, asked_bytes = target,
@@ -205,7 +196,9 @@ mod tests {
                     json!({ "result": { "nqn": NQN, "nsid": 1, "size_bytes": asked, "block_size": self.block_size,
                         "blocks": asked / self.block_size, "previous_size_bytes": previous, "changed": asked != previous } })
                 }
-                other => json!({ "error": { "code": codes::METHOD_NOT_FOUND, "message": format!("no method {other}") } }),
+                other => {
+                    json!({ "error": { "code": codes::METHOD_NOT_FOUND, "message": format!("no method {other}") } })
+                }
             }
         }
 
@@ -231,7 +224,9 @@ mod tests {
             uuid: id.namespace_uuid,
         });
         let answering = Arc::clone(&gateway);
-        let socket = crate::fake_gateway::serve(&format!("expand-{name}"), move |method, params| answering.answer(method, params));
+        let socket = crate::fake_gateway::serve(&format!("expand-{name}"), move |method, params| {
+            answering.answer(method, params)
+        });
         let service = ControllerService {
             api: Api::new(vec![Endpoint::Unix(socket)]),
             locks: Arc::new(VolumeLocks::default()),
@@ -293,7 +288,9 @@ mod tests {
 
     #[tokio::test]
     async fn refusals_map_by_cause() {
-        for (cause, code) in [(causes::NO_SPACE, Code::ResourceExhausted), (causes::NOT_RESIZABLE, Code::FailedPrecondition)] {
+        for (cause, code) in
+            [(causes::NO_SPACE, Code::ResourceExhausted), (causes::NOT_RESIZABLE, Code::FailedPrecondition)]
+        {
             let Setup { service, id, .. } = setup(&format!("refused-{cause}"), 8 * MIB, Some(cause), None);
             let error = service.expand(request(&id.encode(), 16 * MIB as i64, None)).await.unwrap_err();
             assert_eq!(error.code(), code, "{cause}: {}", error.message());

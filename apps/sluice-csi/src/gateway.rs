@@ -25,9 +25,7 @@ pub struct NamespaceInfo {
 impl NamespaceInfo {
     /// True when controllers of `host` see the namespace.
     pub fn attached_to(&self, host: &str) -> bool {
-        self.hosts
-            .as_ref()
-            .is_none_or(|hosts| hosts.iter().any(|entry| entry == host))
+        self.hosts.as_ref().is_none_or(|hosts| hosts.iter().any(|entry| entry == host))
     }
 }
 
@@ -39,30 +37,18 @@ fn parse_namespace(value: &Value) -> Option<NamespaceInfo> {
         block_size_bytes: value.get("block_size")?.as_u64()?,
         uuid: Uuid::try_parse(value.get("uuid")?.as_str()?).ok()?,
         nguid: *Uuid::try_parse(nguid_text).ok()?.as_bytes(),
-        hosts: value.get("hosts").and_then(Value::as_array).map(|hosts| {
-            hosts
-                .iter()
-                .filter_map(|host| host.as_str().map(str::to_string))
-                .collect()
-        }),
+        hosts: value
+            .get("hosts")
+            .and_then(Value::as_array)
+            .map(|hosts| hosts.iter().filter_map(|host| host.as_str().map(str::to_string)).collect()),
     })
 }
 
 /// The namespaces of `subsystem_nqn`; None when the gateway has no such subsystem.
-pub async fn namespaces(
-    api: &Api,
-    subsystem_nqn: &str,
-) -> Result<Option<Vec<NamespaceInfo>>, Status> {
-    match api
-        .call_raw("ns_list", json!({ "nqn": subsystem_nqn }))
-        .await
-    {
+pub async fn namespaces(api: &Api, subsystem_nqn: &str) -> Result<Option<Vec<NamespaceInfo>>, Status> {
+    match api.call_raw("ns_list", json!({ "nqn": subsystem_nqn })).await {
         Ok(result) => {
-            let listed = result
-                .get("namespaces")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            let listed = result.get("namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
             Ok(Some(listed.iter().filter_map(parse_namespace).collect()))
         }
         Err(error) if is_not_found(&error) => Ok(None),
@@ -75,33 +61,23 @@ pub async fn namespaces(
 /// namespace (a hand-written PersistentVolume, say) must never lead the driver to
 /// publish or delete it.
 pub async fn find(api: &Api, volume: &VolumeId) -> Result<Option<NamespaceInfo>, Status> {
-    let listed = namespaces(api, &volume.subsystem_nqn)
-        .await?
-        .unwrap_or_default();
-    Ok(listed.into_iter().find(|namespace| {
-        namespace.uuid == volume.namespace_uuid && made_by_driver(&namespace.uuid, &namespace.nguid)
-    }))
+    let listed = namespaces(api, &volume.subsystem_nqn).await?.unwrap_or_default();
+    Ok(listed
+        .into_iter()
+        .find(|namespace| namespace.uuid == volume.namespace_uuid && made_by_driver(&namespace.uuid, &namespace.nguid)))
 }
 
 /// Every volume this driver made, on every subsystem of the gateway, by id.
 pub async fn all_volumes(api: &Api) -> Result<Vec<(VolumeId, NamespaceInfo)>, Status> {
     let subsystems = api.call("subsystem_list", json!({})).await?;
     let mut volumes = Vec::new();
-    for subsystem in subsystems
-        .get("subsystems")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-    {
+    for subsystem in subsystems.get("subsystems").and_then(Value::as_array).cloned().unwrap_or_default() {
         let Some(nqn) = subsystem.get("nqn").and_then(Value::as_str) else {
             continue;
         };
         for namespace in namespaces(api, nqn).await?.unwrap_or_default() {
             if made_by_driver(&namespace.uuid, &namespace.nguid) {
-                let id = VolumeId {
-                    subsystem_nqn: nqn.to_string(),
-                    namespace_uuid: namespace.uuid,
-                };
+                let id = VolumeId { subsystem_nqn: nqn.to_string(), namespace_uuid: namespace.uuid };
                 volumes.push((id, namespace));
             }
         }
@@ -127,13 +103,7 @@ pub async fn pools(api: &Api) -> Result<Vec<PoolInfo>, Status> {
     let strings = |value: Option<&Value>| -> Vec<String> {
         value
             .and_then(Value::as_array)
-            .map_or_else(Vec::new, |items| {
-                items
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
+            .map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
     };
     Ok(result
         .get("pools")
@@ -200,16 +170,8 @@ fn member_addresses(status: &Value) -> Vec<String> {
 /// [`reachable_listeners`] from a `listener_list` answer.
 fn reachable_addresses(listed: &Value) -> Vec<String> {
     let mut addresses = Vec::new();
-    for listener in listed
-        .get("listeners")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(address) = listener
-            .get("advertise")
-            .or_else(|| listener.get("address"))
-            .and_then(Value::as_str)
+    for listener in listed.get("listeners").and_then(Value::as_array).into_iter().flatten() {
+        let Some(address) = listener.get("advertise").or_else(|| listener.get("address")).and_then(Value::as_str)
         else {
             continue;
         };
@@ -256,9 +218,6 @@ mod tests {
             { "address": "0.0.0.0:4421", "advertise": "192.0.2.7:4421" },
             { "address": "192.0.2.8:4420" },
         ]});
-        assert_eq!(
-            reachable_addresses(&listed),
-            ["10.0.2.2:4420", "192.0.2.7:4421", "192.0.2.8:4420"]
-        );
+        assert_eq!(reachable_addresses(&listed), ["10.0.2.2:4420", "192.0.2.7:4421", "192.0.2.8:4420"]);
     }
 }

@@ -5,8 +5,8 @@ use tonic::{Request, Response, Status};
 use crate::csi::identity_server::Identity;
 use crate::csi::plugin_capability::{service, volume_expansion, Service, Type as CapabilityType, VolumeExpansion};
 use crate::csi::{
-    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest, GetPluginInfoResponse,
+    PluginCapability, ProbeRequest, ProbeResponse,
 };
 
 pub struct IdentityService {
@@ -41,20 +41,13 @@ impl Identity for IdentityService {
         }];
         if self.controller {
             capabilities.push(PluginCapability {
-                r#type: Some(CapabilityType::Service(Service {
-                    r#type: service::Type::ControllerService as i32,
-                })),
+                r#type: Some(CapabilityType::Service(Service { r#type: service::Type::ControllerService as i32 })),
             });
         }
-        Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities,
-        }))
+        Ok(Response::new(GetPluginCapabilitiesResponse { capabilities }))
     }
 
-    async fn probe(
-        &self,
-        _request: Request<ProbeRequest>,
-    ) -> Result<Response<ProbeResponse>, Status> {
+    async fn probe(&self, _request: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
         Ok(Response::new(ProbeResponse { ready: Some(true) }))
     }
 }

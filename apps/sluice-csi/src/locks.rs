@@ -17,10 +17,7 @@ impl VolumeLocks {
     /// Waits for and holds the lock of `key` until the guard drops.
     pub async fn lock(&self, key: &str) -> OwnedMutexGuard<()> {
         let lock = {
-            let mut locks = self
-                .locks
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
+            let mut locks = self.locks.lock().unwrap_or_else(|poison| poison.into_inner());
             // Forget locks nobody holds any more, so the map stays small.
             locks.retain(|_, lock| lock.strong_count() > 0);
             match locks.get(key).and_then(Weak::upgrade) {
@@ -50,15 +47,9 @@ mod tests {
             tokio::spawn(async move { drop(locks.lock("a").await) })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(
-            !waiter.is_finished(),
-            "a second holder of the same key got in"
-        );
+        assert!(!waiter.is_finished(), "a second holder of the same key got in");
         drop(locks.lock("b").await);
         drop(first);
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
     }
 }

@@ -48,11 +48,7 @@ enum Mode {
 }
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "sluice-csi",
-    version,
-    about = "A Kubernetes CSI driver for Sluice NVMe/TCP gateways"
-)]
+#[command(name = "sluice-csi", version, about = "A Kubernetes CSI driver for Sluice NVMe/TCP gateways")]
 struct Arguments {
     /// Where to serve CSI: unix:///path/to/csi.sock (or a plain path).
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
@@ -62,12 +58,7 @@ struct Arguments {
     /// or https://HOST:PORT (mutual TLS with --api-ca/--api-cert/--api-key). For a
     /// gateway group, each member's API (repeat, or separate with commas): a call
     /// goes to the next one when a gateway cannot be reached.
-    #[arg(
-        long,
-        env = "SLUICE_API",
-        value_delimiter = ',',
-        default_value = "unix:///run/sluice/sluice.sock"
-    )]
+    #[arg(long, env = "SLUICE_API", value_delimiter = ',', default_value = "unix:///run/sluice/sluice.sock")]
     api: Vec<String>,
     /// CA certificate of a TLS management endpoint (https:// only).
     #[arg(long)]
@@ -101,9 +92,7 @@ struct Arguments {
 fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
     let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
     if path.is_empty() || path.contains("://") {
-        return Err(format!(
-            "--endpoint {endpoint:?}: give unix:///path/to/csi.sock"
-        ));
+        return Err(format!("--endpoint {endpoint:?}: give unix:///path/to/csi.sock"));
     }
     Ok(PathBuf::from(path))
 }
@@ -111,8 +100,11 @@ fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
 fn node_nqn(given: Option<String>) -> Result<String, String> {
     let nqn = match given {
         Some(nqn) => nqn,
-        None => std::fs::read_to_string("/etc/nvme/hostnqn")
-            .map_err(|error| format!("no --node-nqn and /etc/nvme/hostnqn cannot be read ({error}); `nvme gen-hostnqn > /etc/nvme/hostnqn`"))?,
+        None => std::fs::read_to_string("/etc/nvme/hostnqn").map_err(|error| {
+            format!(
+                "no --node-nqn and /etc/nvme/hostnqn cannot be read ({error}); `nvme gen-hostnqn > /etc/nvme/hostnqn`"
+            )
+        })?,
     };
     let nqn = nqn.trim().to_string();
     if !nqn.starts_with("nqn.") {
@@ -122,16 +114,8 @@ fn node_nqn(given: Option<String>) -> Result<String, String> {
 }
 
 async fn run(arguments: Arguments) -> Result<(), String> {
-    let tls = api::TlsFiles {
-        ca: arguments.api_ca,
-        certificate: arguments.api_cert,
-        key: arguments.api_key,
-    };
-    let endpoints = arguments
-        .api
-        .iter()
-        .map(|url| api::endpoint_of(url, &tls))
-        .collect::<Result<Vec<_>, _>>()?;
+    let tls = api::TlsFiles { ca: arguments.api_ca, certificate: arguments.api_cert, key: arguments.api_key };
+    let endpoints = arguments.api.iter().map(|url| api::endpoint_of(url, &tls)).collect::<Result<Vec<_>, _>>()?;
     if endpoints.is_empty() {
         return Err("--api: give at least one management endpoint".to_string());
     }
@@ -143,21 +127,17 @@ async fn run(arguments: Arguments) -> Result<(), String> {
     let path = socket_path(&arguments.endpoint)?;
     // A socket left by a previous run would make bind fail.
     if path.exists() {
-        std::fs::remove_file(&path).map_err(|error| {
-            format!("cannot remove the stale socket {}: {error}", path.display())
-        })?;
+        std::fs::remove_file(&path)
+            .map_err(|error| format!("cannot remove the stale socket {}: {error}", path.display()))?;
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|error| format!("{}: {error}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|error| format!("{}: {error}", parent.display()))?;
     }
-    let listener = UnixListener::bind(&path)
-        .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+    let listener =
+        UnixListener::bind(&path).map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
 
-    let identity = identity::IdentityService {
-        driver_name: arguments.driver_name.clone(),
-        controller: serves_controller,
-    };
+    let identity =
+        identity::IdentityService { driver_name: arguments.driver_name.clone(), controller: serves_controller };
     let controller = serves_controller.then(|| {
         ControllerServer::new(controller::ControllerService {
             api: api.clone(),
@@ -177,15 +157,14 @@ async fn run(arguments: Arguments) -> Result<(), String> {
     };
     tracing::info!(endpoint = %path.display(), api = %arguments.api.join(","), mode = ?arguments.mode, driver = %arguments.driver_name, "serving CSI");
     let shutdown = async {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot watch SIGTERM; Ctrl-C still stops");
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch SIGTERM; Ctrl-C still stops");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
         tokio::select! {
             _ = terminate.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -211,11 +190,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let arguments = Arguments::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sluice-csi: cannot start the async runtime: {error}");

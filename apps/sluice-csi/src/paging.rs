@@ -28,14 +28,10 @@ pub(crate) fn page(
     let start: usize = if starting_token.is_empty() {
         0
     } else {
-        starting_token
-            .parse()
-            .map_err(|_| Status::aborted(format!("starting_token: not a token {call} gave")))?
+        starting_token.parse().map_err(|_| Status::aborted(format!("starting_token: not a token {call} gave")))?
     };
     if start > length {
-        return Err(Status::aborted(format!(
-            "starting_token: past the end of the list ({items} were deleted)"
-        )));
+        return Err(Status::aborted(format!("starting_token: past the end of the list ({items} were deleted)")));
     }
     let count = match usize::try_from(max_entries) {
         Ok(0) => length - start,
@@ -43,15 +39,8 @@ pub(crate) fn page(
         Err(_) => return Err(Status::invalid_argument("max_entries: negative")),
     };
     let end = start + count;
-    let next_token = if end < length {
-        end.to_string()
-    } else {
-        String::new()
-    };
-    Ok(Page {
-        entries: start..end,
-        next_token,
-    })
+    let next_token = if end < length { end.to_string() } else { String::new() };
+    Ok(Page { entries: start..end, next_token })
 }
 
 #[cfg(test)]
@@ -61,21 +50,14 @@ mod tests {
 
     #[test]
     fn bad_tokens_and_negative_sizes_are_refused() {
-        let code = |token: &str, max: i32| {
-            page(token, max, 3, "ListVolumes", "volumes")
-                .unwrap_err()
-                .code()
-        };
+        let code = |token: &str, max: i32| page(token, max, 3, "ListVolumes", "volumes").unwrap_err().code();
         assert_eq!(code("x", 0), tonic::Code::Aborted);
         assert_eq!(code("4", 0), tonic::Code::Aborted);
         assert_eq!(code("-1", 0), tonic::Code::Aborted);
         assert_eq!(code("", -1), tonic::Code::InvalidArgument);
         assert_eq!(
             page("3", 0, 3, "ListVolumes", "volumes").unwrap(),
-            Page {
-                entries: 3..3,
-                next_token: String::new()
-            }
+            Page { entries: 3..3, next_token: String::new() }
         );
     }
 

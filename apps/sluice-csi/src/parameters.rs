@@ -44,10 +44,7 @@ pub struct ParameterError {
 }
 
 fn refuse(key: &str, reason: impl Into<String>) -> ParameterError {
-    ParameterError {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
+    ParameterError { key: key.to_string(), reason: reason.into() }
 }
 
 const KNOWN_KEYS: [&str; 5] = ["subsystem", "pool", "rbdPool", "blockSize", "thin"];
@@ -60,10 +57,7 @@ fn refuse_unknown_keys(parameters: &HashMap<String, String>) -> Result<(), Param
     keys.sort();
     for key in keys {
         if !KNOWN_KEYS.contains(&key.as_str()) && !key.starts_with(PROVISIONER_PREFIX) {
-            return Err(refuse(
-                key,
-                format!("unknown; sluice-csi takes {}", KNOWN_KEYS.join(", ")),
-            ));
+            return Err(refuse(key, format!("unknown; sluice-csi takes {}", KNOWN_KEYS.join(", "))));
         }
     }
     Ok(())
@@ -72,18 +66,10 @@ fn refuse_unknown_keys(parameters: &HashMap<String, String>) -> Result<(), Param
 impl StorageClass {
     pub fn parse(parameters: &HashMap<String, String>) -> Result<StorageClass, ParameterError> {
         refuse_unknown_keys(parameters)?;
-        let text = |key: &str| {
-            parameters
-                .get(key)
-                .map(|value| value.trim())
-                .filter(|value| !value.is_empty())
-        };
+        let text = |key: &str| parameters.get(key).map(|value| value.trim()).filter(|value| !value.is_empty());
         let subsystem_nqn = text("subsystem")
             .ok_or_else(|| {
-                refuse(
-                    "subsystem",
-                    "missing: give the NQN of the subsystem this StorageClass's volumes go into",
-                )
+                refuse("subsystem", "missing: give the NQN of the subsystem this StorageClass's volumes go into")
             })?
             .to_string();
         if !subsystem_nqn.starts_with("nqn.") {
@@ -96,72 +82,39 @@ impl StorageClass {
             None => None,
             Some("true") => Some(true),
             Some("false") => Some(false),
-            Some(other) => {
-                return Err(refuse(
-                    "thin",
-                    format!("{other:?} is neither true nor false"),
-                ))
-            }
+            Some(other) => return Err(refuse("thin", format!("{other:?} is neither true nor false"))),
         };
         let block_size_bytes = match text("blockSize") {
             None => None,
             Some(value) => {
-                let bytes: u32 = value.parse().map_err(|_| {
-                    refuse("blockSize", format!("{value:?} is not a number of bytes"))
-                })?;
+                let bytes: u32 =
+                    value.parse().map_err(|_| refuse("blockSize", format!("{value:?} is not a number of bytes")))?;
                 if !(512..=65536).contains(&bytes) || !bytes.is_power_of_two() {
-                    return Err(refuse(
-                        "blockSize",
-                        format!("{bytes} is not a power of two in 512..=65536"),
-                    ));
+                    return Err(refuse("blockSize", format!("{bytes} is not a power of two in 512..=65536")));
                 }
                 Some(bytes)
             }
         };
         let backing = match (text("pool"), text("rbdPool")) {
-            (Some(pool), None) => Backing::Pool {
-                name: pool.to_string(),
-                thin: thin.unwrap_or(true),
-            },
+            (Some(pool), None) => Backing::Pool { name: pool.to_string(), thin: thin.unwrap_or(true) },
             (None, Some(ceph_pool)) => {
                 if thin.is_some() {
-                    return Err(refuse(
-                        "thin",
-                        "applies to pool carves only (RBD images are always thin)",
-                    ));
+                    return Err(refuse("thin", "applies to pool carves only (RBD images are always thin)"));
                 }
-                Backing::Rbd {
-                    ceph_pool: ceph_pool.to_string(),
-                }
+                Backing::Rbd { ceph_pool: ceph_pool.to_string() }
             }
-            (Some(_), Some(_)) => {
-                return Err(refuse("rbdPool", "give either pool or rbdPool, not both"))
-            }
-            (None, None) => {
-                return Err(refuse(
-                    "pool",
-                    "missing: give pool (a [[pool]] of the gateway) or rbdPool",
-                ))
-            }
+            (Some(_), Some(_)) => return Err(refuse("rbdPool", "give either pool or rbdPool, not both")),
+            (None, None) => return Err(refuse("pool", "missing: give pool (a [[pool]] of the gateway) or rbdPool")),
         };
-        Ok(StorageClass {
-            subsystem_nqn,
-            backing,
-            block_size_bytes,
-        })
+        Ok(StorageClass { subsystem_nqn, backing, block_size_bytes })
     }
 }
 
 /// Parameters of GetCapacity: the same keys, all optional (no pool: every pool).
-pub fn capacity_pool(
-    parameters: &HashMap<String, String>,
-) -> Result<Option<String>, ParameterError> {
+pub fn capacity_pool(parameters: &HashMap<String, String>) -> Result<Option<String>, ParameterError> {
     refuse_unknown_keys(parameters)?;
     if parameters.contains_key("rbdPool") {
-        return Err(refuse(
-            "rbdPool",
-            "the capacity of a Ceph pool is not known to the gateway",
-        ));
+        return Err(refuse("rbdPool", "the capacity of a Ceph pool is not known to the gateway"));
     }
     Ok(parameters.get("pool").cloned())
 }
@@ -172,40 +125,23 @@ pub enum SizeError {
     #[error("capacity_range: required_bytes and limit_bytes must not be negative")]
     Negative,
     #[error("capacity_range: no multiple of the {block_size_bytes}-byte block size lies between required_bytes {required_bytes} and limit_bytes {limit_bytes}")]
-    OutOfRange {
-        required_bytes: u64,
-        limit_bytes: u64,
-        block_size_bytes: u64,
-    },
+    OutOfRange { required_bytes: u64, limit_bytes: u64, block_size_bytes: u64 },
 }
 
 /// The size in bytes of a new volume: `required_bytes` (or the default when the CO
 /// gives none) rounded up to whole blocks, within `limit_bytes` when one is given.
-pub fn volume_size_bytes(
-    required_bytes: i64,
-    limit_bytes: i64,
-    block_size_bytes: u64,
-) -> Result<u64, SizeError> {
-    let (Ok(required_bytes), Ok(limit_bytes)) =
-        (u64::try_from(required_bytes), u64::try_from(limit_bytes))
-    else {
+pub fn volume_size_bytes(required_bytes: i64, limit_bytes: i64, block_size_bytes: u64) -> Result<u64, SizeError> {
+    let (Ok(required_bytes), Ok(limit_bytes)) = (u64::try_from(required_bytes), u64::try_from(limit_bytes)) else {
         return Err(SizeError::Negative);
     };
     let block_size_bytes = block_size_bytes.max(1);
-    let out_of_range = SizeError::OutOfRange {
-        required_bytes,
-        limit_bytes,
-        block_size_bytes,
-    };
+    let out_of_range = SizeError::OutOfRange { required_bytes, limit_bytes, block_size_bytes };
     let wanted = match (required_bytes, limit_bytes) {
         (0, 0) => DEFAULT_VOLUME_SIZE_BYTES,
         (0, limit) => DEFAULT_VOLUME_SIZE_BYTES.min(limit),
         (required, _) => required,
     };
-    let rounded = wanted
-        .div_ceil(block_size_bytes)
-        .checked_mul(block_size_bytes)
-        .ok_or(out_of_range.clone())?;
+    let rounded = wanted.div_ceil(block_size_bytes).checked_mul(block_size_bytes).ok_or(out_of_range.clone())?;
     if limit_bytes == 0 || rounded <= limit_bytes {
         return Ok(rounded);
     }
@@ -231,10 +167,7 @@ mod tests {
     use super::*;
 
     fn parameters(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(key, value)| (key.to_string(), value.to_string()))
-            .collect()
+        pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
 
     #[test]
@@ -245,22 +178,13 @@ mod tests {
             ("csi.storage.k8s.io/pv/name", "pvc-1"),
         ]))
         .unwrap();
-        assert_eq!(
-            class.backing,
-            Backing::Pool {
-                name: "fast".into(),
-                thin: true
-            }
-        );
+        assert_eq!(class.backing, Backing::Pool { name: "fast".into(), thin: true });
         assert_eq!(class.block_size_bytes, None);
     }
 
     #[test]
     fn unknown_and_bad_parameters_are_refused_by_name() {
-        let base = [
-            ("subsystem", "nqn.2026-11.io.sluice:gold"),
-            ("pool", "fast"),
-        ];
+        let base = [("subsystem", "nqn.2026-11.io.sluice:gold"), ("pool", "fast")];
         let refused = |extra: &[(&str, &str)]| {
             let mut all = parameters(&base);
             all.extend(parameters(extra));
@@ -270,34 +194,15 @@ mod tests {
         assert_eq!(refused(&[("thin", "yes")]), "thin");
         assert_eq!(refused(&[("blockSize", "1000")]), "blockSize");
         assert_eq!(refused(&[("rbdPool", "rbd")]), "rbdPool");
+        assert_eq!(StorageClass::parse(&parameters(&[("pool", "fast")])).unwrap_err().key, "subsystem");
         assert_eq!(
-            StorageClass::parse(&parameters(&[("pool", "fast")]))
-                .unwrap_err()
-                .key,
+            StorageClass::parse(&parameters(&[("subsystem", "gold"), ("pool", "f")])).unwrap_err().key,
             "subsystem"
         );
-        assert_eq!(
-            StorageClass::parse(&parameters(&[("subsystem", "gold"), ("pool", "f")]))
-                .unwrap_err()
-                .key,
-            "subsystem"
-        );
-        assert_eq!(
-            StorageClass::parse(&parameters(&[("subsystem", "nqn.a:b")]))
-                .unwrap_err()
-                .key,
-            "pool"
-        );
-        let rbd = parameters(&[
-            ("subsystem", "nqn.a:b"),
-            ("rbdPool", "rbd"),
-            ("thin", "true"),
-        ]);
+        assert_eq!(StorageClass::parse(&parameters(&[("subsystem", "nqn.a:b")])).unwrap_err().key, "pool");
+        let rbd = parameters(&[("subsystem", "nqn.a:b"), ("rbdPool", "rbd"), ("thin", "true")]);
         assert_eq!(StorageClass::parse(&rbd).unwrap_err().key, "thin");
-        assert!(StorageClass::parse(&parameters(&[("x", "1")]))
-            .unwrap_err()
-            .to_string()
-            .contains("\"x\""));
+        assert!(StorageClass::parse(&parameters(&[("x", "1")])).unwrap_err().to_string().contains("\"x\""));
     }
 
     #[test]
@@ -308,14 +213,8 @@ mod tests {
         assert_eq!(volume_size_bytes(0, 1 << 20, 4096), Ok(1 << 20));
         // Rounding up would pass the limit; the whole blocks below it still hold it.
         assert_eq!(volume_size_bytes(4000, 4100, 4096), Ok(4096));
-        assert!(matches!(
-            volume_size_bytes(5000, 6000, 4096),
-            Err(SizeError::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            volume_size_bytes(10, 5, 512),
-            Err(SizeError::OutOfRange { .. })
-        ));
+        assert!(matches!(volume_size_bytes(5000, 6000, 4096), Err(SizeError::OutOfRange { .. })));
+        assert!(matches!(volume_size_bytes(10, 5, 512), Err(SizeError::OutOfRange { .. })));
         assert_eq!(volume_size_bytes(-1, 0, 512), Err(SizeError::Negative));
     }
 

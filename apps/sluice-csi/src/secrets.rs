@@ -152,7 +152,8 @@ mod tests {
 
     /// A well-formed key: 32 zero bytes and a CRC (not checked here), base64.
     const HOST_KEY: &str = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
-    const CONTROLLER_KEY: &str = "DHHC-1:03:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB=:";
+    const CONTROLLER_KEY: &str =
+        "DHHC-1:03:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB=:";
 
     fn secrets(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
@@ -163,8 +164,8 @@ mod tests {
         assert_eq!(dhchap_keys(&HashMap::new()).unwrap(), DhchapKeys::default());
         let keys = dhchap_keys(&secrets(&[(HOST_SECRET_KEY, &format!("{HOST_KEY}\n"))])).unwrap();
         assert_eq!(keys, DhchapKeys { host: Some(HOST_KEY.to_string()), controller: None });
-        let both = dhchap_keys(&secrets(&[(HOST_SECRET_KEY, HOST_KEY), (CONTROLLER_SECRET_KEY, CONTROLLER_KEY)]))
-            .unwrap();
+        let both =
+            dhchap_keys(&secrets(&[(HOST_SECRET_KEY, HOST_KEY), (CONTROLLER_SECRET_KEY, CONTROLLER_KEY)])).unwrap();
         assert_eq!(both.controller.as_deref(), Some(CONTROLLER_KEY));
     }
 

@@ -23,8 +23,8 @@ use crate::api::{status_of, Api};
 use crate::controller::ControllerService;
 use crate::csi::Snapshot;
 use crate::csi::{
-    volume_content_source, CreateSnapshotRequest, DeleteSnapshotRequest, ListSnapshotsRequest,
-    ListSnapshotsResponse, VolumeContentSource,
+    volume_content_source, CreateSnapshotRequest, DeleteSnapshotRequest, ListSnapshotsRequest, ListSnapshotsResponse,
+    VolumeContentSource,
 };
 use crate::gateway;
 use crate::volume_id::{VolumeId, SLUICE_CSI_NAMESPACE};
@@ -43,10 +43,7 @@ pub struct SnapshotId {
 impl SnapshotId {
     /// The id of the snapshot named `name` of `volume`.
     pub fn for_name(volume: VolumeId, name: &str) -> SnapshotId {
-        SnapshotId {
-            volume,
-            snapshot_uuid: snapshot_uuid_for_name(name),
-        }
+        SnapshotId { volume, snapshot_uuid: snapshot_uuid_for_name(name) }
     }
 
     /// Decodes an id made by `encode`; None for anything else.
@@ -55,18 +52,11 @@ impl SnapshotId {
         if uuid_text.len() != 36 {
             return None;
         }
-        Some(SnapshotId {
-            volume: VolumeId::decode(volume)?,
-            snapshot_uuid: Uuid::try_parse(uuid_text).ok()?,
-        })
+        Some(SnapshotId { volume: VolumeId::decode(volume)?, snapshot_uuid: Uuid::try_parse(uuid_text).ok()? })
     }
 
     pub fn encode(&self) -> String {
-        format!(
-            "{}@{}",
-            self.volume.encode(),
-            self.snapshot_uuid.hyphenated()
-        )
+        format!("{}@{}", self.volume.encode(), self.snapshot_uuid.hyphenated())
     }
 
     /// The RBD snapshot's name.
@@ -88,9 +78,7 @@ pub fn rbd_snapshot_name(snapshot_uuid: &Uuid) -> String {
 /// The snapshot UUID an RBD snapshot name holds, if it is a CSI snapshot's.
 pub fn snapshot_uuid_of_rbd_name(name: &str) -> Option<Uuid> {
     let simple = name.strip_prefix(SNAPSHOT_PREFIX)?;
-    (simple.len() == 32)
-        .then(|| Uuid::try_parse(simple).ok())
-        .flatten()
+    (simple.len() == 32).then(|| Uuid::try_parse(simple).ok()).flatten()
 }
 
 /// The RBD image name the gateway's backend for a volume has (`csi-<UUID>`).
@@ -110,10 +98,7 @@ fn parse_snapshot(value: &Value) -> Option<RbdSnapshot> {
     Some(RbdSnapshot {
         name: value.get("name")?.as_str()?.to_string(),
         size_bytes: value.get("size_bytes")?.as_u64()?,
-        created_unix_seconds: value
-            .get("created_unix_seconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
+        created_unix_seconds: value.get("created_unix_seconds").and_then(Value::as_i64).unwrap_or(0),
     })
 }
 
@@ -123,10 +108,7 @@ pub fn snapshot_message(id: &SnapshotId, listed: &RbdSnapshot) -> Snapshot {
         size_bytes: i64::try_from(listed.size_bytes).unwrap_or(i64::MAX),
         snapshot_id: id.encode(),
         source_volume_id: id.volume.encode(),
-        creation_time: Some(prost_types::Timestamp {
-            seconds: listed.created_unix_seconds,
-            nanos: 0,
-        }),
+        creation_time: Some(prost_types::Timestamp { seconds: listed.created_unix_seconds, nanos: 0 }),
         // RBD snapshots are consistent the moment they exist: nothing to upload.
         ready_to_use: true,
         group_snapshot_id: String::new(),
@@ -145,11 +127,7 @@ pub async fn rbd_images(api: &Api) -> Result<Vec<(String, String)>, Status> {
         .filter_map(|backend| {
             let name = backend.get("name")?.as_str()?;
             let rbd = backend.get("rbd")?;
-            let spec = format!(
-                "{}/{}",
-                rbd.get("pool")?.as_str()?,
-                rbd.get("image")?.as_str()?
-            );
+            let spec = format!("{}/{}", rbd.get("pool")?.as_str()?, rbd.get("image")?.as_str()?);
             Some((name.to_string(), spec))
         })
         .collect())
@@ -159,19 +137,12 @@ pub async fn rbd_images(api: &Api) -> Result<Vec<(String, String)>, Status> {
 /// whose backend is gone).
 pub async fn image_of(api: &Api, volume: &VolumeId) -> Result<Option<String>, Status> {
     let name = rbd_image_name(volume);
-    Ok(rbd_images(api)
-        .await?
-        .into_iter()
-        .find(|(backend, _)| *backend == name)
-        .map(|(_, spec)| spec))
+    Ok(rbd_images(api).await?.into_iter().find(|(backend, _)| *backend == name).map(|(_, spec)| spec))
 }
 
 /// The RBD snapshots of `image` ("POOL/IMAGE"); empty when the image is gone.
 pub async fn list(api: &Api, image: &str) -> Result<Vec<RbdSnapshot>, Status> {
-    match api
-        .call_raw("rbd_snapshot_list", json!({ "rbd": image }))
-        .await
-    {
+    match api.call_raw("rbd_snapshot_list", json!({ "rbd": image })).await {
         Ok(result) => Ok(result
             .get("snapshots")
             .and_then(Value::as_array)
@@ -196,10 +167,7 @@ pub async fn all_snapshots(api: &Api) -> Result<Vec<Snapshot>, Status> {
         };
         for listed in list(api, image).await? {
             if let Some(snapshot_uuid) = snapshot_uuid_of_rbd_name(&listed.name) {
-                let id = SnapshotId {
-                    volume: volume.clone(),
-                    snapshot_uuid,
-                };
+                let id = SnapshotId { volume: volume.clone(), snapshot_uuid };
                 snapshots.push(snapshot_message(&id, &listed));
             }
         }
@@ -225,10 +193,7 @@ pub struct CloneSource {
 }
 
 impl ControllerService {
-    pub(crate) async fn snapshot_create(
-        &self,
-        request: CreateSnapshotRequest,
-    ) -> Result<Snapshot, Status> {
+    pub(crate) async fn snapshot_create(&self, request: CreateSnapshotRequest) -> Result<Snapshot, Status> {
         if request.name.is_empty() {
             return Err(Status::invalid_argument("name: missing"));
         }
@@ -236,44 +201,27 @@ impl ControllerService {
             return Err(Status::invalid_argument("source_volume_id: missing"));
         }
         let Some(volume) = VolumeId::decode(&request.source_volume_id) else {
-            return Err(Status::not_found(format!(
-                "source volume {:?} does not exist",
-                request.source_volume_id
-            )));
+            return Err(Status::not_found(format!("source volume {:?} does not exist", request.source_volume_id)));
         };
         let id = SnapshotId::for_name(volume.clone(), &request.name);
         let _held = self.locks.lock(&id.snapshot_uuid.to_string()).await;
         if gateway::find(&self.api, &volume).await?.is_none() {
-            return Err(Status::not_found(format!(
-                "source volume {:?} does not exist",
-                request.source_volume_id
-            )));
+            return Err(Status::not_found(format!("source volume {:?} does not exist", request.source_volume_id)));
         }
         let Some(image) = image_of(&self.api, &volume).await? else {
             return Err(carves_have_no_snapshots("source_volume_id"));
         };
         // The name is the snapshot's identity: on another volume it is another snapshot.
-        if let Some(other) = all_snapshots(&self.api)
-            .await?
-            .into_iter()
-            .find(|snapshot| {
-                SnapshotId::decode(&snapshot.snapshot_id).is_some_and(|other| {
-                    other.snapshot_uuid == id.snapshot_uuid && other.volume != volume
-                })
-            })
-        {
+        if let Some(other) = all_snapshots(&self.api).await?.into_iter().find(|snapshot| {
+            SnapshotId::decode(&snapshot.snapshot_id)
+                .is_some_and(|other| other.snapshot_uuid == id.snapshot_uuid && other.volume != volume)
+        }) {
             return Err(Status::already_exists(format!(
                 "snapshot name {:?} is taken by snapshot {} of volume {}",
                 request.name, other.snapshot_id, other.source_volume_id
             )));
         }
-        let result = self
-            .api
-            .call(
-                "rbd_snapshot_create",
-                json!({ "rbd": image, "snapshot": id.rbd_name() }),
-            )
-            .await?;
+        let result = self.api.call("rbd_snapshot_create", json!({ "rbd": image, "snapshot": id.rbd_name() })).await?;
         let listed = result.get("snapshot").and_then(parse_snapshot).ok_or_else(|| {
             Status::internal("rbd_snapshot_create answered without the snapshot (a gateway of another version?)")
         })?;
@@ -281,10 +229,7 @@ impl ControllerService {
         Ok(snapshot_message(&id, &listed))
     }
 
-    pub(crate) async fn snapshot_delete(
-        &self,
-        request: DeleteSnapshotRequest,
-    ) -> Result<(), Status> {
+    pub(crate) async fn snapshot_delete(&self, request: DeleteSnapshotRequest) -> Result<(), Status> {
         if request.snapshot_id.is_empty() {
             return Err(Status::invalid_argument("snapshot_id: missing"));
         }
@@ -296,20 +241,12 @@ impl ControllerService {
         let Some(image) = image_of(&self.api, &id.volume).await? else {
             return Ok(());
         };
-        self.api
-            .call(
-                "rbd_snapshot_remove",
-                json!({ "rbd": image, "snapshot": id.rbd_name() }),
-            )
-            .await?;
+        self.api.call("rbd_snapshot_remove", json!({ "rbd": image, "snapshot": id.rbd_name() })).await?;
         tracing::info!(snapshot = %request.snapshot_id, "snapshot deleted");
         Ok(())
     }
 
-    pub(crate) async fn snapshot_list(
-        &self,
-        request: ListSnapshotsRequest,
-    ) -> Result<ListSnapshotsResponse, Status> {
+    pub(crate) async fn snapshot_list(&self, request: ListSnapshotsRequest) -> Result<ListSnapshotsResponse, Status> {
         let mut snapshots = all_snapshots(&self.api).await?;
         if !request.snapshot_id.is_empty() {
             snapshots.retain(|snapshot| snapshot.snapshot_id == request.snapshot_id);
@@ -327,14 +264,9 @@ impl ControllerService {
         let next_token = page.next_token;
         let entries = snapshots
             .drain(page.entries)
-            .map(|snapshot| crate::csi::list_snapshots_response::Entry {
-                snapshot: Some(snapshot),
-            })
+            .map(|snapshot| crate::csi::list_snapshots_response::Entry { snapshot: Some(snapshot) })
             .collect();
-        Ok(ListSnapshotsResponse {
-            entries,
-            next_token,
-        })
+        Ok(ListSnapshotsResponse { entries, next_token })
     }
 
     /// What CreateVolume's `volume_content_source` asks for, for the RBD volume
@@ -346,19 +278,12 @@ impl ControllerService {
     ) -> Result<CloneSource, Status> {
         match &source.r#type {
             Some(volume_content_source::Type::Snapshot(snapshot)) => {
-                let missing = || {
-                    Status::not_found(format!(
-                        "source snapshot {:?} does not exist",
-                        snapshot.snapshot_id
-                    ))
-                };
+                let missing =
+                    || Status::not_found(format!("source snapshot {:?} does not exist", snapshot.snapshot_id));
                 let id = SnapshotId::decode(&snapshot.snapshot_id).ok_or_else(missing)?;
                 let image = image_of(&self.api, &id.volume).await?.ok_or_else(missing)?;
                 let listed = list(&self.api, &image).await?;
-                let found = listed
-                    .iter()
-                    .find(|listed| listed.name == id.rbd_name())
-                    .ok_or_else(missing)?;
+                let found = listed.iter().find(|listed| listed.name == id.rbd_name()).ok_or_else(missing)?;
                 Ok(CloneSource {
                     clone_from: format!("{image}@{}", id.rbd_name()),
                     size_bytes: found.size_bytes,
@@ -366,33 +291,21 @@ impl ControllerService {
                 })
             }
             Some(volume_content_source::Type::Volume(volume)) => {
-                let missing = || {
-                    Status::not_found(format!(
-                        "source volume {:?} does not exist",
-                        volume.volume_id
-                    ))
-                };
+                let missing = || Status::not_found(format!("source volume {:?} does not exist", volume.volume_id));
                 let id = VolumeId::decode(&volume.volume_id).ok_or_else(missing)?;
                 let namespace = gateway::find(&self.api, &id).await?.ok_or_else(missing)?;
                 let Some(image) = image_of(&self.api, &id).await? else {
                     return Err(carves_have_no_snapshots("volume_content_source"));
                 };
                 let snapshot = format!("{CLONE_SNAPSHOT_PREFIX}{}", target.namespace_uuid.simple());
-                self.api
-                    .call(
-                        "rbd_snapshot_create",
-                        json!({ "rbd": image, "snapshot": snapshot }),
-                    )
-                    .await?;
+                self.api.call("rbd_snapshot_create", json!({ "rbd": image, "snapshot": snapshot })).await?;
                 Ok(CloneSource {
                     clone_from: format!("{image}@{snapshot}"),
                     size_bytes: namespace.size_bytes,
                     internal_snapshot: Some((image, snapshot)),
                 })
             }
-            None => Err(Status::invalid_argument(
-                "volume_content_source: neither a snapshot nor a volume",
-            )),
+            None => Err(Status::invalid_argument("volume_content_source: neither a snapshot nor a volume")),
         }
     }
 
@@ -425,13 +338,8 @@ impl ControllerService {
     /// volume exists, and a leftover snapshot only blocks deleting the source.
     pub(crate) async fn drop_internal_snapshot(&self, internal: &Option<(String, String)>) {
         if let Some((image, snapshot)) = internal {
-            if let Err(error) = self
-                .api
-                .call(
-                    "rbd_snapshot_remove",
-                    json!({ "rbd": image, "snapshot": snapshot }),
-                )
-                .await
+            if let Err(error) =
+                self.api.call("rbd_snapshot_remove", json!({ "rbd": image, "snapshot": snapshot })).await
             {
                 tracing::warn!(%image, %snapshot, %error, "cannot remove the snapshot a clone was made through; remove it with rbd snap rm");
             }
@@ -450,25 +358,15 @@ mod tests {
         let text = id.encode();
         assert!(text.starts_with(&volume.encode()), "{text}");
         assert_eq!(SnapshotId::decode(&text), Some(id.clone()));
-        assert_eq!(
-            snapshot_uuid_of_rbd_name(&id.rbd_name()),
-            Some(id.snapshot_uuid)
-        );
-        assert!(
-            text.len() <= crate::volume_id::MAX_VOLUME_ID_BYTES,
-            "{}",
-            text.len()
-        );
+        assert_eq!(snapshot_uuid_of_rbd_name(&id.rbd_name()), Some(id.snapshot_uuid));
+        assert!(text.len() <= crate::volume_id::MAX_VOLUME_ID_BYTES, "{}", text.len());
     }
 
     #[test]
     fn snapshot_uuids_depend_on_the_name_only_and_differ_from_volume_uuids() {
         assert_eq!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("a"));
         assert_ne!(snapshot_uuid_for_name("a"), snapshot_uuid_for_name("b"));
-        assert_ne!(
-            snapshot_uuid_for_name("a"),
-            crate::volume_id::namespace_uuid_for_name("a")
-        );
+        assert_ne!(snapshot_uuid_for_name("a"), crate::volume_id::namespace_uuid_for_name("a"));
     }
 
     #[test]
@@ -489,12 +387,7 @@ mod tests {
         ] {
             assert_eq!(SnapshotId::decode(text), None, "{text:?}");
         }
-        for name in [
-            "monday",
-            "csi-snap-",
-            "csi-snap-xyz",
-            "csi-clone-8c3e0a5200005000800000000000000a",
-        ] {
+        for name in ["monday", "csi-snap-", "csi-snap-xyz", "csi-clone-8c3e0a5200005000800000000000000a"] {
             assert_eq!(snapshot_uuid_of_rbd_name(name), None, "{name:?}");
         }
     }

@@ -29,10 +29,7 @@ pub struct VolumeId {
 impl VolumeId {
     /// The id of the volume named `name` in `subsystem_nqn`.
     pub fn for_name(subsystem_nqn: &str, name: &str) -> VolumeId {
-        VolumeId {
-            subsystem_nqn: subsystem_nqn.to_string(),
-            namespace_uuid: namespace_uuid_for_name(name),
-        }
+        VolumeId { subsystem_nqn: subsystem_nqn.to_string(), namespace_uuid: namespace_uuid_for_name(name) }
     }
 
     /// Decodes an id made by `encode`; None for anything else (an id this driver
@@ -43,18 +40,11 @@ impl VolumeId {
             return None;
         }
         let namespace_uuid = Uuid::try_parse(uuid_text).ok()?;
-        Some(VolumeId {
-            subsystem_nqn: subsystem_nqn.to_string(),
-            namespace_uuid,
-        })
+        Some(VolumeId { subsystem_nqn: subsystem_nqn.to_string(), namespace_uuid })
     }
 
     pub fn encode(&self) -> String {
-        format!(
-            "{}:{}",
-            self.subsystem_nqn,
-            self.namespace_uuid.hyphenated()
-        )
+        format!("{}:{}", self.subsystem_nqn, self.namespace_uuid.hyphenated())
     }
 }
 
@@ -78,42 +68,26 @@ mod tests {
     fn an_id_round_trips_even_with_colons_in_the_nqn() {
         let id = VolumeId::for_name("nqn.2026-11.io.sluice:csi:gold", "pvc-1234");
         let text = id.encode();
-        assert!(
-            text.starts_with("nqn.2026-11.io.sluice:csi:gold:"),
-            "{text}"
-        );
+        assert!(text.starts_with("nqn.2026-11.io.sluice:csi:gold:"), "{text}");
         assert_eq!(VolumeId::decode(&text), Some(id));
     }
 
     #[test]
     fn the_uuid_depends_only_on_the_name() {
-        assert_eq!(
-            namespace_uuid_for_name("pvc-a"),
-            namespace_uuid_for_name("pvc-a")
-        );
-        assert_ne!(
-            namespace_uuid_for_name("pvc-a"),
-            namespace_uuid_for_name("pvc-b")
-        );
+        assert_eq!(namespace_uuid_for_name("pvc-a"), namespace_uuid_for_name("pvc-a"));
+        assert_ne!(namespace_uuid_for_name("pvc-a"), namespace_uuid_for_name("pvc-b"));
         assert_eq!(namespace_uuid_for_name("pvc-a").get_version_num(), 5);
     }
 
     #[test]
     fn ids_this_driver_never_made_do_not_decode() {
-        for text in [
-            "",
-            "fake-vol-id",
-            "fake-vol-id-1234567890",
-            ":8c3e0a52-0000-5000-8000-000000000000",
-            "nqn.x:not-a-uuid",
-        ] {
+        for text in
+            ["", "fake-vol-id", "fake-vol-id-1234567890", ":8c3e0a52-0000-5000-8000-000000000000", "nqn.x:not-a-uuid"]
+        {
             assert_eq!(VolumeId::decode(text), None, "{text:?}");
         }
         // 32 hex digits without dashes parse as a UUID but are not what encode writes.
-        assert_eq!(
-            VolumeId::decode("nqn.x:8c3e0a5200005000800000000000000a"),
-            None
-        );
+        assert_eq!(VolumeId::decode("nqn.x:8c3e0a5200005000800000000000000a"), None);
     }
 
     #[test]

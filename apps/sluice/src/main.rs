@@ -1,23 +1,12 @@
 //! `sluice`: the command-line front end.
 
-mod bench;
-mod config;
-mod gateway;
-mod host;
-mod manage;
-mod metrics;
-mod notify;
-mod reservation_files;
-mod serve;
-mod tls_keys;
-
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use sluice_config::Config;
 
 /// Exit code for a configuration or usage problem the user can fix.
 const EXIT_CONFIG_ERROR: u8 = 2;
@@ -85,7 +74,7 @@ enum Command {
     },
     /// Live per-namespace IOPS, bandwidth and latency of a running `sluice serve`
     /// (read from its metrics endpoint).
-    Stat(metrics::stat::StatArgs),
+    Stat(sluice_admin::stat::StatArgs),
     /// Configuration file tools.
     Config {
         #[command(subcommand)]
@@ -93,21 +82,21 @@ enum Command {
     },
     /// Benchmark suites (quick, four-corners, eswa, curves, hci) against an embedded
     /// or remote NVMe/TCP target: table, JSON result and HTML report.
-    Bench(Box<bench::BenchArgs>),
+    Bench(Box<sluice_bench::BenchArgs>),
     /// Render one or more `sluice bench` JSON results into one HTML report.
-    Report(bench::ReportArgs),
+    Report(sluice_bench::ReportArgs),
     /// Make an NVMe/TCP TLS pre-shared key in the interchange format (like `nvme
     /// gen-tls-key`); with --hostnqn and --subsysnqn also print its PSK identity.
     #[command(name = "gen-tls-key")]
-    GenTlsKey(tls_keys::GenTlsKeyArgs),
+    GenTlsKey(sluice_host_cli::tls_keys::GenTlsKeyArgs),
     /// Check a TLS pre-shared key (like `nvme check-tls-key`) and print the PSK
     /// identity a host offers with it; never prints the key.
     #[command(name = "check-tls-key")]
-    CheckTlsKey(tls_keys::CheckTlsKeyArgs),
+    CheckTlsKey(sluice_host_cli::tls_keys::CheckTlsKeyArgs),
     #[command(flatten)]
-    Host(Box<host::HostCommand>),
+    Host(Box<sluice_host_cli::HostCommand>),
     #[command(flatten)]
-    Manage(Box<manage::cli::ManageCommand>),
+    Manage(Box<sluice_admin::cli::ManageCommand>),
 }
 
 #[derive(Subcommand)]
@@ -122,12 +111,20 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Host subcommands report every failure as their own one-line message.
-    let default_level =
-        if matches!(cli.command, Command::Host(_) | Command::GenTlsKey(_) | Command::CheckTlsKey(_) | Command::Bench(_) | Command::Report(_) | Command::Stat(_) | Command::Manage(_)) {
-            "off"
-        } else {
-            "info"
-        };
+    let default_level = if matches!(
+        cli.command,
+        Command::Host(_)
+            | Command::GenTlsKey(_)
+            | Command::CheckTlsKey(_)
+            | Command::Bench(_)
+            | Command::Report(_)
+            | Command::Stat(_)
+            | Command::Manage(_)
+    ) {
+        "off"
+    } else {
+        "info"
+    };
     let log_level = cli.log_level.as_deref().unwrap_or(default_level);
     let filter = tracing_subscriber::EnvFilter::try_new(log_level).unwrap_or_else(|_| {
         eprintln!("sluice: --log-level {log_level:?} is not a valid filter; using \"{default_level}\"");
@@ -142,9 +139,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config: config_path, threads, metrics_address, rpc_socket, no_rpc_socket } => {
             let rpc_socket = match (rpc_socket, no_rpc_socket) {
-                (_, true) => manage::SocketChoice::Off,
-                (Some(path), false) => manage::SocketChoice::Path(path),
-                (None, false) => manage::SocketChoice::Default,
+                (_, true) => sluice_daemon::manage::SocketChoice::Off,
+                (Some(path), false) => sluice_daemon::manage::SocketChoice::Path(path),
+                (None, false) => sluice_daemon::manage::SocketChoice::Default,
             };
             let mut config = match &config_path {
                 Some(path) => match Config::load(path) {
@@ -156,11 +153,16 @@ fn main() -> ExitCode {
             if threads.is_some() {
                 config.runtime.threads = threads;
             }
-            match serve::serve(&config, &serve::ServeOptions { metrics_address, config_path, rpc_socket }) {
+            match sluice_daemon::serve::serve(
+                &config,
+                &sluice_daemon::serve::ServeOptions { metrics_address, config_path, rpc_socket },
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error @ (serve::ServeError::Config(_) | serve::ServeError::Target(_) | serve::ServeError::State(_))) => {
-                    fail(error, EXIT_CONFIG_ERROR)
-                }
+                Err(
+                    error @ (sluice_daemon::serve::ServeError::Config(_)
+                    | sluice_daemon::serve::ServeError::Target(_)
+                    | sluice_daemon::serve::ServeError::State(_)),
+                ) => fail(error, EXIT_CONFIG_ERROR),
                 Err(error) => fail(error, EXIT_RUNTIME_ERROR),
             }
         }
@@ -195,19 +197,19 @@ fn main() -> ExitCode {
             print!("{}", include_str!("default-config.toml"));
             ExitCode::SUCCESS
         }
-        Command::Stat(args) => match metrics::stat::run(&args) {
+        Command::Stat(args) => match sluice_admin::stat::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(error @ (metrics::stat::StatError::Interval(_) | metrics::stat::StatError::Format(_))) => {
+            Err(error @ (sluice_admin::stat::StatError::Interval(_) | sluice_admin::stat::StatError::Format(_))) => {
                 fail(error, EXIT_CONFIG_ERROR)
             }
             Err(error) => fail(error, EXIT_RUNTIME_ERROR),
         },
-        Command::Bench(args) => bench::bench(*args),
-        Command::Report(args) => bench::report(args),
-        Command::GenTlsKey(args) => tls_keys::gen_tls_key(&args),
-        Command::CheckTlsKey(args) => tls_keys::check_tls_key(&args),
-        Command::Host(command) => host::run(*command),
-        Command::Manage(command) => manage::cli::run(*command),
+        Command::Bench(args) => sluice_bench::bench(*args),
+        Command::Report(args) => sluice_bench::report(args),
+        Command::GenTlsKey(args) => sluice_host_cli::tls_keys::gen_tls_key(&args),
+        Command::CheckTlsKey(args) => sluice_host_cli::tls_keys::check_tls_key(&args),
+        Command::Host(command) => sluice_host_cli::run(*command),
+        Command::Manage(command) => sluice_admin::cli::run(*command),
     }
 }
 

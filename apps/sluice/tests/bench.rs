@@ -8,10 +8,7 @@ use std::process::{Command, Output};
 use bench_results::{validate, BenchResult};
 
 fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
+    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("run sluice")
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -48,17 +45,9 @@ fn mini_suite(suite: &str, duration: &str, extra: &[&str]) -> BenchResult {
     ];
     args.extend_from_slice(extra);
     let output = sluice(&args);
-    assert!(
-        output.status.success(),
-        "{suite}: {}\n{}",
-        stderr(&output),
-        String::from_utf8_lossy(&output.stdout)
-    );
+    assert!(output.status.success(), "{suite}: {}\n{}", stderr(&output), String::from_utf8_lossy(&output.stdout));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout.contains("IOPS") && stdout.contains(&json.display().to_string()),
-        "{stdout}"
-    );
+    assert!(stdout.contains("IOPS") && stdout.contains(&json.display().to_string()), "{stdout}");
     let result = BenchResult::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(validate(&result), Ok(()), "{suite}");
     assert_eq!(result.suite, suite);
@@ -67,11 +56,7 @@ fn mini_suite(suite: &str, duration: &str, extra: &[&str]) -> BenchResult {
     for run in &result.runs {
         assert!(run.ios > 0, "{suite}: {} did no I/O", run.name);
         assert_eq!(run.errors, 0, "{suite}: {}", run.name);
-        assert!(
-            run.cpu.initiator_seconds > 0.0 && run.cpu.target_seconds.unwrap() > 0.0,
-            "{}",
-            run.name
-        );
+        assert!(run.cpu.initiator_seconds > 0.0 && run.cpu.target_seconds.unwrap() > 0.0, "{}", run.name);
         assert!(run.percent_of_ceiling.is_some(), "{}", run.name);
     }
     let html = std::fs::read_to_string(json.with_extension("html")).unwrap();
@@ -83,30 +68,21 @@ fn mini_suite(suite: &str, duration: &str, extra: &[&str]) -> BenchResult {
 fn quick_suite_in_miniature_and_report_of_two_results() {
     let dir = scratch("report");
     let a = mini_suite("quick", "300ms", &[]);
-    assert!(a
-        .runs
-        .iter()
-        .any(|run| run.load_percent.is_some() && run.rate_limit_iops.is_some()));
+    assert!(a.runs.iter().any(|run| run.load_percent.is_some() && run.rate_limit_iops.is_some()));
     // Rate-limited runs say how they kept to their schedule; maximum-rate runs have none.
     for run in &a.runs {
         match (&run.schedule, run.rate_limit_iops) {
             (Some(schedule), Some(_)) => {
                 assert!(schedule.issued >= run.ios, "{}: {schedule:?}", run.name);
                 assert_eq!(schedule.late_threshold_us, 1000.0);
-                assert_eq!(
-                    schedule.fell_behind,
-                    schedule.behind_by_rule(),
-                    "{}",
-                    run.name
-                );
+                assert_eq!(schedule.fell_behind, schedule.behind_by_rule(), "{}", run.name);
             }
             (None, None) => {}
             (schedule, rate) => panic!("{}: schedule {schedule:?} with rate {rate:?}", run.name),
         }
         if std::fs::metadata("/proc/thread-self/schedstat").is_ok() {
             assert!(
-                run.cpu.initiator_runqueue_seconds.is_some()
-                    && run.cpu.target_runqueue_seconds.is_some(),
+                run.cpu.initiator_runqueue_seconds.is_some() && run.cpu.target_runqueue_seconds.is_some(),
                 "{}",
                 run.name
             );
@@ -119,41 +95,19 @@ fn quick_suite_in_miniature_and_report_of_two_results() {
     std::fs::write(&pa, a.to_json_pretty()).unwrap();
     std::fs::write(&pb, b.to_json_pretty()).unwrap();
     let html_path = dir.join("both.html");
-    let output = sluice(&[
-        "report",
-        pa.to_str().unwrap(),
-        pb.to_str().unwrap(),
-        "-o",
-        html_path.to_str().unwrap(),
-    ]);
+    let output = sluice(&["report", pa.to_str().unwrap(), pb.to_str().unwrap(), "-o", html_path.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr(&output));
     let html = std::fs::read_to_string(&html_path).unwrap();
-    assert!(
-        html.contains("first-run") && html.contains("second-run"),
-        "labels missing"
-    );
+    assert!(html.contains("first-run") && html.contains("second-run"), "labels missing");
     assert!(html.contains(&a.runs[0].name) && html.contains(&b.runs[0].name));
 
     // A broken result names the file and the field.
     let broken = dir.join("broken.json");
-    std::fs::write(
-        &broken,
-        a.to_json_pretty()
-            .replacen("\"iops\":", "\"iops\": \"many\", \"x\":", 1),
-    )
-    .unwrap();
-    let output = sluice(&[
-        "report",
-        broken.to_str().unwrap(),
-        "-o",
-        dir.join("x.html").to_str().unwrap(),
-    ]);
+    std::fs::write(&broken, a.to_json_pretty().replacen("\"iops\":", "\"iops\": \"many\", \"x\":", 1)).unwrap();
+    let output = sluice(&["report", broken.to_str().unwrap(), "-o", dir.join("x.html").to_str().unwrap()]);
     assert!(!output.status.success());
     let message = stderr(&output);
-    assert!(
-        message.contains("broken.json") && message.contains("iops"),
-        "{message}"
-    );
+    assert!(message.contains("broken.json") && message.contains("iops"), "{message}");
     assert_eq!(message.trim().lines().count(), 1, "{message}");
 }
 
@@ -161,37 +115,23 @@ fn quick_suite_in_miniature_and_report_of_two_results() {
 fn four_corners_in_miniature() {
     let result = mini_suite("four-corners", "300ms", &[]);
     assert_eq!(result.runs.len(), 6);
-    assert!(result
-        .runs
-        .iter()
-        .any(|run| run.block_size == 1 << 20 && run.pattern == "sequential"));
+    assert!(result.runs.iter().any(|run| run.block_size == 1 << 20 && run.pattern == "sequential"));
 }
 
 #[test]
 fn eswa_in_miniature_with_preconditioning() {
     let result = mini_suite("eswa", "150ms", &["--precondition"]);
     let preconditioning = result.preconditioning.expect("preconditioning recorded");
-    assert!(
-        preconditioning.bytes_written >= 2 * (64 << 20),
-        "{}",
-        preconditioning.bytes_written
-    );
+    assert!(preconditioning.bytes_written >= 2 * (64 << 20), "{}", preconditioning.bytes_written);
     assert!(!preconditioning.rounds.is_empty());
 }
 
 #[test]
 fn curves_in_miniature() {
     let result = mini_suite("curves", "200ms", &[]);
-    let levels: Vec<u32> = result
-        .runs
-        .iter()
-        .filter_map(|run| run.load_percent)
-        .collect();
+    let levels: Vec<u32> = result.runs.iter().filter_map(|run| run.load_percent).collect();
     assert_eq!(levels.len(), 4 * 6);
-    assert!(result
-        .runs
-        .iter()
-        .any(|run| run.name.contains("Oracle 90/10")));
+    assert!(result.runs.iter().any(|run| run.name.contains("Oracle 90/10")));
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -226,29 +166,14 @@ fn suite_files_run_and_nonsense_names_the_field() {
     assert!((1000.0..3000.0).contains(&fixed.iops), "{}", fixed.iops);
 
     for (text, field) in [
-        (
-            "[[job]]\nname = \"x\"\nqueue_depth = \"deep\"\n",
-            "queue_depth",
-        ),
-        (
-            "[[job]]\nname = \"x\"\nblock_size = \"4 parsecs\"\n",
-            "block_size",
-        ),
+        ("[[job]]\nname = \"x\"\nqueue_depth = \"deep\"\n", "queue_depth"),
+        ("[[job]]\nname = \"x\"\nblock_size = \"4 parsecs\"\n", "block_size"),
         ("[[job]]\nname = \"x\"\nthreds = 4\n", "threds"),
-        (
-            "[[job]]\nname = \"x\"\nread_percent = 101\n",
-            "read_percent",
-        ),
+        ("[[job]]\nname = \"x\"\nread_percent = 101\n", "read_percent"),
         ("[[job]]\nname = \"x\"\nrate_iops = 1e12\n", "rate_iops"),
     ] {
         let bad = write(&dir, "bad.toml", text);
-        let output = sluice(&[
-            "bench",
-            "--suite-file",
-            bad.to_str().unwrap(),
-            "--namespace-size",
-            "16MiB",
-        ]);
+        let output = sluice(&["bench", "--suite-file", bad.to_str().unwrap(), "--namespace-size", "16MiB"]);
         assert_eq!(output.status.code(), Some(2), "{text}: {}", stderr(&output));
         let message = stderr(&output);
         assert!(message.contains(field), "{text}: {message}");
@@ -259,13 +184,7 @@ fn suite_files_run_and_nonsense_names_the_field() {
 #[test]
 fn bad_targets_sizes_and_options_are_one_line_errors() {
     // Nothing listens on port 1.
-    let output = sluice(&[
-        "bench",
-        "--target",
-        "tcp://127.0.0.1:1/nqn.2026-11.io.sluice:none",
-        "--scale",
-        "mini",
-    ]);
+    let output = sluice(&["bench", "--target", "tcp://127.0.0.1:1/nqn.2026-11.io.sluice:none", "--scale", "mini"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(message.contains("127.0.0.1:1"), "{message}");
@@ -276,52 +195,23 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
     assert!(stderr(&output).contains("tcp://ADDR:PORT[,ADDR:PORT...]/NQN"), "{}", stderr(&output));
 
     // 1 MiB sequential jobs need a block per thread: a 1 MiB namespace cannot hold 2.
-    let output = sluice(&[
-        "bench",
-        "--suite",
-        "four-corners",
-        "--scale",
-        "mini",
-        "--namespace-size",
-        "1MiB",
-    ]);
+    let output = sluice(&["bench", "--suite", "four-corners", "--scale", "mini", "--namespace-size", "1MiB"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("namespace too small"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("namespace too small"), "{}", stderr(&output));
 
     // Driver and comparison mistakes are one line each, before anything starts.
     for (args, code, needle) in [
         (&["--driver", "vdbench"][..], 2, "use sluice"),
         (&["--compare", "fc"][..], 2, "use iscsi"),
-        (
-            &["--compare", "iscsi", "--driver", "sluice"][..],
-            2,
-            "driven by fio",
-        ),
-        (
-            &["--compare", "iscsi", "--target", "tcp://127.0.0.1:1/nqn.x"][..],
-            2,
-            "drop --target",
-        ),
+        (&["--compare", "iscsi", "--driver", "sluice"][..], 2, "driven by fio"),
+        (&["--compare", "iscsi", "--target", "tcp://127.0.0.1:1/nqn.x"][..], 2, "drop --target"),
         (&["--backend", "file"][..], 2, "--backing-file"),
         (&["--backend", "tape"][..], 2, "use ram, null, file or rbd"),
         (&["--backend", "rbd"][..], 2, "need --rbd-image POOL/IMAGE"),
         (&["--backend", "rbd", "--rbd-image", "noslash"][..], 2, "give POOL/IMAGE"),
         (&["--rbd-image", "rbd/x"][..], 2, "--rbd-image is for --backend rbd"),
         (&["--compare", "fio-rbd", "--target", "tcp://127.0.0.1:1/nqn.x"][..], 2, "drop --target"),
-        (
-            &[
-                "--driver",
-                "fio",
-                "--fio-engine-dir",
-                "/nonexistent/sluice-fio",
-            ][..],
-            1,
-            "scripts/build-fio-engine.sh",
-        ),
+        (&["--driver", "fio", "--fio-engine-dir", "/nonexistent/sluice-fio"][..], 1, "scripts/build-fio-engine.sh"),
     ] {
         let mut all = vec!["bench", "--scale", "mini"];
         all.extend_from_slice(args);
@@ -329,10 +219,7 @@ fn bad_targets_sizes_and_options_are_one_line_errors() {
         let message = stderr(&output);
         assert_eq!(output.status.code(), Some(code), "{args:?}: {message}");
         // Without fio installed the fio error names the package instead.
-        assert!(
-            message.contains(needle) || message.contains("fio is not installed"),
-            "{args:?}: {message}"
-        );
+        assert!(message.contains(needle) || message.contains("fio is not installed"), "{args:?}: {message}");
         assert_eq!(message.trim().lines().count(), 1, "{message}");
     }
 }
@@ -345,10 +232,7 @@ fn fio_engine_dir() -> Option<PathBuf> {
         std::env::var_os("SLUICE_FIO_OUT").map(PathBuf::from),
         Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fio")),
     ];
-    let found = dirs
-        .into_iter()
-        .flatten()
-        .find(|dir| dir.join("libsluice_fio.so").is_file());
+    let found = dirs.into_iter().flatten().find(|dir| dir.join("libsluice_fio.so").is_file());
     let fio = Command::new("fio").arg("--version").output();
     found.filter(|_| fio.is_ok_and(|o| o.status.success()))
 }
@@ -364,35 +248,15 @@ fn fio_driver_in_miniature() {
         eprintln!("skipped: {missing}");
         return;
     };
-    let result = mini_suite(
-        "hci",
-        "300ms",
-        &[
-            "--driver",
-            "fio",
-            "--fio-engine-dir",
-            engines.to_str().unwrap(),
-        ],
-    );
+    let result = mini_suite("hci", "300ms", &["--driver", "fio", "--fio-engine-dir", engines.to_str().unwrap()]);
     assert_eq!(result.driver, "fio");
-    assert!(
-        result.notes.iter().any(|note| note.contains("fio-")),
-        "{:?}",
-        result.notes
-    );
+    assert!(result.notes.iter().any(|note| note.contains("fio-")), "{:?}", result.notes);
     // A mixed run has reads and writes in one latency distribution.
-    let mixed = result
-        .runs
-        .iter()
-        .find(|run| run.read_percent == 70)
-        .unwrap();
+    let mixed = result.runs.iter().find(|run| run.read_percent == 70).unwrap();
     assert!(mixed.latency_us.percentiles.len() >= 5 && mixed.latency_us.mean > 0.0);
     assert!(result.runs.iter().all(|run| !run.time_series.is_empty()));
     // fio reports neither how far its rate fell behind nor run-queue time.
-    assert!(result
-        .runs
-        .iter()
-        .all(|run| run.schedule.is_none() && run.cpu.initiator_runqueue_seconds.is_none()));
+    assert!(result.runs.iter().all(|run| run.schedule.is_none() && run.cpu.initiator_runqueue_seconds.is_none()));
 }
 
 /// `--target` against a separate `sluice serve` process: no target CPU, no ceilings.
@@ -406,13 +270,7 @@ fn remote_target_over_tcp() {
         "[[listener]]\naddress = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"nqn.2026-11.io.sluice:remote\"\nallow_any_host = true\n[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"32MiB\"\n",
     );
     let mut serve = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--threads",
-            "1",
-            "--config",
-            config.to_str().unwrap(),
-        ])
+        .args(["serve", "--threads", "1", "--config", config.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -430,17 +288,8 @@ fn remote_target_over_tcp() {
     let address = address.expect("serve printed its address");
     let json = dir.join("remote.json");
     let target = format!("tcp://{address}/nqn.2026-11.io.sluice:remote");
-    let output = sluice(&[
-        "bench",
-        "--suite",
-        "hci",
-        "--scale",
-        "mini",
-        "--target",
-        &target,
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let output =
+        sluice(&["bench", "--suite", "hci", "--scale", "mini", "--target", &target, "--json", json.to_str().unwrap()]);
     let _ = serve.kill();
     let _ = serve.wait();
     assert!(output.status.success(), "{}", stderr(&output));
@@ -449,8 +298,6 @@ fn remote_target_over_tcp() {
     assert_eq!(result.target.kind, "remote");
     assert_eq!(result.target.capacity_bytes, 32 << 20);
     for run in &result.runs {
-        assert!(
-            run.ios > 0 && run.cpu.target_seconds.is_none() && run.percent_of_ceiling.is_none()
-        );
+        assert!(run.ios > 0 && run.cpu.target_seconds.is_none() && run.percent_of_ceiling.is_none());
     }
 }

@@ -235,16 +235,32 @@ fn id_ctrl_prints_fields_like_nvme_cli() {
     ] {
         assert!(text.contains(&line), "missing {line:?} in\n{text}");
     }
-    for field in ["vid       : 0x", "ssvid     : 0x", "fr        : ", "mdts      : ", "ver       : 0x", "oacs      : 0x", "sgls      : 0x", "ioccsz    : ", "ps      0 : mp:"] {
+    for field in [
+        "vid       : 0x",
+        "ssvid     : 0x",
+        "fr        : ",
+        "mdts      : ",
+        "ver       : 0x",
+        "oacs      : 0x",
+        "sgls      : 0x",
+        "ioccsz    : ",
+        "ps      0 : mp:",
+    ] {
         assert!(text.contains(field), "missing {field:?} in\n{text}");
     }
     let human = ok(&server, "id-ctrl", &["-H"]);
-    assert!(human.contains("[0:0] : 0x1\t128-bit Host Identifier Supported") || human.contains("128-bit Host Identifier"), "{human}");
+    assert!(
+        human.contains("[0:0] : 0x1\t128-bit Host Identifier Supported") || human.contains("128-bit Host Identifier"),
+        "{human}"
+    );
     assert!(human.contains("Dynamic Controller Model"), "{human}");
     assert!(human.contains("Max SQ Entry Size (64)"), "{human}");
 
     let json = ok_json(&server, "id-ctrl", &[]);
-    for key in ["vid", "ssvid", "sn", "mn", "fr", "rab", "ieee", "cmic", "mdts", "cntlid", "ver", "oacs", "lpa", "sqes", "cqes", "nn", "oncs", "sgls", "subnqn", "psds"] {
+    for key in [
+        "vid", "ssvid", "sn", "mn", "fr", "rab", "ieee", "cmic", "mdts", "cntlid", "ver", "oacs", "lpa", "sqes",
+        "cqes", "nn", "oncs", "sgls", "subnqn", "psds",
+    ] {
         assert!(json.get(key).is_some(), "id-ctrl JSON lacks {key}: {json}");
     }
     assert_eq!(json["sn"], SERIAL);
@@ -372,7 +388,10 @@ fn features_are_read_and_set() {
     assert!(json["value"].as_str().unwrap().len() == 8 || json["value"].as_str().unwrap().starts_with("0x"));
 
     let text = ok(&server, "set-feature", &["-f", "0x0b", "-V", "0x100"]);
-    assert!(text.starts_with("set-feature:0x0b (Async Event Configuration), value:0x00000100, cdw12:00000000, save:0"), "{text}");
+    assert!(
+        text.starts_with("set-feature:0x0b (Async Event Configuration), value:0x00000100, cdw12:00000000, save:0"),
+        "{text}"
+    );
     let json = ok_json(&server, "set-feature", &["-f", "1", "-V", "3"]);
     assert_eq!(json["name"], "Arbitration");
     assert_eq!(json["value"], "0x00000003");
@@ -477,7 +496,12 @@ fn a_wrong_nqn_is_refused_with_the_connect_status_decoded() {
     assert_fails(
         &output,
         1,
-        &["cannot connect to", "Connect Invalid Parameters (SCT 0x1 SC 0x82", "nqn.2026-11.io.sluice:nope", "sluice discover"],
+        &[
+            "cannot connect to",
+            "Connect Invalid Parameters (SCT 0x1 SC 0x82",
+            "nqn.2026-11.io.sluice:nope",
+            "sluice discover",
+        ],
     );
     // One line: the library's own log stays quiet by default.
     assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
@@ -527,9 +551,21 @@ fn bad_usage_exits_2() {
 #[test]
 fn reservations_between_two_hosts_with_nvme_cli_verbs() {
     let server = Server::start("cli-reservations");
-    let host_a = ["-q", "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", "-I", "aaaaaaaa-0000-4000-8000-000000000001"];
-    let host_b = ["-q", "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002", "-I", "bbbbbbbb-0000-4000-8000-000000000002"];
-    let with = |host: &[&str], extra: &[&str]| -> Vec<String> { host.iter().chain(extra).map(|arg| arg.to_string()).collect() };
+    let host_a = [
+        "-q",
+        "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001",
+        "-I",
+        "aaaaaaaa-0000-4000-8000-000000000001",
+    ];
+    let host_b = [
+        "-q",
+        "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002",
+        "-I",
+        "bbbbbbbb-0000-4000-8000-000000000002",
+    ];
+    let with = |host: &[&str], extra: &[&str]| -> Vec<String> {
+        host.iter().chain(extra).map(|arg| arg.to_string()).collect()
+    };
     let run = |subcommand: &str, args: Vec<String>| {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         ok(&server, subcommand, &refs)
@@ -560,7 +596,12 @@ fn reservations_between_two_hosts_with_nvme_cli_verbs() {
     acquire.extend(with(&host_a, &["-c", "0xa1", "--rtype", "1"]));
     assert_fails(&sluice(&acquire), 1, &["reservation conflict"]);
     // B holds Exclusive Access: B may verify, A may not.
-    assert!(ok(&server, "verify", &with(&host_b, &["-b", "0", "-c", "7"]).iter().map(String::as_str).collect::<Vec<_>>()).contains("success"));
+    assert!(ok(
+        &server,
+        "verify",
+        &with(&host_b, &["-b", "0", "-c", "7"]).iter().map(String::as_str).collect::<Vec<_>>()
+    )
+    .contains("success"));
     let mut verify: Vec<String> = vec!["verify".into()];
     verify.extend(server.target());
     verify.extend(with(&host_a, &["-b", "0", "-c", "7"]));
@@ -590,7 +631,8 @@ fn io_through_several_paths_and_list_subsys() {
     // Read back through both paths (-a list, -s for the entry without a port), then
     // through one: the same bytes.
     let list = format!("127.0.0.1,127.0.0.1:{two}");
-    let read = sluice(&["read", "-a", &list, "-s", &one.to_string(), "-n", NQN, "-b", "64", "-z", "655360", "-d", back_path]);
+    let read =
+        sluice(&["read", "-a", &list, "-s", &one.to_string(), "-n", NQN, "-b", "64", "-z", "655360", "-d", back_path]);
     assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
     assert_eq!(std::fs::read(&back).unwrap(), content);
     let read = sluice(&["read", &server.url(), "-b", "64", "-z", "655360", "-d", back_path]);
@@ -620,12 +662,16 @@ fn io_through_several_paths_and_list_subsys() {
     let json: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let subsystem = &json[0]["Subsystems"][0];
     assert_eq!(subsystem["NQN"], NQN);
-    let states: Vec<&str> = subsystem["Paths"].as_array().unwrap().iter().map(|path| path["State"].as_str().unwrap()).collect();
+    let states: Vec<&str> =
+        subsystem["Paths"].as_array().unwrap().iter().map(|path| path["State"].as_str().unwrap()).collect();
     assert_eq!(states, ["live", "live", "unreachable"]);
     assert_eq!(subsystem["Paths"][1]["Address"], format!("traddr=127.0.0.1,trsvcid={two}"));
     let text = sluice(&["list-subsys", &three]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.starts_with(NQN) && text.contains(&format!(" +- tcp traddr=127.0.0.1,trsvcid={one} cntlid=")), "{text}");
+    assert!(
+        text.starts_with(NQN) && text.contains(&format!(" +- tcp traddr=127.0.0.1,trsvcid={one} cntlid=")),
+        "{text}"
+    );
     assert_fails(&sluice(&["list-subsys", &format!("tcp://127.0.0.1:{dead}/{NQN}")]), 1, &["no path to"]);
 
     // A subcommand that talks to one controller refuses several addresses.
@@ -655,8 +701,18 @@ fn compare_matches_written_data_and_reports_a_difference() {
 fn reservations_with_ptpl_survive_a_killed_target() {
     let dir = scratch_dir("cli-ptpl");
     let state = dir.join("state");
-    let host_a = ["-q", "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a", "-I", "aaaaaaaa-0000-4000-8000-00000000000a"];
-    let host_b = ["-q", "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b", "-I", "bbbbbbbb-0000-4000-8000-00000000000b"];
+    let host_a = [
+        "-q",
+        "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a",
+        "-I",
+        "aaaaaaaa-0000-4000-8000-00000000000a",
+    ];
+    let host_b = [
+        "-q",
+        "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b",
+        "-I",
+        "bbbbbbbb-0000-4000-8000-00000000000b",
+    ];
     let start = |port: u16| -> Option<ServeProcess> {
         let config = dir.join("sluice.toml");
         std::fs::write(
@@ -671,9 +727,22 @@ fn reservations_with_ptpl_survive_a_killed_target() {
         .unwrap();
         ServeProcess::start(&config, &[])
     };
-    let (port, mut first) = (0..5).find_map(|_| { let port = free_port(); start(port).map(|process| (port, process)) }).expect("serve");
+    let (port, mut first) = (0..5)
+        .find_map(|_| {
+            let port = free_port();
+            start(port).map(|process| (port, process))
+        })
+        .expect("serve");
     let run = |port: u16, subcommand: &str, host: &[&str], extra: &[&str]| -> Output {
-        let mut args: Vec<String> = vec![subcommand.into(), "-a".into(), "127.0.0.1".into(), "--trsvcid".into(), port.to_string(), "-n".into(), NQN.into()];
+        let mut args: Vec<String> = vec![
+            subcommand.into(),
+            "-a".into(),
+            "127.0.0.1".into(),
+            "--trsvcid".into(),
+            port.to_string(),
+            "-n".into(),
+            NQN.into(),
+        ];
         args.extend(host.iter().chain(extra).map(|arg| arg.to_string()));
         sluice(&args)
     };
@@ -692,7 +761,12 @@ fn reservations_with_ptpl_survive_a_killed_target() {
     first.child.wait().unwrap();
     drop(first);
     let _second = (0..50)
-        .find_map(|_| start(port).or_else(|| { std::thread::sleep(std::time::Duration::from_millis(100)); None }))
+        .find_map(|_| {
+            start(port).or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                None
+            })
+        })
         .expect("restart on the same port");
     let report: Value = serde_json::from_str(&ok_run(port, "resv-report", &host_b, &["-o", "json"])).unwrap();
     assert_eq!(report["rtype"], 1, "{report}");
@@ -700,7 +774,11 @@ fn reservations_with_ptpl_survive_a_killed_target() {
     assert_eq!(report["ptpls"], 1, "{report}");
     let block = dir.join("block");
     std::fs::write(&block, vec![0u8; 512]).unwrap();
-    assert_fails(&run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]), 1, &["Reservation Conflict"]);
+    assert_fails(
+        &run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]),
+        1,
+        &["Reservation Conflict"],
+    );
     ok_run(port, "resv-release", &host_a, &["-c", "0xa1", "--rtype", "1"]);
     ok_run(port, "write", &host_b, &["-b", "0", "-c", "0", "-z", "512", "-d", block.to_str().unwrap()]);
 }

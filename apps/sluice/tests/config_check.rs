@@ -15,8 +15,10 @@ fn scratch_dir(name: &str) -> PathBuf {
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     names
 }
@@ -32,7 +34,10 @@ fn the_tiered_example_checks_without_touching_storage() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains(": ok"), "{stdout}");
-    assert!(stdout.contains("backend \"tier\": cache (write-back), fast tier \"flash\" over slow tier \"tier-slow\""), "{stdout}");
+    assert!(
+        stdout.contains("backend \"tier\": cache (write-back), fast tier \"flash\" over slow tier \"tier-slow\""),
+        "{stdout}"
+    );
     assert!(stdout.contains("nqn.2026-11.io.sluice:tiered: 2 namespace(s)"), "{stdout}");
     assert_eq!(files_in(&dir), vec!["tiered.toml"], "config check must not create files");
     let _ = std::fs::remove_dir_all(&dir);

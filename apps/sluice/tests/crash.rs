@@ -410,8 +410,11 @@ fn kill_and_verify(layout: &Layout) -> usize {
         let _cleanup = RoundCleanup { layout, seed };
         // CARGO_TARGET_TMPDIR is on the build filesystem, which supports O_DIRECT
         // (tmpfs does not).
-        let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("crash-{}-{}-{seed}", layout.name, std::process::id()));
+        let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "crash-{}-{}-{seed}",
+            layout.name,
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&directory);
         std::fs::create_dir_all(&directory).unwrap();
         let port = free_port();
@@ -477,12 +480,7 @@ fn acknowledged_writes_survive_a_target_kill() {
 
 #[test]
 fn acknowledged_writes_survive_a_target_kill_with_a_write_back_cache_tier() {
-    kill_and_verify(&Layout {
-        name: "write-back-cache",
-        rounds: ROUNDS,
-        storage: write_back_cache,
-        after_round: None,
-    });
+    kill_and_verify(&Layout { name: "write-back-cache", rounds: ROUNDS, storage: write_back_cache, after_round: None });
 }
 
 #[test]

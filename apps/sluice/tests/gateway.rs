@@ -30,8 +30,8 @@ use nvme_host_client::Controller;
 use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
 use support::gateway_group::{
-    acquire_write_exclusive, await_state, connect, connect_as, holder, register, status_of, Group, BLOCK_BYTES, LEASE_MS, NAMESPACE,
-    NQN,
+    acquire_write_exclusive, await_state, connect, connect_as, holder, register, status_of, Group, BLOCK_BYTES,
+    LEASE_MS, NAMESPACE, NQN,
 };
 use support::{ceph_cluster_given, wait_bounded, ServeProcess};
 
@@ -64,13 +64,19 @@ fn owner_fenced_on_takeover_rejoins_by_itself_and_fails_back() {
     assert_ne!(through_a.controller_id(), through_b.controller_id());
     let identify = through_a.identify();
     assert_ne!(identify.multipath_capabilities & nvme_spec::identify::cmic::ANA_REPORTING, 0);
-    let nguid = |controller: &Controller| controller.identify_namespace(NAMESPACE).unwrap().namespace_globally_unique_identifier;
+    let nguid = |controller: &Controller| {
+        controller.identify_namespace(NAMESPACE).unwrap().namespace_globally_unique_identifier
+    };
     assert_eq!(nguid(&through_a), nguid(&through_b), "the same namespace on both paths");
     assert_eq!(through_b.identify_namespace(NAMESPACE).unwrap().ana_group_identifier, 1);
-    let discovery = support::sluice(&["discover", "-t", "tcp", "-a", "127.0.0.1", "-s", &group.ports[1].to_string(), "-o", "json"]);
+    let discovery =
+        support::sluice(&["discover", "-t", "tcp", "-a", "127.0.0.1", "-s", &group.ports[1].to_string(), "-o", "json"]);
     let listed = String::from_utf8_lossy(&discovery.stdout);
     for port in group.ports {
-        assert!(listed.contains(&format!("\"{port}\"")) || listed.contains(&format!(": {port}")), "port {port} in {listed}");
+        assert!(
+            listed.contains(&format!("\"{port}\"")) || listed.contains(&format!(": {port}")),
+            "port {port} in {listed}"
+        );
     }
 
     let first = pattern(0x11);
@@ -138,7 +144,12 @@ fn a_conflicting_namespace_identity_is_refused_naming_both_gateways() {
     let output = wait_bounded(child, Duration::from_secs(60)).expect("gateway b exits");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "b must refuse to start: {stderr}");
-    assert!(stderr.contains("gateway a serves it as") && stderr.contains("gateway b (this one)") && stderr.contains("nsid=2"), "{stderr}");
+    assert!(
+        stderr.contains("gateway a serves it as")
+            && stderr.contains("gateway b (this one)")
+            && stderr.contains("nsid=2"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -304,7 +315,8 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
     let mut key = 0u64;
     let reservation_us = mean_us(&mut || {
         key += 1;
-        let status = status_of(timer.io_command(nvme_host::commands::reservation_register(NAMESPACE, 2, true, 0, 0, key)));
+        let status =
+            status_of(timer.io_command(nvme_host::commands::reservation_register(NAMESPACE, 2, true, 0, 0, key)));
         let status = if status == nvme_spec::Status::RESERVATION_CONFLICT { register(&timer, key) } else { status };
         assert_eq!(status, nvme_spec::Status::SUCCESS);
     });
@@ -314,12 +326,15 @@ fn compare_and_write_has_one_winner_across_gateways_and_fails_without_the_cluste
     drop(timer);
     let rounds = 2000;
     let (bad, took) = race_compare_and_write(&group, rounds);
-    eprintln!("{rounds} rounds, 4 racers on 2 gateways, cluster-atomic: {bad} bad rounds in {:.1} s", took.as_secs_f64());
+    eprintln!(
+        "{rounds} rounds, 4 racers on 2 gateways, cluster-atomic: {bad} bad rounds in {:.1} s",
+        took.as_secs_f64()
+    );
     assert_eq!(bad, 0, "every round has exactly one winner whose data the blocks hold");
     drop((_a, _b));
 
     // The same race with pairs atomic only within each gateway must go wrong.
-    // The switch of apps/sluice/src/config/mod.rs (checked builds only).
+    // The switch of crates/sluice-config/src/lib.rs (checked builds only).
     let local = [("SLUICE_TEST_LOCAL_COMPARE_AND_WRITE", "1")];
     let _a = group.start_with_env(0, &local);
     let _b = group.start_with_env(1, &local);
@@ -363,7 +378,10 @@ fn await_size(group: &Group, member: usize, nsid: u32, size_bytes: u64, limit: D
         if namespaces.iter().any(|namespace| namespace["nsid"] == nsid && namespace["size_bytes"] == size_bytes) {
             return start.elapsed();
         }
-        assert!(start.elapsed() < limit, "member {member}: namespace {nsid} not {size_bytes} bytes after {limit:?}: {list}");
+        assert!(
+            start.elapsed() < limit,
+            "member {member}: namespace {nsid} not {size_bytes} bytes after {limit:?}: {list}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -404,10 +422,15 @@ fn the_groups_configuration_is_one_copy_in_the_cluster_changed_through_any_gatew
     assert!(grown.contains("grew namespace 2") && grown.contains("to 32 MiB"), "{grown}");
     let delay = await_size(&group, 1, 2, 32 << 20, Duration::from_secs(10));
     eprintln!("namespace grown through a seen by b after {:.0} ms", delay.as_secs_f64() * 1000.0);
-    assert_eq!(through_b.identify_namespace(NamespaceId(2)).unwrap().namespace_size, (32 << 20) / 4096, "NSZE through b");
+    assert_eq!(
+        through_b.identify_namespace(NamespaceId(2)).unwrap().namespace_size,
+        (32 << 20) / 4096,
+        "NSZE through b"
+    );
     through_b.write(NamespaceId(2), (16 << 20) / 4096, &data, true).expect("write past the old end through b");
     // Grown outside Sluice (`rbd resize`): both gateways notice within their size check.
-    let resized = Command::new("rbd").args(["resize", "--no-progress", "--size", "48M", &image]).status().expect("run rbd");
+    let resized =
+        Command::new("rbd").args(["resize", "--no-progress", "--size", "48M", &image]).status().expect("run rbd");
     assert!(resized.success());
     for member in 0..2 {
         let delay = await_size(&group, member, 2, 48 << 20, Duration::from_secs(15));
@@ -494,7 +517,11 @@ fn gateway_import_moves_a_files_group_part_into_the_cluster_once() {
     // Once: the same part again changes nothing; a different one is refused.
     let again = support::sluice(&["gateway", "import", backup.to_str().unwrap()]);
     assert!(again.status.success() && String::from_utf8_lossy(&again.stdout).contains("already holds"));
-    std::fs::write(&backup, std::fs::read_to_string(&backup).unwrap().replace("allow_any_host = true", "allow_any_host = false")).unwrap();
+    std::fs::write(
+        &backup,
+        std::fs::read_to_string(&backup).unwrap().replace("allow_any_host = true", "allow_any_host = false"),
+    )
+    .unwrap();
     let other = support::sluice(&["gateway", "import", backup.to_str().unwrap()]);
     assert!(!other.status.success(), "a different group part must be refused");
     assert!(String::from_utf8_lossy(&other.stderr).contains("different group configuration (version 1)"));

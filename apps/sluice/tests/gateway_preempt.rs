@@ -154,7 +154,10 @@ fn check_landed(readers: [&Controller; 2], late_tags: &[(u64, u64)]) {
         for (lba, tag) in late_tags {
             let block = reader.read(NAMESPACE, *lba, 1).expect("read back");
             let found = u64::from_le_bytes(block[..8].try_into().unwrap());
-            assert_ne!(found, *tag, "block {lba} holds the late write tagged {tag}: it landed after the Acquire completed");
+            assert_ne!(
+                found, *tag,
+                "block {lba} holds the late write tagged {tag}: it landed after the Acquire completed"
+            );
         }
     }
 }
@@ -195,7 +198,8 @@ impl Scenario {
     /// Gateway `member`'s count of rejoins after being fenced.
     fn rejoins(&self, member: usize) -> u64 {
         let status = self.group.manage(member, &["gateway", "status"]);
-        let count = status.split("rejoins after being fenced ").nth(1).and_then(|rest| rest.split([',', ' ', '\n']).next());
+        let count =
+            status.split("rejoins after being fenced ").nth(1).and_then(|rest| rest.split([',', ' ', '\n']).next());
         count.and_then(|count| count.parse().ok()).unwrap_or_else(|| panic!("no rejoin count in: {status}"))
     }
 }
@@ -234,7 +238,10 @@ fn preempt_and_abort_of_a_writing_host_completes_at_once_and_fences_no_gateway()
                 latencies[latencies.len() / 2].as_secs_f64() * 1000.0,
                 slowest.as_secs_f64() * 1000.0
             ));
-            assert!(slowest < ACQUIRE_LIMIT, "QD{depth}: an Acquire took {slowest:?} (limit {ACQUIRE_LIMIT:?}); all: {latencies:?}");
+            assert!(
+                slowest < ACQUIRE_LIMIT,
+                "QD{depth}: an Acquire took {slowest:?} (limit {ACQUIRE_LIMIT:?}); all: {latencies:?}"
+            );
         }
         stop_bystander.store(true, Ordering::SeqCst);
         bystander.join().expect("bystander")
@@ -243,7 +250,11 @@ fn preempt_and_abort_of_a_writing_host_completes_at_once_and_fences_no_gateway()
         eprintln!("{line}");
     }
     eprintln!("bystander on gateway a: {bystander_reads} reads, {} errors", bystander_errors.len());
-    assert!(bystander_errors.is_empty(), "the bystander on gateway a saw errors: {:?}", &bystander_errors[..bystander_errors.len().min(5)]);
+    assert!(
+        bystander_errors.is_empty(),
+        "the bystander on gateway a saw errors: {:?}",
+        &bystander_errors[..bystander_errors.len().min(5)]
+    );
     assert_eq!(h3.reconnect_count(), h3_reconnects, "the bystander's controller was closed");
     // Neither gateway was fenced: neither rejoined, and a kept its ANA state.
     assert_eq!([scenario.rejoins(0), scenario.rejoins(1)], [0, 0], "a gateway was fenced");
@@ -268,7 +279,8 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
     let latency = std::thread::scope(|scope| {
         // The writer's connection is closed when gateway a is fenced: its errors are
         // expected here.
-        let writer = scope.spawn(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_until_stopped(h1, 16, 1, &stop))));
+        let writer = scope
+            .spawn(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_until_stopped(h1, 16, 1, &stop))));
         std::thread::sleep(WRITING_BEFORE_PREEMPT);
         let started = Instant::now();
         let status = acquire_write_exclusive(h2, 2, H2_KEY, H1_KEY);
@@ -279,7 +291,10 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
         latency
     });
     eprintln!("planted cause: the Acquire took {:.0} ms", latency.as_secs_f64() * 1000.0);
-    assert!(latency > ACQUIRE_LIMIT * 10, "the planted cause did not delay the Acquire ({latency:?}): the test cannot tell");
+    assert!(
+        latency > ACQUIRE_LIMIT * 10,
+        "the planted cause did not delay the Acquire ({latency:?}): the test cannot tell"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while scenario.rejoins(0) == 0 {
         assert!(Instant::now() < deadline, "gateway a was not fenced (no rejoin in 20 s) with the planted cause");
@@ -312,13 +327,18 @@ fn a_gateway_fenced_while_stopped_never_answers_from_its_old_copy() {
     assert_eq!(support::gateway_group::holder(h2), Some(H1), "b reports H1 holding");
 
     let b = scenario._gateways[1].child.id().to_string();
-    let signal = |name: &str| assert!(std::process::Command::new("kill").args([name, &b]).status().unwrap().success(), "kill {name}");
+    let signal = |name: &str| {
+        assert!(std::process::Command::new("kill").args([name, &b]).status().unwrap().success(), "kill {name}")
+    };
     signal("-STOP");
     let started = Instant::now();
     let released = status_of(h1.io_command(nvme_host::commands::reservation_release(NAMESPACE, 0, false, 1, H1_KEY)));
     let took = started.elapsed();
     assert_eq!(released, Status::SUCCESS, "H1 releases through a");
-    eprintln!("release with b stopped: answered after {:.2} s (b fenced, then its copy's bound waited out)", took.as_secs_f64());
+    eprintln!(
+        "release with b stopped: answered after {:.2} s (b fenced, then its copy's bound waited out)",
+        took.as_secs_f64()
+    );
     // The first Report is already waiting in b's socket when b resumes, so b's I/O
     // thread may answer it before any other thread of b runs.
     let answers = std::thread::scope(|scope| {
@@ -329,7 +349,12 @@ fn a_gateway_fenced_while_stopped_never_answers_from_its_old_copy() {
                 match h2.io_command(nvme_host::commands::reservation_report(NAMESPACE, 4096, true)) {
                     Ok(completion) => {
                         let data = completion.data;
-                        assert_eq!(data[4], 0, "b reported a reservation held after it was released (stale copy): {:?}", &data[..8]);
+                        assert_eq!(
+                            data[4],
+                            0,
+                            "b reported a reservation held after it was released (stale copy): {:?}",
+                            &data[..8]
+                        );
                         answers.current += 1;
                     }
                     Err(nvme_host_client::ClientError::Command { status, .. }) => {

@@ -188,7 +188,11 @@ impl Drop for Group {
                 .spawn()
                 .expect("run rbd");
             match wait_bounded(child, Duration::from_secs(60)) {
-                Some(output) if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") => return,
+                Some(output)
+                    if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") =>
+                {
+                    return
+                }
                 _ => std::thread::sleep(Duration::from_millis(500)),
             }
         }
@@ -254,7 +258,10 @@ fn gateways_started_at_the_same_moment_come_up_as_one_group() {
     let (b, a) = (group.spawn(1), group.spawn(0));
     let (b, a) = (group.ready(1, b), group.ready(0, a));
     group.assert_one_group();
-    eprintln!("started together: b {}", if group.log_text(1).contains(WAITING) { "waited for a's seed" } else { "found a's seed at once" });
+    eprintln!(
+        "started together: b {}",
+        if group.log_text(1).contains(WAITING) { "waited for a's seed" } else { "found a's seed at once" }
+    );
     drop((a, b));
 
     // b first on an emptied group: it waits (and says so) until a, started once b

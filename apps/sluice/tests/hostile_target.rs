@@ -98,7 +98,8 @@ fn run_with(subcommand: &str, target: &HostileTarget, args: &[&str], limit: Dura
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    let run = Run { code, elapsed: started.elapsed(), peak_memory_bytes: peak, stderr: reader.join().unwrap_or_default() };
+    let run =
+        Run { code, elapsed: started.elapsed(), peak_memory_bytes: peak, stderr: reader.join().unwrap_or_default() };
     eprintln!(
         "sluice {subcommand} ({:?}): exit {:?} after {:?}, peak {:.1} MiB: {}",
         target_fault(target),
@@ -139,7 +140,12 @@ const READ: &[&str] = &["-N", "1", "-c", "7", "-d", "/dev/null"];
 
 #[test]
 fn list_ns_against_a_namespace_list_flood_stops_at_nn() {
-    fails_naming(Fault::NamespaceListFlood, "list-ns", &[], &["Active Namespace ID list", "above the highest NSID", "(NN 1)"]);
+    fails_naming(
+        Fault::NamespaceListFlood,
+        "list-ns",
+        &[],
+        &["Active Namespace ID list", "above the highest NSID", "(NN 1)"],
+    );
 }
 
 #[test]
@@ -168,7 +174,10 @@ fn smart_log_against_a_termination_request_names_fes_and_offset() {
         Fault::On(Trigger::SmartLog, misdeed),
         "smart-log",
         &[],
-        &["smart-log failed", "C2HTermReq FES 0x01 (invalid PDU header field) at offset 16 on every retry (5 reconnects)"],
+        &[
+            "smart-log failed",
+            "C2HTermReq FES 0x01 (invalid PDU header field) at offset 16 on every retry (5 reconnects)",
+        ],
     );
 }
 
@@ -195,12 +204,22 @@ fn read_against_termination_requests() {
 
 #[test]
 fn read_against_resets() {
-    fails_naming(Fault::On(Trigger::Read, Misdeed::Reset), "read", READ, &["read failed: the target reset the connection"]);
+    fails_naming(
+        Fault::On(Trigger::Read, Misdeed::Reset),
+        "read",
+        READ,
+        &["read failed: the target reset the connection"],
+    );
 }
 
 #[test]
 fn read_against_a_close_in_the_middle_of_a_pdu() {
-    fails_naming(Fault::On(Trigger::Read, Misdeed::CloseMidPdu), "read", READ, &["closed the connection in the middle of a PDU"]);
+    fails_naming(
+        Fault::On(Trigger::Read, Misdeed::CloseMidPdu),
+        "read",
+        READ,
+        &["closed the connection in the middle of a PDU"],
+    );
 }
 
 #[test]
@@ -210,7 +229,12 @@ fn read_against_an_r2t() {
 
 #[test]
 fn read_against_a_huge_pdu_length() {
-    fails_naming(Fault::On(Trigger::Read, Misdeed::HugePduLength), "read", READ, &["PDU announces 4294967271 data bytes"]);
+    fails_naming(
+        Fault::On(Trigger::Read, Misdeed::HugePduLength),
+        "read",
+        READ,
+        &["PDU announces 4294967271 data bytes"],
+    );
 }
 
 #[test]
@@ -227,13 +251,23 @@ fn read_against_a_missing_data_digest() {
 
 #[test]
 fn read_against_an_r2t_for_an_unknown_command() {
-    fails_naming(Fault::On(Trigger::Read, Misdeed::R2tForUnknownCommand), "read", READ, &["R2t for command", "not outstanding"]);
+    fails_naming(
+        Fault::On(Trigger::Read, Misdeed::R2tForUnknownCommand),
+        "read",
+        READ,
+        &["R2t for command", "not outstanding"],
+    );
 }
 
 #[test]
 fn write_against_read_data() {
     let args = ["-N", "1", "-c", "7", "-z", "4096", "-d", "/dev/zero"];
-    fails_naming(Fault::On(Trigger::Write, Misdeed::C2hData), "write", &args, &["write failed: target sent C2hData out of place: C2HData for a command that reads no data"]);
+    fails_naming(
+        Fault::On(Trigger::Write, Misdeed::C2hData),
+        "write",
+        &args,
+        &["write failed: target sent C2hData out of place: C2HData for a command that reads no data"],
+    );
 }
 
 #[test]
@@ -266,7 +300,11 @@ fn list_ns_with_the_reported_options_ends_after_five_resends() {
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     // Documented: a command is over within --timeout + --ctrl-loss-tmo (8 s).
     assert!(run.elapsed < Duration::from_secs(8 + 2), "took {:?}", run.elapsed);
-    assert!(run.message().contains("the target reset the connection on every retry (5 reconnects)"), "{}", run.message());
+    assert!(
+        run.message().contains("the target reset the connection on every retry (5 reconnects)"),
+        "{}",
+        run.message()
+    );
 }
 
 /// A suite of three short runs: a maximum-rate run, a load level of its group
@@ -326,7 +364,8 @@ fn bench_reports_a_failed_target(fault: Fault, bound: Duration) {
     let result: serde_json::Value = serde_json::from_str(&result).expect("the JSON result is written");
     let notes = result["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|note| note.as_str().is_some_and(|note| note.contains("target failed: "))), "{notes:?}");
-    let runs: Vec<&str> = result["runs"].as_array().expect("runs").iter().filter_map(|run| run["name"].as_str()).collect();
+    let runs: Vec<&str> =
+        result["runs"].as_array().expect("runs").iter().filter_map(|run| run["name"].as_str()).collect();
     assert!(runs.contains(&"writes"), "the suite went on past the failed runs: {runs:?}");
 }
 

@@ -8,7 +8,6 @@
 //! records every queue used off the thread that opened it, and counts where calls come
 //! from, so the test also shows the blocking work did run, on the service thread.
 
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,8 +128,10 @@ impl Fixture {
         let table_path = directory.join("pool.json");
         let _ = std::fs::remove_file(&table_path);
         let record = Arc::new(Record::default());
-        let ram: Arc<dyn Backend> =
-            RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: POOL_BYTES / u64::from(BLOCK_BYTES) });
+        let ram: Arc<dyn Backend> = RamBackend::new(Geometry {
+            block_size_bytes: BLOCK_BYTES,
+            block_count: POOL_BYTES / u64::from(BLOCK_BYTES),
+        });
         let backend: Arc<dyn Backend> = Arc::new(AssertingBackend { inner: ram, record: Arc::clone(&record) });
         let pool = Arc::new(Pool::open(backend, TableStore::File(table_path.clone())).expect("pool"));
         // Port 0: the runtime binds a free port and reports it (the discovery log,

@@ -204,7 +204,10 @@ fn allowed_hosts_and_secrets_change_live() {
     let text = server.ok(&["host", "allow", LIVE, HOST_B, "--dhchap-secret", &old_secret]);
     assert!(text.contains("only the 2 listed host(s) may connect"), "{text}");
     let text = server.ok(&["host", "deny", LIVE, HOST_A]);
-    assert!(text.contains("1 controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected"), "{text}");
+    assert!(
+        text.contains("1 controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected"),
+        "{text}"
+    );
     drop(host_a);
     assert!(connect_as(&server, LIVE, HOST_A, None).is_err(), "host A is no longer allowed");
     assert!(connect_as(&server, LIVE, HOST_B, None).is_err(), "host B must authenticate");
@@ -467,7 +470,10 @@ fn a_host_whose_tls_key_changes_is_disconnected() {
         .expect("key")
         .to_interchange();
     let text = server.ok(&["host", "allow", LIVE, HOST, "--tls-key", &key]);
-    assert!(text.contains("1 controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected"), "{text}");
+    assert!(
+        text.contains("1 controller(s) of hosts no longer allowed, or whose TLS key changed, were disconnected"),
+        "{text}"
+    );
     // Its queues close at their next check (1 s), the admin queue too, and the host
     // cannot reconnect.
     let deadline = Instant::now() + Duration::from_secs(10);

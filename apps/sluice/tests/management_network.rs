@@ -39,8 +39,7 @@ struct Gateway {
 
 /// Stderr to DIR/serve.log with the audit target at info, everything else quieter:
 /// the routing docs/operations.md describes.
-const LOGGED: ServeSetup<'static> =
-    ServeSetup { log_level: "warn,sluice::audit=info", stderr_to_file: true, env: &[] };
+const LOGGED: ServeSetup<'static> = ServeSetup { log_level: "warn,sluice::audit=info", stderr_to_file: true, env: &[] };
 
 fn start(dir: &Path) -> Gateway {
     let ca = Authority::new(dir, "api-ca");
@@ -89,7 +88,12 @@ impl Gateway {
         let output = self.sluice(&self.admin, &["ns", "list", BASE, "-o", "json"]);
         assert!(output.status.success(), "ns list: {}", String::from_utf8_lossy(&output.stderr));
         let list: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-        list["namespaces"].as_array().expect("namespaces").iter().map(|namespace| namespace["nsid"].as_u64().unwrap()).collect()
+        list["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .map(|namespace| namespace["nsid"].as_u64().unwrap())
+            .collect()
     }
 
     fn file(&self) -> Vec<u8> {
@@ -151,7 +155,8 @@ fn an_admin_changes_a_read_only_client_reads_and_changes_are_audited() {
     let before = gateway.file();
     let output = gateway.sluice(&gateway.monitor, &["ns", "list", BASE]);
     assert!(output.status.success(), "read-only ns list: {}", stderr(&output));
-    let output = gateway.sluice(&gateway.monitor, &["ns", "add", BASE, "--backend", "ram", "--size", "8MiB", "-o", "json"]);
+    let output =
+        gateway.sluice(&gateway.monitor, &["ns", "add", BASE, "--backend", "ram", "--size", "8MiB", "-o", "json"]);
     assert_eq!(output.status.code(), Some(2), "refused: {}", stderr(&output));
     let error: Value = serde_json::from_slice(&output.stdout).expect("the error as JSON");
     assert_eq!(error["error"]["code"], ACCESS_DENIED, "{error}");
@@ -175,8 +180,16 @@ fn an_admin_changes_a_read_only_client_reads_and_changes_are_audited() {
     assert_eq!(lines.len(), 3, "one audit line per change request (ns_add, refused ns_add, host_allow): {lines:#?}");
     assert!(lines[0].contains("who=client \"admin\" from 127.0.0.1:") && lines[0].contains("ns_add"), "{}", lines[0]);
     assert!(lines[0].contains("outcome=") && lines[0].contains("ok"), "{}", lines[0]);
-    assert!(lines[1].contains("client \"monitor\"") && lines[1].contains(&format!("code={ACCESS_DENIED}")), "{}", lines[1]);
-    assert!(lines[2].contains("host_allow") && lines[2].contains("audited-host") && lines[2].contains("<redacted>"), "{}", lines[2]);
+    assert!(
+        lines[1].contains("client \"monitor\"") && lines[1].contains(&format!("code={ACCESS_DENIED}")),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].contains("host_allow") && lines[2].contains("audited-host") && lines[2].contains("<redacted>"),
+        "{}",
+        lines[2]
+    );
     let log = gateway.server.log();
     assert!(!log.contains(&key_part), "the DH-HMAC-CHAP secret reached the log:\n{log}");
     // Reads are not audited.
@@ -190,7 +203,11 @@ fn callers_without_an_accepted_certificate_are_refused_and_change_nothing() {
     let before = gateway.file();
 
     // (b) No certificate: the handshake fails and no request is answered.
-    assert_eq!(raw_ns_add(gateway.address, &gateway.ca.certificate_file, None), None, "answered a client without a certificate");
+    assert_eq!(
+        raw_ns_add(gateway.address, &gateway.ca.certificate_file, None),
+        None,
+        "answered a client without a certificate"
+    );
 
     // (c) A certificate of another CA, with a listed CN: refused in the handshake.
     assert_eq!(raw_ns_add(gateway.address, &gateway.ca.certificate_file, Some(&gateway.impostor)), None);
@@ -199,17 +216,26 @@ fn callers_without_an_accepted_certificate_are_refused_and_change_nothing() {
     assert!(stderr(&output).contains("refused our certificate"), "{}", stderr(&output));
 
     // (e) Signed by the CA but not listed: told so, nothing run.
-    let response = raw_ns_add(gateway.address, &gateway.ca.certificate_file, Some(&gateway.stranger)).expect("an answer");
+    let response =
+        raw_ns_add(gateway.address, &gateway.ca.certificate_file, Some(&gateway.stranger)).expect("an answer");
     let response: Value = serde_json::from_str(&response).expect("JSON");
     assert_eq!(response["error"]["code"], ACCESS_DENIED, "{response}");
     let output = gateway.sluice(&gateway.stranger, &["ns", "list", BASE]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(stderr(&output).contains("client \"stranger\"") && stderr(&output).contains("not listed"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("client \"stranger\"") && stderr(&output).contains("not listed"),
+        "{}",
+        stderr(&output)
+    );
 
     // Our side refuses a server whose certificate our CA did not sign.
     let output = gateway.sluice_as(&gateway.admin, &gateway.other_ca.certificate_file, &["ns", "list", BASE]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    assert!(stderr(&output).contains("certificate is not trusted") && stderr(&output).contains("--api-ca"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("certificate is not trusted") && stderr(&output).contains("--api-ca"),
+        "{}",
+        stderr(&output)
+    );
 
     // Missing client files are named before anything is sent.
     let output = Command::new(SLUICE)
@@ -229,7 +255,10 @@ fn callers_without_an_accepted_certificate_are_refused_and_change_nothing() {
     let output = Command::new(SLUICE).args(["config", "check"]).arg(gateway.server.config()).output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let shown = String::from_utf8_lossy(&output.stdout);
-    assert!(shown.contains("management API on 127.0.0.1:0 (mutual TLS): 2 client(s), 1 read-write, 1 read-only"), "{shown}");
+    assert!(
+        shown.contains("management API on 127.0.0.1:0 (mutual TLS): 2 client(s), 1 read-write, 1 read-only"),
+        "{shown}"
+    );
 }
 
 #[test]

@@ -75,7 +75,9 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     let subsystem = format!("{{subsystem=\"{NQN}\"}}");
     assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0);
     assert_eq!(value(&text, &format!("sluice_subsystem_namespaces{subsystem}")), 2.0);
-    assert!(text.contains(&format!("sluice_namespace_read_latency_seconds_bucket{{subsystem=\"{NQN}\",nsid=\"2\",le=\"+Inf\"}} 2")));
+    assert!(text.contains(&format!(
+        "sluice_namespace_read_latency_seconds_bucket{{subsystem=\"{NQN}\",nsid=\"2\",le=\"+Inf\"}} 2"
+    )));
 
     // A live controller: its own counters (from its queues' shards), and errors of
     // any kind (here LBA Out of Range) counted at the subsystem and controller.
@@ -103,7 +105,8 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     drop(controller);
 
     // A Connect to a subsystem that does not exist is refused and counted.
-    let mut options = ConnectOptions::new(format!("127.0.0.1:{io_port}").parse().unwrap(), "nqn.2026-11.io.sluice:nowhere");
+    let mut options =
+        ConnectOptions::new(format!("127.0.0.1:{io_port}").parse().unwrap(), "nqn.2026-11.io.sluice:nowhere");
     options.host_nqn = HOST.into();
     options.command_timeout = Duration::from_secs(10);
     assert!(Controller::connect(options).is_err(), "no such subsystem");

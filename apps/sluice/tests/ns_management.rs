@@ -5,7 +5,6 @@
 //! must hear about namespaces attached to it (asynchronous event) without
 //! reconnecting. Every wait is bounded.
 
-
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,8 +36,10 @@ struct TestTarget {
 
 impl TestTarget {
     fn start() -> TestTarget {
-        let pool_backend: Arc<dyn Backend> =
-            RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: POOL_BYTES / u64::from(BLOCK_BYTES) });
+        let pool_backend: Arc<dyn Backend> = RamBackend::new(Geometry {
+            block_size_bytes: BLOCK_BYTES,
+            block_count: POOL_BYTES / u64::from(BLOCK_BYTES),
+        });
         let pool = Arc::new(Pool::open(pool_backend, TableStore::memory()).expect("pool"));
         let plain: Arc<dyn Backend> = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 2048 });
         // Port 0: the runtime binds a free port and reports it (the discovery log,
@@ -62,7 +63,8 @@ impl TestTarget {
                         id: NamespaceId(1),
                         backend: Arc::clone(&plain),
                         nguid: None,
-                        uuid: None, ana_group: None,
+                        uuid: None,
+                        ana_group: None,
                     }],
                     pool: None,
                     hosts: HostAccess::only(&[CLI_HOST]),
@@ -77,9 +79,20 @@ impl TestTarget {
 
     /// `-a 127.0.0.1 -s PORT -n NQN -q CLI_HOST`.
     fn args(&self, nqn: &str) -> Vec<String> {
-        ["-a", "127.0.0.1", "-s", &self.target.address().port().to_string(), "-n", nqn, "-q", CLI_HOST, "--timeout", "20000"]
-            .map(String::from)
-            .to_vec()
+        [
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &self.target.address().port().to_string(),
+            "-n",
+            nqn,
+            "-q",
+            CLI_HOST,
+            "--timeout",
+            "20000",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     /// A host that stays connected with a short keep-alive (so an asynchronous event
@@ -185,9 +198,15 @@ fn create_attach_list_detach_delete() {
     // Three namespaces: 8 MiB thick by --flbas, 4 MiB thick by --block-size, and a
     // 16 MiB thin one (NCAP below NSZE) in JSON.
     assert_eq!(ok("create-ns", &cli, &["--nsze", "16384", "-f", "0"]), "create-ns: Success, created nsid:1\n");
-    assert_eq!(ok("create-ns", &cli, &["--nsze", "8192", "--ncap", "8192", "-b", "512"]), "create-ns: Success, created nsid:2\n");
+    assert_eq!(
+        ok("create-ns", &cli, &["--nsze", "8192", "--ncap", "8192", "-b", "512"]),
+        "create-ns: Success, created nsid:2\n"
+    );
     let json = ok_json("create-ns", &cli, &["--nsze", "0x8000", "-c", "2048"]);
-    assert_eq!((json["nsid"].as_u64(), json["nsze"].as_u64(), json["ncap"].as_u64()), (Some(3), Some(32768), Some(2048)));
+    assert_eq!(
+        (json["nsid"].as_u64(), json["nsze"].as_u64(), json["ncap"].as_u64()),
+        (Some(3), Some(32768), Some(2048))
+    );
     assert_eq!(json["result"], "success");
     assert_eq!(unallocated_bytes(&cli), POOL_BYTES - (12 << 20), "the thick ones take their space at create");
     assert!(active(&cli).is_empty(), "a new namespace is attached to nobody");
@@ -215,7 +234,8 @@ fn create_attach_list_detach_delete() {
     // list-ctrl: the subsystem's controllers (the other host's and the CLI's own), and
     // those of one namespace.
     let json = ok_json("list-ctrl", &cli, &[]);
-    let all: Vec<u64> = json["ctrl_list"].as_array().unwrap().iter().map(|entry| entry["ctrl_id"].as_u64().unwrap()).collect();
+    let all: Vec<u64> =
+        json["ctrl_list"].as_array().unwrap().iter().map(|entry| entry["ctrl_id"].as_u64().unwrap()).collect();
     assert_eq!(json["num_ctrl"].as_u64(), Some(all.len() as u64));
     assert!(all.contains(&u64::from(other_id)), "{json}");
     assert!(all.contains(&json["this_ctrl_id"].as_u64().unwrap()), "{json}");
@@ -262,21 +282,41 @@ fn refusals_name_the_status_and_what_it_means() {
     assert!(output.stdout.is_empty());
 
     // Usage errors cost no connection: exit 2.
-    assert_fails(&sluice("create-ns", &cli, &["--nsze", "100", "--ncap", "200"]), 2, &["--ncap must be between 1 and --nsze"]);
+    assert_fails(
+        &sluice("create-ns", &cli, &["--nsze", "100", "--ncap", "200"]),
+        2,
+        &["--ncap must be between 1 and --nsze"],
+    );
     assert_fails(&sluice("create-ns", &cli, &["--nsze", "100", "-b", "1000"]), 2, &["not a power of two"]);
     assert_fails(&sluice("create-ns", &cli, &["--nsze", "100", "-f", "0", "-b", "512"]), 2, &["cannot be used with"]);
     assert_fails(&sluice("create-ns", &cli, &["-c", "100"]), 2, &["--nsze"]);
     assert_fails(&sluice("attach-ns", &cli, &["-N", "0xffffffff"]), 2, &["must name one namespace"]);
     // No such format: the target offers 512-byte blocks only.
-    assert_fails(&sluice("create-ns", &cli, &["--nsze", "100", "-b", "4096"]), 2, &["no LBA format with 4096-byte blocks", "512 bytes"]);
+    assert_fails(
+        &sluice("create-ns", &cli, &["--nsze", "100", "-b", "4096"]),
+        2,
+        &["no LBA format with 4096-byte blocks", "512 bytes"],
+    );
     assert_fails(&sluice("create-ns", &cli, &["--nsze", "100", "-f", "1"]), 1, &["Invalid Format", "format 0"]);
 
     assert_eq!(ok("create-ns", &cli, &["--nsze", "2048"]), "create-ns: Success, created nsid:1\n");
-    assert_fails(&sluice("detach-ns", &cli, &["-N", "1"]), 1, &["detach-ns failed: Namespace Not Attached", "list-ctrl -N 1"]);
-    assert_fails(&sluice("attach-ns", &cli, &["-N", "1", "-c", "0x7fff"]), 1, &["attach-ns failed: Controller List Invalid", "not a controller of this subsystem"]);
+    assert_fails(
+        &sluice("detach-ns", &cli, &["-N", "1"]),
+        1,
+        &["detach-ns failed: Namespace Not Attached", "list-ctrl -N 1"],
+    );
+    assert_fails(
+        &sluice("attach-ns", &cli, &["-N", "1", "-c", "0x7fff"]),
+        1,
+        &["attach-ns failed: Controller List Invalid", "not a controller of this subsystem"],
+    );
     assert!(ok("attach-ns", &cli, &["-N", "1"]).starts_with("attach-ns: Success"));
     assert_fails(&sluice("attach-ns", &cli, &["-N", "1"]), 1, &["Namespace Already Attached", "per host NQN"]);
-    assert_fails(&sluice("delete-ns", &cli, &["-N", "9"]), 1, &["delete-ns failed: Invalid Namespace or Format", "namespace 9 does not exist"]);
+    assert_fails(
+        &sluice("delete-ns", &cli, &["-N", "9"]),
+        1,
+        &["delete-ns failed: Invalid Namespace or Format", "namespace 9 does not exist"],
+    );
     assert_fails(&sluice("attach-ns", &cli, &["-N", "9"]), 1, &["Invalid Namespace or Format"]);
     assert!(ok("delete-ns", &cli, &["-N", "1"]).contains("deleted nsid:1"));
 
@@ -285,5 +325,9 @@ fn refusals_name_the_status_and_what_it_means() {
     assert_fails(&sluice("create-ns", &plain, &["--nsze", "8"]), 1, &["Invalid Command Opcode", "no storage pool"]);
     assert_fails(&sluice("delete-ns", &plain, &["-N", "1"]), 1, &["Invalid Command Opcode"]);
     // Controller lists come with Namespace Management.
-    assert_fails(&sluice("list-ctrl", &plain, &[]), 1, &["Invalid Field in Command", "does not report controller lists"]);
+    assert_fails(
+        &sluice("list-ctrl", &plain, &[]),
+        1,
+        &["Invalid Field in Command", "does not report controller lists"],
+    );
 }

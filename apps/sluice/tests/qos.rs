@@ -26,8 +26,9 @@ fn success(output: &Output) -> String {
 }
 
 fn throttled_commands(socket: &str) -> u64 {
-    let listed: Value = serde_json::from_str(&success(&sluice(&["ns", "list", "--socket", socket, BASE, "-o", "json"])))
-        .expect("ns list -o json");
+    let listed: Value =
+        serde_json::from_str(&success(&sluice(&["ns", "list", "--socket", socket, BASE, "-o", "json"])))
+            .expect("ns list -o json");
     listed["namespaces"][0]["qos_throttled_commands"].as_u64().expect("qos_throttled_commands")
 }
 
@@ -43,7 +44,18 @@ fn a_live_limit_holds_a_connected_host_and_the_bench_says_so() {
     controller.read(NamespaceId(1), 0, 1).expect("a read before any limit");
 
     // 20 commands per second without a burst: one every 50 ms.
-    let set = success(&sluice(&["ns", "qos", "--socket", &socket, BASE, "1", "--rw-ios-per-second", "20", "--burst-ms", "0"]));
+    let set = success(&sluice(&[
+        "ns",
+        "qos",
+        "--socket",
+        &socket,
+        BASE,
+        "1",
+        "--rw-ios-per-second",
+        "20",
+        "--burst-ms",
+        "0",
+    ]));
     assert!(set.contains("rw_ios_per_second=20 burst_ms=0"), "{set}");
     let listed = success(&sluice(&["ns", "list", "--socket", &socket, BASE]));
     assert!(listed.contains("rw_ios_per_second=20 burst_ms=0"), "{listed}");
@@ -57,7 +69,8 @@ fn a_live_limit_holds_a_connected_host_and_the_bench_says_so() {
 
     let json = dir.join("bench.json");
     let job = dir.join("job.toml");
-    std::fs::write(&job, "[[job]]\nname = \"limited\"\nqueue_depth = 2\nduration = \"300ms\"\nramp = \"50ms\"\n").unwrap();
+    std::fs::write(&job, "[[job]]\nname = \"limited\"\nqueue_depth = 2\nduration = \"300ms\"\nramp = \"50ms\"\n")
+        .unwrap();
     let bench = sluice(&[
         "bench",
         "--target",
@@ -71,7 +84,10 @@ fn a_live_limit_holds_a_connected_host_and_the_bench_says_so() {
     ]);
     success(&bench);
     let stderr = String::from_utf8_lossy(&bench.stderr);
-    assert!(stderr.contains("WARNING: the namespace under test has QoS limits (rw_ios_per_second=20, burst_ms=0)"), "{stderr}");
+    assert!(
+        stderr.contains("WARNING: the namespace under test has QoS limits (rw_ios_per_second=20, burst_ms=0)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("THROTTLED:"), "{stderr}");
     let result: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(result["qos"]["throttled_commands"].as_u64().unwrap() > 0, "{}", result["qos"]);

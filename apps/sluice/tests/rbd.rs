@@ -330,7 +330,12 @@ impl StalledOsd {
             .parse()
             .expect("a pid in the OSD's pid file");
         let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        assert_eq!(command.trim(), "ceph-osd", "{} names pid {pid}, which is not a running ceph-osd", pid_file.display());
+        assert_eq!(
+            command.trim(),
+            "ceph-osd",
+            "{} names pid {pid}, which is not a running ceph-osd",
+            pid_file.display()
+        );
         signal(pid, "STOP");
         StalledOsd(pid)
     }
@@ -564,7 +569,8 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     let again = rpc(&target, "rbd_snapshot_create", snapshot.clone()).expect("take it again");
     assert_eq!(again["created"], json!(false), "a retry keeps the snapshot: {again}");
     let listed = rpc(&target, "rbd_snapshot_list", json!({ "rbd": source_spec })).expect("list");
-    let names: Vec<&str> = listed["snapshots"].as_array().unwrap().iter().filter_map(|entry| entry["name"].as_str()).collect();
+    let names: Vec<&str> =
+        listed["snapshots"].as_array().unwrap().iter().filter_map(|entry| entry["name"].as_str()).collect();
     assert_eq!(names, ["s1"], "{listed}");
 
     // A namespace on a copy of the snapshot reads what the source held.
@@ -626,10 +632,13 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     // until the clone is copied.
     let outside = image_name("outside-clone");
     let _outside_guard = ImageGuard(outside.clone());
-    rpc(&target, "rbd_snapshot_create", json!({ "rbd": source_spec, "snapshot": "s3" })).expect("take a third snapshot");
-    let made = rbd(&["clone", "--rbd-default-clone-format", "2", &format!("{source_spec}@s3"), &format!("rbd/{outside}")]);
+    rpc(&target, "rbd_snapshot_create", json!({ "rbd": source_spec, "snapshot": "s3" }))
+        .expect("take a third snapshot");
+    let made =
+        rbd(&["clone", "--rbd-default-clone-format", "2", &format!("{source_spec}@s3"), &format!("rbd/{outside}")]);
     assert!(made.status.success(), "rbd clone: {}", String::from_utf8_lossy(&made.stderr));
-    rpc(&target, "rbd_snapshot_remove", json!({ "rbd": source_spec, "snapshot": "s3" })).expect("remove s3 (to the trash)");
+    rpc(&target, "rbd_snapshot_remove", json!({ "rbd": source_spec, "snapshot": "s3" }))
+        .expect("remove s3 (to the trash)");
     let listed = rpc(&target, "rbd_snapshot_list", json!({ "rbd": source_spec })).expect("list");
     assert_eq!(listed["snapshots"], json!([]), "a snapshot in the trash is not listed: {listed}");
     let flattened = rbd(&["flatten", &format!("rbd/{outside}")]);
@@ -649,14 +658,17 @@ fn snapshots_clones_and_image_deletion_through_the_management_api() {
     // namespace gone, the entry naming the image) is deleted by `backend_remove`.
     let left = image_name("left");
     let _left_guard = ImageGuard(left.clone());
-    rpc(&target, "ns_add", json!({ "nqn": NQN, "nsid": 5, "rbd": format!("rbd/{left}"), "size": "4MiB" })).expect("add");
+    rpc(&target, "ns_add", json!({ "nqn": NQN, "nsid": 5, "rbd": format!("rbd/{left}"), "size": "4MiB" }))
+        .expect("add");
     rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 5 })).expect("remove the namespace alone");
     let listed = rpc(&target, "backend_list", json!({})).expect("list backends");
-    let entry = listed["backends"].as_array().unwrap().iter().find(|backend| backend["rbd"]["image"] == json!(left)).cloned();
+    let entry =
+        listed["backends"].as_array().unwrap().iter().find(|backend| backend["rbd"]["image"] == json!(left)).cloned();
     let entry = entry.unwrap_or_else(|| panic!("the image's entry is listed: {listed}"));
     assert_eq!((entry["used_by"].clone(), entry["namespace"].clone()), (json!([]), json!(null)), "{entry}");
     let name = entry["name"].as_str().unwrap().to_string();
-    let removed = rpc(&target, "backend_remove", json!({ "name": name, "delete_image": true })).expect("remove the leftover");
+    let removed =
+        rpc(&target, "backend_remove", json!({ "name": name, "delete_image": true })).expect("remove the leftover");
     assert_eq!(removed["image_deleted"], json!(true), "{removed}");
     assert!(!image_exists(&left), "image {left} still exists");
     let again = rpc(&target, "backend_remove", json!({ "name": name })).expect_err("it is gone");
@@ -676,7 +688,8 @@ fn a_clone_deleted_while_it_is_copied_goes_and_so_can_its_source() {
     }
     let _turn = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = scratch_dir("rbd-clone-cancel");
-    let (served, source, clone) = (image_name("cancel-served"), image_name("cancel-source"), image_name("cancel-clone"));
+    let (served, source, clone) =
+        (image_name("cancel-served"), image_name("cancel-source"), image_name("cancel-clone"));
     // Dropped in reverse: the clone first, so that the source has no child left.
     let (_served_guard, _source_guard, _clone_guard) =
         (ImageGuard(served.clone()), ImageGuard(source.clone()), ImageGuard(clone.clone()));
@@ -685,7 +698,18 @@ fn a_clone_deleted_while_it_is_copied_goes_and_so_can_its_source() {
     let source_spec = format!("rbd/{source}");
     for args in [
         vec!["create", "--size", "256M", source_spec.as_str()],
-        vec!["bench", "--io-type", "write", "--io-size", "4M", "--io-total", "256M", "--io-pattern", "seq", source_spec.as_str()],
+        vec![
+            "bench",
+            "--io-type",
+            "write",
+            "--io-size",
+            "4M",
+            "--io-total",
+            "256M",
+            "--io-pattern",
+            "seq",
+            source_spec.as_str(),
+        ],
         vec!["snap", "create", "--no-progress", &format!("{source_spec}@s")],
     ] {
         let output = rbd(&args.iter().map(|arg| arg as &str).collect::<Vec<_>>());
@@ -699,7 +723,8 @@ fn a_clone_deleted_while_it_is_copied_goes_and_so_can_its_source() {
     .expect("add the clone");
     assert_eq!(added["copying"], json!(true), "{added}");
     let started = Instant::now();
-    let removed = rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 6, "delete_image": true })).expect("delete the clone");
+    let removed =
+        rpc(&target, "ns_remove", json!({ "nqn": NQN, "nsid": 6, "delete_image": true })).expect("delete the clone");
     assert_eq!(removed["image_deleted"], json!(true), "{removed}");
     eprintln!("deleting the clone while it was copied took {:?}", started.elapsed());
     assert!(!image_exists(&clone), "image {clone} still exists");

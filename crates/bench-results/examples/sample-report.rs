@@ -7,9 +7,7 @@
 use bench_results::{render_html, sample::sample_result, validate};
 
 fn main() {
-    let out = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "sample-report.html".to_string());
+    let out = std::env::args().nth(1).unwrap_or_else(|| "sample-report.html".to_string());
     let a = sample_result();
     validate(&a).expect("the sample result is valid");
     let mut b = a.clone();
@@ -27,10 +25,7 @@ fn main() {
         run.latency_us.min /= k;
         run.latency_us.max /= k;
     }
-    let html = render_html(&[
-        ("sample-sluice-host.json".into(), a.clone()),
-        ("sample-fio.json".into(), b),
-    ]);
+    let html = render_html(&[("sample-sluice-host.json".into(), a.clone()), ("sample-fio.json".into(), b)]);
     std::fs::write(&out, html).unwrap_or_else(|e| panic!("writing {out}: {e}"));
     std::fs::write(format!("{out}.json"), a.to_json_pretty() + "\n")
         .unwrap_or_else(|e| panic!("writing {out}.json: {e}"));

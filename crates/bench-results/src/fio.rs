@@ -126,10 +126,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     fn of(report: &FioReport) -> Snapshot {
-        let mut snapshot = Snapshot {
-            timestamp_ms: report.timestamp_ms,
-            ..Snapshot::default()
-        };
+        let mut snapshot = Snapshot { timestamp_ms: report.timestamp_ms, ..Snapshot::default() };
         for job in &report.jobs {
             snapshot.runtime_ms = snapshot.runtime_ms.max(job.job_runtime);
             for direction in [&job.read, &job.write] {
@@ -175,9 +172,7 @@ fn first_message(messages: &[String]) -> String {
     messages
         .iter()
         .find(|line| !line.trim().is_empty())
-        .map_or(String::new(), |line| {
-            format!(" (fio said: {})", line.trim())
-        })
+        .map_or(String::new(), |line| format!(" (fio said: {})", line.trim()))
 }
 
 /// Reads fio's output as it grows: text lines and JSON reports, in any chunking.
@@ -223,9 +218,7 @@ impl FioOutputReader {
             }
             let end = match self.pending.find("\n}\n") {
                 Some(n) => n + 2,
-                None if at_end && self.pending.trim_end().ends_with("\n}") => {
-                    self.pending.trim_end().len()
-                }
+                None if at_end && self.pending.trim_end().ends_with("\n}") => self.pending.trim_end().len(),
                 None => break, // the rest is still coming
             };
             match serde_json::from_str::<FioReport>(&self.pending[..end]) {
@@ -238,14 +231,9 @@ impl FioOutputReader {
                 }
                 Err(error) => {
                     // Not a report after all: keep its first line as text and go on.
-                    self.errors.push(FioError::Json {
-                        index: self.reports + self.errors.len(),
-                        message: error.to_string(),
-                    });
-                    let line_end = self
-                        .pending
-                        .find('\n')
-                        .map_or(self.pending.len(), |n| n + 1);
+                    self.errors
+                        .push(FioError::Json { index: self.reports + self.errors.len(), message: error.to_string() });
+                    let line_end = self.pending.find('\n').map_or(self.pending.len(), |n| n + 1);
                     let line: String = self.pending.drain(..line_end).collect();
                     self.messages_from(&line);
                 }
@@ -255,11 +243,7 @@ impl FioOutputReader {
     }
 
     fn messages_from(&mut self, text: &str) {
-        self.output.messages.extend(
-            text.lines()
-                .filter(|line| !line.trim().is_empty())
-                .map(str::to_string),
-        );
+        self.output.messages.extend(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_string));
     }
 
     /// The reports read so far (the last one may be an interim one while fio runs).
@@ -331,15 +315,8 @@ fn ramp_gap_ms(ramp_ms: f64) -> f64 {
 
 /// Turns fio's output into a measurement. `ramp_ms` is the job's `ramp_time`;
 /// `percentiles` the percentiles to report (e.g. 50, 90, 99, 99.9, 99.99).
-pub fn measure(
-    output: &FioOutput,
-    ramp_ms: f64,
-    percentiles: &[f64],
-) -> Result<FioMeasurement, FioError> {
-    let last = output
-        .last
-        .as_ref()
-        .ok_or_else(|| FioError::NoReport(output.messages.clone()))?;
+pub fn measure(output: &FioOutput, ramp_ms: f64, percentiles: &[f64]) -> Result<FioMeasurement, FioError> {
+    let last = output.last.as_ref().ok_or_else(|| FioError::NoReport(output.messages.clone()))?;
     if last.jobs.is_empty() {
         return Err(FioError::NoJobs);
     }
@@ -352,8 +329,7 @@ pub fn measure(
     let measured: Vec<&Snapshot> = match output.interim.last() {
         Some(latest)
             if ramp_ms <= 0.0
-                || latest.counters_start_ms()
-                    >= final_snapshot.counters_start_ms() - ramp_gap_ms(ramp_ms) =>
+                || latest.counters_start_ms() >= final_snapshot.counters_start_ms() - ramp_gap_ms(ramp_ms) =>
         {
             let start = latest.counters_start_ms();
             output
@@ -370,11 +346,7 @@ pub fn measure(
     };
     // The final report is written after the jobs have torn down; an interim report's
     // start is closer to the truth.
-    let window_start = measured
-        .last()
-        .map_or(final_snapshot.counters_start_ms(), |s| {
-            s.counters_start_ms()
-        });
+    let window_start = measured.last().map_or(final_snapshot.counters_start_ms(), |s| s.counters_start_ms());
     let window = (window_start, window_start + runtime_ms);
 
     let mut ios = 0;
@@ -388,11 +360,7 @@ pub fn measure(
         let counted = job.total_err.max(u64::from(job.error != 0));
         errors += counted;
         if counted > 0 && first_error.is_none() {
-            let errno = if job.first_error != 0 {
-                job.first_error
-            } else {
-                job.error
-            };
+            let errno = if job.first_error != 0 { job.first_error } else { job.error };
             first_error = Some(format!("job {}: {}", job.jobname, errno_text(errno)));
         }
         for direction in [&job.read, &job.write] {
@@ -419,10 +387,8 @@ pub fn measure(
 }
 
 fn errno_text(errno: i64) -> String {
-    i32::try_from(errno).map_or_else(
-        |_| format!("error {errno}"),
-        |code| std::io::Error::from_raw_os_error(code).to_string(),
-    )
+    i32::try_from(errno)
+        .map_or_else(|_| format!("error {errno}"), |code| std::io::Error::from_raw_os_error(code).to_string())
 }
 
 /// One latency distribution from several (job, direction) parts: count-weighted mean,
@@ -436,22 +402,12 @@ fn merged_latency(parts: &[&FioLatency], bins: &BTreeMap<u64, u64>, wanted: &[f6
             min: 0.0,
             max: 0.0,
             stddev: 0.0,
-            percentiles: wanted
-                .iter()
-                .map(|&percentile| Percentile {
-                    percentile,
-                    value: 0.0,
-                })
-                .collect(),
+            percentiles: wanted.iter().map(|&percentile| Percentile { percentile, value: 0.0 }).collect(),
         };
     }
     let n = count as f64;
     let mean = parts.iter().map(|p| p.count as f64 * p.mean).sum::<f64>() / n;
-    let second_moment = parts
-        .iter()
-        .map(|p| p.count as f64 * (p.stddev * p.stddev + p.mean * p.mean))
-        .sum::<f64>()
-        / n;
+    let second_moment = parts.iter().map(|p| p.count as f64 * (p.stddev * p.stddev + p.mean * p.mean)).sum::<f64>() / n;
     let stddev = (second_moment - mean * mean).max(0.0).sqrt();
     let min = parts.iter().map(|p| p.min).fold(f64::INFINITY, f64::min);
     let max = parts.iter().map(|p| p.max).fold(0.0, f64::max);
@@ -460,12 +416,7 @@ fn merged_latency(parts: &[&FioLatency], bins: &BTreeMap<u64, u64>, wanted: &[f6
     } else {
         wanted
             .iter()
-            .map(|&p| {
-                parts
-                    .iter()
-                    .filter_map(|part| fio_percentile(&part.percentile, p))
-                    .fold(0.0, f64::max)
-            })
+            .map(|&p| parts.iter().filter_map(|part| fio_percentile(&part.percentile, p)).fold(0.0, f64::max))
             .collect()
     };
     // Bucket values are bucket midpoints: never report one above the exact maximum, and
@@ -476,29 +427,15 @@ fn merged_latency(parts: &[&FioLatency], bins: &BTreeMap<u64, u64>, wanted: &[f6
         .zip(values)
         .map(|(&percentile, value)| {
             floor = floor.max(value.min(max));
-            Percentile {
-                percentile,
-                value: floor / 1e3,
-            }
+            Percentile { percentile, value: floor / 1e3 }
         })
         .collect();
-    Latency {
-        mean: mean / 1e3,
-        min: min.min(max) / 1e3,
-        max: max / 1e3,
-        stddev: stddev / 1e3,
-        percentiles,
-    }
+    Latency { mean: mean / 1e3, min: min.min(max) / 1e3, max: max / 1e3, stddev: stddev / 1e3, percentiles }
 }
 
 /// fio's percentile map has keys like `"99.900000"`.
 fn fio_percentile(map: &BTreeMap<String, f64>, percentile: f64) -> Option<f64> {
-    map.iter()
-        .find(|(key, _)| {
-            key.parse::<f64>()
-                .is_ok_and(|p| (p - percentile).abs() < 1e-6)
-        })
-        .map(|(_, value)| *value)
+    map.iter().find(|(key, _)| key.parse::<f64>().is_ok_and(|p| (p - percentile).abs() < 1e-6)).map(|(_, value)| *value)
 }
 
 /// Percentiles (ns) of a histogram, by fio's rule (`stat.c: calc_clat_percentiles`): the
@@ -526,9 +463,7 @@ pub fn percentiles_from_bins(bins: &BTreeMap<u64, u64>, wanted: &[f64]) -> Vec<f
 /// closely) are folded into the next sample.
 fn time_series(measured: &[&Snapshot], final_snapshot: &Snapshot) -> Vec<Sample> {
     let mut points: Vec<&Snapshot> = measured.to_vec();
-    if points.last().map_or(true, |last| {
-        final_snapshot.runtime_ms >= last.runtime_ms + 200.0
-    }) {
+    if points.last().map_or(true, |last| final_snapshot.runtime_ms >= last.runtime_ms + 200.0) {
         points.push(final_snapshot);
     } else if let Some(last) = points.last_mut() {
         // The final report replaces an interim one written moments before it.
@@ -563,11 +498,7 @@ fn interval(previous: &Snapshot, point: &Snapshot) -> Option<Sample> {
             bins.insert(*value, count - before);
         }
     }
-    let p99 = if bins.is_empty() {
-        0.0
-    } else {
-        percentiles_from_bins(&bins, &[99.0])[0]
-    };
+    let p99 = if bins.is_empty() { 0.0 } else { percentiles_from_bins(&bins, &[99.0])[0] };
     Some(Sample {
         t_seconds: point.runtime_ms / 1000.0,
         iops: (point.ios - previous.ios) as f64 / seconds,
@@ -584,9 +515,7 @@ pub fn latest_interval(output: &FioOutput) -> Option<Sample> {
         return None;
     }
     match output.interim.last() {
-        Some(previous)
-            if (previous.counters_start_ms() - last.counters_start_ms()).abs() < 100.0 =>
-        {
+        Some(previous) if (previous.counters_start_ms() - last.counters_start_ms()).abs() < 100.0 => {
             interval(previous, &last)
         }
         _ => interval(&Snapshot::default(), &last),
@@ -620,30 +549,18 @@ mod tests {
         let output = parse_output(RANDRW).unwrap();
         let m = measure(&output, 1000.0, &PERCENTILES).unwrap();
         let last = output.last.as_ref().unwrap();
-        let ios: u64 = last
-            .jobs
-            .iter()
-            .map(|j| j.read.lat_ns.count + j.write.lat_ns.count)
-            .sum();
+        let ios: u64 = last.jobs.iter().map(|j| j.read.lat_ns.count + j.write.lat_ns.count).sum();
         assert_eq!(m.ios, ios);
         assert_eq!(m.bytes, ios * 4096);
         assert_eq!(m.duration_seconds, 2.5);
         assert_eq!(m.errors, 0);
         assert_eq!(m.first_error, None);
         // (usr + sys) % of 2.5 s, per job.
-        let cpu: f64 = last
-            .jobs
-            .iter()
-            .map(|j| (j.usr_cpu + j.sys_cpu) / 100.0 * 2.5)
-            .sum();
+        let cpu: f64 = last.jobs.iter().map(|j| (j.usr_cpu + j.sys_cpu) / 100.0 * 2.5).sum();
         assert!((m.initiator_seconds - cpu).abs() < 1e-9);
         assert!(m.initiator_seconds > 0.5 && m.initiator_seconds < 5.0);
         // The merged mean lies between the directions' means.
-        let means: Vec<f64> = last
-            .jobs
-            .iter()
-            .flat_map(|j| [j.read.lat_ns.mean, j.write.lat_ns.mean])
-            .collect();
+        let means: Vec<f64> = last.jobs.iter().flat_map(|j| [j.read.lat_ns.mean, j.write.lat_ns.mean]).collect();
         let lo = means.iter().cloned().fold(f64::INFINITY, f64::min) / 1e3;
         let hi = means.iter().cloned().fold(0.0, f64::max) / 1e3;
         assert!(lo <= m.latency_us.mean && m.latency_us.mean <= hi);
@@ -663,10 +580,7 @@ mod tests {
                     let fios = fio_percentile(&direction.lat_ns.percentile, *p).unwrap();
                     assert_eq!(value, fios, "p{p} of {}", job.jobname);
                 }
-                assert_eq!(
-                    direction.lat_ns.bins.values().sum::<u64>(),
-                    direction.lat_ns.count
-                );
+                assert_eq!(direction.lat_ns.bins.values().sum::<u64>(), direction.lat_ns.count);
             }
         }
     }
@@ -686,11 +600,7 @@ mod tests {
             counted += sample.iops * (sample.t_seconds - from);
             from = sample.t_seconds;
         }
-        assert!(
-            (counted - m.ios as f64).abs() < 2.0,
-            "{counted} vs {}",
-            m.ios
-        );
+        assert!((counted - m.ios as f64).abs() < 2.0, "{counted} vs {}", m.ios);
         assert!(m.time_series.iter().all(|s| s.p99_us > 0.0 && s.iops > 0.0));
         // Counters started 1795292150201 (timestamp_ms - job_runtime of the interim reports).
         assert_eq!(m.window_ms, (1_795_292_150_201.0, 1_795_292_152_701.0));
@@ -699,8 +609,7 @@ mod tests {
     #[test]
     fn text_lines_chunking_and_truncation() {
         // fio's notes come before the JSON in the same file; any chunking works.
-        let text =
-            format!("note: both iodepth >= 1 and synchronous I/O engine are selected\n{RANDRW}");
+        let text = format!("note: both iodepth >= 1 and synchronous I/O engine are selected\n{RANDRW}");
         let mut reader = FioOutputReader::new();
         let mut completed = 0;
         for chunk in text.as_bytes().chunks(7) {
@@ -721,8 +630,7 @@ mod tests {
         assert!(measure(&output, 1000.0, &PERCENTILES).is_ok());
 
         // No report at all: fio's own message says why.
-        let e = parse_output("fio: engine libfoo not loadable\nfio: failed to load engine\n")
-            .unwrap_err();
+        let e = parse_output("fio: engine libfoo not loadable\nfio: failed to load engine\n").unwrap_err();
         assert!(e.to_string().contains("engine libfoo not loadable"), "{e}");
     }
 

@@ -13,14 +13,14 @@
 pub mod fio;
 pub mod report;
 pub mod result;
-pub mod schedule;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
+pub mod schedule;
 mod svg;
 
 pub use report::render_html;
 pub use result::{
-    validate, BaselineResult, BenchResult, Ceilings, CpuUse, Latency, Machine, Percentile,
-    Preconditioning, QosObservation, ResultError, RunResult, Sample, Schedule, SteadyState, TargetInfo,
-    BEHIND_ACHIEVED_PERCENT, BEHIND_LATE_PERCENT, SCHEMA_ID, SCHEMA_ID_1,
+    validate, BaselineResult, BenchResult, Ceilings, CpuUse, Latency, Machine, Percentile, Preconditioning,
+    QosObservation, ResultError, RunResult, Sample, Schedule, SteadyState, TargetInfo, BEHIND_ACHIEVED_PERCENT,
+    BEHIND_LATE_PERCENT, SCHEMA_ID, SCHEMA_ID_1,
 };

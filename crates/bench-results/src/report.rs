@@ -57,7 +57,13 @@ pub fn render_html(results: &[(String, BenchResult)]) -> String {
 }
 
 fn result_section(h: &mut String, index: usize, label: &str, r: &BenchResult) {
-    let _ = write!(h, "<section class=\"result\" id=\"result-{index}\"><h2>{} &mdash; suite <em>{}</em>, driver <em>{}</em></h2>", esc(label), esc(&r.suite), esc(&r.driver));
+    let _ = write!(
+        h,
+        "<section class=\"result\" id=\"result-{index}\"><h2>{} &mdash; suite <em>{}</em>, driver <em>{}</em></h2>",
+        esc(label),
+        esc(&r.suite),
+        esc(&r.driver)
+    );
     if r.partial {
         h.push_str("<div class=\"warn\"><b>Partial result:</b> the run was interrupted; the last run may be cut short and later runs are missing.</div>");
     }
@@ -67,7 +73,11 @@ fn result_section(h: &mut String, index: usize, label: &str, r: &BenchResult) {
         }
     }
     if let Err(problems) = crate::result::validate(r) {
-        let _ = write!(h, "<div class=\"warn\"><b>This result fails validation</b> ({} problem(s)); numbers may be inconsistent:<ul>", problems.len());
+        let _ = write!(
+            h,
+            "<div class=\"warn\"><b>This result fails validation</b> ({} problem(s)); numbers may be inconsistent:<ul>",
+            problems.len()
+        );
         for p in problems.iter().take(10) {
             let _ = write!(h, "<li>{}</li>", esc(p));
         }
@@ -90,16 +100,7 @@ fn header(h: &mut String, r: &BenchResult) {
     kv(h, "Started", r.started_at.clone());
     kv(h, "Finished", r.finished_at.clone());
     kv(h, "Schema", r.schema.clone());
-    kv(
-        h,
-        "Host",
-        format!(
-            "{} ({} CPUs, {:.1} GiB)",
-            m.hostname,
-            m.cpus,
-            m.memory_bytes as f64 / (1u64 << 30) as f64
-        ),
-    );
+    kv(h, "Host", format!("{} ({} CPUs, {:.1} GiB)", m.hostname, m.cpus, m.memory_bytes as f64 / (1u64 << 30) as f64));
     kv(h, "CPU", m.cpu_model.clone());
     kv(h, "Kernel", m.kernel.clone());
     h.push_str("</table><table class=\"kv\">");
@@ -119,15 +120,9 @@ fn header(h: &mut String, r: &BenchResult) {
     kv(
         h,
         "Loopback TCP ceiling",
-        r.ceilings
-            .loopback_tcp_bytes_per_second
-            .map_or("not measured".into(), |b| format!("{:.0} MB/s", b / 1e6)),
+        r.ceilings.loopback_tcp_bytes_per_second.map_or("not measured".into(), |b| format!("{:.0} MB/s", b / 1e6)),
     );
-    kv(
-        h,
-        "Local baselines",
-        format!("{} run(s)", r.ceilings.local_baseline.len()),
-    );
+    kv(h, "Local baselines", format!("{} run(s)", r.ceilings.local_baseline.len()));
     h.push_str("</table></div>");
     if !r.notes.is_empty() {
         h.push_str("<ul>");
@@ -169,39 +164,19 @@ fn preconditioning(h: &mut String, r: &BenchResult) {
     }
     let n = pc.rounds.len();
     let mut plot = Plot::new("Preconditioning rounds", "round", "IOPS");
-    plot.series.push(Series::new(
-        "IOPS per round",
-        pc.rounds
-            .iter()
-            .enumerate()
-            .map(|(i, v)| ((i + 1) as f64, *v))
-            .collect(),
-    ));
+    plot.series
+        .push(Series::new("IOPS per round", pc.rounds.iter().enumerate().map(|(i, v)| ((i + 1) as f64, *v)).collect()));
     let w = (ss.window_rounds as usize).min(n);
     if w > 0 {
         let first = (n - w + 1) as f64;
         let avg = ss.average;
-        plot.series.push(
-            Series::new("window average", vec![(first, avg), (n as f64, avg)])
-                .dashed()
-                .colour("#009e73"),
-        );
+        plot.series.push(Series::new("window average", vec![(first, avg), (n as f64, avg)]).dashed().colour("#009e73"));
         // PTS data-excursion limit: max - min within 20 % of the average, i.e. ±10 %.
         plot.series.push(
-            Series::new(
-                "average +10 %",
-                vec![(first, avg * 1.1), (n as f64, avg * 1.1)],
-            )
-            .dashed()
-            .colour("#999999"),
+            Series::new("average +10 %", vec![(first, avg * 1.1), (n as f64, avg * 1.1)]).dashed().colour("#999999"),
         );
         plot.series.push(
-            Series::new(
-                "average −10 %",
-                vec![(first, avg * 0.9), (n as f64, avg * 0.9)],
-            )
-            .dashed()
-            .colour("#999999"),
+            Series::new("average −10 %", vec![(first, avg * 0.9), (n as f64, avg * 0.9)]).dashed().colour("#999999"),
         );
         plot.shade_x = Some((first - 0.5, n as f64 + 0.5, "steady-state window".into()));
     }
@@ -222,11 +197,7 @@ fn fmt_us(v: f64) -> String {
 
 /// Latency at `p` (exact match within 1e-6) or "—".
 fn pct(run: &RunResult, p: f64) -> Option<f64> {
-    run.latency_us
-        .percentiles
-        .iter()
-        .find(|q| (q.percentile - p).abs() < 1e-6)
-        .map(|q| q.value)
+    run.latency_us.percentiles.iter().find(|q| (q.percentile - p).abs() < 1e-6).map(|q| q.value)
 }
 
 fn opt(v: Option<f64>, f: fn(f64) -> String) -> String {
@@ -239,10 +210,7 @@ fn runs_table(h: &mut String, r: &BenchResult) {
         h.push_str("<p class=\"muted\">No runs recorded.</p>");
         return;
     }
-    let not_steady = r
-        .preconditioning
-        .as_ref()
-        .is_some_and(|p| !p.steady_state.reached);
+    let not_steady = r.preconditioning.as_ref().is_some_and(|p| !p.steady_state.reached);
     let behind: Vec<&str> = r
         .runs
         .iter()
@@ -269,11 +237,8 @@ fn runs_table(h: &mut String, r: &BenchResult) {
                 p => format!("{p}/{} r/w", 100 - p),
             }
         );
-        let flag = if not_steady {
-            " <span class=\"flag\" title=\"steady state not reached\">&#9888;</span>"
-        } else {
-            ""
-        };
+        let flag =
+            if not_steady { " <span class=\"flag\" title=\"steady state not reached\">&#9888;</span>" } else { "" };
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}{flag}</td><td class=\"l\">{}</td><td>{}&times;{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"sched\">{}</td></tr>",
@@ -312,10 +277,7 @@ fn schedule_cell(run: &RunResult) -> String {
             let text = crate::schedule::run_summary(run).unwrap_or_else(|| s.summary());
             match text.strip_prefix("fell behind") {
                 Some(rest) if s.fell_behind => {
-                    format!(
-                        "<span class=\"flag\">&#9888; fell behind</span>{}",
-                        esc(rest)
-                    )
+                    format!("<span class=\"flag\">&#9888; fell behind</span>{}", esc(rest))
                 }
                 _ => esc(&text),
             }
@@ -347,11 +309,7 @@ fn groups(r: &BenchResult) -> Vec<(&str, Vec<&RunResult>)> {
 
 fn group_plots(h: &mut String, r: &BenchResult) {
     for (group, runs) in groups(r) {
-        let _ = write!(
-            h,
-            "<h3>Group <em>{}</em></h3><div class=\"plots\">",
-            esc(group)
-        );
+        let _ = write!(h, "<h3>Group <em>{}</em></h3><div class=\"plots\">", esc(group));
         sweep_plots(h, &runs);
         load_plot(h, &runs);
         percentile_plot(h, group, &runs);
@@ -363,37 +321,20 @@ fn group_plots(h: &mut String, r: &BenchResult) {
 /// IOPS and mean latency versus threads x queue depth, for groups of maximum-rate runs
 /// with at least two distinct (threads, qd) points.
 fn sweep_plots(h: &mut String, runs: &[&RunResult]) {
-    let mut pts: Vec<&RunResult> = runs
-        .iter()
-        .copied()
-        .filter(|r| r.load_percent.is_none())
-        .collect();
+    let mut pts: Vec<&RunResult> = runs.iter().copied().filter(|r| r.load_percent.is_none()).collect();
     pts.sort_by_key(|r| (r.threads * r.queue_depth, r.threads, r.queue_depth));
     let mut shapes: Vec<(u32, u32)> = pts.iter().map(|r| (r.threads, r.queue_depth)).collect();
     shapes.dedup();
     if shapes.len() < 2 {
         return;
     }
-    let ticks: Vec<(f64, String)> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, (t, q))| (i as f64, format!("{t}×{q}")))
-        .collect();
-    let pos = |r: &RunResult| {
-        shapes
-            .iter()
-            .position(|s| *s == (r.threads, r.queue_depth))
-            .unwrap_or(0) as f64
-    };
+    let ticks: Vec<(f64, String)> =
+        shapes.iter().enumerate().map(|(i, (t, q))| (i as f64, format!("{t}×{q}"))).collect();
+    let pos = |r: &RunResult| shapes.iter().position(|s| *s == (r.threads, r.queue_depth)).unwrap_or(0) as f64;
     // One line per workload shape sharing the sweep (block size, mix, pattern).
     let mut lines: Vec<(String, Vec<&RunResult>)> = Vec::new();
     for r in &pts {
-        let key = format!(
-            "{} {} {}% read",
-            size_h(r.block_size),
-            r.pattern,
-            r.read_percent
-        );
+        let key = format!("{} {} {}% read", size_h(r.block_size), r.pattern, r.read_percent);
         match lines.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(r),
             None => lines.push((key, vec![r])),
@@ -404,25 +345,16 @@ fn sweep_plots(h: &mut String, runs: &[&RunResult]) {
     if lines.is_empty() {
         return;
     }
-    let mut iops = Plot::new(
-        "IOPS vs threads × queue depth",
-        "threads × queue depth (sorted by outstanding I/Os)",
-        "IOPS",
-    );
+    let mut iops =
+        Plot::new("IOPS vs threads × queue depth", "threads × queue depth (sorted by outstanding I/Os)", "IOPS");
     let mut lat = Plot::new(
         "Mean latency vs threads × queue depth",
         "threads × queue depth (sorted by outstanding I/Os)",
         "mean latency (µs)",
     );
     for (key, rs) in &lines {
-        iops.series.push(Series::new(
-            key.clone(),
-            rs.iter().map(|r| (pos(r), r.iops)).collect(),
-        ));
-        lat.series.push(Series::new(
-            key.clone(),
-            rs.iter().map(|r| (pos(r), r.latency_us.mean)).collect(),
-        ));
+        iops.series.push(Series::new(key.clone(), rs.iter().map(|r| (pos(r), r.iops)).collect()));
+        lat.series.push(Series::new(key.clone(), rs.iter().map(|r| (pos(r), r.latency_us.mean)).collect()));
     }
     iops.x_ticks = Some(ticks.clone());
     lat.x_ticks = Some(ticks);
@@ -434,43 +366,16 @@ fn sweep_plots(h: &mut String, runs: &[&RunResult]) {
 
 /// Average and p99 latency versus load level, for runs with `load_percent`.
 fn load_plot(h: &mut String, runs: &[&RunResult]) {
-    let mut pts: Vec<&RunResult> = runs
-        .iter()
-        .copied()
-        .filter(|r| r.load_percent.is_some())
-        .collect();
+    let mut pts: Vec<&RunResult> = runs.iter().copied().filter(|r| r.load_percent.is_some()).collect();
     if pts.len() < 2 {
         return;
     }
     pts.sort_by_key(|r| r.load_percent);
     let x = |r: &RunResult| r.load_percent.unwrap_or(0) as f64;
-    let mut p = Plot::new(
-        "Latency vs load level",
-        "load (% of maximum rate)",
-        "latency (µs)",
-    );
-    p.series.push(Series::new(
-        "average",
-        pts.iter().map(|r| (x(r), r.latency_us.mean)).collect(),
-    ));
-    p.series.push(
-        Series::new(
-            "p99",
-            pts.iter()
-                .filter_map(|r| Some((x(r), pct(r, 99.0)?)))
-                .collect(),
-        )
-        .dashed(),
-    );
-    p.series.push(
-        Series::new(
-            "p99.99",
-            pts.iter()
-                .filter_map(|r| Some((x(r), pct(r, 99.99)?)))
-                .collect(),
-        )
-        .dashed(),
-    );
+    let mut p = Plot::new("Latency vs load level", "load (% of maximum rate)", "latency (µs)");
+    p.series.push(Series::new("average", pts.iter().map(|r| (x(r), r.latency_us.mean)).collect()));
+    p.series.push(Series::new("p99", pts.iter().filter_map(|r| Some((x(r), pct(r, 99.0)?))).collect()).dashed());
+    p.series.push(Series::new("p99.99", pts.iter().filter_map(|r| Some((x(r), pct(r, 99.99)?))).collect()).dashed());
     p.y_scale = Scale::Log10;
     h.push_str(&p.render());
 }
@@ -481,24 +386,13 @@ fn percentile_plot(h: &mut String, group: &str, runs: &[&RunResult]) {
         .iter()
         .filter(|r| !r.latency_us.percentiles.is_empty())
         .map(|r| {
-            Series::new(
-                r.name.clone(),
-                r.latency_us
-                    .percentiles
-                    .iter()
-                    .map(|q| (q.percentile, q.value))
-                    .collect(),
-            )
+            Series::new(r.name.clone(), r.latency_us.percentiles.iter().map(|q| (q.percentile, q.value)).collect())
         })
         .collect();
     if series.is_empty() {
         return;
     }
-    let mut p = Plot::new(
-        format!("Latency percentiles: {group}"),
-        "percentile",
-        "latency (µs)",
-    );
+    let mut p = Plot::new(format!("Latency percentiles: {group}"), "percentile", "latency (µs)");
     p.x_scale = Scale::Nines;
     p.y_scale = Scale::Log10;
     p.series = series;
@@ -512,26 +406,10 @@ fn time_series_plots(h: &mut String, group: &str, runs: &[&RunResult]) {
         return;
     }
     let mut iops = Plot::new(format!("IOPS over time: {group}"), "time (s)", "IOPS");
-    let mut p99 = Plot::new(
-        format!("p99 latency over time: {group}"),
-        "time (s)",
-        "p99 latency (µs)",
-    );
+    let mut p99 = Plot::new(format!("p99 latency over time: {group}"), "time (s)", "p99 latency (µs)");
     for r in with {
-        iops.series.push(Series::new(
-            r.name.clone(),
-            r.time_series
-                .iter()
-                .map(|s| (s.t_seconds, s.iops))
-                .collect(),
-        ));
-        p99.series.push(Series::new(
-            r.name.clone(),
-            r.time_series
-                .iter()
-                .map(|s| (s.t_seconds, s.p99_us))
-                .collect(),
-        ));
+        iops.series.push(Series::new(r.name.clone(), r.time_series.iter().map(|s| (s.t_seconds, s.iops)).collect()));
+        p99.series.push(Series::new(r.name.clone(), r.time_series.iter().map(|s| (s.t_seconds, s.p99_us)).collect()));
     }
     h.push_str(&iops.auto_log_y(20.0).render());
     h.push_str(&p99.auto_log_y(20.0).render());
@@ -566,11 +444,7 @@ fn comparison(h: &mut String, results: &[(String, BenchResult)]) {
             esc(&r.driver),
             esc(&r.machine.hostname),
             esc(&r.started_at),
-            if r.partial {
-                " <span class=\"flag\">partial</span>"
-            } else {
-                ""
-            }
+            if r.partial { " <span class=\"flag\">partial</span>" } else { "" }
         );
     }
     h.push_str("</table><div class=\"scroll\"><table><tr><th class=\"l\" rowspan=\"2\">run</th>");
@@ -618,11 +492,7 @@ fn comparison(h: &mut String, results: &[(String, BenchResult)]) {
                     Some(b) => {
                         h.push_str(&delta(b.iops, run.iops, true));
                         h.push_str(&delta(pct(b, 99.0).unwrap_or(f64::NAN), p99, false));
-                        h.push_str(&delta(
-                            b.cpu.initiator_us_per_io,
-                            run.cpu.initiator_us_per_io,
-                            false,
-                        ));
+                        h.push_str(&delta(b.cpu.initiator_us_per_io, run.cpu.initiator_us_per_io, false));
                     }
                     None => h.push_str("<td>—</td><td>—</td><td>—</td>"),
                 }
@@ -667,15 +537,8 @@ mod tests {
         // Rate-limited runs: the two behind are named in a warning and flagged in their
         // row; the others say they kept up.
         assert!(html.contains("2 rate-limited run(s) fell behind their arrival schedule</b> (curve-4k-randread-90pct, curve-4k-randread-100pct)"));
-        assert_eq!(
-            html.matches("&#9888; fell behind</span>: achieved").count(),
-            2
-        );
-        assert_eq!(
-            html.matches("<td class=\"sched\">kept up: achieved 100 % of offered")
-                .count(),
-            4
-        );
+        assert_eq!(html.matches("&#9888; fell behind</span>: achieved").count(), 2);
+        assert_eq!(html.matches("<td class=\"sched\">kept up: achieved 100 % of offered").count(), 4);
         assert!(html.contains("still ") && html.contains("behind at the end"));
         // A rate-limited run without schedule data (a sluice-bench/1 result) says so.
         let mut old = r.clone();
@@ -726,10 +589,7 @@ mod tests {
         b.runs.remove(1);
         let html = render_html(&[("a.json".into(), a), ("b.json".into(), b)]);
         assert!(html.contains("+10.0 %"));
-        assert!(
-            html.contains("<td class=\"muted\">—</td>"),
-            "missing run shown as a gap"
-        );
+        assert!(html.contains("<td class=\"muted\">—</td>"), "missing run shown as a gap");
     }
 
     #[test]

@@ -272,10 +272,7 @@ pub enum ResultError {
     #[error("not a sluice bench result: the top level must be an object with a \"schema\" field")]
     NotAResult,
     #[error("unsupported schema {found:?}: this build reads {expected:?}")]
-    Schema {
-        found: String,
-        expected: &'static str,
-    },
+    Schema { found: String, expected: &'static str },
     #[error("field `{path}`: {message}")]
     Field { path: String, message: String },
 }
@@ -300,10 +297,7 @@ impl BenchResult {
                 return upgrade_1(value);
             }
             Some(serde_json::Value::String(s)) => {
-                return Err(ResultError::Schema {
-                    found: s.clone(),
-                    expected: SCHEMA_ID,
-                })
+                return Err(ResultError::Schema { found: s.clone(), expected: SCHEMA_ID })
             }
             _ => return Err(ResultError::NotAResult),
         }
@@ -314,10 +308,7 @@ impl BenchResult {
 fn deserialize(value: serde_json::Value) -> Result<BenchResult, ResultError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        ResultError::Field {
-            path,
-            message: e.into_inner().to_string(),
-        }
+        ResultError::Field { path, message: e.into_inner().to_string() }
     })
 }
 
@@ -348,9 +339,7 @@ fn upgrade_1(mut value: serde_json::Value) -> Result<BenchResult, ResultError> {
 /// consistent with CPU seconds, unique run names, ceilings that refer to existing runs.
 /// Returns every problem found, each prefixed with the path of the field.
 pub fn validate(result: &BenchResult) -> Result<(), Vec<String>> {
-    let mut v = Checker {
-        problems: Vec::new(),
-    };
+    let mut v = Checker { problems: Vec::new() };
     v.check(result);
     if v.problems.is_empty() {
         Ok(())
@@ -403,28 +392,19 @@ impl Checker {
         }
         let slack = (expected.abs() * TOLERANCE).max(1.0);
         if (actual - expected).abs() > slack {
-            self.fail(
-                path,
-                format_args!("{actual} is not within 5 % of {what} = {expected:.3}"),
-            );
+            self.fail(path, format_args!("{actual} is not within 5 % of {what} = {expected:.3}"));
         }
     }
 
     fn timestamp(&mut self, path: &str, s: &str) {
         if !is_rfc3339(s) {
-            self.fail(
-                path,
-                format_args!("{s:?} is not an RFC 3339 time like 2026-11-21T18:42:17Z"),
-            );
+            self.fail(path, format_args!("{s:?} is not an RFC 3339 time like 2026-11-21T18:42:17Z"));
         }
     }
 
     fn check(&mut self, r: &BenchResult) {
         if r.schema != SCHEMA_ID {
-            self.fail(
-                "schema",
-                format_args!("{:?} is not {SCHEMA_ID:?}", r.schema),
-            );
+            self.fail("schema", format_args!("{:?} is not {SCHEMA_ID:?}", r.schema));
         }
         self.timestamp("started_at", &r.started_at);
         self.timestamp("finished_at", &r.finished_at);
@@ -457,10 +437,7 @@ impl Checker {
         for (i, b) in r.ceilings.local_baseline.iter().enumerate() {
             let p = format!("ceilings.local_baseline[{i}]");
             if !names.contains(&b.run.as_str()) {
-                self.fail(
-                    &format!("{p}.run"),
-                    format_args!("{:?} names no run", b.run),
-                );
+                self.fail(&format!("{p}.run"), format_args!("{:?} names no run", b.run));
             }
             self.num(&format!("{p}.iops"), b.iops);
             self.num(&format!("{p}.bytes_per_second"), b.bytes_per_second);
@@ -473,16 +450,9 @@ impl Checker {
             }
             let ss = &pc.steady_state;
             self.num("preconditioning.steady_state.average", ss.average);
-            self.num(
-                "preconditioning.steady_state.data_excursion_percent",
-                ss.data_excursion_percent,
-            );
-            self.num(
-                "preconditioning.steady_state.slope_excursion_percent",
-                ss.slope_excursion_percent,
-            );
-            if ss.reached && (ss.window_rounds == 0 || ss.window_rounds as usize > pc.rounds.len())
-            {
+            self.num("preconditioning.steady_state.data_excursion_percent", ss.data_excursion_percent);
+            self.num("preconditioning.steady_state.slope_excursion_percent", ss.slope_excursion_percent);
+            if ss.reached && (ss.window_rounds == 0 || ss.window_rounds as usize > pc.rounds.len()) {
                 self.fail(
                     "preconditioning.steady_state.window_rounds",
                     format_args!(
@@ -500,10 +470,7 @@ impl Checker {
             if run.name.trim().is_empty() {
                 self.fail(&format!("{p}.name"), "is empty");
             } else if !seen.insert(run.name.as_str()) {
-                self.fail(
-                    &format!("{p}.name"),
-                    format_args!("{:?} is used by an earlier run", run.name),
-                );
+                self.fail(&format!("{p}.name"), format_args!("{:?} is used by an earlier run", run.name));
             }
             self.run(&p, run, r);
         }
@@ -513,10 +480,7 @@ impl Checker {
         let f = |name: &str| format!("{p}.{name}");
         self.one_of(&f("pattern"), &run.pattern, PATTERNS);
         if run.read_percent > 100 {
-            self.fail(
-                &f("read_percent"),
-                format_args!("{} is over 100", run.read_percent),
-            );
+            self.fail(&f("read_percent"), format_args!("{} is over 100", run.read_percent));
         }
         self.positive(&f("block_size"), run.block_size);
         self.positive(&f("threads"), run.threads);
@@ -536,12 +500,7 @@ impl Checker {
         let ok_bw = self.num(&f("bytes_per_second"), run.bytes_per_second);
         if ok_dur && run.duration_seconds > 0.0 {
             if ok_iops {
-                self.close(
-                    &f("ios"),
-                    run.ios as f64,
-                    run.iops * run.duration_seconds,
-                    "iops * duration_seconds",
-                );
+                self.close(&f("ios"), run.ios as f64, run.iops * run.duration_seconds, "iops * duration_seconds");
             }
             if ok_bw {
                 self.close(
@@ -552,12 +511,7 @@ impl Checker {
                 );
             }
         }
-        self.close(
-            &f("bytes"),
-            run.bytes as f64,
-            run.ios as f64 * run.block_size as f64,
-            "ios * block_size",
-        );
+        self.close(&f("bytes"), run.bytes as f64, run.ios as f64 * run.block_size as f64, "ios * block_size");
 
         // Latency.
         let l = &run.latency_us;
@@ -567,22 +521,13 @@ impl Checker {
             .zip(["mean", "min", "max", "stddev"])
             .fold(true, |ok, (x, n)| self.num(&format!("{lp}.{n}"), *x) && ok);
         if all_finite && run.ios > 0 && !(l.min <= l.mean && l.mean <= l.max) {
-            self.fail(
-                &lp,
-                format_args!(
-                    "needs min <= mean <= max, has {} / {} / {}",
-                    l.min, l.mean, l.max
-                ),
-            );
+            self.fail(&lp, format_args!("needs min <= mean <= max, has {} / {} / {}", l.min, l.mean, l.max));
         }
         let mut prev: Option<&Percentile> = None;
         for (j, pc) in l.percentiles.iter().enumerate() {
             let pp = format!("{lp}.percentiles[{j}]");
             if !pc.percentile.is_finite() || pc.percentile <= 0.0 || pc.percentile > 100.0 {
-                self.fail(
-                    &format!("{pp}.percentile"),
-                    format_args!("{} is not in (0, 100]", pc.percentile),
-                );
+                self.fail(&format!("{pp}.percentile"), format_args!("{} is not in (0, 100]", pc.percentile));
             }
             if !self.num(&format!("{pp}.value"), pc.value) {
                 continue;
@@ -591,28 +536,19 @@ impl Checker {
                 if pc.percentile <= q.percentile {
                     self.fail(
                         &format!("{pp}.percentile"),
-                        format_args!(
-                            "{} does not ascend (previous {})",
-                            pc.percentile, q.percentile
-                        ),
+                        format_args!("{} does not ascend (previous {})", pc.percentile, q.percentile),
                     );
                 }
                 if pc.value < q.value {
                     self.fail(
                         &format!("{pp}.value"),
-                        format_args!(
-                            "{} is below the previous percentile's {}",
-                            pc.value, q.value
-                        ),
+                        format_args!("{} is below the previous percentile's {}", pc.value, q.value),
                     );
                 }
             }
             // Histogram buckets may round a percentile up past the exact maximum a little.
             if all_finite && run.ios > 0 && pc.value > l.max * (1.0 + 0.01) + 1.0 {
-                self.fail(
-                    &format!("{pp}.value"),
-                    format_args!("{} is above max {}", pc.value, l.max),
-                );
+                self.fail(&format!("{pp}.value"), format_args!("{} is above max {}", pc.value, l.max));
             }
             prev = Some(pc);
         }
@@ -622,10 +558,7 @@ impl Checker {
         let cp = f("cpu");
         let ok_init = self.num(&format!("{cp}.initiator_seconds"), c.initiator_seconds);
         let ok_upi = self.num(&format!("{cp}.initiator_us_per_io"), c.initiator_us_per_io);
-        self.num(
-            &format!("{cp}.iops_per_initiator_core"),
-            c.iops_per_initiator_core,
-        );
+        self.num(&format!("{cp}.iops_per_initiator_core"), c.iops_per_initiator_core);
         for (name, value) in [
             ("initiator_runqueue_seconds", c.initiator_runqueue_seconds),
             ("target_runqueue_seconds", c.target_runqueue_seconds),
@@ -656,10 +589,7 @@ impl Checker {
                 }
             }
             (None, None) => {}
-            _ => self.fail(
-                &cp,
-                "target_seconds and target_us_per_io must both be set or both null",
-            ),
+            _ => self.fail(&cp, "target_seconds and target_us_per_io must both be set or both null"),
         }
 
         // Ceiling.
@@ -667,26 +597,15 @@ impl Checker {
             (Some(pct), Some(bound)) => {
                 self.num(&f("percent_of_ceiling"), pct);
                 self.one_of(&f("bound_by"), bound, BOUNDS);
-                if bound == "local-baseline"
-                    && !r.ceilings.local_baseline.iter().any(|b| b.run == run.name)
-                {
-                    self.fail(
-                        &f("bound_by"),
-                        "local-baseline but ceilings.local_baseline has no entry for this run",
-                    );
+                if bound == "local-baseline" && !r.ceilings.local_baseline.iter().any(|b| b.run == run.name) {
+                    self.fail(&f("bound_by"), "local-baseline but ceilings.local_baseline has no entry for this run");
                 }
                 if bound == "loopback-tcp" && r.ceilings.loopback_tcp_bytes_per_second.is_none() {
-                    self.fail(
-                        &f("bound_by"),
-                        "loopback-tcp but ceilings.loopback_tcp_bytes_per_second is null",
-                    );
+                    self.fail(&f("bound_by"), "loopback-tcp but ceilings.loopback_tcp_bytes_per_second is null");
                 }
             }
             (None, None) => {}
-            _ => self.fail(
-                p,
-                "percent_of_ceiling and bound_by must both be set or both null",
-            ),
+            _ => self.fail(p, "percent_of_ceiling and bound_by must both be set or both null"),
         }
 
         if let Some(schedule) = &run.schedule {
@@ -699,10 +618,7 @@ impl Checker {
             let sp = format!("{p}.time_series[{j}]");
             if self.num(&format!("{sp}.t_seconds"), s.t_seconds) {
                 if s.t_seconds <= last_t {
-                    self.fail(
-                        &format!("{sp}.t_seconds"),
-                        format_args!("{} does not ascend", s.t_seconds),
-                    );
+                    self.fail(&format!("{sp}.t_seconds"), format_args!("{} does not ascend", s.t_seconds));
                 }
                 last_t = s.t_seconds;
             }
@@ -726,10 +642,7 @@ impl Checker {
         .iter()
         .fold(true, |ok, (name, x)| self.num(&f(name), *x) && ok);
         match run.rate_limit_iops {
-            None => self.fail(
-                p,
-                "is set but rate_limit_iops is null (only rate-limited runs have a schedule)",
-            ),
+            None => self.fail(p, "is set but rate_limit_iops is null (only rate-limited runs have a schedule)"),
             Some(rate) if rate.is_finite() && rate > 0.0 && ok => self.close(
                 &f("achieved_percent"),
                 s.achieved_percent,
@@ -739,18 +652,12 @@ impl Checker {
             Some(_) => {}
         }
         if s.late_ios > s.issued {
-            self.fail(
-                &f("late_ios"),
-                format_args!("{} is more than issued {}", s.late_ios, s.issued),
-            );
+            self.fail(&f("late_ios"), format_args!("{} is more than issued {}", s.late_ios, s.issued));
         }
         if s.late_ios_queue_full > s.late_ios {
             self.fail(
                 &f("late_ios_queue_full"),
-                format_args!(
-                    "{} is more than late_ios {}",
-                    s.late_ios_queue_full, s.late_ios
-                ),
+                format_args!("{} is more than late_ios {}", s.late_ios_queue_full, s.late_ios),
             );
         }
         // Exact nanoseconds written as microseconds: allow 1 us for rounding.
@@ -829,33 +736,21 @@ mod tests {
 
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
         v["runs"][1]["latency_us"]["mean"] = "fast".into();
-        let e = BenchResult::from_json(&v.to_string())
-            .unwrap_err()
-            .to_string();
+        let e = BenchResult::from_json(&v.to_string()).unwrap_err().to_string();
         assert!(e.contains("runs[1].latency_us.mean"), "{e}");
 
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
         v["runs"][0].as_object_mut().unwrap().remove("iops");
-        let e = BenchResult::from_json(&v.to_string())
-            .unwrap_err()
-            .to_string();
+        let e = BenchResult::from_json(&v.to_string()).unwrap_err().to_string();
         assert!(e.contains("runs[0]") && e.contains("iops"), "{e}");
 
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
         v["machine"]["gpu"] = "none".into();
-        let e = BenchResult::from_json(&v.to_string())
-            .unwrap_err()
-            .to_string();
+        let e = BenchResult::from_json(&v.to_string()).unwrap_err().to_string();
         assert!(e.contains("machine") && e.contains("gpu"), "{e}");
 
-        assert!(matches!(
-            BenchResult::from_json("[1]"),
-            Err(ResultError::NotAResult)
-        ));
-        assert!(matches!(
-            BenchResult::from_json("{"),
-            Err(ResultError::Syntax(_))
-        ));
+        assert!(matches!(BenchResult::from_json("[1]"), Err(ResultError::NotAResult)));
+        assert!(matches!(BenchResult::from_json("{"), Err(ResultError::Syntax(_))));
     }
 
     #[test]
@@ -863,10 +758,7 @@ mod tests {
         let base = sample_result();
         let expect = |r: BenchResult, needle: &str| {
             let errs = validate(&r).expect_err(needle);
-            assert!(
-                errs.iter().any(|e| e.contains(needle)),
-                "{needle} not in {errs:#?}"
-            );
+            assert!(errs.iter().any(|e| e.contains(needle)), "{needle} not in {errs:#?}");
         };
         let mut r = base.clone();
         r.runs[0].latency_us.percentiles.swap(1, 2);

@@ -32,31 +32,14 @@ pub struct RunSpec<'a> {
 impl RunSpec<'_> {
     /// A run whose counts, rates, percentiles, CPU and time series agree with each other.
     pub fn build(&self) -> RunResult {
-        let seed = self
-            .name
-            .bytes()
-            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+        let seed = self.name.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
         let ios = (self.iops * self.duration_seconds).round() as u64;
         let bytes = ios * self.block_size as u64;
         let mean = self.mean_us;
-        let tail = 1.0
-            + self
-                .load_percent
-                .map_or(1.0, |l| (l as f64 / 100.0).powi(4) * 6.0);
-        let pct = [
-            (50.0, 0.9),
-            (90.0, 1.5),
-            (99.0, 2.4 * tail),
-            (99.9, 4.0 * tail),
-            (99.99, 7.0 * tail),
-        ];
-        let percentiles: Vec<Percentile> = pct
-            .iter()
-            .map(|&(p, k)| Percentile {
-                percentile: p,
-                value: (mean * k * 10.0).round() / 10.0,
-            })
-            .collect();
+        let tail = 1.0 + self.load_percent.map_or(1.0, |l| (l as f64 / 100.0).powi(4) * 6.0);
+        let pct = [(50.0, 0.9), (90.0, 1.5), (99.0, 2.4 * tail), (99.9, 4.0 * tail), (99.99, 7.0 * tail)];
+        let percentiles: Vec<Percentile> =
+            pct.iter().map(|&(p, k)| Percentile { percentile: p, value: (mean * k * 10.0).round() / 10.0 }).collect();
         let max = percentiles.last().map_or(mean, |p| p.value) * 1.6;
         let cpu_us_per_io = 2.5 + self.block_size as f64 / 16384.0;
         let initiator_seconds = cpu_us_per_io * ios as f64 / 1e6;
@@ -89,13 +72,7 @@ impl RunSpec<'_> {
             errors: 0,
             iops: ios as f64 / self.duration_seconds,
             bytes_per_second: bytes as f64 / self.duration_seconds,
-            latency_us: Latency {
-                mean,
-                min: (mean * 0.3 * 10.0).round() / 10.0,
-                max,
-                stddev: mean * 0.6,
-                percentiles,
-            },
+            latency_us: Latency { mean, min: (mean * 0.3 * 10.0).round() / 10.0, max, stddev: mean * 0.6, percentiles },
             cpu: CpuUse {
                 initiator_seconds,
                 target_seconds: Some(target_seconds),
@@ -129,57 +106,14 @@ pub fn sample_result() -> BenchResult {
         duration_seconds: 10.0,
     };
     let mut runs = vec![
-        four(
-            "4k-randread",
-            "random",
-            100,
-            4096,
-            16,
-            32,
-            412_000.0,
-            1240.0,
-        )
-        .build(),
+        four("4k-randread", "random", 100, 4096, 16, 32, 412_000.0, 1240.0).build(),
         four("4k-randwrite", "random", 0, 4096, 8, 4, 268_000.0, 119.0).build(),
-        four(
-            "64k-randread",
-            "random",
-            100,
-            65536,
-            4,
-            32,
-            61_500.0,
-            2080.0,
-        )
-        .build(),
+        four("64k-randread", "random", 100, 65536, 4, 32, 61_500.0, 2080.0).build(),
         four("64k-randwrite", "random", 0, 65536, 4, 1, 35_200.0, 113.0).build(),
-        four(
-            "1m-seqread",
-            "sequential",
-            100,
-            1 << 20,
-            2,
-            8,
-            3_950.0,
-            4050.0,
-        )
-        .build(),
-        four(
-            "1m-seqwrite",
-            "sequential",
-            0,
-            1 << 20,
-            1,
-            8,
-            2_410.0,
-            3320.0,
-        )
-        .build(),
+        four("1m-seqread", "sequential", 100, 1 << 20, 2, 8, 3_950.0, 4050.0).build(),
+        four("1m-seqwrite", "sequential", 0, 1 << 20, 1, 8, 2_410.0, 3320.0).build(),
     ];
-    for (i, &(t, qd)) in [(2, 2), (4, 4), (8, 8), (16, 16), (2, 16), (16, 2)]
-        .iter()
-        .enumerate()
-    {
+    for (i, &(t, qd)) in [(2, 2), (4, 4), (8, 8), (16, 16), (2, 16), (16, 2)].iter().enumerate() {
         let outstanding = (t * qd) as f64;
         let iops = 330_000.0 * outstanding / (outstanding + 24.0) * (1.0 + 0.02 * noise(i as u64));
         let name = format!("8k-70-30-{t}t{qd}q");
@@ -234,21 +168,9 @@ pub fn sample_result() -> BenchResult {
         let mut schedule = Schedule {
             achieved_percent: run.iops / rate * 100.0,
             issued: issued - backlog,
-            lag_mean_us: if late_ios > 0 {
-                mean * 0.3
-            } else {
-                2.0 + load as f64 / 20.0
-            },
-            lag_max_us: if late_ios > 0 {
-                run.latency_us.max * 0.9
-            } else {
-                40.0 + load as f64
-            },
-            lag_final_us: if behind {
-                run.latency_us.max * 0.9
-            } else {
-                0.0
-            },
+            lag_mean_us: if late_ios > 0 { mean * 0.3 } else { 2.0 + load as f64 / 20.0 },
+            lag_max_us: if late_ios > 0 { run.latency_us.max * 0.9 } else { 40.0 + load as f64 },
+            lag_final_us: if behind { run.latency_us.max * 0.9 } else { 0.0 },
             backlog_final_ios: backlog,
             late_threshold_us: 1000.0,
             late_ios,
@@ -266,19 +188,12 @@ pub fn sample_result() -> BenchResult {
         .filter(|r| r.group == "four-corners")
         .map(|r| {
             let k = if r.block_size >= 65536 { 2.6 } else { 1.35 };
-            BaselineResult {
-                run: r.name.clone(),
-                iops: r.iops * k,
-                bytes_per_second: r.bytes_per_second * k,
-            }
+            BaselineResult { run: r.name.clone(), iops: r.iops * k, bytes_per_second: r.bytes_per_second * k }
         })
         .collect();
     for run in &mut runs {
         let tcp = run.bytes_per_second / loopback * 100.0;
-        let base = local
-            .iter()
-            .find(|b| b.run == run.name)
-            .map(|b| run.iops / b.iops * 100.0);
+        let base = local.iter().find(|b| b.run == run.name).map(|b| run.iops / b.iops * 100.0);
         let (pct, bound) = match base {
             Some(b) if b > tcp => (b, "local-baseline"),
             _ => (tcp, "loopback-tcp"),
@@ -287,11 +202,8 @@ pub fn sample_result() -> BenchResult {
         run.bound_by = Some(bound.to_string());
     }
 
-    let rounds: Vec<f64> = (0..8)
-        .map(|i| {
-            250_000.0 * (1.0 - 0.35 * (-(i as f64) / 2.0).exp()) * (1.0 + 0.03 * noise(900 + i))
-        })
-        .collect();
+    let rounds: Vec<f64> =
+        (0..8).map(|i| 250_000.0 * (1.0 - 0.35 * (-(i as f64) / 2.0).exp()) * (1.0 + 0.03 * noise(900 + i))).collect();
     BenchResult {
         schema: SCHEMA_ID.to_string(),
         partial: false,
@@ -315,10 +227,7 @@ pub fn sample_result() -> BenchResult {
             block_size: 4096,
             capacity_bytes: 1 << 30,
         },
-        ceilings: Ceilings {
-            loopback_tcp_bytes_per_second: Some(loopback),
-            local_baseline: local,
-        },
+        ceilings: Ceilings { loopback_tcp_bytes_per_second: Some(loopback), local_baseline: local },
         preconditioning: Some(Preconditioning {
             method: "128KiB sequential write, 2x capacity".into(),
             bytes_written: 2 << 30,

@@ -59,11 +59,7 @@ impl Schedule {
     pub fn summary(&self) -> String {
         let mut out = format!(
             "{}: achieved {:.0} % of offered, lag mean {} max {}",
-            if self.fell_behind {
-                "fell behind"
-            } else {
-                "kept up"
-            },
+            if self.fell_behind { "fell behind" } else { "kept up" },
             self.achieved_percent,
             human_us(self.lag_mean_us),
             human_us(self.lag_max_us),
@@ -85,10 +81,7 @@ impl Schedule {
                 self.late_ios_queue_full as f64 * 100.0 / self.late_ios as f64,
             ));
         } else {
-            out.push_str(&format!(
-                ", none > {} late",
-                human_us(self.late_threshold_us)
-            ));
+            out.push_str(&format!(", none > {} late", human_us(self.late_threshold_us)));
         }
         out
     }
@@ -100,19 +93,15 @@ impl Schedule {
 pub fn run_summary(run: &crate::RunResult) -> Option<String> {
     let mut out = run.schedule.as_ref()?.summary();
     let per_second = |seconds: f64| seconds / run.duration_seconds.max(1e-9);
-    match (
-        run.cpu.initiator_runqueue_seconds,
-        run.cpu.target_runqueue_seconds,
-    ) {
+    match (run.cpu.initiator_runqueue_seconds, run.cpu.target_runqueue_seconds) {
         (Some(host), Some(target)) => out.push_str(&format!(
             "; on average {:.2} host and {:.2} target threads waited for a CPU",
             per_second(host),
             per_second(target)
         )),
-        (Some(host), None) => out.push_str(&format!(
-            "; on average {:.2} host threads waited for a CPU",
-            per_second(host)
-        )),
+        (Some(host), None) => {
+            out.push_str(&format!("; on average {:.2} host threads waited for a CPU", per_second(host)))
+        }
         _ => {}
     }
     Some(out)
@@ -173,36 +162,12 @@ mod tests {
             ..behind
         };
         assert!(!kept.behind_by_rule());
-        assert_eq!(
-            kept.summary(),
-            "kept up: achieved 100 % of offered, lag mean 3 us max 450 us, none > 1.0 ms late"
-        );
-        assert!(Schedule {
-            achieved_percent: 94.9,
-            ..kept.clone()
-        }
-        .behind_by_rule());
-        assert!(!Schedule {
-            late_ios: 1_000,
-            ..kept.clone()
-        }
-        .behind_by_rule());
-        assert!(Schedule {
-            late_ios: 1_001,
-            ..kept.clone()
-        }
-        .behind_by_rule());
-        assert!(Schedule {
-            lag_final_us: 1_001.0,
-            ..kept.clone()
-        }
-        .behind_by_rule());
-        assert!(!Schedule {
-            lag_final_us: 900.0,
-            backlog_final_ios: 2,
-            ..kept
-        }
-        .behind_by_rule());
+        assert_eq!(kept.summary(), "kept up: achieved 100 % of offered, lag mean 3 us max 450 us, none > 1.0 ms late");
+        assert!(Schedule { achieved_percent: 94.9, ..kept.clone() }.behind_by_rule());
+        assert!(!Schedule { late_ios: 1_000, ..kept.clone() }.behind_by_rule());
+        assert!(Schedule { late_ios: 1_001, ..kept.clone() }.behind_by_rule());
+        assert!(Schedule { lag_final_us: 1_001.0, ..kept.clone() }.behind_by_rule());
+        assert!(!Schedule { lag_final_us: 900.0, backlog_final_ios: 2, ..kept }.behind_by_rule());
         assert_eq!(human_us(1_250_000.0), "1.25 s");
     }
 
@@ -215,14 +180,9 @@ mod tests {
         run.cpu.target_runqueue_seconds = Some(1.76);
         let text = run_summary(&run).unwrap();
         assert!(text.starts_with(&schedule().summary()), "{text}");
-        assert!(
-            text.ends_with("; on average 1.20 host and 0.44 target threads waited for a CPU"),
-            "{text}"
-        );
+        assert!(text.ends_with("; on average 1.20 host and 0.44 target threads waited for a CPU"), "{text}");
         run.cpu.target_runqueue_seconds = None;
-        assert!(run_summary(&run)
-            .unwrap()
-            .ends_with("; on average 1.20 host threads waited for a CPU"));
+        assert!(run_summary(&run).unwrap().ends_with("; on average 1.20 host threads waited for a CPU"));
         run.cpu.initiator_runqueue_seconds = None;
         assert_eq!(run_summary(&run), Some(schedule().summary()));
         run.schedule = None;

@@ -21,10 +21,8 @@ pub fn esc(s: &str) -> String {
 }
 
 /// Series colours (Okabe-Ito + extras), cycled.
-pub const PALETTE: &[&str] = &[
-    "#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#8c564b",
-    "#7f7f7f", "#bcbd22",
-];
+pub const PALETTE: &[&str] =
+    &["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#8c564b", "#7f7f7f", "#bcbd22"];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scale {
@@ -59,12 +57,7 @@ pub struct Series {
 
 impl Series {
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Series {
-            label: label.into(),
-            points,
-            dashed: false,
-            colour: None,
-        }
+        Series { label: label.into(), points, dashed: false, colour: None }
     }
     pub fn dashed(mut self) -> Self {
         self.dashed = true;
@@ -95,11 +88,7 @@ pub struct Plot {
 }
 
 impl Plot {
-    pub fn new(
-        title: impl Into<String>,
-        x_label: impl Into<String>,
-        y_label: impl Into<String>,
-    ) -> Self {
+    pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
         Plot {
             title: title.into(),
             x_label: x_label.into(),
@@ -117,12 +106,8 @@ impl Plot {
 
     /// Log y when the data spans more than `ratio` (and is positive).
     pub fn auto_log_y(mut self, ratio: f64) -> Self {
-        let ys: Vec<f64> = self
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .filter(|y| y.is_finite())
-            .collect();
+        let ys: Vec<f64> =
+            self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|y| y.is_finite()).collect();
         let lo = ys.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = ys.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         if lo > 0.0 && hi / lo > ratio {
@@ -158,11 +143,8 @@ pub fn si(v: f64) -> String {
     } else {
         format!("{x:.1e}")
     };
-    let s = if s.contains('.') && !s.contains('e') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
+    let s =
+        if s.contains('.') && !s.contains('e') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
     format!("{s}{suffix}")
 }
 
@@ -171,17 +153,9 @@ fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let span = (hi - lo).max(f64::MIN_POSITIVE);
     let raw = span / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|k| k * mag)
-        .find(|s| span / s <= 6.0)
-        .unwrap_or(10.0 * mag);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|k| k * mag).find(|s| span / s <= 6.0).unwrap_or(10.0 * mag);
     let start = (lo / step).ceil() * step;
-    (0..)
-        .map(|i| start + i as f64 * step)
-        .take_while(|t| *t <= hi + step * 1e-9)
-        .take(20)
-        .collect()
+    (0..).map(|i| start + i as f64 * step).take_while(|t| *t <= hi + step * 1e-9).take(20).collect()
 }
 
 /// Axis range (in mapped space) and ticks (value, mapped position).
@@ -245,30 +219,12 @@ const TOP: f64 = 30.0;
 const BOTTOM: f64 = 44.0;
 
 fn render(p: &Plot) -> String {
-    let xs: Vec<f64> = p
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|q| q.0))
-        .filter(|v| v.is_finite())
-        .collect();
-    let ys: Vec<f64> = p
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|q| q.1))
-        .filter(|v| v.is_finite())
-        .collect();
+    let xs: Vec<f64> = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)).filter(|v| v.is_finite()).collect();
+    let ys: Vec<f64> = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1)).filter(|v| v.is_finite()).collect();
     let (x0, x1, mut xticks) = axis(p.x_scale, &xs, false);
-    let (x0, x1) = if x1 - x0 < 1e-12 {
-        (x0 - 0.5, x1 + 0.5)
-    } else {
-        (x0, x1)
-    };
+    let (x0, x1) = if x1 - x0 < 1e-12 { (x0 - 0.5, x1 + 0.5) } else { (x0, x1) };
     // Pad a categorical / single-point x axis so markers are not on the frame.
-    let (x0, x1) = if p.x_ticks.is_some() {
-        (x0 - 0.5, x1 + 0.5)
-    } else {
-        (x0, x1)
-    };
+    let (x0, x1) = if p.x_ticks.is_some() { (x0 - 0.5, x1 + 0.5) } else { (x0, x1) };
     let (y0, y1, yticks) = axis(p.y_scale, &ys, p.y_from_zero);
 
     let legend_rows = p.series.len().div_ceil(3);
@@ -286,16 +242,8 @@ fn render(p: &Plot) -> String {
         r#"<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{total_h}" viewBox="0 0 {w} {total_h}" role="img" aria-label="{t}"><title>{t}</title>"#,
         t = esc(&p.title)
     );
-    let _ = write!(
-        s,
-        r##"<rect x="0" y="0" width="{w}" height="{total_h}" fill="#fff"/>"##
-    );
-    let _ = write!(
-        s,
-        r#"<text x="{}" y="18" class="pt" text-anchor="middle">{}</text>"#,
-        w / 2.0,
-        esc(&p.title)
-    );
+    let _ = write!(s, r##"<rect x="0" y="0" width="{w}" height="{total_h}" fill="#fff"/>"##);
+    let _ = write!(s, r#"<text x="{}" y="18" class="pt" text-anchor="middle">{}</text>"#, w / 2.0, esc(&p.title));
 
     if let Some((a, b, caption)) = &p.shade_x {
         if let (Some(ma), Some(mb)) = (p.x_scale.map(*a), p.x_scale.map(*b)) {
@@ -328,17 +276,11 @@ fn render(p: &Plot) -> String {
     }
     // X ticks: categorical labels or numeric.
     let xtick_labels: Vec<(f64, String)> = match &p.x_ticks {
-        Some(t) => t
-            .iter()
-            .filter_map(|(v, l)| p.x_scale.map(*v).map(|m| (m, l.clone())))
-            .collect(),
+        Some(t) => t.iter().filter_map(|(v, l)| p.x_scale.map(*v).map(|m| (m, l.clone()))).collect(),
         None => {
             xticks.retain(|(_, m)| *m >= x0 - 1e-9 && *m <= x1 + 1e-9);
             let nines = p.x_scale == Scale::Nines;
-            xticks
-                .iter()
-                .map(|(v, m)| (*m, if nines { format!("{v}") } else { si(*v) }))
-                .collect()
+            xticks.iter().map(|(v, m)| (*m, if nines { format!("{v}") } else { si(*v) })).collect()
         }
     };
     for (m, label) in &xtick_labels {
@@ -372,18 +314,11 @@ fn render(p: &Plot) -> String {
     }
     for (i, series) in p.series.iter().enumerate() {
         let colour = series.colour.unwrap_or(PALETTE[i % PALETTE.len()]);
-        let pts: Vec<(f64, f64)> = series
-            .points
-            .iter()
-            .filter_map(|(x, y)| Some((sx(p.x_scale.map(*x)?), sy(p.y_scale.map(*y)?))))
-            .collect();
+        let pts: Vec<(f64, f64)> =
+            series.points.iter().filter_map(|(x, y)| Some((sx(p.x_scale.map(*x)?), sy(p.y_scale.map(*y)?)))).collect();
         if pts.len() > 1 {
             let d: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-            let dash = if series.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            };
+            let dash = if series.dashed { r#" stroke-dasharray="6 4""# } else { "" };
             let _ = write!(
                 s,
                 r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>"#,
@@ -392,21 +327,11 @@ fn render(p: &Plot) -> String {
         }
         if pts.len() <= 40 {
             for (x, y) in &pts {
-                let _ = write!(
-                    s,
-                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.8" fill="{colour}"/>"#
-                );
+                let _ = write!(s, r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.8" fill="{colour}"/>"#);
             }
         }
-        let (lx, ly) = (
-            LEFT + (i % 3) as f64 * (pw / 3.0),
-            h + 4.0 + (i / 3) as f64 * 16.0,
-        );
-        let dash = if series.dashed {
-            r#" stroke-dasharray="4 3""#
-        } else {
-            ""
-        };
+        let (lx, ly) = (LEFT + (i % 3) as f64 * (pw / 3.0), h + 4.0 + (i / 3) as f64 * 16.0);
+        let dash = if series.dashed { r#" stroke-dasharray="4 3""# } else { "" };
         let _ = write!(
             s,
             r#"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{:.1}" class="lg">{}</text>"#,
@@ -438,10 +363,7 @@ mod tests {
 
     #[test]
     fn escapes() {
-        assert_eq!(
-            esc(r#"<a href="x">&'"#),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
+        assert_eq!(esc(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
     }
 
     #[test]
@@ -465,10 +387,7 @@ mod tests {
         let mut p = Plot::new("t", "x", "y");
         assert!(p.render().contains("no data"));
         p.series.push(Series::new("one", vec![(1.0, 1.0)]));
-        p.series.push(Series::new(
-            "nan",
-            vec![(f64::NAN, 2.0), (1.0, f64::INFINITY)],
-        ));
+        p.series.push(Series::new("nan", vec![(f64::NAN, 2.0), (1.0, f64::INFINITY)]));
         p.y_scale = Scale::Log10;
         let svg = p.render();
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));

@@ -27,10 +27,7 @@ fn sample_value() -> Value {
 fn sample_validates_against_schema() {
     let v = validator();
     let instance = sample_value();
-    let errors: Vec<String> = v
-        .iter_errors(&instance)
-        .map(|e| format!("{} at {}", e, e.instance_path))
-        .collect();
+    let errors: Vec<String> = v.iter_errors(&instance).map(|e| format!("{} at {}", e, e.instance_path)).collect();
     assert!(errors.is_empty(), "{errors:#?}");
 }
 
@@ -68,19 +65,13 @@ fn mutations_fail_schema_and_parse() {
         ("missing runs[0].iops", |x| {
             x["runs"][0].as_object_mut().unwrap().remove("iops");
         }),
-        ("string latency", |x| {
-            x["runs"][1]["latency_us"]["mean"] = json!("fast")
-        }),
+        ("string latency", |x| x["runs"][1]["latency_us"]["mean"] = json!("fast")),
         ("negative ios", |x| x["runs"][0]["ios"] = json!(-1)),
         ("unknown driver", |x| x["driver"] = json!("vdbench")),
-        ("read_percent over 100", |x| {
-            x["runs"][0]["read_percent"] = json!(101)
-        }),
+        ("read_percent over 100", |x| x["runs"][0]["read_percent"] = json!(101)),
         ("bad timestamp", |x| x["started_at"] = json!("yesterday")),
         ("bad bound_by", |x| x["runs"][0]["bound_by"] = json!("disk")),
-        ("percentile 0", |x| {
-            x["runs"][0]["latency_us"]["percentiles"][0]["percentile"] = json!(0)
-        }),
+        ("percentile 0", |x| x["runs"][0]["latency_us"]["percentiles"][0]["percentile"] = json!(0)),
     ];
     for (what, mutate) in mutations {
         let mut x = sample_value();
@@ -100,11 +91,7 @@ fn mutations_fail_schema_and_parse() {
 #[test]
 fn sample_has_schedules() {
     let r = sample_result();
-    let schedules: Vec<_> = r
-        .runs
-        .iter()
-        .filter_map(|run| run.schedule.as_ref())
-        .collect();
+    let schedules: Vec<_> = r.runs.iter().filter_map(|run| run.schedule.as_ref()).collect();
     assert_eq!(schedules.len(), 6);
     assert!(schedules.iter().any(|s| s.fell_behind) && schedules.iter().any(|s| !s.fell_behind));
 }
@@ -131,10 +118,7 @@ fn recorded_schema_1_results_are_read() {
         let r = BenchResult::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(r.schema, bench_results::SCHEMA_ID);
         assert!(r.runs.iter().all(|run| run.schedule.is_none()));
-        assert_eq!(
-            r.notes.last().map(String::as_str),
-            Some(bench_results::result::UPGRADED_NOTE)
-        );
+        assert_eq!(r.notes.last().map(String::as_str), Some(bench_results::result::UPGRADED_NOTE));
         // Upgraded, it is a valid current result.
         let upgraded: Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
         assert!(validator().is_valid(&upgraded), "{}", path.display());
@@ -145,9 +129,7 @@ fn recorded_schema_1_results_are_read() {
     // A schedule in a /1 result is an unknown field there.
     let mut x = sample_value();
     x["schema"] = json!(bench_results::SCHEMA_ID_1);
-    let e = BenchResult::from_json(&x.to_string())
-        .unwrap_err()
-        .to_string();
+    let e = BenchResult::from_json(&x.to_string()).unwrap_err().to_string();
     assert!(e.contains("runs[0].schedule"), "{e}");
     // Without it, the sample reads as /1 and comes back as the sample (plus the note).
     for run in x["runs"].as_array_mut().unwrap() {

@@ -82,13 +82,6 @@ pub mod causes {
     pub const HAS_SNAPSHOTS: &str = "has_snapshots";
 
     /// Every cause above.
-    pub const ALL: [&str; 7] = [
-        NO_SPACE,
-        WOULD_SHRINK,
-        NOT_RESIZABLE,
-        NOT_FOUND,
-        ALREADY_EXISTS,
-        IN_USE,
-        HAS_SNAPSHOTS,
-    ];
+    pub const ALL: [&str; 7] =
+        [NO_SPACE, WOULD_SHRINK, NOT_RESIZABLE, NOT_FOUND, ALREADY_EXISTS, IN_USE, HAS_SNAPSHOTS];
 }

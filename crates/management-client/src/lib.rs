@@ -1,6 +1,6 @@
 //! The client side of the management API of `sluice serve`: one JSON-RPC 2.0 request
-//! per line, one response per line (apps/sluice/src/manage/protocol.rs is the server
-//! side). The `sluice` management commands and `sluice-csi` both call through it, so
+//! per line, one response per line (crates/sluice-daemon/src/manage/protocol.rs is
+//! the server side). The `sluice` management commands and `sluice-csi` both call through it, so
 //! they reach a gateway the same way and see the same errors.
 //!
 //! - `codes`: the error codes the server answers with, for callers that branch on them.
@@ -27,6 +27,26 @@ use serde_json::{json, Value};
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest response read: a `subsystem_show` of 4096 namespaces is about 1 MiB.
 pub const MAX_RESPONSE_BYTES: u64 = 16 << 20;
+
+/// Socket path when running as root.
+pub const ROOT_SOCKET_PATH: &str = "/run/sluice/sluice.sock";
+/// Socket file name under $XDG_RUNTIME_DIR.
+pub const USER_SOCKET_NAME: &str = "sluice.sock";
+
+/// The default socket path, the one `sluice serve` offers and every client tries
+/// first: /run/sluice/sluice.sock for root, else $XDG_RUNTIME_DIR/sluice.sock; `None`
+/// when neither applies.
+pub fn default_socket_path() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0);
+    if root {
+        return Some(PathBuf::from(ROOT_SOCKET_PATH));
+    }
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|directory| !directory.is_empty())
+        .map(|directory| PathBuf::from(directory).join(USER_SOCKET_NAME))
+}
 
 /// Where a `sluice serve` offers its management API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +131,10 @@ impl Client {
             Endpoint::Unix(path) => {
                 let stream = UnixStream::connect(path).map_err(|error| CallError::Unreachable {
                     endpoint: self.endpoint.to_string(),
-                    reason: format!("{error}: is `sluice serve` running (with --rpc-socket {} if it uses another path)?", path.display()),
+                    reason: format!(
+                        "{error}: is `sluice serve` running (with --rpc-socket {} if it uses another path)?",
+                        path.display()
+                    ),
                 })?;
                 stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
                 stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(|error| self.broken(error))?;
@@ -122,18 +145,21 @@ impl Client {
                 self.exchange(stream, &line).map_err(|error| match error {
                     // TLS 1.3: a certificate the server refuses shows as an alert on
                     // our first read, after our side of the handshake completed.
-                    CallError::Broken { endpoint, reason } if reason.contains("alert") => {
-                        CallError::Unreachable { endpoint, reason: format!("{reason}: {}", tls::REFUSED_CERTIFICATE_HINT) }
-                    }
+                    CallError::Broken { endpoint, reason } if reason.contains("alert") => CallError::Unreachable {
+                        endpoint,
+                        reason: format!("{reason}: {}", tls::REFUSED_CERTIFICATE_HINT),
+                    },
                     // The same refusal when the server's close overtook its alert: the
                     // kernel answers our request, which it no longer reads, with a reset.
-                    CallError::Broken { endpoint, reason } if reason.contains("Connection reset") => CallError::Unreachable {
-                        endpoint,
-                        reason: format!(
-                            "{reason}: the server closed the connection right after the handshake; most likely {}",
-                            tls::REFUSED_CERTIFICATE_HINT
-                        ),
-                    },
+                    CallError::Broken { endpoint, reason } if reason.contains("Connection reset") => {
+                        CallError::Unreachable {
+                            endpoint,
+                            reason: format!(
+                                "{reason}: the server closed the connection right after the handshake; most likely {}",
+                                tls::REFUSED_CERTIFICATE_HINT
+                            ),
+                        }
+                    }
                     other => other,
                 })?
             }

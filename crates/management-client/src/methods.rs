@@ -49,10 +49,7 @@ pub const METHODS: [(&str, Effect); 28] = [
 
 /// The effect of `method`; `None`: no such method.
 pub fn method_effect(method: &str) -> Option<Effect> {
-    METHODS
-        .iter()
-        .find(|(name, _)| *name == method)
-        .map(|&(_, effect)| effect)
+    METHODS.iter().find(|(name, _)| *name == method).map(|&(_, effect)| effect)
 }
 
 /// The names of every method, in the table's order.
@@ -62,11 +59,7 @@ pub fn method_names() -> Vec<&'static str> {
 
 /// The names of the methods that change nothing.
 pub fn read_only_method_names() -> Vec<&'static str> {
-    METHODS
-        .iter()
-        .filter(|(_, effect)| *effect == Effect::ReadsOnly)
-        .map(|&(name, _)| name)
-        .collect()
+    METHODS.iter().filter(|(_, effect)| *effect == Effect::ReadsOnly).map(|&(name, _)| name).collect()
 }
 
 #[cfg(test)]

@@ -47,7 +47,13 @@ impl TlsEndpoint {
             return Err(format!("{url:?} is not https://HOST:PORT, e.g. https://gateway1.example.com:4430"));
         }
         let server_name = host.strip_prefix('[').and_then(|host| host.strip_suffix(']')).unwrap_or(host);
-        Ok(TlsEndpoint { address: address.to_string(), server_name: server_name.to_string(), ca, certificate, private_key })
+        Ok(TlsEndpoint {
+            address: address.to_string(),
+            server_name: server_name.to_string(),
+            ca,
+            certificate,
+            private_key,
+        })
     }
 
     /// Connects, shakes hands and checks the server: a stream ready for one call.
@@ -80,7 +86,8 @@ impl TlsEndpoint {
                 last_error.unwrap_or_else(|| format!("{} resolves to no address", self.address))
             ))
         })?;
-        let broken = |error: std::io::Error| CallError::Broken { endpoint: shown.to_string(), reason: error.to_string() };
+        let broken =
+            |error: std::io::Error| CallError::Broken { endpoint: shown.to_string(), reason: error.to_string() };
         // Bounds the handshake too: a server that accepts and never answers.
         stream.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
         stream.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(broken)?;
@@ -94,23 +101,23 @@ impl TlsEndpoint {
     }
 
     fn connector(&self) -> Result<SslConnector, String> {
-        let mut builder = SslConnector::builder(SslMethod::tls_client())
-            .map_err(|error| format!("cannot set up TLS: {error}"))?;
+        let mut builder =
+            SslConnector::builder(SslMethod::tls_client()).map_err(|error| format!("cannot set up TLS: {error}"))?;
         builder
             .set_min_proto_version(Some(SslVersion::TLS1_2))
             .map_err(|error| format!("cannot set up TLS: {error}"))?;
         readable(&self.ca, "--api-ca (the CA that signed the server's certificate)")?;
-        builder.set_ca_file(&self.ca).map_err(|error| {
-            format!("{} is not a PEM CA certificate (--api-ca): {error}", self.ca.display())
-        })?;
+        builder
+            .set_ca_file(&self.ca)
+            .map_err(|error| format!("{} is not a PEM CA certificate (--api-ca): {error}", self.ca.display()))?;
         readable(&self.certificate, "--api-cert (our client certificate)")?;
         builder.set_certificate_chain_file(&self.certificate).map_err(|error| {
             format!("{} is not a PEM certificate (--api-cert): {error}", self.certificate.display())
         })?;
         readable(&self.private_key, "--api-key (our certificate's private key)")?;
-        builder.set_private_key_file(&self.private_key, SslFiletype::PEM).map_err(|error| {
-            format!("{} is not a PEM private key (--api-key): {error}", self.private_key.display())
-        })?;
+        builder
+            .set_private_key_file(&self.private_key, SslFiletype::PEM)
+            .map_err(|error| format!("{} is not a PEM private key (--api-key): {error}", self.private_key.display()))?;
         builder.check_private_key().map_err(|_| {
             format!(
                 "the private key {} does not belong to the certificate {}: give --api-key the key the \
@@ -137,11 +144,7 @@ impl TlsEndpoint {
                         self.server_name
                     )
                 } else {
-                    format!(
-                        "the TLS handshake failed ({}): {}",
-                        stream.error(),
-                        REFUSED_CERTIFICATE_HINT
-                    )
+                    format!("the TLS handshake failed ({}): {}", stream.error(), REFUSED_CERTIFICATE_HINT)
                 }
             }
         }

@@ -27,10 +27,8 @@ fn first_cells<'a>(doc: &'a str, header: &str) -> Vec<&'a str> {
 #[test]
 fn the_method_table_names_every_method_and_no_other() {
     let doc = operations_doc();
-    let documented: BTreeSet<&str> = first_cells(&doc, "| Method |")
-        .into_iter()
-        .map(|cell| cell.trim_matches('`'))
-        .collect();
+    let documented: BTreeSet<&str> =
+        first_cells(&doc, "| Method |").into_iter().map(|cell| cell.trim_matches('`')).collect();
     let served: BTreeSet<&str> = methods::method_names().into_iter().collect();
     let undocumented: Vec<&&str> = served.difference(&documented).collect();
     let unknown: Vec<&&str> = documented.difference(&served).collect();
@@ -57,6 +55,9 @@ fn every_cause_is_documented() {
     let start = doc.find("also carry `data.cause`").expect("docs/operations.md has the paragraph on data.cause");
     let paragraph = &doc[start..start + doc[start..].find("\n\n").unwrap_or(doc.len() - start)];
     for cause in codes::causes::ALL {
-        assert!(paragraph.contains(&format!("`{cause}`")), "the cause {cause:?} is not in docs/operations.md's data.cause paragraph");
+        assert!(
+            paragraph.contains(&format!("`{cause}`")),
+            "the cause {cause:?} is not in docs/operations.md's data.cause paragraph"
+        );
     }
 }

@@ -121,7 +121,14 @@ impl GeneratedPsk {
             return Err(TlsKeyError::Mismatch("SHA-512 has no TLS cipher suite: no PSK can be generated with it"));
         }
         let context = Zeroizing::new(format!("{:02} {digest}", self.hash.id()));
-        hkdf_expand_label(self.hash, KeyDerivation::Rfc8446, &self.psk, b"nvme-tls-psk", context.as_bytes(), self.psk.len())
+        hkdf_expand_label(
+            self.hash,
+            KeyDerivation::Rfc8446,
+            &self.psk,
+            b"nvme-tls-psk",
+            context.as_bytes(),
+            self.psk.len(),
+        )
     }
 
     /// The identity and the TLS PSK for this host and subsystem (steps 2 to 4).
@@ -213,7 +220,9 @@ mod tests {
 
     #[test]
     fn sc_c_codes() {
-        for request in [SecureChannelRequest::None, SecureChannelRequest::NewTlsPsk, SecureChannelRequest::ReplaceTlsPsk] {
+        for request in
+            [SecureChannelRequest::None, SecureChannelRequest::NewTlsPsk, SecureChannelRequest::ReplaceTlsPsk]
+        {
             assert_eq!(SecureChannelRequest::from_code(request.code()), Some(request));
         }
         for reserved in [0x01, 0x04, 0x80, 0xFF] {

@@ -23,8 +23,8 @@ use crate::concat::{GeneratedPsk, SecureChannelRequest};
 use crate::group::{DhGroup, EphemeralKey};
 use crate::hash::{DigestValue, HashFunction};
 use crate::message::{
-    Challenge, Failure, FailureReason, Message, Negotiate, Reply, Success1, DHCHAP_AUTH_ID, FIXED_PART_BYTES,
-    FAILURE_BYTES,
+    Challenge, Failure, FailureReason, Message, Negotiate, Reply, Success1, DHCHAP_AUTH_ID, FAILURE_BYTES,
+    FIXED_PART_BYTES,
 };
 use crate::random::RandomSource;
 use crate::response::{controller_response, host_response, ResponseInput};
@@ -175,12 +175,28 @@ struct Verified {
 
 enum State {
     AwaitingNegotiate,
-    ChallengePending { transaction_id: u16, hash: HashFunction, group: DhGroup },
-    AwaitingReply { transaction_id: u16, hash: HashFunction, challenge: DigestValue, sequence_number: u32, key: EphemeralKey },
+    ChallengePending {
+        transaction_id: u16,
+        hash: HashFunction,
+        group: DhGroup,
+    },
+    AwaitingReply {
+        transaction_id: u16,
+        hash: HashFunction,
+        challenge: DigestValue,
+        sequence_number: u32,
+        key: EphemeralKey,
+    },
     Success1Pending(Verified),
-    AwaitingSuccess2 { transaction_id: u16, generated: Option<GeneratedPsk> },
+    AwaitingSuccess2 {
+        transaction_id: u16,
+        generated: Option<GeneratedPsk>,
+    },
     Authenticated,
-    Failure1Pending { transaction_id: u16, reason: FailureReason },
+    Failure1Pending {
+        transaction_id: u16,
+        reason: FailureReason,
+    },
     Failed(FailureReason),
 }
 
@@ -390,7 +406,11 @@ impl ControllerAuthentication {
             .find(|group| protocol.dh_group_ids.contains(&group.id()))
         else {
             let offered_null_only = concatenating && protocol.dh_group_ids.contains(&DhGroup::Null.id());
-            return fail(if offered_null_only { FailureReason::ConcatenationMismatch } else { FailureReason::DhGroupUnusable });
+            return fail(if offered_null_only {
+                FailureReason::ConcatenationMismatch
+            } else {
+                FailureReason::DhGroupUnusable
+            });
         };
         self.request = request;
         self.negotiated = Some(Negotiated { hash, group, bidirectional: false, secure_channel: request });
@@ -433,7 +453,9 @@ impl ControllerAuthentication {
         // Concatenation generates the PSK from C1 and C2: a Reply without C2 cannot.
         let generated = if self.request.generates_psk() {
             match (&reply.controller_challenge, session_key.as_deref()) {
-                (Some(c2), Some(session_key)) => Some(GeneratedPsk::generate(hash, session_key, challenge.as_bytes(), c2)),
+                (Some(c2), Some(session_key)) => {
+                    Some(GeneratedPsk::generate(hash, session_key, challenge.as_bytes(), c2))
+                }
                 _ => return Err(FailureReason::Failed),
             }
         } else {
@@ -490,7 +512,11 @@ impl ControllerAuthentication {
                     dh_value: key.public_value().to_vec(),
                 });
                 let challenge = DigestValue::copy_of(&challenge);
-                (State::AwaitingReply { transaction_id, hash, challenge, sequence_number, key }, message, Progress::InProgress)
+                (
+                    State::AwaitingReply { transaction_id, hash, challenge, sequence_number, key },
+                    message,
+                    Progress::InProgress,
+                )
             }
             State::Success1Pending(verified) => {
                 let bidirectional = verified.controller_response.is_some();
@@ -500,7 +526,10 @@ impl ControllerAuthentication {
                     response: verified.controller_response.as_ref().map(|response| response.as_bytes().to_vec()),
                 });
                 if bidirectional {
-                    let next = State::AwaitingSuccess2 { transaction_id: verified.transaction_id, generated: verified.generated };
+                    let next = State::AwaitingSuccess2 {
+                        transaction_id: verified.transaction_id,
+                        generated: verified.generated,
+                    };
                     (next, message, Progress::InProgress)
                 } else {
                     self.generated = verified.generated;

@@ -234,7 +234,13 @@ impl HostAuthentication {
             protocols: vec![ProtocolDescriptor {
                 auth_id: DHCHAP_AUTH_ID,
                 hash_ids: self.policy.hashes.iter().filter(|hash| usable(**hash)).map(|hash| hash.id()).collect(),
-                dh_group_ids: self.policy.groups.iter().filter(|group| usable_group(**group)).map(|group| group.id()).collect(),
+                dh_group_ids: self
+                    .policy
+                    .groups
+                    .iter()
+                    .filter(|group| usable_group(**group))
+                    .map(|group| group.id())
+                    .collect(),
             }],
         });
         self.state = State::NegotiateSent;
@@ -328,7 +334,9 @@ impl HostAuthentication {
             }
             // A result that does not fit the command we asked for (a driver bug, or
             // `on_result` before `start`).
-            (_, _) => Self::finish(HostAuthError::UnexpectedMessage { received: "a command result", expected: "another" }),
+            (_, _) => {
+                Self::finish(HostAuthError::UnexpectedMessage { received: "a command result", expected: "another" })
+            }
         }
     }
 

@@ -44,9 +44,8 @@ pub(crate) struct Decoded {
 
 /// Decodes the base64 text into the key and checks its CRC.
 pub(crate) fn decode(encoded: &str) -> Result<Decoded, DecodeError> {
-    let mut decoded = Zeroizing::new(
-        base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| DecodeError::Base64)?,
-    );
+    let mut decoded =
+        Zeroizing::new(base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| DecodeError::Base64)?);
     if decoded.len() < CRC_BYTES {
         return Err(DecodeError::TooShort);
     }

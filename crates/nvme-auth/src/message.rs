@@ -274,12 +274,7 @@ impl<'a> Reader<'a> {
     }
 
     fn u32(&self, offset: usize) -> u32 {
-        u32::from_le_bytes([
-            self.bytes[offset],
-            self.bytes[offset + 1],
-            self.bytes[offset + 2],
-            self.bytes[offset + 3],
-        ])
+        u32::from_le_bytes([self.bytes[offset], self.bytes[offset + 1], self.bytes[offset + 2], self.bytes[offset + 3]])
     }
 
     fn slice(&self, offset: usize, length: usize) -> &'a [u8] {
@@ -517,7 +512,11 @@ mod tests {
         // Every truncation is refused, never a panic.
         for cut in 0..bytes.len() {
             let decoded = Message::decode(&bytes[..cut]);
-            assert!(matches!(decoded, Err(DecodeError::Truncated { .. })), "{} cut at {cut}: {decoded:?}", message.name());
+            assert!(
+                matches!(decoded, Err(DecodeError::Truncated { .. })),
+                "{} cut at {cut}: {decoded:?}",
+                message.name()
+            );
         }
     }
 
@@ -591,7 +590,10 @@ mod tests {
         assert_eq!(&reply[10..12], &256u16.to_le_bytes());
         assert_eq!(reply[16 + 64], 0xCD);
         assert_eq!(Message::Success2 { transaction_id: 3 }.to_bytes().len(), 16);
-        assert_eq!(Message::Failure1(Failure::new(3, FailureReason::Failed)).to_bytes(), vec![0, 0xF1, 0, 0, 3, 0, 1, 1]);
+        assert_eq!(
+            Message::Failure1(Failure::new(3, FailureReason::Failed)).to_bytes(),
+            vec![0, 0xF1, 0, 0, 3, 0, 1, 1]
+        );
     }
 
     #[test]

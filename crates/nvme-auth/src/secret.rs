@@ -21,8 +21,8 @@ use std::str::FromStr;
 
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::key_text;
 use crate::hash::{constant_time_eq, DigestValue, HashFunction};
+use crate::key_text;
 use crate::random::RandomSource;
 
 /// The fixed start of the representation.
@@ -183,7 +183,6 @@ impl std::fmt::Display for Secret {
     }
 }
 
-
 impl Drop for Secret {
     fn drop(&mut self) {
         // Zeroizing already clears the key; the transform is not secret. Spelled out
@@ -197,7 +196,6 @@ mod tests {
     use super::*;
 
     const KEY_0_TO_31: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
-
 
     #[test]
     fn parses_and_formats_nvme_cli_output() {

@@ -29,8 +29,8 @@ use base64::Engine as _;
 use zeroize::Zeroizing;
 
 use crate::hash::{constant_time_eq, HashFunction, MAX_DIGEST_BYTES};
-use crate::random::RandomSource;
 use crate::key_text;
+use crate::random::RandomSource;
 use crate::tls_identity::{IdentityError, IdentityVersion, PskIdentity, PskKind};
 
 /// The fixed start of the interchange format.
@@ -114,8 +114,7 @@ impl TlsKey {
     /// Parses the interchange format (surrounding whitespace ignored; the final colon
     /// may be missing).
     pub fn parse(text: &str) -> Result<TlsKey, TlsKeyError> {
-        let (hash_text, encoded) =
-            key_text::split(text, PREFIX, MAX_INTERCHANGE_BYTES).ok_or(TlsKeyError::Format)?;
+        let (hash_text, encoded) = key_text::split(text, PREFIX, MAX_INTERCHANGE_BYTES).ok_or(TlsKeyError::Format)?;
         let transform = match hash_text {
             "00" => None,
             "01" => Some(HashFunction::Sha256),
@@ -239,7 +238,9 @@ impl TlsKey {
         let retained = self.retained_with(identity.host_nqn(), derivation)?;
         let label = b"nvme-tls-psk";
         match identity.digest() {
-            None => hkdf_expand_label(hash, derivation, &retained, label, identity.to_string().as_bytes(), retained.len()),
+            None => {
+                hkdf_expand_label(hash, derivation, &retained, label, identity.to_string().as_bytes(), retained.len())
+            }
             Some(offered) => {
                 let digest = psk_digest(hash, &retained, identity.host_nqn(), identity.subsystem_nqn());
                 if !constant_time_eq(digest.as_bytes(), offered.as_bytes()) {
@@ -366,10 +367,8 @@ fn hkdf_expand(hash: HashFunction, pseudo_random_key: &[u8], info: &[u8], length
     let mut previous: Option<crate::hash::DigestValue> = None;
     let mut counter = 1u8;
     while output.len() < length {
-        let block = hash.hmac(
-            pseudo_random_key,
-            &[previous.as_ref().map_or(&[][..], |value| value.as_bytes()), info, &[counter]],
-        );
+        let block = hash
+            .hmac(pseudo_random_key, &[previous.as_ref().map_or(&[][..], |value| value.as_bytes()), info, &[counter]]);
         let take = (length - output.len()).min(block.as_bytes().len());
         output.extend_from_slice(&block.as_bytes()[..take]);
         previous = Some(block);
@@ -397,8 +396,7 @@ mod tests {
         "5512dbb6737d0106f65975b773dfb011ffc344bcf442e2dd6d8bc4870b5d5b03ffc344bcf442e2dd6d8bc4870b5d5b03";
     const TEXT_00: &str = "NVMeTLSkey-1:00:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
     const TEXT_01: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
-    const TEXT_02: &str =
-        "NVMeTLSkey-1:02:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwP/w0S89ELi3W2LxIcLXVsDn8kXZQ==:";
+    const TEXT_02: &str = "NVMeTLSkey-1:02:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwP/w0S89ELi3W2LxIcLXVsDn8kXZQ==:";
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6e4bbd3b-2c76-4f6c-8d3a-3c1f0e1a2b3c";
     const SUBSYSTEM: &str = "nqn.2026-11.io.sluice:tls";
 
@@ -510,25 +508,58 @@ mod tests {
     fn both_derivations_match_libnvme() {
         let (host, subsystem) = ("nqn.psk-test-host", "nqn.psk-test-subsys");
         let cases = [
-            (TEXT_01, KeyDerivation::Compat, IdentityVersion::V0, None,
-             "09fb1983ac6d6d0353e7cae4f23daddd651c367fa347c59d9cf6936f5a83eafb"),
-            (TEXT_01, KeyDerivation::Compat, IdentityVersion::V1, Some("66GuqV08TsAGII39teWUfwQwizjv06Jy8jOcX3NAAzM="),
-             "b9f5ab2a41ba6e72a23a12066302a2f775fa6c0942c8e0b18ca8ac07edf305e2"),
-            (TEXT_02, KeyDerivation::Compat, IdentityVersion::V0, None,
-             "2ee4754186a625b28a3936ef4a40d839c3ad958b2e017562ee07e2501f172ce999dc9c29033ea7ee33f814f192c13f47"),
-            (TEXT_02, KeyDerivation::Compat, IdentityVersion::V1,
-             Some("RsKmYJ3nAn1ApjjMloJFbAkLPivONDAX/xW327YBUsn2eGShXSjCZvBaOxscLqmz"),
-             "fcefe2e2a2e682b1447dcabf1ec268f78f08c63cd075753abcc8bda2c5c34d48d3014aa8d76ad80107e4f5c9f27e2149"),
-            (TEXT_01, KeyDerivation::Rfc8446, IdentityVersion::V0, None,
-             "05c6503551ad136e6ee32e6eeb3f6d500b69701d84ec71e328f65c7f51566f68"),
-            (TEXT_01, KeyDerivation::Rfc8446, IdentityVersion::V1, Some("iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU="),
-             "8fc3c0badfd4c0c66fa3ca33aadd0314f85536cc9bc47338b60f3e6e563786ca"),
+            (
+                TEXT_01,
+                KeyDerivation::Compat,
+                IdentityVersion::V0,
+                None,
+                "09fb1983ac6d6d0353e7cae4f23daddd651c367fa347c59d9cf6936f5a83eafb",
+            ),
+            (
+                TEXT_01,
+                KeyDerivation::Compat,
+                IdentityVersion::V1,
+                Some("66GuqV08TsAGII39teWUfwQwizjv06Jy8jOcX3NAAzM="),
+                "b9f5ab2a41ba6e72a23a12066302a2f775fa6c0942c8e0b18ca8ac07edf305e2",
+            ),
+            (
+                TEXT_02,
+                KeyDerivation::Compat,
+                IdentityVersion::V0,
+                None,
+                "2ee4754186a625b28a3936ef4a40d839c3ad958b2e017562ee07e2501f172ce999dc9c29033ea7ee33f814f192c13f47",
+            ),
+            (
+                TEXT_02,
+                KeyDerivation::Compat,
+                IdentityVersion::V1,
+                Some("RsKmYJ3nAn1ApjjMloJFbAkLPivONDAX/xW327YBUsn2eGShXSjCZvBaOxscLqmz"),
+                "fcefe2e2a2e682b1447dcabf1ec268f78f08c63cd075753abcc8bda2c5c34d48d3014aa8d76ad80107e4f5c9f27e2149",
+            ),
+            (
+                TEXT_01,
+                KeyDerivation::Rfc8446,
+                IdentityVersion::V0,
+                None,
+                "05c6503551ad136e6ee32e6eeb3f6d500b69701d84ec71e328f65c7f51566f68",
+            ),
+            (
+                TEXT_01,
+                KeyDerivation::Rfc8446,
+                IdentityVersion::V1,
+                Some("iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU="),
+                "8fc3c0badfd4c0c66fa3ca33aadd0314f85536cc9bc47338b60f3e6e563786ca",
+            ),
         ];
         for (text, derivation, version, digest, expected) in cases {
             let key = TlsKey::parse(text).expect("key");
             let identity = key.identity_with(host, subsystem, version, derivation).expect("identity");
             assert_eq!(identity.digest(), digest, "{derivation:?} {version:?}");
-            assert_eq!(hex(&key.tls_psk_with(&identity, derivation).expect("psk")), expected, "{derivation:?} {version:?}");
+            assert_eq!(
+                hex(&key.tls_psk_with(&identity, derivation).expect("psk")),
+                expected,
+                "{derivation:?} {version:?}"
+            );
             // The controller's lookup finds the derivation of a format 1 identity by
             // itself; format 0 takes the configured one.
             let (psk, found) = key.tls_psk_for_host(&identity, derivation).expect("lookup");
@@ -559,9 +590,14 @@ mod tests {
         let theirs = other.identity(HOST, SUBSYSTEM, IdentityVersion::V1).expect("identity");
         assert!(matches!(key.tls_psk(&theirs), Err(TlsKeyError::Mismatch(_))));
         let other_subsystem = key.identity(HOST, "nqn.2026-11.io.sluice:other", IdentityVersion::V1).expect("id");
-        let forged =
-            PskIdentity::v1(PskKind::Retained, HashFunction::Sha256, HOST, SUBSYSTEM, other_subsystem.digest().expect("d"))
-                .expect("forged");
+        let forged = PskIdentity::v1(
+            PskKind::Retained,
+            HashFunction::Sha256,
+            HOST,
+            SUBSYSTEM,
+            other_subsystem.digest().expect("d"),
+        )
+        .expect("forged");
         assert!(matches!(key.tls_psk(&forged), Err(TlsKeyError::Mismatch(_))));
         let wrong_hash = PskIdentity::v0(PskKind::Retained, HashFunction::Sha384, HOST, SUBSYSTEM).expect("id");
         assert!(matches!(key.tls_psk(&wrong_hash), Err(TlsKeyError::Mismatch(_))));

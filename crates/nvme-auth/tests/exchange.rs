@@ -1,12 +1,12 @@
 //! The host state machine against the controller state machine: every hash and DH
 //! group, unidirectional and bidirectional, and every way a secret can be wrong.
 
+use nvme_auth::message::{Message, Negotiate, ProtocolDescriptor, DHCHAP_AUTH_ID};
 use nvme_auth::{
     CommandResult, ControllerAuthentication, ControllerCredentials, ControllerPolicy, DhGroup, FailureReason,
     HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, Negotiated, Progress,
     Secret, SecureChannelContext, SecureChannelRequest, SeededRandom,
 };
-use nvme_auth::message::{Message, Negotiate, ProtocolDescriptor, DHCHAP_AUTH_ID};
 
 const HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 const SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:auth-test";
@@ -94,22 +94,21 @@ fn every_hash_and_group_authenticates_both_ways() {
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert!(controller.is_authenticated());
             assert_eq!(outcome.steps, 5);
-            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: false, secure_channel: SecureChannelRequest::None }));
-            // Bidirectional: and Success2.
-            let (mut host, mut controller) = pair(
-                &host_secret,
-                Some(&controller_secret),
-                &host_secret,
-                Some(&controller_secret),
-                hash,
-                group,
-                seed,
+            assert_eq!(
+                controller.negotiated(),
+                Some(Negotiated { hash, group, bidirectional: false, secure_channel: SecureChannelRequest::None })
             );
+            // Bidirectional: and Success2.
+            let (mut host, mut controller) =
+                pair(&host_secret, Some(&controller_secret), &host_secret, Some(&controller_secret), hash, group, seed);
             let outcome = exchange(&mut host, &mut controller);
             assert_eq!(outcome.host, Ok(()), "bidirectional {} {}", hash.name(), group.name());
             assert_eq!(outcome.controller, Progress::Authenticated);
             assert_eq!(outcome.steps, 6);
-            assert_eq!(controller.negotiated(), Some(Negotiated { hash, group, bidirectional: true, secure_channel: SecureChannelRequest::None }));
+            assert_eq!(
+                controller.negotiated(),
+                Some(Negotiated { hash, group, bidirectional: true, secure_channel: SecureChannelRequest::None })
+            );
         }
     }
 }
@@ -216,7 +215,8 @@ fn out_of_sequence_messages_are_answered_with_failure1() {
     assert!(matches!(nvme_auth::Message::decode(&message), Ok(nvme_auth::Message::Failure1(_))));
 
     // A Success2 where the Reply belongs.
-    let (mut host, mut controller) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Null, 9);
+    let (mut host, mut controller) =
+        pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Null, 9);
     let HostStep::Send(negotiate) = host.start() else { panic!("negotiate first") };
     assert_eq!(controller.on_send(&negotiate), Progress::InProgress);
     assert!(controller.on_receive(8).is_err(), "AL below the challenge is refused without a state change");
@@ -244,13 +244,17 @@ fn a_command_failure_ends_the_host_transaction() {
     let host_secret = secret(3, None, 32);
     let (mut host, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Null, 11);
     let _ = host.start();
-    assert_eq!(host.on_result(CommandResult::Status(0x4002)), HostStep::Failed(HostAuthError::CommandFailed { status: 0x4002 }));
+    assert_eq!(
+        host.on_result(CommandResult::Status(0x4002)),
+        HostStep::Failed(HostAuthError::CommandFailed { status: 0x4002 })
+    );
 }
 
 #[test]
 fn re_authentication_restarts_with_a_new_negotiate() {
     let host_secret = secret(3, None, 32);
-    let (mut host, mut controller) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 12);
+    let (mut host, mut controller) =
+        pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 12);
     assert_eq!(exchange(&mut host, &mut controller).host, Ok(()));
     let (mut again, _) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 13);
     assert_eq!(exchange(&mut again, &mut controller).host, Ok(()));
@@ -377,7 +381,8 @@ fn unacceptable_concatenation_requests_are_a_mismatch() {
         (SecureChannelRequest::NewTlsPsk, SecureChannelContext::default()),
     ];
     for (request, context) in refused {
-        let (host, controller) = pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 2);
+        let (host, controller) =
+            pair(&host_secret, None, &host_secret, None, HashFunction::Sha256, DhGroup::Ffdhe2048, 2);
         let mut host = host.with_secure_channel(request);
         let mut controller = controller.with_secure_channel(context);
         let outcome = exchange(&mut host, &mut controller);
@@ -438,7 +443,10 @@ fn hostile_sc_c_values_and_unusable_offers() {
     // SHA-512 to what can generate a PSK.
     let mut controller = ControllerAuthentication::new(
         ControllerCredentials::new(HOST_NQN, SUBSYSTEM_NQN, &host_secret, None),
-        ControllerPolicy { hashes: vec![HashFunction::Sha512, HashFunction::Sha384], groups: vec![DhGroup::Null, DhGroup::Ffdhe3072] },
+        ControllerPolicy {
+            hashes: vec![HashFunction::Sha512, HashFunction::Sha384],
+            groups: vec![DhGroup::Null, DhGroup::Ffdhe3072],
+        },
         Box::new(SeededRandom::new(5)),
     )
     .with_secure_channel(PLAIN_ADMIN);

@@ -128,7 +128,15 @@ pub(crate) fn establish(
         let (connection, generated) = concatenate(options, address, config)?;
         (connection, Some(std::sync::Arc::new(generated)))
     } else {
-        (QueueConnection::connect(address, config, options.connect_timeout, QueueTls::of(options.tls.as_ref(), None))?, None)
+        (
+            QueueConnection::connect(
+                address,
+                config,
+                options.connect_timeout,
+                QueueTls::of(options.tls.as_ref(), None),
+            )?,
+            None,
+        )
     };
     let controller_id = connection.queue.controller_id().unwrap_or(ControllerId::DYNAMIC);
 

@@ -18,7 +18,12 @@ pub trait CommandQueue {
     fn submit(&mut self, command: HostCommand) -> Result<(), ClientError>;
     /// Waits until `min_completions` completions are available or `timeout` passes
     /// and appends every available one to `out`; returns how many.
-    fn reap(&mut self, min_completions: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> Result<usize, ClientError>;
+    fn reap(
+        &mut self,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError>;
 
     /// Runs one command on an idle queue and waits for it, at most `patience` (make
     /// it longer than the queue's command timeout: the queue fails a command that
@@ -57,7 +62,12 @@ impl CommandQueue for IoQueue {
     fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
         IoQueue::submit(self, command)
     }
-    fn reap(&mut self, min_completions: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> Result<usize, ClientError> {
+    fn reap(
+        &mut self,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError> {
         IoQueue::reap(self, min_completions, timeout, out)
     }
 }
@@ -72,7 +82,12 @@ impl CommandQueue for MultipathQueue {
     fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
         MultipathQueue::submit(self, command)
     }
-    fn reap(&mut self, min_completions: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> Result<usize, ClientError> {
+    fn reap(
+        &mut self,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError> {
         MultipathQueue::reap(self, min_completions, timeout, out)
     }
 }

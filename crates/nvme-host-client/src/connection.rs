@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use nvme_host::{HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState, TransmitBatch};
-use runtime::tls::{PskChoice, Progress, TlsClient, TlsSession};
+use runtime::tls::{Progress, PskChoice, TlsClient, TlsSession};
 
 use crate::{ClientError, TlsOptions};
 
@@ -283,10 +283,16 @@ impl QueueConnection {
             self.set_read_timeout(deadline - now)?;
             let received = match self.stream.read(&mut self.cipher_buffer) {
                 Ok(0) => {
-                    return Err(self.tls_error("the target closed the connection during the handshake (no TLS here, or the key was refused)"))
+                    return Err(self.tls_error(
+                        "the target closed the connection during the handshake (no TLS here, or the key was refused)",
+                    ))
                 }
                 Ok(count) => count,
-                Err(error) if matches!(error.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => 0,
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                {
+                    0
+                }
                 Err(error) => return Err(self.io_error(error)),
             };
             if received > 0 {
@@ -639,7 +645,12 @@ mod tests {
             let limit = [1, 7, 100, 5000][seed as usize % 4];
             let mut writer = Trickle { written: Vec::new(), state: seed, limit };
             write_slices(&mut writer, pieces.iter().map(Vec::as_slice)).unwrap();
-            assert!(writer.written == expected, "seed {seed}: {} bytes written, {} expected", writer.written.len(), expected.len());
+            assert!(
+                writer.written == expected,
+                "seed {seed}: {} bytes written, {} expected",
+                writer.written.len(),
+                expected.len()
+            );
         }
     }
 

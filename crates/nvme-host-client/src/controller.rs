@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use nvme_host::{commands, HostCommand, HostCompletion, HostError};
 use nvme_spec::admin::{async_event_notice, async_event_type, AsynchronousEventCompletion};
-use nvme_spec::identify::{cns, csi, decode_namespace_descriptors, decode_namespace_list, NAMESPACE_LIST_CAPACITY};
-use nvme_spec::log_page::{log_id, SmartHealthLog, CHANGED_NAMESPACE_LIST_BYTES, SMART_HEALTH_LOG_BYTES};
-use nvme_spec::registers::{ControllerCapabilities, Version};
 use nvme_spec::ana::{AnaLog, AnaState};
 use nvme_spec::identify::cmic;
+use nvme_spec::identify::{cns, csi, decode_namespace_descriptors, decode_namespace_list, NAMESPACE_LIST_CAPACITY};
+use nvme_spec::log_page::{log_id, SmartHealthLog, CHANGED_NAMESPACE_LIST_BYTES, SMART_HEALTH_LOG_BYTES};
 use nvme_spec::opcode::AdminOpcode;
+use nvme_spec::registers::{ControllerCapabilities, Version};
 use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId};
 
 use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
@@ -280,9 +280,16 @@ impl Controller {
         if self.identify.multipath_capabilities & cmic::ANA_REPORTING == 0 {
             return Err(ClientError::InvalidController("the controller does not report ANA (CMIC bit 3 clear)".into()));
         }
-        let data = self.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, ana_log_length(&self.identify))?;
-        let log = AnaLog::decode(&data).map_err(|error| ClientError::InvalidController(format!("bad ANA log: {error}")))?;
-        check_ana_log(&log, &self.identify).map_err(|problem| ClientError::InvalidController(format!("bad ANA log: {problem}")))?;
+        let data = self.get_log_page(
+            log_id::ASYMMETRIC_NAMESPACE_ACCESS,
+            NamespaceId::BROADCAST,
+            0,
+            ana_log_length(&self.identify),
+        )?;
+        let log =
+            AnaLog::decode(&data).map_err(|error| ClientError::InvalidController(format!("bad ANA log: {error}")))?;
+        check_ana_log(&log, &self.identify)
+            .map_err(|problem| ClientError::InvalidController(format!("bad ANA log: {problem}")))?;
         Ok(log)
     }
 
@@ -294,7 +301,8 @@ impl Controller {
             return Ok(None);
         }
         let log = self.ana_log()?;
-        let state = log.groups.iter().find(|group| group.namespaces.contains(&nsid)).map(|group| group.descriptor.state);
+        let state =
+            log.groups.iter().find(|group| group.namespaces.contains(&nsid)).map(|group| group.descriptor.state);
         Ok(Some(state.unwrap_or(AnaState::Inaccessible)))
     }
 
@@ -501,7 +509,10 @@ impl Controller {
     /// equal, `Ok(false)` on Compare Failure.
     pub fn compare(&self, nsid: NamespaceId, lba: u64, data: &[u8]) -> Result<bool, ClientError> {
         let block_size = self.whole_blocks(nsid, data.len(), "compare")?;
-        let completion = self.run_io(vec![commands::compare(nsid, lba, data.to_vec(), block_size)])?.pop().ok_or(ClientError::Timeout)?;
+        let completion = self
+            .run_io(vec![commands::compare(nsid, lba, data.to_vec(), block_size)])?
+            .pop()
+            .ok_or(ClientError::Timeout)?;
         if is_compare_failure(&completion) {
             return Ok(false);
         }
@@ -513,7 +524,13 @@ impl Controller {
     /// `expected`, atomically against every other writer of those blocks. `Ok(true)`
     /// when written, `Ok(false)` when the compare failed (nothing written). At most
     /// one command's worth (MDTS) of blocks.
-    pub fn compare_and_write(&self, nsid: NamespaceId, lba: u64, expected: &[u8], new: &[u8]) -> Result<bool, ClientError> {
+    pub fn compare_and_write(
+        &self,
+        nsid: NamespaceId,
+        lba: u64,
+        expected: &[u8],
+        new: &[u8],
+    ) -> Result<bool, ClientError> {
         let block_size = self.whole_blocks(nsid, expected.len(), "compare and write")?;
         if new.len() != expected.len() {
             return Err(ClientError::InvalidArgument(format!(
@@ -540,7 +557,13 @@ impl Controller {
 
     /// Copy of `ranges` (SLBA, blocks) in order to `destination` on the target, no
     /// data crossing the network; `force_unit_access` sets FUA on the destination.
-    pub fn copy(&self, nsid: NamespaceId, destination: u64, ranges: &[(u64, u32)], force_unit_access: bool) -> Result<(), ClientError> {
+    pub fn copy(
+        &self,
+        nsid: NamespaceId,
+        destination: u64,
+        ranges: &[(u64, u32)],
+        force_unit_access: bool,
+    ) -> Result<(), ClientError> {
         if ranges.is_empty() || ranges.len() > commands::COPY_MAX_RANGES {
             return Err(ClientError::InvalidArgument(format!(
                 "copy takes 1..={} source ranges, not {}",
@@ -549,7 +572,9 @@ impl Controller {
             )));
         }
         if let Some((lba, blocks)) = ranges.iter().find(|(_, blocks)| *blocks == 0 || *blocks > 65536) {
-            return Err(ClientError::InvalidArgument(format!("source range at LBA {lba} has {blocks} blocks (1..=65536)")));
+            return Err(ClientError::InvalidArgument(format!(
+                "source range at LBA {lba} has {blocks} blocks (1..=65536)"
+            )));
         }
         let command = commands::copy(nsid, destination, ranges, force_unit_access);
         self.io_command(command).map(|_| ())
@@ -611,9 +636,9 @@ pub(crate) fn check_io(completion: &HostCompletion, opcode: u8) -> Result<(), Cl
         Some(HostError::ConnectionLost) => ClientError::ControllerLost,
         Some(HostError::CommandTimeout { .. }) => ClientError::Timeout,
         // What the target did, rather than the status the host made up for it.
-        Some(error @ (HostError::GaveUp { .. } | HostError::DataDigestMismatch { .. } | HostError::ShortData { .. })) => {
-            ClientError::Protocol(error.clone())
-        }
+        Some(
+            error @ (HostError::GaveUp { .. } | HostError::DataDigestMismatch { .. } | HostError::ShortData { .. }),
+        ) => ClientError::Protocol(error.clone()),
         _ => ClientError::Command { admin: false, opcode, status },
     })
 }
@@ -653,8 +678,7 @@ fn admin_command(shared: &Shared, mut command: HostCommand, max_resends: u8) -> 
             continue;
         };
         let user_tag = command.user_tag;
-        let result =
-            connection.execute(command, tag, deadline, &mut |other| on_admin_event(other, &mut pending_event));
+        let result = connection.execute(command, tag, deadline, &mut |other| on_admin_event(other, &mut pending_event));
         if pending_event {
             admin.namespace_event_pending = true;
             shared.poke();

@@ -37,7 +37,8 @@ fn read_log(connection: &mut QueueConnection, offset: u64, length: u32, chunk: u
 
 fn header(connection: &mut QueueConnection, chunk: u32) -> Result<DiscoveryLogHeader, ClientError> {
     let raw = read_log(connection, 0, DISCOVERY_LOG_RECORD_BYTES as u32, chunk)?;
-    let raw: &[u8; DISCOVERY_LOG_RECORD_BYTES] = raw.as_slice().try_into().map_err(|_| ClientError::InvalidController("short discovery log header".into()))?;
+    let raw: &[u8; DISCOVERY_LOG_RECORD_BYTES] =
+        raw.as_slice().try_into().map_err(|_| ClientError::InvalidController("short discovery log header".into()))?;
     Ok(DiscoveryLogHeader::decode(raw))
 }
 

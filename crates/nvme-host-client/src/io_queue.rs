@@ -281,7 +281,11 @@ impl IoQueueInner {
             let entry = self.table.get(command.user_tag as usize).copied().unwrap_or_default();
             match entry.deadline {
                 Some(deadline) if deadline <= now => {
-                    self.fail_command(command, HOST_PATHING_ERROR.with_do_not_retry(), shared.gave_up(entry.resends, true));
+                    self.fail_command(
+                        command,
+                        HOST_PATHING_ERROR.with_do_not_retry(),
+                        shared.gave_up(entry.resends, true),
+                    );
                 }
                 deadline => {
                     earliest = match (earliest, deadline) {
@@ -416,12 +420,14 @@ impl IoQueueInner {
     /// Takes `command` for sending; hands it back with the reason when refused.
     pub(crate) fn submit(&mut self, shared: &Shared, mut command: HostCommand) -> Result<(), Box<Refused>> {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
-            let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
+            let error =
+                ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
             return Err(Refused::new(error, command));
         }
         let source_bytes = command.write_source.map_or(0, |buffer| buffer.length);
         if source_bytes > MAX_COMMAND_DATA_BYTES {
-            let error = ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
+            let error =
+                ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes"));
             return Err(Refused::new(error, command));
         }
         if (!command.data_out.is_empty() || source_bytes > 0) && command.data_in_bytes > 0 {

@@ -115,7 +115,8 @@ pub fn discover_paths(discovery: SocketAddr, options: &ConnectOptions) -> Result
         {
             continue;
         }
-        let (address, port) = (entry.transport_address_str().unwrap_or(""), entry.transport_service_id_str().unwrap_or(""));
+        let (address, port) =
+            (entry.transport_address_str().unwrap_or(""), entry.transport_service_id_str().unwrap_or(""));
         let parsed = address.trim().parse::<std::net::IpAddr>().ok().zip(port.trim().parse::<u16>().ok());
         let Some((ip, port)) = parsed else {
             tracing::warn!(address, port, "multipath: discovery record with an unusable address; skipped");
@@ -160,14 +161,20 @@ impl Multipath {
     /// EUI-64 in Identify Namespace) and reads each one's ANA state. Paths that
     /// cannot be reached now are skipped (see [`Multipath::unreachable`]); at least
     /// one must connect.
-    pub fn connect(paths: Vec<ConnectOptions>, nsid: NamespaceId, policy: PathPolicy) -> Result<Multipath, ClientError> {
+    pub fn connect(
+        paths: Vec<ConnectOptions>,
+        nsid: NamespaceId,
+        policy: PathPolicy,
+    ) -> Result<Multipath, ClientError> {
         if paths.is_empty() {
             return Err(ClientError::InvalidArgument("multipath needs at least one path".into()));
         }
         let command_timeout = paths.iter().map(|options| options.command_timeout).max().unwrap_or_default();
         let spin_across_paths = match paths[0].io_path {
             IoPath::Ring(PollMode::BusyPoll) => Some(Duration::MAX),
-            IoPath::Ring(PollMode::Adaptive { spin_us }) => Some(Duration::from_micros(u64::from(spin_us)).max(WAIT_SLICE)),
+            IoPath::Ring(PollMode::Adaptive { spin_us }) => {
+                Some(Duration::from_micros(u64::from(spin_us)).max(WAIT_SLICE))
+            }
             IoPath::Ring(PollMode::Sleep) | IoPath::Blocking => None,
         };
         let mut connected = Vec::new();
@@ -223,7 +230,16 @@ impl Multipath {
                 .map_err(|error| ClientError::InvalidArgument(format!("cannot start a path checker: {error}")))?;
             checkers.push(spawned);
         }
-        Ok(Multipath { nsid, policy, paths: connected, unreachable, stop, checkers, command_timeout, spin_across_paths })
+        Ok(Multipath {
+            nsid,
+            policy,
+            paths: connected,
+            unreachable,
+            stop,
+            checkers,
+            command_timeout,
+            spin_across_paths,
+        })
     }
 
     /// The namespace.
@@ -305,7 +321,9 @@ impl Multipath {
                     }
                 }
                 // A MultipathQueue still holds it: dropping closes it later.
-                Err(_) => result = result.and(Err(ClientError::InvalidArgument("a multipath queue is still in use".into()))),
+                Err(_) => {
+                    result = result.and(Err(ClientError::InvalidArgument("a multipath queue is still in use".into())))
+                }
             }
         }
         result
@@ -485,7 +503,9 @@ impl MultipathQueue {
     /// `depth()` commands are in flight.
     pub fn submit(&mut self, command: HostCommand) -> Result<(), ClientError> {
         if command.data_out.len() > MAX_COMMAND_DATA_BYTES as usize || command.data_in_bytes > MAX_COMMAND_DATA_BYTES {
-            return Err(ClientError::InvalidArgument(format!("command data larger than {MAX_COMMAND_DATA_BYTES} bytes")));
+            return Err(ClientError::InvalidArgument(format!(
+                "command data larger than {MAX_COMMAND_DATA_BYTES} bytes"
+            )));
         }
         // Refused here: every path would refuse it, and a refusal marks a path down.
         if command.write_source.is_some() && (!self.has_write_source || !command.data_out.is_empty()) {
@@ -518,13 +538,15 @@ impl MultipathQueue {
         match self.policy {
             PathPolicy::RoundRobin => {
                 let count = self.paths.len();
-                let found = (0..count).map(|step| (self.next_path + step) % count).find(|&index| eligible(&self.paths[index]))?;
+                let found = (0..count)
+                    .map(|step| (self.next_path + step) % count)
+                    .find(|&index| eligible(&self.paths[index]))?;
                 self.next_path = (found + 1) % count;
                 Some(found)
             }
-            PathPolicy::QueueDepth => {
-                (0..self.paths.len()).filter(|&index| eligible(&self.paths[index])).min_by_key(|&index| self.paths[index].in_flight)
-            }
+            PathPolicy::QueueDepth => (0..self.paths.len())
+                .filter(|&index| eligible(&self.paths[index]))
+                .min_by_key(|&index| self.paths[index].in_flight),
         }
     }
 
@@ -625,7 +647,8 @@ impl MultipathQueue {
         tracing::debug!(address = %path.shared.address, status = ?status, "multipath: path error; failing over");
         let entry = &mut self.table[index as usize];
         entry.last_status = status;
-        let out_of_time = entry.submitted_at.is_some_and(|at| now.saturating_duration_since(at) >= self.command_timeout);
+        let out_of_time =
+            entry.submitted_at.is_some_and(|at| now.saturating_duration_since(at) >= self.command_timeout);
         if entry.failovers >= MAX_FAILOVERS || out_of_time {
             let status = entry.last_status.with_do_not_retry();
             self.finish(index, status, std::mem::take(&mut completion.data));
@@ -688,7 +711,10 @@ impl MultipathQueue {
             .filter(|&index| self.table[index as usize].in_use && self.table[index as usize].path == path_index)
             .collect();
         if !orphans.is_empty() {
-            tracing::warn!(commands = orphans.len(), "multipath: a failed path still held commands; failing them with a path status");
+            tracing::warn!(
+                commands = orphans.len(),
+                "multipath: a failed path still held commands; failing them with a path status"
+            );
         }
         for index in orphans {
             self.table[index as usize].path = usize::MAX;
@@ -699,7 +725,12 @@ impl MultipathQueue {
     /// Waits until at least `min_completions` completions are available or
     /// `timeout` passes, and appends every available one to `out`. Like
     /// [`IoQueue::reap`]; failovers happen inside.
-    pub fn reap(&mut self, min_completions: usize, timeout: Duration, out: &mut Vec<HostCompletion>) -> Result<usize, ClientError> {
+    pub fn reap(
+        &mut self,
+        min_completions: usize,
+        timeout: Duration,
+        out: &mut Vec<HostCompletion>,
+    ) -> Result<usize, ClientError> {
         let start = out.len();
         let deadline = Instant::now() + timeout;
         loop {

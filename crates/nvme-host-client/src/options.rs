@@ -144,7 +144,11 @@ impl TlsOptions {
     /// The options nvme-cli's flags name: identity format 0 (`--identity 0`) or 1,
     /// or `None` for [`IdentityChoice::Auto`], and libnvme's pre-1.16 key derivation
     /// (`compat`) or RFC 8446's.
-    pub fn new(key: nvme_auth::TlsKey, identity_version: Option<nvme_auth::IdentityVersion>, compat: bool) -> TlsOptions {
+    pub fn new(
+        key: nvme_auth::TlsKey,
+        identity_version: Option<nvme_auth::IdentityVersion>,
+        compat: bool,
+    ) -> TlsOptions {
         TlsOptions {
             key,
             identity: identity_version.map_or(IdentityChoice::Auto, IdentityChoice::Only),

@@ -146,7 +146,11 @@ fn a_target_that_stops_answering_ends_in_errors_not_a_hang() {
             Err(failure) => error = Some(failure),
         }
     }
-    assert!(done.len() == 4 || matches!(error, Some(ClientError::ControllerLost)), "got {} of 4, error {error:?}", done.len());
+    assert!(
+        done.len() == 4 || matches!(error, Some(ClientError::ControllerLost)),
+        "got {} of 4, error {error:?}",
+        done.len()
+    );
     assert!(done.iter().all(|completion| !completion.cqe.status.is_success()), "no read can succeed: {done:?}");
     drop(queue);
     drop(controller);

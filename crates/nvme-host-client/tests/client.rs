@@ -299,8 +299,9 @@ fn queues_on_threads_while_admin_commands_run() {
 /// every byte depending on both and on its position, so a block mixed from two
 /// writers never equals one writer's content.
 fn race_content(round: u64, writer: u64, bytes: usize) -> Vec<u8> {
-    let mut data: Vec<u8> =
-        (0..bytes).map(|index| (index as u64).wrapping_mul(0x9E37).wrapping_add(round * 131 + writer * 17) as u8).collect();
+    let mut data: Vec<u8> = (0..bytes)
+        .map(|index| (index as u64).wrapping_mul(0x9E37).wrapping_add(round * 131 + writer * 17) as u8)
+        .collect();
     data[..8].copy_from_slice(&round.to_le_bytes());
     data[8..16].copy_from_slice(&writer.to_le_bytes());
     data
@@ -347,7 +348,10 @@ fn fused_compare_and_write_races_have_exactly_one_winner() {
                     current = race_content(round + 1, winner - 1, bytes);
                     if me == 0 && round % 1000 == 999 {
                         // The blocks hold exactly the winner's data.
-                        assert!(controller.read(NAMESPACE, LBA, RACE_BLOCKS as u32).unwrap() == current, "round {round}: torn or lost");
+                        assert!(
+                            controller.read(NAMESPACE, LBA, RACE_BLOCKS as u32).unwrap() == current,
+                            "round {round}: torn or lost"
+                        );
                     }
                     barrier.wait();
                 }

@@ -18,8 +18,8 @@ fn two_paths(state_b: AnaState) -> (TestTarget, TestTarget, Multipath) {
     let a = TestTarget::start_reporting_ana(free_port(), backend.clone());
     let b = TestTarget::start_reporting_ana(free_port(), backend);
     assert!(b.target.set_ana_state(AnaGroupId(1), state_b));
-    let multipath =
-        Multipath::connect(vec![options(a.address), options(b.address)], NAMESPACE, PathPolicy::QueueDepth).expect("multipath");
+    let multipath = Multipath::connect(vec![options(a.address), options(b.address)], NAMESPACE, PathPolicy::QueueDepth)
+        .expect("multipath");
     (a, b, multipath)
 }
 
@@ -40,7 +40,13 @@ fn read_command(chunk: u64) -> HostCommand {
 /// every completion and every byte (a chunk is read once its write completed); calls
 /// `midway` once after half the chunks were written. Returns the number of
 /// completions checked.
-fn write_and_verify(queue: &mut MultipathQueue, chunks: u64, seed: u64, depth: usize, mut midway: impl FnMut()) -> usize {
+fn write_and_verify(
+    queue: &mut MultipathQueue,
+    chunks: u64,
+    seed: u64,
+    depth: usize,
+    mut midway: impl FnMut(),
+) -> usize {
     let mut next_write = 0;
     let mut written: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
     let mut verified = 0;
@@ -70,7 +76,13 @@ fn write_and_verify(queue: &mut MultipathQueue, chunks: u64, seed: u64, depth: u
         queue.reap(1, Duration::from_secs(30), &mut completions).expect("reap");
         for completion in completions.drain(..) {
             checked += 1;
-            assert_eq!(completion.cqe.status, Status::SUCCESS, "tag {:#x} failed: {:?}", completion.user_tag, completion.cqe);
+            assert_eq!(
+                completion.cqe.status,
+                Status::SUCCESS,
+                "tag {:#x} failed: {:?}",
+                completion.user_tag,
+                completion.cqe
+            );
             if completion.user_tag & 1 << 63 == 0 {
                 written.push_back(completion.user_tag);
                 continue;

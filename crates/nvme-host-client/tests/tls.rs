@@ -7,7 +7,9 @@ mod support;
 use std::time::Duration;
 
 use nvme_auth::{HashFunction, IdentityVersion, SeededRandom, TlsKey};
-use nvme_host_client::{commands, ClientError, Controller, HostCompletion, IdentityChoice, IoPath, PollMode, TlsOptions};
+use nvme_host_client::{
+    commands, ClientError, Controller, HostCompletion, IdentityChoice, IoPath, PollMode, TlsOptions,
+};
 use nvme_target::{HostAccess, HostEntry, SecureChannel};
 use support::{options, pattern, TestTarget, BLOCK_BYTES, NAMESPACE};
 
@@ -22,7 +24,8 @@ fn target_with_key(key: &TlsKey, secure_channel: SecureChannel) -> TestTarget {
 fn tls_options(target: &TestTarget, key: &TlsKey, version: IdentityVersion) -> nvme_host_client::ConnectOptions {
     let mut options = options(target.address);
     options.host_nqn = HOST.into();
-    options.tls = Some(TlsOptions { key: key.clone(), identity: IdentityChoice::Only(version), derivation: Default::default() });
+    options.tls =
+        Some(TlsOptions { key: key.clone(), identity: IdentityChoice::Only(version), derivation: Default::default() });
     options
 }
 
@@ -118,14 +121,21 @@ fn hosts_with_libnvme_before_1_16_connect_too() {
     // The target's entry says nothing: a format 1 identity shows the old derivation
     // by its digest; a format 0 one cannot, and is refused.
     let target = target_with_key(&key, SecureChannel::Required);
-    Controller::connect(compat(&target, IdentityVersion::V1)).expect("format 1, compat").disconnect().expect("disconnect");
+    Controller::connect(compat(&target, IdentityVersion::V1))
+        .expect("format 1, compat")
+        .disconnect()
+        .expect("disconnect");
     assert!(Controller::connect(compat(&target, IdentityVersion::V0)).is_err(), "format 0 compat without the setting");
     // With tls_key_derivation = compat on the host's entry, format 0 works.
     let mut host = HostEntry::new(HOST);
     host.tls_key = Some(key.clone());
     host.tls_key_derivation = KeyDerivation::Compat;
-    let target = TestTarget::start_secure(SecureChannel::Required, HostAccess { allow_any_host: false, hosts: vec![host] });
-    Controller::connect(compat(&target, IdentityVersion::V0)).expect("format 0, compat").disconnect().expect("disconnect");
+    let target =
+        TestTarget::start_secure(SecureChannel::Required, HostAccess { allow_any_host: false, hosts: vec![host] });
+    Controller::connect(compat(&target, IdentityVersion::V0))
+        .expect("format 0, compat")
+        .disconnect()
+        .expect("disconnect");
 }
 
 /// Secure channel concatenation (`sluice connect --concat`): the admin queue
@@ -138,7 +148,8 @@ fn concatenation_generates_the_psk_every_queue_uses() {
     let mut host = HostEntry::new(HOST);
     host.dhchap_secret = Some(secret.clone());
     host.concat = true;
-    let target = TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![host] });
+    let target =
+        TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![host] });
     let concat_options = |secret: &nvme_host::Secret| {
         let mut options = options(target.address);
         options.host_nqn = HOST.into();
@@ -161,7 +172,8 @@ fn concatenation_generates_the_psk_every_queue_uses() {
     // A host with a secret but without concat on the target: a concatenation mismatch.
     let mut plain = HostEntry::new(HOST);
     plain.dhchap_secret = Some(secret.clone());
-    let no_concat = TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![plain] });
+    let no_concat =
+        TestTarget::start_secure(SecureChannel::Optional, HostAccess { allow_any_host: false, hosts: vec![plain] });
     let mut refused = concat_options(&secret);
     refused.address = no_concat.address;
     let error = Controller::connect(refused).expect_err("not allowed to concatenate");

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use nvme_host::{commands, HostCommand, HostCompletion};
-use nvme_host_client::{parse_uuid, ClientError, ConnectOptions, Controller, IoQueue, Multipath, MultipathQueue, PathPolicy};
+use nvme_host_client::{
+    parse_uuid, ClientError, ConnectOptions, Controller, IoQueue, Multipath, MultipathQueue, PathPolicy,
+};
 use nvme_spec::admin::DatasetRange;
 use nvme_spec::NamespaceId;
 
@@ -112,7 +114,8 @@ pub fn connect(options: ConnectOptions) -> FfiResult<Controller> {
 /// failover), least queue depth first.
 pub fn connect_multipath(paths: Vec<ConnectOptions>, nsid: u32) -> FfiResult<Multipath> {
     let addresses: Vec<String> = paths.iter().map(|options| options.address.to_string()).collect();
-    let target = format!("{} ({})", addresses.join(","), paths.first().map_or("", |options| options.subsystem_nqn.as_str()));
+    let target =
+        format!("{} ({})", addresses.join(","), paths.first().map_or("", |options| options.subsystem_nqn.as_str()));
     Multipath::connect(paths, NamespaceId(nsid), PathPolicy::QueueDepth)
         .map_err(|error| ffi_error(&format!("multipath connect to {target}"), error))
 }

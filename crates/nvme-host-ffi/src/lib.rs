@@ -377,7 +377,8 @@ fn build_options(o: &sluice_connect_options, address: SocketAddr) -> FfiResult<(
             return Err(FfiError::invalid(format!("tls_flags {:#x} has unknown bits", o.tls_flags)));
         }
         // The key's own error never quotes it.
-        let key = nvme_auth::TlsKey::parse(&text[..]).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
+        let key =
+            nvme_auth::TlsKey::parse(&text[..]).map_err(|error| FfiError::invalid(format!("tls_key: {error}")))?;
         // Without SLUICE_TLS_IDENTITY_V0: format 1, then format 0 if the target
         // refuses it (IdentityChoice::Auto).
         let identity = (o.tls_flags & SLUICE_TLS_IDENTITY_V0 != 0).then_some(nvme_auth::IdentityVersion::V0);

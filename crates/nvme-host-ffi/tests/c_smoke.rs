@@ -75,7 +75,9 @@ fn c_program_uses_the_library_through_the_header() {
     // the system's OpenSSL, for TLS)
     let static_exe = work.join("c_smoke_static");
     let mut link = vec![libs.join("libsluice_host.a").display().to_string()];
-    link.extend(["-lssl", "-lcrypto", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"].map(String::from));
+    link.extend(
+        ["-lssl", "-lcrypto", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"].map(String::from),
+    );
     compile(&static_exe, &link);
     run(&static_exe, &target);
 

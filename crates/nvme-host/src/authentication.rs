@@ -95,7 +95,8 @@ impl HostQueue {
                 write_source: None,
             },
             HostStep::Authenticated => {
-                self.generated_psk = self.authentication.take().and_then(|mut transaction| transaction.take_generated_psk());
+                self.generated_psk =
+                    self.authentication.take().and_then(|mut transaction| transaction.take_generated_psk());
                 self.phase = Phase::Ready;
                 self.setup_deadline = None;
                 tracing::debug!(queue = self.config.queue_id.0, "DH-HMAC-CHAP authentication succeeded");

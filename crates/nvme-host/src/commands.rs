@@ -7,9 +7,8 @@
 //! status rather than acting on it.
 
 use nvme_spec::admin::{
-    namespace_attachment_select, namespace_management_select, DatasetManagementCommand, DatasetRange,
-    IdentifyCommand, NamespaceAttachmentCommand, NamespaceManagementCommand, WriteZeroesCommand,
-    DATASET_RANGE_BYTES,
+    namespace_attachment_select, namespace_management_select, DatasetManagementCommand, DatasetRange, IdentifyCommand,
+    NamespaceAttachmentCommand, NamespaceManagementCommand, WriteZeroesCommand, DATASET_RANGE_BYTES,
 };
 use nvme_spec::fabrics::{
     property_offset, PropertyGetCommand, PropertySetCommand, PROPERTY_SIZE_4_BYTES, PROPERTY_SIZE_8_BYTES,
@@ -270,7 +269,13 @@ pub fn compare(nsid: NamespaceId, lba: u64, data: Vec<u8>, block_size: u32) -> H
 /// A fused Compare and Write (FUSE 01b then 10b): `new` is written at `lba` only if
 /// the blocks there equal `expected`, atomically. Both commands must be submitted
 /// back to back on one queue.
-pub fn compare_and_write(nsid: NamespaceId, lba: u64, expected: Vec<u8>, new: Vec<u8>, block_size: u32) -> [HostCommand; 2] {
+pub fn compare_and_write(
+    nsid: NamespaceId,
+    lba: u64,
+    expected: Vec<u8>,
+    new: Vec<u8>,
+    block_size: u32,
+) -> [HostCommand; 2] {
     let mut first = compare(nsid, lba, expected, block_size);
     first.sqe.set_fused(FUSE_FIRST);
     let mut second = write(nsid, lba, new, block_size, false);
@@ -353,7 +358,14 @@ pub fn dataset_management_deallocate(nsid: NamespaceId, ranges: &[DatasetRange])
 
 /// Reservation Register (NVM 0Dh): RREGA (0 register, 1 unregister, 2 replace), IEKEY,
 /// CPTPL (0 no change, 2 clear, 3 set), with CRKEY and NRKEY as data.
-pub fn reservation_register(nsid: NamespaceId, action: u8, ignore_key: bool, cptpl: u8, current_key: u64, new_key: u64) -> HostCommand {
+pub fn reservation_register(
+    nsid: NamespaceId,
+    action: u8,
+    ignore_key: bool,
+    cptpl: u8,
+    current_key: u64,
+    new_key: u64,
+) -> HostCommand {
     let mut sqe = sqe_for(IoOpcode::ReservationRegister as u8);
     sqe.set_namespace_id(nsid);
     sqe.dwords[10] = u32::from(action & 0b111) | (u32::from(ignore_key) << 3) | (u32::from(cptpl & 0b11) << 30);
@@ -362,7 +374,14 @@ pub fn reservation_register(nsid: NamespaceId, action: u8, ignore_key: bool, cpt
 
 /// Reservation Acquire (NVM 11h): RACQA (0 acquire, 1 preempt, 2 preempt and abort),
 /// IEKEY, RTYPE (1..=6), with CRKEY and PRKEY as data.
-pub fn reservation_acquire(nsid: NamespaceId, action: u8, ignore_key: bool, kind: u8, current_key: u64, preempt_key: u64) -> HostCommand {
+pub fn reservation_acquire(
+    nsid: NamespaceId,
+    action: u8,
+    ignore_key: bool,
+    kind: u8,
+    current_key: u64,
+    preempt_key: u64,
+) -> HostCommand {
     let mut sqe = sqe_for(IoOpcode::ReservationAcquire as u8);
     sqe.set_namespace_id(nsid);
     sqe.dwords[10] = u32::from(action & 0b111) | (u32::from(ignore_key) << 3) | (u32::from(kind) << 8);
@@ -490,4 +509,3 @@ mod tests {
         assert_eq!((all.cns, all.namespace_id), (0x13, NamespaceId::NONE));
     }
 }
-

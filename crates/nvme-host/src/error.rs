@@ -213,13 +213,17 @@ pub enum HostError {
 fn termination_detail(status: FatalErrorStatus, info: u32) -> String {
     let code = status as u16;
     match status {
-        FatalErrorStatus::InvalidPduHeaderField => format!("FES {code:#04x} (invalid PDU header field) at offset {info}"),
+        FatalErrorStatus::InvalidPduHeaderField => {
+            format!("FES {code:#04x} (invalid PDU header field) at offset {info}")
+        }
         FatalErrorStatus::UnsupportedParameter => format!("FES {code:#04x} (unsupported parameter) at offset {info}"),
         FatalErrorStatus::HeaderDigestError => {
             format!("FES {code:#04x} (header digest error, the target received HDGST {info:#010x})")
         }
         FatalErrorStatus::PduSequenceError => format!("FES {code:#04x} (PDU sequence error, FEI {info:#x})"),
-        FatalErrorStatus::DataTransferOutOfRange => format!("FES {code:#04x} (data transfer out of range, FEI {info:#x})"),
+        FatalErrorStatus::DataTransferOutOfRange => {
+            format!("FES {code:#04x} (data transfer out of range, FEI {info:#x})")
+        }
         FatalErrorStatus::DataTransferLimitExceeded => {
             format!("FES {code:#04x} (data transfer limit exceeded, FEI {info:#x})")
         }

@@ -58,10 +58,10 @@ mod transmit_batch;
 mod transmit_tests;
 
 pub use error::{FaultOrigin, HostError, IcRespProblem, SubmitError};
-pub use transmit_batch::{TransmitBatch, TransmitSlices};
 pub use nvme_auth::{HostAuthError, Secret, SecretError};
 pub use queue::HostQueue;
 pub use status::StatusDisplay;
+pub use transmit_batch::{TransmitBatch, TransmitSlices};
 
 use nvme_spec::{CompletionQueueEntry, ControllerId, QueueId, SubmissionQueueEntry};
 use nvme_tcp_wire::DigestSettings;

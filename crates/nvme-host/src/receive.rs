@@ -200,7 +200,10 @@ impl HostQueue {
         let slot = &self.slots[usize::from(index)];
         if slot.data_in_bytes == 0 {
             self.fail(
-                HostError::UnexpectedPdu { pdu_type: PduType::C2hData, reason: "C2HData for a command that reads no data" },
+                HostError::UnexpectedPdu {
+                    pdu_type: PduType::C2hData,
+                    reason: "C2HData for a command that reads no data",
+                },
                 termination(FatalErrorStatus::InvalidPduHeaderField, offsets::CCCID),
             );
             return;

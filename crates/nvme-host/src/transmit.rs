@@ -117,7 +117,8 @@ impl HostQueue {
         // Data in the caller's memory is looked up before anything is encoded: data
         // that is not there any more keeps the whole command off the wire, R2T data
         // included (nothing could answer the R2Ts).
-        let available = slot.write_source.is_none() || data_piece(slot, self.write_source.as_ref(), 0..data_bytes).is_some();
+        let available =
+            slot.write_source.is_none() || data_piece(slot, self.write_source.as_ref(), 0..data_bytes).is_some();
         if !available {
             self.refuse_withdrawn(index);
             return;

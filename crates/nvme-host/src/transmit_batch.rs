@@ -214,7 +214,11 @@ impl<'a> Iterator for TransmitSlices<'a> {
                     write_source.data(*source, range.start, range.len()).filter(|data| data.len() == range.len())
                 });
                 if data.is_none() {
-                    tracing::error!(source, bytes = range.len(), "write source withdrew data it had lent; sending zeroes");
+                    tracing::error!(
+                        source,
+                        bytes = range.len(),
+                        "write source withdrew data it had lent; sending zeroes"
+                    );
                     self.zero_fill = range.len();
                 }
                 data.or_else(|| self.next())

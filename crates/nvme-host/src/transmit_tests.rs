@@ -53,7 +53,8 @@ fn reference_transmit(queue: &mut HostQueue, out: &mut Vec<u8>) {
                 if !slot.in_use || slot.generation != generation {
                     continue;
                 }
-                let data = if slot.in_capsule { reference_data(queue, index, 0, slot.data_out_bytes) } else { Vec::new() };
+                let data =
+                    if slot.in_capsule { reference_data(queue, index, 0, slot.data_out_bytes) } else { Vec::new() };
                 let header = PduHeader::CapsuleCmd(CapsuleCommand { sqe: slot.sqe });
                 queue.writer.write_header(&header, data.len() as u32, out);
                 out.extend_from_slice(&data);
@@ -117,7 +118,8 @@ fn response(digests: DigestSettings, command_id: u16, status: Status) -> Vec<u8>
 }
 
 fn ready_to_transfer(digests: DigestSettings, command_id: u16, offset: u32, length: u32) -> Vec<u8> {
-    let request = ReadyToTransfer { command_id: CommandId(command_id), transfer_tag: command_id ^ 0x5A, offset, length };
+    let request =
+        ReadyToTransfer { command_id: CommandId(command_id), transfer_tag: command_id ^ 0x5A, offset, length };
     let mut bytes = Vec::new();
     controller_writer(digests).write_header(&PduHeader::R2t(request), 0, &mut bytes);
     bytes

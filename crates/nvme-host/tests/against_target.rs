@@ -368,9 +368,8 @@ fn writes_from_a_write_source_reach_the_namespace() {
             io.host.set_write_source(sources.clone());
             // In the capsule, through one R2T, through several H2CData PDUs, and
             // below the size that is copied rather than lent.
-            for (source, (lba, bytes)) in [(0u64, 4096usize), (256, 128 * 1024), (1024, 16 * 1024), (2048, 512)]
-                .into_iter()
-                .enumerate()
+            for (source, (lba, bytes)) in
+                [(0u64, 4096usize), (256, 128 * 1024), (1024, 16 * 1024), (2048, 512)].into_iter().enumerate()
             {
                 let data = pattern(bytes, lba + 3);
                 sources.0.lock().unwrap().insert(source as u64, Box::leak(data.clone().into_boxed_slice()));

@@ -11,8 +11,7 @@ use nvme_host::{commands, DhchapSecrets, HostAuthError, HostError, QueueState, S
 use nvme_spec::identify::{cns, csi};
 use nvme_spec::{ControllerId, NamespaceId};
 use nvme_target::{
-    HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
-    TargetSpec,
+    HostAccess, HostEntry, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 use nvme_tcp_wire::DigestSettings;
 use storage::{Geometry, RamBackend};
@@ -76,7 +75,15 @@ fn failure(link: &mut Link) -> HostError {
 fn the_queue_is_ready_only_after_authenticating() {
     for (seed, controller) in [(1, None), (2, Some(controller_secret()))] {
         let target = secured_target(Some(host_secret()), controller.clone());
-        let mut admin = link(&target, Some(DhchapSecrets { secret: host_secret(), controller_secret: controller.clone(), secure_channel: Default::default() }), seed);
+        let mut admin = link(
+            &target,
+            Some(DhchapSecrets {
+                secret: host_secret(),
+                controller_secret: controller.clone(),
+                secure_channel: Default::default(),
+            }),
+            seed,
+        );
         let controller_id = admin.connect();
         // Bring the controller up so an I/O queue can join it; it authenticates too.
         let configuration = nvme_spec::registers::ControllerConfiguration(0)
@@ -86,7 +93,11 @@ fn the_queue_is_ready_only_after_authenticating() {
         admin.run_ok(commands::property_set(nvme_spec::fabrics::property_offset::CC, u64::from(configuration.raw())));
         admin.run_ok(commands::identify(cns::CONTROLLER, NamespaceId::NONE, csi::NVM));
         let mut config = io_config(controller_id, 1, 8, DigestSettings { header: false, data: false });
-        config.dhchap = Some(DhchapSecrets { secret: host_secret(), controller_secret: controller, secure_channel: Default::default() });
+        config.dhchap = Some(DhchapSecrets {
+            secret: host_secret(),
+            controller_secret: controller,
+            secure_channel: Default::default(),
+        });
         let mut io = Link::new(target.clone(), config, 0, seed + 10);
         assert_eq!(io.connect(), controller_id);
         io.run_ok(commands::read(NamespaceId(1), 0, 1, 512));
@@ -97,19 +108,32 @@ fn the_queue_is_ready_only_after_authenticating() {
 fn a_wrong_secret_fails_the_queue() {
     let target = secured_target(Some(host_secret()), None);
     let wrong = Secret::from_key(&[0xEE; 32], None).unwrap();
-    let mut admin = link(&target, Some(DhchapSecrets { secret: wrong, controller_secret: None, secure_channel: Default::default() }), 3);
+    let mut admin = link(
+        &target,
+        Some(DhchapSecrets { secret: wrong, controller_secret: None, secure_channel: Default::default() }),
+        3,
+    );
     let error = failure(&mut admin);
     assert_eq!(
         error,
-        HostError::Authentication { error: HostAuthError::Refused { explanation: nvme_auth::FailureReason::Failed.code() } }
+        HostError::Authentication {
+            error: HostAuthError::Refused { explanation: nvme_auth::FailureReason::Failed.code() }
+        }
     );
 }
 
 #[test]
 fn a_controller_that_cannot_prove_the_controller_secret_is_refused() {
     let target = secured_target(Some(host_secret()), Some(Secret::from_key(&[0x01; 32], None).unwrap()));
-    let mut admin =
-        link(&target, Some(DhchapSecrets { secret: host_secret(), controller_secret: Some(controller_secret()), secure_channel: Default::default() }), 4);
+    let mut admin = link(
+        &target,
+        Some(DhchapSecrets {
+            secret: host_secret(),
+            controller_secret: Some(controller_secret()),
+            secure_channel: Default::default(),
+        }),
+        4,
+    );
     assert_eq!(failure(&mut admin), HostError::Authentication { error: HostAuthError::ControllerNotAuthenticated });
 }
 
@@ -119,12 +143,23 @@ fn a_controller_secret_forces_authentication_even_when_not_asked() {
     // the host insists, and the target cannot take part: the queue fails rather
     // than run with an unproven controller.
     let target = secured_target(None, None);
-    let mut admin =
-        link(&target, Some(DhchapSecrets { secret: host_secret(), controller_secret: Some(controller_secret()), secure_channel: Default::default() }), 5);
+    let mut admin = link(
+        &target,
+        Some(DhchapSecrets {
+            secret: host_secret(),
+            controller_secret: Some(controller_secret()),
+            secure_channel: Default::default(),
+        }),
+        5,
+    );
     assert!(matches!(failure(&mut admin), HostError::Authentication { error: HostAuthError::CommandFailed { .. } }));
     // Without a controller secret, a host secret the target does not ask for is
     // simply unused (as Linux).
-    let mut admin = link(&target, Some(DhchapSecrets { secret: host_secret(), controller_secret: None, secure_channel: Default::default() }), 6);
+    let mut admin = link(
+        &target,
+        Some(DhchapSecrets { secret: host_secret(), controller_secret: None, secure_channel: Default::default() }),
+        6,
+    );
     admin.connect();
 }
 

@@ -49,18 +49,8 @@ impl IdentifyCommand {
         sqe.dwords[1] = self.namespace_id.0;
         set_bits(&mut sqe.dwords[10], 0, 8, u32::from(self.cns));
         set_bits(&mut sqe.dwords[10], 16, 16, u32::from(self.controller_id.0));
-        set_bits(
-            &mut sqe.dwords[11],
-            0,
-            16,
-            u32::from(self.cns_specific_identifier),
-        );
-        set_bits(
-            &mut sqe.dwords[11],
-            24,
-            8,
-            u32::from(self.command_set_identifier),
-        );
+        set_bits(&mut sqe.dwords[11], 0, 16, u32::from(self.cns_specific_identifier));
+        set_bits(&mut sqe.dwords[11], 24, 8, u32::from(self.command_set_identifier));
         set_bits(&mut sqe.dwords[14], 0, 7, u32::from(self.uuid_index));
     }
 }
@@ -92,8 +82,7 @@ impl AbortCommand {
 
     /// Writes the fields into a submission queue entry (host side).
     pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
-        sqe.dwords[10] =
-            u32::from(self.submission_queue_id.0) | (u32::from(self.command_id.0) << 16);
+        sqe.dwords[10] = u32::from(self.submission_queue_id.0) | (u32::from(self.command_id.0) << 16);
     }
 }
 
@@ -256,12 +245,7 @@ impl DatasetManagementCommand {
 
     /// Writes the fields into a submission queue entry (host side).
     pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
-        set_bits(
-            &mut sqe.dwords[10],
-            0,
-            8,
-            u32::from(self.number_of_ranges_zero_based),
-        );
+        set_bits(&mut sqe.dwords[10], 0, 8, u32::from(self.number_of_ranges_zero_based));
         set_flag(&mut sqe.dwords[11], 0, self.integral_dataset_read);
         set_flag(&mut sqe.dwords[11], 1, self.integral_dataset_write);
         set_flag(&mut sqe.dwords[11], 2, self.deallocate);
@@ -295,11 +279,7 @@ pub struct DatasetRange {
 impl DatasetRange {
     /// Decodes 16 bytes.
     pub fn decode(raw: &[u8; DATASET_RANGE_BYTES]) -> Self {
-        Self {
-            context_attributes: get_u32(raw, 0),
-            length_blocks: get_u32(raw, 4),
-            starting_lba: get_u64(raw, 8),
-        }
+        Self { context_attributes: get_u32(raw, 0), length_blocks: get_u32(raw, 4), starting_lba: get_u64(raw, 8) }
     }
 
     /// Encodes into 16 bytes.
@@ -424,10 +404,7 @@ mod tests {
         assert_eq!(identify.uuid_index, 0x7F);
 
         let abort = AbortCommand::decode(&SubmissionQueueEntry::decode(&raw));
-        assert_eq!(
-            (abort.submission_queue_id, abort.command_id),
-            (QueueId(0x0003), CommandId(0x0102))
-        );
+        assert_eq!((abort.submission_queue_id, abort.command_id), (QueueId(0x0003), CommandId(0x0102)));
 
         let mut raw = [0u8; 64];
         raw[40] = 9; // NR: ten ranges
@@ -442,29 +419,17 @@ mod tests {
         assert!(zeroes.deallocate && zeroes.force_unit_access && !zeroes.limited_retry);
         assert_eq!(zeroes.block_count(), 8);
 
-        let range = DatasetRange {
-            context_attributes: 1,
-            length_blocks: 0x0203,
-            starting_lba: 0x0405,
-        };
+        let range = DatasetRange { context_attributes: 1, length_blocks: 0x0203, starting_lba: 0x0405 };
         let mut raw = [0u8; DATASET_RANGE_BYTES];
         range.encode(&mut raw);
         assert_eq!(raw, [1, 0, 0, 0, 3, 2, 0, 0, 5, 4, 0, 0, 0, 0, 0, 0]);
 
         assert_eq!(
-            async_event_result(
-                async_event_type::NOTICE,
-                async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED,
-                0x04
-            ),
+            async_event_result(async_event_type::NOTICE, async_event_notice::NAMESPACE_ATTRIBUTE_CHANGED, 0x04),
             0x0004_0002
         );
         assert_eq!(
-            async_event_result(
-                async_event_type::NOTICE,
-                async_event_notice::DISCOVERY_LOG_PAGE_CHANGE,
-                0x70
-            ),
+            async_event_result(async_event_type::NOTICE, async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, 0x70),
             0x0070_F002
         );
     }

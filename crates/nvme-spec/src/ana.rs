@@ -187,8 +187,8 @@ impl AnaLog {
                 .ok_or(truncated)?;
             let namespace_count = get_u32(header, 4);
             let raw_state = header[16];
-            let state = AnaState::from_u8(raw_state)
-                .ok_or(AnaLogError::ReservedState { index, state: raw_state & 0x0F })?;
+            let state =
+                AnaState::from_u8(raw_state).ok_or(AnaLogError::ReservedState { index, state: raw_state & 0x0F })?;
             let list_start = offset + ANA_GROUP_DESCRIPTOR_BYTES;
             let list_bytes = (namespace_count as usize).checked_mul(4).ok_or(truncated)?;
             let list = data.get(list_start..list_start.checked_add(list_bytes).ok_or(truncated)?).ok_or(truncated)?;
@@ -216,10 +216,20 @@ mod tests {
     fn a_log_encodes_and_decodes_to_the_same_groups() {
         let mut page = [0u8; 256];
         encode_ana_log_header(7, 2, &mut page);
-        let first = AnaGroupDescriptor { group_id: AnaGroupId(1), namespace_count: 2, change_count: 3, state: AnaState::Optimized };
+        let first = AnaGroupDescriptor {
+            group_id: AnaGroupId(1),
+            namespace_count: 2,
+            change_count: 3,
+            state: AnaState::Optimized,
+        };
         let used = first.encode([NamespaceId(1), NamespaceId(5)].into_iter(), &mut page[16..]).unwrap();
         assert_eq!(used, 40);
-        let second = AnaGroupDescriptor { group_id: AnaGroupId(2), namespace_count: 0, change_count: 1, state: AnaState::Change };
+        let second = AnaGroupDescriptor {
+            group_id: AnaGroupId(2),
+            namespace_count: 0,
+            change_count: 1,
+            state: AnaState::Change,
+        };
         second.encode(std::iter::empty(), &mut page[56..]).unwrap();
         let log = AnaLog::decode(&page).unwrap();
         assert_eq!(log.change_count, 7);
@@ -238,13 +248,24 @@ mod tests {
 
     #[test]
     fn a_short_buffer_is_refused() {
-        let descriptor = AnaGroupDescriptor { group_id: AnaGroupId(1), namespace_count: 1, change_count: 0, state: AnaState::Optimized };
+        let descriptor = AnaGroupDescriptor {
+            group_id: AnaGroupId(1),
+            namespace_count: 1,
+            change_count: 0,
+            state: AnaState::Optimized,
+        };
         assert_eq!(descriptor.encode([NamespaceId(1)].into_iter(), &mut [0u8; 35]), None);
     }
 
     #[test]
     fn states_round_trip_and_reserved_ones_are_refused() {
-        for state in [AnaState::Optimized, AnaState::NonOptimized, AnaState::Inaccessible, AnaState::PersistentLoss, AnaState::Change] {
+        for state in [
+            AnaState::Optimized,
+            AnaState::NonOptimized,
+            AnaState::Inaccessible,
+            AnaState::PersistentLoss,
+            AnaState::Change,
+        ] {
             assert_eq!(AnaState::from_u8(state as u8), Some(state));
         }
         assert_eq!(AnaState::from_u8(0), None);

@@ -7,9 +7,7 @@
 //! not move. [`copy_discovery_log_range`] serves any such window without building
 //! the whole log in memory.
 
-use crate::bytes::{
-    copy_prefix, get_array, get_nul_padded, get_u16, get_u64, put_nul_padded, put_u16, put_u64,
-};
+use crate::bytes::{copy_prefix, get_array, get_nul_padded, get_u16, get_u64, put_nul_padded, put_u16, put_u64};
 use crate::ids::ControllerId;
 
 /// The well-known discovery subsystem NQN.
@@ -293,9 +291,7 @@ pub fn copy_discovery_log_range(
         let to = window_end.min(record_start + record_bytes);
         // [from, to) lies inside this record and inside the window, so both ranges
         // are in bounds and the whole source fits.
-        let source = record
-            .get((from - record_start) as usize..(to - record_start) as usize)
-            .unwrap_or_default();
+        let source = record.get((from - record_start) as usize..(to - record_start) as usize).unwrap_or_default();
         let target = out.get_mut((from - offset) as usize..).unwrap_or_default();
         copy_prefix(target, source);
     }
@@ -357,10 +353,7 @@ mod tests {
         entry.set_tcp_security_type(tcp_security_type::NONE);
         let mut raw = [0u8; DISCOVERY_LOG_RECORD_BYTES];
         entry.encode(&mut raw);
-        assert_eq!(
-            &raw[0..12],
-            &[3, 1, 2, 0b110, 0x02, 0x01, 0xFF, 0xFF, 32, 0, 0, 0]
-        );
+        assert_eq!(&raw[0..12], &[3, 1, 2, 0b110, 0x02, 0x01, 0xFF, 0xFF, 32, 0, 0, 0]);
         assert_eq!(&raw[32..37], b"4420\0");
         assert_eq!(&raw[256..283], b"nqn.2024-01.io.sluice:disk0");
         assert_eq!(&raw[512..525], b"192.168.1.10\0");
@@ -369,39 +362,22 @@ mod tests {
         assert_eq!(back, entry);
         assert_eq!(back.transport_address_str(), Some("192.168.1.10"));
         assert_eq!(back.transport_service_id_str(), Some("4420"));
-        assert_eq!(
-            back.subsystem_nqn_str(),
-            Some("nqn.2024-01.io.sluice:disk0")
-        );
+        assert_eq!(back.subsystem_nqn_str(), Some("nqn.2024-01.io.sluice:disk0"));
 
-        let header = DiscoveryLogHeader {
-            generation_counter: 5,
-            number_of_records: 2,
-            record_format: 0,
-        };
+        let header = DiscoveryLogHeader { generation_counter: 5, number_of_records: 2, record_format: 0 };
         header.encode(&mut raw);
-        assert_eq!(
-            &raw[0..18],
-            &[5, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-        );
+        assert_eq!(&raw[0..18], &[5, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(discovery_log_size_bytes(2), 3072);
     }
 
     #[test]
     fn header_only_read_then_past_the_end() {
-        let header = DiscoveryLogHeader {
-            generation_counter: 1,
-            number_of_records: 0,
-            record_format: 0,
-        };
+        let header = DiscoveryLogHeader { generation_counter: 1, number_of_records: 0, record_format: 0 };
         let mut window = [0xFFu8; 16];
         assert_eq!(copy_discovery_log_range(&header, &[], 0, &mut window), 16);
         assert_eq!(window[0], 1);
         assert_eq!(copy_discovery_log_range(&header, &[], 1024, &mut window), 0);
         assert!(window.iter().all(|&b| b == 0));
-        assert_eq!(
-            copy_discovery_log_range(&header, &[], u64::MAX, &mut window),
-            0
-        );
+        assert_eq!(copy_discovery_log_range(&header, &[], u64::MAX, &mut window), 0);
     }
 }

@@ -12,9 +12,7 @@ use crate::ids::{ControllerId, QueueId};
 use crate::sqe::SubmissionQueueEntry;
 use crate::status::{Status, StatusCodeType};
 
-pub use crate::registers::{
-    ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version,
-};
+pub use crate::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
 
 /// Size of the Connect command data.
 pub const CONNECT_DATA_BYTES: usize = 1024;
@@ -68,18 +66,8 @@ impl ConnectCommand {
     /// [`SubmissionQueueEntry::set_fabrics_command_type`].
     pub fn encode_into(&self, sqe: &mut SubmissionQueueEntry) {
         sqe.dwords[10] = u32::from(self.record_format) | (u32::from(self.queue_id.0) << 16);
-        set_bits(
-            &mut sqe.dwords[11],
-            0,
-            16,
-            u32::from(self.submission_queue_size),
-        );
-        set_bits(
-            &mut sqe.dwords[11],
-            16,
-            8,
-            u32::from(self.connect_attributes),
-        );
+        set_bits(&mut sqe.dwords[11], 0, 16, u32::from(self.submission_queue_size));
+        set_bits(&mut sqe.dwords[11], 16, 8, u32::from(self.connect_attributes));
         sqe.dwords[12] = self.keep_alive_timeout_ms;
     }
 
@@ -143,17 +131,8 @@ impl Default for ConnectData {
 
 impl ConnectData {
     /// Builds Connect data (host side and tests). Text is NUL padded and truncated.
-    pub fn new(
-        host_identifier: [u8; 16],
-        controller_id: ControllerId,
-        subsystem_nqn: &str,
-        host_nqn: &str,
-    ) -> Self {
-        let mut data = Self {
-            host_identifier,
-            controller_id,
-            ..Self::default()
-        };
+    pub fn new(host_identifier: [u8; 16], controller_id: ControllerId, subsystem_nqn: &str, host_nqn: &str) -> Self {
+        let mut data = Self { host_identifier, controller_id, ..Self::default() };
         put_nul_padded(&mut data.subsystem_nqn, subsystem_nqn);
         put_nul_padded(&mut data.host_nqn, host_nqn);
         data
@@ -278,10 +257,7 @@ pub struct PropertyGetCommand {
 impl PropertyGetCommand {
     /// Reads the fields from a submission queue entry.
     pub fn decode(sqe: &SubmissionQueueEntry) -> Self {
-        Self {
-            attributes: get_bits(sqe.dwords[10], 0, 8) as u8,
-            offset: sqe.dwords[11],
-        }
+        Self { attributes: get_bits(sqe.dwords[10], 0, 8) as u8, offset: sqe.dwords[11] }
     }
 
     /// Writes the fields into a submission queue entry (host side).
@@ -501,18 +477,9 @@ mod tests {
     #[test]
     fn connect_results_encode_ipo_and_iattr() {
         assert_eq!(connect_success_result(ControllerId(0x1234)), 0x1234);
-        assert_eq!(
-            connect_invalid_parameter_in_command(connect_command_offset::QUEUE_ID),
-            42
-        );
-        assert_eq!(
-            connect_invalid_parameter_in_data(connect_data_offset::HOST_NQN),
-            0x0001_0200
-        );
-        assert_eq!(
-            connect_invalid_parameter_in_data(connect_data_offset::CONTROLLER_ID),
-            0x0001_0010
-        );
+        assert_eq!(connect_invalid_parameter_in_command(connect_command_offset::QUEUE_ID), 42);
+        assert_eq!(connect_invalid_parameter_in_data(connect_data_offset::HOST_NQN), 0x0001_0200);
+        assert_eq!(connect_invalid_parameter_in_data(connect_data_offset::CONTROLLER_ID), 0x0001_0010);
     }
 
     #[test]
@@ -524,28 +491,11 @@ mod tests {
         raw[48..56].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
         let sqe = SubmissionQueueEntry::decode(&raw);
         let get = PropertyGetCommand::decode(&sqe);
-        assert_eq!(
-            (get.offset, get.size_bytes()),
-            (property_offset::CAP, Some(8))
-        );
+        assert_eq!((get.offset, get.size_bytes()), (property_offset::CAP, Some(8)));
         let set = PropertySetCommand::decode(&sqe);
         assert_eq!(set.value, 0x0102_0304_0506_0708);
-        assert_eq!(
-            PropertyGetCommand {
-                attributes: 2,
-                offset: 0
-            }
-            .size_bytes(),
-            None
-        );
-        assert_eq!(
-            PropertyGetCommand {
-                attributes: 0,
-                offset: 0
-            }
-            .size_bytes(),
-            Some(4)
-        );
+        assert_eq!(PropertyGetCommand { attributes: 2, offset: 0 }.size_bytes(), None);
+        assert_eq!(PropertyGetCommand { attributes: 0, offset: 0 }.size_bytes(), Some(4));
         assert_eq!(property_offset::size_bytes(property_offset::CC), Some(4));
         assert_eq!(property_offset::size_bytes(property_offset::CAP), Some(8));
         assert_eq!(property_offset::size_bytes(property_offset::INTMS), None);

@@ -193,13 +193,7 @@ mod tests {
         assert_eq!(number_of_queues_requested(command.dword11), (8, 4));
         assert_eq!(number_of_queues_result(8, 4), 0x0003_0007);
         assert_eq!(number_of_queues_result(0, 100_000), 0xFFFE_0000);
-        assert_eq!(
-            number_of_queues_requested(0xFFFF_FFFF),
-            (0x1_0000, 0x1_0000)
-        );
-        assert_eq!(
-            async_event_configuration::NAMESPACE_ATTRIBUTE_NOTICES,
-            0x100
-        );
+        assert_eq!(number_of_queues_requested(0xFFFF_FFFF), (0x1_0000, 0x1_0000));
+        assert_eq!(async_event_configuration::NAMESPACE_ATTRIBUTE_NOTICES, 0x100);
     }
 }

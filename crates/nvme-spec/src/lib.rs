@@ -9,15 +9,18 @@
 //! over Fabrics / NVMe-oF TCP Transport specifications.
 #![forbid(unsafe_code)]
 // Network input must never panic the codec (a failure is a status or an error); tests may index.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable)
+)]
 
 #[macro_use]
 mod bits;
 pub mod bytes;
+pub mod cqe;
 pub mod ids;
 pub mod opcode;
 pub mod sqe;
-pub mod cqe;
 pub mod status;
 
 pub mod admin;
@@ -34,8 +37,8 @@ mod sorted_ids;
 mod test_support;
 
 pub use cqe::CompletionQueueEntry;
+pub use identify::{IdentifyController, IdentifyNamespace, NamespaceDescriptor};
 pub use ids::{CommandId, ControllerId, NamespaceId, QueueId};
+pub use registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
 pub use sqe::{SglDescriptor, SubmissionQueueEntry};
 pub use status::Status;
-pub use identify::{IdentifyController, IdentifyNamespace, NamespaceDescriptor};
-pub use registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};

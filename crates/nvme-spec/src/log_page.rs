@@ -6,10 +6,7 @@
 //! the command asked for.
 
 use crate::bits::{get_bits, get_flag, set_bits, set_flag};
-use crate::bytes::{
-    copy_prefix, get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32,
-    put_u64,
-};
+use crate::bytes::{copy_prefix, get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32, put_u64};
 use crate::identify::NAMESPACE_LIST_CAPACITY;
 use crate::ids::{CommandId, NamespaceId, QueueId};
 use crate::sorted_ids::SortedIds;
@@ -58,10 +55,7 @@ pub mod log_id {
 /// worth rejecting with Invalid Field, which the caller can detect as a 0 return for
 /// a non-empty `out`.
 pub fn copy_log_page_range(page: &[u8], offset: u64, out: &mut [u8]) -> usize {
-    let available = usize::try_from(offset)
-        .ok()
-        .and_then(|offset| page.get(offset..))
-        .unwrap_or_default();
+    let available = usize::try_from(offset).ok().and_then(|offset| page.get(offset..)).unwrap_or_default();
     let copied = copy_prefix(out, available);
     if let Some(rest) = out.get_mut(copied..) {
         rest.fill(0);
@@ -394,10 +388,7 @@ impl FirmwareSlotLog {
         for (index, revision) in revisions.iter_mut().enumerate() {
             *revision = get_array(raw, 8 + index * 8);
         }
-        Self {
-            active_firmware_info: raw[0] & 0b0111_0111,
-            revisions,
-        }
+        Self { active_firmware_info: raw[0] & 0b0111_0111, revisions }
     }
 
     /// Encodes into 512 bytes, reserved bytes zero.
@@ -413,10 +404,7 @@ impl FirmwareSlotLog {
     /// Sets the revision of `slot` (1..=7), space padded like Identify FR; slots out
     /// of range are ignored.
     pub fn set_revision(&mut self, slot: usize, text: &str) {
-        if let Some(revision) = slot
-            .checked_sub(1)
-            .and_then(|index| self.revisions.get_mut(index))
-        {
+        if let Some(revision) = slot.checked_sub(1).and_then(|index| self.revisions.get_mut(index)) {
             crate::bytes::put_ascii_padded(revision, text);
         }
     }
@@ -461,10 +449,7 @@ pub struct CommandsSupportedAndEffects {
 
 impl Default for CommandsSupportedAndEffects {
     fn default() -> Self {
-        Self {
-            admin: [0; 256],
-            io: [0; 256],
-        }
+        Self { admin: [0; 256], io: [0; 256] }
     }
 }
 
@@ -607,16 +592,10 @@ mod tests {
         assert_eq!(command.uuid_index, 5);
         assert!(command.offset_type);
         assert_eq!(command.command_set_identifier, 2);
-        let largest = GetLogPageCommand {
-            dword_count: 1 << 32,
-            ..Default::default()
-        };
+        let largest = GetLogPageCommand { dword_count: 1 << 32, ..Default::default() };
         let mut sqe = SubmissionQueueEntry::default();
         largest.encode_into(&mut sqe);
-        assert_eq!(
-            (sqe.dwords[10] >> 16, sqe.dwords[11] & 0xFFFF),
-            (0xFFFF, 0xFFFF)
-        );
+        assert_eq!((sqe.dwords[10] >> 16, sqe.dwords[11] & 0xFFFF), (0xFFFF, 0xFFFF));
     }
 
     #[test]
@@ -641,14 +620,8 @@ mod tests {
         assert_eq!(&raw[8..12], &[1, 0, 0x0B, 0x0A]);
         assert_eq!(u16::from_le_bytes([raw[12], raw[13]]), (0x4002) << 1);
         assert_eq!(&raw[14..16], &[44, 3]);
-        assert_eq!(
-            (raw[16], raw[24], raw[29], raw[32], raw[40], raw[63]),
-            (9, 4, 3, 0x77, 0x55, 1)
-        );
-        assert_eq!(
-            ErrorInformationEntry::decode(&raw).status(),
-            Status::INVALID_FIELD.with_do_not_retry()
-        );
+        assert_eq!((raw[16], raw[24], raw[29], raw[32], raw[40], raw[63]), (9, 4, 3, 0x77, 0x55, 1));
+        assert_eq!(ErrorInformationEntry::decode(&raw).status(), Status::INVALID_FIELD.with_do_not_retry());
 
         let smart = SmartHealthLog {
             critical_warning: critical_warning::READ_ONLY,
@@ -668,19 +641,10 @@ mod tests {
         let mut raw = [0u8; SMART_HEALTH_LOG_BYTES];
         smart.encode(&mut raw);
         assert_eq!(&raw[0..4], &[8, 0x31, 0x01, 100]);
-        assert_eq!(
-            (raw[32], raw[48], raw[64], raw[80], raw[128], raw[176]),
-            (0x11, 0x22, 0x33, 0x44, 0x55, 0x66)
-        );
-        assert_eq!(
-            (raw[192], raw[196], raw[200], raw[214]),
-            (0x77, 0x88, 0x99, 0xAA)
-        );
+        assert_eq!((raw[32], raw[48], raw[64], raw[80], raw[128], raw[176]), (0x11, 0x22, 0x33, 0x44, 0x55, 0x66));
+        assert_eq!((raw[192], raw[196], raw[200], raw[214]), (0x77, 0x88, 0x99, 0xAA));
 
-        let mut firmware = FirmwareSlotLog {
-            active_firmware_info: 1,
-            ..Default::default()
-        };
+        let mut firmware = FirmwareSlotLog { active_firmware_info: 1, ..Default::default() };
         firmware.set_revision(1, "1.0");
         firmware.set_revision(7, "7.0");
         firmware.set_revision(8, "ignored");
@@ -693,10 +657,8 @@ mod tests {
 
         let mut effects = CommandsSupportedAndEffects::default();
         effects.admin[0x06] = command_effects::COMMAND_SUPPORTED;
-        effects.io[0x01] =
-            command_effects::COMMAND_SUPPORTED | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
-        effects.admin[0x80] =
-            command_effects::COMMAND_SUPPORTED | command_effects::CSE_SINGLE_COMMAND;
+        effects.io[0x01] = command_effects::COMMAND_SUPPORTED | command_effects::LOGICAL_BLOCK_CONTENT_CHANGE;
+        effects.admin[0x80] = command_effects::COMMAND_SUPPORTED | command_effects::CSE_SINGLE_COMMAND;
         let mut raw = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
         effects.encode(&mut raw);
         assert_eq!(raw[0x06 * 4], 1);
@@ -707,22 +669,10 @@ mod tests {
     #[test]
     fn changed_namespace_list_overflows_to_all_ones() {
         let mut raw = [0u8; CHANGED_NAMESPACE_LIST_BYTES];
-        assert_eq!(
-            encode_changed_namespace_list([NamespaceId(3), NamespaceId(2)], &mut raw),
-            2
-        );
-        assert_eq!(
-            decode_namespace_list(&raw).collect::<Vec<_>>(),
-            vec![NamespaceId(2), NamespaceId(3)]
-        );
-        assert_eq!(
-            encode_changed_namespace_list((1..=1024).map(NamespaceId), &mut raw),
-            1024
-        );
-        assert_eq!(
-            encode_changed_namespace_list((1..=1025).map(NamespaceId), &mut raw),
-            1
-        );
+        assert_eq!(encode_changed_namespace_list([NamespaceId(3), NamespaceId(2)], &mut raw), 2);
+        assert_eq!(decode_namespace_list(&raw).collect::<Vec<_>>(), vec![NamespaceId(2), NamespaceId(3)]);
+        assert_eq!(encode_changed_namespace_list((1..=1024).map(NamespaceId), &mut raw), 1024);
+        assert_eq!(encode_changed_namespace_list((1..=1025).map(NamespaceId), &mut raw), 1);
         assert_eq!(&raw[0..8], &[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
         assert!(raw[4..].iter().all(|&b| b == 0));
     }

@@ -251,14 +251,8 @@ mod tests {
             ControllerCapabilities(1 << 43).command_sets_supported(),
             ControllerCapabilities::COMMAND_SET_IO_COMMAND_SETS
         );
-        assert_eq!(
-            ControllerCapabilities(1 << 44).command_sets_supported(),
-            ControllerCapabilities::COMMAND_SET_NO_IO
-        );
-        assert_eq!(
-            ControllerCapabilities(0b11 << 59).controller_ready_modes_supported(),
-            3
-        );
+        assert_eq!(ControllerCapabilities(1 << 44).command_sets_supported(), ControllerCapabilities::COMMAND_SET_NO_IO);
+        assert_eq!(ControllerCapabilities(0b11 << 59).controller_ready_modes_supported(), 3);
         assert!(ControllerCapabilities(1 << 58).subsystem_shutdown_supported());
         assert_eq!(ControllerCapabilities(0xF << 32).doorbell_stride(), 0xF);
     }
@@ -279,26 +273,16 @@ mod tests {
         assert!(cc.enable());
         assert_eq!(cc.io_submission_queue_entry_size(), 6);
         assert_eq!(cc.io_completion_queue_entry_size(), 4);
-        assert_eq!(
-            cc.command_set_selected(),
-            ControllerConfiguration::COMMAND_SET_NVM
-        );
+        assert_eq!(cc.command_set_selected(), ControllerConfiguration::COMMAND_SET_NVM);
         let shutdown = cc.with_shutdown_notification(ControllerConfiguration::SHUTDOWN_NORMAL);
         assert_eq!(shutdown.0, 0x0046_4001);
         assert!(ControllerConfiguration(1 << 24).ready_independent_of_media());
-        assert_eq!(
-            ControllerConfiguration(0b110 << 4).command_set_selected(),
-            6
-        );
-        assert_eq!(
-            ControllerConfiguration(0b111 << 11).arbitration_mechanism(),
-            7
-        );
+        assert_eq!(ControllerConfiguration(0b110 << 4).command_set_selected(), 6);
+        assert_eq!(ControllerConfiguration(0b111 << 11).arbitration_mechanism(), 7);
         assert_eq!(ControllerConfiguration(0xF << 7).memory_page_size(), 0xF);
 
-        let csts = ControllerStatus::default()
-            .with_ready(true)
-            .with_shutdown_status(ControllerStatus::SHUTDOWN_COMPLETE);
+        let csts =
+            ControllerStatus::default().with_ready(true).with_shutdown_status(ControllerStatus::SHUTDOWN_COMPLETE);
         assert_eq!(csts.0, 0b1001);
         assert!(ControllerStatus(1 << 1).controller_fatal_status());
         assert!(ControllerStatus(1 << 4).subsystem_reset_occurred());

@@ -14,11 +14,7 @@ pub(crate) struct SortedIds<const N: usize> {
 
 impl<const N: usize> SortedIds<N> {
     pub(crate) fn new() -> Self {
-        Self {
-            ids: [0; N],
-            len: 0,
-            overflowed: false,
-        }
+        Self { ids: [0; N], len: 0, overflowed: false }
     }
 
     pub(crate) fn insert(&mut self, id: u32) {

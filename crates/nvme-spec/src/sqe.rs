@@ -119,8 +119,7 @@ impl SubmissionQueueEntry {
 
     /// Builds CDW0 from opcode, command id and PSDT (tests and the host side use this).
     pub fn set_cdw0(&mut self, opcode: u8, command_id: CommandId, psdt: u8) {
-        self.dwords[0] =
-            u32::from(opcode) | (u32::from(psdt & 0b11) << 14) | (u32::from(command_id.0) << 16);
+        self.dwords[0] = u32::from(opcode) | (u32::from(psdt & 0b11) << 14) | (u32::from(command_id.0) << 16);
     }
 
     /// Sets NSID (CDW1).
@@ -210,11 +209,7 @@ impl SglDescriptor {
 
     /// A data block descriptor addressing in-capsule data at `offset` (host side).
     pub fn in_capsule(offset: u64, length: u32) -> Self {
-        Self {
-            address: offset,
-            length,
-            identifier: ((SglDescriptorType::DataBlock as u8) << 4) | sgl_subtype::OFFSET,
-        }
+        Self { address: offset, length, identifier: ((SglDescriptorType::DataBlock as u8) << 4) | sgl_subtype::OFFSET }
     }
 
     /// A transport data block descriptor: data moves in transport PDUs (host side).
@@ -222,15 +217,13 @@ impl SglDescriptor {
         Self {
             address: 0,
             length,
-            identifier: ((SglDescriptorType::TransportDataBlock as u8) << 4)
-                | sgl_subtype::TRANSPORT_SPECIFIC,
+            identifier: ((SglDescriptorType::TransportDataBlock as u8) << 4) | sgl_subtype::TRANSPORT_SPECIFIC,
         }
     }
 
     /// True when the data is carried inside the command capsule.
     pub fn is_in_capsule(&self) -> bool {
-        self.descriptor_type() == SglDescriptorType::DataBlock as u8
-            && self.subtype() == sgl_subtype::OFFSET
+        self.descriptor_type() == SglDescriptorType::DataBlock as u8 && self.subtype() == sgl_subtype::OFFSET
     }
 
     /// True when the data is carried by transport data PDUs.

@@ -111,20 +111,16 @@ impl Status {
     pub const COMMAND_SIZE_LIMIT_EXCEEDED: Status = Status::new(StatusCodeType::CommandSpecific, 0x83);
     pub const INVALID_QUEUE_SIZE: Status = Status::new(StatusCodeType::CommandSpecific, 0x02);
     pub const ABORT_COMMAND_LIMIT_EXCEEDED: Status = Status::new(StatusCodeType::CommandSpecific, 0x03);
-    pub const ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x05);
+    pub const ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED: Status = Status::new(StatusCodeType::CommandSpecific, 0x05);
     pub const INVALID_FIRMWARE_SLOT: Status = Status::new(StatusCodeType::CommandSpecific, 0x06);
     pub const INVALID_LOG_PAGE: Status = Status::new(StatusCodeType::CommandSpecific, 0x09);
-    pub const FEATURE_IDENTIFIER_NOT_SAVEABLE: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x0D);
+    pub const FEATURE_IDENTIFIER_NOT_SAVEABLE: Status = Status::new(StatusCodeType::CommandSpecific, 0x0D);
     pub const FEATURE_NOT_CHANGEABLE: Status = Status::new(StatusCodeType::CommandSpecific, 0x0E);
     /// Namespace Management / Format: the LBA format (FLBAS) or protection settings
     /// are not supported.
     pub const INVALID_FORMAT: Status = Status::new(StatusCodeType::CommandSpecific, 0x0A);
-    pub const NAMESPACE_INSUFFICIENT_CAPACITY: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x15);
-    pub const NAMESPACE_IDENTIFIER_UNAVAILABLE: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x16);
+    pub const NAMESPACE_INSUFFICIENT_CAPACITY: Status = Status::new(StatusCodeType::CommandSpecific, 0x15);
+    pub const NAMESPACE_IDENTIFIER_UNAVAILABLE: Status = Status::new(StatusCodeType::CommandSpecific, 0x16);
     pub const NAMESPACE_ALREADY_ATTACHED: Status = Status::new(StatusCodeType::CommandSpecific, 0x18);
     /// Namespace Attachment: the namespace is private and cannot be attached to more
     /// controllers.
@@ -132,21 +128,17 @@ impl Status {
     pub const NAMESPACE_NOT_ATTACHED: Status = Status::new(StatusCodeType::CommandSpecific, 0x1A);
     /// Namespace Management: NCAP below NSZE asks for thin provisioning, which the
     /// controller does not offer.
-    pub const THIN_PROVISIONING_NOT_SUPPORTED: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x1B);
+    pub const THIN_PROVISIONING_NOT_SUPPORTED: Status = Status::new(StatusCodeType::CommandSpecific, 0x1B);
     pub const CONTROLLER_LIST_INVALID: Status = Status::new(StatusCodeType::CommandSpecific, 0x1C);
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(StatusCodeType::CommandSpecific, 0x80);
     /// Fabrics Connect: the Connect command or data format is not supported.
-    pub const CONNECT_INCOMPATIBLE_FORMAT: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x80);
+    pub const CONNECT_INCOMPATIBLE_FORMAT: Status = Status::new(StatusCodeType::CommandSpecific, 0x80);
     /// Fabrics Connect: the controller is busy (e.g. no controller id left).
     pub const CONNECT_CONTROLLER_BUSY: Status = Status::new(StatusCodeType::CommandSpecific, 0x81);
     /// Fabrics Connect: a parameter is invalid; DW0 carries IATTR and IPO.
-    pub const CONNECT_INVALID_PARAMETERS: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x82);
+    pub const CONNECT_INVALID_PARAMETERS: Status = Status::new(StatusCodeType::CommandSpecific, 0x82);
     /// Fabrics Connect: restart discovery.
-    pub const CONNECT_RESTART_DISCOVERY: Status =
-        Status::new(StatusCodeType::CommandSpecific, 0x83);
+    pub const CONNECT_RESTART_DISCOVERY: Status = Status::new(StatusCodeType::CommandSpecific, 0x83);
     /// Fabrics Connect: the host is not allowed to connect.
     pub const CONNECT_INVALID_HOST: Status = Status::new(StatusCodeType::CommandSpecific, 0x84);
     /// Fabrics: property offset or size is not supported.
@@ -154,12 +146,10 @@ impl Status {
 
     // Media and data integrity errors (SCT 2h).
     pub const WRITE_FAULT: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x80);
-    pub const UNRECOVERED_READ_ERROR: Status =
-        Status::new(StatusCodeType::MediaAndDataIntegrity, 0x81);
+    pub const UNRECOVERED_READ_ERROR: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x81);
     pub const COMPARE_FAILURE: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x85);
     pub const ACCESS_DENIED: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x86);
-    pub const DEALLOCATED_OR_UNWRITTEN_BLOCK: Status =
-        Status::new(StatusCodeType::MediaAndDataIntegrity, 0x87);
+    pub const DEALLOCATED_OR_UNWRITTEN_BLOCK: Status = Status::new(StatusCodeType::MediaAndDataIntegrity, 0x87);
 
     // Path related status (SCT 3h): never with DNR, so the host retries the command
     // on another path (and reads the ANA log).

@@ -46,7 +46,8 @@ impl Connection {
         if queue.is_admin() {
             return not_aborted;
         }
-        let connected = 1u128.checked_shl(u32::from(queue.0)).is_some_and(|bit| controller.state().connected_io_queues & bit != 0);
+        let connected =
+            1u128.checked_shl(u32::from(queue.0)).is_some_and(|bit| controller.state().connected_io_queues & bit != 0);
         if !connected {
             return not_aborted;
         }

@@ -16,9 +16,9 @@ use nvme_spec::opcode::{AdminOpcode, FabricsCommandType};
 use nvme_spec::{Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
+use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::outcome::Outcome;
 use crate::stats::TargetCounters;
-use crate::limits::MAX_DATA_TRANSFER_BYTES;
 
 /// How long a queue may take from the Connect that asked for authentication to a
 /// successful DH-HMAC-CHAP transaction before the connection is closed. An
@@ -136,9 +136,7 @@ impl Connection {
             };
         }
         match &self.authentication {
-            Some(state) if !state.authenticated => {
-                Some(Outcome::status(AUTHENTICATION_REQUIRED.with_do_not_retry()))
-            }
+            Some(state) if !state.authenticated => Some(Outcome::status(AUTHENTICATION_REQUIRED.with_do_not_retry())),
             _ => None,
         }
     }

@@ -4,17 +4,19 @@
 use std::time::Instant;
 
 use nvme_spec::features::{
-    feature_capabilities, feature_id, feature_select, number_of_queues_requested,
-    number_of_queues_result, FeatureCommand,
+    feature_capabilities, feature_id, feature_select, number_of_queues_requested, number_of_queues_result,
+    FeatureCommand,
 };
 use nvme_spec::opcode::AdminOpcode;
 use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 
 use crate::connection::Connection;
-use crate::controller::{ControllerKind, DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED};
+use crate::controller::{
+    ControllerKind, DEFAULT_OVER_TEMPERATURE_THRESHOLD_KELVIN, DISCOVERY_LOG_CHANGE_NOTICES_ENABLED,
+};
 use crate::discovery::discovery_log_fingerprint;
-use crate::outcome::Outcome;
 use crate::limits::MAX_OUTSTANDING_ASYNC_EVENTS;
+use crate::outcome::Outcome;
 use crate::slots::SlotState;
 
 /// Power states the controller reports (NPSS + 1): one, state 0.
@@ -58,12 +60,8 @@ impl Connection {
                 self.restart_keep_alive(&controller, now);
                 Outcome::status(Status::SUCCESS)
             }
-            Some(AdminOpcode::NamespaceManagement) if !discovery => {
-                self.admin_namespace_management(slot_index, &sqe)
-            }
-            Some(AdminOpcode::NamespaceAttachment) if !discovery => {
-                self.admin_namespace_attachment(slot_index, &sqe)
-            }
+            Some(AdminOpcode::NamespaceManagement) if !discovery => self.admin_namespace_management(slot_index, &sqe),
+            Some(AdminOpcode::NamespaceAttachment) if !discovery => self.admin_namespace_attachment(slot_index, &sqe),
             Some(AdminOpcode::Abort) if !discovery => self.admin_abort(slot_index, &sqe, now),
             _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
         }
@@ -107,12 +105,7 @@ impl Connection {
         let discovery = controller.kind == ControllerKind::Discovery;
         if command.feature_id == feature_id::RESERVATION_PERSISTENCE && !discovery {
             // PTPL may wait for the reservation store (reservation_commands.rs).
-            return self.set_reservation_persistence(
-                slot_index,
-                sqe,
-                command.dword11 & 1 != 0,
-                now,
-            );
+            return self.set_reservation_persistence(slot_index, sqe, command.dword11 & 1 != 0, now);
         }
         let has_volatile_cache =
             controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.has_volatile_write_cache());
@@ -216,7 +209,11 @@ impl Connection {
 
     /// The NSID a reservation feature (82h, 83h) names: an active namespace, or with
     /// `broadcast_ok` FFFFFFFFh for all of them.
-    pub(crate) fn reservation_feature_namespace(&mut self, sqe: &SubmissionQueueEntry, broadcast_ok: bool) -> Result<NamespaceId, Status> {
+    pub(crate) fn reservation_feature_namespace(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        broadcast_ok: bool,
+    ) -> Result<NamespaceId, Status> {
         let nsid = sqe.namespace_id();
         if nsid == NamespaceId::BROADCAST && broadcast_ok {
             return Ok(nsid);
@@ -279,7 +276,10 @@ impl Connection {
         let value = match (feature, defaults) {
             (_, true) => 0,
             (feature_id::RESERVATION_NOTIFICATION_MASK, false) => binding.controller.reservation_mask(nsid),
-            _ => self.view.get(nsid).map_or(0, |namespace| u32::from(namespace.reservations.lock().persist_through_power_loss)),
+            _ => self
+                .view
+                .get(nsid)
+                .map_or(0, |namespace| u32::from(namespace.reservations.lock().persist_through_power_loss)),
         };
         Outcome::Done(Status::SUCCESS, u64::from(value))
     }
@@ -323,17 +323,37 @@ impl Connection {
         let max_queues = u32::from(self.target.settings.max_io_queues_per_controller);
         let value = match command.feature_id {
             feature_id::KEEP_ALIVE_TIMER => {
-                if defaults { 0 } else { state.features.keep_alive_timeout_ms }
+                if defaults {
+                    0
+                } else {
+                    state.features.keep_alive_timeout_ms
+                }
             }
             feature_id::ASYNCHRONOUS_EVENT_CONFIGURATION => {
-                if defaults { 0 } else { state.features.async_event_configuration }
+                if defaults {
+                    0
+                } else {
+                    state.features.async_event_configuration
+                }
             }
             feature_id::NUMBER_OF_QUEUES => {
                 let granted = if defaults { max_queues } else { u32::from(state.io_queues_allocated) };
                 number_of_queues_result(granted, granted)
             }
-            feature_id::ARBITRATION => if defaults { 0 } else { state.features.arbitration },
-            feature_id::POWER_MANAGEMENT => if defaults { 0 } else { state.features.power_management },
+            feature_id::ARBITRATION => {
+                if defaults {
+                    0
+                } else {
+                    state.features.arbitration
+                }
+            }
+            feature_id::POWER_MANAGEMENT => {
+                if defaults {
+                    0
+                } else {
+                    state.features.power_management
+                }
+            }
             feature_id::VOLATILE_WRITE_CACHE => {
                 u32::from(!defaults && has_volatile_cache && state.features.volatile_write_cache_enabled)
             }
@@ -348,7 +368,11 @@ impl Connection {
                 TemperatureThreshold { over, kelvin }.encode()
             }
             feature_id::ERROR_RECOVERY => {
-                if defaults { 0 } else { u32::from(state.features.error_recovery_time_limit_100ms) }
+                if defaults {
+                    0
+                } else {
+                    u32::from(state.features.error_recovery_time_limit_100ms)
+                }
             }
             _ => 0,
         };

@@ -1,35 +1,36 @@
 //! Identify and Get Log Page: the data structures the controller returns.
 
 use nvme_spec::admin::IdentifyCommand;
-use nvme_spec::identify::{
-    cmic, cns, controller_type, csi, dlfeat, encode_controller_list, encode_io_command_set_vector, nsfeat, oacs,
-    encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, oaes, ofcs, oncs, sgls,
-    vwc, ctratt, command_set_vector, LbaFormat, IDENTIFY_DATA_BYTES,
-};
 use nvme_spec::ana::{
     anacap, encode_ana_log_header, AnaGroupDescriptor, AnaGroupId, ANA_LOG_HEADER_BYTES,
     LOG_SPECIFIC_RETURN_GROUPS_ONLY,
 };
+use nvme_spec::identify::{
+    cmic, cns, command_set_vector, controller_type, csi, ctratt, dlfeat, encode_controller_list,
+    encode_io_command_set_vector, encode_namespace_descriptors, encode_namespace_list, frmw, lpa, nmic, nsfeat, oacs,
+    oaes, ofcs, oncs, sgls, vwc, LbaFormat, IDENTIFY_DATA_BYTES,
+};
 use nvme_spec::log_page::{
-    command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects,
-    FirmwareSlotLog, GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES,
-    FIRMWARE_SLOT_LOG_BYTES, SMART_HEALTH_LOG_BYTES,
+    command_effects, copy_log_page_range, data_units_from_bytes, log_id, CommandsSupportedAndEffects, FirmwareSlotLog,
+    GetLogPageCommand, SmartHealthLog, COMMANDS_SUPPORTED_AND_EFFECTS_BYTES, FIRMWARE_SLOT_LOG_BYTES,
+    SMART_HEALTH_LOG_BYTES,
 };
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::registers::Version;
-use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId, Status, SubmissionQueueEntry};
+use nvme_spec::{
+    IdentifyController, IdentifyNamespace, NamespaceDescriptor, NamespaceId, Status, SubmissionQueueEntry,
+};
 
 use crate::connection::Connection;
 use crate::controller::{Controller, ControllerKind};
-use crate::outcome::Outcome;
 use crate::fabrics::REPORTED_VERSION;
 use crate::limits::{
-    ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED,
-    ANA_TRANSITION_TIME_SECONDS, MAX_ANA_GROUP_ID, ERROR_LOG_ENTRIES, KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH,
-    MAX_DATA_TRANSFER_BYTES, MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID,
-    MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
+    ANA_TRANSITION_TIME_SECONDS, ATOMIC_COMPARE_AND_WRITE_UNIT_ZERO_BASED, ERROR_LOG_ENTRIES,
+    KEEP_ALIVE_GRANULARITY_100MS, MAX_ADMIN_QUEUE_DEPTH, MAX_ANA_GROUP_ID, MAX_DATA_TRANSFER_BYTES,
+    MAX_DATA_TRANSFER_SIZE_LOG2_PAGES, MAX_NAMESPACE_ID, MAX_OUTSTANDING_ABORTS, MAX_OUTSTANDING_ASYNC_EVENTS,
 };
 use crate::namespaces::Namespace;
+use crate::outcome::Outcome;
 use crate::subsystem::Subsystem;
 
 /// RESCAP bits 7:1: the six reservation types, and bit 7, IEKEY with its NVMe 1.3
@@ -127,7 +128,8 @@ impl Connection {
         let nsid = command.namespace_id;
         let invalid_namespace = || Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry();
         let active = || self.view.get(nsid).ok_or_else(invalid_namespace);
-        let nvm_only = |csi_value: u8| if csi_value == csi::NVM { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
+        let nvm_only =
+            |csi_value: u8| if csi_value == csi::NVM { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
         let managed = subsystem.supports_namespace_management();
         let managed_only = || if managed { Ok(()) } else { Err(Status::INVALID_FIELD.with_do_not_retry()) };
         match command.cns {
@@ -387,7 +389,8 @@ impl Connection {
             }
             (ControllerKind::Io, log_id::COMMANDS_SUPPORTED_AND_EFFECTS) => {
                 let mut page = [0u8; COMMANDS_SUPPORTED_AND_EFFECTS_BYTES];
-                let managed = controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
+                let managed =
+                    controller.subsystem.as_ref().is_some_and(|subsystem| subsystem.supports_namespace_management());
                 commands_supported_and_effects(managed, self.target.settings.reservations).encode(&mut page);
                 Ok(copy_log_page_range(&page, command.offset, &mut buffer))
             }
@@ -487,11 +490,8 @@ fn identify_namespace(namespace: &Namespace, in_gateway_group: bool) -> Identify
         reservation_capabilities: RESERVATION_CAPABILITIES,
         ..IdentifyNamespace::default()
     };
-    id.lba_formats[0] = LbaFormat {
-        metadata_size: 0,
-        lba_data_size_log2: namespace.block_size_log2(),
-        relative_performance: 0,
-    };
+    id.lba_formats[0] =
+        LbaFormat { metadata_size: 0, lba_data_size_log2: namespace.block_size_log2(), relative_performance: 0 };
     let block_bytes = u64::from(namespace.geometry().block_size_bytes).max(1);
     match namespace.backend.atomic_compare_and_write_boundary_bytes() {
         // On a gateway group Compare and Write is the storage's own atomic operation,
@@ -570,9 +570,8 @@ fn commands_supported_and_effects(namespace_management: bool, reservations: bool
     if namespace_management {
         // Hosts rescan namespaces after commands marked so (Linux does, for
         // passthrough), besides the namespace attribute notice.
-        let inventory = supported
-            | command_effects::NAMESPACE_CAPABILITY_CHANGE
-            | command_effects::NAMESPACE_INVENTORY_CHANGE;
+        let inventory =
+            supported | command_effects::NAMESPACE_CAPABILITY_CHANGE | command_effects::NAMESPACE_INVENTORY_CHANGE;
         set_effects(&mut log.admin, AdminOpcode::NamespaceManagement as u8, inventory);
         set_effects(&mut log.admin, AdminOpcode::NamespaceAttachment as u8, inventory);
     }

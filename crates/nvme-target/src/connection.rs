@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use nvme_spec::{CompletionQueueEntry, QueueId, Status};
 use nvme_tcp_wire::{DataHeader, FatalErrorStatus, InitializeConnectionRequest, PduHeader, ReadEvent};
 
-
 mod r2t;
 mod stream;
 mod timers;
@@ -188,13 +187,9 @@ impl Connection {
         while self.phase != Phase::Closing {
             match self.stream.next_event(&mut input) {
                 Ok(None) => break,
-                Ok(Some(ReadEvent::Header { header, data_length })) => {
-                    self.on_header(header, data_length, now)
-                }
+                Ok(Some(ReadEvent::Header { header, data_length })) => self.on_header(header, data_length, now),
                 Ok(Some(ReadEvent::Data(chunk))) => self.on_data(chunk),
-                Ok(Some(ReadEvent::DataEnd { data_digest_ok })) => {
-                    self.on_data_end(data_digest_ok, now)
-                }
+                Ok(Some(ReadEvent::DataEnd { data_digest_ok })) => self.on_data_end(data_digest_ok, now),
                 Err(error) => {
                     tracing::warn!(peer = %self.peer, %error.kind, "broken PDU stream; terminating connection");
                     self.terminate(error.status, error.info, error.offending_header());
@@ -415,7 +410,10 @@ impl Connection {
         let slot = self.slots.slot(slot_index);
         // A command completes only once all the data its R2Ts asked for arrived (or
         // before any R2T): the connection's R2T budget stays exact.
-        debug_assert_eq!(slot.requested_bytes, slot.received_bytes, "slot {slot_index} completes with data outstanding");
+        debug_assert_eq!(
+            slot.requested_bytes, slot.received_bytes,
+            "slot {slot_index} completes with data outstanding"
+        );
         let command_id = slot.sqe.command_id();
         let send_bytes = if status.is_success() { slot.send_data_bytes as usize } else { 0 };
         let buffer = std::mem::take(&mut slot.buffer);
@@ -464,7 +462,9 @@ impl Connection {
         let sqe = &self.slots.slot_ref(slot_index).sqe;
         let io = !queue_id.is_admin();
         let lba = match IoOpcode::from_u8(sqe.opcode()) {
-            Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::WriteZeroes) if io => sqe.starting_lba(),
+            Some(IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::WriteZeroes) if io => {
+                sqe.starting_lba()
+            }
             _ => 0,
         };
         binding.controller.record_error(ErrorInformationEntry {

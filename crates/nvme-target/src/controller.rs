@@ -494,7 +494,11 @@ impl Controller {
             NoticeKind::Ana => (async_event_notice::ANA_CHANGE, log_id::ASYMMETRIC_NAMESPACE_ACCESS),
             NoticeKind::Reservations => {
                 // I/O command set specific status, "reservation log page available".
-                return async_event_result(async_event_type::IO_COMMAND_SET_SPECIFIC, 0, log_id::RESERVATION_NOTIFICATION);
+                return async_event_result(
+                    async_event_type::IO_COMMAND_SET_SPECIFIC,
+                    0,
+                    log_id::RESERVATION_NOTIFICATION,
+                );
             }
             NoticeKind::Discovery => (async_event_notice::DISCOVERY_LOG_PAGE_CHANGE, log_id::DISCOVERY),
         };
@@ -549,15 +553,20 @@ impl Controller {
             return Vec::new();
         }
         let aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
-        aborts.iter().filter(|request| request.queue == queue && request.outcome.is_none()).map(|request| request.command).collect()
+        aborts
+            .iter()
+            .filter(|request| request.queue == queue && request.outcome.is_none())
+            .map(|request| request.command)
+            .collect()
     }
 
     /// The queue's answer: whether it aborted the command. Ignored when the Abort gave
     /// up waiting meanwhile, in which case the queue must not abort: returns false then.
     pub(crate) fn answer_abort(&self, queue: QueueId, command: CommandId, aborted: bool) -> bool {
         let mut aborts = self.aborts.lock().unwrap_or_else(|poison| poison.into_inner());
-        let Some(request) =
-            aborts.iter_mut().find(|request| request.queue == queue && request.command == command && request.outcome.is_none())
+        let Some(request) = aborts
+            .iter_mut()
+            .find(|request| request.queue == queue && request.command == command && request.outcome.is_none())
         else {
             return false;
         };

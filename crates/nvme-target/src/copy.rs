@@ -8,8 +8,8 @@ use nvme_spec::{Status, SubmissionQueueEntry};
 use storage::IoOp;
 
 use crate::connection::Connection;
-use crate::outcome::Outcome;
 use crate::limits::{MAX_COPY_SOURCE_RANGES, MAX_DATA_TRANSFER_BYTES};
+use crate::outcome::Outcome;
 use crate::slots::PendingKind;
 
 /// Bytes of one source range entry in format 0.
@@ -126,7 +126,8 @@ impl Connection {
         let slot = self.slots.slot(slot_index);
         let sqe = slot.sqe;
         let gathered = std::mem::take(&mut slot.compare_buffer);
-        let block_bytes = self.view.get(sqe.namespace_id()).map_or(1, |namespace| namespace.geometry().block_size_bytes);
+        let block_bytes =
+            self.view.get(sqe.namespace_id()).map_or(1, |namespace| namespace.geometry().block_size_bytes);
         let op = IoOp::Write {
             lba: sqe.starting_lba(),
             blocks: (gathered.len() / block_bytes.max(1) as usize) as u32,

@@ -19,10 +19,7 @@ pub struct CopyVouch {
 impl CopyVouch {
     /// The copies are vouched for until `until` (never moved back).
     pub fn extend_to(&self, until: Instant) {
-        let mut current = self
-            .until
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut current = self.until.lock().unwrap_or_else(|poison| poison.into_inner());
         if current.is_none_or(|current| current < until) {
             *current = Some(until);
         }
@@ -30,17 +27,11 @@ impl CopyVouch {
 
     /// The deadline (`None` before the first round trip succeeded).
     pub fn until(&self) -> Option<Instant> {
-        *self
-            .until
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        *self.until.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// True while the copies may answer from themselves at `now`.
     pub fn covers(&self, now: Instant) -> bool {
-        self.until
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .is_some_and(|until| now < until)
+        self.until.lock().unwrap_or_else(|poison| poison.into_inner()).is_some_and(|until| now < until)
     }
 }

@@ -25,7 +25,10 @@ pub(crate) fn discovery_entries(target: &Target, host_nqn: &str) -> Vec<Discover
         // PORTID: from the listener's id, which stays the same while the target runs
         // (other listeners coming and going do not move it) and follows configuration
         // order at start.
-        let own = listeners.iter().filter(|(_, listener)| !listener.discovery_only).map(|(id, listener)| (port_id(*id), listener));
+        let own = listeners
+            .iter()
+            .filter(|(_, listener)| !listener.discovery_only)
+            .map(|(id, listener)| (port_id(*id), listener));
         // The same subsystem through the other gateways of its gateway group.
         let peers = peer_paths
             .iter()

@@ -8,11 +8,11 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{IoCompletion, IoError, IoOp, IoRequest};
 
 use crate::connection::{Connection, Phase};
-use crate::storage_queues::{OpenQueue, StorageActivity};
-use crate::outcome::Outcome;
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
+use crate::outcome::Outcome;
 use crate::slots::{PendingKind, SlotState};
 use crate::stats::QueueStats;
+use crate::storage_queues::{OpenQueue, StorageActivity};
 
 /// Reaping rounds of one `poll_storage`: enough for the longest chain of storage
 /// steps one command runs (fused Compare then Write, Copy's reads then write).
@@ -42,7 +42,9 @@ fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_
             QueueStats::add(&stats.bytes_written, data_bytes);
             stats.write_latency.record(latency_microseconds);
         }
-        PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => QueueStats::add(&stats.other_commands, 1),
+        PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => {
+            QueueStats::add(&stats.other_commands, 1)
+        }
     }
 }
 
@@ -318,7 +320,9 @@ impl Connection {
                 let status = if equal { Status::SUCCESS } else { Status::COMPARE_FAILURE };
                 self.complete(slot_index, status, 0);
             }
-            PendingKind::Write | PendingKind::Other | PendingKind::CopyWrite => self.complete(slot_index, Status::SUCCESS, 0),
+            PendingKind::Write | PendingKind::Other | PendingKind::CopyWrite => {
+                self.complete(slot_index, Status::SUCCESS, 0)
+            }
             PendingKind::CopyRead => self.copy_reads_done(slot_index),
             PendingKind::FusedCompare | PendingKind::FusedWrite | PendingKind::FusedAtomic => {}
         }

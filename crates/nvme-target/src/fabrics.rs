@@ -9,18 +9,18 @@ use nvme_spec::fabrics::{
     connect_authentication_required, connect_invalid_parameter_in_command, connect_invalid_parameter_in_data,
     property_offset, ConnectCommand, ConnectData, PropertyGetCommand, PropertySetCommand, CONNECT_DATA_BYTES,
 };
-use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
 use nvme_spec::opcode::FabricsCommandType;
+use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
 use nvme_spec::{ControllerId, QueueId, Status, SubmissionQueueEntry};
 
-use crate::stats::ConnectRefusalReason;
 use crate::access::{HostVerdict, QueueAuthentication};
-use nvme_auth::SecureChannelContext;
 use crate::connection::{Connection, QueueBinding};
 use crate::controller::{Controller, ControllerKind};
-use crate::outcome::Outcome;
 use crate::limits::{MAX_ADMIN_QUEUE_DEPTH, MEMORY_PAGE_BYTES, READY_TIMEOUT_500MS};
+use crate::outcome::Outcome;
+use crate::stats::ConnectRefusalReason;
 use crate::target::{HostConnectionGuard, KeepAliveRefusal};
+use nvme_auth::SecureChannelContext;
 
 /// VS: the NVMe version the controllers report (1.4: the descriptor list, command
 /// set CNS values and everything a current Linux host checks for).
@@ -101,16 +101,17 @@ impl Connection {
                     admin_queue: queue_id.is_admin(),
                     on_tls: self.secure_channel.is_some(),
                 };
-                let authentication = controller.subsystem.as_ref().zip(host_rules.as_ref()).and_then(|(subsystem, rules)| {
-                    match rules.verdict(&controller.host_nqn) {
-                        HostVerdict::AuthenticationRequired(_) if generated_psk => None,
-                        HostVerdict::AuthenticationRequired(entry) => {
-                            let context = secure_channel(&entry);
-                            QueueAuthentication::new(entry, &subsystem.nqn, now, context)
+                let authentication =
+                    controller.subsystem.as_ref().zip(host_rules.as_ref()).and_then(|(subsystem, rules)| {
+                        match rules.verdict(&controller.host_nqn) {
+                            HostVerdict::AuthenticationRequired(_) if generated_psk => None,
+                            HostVerdict::AuthenticationRequired(entry) => {
+                                let context = secure_channel(&entry);
+                                QueueAuthentication::new(entry, &subsystem.nqn, now, context)
+                            }
+                            HostVerdict::Allowed | HostVerdict::Refused => None,
                         }
-                        HostVerdict::Allowed | HostVerdict::Refused => None,
-                    }
-                });
+                    });
                 let cntlid = if queue_id.is_admin() { u64::from(controller.id.0) } else { 0 };
                 let authentication_required =
                     if authentication.is_some() { u64::from(connect_authentication_required::TRANSACTION) } else { 0 };
@@ -121,10 +122,7 @@ impl Connection {
                 let head = 1 % depth;
                 self.complete_unbound(slot_index, Status::SUCCESS, cntlid | authentication_required, queue_id, head);
                 let generation = controller.generation();
-                self.bind(
-                    QueueBinding { controller, queue_id, depth, submission_queue_head: head, generation },
-                    now,
-                );
+                self.bind(QueueBinding { controller, queue_id, depth, submission_queue_head: head, generation }, now);
                 self.authentication = authentication.map(Box::new);
                 self.host_connection = Some(host_connection);
             }
@@ -233,13 +231,20 @@ impl Connection {
                 return Err(in_data(connect_offset::DATA_CONTROLLER_ID));
             }
             let kind = if is_discovery { ControllerKind::Discovery } else { ControllerKind::Io };
-            let keep_alive_timeout_ms = self.connect_keep_alive_timeout(kind, command.keep_alive_timeout_ms, host_nqn)?;
+            let keep_alive_timeout_ms =
+                self.connect_keep_alive_timeout(kind, command.keep_alive_timeout_ms, host_nqn)?;
             let host_connection = self.admit_host_connection(host_nqn, now)?;
             let controller = self
                 .target
                 .create_controller(kind, subsystem, host_nqn.to_string(), data.host_identifier, keep_alive_timeout_ms)
                 .ok_or(Refusal::new(Status::CONNECT_CONTROLLER_BUSY, 0))?;
-            return Ok(Accepted { controller, queue_id: QueueId::ADMIN, depth: depth as u16, host_connection, host_rules });
+            return Ok(Accepted {
+                controller,
+                queue_id: QueueId::ADMIN,
+                depth: depth as u16,
+                host_connection,
+                host_rules,
+            });
         }
 
         // An I/O queue joins an existing, enabled controller of the same host.
@@ -276,7 +281,12 @@ impl Connection {
 
     /// The keep-alive timeout an admin Connect's KATO gets (`TargetSettings::
     /// keep_alive_timeout`), or its refusal pointing at KATO, logged with the setting.
-    fn connect_keep_alive_timeout(&self, kind: ControllerKind, requested_ms: u32, host_nqn: &str) -> Result<u32, Refusal> {
+    fn connect_keep_alive_timeout(
+        &self,
+        kind: ControllerKind,
+        requested_ms: u32,
+        host_nqn: &str,
+    ) -> Result<u32, Refusal> {
         let settings = &self.target.settings;
         match settings.keep_alive_timeout(kind, requested_ms) {
             Ok(granted_ms) => {
@@ -324,9 +334,7 @@ impl Connection {
                 self.phase_after_response_closing();
                 Outcome::status(Status::SUCCESS)
             }
-            Some(FabricsCommandType::Connect) => {
-                Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry())
-            }
+            Some(FabricsCommandType::Connect) => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
             _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
         }
     }

@@ -192,13 +192,19 @@ impl Connection {
         // range table below protects nothing from the other gateways, so any other
         // pair is refused, never run in two steps; a single process runs it with the
         // range table, which is atomic for it.
-        let atomic_in_storage = namespace.backend.atomic_compare_and_write_boundary_bytes().is_some_and(|boundary_bytes| {
-            let block_bytes = u64::from(namespace.geometry().block_size_bytes);
-            let first_region = lba.saturating_mul(block_bytes).checked_div(boundary_bytes);
-            let last_region = lba.saturating_add(blocks).saturating_mul(block_bytes).saturating_sub(1).checked_div(boundary_bytes);
-            first_region.is_some() && first_region == last_region
-        });
-        let in_group = self.group_reservations().is_some() && !self.target.settings.compare_and_write_in_process_only_for_tests;
+        let atomic_in_storage =
+            namespace.backend.atomic_compare_and_write_boundary_bytes().is_some_and(|boundary_bytes| {
+                let block_bytes = u64::from(namespace.geometry().block_size_bytes);
+                let first_region = lba.saturating_mul(block_bytes).checked_div(boundary_bytes);
+                let last_region = lba
+                    .saturating_add(blocks)
+                    .saturating_mul(block_bytes)
+                    .saturating_sub(1)
+                    .checked_div(boundary_bytes);
+                first_region.is_some() && first_region == last_region
+            });
+        let in_group =
+            self.group_reservations().is_some() && !self.target.settings.compare_and_write_in_process_only_for_tests;
         if in_group && !atomic_in_storage {
             // The pair can never run atomically here: Invalid Field with DNR (the
             // Identify Namespace atomic boundary fields say which pairs can).
@@ -341,7 +347,13 @@ impl Connection {
 
     /// A write-group command on `namespace`'s blocks that a fused pair holds waits
     /// (parked) until the pair is done. One relaxed load when no pair runs.
-    pub(crate) fn write_waits_for_range(&mut self, slot_index: u16, namespace: &Arc<crate::Namespace>, lba: u64, blocks: u64) -> bool {
+    pub(crate) fn write_waits_for_range(
+        &mut self,
+        slot_index: u16,
+        namespace: &Arc<crate::Namespace>,
+        lba: u64,
+        blocks: u64,
+    ) -> bool {
         if !namespace.range_locks.write_must_wait(lba, blocks, self.storage.waker()) {
             return false;
         }

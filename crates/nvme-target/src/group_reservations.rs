@@ -181,7 +181,11 @@ mod tests {
         let update = GroupUpdate {
             sequence: 7,
             state: ReservationState::default(),
-            notices: vec![(5, A, Notice::ReservationReleased), (6, A, Notice::RegistrationPreempted), (7, A, Notice::ReservationPreempted)],
+            notices: vec![
+                (5, A, Notice::ReservationReleased),
+                (6, A, Notice::RegistrationPreempted),
+                (7, A, Notice::ReservationPreempted),
+            ],
         };
         assert_eq!(new_notices(&update, 5), [(A, Notice::RegistrationPreempted), (A, Notice::ReservationPreempted)]);
         assert!(new_notices(&update, 7).is_empty());

@@ -219,7 +219,11 @@ mod tests {
     #[test]
     fn verdicts() {
         let mut access = HostAccess::only(&["nqn.a"]);
-        access.hosts.push(HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.b") });
+        access.hosts.push(HostEntry {
+            dhchap_secret: Some(secret()),
+            dhchap_controller_secret: None,
+            ..HostEntry::new("nqn.b")
+        });
         assert_eq!(access.verdict("nqn.a"), HostVerdict::Allowed);
         assert!(matches!(access.verdict("nqn.b"), HostVerdict::AuthenticationRequired(_)));
         assert_eq!(access.verdict("nqn.c"), HostVerdict::Refused);
@@ -236,8 +240,16 @@ mod tests {
         let shared = SharedHostAccess::new(HostAccess::allow_any());
         assert!(shared.allows("nqn.a"));
         let mut rules = HostAccess::only(&["nqn.a"]);
-        rules.hosts.push(HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.b") });
-        rules.hosts.push(HostEntry { dhchap_secret: None, dhchap_controller_secret: Some(secret()), ..HostEntry::new("nqn.c") });
+        rules.hosts.push(HostEntry {
+            dhchap_secret: Some(secret()),
+            dhchap_controller_secret: None,
+            ..HostEntry::new("nqn.b")
+        });
+        rules.hosts.push(HostEntry {
+            dhchap_secret: None,
+            dhchap_controller_secret: Some(secret()),
+            ..HostEntry::new("nqn.c")
+        });
         let before = shared.current();
         shared.replace(rules.clone());
         assert!(before.allow_any_host, "a snapshot taken before keeps the old rules");
@@ -264,7 +276,11 @@ mod tests {
     fn debug_output_has_no_secrets() {
         let access = HostAccess {
             allow_any_host: false,
-            hosts: vec![HostEntry { dhchap_secret: Some(secret()), dhchap_controller_secret: None, ..HostEntry::new("nqn.a") }],
+            hosts: vec![HostEntry {
+                dhchap_secret: Some(secret()),
+                dhchap_controller_secret: None,
+                ..HostEntry::new("nqn.a")
+            }],
         };
         let text = format!("{access:?}");
         assert!(!text.contains("BwcH"), "{text}");

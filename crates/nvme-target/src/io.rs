@@ -8,9 +8,9 @@ use nvme_spec::{NamespaceId, Status, SubmissionQueueEntry};
 use storage::{Geometry, IoOp};
 
 use crate::connection::{Connection, Phase};
-use crate::outcome::Outcome;
 use crate::dispatch::status_from_io_error;
 use crate::limits::{LEND_READ_MIN_BYTES, MAX_DATASET_RANGES, MAX_DATA_TRANSFER_BYTES};
+use crate::outcome::Outcome;
 use crate::slots::{FusedLink, PendingKind, SlotState};
 
 /// CDW12 bit 25 of Write Zeroes: DEAC, deallocate the blocks as well.
@@ -49,7 +49,13 @@ impl Connection {
 
     /// True when the blocks are held by a fused pair: the command is parked and runs
     /// again once the pair is done.
-    pub(crate) fn must_wait_for_range(&mut self, slot_index: u16, namespace_id: NamespaceId, lba: u64, blocks: u64) -> bool {
+    pub(crate) fn must_wait_for_range(
+        &mut self,
+        slot_index: u16,
+        namespace_id: NamespaceId,
+        lba: u64,
+        blocks: u64,
+    ) -> bool {
         match self.view.get(namespace_id).cloned() {
             Some(namespace) => self.write_waits_for_range(slot_index, &namespace, lba, blocks),
             None => false,
@@ -121,18 +127,10 @@ impl Connection {
                 | IoOpcode::ReservationAcquire
                 | IoOpcode::ReservationRelease
                 | IoOpcode::ReservationReport,
-            ) if !self.target.settings.reservations => {
-                Err(Status::INVALID_OPCODE.with_do_not_retry())
-            }
-            Some(IoOpcode::ReservationRegister) => {
-                self.io_reservation_register(&sqe, slot_index, now)
-            }
-            Some(IoOpcode::ReservationAcquire) => {
-                self.io_reservation_acquire(&sqe, slot_index, now)
-            }
-            Some(IoOpcode::ReservationRelease) => {
-                self.io_reservation_release(&sqe, slot_index, now)
-            }
+            ) if !self.target.settings.reservations => Err(Status::INVALID_OPCODE.with_do_not_retry()),
+            Some(IoOpcode::ReservationRegister) => self.io_reservation_register(&sqe, slot_index, now),
+            Some(IoOpcode::ReservationAcquire) => self.io_reservation_acquire(&sqe, slot_index, now),
+            Some(IoOpcode::ReservationRelease) => self.io_reservation_release(&sqe, slot_index, now),
             Some(IoOpcode::ReservationReport) => self.io_reservation_report(&sqe, slot_index),
             Some(IoOpcode::Fabrics) => Ok(self.io_fabrics(&sqe)),
             _ => Err(Status::INVALID_OPCODE.with_do_not_retry()),
@@ -314,9 +312,7 @@ impl Connection {
                 self.phase_after_response_closing();
                 Outcome::status(Status::SUCCESS)
             }
-            Some(FabricsCommandType::Connect) => {
-                Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry())
-            }
+            Some(FabricsCommandType::Connect) => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.with_do_not_retry()),
             _ => Outcome::status(Status::INVALID_OPCODE.with_do_not_retry()),
         }
     }

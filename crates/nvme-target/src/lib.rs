@@ -12,57 +12,60 @@
 //! model (`target`, `subsystem`, `controller`, `stats`). Every limit is in `limits`.
 #![forbid(unsafe_code)]
 // Network input must never panic the target core (a failure is a status or an error); tests may index.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable)
+)]
 
 mod abort;
 pub mod access;
-pub mod host_access;
-pub mod ana;
 mod admin;
 mod admin_data;
+pub mod ana;
 pub mod connection;
 pub mod controller;
+mod copy;
+pub mod copy_vouch;
 mod discovery;
 mod dispatch;
-mod outcome;
-mod quiesce;
-mod retiring;
-mod copy;
 mod fabrics;
 mod fused;
-pub mod copy_vouch;
 pub mod group_reservations;
+pub mod host_access;
 mod io;
-mod reservation_commands;
+pub mod limits;
 pub mod management;
 pub mod namespaces;
+mod outcome;
 pub mod qos;
+mod quiesce;
 pub mod range_locks;
-pub mod reservations;
+mod reservation_commands;
 pub mod reservation_store;
+pub mod reservations;
+mod retiring;
 pub mod secure_channel;
-pub mod limits;
 pub mod slots;
 pub mod stats;
 mod storage_queues;
-mod throttle;
 pub mod subsystem;
 pub mod target;
+mod throttle;
 pub mod transmit;
 pub mod write_fence;
 
-pub use host_access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
-/// The DH-HMAC-CHAP choices a host entry allows (its `dhchap_policy`).
-pub use nvme_auth::{ControllerPolicy, DhGroup, HashFunction};
 pub use connection::{Connection, Phase, QueueBinding};
 pub use controller::{Controller, ControllerKind};
+pub use host_access::{HostAccess, HostAccessError, HostEntry, HostVerdict};
 pub use management::ManagementError;
 pub use namespaces::{Attachment, Namespace, NamespaceChange, NamespaceTable};
+/// The DH-HMAC-CHAP choices a host entry allows (its `dhchap_policy`).
+pub use nvme_auth::{ControllerPolicy, DhGroup, HashFunction};
+pub use secure_channel::{SecureChannel, SecureChannelBinding};
+pub use storage_queues::StorageActivity;
 pub use subsystem::{NamespaceSpec, Subsystem, SubsystemError, SubsystemSpec};
 pub use target::{
-    AddressFamily, GrowNamespaceError, ListenerSpec, NamespaceSizeRefresh, PeerPath, Target, TargetError, TargetSettings,
-    TargetSpec,
+    AddressFamily, GrowNamespaceError, ListenerSpec, NamespaceSizeRefresh, PeerPath, Target, TargetError,
+    TargetSettings, TargetSpec,
 };
-pub use storage_queues::StorageActivity;
 pub use transmit::{BatchPart, TransmitBatch};
-pub use secure_channel::{SecureChannel, SecureChannelBinding};

@@ -13,18 +13,17 @@
 use std::sync::Arc;
 
 use nvme_spec::admin::{
-    namespace_attachment_select, namespace_management_select, NamespaceAttachmentCommand,
-    NamespaceManagementCommand,
+    namespace_attachment_select, namespace_management_select, NamespaceAttachmentCommand, NamespaceManagementCommand,
 };
 use nvme_spec::identify::{csi, flbas, IDENTIFY_DATA_BYTES};
 use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, Status, SubmissionQueueEntry};
 use storage::{NamespaceBinding, PoolError};
 
 use crate::connection::Connection;
-use crate::slots::SlotState;
-use crate::outcome::Outcome;
 use crate::limits::MAX_NAMESPACE_ID;
 use crate::namespaces::{Attachment, Namespace, NamespaceChange, PoolCarve, TableEntry};
+use crate::outcome::Outcome;
+use crate::slots::SlotState;
 use crate::subsystem::{derive_identifier, NamespaceSpec, Subsystem};
 
 /// Bytes of a controller list: a 2-byte count and up to 2047 2-byte CNTLIDs.
@@ -124,7 +123,11 @@ impl Subsystem {
         let backend = pool.get(carve_id).map_err(pool_error)?;
         let carve = PoolCarve { pool: Arc::clone(pool), id: carve_id, thin };
         let namespace = Namespace::new(id, backend, record.nguid, record.uuid, Some(carve));
-        table.insert(TableEntry { namespace: Arc::new(namespace), attachment: Attachment::Hosts(Vec::new()), managed: true });
+        table.insert(TableEntry {
+            namespace: Arc::new(namespace),
+            attachment: Attachment::Hosts(Vec::new()),
+            managed: true,
+        });
         self.replace_table(table);
         tracing::info!(subsystem = %self.nqn, nsid = id.0, size_blocks, thin, "namespace created");
         Ok(id)
@@ -212,9 +215,10 @@ impl Subsystem {
             .records()
             .into_iter()
             .find_map(|record| {
-                let binding = record.binding.clone().filter(|binding| {
-                    binding.subsystem_nqn == self.nqn && binding.namespace_id == id.0
-                })?;
+                let binding = record
+                    .binding
+                    .clone()
+                    .filter(|binding| binding.subsystem_nqn == self.nqn && binding.namespace_id == id.0)?;
                 Some((record, binding))
             })
             .ok_or(ManagementError::NotAllocated(id.0))?;
@@ -268,7 +272,8 @@ impl Subsystem {
         let _change = self.lock_changes();
         let mut table = (*self.table()).clone();
         let entry = table.get(id).ok_or(ManagementError::NotAllocated(id.0))?;
-        let (Some(carve), Attachment::Hosts(current), true) = (&entry.namespace.carve, &entry.attachment, entry.managed)
+        let (Some(carve), Attachment::Hosts(current), true) =
+            (&entry.namespace.carve, &entry.attachment, entry.managed)
         else {
             return Err(if attach && entry.attachment == Attachment::AllHosts {
                 ManagementError::AlreadyAttached(id.0)

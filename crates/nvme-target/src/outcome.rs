@@ -29,10 +29,7 @@ pub(crate) enum HeldTicket {
     Management(storage::service::Ticket<(Status, u64)>),
     /// A reservation change in a gateway group's authority, for the namespace with
     /// this NGUID.
-    Group {
-        ticket: crate::group_reservations::ChangeTicket,
-        nguid: [u8; 16],
-    },
+    Group { ticket: crate::group_reservations::ChangeTicket, nguid: [u8; 16] },
     /// A Preempt and Abort whose answer (ready in `answer`, or `inner`'s once it
     /// ends) waits until the preempted hosts' writes at storage have completed
     /// (`write_fence`), or until `give_up_at`.
@@ -48,13 +45,11 @@ impl HeldTicket {
     /// The command's answer once the work ended.
     /// A group's answer installs the state it returns on this gateway (and its
     /// notices) before the command completes.
-    pub(crate) fn take(
-        &self,
-        target: &crate::Target,
-        now: std::time::Instant,
-    ) -> Option<(Status, u64)> {
+    pub(crate) fn take(&self, target: &crate::Target, now: std::time::Instant) -> Option<(Status, u64)> {
         match self {
-            HeldTicket::Persist(ticket) => ticket.take().map(|result| (crate::reservation_store::persist_status(result), 0)),
+            HeldTicket::Persist(ticket) => {
+                ticket.take().map(|result| (crate::reservation_store::persist_status(result), 0))
+            }
             HeldTicket::Management(ticket) => ticket.take(),
             HeldTicket::Group { ticket, nguid } => ticket.take().map(|result| match result {
                 Ok(applied) => {
@@ -63,12 +58,7 @@ impl HeldTicket {
                 }
                 Err(error) => (crate::group_reservations::unreachable_status(&error), 0),
             }),
-            HeldTicket::Fenced {
-                inner,
-                answer,
-                fence,
-                give_up_at,
-            } => {
+            HeldTicket::Fenced { inner, answer, fence, give_up_at } => {
                 if answer.get().is_none() {
                     answer.set(inner.as_ref().and_then(|inner| inner.take(target, now)));
                 }

@@ -154,7 +154,8 @@ impl Connection {
                     "Connect held: requests of a dead queue of the host are still at storage");
                 self.quiesce.held_connect = Some(HeldConnect { slot: slot_index, since: now, until, check_at });
                 // A held Connect is not an idle socket.
-                self.timers.setup_deadline = self.timers.setup_deadline.map(|deadline| deadline.max(until + Duration::from_secs(1)));
+                self.timers.setup_deadline =
+                    self.timers.setup_deadline.map(|deadline| deadline.max(until + Duration::from_secs(1)));
                 true
             }
             Some(held) if now >= held.until => {

@@ -35,7 +35,6 @@ fn invalid() -> Status {
     Status::INVALID_FIELD.with_do_not_retry()
 }
 
-
 fn key_at(data: &[u8], offset: usize) -> u64 {
     nvme_spec::bytes::get_u64(data, offset)
 }
@@ -49,7 +48,11 @@ impl Connection {
         slot_index: u16,
         needed: usize,
     ) -> Result<(std::sync::Arc<crate::namespaces::Namespace>, HostId, [u8; 16]), Status> {
-        let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
+        let namespace = self
+            .view
+            .get(sqe.namespace_id())
+            .cloned()
+            .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
         let host = self.binding.as_ref().map(|binding| binding.controller.host_identifier).unwrap_or_default();
         let slot = self.slots.slot(slot_index);
         let Some(source) = slot.buffer.get(..needed).filter(|_| slot.host_data_bytes as usize >= needed) else {
@@ -67,7 +70,9 @@ impl Connection {
         if effects.notices.is_empty() {
             return;
         }
-        let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone()) else { return };
+        let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone()) else {
+            return;
+        };
         for controller in self.target.controllers_of(subsystem.index) {
             for (host, notice) in &effects.notices {
                 if controller.host_identifier == *host {
@@ -163,13 +168,8 @@ impl Connection {
         if cdw10 & IGNORE_EXISTING_KEY != 0 {
             return Err(invalid());
         }
-        let change = ReservationChange::Release {
-            host,
-            action,
-            kind,
-            current_key: key_at(&data, 0),
-            ignore_key: false,
-        };
+        let change =
+            ReservationChange::Release { host, action, kind, current_key: key_at(&data, 0), ignore_key: false };
         self.change_reservations(slot_index, &namespace, change, now)
     }
 
@@ -218,23 +218,16 @@ impl Connection {
         let (inner, answer) = match outcome {
             Outcome::Done(status, result) => (None, Some((status, result))),
             Outcome::Pending => {
-                let position = self
-                    .held_tickets
-                    .iter()
-                    .rposition(|(slot, _)| *slot == slot_index);
+                let position = self.held_tickets.iter().rposition(|(slot, _)| *slot == slot_index);
                 match position {
-                    Some(position) => (
-                        Some(Box::new(self.held_tickets.swap_remove(position).1)),
-                        None,
-                    ),
+                    Some(position) => (Some(Box::new(self.held_tickets.swap_remove(position).1)), None),
                     None => return outcome,
                 }
             }
             // Reservation changes return no data.
             Outcome::Data(_) => return outcome,
         };
-        let quiesce =
-            Duration::from_millis(u64::from(self.target.settings.command_quiesce_timeout_ms));
+        let quiesce = Duration::from_millis(u64::from(self.target.settings.command_quiesce_timeout_ms));
         tracing::debug!(peer = %self.peer, writes = fence.writes_in_flight(),
             "preempt and abort: waiting for the preempted hosts' writes at storage");
         self.slots.slot(slot_index).state = SlotState::HeldPersist;
@@ -264,10 +257,7 @@ impl Connection {
         let Some(key) = self.namespace_key(namespace) else { return Outcome::status(Status::INTERNAL_PATH_ERROR) };
         let ticket = ChangeTicket::new(self.storage.waker().cloned());
         group.apply(key, change, ticket.clone());
-        let held = crate::outcome::HeldTicket::Group {
-            ticket,
-            nguid: namespace.nguid,
-        };
+        let held = crate::outcome::HeldTicket::Group { ticket, nguid: namespace.nguid };
         if let Some((status, _)) = held.take(&self.target, now) {
             return Outcome::status(status);
         }
@@ -316,7 +306,8 @@ impl Connection {
         let Some(subsystem) = self.binding.as_ref().and_then(|binding| binding.controller.subsystem.clone()) else {
             return Outcome::status(Status::SUCCESS);
         };
-        let key = NamespaceKey { subsystem_nqn: subsystem.nqn.clone(), namespace_id: namespace.id, nguid: namespace.nguid };
+        let key =
+            NamespaceKey { subsystem_nqn: subsystem.nqn.clone(), namespace_id: namespace.id, nguid: namespace.nguid };
         let ticket = PersistTicket::new(self.storage.waker().cloned());
         // PTPL off: the record goes, so a restart starts without reservations.
         store.save(key, state.persist_through_power_loss.then(|| state.clone()), ticket.clone());
@@ -347,12 +338,7 @@ impl Connection {
         let Some(namespace) = self.view.get(nsid).cloned() else {
             return Outcome::status(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry());
         };
-        match self.change_reservations(
-            slot_index,
-            &namespace,
-            ReservationChange::SetPersistence { persist },
-            now,
-        ) {
+        match self.change_reservations(slot_index, &namespace, ReservationChange::SetPersistence { persist }, now) {
             Ok(outcome) => outcome,
             Err(status) => Outcome::status(status),
         }
@@ -381,8 +367,16 @@ impl Connection {
     /// Reservation Report, extended data structure only: fabrics Host Identifiers are
     /// 128 bits, so EDS clear gets Host Identifier Inconsistent (as the Linux target).
     /// One entry per registrant, CNTLID FFFFh (see [`encode_report`]).
-    pub(crate) fn io_reservation_report(&mut self, sqe: &SubmissionQueueEntry, slot_index: u16) -> Result<Outcome, Status> {
-        let namespace = self.view.get(sqe.namespace_id()).cloned().ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
+    pub(crate) fn io_reservation_report(
+        &mut self,
+        sqe: &SubmissionQueueEntry,
+        slot_index: u16,
+    ) -> Result<Outcome, Status> {
+        let namespace = self
+            .view
+            .get(sqe.namespace_id())
+            .cloned()
+            .ok_or(Status::INVALID_NAMESPACE_OR_FORMAT.with_do_not_retry())?;
         let sgl = sqe.sgl();
         if sgl.length > 0 && !sgl.is_transport() {
             return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_do_not_retry());

@@ -474,7 +474,8 @@ impl Reservations {
             self.attention.fetch_and(!UNKNOWN, Ordering::AcqRel);
         }
         Some(applied)
-    }}
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -538,7 +539,10 @@ mod tests {
             Err(Status::RESERVATION_CONFLICT),
             "an unregistered host cannot acquire"
         );
-        assert_eq!(state.acquire(&A, AcquireAction::Acquire, WriteExclusive, 1, 0, false), Err(Status::RESERVATION_CONFLICT));
+        assert_eq!(
+            state.acquire(&A, AcquireAction::Acquire, WriteExclusive, 1, 0, false),
+            Err(Status::RESERVATION_CONFLICT)
+        );
     }
 
     #[test]
@@ -546,16 +550,29 @@ mod tests {
         let mut state = registered(&[(A, 1), (B, 2)]);
         state.acquire(&A, AcquireAction::Acquire, WriteExclusive, 1, 0, false).unwrap();
         assert!(state.acquire(&A, AcquireAction::Acquire, WriteExclusive, 1, 0, false).is_ok());
-        assert_eq!(state.acquire(&A, AcquireAction::Acquire, ExclusiveAccess, 1, 0, false), Err(Status::RESERVATION_CONFLICT));
-        assert_eq!(state.acquire(&B, AcquireAction::Acquire, WriteExclusive, 2, 0, false), Err(Status::RESERVATION_CONFLICT));
+        assert_eq!(
+            state.acquire(&A, AcquireAction::Acquire, ExclusiveAccess, 1, 0, false),
+            Err(Status::RESERVATION_CONFLICT)
+        );
+        assert_eq!(
+            state.acquire(&B, AcquireAction::Acquire, WriteExclusive, 2, 0, false),
+            Err(Status::RESERVATION_CONFLICT)
+        );
     }
 
     #[test]
     fn release_and_unregister_free_the_reservation_and_notify_registrants_of_shared_types() {
         let mut state = registered(&[(A, 1), (B, 2)]);
         state.acquire(&A, AcquireAction::Acquire, WriteExclusiveRegistrantsOnly, 1, 0, false).unwrap();
-        assert_eq!(state.release(&A, ReleaseAction::Release, 1, 1, false), Err(Status::INVALID_FIELD.with_do_not_retry()));
-        assert_eq!(state.release(&B, ReleaseAction::Release, 3, 2, false), Ok(Effects::default()), "not the holder: no effect");
+        assert_eq!(
+            state.release(&A, ReleaseAction::Release, 1, 1, false),
+            Err(Status::INVALID_FIELD.with_do_not_retry())
+        );
+        assert_eq!(
+            state.release(&B, ReleaseAction::Release, 3, 2, false),
+            Ok(Effects::default()),
+            "not the holder: no effect"
+        );
         assert!(state.holder.is_some());
         let effects = state.release(&A, ReleaseAction::Release, 3, 1, false).unwrap();
         assert_eq!(effects.notices, [(B, Notice::ReservationReleased)]);
@@ -580,8 +597,14 @@ mod tests {
         assert_eq!(state.generation, generation + 1);
         // Preempting a key nobody has is a conflict; PRKEY 0 without an
         // all-registrants reservation names nobody.
-        assert_eq!(state.acquire(&B, AcquireAction::Preempt, ExclusiveAccess, 2, 42, false), Err(Status::RESERVATION_CONFLICT));
-        assert_eq!(state.acquire(&B, AcquireAction::Preempt, ExclusiveAccess, 2, 0, false), Err(Status::INVALID_FIELD.with_do_not_retry()));
+        assert_eq!(
+            state.acquire(&B, AcquireAction::Preempt, ExclusiveAccess, 2, 42, false),
+            Err(Status::RESERVATION_CONFLICT)
+        );
+        assert_eq!(
+            state.acquire(&B, AcquireAction::Preempt, ExclusiveAccess, 2, 0, false),
+            Err(Status::INVALID_FIELD.with_do_not_retry())
+        );
         // A non-holder key only removes that registration.
         let effects = state.acquire(&B, AcquireAction::Preempt, ExclusiveAccess, 2, 3, false).unwrap();
         assert_eq!(effects.notices, [(C, Notice::RegistrationPreempted)]);

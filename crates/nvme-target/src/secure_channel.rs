@@ -112,12 +112,18 @@ impl std::fmt::Debug for GeneratedPsks {
 impl GeneratedPsks {
     /// Files the TLS PSK `generated` yields for `host_nqn` and `subsystem_nqn`; returns
     /// its identity.
-    pub fn insert(&self, generated: &GeneratedPsk, host_nqn: &str, subsystem_nqn: &str) -> Result<PskIdentity, TlsKeyError> {
+    pub fn insert(
+        &self,
+        generated: &GeneratedPsk,
+        host_nqn: &str,
+        subsystem_nqn: &str,
+    ) -> Result<PskIdentity, TlsKeyError> {
         let (identity, tls_psk) = generated.tls_key(host_nqn, subsystem_nqn)?;
         let text = identity.to_string();
         let mut entries = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         entries.retain(|entry| entry.identity != text);
-        let same_pair = entries.iter().filter(|entry| entry.host_nqn == host_nqn && entry.subsystem_nqn == subsystem_nqn).count();
+        let same_pair =
+            entries.iter().filter(|entry| entry.host_nqn == host_nqn && entry.subsystem_nqn == subsystem_nqn).count();
         if same_pair >= GENERATED_PSKS_PER_PAIR {
             if let Some(oldest) =
                 entries.iter().position(|entry| entry.host_nqn == host_nqn && entry.subsystem_nqn == subsystem_nqn)
@@ -147,7 +153,8 @@ impl GeneratedPsks {
     /// Forgets every PSK of `host_nqn` (all subsystems, or one).
     pub fn forget(&self, host_nqn: &str, subsystem_nqn: Option<&str>) {
         let mut entries = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
-        entries.retain(|entry| entry.host_nqn != host_nqn || subsystem_nqn.is_some_and(|nqn| nqn != entry.subsystem_nqn));
+        entries
+            .retain(|entry| entry.host_nqn != host_nqn || subsystem_nqn.is_some_and(|nqn| nqn != entry.subsystem_nqn));
     }
 
     /// How many are kept.

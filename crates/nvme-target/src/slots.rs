@@ -225,11 +225,7 @@ impl SlotTable {
 
     /// Indices of slots in `state`.
     pub fn indices_in_state(&self, state: SlotState) -> impl Iterator<Item = u16> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(move |(_, slot)| slot.state == state)
-            .map(|(index, _)| index as u16)
+        self.slots.iter().enumerate().filter(move |(_, slot)| slot.state == state).map(|(index, _)| index as u16)
     }
 }
 

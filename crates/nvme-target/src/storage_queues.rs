@@ -22,10 +22,7 @@ const COUNTED_WRITE_TOKEN_BIT: u64 = 1 << 63;
 /// Requests of the write group: what Preempt and Abort's fence waits for.
 fn modifies_blocks(op: &IoOp) -> bool {
     match op {
-        IoOp::Write { .. }
-        | IoOp::WriteZeroes { .. }
-        | IoOp::CompareAndWrite { .. }
-        | IoOp::Deallocate { .. } => true,
+        IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::CompareAndWrite { .. } | IoOp::Deallocate { .. } => true,
         IoOp::Read { .. } | IoOp::Flush => false,
     }
 }
@@ -51,12 +48,7 @@ impl OpenQueue {
         };
         let stats = namespace.stats.register();
         let writes = namespace.writes.register(host);
-        OpenQueue {
-            namespace,
-            queue,
-            stats,
-            writes,
-        }
+        OpenQueue { namespace, queue, stats, writes }
     }
 
     /// Reaps the queue's completions into `out`, uncounting the writes among them.

@@ -133,8 +133,7 @@ impl Subsystem {
     /// Builds a subsystem, deriving missing identifiers. With a pool, the pool's
     /// carves bound to this NQN become namespaces too.
     pub fn new(spec: SubsystemSpec, index: usize) -> Result<Subsystem, SubsystemError> {
-        validate_nqn(&spec.nqn)
-            .map_err(|reason| SubsystemError::InvalidNqn { nqn: spec.nqn.clone(), reason })?;
+        validate_nqn(&spec.nqn).map_err(|reason| SubsystemError::InvalidNqn { nqn: spec.nqn.clone(), reason })?;
         let mut table = NamespaceTable::default();
         let add = |table: &mut NamespaceTable, entry: TableEntry| {
             let nsid = entry.namespace.id.0;
@@ -162,14 +161,16 @@ impl Subsystem {
                 });
             }
             let entry = TableEntry {
-                namespace: Arc::new(Namespace::new(
-                    namespace.id,
-                    namespace.backend,
-                    namespace.nguid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"nguid")),
-                    namespace.uuid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"uuid")),
-                    None,
-                )
-                .in_ana_group(namespace.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP))),
+                namespace: Arc::new(
+                    Namespace::new(
+                        namespace.id,
+                        namespace.backend,
+                        namespace.nguid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"nguid")),
+                        namespace.uuid.unwrap_or_else(|| derive_identifier(&spec.nqn, nsid, b"uuid")),
+                        None,
+                    )
+                    .in_ana_group(namespace.ana_group.unwrap_or(crate::ana::DEFAULT_ANA_GROUP)),
+                ),
                 attachment: Attachment::AllHosts,
                 managed: false,
             };
@@ -192,13 +193,8 @@ impl Subsystem {
                 let attachment =
                     if binding.all_hosts { Attachment::AllHosts } else { Attachment::Hosts(binding.hosts) };
                 let carve = PoolCarve { pool: Arc::clone(pool), id: record.id, thin: record.thin };
-                let namespace = Namespace::new(
-                    NamespaceId(binding.namespace_id),
-                    backend,
-                    record.nguid,
-                    record.uuid,
-                    Some(carve),
-                );
+                let namespace =
+                    Namespace::new(NamespaceId(binding.namespace_id), backend, record.nguid, record.uuid, Some(carve));
                 add(&mut table, TableEntry { namespace: Arc::new(namespace), attachment, managed })?;
             }
         }
@@ -259,7 +255,11 @@ impl Subsystem {
         // before the swap would find no such namespace and leave it unknown for good
         // (every command a path error on this gateway).
         let newly_followed: Vec<Arc<crate::Namespace>> = match self.group_reservations.get() {
-            Some(_) => table.entries().filter(|entry| mark_for_group(&entry.namespace)).map(|entry| Arc::clone(&entry.namespace)).collect(),
+            Some(_) => table
+                .entries()
+                .filter(|entry| mark_for_group(&entry.namespace))
+                .map(|entry| Arc::clone(&entry.namespace))
+                .collect(),
             None => Vec::new(),
         };
         *self.table.write().unwrap_or_else(|poison| poison.into_inner()) = Arc::new(table);
@@ -382,11 +382,19 @@ fn mark_for_group(namespace: &crate::Namespace) -> bool {
 }
 
 /// Asks the group's authority to follow `namespace` (already in the subsystem's table).
-fn follow_in_group(namespace: &crate::Namespace, group: &crate::group_reservations::SharedGroupReservations, subsystem_nqn: &str) {
+fn follow_in_group(
+    namespace: &crate::Namespace,
+    group: &crate::group_reservations::SharedGroupReservations,
+    subsystem_nqn: &str,
+) {
     if let Some(vouch) = group.copy_vouch() {
         namespace.reservations.bound_by(vouch);
     }
-    group.track(crate::reservation_store::NamespaceKey { subsystem_nqn: subsystem_nqn.to_string(), namespace_id: namespace.id, nguid: namespace.nguid });
+    group.track(crate::reservation_store::NamespaceKey {
+        subsystem_nqn: subsystem_nqn.to_string(),
+        namespace_id: namespace.id,
+        nguid: namespace.nguid,
+    });
 }
 
 #[cfg(test)]
@@ -407,7 +415,13 @@ mod tests {
             model_number: None,
             namespaces: ids
                 .iter()
-                .map(|&id| NamespaceSpec { id: NamespaceId(id), backend: ram(8), nguid: None, uuid: None, ana_group: None })
+                .map(|&id| NamespaceSpec {
+                    id: NamespaceId(id),
+                    backend: ram(8),
+                    nguid: None,
+                    uuid: None,
+                    ana_group: None,
+                })
                 .collect(),
         }
     }
@@ -424,14 +438,8 @@ mod tests {
 
     #[test]
     fn bad_descriptions_are_refused_with_the_reason() {
-        assert!(matches!(
-            Subsystem::new(spec(&[1, 1]), 0),
-            Err(SubsystemError::DuplicateNamespaceId { nsid: 1, .. })
-        ));
-        assert!(matches!(
-            Subsystem::new(spec(&[0]), 0),
-            Err(SubsystemError::NamespaceIdOutOfRange { nsid: 0, .. })
-        ));
+        assert!(matches!(Subsystem::new(spec(&[1, 1]), 0), Err(SubsystemError::DuplicateNamespaceId { nsid: 1, .. })));
+        assert!(matches!(Subsystem::new(spec(&[0]), 0), Err(SubsystemError::NamespaceIdOutOfRange { nsid: 0, .. })));
         assert!(matches!(
             Subsystem::new(spec(&[MAX_NAMESPACE_ID + 1]), 0),
             Err(SubsystemError::NamespaceIdOutOfRange { .. })

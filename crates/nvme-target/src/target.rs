@@ -12,12 +12,12 @@ use nvme_spec::ana::{AnaGroupId, AnaState};
 
 use crate::ana::AnaStates;
 use crate::controller::{Controller, ControllerKind};
-use crate::namespaces::NamespaceChange;
 use crate::limits::{
     RefusalLog, DISCOVERY_KEEP_ALIVE_TIMEOUT_MS, MAX_COMMAND_QUIESCE_TIMEOUT_MS, MAX_CONNECTION_SETUP_TIMEOUT_MS,
     MAX_DATA_TRANSFER_BYTES, MAX_IN_CAPSULE_DATA_BYTES, MAX_IO_QUEUES_PER_CONTROLLER, MAX_IO_QUEUE_DEPTH,
     MAX_OUTSTANDING_R2T_BYTES_LIMIT, MIN_IN_CAPSULE_DATA_BYTES,
 };
+use crate::namespaces::NamespaceChange;
 use crate::stats::TargetCounters;
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemSpec};
 
@@ -49,7 +49,13 @@ impl ListenerSpec {
     /// discovery; ADRFAM follows the address (IPv6 when it holds a colon).
     pub fn tcp(address: &str, port: u16) -> ListenerSpec {
         let family = if address.contains(':') { AddressFamily::Ipv6 } else { AddressFamily::Ipv4 };
-        ListenerSpec { address: address.into(), port, family, discovery_only: false, secure_channel: Default::default() }
+        ListenerSpec {
+            address: address.into(),
+            port,
+            family,
+            discovery_only: false,
+            secure_channel: Default::default(),
+        }
     }
 
     /// The same listener serving only the discovery subsystem.
@@ -171,8 +177,10 @@ impl TargetSettings {
     /// when its host asks for `requested_ms`, or why the request is refused.
     pub fn keep_alive_timeout(&self, kind: ControllerKind, requested_ms: u32) -> Result<u32, KeepAliveRefusal> {
         match (requested_ms, kind) {
-            (0, ControllerKind::Discovery) => Ok(DISCOVERY_KEEP_ALIVE_TIMEOUT_MS
-                .clamp(self.min_keep_alive_timeout_ms, self.max_keep_alive_timeout_ms)),
+            (0, ControllerKind::Discovery) => {
+                Ok(DISCOVERY_KEEP_ALIVE_TIMEOUT_MS
+                    .clamp(self.min_keep_alive_timeout_ms, self.max_keep_alive_timeout_ms))
+            }
             (0, ControllerKind::Io) if self.allow_keep_alive_disabled => Ok(0),
             (0, ControllerKind::Io) => Err(KeepAliveRefusal::Disabled),
             (requested, _) if requested > self.max_keep_alive_timeout_ms => Err(KeepAliveRefusal::AboveMaximum),
@@ -221,7 +229,9 @@ pub enum TargetError {
     ConnectionsPerHost { value: u32, min: u32 },
     #[error("max_outstanding_r2t_bytes_per_connection must be {min}..={max} (at least the maximum data transfer size), not {value}")]
     OutstandingR2tBytes { value: u32, min: u32, max: u32 },
-    #[error("in_capsule_data_bytes must be a multiple of 16 in {min}..={max} (the maximum data transfer size), not {value}")]
+    #[error(
+        "in_capsule_data_bytes must be a multiple of 16 in {min}..={max} (the maximum data transfer size), not {value}"
+    )]
     InCapsuleDataBytes { value: u32, min: u32, max: u32 },
     #[error("connection_setup_timeout_ms must be 1..={max}, not {value}")]
     ConnectionSetupTimeout { value: u64, max: u64 },
@@ -229,9 +239,7 @@ pub enum TargetError {
     CommandQuiesceTimeout { value: u32, max: u32 },
     #[error("the controller id range {min}..={max} must lie within 1..={limit} and not be empty")]
     ControllerIdRange { min: u16, max: u16, limit: u16 },
-    #[error(
-        "min_keep_alive_timeout_ms ({min}) must be at least 1 and at most max_keep_alive_timeout_ms ({max})"
-    )]
+    #[error("min_keep_alive_timeout_ms ({min}) must be at least 1 and at most max_keep_alive_timeout_ms ({max})")]
     KeepAliveRange { min: u32, max: u32 },
 }
 
@@ -343,10 +351,7 @@ pub struct PeerPath {
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("listeners", &self.listeners)
-            .field("subsystems", &self.subsystems())
-            .finish()
+        f.debug_struct("Target").field("listeners", &self.listeners).field("subsystems", &self.subsystems()).finish()
     }
 }
 
@@ -363,10 +368,7 @@ impl Target {
             });
         }
         if settings.max_io_queue_depth < 2 || settings.max_io_queue_depth > MAX_IO_QUEUE_DEPTH {
-            return Err(TargetError::IoQueueDepth {
-                value: settings.max_io_queue_depth,
-                max: MAX_IO_QUEUE_DEPTH,
-            });
+            return Err(TargetError::IoQueueDepth { value: settings.max_io_queue_depth, max: MAX_IO_QUEUE_DEPTH });
         }
         settings.validate_limits()?;
         let target = Arc::new(Target {
@@ -450,7 +452,12 @@ impl Target {
         }
         let controllers: Vec<Arc<Controller>> = {
             let table = self.controllers.lock().unwrap_or_else(|poison| poison.into_inner());
-            table.controllers.iter().filter(|((index, _), _)| index.is_some()).filter_map(|(_, c)| c.upgrade()).collect()
+            table
+                .controllers
+                .iter()
+                .filter(|((index, _), _)| index.is_some())
+                .filter_map(|(_, c)| c.upgrade())
+                .collect()
         };
         for controller in controllers {
             controller.note_ana_changed();
@@ -519,10 +526,8 @@ impl Target {
     /// it and its connections): the discovery log stops listing it.
     pub fn remove_listener(&self, id: usize) -> Result<ListenerSpec, TargetError> {
         let mut listeners = self.listeners.write().unwrap_or_else(|poison| poison.into_inner());
-        let position = listeners
-            .iter()
-            .position(|(listener_id, _)| *listener_id == id)
-            .ok_or(TargetError::UnknownListener(id))?;
+        let position =
+            listeners.iter().position(|(listener_id, _)| *listener_id == id).ok_or(TargetError::UnknownListener(id))?;
         let (_, removed) = listeners.remove(position);
         drop(listeners);
         self.bump_discovery_generation();
@@ -642,7 +647,10 @@ impl Target {
         let before = entry.namespace.geometry();
         let after = entry.namespace.grow(block_count).map_err(GrowNamespaceError::Storage)?;
         if after != before {
-            self.notify_namespace_change(subsystem, &NamespaceChange { namespace_id: id, hosts: entry.attachment.clone() });
+            self.notify_namespace_change(
+                subsystem,
+                &NamespaceChange { namespace_id: id, hosts: entry.attachment.clone() },
+            );
         }
         Ok((before, after))
     }
@@ -734,7 +742,9 @@ impl TargetSettings {
             });
         }
         let in_capsule = self.in_capsule_data_bytes;
-        if !(MIN_IN_CAPSULE_DATA_BYTES..=MAX_IN_CAPSULE_DATA_BYTES).contains(&in_capsule) || !in_capsule.is_multiple_of(16) {
+        if !(MIN_IN_CAPSULE_DATA_BYTES..=MAX_IN_CAPSULE_DATA_BYTES).contains(&in_capsule)
+            || !in_capsule.is_multiple_of(16)
+        {
             return Err(TargetError::InCapsuleDataBytes {
                 value: in_capsule,
                 min: MIN_IN_CAPSULE_DATA_BYTES,

@@ -69,14 +69,8 @@ impl NamespaceWrites {
     /// for as long as the queue holds it (queues that went away are pruned here, so
     /// the list stays as long as the number of live queues).
     pub(crate) fn register(&self, host: HostId) -> Arc<QueueWrites> {
-        let counter = Arc::new(QueueWrites {
-            host,
-            in_flight: AtomicU32::new(0),
-        });
-        let mut queues = self
-            .queues
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let counter = Arc::new(QueueWrites { host, in_flight: AtomicU32::new(0) });
+        let mut queues = self.queues.lock().unwrap_or_else(|poison| poison.into_inner());
         queues.retain(|queue| queue.strong_count() > 0);
         queues.push(Arc::downgrade(&counter));
         counter
@@ -97,10 +91,7 @@ impl NamespaceWrites {
         if hosts.is_empty() {
             return WriteFence::default();
         }
-        let queues = self
-            .queues
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let queues = self.queues.lock().unwrap_or_else(|poison| poison.into_inner());
         WriteFence {
             queues: queues
                 .iter()
@@ -128,10 +119,7 @@ impl WriteFence {
 
     /// Writes still at storage.
     pub fn writes_in_flight(&self) -> u64 {
-        self.queues
-            .iter()
-            .map(|queue| u64::from(queue.in_flight()))
-            .sum()
+        self.queues.iter().map(|queue| u64::from(queue.in_flight())).sum()
     }
 
     /// Adds `other`'s queues (a state installed in several subsystems).

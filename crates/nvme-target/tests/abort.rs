@@ -25,7 +25,8 @@ fn abort(admin: &mut FakeHost, queue: u16, command: CommandId) -> CommandId {
 }
 
 fn setup() -> (FakeHost, FakeHost, ControllerId) {
-    let settings = TargetSettings { max_outstanding_r2t_bytes_per_connection: BUDGET_BYTES, ..TargetSettings::default() };
+    let settings =
+        TargetSettings { max_outstanding_r2t_bytes_per_connection: BUDGET_BYTES, ..TargetSettings::default() };
     let target = test_target_with(settings);
     let mut admin = FakeHost::new(target.clone(), 0);
     let cntlid = admin.bring_up_admin(NQN);
@@ -43,7 +44,14 @@ fn a_command_waiting_for_r2t_budget_is_aborted() {
     let second = io.send_command(read_write(IoOpcode::Write, 1, 1024, BLOCKS), &[]);
     io.collect();
     // The first write holds the whole budget: only its R2T went out.
-    let r2ts: Vec<_> = io.received.iter().filter_map(|pdu| match pdu.header { PduHeader::R2t(r2t) => Some(r2t.command_id), _ => None }).collect();
+    let r2ts: Vec<_> = io
+        .received
+        .iter()
+        .filter_map(|pdu| match pdu.header {
+            PduHeader::R2t(r2t) => Some(r2t.command_id),
+            _ => None,
+        })
+        .collect();
     assert_eq!(r2ts, [first]);
 
     let request = abort(&mut admin, 1, second);
@@ -62,7 +70,8 @@ fn a_command_waiting_for_r2t_budget_is_aborted() {
         _ => None,
     });
     assert_eq!(aborted.map(|status| status.kind()), Some(Status::ABORTED_BY_REQUEST));
-    io.received.retain(|pdu| !matches!(&pdu.header, PduHeader::CapsuleResp(response) if response.cqe.command_id == second));
+    io.received
+        .retain(|pdu| !matches!(&pdu.header, PduHeader::CapsuleResp(response) if response.cqe.command_id == second));
     assert_status(&io.await_answer(first, &first_data), Status::SUCCESS);
     let read = io.command(read_write(IoOpcode::Read, 1, 1024, 8), &[], &[]);
     assert_eq!(read.data, vec![0; 4096], "the aborted write wrote nothing");

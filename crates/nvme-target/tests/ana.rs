@@ -43,7 +43,9 @@ fn identify_advertises_ana_as_the_linux_host_requires() {
     assert_eq!(id.multipath_capabilities, cmic::MULTIPLE_PORTS | cmic::MULTIPLE_CONTROLLERS | cmic::ANA_REPORTING);
     assert_ne!(id.optional_async_events_supported & oaes::ANA_CHANGE_NOTICES, 0);
     assert!(id.ana_transition_time > 0);
-    for bit in [anacap::REPORTS_OPTIMIZED, anacap::REPORTS_NON_OPTIMIZED, anacap::REPORTS_INACCESSIBLE, anacap::REPORTS_CHANGE] {
+    for bit in
+        [anacap::REPORTS_OPTIMIZED, anacap::REPORTS_NON_OPTIMIZED, anacap::REPORTS_INACCESSIBLE, anacap::REPORTS_CHANGE]
+    {
         assert_ne!(id.ana_capabilities & bit, 0);
     }
     assert!(id.number_of_ana_group_identifiers >= 1);
@@ -51,7 +53,8 @@ fn identify_advertises_ana_as_the_linux_host_requires() {
     // Linux: MNAN must be non-zero and at most NN, and the whole log must fit MDTS.
     assert!(id.maximum_number_of_allowed_namespaces > 0);
     assert!(id.maximum_number_of_allowed_namespaces <= id.number_of_namespaces);
-    let log_bytes = 16 + id.number_of_ana_group_identifiers as usize * 32 + id.maximum_number_of_allowed_namespaces as usize * 4;
+    let log_bytes =
+        16 + id.number_of_ana_group_identifiers as usize * 32 + id.maximum_number_of_allowed_namespaces as usize * 4;
     assert!(log_bytes <= (4096 << id.maximum_data_transfer_size), "ANA log of {log_bytes} bytes exceeds MDTS");
     let raw: [u8; IDENTIFY_DATA_BYTES] = host.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
     assert_eq!(IdentifyNamespace::decode(&raw).ana_group_identifier, 1);
@@ -160,7 +163,10 @@ fn controller_ids_stay_in_the_configured_range_and_peers_appear_in_discovery() {
     // The range is used up: Controller Busy (retried by hosts), never an id outside it.
     let mut third = FakeHost::new(target.clone(), 0);
     third.initialize(DigestSettings { header: false, data: false });
-    assert_status(&third.connect(QueueId(0), nvme_spec::ControllerId::DYNAMIC, NQN, 32), Status::CONNECT_CONTROLLER_BUSY);
+    assert_status(
+        &third.connect(QueueId(0), nvme_spec::ControllerId::DYNAMIC, NQN, 32),
+        Status::CONNECT_CONTROLLER_BUSY,
+    );
 
     target.set_peer_paths(vec![PeerPath {
         subsystem_nqn: NQN.into(),

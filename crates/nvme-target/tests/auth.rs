@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_auth::{
-    DhGroup, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, SeededRandom,
-    Secret,
+    DhGroup, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, Secret,
+    SeededRandom,
 };
 use nvme_spec::discovery::{DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_LOG_RECORD_BYTES, DISCOVERY_NQN};
 use nvme_spec::fabrics::{
@@ -135,7 +135,8 @@ fn discovery_log(host: &mut FakeHost) -> Vec<String> {
     (0..header.number_of_records as usize)
         .map(|index| {
             let start = (index + 1) * DISCOVERY_LOG_RECORD_BYTES;
-            let entry = DiscoveryLogEntry::decode(answer.data[start..start + DISCOVERY_LOG_RECORD_BYTES].try_into().unwrap());
+            let entry =
+                DiscoveryLogEntry::decode(answer.data[start..start + DISCOVERY_LOG_RECORD_BYTES].try_into().unwrap());
             entry.subsystem_nqn_str().unwrap_or("").to_string()
         })
         .collect()
@@ -150,7 +151,13 @@ fn an_unlisted_host_is_refused_at_connect_and_a_listed_one_accepted() {
     assert_eq!(answer.cqe.result_dw0, connect_invalid_parameter_in_data(512), "IATTR/IPO name HOSTNQN");
     // The secured subsystem refuses an unlisted host just the same.
     let mut stranger = new_host(&target, 0);
-    let answer = connect_as(&mut stranger, QueueId::ADMIN, ControllerId::DYNAMIC, SECURED_NQN, "nqn.2014-08.org.example:stranger");
+    let answer = connect_as(
+        &mut stranger,
+        QueueId::ADMIN,
+        ControllerId::DYNAMIC,
+        SECURED_NQN,
+        "nqn.2014-08.org.example:stranger",
+    );
     assert_eq!(answer.cqe.status.kind(), Status::CONNECT_INVALID_HOST);
 
     let mut listed = new_host(&target, 0);
@@ -192,18 +199,27 @@ fn an_empty_host_nqn_is_accepted_where_any_host_may_connect_and_refused_by_an_al
 fn the_discovery_log_lists_only_what_the_host_may_connect_to() {
     let target = access_target();
     let mut as_a = new_host(&target, 1);
-    assert_status(&connect_as(&mut as_a, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_A), Status::SUCCESS);
+    assert_status(
+        &connect_as(&mut as_a, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_A),
+        Status::SUCCESS,
+    );
     assert_status(&as_a.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut as_a), vec![OPEN_NQN, LISTED_NQN, SECURED_NQN]);
 
     let mut as_b = new_host(&target, 1);
-    assert_status(&connect_as(&mut as_b, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_B), Status::SUCCESS);
+    assert_status(
+        &connect_as(&mut as_b, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, HOST_B),
+        Status::SUCCESS,
+    );
     assert_status(&as_b.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut as_b), vec![OPEN_NQN, SECURED_NQN]);
 
     let mut stranger = new_host(&target, 1);
     let nqn = "nqn.2014-08.org.example:stranger";
-    assert_status(&connect_as(&mut stranger, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, nqn), Status::SUCCESS);
+    assert_status(
+        &connect_as(&mut stranger, QueueId::ADMIN, ControllerId::DYNAMIC, DISCOVERY_NQN, nqn),
+        Status::SUCCESS,
+    );
     assert_status(&stranger.enable(), Status::SUCCESS);
     assert_eq!(discovery_log(&mut stranger), vec![OPEN_NQN]);
 }
@@ -248,7 +264,10 @@ fn bidirectional_authentication_checks_the_controller_secret() {
 
     // The host expects another controller secret: the target cannot prove it.
     let mut doubtful = new_host(&target, 0);
-    assert_status(&connect_as(&mut doubtful, QueueId::ADMIN, ControllerId::DYNAMIC, SECURED_NQN, HOST_A), Status::SUCCESS);
+    assert_status(
+        &connect_as(&mut doubtful, QueueId::ADMIN, ControllerId::DYNAMIC, SECURED_NQN, HOST_A),
+        Status::SUCCESS,
+    );
     let other = Secret::from_key(&[0x33; 48], None).unwrap();
     let result = authenticate(&mut doubtful, HOST_A, SECURED_NQN, host_secret(), Some(other), HostPolicy::default());
     assert_eq!(result, Err(HostAuthError::ControllerNotAuthenticated));
@@ -300,7 +319,8 @@ fn malformed_authentication_commands_fail_with_a_status() {
         |command| command.security_protocol_specific_0 = 0,
         |command| command.length = 0,
     ] {
-        let mut command = AuthenticationCommand::decode(&authentication_sqe(FabricsCommandType::AuthenticationSend, 72));
+        let mut command =
+            AuthenticationCommand::decode(&authentication_sqe(FabricsCommandType::AuthenticationSend, 72));
         mutate(&mut command);
         let mut sqe = authentication_sqe(FabricsCommandType::AuthenticationSend, 72);
         command.encode_into(&mut sqe);

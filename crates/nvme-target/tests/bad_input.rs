@@ -10,9 +10,7 @@ use nvme_spec::identify::cns;
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{ControllerId, QueueId, Status};
 use nvme_target::Phase;
-use nvme_tcp_wire::{
-    CapsuleCommand, DataHeader, DigestSettings, FatalErrorStatus, PduHeader, PduWriter,
-};
+use nvme_tcp_wire::{CapsuleCommand, DataHeader, DigestSettings, FatalErrorStatus, PduHeader, PduWriter};
 use support::*;
 
 fn expect_termination(host: &mut FakeHost, status: FatalErrorStatus) {
@@ -192,10 +190,9 @@ fn more_commands_than_the_queue_depth_terminates() {
 
 #[test]
 fn host_data_for_unknown_transfers_or_outside_the_r2t_terminates() {
-    for (transfer_tag, offset, status) in [
-        (3u16, 0u32, FatalErrorStatus::InvalidPduHeaderField),
-        (0, 4096, FatalErrorStatus::DataTransferOutOfRange),
-    ] {
+    for (transfer_tag, offset, status) in
+        [(3u16, 0u32, FatalErrorStatus::InvalidPduHeaderField), (0, 4096, FatalErrorStatus::DataTransferOutOfRange)]
+    {
         let target = test_target();
         let (_admin, mut io) = connected_io_queue(&target, DigestSettings { header: false, data: false });
         let id = io.send_command(read_write(IoOpcode::Write, 1, 0, 64), &[]);

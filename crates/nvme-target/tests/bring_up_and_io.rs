@@ -12,7 +12,6 @@ use nvme_spec::{ControllerId, IdentifyNamespace, NamespaceId, QueueId, Status};
 use nvme_tcp_wire::DigestSettings;
 use support::*;
 
-
 #[test]
 fn admin_queue_comes_up_and_identifies_like_linux_expects() {
     let target = test_target();
@@ -94,10 +93,7 @@ fn io_queue(digests: DigestSettings) -> (FakeHost, FakeHost) {
 
 #[test]
 fn writes_read_back_in_capsule_and_through_r2t_with_and_without_digests() {
-    for digests in [
-        DigestSettings { header: false, data: false },
-        DigestSettings { header: true, data: true },
-    ] {
+    for digests in [DigestSettings { header: false, data: false }, DigestSettings { header: true, data: true }] {
         let (_admin, mut io) = io_queue(digests);
         // 4 KiB and 128 KiB in the capsule (the default in-capsule size is 128 KiB),
         // and 128 KiB after an R2T, as a host with a smaller in-capsule limit sends it.
@@ -300,7 +296,10 @@ fn a_controller_torn_down_elsewhere_closes_its_admin_queue_and_io_queues() {
     assert_eq!(controllers.len(), 1);
     admin.advance(Duration::from_millis(1_100));
     io.advance(Duration::from_millis(1_100));
-    assert!(!admin.connection.wants_close() && !io.connection.wants_close(), "nothing closes while the controller lives");
+    assert!(
+        !admin.connection.wants_close() && !io.connection.wants_close(),
+        "nothing closes while the controller lives"
+    );
     controllers[0].tear_down();
     admin.advance(Duration::from_millis(1_100));
     io.advance(Duration::from_millis(1_100));

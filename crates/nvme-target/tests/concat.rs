@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 
 use nvme_auth::{
-    FailureReason, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep,
-    PskIdentity, Secret, SecureChannelRequest, SeededRandom,
+    FailureReason, HashFunction, HostAuthError, HostAuthentication, HostCredentials, HostPolicy, HostStep, PskIdentity,
+    Secret, SecureChannelRequest, SeededRandom,
 };
 use nvme_spec::fabrics::connect_authentication_required;
 use nvme_spec::{ControllerId, QueueId, Status};
@@ -112,7 +112,8 @@ fn a_concat_host_generates_a_psk_the_tls_lookup_finds() {
     let answer = over_tls.property_get(nvme_spec::fabrics::property_offset::CAP, 8);
     assert!(answer.cqe.status.is_success());
     // It may replace its PSK there (REPLACETLSPSK).
-    let (result, mut replaced) = authenticate(&mut over_tls, CONCAT_HOST, secret(), SecureChannelRequest::ReplaceTlsPsk);
+    let (result, mut replaced) =
+        authenticate(&mut over_tls, CONCAT_HOST, secret(), SecureChannelRequest::ReplaceTlsPsk);
     result.expect("re-authenticated");
     assert!(replaced.take_generated_psk().is_some());
     assert_eq!(target.generated_psks.len(), 2);
@@ -168,7 +169,12 @@ fn concatenation_requests_the_target_must_refuse() {
     let (_, atr) = connect_admin(&mut host, OPEN_HOST);
     assert!(!atr);
     let negotiate = HostAuthentication::new(
-        HostCredentials { host_nqn: OPEN_HOST.into(), subsystem_nqn: NQN.into(), secret: secret(), controller_secret: None },
+        HostCredentials {
+            host_nqn: OPEN_HOST.into(),
+            subsystem_nqn: NQN.into(),
+            secret: secret(),
+            controller_secret: None,
+        },
         HostPolicy::default(),
         Box::new(SeededRandom::new(1)),
         1,

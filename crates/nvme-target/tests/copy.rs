@@ -53,7 +53,11 @@ fn bad_copies_get_the_spec_statuses_and_change_nothing() {
     let limit = (128 * 1024 / BLOCK_BYTES) as u64;
     assert_eq!(copy(&mut io, 300, &[(0, 1)], 1), Status::INVALID_FIELD.with_do_not_retry(), "format 1");
     assert_eq!(copy(&mut io, 300, &[(NAMESPACE_BLOCKS - 1, 2)], 0), Status::LBA_OUT_OF_RANGE.with_do_not_retry());
-    assert_eq!(copy(&mut io, NAMESPACE_BLOCKS - 1, &[(0, 2)], 0), Status::LBA_OUT_OF_RANGE.with_do_not_retry(), "destination past the end");
+    assert_eq!(
+        copy(&mut io, NAMESPACE_BLOCKS - 1, &[(0, 2)], 0),
+        Status::LBA_OUT_OF_RANGE.with_do_not_retry(),
+        "destination past the end"
+    );
     let size_limit = Status::COMMAND_SIZE_LIMIT_EXCEEDED.with_do_not_retry();
     assert_eq!(copy(&mut io, 300, &[(0, limit as u32 + 1)], 0), size_limit, "one range above MSSRL");
     assert_eq!(copy(&mut io, 300, &[(0, limit as u32), (0, 1)], 0), size_limit, "total above MCL");

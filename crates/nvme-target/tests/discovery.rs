@@ -51,7 +51,9 @@ fn discovery_log_lists_the_subsystem_on_its_io_listener() {
 #[test]
 fn discovery_log_announces_each_listeners_tls() {
     use nvme_spec::discovery::{tcp_security_type, transport_requirements};
-    use nvme_target::{AddressFamily, HostAccess, ListenerSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec};
+    use nvme_target::{
+        AddressFamily, HostAccess, ListenerSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec,
+    };
     let listener = |port, secure_channel| ListenerSpec {
         address: "127.0.0.1".into(),
         port,

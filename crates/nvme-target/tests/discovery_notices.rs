@@ -26,11 +26,24 @@ const DISCOVERY_CHANGE_ENABLED: u32 = 1 << 31;
 const OTHER_HOST_NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000cc";
 
 fn subsystem(nqn: &str, hosts: HostAccess) -> SubsystemSpec {
-    SubsystemSpec { nqn: nqn.into(), serial_number: None, model_number: None, namespaces: Vec::new(), pool: None, hosts }
+    SubsystemSpec {
+        nqn: nqn.into(),
+        serial_number: None,
+        model_number: None,
+        namespaces: Vec::new(),
+        pool: None,
+        hosts,
+    }
 }
 
 fn listener(port: u16, discovery_only: bool) -> ListenerSpec {
-    ListenerSpec { address: "127.0.0.1".into(), port, family: AddressFamily::Ipv4, discovery_only, secure_channel: Default::default() }
+    ListenerSpec {
+        address: "127.0.0.1".into(),
+        port,
+        family: AddressFamily::Ipv4,
+        discovery_only,
+        secure_channel: Default::default(),
+    }
 }
 
 fn set_async_event_configuration(host: &mut FakeHost, value: u32) {
@@ -179,7 +192,8 @@ fn only_hosts_whose_records_changed_are_told() {
     let other_event = hold_event_request(&mut other);
 
     // A subsystem only HOST_NQN may see.
-    let restricted = target.add_subsystem(subsystem("nqn.2026-11.io.sluice:restricted", HostAccess::only(&[HOST_NQN]))).unwrap();
+    let restricted =
+        target.add_subsystem(subsystem("nqn.2026-11.io.sluice:restricted", HostAccess::only(&[HOST_NQN]))).unwrap();
     assert_eq!(keep_alive(&mut allowed), [(allowed_event, Status::SUCCESS, DISCOVERY_NOTICE_DW0)]);
     assert!(keep_alive(&mut other).is_empty(), "the other host's records did not change");
 

@@ -5,7 +5,9 @@
 mod support;
 
 use nvme_spec::identify::{cns, IDENTIFY_DATA_BYTES};
-use nvme_spec::log_page::{ErrorInformationEntry, SmartHealthLog, ERROR_INFORMATION_ENTRY_BYTES, SMART_HEALTH_LOG_BYTES};
+use nvme_spec::log_page::{
+    ErrorInformationEntry, SmartHealthLog, ERROR_INFORMATION_ENTRY_BYTES, SMART_HEALTH_LOG_BYTES,
+};
 use nvme_spec::opcode::{AdminOpcode, IoOpcode};
 use nvme_spec::{IdentifyController, QueueId, Status};
 use support::*;

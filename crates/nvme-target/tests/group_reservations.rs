@@ -68,13 +68,7 @@ impl GroupReservations for MemoryGroup {
 
     fn track(&self, key: NamespaceKey) {
         let update = self.latest(&key.nguid);
-        for gateway in self
-            .gateways
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-        {
+        for gateway in self.gateways.lock().unwrap().iter().filter_map(Weak::upgrade) {
             let _ = gateway.install_group_reservations(&key.nguid, &update);
         }
     }
@@ -104,9 +98,7 @@ impl GroupReservations for MemoryGroup {
         if !fences.iter().all(WriteFence::is_drained) {
             std::thread::spawn(move || {
                 let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                while !fences.iter().all(WriteFence::is_drained)
-                    && std::time::Instant::now() < deadline
-                {
+                while !fences.iter().all(WriteFence::is_drained) && std::time::Instant::now() < deadline {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 done.finish(Ok(answer));
@@ -129,11 +121,7 @@ fn gateways(group: &Arc<MemoryGroup>) -> [Arc<Target>; 2] {
 
 /// `gateways` joined to `group`.
 fn join(group: &Arc<MemoryGroup>, gateways: [Arc<Target>; 2]) -> [Arc<Target>; 2] {
-    group
-        .gateways
-        .lock()
-        .unwrap()
-        .extend(gateways.iter().map(Arc::downgrade));
+    group.gateways.lock().unwrap().extend(gateways.iter().map(Arc::downgrade));
     for gateway in &gateways {
         gateway.set_group_reservations(Arc::clone(group) as Arc<dyn GroupReservations>);
     }
@@ -255,7 +243,10 @@ fn a_gateway_that_missed_updates_answers_path_errors_then_catches_up_with_their_
     // Its own commands still go through the group, but their answers do not vouch
     // for the copy: it stays unknown until the group installs a state again.
     assert_eq!(register(&mut first.io, 2, 0xA1, 0xA1), Status::RESERVATION_CONFLICT, "A was preempted");
-    assert_eq!(first.io.command(read_write(IoOpcode::Read, 1, 0, 1), &[], &[]).cqe.status.kind(), Status::INTERNAL_PATH_ERROR);
+    assert_eq!(
+        first.io.command(read_write(IoOpcode::Read, 1, 0, 1), &[], &[]).cqe.status.kind(),
+        Status::INTERNAL_PATH_ERROR
+    );
 
     // Caught up: the state and the skipped notice arrive together.
     group.cut_off.lock().unwrap().clear();
@@ -341,9 +332,7 @@ fn preempt_and_abort_through_one_gateway_waits_for_the_preempted_hosts_writes_on
     // The first host's write waits at gateway a's storage...
     gate.lock().unwrap().open = false;
     let data = pattern(512, 11);
-    let write = first
-        .io
-        .send_command(read_write(IoOpcode::Write, 1, 0, 1), &data);
+    let write = first.io.send_command(read_write(IoOpcode::Write, 1, 0, 1), &data);
     first.io.connection.poll_storage(first.io.now);
     first.io.collect();
     assert!(first.io.received.is_empty());
@@ -362,22 +351,13 @@ fn preempt_and_abort_through_one_gateway_waits_for_the_preempted_hosts_writes_on
     }
     // Gateway a already enforces the new state for anything new.
     assert_eq!(
-        first
-            .io
-            .command(read_write(IoOpcode::Write, 1, 1, 1), &pattern(512, 3), &[])
-            .cqe
-            .status
-            .kind(),
+        first.io.command(read_write(IoOpcode::Write, 1, 1, 1), &pattern(512, 3), &[]).cqe.status.kind(),
         Status::RESERVATION_CONFLICT
     );
 
     gate.lock().unwrap().open = true;
     assert_status(&first.io.await_answer(write, &[]), Status::SUCCESS);
-    assert_eq!(
-        support::gated::block_zero(&ram),
-        data,
-        "the write landed first"
-    );
+    assert_eq!(support::gated::block_zero(&ram), data, "the write landed first");
     assert_status(&second.io.await_answer(preempt, &[]), Status::SUCCESS);
 }
 

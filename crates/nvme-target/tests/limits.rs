@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_spec::discovery::DISCOVERY_NQN;
-use nvme_spec::fabrics::{connect_command_offset, connect_invalid_parameter_in_command, ConnectCommand, ConnectData, CONNECT_DATA_BYTES};
+use nvme_spec::fabrics::{
+    connect_command_offset, connect_invalid_parameter_in_command, ConnectCommand, ConnectData, CONNECT_DATA_BYTES,
+};
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::{CommandId, ControllerId, QueueId, Status, SubmissionQueueEntry};
 use nvme_target::{Phase, Target, TargetSettings};
@@ -38,7 +40,13 @@ fn connect_admin_with_kato(host: &mut FakeHost, nqn: &str, host_nqn: &str, keep_
     host.command(sqe, &data, &[])
 }
 
-fn io_queue_as(target: &Arc<Target>, controller: ControllerId, queue: u16, depth: u16, host_nqn: &str) -> (FakeHost, Answer) {
+fn io_queue_as(
+    target: &Arc<Target>,
+    controller: ControllerId,
+    queue: u16,
+    depth: u16,
+    host_nqn: &str,
+) -> (FakeHost, Answer) {
     let mut host = FakeHost::new(target.clone(), 0);
     host.initialize(NO_DIGESTS);
     let answer = host.connect_as(QueueId(queue), controller, NQN, depth, host_nqn);
@@ -113,10 +121,7 @@ fn keep_alive_disabled_is_refused_at_kato_unless_allowed() {
     let answer = connect_admin_with_kato(&mut host, NQN, HOST_NQN, 0);
     assert_status(&answer, Status::CONNECT_INVALID_PARAMETERS);
     assert!(answer.cqe.status.do_not_retry());
-    assert_eq!(
-        answer.cqe.result_dw0,
-        connect_invalid_parameter_in_command(connect_command_offset::KEEP_ALIVE_TIMEOUT)
-    );
+    assert_eq!(answer.cqe.result_dw0, connect_invalid_parameter_in_command(connect_command_offset::KEEP_ALIVE_TIMEOUT));
     assert!(target.controllers_of(0).is_empty());
 
     let target = test_target_with(TargetSettings { allow_keep_alive_disabled: true, ..TargetSettings::default() });
@@ -142,16 +147,16 @@ fn discovery_with_keep_alive_zero_works_and_ends_after_two_minutes() {
 
 #[test]
 fn keep_alive_above_the_maximum_is_refused_and_below_the_minimum_raised() {
-    let settings =
-        TargetSettings { min_keep_alive_timeout_ms: 5_000, max_keep_alive_timeout_ms: 60_000, ..TargetSettings::default() };
+    let settings = TargetSettings {
+        min_keep_alive_timeout_ms: 5_000,
+        max_keep_alive_timeout_ms: 60_000,
+        ..TargetSettings::default()
+    };
     let target = test_target_with(settings);
     let mut host = FakeHost::new(target.clone(), 0);
     let answer = connect_admin_with_kato(&mut host, NQN, HOST_NQN, 60_001);
     assert_status(&answer, Status::CONNECT_INVALID_PARAMETERS);
-    assert_eq!(
-        answer.cqe.result_dw0,
-        connect_invalid_parameter_in_command(connect_command_offset::KEEP_ALIVE_TIMEOUT)
-    );
+    assert_eq!(answer.cqe.result_dw0, connect_invalid_parameter_in_command(connect_command_offset::KEEP_ALIVE_TIMEOUT));
     let mut host = FakeHost::new(target.clone(), 0);
     assert_status(&connect_admin_with_kato(&mut host, NQN, HOST_NQN, 60_000), Status::SUCCESS);
 

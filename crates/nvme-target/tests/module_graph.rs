@@ -53,7 +53,12 @@ fn reexports(lib: &str) -> BTreeMap<String, String> {
 /// Modules of this crate that `name`'s source refers to: `crate::a::b` paths (also
 /// inside `use crate::{a, b::c}` groups, and names lib.rs re-exports) and `super::`
 /// from a child module.
-fn dependencies(name: &str, text: &str, known: &BTreeSet<String>, reexported: &BTreeMap<String, String>) -> BTreeSet<String> {
+fn dependencies(
+    name: &str,
+    text: &str,
+    known: &BTreeSet<String>,
+    reexported: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     let code = code_of(text);
     let resolve = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").filter(|part| !part.is_empty()).collect();
@@ -163,10 +168,8 @@ fn no_import_cycle_runs_through_more_than_two_files() {
     let known: BTreeSet<String> = modules.keys().cloned().collect();
     let reexported = reexports(&modules["lib"]);
     assert_eq!(reexported.get("Namespace").map(String::as_str), Some("namespaces"));
-    let graph: BTreeMap<String, BTreeSet<String>> = modules
-        .iter()
-        .map(|(name, text)| (name.clone(), dependencies(name, text, &known, &reexported)))
-        .collect();
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        modules.iter().map(|(name, text)| (name.clone(), dependencies(name, text, &known, &reexported))).collect();
     assert!(graph["connection"].contains("target"), "the scan must see `use crate::target::...`");
     if let Some(cycle) = long_cycle(&graph) {
         panic!("import cycle through {} files: {}", cycle.len(), cycle.join(" -> "));
@@ -175,15 +178,11 @@ fn no_import_cycle_runs_through_more_than_two_files() {
 
 #[test]
 fn the_cycle_finder_finds_a_planted_cycle() {
-    let graph: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["a", "c"]),
-        ("c", vec!["d"]),
-        ("d", vec!["b"]),
-    ]
-    .into_iter()
-    .map(|(name, deps)| (name.to_string(), deps.into_iter().map(String::from).collect()))
-    .collect();
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["a", "c"]), ("c", vec!["d"]), ("d", vec!["b"])]
+            .into_iter()
+            .map(|(name, deps)| (name.to_string(), deps.into_iter().map(String::from).collect()))
+            .collect();
     assert_eq!(long_cycle(&graph), Some(vec!["b".to_string(), "c".to_string(), "d".to_string()]));
     let two_file_cycles_only: BTreeMap<String, BTreeSet<String>> =
         [("a", vec!["b", "c"]), ("b", vec!["a"]), ("c", vec!["a"])]

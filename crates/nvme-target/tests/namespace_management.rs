@@ -51,7 +51,13 @@ impl PoolSetup {
                     nqn: POOL_NQN.into(),
                     serial_number: None,
                     model_number: None,
-                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None, ana_group: None }],
+                    namespaces: vec![NamespaceSpec {
+                        id: NamespaceId(1),
+                        backend: ram(),
+                        nguid: None,
+                        uuid: None,
+                        ana_group: None,
+                    }],
                 },
                 SubsystemSpec {
                     hosts: nvme_target::HostAccess::allow_any(),
@@ -59,7 +65,13 @@ impl PoolSetup {
                     nqn: NQN.into(),
                     serial_number: None,
                     model_number: None,
-                    namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend: ram(), nguid: None, uuid: None, ana_group: None }],
+                    namespaces: vec![NamespaceSpec {
+                        id: NamespaceId(1),
+                        backend: ram(),
+                        nguid: None,
+                        uuid: None,
+                        ana_group: None,
+                    }],
                 },
             ],
             settings: TargetSettings::default(),
@@ -126,7 +138,12 @@ fn changed_namespace_log(host: &mut FakeHost) -> Vec<u32> {
     command.dwords[10] = u32::from(log_id::CHANGED_NAMESPACE_LIST) | (1023 << 16);
     let answer = host.command(command, &[], &[]);
     assert_status(&answer, Status::SUCCESS);
-    answer.data.chunks_exact(4).map(|raw| u32::from_le_bytes(raw.try_into().unwrap())).take_while(|&id| id != 0).collect()
+    answer
+        .data
+        .chunks_exact(4)
+        .map(|raw| u32::from_le_bytes(raw.try_into().unwrap()))
+        .take_while(|&id| id != 0)
+        .collect()
 }
 
 /// Lets time pass until the held event request completes; returns its DW0.
@@ -213,7 +230,10 @@ fn refusals_carry_the_spec_status() {
     let (target, _pool) = setup.target();
     let (mut host, controller, _event) = admin(&target, HOST_NQN);
 
-    assert_status(&create(&mut host, POOL_BYTES / 512 + 1, POOL_BYTES / 512 + 1, 0), Status::NAMESPACE_INSUFFICIENT_CAPACITY);
+    assert_status(
+        &create(&mut host, POOL_BYTES / 512 + 1, POOL_BYTES / 512 + 1, 0),
+        Status::NAMESPACE_INSUFFICIENT_CAPACITY,
+    );
     assert_status(&create(&mut host, 2048, 2048, 1), Status::INVALID_FORMAT);
     assert_status(&create(&mut host, 2048, 4096, 0), Status::INVALID_FIELD);
     assert_status(&create(&mut host, 0, 0, 0), Status::INVALID_FIELD);
@@ -279,7 +299,8 @@ fn namespaces_and_attachments_survive_a_restart() {
             assert_status(&attachment(&mut host, answer.cqe.result_dw0, &[controller.0], true), Status::SUCCESS);
         }
         assert_eq!(nsids, (2..=25).collect::<Vec<u32>>());
-        let nguid = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, 5)).namespace_globally_unique_identifier;
+        let nguid = IdentifyNamespace::decode(&identify_data(&mut host, cns::NAMESPACE, 5))
+            .namespace_globally_unique_identifier;
         (nguid, nsids)
     };
     let (target, _pool) = setup.target();
@@ -357,7 +378,13 @@ fn live_changes_through_the_management_interface() {
     assert_eq!(changed_namespace_log(&mut host), [9]);
     assert_eq!(namespace_list(&mut host, cns::ACTIVE_NAMESPACE_LIST), [1, 9]);
     let duplicate = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
-    let refused = subsystem.add_namespace(NamespaceSpec { id: NamespaceId(9), backend: duplicate, nguid: None, uuid: None, ana_group: None });
+    let refused = subsystem.add_namespace(NamespaceSpec {
+        id: NamespaceId(9),
+        backend: duplicate,
+        nguid: None,
+        uuid: None,
+        ana_group: None,
+    });
     assert_eq!(refused.unwrap_err().status(), Status::NAMESPACE_IDENTIFIER_UNAVAILABLE.with_do_not_retry());
     // An ANA group out of range is refused, not quietly replaced by group 1.
     let grouped = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: 8 });
@@ -428,11 +455,24 @@ fn a_namespace_grows_live_the_host_hears_of_it_and_uses_the_new_blocks() {
     // Shrinking and fixed-size storage are refused; nothing changes, no notice.
     let _held = host.send_command(sqe(AdminOpcode::AsynchronousEventRequest as u8, 0, 0), &[]);
     let error = target.grow_namespace(&subsystem, created, 4000).unwrap_err();
-    assert!(matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::WouldShrink { .. })), "{error}");
+    assert!(
+        matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::WouldShrink { .. })),
+        "{error}"
+    );
     let error = target.grow_namespace(&subsystem, NamespaceId(1), 4096).unwrap_err();
-    assert!(matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::NotResizable { kind: "ram" })), "{error}");
-    assert!(matches!(target.grow_namespace(&subsystem, NamespaceId(77), 1), Err(nvme_target::GrowNamespaceError::NoSuchNamespace)));
-    assert_eq!(target.grow_namespace(&subsystem, created, 4096).unwrap().1.block_count, 4096, "the same size: a success");
+    assert!(
+        matches!(error, nvme_target::GrowNamespaceError::Storage(storage::GrowError::NotResizable { kind: "ram" })),
+        "{error}"
+    );
+    assert!(matches!(
+        target.grow_namespace(&subsystem, NamespaceId(77), 1),
+        Err(nvme_target::GrowNamespaceError::NoSuchNamespace)
+    ));
+    assert_eq!(
+        target.grow_namespace(&subsystem, created, 4096).unwrap().1.block_count,
+        4096,
+        "the same size: a success"
+    );
     host.advance(Duration::from_secs(1));
     assert!(host.received.is_empty(), "no notice for what did not change");
 }

@@ -20,14 +20,8 @@ fn io_queue(target: &std::sync::Arc<nvme_target::Target>, host_nqn: &str) -> (Fa
     let mut admin = FakeHost::new(target.clone(), 0);
     let cntlid = admin.bring_up_admin_as(NQN, host_nqn);
     let mut io = FakeHost::new(target.clone(), 0);
-    io.initialize(DigestSettings {
-        header: false,
-        data: false,
-    });
-    assert_status(
-        &io.connect_as(QueueId(1), cntlid, NQN, 32, host_nqn),
-        Status::SUCCESS,
-    );
+    io.initialize(DigestSettings { header: false, data: false });
+    assert_status(&io.connect_as(QueueId(1), cntlid, NQN, 32, host_nqn), Status::SUCCESS);
     (admin, io)
 }
 
@@ -77,16 +71,7 @@ fn scene(settings: TargetSettings) -> Scene {
     a_io.connection.poll_storage(a_io.now);
     a_io.collect();
     assert!(a_io.received.is_empty(), "A's write must wait at storage");
-    Scene {
-        gate,
-        ram,
-        target,
-        a_io,
-        a_write,
-        b_io,
-        data,
-        _admins: (a_admin, b_admin),
-    }
+    Scene { gate, ram, target, a_io, a_write, b_io, data, _admins: (a_admin, b_admin) }
 }
 
 /// Polls B's queue as the runtime would (storage and timers) for `rounds` rounds of
@@ -121,22 +106,11 @@ fn preempt_and_abort_is_answered_only_after_the_preempted_hosts_writes_landed() 
     assert!(answered_within(&mut scene.b_io, 5), "the fence drained");
     assert_status(&scene.b_io.await_answer(preempt, &[]), Status::SUCCESS);
     // From now on A's writes conflict and B's go through.
-    let again = scene.a_io.command(
-        read_write(IoOpcode::Write, 1, 0, 1),
-        &pattern(BLOCK_BYTES as usize, 1),
-        &[],
-    );
+    let again = scene.a_io.command(read_write(IoOpcode::Write, 1, 0, 1), &pattern(BLOCK_BYTES as usize, 1), &[]);
     assert_eq!(again.cqe.status.kind(), Status::RESERVATION_CONFLICT);
-    let own = scene.b_io.command(
-        read_write(IoOpcode::Write, 1, 0, 1),
-        &pattern(BLOCK_BYTES as usize, 2),
-        &[],
-    );
+    let own = scene.b_io.command(read_write(IoOpcode::Write, 1, 0, 1), &pattern(BLOCK_BYTES as usize, 2), &[]);
     assert_status(&own, Status::SUCCESS);
-    assert_eq!(
-        scene.target.counters.fence_timeouts.load(Ordering::Relaxed),
-        0
-    );
+    assert_eq!(scene.target.counters.fence_timeouts.load(Ordering::Relaxed), 0);
 }
 
 #[test]
@@ -146,27 +120,15 @@ fn a_plain_preempt_does_not_wait_for_the_preempted_hosts_writes() {
     assert!(answered_within(&mut scene.b_io, 2));
     assert_status(&scene.b_io.await_answer(preempt, &[]), Status::SUCCESS);
     scene.gate.lock().unwrap().open = true;
-    assert_status(
-        &scene.a_io.await_answer(scene.a_write, &[]),
-        Status::SUCCESS,
-    );
+    assert_status(&scene.a_io.await_answer(scene.a_write, &[]), Status::SUCCESS);
 }
 
 #[test]
 fn a_fence_on_storage_that_never_answers_ends_at_the_quiesce_timeout() {
-    let mut scene = scene(TargetSettings {
-        command_quiesce_timeout_ms: 1_000,
-        ..TargetSettings::default()
-    });
+    let mut scene = scene(TargetSettings { command_quiesce_timeout_ms: 1_000, ..TargetSettings::default() });
     let preempt = send_acquire(&mut scene.b_io, 2, 0xB2, 0xA1);
     assert!(!answered_within(&mut scene.b_io, 990));
-    assert!(
-        answered_within(&mut scene.b_io, 20),
-        "answered at the quiesce timeout"
-    );
+    assert!(answered_within(&mut scene.b_io, 20), "answered at the quiesce timeout");
     assert_status(&scene.b_io.await_answer(preempt, &[]), Status::SUCCESS);
-    assert_eq!(
-        scene.target.counters.fence_timeouts.load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(scene.target.counters.fence_timeouts.load(Ordering::Relaxed), 1);
 }

@@ -53,7 +53,8 @@ fn commands_over_the_limit_wait_for_their_turn_in_arrival_order() {
     let (_admin, mut io) = admin_and_io(&target, 32);
     namespace(&target, 1).qos.namespace.set(iops(10));
     let start = io.now;
-    let ids: Vec<CommandId> = (0..3).map(|index| io.send_command(read_write(IoOpcode::Read, 1, index * 8, 8), &[])).collect();
+    let ids: Vec<CommandId> =
+        (0..3).map(|index| io.send_command(read_write(IoOpcode::Read, 1, index * 8, 8), &[])).collect();
     settle(&mut io);
     assert_eq!(answered(&mut io), [(ids[0], Status::SUCCESS)], "the first fits, the others wait");
     assert_eq!(io.connection.throttled_commands(), 2);
@@ -83,7 +84,8 @@ fn removing_a_limit_releases_the_commands_already_waiting() {
     let target = test_target();
     let (_admin, mut io) = admin_and_io(&target, 32);
     namespace(&target, 1).qos.namespace.set(iops(1));
-    let ids: Vec<CommandId> = (0..5).map(|index| io.send_command(read_write(IoOpcode::Read, 1, index * 8, 8), &[])).collect();
+    let ids: Vec<CommandId> =
+        (0..5).map(|index| io.send_command(read_write(IoOpcode::Read, 1, index * 8, 8), &[])).collect();
     settle(&mut io);
     assert_eq!(answered(&mut io).len(), 1);
     assert_eq!(io.connection.throttled_commands(), 4, "the last would wait 4 s");
@@ -91,10 +93,13 @@ fn removing_a_limit_releases_the_commands_already_waiting() {
     namespace(&target, 1).qos.namespace.set(QosLimits::default());
     io.advance(Duration::from_millis(QOS_RECHECK_INTERVAL_MS));
     settle(&mut io);
-    let released: Vec<CommandId> = answered(&mut io).into_iter().map(|(id, status)| {
-        assert_eq!(status, Status::SUCCESS);
-        id
-    }).collect();
+    let released: Vec<CommandId> = answered(&mut io)
+        .into_iter()
+        .map(|(id, status)| {
+            assert_eq!(status, Status::SUCCESS);
+            id
+        })
+        .collect();
     assert_eq!(released.len(), 4, "released within one recheck interval, not after 4 s");
     for id in &ids[1..] {
         assert!(released.contains(id));

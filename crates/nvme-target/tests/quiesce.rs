@@ -44,7 +44,11 @@ fn a_reconnecting_host_waits_until_its_dead_connections_write_has_landed() {
     let (target, gate, ram) = gated_target(TargetSettings::default());
     let (_admin, mut io, mut again, old_data) = dead_association_with_a_write_in_flight(&target);
     again.advance(Duration::from_millis(500));
-    assert!(again.received.is_empty(), "Connect answered while the old write is still at storage: {:?}", again.received);
+    assert!(
+        again.received.is_empty(),
+        "Connect answered while the old write is still at storage: {:?}",
+        again.received
+    );
     assert_ne!(block_zero(&ram), old_data);
 
     gate.lock().unwrap().open = true;

@@ -119,10 +119,7 @@ fn registration_reservation_and_preemption_between_hosts() {
     let data = answer.data;
     assert_eq!(u32::from_le_bytes(data[0..4].try_into().unwrap()), 2);
     assert_eq!(data[4], 1);
-    assert_eq!(
-        entries(&data),
-        [(0xFFFF, 1, 0xA1, host_id_of(HOST_NQN)), (0xFFFF, 0, 0xB2, host_id_of(OTHER_HOST))]
-    );
+    assert_eq!(entries(&data), [(0xFFFF, 1, 0xA1, host_id_of(HOST_NQN)), (0xFFFF, 0, 0xB2, host_id_of(OTHER_HOST))]);
     assert_eq!(report(&mut b.io, false).cqe.status.kind(), Status::HOST_IDENTIFIER_INCONSISTENT);
 
     // A waits for notifications; B preempts A into Exclusive Access (and aborts).
@@ -157,7 +154,11 @@ fn bad_reservation_commands_get_the_statuses_the_spec_names() {
     let target = test_target();
     let mut a = host(&target, HOST_NQN);
     assert_eq!(register(&mut a.io, 7, 0, 1), Status::INVALID_FIELD.with_do_not_retry(), "unknown RREGA");
-    assert_eq!(register(&mut a.io, 3 << 30, 0, 1), Status::INVALID_FIELD.with_do_not_retry(), "PTPL needs a reservation store");
+    assert_eq!(
+        register(&mut a.io, 3 << 30, 0, 1),
+        Status::INVALID_FIELD.with_do_not_retry(),
+        "PTPL needs a reservation store"
+    );
     assert_eq!(register(&mut a.io, 0, 0, 1), Status::SUCCESS);
     assert_eq!(register(&mut a.io, 1, 99, 0), Status::RESERVATION_CONFLICT, "wrong key");
     assert_eq!(acquire(&mut a.io, 0, 9, 1, 0), Status::INVALID_FIELD.with_do_not_retry(), "unknown RTYPE");
@@ -256,9 +257,11 @@ fn a_host_with_two_controllers_is_reported_once() {
 fn identify_and_features_describe_the_reservation_support() {
     let target = test_target();
     let mut a = host(&target, HOST_NQN);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        a.admin.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
     assert_ne!(IdentifyController::decode(&raw).optional_nvm_command_support & oncs::RESERVATIONS, 0);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
     assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0b1111_1110);
 
     let mut get = sqe(AdminOpcode::GetFeatures as u8, 0, 16);
@@ -298,11 +301,14 @@ fn identify_and_features_describe_the_reservation_support() {
 
 #[test]
 fn a_target_without_reservations_says_so_and_refuses_the_commands() {
-    let target = test_target_with(nvme_target::TargetSettings { reservations: false, ..nvme_target::TargetSettings::default() });
+    let target =
+        test_target_with(nvme_target::TargetSettings { reservations: false, ..nvme_target::TargetSettings::default() });
     let mut a = host(&target, HOST_NQN);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        a.admin.command(identify(cns::CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
     assert_eq!(IdentifyController::decode(&raw).optional_nvm_command_support & oncs::RESERVATIONS, 0);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
     assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0);
     assert_eq!(register(&mut a.io, 0, 0, 1), Status::INVALID_OPCODE.with_do_not_retry());
     assert_eq!(report(&mut a.io, true).cqe.status.kind(), Status::INVALID_OPCODE);
@@ -323,7 +329,8 @@ fn persist_through_power_loss_survives_a_new_target_with_the_same_store() {
     let target = test_target();
     target.set_reservation_store(store.clone());
     let mut a = host(&target, HOST_NQN);
-    let raw: [u8; IDENTIFY_DATA_BYTES] = a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        a.admin.command(identify(cns::NAMESPACE, 1), &[], &[]).data.try_into().unwrap();
     assert_eq!(IdentifyNamespace::decode(&raw).reservation_capabilities, 0xFF, "PTPOS with a store");
     // Register with CPTPL 11b: PTPL on, saved.
     assert_eq!(register(&mut a.io, 3 << 30, 0, 0xA1), Status::SUCCESS);

@@ -26,7 +26,8 @@ fn verify_reads_without_transfer_and_checks_its_range() {
     assert!(answer.data.is_empty(), "Verify transfers nothing");
     assert_eq!(verify(&mut io, NAMESPACE_BLOCKS - 1, 2).cqe.status.kind(), Status::LBA_OUT_OF_RANGE);
     // VSL: at most MDTS (128 KiB) per Verify.
-    let raw: [u8; IDENTIFY_DATA_BYTES] = admin.command(identify(cns::IO_COMMAND_SET_CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
+    let raw: [u8; IDENTIFY_DATA_BYTES] =
+        admin.command(identify(cns::IO_COMMAND_SET_CONTROLLER, 0), &[], &[]).data.try_into().unwrap();
     let limit_blocks = (4096u32 << raw[0]) / BLOCK_BYTES;
     assert_status(&verify(&mut io, 0, limit_blocks), Status::SUCCESS);
     assert_eq!(verify(&mut io, 0, limit_blocks + 1).cqe.status.kind(), Status::INVALID_FIELD);

@@ -54,12 +54,7 @@ fn stream(digests: DigestSettings) -> Vec<u8> {
 }
 
 fn read_stream(stream: &[u8], digests: DigestSettings) -> usize {
-    let mut reader = PduReader::new(
-        Role::Controller,
-        ReaderLimits {
-            max_data_bytes: 1 << 20,
-        },
-    );
+    let mut reader = PduReader::new(Role::Controller, ReaderLimits { max_data_bytes: 1 << 20 });
     let mut data_bytes = 0;
     let mut headers = 0;
     for piece in stream.chunks(READ_BYTES) {
@@ -85,28 +80,14 @@ fn read_stream(stream: &[u8], digests: DigestSettings) -> usize {
 fn reader(c: &mut Criterion) {
     let mut group = c.benchmark_group("reader");
     for (name, digests) in [
-        (
-            "no_digests",
-            DigestSettings {
-                header: false,
-                data: false,
-            },
-        ),
-        (
-            "header_and_data_digests",
-            DigestSettings {
-                header: true,
-                data: true,
-            },
-        ),
+        ("no_digests", DigestSettings { header: false, data: false }),
+        ("header_and_data_digests", DigestSettings { header: true, data: true }),
     ] {
         let bytes = stream(digests);
         group.throughput(Throughput::Bytes(bytes.len() as u64));
-        group.bench_with_input(
-            BenchmarkId::new("4KiB_cmd_h2c", name),
-            &bytes,
-            |b, bytes| b.iter(|| read_stream(bytes, digests)),
-        );
+        group.bench_with_input(BenchmarkId::new("4KiB_cmd_h2c", name), &bytes, |b, bytes| {
+            b.iter(|| read_stream(bytes, digests))
+        });
     }
     group.finish();
 }
@@ -115,20 +96,8 @@ fn writer(c: &mut Criterion) {
     let mut group = c.benchmark_group("writer");
     let (command, _) = headers();
     for (name, digests) in [
-        (
-            "no_digests",
-            DigestSettings {
-                header: false,
-                data: false,
-            },
-        ),
-        (
-            "header_digest",
-            DigestSettings {
-                header: true,
-                data: false,
-            },
-        ),
+        ("no_digests", DigestSettings { header: false, data: false }),
+        ("header_digest", DigestSettings { header: true, data: false }),
     ] {
         let mut writer = PduWriter::new();
         writer.set_digests(digests);

@@ -9,9 +9,7 @@
 
 use thiserror::Error;
 
-use crate::pdu::{
-    copy_prefix, offsets, prefix, PduType, TerminationRequest, MAX_TERMINATION_DATA_BYTES,
-};
+use crate::pdu::{copy_prefix, offsets, prefix, PduType, TerminationRequest, MAX_TERMINATION_DATA_BYTES};
 
 /// FES: fatal error status of a TermReq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -154,9 +152,9 @@ impl ReadErrorKind {
     pub const fn status(&self) -> FatalErrorStatus {
         use FatalErrorStatus::*;
         match self {
-            Self::NotInitialized { .. }
-            | Self::RepeatedInitialization(_)
-            | Self::PduAfterTermination(_) => PduSequenceError,
+            Self::NotInitialized { .. } | Self::RepeatedInitialization(_) | Self::PduAfterTermination(_) => {
+                PduSequenceError
+            }
             Self::HeaderDigestMismatch { .. } => HeaderDigestError,
             Self::DataTooLong { .. } => DataTransferLimitExceeded,
             Self::UnsupportedVersion(_) => UnsupportedParameter,
@@ -222,14 +220,7 @@ impl ReadError {
     pub fn new(kind: ReadErrorKind, pdu_type: Option<PduType>, header: &[u8]) -> Self {
         let mut copy = [0u8; MAX_TERMINATION_DATA_BYTES];
         let length = copy_prefix(&mut copy, header);
-        Self {
-            status: kind.status(),
-            info: kind.info(),
-            header: copy,
-            header_length: length,
-            kind,
-            pdu_type,
-        }
+        Self { status: kind.status(), info: kind.info(), header: copy, header_length: length, kind, pdu_type }
     }
 
     /// The valid part of the offending header.
@@ -246,9 +237,7 @@ impl ReadError {
     /// TermReq, or followed one. A TermReq is never answered with another; the
     /// connection is just closed.
     pub fn should_send_termination(&self) -> bool {
-        !matches!(
-            self.pdu_type,
-            Some(PduType::H2cTermReq | PduType::C2hTermReq)
-        ) && !matches!(self.kind, ReadErrorKind::PduAfterTermination(_))
+        !matches!(self.pdu_type, Some(PduType::H2cTermReq | PduType::C2hTermReq))
+            && !matches!(self.kind, ReadErrorKind::PduAfterTermination(_))
     }
 }

@@ -42,13 +42,7 @@
 // Network input must never panic the codec (a failure is a status or an error); tests may index.
 #![cfg_attr(
     not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::unreachable
-    )
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable)
 )]
 #![warn(missing_docs)]
 
@@ -61,11 +55,10 @@ pub mod writer;
 pub use digest::{crc32c, crc32c_append, DataDigest, DIGEST_BYTES};
 pub use error::{FatalErrorStatus, ReadError, ReadErrorKind};
 pub use pdu::{
-    flags, offsets, CapsuleCommand, CapsuleResponse, DataHeader, DigestSettings,
-    InitializeConnectionRequest, InitializeConnectionResponse, PduHeader, PduType, ReadyToTransfer,
-    TerminationRequest, CAPSULE_COMMAND_HEADER_BYTES, CAPSULE_RESPONSE_HEADER_BYTES,
-    COMMON_HEADER_BYTES, DATA_HEADER_BYTES, IC_PDU_BYTES, MAX_DATA_ALIGNMENT_DWORDS,
-    MAX_TERMINATION_DATA_BYTES, MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0,
+    flags, offsets, CapsuleCommand, CapsuleResponse, DataHeader, DigestSettings, InitializeConnectionRequest,
+    InitializeConnectionResponse, PduHeader, PduType, ReadyToTransfer, TerminationRequest,
+    CAPSULE_COMMAND_HEADER_BYTES, CAPSULE_RESPONSE_HEADER_BYTES, COMMON_HEADER_BYTES, DATA_HEADER_BYTES, IC_PDU_BYTES,
+    MAX_DATA_ALIGNMENT_DWORDS, MAX_TERMINATION_DATA_BYTES, MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0,
     R2T_HEADER_BYTES, TERMINATION_HEADER_BYTES,
 };
 pub use reader::{PduReader, ReadEvent, ReaderLimits, Role};

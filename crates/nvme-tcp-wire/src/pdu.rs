@@ -182,19 +182,13 @@ impl PduType {
 
     /// True for PDUs the host sends (ICReq, H2CTermReq, CapsuleCmd, H2CData).
     pub const fn is_host_to_controller(self) -> bool {
-        matches!(
-            self,
-            Self::IcReq | Self::H2cTermReq | Self::CapsuleCmd | Self::H2cData
-        )
+        matches!(self, Self::IcReq | Self::H2cTermReq | Self::CapsuleCmd | Self::H2cData)
     }
 
     /// True for the types that may carry digests (everything but IC PDUs and
     /// TermReqs, which never do).
     pub const fn carries_digests(self) -> bool {
-        !matches!(
-            self,
-            Self::IcReq | Self::IcResp | Self::H2cTermReq | Self::C2hTermReq
-        )
+        !matches!(self, Self::IcReq | Self::IcResp | Self::H2cTermReq | Self::C2hTermReq)
     }
 
     /// True for the types with a PDU data section moved by the data path
@@ -217,30 +211,17 @@ pub struct DigestSettings {
 
 impl DigestSettings {
     /// No digests.
-    pub const NONE: Self = Self {
-        header: false,
-        data: false,
-    };
+    pub const NONE: Self = Self { header: false, data: false };
 
     /// Decodes the DGST byte of ICReq / ICResp (reserved bits are ignored).
     pub const fn from_dgst(dgst_byte: u8) -> Self {
-        Self {
-            header: dgst_byte & dgst::HEADER_DIGEST_ENABLE != 0,
-            data: dgst_byte & dgst::DATA_DIGEST_ENABLE != 0,
-        }
+        Self { header: dgst_byte & dgst::HEADER_DIGEST_ENABLE != 0, data: dgst_byte & dgst::DATA_DIGEST_ENABLE != 0 }
     }
 
     /// Encodes as the DGST byte of ICReq / ICResp.
     pub const fn to_dgst(self) -> u8 {
-        (if self.header {
-            dgst::HEADER_DIGEST_ENABLE
-        } else {
-            0
-        }) | (if self.data {
-            dgst::DATA_DIGEST_ENABLE
-        } else {
-            0
-        })
+        (if self.header { dgst::HEADER_DIGEST_ENABLE } else { 0 })
+            | (if self.data { dgst::DATA_DIGEST_ENABLE } else { 0 })
     }
 }
 
@@ -372,12 +353,7 @@ impl TerminationRequest {
     pub fn new(status: FatalErrorStatus, info: u32, header: &[u8]) -> Self {
         let mut offending_header = [0u8; MAX_TERMINATION_DATA_BYTES];
         let length = copy_prefix(&mut offending_header, header);
-        Self {
-            status,
-            info,
-            offending_header,
-            offending_header_length: length,
-        }
+        Self { status, info, offending_header, offending_header_length: length }
     }
 
     /// The valid part of the offending header.
@@ -389,9 +365,7 @@ impl TerminationRequest {
 impl PartialEq for TerminationRequest {
     /// Compares the meaningful bytes only (bytes past the length are ignored).
     fn eq(&self, other: &Self) -> bool {
-        self.status == other.status
-            && self.info == other.info
-            && self.offending_header() == other.offending_header()
+        self.status == other.status && self.info == other.info && self.offending_header() == other.offending_header()
     }
 }
 
@@ -442,8 +416,7 @@ impl PduHeader {
         match self {
             Self::H2cData(data) if data.last => flags::LAST_PDU,
             Self::C2hData(data) => {
-                (if data.last { flags::LAST_PDU } else { 0 })
-                    | (if data.success { flags::SUCCESS } else { 0 })
+                (if data.last { flags::LAST_PDU } else { 0 }) | (if data.success { flags::SUCCESS } else { 0 })
             }
             _ => 0,
         }
@@ -539,16 +512,12 @@ pub(crate) fn decode_specific(
         PduType::CapsuleCmd => {
             let mut sqe = [0u8; SUBMISSION_QUEUE_ENTRY_BYTES];
             sqe.copy_from_slice(&header[COMMON_HEADER_BYTES..CAPSULE_COMMAND_HEADER_BYTES]);
-            PduHeader::CapsuleCmd(CapsuleCommand {
-                sqe: SubmissionQueueEntry::decode(&sqe),
-            })
+            PduHeader::CapsuleCmd(CapsuleCommand { sqe: SubmissionQueueEntry::decode(&sqe) })
         }
         PduType::CapsuleResp => {
             let mut cqe = [0u8; COMPLETION_QUEUE_ENTRY_BYTES];
             cqe.copy_from_slice(&header[COMMON_HEADER_BYTES..CAPSULE_RESPONSE_HEADER_BYTES]);
-            PduHeader::CapsuleResp(CapsuleResponse {
-                cqe: CompletionQueueEntry::decode(&cqe),
-            })
+            PduHeader::CapsuleResp(CapsuleResponse { cqe: CompletionQueueEntry::decode(&cqe) })
         }
         PduType::H2cData | PduType::C2hData => {
             let data = DataHeader {

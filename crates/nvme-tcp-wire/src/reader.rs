@@ -38,9 +38,9 @@ use nvme_spec::bytes::get_u32;
 use crate::digest::{crc32c, DataDigest, DIGEST_BYTES};
 use crate::error::{ReadError, ReadErrorKind};
 use crate::pdu::{
-    at, copy_prefix, data_offset, decode_specific, flags, offsets, prefix, PduHeader, PduType,
-    COMMON_HEADER_BYTES, MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES,
-    MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0, TERMINATION_HEADER_BYTES,
+    at, copy_prefix, data_offset, decode_specific, flags, offsets, prefix, PduHeader, PduType, COMMON_HEADER_BYTES,
+    MAX_DATA_ALIGNMENT_DWORDS, MAX_STAGED_HEADER_BYTES, MAX_TERMINATION_PDU_BYTES, PROTOCOL_FORMAT_VERSION_1_0,
+    TERMINATION_HEADER_BYTES,
 };
 
 /// Which end of the connection the reader serves.
@@ -155,26 +155,15 @@ impl PduReader {
         Self {
             role,
             limits,
-            digests: DigestState {
-                header: false,
-                data: false,
-            },
+            digests: DigestState { header: false, data: false },
             data_alignment: 0,
             initialized: false,
             terminated: false,
             state: State::CommonHeader,
             staged: 0,
             staging: [0; MAX_STAGED_HEADER_BYTES],
-            current: Current {
-                data_digest: false,
-                padding: 0,
-                data_length: 0,
-            },
-            frozen: FrozenSettings {
-                data_digest: false,
-                data_alignment: 0,
-                max_data_bytes: 0,
-            },
+            current: Current { data_digest: false, padding: 0, data_length: 0 },
+            frozen: FrozenSettings { data_digest: false, data_alignment: 0, max_data_bytes: 0 },
             data_digest: DataDigest::new(),
             received_data_digest: [0; DIGEST_BYTES],
         }
@@ -184,10 +173,7 @@ impl PduReader {
     /// (call it right after the IC header event). Like the other setters it takes
     /// effect from the next PDU whose common header is not complete yet.
     pub fn set_digests(&mut self, digests: crate::pdu::DigestSettings) {
-        self.digests = DigestState {
-            header: digests.header,
-            data: digests.data,
-        };
+        self.digests = DigestState { header: digests.header, data: digests.data };
     }
 
     /// PDU data alignment the peer must use (CPDA for the Host role reading C2H PDUs,
@@ -228,10 +214,7 @@ impl PduReader {
     // The error carries the offending header by value so that reporting it never
     // allocates; errors end the stream, so their size costs nothing per PDU.
     #[allow(clippy::result_large_err)]
-    pub fn next_event<'a>(
-        &mut self,
-        input: &mut &'a [u8],
-    ) -> Result<Option<ReadEvent<'a>>, ReadError> {
+    pub fn next_event<'a>(&mut self, input: &mut &'a [u8]) -> Result<Option<ReadEvent<'a>>, ReadError> {
         loop {
             match self.state {
                 State::Failed(error) => return Err(error),
@@ -267,9 +250,7 @@ impl PduReader {
                         self.state = State::Padding { remaining };
                         return Ok(None);
                     }
-                    self.state = State::Data {
-                        remaining: self.current.data_length,
-                    };
+                    self.state = State::Data { remaining: self.current.data_length };
                 }
                 State::Data { remaining } => {
                     let data = take(input, remaining);
@@ -286,9 +267,7 @@ impl PduReader {
                         self.staged = 0;
                         State::DataDigest
                     } else {
-                        State::DataEnd {
-                            data_digest_ok: true,
-                        }
+                        State::DataEnd { data_digest_ok: true }
                     };
                     return Ok(Some(ReadEvent::Data(data)));
                 }
@@ -300,9 +279,7 @@ impl PduReader {
                         return Ok(None);
                     }
                     let received = u32::from_le_bytes(self.received_data_digest);
-                    self.state = State::DataEnd {
-                        data_digest_ok: received == self.data_digest.value(),
-                    };
+                    self.state = State::DataEnd { data_digest_ok: received == self.data_digest.value() };
                 }
                 State::DataEnd { data_digest_ok } => {
                     self.state = State::CommonHeader;
@@ -363,11 +340,7 @@ impl PduReader {
         let hlen = self.staging[at::HLEN];
         let expected_hlen = pdu_type.header_length();
         if usize::from(hlen) != expected_hlen {
-            return Err(ReadErrorKind::BadHeaderLength {
-                pdu_type,
-                expected: expected_hlen as u8,
-                received: hlen,
-            });
+            return Err(ReadErrorKind::BadHeaderLength { pdu_type, expected: expected_hlen as u8, received: hlen });
         }
 
         let flags_byte = self.staging[at::FLAGS];
@@ -386,11 +359,7 @@ impl PduReader {
             let minimum = TERMINATION_HEADER_BYTES as u32;
             let maximum = MAX_TERMINATION_PDU_BYTES as u32;
             if !(minimum..=maximum).contains(&plen) {
-                return Err(ReadErrorKind::BadPacketLength {
-                    received: plen,
-                    minimum,
-                    maximum,
-                });
+                return Err(ReadErrorKind::BadPacketLength { received: plen, minimum, maximum });
             }
             return Ok(plen as usize);
         }
@@ -427,73 +396,52 @@ impl PduReader {
         let pdo = self.staging[at::PDO];
         let header_end = (hlen + if header_digest { DIGEST_BYTES } else { 0 }) as u32;
         let aligned_offset = data_offset(header_end, self.frozen.data_alignment);
-        let mut current = Current {
-            data_digest: false,
-            padding: 0,
-            data_length: 0,
-        };
+        let mut current = Current { data_digest: false, padding: 0, data_length: 0 };
 
-        let termination_data_length =
-            if matches!(pdu_type, PduType::H2cTermReq | PduType::C2hTermReq) {
-                // PDO is reserved in a TermReq; senders put 0 there, the data offset
-                // (24) is accepted as well.
-                if pdo != 0 && u32::from(pdo) != TERMINATION_HEADER_BYTES as u32 {
-                    return Err(ReadErrorKind::BadDataOffset {
-                        received: pdo,
-                        expected: 0,
-                    });
-                }
-                plen as usize - TERMINATION_HEADER_BYTES
-            } else if plen == header_end {
-                // No data: PDO is reserved; accept 0 or the aligned offset.
-                if pdo != 0 && u32::from(pdo) != aligned_offset {
-                    return Err(ReadErrorKind::BadDataOffset {
-                        received: pdo,
-                        expected: 0,
-                    });
-                }
-                if flags_byte & flags::DDGSTF != 0 {
-                    return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
-                }
-                0
-            } else if !pdu_type.may_carry_data() {
+        let termination_data_length = if matches!(pdu_type, PduType::H2cTermReq | PduType::C2hTermReq) {
+            // PDO is reserved in a TermReq; senders put 0 there, the data offset
+            // (24) is accepted as well.
+            if pdo != 0 && u32::from(pdo) != TERMINATION_HEADER_BYTES as u32 {
+                return Err(ReadErrorKind::BadDataOffset { received: pdo, expected: 0 });
+            }
+            plen as usize - TERMINATION_HEADER_BYTES
+        } else if plen == header_end {
+            // No data: PDO is reserved; accept 0 or the aligned offset.
+            if pdo != 0 && u32::from(pdo) != aligned_offset {
+                return Err(ReadErrorKind::BadDataOffset { received: pdo, expected: 0 });
+            }
+            if flags_byte & flags::DDGSTF != 0 {
+                return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
+            }
+            0
+        } else if !pdu_type.may_carry_data() {
+            return Err(ReadErrorKind::BadPacketLength { received: plen, minimum: header_end, maximum: header_end });
+        } else {
+            let data_digest = flags_byte & flags::DDGSTF != 0;
+            if data_digest != self.frozen.data_digest {
+                return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
+            }
+            if u32::from(pdo) != aligned_offset {
+                return Err(ReadErrorKind::BadDataOffset { received: pdo, expected: aligned_offset });
+            }
+            let digest_bytes = if data_digest { DIGEST_BYTES as u32 } else { 0 };
+            let minimum = aligned_offset + digest_bytes + 1;
+            if plen < minimum {
                 return Err(ReadErrorKind::BadPacketLength {
                     received: plen,
-                    minimum: header_end,
-                    maximum: header_end,
+                    minimum,
+                    maximum: (minimum - 1).saturating_add(self.frozen.max_data_bytes),
                 });
-            } else {
-                let data_digest = flags_byte & flags::DDGSTF != 0;
-                if data_digest != self.frozen.data_digest {
-                    return Err(ReadErrorKind::DigestFlagMismatch { flags: flags_byte });
-                }
-                if u32::from(pdo) != aligned_offset {
-                    return Err(ReadErrorKind::BadDataOffset {
-                        received: pdo,
-                        expected: aligned_offset,
-                    });
-                }
-                let digest_bytes = if data_digest { DIGEST_BYTES as u32 } else { 0 };
-                let minimum = aligned_offset + digest_bytes + 1;
-                if plen < minimum {
-                    return Err(ReadErrorKind::BadPacketLength {
-                        received: plen,
-                        minimum,
-                        maximum: (minimum - 1).saturating_add(self.frozen.max_data_bytes),
-                    });
-                }
-                let data_length = plen - aligned_offset - digest_bytes;
-                if data_length > self.frozen.max_data_bytes {
-                    return Err(ReadErrorKind::DataTooLong {
-                        announced: data_length,
-                        limit: self.frozen.max_data_bytes,
-                    });
-                }
-                current.data_digest = data_digest;
-                current.padding = aligned_offset - header_end;
-                current.data_length = data_length;
-                0
-            };
+            }
+            let data_length = plen - aligned_offset - digest_bytes;
+            if data_length > self.frozen.max_data_bytes {
+                return Err(ReadErrorKind::DataTooLong { announced: data_length, limit: self.frozen.max_data_bytes });
+            }
+            current.data_digest = data_digest;
+            current.padding = aligned_offset - header_end;
+            current.data_length = data_length;
+            0
+        };
 
         let header = match decode_specific(pdu_type, &self.staging, termination_data_length) {
             Ok(header) => header,
@@ -506,10 +454,7 @@ impl PduReader {
                 Self::check_initialization(ic.protocol_format_version, ic.host_pdu_data_alignment)?;
             }
             PduHeader::IcResp(ic) => {
-                Self::check_initialization(
-                    ic.protocol_format_version,
-                    ic.controller_pdu_data_alignment,
-                )?;
+                Self::check_initialization(ic.protocol_format_version, ic.controller_pdu_data_alignment)?;
                 let max = ic.max_h2c_data_bytes;
                 if max == 0 || max % 4 != 0 {
                     return Err(ReadErrorKind::BadMaxH2cData(max));
@@ -522,9 +467,7 @@ impl PduReader {
                         actual: current.data_length,
                     });
                 }
-                if flags_byte & flags::SUCCESS != 0
-                    && flags_byte & flags::LAST_PDU == 0
-                    && pdu_type == PduType::C2hData
+                if flags_byte & flags::SUCCESS != 0 && flags_byte & flags::LAST_PDU == 0 && pdu_type == PduType::C2hData
                 {
                     return Err(ReadErrorKind::SuccessWithoutLast);
                 }
@@ -543,18 +486,11 @@ impl PduReader {
         self.state = if current.data_length == 0 {
             State::CommonHeader
         } else if current.padding > 0 {
-            State::Padding {
-                remaining: current.padding,
-            }
+            State::Padding { remaining: current.padding }
         } else {
-            State::Data {
-                remaining: current.data_length,
-            }
+            State::Data { remaining: current.data_length }
         };
-        Ok(ReadEvent::Header {
-            header,
-            data_length: current.data_length,
-        })
+        Ok(ReadEvent::Header { header, data_length: current.data_length })
     }
 
     /// PFV and HPDA / CPDA checks shared by ICReq and ICResp.

@@ -78,11 +78,7 @@ impl PduWriter {
         }
         let header_digest = self.digests.header && pdu_type.carries_digests();
         let header_end = (hlen + if header_digest { DIGEST_BYTES } else { 0 }) as u32;
-        let data_length = if pdu_type.may_carry_data() {
-            data_length
-        } else {
-            0
-        };
+        let data_length = if pdu_type.may_carry_data() { data_length } else { 0 };
         if data_length == 0 {
             return Layout {
                 hlen,
@@ -112,14 +108,7 @@ impl PduWriter {
     /// and data length (reserve this much capacity to keep it allocation-free).
     pub fn header_bytes(&self, header: &PduHeader, data_length: u32) -> usize {
         let layout = self.layout(header, data_length);
-        layout.hlen
-            + if layout.header_digest {
-                DIGEST_BYTES
-            } else {
-                0
-            }
-            + layout.padding
-            + layout.inline_data
+        layout.hlen + if layout.header_digest { DIGEST_BYTES } else { 0 } + layout.padding + layout.inline_data
     }
 
     /// PLEN of the PDU: everything on the wire including data and data digest.
@@ -143,11 +132,7 @@ impl PduWriter {
         let pdu_type = header.pdu_type();
         staging[at::PDU_TYPE] = pdu_type as u8;
         staging[at::FLAGS] = header.specific_flags()
-            | if layout.header_digest {
-                flags::HDGSTF
-            } else {
-                0
-            }
+            | if layout.header_digest { flags::HDGSTF } else { 0 }
             | if layout.data_digest { flags::DDGSTF } else { 0 };
         staging[at::HLEN] = layout.hlen as u8;
         // PDO is at most 128 (alignment is clamped), so it always fits.

@@ -20,19 +20,10 @@ fn le32(bytes: &[u8], offset: usize) -> u32 {
 
 /// Reads one PDU back with a reader in `role` that has already seen its IC PDU.
 fn read_back(role: Role, digests: DigestSettings, alignment: u8, wire: &[u8]) -> Vec<Item> {
-    let mut reader = PduReader::new(
-        role,
-        ReaderLimits {
-            max_data_bytes: 1 << 20,
-        },
-    );
+    let mut reader = PduReader::new(role, ReaderLimits { max_data_bytes: 1 << 20 });
     reader.set_data_alignment(alignment);
     let mut stream = Vec::new();
-    let ic = if role == Role::Controller {
-        icreq(digests)
-    } else {
-        icresp(digests)
-    };
+    let ic = if role == Role::Controller { icreq(digests) } else { icresp(digests) };
     PduWriter::new().write_header(&ic, 0, &mut stream);
     stream.extend_from_slice(wire);
     let items = drive(&mut reader, &stream, &[7], digests);
@@ -55,10 +46,7 @@ fn icreq_layout() {
     let header = PduHeader::IcReq(InitializeConnectionRequest {
         protocol_format_version: 0,
         host_pdu_data_alignment: 5,
-        digests: DigestSettings {
-            header: true,
-            data: false,
-        },
+        digests: DigestSettings { header: true, data: false },
         max_r2t_outstanding: 0x0102_0304,
     });
     let mut wire = Vec::new();
@@ -73,10 +61,7 @@ fn icreq_layout() {
     assert_eq!(wire[11], 0x01); // DGST: HDGST_ENABLE
     assert_eq!(le32(&wire, 12), 0x0102_0304); // MAXR2T
     assert!(wire[16..].iter().all(|&b| b == 0)); // reserved
-    assert_eq!(
-        read_back_first(Role::Controller, &wire),
-        Item::Header(header, 0)
-    );
+    assert_eq!(read_back_first(Role::Controller, &wire), Item::Header(header, 0));
 }
 
 fn read_back_first(role: Role, wire: &[u8]) -> Item {
@@ -89,10 +74,7 @@ fn icresp_layout() {
     let header = PduHeader::IcResp(InitializeConnectionResponse {
         protocol_format_version: 0,
         controller_pdu_data_alignment: 31,
-        digests: DigestSettings {
-            header: true,
-            data: true,
-        },
+        digests: DigestSettings { header: true, data: true },
         max_h2c_data_bytes: 0x2_0000,
     });
     let mut wire = Vec::new();
@@ -122,14 +104,7 @@ fn capsule_command_layout_without_digests() {
     assert_eq!(le16(&wire, 10), 0xBEEF); // CID inside the SQE
     wire.extend_from_slice(&data);
     let items = read_back(Role::Controller, NONE, 0, &wire);
-    assert_eq!(
-        items,
-        vec![
-            Item::Header(header, 4096),
-            Item::Data(data),
-            Item::DataEnd(true)
-        ]
-    );
+    assert_eq!(items, vec![Item::Header(header, 4096), Item::Data(data), Item::DataEnd(true)]);
 }
 
 #[test]
@@ -148,14 +123,7 @@ fn capsule_command_layout_with_digests() {
     assert_eq!(le32(&wire, 176), crc32c(&data)); // DDGST over the data only
     assert_eq!(wire.len(), 180);
     let items = read_back(Role::Controller, BOTH, 0, &wire);
-    assert_eq!(
-        items,
-        vec![
-            Item::Header(header, 100),
-            Item::Data(data),
-            Item::DataEnd(true)
-        ]
-    );
+    assert_eq!(items, vec![Item::Header(header, 100), Item::Data(data), Item::DataEnd(true)]);
 }
 
 #[test]
@@ -169,10 +137,7 @@ fn capsule_command_without_data_has_pdo_zero_and_no_ddgst() {
     assert_eq!(wire.len(), 76);
     assert_eq!(&wire[..4], &[0x04, 0x01, 72, 0]);
     assert_eq!(le32(&wire, 4), 76);
-    assert_eq!(
-        read_back(Role::Controller, BOTH, 0, &wire),
-        vec![Item::Header(header, 0)]
-    );
+    assert_eq!(read_back(Role::Controller, BOTH, 0, &wire), vec![Item::Header(header, 0)]);
 }
 
 #[test]
@@ -202,10 +167,7 @@ fn capsule_response_layout() {
         assert_eq!(le16(&wire, 18), 2); // SQID
         assert_eq!(le16(&wire, 20), 0x4321); // CID
         assert_eq!(le16(&wire, 22), (0x02 << 1) | 0x8000); // status, phase 0
-        assert_eq!(
-            read_back(Role::Host, digests, 0, &wire),
-            vec![Item::Header(header, 0)]
-        );
+        assert_eq!(read_back(Role::Host, digests, 0, &wire), vec![Item::Header(header, 0)]);
     }
 }
 
@@ -231,14 +193,7 @@ fn h2c_data_layout() {
     assert_eq!(&wire[20..24], &[0; 4]); // reserved
     wire.extend_from_slice(&data);
     let items = read_back(Role::Controller, NONE, 0, &wire);
-    assert_eq!(
-        items,
-        vec![
-            Item::Header(header, 512),
-            Item::Data(data),
-            Item::DataEnd(true)
-        ]
-    );
+    assert_eq!(items, vec![Item::Header(header, 512), Item::Data(data), Item::DataEnd(true)]);
 }
 
 #[test]
@@ -253,10 +208,7 @@ fn c2h_data_layout_with_success_and_alignment() {
     });
     // HPDA 3: 16-byte alignment; with HDGST the header ends at 28, data starts at 32.
     let mut writer = PduWriter::new();
-    writer.set_digests(DigestSettings {
-        header: true,
-        data: false,
-    });
+    writer.set_digests(DigestSettings { header: true, data: false });
     writer.set_data_alignment(3);
     let mut wire = Vec::new();
     assert_eq!(writer.write_header(&header, 10, &mut wire), 32);
@@ -265,19 +217,9 @@ fn c2h_data_layout_with_success_and_alignment() {
     assert_eq!(le32(&wire, 24), crc32c(&wire[..24]));
     assert_eq!(&wire[28..32], &[0; 4]); // padding
     wire.extend_from_slice(b"0123456789");
-    let digests = DigestSettings {
-        header: true,
-        data: false,
-    };
+    let digests = DigestSettings { header: true, data: false };
     let items = read_back(Role::Host, digests, 3, &wire);
-    assert_eq!(
-        items,
-        vec![
-            Item::Header(header, 10),
-            Item::Data(b"0123456789".to_vec()),
-            Item::DataEnd(true)
-        ]
-    );
+    assert_eq!(items, vec![Item::Header(header, 10), Item::Data(b"0123456789".to_vec()), Item::DataEnd(true)]);
 }
 
 #[test]
@@ -297,10 +239,7 @@ fn r2t_layout() {
     assert_eq!(le32(&wire, 12), 0x3333_3333); // R2TO
     assert_eq!(le32(&wire, 16), 0x4444_4444); // R2TL
     assert_eq!(&wire[20..24], &[0; 4]);
-    assert_eq!(
-        read_back(Role::Host, NONE, 0, &wire),
-        vec![Item::Header(header, 0)]
-    );
+    assert_eq!(read_back(Role::Host, NONE, 0, &wire), vec![Item::Header(header, 0)]);
 }
 
 #[test]
@@ -318,10 +257,7 @@ fn termination_request_layout() {
     assert_eq!(le32(&wire, 10), 2); // FEI
     assert_eq!(&wire[14..24], &[0; 10]); // reserved
     assert_eq!(&wire[24..], &offending[..128]);
-    assert_eq!(
-        read_back(Role::Host, BOTH, 0, &wire),
-        vec![Item::Header(header, 0)]
-    );
+    assert_eq!(read_back(Role::Host, BOTH, 0, &wire), vec![Item::Header(header, 0)]);
 
     let short = PduHeader::H2cTermReq(TerminationRequest::new(
         FatalErrorStatus::HeaderDigestError,
@@ -332,19 +268,12 @@ fn termination_request_layout() {
     PduWriter::new().write_header(&short, 0, &mut wire);
     assert_eq!(&wire[..8], &[0x02, 0, 24, 0, 32, 0, 0, 0]);
     assert_eq!(le16(&wire, 8), 0x03);
-    assert_eq!(
-        read_back(Role::Controller, NONE, 0, &wire),
-        vec![Item::Header(short, 0)]
-    );
+    assert_eq!(read_back(Role::Controller, NONE, 0, &wire), vec![Item::Header(short, 0)]);
 }
 
 #[test]
 fn termination_request_can_be_the_first_pdu() {
-    let header = PduHeader::C2hTermReq(TerminationRequest::new(
-        FatalErrorStatus::UnsupportedParameter,
-        8,
-        &[0u8; 128],
-    ));
+    let header = PduHeader::C2hTermReq(TerminationRequest::new(FatalErrorStatus::UnsupportedParameter, 8, &[0u8; 128]));
     let mut wire = Vec::new();
     PduWriter::new().write_header(&header, 0, &mut wire);
     assert_eq!(read_back_first(Role::Host, &wire), Item::Header(header, 0));
@@ -362,24 +291,11 @@ fn decodes_hand_built_r2t_with_header_digest() {
     wire.extend_from_slice(&[0; 4]);
     let digest = crc32c(&wire);
     wire.extend_from_slice(&digest.to_le_bytes());
-    let items = read_back(
-        Role::Host,
-        DigestSettings {
-            header: true,
-            data: false,
-        },
-        0,
-        &wire,
-    );
+    let items = read_back(Role::Host, DigestSettings { header: true, data: false }, 0, &wire);
     assert_eq!(
         items,
         vec![Item::Header(
-            PduHeader::R2t(ReadyToTransfer {
-                command_id: CommandId(5),
-                transfer_tag: 77,
-                offset: 4096,
-                length: 65536,
-            }),
+            PduHeader::R2t(ReadyToTransfer { command_id: CommandId(5), transfer_tag: 77, offset: 4096, length: 65536 }),
             0
         )]
     );

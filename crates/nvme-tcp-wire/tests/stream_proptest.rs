@@ -34,15 +34,8 @@ fn data_strategy(limit: u32) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn data_pdu(h2c: bool, limit: u32) -> impl Strategy<Value = Pdu> {
-    (
-        any::<u16>(),
-        any::<u16>(),
-        any::<u32>(),
-        any::<bool>(),
-        any::<bool>(),
-        data_strategy(limit),
-    )
-        .prop_map(move |(cid, ttag, offset, last, success, data)| {
+    (any::<u16>(), any::<u16>(), any::<u32>(), any::<bool>(), any::<bool>(), data_strategy(limit)).prop_map(
+        move |(cid, ttag, offset, last, success, data)| {
             let header = DataHeader {
                 command_id: CommandId(cid),
                 transfer_tag: ttag,
@@ -51,29 +44,17 @@ fn data_pdu(h2c: bool, limit: u32) -> impl Strategy<Value = Pdu> {
                 last: last || (success && !h2c),
                 success: success && !h2c,
             };
-            let header = if h2c {
-                PduHeader::H2cData(header)
-            } else {
-                PduHeader::C2hData(header)
-            };
+            let header = if h2c { PduHeader::H2cData(header) } else { PduHeader::C2hData(header) };
             Pdu { header, data }
-        })
+        },
+    )
 }
 
 fn controller_bound_pdu(limit: u32) -> impl Strategy<Value = Pdu> {
     prop_oneof![
-        (
-            proptest::array::uniform16(any::<u32>()),
-            data_strategy(limit)
-        )
-            .prop_map(|(dwords, data)| {
-                Pdu {
-                    header: PduHeader::CapsuleCmd(CapsuleCommand {
-                        sqe: SubmissionQueueEntry { dwords },
-                    }),
-                    data,
-                }
-            }),
+        (proptest::array::uniform16(any::<u32>()), data_strategy(limit)).prop_map(|(dwords, data)| {
+            Pdu { header: PduHeader::CapsuleCmd(CapsuleCommand { sqe: SubmissionQueueEntry { dwords } }), data }
+        }),
         data_pdu(true, limit),
     ]
 }
@@ -81,48 +62,26 @@ fn controller_bound_pdu(limit: u32) -> impl Strategy<Value = Pdu> {
 fn host_bound_pdu(limit: u32) -> impl Strategy<Value = Pdu> {
     prop_oneof![
         proptest::array::uniform16(any::<u8>()).prop_map(|raw| Pdu {
-            header: PduHeader::CapsuleResp(CapsuleResponse {
-                cqe: CompletionQueueEntry::decode(&raw)
-            }),
+            header: PduHeader::CapsuleResp(CapsuleResponse { cqe: CompletionQueueEntry::decode(&raw) }),
             data: Vec::new(),
         }),
         data_pdu(false, limit),
-        (any::<u16>(), any::<u16>(), any::<u32>(), any::<u32>()).prop_map(
-            |(cid, ttag, offset, length)| Pdu {
-                header: PduHeader::R2t(ReadyToTransfer {
-                    command_id: CommandId(cid),
-                    transfer_tag: ttag,
-                    offset,
-                    length
-                }),
-                data: Vec::new(),
-            }
-        ),
+        (any::<u16>(), any::<u16>(), any::<u32>(), any::<u32>()).prop_map(|(cid, ttag, offset, length)| Pdu {
+            header: PduHeader::R2t(ReadyToTransfer { command_id: CommandId(cid), transfer_tag: ttag, offset, length }),
+            data: Vec::new(),
+        }),
     ]
 }
 
 fn termination(role: Role) -> impl Strategy<Value = Pdu> {
-    (
-        1u16..=6,
-        any::<u32>(),
-        proptest::collection::vec(any::<u8>(), 0..=MAX_TERMINATION_DATA_BYTES),
+    (1u16..=6, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..=MAX_TERMINATION_DATA_BYTES)).prop_map(
+        move |(status, info, offending)| {
+            let term = TerminationRequest::new(FatalErrorStatus::from_u16(status).unwrap(), info, &offending);
+            let header =
+                if role == Role::Controller { PduHeader::H2cTermReq(term) } else { PduHeader::C2hTermReq(term) };
+            Pdu { header, data: Vec::new() }
+        },
     )
-        .prop_map(move |(status, info, offending)| {
-            let term = TerminationRequest::new(
-                FatalErrorStatus::from_u16(status).unwrap(),
-                info,
-                &offending,
-            );
-            let header = if role == Role::Controller {
-                PduHeader::H2cTermReq(term)
-            } else {
-                PduHeader::C2hTermReq(term)
-            };
-            Pdu {
-                header,
-                data: Vec::new(),
-            }
-        })
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -153,41 +112,26 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 ),
             )
         })
-        .prop_map(
-            |(role, digests, alignment, limit, mut pdus, term, chunks)| {
-                let ic = if role == Role::Controller {
-                    PduHeader::IcReq(InitializeConnectionRequest {
-                        protocol_format_version: 0,
-                        host_pdu_data_alignment: alignment,
-                        digests,
-                        max_r2t_outstanding: 0,
-                    })
-                } else {
-                    PduHeader::IcResp(InitializeConnectionResponse {
-                        protocol_format_version: 0,
-                        controller_pdu_data_alignment: alignment,
-                        digests,
-                        max_h2c_data_bytes: 8192,
-                    })
-                };
-                pdus.insert(
-                    0,
-                    Pdu {
-                        header: ic,
-                        data: Vec::new(),
-                    },
-                );
-                pdus.extend(term);
-                Scenario {
-                    role,
+        .prop_map(|(role, digests, alignment, limit, mut pdus, term, chunks)| {
+            let ic = if role == Role::Controller {
+                PduHeader::IcReq(InitializeConnectionRequest {
+                    protocol_format_version: 0,
+                    host_pdu_data_alignment: alignment,
                     digests,
-                    alignment,
-                    limit,
-                    pdus,
-                    chunks,
-                }
-            },
-        )
+                    max_r2t_outstanding: 0,
+                })
+            } else {
+                PduHeader::IcResp(InitializeConnectionResponse {
+                    protocol_format_version: 0,
+                    controller_pdu_data_alignment: alignment,
+                    digests,
+                    max_h2c_data_bytes: 8192,
+                })
+            };
+            pdus.insert(0, Pdu { header: ic, data: Vec::new() });
+            pdus.extend(term);
+            Scenario { role, digests, alignment, limit, pdus, chunks }
+        })
 }
 
 /// The stream bytes and the start offset of every PDU.
@@ -223,12 +167,7 @@ fn expected_items(scenario: &Scenario) -> Vec<Item> {
 }
 
 fn reader_for(scenario: &Scenario) -> PduReader {
-    let mut reader = PduReader::new(
-        scenario.role,
-        ReaderLimits {
-            max_data_bytes: scenario.limit,
-        },
-    );
+    let mut reader = PduReader::new(scenario.role, ReaderLimits { max_data_bytes: scenario.limit });
     reader.set_data_alignment(scenario.alignment);
     reader
 }

@@ -12,7 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service};
+use runtime::{
+    CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service,
+};
 
 /// Echoed chunks, sent with one vectored send.
 struct EchoBatch(Vec<Vec<u8>>);
@@ -81,7 +83,15 @@ struct EchoService;
 impl Service for EchoService {
     type Handler = Echo;
 
-    fn accept(&self, thread: usize, _listener: ListenerId, _local: SocketAddr, peer: SocketAddr, _storage_waker: &std::task::Waker, _now: Instant) -> Option<Echo> {
+    fn accept(
+        &self,
+        thread: usize,
+        _listener: ListenerId,
+        _local: SocketAddr,
+        peer: SocketAddr,
+        _storage_waker: &std::task::Waker,
+        _now: Instant,
+    ) -> Option<Echo> {
         println!("{peer} connected (thread {thread})");
         Some(Echo { peer, waiting: Vec::new(), spare: Vec::new(), spare_batch: Vec::new() })
     }
@@ -93,13 +103,8 @@ fn main() {
     let address: SocketAddr = args.next().as_deref().unwrap_or("127.0.0.1:7878").parse().expect("ADDRESS");
     let threads: usize = args.next().as_deref().unwrap_or("1").parse().expect("THREADS");
     let poll_mode = if args.next().as_deref() == Some("busy") { PollMode::BusyPoll } else { PollMode::Sleep };
-    let config = RuntimeConfig {
-        threads,
-        pin_threads: true,
-        poll_mode,
-        listeners: vec![address],
-        ..RuntimeConfig::default()
-    };
+    let config =
+        RuntimeConfig { threads, pin_threads: true, poll_mode, listeners: vec![address], ..RuntimeConfig::default() };
     let runtime = match Runtime::start(config, Arc::new(EchoService)) {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -15,7 +15,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "file_iops.img".to_string());
     let direct = args.next().as_deref() != Some("0");
-    let options = FileOptions { size_bytes: Some(FILE_BYTES), direct_io: direct, queue_entries: 64, ..FileOptions::default() };
+    let options =
+        FileOptions { size_bytes: Some(FILE_BYTES), direct_io: direct, queue_entries: 64, ..FileOptions::default() };
     let backend = FileBackend::open(&path, options).unwrap_or_else(|error| panic!("{error}"));
     let blocks = backend.geometry().block_count;
     let mut queue = backend.open_queue();
@@ -34,7 +35,11 @@ fn main() {
         loop {
             while let Some(buffer) = buffers.pop() {
                 let lba = random_lba();
-                let op = if write { IoOp::Write { lba, blocks: 1, force_unit_access: false } } else { IoOp::Read { lba, blocks: 1 } };
+                let op = if write {
+                    IoOp::Write { lba, blocks: 1, force_unit_access: false }
+                } else {
+                    IoOp::Read { lba, blocks: 1 }
+                };
                 queue.submit(IoRequest { token: 0, op, buffer });
             }
             queue.reap(&mut completions);

@@ -77,10 +77,8 @@ impl<H: ConnectionHandler> RingCore<H> {
         listener: Option<ListenerId>,
         now: Instant,
     ) -> (u32, u32) {
-        let recv_buffer = self
-            .spare_recv_buffers
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.recv_buffer_bytes].into_boxed_slice());
+        let recv_buffer =
+            self.spare_recv_buffers.pop().unwrap_or_else(|| vec![0u8; self.recv_buffer_bytes].into_boxed_slice());
         let connection = Connection {
             stream,
             handler,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
-use crate::ring_core::RingCore;
 use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
+use crate::ring_core::RingCore;
 use crate::storage_wake::StorageWake;
 use crate::user_data::{OpKind, UserData};
 use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};

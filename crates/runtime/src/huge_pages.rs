@@ -148,7 +148,11 @@ mod tests {
         let mut out = Vec::new();
         for (lba, bytes) in [(510, data.clone()), (1024, data[..8192].to_vec())] {
             let blocks = (bytes.len() / 4096) as u32;
-            queue.submit(IoRequest { token: lba, op: IoOp::Write { lba, blocks, force_unit_access: false }, buffer: bytes });
+            queue.submit(IoRequest {
+                token: lba,
+                op: IoOp::Write { lba, blocks, force_unit_access: false },
+                buffer: bytes,
+            });
         }
         for (lba, expected) in [(510, data.clone()), (1024, data[..8192].to_vec())] {
             let blocks = (expected.len() / 4096) as u32;

@@ -24,12 +24,12 @@ mod client_ring;
 mod connection;
 mod error;
 mod event_loop;
-pub mod huge_pages;
 pub mod file_backend;
+pub mod huge_pages;
 mod listeners;
 pub mod rbd_backend;
-mod send;
 mod ring_core;
+mod send;
 mod slab;
 mod spin_window;
 mod storage_wake;
@@ -49,8 +49,8 @@ pub use file_backend::{FileBackend, FileError, FileOptions};
 pub use huge_pages::HugePageChunkMemory;
 pub use listeners::{ListenerControl, ListenerId, PreparedListener};
 pub use rbd_backend::{
-    reopen_images, Acknowledgement, ClusterSpec, Locker, NotifyReplies, RadosErrno, RadosObject, RbdBackend, RbdError, RbdOptions,
-    RbdStatus, ReplaceError, Watch, WatchEvent, WatchHandler,
+    reopen_images, Acknowledgement, ClusterSpec, Locker, NotifyReplies, RadosErrno, RadosObject, RbdBackend, RbdError,
+    RbdOptions, RbdStatus, ReplaceError, Watch, WatchEvent, WatchHandler,
 };
 pub use send::SendParts;
 pub use tls::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};
@@ -338,15 +338,16 @@ impl Runtime {
         // Bind thread 0's sockets first so port 0 resolves to one real port
         // that every other thread then joins through SO_REUSEPORT.
         let mut local_addrs = Vec::with_capacity(config.listeners.len());
-        let mut listeners_per_thread: Vec<Vec<event_loop::Listener>> = (0..config.threads).map(|_| Vec::new()).collect();
+        let mut listeners_per_thread: Vec<Vec<event_loop::Listener>> =
+            (0..config.threads).map(|_| Vec::new()).collect();
         for (index, &requested) in config.listeners.iter().enumerate() {
             let id = ListenerId::new(
                 u32::try_from(index).map_err(|_| RuntimeError::InvalidConfig("too many listeners".into()))?,
             );
             sys::check_address_free(requested, sys::BIND_RETRY)
                 .map_err(|source| RuntimeError::Bind { address: requested, source })?;
-            let first = sys::bind_listener(requested)
-                .map_err(|source| RuntimeError::Bind { address: requested, source })?;
+            let first =
+                sys::bind_listener(requested).map_err(|source| RuntimeError::Bind { address: requested, source })?;
             let bound = first.local_addr().map_err(|source| RuntimeError::Bind { address: requested, source })?;
             local_addrs.push(bound);
             listeners_per_thread[0].push(event_loop::Listener::new(id, bound, first));

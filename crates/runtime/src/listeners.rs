@@ -218,11 +218,8 @@ impl ListenerControl {
         }
         let local = {
             let mut registry = lock(&self.shared.registry);
-            let position = registry
-                .open
-                .iter()
-                .position(|&(open, _)| open == id)
-                .ok_or(RuntimeError::UnknownListener(id))?;
+            let position =
+                registry.open.iter().position(|&(open, _)| open == id).ok_or(RuntimeError::UnknownListener(id))?;
             registry.open.remove(position).1
         };
         let threads = self.shared.wake_fds.len();

@@ -116,8 +116,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             PollMode::Adaptive { spin_us } => {
                 let base = Duration::from_micros(u64::from(spin_us));
                 let window = self.spin_window.as_ref().map_or(base, |window| window.window(base));
-                self.storage_waiting_connections == 0
-                    && now.saturating_duration_since(self.last_completion_at) < window
+                self.storage_waiting_connections == 0 && now.saturating_duration_since(self.last_completion_at) < window
             }
         };
         let may_block = !spinning && self.pending_work_connections == 0 && !self.draining_pending_work;

@@ -22,7 +22,8 @@ use storage::{Backend, CacheBackend, CacheMode, IoOp, IoRequest, Pool, Raid0Back
 /// A new file backend; the file is unlinked at once (the descriptor keeps it) unless
 /// `keep` holds its path.
 fn file(direct_io: bool, block_size: u32, size_bytes: u64, keep: Option<&Path>) -> Arc<dyn Backend> {
-    let options = FileOptions { block_size_bytes: Some(block_size), direct_io, size_bytes: Some(size_bytes), queue_entries: 32 };
+    let options =
+        FileOptions { block_size_bytes: Some(block_size), direct_io, size_bytes: Some(size_bytes), queue_entries: 32 };
     match keep {
         Some(path) => FileBackend::open(path, options).expect("open test file"),
         None => {
@@ -160,7 +161,10 @@ fn the_tiered_stack_keeps_fua_and_flushed_writes_and_identities_across_a_reopen(
     assert_eq!((record.id, record.nguid, record.uuid), identity, "the carve keeps its identity");
     let mut queue = backend.open_queue();
     for (lba, data) in written {
-        let completion = submit_and_wait(&mut *queue, IoRequest { token: lba, op: IoOp::Read { lba, blocks: 1 }, buffer: vec![0; block] });
+        let completion = submit_and_wait(
+            &mut *queue,
+            IoRequest { token: lba, op: IoOp::Read { lba, blocks: 1 }, buffer: vec![0; block] },
+        );
         assert_eq!(completion.result, Ok(()));
         assert!(completion.buffer == data, "lba {lba} lost across the reopen");
     }

@@ -146,14 +146,22 @@ fn four_threads_with_their_own_queues_at_depth_32() {
                     for i in 0..64u64 {
                         let lba = thread * region + i * 4;
                         let seed = thread * 1_000_000 + round * 1000 + i;
-                        queue.submit(IoRequest { token: i, op: write_op(lba, 4, i % 8 == 0), buffer: pattern(seed, 4 * 4096) });
+                        queue.submit(IoRequest {
+                            token: i,
+                            op: write_op(lba, 4, i % 8 == 0),
+                            buffer: pattern(seed, 4 * 4096),
+                        });
                     }
                     for c in reap_exactly(&mut *queue, 64) {
                         assert_eq!(c.result, Ok(()));
                     }
                     for i in 0..64u64 {
                         let lba = thread * region + i * 4;
-                        queue.submit(IoRequest { token: i, op: IoOp::Read { lba, blocks: 4 }, buffer: vec![0; 4 * 4096] });
+                        queue.submit(IoRequest {
+                            token: i,
+                            op: IoOp::Read { lba, blocks: 4 },
+                            buffer: vec![0; 4 * 4096],
+                        });
                     }
                     for c in reap_exactly(&mut *queue, 64) {
                         assert_eq!(c.result, Ok(()));
@@ -200,7 +208,11 @@ fn dropping_a_queue_with_io_in_flight_waits_for_the_kernel() {
         let mut queue = backend.open_queue();
         for i in 0..64u64 {
             let lba = i * u64::from(EXTENT_BLOCKS);
-            let op = if i % 2 == 0 { write_op(lba, EXTENT_BLOCKS, false) } else { IoOp::Read { lba, blocks: EXTENT_BLOCKS } };
+            let op = if i % 2 == 0 {
+                write_op(lba, EXTENT_BLOCKS, false)
+            } else {
+                IoOp::Read { lba, blocks: EXTENT_BLOCKS }
+            };
             queue.submit(IoRequest { token: i, op, buffer: vec![fill; EXTENT_BYTES] });
         }
         let mut some = Vec::new();
@@ -390,7 +402,10 @@ fn acknowledged_writes_survive_sigkill() {
             assert!(data == pattern(crash_seed(lba), CRASH_BLOCK), "round {round}: acknowledged lba {lba} lost");
         }
         total_acked += acked.len();
-        eprintln!("round {round} (direct {direct}): killed after {kill_after:?}, {} acknowledged writes verified", acked.len());
+        eprintln!(
+            "round {round} (direct {direct}): killed after {kill_after:?}, {} acknowledged writes verified",
+            acked.len()
+        );
     }
     assert!(total_acked > 0, "the writer never acknowledged anything before being killed");
 }

@@ -203,7 +203,10 @@ fn data_survives_reopen_and_many_images_share_one_connection() {
         let (backend, _) = RbdBackend::open(&options).expect("create");
         let mut queue = backend.open_queue();
         let write = IoOp::Write { lba: 100, blocks: 64, force_unit_access: true };
-        assert_eq!(submit_and_wait(&mut *queue, IoRequest { token: 1, op: write, buffer: data.clone() }).result, Ok(()));
+        assert_eq!(
+            submit_and_wait(&mut *queue, IoRequest { token: 1, op: write, buffer: data.clone() }).result,
+            Ok(())
+        );
     }
     // Opened again, larger: grown, never shrunk, data kept.
     options.size_bytes = Some(8 << 20);
@@ -215,7 +218,10 @@ fn data_survives_reopen_and_many_images_share_one_connection() {
     assert_eq!(change, ImageChange::None);
     assert_eq!(smaller.geometry().capacity_bytes(), 8 << 20, "never shrinks");
     let mut queue = backend.open_queue();
-    let read = submit_and_wait(&mut *queue, IoRequest { token: 2, op: IoOp::Read { lba: 100, blocks: 64 }, buffer: vec![0; data.len()] });
+    let read = submit_and_wait(
+        &mut *queue,
+        IoRequest { token: 2, op: IoOp::Read { lba: 100, blocks: 64 }, buffer: vec![0; data.len()] },
+    );
     assert_eq!(read.result, Ok(()));
     assert!(read.buffer == data, "data read back after reopen differs");
 
@@ -273,7 +279,10 @@ fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
     while start.elapsed() < Duration::from_secs(12) {
         std::thread::sleep(Duration::from_millis(250));
         if let Err(errno) = watch.check() {
-            panic!("the watch lapsed after {:?} ({errno:?}): librados did not ping it within its 3 s timeout", start.elapsed());
+            panic!(
+                "the watch lapsed after {:?} ({errno:?}): librados did not ping it within its 3 s timeout",
+                start.elapsed()
+            );
         }
     }
     assert_eq!(lost.load(Ordering::SeqCst), 0, "the watch was lost and re-established");
@@ -320,7 +329,8 @@ fn a_write_cannot_complete_while_a_notice_callback_of_the_same_client_waits_for_
     let Some(_images) = cluster() else { return };
     let backend = new_image("finisher", 8 << 20, 4096);
     let options = RbdOptions::new(POOL, "unused");
-    let object = Arc::new(RadosObject::open(&options.cluster, POOL, &unique_image("finisher-watch")).expect("open the object"));
+    let object =
+        Arc::new(RadosObject::open(&options.cluster, POOL, &unique_image("finisher-watch")).expect("open the object"));
     object.replace_record("sluice.test", None, b"1", b"record").expect("create the object");
     let completed_in_callback = Arc::new(AtomicUsize::new(usize::MAX));
     let seen = Arc::clone(&completed_in_callback);
@@ -344,7 +354,11 @@ fn a_write_cannot_complete_while_a_notice_callback_of_the_same_client_waits_for_
     let _watch = object.watch(handler, Duration::from_secs(10)).expect("watch the object");
     let silent = object.notify(b"wait for a write", Duration::from_secs(5)).expect("notify");
     assert!(silent.is_empty(), "{silent:?}");
-    assert_eq!(completed_in_callback.load(Ordering::SeqCst), 0, "the write completed while the callback waited on librados' thread");
+    assert_eq!(
+        completed_in_callback.load(Ordering::SeqCst),
+        0,
+        "the write completed while the callback waited on librados' thread"
+    );
     let mut completions = Vec::new();
     let start = Instant::now();
     while completions.is_empty() && start.elapsed() < Duration::from_secs(10) {
@@ -372,11 +386,17 @@ fn librados_defaults_yield_to_the_configuration_file() {
     let text = std::fs::read_to_string(&conf).expect("read the cluster's ceph.conf");
     assert!(text.contains("[client]\n"), "ceph-single-node.sh's file has a [client] section");
     let tuned = conf.with_extension(format!("tuned-{}.conf", std::process::id()));
-    std::fs::write(&tuned, text.replacen("[client]\n", "[client]\nlibrados_thread_count = 3\n", 1)).expect("write a tuned copy");
-    let spec = runtime::ClusterSpec { ceph_conf: Some(tuned.clone()), client: "admin".to_string(), op_timeout_ms: 29_000 };
+    std::fs::write(&tuned, text.replacen("[client]\n", "[client]\nlibrados_thread_count = 3\n", 1))
+        .expect("write a tuned copy");
+    let spec =
+        runtime::ClusterSpec { ceph_conf: Some(tuned.clone()), client: "admin".to_string(), op_timeout_ms: 29_000 };
     let value = client_option(&spec, "librados_thread_count");
     let _ = std::fs::remove_file(&tuned);
-    assert_eq!(value.expect("connect with the tuned file").as_deref(), Some("3"), "the file's value wins over Sluice's default");
+    assert_eq!(
+        value.expect("connect with the tuned file").as_deref(),
+        Some("3"),
+        "the file's value wins over Sluice's default"
+    );
 }
 
 #[test]
@@ -391,7 +411,11 @@ fn an_image_grows_live_and_another_handle_sees_it_on_refresh_but_never_shrinks_i
     let (second, _) = RbdBackend::open(&options).expect("open again");
     let mut queue = first.open_queue();
     let data = pattern(5, 8 * 512);
-    let write = |token| IoRequest { token, op: IoOp::Write { lba: 8192, blocks: 8, force_unit_access: true }, buffer: data.clone() };
+    let write = |token| IoRequest {
+        token,
+        op: IoOp::Write { lba: 8192, blocks: 8, force_unit_access: true },
+        buffer: data.clone(),
+    };
     assert_eq!(submit_and_wait(&mut *queue, write(1)).result, Err(IoError::OutOfRange));
 
     assert_eq!(first.grow(16384).unwrap().capacity_bytes(), 8 << 20);
@@ -402,9 +426,15 @@ fn an_image_grows_live_and_another_handle_sees_it_on_refresh_but_never_shrinks_i
     let (fresh, _) = RbdBackend::open(&options).expect("open a third");
     assert_eq!(fresh.geometry().capacity_bytes(), 8 << 20, "the image kept its 8 MiB");
     assert_eq!(second.refresh_geometry().unwrap().capacity_bytes(), 8 << 20, "seen through the image's header");
-    assert_eq!(second.grow(12288).unwrap_err(), storage::GrowError::WouldShrink { current_blocks: 16384, requested_blocks: 12288 });
+    assert_eq!(
+        second.grow(12288).unwrap_err(),
+        storage::GrowError::WouldShrink { current_blocks: 16384, requested_blocks: 12288 }
+    );
     let mut queue = second.open_queue();
-    let read = submit_and_wait(&mut *queue, IoRequest { token: 3, op: IoOp::Read { lba: 8192, blocks: 8 }, buffer: vec![0; data.len()] });
+    let read = submit_and_wait(
+        &mut *queue,
+        IoRequest { token: 3, op: IoOp::Read { lba: 8192, blocks: 8 }, buffer: vec![0; data.len()] },
+    );
     assert_eq!(read.result, Ok(()));
     assert!(read.buffer == data, "the other handle reads the new blocks");
 }

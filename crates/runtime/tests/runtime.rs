@@ -72,7 +72,7 @@ fn large_batches_are_sent_completely_despite_partial_sends() {
     let (runtime, events) = start(Behavior::BigResponse { bytes: BATCH_BYTES }, config(1, PollMode::Sleep));
     let mut stream = connect(runtime.local_addrs()[0]);
     write_all(&mut stream, b"abcd"); // four 1 MiB batches
-    // Let the socket buffers fill so the kernel takes each batch in pieces.
+                                     // Let the socket buffers fill so the kernel takes each batch in pieces.
     std::thread::sleep(Duration::from_millis(200));
     let received = read_exact_bytes(&mut stream, 4 * BATCH_BYTES);
     for (index, &byte) in received.iter().enumerate() {
@@ -195,7 +195,11 @@ fn a_closed_connection_is_kept_until_its_drain_is_done() {
         drop(stream);
         events.wait_for_closed(2);
         shutdown_and_join(runtime);
-        assert_eq!(events.dropped_undrained.load(Ordering::SeqCst), 0, "a handler was dropped before its drain was done");
+        assert_eq!(
+            events.dropped_undrained.load(Ordering::SeqCst),
+            0,
+            "a handler was dropped before its drain was done"
+        );
         events.assert_no_violations();
     }
 }
@@ -249,8 +253,7 @@ fn bind_error_names_the_address_in_use() {
     let address = occupied.local_addr().unwrap();
     let mut config = config(2, PollMode::Sleep);
     config.listeners = vec!["127.0.0.1:0".parse().unwrap(), address];
-    let service =
-        Arc::new(TestService { behavior: Behavior::Echo, events: Arc::default(), refuse: false });
+    let service = Arc::new(TestService { behavior: Behavior::Echo, events: Arc::default(), refuse: false });
     match Runtime::start(config, service) {
         Err(RuntimeError::Bind { address: reported, source }) => {
             assert_eq!(reported, address);

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runtime::tls::{CipherSuite, PskChoice, PskLookup, Progress, TlsServer, TlsSession};
+use runtime::tls::{CipherSuite, Progress, PskChoice, PskLookup, TlsServer, TlsSession};
 use zeroize::Zeroizing;
 
 const IDENTITY: &str = "NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:gnutls nqn.2026-11.io.sluice:tls";
@@ -72,7 +72,8 @@ fn drive(
         match socket.read(&mut buffer) {
             Ok(0) => return Err("peer closed the socket".to_owned()),
             Ok(count) => session.receive_ciphertext(&buffer[..count]).map_err(|error| error.to_string())?,
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock || error.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(error)
+                if error.kind() == std::io::ErrorKind::WouldBlock || error.kind() == std::io::ErrorKind::TimedOut => {}
             Err(error) => return Err(error.to_string()),
         }
         session.advance().map_err(|error| error.to_string())?;

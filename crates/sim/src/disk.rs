@@ -188,7 +188,11 @@ impl SimDisk {
         }
         let in_flight = std::mem::take(&mut state.in_flight);
         if let Some(name) = &state.trace {
-            println!("{:>12.6} ms    {name}: crash with {} requests in flight", self.shared.clock.elapsed_ns() as f64 / 1e6, in_flight.len());
+            println!(
+                "{:>12.6} ms    {name}: crash with {} requests in flight",
+                self.shared.clock.elapsed_ns() as f64 / 1e6,
+                in_flight.len()
+            );
         }
         for entry in in_flight {
             if entry.failure.is_some() {

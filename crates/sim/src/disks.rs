@@ -42,7 +42,9 @@ impl StorageShape {
     pub fn describe(&self) -> String {
         match *self {
             StorageShape::Disk => String::new(),
-            StorageShape::Raid0 { members, strip_blocks } => format!(", RAID0 of {members} disks, {strip_blocks}-block strips"),
+            StorageShape::Raid0 { members, strip_blocks } => {
+                format!(", RAID0 of {members} disks, {strip_blocks}-block strips")
+            }
             StorageShape::Cache { write_back, line_blocks, slots } => format!(
                 ", {} cache of {slots} x {line_blocks}-block lines",
                 if write_back { "write-back" } else { "write-through" }

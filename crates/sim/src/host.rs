@@ -129,7 +129,10 @@ enum Managed {
     Idle,
     /// A management command is outstanding.
     Waiting,
-    Have { nsid: u32, attached: bool },
+    Have {
+        nsid: u32,
+        attached: bool,
+    },
 }
 
 /// Size of a namespace a host creates (thin: capacity 1 block).
@@ -144,20 +147,51 @@ enum Pending {
     SetQueueCount,
     KeepAlive,
     /// Abort of whatever command has `command_id` on I/O queue `queue_id` (maybe none).
-    Abort { queue_id: u16, command_id: u16 },
-    Read { lba: u64, blocks: u32, watch: ReadId },
-    Write { lba: u64, blocks: u32, tag: u64, force_unit_access: bool },
-    Zeroes { lba: u64, blocks: u32 },
-    Flush { began: u64 },
+    Abort {
+        queue_id: u16,
+        command_id: u16,
+    },
+    Read {
+        lba: u64,
+        blocks: u32,
+        watch: ReadId,
+    },
+    Write {
+        lba: u64,
+        blocks: u32,
+        tag: u64,
+        force_unit_access: bool,
+    },
+    Zeroes {
+        lba: u64,
+        blocks: u32,
+    },
+    Flush {
+        began: u64,
+    },
     /// The Compare of a fused Compare and Write (of what the oracle was sure the blocks
     /// held).
-    Compare { lba: u64, blocks: u32, tag: u64 },
+    Compare {
+        lba: u64,
+        blocks: u32,
+        tag: u64,
+    },
     /// Its Write of `tag`.
-    CompareWrite { lba: u64, blocks: u32, tag: u64 },
+    CompareWrite {
+        lba: u64,
+        blocks: u32,
+        tag: u64,
+    },
     NamespaceCreate,
-    NamespaceAttach { nsid: u32 },
-    NamespaceDetach { nsid: u32 },
-    NamespaceDelete { nsid: u32 },
+    NamespaceAttach {
+        nsid: u32,
+    },
+    NamespaceDetach {
+        nsid: u32,
+    },
+    NamespaceDelete {
+        nsid: u32,
+    },
 }
 
 struct Outstanding {
@@ -332,7 +366,8 @@ impl SimHost {
         if let Some(memory) = &self.read_memory {
             memory.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
         }
-        context.note(|| format!("host {} lost its controller ({why}); reconnect in {} ms", self.index, delay / 1_000_000));
+        context
+            .note(|| format!("host {} lost its controller ({why}); reconnect in {} ms", self.index, delay / 1_000_000));
     }
 
     /// Runs everything due now: timers, completions, bring-up steps, new I/O, and hands
@@ -435,7 +470,13 @@ impl SimHost {
     }
 
     /// Submits on the admin queue (`None`) or I/O queue `Some(index)`.
-    fn submit(&mut self, context: &mut Context, io_queue: Option<usize>, mut command: HostCommand, what: Pending) -> bool {
+    fn submit(
+        &mut self,
+        context: &mut Context,
+        io_queue: Option<usize>,
+        mut command: HostCommand,
+        what: Pending,
+    ) -> bool {
         let end = match io_queue {
             None => self.admin.as_mut(),
             Some(index) => self.io.get_mut(index),
@@ -496,14 +537,19 @@ impl SimHost {
                     None => Err(data),
                 };
                 let command = match kept {
-                    Ok(source) => commands::write_from_source(NAMESPACE, lba, source, block_bytes as u32, force_unit_access),
+                    Ok(source) => {
+                        commands::write_from_source(NAMESPACE, lba, source, block_bytes as u32, force_unit_access)
+                    }
                     Err(data) => commands::write(NAMESPACE, lba, data, block_bytes as u32, force_unit_access),
                 };
                 (command, Pending::Write { lba, blocks: blocks as u32, tag, force_unit_access })
             } else if choice < 95 {
                 context.oracle.begin_write(lba, blocks, 0);
                 let deallocate = context.rng.chance(500_000);
-                (commands::write_zeroes(NAMESPACE, lba, blocks as u32, deallocate), Pending::Zeroes { lba, blocks: blocks as u32 })
+                (
+                    commands::write_zeroes(NAMESPACE, lba, blocks as u32, deallocate),
+                    Pending::Zeroes { lba, blocks: blocks as u32 },
+                )
             } else {
                 let began = context.oracle.begin_flush();
                 (commands::flush(NAMESPACE), Pending::Flush { began })
@@ -594,7 +640,8 @@ impl SimHost {
         context.oracle.begin_write(lba, u64::from(blocks), tag);
         context.io_budget = context.io_budget.saturating_sub(2);
         let host = self.index;
-        context.note(|| format!("host {host} submits Compare and Write {{ lba: {lba}, blocks: {blocks}, tag: {tag} }}"));
+        context
+            .note(|| format!("host {host} submits Compare and Write {{ lba: {lba}, blocks: {blocks}, tag: {tag} }}"));
         let first = self.submit(context, Some(queue), compare, Pending::Compare { lba, blocks, tag });
         let second = first && self.submit(context, Some(queue), write, Pending::CompareWrite { lba, blocks, tag });
         if !second {
@@ -614,7 +661,8 @@ impl SimHost {
         context.note(|| format!("host {host} completes {:?}: status {:#x}", outstanding.what, status.field()));
         if ok {
             self.completed_ok += 1;
-        } else if matches!(outstanding.what, Pending::Compare { .. }) && status.kind() == Status::COMPARE_FAILURE.kind() {
+        } else if matches!(outstanding.what, Pending::Compare { .. }) && status.kind() == Status::COMPARE_FAILURE.kind()
+        {
             context.data_violation(format!(
                 "host {}: {:?} failed though the blocks held what it expected",
                 self.index, outstanding.what
@@ -654,11 +702,13 @@ impl SimHost {
                 }
             }
             Pending::Write { lba, blocks, tag, force_unit_access } => {
-                let outcome = if ok { WriteOutcome::Acknowledged { force_unit_access } } else { WriteOutcome::Uncertain };
+                let outcome =
+                    if ok { WriteOutcome::Acknowledged { force_unit_access } } else { WriteOutcome::Uncertain };
                 context.oracle.end_write(lba, u64::from(blocks), tag, outcome);
             }
             Pending::Zeroes { lba, blocks } => {
-                let outcome = if ok { WriteOutcome::Acknowledged { force_unit_access: false } } else { WriteOutcome::Uncertain };
+                let outcome =
+                    if ok { WriteOutcome::Acknowledged { force_unit_access: false } } else { WriteOutcome::Uncertain };
                 context.oracle.end_write(lba, u64::from(blocks), 0, outcome);
             }
             Pending::Flush { began } => {

@@ -35,7 +35,8 @@ pub struct NamespaceLedger {
 impl NamespaceLedger {
     /// A host was told namespace `nsid` was created (unattached).
     pub fn created(&mut self, nsid: u32, owner_nqn: &str) {
-        self.entries.insert(nsid, Entry { owner_nqn: owner_nqn.to_owned(), exists: Known::Yes, attached_to_owner: Known::No });
+        self.entries
+            .insert(nsid, Entry { owner_nqn: owner_nqn.to_owned(), exists: Known::Yes, attached_to_owner: Known::No });
     }
 
     /// A create went out: until it is answered, it may have taken the NSID of any
@@ -101,22 +102,31 @@ impl NamespaceLedger {
     pub fn disagreements(&self, records: &[CarveRecord], subsystem_nqn: &str) -> Vec<String> {
         let bound = |nsid: u32| {
             records.iter().find_map(|record| {
-                record.binding.as_ref().filter(|binding| binding.subsystem_nqn == subsystem_nqn && binding.namespace_id == nsid)
+                record
+                    .binding
+                    .as_ref()
+                    .filter(|binding| binding.subsystem_nqn == subsystem_nqn && binding.namespace_id == nsid)
             })
         };
         let mut problems = Vec::new();
         for (&nsid, entry) in &self.entries {
             let binding = bound(nsid);
             match (entry.exists, binding) {
-                (Known::Yes, None) => problems.push(format!("namespace {nsid}: created as a host was told, gone from the pool table")),
-                (Known::No, Some(_)) => problems.push(format!("namespace {nsid}: deleted as a host was told, still in the pool table")),
+                (Known::Yes, None) => {
+                    problems.push(format!("namespace {nsid}: created as a host was told, gone from the pool table"))
+                }
+                (Known::No, Some(_)) => {
+                    problems.push(format!("namespace {nsid}: deleted as a host was told, still in the pool table"))
+                }
                 _ => {}
             }
             let Some(binding) = binding else { continue };
             let attached = binding.all_hosts || binding.hosts.contains(&entry.owner_nqn);
             match (entry.attached_to_owner, attached) {
-                (Known::Yes, false) => problems.push(format!("namespace {nsid}: attached as its host was told, detached in the pool table")),
-                (Known::No, true) => problems.push(format!("namespace {nsid}: detached as its host was told, attached in the pool table")),
+                (Known::Yes, false) => problems
+                    .push(format!("namespace {nsid}: attached as its host was told, detached in the pool table")),
+                (Known::No, true) => problems
+                    .push(format!("namespace {nsid}: detached as its host was told, attached in the pool table")),
                 _ => {}
             }
         }

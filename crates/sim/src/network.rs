@@ -47,7 +47,8 @@ impl Pipe {
         let mut corrupted = false;
         let mut rest = bytes;
         while !rest.is_empty() {
-            let longest = if rng.chance(faults.tiny_segment_per_million) { 16 } else { faults.max_segment_bytes.max(1) };
+            let longest =
+                if rng.chance(faults.tiny_segment_per_million) { 16 } else { faults.max_segment_bytes.max(1) };
             let length = (1 + rng.below(longest as u64) as usize).min(rest.len());
             let (head, tail) = rest.split_at(length);
             rest = tail;
@@ -164,7 +165,13 @@ mod tests {
     use super::*;
 
     fn faults(max_segment_bytes: usize, corrupt_per_million: u32) -> NetworkFaults {
-        NetworkFaults { latency_min_ns: 10, latency_max_ns: 1000, max_segment_bytes, tiny_segment_per_million: 0, corrupt_per_million }
+        NetworkFaults {
+            latency_min_ns: 10,
+            latency_max_ns: 1000,
+            max_segment_bytes,
+            tiny_segment_per_million: 0,
+            corrupt_per_million,
+        }
     }
 
     #[test]

@@ -164,7 +164,13 @@ impl Oracle {
             floating: Vec::new(),
             settled_during_writer: Vec::new(),
         };
-        Oracle { blocks: vec![block; block_count as usize], block_bytes, sequence: 0, crash_epoch: 0, reads: BTreeMap::new() }
+        Oracle {
+            blocks: vec![block; block_count as usize],
+            block_bytes,
+            sequence: 0,
+            crash_epoch: 0,
+            reads: BTreeMap::new(),
+        }
     }
 
     fn next_sequence(&mut self) -> u64 {

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nvme_target::{
-    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
-    TargetSpec,
+    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 use storage::Backend;
 
@@ -118,7 +117,12 @@ impl Context {
             if !guarded {
                 self.data_unverifiable = true;
             }
-            self.note(|| format!("link {id}: a bit flipped on the way {}", if to_target { "to the target" } else { "to the host" }));
+            self.note(|| {
+                format!(
+                    "link {id}: a bit flipped on the way {}",
+                    if to_target { "to the target" } else { "to the host" }
+                )
+            });
         }
     }
 
@@ -239,8 +243,15 @@ impl World {
             }
             None => plan.namespace_blocks,
         };
-        let disks =
-            SimDisks::new(plan.shape, plan.block_bytes as u32, disk_blocks, &clock, &mut rng, &plan.disk, options.canary);
+        let disks = SimDisks::new(
+            plan.shape,
+            plan.block_bytes as u32,
+            disk_blocks,
+            &clock,
+            &mut rng,
+            &plan.disk,
+            options.canary,
+        );
         if options.trace {
             disks.trace();
         }
@@ -462,7 +473,8 @@ impl World {
             if moved {
                 steps_at_instant += 1;
                 if steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
-                    self.context.violation(format!("no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"));
+                    self.context
+                        .violation(format!("no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"));
                     break;
                 }
                 continue;
@@ -473,7 +485,9 @@ impl World {
                 stale_wakes += 1;
                 if stale_wakes > MAX_STALE_WAKES {
                     let who = self.stale_wake_owner(now_ns);
-                    self.context.violation(format!("spinning: {who} asks to be woken at a time already passed, again and again"));
+                    self.context.violation(format!(
+                        "spinning: {who} asks to be woken at a time already passed, again and again"
+                    ));
                     break;
                 }
             } else {
@@ -647,12 +661,16 @@ impl World {
             let buffered = connection.buffered_data_bytes();
             let limit = nvme_target::limits::max_connection_buffer_bytes(depth);
             if buffered > limit {
-                self.context.violation(format!("link {id}: {buffered} bytes of data buffers, over the {limit} byte limit of a queue of {depth}"));
+                self.context.violation(format!(
+                    "link {id}: {buffered} bytes of data buffers, over the {limit} byte limit of a queue of {depth}"
+                ));
             }
             if let Some(budget) = budget {
                 let high_water = connection.r2t_outstanding_high_water_bytes();
                 if high_water > u64::from(budget) {
-                    self.context.violation(format!("link {id}: {high_water} bytes requested by R2T, over the {budget} byte budget"));
+                    self.context.violation(format!(
+                        "link {id}: {high_water} bytes requested by R2T, over the {budget} byte budget"
+                    ));
                 }
             }
             if connection.wants_close() {
@@ -693,7 +711,8 @@ impl World {
                 for link in self.context.links.values_mut().filter(|link| link.owner.host == victim) {
                     link.held_until_ns = link.held_until_ns.max(until);
                 }
-                self.context.note(|| format!("fault: host {victim} partitioned for {} ms", (until - now_ns) / 1_000_000));
+                self.context
+                    .note(|| format!("fault: host {victim} partitioned for {} ms", (until - now_ns) / 1_000_000));
             }
             _ => {
                 let ids: Vec<u64> = self.context.links.keys().copied().collect();
@@ -732,13 +751,19 @@ impl World {
     fn stale_wake_owner(&self, now_ns: u64) -> String {
         let clock = &self.context.clock;
         let past = |at: Option<std::time::Instant>| at.is_some_and(|at| clock.ns_of(at) <= now_ns);
-        if let Some(id) = self.connections.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id) {
+        if let Some(id) =
+            self.connections.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id)
+        {
             return format!("the target connection of link {id} (phase {:?})", self.connections[id].phase());
         }
-        if let Some(id) = self.draining.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id) {
+        if let Some(id) =
+            self.draining.iter().find(|(_, connection)| past(connection.next_deadline())).map(|(id, _)| id)
+        {
             return format!("the draining target connection of link {id}");
         }
-        if let Some(index) = self.hosts.iter().position(|host| host.next_wake_ns(&self.context).is_some_and(|at| at <= now_ns)) {
+        if let Some(index) =
+            self.hosts.iter().position(|host| host.next_wake_ns(&self.context).is_some_and(|at| at <= now_ns))
+        {
             return format!("host {index}");
         }
         "the disk or the network".into()
@@ -749,7 +774,11 @@ impl World {
         let mut candidates: Vec<u64> = Vec::new();
         candidates.extend(self.context.links.values().filter_map(Link::next_due_ns));
         candidates.extend(
-            self.connections.values().chain(self.draining.values()).filter_map(Connection::next_deadline).map(|at| clock.ns_of(at)),
+            self.connections
+                .values()
+                .chain(self.draining.values())
+                .filter_map(Connection::next_deadline)
+                .map(|at| clock.ns_of(at)),
         );
         candidates.extend(self.disks.next_ready_ns());
         candidates.extend(self.service.next_due_ns());
@@ -843,7 +872,8 @@ impl World {
             queue.reap(&mut done);
         }
         if (done.len() as u64) < blocks {
-            self.context.violation(format!("{when}: {} of {blocks} block reads never completed", blocks - done.len() as u64));
+            self.context
+                .violation(format!("{when}: {} of {blocks} block reads never completed", blocks - done.len() as u64));
         }
         done.sort_by_key(|completion| completion.token);
         for completion in done {

@@ -12,10 +12,7 @@ fn a_seed_replays_exactly() {
         let second = run_seed(seed, RunOptions::default());
         assert_eq!(first.fingerprint, second.fingerprint, "seed {seed}");
         assert_eq!(first.summary, second.summary, "seed {seed}");
-        assert_ne!(
-            first.fingerprint,
-            run_seed(seed + 1, RunOptions::default()).fingerprint
-        );
+        assert_ne!(first.fingerprint, run_seed(seed + 1, RunOptions::default()).fingerprint);
     }
 }
 
@@ -23,12 +20,7 @@ fn a_seed_replays_exactly() {
 fn a_short_run_is_clean() {
     for seed in 0..40 {
         let report = run_seed(seed, RunOptions::default());
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:?}\nworld: {}",
-            report.violations,
-            report.plan
-        );
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}\nworld: {}", report.violations, report.plan);
     }
 }
 
@@ -74,12 +66,7 @@ const SEEDS_THAT_FOUND_BUGS: [u64; 26] = [
 fn seeds_that_found_bugs_stay_clean() {
     for seed in SEEDS_THAT_FOUND_BUGS {
         let report = run_seed(seed, RunOptions::default());
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:?}\nworld: {}",
-            report.violations,
-            report.plan
-        );
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}\nworld: {}", report.violations, report.plan);
     }
 }
 
@@ -111,21 +98,13 @@ fn summary_count(summary: &str, name: &str) -> u64 {
 #[test]
 fn a_quarter_of_seeds_run_a_gateway_group_that_does_its_work() {
     let group_seeds: Vec<u64> = (0..400).filter(|&seed| is_group_seed(seed)).collect();
-    assert!(
-        (80..=120).contains(&group_seeds.len()),
-        "{} group seeds in 400",
-        group_seeds.len()
-    );
+    assert!((80..=120).contains(&group_seeds.len()), "{} group seeds in 400", group_seeds.len());
     let (mut versions, mut swaps, mut conflicts) = (0, 0, 0);
     let (mut fence_waits, mut preempts, mut notices_read) = (0, 0, 0);
     for &seed in group_seeds.iter().take(10) {
         let report = run_seed(seed, RunOptions::default());
         assert!(report.plan.starts_with("gateway group"), "{}", report.plan);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:?}",
-            report.violations
-        );
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
         versions += summary_count(&report.summary, " versions");
         swaps += summary_count(&report.summary, " lock swaps");
         conflicts += summary_count(&report.summary, " conflicts");
@@ -136,14 +115,8 @@ fn a_quarter_of_seeds_run_a_gateway_group_that_does_its_work() {
     // The checks mean something only if reservations change, are enforced, and
     // Compare and Write wins sometimes; Preempt and Abort meets writes at storage
     // (acknowledgements wait for fences) and hosts read the notices they are owed.
-    assert!(
-        versions > 0 && swaps > 0 && conflicts > 0,
-        "{versions} {swaps} {conflicts}"
-    );
-    assert!(
-        fence_waits > 0 && preempts > 0 && notices_read > 0,
-        "{fence_waits} {preempts} {notices_read}"
-    );
+    assert!(versions > 0 && swaps > 0 && conflicts > 0, "{versions} {swaps} {conflicts}");
+    assert!(fence_waits > 0 && preempts > 0 && notices_read > 0, "{fence_waits} {preempts} {notices_read}");
 }
 
 /// Gateway-group seeds that go through the group's faults (cluster restarts, broken
@@ -152,36 +125,9 @@ fn a_quarter_of_seeds_run_a_gateway_group_that_does_its_work() {
 /// summary counters it must show: they must stay clean, and keep doing so (if what a
 /// seed draws changes, pick new ones: `sluice-sim replay S --quiet`).
 const GROUP_SEEDS_THROUGH_EVERY_FAULT: [(u64, &[&str]); 4] = [
-    (
-        69,
-        &[
-            " fences",
-            " gateway restarts",
-            " watch breaks",
-            " cluster restarts",
-            " power losses",
-        ],
-    ),
-    (
-        5,
-        &[
-            " fences",
-            " gateway restarts",
-            " watch breaks",
-            " cluster restarts",
-            " fence waits",
-            " notices read",
-        ],
-    ),
-    (
-        177,
-        &[
-            " fences",
-            " whole-group restarts",
-            " cleared without PTPL",
-            " fence waits",
-        ],
-    ),
+    (69, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " power losses"]),
+    (5, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " fence waits", " notices read"]),
+    (177, &[" fences", " whole-group restarts", " cleared without PTPL", " fence waits"]),
     (886, &[" acknowledgements withheld", " fences"]),
 ];
 
@@ -189,18 +135,9 @@ const GROUP_SEEDS_THROUGH_EVERY_FAULT: [(u64, &[&str]); 4] = [
 fn group_seeds_through_every_fault_stay_clean() {
     for (seed, faults) in GROUP_SEEDS_THROUGH_EVERY_FAULT {
         let report = run_seed(seed, RunOptions::default());
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:?}\nworld: {}",
-            report.violations,
-            report.plan
-        );
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}\nworld: {}", report.violations, report.plan);
         for &fault in faults {
-            assert!(
-                summary_count(&report.summary, fault) > 0,
-                "seed {seed} no longer has{fault}: {}",
-                report.summary
-            );
+            assert!(summary_count(&report.summary, fault) > 0, "seed {seed} no longer has{fault}: {}", report.summary);
         }
     }
 }
@@ -208,17 +145,8 @@ fn group_seeds_through_every_fault_stay_clean() {
 #[test]
 fn every_canary_is_caught_within_200_seeds() {
     for (name, canary) in Canary::ALL {
-        let caught = (0..200).find(|&seed| {
-            !run_seed(
-                seed,
-                RunOptions {
-                    canary: Some(canary),
-                    trace: false,
-                },
-            )
-            .violations
-            .is_empty()
-        });
+        let caught = (0..200)
+            .find(|&seed| !run_seed(seed, RunOptions { canary: Some(canary), trace: false }).violations.is_empty());
         assert!(caught.is_some(), "canary {name} not caught in 200 seeds");
     }
 }

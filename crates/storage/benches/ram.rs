@@ -16,17 +16,8 @@ const NAMESPACE_BLOCKS: u64 = 16384;
 const IO_SIZES_BYTES: [usize; 2] = [4096, 128 * 1024];
 
 /// Runs one request and recycles its buffer, as the target does.
-fn run(
-    queue: &mut dyn BackendQueue,
-    out: &mut Vec<IoCompletion>,
-    op: IoOp,
-    buffer: Vec<u8>,
-) -> Vec<u8> {
-    queue.submit(IoRequest {
-        token: 0,
-        op,
-        buffer,
-    });
+fn run(queue: &mut dyn BackendQueue, out: &mut Vec<IoCompletion>, op: IoOp, buffer: Vec<u8>) -> Vec<u8> {
+    queue.submit(IoRequest { token: 0, op, buffer });
     queue.reap(out);
     let completion = out.pop().expect("synchronous completion");
     debug_assert_eq!(completion.result, Ok(()));
@@ -34,10 +25,7 @@ fn run(
 }
 
 fn bench_ram(criterion: &mut Criterion) {
-    let geometry = Geometry {
-        block_size_bytes: BLOCK_SIZE_BYTES,
-        block_count: NAMESPACE_BLOCKS,
-    };
+    let geometry = Geometry { block_size_bytes: BLOCK_SIZE_BYTES, block_count: NAMESPACE_BLOCKS };
     let backend = RamBackend::new(geometry);
     let mut queue = backend.open_queue();
     let mut out = Vec::with_capacity(1);
@@ -45,11 +33,7 @@ fn bench_ram(criterion: &mut Criterion) {
     let fill = vec![0x5Au8; 1 << 20];
     let chunk_blocks = (fill.len() / BLOCK_SIZE_BYTES as usize) as u64;
     for lba in (0..NAMESPACE_BLOCKS).step_by(chunk_blocks as usize) {
-        let op = IoOp::Write {
-            lba,
-            blocks: chunk_blocks as u32,
-            force_unit_access: false,
-        };
+        let op = IoOp::Write { lba, blocks: chunk_blocks as u32, force_unit_access: false };
         run(&mut *queue, &mut out, op, fill.clone());
     }
 
@@ -61,9 +45,7 @@ fn bench_ram(criterion: &mut Criterion) {
     // which stays in cache and shows the copy loop and per-request overhead alone.
     for (name, stride_factor) in [("ram_cold", 7u64), ("ram_hot", 0)] {
         let mut group = criterion.benchmark_group(name);
-        group
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2));
+        group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
         for size in IO_SIZES_BYTES {
             group.throughput(Throughput::Bytes(size as u64));
             let blocks = (size / BLOCK_SIZE_BYTES as usize) as u32;
@@ -77,20 +59,13 @@ fn bench_ram(criterion: &mut Criterion) {
 
             group.bench_with_input(BenchmarkId::new("write", size), &size, |bencher, _| {
                 bencher.iter(|| {
-                    let op = IoOp::Write {
-                        lba: next_lba(),
-                        blocks,
-                        force_unit_access: false,
-                    };
+                    let op = IoOp::Write { lba: next_lba(), blocks, force_unit_access: false };
                     buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
                 });
             });
             group.bench_with_input(BenchmarkId::new("read", size), &size, |bencher, _| {
                 bencher.iter(|| {
-                    let op = IoOp::Read {
-                        lba: next_lba(),
-                        blocks,
-                    };
+                    let op = IoOp::Read { lba: next_lba(), blocks };
                     buffer = run(&mut *queue, &mut out, op, std::mem::take(&mut buffer));
                 });
             });

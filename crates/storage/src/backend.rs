@@ -166,9 +166,7 @@ const INITIAL_READY_CAPACITY: usize = 128;
 
 impl ReadyCompletions {
     pub(crate) fn new() -> Self {
-        Self {
-            ready: Vec::with_capacity(INITIAL_READY_CAPACITY),
-        }
+        Self { ready: Vec::with_capacity(INITIAL_READY_CAPACITY) }
     }
 
     pub(crate) fn push(&mut self, completion: IoCompletion) {

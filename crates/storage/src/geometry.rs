@@ -61,18 +61,13 @@ impl Geometry {
     /// the capacity in bytes fits u64. Backends call this in their constructors.
     pub fn validate(&self) -> Result<(), GeometryError> {
         let block_size = self.block_size_bytes;
-        if !block_size.is_power_of_two()
-            || !(MIN_BLOCK_SIZE_BYTES..=MAX_BLOCK_SIZE_BYTES).contains(&block_size)
-        {
+        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE_BYTES..=MAX_BLOCK_SIZE_BYTES).contains(&block_size) {
             return Err(GeometryError::InvalidBlockSize(block_size));
         }
         if self.block_count == 0 {
             return Err(GeometryError::Empty);
         }
-        if u64::from(block_size)
-            .checked_mul(self.block_count)
-            .is_none()
-        {
+        if u64::from(block_size).checked_mul(self.block_count).is_none() {
             return Err(self.too_large());
         }
         Ok(())
@@ -102,10 +97,7 @@ impl Geometry {
     }
 
     pub(crate) fn too_large(&self) -> GeometryError {
-        GeometryError::TooLarge {
-            block_size_bytes: self.block_size_bytes,
-            block_count: self.block_count,
-        }
+        GeometryError::TooLarge { block_size_bytes: self.block_size_bytes, block_count: self.block_count }
     }
 }
 
@@ -149,10 +141,7 @@ mod tests {
     use super::*;
 
     fn geometry(block_size_bytes: u32, block_count: u64) -> Geometry {
-        Geometry {
-            block_size_bytes,
-            block_count,
-        }
+        Geometry { block_size_bytes, block_count }
     }
 
     #[test]
@@ -160,10 +149,7 @@ mod tests {
         let now = geometry(4096, 100);
         assert_eq!(now.grown_to(100), Ok(now));
         assert_eq!(now.grown_to(150), Ok(geometry(4096, 150)));
-        assert_eq!(
-            now.grown_to(99),
-            Err(GrowError::WouldShrink { current_blocks: 100, requested_blocks: 99 })
-        );
+        assert_eq!(now.grown_to(99), Err(GrowError::WouldShrink { current_blocks: 100, requested_blocks: 99 }));
         assert!(matches!(
             now.grown_to(u64::MAX / 4096 + 1),
             Err(GrowError::TooLarge { requested_blocks, .. }) if requested_blocks == u64::MAX / 4096 + 1
@@ -175,11 +161,7 @@ mod tests {
     fn capacity_is_block_size_times_count() {
         assert_eq!(geometry(512, 8).capacity_bytes(), 4096);
         assert_eq!(geometry(4096, 1 << 18).capacity_bytes(), 1 << 30);
-        assert_eq!(
-            geometry(4096, u64::MAX).capacity_bytes(),
-            u64::MAX,
-            "saturates"
-        );
+        assert_eq!(geometry(4096, u64::MAX).capacity_bytes(), u64::MAX, "saturates");
     }
 
     #[test]
@@ -215,20 +197,14 @@ mod tests {
     #[test]
     fn validate_rejects_bad_block_sizes() {
         for bad in [0, 1, 256, 511, 513, 1000, 3072, 131072, u32::MAX] {
-            assert_eq!(
-                geometry(bad, 8).validate(),
-                Err(GeometryError::InvalidBlockSize(bad))
-            );
+            assert_eq!(geometry(bad, 8).validate(), Err(GeometryError::InvalidBlockSize(bad)));
         }
     }
 
     #[test]
     fn validate_rejects_empty_and_overflowing_devices() {
         assert_eq!(geometry(512, 0).validate(), Err(GeometryError::Empty));
-        assert!(matches!(
-            geometry(4096, u64::MAX).validate(),
-            Err(GeometryError::TooLarge { .. })
-        ));
+        assert!(matches!(geometry(4096, u64::MAX).validate(), Err(GeometryError::TooLarge { .. })));
         assert_eq!(geometry(512, u64::MAX / 512).validate(), Ok(()));
     }
 }

@@ -138,12 +138,10 @@ impl IoOp {
     /// The LBA range the op touches as (lba, blocks); `None` for Flush.
     pub fn range(&self) -> Option<(u64, u64)> {
         match *self {
-            IoOp::Read { lba, blocks } | IoOp::Write { lba, blocks, .. } | IoOp::CompareAndWrite { lba, blocks, .. } => {
-                Some((lba, u64::from(blocks)))
-            }
-            IoOp::WriteZeroes { lba, blocks, .. } | IoOp::Deallocate { lba, blocks } => {
-                Some((lba, blocks))
-            }
+            IoOp::Read { lba, blocks }
+            | IoOp::Write { lba, blocks, .. }
+            | IoOp::CompareAndWrite { lba, blocks, .. } => Some((lba, u64::from(blocks))),
+            IoOp::WriteZeroes { lba, blocks, .. } | IoOp::Deallocate { lba, blocks } => Some((lba, blocks)),
             IoOp::Flush => None,
         }
     }
@@ -177,7 +175,12 @@ pub fn validate_request(geometry: &Geometry, op: &IoOp, buffer_len: usize) -> Re
 
 /// The checks of a [`IoOp::CompareAndWrite`] for a backend that offers it: in range,
 /// and the buffer holds the compare data and the write data, each blocks * block_size.
-pub fn validate_compare_and_write(geometry: &Geometry, lba: u64, blocks: u32, buffer_len: usize) -> Result<(), IoError> {
+pub fn validate_compare_and_write(
+    geometry: &Geometry,
+    lba: u64,
+    blocks: u32,
+    buffer_len: usize,
+) -> Result<(), IoError> {
     if !geometry.contains(lba, u64::from(blocks)) {
         return Err(IoError::OutOfRange);
     }
@@ -191,86 +194,41 @@ pub fn validate_compare_and_write(geometry: &Geometry, lba: u64, blocks: u32, bu
 mod tests {
     use super::*;
 
-    const GEOMETRY: Geometry = Geometry {
-        block_size_bytes: 512,
-        block_count: 16,
-    };
+    const GEOMETRY: Geometry = Geometry { block_size_bytes: 512, block_count: 16 };
 
     #[test]
     fn in_range_requests_with_exact_buffers_pass() {
-        assert_eq!(
-            validate_request(&GEOMETRY, &IoOp::Read { lba: 0, blocks: 16 }, 8192),
-            Ok(())
-        );
-        let write = IoOp::Write {
-            lba: 15,
-            blocks: 1,
-            force_unit_access: true,
-        };
+        assert_eq!(validate_request(&GEOMETRY, &IoOp::Read { lba: 0, blocks: 16 }, 8192), Ok(()));
+        let write = IoOp::Write { lba: 15, blocks: 1, force_unit_access: true };
         assert_eq!(validate_request(&GEOMETRY, &write, 512), Ok(()));
         assert_eq!(validate_request(&GEOMETRY, &IoOp::Flush, 0), Ok(()));
-        assert_eq!(
-            validate_request(&GEOMETRY, &IoOp::Flush, 999),
-            Ok(()),
-            "buffer unused"
-        );
-        let zeroes = IoOp::WriteZeroes {
-            lba: 0,
-            blocks: 16,
-            deallocate: true,
-            force_unit_access: false,
-        };
+        assert_eq!(validate_request(&GEOMETRY, &IoOp::Flush, 999), Ok(()), "buffer unused");
+        let zeroes = IoOp::WriteZeroes { lba: 0, blocks: 16, deallocate: true, force_unit_access: false };
         assert_eq!(validate_request(&GEOMETRY, &zeroes, 0), Ok(()));
-        assert_eq!(
-            validate_request(&GEOMETRY, &IoOp::Deallocate { lba: 8, blocks: 8 }, 7),
-            Ok(())
-        );
+        assert_eq!(validate_request(&GEOMETRY, &IoOp::Deallocate { lba: 8, blocks: 8 }, 7), Ok(()));
     }
 
     #[test]
     fn out_of_range_wins_over_buffer_mismatch() {
         let read = IoOp::Read { lba: 16, blocks: 1 };
-        assert_eq!(
-            validate_request(&GEOMETRY, &read, 3),
-            Err(IoError::OutOfRange)
-        );
-        let dealloc = IoOp::Deallocate {
-            lba: 1,
-            blocks: u64::MAX,
-        };
-        assert_eq!(
-            validate_request(&GEOMETRY, &dealloc, 0),
-            Err(IoError::OutOfRange)
-        );
+        assert_eq!(validate_request(&GEOMETRY, &read, 3), Err(IoError::OutOfRange));
+        let dealloc = IoOp::Deallocate { lba: 1, blocks: u64::MAX };
+        assert_eq!(validate_request(&GEOMETRY, &dealloc, 0), Err(IoError::OutOfRange));
     }
 
     #[test]
     fn read_and_write_need_exact_buffer_lengths() {
         for len in [0, 511, 513, 1024] {
             let read = IoOp::Read { lba: 0, blocks: 1 };
-            assert_eq!(
-                validate_request(&GEOMETRY, &read, len),
-                Err(IoError::BufferLengthMismatch)
-            );
-            let write = IoOp::Write {
-                lba: 0,
-                blocks: 1,
-                force_unit_access: false,
-            };
-            assert_eq!(
-                validate_request(&GEOMETRY, &write, len),
-                Err(IoError::BufferLengthMismatch)
-            );
+            assert_eq!(validate_request(&GEOMETRY, &read, len), Err(IoError::BufferLengthMismatch));
+            let write = IoOp::Write { lba: 0, blocks: 1, force_unit_access: false };
+            assert_eq!(validate_request(&GEOMETRY, &write, len), Err(IoError::BufferLengthMismatch));
         }
     }
 
     #[test]
     fn debug_shows_buffer_length_not_contents() {
-        let request = IoRequest {
-            token: 7,
-            op: IoOp::Flush,
-            buffer: vec![0xAB; 4096],
-        };
+        let request = IoRequest { token: 7, op: IoOp::Flush, buffer: vec![0xAB; 4096] };
         let text = format!("{request:?}");
         assert!(text.contains("buffer_len: 4096"), "{text}");
         assert!(!text.contains("171"), "{text}");

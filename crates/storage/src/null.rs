@@ -50,10 +50,7 @@ impl Backend for NullBackend {
     }
 
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(NullQueue {
-            geometry: Arc::clone(&self.geometry),
-            ready: ReadyCompletions::new(),
-        })
+        Box::new(NullQueue { geometry: Arc::clone(&self.geometry), ready: ReadyCompletions::new() })
     }
 
     fn retains_data(&self) -> bool {
@@ -68,11 +65,7 @@ struct NullQueue {
 
 impl BackendQueue for NullQueue {
     fn submit(&mut self, request: IoRequest) {
-        let IoRequest {
-            token,
-            op,
-            mut buffer,
-        } = request;
+        let IoRequest { token, op, mut buffer } = request;
         let result = validate_request(&self.geometry.get(), &op, buffer.len());
         if result.is_ok() {
             if let IoOp::Read { .. } = op {
@@ -80,11 +73,7 @@ impl BackendQueue for NullQueue {
                 buffer.fill(0);
             }
         }
-        self.ready.push(IoCompletion {
-            token,
-            result,
-            buffer,
-        });
+        self.ready.push(IoCompletion { token, result, buffer });
     }
 
     fn reap(&mut self, out: &mut Vec<IoCompletion>) {
@@ -103,16 +92,9 @@ mod tests {
 
     #[test]
     fn reads_zero_a_dirty_buffer() {
-        let backend = NullBackend::new(Geometry {
-            block_size_bytes: 512,
-            block_count: 4,
-        });
+        let backend = NullBackend::new(Geometry { block_size_bytes: 512, block_count: 4 });
         let mut queue = backend.open_queue();
-        queue.submit(IoRequest {
-            token: 1,
-            op: IoOp::Read { lba: 0, blocks: 2 },
-            buffer: vec![0xFF; 1024],
-        });
+        queue.submit(IoRequest { token: 1, op: IoOp::Read { lba: 0, blocks: 2 }, buffer: vec![0xFF; 1024] });
         assert_eq!(queue.in_flight(), 1);
         let mut out = Vec::new();
         queue.reap(&mut out);
@@ -124,16 +106,9 @@ mod tests {
 
     #[test]
     fn failed_reads_leave_the_buffer_alone() {
-        let backend = NullBackend::new(Geometry {
-            block_size_bytes: 512,
-            block_count: 4,
-        });
+        let backend = NullBackend::new(Geometry { block_size_bytes: 512, block_count: 4 });
         let mut queue = backend.open_queue();
-        queue.submit(IoRequest {
-            token: 2,
-            op: IoOp::Read { lba: 4, blocks: 1 },
-            buffer: vec![0xFF; 512],
-        });
+        queue.submit(IoRequest { token: 2, op: IoOp::Read { lba: 4, blocks: 1 }, buffer: vec![0xFF; 512] });
         let mut out = Vec::new();
         queue.reap(&mut out);
         assert_eq!(out[0].result, Err(IoError::OutOfRange));
@@ -142,13 +117,7 @@ mod tests {
 
     #[test]
     fn rejects_invalid_geometry() {
-        let bad = Geometry {
-            block_size_bytes: 100,
-            block_count: 4,
-        };
-        assert_eq!(
-            NullBackend::try_new(bad).unwrap_err(),
-            GeometryError::InvalidBlockSize(100)
-        );
+        let bad = Geometry { block_size_bytes: 100, block_count: 4 };
+        assert_eq!(NullBackend::try_new(bad).unwrap_err(), GeometryError::InvalidBlockSize(100));
     }
 }

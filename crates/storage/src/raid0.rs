@@ -51,7 +51,9 @@ pub enum CompositionError {
         expected_block_size_bytes: u32,
     },
     /// The strip size is not a power of two or not a multiple of the block size.
-    #[error("strip size {strip_size_bytes} bytes is not a power of two multiple of the {block_size_bytes}-byte block size")]
+    #[error(
+        "strip size {strip_size_bytes} bytes is not a power of two multiple of the {block_size_bytes}-byte block size"
+    )]
     InvalidStripSize {
         /// The rejected strip size.
         strip_size_bytes: u32,
@@ -59,9 +61,7 @@ pub enum CompositionError {
         block_size_bytes: u32,
     },
     /// The smallest member holds less than one strip.
-    #[error(
-        "member {member} ({member_bytes} bytes) is smaller than one {strip_size_bytes}-byte strip"
-    )]
+    #[error("member {member} ({member_bytes} bytes) is smaller than one {strip_size_bytes}-byte strip")]
     MemberTooSmall {
         /// Index of the smallest member.
         member: usize,
@@ -230,11 +230,7 @@ impl<L: Layout> SplitQueue<L> {
     }
 
     fn fail(&mut self, token: u64, error: IoError, buffer: Vec<u8>) {
-        self.ready.push(IoCompletion {
-            token,
-            result: Err(error),
-            buffer,
-        });
+        self.ready.push(IoCompletion { token, result: Err(error), buffer });
     }
 
     fn submit_child(&mut self, slot: usize, member: usize, child: IoRequest) {
@@ -248,11 +244,8 @@ impl<L: Layout> SplitQueue<L> {
         if parent.outstanding_children > 0 || parent.metadata.is_some() {
             return;
         }
-        let completion = IoCompletion {
-            token: parent.token,
-            result: parent.result,
-            buffer: std::mem::take(&mut parent.buffer),
-        };
+        let completion =
+            IoCompletion { token: parent.token, result: parent.result, buffer: std::mem::take(&mut parent.buffer) };
         parent.op = None;
         parent.result = Ok(());
         self.free_slots.push(slot);
@@ -262,56 +255,23 @@ impl<L: Layout> SplitQueue<L> {
 
     fn submit_data(&mut self, slot: usize, op: IoOp, lba: u64, blocks: u32) {
         let is_write = matches!(op, IoOp::Write { .. });
-        let force_unit_access = matches!(
-            op,
-            IoOp::Write {
-                force_unit_access: true,
-                ..
-            }
-        );
+        let force_unit_access = matches!(op, IoOp::Write { force_unit_access: true, .. });
         // Count pieces first: a single-piece I/O hands the parent buffer on untouched.
         let mut pieces = 0usize;
         let mut single = None;
-        self.layout
-            .split(lba, u64::from(blocks), SplitKind::Data, &mut |piece| {
-                pieces += 1;
-                single = Some(piece);
-            });
-        if let (
-            1,
-            Some(Piece {
-                target:
-                    Target::Member {
-                        member,
-                        lba: member_lba,
-                    },
-                ..
-            }),
-        ) = (pieces, single)
-        {
+        self.layout.split(lba, u64::from(blocks), SplitKind::Data, &mut |piece| {
+            pieces += 1;
+            single = Some(piece);
+        });
+        if let (1, Some(Piece { target: Target::Member { member, lba: member_lba }, .. })) = (pieces, single) {
             let buffer = std::mem::take(&mut self.parents[slot].buffer);
             let child_op = if is_write {
-                IoOp::Write {
-                    lba: member_lba,
-                    blocks,
-                    force_unit_access,
-                }
+                IoOp::Write { lba: member_lba, blocks, force_unit_access }
             } else {
-                IoOp::Read {
-                    lba: member_lba,
-                    blocks,
-                }
+                IoOp::Read { lba: member_lba, blocks }
             };
             let token = ((slot as u64) << SLOT_SHIFT) | DIRECT_FLAG;
-            self.submit_child(
-                slot,
-                member,
-                IoRequest {
-                    token,
-                    op: child_op,
-                    buffer,
-                },
-            );
+            self.submit_child(slot, member, IoRequest { token, op: child_op, buffer });
             return;
         }
         let block_size = self.block_size_bytes;
@@ -324,38 +284,19 @@ impl<L: Layout> SplitQueue<L> {
                     // Writes allocated in prepare_write, so only reads get here.
                     self.parents[slot].buffer[start..start + len].fill(0);
                 }
-                Target::Member {
-                    member,
-                    lba: member_lba,
-                } => {
+                Target::Member { member, lba: member_lba } => {
                     let mut child_buffer = self.spare_buffers.pop().unwrap_or_default();
                     child_buffer.clear();
                     let child_blocks = piece.blocks as u32;
                     let child_op = if is_write {
-                        child_buffer
-                            .extend_from_slice(&self.parents[slot].buffer[start..start + len]);
-                        IoOp::Write {
-                            lba: member_lba,
-                            blocks: child_blocks,
-                            force_unit_access,
-                        }
+                        child_buffer.extend_from_slice(&self.parents[slot].buffer[start..start + len]);
+                        IoOp::Write { lba: member_lba, blocks: child_blocks, force_unit_access }
                     } else {
                         child_buffer.resize(len, 0);
-                        IoOp::Read {
-                            lba: member_lba,
-                            blocks: child_blocks,
-                        }
+                        IoOp::Read { lba: member_lba, blocks: child_blocks }
                     };
                     let token = ((slot as u64) << SLOT_SHIFT) | piece.parent_block_offset;
-                    self.submit_child(
-                        slot,
-                        member,
-                        IoRequest {
-                            token,
-                            op: child_op,
-                            buffer: child_buffer,
-                        },
-                    );
+                    self.submit_child(slot, member, IoRequest { token, op: child_op, buffer: child_buffer });
                 }
             }
         });
@@ -364,37 +305,15 @@ impl<L: Layout> SplitQueue<L> {
     fn submit_zeroing(&mut self, slot: usize, op: IoOp, lba: u64, blocks: u64) {
         let layout = Arc::clone(&self.layout);
         layout.split(lba, blocks, SplitKind::Zeroing, &mut |piece| {
-            if let Target::Member {
-                member,
-                lba: member_lba,
-            } = piece.target
-            {
+            if let Target::Member { member, lba: member_lba } = piece.target {
                 let child_op = match op {
-                    IoOp::WriteZeroes {
-                        deallocate,
-                        force_unit_access,
-                        ..
-                    } => IoOp::WriteZeroes {
-                        lba: member_lba,
-                        blocks: piece.blocks,
-                        deallocate,
-                        force_unit_access,
-                    },
-                    _ => IoOp::Deallocate {
-                        lba: member_lba,
-                        blocks: piece.blocks,
-                    },
+                    IoOp::WriteZeroes { deallocate, force_unit_access, .. } => {
+                        IoOp::WriteZeroes { lba: member_lba, blocks: piece.blocks, deallocate, force_unit_access }
+                    }
+                    _ => IoOp::Deallocate { lba: member_lba, blocks: piece.blocks },
                 };
                 let token = (slot as u64) << SLOT_SHIFT;
-                self.submit_child(
-                    slot,
-                    member,
-                    IoRequest {
-                        token,
-                        op: child_op,
-                        buffer: Vec::new(),
-                    },
-                );
+                self.submit_child(slot, member, IoRequest { token, op: child_op, buffer: Vec::new() });
             }
         });
     }
@@ -429,20 +348,13 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
     fn submit(&mut self, request: IoRequest) {
         let IoRequest { token, op, buffer } = request;
         let admitted = self.layout.admit();
-        if let Err(error) =
-            admitted.and_then(|()| validate_request(&self.layout.geometry(), &op, buffer.len()))
-        {
+        if let Err(error) = admitted.and_then(|()| validate_request(&self.layout.geometry(), &op, buffer.len())) {
             self.fail(token, error, buffer);
             return;
         }
         let needs_durable_metadata = match op {
             IoOp::Flush => true,
-            IoOp::Write {
-                force_unit_access, ..
-            }
-            | IoOp::WriteZeroes {
-                force_unit_access, ..
-            } => force_unit_access,
+            IoOp::Write { force_unit_access, .. } | IoOp::WriteZeroes { force_unit_access, .. } => force_unit_access,
             _ => false,
         };
         if let IoOp::Write { lba, blocks, .. } = op {
@@ -454,11 +366,8 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
         // The save and the data go out together; the request completes when both are
         // done (a crash between them leaves either a mapped unit of zeroes or an
         // unmapped unit, which the pool zeroes at its next open: never stale data).
-        let metadata = if needs_durable_metadata {
-            self.layout.request_durable_metadata(self.waker.as_ref())
-        } else {
-            None
-        };
+        let metadata =
+            if needs_durable_metadata { self.layout.request_durable_metadata(self.waker.as_ref()) } else { None };
         let slot = self.take_slot();
         self.busy_parents += 1;
         if metadata.is_some() {
@@ -479,11 +388,7 @@ impl<L: Layout> BackendQueue for SplitQueue<L> {
             }
             IoOp::Flush => {
                 for member in 0..self.members.len() {
-                    let child = IoRequest {
-                        token: (slot as u64) << SLOT_SHIFT,
-                        op: IoOp::Flush,
-                        buffer: Vec::new(),
-                    };
+                    let child = IoRequest { token: (slot as u64) << SLOT_SHIFT, op: IoOp::Flush, buffer: Vec::new() };
                     self.submit_child(slot, member, child);
                 }
             }
@@ -547,9 +452,7 @@ impl StripeLayout {
         let row_blocks = self.strip_blocks * self.member_count;
         let row = end / row_blocks;
         let within_row = end % row_blocks;
-        let partial = within_row
-            .saturating_sub(member * self.strip_blocks)
-            .min(self.strip_blocks);
+        let partial = within_row.saturating_sub(member * self.strip_blocks).min(self.strip_blocks);
         row * self.strip_blocks + partial
     }
 }
@@ -572,10 +475,7 @@ impl Layout for StripeLayout {
                 let last = self.member_blocks_before(end, member);
                 if last > first {
                     visit(Piece {
-                        target: Target::Member {
-                            member: member as usize,
-                            lba: first,
-                        },
+                        target: Target::Member { member: member as usize, lba: first },
                         blocks: last - first,
                         parent_block_offset: 0,
                     });
@@ -623,10 +523,7 @@ impl std::fmt::Debug for Raid0Backend {
 impl Raid0Backend {
     /// Stripes over `members` in the given order. All members need the same block size;
     /// the strip is a power of two and a multiple of it.
-    pub fn new(
-        members: Vec<Arc<dyn Backend>>,
-        strip_size_bytes: u32,
-    ) -> Result<Arc<Self>, CompositionError> {
+    pub fn new(members: Vec<Arc<dyn Backend>>, strip_size_bytes: u32) -> Result<Arc<Self>, CompositionError> {
         let first = members.first().ok_or(CompositionError::NoMembers)?;
         let block_size_bytes = first.geometry().block_size_bytes;
         for (index, member) in members.iter().enumerate() {
@@ -640,10 +537,7 @@ impl Raid0Backend {
             }
         }
         if !strip_size_bytes.is_power_of_two() || strip_size_bytes < block_size_bytes {
-            return Err(CompositionError::InvalidStripSize {
-                strip_size_bytes,
-                block_size_bytes,
-            });
+            return Err(CompositionError::InvalidStripSize { strip_size_bytes, block_size_bytes });
         }
         let strip_blocks = u64::from(strip_size_bytes / block_size_bytes);
         let (smallest, smallest_blocks) = members
@@ -664,19 +558,10 @@ impl Raid0Backend {
             .checked_mul(strips_per_member)
             .and_then(|strips| strips.checked_mul(strip_blocks))
             .ok_or(CompositionError::TooLarge)?;
-        let geometry = Geometry {
-            block_size_bytes,
-            block_count,
-        };
-        geometry
-            .validate()
-            .map_err(|_| CompositionError::TooLarge)?;
+        let geometry = Geometry { block_size_bytes, block_count };
+        geometry.validate().map_err(|_| CompositionError::TooLarge)?;
         Ok(Arc::new(Self {
-            layout: Arc::new(StripeLayout {
-                geometry,
-                member_count: members.len() as u64,
-                strip_blocks,
-            }),
+            layout: Arc::new(StripeLayout { geometry, member_count: members.len() as u64, strip_blocks }),
             volatile_write_cache: members.iter().any(|m| m.has_volatile_write_cache()),
             retains_data: members.iter().all(|m| m.retains_data()),
             members,
@@ -722,11 +607,7 @@ impl Backend for Raid0Backend {
     }
 
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        let queues = self
-            .members
-            .iter()
-            .map(|member| member.open_queue())
-            .collect();
+        let queues = self.members.iter().map(|member| member.open_queue()).collect();
         Box::new(SplitQueue::new(Arc::clone(&self.layout), queues))
     }
 

@@ -132,10 +132,7 @@ impl RamBackend {
     /// A RAM namespace with a chosen allocation unit (a power of two between 4 KiB and
     /// 1 GiB). Chunks need not be a multiple of the block size: I/Os are split at chunk
     /// boundaries wherever they fall. Mostly useful to exercise chunk straddling in tests.
-    pub fn with_chunk_size(
-        geometry: Geometry,
-        chunk_size_bytes: usize,
-    ) -> Result<Arc<Self>, GeometryError> {
+    pub fn with_chunk_size(geometry: Geometry, chunk_size_bytes: usize) -> Result<Arc<Self>, GeometryError> {
         Self::build(geometry, chunk_size_bytes, None)
     }
 
@@ -171,9 +168,7 @@ impl RamBackend {
             memory,
             allocated_chunk_bytes: AtomicUsize::new(0),
         };
-        Ok(Arc::new(Self {
-            store: Arc::new(store),
-        }))
+        Ok(Arc::new(Self { store: Arc::new(store) }))
     }
 
     /// Bytes of chunk memory allocated so far (excluding the chunk table). Grows on the
@@ -243,9 +238,7 @@ impl ChunkStore {
     /// Splits `[start_byte, start_byte + len_bytes)` at chunk boundaries. Callers have
     /// validated the range, and the capacity fits usize, so nothing here overflows.
     fn for_each_piece(&self, start_byte: u64, len_bytes: u64, mut visit: impl FnMut(Piece)) {
-        debug_assert!(start_byte
-            .checked_add(len_bytes)
-            .is_some_and(|end| end <= self.capacity_bytes));
+        debug_assert!(start_byte.checked_add(len_bytes).is_some_and(|end| end <= self.capacity_bytes));
         let mut start = start_byte as usize;
         let end = start + len_bytes as usize;
         let mut request_offset = 0;
@@ -305,11 +298,8 @@ impl ChunkStore {
     /// whole default chunk. Capacity is a multiple of 512, hence of the word size.
     fn allocate_chunk(&self, chunk_index: usize) -> Chunk {
         let chunk_start = chunk_index * self.chunk_size_bytes;
-        let chunk_bytes = self
-            .chunk_size_bytes
-            .min(self.capacity_bytes as usize - chunk_start);
-        self.allocated_chunk_bytes
-            .fetch_add(chunk_bytes, Ordering::Relaxed);
+        let chunk_bytes = self.chunk_size_bytes.min(self.capacity_bytes as usize - chunk_start);
+        self.allocated_chunk_bytes.fetch_add(chunk_bytes, Ordering::Relaxed);
         let words = chunk_bytes / WORD_BYTES;
         let provided = self.memory.as_ref().and_then(|memory| memory.allocate_zeroed(words));
         match provided {
@@ -401,9 +391,7 @@ fn store_words(words: &[AtomicU64], source: &[u8]) {
 
 /// Zero test that the compiler vectorises: OR-folding words has no early exit per byte.
 fn is_all_zero(bytes: &[u8]) -> bool {
-    bytes
-        .chunks(4096)
-        .all(|block| block.iter().fold(0u8, |acc, &byte| acc | byte) == 0)
+    bytes.chunks(4096).all(|block| block.iter().fold(0u8, |acc, &byte| acc | byte) == 0)
 }
 
 struct RamQueue {
@@ -430,11 +418,7 @@ impl LentMemory for QueueLender {
 
 impl BackendQueue for RamQueue {
     fn submit(&mut self, request: IoRequest) {
-        let IoRequest {
-            token,
-            op,
-            mut buffer,
-        } = request;
+        let IoRequest { token, op, mut buffer } = request;
         let result = validate_request(&self.store.geometry, &op, buffer.len());
         if result.is_ok() {
             let store = &*self.store;
@@ -451,11 +435,7 @@ impl BackendQueue for RamQueue {
                 IoOp::CompareAndWrite { .. } => {}
             }
         }
-        self.ready.push(IoCompletion {
-            token,
-            result,
-            buffer,
-        });
+        self.ready.push(IoCompletion { token, result, buffer });
     }
 
     fn reap(&mut self, out: &mut Vec<IoCompletion>) {
@@ -486,10 +466,7 @@ mod tests {
     use super::*;
 
     fn geometry(block_size_bytes: u32, block_count: u64) -> Geometry {
-        Geometry {
-            block_size_bytes,
-            block_count,
-        }
+        Geometry { block_size_bytes, block_count }
     }
 
     /// Submits one request on a fresh queue and returns its completion.
@@ -499,17 +476,12 @@ mod tests {
         let mut out = Vec::with_capacity(1);
         queue.reap(&mut out);
         assert_eq!(queue.in_flight(), 0);
-        out.pop()
-            .expect("synchronous backend completes inside submit")
+        out.pop().expect("synchronous backend completes inside submit")
     }
 
     fn write(backend: &RamBackend, lba: u64, data: Vec<u8>) {
         let blocks = (data.len() / backend.geometry().block_size_bytes as usize) as u32;
-        let op = IoOp::Write {
-            lba,
-            blocks,
-            force_unit_access: false,
-        };
+        let op = IoOp::Write { lba, blocks, force_unit_access: false };
         assert_eq!(run(backend, 1, op, data).result, Ok(()));
     }
 
@@ -598,7 +570,9 @@ mod tests {
         for (wrong_length, refuse, provided) in [(false, false, true), (true, false, false), (false, true, false)] {
             let memory = Arc::new(CountingMemory { wrong_length, refuse, ..CountingMemory::default() });
             // 4 MiB + 4 KiB: two full chunks and a 4 KiB tail.
-            let backend = RamBackend::with_chunk_memory(geometry(4096, 1025), Arc::clone(&memory) as Arc<dyn ChunkMemory>).unwrap();
+            let backend =
+                RamBackend::with_chunk_memory(geometry(4096, 1025), Arc::clone(&memory) as Arc<dyn ChunkMemory>)
+                    .unwrap();
             let data: Vec<u8> = (0..3 * 4096).map(|index| (index % 253) as u8).collect();
             // Blocks 511..=513 straddle the first two chunks; block 1024 is the tail.
             write(&backend, 511, data.clone());
@@ -606,7 +580,8 @@ mod tests {
             assert_eq!(read(&backend, 511, 3), data);
             assert_eq!(read(&backend, 1024, 1), vec![9; 4096]);
             assert_eq!(read(&backend, 0, 1), vec![0; 4096], "provided memory starts zeroed");
-            let chunk_kinds: Vec<bool> = backend.store.chunks.iter().map(|slot| matches!(slot.get(), Some(Chunk::Provided(_)))).collect();
+            let chunk_kinds: Vec<bool> =
+                backend.store.chunks.iter().map(|slot| matches!(slot.get(), Some(Chunk::Provided(_)))).collect();
             assert_eq!(chunk_kinds, vec![provided; 3], "wrong_length {wrong_length}, refuse {refuse}");
             assert_eq!(memory.made.load(Ordering::Relaxed), if refuse { 0 } else { 3 });
             assert_eq!(backend.allocated_bytes(), 4 << 20 | 4096);
@@ -628,12 +603,7 @@ mod tests {
     fn zeroes_into_unallocated_chunks_stay_sparse() {
         let backend = RamBackend::with_chunk_size(geometry(512, 64), 4096).unwrap();
         write(&backend, 0, vec![0; 512 * 64]);
-        let zeroes = IoOp::WriteZeroes {
-            lba: 0,
-            blocks: 64,
-            deallocate: false,
-            force_unit_access: true,
-        };
+        let zeroes = IoOp::WriteZeroes { lba: 0, blocks: 64, deallocate: false, force_unit_access: true };
         assert_eq!(run(&backend, 3, zeroes, Vec::new()).result, Ok(()));
         assert_eq!(backend.allocated_bytes(), 0);
         // A partly zero write into an unallocated chunk still allocates that chunk only.
@@ -663,26 +633,11 @@ mod tests {
             let error = RamBackend::with_chunk_size(good, bad).unwrap_err();
             assert_eq!(error, GeometryError::InvalidChunkSize(bad));
         }
-        assert_eq!(
-            RamBackend::try_new(geometry(4096, 0)).unwrap_err(),
-            GeometryError::Empty
-        );
-        assert_eq!(
-            RamBackend::try_new(geometry(520, 8)).unwrap_err(),
-            GeometryError::InvalidBlockSize(520)
-        );
-        assert!(matches!(
-            RamBackend::try_new(geometry(512, u64::MAX / 512)),
-            Err(GeometryError::TooLarge { .. })
-        ));
-        let over_table = geometry(
-            4096,
-            (MAX_CHUNK_COUNT as u64 + 1) * (DEFAULT_CHUNK_SIZE_BYTES as u64 / 4096),
-        );
-        assert!(matches!(
-            RamBackend::try_new(over_table),
-            Err(GeometryError::TooLarge { .. })
-        ));
+        assert_eq!(RamBackend::try_new(geometry(4096, 0)).unwrap_err(), GeometryError::Empty);
+        assert_eq!(RamBackend::try_new(geometry(520, 8)).unwrap_err(), GeometryError::InvalidBlockSize(520));
+        assert!(matches!(RamBackend::try_new(geometry(512, u64::MAX / 512)), Err(GeometryError::TooLarge { .. })));
+        let over_table = geometry(4096, (MAX_CHUNK_COUNT as u64 + 1) * (DEFAULT_CHUNK_SIZE_BYTES as u64 / 4096));
+        assert!(matches!(RamBackend::try_new(over_table), Err(GeometryError::TooLarge { .. })));
     }
 
     #[test]
@@ -706,11 +661,7 @@ mod tests {
                     let mut buffer = pattern.to_le_bytes().repeat(512 * 64 / WORD_BYTES);
                     let mut out = Vec::with_capacity(1);
                     for token in 0..200 {
-                        let op = IoOp::Write {
-                            lba: 0,
-                            blocks: 64,
-                            force_unit_access: false,
-                        };
+                        let op = IoOp::Write { lba: 0, blocks: 64, force_unit_access: false };
                         queue.submit(IoRequest { token, op, buffer });
                         queue.reap(&mut out);
                         let completion = out.pop().unwrap();
@@ -724,10 +675,7 @@ mod tests {
         while seen_words < 50_000 {
             for word in read(&backend, 0, 64).chunks_exact(WORD_BYTES) {
                 let value = u64::from_le_bytes(word.try_into().unwrap());
-                assert!(
-                    value == 0 || patterns.contains(&value),
-                    "torn word {value:#x}"
-                );
+                assert!(value == 0 || patterns.contains(&value), "torn word {value:#x}");
                 seen_words += 1;
             }
         }

@@ -55,7 +55,9 @@ impl Lane {
         if let Err(error) = spawned {
             // The receiver went with the closure: every job now runs inline on the
             // thread that hands it over (see `run`), slower but never lost.
-            eprintln!("sluice: cannot start the {name} thread ({error}); blocking work runs on the threads that ask for it");
+            eprintln!(
+                "sluice: cannot start the {name} thread ({error}); blocking work runs on the threads that ask for it"
+            );
         }
         Lane { sender }
     }
@@ -90,8 +92,8 @@ impl ServiceExecutor for ServiceThreads {
 /// carries on with the next.
 pub fn process_service() -> Arc<dyn ServiceExecutor> {
     static SERVICE: OnceLock<Arc<ServiceThreads>> = OnceLock::new();
-    let service =
-        SERVICE.get_or_init(|| Arc::new(ServiceThreads { short: Lane::start("sluice-service"), long: OnceLock::new() }));
+    let service = SERVICE
+        .get_or_init(|| Arc::new(ServiceThreads { short: Lane::start("sluice-service"), long: OnceLock::new() }));
     Arc::clone(service) as Arc<dyn ServiceExecutor>
 }
 

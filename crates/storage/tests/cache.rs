@@ -7,16 +7,11 @@ mod support;
 use std::sync::Arc;
 
 use storage::conformance::{self, pattern, submit_and_wait};
-use storage::{
-    Backend, CacheBackend, CacheMode, CompositionError, Geometry, IoOp, IoRequest, RamBackend,
-};
+use storage::{Backend, CacheBackend, CacheMode, CompositionError, Geometry, IoOp, IoRequest, RamBackend};
 use support::{DelayedBackend, FaultyBackend};
 
 fn ram(block_size_bytes: u32, block_count: u64) -> Arc<dyn Backend> {
-    RamBackend::new(Geometry {
-        block_size_bytes,
-        block_count,
-    })
+    RamBackend::new(Geometry { block_size_bytes, block_count })
 }
 
 /// 4 MiB slow tier; a fast tier of `fast_blocks`; 4 KiB lines unless said otherwise.
@@ -26,13 +21,7 @@ fn cache(mode: CacheMode, fast_blocks: u64, line: u32, delay: Option<u32>) -> Ar
         None => backend,
     };
     // 8195 blocks: the last line is short.
-    CacheBackend::with_line_size(
-        wrap(ram(512, fast_blocks)),
-        wrap(ram(512, 8195)),
-        mode,
-        line,
-    )
-    .unwrap()
+    CacheBackend::with_line_size(wrap(ram(512, fast_blocks)), wrap(ram(512, 8195)), mode, line).unwrap()
 }
 
 fn write_back_small() -> Arc<dyn Backend> {
@@ -65,9 +54,7 @@ macro_rules! conformance_tests {
 
 /// Composition: a write-back cache whose slow tier is a thick pool carve.
 fn write_back_over_pool_carve() -> Arc<dyn Backend> {
-    let pool =
-        storage::Pool::open_with_unit_size(ram(512, 16384), storage::TableStore::memory(), 65536)
-            .unwrap();
+    let pool = storage::Pool::open_with_unit_size(ram(512, 16384), storage::TableStore::memory(), 65536).unwrap();
     pool.create(1000, false).unwrap();
     let carve = pool.get(pool.create(8192, false).unwrap()).unwrap();
     CacheBackend::with_line_size(ram(512, 1000), carve, CacheMode::WriteBack, 8192).unwrap()
@@ -82,50 +69,25 @@ conformance_tests!(write_through_delayed_tiers, write_through_delayed);
 
 fn run(backend: &dyn Backend, op: IoOp, buffer: Vec<u8>) -> Vec<u8> {
     let mut queue = backend.open_queue();
-    let completion = submit_and_wait(
-        &mut *queue,
-        IoRequest {
-            token: 1,
-            op,
-            buffer,
-        },
-    );
+    let completion = submit_and_wait(&mut *queue, IoRequest { token: 1, op, buffer });
     assert_eq!(completion.result, Ok(()), "{op:?}");
     completion.buffer
 }
 
 fn write(backend: &dyn Backend, lba: u64, data: Vec<u8>, force_unit_access: bool) {
     let blocks = (data.len() / 512) as u32;
-    run(
-        backend,
-        IoOp::Write {
-            lba,
-            blocks,
-            force_unit_access,
-        },
-        data,
-    );
+    run(backend, IoOp::Write { lba, blocks, force_unit_access }, data);
 }
 
 fn read(backend: &dyn Backend, lba: u64, blocks: u32) -> Vec<u8> {
-    run(
-        backend,
-        IoOp::Read { lba, blocks },
-        vec![0xEE; blocks as usize * 512],
-    )
+    run(backend, IoOp::Read { lba, blocks }, vec![0xEE; blocks as usize * 512])
 }
 
 #[test]
 fn write_back_keeps_data_on_the_fast_tier_until_flush() {
     let fast = ram(512, 2048);
     let slow = ram(512, 8192);
-    let cache = CacheBackend::with_line_size(
-        Arc::clone(&fast),
-        Arc::clone(&slow),
-        CacheMode::WriteBack,
-        4096,
-    )
-    .unwrap();
+    let cache = CacheBackend::with_line_size(Arc::clone(&fast), Arc::clone(&slow), CacheMode::WriteBack, 4096).unwrap();
     assert!(cache.has_volatile_write_cache());
     let data = pattern(3, 16 * 512);
     write(&*cache, 100, data.clone(), false);
@@ -134,23 +96,13 @@ fn write_back_keeps_data_on_the_fast_tier_until_flush() {
     assert_eq!(read(&*cache, 100, 16), data);
     run(&*cache, IoOp::Flush, Vec::new());
     assert_eq!(cache.dirty_slots(), 0);
-    assert_eq!(
-        read(&*slow, 100, 16),
-        data,
-        "Flush means durable on the slow tier"
-    );
+    assert_eq!(read(&*slow, 100, 16), data, "Flush means durable on the slow tier");
 }
 
 #[test]
 fn write_through_reaches_the_slow_tier_before_completing() {
     let slow = ram(512, 8192);
-    let cache = CacheBackend::with_line_size(
-        ram(512, 2048),
-        Arc::clone(&slow),
-        CacheMode::WriteThrough,
-        4096,
-    )
-    .unwrap();
+    let cache = CacheBackend::with_line_size(ram(512, 2048), Arc::clone(&slow), CacheMode::WriteThrough, 4096).unwrap();
     let data = pattern(4, 8 * 512);
     read(&*cache, 96, 8); // brings the line in, so the write is a hit
     write(&*cache, 96, data.clone(), false);
@@ -164,13 +116,7 @@ fn reads_hit_the_fast_tier_after_a_miss() {
     let slow = ram(512, 8192);
     let data = pattern(5, 8 * 512);
     write(&*slow, 40, data.clone(), false);
-    let cache = CacheBackend::with_line_size(
-        ram(512, 2048),
-        Arc::clone(&slow),
-        CacheMode::WriteThrough,
-        4096,
-    )
-    .unwrap();
+    let cache = CacheBackend::with_line_size(ram(512, 2048), Arc::clone(&slow), CacheMode::WriteThrough, 4096).unwrap();
     assert_eq!(read(&*cache, 40, 8), data, "miss fills from the slow tier");
     // Change the slow tier behind the cache's back: a hit still returns the cached copy.
     write(&*slow, 40, vec![0; 8 * 512], false);
@@ -189,23 +135,15 @@ fn dirty_lines_survive_a_restart_and_are_destaged_later() {
         let first = pattern(6, 40 * 512);
         let second = pattern(7, 3 * 512);
         {
-            let cache =
-                CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteBack, 4096)
-                    .unwrap();
+            let cache = CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteBack, 4096).unwrap();
             write(&*cache, 1000, first.clone(), false);
             write(&*cache, 7000, second.clone(), true);
             assert!(cache.dirty_slots() > 0);
         } // "crash": the cache is gone, the tiers stay.
         assert_ne!(read(&*slow, 1000, 40), first);
-        let cache =
-            CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteBack, 4096)
-                .unwrap();
+        let cache = CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteBack, 4096).unwrap();
         assert!(cache.dirty_slots() >= 6, "dirty lines recovered");
-        assert_eq!(
-            read(&*cache, 1000, 40),
-            first,
-            "served from the recovered lines"
-        );
+        assert_eq!(read(&*cache, 1000, 40), first, "served from the recovered lines");
         assert_eq!(read(&*cache, 7000, 3), second);
         cache.destage().unwrap();
         assert_eq!(cache.dirty_slots(), 0);
@@ -213,9 +151,7 @@ fn dirty_lines_survive_a_restart_and_are_destaged_later() {
         assert_eq!(read(&*slow, 7000, 3), second);
         drop(cache);
         // Reopening after destage and after reusing slots never resurrects old data.
-        let cache =
-            CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteThrough, 4096)
-                .unwrap();
+        let cache = CacheBackend::with_line_size(wrap(&fast), wrap(&slow), CacheMode::WriteThrough, 4096).unwrap();
         write(&*cache, 1000, vec![9; 512], false);
         assert_eq!(read(&*cache, 1000, 1), vec![9; 512]);
         assert_eq!(read(&*slow, 1000, 1), vec![9; 512]);
@@ -226,18 +162,12 @@ fn dirty_lines_survive_a_restart_and_are_destaged_later() {
 fn evicting_dirty_lines_destages_them() {
     let fast = ram(512, 200); // few slots
     let slow = ram(512, 8192);
-    let cache =
-        CacheBackend::with_line_size(fast, Arc::clone(&slow), CacheMode::WriteBack, 4096).unwrap();
+    let cache = CacheBackend::with_line_size(fast, Arc::clone(&slow), CacheMode::WriteBack, 4096).unwrap();
     let slots = cache.slot_count();
     assert!(slots > 2);
     let image = pattern(8, 8192 * 512);
     for line in 0..1024u64 {
-        write(
-            &*cache,
-            line * 8,
-            image[line as usize * 4096..(line as usize + 1) * 4096].to_vec(),
-            false,
-        );
+        write(&*cache, line * 8, image[line as usize * 4096..(line as usize + 1) * 4096].to_vec(), false);
     }
     assert!(cache.dirty_slots() <= slots);
     cache.destage().unwrap();
@@ -247,47 +177,23 @@ fn evicting_dirty_lines_destages_them() {
 
 #[test]
 fn rejects_mismatched_tiers() {
-    let error =
-        CacheBackend::new(ram(4096, 4096), ram(512, 8192), CacheMode::WriteBack).unwrap_err();
-    assert!(
-        matches!(&error, CompositionError::Tiers(message) if message.contains("4096-byte")),
-        "{error}"
-    );
-    assert!(
-        CacheBackend::new(ram(512, 100), ram(512, 8192), CacheMode::WriteBack).is_err(),
-        "too small"
-    );
-    assert!(CacheBackend::with_line_size(
-        ram(512, 4096),
-        ram(512, 8192),
-        CacheMode::WriteBack,
-        3000
-    )
-    .is_err());
+    let error = CacheBackend::new(ram(4096, 4096), ram(512, 8192), CacheMode::WriteBack).unwrap_err();
+    assert!(matches!(&error, CompositionError::Tiers(message) if message.contains("4096-byte")), "{error}");
+    assert!(CacheBackend::new(ram(512, 100), ram(512, 8192), CacheMode::WriteBack).is_err(), "too small");
+    assert!(CacheBackend::with_line_size(ram(512, 4096), ram(512, 8192), CacheMode::WriteBack, 3000).is_err());
     // A fast tier formatted for another line size is refused, not reformatted.
     let fast = ram(512, 4096);
     let slow = ram(512, 8192);
-    CacheBackend::with_line_size(
-        Arc::clone(&fast),
-        Arc::clone(&slow),
-        CacheMode::WriteBack,
-        4096,
-    )
-    .unwrap();
+    CacheBackend::with_line_size(Arc::clone(&fast), Arc::clone(&slow), CacheMode::WriteBack, 4096).unwrap();
     let error = CacheBackend::with_line_size(fast, slow, CacheMode::WriteBack, 8192).unwrap_err();
-    assert!(
-        matches!(&error, CompositionError::Tiers(message) if message.contains("different")),
-        "{error}"
-    );
+    assert!(matches!(&error, CompositionError::Tiers(message) if message.contains("different")), "{error}");
 }
 
 /// Two threads on overlapping lines (disjoint blocks) through separate queues contend
 /// for the same slots; every block ends up as its writer left it.
 #[test]
 fn queues_on_different_threads_share_slots_safely() {
-    let cache =
-        CacheBackend::with_line_size(ram(512, 300), ram(512, 8192), CacheMode::WriteBack, 4096)
-            .unwrap();
+    let cache = CacheBackend::with_line_size(ram(512, 300), ram(512, 8192), CacheMode::WriteBack, 4096).unwrap();
     let threads: Vec<_> = (0..2u64)
         .map(|thread| {
             let cache = Arc::clone(&cache);
@@ -316,16 +222,8 @@ fn dropping_a_busy_queue_releases_its_slots() {
     {
         let mut queue = cache.open_queue();
         for token in 0..8 {
-            let op = IoOp::Write {
-                lba: token * 8,
-                blocks: 8,
-                force_unit_access: false,
-            };
-            queue.submit(IoRequest {
-                token,
-                op,
-                buffer: vec![1; 4096],
-            });
+            let op = IoOp::Write { lba: token * 8, blocks: 8, force_unit_access: false };
+            queue.submit(IoRequest { token, op, buffer: vec![1; 4096] });
         }
         assert_eq!(queue.in_flight(), 8);
     }

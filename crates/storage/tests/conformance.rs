@@ -7,10 +7,7 @@ use storage::conformance;
 use storage::{Backend, BackendQueue, Geometry, NullBackend, RamBackend};
 
 fn geometry(block_size_bytes: u32, block_count: u64) -> Geometry {
-    Geometry {
-        block_size_bytes,
-        block_count,
-    }
+    Geometry { block_size_bytes, block_count }
 }
 
 /// 4 MiB, 512-byte blocks, default 1 MiB chunks: the model covers the whole device.
@@ -129,10 +126,7 @@ struct Overstated(Arc<RamBackend>);
 impl Backend for Overstated {
     fn geometry(&self) -> Geometry {
         let real = self.0.geometry();
-        Geometry {
-            block_count: real.block_count + 1,
-            ..real
-        }
+        Geometry { block_count: real.block_count + 1, ..real }
     }
     fn has_volatile_write_cache(&self) -> bool {
         false

@@ -7,18 +7,13 @@ use std::sync::Arc;
 
 use storage::conformance::{self, pattern, submit_and_wait};
 use storage::pool::{UnitExtent, UnitMapping};
-use storage::{
-    Backend, CarvedId, Geometry, IoError, IoOp, IoRequest, Pool, PoolError, RamBackend, TableStore,
-};
+use storage::{Backend, CarvedId, Geometry, IoError, IoOp, IoRequest, Pool, PoolError, RamBackend, TableStore};
 use support::DelayedBackend;
 
 const UNIT: u64 = 64 * 1024;
 
 fn ram(block_count: u64) -> Arc<dyn Backend> {
-    RamBackend::new(Geometry {
-        block_size_bytes: 512,
-        block_count,
-    })
+    RamBackend::new(Geometry { block_size_bytes: 512, block_count })
 }
 
 /// A pool of `units` 64 KiB units (128 blocks each).
@@ -32,47 +27,22 @@ fn pool(units: u64) -> (Pool, Arc<dyn Backend>, TableStore) {
 fn write(backend: &Arc<dyn Backend>, lba: u64, data: Vec<u8>) -> Result<(), IoError> {
     let mut queue = backend.open_queue();
     let blocks = (data.len() / 512) as u32;
-    let op = IoOp::Write {
-        lba,
-        blocks,
-        force_unit_access: false,
-    };
-    submit_and_wait(
-        &mut *queue,
-        IoRequest {
-            token: 1,
-            op,
-            buffer: data,
-        },
-    )
-    .result
+    let op = IoOp::Write { lba, blocks, force_unit_access: false };
+    submit_and_wait(&mut *queue, IoRequest { token: 1, op, buffer: data }).result
 }
 
 fn read(backend: &Arc<dyn Backend>, lba: u64, blocks: u32) -> Vec<u8> {
     let mut queue = backend.open_queue();
     let op = IoOp::Read { lba, blocks };
-    let completion = submit_and_wait(
-        &mut *queue,
-        IoRequest {
-            token: 2,
-            op,
-            buffer: vec![0xEE; blocks as usize * 512],
-        },
-    );
+    let completion =
+        submit_and_wait(&mut *queue, IoRequest { token: 2, op, buffer: vec![0xEE; blocks as usize * 512] });
     assert_eq!(completion.result, Ok(()));
     completion.buffer
 }
 
 fn flush(backend: &Arc<dyn Backend>) {
     let mut queue = backend.open_queue();
-    let completion = submit_and_wait(
-        &mut *queue,
-        IoRequest {
-            token: 3,
-            op: IoOp::Flush,
-            buffer: Vec::new(),
-        },
-    );
+    let completion = submit_and_wait(&mut *queue, IoRequest { token: 3, op: IoOp::Flush, buffer: Vec::new() });
     assert_eq!(completion.result, Ok(()));
 }
 
@@ -124,9 +94,7 @@ macro_rules! conformance_tests {
 
 /// Composition: a thin carve of a pool on a RAID0 of delayed members.
 fn thin_carve_on_raid0() -> Arc<dyn Backend> {
-    let members = (0..3)
-        .map(|_| DelayedBackend::new(ram(200 * 128), 1) as Arc<dyn Backend>)
-        .collect();
+    let members = (0..3).map(|_| DelayedBackend::new(ram(200 * 128), 1) as Arc<dyn Backend>).collect();
     let raid = storage::Raid0Backend::new(members, 16384).unwrap();
     let pool = Pool::open_with_unit_size(raid, TableStore::memory(), UNIT).unwrap();
     let id = pool.create(8192 + 3, true).unwrap();
@@ -147,13 +115,7 @@ fn create_get_delete_and_reopen() {
     let b = pool.create(128, true).unwrap();
     assert_eq!((a, b), (CarvedId(1), CarvedId(2)));
     let view = pool.get(a).unwrap();
-    assert_eq!(
-        view.geometry(),
-        Geometry {
-            block_size_bytes: 512,
-            block_count: 1000
-        }
-    );
+    assert_eq!(view.geometry(), Geometry { block_size_bytes: 512, block_count: 1000 });
     assert_eq!(view.kind(), "pool-thick");
     assert_eq!(pool.get(b).unwrap().kind(), "pool-thin");
     assert_eq!(pool.free_units(), 64 - 8);
@@ -164,16 +126,8 @@ fn create_get_delete_and_reopen() {
     drop(pool);
 
     let reopened = Pool::open(Arc::clone(&backend), table.clone()).unwrap();
-    assert_eq!(
-        reopened.unit_size_bytes(),
-        UNIT,
-        "the unit comes from the table"
-    );
-    assert_eq!(
-        reopened.records(),
-        records,
-        "ids, sizes, identities survive"
-    );
+    assert_eq!(reopened.unit_size_bytes(), UNIT, "the unit comes from the table");
+    assert_eq!(reopened.records(), records, "ids, sizes, identities survive");
     assert_eq!(read(&reopened.get(a).unwrap(), 990, 10), data);
     reopened.delete(a).unwrap();
     assert_eq!(reopened.get(a).err(), Some(PoolError::NotFound(a)));
@@ -189,9 +143,7 @@ fn create_get_delete_and_reopen() {
 #[test]
 fn identities_are_distinct_and_stable() {
     let (pool, backend, table) = pool(16);
-    let ids: Vec<_> = (0..4)
-        .map(|index| pool.create(100, index % 2 == 0).unwrap())
-        .collect();
+    let ids: Vec<_> = (0..4).map(|index| pool.create(100, index % 2 == 0).unwrap()).collect();
     let records = pool.records();
     for (index, record) in records.iter().enumerate() {
         assert_eq!(record.uuid[6] >> 4, 4, "UUID version 4");
@@ -218,32 +170,12 @@ fn thick_carves_are_first_fit() {
     pool.delete(d).unwrap(); // hole of 10 at unit 6
     let extent = |id| pool.record(id).unwrap().extents[0];
     let e = pool.create(4 * 128, false).unwrap();
-    assert_eq!(
-        extent(e),
-        UnitExtent {
-            start_unit: 6,
-            unit_count: 4
-        },
-        "too big for the first hole"
-    );
+    assert_eq!(extent(e), UnitExtent { start_unit: 6, unit_count: 4 }, "too big for the first hole");
     let f = pool.create(2 * 128 + 1, false).unwrap();
-    assert_eq!(
-        extent(f),
-        UnitExtent {
-            start_unit: 2,
-            unit_count: 3
-        },
-        "rounded up to units"
-    );
+    assert_eq!(extent(f), UnitExtent { start_unit: 2, unit_count: 3 }, "rounded up to units");
     assert_eq!(pool.create(7 * 128, false).unwrap_err(), PoolError::NoSpace);
     let g = pool.create(6 * 128, false).unwrap();
-    assert_eq!(
-        extent(g),
-        UnitExtent {
-            start_unit: 10,
-            unit_count: 6
-        }
-    );
+    assert_eq!(extent(g), UnitExtent { start_unit: 10, unit_count: 6 });
     assert_eq!(pool.free_units(), 0);
     let _ = (a, c);
 }
@@ -254,35 +186,16 @@ fn thin_allocates_on_write_and_fails_the_write_with_no_space() {
     let thick = pool.create(5 * 128, false).unwrap();
     let thin = pool.create(100 * 128, true).unwrap(); // overcommitted
     let view = pool.get(thin).unwrap();
-    assert_eq!(
-        read(&view, 50 * 128, 4),
-        vec![0; 2048],
-        "unallocated reads zeroes"
-    );
-    assert!(
-        pool.record(thin).unwrap().unit_map.is_empty(),
-        "reads do not allocate"
-    );
+    assert_eq!(read(&view, 50 * 128, 4), vec![0; 2048], "unallocated reads zeroes");
+    assert!(pool.record(thin).unwrap().unit_map.is_empty(), "reads do not allocate");
     // A write straddling two units allocates both.
     write(&view, 10 * 128 + 127, vec![7; 1024]).unwrap();
     let map = pool.record(thin).unwrap().unit_map;
     assert_eq!(
         map,
-        vec![
-            UnitMapping {
-                logical_unit: 10,
-                physical_unit: 5
-            },
-            UnitMapping {
-                logical_unit: 11,
-                physical_unit: 6
-            },
-        ]
+        vec![UnitMapping { logical_unit: 10, physical_unit: 5 }, UnitMapping { logical_unit: 11, physical_unit: 6 },]
     );
-    assert_eq!(
-        read(&view, 10 * 128 + 126, 4),
-        [vec![0; 512], vec![7; 1024], vec![0; 512]].concat()
-    );
+    assert_eq!(read(&view, 10 * 128 + 126, 4), [vec![0; 512], vec![7; 1024], vec![0; 512]].concat());
     write(&view, 0, vec![9; 512]).unwrap();
     assert_eq!(pool.free_units(), 0);
     // Out of space: this write fails, earlier data and other commands are unaffected.
@@ -315,11 +228,7 @@ fn deleted_thin_units_are_zeroed_before_reuse() {
     let mut queue = first.open_queue();
     let completion = submit_and_wait(
         &mut *queue,
-        IoRequest {
-            token: 1,
-            op: IoOp::Read { lba: 0, blocks: 1 },
-            buffer: vec![0; 512],
-        },
+        IoRequest { token: 1, op: IoOp::Read { lba: 0, blocks: 1 }, buffer: vec![0; 512] },
     );
     assert_eq!(completion.result, Err(IoError::Internal));
     let second = pool.get(pool.create(4 * 128, true).unwrap()).unwrap();
@@ -366,26 +275,11 @@ fn units_mapped_before_a_crash_are_zeroed_before_reuse() {
 #[test]
 fn rejects_bad_sizes() {
     let (pool, _, _) = pool(4);
-    assert_eq!(
-        pool.create(0, false).unwrap_err(),
-        PoolError::InvalidSize(0)
-    );
-    assert_eq!(
-        pool.create(u64::MAX, true).unwrap_err(),
-        PoolError::InvalidSize(u64::MAX)
-    );
-    assert_eq!(
-        pool.create(u64::MAX / 256, false).unwrap_err(),
-        PoolError::InvalidSize(u64::MAX / 256)
-    );
-    assert_eq!(
-        pool.create(u64::MAX / 512, false).unwrap_err(),
-        PoolError::NoSpace
-    );
-    assert_eq!(
-        pool.create(1 << 40, true).unwrap_err(),
-        PoolError::InvalidSize(1 << 40)
-    );
+    assert_eq!(pool.create(0, false).unwrap_err(), PoolError::InvalidSize(0));
+    assert_eq!(pool.create(u64::MAX, true).unwrap_err(), PoolError::InvalidSize(u64::MAX));
+    assert_eq!(pool.create(u64::MAX / 256, false).unwrap_err(), PoolError::InvalidSize(u64::MAX / 256));
+    assert_eq!(pool.create(u64::MAX / 512, false).unwrap_err(), PoolError::NoSpace);
+    assert_eq!(pool.create(1 << 40, true).unwrap_err(), PoolError::InvalidSize(1 << 40));
     assert_eq!(pool.create(5 * 128, false).unwrap_err(), PoolError::NoSpace);
     assert!(matches!(
         Pool::open_with_unit_size(ram(1024), TableStore::memory(), 3000).unwrap_err(),
@@ -413,24 +307,14 @@ fn corrupt_tables_are_rejected_with_a_reason() {
     let overlapping = good.replacen("\"physical_unit\": 2", "\"physical_unit\": 1", 1);
     assert_ne!(overlapping, good);
     let error = reopen(&overlapping);
-    assert!(
-        matches!(&error, PoolError::CorruptTable(message) if message.contains("overlaps")),
-        "{error}"
-    );
+    assert!(matches!(&error, PoolError::CorruptTable(message) if message.contains("overlaps")), "{error}");
     let beyond = good.replacen("\"physical_unit\": 2", "\"physical_unit\": 80", 1);
     let error = reopen(&beyond);
-    assert!(
-        matches!(&error, PoolError::CorruptTable(message) if message.contains("beyond")),
-        "{error}"
-    );
+    assert!(matches!(&error, PoolError::CorruptTable(message) if message.contains("beyond")), "{error}");
     let error = reopen("{ not json");
     assert!(matches!(error, PoolError::CorruptTable(_)), "{error}");
-    let error =
-        reopen(&good.replacen("\"block_size_bytes\": 512", "\"block_size_bytes\": 4096", 1));
-    assert!(
-        matches!(&error, PoolError::CorruptTable(message) if message.contains("4096")),
-        "{error}"
-    );
+    let error = reopen(&good.replacen("\"block_size_bytes\": 512", "\"block_size_bytes\": 4096", 1));
+    assert!(matches!(&error, PoolError::CorruptTable(message) if message.contains("4096")), "{error}");
     table.set_memory_text(&good);
     Pool::open(backend, table).unwrap();
 }
@@ -524,7 +408,11 @@ fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table()
     let mut queue = carve.open_queue_with_waker(&waker);
 
     // A plain write maps a unit without waiting for anything.
-    queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false }, buffer: pattern(1, 512) });
+    queue.submit(IoRequest {
+        token: 1,
+        op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false },
+        buffer: pattern(1, 512),
+    });
     let mut done = Vec::new();
     queue.reap(&mut done);
     assert_eq!(done.len(), 1);
@@ -557,7 +445,11 @@ fn flush_of_new_thin_mappings_completes_only_after_the_service_saved_the_table()
 
     // Two FUA writes into new units share one save.
     for (token, lba) in [(4, 128), (5, 256)] {
-        queue.submit(IoRequest { token, op: IoOp::Write { lba, blocks: 1, force_unit_access: true }, buffer: pattern(token, 512) });
+        queue.submit(IoRequest {
+            token,
+            op: IoOp::Write { lba, blocks: 1, force_unit_access: true },
+            buffer: pattern(token, 512),
+        });
     }
     done.clear();
     queue.reap(&mut done);
@@ -592,7 +484,11 @@ fn a_flush_whose_table_save_fails_fails_and_the_next_one_saves_again() {
     let carve = pool.get(id).unwrap();
     let mut queue = carve.open_queue();
     let mut done = Vec::new();
-    queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false }, buffer: pattern(1, 512) });
+    queue.submit(IoRequest {
+        token: 1,
+        op: IoOp::Write { lba: 0, blocks: 1, force_unit_access: false },
+        buffer: pattern(1, 512),
+    });
     queue.reap(&mut done);
     assert_eq!(done.pop().map(|completion| completion.result), Some(Ok(())));
 
@@ -626,7 +522,11 @@ fn carves_grow_live_keep_their_data_and_reopen_grown() {
     let mut thick_queue = thick_view.open_queue();
     let old_data = pattern(2, 512 * 4);
     write(&thick_view, 252, old_data.clone()).unwrap();
-    let beyond = |token| IoRequest { token, op: IoOp::Write { lba: 256, blocks: 8, force_unit_access: false }, buffer: pattern(3, 4096) };
+    let beyond = |token| IoRequest {
+        token,
+        op: IoOp::Write { lba: 256, blocks: 8, force_unit_access: false },
+        buffer: pattern(3, 4096),
+    };
     assert_eq!(submit_and_wait(&mut *thin_queue, beyond(1)).result, Err(IoError::OutOfRange), "not grown yet");
 
     assert_eq!(thick_view.grow(4 * 128).unwrap().block_count, 4 * 128);
@@ -664,7 +564,10 @@ fn carves_never_shrink_and_a_thick_carve_grows_only_into_free_units_after_it() {
     let neighbour = pool.create(128, false).unwrap();
     let view = pool.get(thick).unwrap();
     let error = view.grow(3 * 128).unwrap_err();
-    assert!(matches!(&error, storage::GrowError::NoSpace(message) if message.contains("units 2..3 after it are in use")), "{error}");
+    assert!(
+        matches!(&error, storage::GrowError::NoSpace(message) if message.contains("units 2..3 after it are in use")),
+        "{error}"
+    );
     assert_eq!(view.geometry().block_count, 2 * 128, "unchanged");
     assert_eq!(pool.free_units(), 5);
     assert_eq!(
@@ -673,7 +576,10 @@ fn carves_never_shrink_and_a_thick_carve_grows_only_into_free_units_after_it() {
     );
     let last = pool.get(neighbour).unwrap();
     let error = last.grow(7 * 128).unwrap_err();
-    assert!(matches!(&error, storage::GrowError::NoSpace(message) if message.contains("past the end of the pool")), "{error}");
+    assert!(
+        matches!(&error, storage::GrowError::NoSpace(message) if message.contains("past the end of the pool")),
+        "{error}"
+    );
     assert_eq!(last.grow(6 * 128).unwrap().block_count, 6 * 128, "every unit up to the end");
     assert_eq!(pool.free_units(), 0);
     let thin = pool.get(pool.create(128, true).unwrap()).unwrap();
@@ -728,12 +634,20 @@ fn writes_racing_a_growing_thin_carve_are_all_kept() {
                             continue;
                         }
                         let data = pattern(operation * 8 + writer + 1, 512);
-                        let request = IoRequest { token: operation, op: IoOp::Write { lba, blocks: 1, force_unit_access: false }, buffer: data.clone() };
+                        let request = IoRequest {
+                            token: operation,
+                            op: IoOp::Write { lba, blocks: 1, force_unit_access: false },
+                            buffer: data.clone(),
+                        };
                         assert_eq!(submit_and_wait(&mut *queue, request).result, Ok(()), "write at {lba} of {size}");
                         mine.insert(lba, data);
                         if operation % 8 == 0 {
                             let (&check, expected) = mine.iter().next().unwrap();
-                            let read = IoRequest { token: operation, op: IoOp::Read { lba: check, blocks: 1 }, buffer: vec![0; 512] };
+                            let read = IoRequest {
+                                token: operation,
+                                op: IoOp::Read { lba: check, blocks: 1 },
+                                buffer: vec![0; 512],
+                            };
                             assert_eq!(&submit_and_wait(&mut *queue, read).buffer, expected, "block {check} read back");
                         }
                     }

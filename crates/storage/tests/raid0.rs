@@ -10,10 +10,7 @@ use storage::{Backend, CompositionError, Geometry, IoOp, IoRequest, Raid0Backend
 use support::DelayedBackend;
 
 fn ram(block_size_bytes: u32, block_count: u64) -> Arc<dyn Backend> {
-    RamBackend::new(Geometry {
-        block_size_bytes,
-        block_count,
-    })
+    RamBackend::new(Geometry { block_size_bytes, block_count })
 }
 
 fn raid(members: usize, strip: u32, member_blocks: u64, delay: Option<u32>) -> Arc<dyn Backend> {
@@ -49,9 +46,7 @@ fn three_64k_delayed() -> Arc<dyn Backend> {
     raid(3, 65536, 4096, Some(3))
 }
 fn four_4k_4k_blocks_delayed() -> Arc<dyn Backend> {
-    let members = (0..4)
-        .map(|_| DelayedBackend::new(ram(4096, 300), 1) as Arc<dyn Backend>)
-        .collect();
+    let members = (0..4).map(|_| DelayedBackend::new(ram(4096, 300), 1) as Arc<dyn Backend>).collect();
     Raid0Backend::new(members, 4096).unwrap()
 }
 
@@ -86,12 +81,8 @@ fn capacity_is_members_times_smallest_in_whole_strips() {
 
 #[test]
 fn rejects_bad_compositions() {
-    assert_eq!(
-        Raid0Backend::new(Vec::new(), 4096).unwrap_err(),
-        CompositionError::NoMembers
-    );
-    let error =
-        Raid0Backend::new(vec![ram(512, 64), ram(512, 64), ram(4096, 64)], 4096).unwrap_err();
+    assert_eq!(Raid0Backend::new(Vec::new(), 4096).unwrap_err(), CompositionError::NoMembers);
+    let error = Raid0Backend::new(vec![ram(512, 64), ram(512, 64), ram(4096, 64)], 4096).unwrap_err();
     assert_eq!(
         error,
         CompositionError::BlockSizeMismatch {
@@ -122,14 +113,8 @@ fn volatile_write_cache_follows_members() {
 fn read_member(member: &Arc<dyn Backend>, lba: u64, blocks: u32) -> Vec<u8> {
     let mut queue = member.open_queue();
     let len = blocks as usize * member.geometry().block_size_bytes as usize;
-    let completion = submit_and_wait(
-        &mut *queue,
-        IoRequest {
-            token: 1,
-            op: IoOp::Read { lba, blocks },
-            buffer: vec![0; len],
-        },
-    );
+    let completion =
+        submit_and_wait(&mut *queue, IoRequest { token: 1, op: IoOp::Read { lba, blocks }, buffer: vec![0; len] });
     assert_eq!(completion.result, Ok(()));
     completion.buffer
 }
@@ -138,9 +123,7 @@ fn read_member(member: &Arc<dyn Backend>, lba: u64, blocks: u32) -> Vec<u8> {
 /// against an independent model of the layout by reading the members directly.
 #[test]
 fn layout_oracle_places_every_block_on_the_right_member() {
-    for (member_count, strip_bytes, delay) in
-        [(2, 4096u32, None), (3, 8192, Some(2)), (4, 4096, Some(1))]
-    {
+    for (member_count, strip_bytes, delay) in [(2, 4096u32, None), (3, 8192, Some(2)), (4, 4096, Some(1))] {
         let rams: Vec<Arc<dyn Backend>> = (0..member_count).map(|_| ram(512, 256)).collect();
         let members = rams
             .iter()
@@ -159,19 +142,8 @@ fn layout_oracle_places_every_block_on_the_right_member() {
             let blocks = step.min(total - lba);
             let start = lba as usize * 512;
             let data = image[start..start + blocks as usize * 512].to_vec();
-            let op = IoOp::Write {
-                lba,
-                blocks: blocks as u32,
-                force_unit_access: false,
-            };
-            let completion = submit_and_wait(
-                &mut *queue,
-                IoRequest {
-                    token: lba,
-                    op,
-                    buffer: data,
-                },
-            );
+            let op = IoOp::Write { lba, blocks: blocks as u32, force_unit_access: false };
+            let completion = submit_and_wait(&mut *queue, IoRequest { token: lba, op, buffer: data });
             assert_eq!(completion.result, Ok(()));
             lba += blocks;
             step = step % 37 + 5;
@@ -193,36 +165,13 @@ fn layout_oracle_places_every_block_on_the_right_member() {
         // One read across the whole device reassembles the image.
         let completion = submit_and_wait(
             &mut *queue,
-            IoRequest {
-                token: 9,
-                op: IoOp::Read {
-                    lba: 0,
-                    blocks: total as u32,
-                },
-                buffer: vec![0; image.len()],
-            },
+            IoRequest { token: 9, op: IoOp::Read { lba: 0, blocks: total as u32 }, buffer: vec![0; image.len()] },
         );
         assert_eq!(completion.result, Ok(()));
         assert!(completion.buffer == image);
         // Write Zeroes over a strip-straddling range reaches exactly those blocks.
-        let zero = IoOp::WriteZeroes {
-            lba: 3,
-            blocks: strip_blocks * 3,
-            deallocate: false,
-            force_unit_access: true,
-        };
-        assert_eq!(
-            submit_and_wait(
-                &mut *queue,
-                IoRequest {
-                    token: 10,
-                    op: zero,
-                    buffer: Vec::new()
-                }
-            )
-            .result,
-            Ok(())
-        );
+        let zero = IoOp::WriteZeroes { lba: 3, blocks: strip_blocks * 3, deallocate: false, force_unit_access: true };
+        assert_eq!(submit_and_wait(&mut *queue, IoRequest { token: 10, op: zero, buffer: Vec::new() }).result, Ok(()));
         for parent_lba in 0..total {
             let (member, member_lba) = raid.locate(parent_lba).unwrap();
             let start = parent_lba as usize * 512;
@@ -231,11 +180,7 @@ fn layout_oracle_places_every_block_on_the_right_member() {
             } else {
                 image[start..start + 512].to_vec()
             };
-            assert_eq!(
-                read_member(&rams[member], member_lba, 1),
-                expected,
-                "block {parent_lba} after write zeroes"
-            );
+            assert_eq!(read_member(&rams[member], member_lba, 1), expected, "block {parent_lba} after write zeroes");
         }
     }
 }
@@ -250,22 +195,14 @@ fn member_error_fails_the_parent() {
     let mut queue = raid.open_queue();
     let completion = submit_and_wait(
         &mut *queue,
-        IoRequest {
-            token: 5,
-            op: IoOp::Read { lba: 0, blocks: 32 },
-            buffer: vec![0; 32 * 512],
-        },
+        IoRequest { token: 5, op: IoOp::Read { lba: 0, blocks: 32 }, buffer: vec![0; 32 * 512] },
     );
     assert_eq!(completion.result, Err(storage::IoError::ReadError));
     assert_eq!(completion.buffer.len(), 32 * 512);
     // A read that stays on the healthy member succeeds.
     let completion = submit_and_wait(
         &mut *queue,
-        IoRequest {
-            token: 6,
-            op: IoOp::Read { lba: 0, blocks: 8 },
-            buffer: vec![0; 8 * 512],
-        },
+        IoRequest { token: 6, op: IoOp::Read { lba: 0, blocks: 8 }, buffer: vec![0; 8 * 512] },
     );
     assert_eq!(completion.result, Ok(()));
 }

@@ -11,12 +11,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
 use nvme_auth::PskIdentity;
 use nvme_target::{BatchPart, Connection, SecureChannel, Target, TransmitBatch};
-pub use live_listeners::{ActiveListener, LiveListeners, PendingListener};
-pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
 use runtime::tls::{PskChoice, PskLookup};
-use runtime::{CloseReason, ConnectionHandler, HandlerActivity, SendParts, SendSource, Service, TlsConnection, TlsListener, TlsPolicy};
+use runtime::{
+    CloseReason, ConnectionHandler, HandlerActivity, SendParts, SendSource, Service, TlsConnection, TlsListener,
+    TlsPolicy,
+};
+pub use runtime::{ListenerControl, ListenerId, PollMode, Runtime, RuntimeConfig, RuntimeError, ShutdownHandle};
 
 /// Starts `target` on a runtime configured by `config` (its `listeners` are in the
 /// same order as the target's listener specs: the runtime's listener ids 0, 1, ...

@@ -15,7 +15,7 @@ use nvme_target::{
     TargetSettings, TargetSpec,
 };
 use nvme_tcp_wire::DigestSettings;
-use runtime::tls::{PskChoice, Progress, TlsClient, TlsSession};
+use runtime::tls::{Progress, PskChoice, TlsClient, TlsSession};
 use storage::{Backend, Geometry, RamBackend};
 use target_server::LoopbackTarget;
 
@@ -90,7 +90,9 @@ fn read_some(socket: &mut TcpStream, buffer: &mut [u8]) -> Result<Option<usize>,
     match socket.read(buffer) {
         Ok(0) => Ok(None),
         Ok(count) => Ok(Some(count)),
-        Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(Some(0)),
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Ok(Some(0))
+        }
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
         Err(error) => Err(error.to_string()),
     }
@@ -146,7 +148,9 @@ fn tls_connect_keeping(
         if let state @ (QueueState::Ready { .. } | QueueState::Failed) = queue.state() {
             return Ok((state, session, socket));
         }
-        let Some(count) = read_some(&mut socket, &mut buffer)? else { return Err("target closed the connection".into()) };
+        let Some(count) = read_some(&mut socket, &mut buffer)? else {
+            return Err("target closed the connection".into());
+        };
         if count > 0 {
             session.receive_ciphertext(&buffer[..count]).map_err(|error| error.to_string())?;
             session.advance().map_err(|error| error.to_string())?;
@@ -188,7 +192,8 @@ fn a_wrong_key_or_an_unknown_host_gets_no_channel() {
     let wrong = TlsKey::generate(HashFunction::Sha256, &mut SeededRandom::new(7)).expect("key");
     let outcome = tls_connect(target.address(), client_session(&wrong, HOST, IdentityVersion::V0), HOST);
     assert!(outcome.is_err(), "a wrong key connected: {outcome:?}");
-    let outcome = tls_connect(target.address(), client_session(&target.key, OTHER_HOST, IdentityVersion::V0), OTHER_HOST);
+    let outcome =
+        tls_connect(target.address(), client_session(&target.key, OTHER_HOST, IdentityVersion::V0), OTHER_HOST);
     assert!(outcome.is_err(), "a host without a key connected: {outcome:?}");
 }
 
@@ -231,7 +236,8 @@ fn a_plain_icreq_on_a_required_listener_is_closed() {
 fn a_connection_the_target_closes_ends_with_close_notify() {
     let target = start(HashFunction::Sha256);
     let (state, mut session, mut socket) =
-        tls_connect_keeping(target.address(), client_session(&target.key, HOST, IdentityVersion::V1), HOST).expect("connects");
+        tls_connect_keeping(target.address(), client_session(&target.key, HOST, IdentityVersion::V1), HOST)
+            .expect("connects");
     assert!(matches!(state, QueueState::Ready { .. }), "{state:?}");
     // A PDU of an unknown type: the target answers C2HTermReq and closes.
     session.write_plaintext(&[0xEE, 0, 8, 0, 8, 0, 0, 0]).expect("encrypt");
@@ -264,7 +270,10 @@ fn a_connection_the_target_closes_ends_with_close_notify() {
 
 #[test]
 fn a_stalled_handshake_is_closed_within_the_setup_timeout() {
-    let target = start_with(HashFunction::Sha256, TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() });
+    let target = start_with(
+        HashFunction::Sha256,
+        TargetSettings { connection_setup_timeout_ms: 500, ..TargetSettings::default() },
+    );
     let mut socket = connect_socket(target.address());
     // The start of a TLS record header, then nothing.
     socket.write_all(&[22, 3, 1]).expect("send");
@@ -292,7 +301,9 @@ fn s_client(address: SocketAddr, args: &[&str]) -> Option<String> {
         .stdin(std::process::Stdio::null())
         .output();
     match spawned {
-        Ok(output) => Some(format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))),
+        Ok(output) => {
+            Some(format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+        }
         Err(error) => {
             eprintln!("SKIPPED: the openssl tool is missing ({error})");
             None
@@ -304,12 +315,17 @@ fn s_client(address: SocketAddr, args: &[&str]) -> Option<String> {
 fn tls_1_2_and_certificate_handshakes_are_refused() {
     let target = start(HashFunction::Sha256);
     let identity = target.key.identity(HOST, SUBSYSTEM, IdentityVersion::V0).expect("identity").to_string();
-    let psk: String = target.key.tls_psk(&target.key.identity(HOST, SUBSYSTEM, IdentityVersion::V0).expect("id")).expect("psk")
+    let psk: String = target
+        .key
+        .tls_psk(&target.key.identity(HOST, SUBSYSTEM, IdentityVersion::V0).expect("id"))
+        .expect("psk")
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
     // TLS 1.2 with the right PSK: the transport allows only TLS 1.3.
-    let Some(tls12) = s_client(target.address(), &["-tls1_2", "-psk", &psk, "-psk_identity", &identity]) else { return };
+    let Some(tls12) = s_client(target.address(), &["-tls1_2", "-psk", &psk, "-psk_identity", &identity]) else {
+        return;
+    };
     assert!(!tls12.contains("Cipher is TLS"), "a TLS 1.2 session was made: {tls12}");
     assert!(tls12.contains("alert") || tls12.contains("error") || tls12.contains("handshake failure"), "{tls12}");
     // TLS 1.3 without a PSK (a certificate handshake): there is no certificate.

@@ -10,12 +10,7 @@
 //! - [`thousands`]: "1,048,576", for warnings that name an exact count.
 
 /// Binary units from the largest down: the ladder [`exact`] and [`approximate`] climb.
-const BINARY_UNITS: [(u64, &str); 4] = [
-    (1 << 40, "TiB"),
-    (1 << 30, "GiB"),
-    (1 << 20, "MiB"),
-    (1 << 10, "KiB"),
-];
+const BINARY_UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
 
 /// Writes a byte count the way a config would give it: "64 MiB" when it is a whole
 /// number of a binary unit, else "N bytes".

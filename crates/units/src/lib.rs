@@ -30,18 +30,10 @@
 // User input must never panic the parser: a bad size is an error naming the text.
 #![cfg_attr(
     not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::unreachable
-    )
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable)
 )]
 
 pub mod format;
 mod parse;
 
-pub use parse::{
-    parse_byte_size, parse_written_size, MeaningChanged, SizeError, Unit, WrittenSize,
-};
+pub use parse::{parse_byte_size, parse_written_size, MeaningChanged, SizeError, Unit, WrittenSize};

@@ -74,10 +74,7 @@ impl Unit {
     /// KB, MB, GB and TB: the units other tools (nvme-cli, fio by default) read as
     /// powers of two, so a size written in one is worth a second look.
     pub const fn is_power_of_ten(self) -> bool {
-        matches!(
-            self,
-            Unit::Kilobyte | Unit::Megabyte | Unit::Gigabyte | Unit::Terabyte
-        )
+        matches!(self, Unit::Kilobyte | Unit::Megabyte | Unit::Gigabyte | Unit::Terabyte)
     }
 
     /// The binary unit of the same rank (KiB for KB): what a tool that reads every
@@ -113,21 +110,9 @@ impl Unit {
     /// largest first, in the same family (binary or decimal) as `self`.
     fn family_largest_first(self) -> [Unit; 5] {
         if self.is_power_of_ten() {
-            [
-                Unit::Terabyte,
-                Unit::Gigabyte,
-                Unit::Megabyte,
-                Unit::Kilobyte,
-                Unit::Byte,
-            ]
+            [Unit::Terabyte, Unit::Gigabyte, Unit::Megabyte, Unit::Kilobyte, Unit::Byte]
         } else {
-            [
-                Unit::Tebibyte,
-                Unit::Gibibyte,
-                Unit::Mebibyte,
-                Unit::Kibibyte,
-                Unit::Byte,
-            ]
+            [Unit::Tebibyte, Unit::Gibibyte, Unit::Mebibyte, Unit::Kibibyte, Unit::Byte]
         }
     }
 }
@@ -184,27 +169,23 @@ impl fmt::Display for SizeError {
             SizeError::NotANumber { text } => {
                 write!(formatter, "size {text:?} must start with a number, e.g. \"4KiB\" or 4096")
             }
-            SizeError::NotHex { text } => write!(
-                formatter,
-                "size {text:?} is not a hex number of bytes: 0x and hex digits, without a unit"
-            ),
+            SizeError::NotHex { text } => {
+                write!(formatter, "size {text:?} is not a hex number of bytes: 0x and hex digits, without a unit")
+            }
             SizeError::UnknownUnit { text, unit } => write!(
                 formatter,
                 "size {text:?} has unknown unit {unit:?}; use B, KiB, MiB, GiB or TiB (also K, M, G, \
                  T: powers of 1024) or KB, MB, GB or TB (powers of 1000)"
             ),
-            SizeError::Fraction { text, whole: Some(whole) } => write!(
-                formatter,
-                "size {text:?} must be a whole number of its unit, without a fraction; write {whole}"
-            ),
+            SizeError::Fraction { text, whole: Some(whole) } => {
+                write!(formatter, "size {text:?} must be a whole number of its unit, without a fraction; write {whole}")
+            }
             SizeError::Fraction { text, whole: None } => {
                 write!(formatter, "size {text:?} must be a whole number of its unit, without a fraction")
             }
-            SizeError::TooLarge { text } => write!(
-                formatter,
-                "size {text:?} is too large: the most is {} bytes (16 EiB)",
-                thousands(u64::MAX)
-            ),
+            SizeError::TooLarge { text } => {
+                write!(formatter, "size {text:?} is too large: the most is {} bytes (16 EiB)", thousands(u64::MAX))
+            }
         }
     }
 }
@@ -224,55 +205,32 @@ pub fn parse_written_size(text: &str) -> Result<WrittenSize, SizeError> {
     if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         return parse_hex(text, hex);
     }
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, rest) = text.split_at_checked(digits_end).unwrap_or((text, ""));
     if digits.is_empty() {
-        return Err(SizeError::NotANumber {
-            text: text.to_string(),
-        });
+        return Err(SizeError::NotANumber { text: text.to_string() });
     }
-    let too_large = || SizeError::TooLarge {
-        text: text.to_string(),
-    };
+    let too_large = || SizeError::TooLarge { text: text.to_string() };
     // Only overflow is left to fail: `digits` is one or more ASCII digits.
     let number: u64 = digits.parse().map_err(|_| too_large())?;
     let (fraction, rest) = split_fraction(rest);
-    let unit = Unit::from_suffix(rest.trim()).ok_or_else(|| SizeError::UnknownUnit {
-        text: text.to_string(),
-        unit: rest.trim().to_string(),
-    })?;
+    let unit = Unit::from_suffix(rest.trim())
+        .ok_or_else(|| SizeError::UnknownUnit { text: text.to_string(), unit: rest.trim().to_string() })?;
     if let Some(fraction) = fraction {
         let whole = whole_spelling(number, fraction, unit);
-        return Err(SizeError::Fraction {
-            text: text.to_string(),
-            whole,
-        });
+        return Err(SizeError::Fraction { text: text.to_string(), whole });
     }
     let bytes = number.checked_mul(unit.bytes()).ok_or_else(too_large)?;
-    Ok(WrittenSize {
-        number,
-        unit,
-        bytes,
-    })
+    Ok(WrittenSize { number, unit, bytes })
 }
 
 /// "0x1000": bytes in hex, as nvme-cli takes numbers; no unit may follow.
 fn parse_hex(text: &str, hex: &str) -> Result<WrittenSize, SizeError> {
     if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(SizeError::NotHex {
-            text: text.to_string(),
-        });
+        return Err(SizeError::NotHex { text: text.to_string() });
     }
-    let number = u64::from_str_radix(hex, 16).map_err(|_| SizeError::TooLarge {
-        text: text.to_string(),
-    })?;
-    Ok(WrittenSize {
-        number,
-        unit: Unit::Byte,
-        bytes: number,
-    })
+    let number = u64::from_str_radix(hex, 16).map_err(|_| SizeError::TooLarge { text: text.to_string() })?;
+    Ok(WrittenSize { number, unit: Unit::Byte, bytes: number })
 }
 
 /// Splits ".5GiB" into the fraction's digits ("5") and the rest ("GiB"); a point
@@ -281,9 +239,7 @@ fn split_fraction(rest: &str) -> (Option<&str>, &str) {
     let Some(after_point) = rest.strip_prefix('.') else {
         return (None, rest);
     };
-    let end = after_point
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(after_point.len());
+    let end = after_point.find(|c: char| !c.is_ascii_digit()).unwrap_or(after_point.len());
     match after_point.split_at_checked(end) {
         Some((fraction, unit)) if !fraction.is_empty() => (Some(fraction), unit),
         _ => (None, rest),
@@ -297,17 +253,16 @@ fn whole_spelling(number: u64, fraction: &str, unit: Unit) -> Option<String> {
     let scale = 10u128.checked_pow(u32::try_from(fraction.len()).ok()?)?;
     let fraction: u128 = fraction.parse().ok()?;
     // The size times 10^digits, in whole numbers: 1.5 GiB is 15 * 2^30 / 10.
-    let scaled_number = u128::from(number)
-        .checked_mul(scale)?
-        .checked_add(fraction)?;
+    let scaled_number = u128::from(number).checked_mul(scale)?.checked_add(fraction)?;
     let scaled_bytes = scaled_number.checked_mul(u128::from(unit.bytes()))?;
     if !scaled_bytes.is_multiple_of(scale) {
         return None;
     }
     let bytes = u64::try_from(scaled_bytes / scale).ok()?;
-    let exact = unit.family_largest_first().into_iter().find(|candidate| {
-        candidate.bytes() <= unit.bytes() && bytes.is_multiple_of(candidate.bytes())
-    })?;
+    let exact = unit
+        .family_largest_first()
+        .into_iter()
+        .find(|candidate| candidate.bytes() <= unit.bytes() && bytes.is_multiple_of(candidate.bytes()))?;
     Some(format!("{}{}", bytes / exact.bytes(), exact.symbol()))
 }
 

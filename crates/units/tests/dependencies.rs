@@ -16,8 +16,7 @@ fn the_crate_depends_on_nothing() {
             continue;
         }
         assert!(
-            !matches!(section, "[dependencies]" | "[build-dependencies]")
-                && !section.starts_with("[target."),
+            !matches!(section, "[dependencies]" | "[build-dependencies]") && !section.starts_with("[target."),
             "units must stay without dependencies, but {section} has {line:?}"
         );
     }

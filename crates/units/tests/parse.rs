@@ -28,13 +28,7 @@ fn with_cases(spelling: &str, cases: u8) -> String {
     spelling
         .chars()
         .enumerate()
-        .map(|(index, c)| {
-            if cases >> index & 1 == 1 {
-                c.to_ascii_uppercase()
-            } else {
-                c
-            }
-        })
+        .map(|(index, c)| if cases >> index & 1 == 1 { c.to_ascii_uppercase() } else { c })
         .collect()
 }
 
@@ -43,11 +37,7 @@ fn spacing() -> impl Strategy<Value = &'static str> {
 }
 
 fn small_or_any() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        0u64..100_000,
-        any::<u64>(),
-        (0u32..64).prop_map(|shift| 1u64 << shift)
-    ]
+    prop_oneof![0u64..100_000, any::<u64>(), (0u32..64).prop_map(|shift| 1u64 << shift)]
 }
 
 proptest! {
@@ -125,11 +115,7 @@ proptest! {
 #[test]
 fn zero_is_a_size_in_every_unit() {
     for (spelling, _) in ORACLE {
-        assert_eq!(
-            parse_byte_size(&format!("0{spelling}")),
-            Ok(0),
-            "{spelling}"
-        );
+        assert_eq!(parse_byte_size(&format!("0{spelling}")), Ok(0), "{spelling}");
     }
     assert_eq!(parse_byte_size("0x0"), Ok(0));
 }
@@ -139,29 +125,14 @@ fn the_limits_are_exact() {
     assert_eq!(parse_byte_size("18446744073709551615"), Ok(u64::MAX));
     assert_eq!(parse_byte_size("0xffffffffffffffff"), Ok(u64::MAX));
     assert_eq!(parse_byte_size("16777215TiB"), Ok(16_777_215 << 40));
-    assert_eq!(
-        parse_byte_size("18446744TB"),
-        Ok(18_446_744_000_000_000_000)
-    );
-    for text in [
-        "18446744073709551616",
-        "0x10000000000000000",
-        "16777216TiB",
-        "18446745TB",
-        "99999999999999999999999k",
-    ] {
+    assert_eq!(parse_byte_size("18446744TB"), Ok(18_446_744_000_000_000_000));
+    for text in ["18446744073709551616", "0x10000000000000000", "16777216TiB", "18446745TB", "99999999999999999999999k"]
+    {
         let error = parse_byte_size(text).unwrap_err();
-        assert_eq!(
-            error,
-            SizeError::TooLarge {
-                text: text.to_string()
-            }
-        );
+        assert_eq!(error, SizeError::TooLarge { text: text.to_string() });
         assert_eq!(
             error.to_string(),
-            format!(
-                "size {text:?} is too large: the most is 18,446,744,073,709,551,615 bytes (16 EiB)"
-            )
+            format!("size {text:?} is too large: the most is 18,446,744,073,709,551,615 bytes (16 EiB)")
         );
     }
 }
@@ -169,14 +140,8 @@ fn the_limits_are_exact() {
 #[test]
 fn errors_say_what_is_wrong() {
     let message = |text: &str| parse_byte_size(text).unwrap_err().to_string();
-    assert_eq!(
-        message(""),
-        "size \"\" must start with a number, e.g. \"4KiB\" or 4096"
-    );
-    assert_eq!(
-        message(" GiB "),
-        "size \"GiB\" must start with a number, e.g. \"4KiB\" or 4096"
-    );
+    assert_eq!(message(""), "size \"\" must start with a number, e.g. \"4KiB\" or 4096");
+    assert_eq!(message(" GiB "), "size \"GiB\" must start with a number, e.g. \"4KiB\" or 4096");
     assert!(message("-1").contains("must start with a number"));
     assert!(message("+1").contains("must start with a number"));
     assert_eq!(
@@ -187,10 +152,7 @@ fn errors_say_what_is_wrong() {
     assert!(message("1PiB").contains("unknown unit \"PiB\""));
     assert!(message("1 K iB").contains("unknown unit \"K iB\""));
     assert!(message("1.").contains("unknown unit \".\""));
-    assert_eq!(
-        message("0x10k"),
-        "size \"0x10k\" is not a hex number of bytes: 0x and hex digits, without a unit"
-    );
+    assert_eq!(message("0x10k"), "size \"0x10k\" is not a hex number of bytes: 0x and hex digits, without a unit");
     assert!(message("0x").contains("not a hex number"));
     assert!(message("0x+10").contains("not a hex number"));
     assert_eq!(
@@ -201,10 +163,7 @@ fn errors_say_what_is_wrong() {
     assert!(message("1.5k").ends_with("write 1536B"));
     assert!(message("2.0 GiB").ends_with("write 2GiB"));
     assert!(message("0.0").ends_with("write 0B"));
-    assert_eq!(
-        message("1.5"),
-        "size \"1.5\" must be a whole number of its unit, without a fraction"
-    );
+    assert_eq!(message("1.5"), "size \"1.5\" must be a whole number of its unit, without a fraction");
     assert!(message("1.0001KiB").ends_with("without a fraction"));
 }
 
@@ -218,10 +177,6 @@ fn the_unit_table_agrees_with_itself() {
         assert_eq!(unit.is_power_of_ten(), unit != binary);
     }
     for (spelling, bytes) in ORACLE {
-        assert_eq!(
-            Unit::from_suffix(spelling).map(Unit::bytes),
-            Some(*bytes),
-            "{spelling}"
-        );
+        assert_eq!(Unit::from_suffix(spelling).map(Unit::bytes), Some(*bytes), "{spelling}");
     }
 }

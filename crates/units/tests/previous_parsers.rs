@@ -9,17 +9,13 @@ use units::{parse_byte_size, parse_written_size, MeaningChanged, Unit};
 
 /// The parsers as they were (issue 45 replaced them).
 mod before {
-    /// `apps/sluice/src/config/mod.rs` `parse_byte_size`: the config file and the
+    /// `crates/sluice-config/src/lib.rs` `parse_byte_size`: the config file and the
     /// management API.
     pub fn config(text: &str) -> Result<u64, String> {
         let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (digits, unit) = text.split_at(split);
-        let number: u64 = digits
-            .parse()
-            .map_err(|_| format!("size {text:?} must start with a number"))?;
+        let number: u64 = digits.parse().map_err(|_| format!("size {text:?} must start with a number"))?;
         let multiplier: u64 = match unit.trim() {
             "" | "B" => 1,
             "KiB" | "K" => 1 << 10,
@@ -32,22 +28,16 @@ mod before {
             "TB" => 1_000_000_000_000,
             other => return Err(format!("size {text:?} has unknown unit {other:?}")),
         };
-        number
-            .checked_mul(multiplier)
-            .ok_or_else(|| format!("size {text:?} is too large"))
+        number.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
     }
 
     /// `crates/workload/src/job.rs` `parse_size`: job files and `sluice bench`'s
     /// `--block-size`, `--size`, `--namespace-size`.
     pub fn workload(text: &str) -> Result<u64, String> {
         let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (digits, unit) = text.split_at(split);
-        let number: u64 = digits
-            .parse()
-            .map_err(|_| format!("size {text:?} must start with a number"))?;
+        let number: u64 = digits.parse().map_err(|_| format!("size {text:?} must start with a number"))?;
         let multiplier: u64 = match unit.trim() {
             "" | "B" => 1,
             "KiB" | "K" | "k" => 1 << 10,
@@ -59,9 +49,7 @@ mod before {
             "GB" => 1_000_000_000,
             other => return Err(format!("size {text:?} has unknown unit {other:?}")),
         };
-        number
-            .checked_mul(multiplier)
-            .ok_or_else(|| format!("size {text:?} is too large"))
+        number.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
     }
 
     fn parse_number(text: &str) -> Result<u64, String> {
@@ -73,16 +61,13 @@ mod before {
         .map_err(|_| format!("{text:?} is not a number (decimal, or hex with 0x)"))
     }
 
-    /// `apps/sluice/src/host/args.rs` `parse_size`: the host verbs' `-z`.
+    /// `crates/sluice-host-cli/src/args.rs` `parse_size`: the host verbs' `-z`.
     pub fn host(text: &str) -> Result<u64, String> {
         let text = text.trim();
         let (number, suffix) = if text.starts_with("0x") || text.starts_with("0X") {
             (text, "")
         } else {
-            text.split_at(
-                text.find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(text.len()),
-            )
+            text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
         };
         let shift = match suffix.trim().to_ascii_lowercase().as_str() {
             "" | "b" => 0,
@@ -92,18 +77,15 @@ mod before {
             other => return Err(format!("unknown size suffix {other:?}")),
         };
         let value = parse_number(number)?;
-        value
-            .checked_mul(1 << shift)
-            .ok_or_else(|| format!("{text} is too large"))
+        value.checked_mul(1 << shift).ok_or_else(|| format!("{text} is too large"))
     }
 }
 
 /// Every spelling of every unit any parser knew or knows, in the cases people type.
 const SUFFIXES: &[&str] = &[
-    "", "b", "B", "k", "K", "kb", "kB", "Kb", "KB", "kib", "KiB", "KIB", "Kib", "m", "M", "mb",
-    "mB", "Mb", "MB", "mib", "MiB", "MIB", "g", "G", "gb", "GB", "Gb", "gib", "GiB", "GIB", "t",
-    "T", "tb", "TB", "Tb", "tib", "TiB", "TIB", "x", "kiB", "KiBB", "i", "KBi", "parsec", ".",
-    "PB", "PiB", "bytes", "k b",
+    "", "b", "B", "k", "K", "kb", "kB", "Kb", "KB", "kib", "KiB", "KIB", "Kib", "m", "M", "mb", "mB", "Mb", "MB",
+    "mib", "MiB", "MIB", "g", "G", "gb", "GB", "Gb", "gib", "GiB", "GIB", "t", "T", "tb", "TB", "Tb", "tib", "TiB",
+    "TIB", "x", "kiB", "KiBB", "i", "KBi", "parsec", ".", "PB", "PiB", "bytes", "k b",
 ];
 
 fn number_text() -> impl Strategy<Value = String> {
@@ -126,19 +108,15 @@ fn size_text() -> impl Strategy<Value = String> {
         prop::sample::select(&["", " ", "\t", "  "][..]),
         prop::sample::select(&["", " ", "\n"][..]),
     )
-        .prop_map(|(number, suffix, between, around)| {
-            format!("{around}{number}{between}{suffix}{around}")
-        })
+        .prop_map(|(number, suffix, between, around)| format!("{around}{number}{between}{suffix}{around}"))
 }
 
 /// What the host's `-z` says about a size that meant something else before: KB, MB
-/// and GB only (the old `-z` refused TB), as `apps/sluice/src/host/args.rs` asks.
+/// and GB only (the old `-z` refused TB), as `crates/sluice-host-cli/src/args.rs` asks.
 fn host_warning(text: &str) -> Option<MeaningChanged> {
     let size = parse_written_size(text).ok()?;
     let knew_unit = matches!(size.unit, Unit::Kilobyte | Unit::Megabyte | Unit::Gigabyte);
-    knew_unit
-        .then(|| MeaningChanged::decimal_unit_was_binary("-z", text, &size))
-        .flatten()
+    knew_unit.then(|| MeaningChanged::decimal_unit_was_binary("-z", text, &size)).flatten()
 }
 
 /// The one refusal of something an old parser accepted: the old `-z` handed "0x+10"
@@ -188,17 +166,11 @@ proptest! {
 
 #[test]
 fn the_host_warns_about_each_decimal_unit_it_read_as_binary() {
-    for (text, before, now, spelling) in [
-        ("1mb", 1 << 20, 1_000_000, "1MiB"),
-        ("4KB", 4 << 10, 4_000, "4KiB"),
-        ("2 Gb", 2 << 30, 2_000_000_000, "2GiB"),
-    ] {
+    for (text, before, now, spelling) in
+        [("1mb", 1 << 20, 1_000_000, "1MiB"), ("4KB", 4 << 10, 4_000, "4KiB"), ("2 Gb", 2 << 30, 2_000_000_000, "2GiB")]
+    {
         let warning = host_warning(text).expect("a warning");
-        assert_eq!(
-            (warning.before_bytes, warning.now_bytes),
-            (before, now),
-            "{text}"
-        );
+        assert_eq!((warning.before_bytes, warning.now_bytes), (before, now), "{text}");
         assert_eq!(warning.spelling_for_before, spelling);
         assert_eq!(before::host(text), Ok(before));
     }

@@ -94,51 +94,29 @@ impl JobSpec {
 
     /// The region used against a namespace of `capacity` bytes.
     pub fn effective_region(&self, capacity: u64) -> u64 {
-        self.region_bytes
-            .map_or(capacity, |region| region.min(capacity))
+        self.region_bytes.map_or(capacity, |region| region.min(capacity))
     }
 
     /// Checks the job makes sense; the error names the field.
     pub fn validate(&self) -> Result<(), JobError> {
-        let bad = |field: &str, message: String| {
-            Err(JobError {
-                job: self.name.clone(),
-                field: field.into(),
-                message,
-            })
-        };
+        let bad = |field: &str, message: String| Err(JobError { job: self.name.clone(), field: field.into(), message });
         if self.name.trim().is_empty() {
             return bad("name", "must not be empty".into());
         }
         if self.read_percent > 100 {
-            return bad(
-                "read_percent",
-                format!("{} is not between 0 and 100", self.read_percent),
-            );
+            return bad("read_percent", format!("{} is not between 0 and 100", self.read_percent));
         }
         if self.block_size == 0 || !self.block_size.is_multiple_of(512) {
-            return bad(
-                "block_size",
-                format!("{} is not a positive multiple of 512", self.block_size),
-            );
+            return bad("block_size", format!("{} is not a positive multiple of 512", self.block_size));
         }
         if self.block_size > 16 << 20 {
-            return bad(
-                "block_size",
-                format!("{} is larger than 16 MiB", self.block_size),
-            );
+            return bad("block_size", format!("{} is larger than 16 MiB", self.block_size));
         }
         if !(1..=1024).contains(&self.threads) {
-            return bad(
-                "threads",
-                format!("{} is not between 1 and 1024", self.threads),
-            );
+            return bad("threads", format!("{} is not between 1 and 1024", self.threads));
         }
         if !(1..=4096).contains(&self.queue_depth) {
-            return bad(
-                "queue_depth",
-                format!("{} is not between 1 and 4096", self.queue_depth),
-            );
+            return bad("queue_depth", format!("{} is not between 1 and 4096", self.queue_depth));
         }
         if self.duration.is_zero() {
             return bad("duration", "must be longer than 0".into());
@@ -149,24 +127,15 @@ impl JobSpec {
                 Pattern::Sequential => region / u64::from(self.threads),
             };
             if per_thread < u64::from(self.block_size) {
-                return bad(
-                    "region",
-                    format!("{region} bytes leave less than one block per thread"),
-                );
+                return bad("region", format!("{region} bytes leave less than one block per thread"));
             }
         }
         if let Some(rate) = self.rate_limit_iops {
             if !(rate.is_finite() && rate > 0.0) {
-                return bad(
-                    "rate_iops",
-                    format!("{rate} is not a positive number of I/Os per second"),
-                );
+                return bad("rate_iops", format!("{rate} is not a positive number of I/Os per second"));
             }
             if rate > 1e9 {
-                return bad(
-                    "rate_iops",
-                    format!("{rate} I/Os per second is impossible to issue"),
-                );
+                return bad("rate_iops", format!("{rate} I/Os per second is impossible to issue"));
             }
         }
         if let Some(load) = self.load_percent {
@@ -187,95 +156,61 @@ impl JobSpec {
             let message = one_line(error.message());
             // The key at the error's position (type errors), else the field the
             // message quotes (unknown or missing fields).
-            let line_start = error.span().map(|span| {
-                text[..span.start.min(text.len())]
-                    .rfind('\n')
-                    .map_or(0, |i| i + 1)
-            });
-            let line = line_start.map(|start| {
-                (
-                    text[..start].matches('\n').count() + 1,
-                    text[start..].lines().next().unwrap_or(""),
-                )
-            });
+            let line_start =
+                error.span().map(|span| text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1));
+            let line = line_start
+                .map(|start| (text[..start].matches('\n').count() + 1, text[start..].lines().next().unwrap_or("")));
             let quoted = message.split('`').nth(1).map(str::to_string);
-            let keyed = line
-                .and_then(|(_, line)| line.split_once('='))
-                .map(|(key, _)| key.trim().to_string());
-            let field =
-                if message.starts_with("unknown field") || message.starts_with("missing field") {
-                    quoted.or(keyed)
-                } else {
-                    keyed.or(quoted)
-                }
-                .unwrap_or_else(|| "suite".into());
+            let keyed = line.and_then(|(_, line)| line.split_once('=')).map(|(key, _)| key.trim().to_string());
+            let field = if message.starts_with("unknown field") || message.starts_with("missing field") {
+                quoted.or(keyed)
+            } else {
+                keyed.or(quoted)
+            }
+            .unwrap_or_else(|| "suite".into());
             let message = match line {
                 Some((number, _)) => format!("line {number}: {message}"),
                 None => message,
             };
-            JobError {
-                job: String::new(),
-                field,
-                message,
-            }
+            JobError { job: String::new(), field, message }
         })?;
         if file.job.is_empty() {
-            return Err(JobError {
-                job: String::new(),
-                field: "job".into(),
-                message: "no [[job]] table".into(),
-            });
+            return Err(JobError { job: String::new(), field: "job".into(), message: "no [[job]] table".into() });
         }
         let mut jobs = Vec::new();
         for (index, raw) in file.job.into_iter().enumerate() {
             let label = raw.name.clone().unwrap_or_else(|| format!("job[{index}]"));
-            let err = |field: &str, message: String| JobError {
-                job: label.clone(),
-                field: field.into(),
-                message,
-            };
-            let name = raw
-                .name
-                .clone()
-                .ok_or_else(|| err("name", "is missing".into()))?;
-            let size =
-                |field: &str, value: &Option<SizeValue>, default: u64| -> Result<u64, JobError> {
-                    match value {
-                        None => Ok(default),
-                        Some(SizeValue::Number(n)) => Ok(*n),
-                        // The same rules as every other size of Sluice (the units crate).
-                        Some(SizeValue::Text(text)) => units::parse_byte_size(text)
-                            .map_err(|error| err(field, error.to_string())),
+            let err = |field: &str, message: String| JobError { job: label.clone(), field: field.into(), message };
+            let name = raw.name.clone().ok_or_else(|| err("name", "is missing".into()))?;
+            let size = |field: &str, value: &Option<SizeValue>, default: u64| -> Result<u64, JobError> {
+                match value {
+                    None => Ok(default),
+                    Some(SizeValue::Number(n)) => Ok(*n),
+                    // The same rules as every other size of Sluice (the units crate).
+                    Some(SizeValue::Text(text)) => {
+                        units::parse_byte_size(text).map_err(|error| err(field, error.to_string()))
                     }
-                };
-            let time = |field: &str,
-                        value: &Option<String>,
-                        default: Duration|
-             -> Result<Duration, JobError> {
+                }
+            };
+            let time = |field: &str, value: &Option<String>, default: Duration| -> Result<Duration, JobError> {
                 match value {
                     None => Ok(default),
                     Some(text) => parse_duration(text).map_err(|message| err(field, message)),
                 }
             };
             let block_size = size("block_size", &raw.block_size, 4096)?;
-            let block_size = u32::try_from(block_size)
-                .map_err(|_| err("block_size", format!("{block_size} is too large")))?;
+            let block_size =
+                u32::try_from(block_size).map_err(|_| err("block_size", format!("{block_size} is too large")))?;
             let read_percent = raw.read_percent.unwrap_or(100);
             let read_percent = u8::try_from(read_percent)
                 .ok()
                 .filter(|percent| *percent <= 100)
-                .ok_or_else(|| {
-                    err(
-                        "read_percent",
-                        format!("{read_percent} is not between 0 and 100"),
-                    )
-                })?;
+                .ok_or_else(|| err("read_percent", format!("{read_percent} is not between 0 and 100")))?;
             let threads = raw.threads.unwrap_or(1);
-            let threads = u32::try_from(threads)
-                .map_err(|_| err("threads", format!("{threads} is out of range")))?;
+            let threads = u32::try_from(threads).map_err(|_| err("threads", format!("{threads} is out of range")))?;
             let queue_depth = raw.queue_depth.unwrap_or(1);
-            let queue_depth = u32::try_from(queue_depth)
-                .map_err(|_| err("queue_depth", format!("{queue_depth} is out of range")))?;
+            let queue_depth =
+                u32::try_from(queue_depth).map_err(|_| err("queue_depth", format!("{queue_depth} is out of range")))?;
             let job = JobSpec {
                 group: raw.group.clone().unwrap_or_else(|| name.clone()),
                 name,
@@ -321,11 +256,7 @@ impl std::fmt::Display for JobError {
         if self.job.is_empty() {
             write!(f, "field `{}`: {}", self.field, self.message)
         } else {
-            write!(
-                f,
-                "job {:?}, field `{}`: {}",
-                self.job, self.field, self.message
-            )
+            write!(f, "job {:?}, field `{}`: {}", self.job, self.field, self.message)
         }
     }
 }
@@ -367,24 +298,17 @@ struct RawJob {
 /// "1s", "300ms", "2m", "500us", "1.5s".
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!("duration {text:?} must start with a number, e.g. \"10s\" or \"300ms\"")
-    })?;
+    let value: f64 =
+        number.parse().map_err(|_| format!("duration {text:?} must start with a number, e.g. \"10s\" or \"300ms\""))?;
     let seconds = match unit.trim() {
         "s" | "" => value,
         "ms" => value / 1e3,
         "us" => value / 1e6,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "duration {text:?} has unknown unit {other:?}; use ms, s, m or h"
-            ))
-        }
+        other => return Err(format!("duration {text:?} has unknown unit {other:?}; use ms, s, m or h")),
     };
     if !seconds.is_finite() || seconds > 1e7 {
         return Err(format!("duration {text:?} is too long"));
@@ -420,11 +344,9 @@ mod tests {
         assert_eq!(jobs[0].duration, Duration::from_millis(300));
         assert_eq!(jobs[1].read_percent, 70);
 
-        let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\nblock_size = \"3 parsecs\"\n")
-            .unwrap_err();
+        let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\nblock_size = \"3 parsecs\"\n").unwrap_err();
         assert_eq!(error.field, "block_size");
-        let error =
-            JobSpec::parse_suite("[[job]]\nname = \"x\"\nread_percent = 170\n").unwrap_err();
+        let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\nread_percent = 170\n").unwrap_err();
         assert_eq!(error.field, "read_percent");
         let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\nqueue_depht = 1\n").unwrap_err();
         assert_eq!(error.field, "queue_depht", "{error}");
@@ -435,12 +357,10 @@ mod tests {
         assert!(!error.to_string().contains('\n'));
         let error = JobSpec::parse_suite("[[job]]\nthreads = 1\n").unwrap_err();
         assert_eq!(error.field, "name");
-        let error =
-            JobSpec::parse_suite("[[job]]\nname = \"x\"\nqueue_depth = \"deep\"\n").unwrap_err();
+        let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\nqueue_depth = \"deep\"\n").unwrap_err();
         assert_eq!(error.field, "queue_depth", "{error}");
         assert!(error.to_string().contains("line 3"), "{error}");
-        let error =
-            JobSpec::parse_suite("[[job]]\nname = \"x\"\npattern = \"zigzag\"\n").unwrap_err();
+        let error = JobSpec::parse_suite("[[job]]\nname = \"x\"\npattern = \"zigzag\"\n").unwrap_err();
         assert!(error.to_string().contains("zigzag"), "{error}");
     }
 

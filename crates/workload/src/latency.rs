@@ -57,9 +57,7 @@ impl LatencyRecorder {
 
     /// Adds everything `other` recorded.
     pub fn merge(&mut self, other: &LatencyRecorder) {
-        self.histogram
-            .add(&other.histogram)
-            .expect("auto-resizing histograms merge");
+        self.histogram.add(&other.histogram).expect("auto-resizing histograms merge");
     }
 
     /// Forgets everything (keeps the allocation).
@@ -86,10 +84,7 @@ impl LatencyRecorder {
             min_ns: if empty { 0 } else { self.histogram.min() },
             max_ns: if empty { 0 } else { self.histogram.max() },
             stddev_ns: if empty { 0.0 } else { self.histogram.stdev() },
-            percentiles: PERCENTILES
-                .iter()
-                .map(|&p| (p, if empty { 0 } else { self.percentile(p) }))
-                .collect(),
+            percentiles: PERCENTILES.iter().map(|&p| (p, if empty { 0 } else { self.percentile(p) })).collect(),
         }
     }
 
@@ -153,23 +148,15 @@ mod tests {
                 let exact = values[rank - 1] as f64;
                 let measured = recorder.percentile(percentile) as f64;
                 let error = (measured - exact).abs() / exact;
-                assert!(
-                    error < 0.001,
-                    "p{percentile}: exact {exact} measured {measured} error {error}"
-                );
+                assert!(error < 0.001, "p{percentile}: exact {exact} measured {measured} error {error}");
             }
             let summary = recorder.summary();
             let mean = values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64;
             assert!((summary.mean_ns - mean).abs() / mean < 0.001);
-            let variance = values
-                .iter()
-                .map(|&v| (v as f64 - mean).powi(2))
-                .sum::<f64>()
-                / values.len() as f64;
+            let variance = values.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / values.len() as f64;
             assert!((summary.stddev_ns - variance.sqrt()).abs() / variance.sqrt() < 0.01);
             assert!(
-                (summary.max_ns as f64 - values[values.len() - 1] as f64).abs()
-                    / (values[values.len() - 1] as f64)
+                (summary.max_ns as f64 - values[values.len() - 1] as f64).abs() / (values[values.len() - 1] as f64)
                     < 0.001
             );
             assert!((summary.min_ns as f64 - values[0] as f64).abs() / (values[0] as f64) < 0.001);
@@ -185,9 +172,7 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.count(), 2000);
         let curve = a.percentile_curve();
-        assert!(curve
-            .windows(2)
-            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert!(curve.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
         assert_eq!(LatencyRecorder::new().summary().count, 0);
     }
 }

@@ -19,8 +19,6 @@ pub use job::{parse_duration, JobError, JobSpec, Pattern};
 pub use latency::{LatencyRecorder, LatencySummary, SecondSample, PERCENTILES};
 pub use offsets::{IoKind, IoPlan, OffsetGenerator};
 pub use rng::Rng;
-pub use runner::{
-    run_worker, Arrivals, Completion, Engine, RunControl, Shared, WorkerConfig, WorkerResult,
-};
+pub use runner::{run_worker, Arrivals, Completion, Engine, RunControl, Shared, WorkerConfig, WorkerResult};
 pub use schedule::{LagStats, Schedule, LATE_THRESHOLD};
 pub use steady_state::SteadyState;

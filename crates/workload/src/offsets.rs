@@ -84,11 +84,7 @@ impl OffsetGenerator {
                 }
             }
         };
-        IoPlan {
-            kind,
-            offset: self.start + slot * self.block,
-            length: self.block as u32,
-        }
+        IoPlan { kind, offset: self.start + slot * self.block, length: self.block as u32 }
     }
 
     /// Byte range this thread touches: `[start, end)`.
@@ -127,9 +123,7 @@ mod tests {
     fn sequential_threads_get_disjoint_slices_and_wrap() {
         let job = JobSpec::new("s", Pattern::Sequential, 0, 1 << 20, 3, 8);
         let region = 10 << 20;
-        let spans: Vec<_> = (0..3)
-            .map(|t| OffsetGenerator::new(&job, t, region).span())
-            .collect();
+        let spans: Vec<_> = (0..3).map(|t| OffsetGenerator::new(&job, t, region).span()).collect();
         for pair in spans.windows(2) {
             assert!(pair[0].1 <= pair[1].0, "{spans:?}");
         }
@@ -137,8 +131,6 @@ mod tests {
         let mut generator = OffsetGenerator::new(&job, 1, region);
         let offsets: Vec<u64> = (0..4).map(|_| generator.next_io().offset).collect();
         assert_eq!(offsets, vec![3 << 20, 4 << 20, 5 << 20, 3 << 20]);
-        assert!(offsets
-            .iter()
-            .all(|_| generator.next_io().kind == IoKind::Write));
+        assert!(offsets.iter().all(|_| generator.next_io().kind == IoKind::Write));
     }
 }

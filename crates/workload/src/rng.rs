@@ -18,9 +18,7 @@ impl Rng {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        Rng {
-            state: [next(), next(), next(), next()],
-        }
+        Rng { state: [next(), next(), next(), next()] }
     }
 
     /// The next 64 random bits.
@@ -70,10 +68,7 @@ mod tests {
         for _ in 0..100_000 {
             counts[a.below(10) as usize] += 1;
         }
-        assert!(
-            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
-            "{counts:?}"
-        );
+        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
         let mean: f64 = (0..100_000).map(|_| a.exponential(3.0)).sum::<f64>() / 100_000.0;
         assert!((mean - 3.0).abs() < 0.1, "{mean}");
     }

@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{
-    IoKind, IoPlan, JobSpec, LagStats, LatencyRecorder, OffsetGenerator, Schedule, SecondSample,
-};
+use crate::{IoKind, IoPlan, JobSpec, LagStats, LatencyRecorder, OffsetGenerator, Schedule, SecondSample};
 
 /// What a worker drives: a queue that takes tagged I/Os and hands completions back.
 pub trait Engine {
@@ -20,12 +18,7 @@ pub trait Engine {
     fn submit(&mut self, tag: u64, io: &IoPlan) -> Result<(), String>;
     /// Waits up to `timeout` until at least `min` completions are available and
     /// appends what is there to `out`.
-    fn reap(
-        &mut self,
-        min: usize,
-        timeout: Duration,
-        out: &mut Vec<Completion>,
-    ) -> Result<(), String>;
+    fn reap(&mut self, min: usize, timeout: Duration, out: &mut Vec<Completion>) -> Result<(), String>;
 }
 
 /// A finished I/O.
@@ -93,12 +86,7 @@ struct Bucket {
 
 impl Bucket {
     fn new() -> Bucket {
-        Bucket {
-            ios: 0,
-            bytes: 0,
-            errors: 0,
-            latency: LatencyRecorder::with_precision(2),
-        }
+        Bucket { ios: 0, bytes: 0, errors: 0, latency: LatencyRecorder::with_precision(2) }
     }
 }
 
@@ -108,10 +96,7 @@ pub type RunControl = Arc<AtomicBool>;
 impl Shared {
     /// Shared state whose runs stop when `stop` is set.
     pub fn new(stop: RunControl) -> Shared {
-        Shared {
-            stop,
-            seconds: Mutex::new(Vec::new()),
-        }
+        Shared { stop, seconds: Mutex::new(Vec::new()) }
     }
 
     /// True once stopped.
@@ -120,10 +105,7 @@ impl Shared {
     }
 
     fn add(&self, second: usize, bucket: &Bucket) {
-        let mut seconds = self
-            .seconds
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut seconds = self.seconds.lock().unwrap_or_else(|poison| poison.into_inner());
         while seconds.len() <= second {
             seconds.push(Bucket::new());
         }
@@ -136,25 +118,14 @@ impl Shared {
 
     /// Second `second` (0-based) as seen so far.
     pub fn sample(&self, second: usize) -> Option<SecondSample> {
-        let seconds = self
-            .seconds
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let seconds = self.seconds.lock().unwrap_or_else(|poison| poison.into_inner());
         seconds.get(second).map(|bucket| to_sample(second, bucket))
     }
 
     /// Every second recorded, up to `limit` seconds (partial last seconds dropped).
     pub fn samples(&self, limit: usize) -> Vec<SecondSample> {
-        let seconds = self
-            .seconds
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        seconds
-            .iter()
-            .take(limit)
-            .enumerate()
-            .map(|(index, bucket)| to_sample(index, bucket))
-            .collect()
+        let seconds = self.seconds.lock().unwrap_or_else(|poison| poison.into_inner());
+        seconds.iter().take(limit).enumerate().map(|(index, bucket)| to_sample(index, bucket)).collect()
     }
 }
 
@@ -166,11 +137,7 @@ fn to_sample(index: usize, bucket: &Bucket) -> SecondSample {
         bytes: bucket.bytes,
         errors: bucket.errors,
         mean_ns: summary.mean_ns,
-        p99_ns: if bucket.latency.count() == 0 {
-            0
-        } else {
-            bucket.latency.percentile(99.0)
-        },
+        p99_ns: if bucket.latency.count() == 0 { 0 } else { bucket.latency.percentile(99.0) },
     }
 }
 
@@ -202,11 +169,7 @@ const REAP_SLICE: Duration = Duration::from_millis(50);
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs one worker until the measurement window ends or the run is stopped.
-pub fn run_worker<E: Engine>(
-    config: &WorkerConfig,
-    engine: &mut E,
-    shared: &Shared,
-) -> WorkerResult {
+pub fn run_worker<E: Engine>(config: &WorkerConfig, engine: &mut E, shared: &Shared) -> WorkerResult {
     let job = &config.job;
     let depth = (job.queue_depth as usize).min(engine.capacity()).max(1);
     let mut generator = OffsetGenerator::new(job, config.thread, config.region);
@@ -222,9 +185,7 @@ pub fn run_worker<E: Engine>(
         Arrivals::Closed => None,
         Arrivals::Open { rate } => Some(Schedule::new(
             rate,
-            job.seed
-                .wrapping_mul(31)
-                .wrapping_add(u64::from(config.thread) + 7),
+            job.seed.wrapping_mul(31).wrapping_add(u64::from(config.thread) + 7),
             config.start,
             measure_start,
             measure_end,
@@ -332,9 +293,7 @@ pub fn run_worker<E: Engine>(
     let stopped_at = Instant::now().min(measure_end);
     result.measured = stopped_at.saturating_duration_since(measure_start);
     result.schedule = schedule.map(|schedule| schedule.finish(stopped_at));
-    result.interrupted = shared.stopped()
-        || failed
-        || result.first_error.is_some() && result.measured < job.duration;
+    result.interrupted = shared.stopped() || failed || result.first_error.is_some() && result.measured < job.duration;
     // Drain what is still outstanding so the queue can be reused or dropped cleanly.
     let drain_deadline = Instant::now() + DRAIN_LIMIT;
     while free.len() < depth && Instant::now() < drain_deadline && !failed {
@@ -343,10 +302,7 @@ pub fn run_worker<E: Engine>(
             break;
         }
         for completion in completions.drain(..) {
-            if let Some(slot) = slots
-                .get_mut(completion.tag as usize)
-                .and_then(Option::take)
-            {
+            if let Some(slot) = slots.get_mut(completion.tag as usize).and_then(Option::take) {
                 let _ = slot;
                 free.push(completion.tag as usize);
                 // A failure after the window still failed: counted, not measured.
@@ -406,13 +362,7 @@ mod tests {
 
     impl FakeEngine {
         fn new(service: Duration) -> Self {
-            FakeEngine {
-                service,
-                queue: VecDeque::new(),
-                busy_until: None,
-                fail_after: None,
-                submitted: 0,
-            }
+            FakeEngine { service, queue: VecDeque::new(), busy_until: None, fail_after: None, submitted: 0 }
         }
     }
 
@@ -428,12 +378,7 @@ mod tests {
             self.queue.push_back(tag);
             Ok(())
         }
-        fn reap(
-            &mut self,
-            min: usize,
-            timeout: Duration,
-            out: &mut Vec<Completion>,
-        ) -> Result<(), String> {
+        fn reap(&mut self, min: usize, timeout: Duration, out: &mut Vec<Completion>) -> Result<(), String> {
             let deadline = Instant::now() + timeout;
             let mut got = 0;
             loop {
@@ -442,11 +387,7 @@ mod tests {
                         break;
                     }
                     self.queue.pop_front();
-                    self.busy_until = if self.queue.is_empty() {
-                        None
-                    } else {
-                        Some(until + self.service)
-                    };
+                    self.busy_until = if self.queue.is_empty() { None } else { Some(until + self.service) };
                     let error = match self.fail_after {
                         Some(limit) if self.submitted > limit => Some("medium error".to_string()),
                         _ => None,
@@ -472,13 +413,8 @@ mod tests {
     #[test]
     fn closed_loop_counts_ios_and_samples() {
         let shared = Shared::new(Arc::default());
-        let config = WorkerConfig {
-            job: job(4),
-            thread: 0,
-            region: 1 << 20,
-            arrivals: Arrivals::Closed,
-            start: Instant::now(),
-        };
+        let config =
+            WorkerConfig { job: job(4), thread: 0, region: 1 << 20, arrivals: Arrivals::Closed, start: Instant::now() };
         let mut engine = FakeEngine::new(Duration::from_micros(200));
         let result = run_worker(&config, &mut engine, &shared);
         assert!(result.ios() > 500, "{result:?}");
@@ -511,28 +447,15 @@ mod tests {
         assert!(schedule.issued >= light.ios(), "{schedule:?}");
 
         // Overload: 4x what the server can do; latency must grow (queueing shows).
-        let config = WorkerConfig {
-            arrivals: Arrivals::Open { rate: 20_000.0 },
-            start: Instant::now(),
-            ..config
-        };
+        let config = WorkerConfig { arrivals: Arrivals::Open { rate: 20_000.0 }, start: Instant::now(), ..config };
         let mut engine = FakeEngine::new(Duration::from_micros(200));
         let heavy = run_worker(&config, &mut engine, &Shared::new(Arc::default()));
-        assert!(
-            heavy.latency.percentile(99.0) > 20 * light.latency.percentile(50.0),
-            "{heavy:?}"
-        );
+        assert!(heavy.latency.percentile(99.0) > 20 * light.latency.percentile(50.0), "{heavy:?}");
         // ... and the schedule says why: it fell behind a full queue, and the backlog
         // (15,000 arrivals a second more than the server completes) was still there.
         let schedule = heavy.schedule.expect("open loop records its schedule");
-        assert!(
-            schedule.late > 0 && schedule.late_queue_full > 0,
-            "{schedule:?}"
-        );
-        assert!(
-            schedule.backlog_final > 0 && schedule.lag_final_ns > 0,
-            "{schedule:?}"
-        );
+        assert!(schedule.late > 0 && schedule.late_queue_full > 0, "{schedule:?}");
+        assert!(schedule.backlog_final > 0 && schedule.lag_final_ns > 0, "{schedule:?}");
     }
 
     #[test]
@@ -541,13 +464,8 @@ mod tests {
         let shared = Shared::new(stop.clone());
         let mut long = job(2);
         long.duration = Duration::from_secs(30);
-        let config = WorkerConfig {
-            job: long,
-            thread: 0,
-            region: 1 << 20,
-            arrivals: Arrivals::Closed,
-            start: Instant::now(),
-        };
+        let config =
+            WorkerConfig { job: long, thread: 0, region: 1 << 20, arrivals: Arrivals::Closed, start: Instant::now() };
         let mut engine = FakeEngine::new(Duration::from_micros(100));
         engine.fail_after = Some(100);
         let stopper = std::thread::spawn(move || {

@@ -89,25 +89,11 @@ impl Schedule {
     /// Arrivals at `rate` per second from `start` (the first one an exponential gap
     /// after it), lags recorded for arrivals scheduled in
     /// `[window_start, window_end)`.
-    pub fn new(
-        rate: f64,
-        seed: u64,
-        start: Instant,
-        window_start: Instant,
-        window_end: Instant,
-    ) -> Schedule {
+    pub fn new(rate: f64, seed: u64, start: Instant, window_start: Instant, window_end: Instant) -> Schedule {
         let mut rng = Rng::new(seed);
         let mean_gap = 1.0 / rate;
         let next = start + Duration::from_secs_f64(rng.exponential(mean_gap));
-        Schedule {
-            rng,
-            mean_gap,
-            next,
-            window_start,
-            window_end,
-            queue_full_until: None,
-            stats: LagStats::default(),
-        }
+        Schedule { rng, mean_gap, next, window_start, window_end, queue_full_until: None, stats: LagStats::default() }
     }
 
     /// The scheduled time of the next arrival.
@@ -132,10 +118,7 @@ impl Schedule {
             stats.lag_max_ns = stats.lag_max_ns.max(lag);
             if lag > nanos(LATE_THRESHOLD) {
                 stats.late += 1;
-                if self
-                    .queue_full_until
-                    .is_some_and(|until| until >= scheduled)
-                {
+                if self.queue_full_until.is_some_and(|until| until >= scheduled) {
                     stats.late_queue_full += 1;
                 }
             }
@@ -221,10 +204,7 @@ mod tests {
         let step = Duration::from_micros(10);
         drive(&mut schedule, t0, 1100 * MS, step, None);
         let stats = schedule.finish(t0 + 1100 * MS);
-        let expected = arrivals(2000.0, 42, 1100 * MS)
-            .iter()
-            .filter(|at| **at >= 100 * MS)
-            .count() as u64;
+        let expected = arrivals(2000.0, 42, 1100 * MS).iter().filter(|at| **at >= 100 * MS).count() as u64;
         assert_eq!(stats.issued, expected);
         assert!(stats.lag_max_ns <= nanos(step), "{stats:?}");
         assert!(stats.lag_mean_ns() <= nanos(step) as f64, "{stats:?}");
@@ -238,13 +218,7 @@ mod tests {
         let (rate, seed) = (2000.0, 7);
         let mut schedule = Schedule::new(rate, seed, t0, t0, t0 + 1000 * MS);
         // Asleep from 300 ms to 350 ms, then everything due is submitted at 350 ms.
-        drive(
-            &mut schedule,
-            t0,
-            1000 * MS,
-            MS / 10,
-            Some((300 * MS, 350 * MS)),
-        );
+        drive(&mut schedule, t0, 1000 * MS, MS / 10, Some((300 * MS, 350 * MS)));
         let stats = schedule.finish(t0 + 1000 * MS);
 
         let all = arrivals(rate, seed, 1000 * MS);
@@ -253,10 +227,7 @@ mod tests {
         let missed = |at: &&Duration| **at > 300 * MS - MS / 10 && **at <= 350 * MS;
         let first_missed = *all.iter().find(|at| missed(at)).unwrap();
         // Late: due more than 1 ms before the worker woke at 350 ms.
-        let late = all
-            .iter()
-            .filter(|at| missed(at) && **at < 349 * MS)
-            .count() as u64;
+        let late = all.iter().filter(|at| missed(at) && **at < 349 * MS).count() as u64;
         assert_eq!(stats.issued, all.len() as u64);
         assert_eq!(stats.late, late);
         assert!((80..=120).contains(&late), "{late}"); // ~2 per ms over 49 ms
@@ -264,17 +235,10 @@ mod tests {
         assert_eq!(stats.lag_max_ns, nanos(350 * MS - first_missed));
         assert!(stats.lag_max_ns > nanos(49 * MS), "{stats:?}");
         // The mean: the sleep's lags over every arrival, plus < one step for the rest.
-        let sleep_lag: u64 = all
-            .iter()
-            .filter(|at| missed(at))
-            .map(|at| nanos(350 * MS - *at))
-            .sum();
+        let sleep_lag: u64 = all.iter().filter(|at| missed(at)).map(|at| nanos(350 * MS - *at)).sum();
         let mean = stats.lag_mean_ns();
         let oracle = sleep_lag as f64 / all.len() as f64;
-        assert!(
-            mean >= oracle && mean <= oracle + nanos(MS / 10) as f64,
-            "{mean} vs {oracle}"
-        );
+        assert!(mean >= oracle && mean <= oracle + nanos(MS / 10) as f64, "{mean} vs {oracle}");
         // It caught up afterwards.
         assert_eq!((stats.backlog_final, stats.lag_final_ns), (0, 0));
     }
@@ -307,10 +271,7 @@ mod tests {
         let all = arrivals(rate, seed, end);
         assert_eq!(stats.issued, submitted);
         assert!(stats.late > submitted / 2, "{stats:?}");
-        assert_eq!(
-            stats.late_queue_full, stats.late,
-            "every late I/O waited on the queue"
-        );
+        assert_eq!(stats.late_queue_full, stats.late, "every late I/O waited on the queue");
         // The backlog: everything due by the end that was not submitted.
         assert_eq!(stats.backlog_final, all.len() as u64 - submitted);
         let oldest = all[submitted as usize];
@@ -326,18 +287,9 @@ mod tests {
         let mut schedule = Schedule::new(1000.0, 9, t0, t0 + 500 * MS, t0 + 1000 * MS);
         // Asleep through the whole ramp: the ramp's arrivals are late but not counted.
         let step = MS / 10;
-        drive(
-            &mut schedule,
-            t0,
-            1000 * MS,
-            step,
-            Some((Duration::ZERO, 500 * MS)),
-        );
+        drive(&mut schedule, t0, 1000 * MS, step, Some((Duration::ZERO, 500 * MS)));
         let stats = schedule.finish(t0 + 1000 * MS);
-        let in_window = arrivals(1000.0, 9, 1000 * MS)
-            .iter()
-            .filter(|at| **at >= 500 * MS)
-            .count() as u64;
+        let in_window = arrivals(1000.0, 9, 1000 * MS).iter().filter(|at| **at >= 500 * MS).count() as u64;
         assert_eq!(stats.issued, in_window);
         assert_eq!(stats.late, 0, "{stats:?}");
         assert!(stats.lag_max_ns <= nanos(step), "{stats:?}");
@@ -356,10 +308,7 @@ mod tests {
         assert_eq!(total.issued, in_window + 10);
         assert_eq!(total.lag_sum_ns, stats.lag_sum_ns + 1_000);
         assert_eq!(total.lag_max_ns, 900_000_000);
-        assert_eq!(
-            (total.late, total.late_queue_full, total.backlog_final),
-            (stats.late + 3, 1, 5)
-        );
+        assert_eq!((total.late, total.late_queue_full, total.backlog_final), (stats.late + 3, 1, 5));
         assert_eq!(total.lag_final_ns, 800_000_000);
     }
 }

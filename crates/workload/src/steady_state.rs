@@ -44,11 +44,7 @@ pub fn detect(rounds: &[f64]) -> SteadyState {
             reached: false,
             rounds: n,
             window_start: 0,
-            window_average: if n == 0 {
-                0.0
-            } else {
-                rounds.iter().sum::<f64>() / n as f64
-            },
+            window_average: if n == 0 { 0.0 } else { rounds.iter().sum::<f64>() / n as f64 },
             data_excursion: f64::INFINITY,
             slope_excursion: f64::INFINITY,
             slope: 0.0,
@@ -69,10 +65,7 @@ pub fn detect(rounds: &[f64]) -> SteadyState {
     }
     let slope = sxy / sxx;
     let (data_excursion, slope_excursion) = if average.abs() > 0.0 && average.is_finite() {
-        (
-            (max - min) / average.abs(),
-            (slope * (WINDOW - 1) as f64).abs() / average.abs(),
-        )
+        ((max - min) / average.abs(), (slope * (WINDOW - 1) as f64).abs() / average.abs())
     } else {
         (f64::INFINITY, f64::INFINITY)
     };
@@ -109,9 +102,7 @@ mod tests {
     #[test]
     fn a_decaying_series_becomes_steady_after_the_drop() {
         // Fresh-out-of-box SSD: IOPS fall and then flatten.
-        let rounds = [
-            400.0, 250.0, 160.0, 120.0, 105.0, 101.0, 100.0, 99.0, 100.5, 100.0, 99.8,
-        ];
+        let rounds = [400.0, 250.0, 160.0, 120.0, 105.0, 101.0, 100.0, 99.0, 100.5, 100.0, 99.8];
         assert!(!detect(&rounds[..5]).reached);
         let first = first_steady(&rounds).unwrap();
         assert!((6..=9).contains(&first), "{first}");
@@ -138,9 +129,7 @@ mod tests {
         assert!(!verdict.reached);
         // Small noise around a level passes.
         let mut rng = Rng::new(3);
-        let quiet: Vec<f64> = (0..20)
-            .map(|_| 5000.0 * (1.0 + 0.05 * (rng.unit() - 0.5)))
-            .collect();
+        let quiet: Vec<f64> = (0..20).map(|_| 5000.0 * (1.0 + 0.05 * (rng.unit() - 0.5))).collect();
         assert!(detect(&quiet).reached);
     }
 

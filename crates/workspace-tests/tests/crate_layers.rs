@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first, and the crates in each (package names).
-const LAYERS: [(&str, &[&str]); 8] = [
+const LAYERS: [(&str, &[&str]); 11] = [
     // Values everything may use: byte sizes.
     ("base", &["units"]),
     // Pure codecs of the NVMe and NVMe/TCP wire formats.
@@ -24,16 +24,17 @@ const LAYERS: [(&str, &[&str]); 8] = [
     // without the runtime: see NEVER).
     (
         "application libraries",
-        &[
-            "target-server",
-            "nvme-host-ffi",
-            "bench-results",
-            "workload",
-            "management-client",
-            "sim",
-        ],
+        &["target-server", "nvme-host-ffi", "bench-results", "workload", "management-client", "sim"],
     ),
-    // The binaries' crates.
+    // `sluice serve`'s configuration: parsed, validated, planned, diffed, built.
+    ("configuration", &["sluice-config"]),
+    // Gateway groups: coordination through the cluster, the reservations authority,
+    // the group's configuration record.
+    ("gateway group", &["sluice-gateway"]),
+    // What the binary's subcommands run, side by side and never on each other: the
+    // daemon, the operator's commands, the host commands, the benchmark suite.
+    ("front ends", &["sluice-daemon", "sluice-admin", "sluice-host-cli", "sluice-bench"]),
+    // The binaries' crates: argument wiring only.
     ("applications", &["sluice", "sluice-csi"]),
     // This crate: checks of the whole workspace, depending on none of it.
     ("workspace checks", &["workspace-tests"]),
@@ -41,50 +42,18 @@ const LAYERS: [(&str, &[&str]); 8] = [
 
 /// Edges inside one layer, each with why it is not a tangle.
 const SAME_LAYER_EDGES: [(&str, &str, &str); 5] = [
-    (
-        "nvme-tcp-wire",
-        "nvme-spec",
-        "the PDUs carry the spec's command and completion layouts",
-    ),
-    (
-        "nvme-target",
-        "nvme-auth",
-        "the target answers DH-HMAC-CHAP with the auth state machines",
-    ),
-    (
-        "nvme-host",
-        "nvme-auth",
-        "the host authenticates with the same state machines",
-    ),
-    (
-        "nvme-host-client",
-        "runtime",
-        "the host driver's I/O queues run on the runtime's ClientRing",
-    ),
-    (
-        "sim",
-        "workload",
-        "the simulator draws its I/O mix with the workload engine's generators",
-    ),
+    ("nvme-tcp-wire", "nvme-spec", "the PDUs carry the spec's command and completion layouts"),
+    ("nvme-target", "nvme-auth", "the target answers DH-HMAC-CHAP with the auth state machines"),
+    ("nvme-host", "nvme-auth", "the host authenticates with the same state machines"),
+    ("nvme-host-client", "runtime", "the host driver's I/O queues run on the runtime's ClientRing"),
+    ("sim", "workload", "the simulator draws its I/O mix with the workload engine's generators"),
 ];
 
 /// Edges that must never exist, whatever the layers say.
 const NEVER: [(&str, &str, &str); 3] = [
-    (
-        "sim",
-        "runtime",
-        "the simulation is deterministic: one thread, a simulated clock and network",
-    ),
-    (
-        "sim",
-        "nvme-host-client",
-        "the simulation drives the sans-io host, not the driver on the runtime",
-    ),
-    (
-        "sim",
-        "target-server",
-        "the simulation drives the sans-io target, not the server on the runtime",
-    ),
+    ("sim", "runtime", "the simulation is deterministic: one thread, a simulated clock and network"),
+    ("sim", "nvme-host-client", "the simulation drives the sans-io host, not the driver on the runtime"),
+    ("sim", "target-server", "the simulation drives the sans-io target, not the server on the runtime"),
 ];
 
 /// The crates tests may not depend on: nothing below an application links one.
@@ -95,10 +64,8 @@ fn workspace_root() -> PathBuf {
 }
 
 fn read_toml(path: &Path) -> toml::Table {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    text.parse::<toml::Table>()
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    let text = std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    text.parse::<toml::Table>().unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
 /// One workspace member: its package name and the workspace crates it names in each
@@ -123,10 +90,7 @@ fn members() -> Vec<Member> {
     for path in &paths {
         let manifest = root.join(path).join("Cargo.toml");
         let table = read_toml(&manifest);
-        let name = table["package"]["name"]
-            .as_str()
-            .expect("package.name")
-            .to_string();
+        let name = table["package"]["name"].as_str().expect("package.name").to_string();
         manifests.insert(name, (manifest, table));
     }
     let names: BTreeSet<String> = manifests.keys().cloned().collect();
@@ -139,11 +103,7 @@ fn members() -> Vec<Member> {
                     .iter()
                     // A renamed dependency names its package.
                     .map(|(key, value)| {
-                        value
-                            .get("package")
-                            .and_then(|package| package.as_str())
-                            .unwrap_or(key)
-                            .to_string()
+                        value.get("package").and_then(|package| package.as_str()).unwrap_or(key).to_string()
                     })
                     .filter(|name| names.contains(name))
                     .collect()
@@ -156,22 +116,13 @@ fn members() -> Vec<Member> {
             let mut build = named_in(&table, "dependencies");
             build.extend(named_in(&table, "build-dependencies"));
             let dev = named_in(&table, "dev-dependencies");
-            Member {
-                name,
-                manifest,
-                build,
-                dev,
-            }
+            Member { name, manifest, build, dev }
         })
         .collect()
 }
 
 fn layer_of(name: &str) -> Option<(usize, &'static str)> {
-    LAYERS
-        .iter()
-        .enumerate()
-        .find(|(_, (_, crates))| crates.contains(&name))
-        .map(|(index, (layer, _))| (index, *layer))
+    LAYERS.iter().enumerate().find(|(_, (_, crates))| crates.contains(&name)).map(|(index, (layer, _))| (index, *layer))
 }
 
 #[test]
@@ -192,9 +143,7 @@ fn every_crate_has_a_layer_and_depends_only_downwards() {
             let Some((dependency_rank, dependency_layer)) = layer_of(dependency) else {
                 continue;
             };
-            let listed = SAME_LAYER_EDGES
-                .iter()
-                .any(|(from, to, _)| *from == member.name && to == dependency);
+            let listed = SAME_LAYER_EDGES.iter().any(|(from, to, _)| *from == member.name && to == dependency);
             let allowed = dependency_rank < rank || (dependency_rank == rank && listed);
             if !allowed {
                 problems.push(format!(
@@ -203,21 +152,11 @@ fn every_crate_has_a_layer_and_depends_only_downwards() {
                     member.name
                 ));
             }
-            if let Some((_, _, why)) = NEVER
-                .iter()
-                .find(|(from, to, _)| *from == member.name && to == dependency)
-            {
-                problems.push(format!(
-                    "{} must never depend on {dependency}: {why}",
-                    member.name
-                ));
+            if let Some((_, _, why)) = NEVER.iter().find(|(from, to, _)| *from == member.name && to == dependency) {
+                problems.push(format!("{} must never depend on {dependency}: {why}", member.name));
             }
         }
-        for dependency in member
-            .dev
-            .iter()
-            .filter(|dependency| APPLICATIONS.contains(&dependency.as_str()))
-        {
+        for dependency in member.dev.iter().filter(|dependency| APPLICATIONS.contains(&dependency.as_str())) {
             problems.push(format!(
                 "{}'s tests depend on the application crate {dependency}: test through a library crate instead",
                 member.name
@@ -231,24 +170,11 @@ fn every_crate_has_a_layer_and_depends_only_downwards() {
 fn the_tables_name_only_crates_of_the_workspace() {
     let members = members();
     let names: BTreeSet<&str> = members.iter().map(|member| member.name.as_str()).collect();
-    let mut listed: Vec<&str> = LAYERS
-        .iter()
-        .flat_map(|(_, crates)| crates.iter().copied())
-        .collect();
-    listed.extend(
-        SAME_LAYER_EDGES
-            .iter()
-            .flat_map(|(from, to, _)| [*from, *to]),
-    );
+    let mut listed: Vec<&str> = LAYERS.iter().flat_map(|(_, crates)| crates.iter().copied()).collect();
+    listed.extend(SAME_LAYER_EDGES.iter().flat_map(|(from, to, _)| [*from, *to]));
     listed.extend(NEVER.iter().flat_map(|(from, to, _)| [*from, *to]));
-    let unknown: BTreeSet<&str> = listed
-        .into_iter()
-        .filter(|name| !names.contains(name))
-        .collect();
-    assert!(
-        unknown.is_empty(),
-        "not crates of the workspace (renamed or removed?): {unknown:?}"
-    );
+    let unknown: BTreeSet<&str> = listed.into_iter().filter(|name| !names.contains(name)).collect();
+    assert!(unknown.is_empty(), "not crates of the workspace (renamed or removed?): {unknown:?}");
     let mut seen = BTreeSet::new();
     for (_, crates) in LAYERS {
         for name in crates {
@@ -257,12 +183,7 @@ fn the_tables_name_only_crates_of_the_workspace() {
     }
     // A same-layer edge that is no longer used should go, so the list stays the truth.
     for (from, to, _) in SAME_LAYER_EDGES {
-        let used = members
-            .iter()
-            .any(|member| member.name == from && member.build.contains(to));
-        assert!(
-            used,
-            "the same-layer edge {from} -> {to} is listed but not used: remove it"
-        );
+        let used = members.iter().any(|member| member.name == from && member.build.contains(to));
+        assert!(used, "the same-layer edge {from} -> {to} is listed but not used: remove it");
     }
 }

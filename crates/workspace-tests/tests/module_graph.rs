@@ -16,37 +16,30 @@ const MAX_FILE_LINES: usize = 800;
 const MAX_CYCLES_LISTED: usize = 100_000;
 
 /// Files longer than [`MAX_FILE_LINES`] today ("crate/path from the crate root"), with
-/// their length: to be split by concept (issue 45), never to grow.
-const LONG_FILES_BASELINE: [(&str, usize); 14] = [
-    ("storage/pool", 898),
-    ("nvme-host-client/controller", 902),
-    ("nvme-host-ffi/(root)", 911),
+/// their length: to be split by concept (issue 45), never to grow. (The lengths are
+/// those after the workspace's one reformat to rustfmt.toml.)
+const LONG_FILES_BASELINE: [(&str, usize); 12] = [
+    ("storage/pool", 865),
+    ("nvme-host-client/controller", 926),
+    ("nvme-host-ffi/(root)", 912),
     ("nvme-host-ffi/queue", 830),
-    ("bench-results/result", 935),
-    ("sim/group/reference", 850),
-    ("sim/group/world", 810),
-    ("sim/host", 834),
-    ("sim/world", 860),
-    ("sluice/bench", 902),
-    ("sluice/bench/fio", 836),
-    ("sluice/config", 876),
-    ("sluice/manage/service", 924),
-    ("sluice-csi/controller", 905),
+    ("bench-results/result", 827),
+    ("sim/host", 884),
+    ("sim/world", 890),
+    ("sluice-bench/(root)", 803),
+    ("sluice-config/(root)", 896),
+    ("sluice-daemon/manage/service", 944),
+    ("sluice-gateway/reservations", 815),
+    ("sluice-csi/controller", 802),
 ];
 
 /// Per crate, the modules that lie on an import cycle through three or more files
 /// today: cycles to be broken (issue 45), never to take in another module.
-const CYCLE_MODULES_BASELINE: [(&str, &[&str]); 7] = [
-    (
-        "storage",
-        &["conformance", "conformance::checks", "conformance::oracle"],
-    ),
+const CYCLE_MODULES_BASELINE: [(&str, &[&str]); 6] = [
+    ("storage", &["conformance", "conformance::checks", "conformance::oracle"]),
     (
         "runtime",
         &[
-            "file_backend",
-            "file_backend::buffers",
-            "file_backend::queue",
             "rbd_backend",
             "rbd_backend::cluster",
             "rbd_backend::coordination",
@@ -65,9 +58,7 @@ const CYCLE_MODULES_BASELINE: [(&str, &[&str]); 7] = [
             "group::fences",
             "group::host",
             "group::host::workload",
-            "group::notices",
             "group::plan",
-            "group::reference",
             "group::vouch",
             "group::world",
             "host",
@@ -76,72 +67,16 @@ const CYCLE_MODULES_BASELINE: [(&str, &[&str]); 7] = [
         ],
     ),
     (
-        "sluice",
+        "sluice-daemon",
         &[
-            "bench",
-            "bench::args",
-            "bench::exec",
-            "bench::fio",
-            "bench::iscsi",
-            "bench::output",
-            "bench::qos",
-            "bench::suites",
-            "bench::system",
-            "config",
-            "config::attachment",
-            "config::build",
-            "config::diff",
-            "config::gateway",
-            "config::graph",
-            "config::namespaces",
-            "config::plan",
-            "config::qos",
-            "config::schema",
-            "config::shapes",
-            "config::storage",
-            "gateway",
-            "gateway::fence_waits",
-            "gateway::reservations",
-            "host",
-            "host::ana",
-            "host::args",
-            "host::commands",
-            "host::namespaces",
-            "host::output",
-            "host::output::identify",
-            "host::output::logs",
-            "host::paths",
-            "host::reservations",
-            "host::session",
-            "manage",
-            "manage::assemble",
-            "manage::caller",
-            "manage::cli",
-            "manage::cli_output",
-            "manage::cli_qos",
-            "manage::document",
-            "manage::flatten",
-            "manage::network",
-            "manage::protocol",
-            "manage::server",
             "manage::service",
             "manage::service::attachment",
             "manage::service::backends",
             "manage::service::backends::tests",
-            "manage::service::listeners",
-            "manage::service::qos",
-            "manage::service::rbd_images",
             "manage::service::reload",
             "manage::service::reload::tests",
-            "manage::service::resize",
-            "manage::service::tests",
             "manage::service::views",
-            "manage::worker",
         ],
-    ),
-    (
-        "sluice-csi",
-        &["node", "node::expand", "node::records", "node::system"],
     ),
 ];
 
@@ -164,10 +99,7 @@ fn crates() -> Vec<(String, PathBuf)> {
                 .expect("a member manifest")
                 .parse()
                 .expect("a member manifest parses");
-            let name = manifest["package"]["name"]
-                .as_str()
-                .expect("package.name")
-                .to_string();
+            let name = manifest["package"]["name"].as_str().expect("package.name").to_string();
             (name, directory.join("src"))
         })
         .collect()
@@ -189,14 +121,8 @@ fn modules(source: &Path) -> BTreeMap<String, String> {
                     pending.push(path);
                 }
             } else if path.extension().is_some_and(|extension| extension == "rs") {
-                let relative = path
-                    .strip_prefix(source)
-                    .expect("under src")
-                    .with_extension("");
-                let mut parts: Vec<String> = relative
-                    .iter()
-                    .map(|part| part.to_string_lossy().into_owned())
-                    .collect();
+                let relative = path.strip_prefix(source).expect("under src").with_extension("");
+                let mut parts: Vec<String> = relative.iter().map(|part| part.to_string_lossy().into_owned()).collect();
                 if parts.last().is_some_and(|last| last == "mod") {
                     parts.pop();
                 }
@@ -206,10 +132,7 @@ fn modules(source: &Path) -> BTreeMap<String, String> {
                 if parts.first().is_some_and(|first| first == "bin") {
                     continue;
                 }
-                found.insert(
-                    parts.join("::"),
-                    std::fs::read_to_string(&path).expect("a source file"),
-                );
+                found.insert(parts.join("::"), std::fs::read_to_string(&path).expect("a source file"));
             }
         }
     }
@@ -218,18 +141,12 @@ fn modules(source: &Path) -> BTreeMap<String, String> {
 
 /// The text without line comments (doc comments name modules without using them).
 fn code_of(text: &str) -> String {
-    text.lines()
-        .map(|line| line.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+    text.lines().map(|line| line.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
 }
 
 /// The longest known module a path (already made absolute) names.
 fn resolve(parts: &[String], known: &BTreeSet<String>) -> Option<String> {
-    (0..=parts.len())
-        .rev()
-        .map(|length| parts[..length].join("::"))
-        .find(|candidate| known.contains(candidate))
+    (0..=parts.len()).rev().map(|length| parts[..length].join("::")).find(|candidate| known.contains(candidate))
 }
 
 /// The paths starting at `at` in `code` (after `crate::`, `super::` or `self::`),
@@ -237,10 +154,7 @@ fn resolve(parts: &[String], known: &BTreeSet<String>) -> Option<String> {
 fn paths_after(code: &str, at: usize) -> Vec<String> {
     let rest = &code[at..];
     let path_of = |text: &str| -> String {
-        text.trim()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect()
+        text.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect()
     };
     let head = path_of(rest);
     let after_head = &rest[head.len()..];
@@ -272,44 +186,62 @@ fn paths_after(code: &str, at: usize) -> Vec<String> {
 /// `self::` paths, and the child modules it declares).
 fn dependencies(name: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
     let code = code_of(text);
-    let own: Vec<String> = if name.is_empty() {
-        Vec::new()
-    } else {
-        name.split("::").map(String::from).collect()
+    let own: Vec<String> = if name.is_empty() { Vec::new() } else { name.split("::").map(String::from).collect() };
+    // An inline `mod tests { use super::*; }` names the file's own module with
+    // `super::`, not its parent: the code after it is read as that child's.
+    let (code, tests) = match code.find("mod tests {") {
+        Some(at) => (code[..at].to_string(), Some(code[at..].to_string())),
+        None => (code, None),
     };
+    let mut found = paths_named(&code, &own, known);
+    if let Some(tests) = tests {
+        let mut inner = own.clone();
+        inner.push("tests".to_string());
+        found.extend(paths_named(&tests, &inner, known));
+    }
+    // A parent uses the child modules it declares.
+    for line in code.lines() {
+        let declared =
+            line.trim().trim_start_matches("pub(crate) ").trim_start_matches("pub(super) ").trim_start_matches("pub ");
+        if let Some(child) = declared.strip_prefix("mod ").and_then(|rest| rest.strip_suffix(';')) {
+            let child = if name.is_empty() { child.to_string() } else { format!("{name}::{child}") };
+            if known.contains(&child) {
+                found.insert(child);
+            }
+        }
+    }
+    found.remove(name);
+    // The crate root re-exports and declares; counting it would join every cycle.
+    found.remove("");
+    found
+}
+
+/// The modules of the crate that the `crate::`, `super::` and `self::` paths in
+/// `code` name, read from inside module `own`.
+fn paths_named(code: &str, own: &[String], known: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let bytes = code.as_bytes();
     let mut index = 0;
     while index < code.len() {
         let rest = &code[index..];
         let at_word_start = index == 0
-            || !(bytes[index - 1].is_ascii_alphanumeric()
-                || bytes[index - 1] == b'_'
-                || bytes[index - 1] == b':');
-        let prefix = ["crate::", "super::", "self::"]
-            .into_iter()
-            .find(|prefix| at_word_start && rest.starts_with(prefix));
+            || !(bytes[index - 1].is_ascii_alphanumeric() || bytes[index - 1] == b'_' || bytes[index - 1] == b':');
+        let prefix =
+            ["crate::", "super::", "self::"].into_iter().find(|prefix| at_word_start && rest.starts_with(prefix));
         let Some(prefix) = prefix else {
             index += rest.chars().next().map_or(1, char::len_utf8);
             continue;
         };
-        for path in paths_after(&code, index) {
-            let mut parts: Vec<String> = path
-                .split("::")
-                .filter(|part| !part.is_empty())
-                .map(String::from)
-                .collect();
+        for path in paths_after(code, index) {
+            let mut parts: Vec<String> = path.split("::").filter(|part| !part.is_empty()).map(String::from).collect();
             let mut base: Vec<String> = match prefix {
                 "crate::" => {
                     parts.remove(0);
                     Vec::new()
                 }
-                _ => own.clone(),
+                _ => own.to_vec(),
             };
-            while parts
-                .first()
-                .is_some_and(|part| part == "super" || part == "self")
-            {
+            while parts.first().is_some_and(|part| part == "super" || part == "self") {
                 if parts.remove(0) == "super" {
                     base.pop();
                 }
@@ -319,30 +251,6 @@ fn dependencies(name: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<St
         }
         index += prefix.len();
     }
-    // A parent uses the child modules it declares.
-    for line in code.lines() {
-        let declared = line
-            .trim()
-            .trim_start_matches("pub(crate) ")
-            .trim_start_matches("pub(super) ")
-            .trim_start_matches("pub ");
-        if let Some(child) = declared
-            .strip_prefix("mod ")
-            .and_then(|rest| rest.strip_suffix(';'))
-        {
-            let child = if name.is_empty() {
-                child.to_string()
-            } else {
-                format!("{name}::{child}")
-            };
-            if known.contains(&child) {
-                found.insert(child);
-            }
-        }
-    }
-    found.remove(name);
-    // The crate root re-exports and declares; counting it would join every cycle.
-    found.remove("");
     found
 }
 
@@ -386,11 +294,7 @@ fn no_source_file_is_longer_than_the_limit_or_its_baseline() {
             let lines = text.lines().count();
             let key = format!(
                 "{crate_name}/{}",
-                if module.is_empty() {
-                    "(root)".to_string()
-                } else {
-                    module.replace("::", "/")
-                }
+                if module.is_empty() { "(root)".to_string() } else { module.replace("::", "/") }
             );
             let allowed = match LONG_FILES_BASELINE.iter().find(|(file, _)| *file == key) {
                 Some(&(_, baseline)) => {
@@ -400,17 +304,13 @@ fn no_source_file_is_longer_than_the_limit_or_its_baseline() {
                 None => MAX_FILE_LINES,
             };
             if lines > allowed {
-                problems.push(format!(
-                    "{key}: {lines} lines, over {allowed}: split it by concept"
-                ));
+                problems.push(format!("{key}: {lines} lines, over {allowed}: split it by concept"));
             }
         }
     }
     for (file, _) in LONG_FILES_BASELINE {
         if !seen_baseline.contains(file) {
-            problems.push(format!(
-                "{file} is in LONG_FILES_BASELINE but is gone or renamed: remove it"
-            ));
+            problems.push(format!("{file} is in LONG_FILES_BASELINE but is gone or renamed: remove it"));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -423,10 +323,8 @@ fn no_new_import_cycle_runs_through_more_than_two_files() {
     for (crate_name, source) in crates() {
         let modules = modules(&source);
         let known: BTreeSet<String> = modules.keys().cloned().collect();
-        let graph: BTreeMap<String, BTreeSet<String>> = modules
-            .iter()
-            .map(|(name, text)| (name.clone(), dependencies(name, text, &known)))
-            .collect();
+        let graph: BTreeMap<String, BTreeSet<String>> =
+            modules.iter().map(|(name, text)| (name.clone(), dependencies(name, text, &known))).collect();
         let cycles = long_cycles(&graph, MAX_CYCLES_LISTED);
         let on_cycles: BTreeSet<&str> = cycles.iter().flatten().map(String::as_str).collect();
         let baseline: BTreeSet<&str> = CYCLE_MODULES_BASELINE
@@ -435,87 +333,78 @@ fn no_new_import_cycle_runs_through_more_than_two_files() {
             .map(|(_, modules)| modules.iter().copied().collect())
             .unwrap_or_default();
         for module in on_cycles.difference(&baseline) {
-            let example = cycles
-                .iter()
-                .find(|cycle| cycle.iter().any(|member| member == module))
-                .expect("a cycle through it");
+            let example =
+                cycles.iter().find(|cycle| cycle.iter().any(|member| member == module)).expect("a cycle through it");
             problems.push(format!(
                 "{crate_name}: {} is on an import cycle through {} files: {}",
-                if module.is_empty() {
-                    "the crate root"
-                } else {
-                    module
-                },
+                if module.is_empty() { "the crate root" } else { module },
                 example.len(),
                 example.join(" -> ")
             ));
         }
         for module in baseline.difference(&on_cycles) {
-            problems.push(format!("{crate_name}: {module} is in CYCLE_MODULES_BASELINE but on no long cycle any more: remove it"));
+            problems.push(format!(
+                "{crate_name}: {module} is in CYCLE_MODULES_BASELINE but on no long cycle any more: remove it"
+            ));
         }
         if !on_cycles.is_empty() {
             report.push(format!("(\"{crate_name}\", &{:?}),", on_cycles));
         }
     }
-    assert!(
-        problems.is_empty(),
-        "{}\n\nmodules on long cycles now:\n{}",
-        problems.join("\n"),
-        report.join("\n")
-    );
+    assert!(problems.is_empty(), "{}\n\nmodules on long cycles now:\n{}", problems.join("\n"), report.join("\n"));
 }
 
 #[test]
 fn the_scan_sees_relative_and_grouped_imports() {
-    let known: BTreeSet<String> = [
-        "host",
-        "host::session",
-        "host::args",
-        "host::ana",
-        "manage",
-        "manage::cli",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    let text = "use super::session::{command_error, Session};\nuse super::{args::Target, HostError};\nuse crate::manage::cli;\n";
-    let found = dependencies("host::ana", text, &known);
-    let expected: BTreeSet<String> = ["host::session", "host::args", "host", "manage::cli"]
+    let known: BTreeSet<String> = ["host", "host::session", "host::args", "host::ana", "manage", "manage::cli"]
         .into_iter()
         .map(String::from)
         .collect();
+    let text = "use super::session::{command_error, Session};\nuse super::{args::Target, HostError};\nuse crate::manage::cli;\n";
+    let found = dependencies("host::ana", text, &known);
+    let expected: BTreeSet<String> =
+        ["host::session", "host::args", "host", "manage::cli"].into_iter().map(String::from).collect();
     assert_eq!(found, expected);
 }
 
 #[test]
-fn the_cycle_finder_finds_a_planted_cycle() {
-    let graph: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["a", "c"]),
-        ("c", vec!["d"]),
-        ("d", vec!["b"]),
-    ]
-    .into_iter()
-    .map(|(name, deps)| {
-        (
-            name.to_string(),
-            deps.into_iter().map(String::from).collect(),
-        )
-    })
-    .collect();
-    assert_eq!(
-        long_cycles(&graph, 10),
-        vec![vec!["b".to_string(), "c".to_string(), "d".to_string()]]
+fn an_inline_test_module_names_its_own_file_with_super() {
+    let known: BTreeSet<String> =
+        ["manage", "manage::document", "manage::protocol"].into_iter().map(String::from).collect();
+    let text = "use super::protocol::RpcError;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::super::protocol;
+}
+";
+    let found = dependencies("manage::document", text, &known);
+    // `super::*` in the test module is document itself (no edge), `super::super` the
+    // parent: only the sibling is named.
+    let expected: BTreeSet<String> = ["manage::protocol".to_string()].into_iter().collect();
+    assert_eq!(found, expected);
+    // The same `use super::*` outside a test module names the parent.
+    let found = dependencies(
+        "manage::document",
+        "use super::*;
+",
+        &known,
     );
+    assert_eq!(found, ["manage".to_string()].into_iter().collect());
+}
+
+#[test]
+fn the_cycle_finder_finds_a_planted_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["a", "c"]), ("c", vec!["d"]), ("d", vec!["b"])]
+            .into_iter()
+            .map(|(name, deps)| (name.to_string(), deps.into_iter().map(String::from).collect()))
+            .collect();
+    assert_eq!(long_cycles(&graph, 10), vec![vec!["b".to_string(), "c".to_string(), "d".to_string()]]);
     let two_file_cycles_only: BTreeMap<String, BTreeSet<String>> =
         [("a", vec!["b", "c"]), ("b", vec!["a"]), ("c", vec!["a"])]
             .into_iter()
-            .map(|(name, deps)| {
-                (
-                    name.to_string(),
-                    deps.into_iter().map(String::from).collect(),
-                )
-            })
+            .map(|(name, deps)| (name.to_string(), deps.into_iter().map(String::from).collect()))
             .collect();
     assert!(long_cycles(&two_file_cycles_only, 10).is_empty());
 }

@@ -22,7 +22,10 @@ use std::time::Duration;
 use tonic::Status;
 
 use super::system;
-use super::{decode, internal, probed_signature, required_id, required_path, strings, NodeService, Signature, BLKID_NOTHING_FOUND};
+use super::{
+    decode, internal, probed_signature, required_id, required_path, strings, NodeService, Signature,
+    BLKID_NOTHING_FOUND,
+};
 use crate::csi::volume_capability::AccessType;
 use crate::csi::{NodeExpandVolumeRequest, NodeExpandVolumeResponse};
 use crate::volume_id::VolumeId;
@@ -51,29 +54,20 @@ impl NodeService {
         let volume_path = required_path(&request.volume_path, "volume_path")?;
         let wanted_bytes = match &request.capacity_range {
             None => 0,
-            Some(range) => u64::try_from(range.required_bytes)
-                .ok()
-                .filter(|_| range.limit_bytes >= 0)
-                .ok_or_else(|| {
+            Some(range) => {
+                u64::try_from(range.required_bytes).ok().filter(|_| range.limit_bytes >= 0).ok_or_else(|| {
                     Status::invalid_argument("capacity_range: required_bytes and limit_bytes must not be negative")
-                })?,
+                })?
+            }
         };
         let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         match self.staged.subsystem_of(&id.namespace_uuid).map_err(Status::internal)? {
             Some(subsystem_nqn) if subsystem_nqn == id.subsystem_nqn => {}
-            _ => {
-                return Err(Status::not_found(format!(
-                    "volume {} is not staged on this node",
-                    request.volume_id
-                )))
-            }
+            _ => return Err(Status::not_found(format!("volume {} is not staged on this node", request.volume_id))),
         }
         if !volume_path.exists() {
-            return Err(Status::not_found(format!(
-                "volume_path {} does not exist",
-                volume_path.display()
-            )));
+            return Err(Status::not_found(format!("volume_path {} does not exist", volume_path.display())));
         }
         let device = self.device_of(&id).ok_or_else(|| {
             Status::not_found(format!(
@@ -88,13 +82,10 @@ impl NodeService {
             Some(AccessType::Block(_))
         ) || system::is_block_device(&volume_path);
         if !block {
-            self.grow_filesystem(&device, &request.staging_target_path, &volume_path)
-                .await?;
+            self.grow_filesystem(&device, &request.staging_target_path, &volume_path).await?;
         }
         tracing::info!(volume = %request.volume_id, device = %device.display(), size_bytes, block, "volume expanded on the node");
-        Ok(NodeExpandVolumeResponse {
-            capacity_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX),
-        })
+        Ok(NodeExpandVolumeResponse { capacity_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX) })
     }
 
     /// The device's size once it is at least `wanted_bytes`.
@@ -124,10 +115,7 @@ impl NodeService {
                 // makes the kernel read the namespace's size again if it was missed.
                 nudged = true;
                 for (controller, _) in self.controllers_of(&id.subsystem_nqn) {
-                    if let Err(error) = self
-                        .run("nvme", strings(&["ns-rescan", &format!("/dev/{controller}")]))
-                        .await
-                    {
+                    if let Err(error) = self.run("nvme", strings(&["ns-rescan", &format!("/dev/{controller}")])).await {
                         tracing::warn!(%controller, %error, "nvme ns-rescan failed");
                     }
                 }
@@ -148,10 +136,7 @@ impl NodeService {
     /// Grows the filesystem on `device` to the device's size, online.
     async fn grow_filesystem(&self, device: &Path, staging: &str, volume_path: &Path) -> Result<(), Status> {
         let device_text = device.display().to_string();
-        let fs_type = match self
-            .run("blkid", strings(&["-p", "-o", "export", &device_text]))
-            .await
-        {
+        let fs_type = match self.run("blkid", strings(&["-p", "-o", "export", &device_text])).await {
             Ok(found) => match probed_signature(&found) {
                 Signature::Filesystem(fs_type) => fs_type,
                 Signature::Other(what) => {
@@ -165,9 +150,7 @@ impl NodeService {
                     "{device_text} holds no filesystem to grow (is it a block volume? then say so in volume_capability)"
                 )))
             }
-            Err(error) => {
-                return Err(internal(format!("cannot tell which filesystem {device_text} holds: {error}")))
-            }
+            Err(error) => return Err(internal(format!("cannot tell which filesystem {device_text} holds: {error}"))),
         };
         let (program, target) = match fs_type.as_str() {
             "ext4" => ("resize2fs", device_text.clone()),
@@ -224,10 +207,10 @@ mod tests {
             call.extend(args.iter().map(|arg| arg.to_string()));
             self.calls.lock().unwrap().push(call);
             match (program, args.first().copied()) {
-                ("blkid", _) => self.blkid_output.clone().ok_or(CommandError {
-                    status: Some(BLKID_NOTHING_FOUND),
-                    message: "nothing".to_string(),
-                }),
+                ("blkid", _) => self
+                    .blkid_output
+                    .clone()
+                    .ok_or(CommandError { status: Some(BLKID_NOTHING_FOUND), message: "nothing".to_string() }),
                 ("nvme", Some("ns-rescan")) => {
                     if let Some(bytes) = self.rescan_grows_to {
                         std::fs::write(&self.size_file, format!("{}\n", bytes / 512)).unwrap();
@@ -252,7 +235,13 @@ mod tests {
         }
     }
 
-    fn node(name: &str, device_bytes: u64, blkid_output: Option<&str>, rescan_grows_to: Option<u64>, staged: bool) -> Node {
+    fn node(
+        name: &str,
+        device_bytes: u64,
+        blkid_output: Option<&str>,
+        rescan_grows_to: Option<u64>,
+        staged: bool,
+    ) -> Node {
         let root = std::env::temp_dir().join(format!("sluice-csi-node-expand-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let id = VolumeId::for_name(NQN, name);
@@ -290,7 +279,8 @@ mod tests {
                 volume_id: self.id.encode(),
                 volume_path: self.root.join("volume").display().to_string(),
                 staging_target_path: self.root.join("staging").display().to_string(),
-                capacity_range: required_bytes.map(|bytes| CapacityRange { required_bytes: bytes as i64, limit_bytes: 0 }),
+                capacity_range: required_bytes
+                    .map(|bytes| CapacityRange { required_bytes: bytes as i64, limit_bytes: 0 }),
                 volume_capability: access_type.map(|access_type| VolumeCapability {
                     access_type: Some(access_type),
                     access_mode: Some(AccessMode { mode: Mode::SingleNodeWriter as i32 }),
@@ -334,7 +324,8 @@ mod tests {
     #[tokio::test]
     async fn a_device_not_grown_yet_is_rescanned_once_and_awaited() {
         let node = node("rescan", 8 * MIB, Some(EXT4), Some(16 * MIB), true);
-        let answer = node.service.expand_within(node.request(Some(16 * MIB), mount()), Duration::from_secs(5)).await.unwrap();
+        let answer =
+            node.service.expand_within(node.request(Some(16 * MIB), mount()), Duration::from_secs(5)).await.unwrap();
         assert_eq!(answer.capacity_bytes, (16 * MIB) as i64);
         let calls = node.calls();
         assert_eq!(calls[0], strings(&["nvme", "ns-rescan", "/dev/nvme0"]));
@@ -361,7 +352,8 @@ mod tests {
     #[tokio::test]
     async fn a_block_volume_only_waits_for_its_size() {
         let node = node("block", 16 * MIB, None, None, true);
-        let answer = node.service.expand(node.request(Some(16 * MIB), Some(AccessType::Block(BlockVolume {})))).await.unwrap();
+        let answer =
+            node.service.expand(node.request(Some(16 * MIB), Some(AccessType::Block(BlockVolume {})))).await.unwrap();
         assert_eq!(answer.capacity_bytes, (16 * MIB) as i64);
         assert!(node.calls().is_empty(), "{:?}", node.calls());
         // Without a size asked for, what the device has is the answer.

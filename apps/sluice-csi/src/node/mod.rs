@@ -62,8 +62,7 @@ fn decode(text: &str) -> Result<VolumeId, Status> {
     if text.is_empty() {
         return Err(Status::invalid_argument("volume_id: missing"));
     }
-    VolumeId::decode(text)
-        .ok_or_else(|| Status::not_found(format!("volume {text:?} was not made by sluice-csi")))
+    VolumeId::decode(text).ok_or_else(|| Status::not_found(format!("volume {text:?} was not made by sluice-csi")))
 }
 
 fn required_id(text: &str) -> Result<(), Status> {
@@ -119,10 +118,7 @@ impl NodeService {
             commands.run(program, &args)
         })
         .await
-        .map_err(|error| CommandError {
-            status: None,
-            message: format!("{program}: {error}"),
-        })?
+        .map_err(|error| CommandError { status: None, message: format!("{program}: {error}") })?
     }
 
     fn device_of(&self, id: &VolumeId) -> Option<PathBuf> {
@@ -139,11 +135,7 @@ impl NodeService {
             return Ok(device);
         }
         let mut paths = Vec::new();
-        for address in discovery_addresses
-            .split(',')
-            .map(str::trim)
-            .filter(|address| !address.is_empty())
-        {
+        for address in discovery_addresses.split(',').map(str::trim).filter(|address| !address.is_empty()) {
             let (host, port) = system::split_address(address);
             let args = [
                 "discover",
@@ -170,19 +162,13 @@ impl NodeService {
                 id.subsystem_nqn, self.host_nqn
             )));
         }
-        let connected: Vec<(String, String)> = self
-            .controllers_of(&id.subsystem_nqn)
-            .into_iter()
-            .map(|(_, path)| path)
-            .collect();
+        let connected: Vec<(String, String)> =
+            self.controllers_of(&id.subsystem_nqn).into_iter().map(|(_, path)| path).collect();
         // The namespace may have been added after the subsystem was connected (another
         // volume of it staged here first): the kernel learns of it from a Namespace
         // Attribute Changed event, or from a rescan, asked for here.
         for (controller, _) in self.controllers_of(&id.subsystem_nqn) {
-            if let Err(error) = self
-                .run("nvme", strings(&["ns-rescan", &format!("/dev/{controller}")]))
-                .await
-            {
+            if let Err(error) = self.run("nvme", strings(&["ns-rescan", &format!("/dev/{controller}")])).await {
                 tracing::warn!(%controller, %error, "nvme ns-rescan failed");
             }
         }
@@ -235,24 +221,17 @@ impl NodeService {
         // Every missing field is InvalidArgument, before an unknown volume is NotFound.
         required_id(&request.volume_id)?;
         let staging = required_path(&request.staging_target_path, "staging_target_path")?;
-        let capability = request
-            .volume_capability
-            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let capability =
+            request.volume_capability.ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
         let keys = secrets::dhchap_keys(&request.secrets)?;
         let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
-        let addresses = request
-            .publish_context
-            .get(DISCOVERY_ADDRESSES_KEY)
-            .cloned()
-            .unwrap_or_default();
+        let addresses = request.publish_context.get(DISCOVERY_ADDRESSES_KEY).cloned().unwrap_or_default();
         let device = {
             // Attach and record under the subsystem's lock: an unstage of another of
             // its volumes must not disconnect it in between.
             let _subsystem = self.locks.lock(&format!("subsystem {}", id.subsystem_nqn)).await;
-            self.staged
-                .add(&id.namespace_uuid, &id.subsystem_nqn)
-                .map_err(Status::internal)?;
+            self.staged.add(&id.namespace_uuid, &id.subsystem_nqn).map_err(Status::internal)?;
             match self.attach(&id, &addresses, &keys).await {
                 Ok(device) => device,
                 Err(status) => {
@@ -275,28 +254,18 @@ impl NodeService {
             .await
             .map_err(|error| internal(format!("{}: {error}", staging.display())))?;
         let device_text = device.display().to_string();
-        let fs_type = if mount.fs_type.is_empty() {
-            "ext4".to_string()
-        } else {
-            mount.fs_type.clone()
-        };
+        let fs_type = if mount.fs_type.is_empty() { "ext4".to_string() } else { mount.fs_type.clone() };
         let mkfs = match fs_type.as_str() {
             "ext4" => "mkfs.ext4",
             "xfs" => "mkfs.xfs",
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "fs_type {other:?}: ext4 and xfs are supported"
-                )))
-            }
+            other => return Err(Status::invalid_argument(format!("fs_type {other:?}: ext4 and xfs are supported"))),
         };
         // Low-level probing (-p): the blkid cache may still describe what the device
         // held before. Only "nothing found" leads to mkfs; anything blkid recognises
         // (a filesystem of another type, a partition table, RAID or LVM signatures)
         // and any other failure (blkid missing, an I/O error) must not format a
         // device that may hold data.
-        let probe = self
-            .run("blkid", strings(&["-p", "-o", "export", &device_text]))
-            .await;
+        let probe = self.run("blkid", strings(&["-p", "-o", "export", &device_text])).await;
         match probe {
             Ok(found) => match probed_signature(&found) {
                 Signature::Filesystem(found) if found == fs_type => {}
@@ -312,9 +281,7 @@ impl NodeService {
                     )))
                 }
             },
-            Err(error) if error.status == Some(BLKID_NOTHING_FOUND) => {
-                self.make_filesystem(mkfs, &device_text).await?
-            }
+            Err(error) if error.status == Some(BLKID_NOTHING_FOUND) => self.make_filesystem(mkfs, &device_text).await?,
             Err(error) => {
                 return Err(internal(format!(
                     "cannot tell whether {device_text} holds a filesystem, so it is not formatted: {error}"
@@ -333,10 +300,7 @@ impl NodeService {
     async fn make_filesystem(&self, program: &'static str, device: &str) -> Result<(), Status> {
         tracing::info!(%device, program, "no filesystem on the device: making one");
         // Quiet: the progress output is of no use in a log.
-        self.run(program, strings(&["-q", device]))
-            .await
-            .map(|_| ())
-            .map_err(internal)
+        self.run(program, strings(&["-q", device])).await.map(|_| ()).map_err(internal)
     }
 
     async fn unstage(&self, request: NodeUnstageVolumeRequest) -> Result<(), Status> {
@@ -345,9 +309,7 @@ impl NodeService {
         let id = decode(&request.volume_id)?;
         let _held = self.locks.lock(&id.namespace_uuid.to_string()).await;
         if system::is_mount_point(&staging) {
-            self.run("umount", vec![staging.display().to_string()])
-                .await
-                .map_err(internal)?;
+            self.run("umount", vec![staging.display().to_string()]).await.map_err(internal)?;
         }
         let _ = tokio::fs::remove_dir(&staging).await;
         let _subsystem = self.locks.lock(&format!("subsystem {}", id.subsystem_nqn)).await;
@@ -363,9 +325,7 @@ impl NodeService {
                     .map_err(internal)?;
             }
         }
-        self.staged
-            .remove(&id.namespace_uuid)
-            .map_err(Status::internal)?;
+        self.staged.remove(&id.namespace_uuid).map_err(Status::internal)?;
         Ok(())
     }
 
@@ -390,9 +350,8 @@ impl NodeService {
     async fn publish(&self, request: NodePublishVolumeRequest) -> Result<(), Status> {
         required_id(&request.volume_id)?;
         let target = required_path(&request.target_path, "target_path")?;
-        let capability = request
-            .volume_capability
-            .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
+        let capability =
+            request.volume_capability.ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
         let id = decode(&request.volume_id)?;
         if system::is_mount_point(&target) {
             // A filesystem there must be this volume's (a raw block bind mount shows
@@ -440,15 +399,10 @@ impl NodeService {
             }
         };
         let (source, target_text) = (source.display().to_string(), target.display().to_string());
-        self.run("mount", strings(&["-o", "bind", &source, &target_text]))
-            .await
-            .map_err(internal)?;
+        self.run("mount", strings(&["-o", "bind", &source, &target_text])).await.map_err(internal)?;
         if request.readonly {
             // The kernel ignores MS_RDONLY on the call that makes a bind mount.
-            if let Err(error) = self
-                .run("mount", strings(&["-o", "remount,bind,ro", &target_text]))
-                .await
-            {
+            if let Err(error) = self.run("mount", strings(&["-o", "remount,bind,ro", &target_text])).await {
                 let _ = self.run("umount", vec![target_text.clone()]).await;
                 return Err(internal(format!("cannot make {target_text} read-only: {error}")));
             }
@@ -461,9 +415,7 @@ impl NodeService {
         let target = required_path(&request.target_path, "target_path")?;
         decode(&request.volume_id)?;
         if system::is_mount_point(&target) {
-            self.run("umount", vec![target.display().to_string()])
-                .await
-                .map_err(internal)?;
+            self.run("umount", vec![target.display().to_string()]).await.map_err(internal)?;
         }
         // A directory (filesystem) or a file (block) made by publish.
         if tokio::fs::remove_dir(&target).await.is_err() {
@@ -472,18 +424,12 @@ impl NodeService {
         Ok(())
     }
 
-    async fn stats(
-        &self,
-        request: NodeGetVolumeStatsRequest,
-    ) -> Result<NodeGetVolumeStatsResponse, Status> {
+    async fn stats(&self, request: NodeGetVolumeStatsRequest) -> Result<NodeGetVolumeStatsResponse, Status> {
         required_id(&request.volume_id)?;
         let path = required_path(&request.volume_path, "volume_path")?;
         let id = decode(&request.volume_id)?;
         if !path.exists() {
-            return Err(Status::not_found(format!(
-                "volume_path {} does not exist",
-                path.display()
-            )));
+            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
         }
         // A namespace deleted out of band leaves the mount but not the device: said
         // in the log (health reporting, NodeGetVolumeHealth, is not offered yet).
@@ -492,19 +438,14 @@ impl NodeService {
         }
         let mut usage = Vec::new();
         if path.is_dir() {
-            let stats = rustix::fs::statvfs(&path)
-                .map_err(|error| internal(format!("statvfs {}: {error}", path.display())))?;
+            let stats =
+                rustix::fs::statvfs(&path).map_err(|error| internal(format!("statvfs {}: {error}", path.display())))?;
             let as_i64 = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
             let block = stats.f_frsize;
             usage.push(VolumeUsage {
                 available: as_i64(stats.f_bavail.saturating_mul(block)),
                 total: as_i64(stats.f_blocks.saturating_mul(block)),
-                used: as_i64(
-                    stats
-                        .f_blocks
-                        .saturating_sub(stats.f_bfree)
-                        .saturating_mul(block),
-                ),
+                used: as_i64(stats.f_blocks.saturating_sub(stats.f_bfree).saturating_mul(block)),
                 unit: volume_usage::Unit::Bytes as i32,
             });
             usage.push(VolumeUsage {
@@ -570,9 +511,7 @@ impl Node for NodeService {
         &self,
         _: Request<NodeGetVolumeHealthRequest>,
     ) -> Result<Response<NodeGetVolumeHealthResponse>, Status> {
-        Err(Status::unimplemented(
-            "GET_VOLUME_HEALTH is not offered yet",
-        ))
+        Err(Status::unimplemented("GET_VOLUME_HEALTH is not offered yet"))
     }
 
     async fn node_get_storage_health(
@@ -588,17 +527,12 @@ impl Node for NodeService {
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         let capabilities = [RpcType::StageUnstageVolume, RpcType::GetVolumeStats, RpcType::ExpandVolume]
             .into_iter()
-            .map(|rpc| NodeServiceCapability {
-                r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })),
-            })
+            .map(|rpc| NodeServiceCapability { r#type: Some(CapabilityType::Rpc(Rpc { r#type: rpc as i32 })) })
             .collect();
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
-    async fn node_get_info(
-        &self,
-        _: Request<NodeGetInfoRequest>,
-    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+    async fn node_get_info(&self, _: Request<NodeGetInfoRequest>) -> Result<Response<NodeGetInfoResponse>, Status> {
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.host_nqn.clone(),
             max_volumes_per_node: 0,
@@ -643,10 +577,17 @@ mod signature_tests {
 
     #[test]
     fn only_a_filesystem_counts_as_one_and_nothing_else_is_formatted_over() {
-        assert_eq!(probed_signature("DEVNAME=/dev/nvme0n1\nUUID=x\nBLOCK_SIZE=4096\nTYPE=ext4\nUSAGE=filesystem\n"), Signature::Filesystem("ext4".into()));
+        assert_eq!(
+            probed_signature("DEVNAME=/dev/nvme0n1\nUUID=x\nBLOCK_SIZE=4096\nTYPE=ext4\nUSAGE=filesystem\n"),
+            Signature::Filesystem("ext4".into())
+        );
         assert_eq!(probed_signature("DEVNAME=/dev/nvme0n1\nTYPE=xfs\n"), Signature::Filesystem("xfs".into()));
-        assert!(matches!(probed_signature("DEVNAME=/dev/nvme0n1\nPTUUID=1\nPTTYPE=gpt\n"), Signature::Other(what) if what.contains("gpt")));
-        assert!(matches!(probed_signature("DEVNAME=/dev/x\nTYPE=LVM2_member\nUSAGE=raid\n"), Signature::Other(what) if what.contains("LVM2_member")));
+        assert!(
+            matches!(probed_signature("DEVNAME=/dev/nvme0n1\nPTUUID=1\nPTTYPE=gpt\n"), Signature::Other(what) if what.contains("gpt"))
+        );
+        assert!(
+            matches!(probed_signature("DEVNAME=/dev/x\nTYPE=LVM2_member\nUSAGE=raid\n"), Signature::Other(what) if what.contains("LVM2_member"))
+        );
         assert!(matches!(probed_signature("DEVNAME=/dev/x\n"), Signature::Other(_)));
     }
 }
@@ -681,7 +622,11 @@ mod tests {
                 Some("discover") => Ok(self.discover_log.clone()),
                 Some("connect") if self.refuse_connect => Err(CommandError {
                     status: Some(1),
-                    message: format!("`nvme {}` failed: could not add new controller: {}", args.join(" "), args.join(" ")),
+                    message: format!(
+                        "`nvme {}` failed: could not add new controller: {}",
+                        args.join(" "),
+                        args.join(" ")
+                    ),
                 }),
                 Some("connect") => {
                     std::fs::create_dir_all(self.device_uuid_file.parent().unwrap()).unwrap();
@@ -713,7 +658,11 @@ mod tests {
         stage_on_node(name, secrets, false).await
     }
 
-    async fn stage_on_node(name: &str, secrets: &[(&str, &str)], refuse_connect: bool) -> Result<Vec<Vec<String>>, Status> {
+    async fn stage_on_node(
+        name: &str,
+        secrets: &[(&str, &str)],
+        refuse_connect: bool,
+    ) -> Result<Vec<Vec<String>>, Status> {
         let root = std::env::temp_dir().join(format!("sluice-csi-stage-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let id = VolumeId::for_name("nqn.2026-11.io.sluice:gold", name);

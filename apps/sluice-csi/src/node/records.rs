@@ -17,9 +17,7 @@ pub struct StagedRecords {
 
 impl StagedRecords {
     pub fn new(state_dir: &Path) -> StagedRecords {
-        StagedRecords {
-            directory: state_dir.join("staged"),
-        }
+        StagedRecords { directory: state_dir.join("staged") }
     }
 
     /// Records that the volume with `uuid` on `subsystem_nqn` is staged here.
@@ -39,10 +37,7 @@ impl StagedRecords {
         match std::fs::remove_file(self.file(uuid)) {
             Ok(()) => Ok(()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(error) => Err(format!(
-                "cannot remove {}: {error}",
-                self.file(uuid).display()
-            )),
+            Err(error) => Err(format!("cannot remove {}: {error}", self.file(uuid).display())),
         }
     }
 
@@ -95,11 +90,8 @@ mod tests {
     fn a_subsystem_is_needed_while_another_volume_on_it_is_staged() {
         let root = std::env::temp_dir().join(format!("sluice-csi-records-{}", std::process::id()));
         let records = StagedRecords::new(&root);
-        let (a, b, c) = (
-            namespace_uuid_for_name("pvc-a"),
-            namespace_uuid_for_name("pvc-b"),
-            namespace_uuid_for_name("pvc-c"),
-        );
+        let (a, b, c) =
+            (namespace_uuid_for_name("pvc-a"), namespace_uuid_for_name("pvc-b"), namespace_uuid_for_name("pvc-c"));
         assert!(!records.others_on(&a, "nqn.a:gold").unwrap(), "nothing recorded yet");
         records.add(&a, "nqn.a:gold").unwrap();
         records.add(&b, "nqn.a:gold").unwrap();

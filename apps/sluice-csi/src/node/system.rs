@@ -31,13 +31,10 @@ pub struct SystemCommands;
 
 impl Commands for SystemCommands {
     fn run(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .map_err(|error| CommandError {
-                status: None,
-                message: format!("cannot run {program} (is it installed and on PATH?): {error}"),
-            })?;
+        let output = Command::new(program).args(args).output().map_err(|error| CommandError {
+            status: None,
+            message: format!("cannot run {program} (is it installed and on PATH?): {error}"),
+        })?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
@@ -73,9 +70,7 @@ fn unescape_octal(text: &str) -> String {
     while index < bytes.len() {
         if bytes[index] == b'\\'
             && index + 4 <= bytes.len()
-            && bytes[index + 1..index + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
+            && bytes[index + 1..index + 4].iter().all(|b| (b'0'..=b'7').contains(b))
         {
             let digit = |offset: usize| u32::from(bytes[index + offset] - b'0');
             // Three octal digits can exceed a byte (\777); mountinfo never writes those.
@@ -125,14 +120,12 @@ pub fn find_device(sys_block: &Path, uuid: &Uuid) -> Option<PathBuf> {
         if !name.starts_with("nvme") {
             continue;
         }
-        let attribute = |file: &str| {
-            std::fs::read_to_string(entry.path().join(file)).map(|text| text.trim().to_lowercase())
-        };
+        let attribute =
+            |file: &str| std::fs::read_to_string(entry.path().join(file)).map(|text| text.trim().to_lowercase());
         let matches = attribute("uuid").is_ok_and(|text| text == hyphenated)
             || attribute("nguid").is_ok_and(|text| text.replace('-', "") == simple)
-            || attribute("wwid").is_ok_and(|text| {
-                text == format!("uuid.{hyphenated}") || text == format!("eui.{simple}")
-            });
+            || attribute("wwid")
+                .is_ok_and(|text| text == format!("uuid.{hyphenated}") || text == format!("eui.{simple}"));
         if matches {
             found.push(name);
         }
@@ -146,11 +139,7 @@ pub fn find_device(sys_block: &Path, uuid: &Uuid) -> Option<PathBuf> {
 /// `sys_block/NAME/size` (in 512-byte sectors whatever the logical block size).
 pub fn device_size_bytes(sys_block: &Path, device: &Path) -> Option<u64> {
     let name = device.file_name()?;
-    let sectors: u64 = std::fs::read_to_string(sys_block.join(name).join("size"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let sectors: u64 = std::fs::read_to_string(sys_block.join(name).join("size")).ok()?.trim().parse().ok()?;
     sectors.checked_mul(512)
 }
 
@@ -162,8 +151,7 @@ pub fn is_block_device(path: &Path) -> bool {
 }
 
 fn is_path_device(name: &str) -> bool {
-    name.strip_prefix("nvme")
-        .is_some_and(|rest| rest.contains('c'))
+    name.strip_prefix("nvme").is_some_and(|rest| rest.contains('c'))
 }
 
 /// NVMe/TCP discovery log records (`nvme discover -o json`) for `subsystem_nqn`:
@@ -172,11 +160,7 @@ pub fn discovered_paths(discover_json: &str, subsystem_nqn: &str) -> Vec<(String
     let Ok(value) = serde_json::from_str::<serde_json::Value>(discover_json) else {
         return Vec::new();
     };
-    let records = value
-        .get("records")
-        .and_then(|records| records.as_array())
-        .cloned()
-        .unwrap_or_default();
+    let records = value.get("records").and_then(|records| records.as_array()).cloned().unwrap_or_default();
     let mut paths: Vec<(String, String)> = records
         .iter()
         .filter(|record| record.get("subnqn").and_then(|nqn| nqn.as_str()) == Some(subsystem_nqn))
@@ -239,9 +223,7 @@ mod tests {
     #[test]
     fn a_failed_command_line_never_shows_a_key() {
         let key = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
-        let error = SystemCommands
-            .run("false", &["connect", &format!("--dhchap-secret={key}")])
-            .unwrap_err();
+        let error = SystemCommands.run("false", &["connect", &format!("--dhchap-secret={key}")]).unwrap_err();
         assert_eq!(error.status, Some(1));
         assert!(error.message.contains("--dhchap-secret=DHHC-1:<redacted>"), "{}", error.message);
         assert!(!error.message.contains("AAAA"), "{}", error.message);
@@ -259,11 +241,9 @@ mod tests {
 
     #[test]
     fn mount_points_are_read_with_escapes_undone() {
-        let table = "36 35 98:0 / /mnt/a\\040b rw - ext4 /dev/x rw\n37 35 98:0 / /var/lib/kubelet rw - ext4 /dev/y rw\n";
-        assert_eq!(
-            mount_points(table),
-            vec![PathBuf::from("/mnt/a b"), PathBuf::from("/var/lib/kubelet")]
-        );
+        let table =
+            "36 35 98:0 / /mnt/a\\040b rw - ext4 /dev/x rw\n37 35 98:0 / /var/lib/kubelet rw - ext4 /dev/y rw\n";
+        assert_eq!(mount_points(table), vec![PathBuf::from("/mnt/a b"), PathBuf::from("/var/lib/kubelet")]);
     }
 
     #[test]
@@ -273,37 +253,17 @@ mod tests {
         for (name, file, text) in [
             ("nvme0c0n1", "uuid", uuid.hyphenated().to_string()),
             ("nvme0n1", "uuid", uuid.hyphenated().to_string()),
-            (
-                "nvme1n1",
-                "uuid",
-                "00000000-0000-0000-0000-000000000000".to_string(),
-            ),
-            (
-                "nvme2n1",
-                "wwid",
-                format!(
-                    "eui.{}",
-                    crate::volume_id::namespace_uuid_for_name("pvc-b").simple()
-                ),
-            ),
+            ("nvme1n1", "uuid", "00000000-0000-0000-0000-000000000000".to_string()),
+            ("nvme2n1", "wwid", format!("eui.{}", crate::volume_id::namespace_uuid_for_name("pvc-b").simple())),
             ("sda", "uuid", uuid.hyphenated().to_string()),
         ] {
             std::fs::create_dir_all(root.join(name)).unwrap();
             std::fs::write(root.join(name).join(file), format!("{text}\n")).unwrap();
         }
-        assert_eq!(
-            find_device(&root, &uuid),
-            Some(PathBuf::from("/dev/nvme0n1"))
-        );
+        assert_eq!(find_device(&root, &uuid), Some(PathBuf::from("/dev/nvme0n1")));
         let other = crate::volume_id::namespace_uuid_for_name("pvc-b");
-        assert_eq!(
-            find_device(&root, &other),
-            Some(PathBuf::from("/dev/nvme2n1"))
-        );
-        assert_eq!(
-            find_device(&root, &crate::volume_id::namespace_uuid_for_name("pvc-c")),
-            None
-        );
+        assert_eq!(find_device(&root, &other), Some(PathBuf::from("/dev/nvme2n1")));
+        assert_eq!(find_device(&root, &crate::volume_id::namespace_uuid_for_name("pvc-c")), None);
         std::fs::write(root.join("nvme0n1/size"), "2097152\n").unwrap();
         assert_eq!(device_size_bytes(&root, Path::new("/dev/nvme0n1")), Some(1 << 30));
         assert_eq!(device_size_bytes(&root, Path::new("/dev/nvme1n1")), None);
@@ -319,24 +279,12 @@ mod tests {
             {"trtype":"tcp","traddr":"10.0.0.1","trsvcid":"4420","subnqn":"nqn.a:other"}]}"#;
         assert_eq!(
             discovered_paths(log, "nqn.a:gold"),
-            vec![
-                ("10.0.0.1".to_string(), "4420".to_string()),
-                ("10.0.0.2".to_string(), "4420".to_string())
-            ]
+            vec![("10.0.0.1".to_string(), "4420".to_string()), ("10.0.0.2".to_string(), "4420".to_string())]
         );
         assert!(discovered_paths("not json", "nqn.a:gold").is_empty());
-        assert_eq!(
-            split_address("10.0.0.1:8009"),
-            ("10.0.0.1".to_string(), "8009".to_string())
-        );
-        assert_eq!(
-            split_address("[fd00::1]:4420"),
-            ("fd00::1".to_string(), "4420".to_string())
-        );
-        assert_eq!(
-            split_address("gw.example"),
-            ("gw.example".to_string(), "8009".to_string())
-        );
+        assert_eq!(split_address("10.0.0.1:8009"), ("10.0.0.1".to_string(), "8009".to_string()));
+        assert_eq!(split_address("[fd00::1]:4420"), ("fd00::1".to_string(), "4420".to_string()));
+        assert_eq!(split_address("gw.example"), ("gw.example".to_string(), "8009".to_string()));
     }
 
     #[test]
@@ -354,10 +302,7 @@ mod tests {
         let path = |address: &str, port: &str| (address.to_string(), port.to_string());
         assert_eq!(
             subsystem_controllers(&root, "nqn.a:gold"),
-            vec![
-                ("nvme0".to_string(), path("10.0.2.2", "4420")),
-                ("nvme1".to_string(), path("10.0.2.2", "4421"))
-            ]
+            vec![("nvme0".to_string(), path("10.0.2.2", "4420")), ("nvme1".to_string(), path("10.0.2.2", "4421"))]
         );
         assert!(subsystem_controllers(&root, "nqn.a:none").is_empty());
         assert!(subsystem_controllers(&root.join("missing"), "nqn.a:gold").is_empty());

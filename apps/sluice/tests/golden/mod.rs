@@ -154,12 +154,8 @@ pub fn run_sluice(arguments: &[String], directory: &Path) -> Output {
     if let Some(path) = std::env::var_os("PATH") {
         command.env("PATH", path);
     }
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
+    let child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn sluice");
     wait_bounded(child, COMMAND_DEADLINE)
         .unwrap_or_else(|| panic!("sluice {} did not finish within {COMMAND_DEADLINE:?}", arguments.join(" ")))
 }

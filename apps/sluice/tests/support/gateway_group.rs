@@ -36,7 +36,13 @@ pub struct Group {
 impl Group {
     pub fn new(test: &str) -> Group {
         let dir = scratch_dir(&format!("gateway-{test}"));
-        Group { dir, image: unique(test), group: unique(test), ports: [free_port(), free_port()], block_bytes: BLOCK_BYTES }
+        Group {
+            dir,
+            image: unique(test),
+            group: unique(test),
+            ports: [free_port(), free_port()],
+            block_bytes: BLOCK_BYTES,
+        }
     }
 
     pub fn address(&self, member: usize) -> SocketAddr {
@@ -102,7 +108,11 @@ threads = 1
     /// `own_part_only`, just the gateway's own part.
     pub fn cluster_config(&self, member: usize, own_part_only: bool) -> PathBuf {
         let path = self.config(member, NAMESPACE.0);
-        let full = std::fs::read_to_string(&path).unwrap().replacen("op_timeout_ms = 5000\n", "op_timeout_ms = 5000\nconfig = \"cluster\"\n", 1);
+        let full = std::fs::read_to_string(&path).unwrap().replacen(
+            "op_timeout_ms = 5000\n",
+            "op_timeout_ms = 5000\nconfig = \"cluster\"\n",
+            1,
+        );
         let text = if own_part_only {
             let gateway_end = full.find("[[gateway.member]]").unwrap();
             format!("{}[runtime]\nthreads = 1\n", &full[..gateway_end])
@@ -144,7 +154,10 @@ impl Drop for Group {
     fn drop(&mut self) {
         remove_image(&format!("rbd/{}", self.image));
         remove_image(&format!("rbd/{}-2", self.image));
-        let _ = Command::new("rados").args(["-p", "rbd", "rm", &format!("sluice.config.{}", self.group)]).stderr(Stdio::null()).status();
+        let _ = Command::new("rados")
+            .args(["-p", "rbd", "rm", &format!("sluice.config.{}", self.group)])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -159,7 +172,9 @@ pub fn remove_image(spec: &str) {
             .spawn()
             .expect("run rbd");
         match wait_bounded(child, Duration::from_secs(60)) {
-            Some(output) if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") => return,
+            Some(output) if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") => {
+                return
+            }
             _ => std::thread::sleep(Duration::from_millis(500)),
         }
     }
@@ -241,5 +256,8 @@ pub fn holder(host: &Controller) -> Option<[u8; 16]> {
     let completion = host.io_command(nvme_host::commands::reservation_report(NAMESPACE, 4096, true)).expect("report");
     let data = completion.data;
     let count = u16::from_le_bytes([data[5], data[6]]) as usize;
-    (0..count).map(|index| &data[64 + index * 64..128 + index * 64]).find(|entry| entry[2] == 1).map(|entry| entry[16..32].try_into().unwrap())
+    (0..count)
+        .map(|index| &data[64 + index * 64..128 + index * 64])
+        .find(|entry| entry[2] == 1)
+        .map(|entry| entry[16..32].try_into().unwrap())
 }

@@ -53,10 +53,16 @@ impl Authority {
     pub fn new(dir: &Path, name: &str) -> Authority {
         let key = key();
         let mut builder = builder(name, &key);
-        builder.set_issuer_name(&X509NameBuilder::new().map(|mut issuer| {
-            issuer.append_entry_by_text("CN", name).unwrap();
-            issuer.build()
-        }).unwrap()).unwrap();
+        builder
+            .set_issuer_name(
+                &X509NameBuilder::new()
+                    .map(|mut issuer| {
+                        issuer.append_entry_by_text("CN", name).unwrap();
+                        issuer.build()
+                    })
+                    .unwrap(),
+            )
+            .unwrap();
         builder.append_extension(BasicConstraints::new().critical().ca().build().unwrap()).unwrap();
         builder.append_extension(KeyUsage::new().critical().key_cert_sign().crl_sign().build().unwrap()).unwrap();
         builder.sign(&key, MessageDigest::sha256()).unwrap();
@@ -95,7 +101,8 @@ impl Authority {
         }
         builder.sign(&self.key, MessageDigest::sha256()).unwrap();
         let stem = format!("{}-{common_name}", self.certificate_file.file_stem().unwrap().to_string_lossy());
-        let issued = Issued { certificate: dir.join(format!("{stem}.pem")), private_key: dir.join(format!("{stem}.key")) };
+        let issued =
+            Issued { certificate: dir.join(format!("{stem}.pem")), private_key: dir.join(format!("{stem}.key")) };
         std::fs::write(&issued.certificate, builder.build().to_pem().unwrap()).unwrap();
         std::fs::write(&issued.private_key, key.private_key_to_pem_pkcs8().unwrap()).unwrap();
         use std::os::unix::fs::PermissionsExt;

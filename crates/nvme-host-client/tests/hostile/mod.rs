@@ -25,10 +25,12 @@ use std::time::Duration;
 use nvme_spec::fabrics::{property_offset, ConnectCommand, PropertyGetCommand, PropertySetCommand};
 use nvme_spec::identify::{cns, IDENTIFY_DATA_BYTES};
 use nvme_spec::registers::{ControllerCapabilities, ControllerConfiguration, ControllerStatus, Version};
-use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, IdentifyController, QueueId, Status, SubmissionQueueEntry};
+use nvme_spec::{
+    CommandId, CompletionQueueEntry, ControllerId, IdentifyController, QueueId, Status, SubmissionQueueEntry,
+};
 use nvme_tcp_wire::{
-    CapsuleResponse, DataHeader, DigestSettings, FatalErrorStatus, InitializeConnectionResponse, PduHeader,
-    PduReader, PduWriter, ReadEvent, ReaderLimits, ReadyToTransfer, Role, TerminationRequest,
+    CapsuleResponse, DataHeader, DigestSettings, FatalErrorStatus, InitializeConnectionResponse, PduHeader, PduReader,
+    PduWriter, ReadEvent, ReaderLimits, ReadyToTransfer, Role, TerminationRequest,
 };
 
 /// The subsystem it serves (any NQN is accepted).
@@ -226,7 +228,9 @@ impl Connection {
             let count = match self.stream.read(&mut buffer) {
                 Ok(0) => return,
                 Ok(count) => count,
-                Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) =>
+                {
                     continue
                 }
                 Err(_) => return,

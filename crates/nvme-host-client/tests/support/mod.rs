@@ -11,8 +11,8 @@ use nvme_spec::NamespaceId;
 use nvme_target::{
     AddressFamily, ListenerSpec, NamespaceSpec, SecureChannel, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
-use target_server::LoopbackTarget;
 use storage::{Backend, Geometry, RamBackend};
+use target_server::LoopbackTarget;
 
 pub const NQN: &str = "nqn.2026-11.io.sluice:client-test";
 pub const BLOCK_BYTES: u32 = 512;
@@ -87,7 +87,13 @@ impl TestTarget {
                 nqn: NQN.into(),
                 serial_number: None,
                 model_number: None,
-                namespaces: vec![NamespaceSpec { id: NAMESPACE, backend: shared, nguid: None, uuid: None, ana_group: None }],
+                namespaces: vec![NamespaceSpec {
+                    id: NAMESPACE,
+                    backend: shared,
+                    nguid: None,
+                    uuid: None,
+                    ana_group: None,
+                }],
             }],
             settings,
         })

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use nvme_spec::NamespaceId;
 use nvme_target::{ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
-use target_server::LoopbackTarget;
 use storage::{Geometry, RamBackend};
+use target_server::LoopbackTarget;
 
 pub const NQN: &str = "nqn.2026-11.io.sluice:ffi-test";
 pub const BLOCK_BYTES: u32 = 512;

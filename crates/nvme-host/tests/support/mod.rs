@@ -10,9 +10,7 @@ use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{CompletionQueueEntry, ControllerId, NamespaceId, QueueId, Status};
-use nvme_target::{
-    Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
-};
+use nvme_target::{Connection, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use nvme_tcp_wire::{
     CapsuleResponse, DigestSettings, InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadEvent,
     ReaderLimits, Role,

@@ -4,8 +4,7 @@
 
 use super::IDENTIFY_DATA_BYTES;
 use crate::bytes::{
-    get_array, get_nul_padded, get_u128, get_u16, get_u32, put_ascii_padded, put_nul_padded,
-    put_u128, put_u16, put_u32,
+    get_array, get_nul_padded, get_u128, get_u16, get_u32, put_ascii_padded, put_nul_padded, put_u128, put_u16, put_u32,
 };
 use crate::ids::ControllerId;
 use crate::registers::Version;
@@ -543,8 +542,7 @@ impl IdentifyController {
         out[1806] = self.discovery_controller_type;
         let mut power_state = [0u8; POWER_STATE_DESCRIPTOR_BYTES];
         self.power_state_0.encode(&mut power_state);
-        out[POWER_STATE_0_OFFSET..POWER_STATE_0_OFFSET + POWER_STATE_DESCRIPTOR_BYTES]
-            .copy_from_slice(&power_state);
+        out[POWER_STATE_0_OFFSET..POWER_STATE_0_OFFSET + POWER_STATE_DESCRIPTOR_BYTES].copy_from_slice(&power_state);
     }
 
     /// Sets SN, space padded and truncated to 20 bytes.
@@ -615,9 +613,7 @@ mod tests {
             number_of_namespaces: 1024,
             optional_nvm_command_support: oncs::WRITE_ZEROES | oncs::DATASET_MANAGEMENT,
             volatile_write_cache: vwc::PRESENT,
-            sgl_support: sgls::SUPPORTED_NO_ALIGNMENT
-                | sgls::SGL_OFFSET
-                | sgls::TRANSPORT_DATA_BLOCK,
+            sgl_support: sgls::SUPPORTED_NO_ALIGNMENT | sgls::SGL_OFFSET | sgls::TRANSPORT_DATA_BLOCK,
             maximum_number_of_allowed_namespaces: 77,
             io_command_capsule_size: 260,
             io_response_capsule_size: 1,
@@ -625,10 +621,7 @@ mod tests {
             fabrics_controller_attributes: 0,
             maximum_sgl_data_block_descriptors: 1,
             optional_fabrics_commands_support: ofcs::DISCONNECT,
-            power_state_0: PowerStateDescriptor {
-                maximum_power: 0x09C4,
-                ..Default::default()
-            },
+            power_state_0: PowerStateDescriptor { maximum_power: 0x09C4, ..Default::default() },
             ..Default::default()
         };
         id.set_serial_number("SN1");

@@ -34,10 +34,7 @@ pub mod command_set_vector {
 /// lowest 1024 are kept (a host pages through with "NSIDs greater than" the last one
 /// it saw). NSID 0 and FFFFFFFFh are not namespaces and are skipped. Filtering by the
 /// command's starting NSID is the caller's job. Returns the number of entries written.
-pub fn encode_namespace_list(
-    ids: impl IntoIterator<Item = NamespaceId>,
-    out: &mut [u8; IDENTIFY_DATA_BYTES],
-) -> usize {
+pub fn encode_namespace_list(ids: impl IntoIterator<Item = NamespaceId>, out: &mut [u8; IDENTIFY_DATA_BYTES]) -> usize {
     let mut sorted = SortedIds::<NAMESPACE_LIST_CAPACITY>::new();
     for id in ids {
         if id != NamespaceId::NONE && id != NamespaceId::BROADCAST {
@@ -104,11 +101,7 @@ pub fn encode_controller_list(
 /// Iterates a controller list. A count larger than 2047 (malformed) is clamped.
 pub fn decode_controller_list(raw: &[u8; IDENTIFY_DATA_BYTES]) -> ControllerListIter<'_> {
     let count = usize::from(get_u16(raw, 0)).min(CONTROLLER_LIST_CAPACITY);
-    ControllerListIter {
-        raw,
-        index: 0,
-        count,
-    }
+    ControllerListIter { raw, index: 0, count }
 }
 
 /// Iterator returned by [`decode_controller_list`].
@@ -184,9 +177,7 @@ impl NamespaceDescriptor {
     /// type or a length that does not match the type.
     fn from_parts(identifier_type: u8, identifier: &[u8]) -> Option<Self> {
         match (identifier_type, identifier.len()) {
-            (namespace_identifier_type::IEEE_EUI64, 8) => {
-                Some(Self::Ieee64(get_array(identifier, 0)))
-            }
+            (namespace_identifier_type::IEEE_EUI64, 8) => Some(Self::Ieee64(get_array(identifier, 0))),
             (namespace_identifier_type::NGUID, 16) => Some(Self::Nguid(get_array(identifier, 0))),
             (namespace_identifier_type::UUID, 16) => Some(Self::Uuid(get_array(identifier, 0))),
             (namespace_identifier_type::COMMAND_SET_IDENTIFIER, 1) => {
@@ -201,19 +192,15 @@ impl NamespaceDescriptor {
 /// to back (header then NID); the zero-filled remainder ends the list. Descriptors
 /// that would not fit are dropped (at most 20 bytes each, so 204 always fit).
 /// Returns the number of bytes used.
-pub fn encode_namespace_descriptors(
-    descriptors: &[NamespaceDescriptor],
-    out: &mut [u8; IDENTIFY_DATA_BYTES],
-) -> usize {
+pub fn encode_namespace_descriptors(descriptors: &[NamespaceDescriptor], out: &mut [u8; IDENTIFY_DATA_BYTES]) -> usize {
     out.fill(0);
     let mut offset = 0;
     for descriptor in descriptors {
         let identifier = descriptor.identifier();
         let end = offset + DESCRIPTOR_HEADER_BYTES + identifier.len();
         // `None` when the descriptor would run past the end of the structure.
-        let Some((header, nid)) = out
-            .get_mut(offset..end)
-            .and_then(|slot| slot.split_first_chunk_mut::<DESCRIPTOR_HEADER_BYTES>())
+        let Some((header, nid)) =
+            out.get_mut(offset..end).and_then(|slot| slot.split_first_chunk_mut::<DESCRIPTOR_HEADER_BYTES>())
         else {
             break;
         };
@@ -231,9 +218,7 @@ pub fn encode_namespace_descriptors(
 /// Stops at a zero NIDT, at a descriptor running past the end, or at a known type
 /// whose length is wrong (the rest cannot be trusted). Unknown types with a
 /// plausible length are skipped, so newer descriptor types do not hide the known ones.
-pub fn decode_namespace_descriptors(
-    raw: &[u8; IDENTIFY_DATA_BYTES],
-) -> NamespaceDescriptorIter<'_> {
+pub fn decode_namespace_descriptors(raw: &[u8; IDENTIFY_DATA_BYTES]) -> NamespaceDescriptorIter<'_> {
     NamespaceDescriptorIter { raw, offset: 0 }
 }
 
@@ -250,10 +235,8 @@ impl Iterator for NamespaceDescriptorIter<'_> {
     fn next(&mut self) -> Option<NamespaceDescriptor> {
         loop {
             // `None` when fewer than a descriptor header's bytes are left.
-            let (header, rest) = self
-                .raw
-                .get(self.offset..)
-                .and_then(|rest| rest.split_first_chunk::<DESCRIPTOR_HEADER_BYTES>())?;
+            let (header, rest) =
+                self.raw.get(self.offset..).and_then(|rest| rest.split_first_chunk::<DESCRIPTOR_HEADER_BYTES>())?;
             let identifier_type = header[0];
             let length = usize::from(header[1]);
             let identifier = match rest.get(..length) {
@@ -268,8 +251,7 @@ impl Iterator for NamespaceDescriptorIter<'_> {
             if let Some(descriptor) = NamespaceDescriptor::from_parts(identifier_type, identifier) {
                 return Some(descriptor);
             }
-            if (namespace_identifier_type::IEEE_EUI64
-                ..=namespace_identifier_type::COMMAND_SET_IDENTIFIER)
+            if (namespace_identifier_type::IEEE_EUI64..=namespace_identifier_type::COMMAND_SET_IDENTIFIER)
                 .contains(&identifier_type)
             {
                 // A known type with the wrong length: malformed, stop.
@@ -285,11 +267,7 @@ impl Iterator for NamespaceDescriptorIter<'_> {
 /// passes `&[command_set_vector::NVM]`. Extra vectors are ignored.
 pub fn encode_io_command_set_vector(combinations: &[u64], out: &mut [u8; IDENTIFY_DATA_BYTES]) {
     out.fill(0);
-    for (index, vector) in combinations
-        .iter()
-        .take(IO_COMMAND_SET_COMBINATIONS)
-        .enumerate()
-    {
+    for (index, vector) in combinations.iter().take(IO_COMMAND_SET_COMBINATIONS).enumerate() {
         put_u64(out, index * 8, *vector);
     }
 }
@@ -358,10 +336,7 @@ mod tests {
     fn descriptor_layout_matches_the_spec() {
         let mut raw = [0u8; IDENTIFY_DATA_BYTES];
         encode_namespace_descriptors(
-            &[
-                NamespaceDescriptor::Nguid([0x11; 16]),
-                NamespaceDescriptor::CommandSetIdentifier(0),
-            ],
+            &[NamespaceDescriptor::Nguid([0x11; 16]), NamespaceDescriptor::CommandSetIdentifier(0)],
             &mut raw,
         );
         assert_eq!(&raw[0..4], &[2, 16, 0, 0]);

@@ -3,9 +3,7 @@
 //! Structure".
 
 use super::IDENTIFY_DATA_BYTES;
-use crate::bytes::{
-    get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32, put_u64,
-};
+use crate::bytes::{get_array, get_u128, get_u16, get_u32, get_u64, put_u128, put_u16, put_u32, put_u64};
 
 /// Number of LBA format entries modelled. The spec has room for 64 (bytes 383:128),
 /// but formats 16..63 only exist with extended LBA formats, which a target that
@@ -74,11 +72,7 @@ pub struct LbaFormat {
 impl LbaFormat {
     /// Decodes 4 bytes.
     pub fn decode(raw: &[u8; 4]) -> Self {
-        Self {
-            metadata_size: get_u16(raw, 0),
-            lba_data_size_log2: raw[2],
-            relative_performance: raw[3] & 0b11,
-        }
+        Self { metadata_size: get_u16(raw, 0), lba_data_size_log2: raw[2], relative_performance: raw[3] & 0b11 }
     }
 
     /// Encodes into 4 bytes.
@@ -328,16 +322,8 @@ mod tests {
             ieee_extended_unique_identifier: [0xCD; 8],
             ..Default::default()
         };
-        namespace.lba_formats[0] = LbaFormat {
-            metadata_size: 0,
-            lba_data_size_log2: 9,
-            relative_performance: 0,
-        };
-        namespace.lba_formats[1] = LbaFormat {
-            metadata_size: 8,
-            lba_data_size_log2: 12,
-            relative_performance: 2,
-        };
+        namespace.lba_formats[0] = LbaFormat { metadata_size: 0, lba_data_size_log2: 9, relative_performance: 0 };
+        namespace.lba_formats[1] = LbaFormat { metadata_size: 8, lba_data_size_log2: 12, relative_performance: 2 };
         let mut raw = [0u8; IDENTIFY_DATA_BYTES];
         namespace.encode(&mut raw);
         assert_eq!(&raw[0..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
@@ -358,19 +344,12 @@ mod tests {
         let back = IdentifyNamespace::decode(&raw);
         assert_eq!(back, namespace);
         assert_eq!(back.formatted_lba_index(), 1);
-        assert_eq!(
-            back.formatted_lba_format()
-                .and_then(|f| f.block_size_bytes()),
-            Some(4096)
-        );
+        assert_eq!(back.formatted_lba_format().and_then(|f| f.block_size_bytes()), Some(4096));
     }
 
     #[test]
     fn formatted_index_uses_the_high_bits() {
-        let namespace = IdentifyNamespace {
-            formatted_lba_size: 0b0110_0011,
-            ..Default::default()
-        };
+        let namespace = IdentifyNamespace { formatted_lba_size: 0b0110_0011, ..Default::default() };
         assert_eq!(namespace.formatted_lba_index(), 0x33);
         assert_eq!(namespace.formatted_lba_format(), None);
         assert_eq!(LbaFormat::default().block_size_bytes(), None);

@@ -4,9 +4,8 @@
 
 use nvme_spec::{CommandId, CompletionQueueEntry};
 use nvme_tcp_wire::{
-    CapsuleResponse, DataHeader, FatalErrorStatus, InitializeConnectionRequest,
-    InitializeConnectionResponse, PduHeader, PduReader, PduWriter, ReadError, ReadEvent,
-    ReaderLimits, ReadyToTransfer, Role, TerminationRequest,
+    CapsuleResponse, DataHeader, FatalErrorStatus, InitializeConnectionRequest, InitializeConnectionResponse,
+    PduHeader, PduReader, PduWriter, ReadError, ReadEvent, ReaderLimits, ReadyToTransfer, Role, TerminationRequest,
 };
 use storage::LentBytes;
 

@@ -54,9 +54,9 @@ impl Connection {
             timers.throttle_check_at,
             self.quiesce.next_deadline(),
         ]
-            .into_iter()
-            .flatten()
-            .min()
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Time passed: enforce the setup timeout and keep-alive, and notice controllers
@@ -99,8 +99,7 @@ impl Connection {
         }
         if let Some(check_at) = self.timers.controller_check_at {
             if now >= check_at {
-                self.timers.controller_check_at =
-                    Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
+                self.timers.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
                 if self.controller_gone() {
                     self.phase = Phase::Closing;
                     return;
@@ -114,11 +113,7 @@ impl Connection {
         if self.timers.abort_check_at.is_some_and(|check_at| now >= check_at) {
             self.complete_answered_aborts(now);
         }
-        if self
-            .timers
-            .fence_check_at
-            .is_some_and(|check_at| now >= check_at)
-        {
+        if self.timers.fence_check_at.is_some_and(|check_at| now >= check_at) {
             self.complete_persisted(now);
         }
         if self.timers.throttle_check_at.is_some_and(|check_at| now >= check_at) {
@@ -205,10 +200,7 @@ impl Connection {
         // outside the configured range runs the nearest allowed timer instead.
         let stored_ms = controller.state().features.keep_alive_timeout_ms;
         let timeout_ms = u64::from(self.target.settings.effective_keep_alive_timeout(controller.kind, stored_ms));
-        self.timers.keep_alive_deadline = if timeout_ms == 0 {
-            None
-        } else {
-            Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000))
-        };
+        self.timers.keep_alive_deadline =
+            if timeout_ms == 0 { None } else { Some(now + Duration::from_millis(timeout_ms.div_ceil(1000) * 1000)) };
     }
 }

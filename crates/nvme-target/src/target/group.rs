@@ -10,10 +10,7 @@ use crate::write_fence::WriteFence;
 impl Target {
     /// Keeps every subsystem's reservations in a gateway group's authority (call it
     /// right after `new`, before hosts connect). Set once.
-    pub fn set_group_reservations(
-        &self,
-        group: crate::group_reservations::SharedGroupReservations,
-    ) {
+    pub fn set_group_reservations(&self, group: crate::group_reservations::SharedGroupReservations) {
         let group = Arc::clone(self.group_reservations.get_or_init(|| group));
         for subsystem in self.subsystems() {
             subsystem.attach_group_reservations(Arc::clone(&group));
@@ -41,11 +38,7 @@ impl Target {
     /// Installs the state the group answered a command of this gateway with: newer
     /// than the copy perhaps, but it says nothing about changes after it, so a copy
     /// marked unknown stays unknown.
-    pub(crate) fn install_group_answer(
-        &self,
-        nguid: &[u8; 16],
-        update: &crate::group_reservations::GroupUpdate,
-    ) {
+    pub(crate) fn install_group_answer(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) {
         // The fence is the notice's to wait for: the watch's notice of a change
         // fences the hosts it preempted whether or not an answer installed it first.
         let _ = self.install_group_state(nguid, update, false);
@@ -57,11 +50,7 @@ impl Target {
     /// marked unknown stays unknown), and returns the fence of the hosts the change
     /// preempted: their writes already at storage here, which no notice waited for.
     /// The gateway must wait for it (or be fenced) before it answers the change.
-    pub fn install_own_change(
-        &self,
-        nguid: &[u8; 16],
-        update: &crate::group_reservations::GroupUpdate,
-    ) -> WriteFence {
+    pub fn install_own_change(&self, nguid: &[u8; 16], update: &crate::group_reservations::GroupUpdate) -> WriteFence {
         self.install_group_state(nguid, update, false)
     }
 
@@ -73,16 +62,8 @@ impl Target {
     ) -> WriteFence {
         let mut fence = WriteFence::default();
         for subsystem in self.subsystems() {
-            for entry in subsystem
-                .table()
-                .entries()
-                .filter(|entry| entry.namespace.nguid == *nguid)
-            {
-                let applied =
-                    entry
-                        .namespace
-                        .reservations
-                        .install(update.sequence, &update.state, vouched);
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
+                let applied = entry.namespace.reservations.install(update.sequence, &update.state, vouched);
                 // After the install published the state (see `write_fence`): the hosts
                 // preempted by the changes the copy takes on now, and by the update's
                 // own change even when the copy had it already (the answer to a
@@ -94,8 +75,7 @@ impl Target {
                     .iter()
                     .filter(|(sequence, _, notice)| {
                         *notice == crate::reservations::Notice::RegistrationPreempted
-                            && (*sequence == update.sequence
-                                || applied.is_some_and(|applied| *sequence > applied))
+                            && (*sequence == update.sequence || applied.is_some_and(|applied| *sequence > applied))
                     })
                     .map(|(_, host, _)| *host)
                     .collect();
@@ -119,11 +99,7 @@ impl Target {
     /// reservation could refuse get a path error.
     pub fn mark_group_reservations_unknown(&self, nguid: &[u8; 16]) {
         for subsystem in self.subsystems() {
-            for entry in subsystem
-                .table()
-                .entries()
-                .filter(|entry| entry.namespace.nguid == *nguid)
-            {
+            for entry in subsystem.table().entries().filter(|entry| entry.namespace.nguid == *nguid) {
                 entry.namespace.reservations.mark_unknown();
             }
         }
@@ -135,11 +111,7 @@ impl Target {
         self.subsystems()
             .iter()
             .map(|subsystem| {
-                subsystem
-                    .table()
-                    .entries()
-                    .filter(|entry| entry.namespace.reservations.is_unknown())
-                    .count()
+                subsystem.table().entries().filter(|entry| entry.namespace.reservations.is_unknown()).count()
             })
             .sum()
     }

@@ -61,12 +61,19 @@ fn keep_alive_requests_are_granted_clamped_or_refused() {
 }
 
 fn listener(address: &str, port: u16, discovery_only: bool) -> ListenerSpec {
-    ListenerSpec { address: address.into(), port, family: AddressFamily::Ipv4, discovery_only, secure_channel: Default::default() }
+    ListenerSpec {
+        address: address.into(),
+        port,
+        family: AddressFamily::Ipv4,
+        discovery_only,
+        secure_channel: Default::default(),
+    }
 }
 
 /// (PORTID, TRADDR, TRSVCID) of every discovery log record.
 fn discovery_records(target: &Target) -> Vec<(u16, String, String)> {
-    target.discovery_entries_for("nqn.2014-08.io.sluice:any-host")
+    target
+        .discovery_entries_for("nqn.2014-08.io.sluice:any-host")
         .iter()
         .map(|entry| {
             let address = entry.transport_address_str().unwrap_or_default().to_string();
@@ -118,7 +125,8 @@ fn listeners_added_and_removed_live_change_the_discovery_log() {
 
 #[test]
 fn host_connections_are_counted_until_their_guards_drop() {
-    let settings = TargetSettings { max_io_queues_per_controller: 1, max_connections_per_host: 2, ..Default::default() };
+    let settings =
+        TargetSettings { max_io_queues_per_controller: 1, max_connections_per_host: 2, ..Default::default() };
     let target = Target::new(spec(settings)).unwrap();
     let now = Instant::now();
     let first = target.admit_host_connection("host-a", now).unwrap();

@@ -4,9 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use nvme_spec::NamespaceId;
-use nvme_target::{
-    HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
-};
+use nvme_target::{HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
 use storage::{Backend, BackendQueue, Geometry, IoCompletion, IoRequest, RamBackend};
 
 use super::{BLOCK_BYTES, NAMESPACE_BLOCKS, NQN};
@@ -36,20 +34,10 @@ impl Backend for GatedBackend {
         "gated"
     }
     fn open_queue(&self) -> Box<dyn BackendQueue> {
-        Box::new(GatedQueue {
-            inner: self.inner.open_queue(),
-            gate: self.gate.clone(),
-            submitted: 0,
-            waking: false,
-        })
+        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0, waking: false })
     }
     fn open_queue_with_waker(&self, _waker: &std::task::Waker) -> Box<dyn BackendQueue> {
-        Box::new(GatedQueue {
-            inner: self.inner.open_queue(),
-            gate: self.gate.clone(),
-            submitted: 0,
-            waking: true,
-        })
+        Box::new(GatedQueue { inner: self.inner.open_queue(), gate: self.gate.clone(), submitted: 0, waking: true })
     }
 }
 
@@ -94,15 +82,9 @@ impl BackendQueue for GatedQueue {
 }
 
 pub fn gated_target(settings: TargetSettings) -> (Arc<Target>, Arc<Mutex<Gate>>, Arc<dyn Backend>) {
-    let ram = RamBackend::new(Geometry {
-        block_size_bytes: BLOCK_BYTES,
-        block_count: NAMESPACE_BLOCKS,
-    });
+    let ram = RamBackend::new(Geometry { block_size_bytes: BLOCK_BYTES, block_count: NAMESPACE_BLOCKS });
     let gate = Arc::new(Mutex::new(Gate::default()));
-    let backend: Arc<dyn Backend> = Arc::new(GatedBackend {
-        inner: ram.clone(),
-        gate: gate.clone(),
-    });
+    let backend: Arc<dyn Backend> = Arc::new(GatedBackend { inner: ram.clone(), gate: gate.clone() });
     let target = Target::new(TargetSpec {
         listeners: vec![ListenerSpec::tcp("127.0.0.1", 4420)],
         subsystems: vec![SubsystemSpec {
@@ -111,13 +93,7 @@ pub fn gated_target(settings: TargetSettings) -> (Arc<Target>, Arc<Mutex<Gate>>,
             nqn: NQN.into(),
             serial_number: None,
             model_number: None,
-            namespaces: vec![NamespaceSpec {
-                id: NamespaceId(1),
-                backend,
-                nguid: None,
-                uuid: None,
-                ana_group: None,
-            }],
+            namespaces: vec![NamespaceSpec { id: NamespaceId(1), backend, nguid: None, uuid: None, ana_group: None }],
         }],
         settings,
     })
@@ -128,15 +104,10 @@ pub fn gated_target(settings: TargetSettings) -> (Arc<Target>, Arc<Mutex<Gate>>,
 /// Block 0 as the RAM backend holds it.
 pub fn block_zero(ram: &Arc<dyn Backend>) -> Vec<u8> {
     let mut queue = ram.open_queue();
-    let request = IoRequest {
-        token: 0,
-        op: storage::IoOp::Read { lba: 0, blocks: 1 },
-        buffer: vec![0; BLOCK_BYTES as usize],
-    };
+    let request =
+        IoRequest { token: 0, op: storage::IoOp::Read { lba: 0, blocks: 1 }, buffer: vec![0; BLOCK_BYTES as usize] };
     queue.submit(request);
     let mut done = Vec::new();
     queue.reap(&mut done);
-    done.pop()
-        .expect("the RAM backend completes at once")
-        .buffer
+    done.pop().expect("the RAM backend completes at once").buffer
 }

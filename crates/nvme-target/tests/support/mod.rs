@@ -13,11 +13,15 @@ use nvme_spec::fabrics::{
 };
 use nvme_spec::opcode::{AdminOpcode, FabricsCommandType, IoOpcode};
 use nvme_spec::registers::ControllerConfiguration;
-use nvme_spec::{CommandId, CompletionQueueEntry, ControllerId, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry};
-use nvme_target::{Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec};
+use nvme_spec::{
+    CommandId, CompletionQueueEntry, ControllerId, NamespaceId, QueueId, SglDescriptor, Status, SubmissionQueueEntry,
+};
+use nvme_target::{
+    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
+};
 use nvme_tcp_wire::{
-    CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader,
-    PduWriter, ReadEvent, ReaderLimits, Role,
+    CapsuleCommand, DataHeader, DigestSettings, InitializeConnectionRequest, PduHeader, PduReader, PduWriter,
+    ReadEvent, ReaderLimits, Role,
 };
 use storage::{Geometry, RamBackend};
 
@@ -439,10 +443,7 @@ pub fn authentication_receive(host: &mut FakeHost, allocation_length: u32) -> An
 /// Runs the host side of DH-HMAC-CHAP (nvme-auth's state machine, started here) over
 /// the scripted connection until it ends; every message received must be padded to
 /// the allocation length.
-pub fn run_authentication(
-    host: &mut FakeHost,
-    authentication: &mut HostAuthentication,
-) -> Result<(), HostAuthError> {
+pub fn run_authentication(host: &mut FakeHost, authentication: &mut HostAuthentication) -> Result<(), HostAuthError> {
     let mut step = authentication.start();
     for _ in 0..10 {
         step = match step {

@@ -16,21 +16,12 @@ pub enum Item {
 /// Feeds `stream` to `reader` in pieces of the given sizes (cycled; 0 is read as 1),
 /// applying `digests` right after the IC header, and collects the items. Stops at
 /// the first error.
-pub fn drive(
-    reader: &mut PduReader,
-    stream: &[u8],
-    chunks: &[usize],
-    digests: DigestSettings,
-) -> Vec<Item> {
+pub fn drive(reader: &mut PduReader, stream: &[u8], chunks: &[usize], digests: DigestSettings) -> Vec<Item> {
     let mut items = Vec::new();
     let mut offset = 0;
     let mut chunk_index = 0;
     loop {
-        let size = if chunks.is_empty() {
-            stream.len()
-        } else {
-            chunks[chunk_index % chunks.len()].max(1)
-        };
+        let size = if chunks.is_empty() { stream.len() } else { chunks[chunk_index % chunks.len()].max(1) };
         chunk_index += 1;
         let end = (offset + size).min(stream.len());
         let mut input = &stream[offset..end];
@@ -65,17 +56,9 @@ pub fn drive(
     }
 }
 
-fn push(
-    items: &mut Vec<Item>,
-    event: ReadEvent<'_>,
-    reader: &mut PduReader,
-    digests: DigestSettings,
-) {
+fn push(items: &mut Vec<Item>, event: ReadEvent<'_>, reader: &mut PduReader, digests: DigestSettings) {
     match event {
-        ReadEvent::Header {
-            header,
-            data_length,
-        } => {
+        ReadEvent::Header { header, data_length } => {
             if matches!(header, PduHeader::IcReq(_) | PduHeader::IcResp(_)) {
                 reader.set_digests(digests);
             }
@@ -118,11 +101,5 @@ pub fn icresp(digests: DigestSettings) -> PduHeader {
     })
 }
 
-pub const BOTH: DigestSettings = DigestSettings {
-    header: true,
-    data: true,
-};
-pub const NONE: DigestSettings = DigestSettings {
-    header: false,
-    data: false,
-};
+pub const BOTH: DigestSettings = DigestSettings { header: true, data: true };
+pub const NONE: DigestSettings = DigestSettings { header: false, data: false };

@@ -77,8 +77,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.capacity, DIRECT_IO_ALIGNMENT)
-            .expect("same layout as at allocation");
+        let layout = Layout::from_size_align(self.capacity, DIRECT_IO_ALIGNMENT).expect("same layout as at allocation");
         // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
     }
@@ -110,9 +109,9 @@ impl BouncePool {
     /// A buffer of at least `len` bytes.
     pub(super) fn take(&mut self, len: usize) -> AlignedBuf {
         match Self::class_of(len) {
-            Some(class) => self.classes[class]
-                .pop()
-                .unwrap_or_else(|| AlignedBuf::new(1 << (class as u32 + MIN_CLASS_SHIFT))),
+            Some(class) => {
+                self.classes[class].pop().unwrap_or_else(|| AlignedBuf::new(1 << (class as u32 + MIN_CLASS_SHIFT)))
+            }
             None => AlignedBuf::new(len),
         }
     }

@@ -57,12 +57,7 @@ pub struct FileOptions {
 
 impl Default for FileOptions {
     fn default() -> Self {
-        FileOptions {
-            block_size_bytes: None,
-            direct_io: true,
-            size_bytes: None,
-            queue_entries: DEFAULT_QUEUE_ENTRIES,
-        }
+        FileOptions { block_size_bytes: None, direct_io: true, size_bytes: None, queue_entries: DEFAULT_QUEUE_ENTRIES }
     }
 }
 
@@ -231,15 +226,9 @@ impl FileBackend {
             return Err(FileError::NotFileOrBlockDevice { path });
         }
 
-        let device_block_size = if is_block_device {
-            Some(logical_block_size(&file).map_err(io_error("ioctl(BLKSSZGET)"))?)
-        } else {
-            None
-        };
-        let block_size = options
-            .block_size_bytes
-            .or(device_block_size)
-            .unwrap_or(DEFAULT_FILE_BLOCK_SIZE_BYTES);
+        let device_block_size =
+            if is_block_device { Some(logical_block_size(&file).map_err(io_error("ioctl(BLKSSZGET)"))?) } else { None };
+        let block_size = options.block_size_bytes.or(device_block_size).unwrap_or(DEFAULT_FILE_BLOCK_SIZE_BYTES);
         if !block_size.is_power_of_two()
             || !(storage::MIN_BLOCK_SIZE_BYTES..=storage::MAX_BLOCK_SIZE_BYTES).contains(&block_size)
         {
@@ -311,7 +300,8 @@ impl FileBackend {
         }
         let queue_entries = options.queue_entries.clamp(1, 32768);
         // Fail here rather than in open_queue (which cannot return an error).
-        queue::build_ring(queue_entries, false).map_err(|source| FileError::RingSetup { path: path.clone(), source })?;
+        queue::build_ring(queue_entries, false)
+            .map_err(|source| FileError::RingSetup { path: path.clone(), source })?;
         Ok(Arc::new(FileBackend {
             shared: Arc::new(Shared {
                 file,
@@ -359,7 +349,8 @@ impl Backend for FileBackend {
         let failed = |action: &str, error: std::io::Error| GrowError::Failed(format!("{path}: {action}: {error}"));
         if self.is_block_device {
             let mut file = &self.shared.file;
-            let device_bytes = file.seek(SeekFrom::End(0)).map_err(|error| failed("seek to the device's end", error))?;
+            let device_bytes =
+                file.seek(SeekFrom::End(0)).map_err(|error| failed("seek to the device's end", error))?;
             if device_bytes < wanted_bytes {
                 return Err(GrowError::NoSpace(format!(
                     "the block device {path} holds {device_bytes} bytes, less than {wanted_bytes}: grow the device \

@@ -186,9 +186,7 @@ impl FileQueue {
                 let chunk = remaining.min(ZERO_BLOCK_LEN as u64) as u32;
                 opcode::Write::new(fd, ZEROES.0.as_ptr(), chunk).offset(position).rw_flags(dsync).build()
             }
-            Stage::Flush | Stage::SyncAfter => {
-                opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()
-            }
+            Stage::Flush | Stage::SyncAfter => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
             Stage::PunchHole => opcode::Fallocate::new(fd, slot.len)
                 .offset(slot.offset)
                 .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
@@ -245,8 +243,7 @@ impl FileQueue {
         let Some(ring) = self.ring.as_mut() else { return };
         match ring.submit() {
             Ok(_) => self.unsubmitted = !ring.submission().is_empty(),
-            Err(error)
-                if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) => {}
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) => {}
             Err(error) => tracing::warn!(%error, "file backend: io_uring_enter failed; retrying on the next reap"),
         }
     }
@@ -323,9 +320,7 @@ impl FileQueue {
 fn map_errno(stage: Stage, errno: i32) -> IoError {
     match errno {
         libc::ENOSPC | libc::EDQUOT => IoError::NoSpace,
-        libc::EINVAL | libc::EFAULT | libc::EBADF | libc::ECANCELED | libc::ENOMEM | libc::EAGAIN => {
-            IoError::Internal
-        }
+        libc::EINVAL | libc::EFAULT | libc::EBADF | libc::ECANCELED | libc::ENOMEM | libc::EAGAIN => IoError::Internal,
         _ if stage == Stage::Read => IoError::ReadError,
         _ => IoError::WriteFault,
     }
@@ -498,7 +493,8 @@ mod wake_tests {
     #[test]
     fn a_ring_with_a_wake_fd_rings_it_and_lets_the_thread_sleep() {
         let path = std::env::temp_dir().join(format!("sluice-file-wake-{}", std::process::id()));
-        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let options =
+            FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
         let backend = FileBackend::open(&path, options).expect("open test file");
         let _ = std::fs::remove_file(&path);
         // SAFETY: eventfd has no memory arguments; the descriptor is closed below.
@@ -507,7 +503,11 @@ mod wake_tests {
         let mut queue = FileQueue::new(Arc::clone(&backend.shared), Some(event_fd));
         assert!(queue.wakes_thread, "the kernel accepts the eventfd");
         assert!(queue.wakes_on_completion(), "nothing in flight: nothing to poll");
-        queue.submit(IoRequest { token: 7, op: IoOp::Write { lba: 3, blocks: 1, force_unit_access: true }, buffer: vec![9; 4096] });
+        queue.submit(IoRequest {
+            token: 7,
+            op: IoOp::Write { lba: 3, blocks: 1, force_unit_access: true },
+            buffer: vec![9; 4096],
+        });
         assert!(!queue.wakes_on_completion(), "pushed but not submitted: the thread must reap first");
         let mut out = Vec::new();
         queue.reap(&mut out);
@@ -537,7 +537,8 @@ mod wake_tests {
     #[test]
     fn dropping_a_queue_with_io_stuck_in_the_kernel_does_not_block_an_io_thread() {
         let path = std::env::temp_dir().join(format!("sluice-file-stuck-{}", std::process::id()));
-        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let options =
+            FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
         let backend = FileBackend::open(&path, options).expect("open test file");
         let _ = std::fs::remove_file(&path);
         let mut queue = FileQueue::new(Arc::clone(&backend.shared), None);
@@ -582,7 +583,8 @@ mod wake_tests {
     fn a_stripe_of_files_opened_on_a_runtime_thread_wakes_it_too() {
         use storage::Backend;
         let dir = std::env::temp_dir();
-        let options = FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
+        let options =
+            FileOptions { block_size_bytes: Some(4096), direct_io: false, size_bytes: Some(1 << 20), queue_entries: 8 };
         let members: Vec<Arc<dyn Backend>> = (0..2)
             .map(|index| {
                 let path = dir.join(format!("sluice-stripe-wake-{}-{index}", std::process::id()));
@@ -599,7 +601,11 @@ mod wake_tests {
         let mut queue = stripe.open_queue_with_waker(&waker);
         crate::storage_wake::set_current_wake_fd(None);
         // 32 KiB from block 2 spans both members.
-        queue.submit(IoRequest { token: 1, op: IoOp::Write { lba: 2, blocks: 8, force_unit_access: false }, buffer: vec![5; 32768] });
+        queue.submit(IoRequest {
+            token: 1,
+            op: IoOp::Write { lba: 2, blocks: 8, force_unit_access: false },
+            buffer: vec![5; 32768],
+        });
         assert!(!queue.wakes_on_completion(), "members have SQEs not yet submitted");
         let mut out = Vec::new();
         queue.reap(&mut out);

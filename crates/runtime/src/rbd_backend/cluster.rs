@@ -172,7 +172,8 @@ fn connect_new(spec: &ClusterSpec) -> Result<Cluster, RbdError> {
     let mut cluster = Cluster { handle, spec: spec.clone(), monitors: String::new(), library };
     let path = spec.ceph_conf.as_ref().map(|path| cstring(&path.to_string_lossy(), "ceph_conf")).transpose()?;
     // SAFETY: the handle is live; the path is NUL-terminated or null (default lookup).
-    let code = unsafe { (library.rados_conf_read_file)(handle, path.as_ref().map_or(std::ptr::null(), |path| path.as_ptr())) };
+    let code =
+        unsafe { (library.rados_conf_read_file)(handle, path.as_ref().map_or(std::ptr::null(), |path| path.as_ptr())) };
     if code < 0 {
         return Err(failed("reading the configuration file", code));
     }
@@ -411,7 +412,7 @@ pub(crate) fn open_image(
         match (size_bytes, mode) {
             (Some(size), OpenMode::CreateOrGrow) => {
                 let mut order: c_int = 0; // 0: the default object size (4 MiB)
-                // SAFETY: `io` is live; `order` is a valid in/out pointer.
+                                          // SAFETY: `io` is live; `order` is a valid in/out pointer.
                 let create = unsafe { (library.rbd_create)(io, name_c.as_ptr(), size, &mut order) };
                 if create < 0 && create != -libc::EEXIST {
                     destroy_io();
@@ -434,7 +435,8 @@ pub(crate) fn open_image(
         destroy_io();
         return Err(failed("opening the image", code));
     }
-    let opened_image = OpenImage { cluster: Arc::clone(&cluster), io, image, pool: pool.to_string(), name: name.to_string() };
+    let opened_image =
+        OpenImage { cluster: Arc::clone(&cluster), io, image, pool: pool.to_string(), name: name.to_string() };
     let mut current: u64 = 0;
     // SAFETY: the image is open; `current` is a valid out pointer.
     let code = unsafe { (library.rbd_get_size)(opened_image.image, &mut current) };
@@ -473,7 +475,11 @@ mod tests {
     #[test]
     fn operator_settings_are_found_in_every_spelling() {
         let option = "librados_thread_count";
-        for file in ["[client]\nlibrados_thread_count = 3\n", "[global]\n  librados thread count=4\n", "[client.admin]\nlibrados-thread-count = 2"] {
+        for file in [
+            "[client]\nlibrados_thread_count = 3\n",
+            "[global]\n  librados thread count=4\n",
+            "[client.admin]\nlibrados-thread-count = 2",
+        ] {
             assert!(operator_sets(file, "", option), "{file:?}");
         }
         for arguments in ["--librados_thread_count=3", "--id admin --librados-thread-count 3"] {

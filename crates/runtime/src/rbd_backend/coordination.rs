@@ -104,11 +104,7 @@ fn checked(code: c_int) -> Result<c_int, RadosErrno> {
 
 /// Splits librados' NUL-separated list (`count` entries) into strings.
 fn split_list(buffer: &[u8], count: usize) -> Vec<String> {
-    buffer
-        .split(|&byte| byte == 0)
-        .take(count)
-        .map(|entry| String::from_utf8_lossy(entry).into_owned())
-        .collect()
+    buffer.split(|&byte| byte == 0).take(count).map(|entry| String::from_utf8_lossy(entry).into_owned()).collect()
 }
 
 impl RadosObject {
@@ -125,7 +121,11 @@ impl RadosObject {
             return Err(if code == -libc::ENOENT {
                 RbdError::PoolMissing { pool: pool.to_string(), cluster: cluster.spec.describe() }
             } else {
-                RbdError::Cluster { cluster: cluster.spec.describe(), step: format!("opening pool {pool}"), code: i64::from(code) }
+                RbdError::Cluster {
+                    cluster: cluster.spec.describe(),
+                    step: format!("opening pool {pool}"),
+                    code: i64::from(code),
+                }
             });
         }
         Ok(RadosObject { object: cstring(object, "object")?, cluster, io, pool: pool.to_string() })
@@ -170,8 +170,9 @@ impl RadosObject {
     pub fn unlock(&self, name: &str, cookie: &str) -> Result<(), RadosErrno> {
         let (name, cookie) = (c(name), c(cookie));
         // SAFETY: the context is live; the strings are NUL-terminated.
-        let code =
-            unsafe { (self.cluster.library.rados_unlock)(self.io, self.object.as_ptr(), name.as_ptr(), cookie.as_ptr()) };
+        let code = unsafe {
+            (self.cluster.library.rados_unlock)(self.io, self.object.as_ptr(), name.as_ptr(), cookie.as_ptr())
+        };
         checked(code).map(|_| ())
     }
 

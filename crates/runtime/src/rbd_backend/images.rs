@@ -57,13 +57,9 @@ fn open_pool(spec: &ClusterSpec, pool: &str) -> Result<Pool, RbdError> {
     let mut io: IoContext = std::ptr::null_mut();
     // SAFETY: the cluster is connected; `io` is a valid out pointer; the name is
     // NUL-terminated and outlives the call.
-    let code =
-        unsafe { (cluster.library.rados_ioctx_create)(cluster.handle, pool_c.as_ptr(), &mut io) };
+    let code = unsafe { (cluster.library.rados_ioctx_create)(cluster.handle, pool_c.as_ptr(), &mut io) };
     if code == -libc::ENOENT {
-        return Err(RbdError::PoolMissing {
-            pool: pool.to_string(),
-            cluster: spec.describe(),
-        });
+        return Err(RbdError::PoolMissing { pool: pool.to_string(), cluster: spec.describe() });
     }
     if code < 0 {
         return Err(RbdError::Cluster {
@@ -72,11 +68,7 @@ fn open_pool(spec: &ClusterSpec, pool: &str) -> Result<Pool, RbdError> {
             code: i64::from(code),
         });
     }
-    Ok(Pool {
-        cluster,
-        io,
-        name: pool.to_string(),
-    })
+    Ok(Pool { cluster, io, name: pool.to_string() })
 }
 
 impl Pool {
@@ -103,15 +95,9 @@ impl Pool {
         let mut handle: library::Image = std::ptr::null_mut();
         // SAFETY: `io` is live, `handle` a valid out pointer, the name NUL-terminated,
         // and a null snapshot name opens the image itself.
-        let code = unsafe {
-            (self.cluster.library.rbd_open)(self.io, name_c.as_ptr(), &mut handle, std::ptr::null())
-        };
+        let code = unsafe { (self.cluster.library.rbd_open)(self.io, name_c.as_ptr(), &mut handle, std::ptr::null()) };
         match code {
-            0 => Ok(Some(Image {
-                pool: self,
-                handle,
-                name: image.to_string(),
-            })),
+            0 => Ok(Some(Image { pool: self, handle, name: image.to_string() })),
             code if code == -libc::ENOENT => Ok(None),
             code => Err(self.failed(image, "opening the image", code)),
         }
@@ -137,17 +123,11 @@ impl Image<'_> {
         let library = self.pool.cluster.library;
         let mut capacity: c_int = 16;
         loop {
-            let mut raw: Vec<RawSnapshot> = (0..capacity)
-                .map(|_| RawSnapshot {
-                    id: 0,
-                    size: 0,
-                    name: std::ptr::null(),
-                })
-                .collect();
+            let mut raw: Vec<RawSnapshot> =
+                (0..capacity).map(|_| RawSnapshot { id: 0, size: 0, name: std::ptr::null() }).collect();
             let mut count = capacity;
             // SAFETY: the image is open; `raw` holds `count` writable entries.
-            let code =
-                unsafe { (library.rbd_snap_list)(self.handle, raw.as_mut_ptr(), &mut count) };
+            let code = unsafe { (library.rbd_snap_list)(self.handle, raw.as_mut_ptr(), &mut count) };
             if code == -libc::ERANGE {
                 // `count` now holds how many there are (+1 for the list's end marker).
                 capacity = count.max(capacity.saturating_mul(2));
@@ -161,9 +141,7 @@ impl Image<'_> {
             for entry in &raw[..listed] {
                 let mut namespace_type: c_int = library::SNAPSHOT_NAMESPACE_USER;
                 // SAFETY: the image is open; `namespace_type` is a valid out pointer.
-                let code = unsafe {
-                    (library.rbd_snap_get_namespace_type)(self.handle, entry.id, &mut namespace_type)
-                };
+                let code = unsafe { (library.rbd_snap_get_namespace_type)(self.handle, entry.id, &mut namespace_type) };
                 // Only snapshots taken by name are listed: one in the trash (removed,
                 // its clones not yet copied) is no longer anyone's to use or remove.
                 if code == 0 && namespace_type != library::SNAPSHOT_NAMESPACE_USER {
@@ -171,24 +149,12 @@ impl Image<'_> {
                 }
                 // SAFETY: rbd_snap_list filled `listed` entries whose names are
                 // NUL-terminated strings it allocated, freed below by rbd_snap_list_end.
-                let name = unsafe { CStr::from_ptr(entry.name) }
-                    .to_string_lossy()
-                    .into_owned();
-                let mut timestamp = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
+                let name = unsafe { CStr::from_ptr(entry.name) }.to_string_lossy().into_owned();
+                let mut timestamp = libc::timespec { tv_sec: 0, tv_nsec: 0 };
                 // SAFETY: the image is open; `timestamp` is a valid out pointer.
-                let code = unsafe {
-                    (library.rbd_snap_get_timestamp)(self.handle, entry.id, &mut timestamp)
-                };
+                let code = unsafe { (library.rbd_snap_get_timestamp)(self.handle, entry.id, &mut timestamp) };
                 let created_unix_seconds = if code < 0 { 0 } else { timestamp.tv_sec };
-                snapshots.push(Snapshot {
-                    name,
-                    id: entry.id,
-                    size_bytes: entry.size,
-                    created_unix_seconds,
-                });
+                snapshots.push(Snapshot { name, id: entry.id, size_bytes: entry.size, created_unix_seconds });
             }
             // SAFETY: `raw` was filled by rbd_snap_list just now; this frees its names once.
             unsafe { (library.rbd_snap_list_end)(raw.as_mut_ptr()) };
@@ -199,11 +165,7 @@ impl Image<'_> {
 
 /// The snapshots of `pool/image` (user snapshots; oldest first). A missing image is
 /// [`RbdError::ImageMissing`].
-pub fn list_snapshots(
-    spec: &ClusterSpec,
-    pool: &str,
-    image: &str,
-) -> Result<Vec<Snapshot>, RbdError> {
+pub fn list_snapshots(spec: &ClusterSpec, pool: &str, image: &str) -> Result<Vec<Snapshot>, RbdError> {
     storage::service::debug_assert_may_block("listing RBD snapshots");
     let pool = open_pool(spec, pool)?;
     let opened = pool.open(image)?.ok_or_else(|| pool.missing(image))?;
@@ -223,8 +185,7 @@ pub fn create_snapshot(
     let opened = pool.open(image)?.ok_or_else(|| pool.missing(image))?;
     let snapshot_c = cstring(snapshot, "snapshot")?;
     // SAFETY: the image is open; the name is NUL-terminated and outlives the call.
-    let code =
-        unsafe { (pool.cluster.library.rbd_snap_create)(opened.handle, snapshot_c.as_ptr()) };
+    let code = unsafe { (pool.cluster.library.rbd_snap_create)(opened.handle, snapshot_c.as_ptr()) };
     if code < 0 && code != -libc::EEXIST {
         return Err(pool.failed(image, &format!("taking snapshot {snapshot:?}"), code));
     }
@@ -232,25 +193,14 @@ pub fn create_snapshot(
         .snapshots()?
         .into_iter()
         .find(|listed| listed.name == snapshot)
-        .ok_or_else(|| {
-            pool.failed(
-                image,
-                &format!("finding snapshot {snapshot:?} just taken"),
-                -libc::ENOENT,
-            )
-        })?;
+        .ok_or_else(|| pool.failed(image, &format!("finding snapshot {snapshot:?} just taken"), -libc::ENOENT))?;
     Ok((taken, code == 0))
 }
 
 /// Removes snapshot `snapshot` of `pool/image`. Returns false when there was none
 /// (or no such image). A snapshot with clones of format 2 goes to the image's trash
 /// until its last clone is gone.
-pub fn remove_snapshot(
-    spec: &ClusterSpec,
-    pool: &str,
-    image: &str,
-    snapshot: &str,
-) -> Result<bool, RbdError> {
+pub fn remove_snapshot(spec: &ClusterSpec, pool: &str, image: &str, snapshot: &str) -> Result<bool, RbdError> {
     storage::service::debug_assert_may_block("removing an RBD snapshot");
     let pool = open_pool(spec, pool)?;
     let Some(opened) = pool.open(image)? else {
@@ -258,8 +208,7 @@ pub fn remove_snapshot(
     };
     let snapshot_c = cstring(snapshot, "snapshot")?;
     // SAFETY: the image is open; the name is NUL-terminated and outlives the call.
-    let code =
-        unsafe { (pool.cluster.library.rbd_snap_remove)(opened.handle, snapshot_c.as_ptr()) };
+    let code = unsafe { (pool.cluster.library.rbd_snap_remove)(opened.handle, snapshot_c.as_ptr()) };
     match code {
         0 => Ok(true),
         code if code == -libc::ENOENT => Ok(false),
@@ -385,32 +334,27 @@ unsafe extern "C" fn stop_when_cancelled(_offset: u64, _total: u64, argument: *m
 
 /// `rbd_clone3` of the snapshot into `image` (clone format 2); false when another
 /// client made `image` first.
-fn clone(parent: &Pool, child: &Pool, parent_image: &str, snapshot: &str, image: &str, source: &str) -> Result<bool, RbdError> {
+fn clone(
+    parent: &Pool,
+    child: &Pool,
+    parent_image: &str,
+    snapshot: &str,
+    image: &str,
+    source: &str,
+) -> Result<bool, RbdError> {
     let library = parent.cluster.library;
-    let (parent_c, snapshot_c, child_c) = (
-        cstring(parent_image, "image")?,
-        cstring(snapshot, "snapshot")?,
-        cstring(image, "image")?,
-    );
+    let (parent_c, snapshot_c, child_c) =
+        (cstring(parent_image, "image")?, cstring(snapshot, "snapshot")?, cstring(image, "image")?);
     let mut options: library::ImageOptions = std::ptr::null_mut();
     // SAFETY: `options` is a valid out pointer; destroyed below on every path.
     unsafe { (library.rbd_image_options_create)(&mut options) };
     // SAFETY: `options` was just created.
-    let mut code = unsafe {
-        (library.rbd_image_options_set_uint64)(options, library::IMAGE_OPTION_CLONE_FORMAT, 2)
-    };
+    let mut code = unsafe { (library.rbd_image_options_set_uint64)(options, library::IMAGE_OPTION_CLONE_FORMAT, 2) };
     if code == 0 {
         // SAFETY: both pool contexts are live, the names NUL-terminated and alive
         // through the call, `options` valid.
         code = unsafe {
-            (library.rbd_clone3)(
-                parent.io,
-                parent_c.as_ptr(),
-                snapshot_c.as_ptr(),
-                child.io,
-                child_c.as_ptr(),
-                options,
-            )
+            (library.rbd_clone3)(parent.io, parent_c.as_ptr(), snapshot_c.as_ptr(), child.io, child_c.as_ptr(), options)
         };
     }
     // SAFETY: created above, destroyed once.

@@ -51,8 +51,14 @@ pub(crate) struct NotifyAck {
     pub payload_length: u64,
 }
 /// `rados_watchcb2_t`: called on a librados thread for each notify on a watched object.
-pub(crate) type WatchCallback =
-    unsafe extern "C" fn(argument: *mut c_void, notify_id: u64, handle: u64, notifier_id: u64, data: *mut c_void, length: usize);
+pub(crate) type WatchCallback = unsafe extern "C" fn(
+    argument: *mut c_void,
+    notify_id: u64,
+    handle: u64,
+    notifier_id: u64,
+    data: *mut c_void,
+    length: usize,
+);
 /// `rados_watcherrcb_t`: called on a librados thread when a watch is lost.
 pub(crate) type WatchErrorCallback = unsafe extern "C" fn(argument: *mut c_void, cookie: u64, error: c_int);
 /// `rbd_callback_t`: called on a librbd thread when a request completes.
@@ -175,11 +181,17 @@ pub(crate) struct Library {
     pub rados_buffer_free: unsafe extern "C" fn(buffer: *mut c_char),
     pub rados_get_instance_id: unsafe extern "C" fn(cluster: Rados) -> u64,
     pub rados_wait_for_latest_osdmap: unsafe extern "C" fn(cluster: Rados) -> c_int,
-    pub rados_read:
-        unsafe extern "C" fn(io: IoContext, object: *const c_char, buffer: *mut c_char, length: usize, offset: u64) -> c_int,
+    pub rados_read: unsafe extern "C" fn(
+        io: IoContext,
+        object: *const c_char,
+        buffer: *mut c_char,
+        length: usize,
+        offset: u64,
+    ) -> c_int,
     pub rados_create_write_op: unsafe extern "C" fn() -> WriteOperation,
     pub rados_release_write_op: unsafe extern "C" fn(operation: WriteOperation),
-    pub rados_write_op_create: unsafe extern "C" fn(operation: WriteOperation, exclusive: c_int, category: *const c_char),
+    pub rados_write_op_create:
+        unsafe extern "C" fn(operation: WriteOperation, exclusive: c_int, category: *const c_char),
     pub rados_write_op_cmpxattr: unsafe extern "C" fn(
         operation: WriteOperation,
         name: *const c_char,
@@ -189,7 +201,8 @@ pub(crate) struct Library {
     ),
     pub rados_write_op_setxattr:
         unsafe extern "C" fn(operation: WriteOperation, name: *const c_char, value: *const c_char, length: usize),
-    pub rados_write_op_write_full: unsafe extern "C" fn(operation: WriteOperation, buffer: *const c_char, length: usize),
+    pub rados_write_op_write_full:
+        unsafe extern "C" fn(operation: WriteOperation, buffer: *const c_char, length: usize),
     pub rados_write_op_operate: unsafe extern "C" fn(
         operation: WriteOperation,
         io: IoContext,
@@ -226,7 +239,8 @@ pub(crate) struct Library {
         timeouts: *mut *mut NotifyTimeout,
         timeout_count: *mut usize,
     ) -> c_int,
-    pub rados_free_notify_response: unsafe extern "C" fn(acks: *mut NotifyAck, ack_count: usize, timeouts: *mut NotifyTimeout),
+    pub rados_free_notify_response:
+        unsafe extern "C" fn(acks: *mut NotifyAck, ack_count: usize, timeouts: *mut NotifyTimeout),
     pub rados_notify_ack: unsafe extern "C" fn(
         io: IoContext,
         object: *const c_char,
@@ -298,8 +312,9 @@ fn load() -> Result<Library, String> {
             // SAFETY: the type of the field this initialises is the C prototype of
             // `$name` in Ceph's headers; the pointer is used only while the library
             // stays loaded (it is stored next to it, for the life of the process).
-            let symbol = unsafe { $library.get(concat!(stringify!($name), "\0").as_bytes()) }
-                .map_err(|error| format!("{} lacks {} ({error}); {INSTALL_HINT}", stringify!($library), stringify!($name)))?;
+            let symbol = unsafe { $library.get(concat!(stringify!($name), "\0").as_bytes()) }.map_err(|error| {
+                format!("{} lacks {} ({error}); {INSTALL_HINT}", stringify!($library), stringify!($name))
+            })?;
             *symbol
         }};
     }

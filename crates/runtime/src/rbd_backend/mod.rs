@@ -52,7 +52,6 @@ use library::describe_errno;
 /// from the gateway that owns it (seen in the gateway interop test).
 const COMPARE_AND_WRITE_REGION_BYTES: u64 = 512;
 
-
 /// Default op timeout: below the Linux host's 30 s I/O timeout, so the host hears
 /// Namespace Not Ready from Sluice (and may fail over) before it gives up on its own.
 pub const DEFAULT_OP_TIMEOUT_MS: u64 = 20_000;
@@ -172,7 +171,9 @@ fn cluster_hint(code: i64) -> &'static str {
     match i32::try_from(-code).unwrap_or(0) {
         libc::ENOENT => "check that the ceph.conf exists (ceph_conf or $CEPH_CONF) and names a keyring for the client",
         libc::EACCES | libc::EPERM => "the cephx key was refused: check the client name and its keyring",
-        libc::ETIMEDOUT => "no monitor answered: check mon_host in the ceph.conf and that the monitors run and are reachable",
+        libc::ETIMEDOUT => {
+            "no monitor answered: check mon_host in the ceph.conf and that the monitors run and are reachable"
+        }
         libc::EINVAL => "the ceph.conf or CEPH_ARGS holds an invalid setting",
         _ => "check the cluster's health (ceph -s) and the ceph.conf",
     }
@@ -290,7 +291,8 @@ impl RbdBackend {
         let cluster = cluster::connect(&options.cluster)?;
         let opened = cluster::open_image(cluster, &options.pool, &options.image, options.size_bytes, mode)?;
         let block_size = u64::from(options.block_size_bytes);
-        let geometry = Geometry { block_size_bytes: options.block_size_bytes, block_count: opened.size_bytes / block_size };
+        let geometry =
+            Geometry { block_size_bytes: options.block_size_bytes, block_count: opened.size_bytes / block_size };
         if opened.size_bytes == 0 || opened.size_bytes % block_size != 0 || geometry.validate().is_err() {
             return Err(RbdError::Geometry {
                 image: format!("{}/{}", options.pool, options.image),
@@ -402,7 +404,11 @@ impl RbdBackend {
 }
 
 /// librbd calls this with the progress of a resize; 0 goes on.
-pub(crate) unsafe extern "C" fn resize_progress(_offset: u64, _total: u64, _argument: *mut std::ffi::c_void) -> std::ffi::c_int {
+pub(crate) unsafe extern "C" fn resize_progress(
+    _offset: u64,
+    _total: u64,
+    _argument: *mut std::ffi::c_void,
+) -> std::ffi::c_int {
     0
 }
 

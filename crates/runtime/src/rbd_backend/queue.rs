@@ -96,11 +96,8 @@ impl RbdQueue {
                 owner: AtomicPtr::new(std::ptr::null_mut()),
             })
             .collect();
-        let shared = Arc::new(Shared {
-            slots,
-            finished: std::array::from_fn(|_| AtomicU64::new(0)),
-            waker: waker.cloned(),
-        });
+        let shared =
+            Arc::new(Shared { slots, finished: std::array::from_fn(|_| AtomicU64::new(0)), waker: waker.cloned() });
         let owner = Arc::as_ptr(&shared).cast_mut();
         for slot in shared.slots.iter() {
             slot.owner.store(owner, Ordering::Release);
@@ -148,14 +145,27 @@ impl RbdQueue {
             IoOp::Read { lba, .. } => {
                 // SAFETY: see above; the buffer is writable for `buffer.len()` bytes.
                 unsafe {
-                    (library.rbd_aio_read)(image, lba * block_size, buffer.len(), buffer.as_mut_ptr().cast(), completion)
+                    (library.rbd_aio_read)(
+                        image,
+                        lba * block_size,
+                        buffer.len(),
+                        buffer.as_mut_ptr().cast(),
+                        completion,
+                    )
                 }
             }
             IoOp::Write { lba, force_unit_access, .. } => {
                 let flags = if force_unit_access { OP_FLAG_FADVISE_FUA } else { 0 };
                 // SAFETY: see above; the buffer is readable for `buffer.len()` bytes.
                 unsafe {
-                    (library.rbd_aio_write2)(image, lba * block_size, buffer.len(), buffer.as_ptr().cast(), completion, flags)
+                    (library.rbd_aio_write2)(
+                        image,
+                        lba * block_size,
+                        buffer.len(),
+                        buffer.as_ptr().cast(),
+                        completion,
+                        flags,
+                    )
                 }
             }
             // SAFETY: see above; no buffer.
@@ -165,7 +175,14 @@ impl RbdQueue {
             IoOp::WriteZeroes { lba, blocks, .. } => {
                 // SAFETY: see above; no buffer.
                 unsafe {
-                    (library.rbd_aio_write_zeroes)(image, lba * block_size, (blocks * block_size) as usize, completion, 0, 0)
+                    (library.rbd_aio_write_zeroes)(
+                        image,
+                        lba * block_size,
+                        (blocks * block_size) as usize,
+                        completion,
+                        0,
+                        0,
+                    )
                 }
             }
             IoOp::Deallocate { lba, blocks } => {

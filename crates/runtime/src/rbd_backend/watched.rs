@@ -148,7 +148,14 @@ impl Drop for Watch {
     }
 }
 
-unsafe extern "C" fn on_notice(argument: *mut c_void, notify_id: u64, cookie: u64, _notifier: u64, data: *mut c_void, length: usize) {
+unsafe extern "C" fn on_notice(
+    argument: *mut c_void,
+    notify_id: u64,
+    cookie: u64,
+    _notifier: u64,
+    data: *mut c_void,
+    length: usize,
+) {
     // SAFETY: `argument` is the boxed WatchContext, alive until Drop has flushed the
     // callbacks.
     let context = unsafe { &*argument.cast::<WatchContext>() };
@@ -169,7 +176,9 @@ unsafe extern "C" fn on_notice(argument: *mut c_void, notify_id: u64, cookie: u6
 unsafe extern "C" fn on_watch_error(argument: *mut c_void, _cookie: u64, error: c_int) {
     // SAFETY: as in `on_notice`.
     let context = unsafe { &*argument.cast::<WatchContext>() };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (context.handler)(WatchEvent::Lost(RadosErrno(error)))));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (context.handler)(WatchEvent::Lost(RadosErrno(error)))
+    }));
 }
 
 fn name(text: &str) -> CString {
@@ -189,7 +198,13 @@ impl RadosObject {
         let mut buffer = vec![0u8; max_bytes];
         // SAFETY: the context is live; the buffer is writable for its whole length.
         let code = unsafe {
-            (self.cluster.library.rados_read)(self.io, self.object.as_ptr(), buffer.as_mut_ptr().cast::<c_char>(), buffer.len(), 0)
+            (self.cluster.library.rados_read)(
+                self.io,
+                self.object.as_ptr(),
+                buffer.as_mut_ptr().cast::<c_char>(),
+                buffer.len(),
+                0,
+            )
         };
         if code < 0 {
             let errno = RadosErrno(code);
@@ -205,7 +220,13 @@ impl RadosObject {
     /// Replaces the object's content with `content` and its attribute `attribute`
     /// with `new_value`, in one operation that runs only if the attribute still is
     /// `expected` (or, with `None`, if the object does not exist yet).
-    pub fn replace_record(&self, attribute: &str, expected: Option<&[u8]>, new_value: &[u8], content: &[u8]) -> Result<(), ReplaceError> {
+    pub fn replace_record(
+        &self,
+        attribute: &str,
+        expected: Option<&[u8]>,
+        new_value: &[u8],
+        content: &[u8],
+    ) -> Result<(), ReplaceError> {
         let library = self.cluster.library;
         let attribute = name(attribute);
         // SAFETY: creating an empty operation has no preconditions.
@@ -226,9 +247,15 @@ impl RadosObject {
                     value.len(),
                 ),
             }
-            (library.rados_write_op_setxattr)(operation, attribute.as_ptr(), new_value.as_ptr().cast::<c_char>(), new_value.len());
+            (library.rados_write_op_setxattr)(
+                operation,
+                attribute.as_ptr(),
+                new_value.as_ptr().cast::<c_char>(),
+                new_value.len(),
+            );
             (library.rados_write_op_write_full)(operation, content.as_ptr().cast::<c_char>(), content.len());
-            let code = (library.rados_write_op_operate)(operation, self.io, self.object.as_ptr(), std::ptr::null_mut(), 0);
+            let code =
+                (library.rados_write_op_operate)(operation, self.io, self.object.as_ptr(), std::ptr::null_mut(), 0);
             (library.rados_release_write_op)(operation);
             code
         };
@@ -236,7 +263,9 @@ impl RadosObject {
             0.. => Ok(()),
             // cmpxattr mismatch, an exclusive create of an existing object, or the
             // attribute missing on an object someone else created.
-            code if code == -libc::ECANCELED || code == -libc::EEXIST || code == -libc::ENODATA => Err(ReplaceError::Changed),
+            code if code == -libc::ECANCELED || code == -libc::EEXIST || code == -libc::ENODATA => {
+                Err(ReplaceError::Changed)
+            }
             code => Err(ReplaceError::Cluster(RadosErrno(code))),
         }
     }
@@ -277,7 +306,14 @@ impl RadosObject {
             // SAFETY: `reply` is the buffer librados returned with its length (set
             // also on timeout); the out pointers are valid.
             let decoded = unsafe {
-                (library.rados_decode_notify_response)(reply, reply_length, &mut acks, &mut ack_count, &mut timeouts, &mut timeout_count)
+                (library.rados_decode_notify_response)(
+                    reply,
+                    reply_length,
+                    &mut acks,
+                    &mut ack_count,
+                    &mut timeouts,
+                    &mut timeout_count,
+                )
             };
             if decoded == 0 {
                 if !timeouts.is_null() && timeout_count > 0 {

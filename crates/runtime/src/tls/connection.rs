@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{PskLookup, Progress, TlsError, TlsServer, TlsSession, MAX_TLS_PENDING_CIPHERTEXT_BYTES};
+use super::{Progress, PskLookup, TlsError, TlsServer, TlsSession, MAX_TLS_PENDING_CIPHERTEXT_BYTES};
 use crate::send::{for_each_slice, IovecScratch};
 use crate::{CloseReason, ConnectionHandler, SendParts, SendSource};
 

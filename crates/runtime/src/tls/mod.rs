@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use openssl::ex_data::Index;
 use openssl::ssl::{
-    ClientHelloResponse, ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslStream, SslVersion,
-    SslVerifyMode,
+    ClientHelloResponse, ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslStream,
+    SslVerifyMode, SslVersion,
 };
 use zeroize::Zeroizing;
 
@@ -213,11 +213,12 @@ impl TlsServer {
                 let identities = psk::offered_identities(ssl);
                 // A panic must not unwind into C (the crate does not catch it here).
                 let lookup = || {
-                    identities.into_iter().find_map(|identity| {
-                        (state.lookup)(identity).map(|choice| (identity.to_vec(), choice))
-                    })
+                    identities
+                        .into_iter()
+                        .find_map(|identity| (state.lookup)(identity).map(|choice| (identity.to_vec(), choice)))
                 };
-                let (identity, choice) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(lookup)).ok().flatten()?;
+                let (identity, choice) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(lookup)).ok().flatten()?;
                 let suite = choice.suite;
                 *state.found.lock().unwrap_or_else(PoisonError::into_inner) = Some((identity, choice));
                 Some(suite)
@@ -376,7 +377,8 @@ impl TlsSession {
         if self.role == Role::Server {
             if let Some(index) = server_state_index() {
                 let state = self.stream.ssl().ex_data(index);
-                let refused = state.and_then(|state| state.refused.lock().unwrap_or_else(PoisonError::into_inner).clone());
+                let refused =
+                    state.and_then(|state| state.refused.lock().unwrap_or_else(PoisonError::into_inner).clone());
                 if let Some(identity) = refused {
                     return format!("no key for PSK identity {:?}", String::from_utf8_lossy(&identity));
                 }
@@ -474,7 +476,10 @@ impl TlsSession {
             return None;
         }
         let index = server_state_index()?;
-        self.stream.ssl().ex_data(index).and_then(|state| state.chosen.lock().unwrap_or_else(PoisonError::into_inner).clone())
+        self.stream
+            .ssl()
+            .ex_data(index)
+            .and_then(|state| state.chosen.lock().unwrap_or_else(PoisonError::into_inner).clone())
     }
 
     /// The suite the handshake agreed on.

@@ -11,8 +11,12 @@ use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
 
 use super::{client_state_index, server_state_index, CipherSuite, ClientState, ServerState};
 
-type FindSessionCallback =
-    unsafe extern "C" fn(ssl: *mut SSL, identity: *const u8, identity_len: usize, session: *mut *mut SSL_SESSION) -> c_int;
+type FindSessionCallback = unsafe extern "C" fn(
+    ssl: *mut SSL,
+    identity: *const u8,
+    identity_len: usize,
+    session: *mut *mut SSL_SESSION,
+) -> c_int;
 type UseSessionCallback = unsafe extern "C" fn(
     ssl: *mut SSL,
     md: *const EVP_MD,
@@ -75,7 +79,8 @@ pub(super) const MAX_IDENTITIES_LOOKED_UP: usize = 4;
 /// which are ignored here. Malformed input yields what parsed before the fault.
 pub(super) fn parse_offered_identities(extension: &[u8]) -> Vec<&[u8]> {
     let mut identities = Vec::new();
-    let Some(list_length) = extension.get(..2).map(|bytes| usize::from(u16::from_be_bytes([bytes[0], bytes[1]]))) else {
+    let Some(list_length) = extension.get(..2).map(|bytes| usize::from(u16::from_be_bytes([bytes[0], bytes[1]])))
+    else {
         return identities;
     };
     let Some(mut list) = extension.get(2..2 + list_length) else { return identities };
@@ -149,8 +154,12 @@ unsafe extern "C" fn find_session(
     if state.is_null() || (identity.is_null() && identity_len != 0) {
         return 0;
     }
-    // SAFETY: libssl hands over `identity_len` readable bytes (or none).
-    let offered = if identity_len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(identity, identity_len) } };
+    let offered = if identity_len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: libssl hands over `identity_len` readable bytes.
+        unsafe { std::slice::from_raw_parts(identity, identity_len) }
+    };
     // SAFETY: the state lives as long as the SSL, which is inside this handshake; no
     // Rust reference to it is alive while libssl runs the handshake.
     let state = unsafe { &*state };

@@ -46,9 +46,10 @@ fn pump(from: &mut TlsSession, to: &mut TlsSession) {
 
 #[test]
 fn both_suites_handshake_and_carry_data_both_ways() {
-    for (suite, name) in
-        [(CipherSuite::Aes128GcmSha256, "TLS_AES_128_GCM_SHA256"), (CipherSuite::Aes256GcmSha384, "TLS_AES_256_GCM_SHA384")]
-    {
+    for (suite, name) in [
+        (CipherSuite::Aes128GcmSha256, "TLS_AES_128_GCM_SHA256"),
+        (CipherSuite::Aes256GcmSha384, "TLS_AES_256_GCM_SHA384"),
+    ] {
         let mut server = server_session(suite);
         let mut client = TlsClient::new().expect("client").session(IDENTITY, key(7, suite)).expect("session");
         let (client_progress, server_progress) = shake(&mut client, &mut server);

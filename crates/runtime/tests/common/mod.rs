@@ -11,7 +11,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use runtime::{CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service};
+use runtime::{
+    CloseReason, ConnectionHandler, ListenerId, PollMode, Runtime, RuntimeConfig, SendParts, SendSource, Service,
+};
 
 /// The longest any single test step may take.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);

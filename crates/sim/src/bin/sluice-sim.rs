@@ -68,12 +68,20 @@ fn replay_hint(report: &SeedReport, canary: Option<Canary>) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { seeds, first_seed, canary, jobs, time_limit_s } => run(seeds, first_seed, canary, jobs, time_limit_s),
+        Command::Run { seeds, first_seed, canary, jobs, time_limit_s } => {
+            run(seeds, first_seed, canary, jobs, time_limit_s)
+        }
         Command::Replay { seed, canary, quiet } => replay(seed, canary, quiet),
     }
 }
 
-fn run(seeds: u64, first_seed: u64, canary: Option<Canary>, jobs: Option<usize>, time_limit_s: Option<u64>) -> ExitCode {
+fn run(
+    seeds: u64,
+    first_seed: u64,
+    canary: Option<Canary>,
+    jobs: Option<usize>,
+    time_limit_s: Option<u64>,
+) -> ExitCode {
     // Panics are reported per seed with their message; the default hook's backtrace
     // noise would bury the summary.
     std::panic::set_hook(Box::new(|_| {}));

@@ -1,5 +1,5 @@
 //! The cluster's reservation authority of a gateway group, as `sluice serve` keeps it
-//! in RADOS (`apps/sluice/src/gateway/reservations.rs`): one record per namespace
+//! in RADOS (`crates/sluice-gateway/src/reservations.rs`): one record per namespace
 //! with a sequence; each gateway's [`GatewayAuthority`] hands changes to it; changes
 //! are applied one at a time with the target's own rules (`ReservationChange::apply`)
 //! after a simulated round trip; an accepted change is notified to every gateway
@@ -90,12 +90,7 @@ pub enum GatewayAction {
     /// not acknowledge its own notice: `Target::install_own_change`, then wait for
     /// the fence it returns (bounded as a notice's) and tell the cluster
     /// ([`Cluster::own_fence_settled`]) before the change is answered.
-    OwnFence {
-        gateway: usize,
-        instance: u64,
-        publication: u64,
-        update: GroupUpdate,
-    },
+    OwnFence { gateway: usize, instance: u64, publication: u64, update: GroupUpdate },
 }
 
 /// Why the cluster fenced a gateway that did not acknowledge a notice.
@@ -323,9 +318,7 @@ impl Cluster {
     }
 
     fn state(&self) -> MutexGuard<'_, ClusterState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The authority gateway `gateway`'s process `instance` gives its target.
@@ -337,12 +330,7 @@ impl Cluster {
         instance: u64,
         vouch: Option<Arc<CopyVouch>>,
     ) -> GatewayAuthority {
-        GatewayAuthority {
-            cluster: Arc::clone(self),
-            gateway,
-            instance,
-            vouch,
-        }
+        GatewayAuthority { cluster: Arc::clone(self), gateway, instance, vouch }
     }
 
     /// A gateway process starts: a new cluster client (not blocklisted) taking its
@@ -352,11 +340,8 @@ impl Cluster {
     pub fn gateway_started(&self, gateway: usize, instance: u64) -> bool {
         let now_ns = self.clock.elapsed_ns();
         let mut state = self.state();
-        let whole_group_was_down = state
-            .leases
-            .iter()
-            .enumerate()
-            .all(|(other, &until)| other == gateway || until <= now_ns);
+        let whole_group_was_down =
+            state.leases.iter().enumerate().all(|(other, &until)| other == gateway || until <= now_ns);
         state.leases[gateway] = u64::MAX;
         state.fenced[gateway] = false;
         let epoch = state.watches[gateway].epoch;
@@ -377,17 +362,12 @@ impl Cluster {
         let now_ns = self.clock.elapsed_ns();
         let mut state = self.state();
         let state = &mut *state;
-        state.watches[gateway] = Watch {
-            epoch: state.watches[gateway].epoch,
-            ..Watch::default()
-        };
+        state.watches[gateway] = Watch { epoch: state.watches[gateway].epoch, ..Watch::default() };
         // A change whose notifier died waiting for its own fence is never answered
         // (the host's command goes with the process).
         state.publications.retain(|_, publication| {
             !((publication.awaiting_own_fence || publication.answer_at_ns.is_some())
-                && publication
-                    .notifier
-                    .is_some_and(|(notifier, _)| notifier == gateway))
+                && publication.notifier.is_some_and(|(notifier, _)| notifier == gateway))
         });
         state.leases[gateway] = now_ns + state.faults.lease_ns;
         let requests = std::mem::take(&mut state.requests);
@@ -417,9 +397,7 @@ impl Cluster {
             publication.waiting.remove(&(gateway, instance));
         }
         if !state.canary_missed_notice {
-            state
-                .actions
-                .push(GatewayAction::MarkUnknown { gateway, instance });
+            state.actions.push(GatewayAction::MarkUnknown { gateway, instance });
         }
     }
 
@@ -447,11 +425,7 @@ impl Cluster {
 
     /// How many changes `instance` handed over for `host` so far.
     pub fn calls(&self, instance: u64, host: HostId) -> u64 {
-        self.state()
-            .calls
-            .get(&(instance, host))
-            .copied()
-            .unwrap_or(0)
+        self.state().calls.get(&(instance, host)).copied().unwrap_or(0)
     }
 
     /// The record's current sequence.
@@ -500,13 +474,7 @@ impl Cluster {
     /// waited for its own fence ([`GatewayAction::OwnFence`]): when the writes did not
     /// drain within the bound it is fenced (it blocklists itself); then the change is
     /// answered.
-    pub fn own_fence_settled(
-        &self,
-        publication: u64,
-        gateway: usize,
-        instance: u64,
-        drained: bool,
-    ) {
+    pub fn own_fence_settled(&self, publication: u64, gateway: usize, instance: u64, drained: bool) {
         let mut state = self.state();
         let state = &mut *state;
         let Some(waiting) = state.publications.get(&publication) else {
@@ -540,9 +508,7 @@ impl Cluster {
     pub fn round_trip_succeeds(&self, gateway: usize, instance: u64) -> bool {
         let now_ns = self.clock.elapsed_ns();
         let state = self.state();
-        now_ns >= state.paused_until_ns
-            && !state.fenced[gateway]
-            && state.watches[gateway].instance == Some(instance)
+        now_ns >= state.paused_until_ns && !state.fenced[gateway] && state.watches[gateway].instance == Some(instance)
     }
 
     /// The earliest time the cluster has something to do.
@@ -565,12 +531,7 @@ impl Cluster {
                     Some(publication.deadline_ns)
                 }
             }))
-            .chain(
-                state
-                    .watches
-                    .iter()
-                    .filter_map(|watch| watch.register_at_ns),
-            )
+            .chain(state.watches.iter().filter_map(|watch| watch.register_at_ns))
             .map(|at| at.max(paused))
             .min()
     }

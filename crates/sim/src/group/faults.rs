@@ -17,12 +17,7 @@ impl GroupWorld {
         gateway.target = None;
         gateway.loaded = false;
         gateway.restart_at_ns = None;
-        let links: Vec<u64> = gateway
-            .connections
-            .keys()
-            .chain(gateway.draining.keys())
-            .copied()
-            .collect();
+        let links: Vec<u64> = gateway.connections.keys().chain(gateway.draining.keys()).copied().collect();
         gateway.connections.clear();
         gateway.draining.clear();
         gateway.down_until_ns = self.context.clock.elapsed_ns() + down_ns;
@@ -33,10 +28,8 @@ impl GroupWorld {
             }
             self.context.oracle.settle_link(id);
         }
-        self.context
-            .note(|| format!("gateway {index} went down: {why}"));
+        self.context.note(|| format!("gateway {index} went down: {why}"));
     }
-
 
     pub(super) fn schedule_fault(&mut self) {
         let mean = self.plan.mean_fault_interval_ns;
@@ -61,20 +54,10 @@ impl GroupWorld {
             4..=6 => {
                 let victim = self.context.rng.below(self.hosts.len() as u64) as usize;
                 let until = now_ns + self.context.rng.between(MS, 3_000 * MS);
-                for link in self
-                    .context
-                    .links
-                    .values_mut()
-                    .filter(|link| link.owner.host == victim)
-                {
+                for link in self.context.links.values_mut().filter(|link| link.owner.host == victim) {
                     link.held_until_ns = link.held_until_ns.max(until);
                 }
-                self.context.note(|| {
-                    format!(
-                        "fault: host {victim} partitioned for {} ms",
-                        (until - now_ns) / MS
-                    )
-                });
+                self.context.note(|| format!("fault: host {victim} partitioned for {} ms", (until - now_ns) / MS));
             }
             7..=9 => {
                 let ids: Vec<u64> = self.context.links.keys().copied().collect();
@@ -91,20 +74,15 @@ impl GroupWorld {
                 let again_ns = self.context.rng.between(MS, 1_000 * MS);
                 self.watch_breaks += 1;
                 self.context.cluster.break_watch(gateway, again_ns);
-                self.context
-                    .note(|| format!("fault: gateway {gateway}'s watch broke"));
+                self.context.note(|| format!("fault: gateway {gateway}'s watch broke"));
             }
             16 => self.power_loss(),
             17..=19 => {
                 let until = now_ns + self.context.rng.between(MS, self.plan.cluster.lease_ns);
                 self.context.store.stall(gateway, until);
                 self.fences.stalled(gateway, now_ns, until);
-                self.context.note(|| {
-                    format!(
-                        "fault: gateway {gateway}'s storage stalls for {} ms",
-                        (until - now_ns) / MS
-                    )
-                });
+                self.context
+                    .note(|| format!("fault: gateway {gateway}'s storage stalls for {} ms", (until - now_ns) / MS));
             }
             _ => {
                 // 14 and 15: the cluster restarts.
@@ -112,16 +90,10 @@ impl GroupWorld {
                 self.cluster_restarts += 1;
                 self.context.store.pause_until(until);
                 self.context.cluster.restart(until);
-                self.context.note(|| {
-                    format!(
-                        "fault: the cluster restarts for {} ms",
-                        (until - now_ns) / MS
-                    )
-                });
+                self.context.note(|| format!("fault: the cluster restarts for {} ms", (until - now_ns) / MS));
             }
         }
     }
-
 
     /// Every gateway goes down at once; with PTPL off the registrations and the
     /// reservation do not survive it if none comes back within a lease (their

@@ -1,5 +1,5 @@
 //! Preempt and Abort's fence on a gateway group, as `sluice serve` keeps it
-//! (`apps/sluice/src/gateway/fence_waits.rs`): a gateway installs a notice at once
+//! (`crates/sluice-gateway/src/fence_waits.rs`): a gateway installs a notice at once
 //! (from then on the preempted hosts' new writes are refused) and acknowledges it only
 //! once the fence `Target::install_group_reservations` returned has drained (the
 //! preempted hosts' writes already at storage there completed), or withholds it when
@@ -85,9 +85,7 @@ impl Fences {
     }
 
     fn finisher_blocked(&self, gateway: usize) -> bool {
-        self.waits
-            .iter()
-            .any(|wait| wait.blocking && wait.gateway == gateway)
+        self.waits.iter().any(|wait| wait.blocking && wait.gateway == gateway)
     }
 
     /// The gateway's process died: its waits and queued notices go with it.
@@ -102,9 +100,7 @@ impl Fences {
     }
 
     fn stalled_during(&self, gateway: usize, from_ns: u64, to_ns: u64) -> bool {
-        self.stalls[gateway]
-            .iter()
-            .any(|&(from, to)| from <= to_ns && to >= from_ns)
+        self.stalls[gateway].iter().any(|&(from, to)| from <= to_ns && to >= from_ns)
     }
 
     /// When the next wait's bound passes.
@@ -129,17 +125,9 @@ impl GroupWorld {
             && self.fences.finisher_blocked(index)
         {
             self.context.note(|| {
-                format!(
-                    "gateway {index}: the notice of sequence {} waits behind the blocked finisher",
-                    update.sequence
-                )
+                format!("gateway {index}: the notice of sequence {} waits behind the blocked finisher", update.sequence)
             });
-            self.fences.backlog[index].push_back(QueuedNotice {
-                instance,
-                update,
-                publication,
-                acknowledgement_lost,
-            });
+            self.fences.backlog[index].push_back(QueuedNotice { instance, update, publication, acknowledgement_lost });
             return;
         }
         self.install(index, instance, &update, publication, acknowledgement_lost);
@@ -154,11 +142,7 @@ impl GroupWorld {
         acknowledgement_lost: bool,
     ) {
         let gateway = &mut self.gateways[index];
-        let Some(target) = gateway
-            .target
-            .clone()
-            .filter(|_| gateway.instance == instance)
-        else {
+        let Some(target) = gateway.target.clone().filter(|_| gateway.instance == instance) else {
             return;
         };
         let fence = target.install_group_reservations(&NGUID, update);
@@ -184,9 +168,7 @@ impl GroupWorld {
         };
         if fence.is_drained() {
             if !acknowledgement_lost {
-                self.context
-                    .cluster
-                    .acknowledge(publication, index, instance);
+                self.context.cluster.acknowledge(publication, index, instance);
             }
             return;
         }
@@ -220,22 +202,10 @@ impl GroupWorld {
     /// preempted a host, and did not acknowledge its own notice: it installs the
     /// change itself and waits for its writes of the preempted hosts before the
     /// change is answered (`sluice serve`'s `wait_for_own_fence`).
-    pub(super) fn own_fence(
-        &mut self,
-        index: usize,
-        instance: u64,
-        publication: u64,
-        update: &GroupUpdate,
-    ) {
+    pub(super) fn own_fence(&mut self, index: usize, instance: u64, publication: u64, update: &GroupUpdate) {
         let gateway = &self.gateways[index];
-        let Some(target) = gateway
-            .target
-            .clone()
-            .filter(|_| gateway.instance == instance)
-        else {
-            self.context
-                .cluster
-                .own_fence_settled(publication, index, instance, false);
+        let Some(target) = gateway.target.clone().filter(|_| gateway.instance == instance) else {
+            self.context.cluster.own_fence_settled(publication, index, instance, false);
             return;
         };
         let fence = target.install_own_change(&NGUID, update);
@@ -247,9 +217,7 @@ impl GroupWorld {
             )
         });
         if fence.is_drained() {
-            self.context
-                .cluster
-                .own_fence_settled(publication, index, instance, true);
+            self.context.cluster.own_fence_settled(publication, index, instance, true);
             return;
         }
         self.fences.waited += 1;
@@ -287,36 +255,21 @@ impl GroupWorld {
                 unblocked.push(index);
             }
             if wait.own {
-                self.context.cluster.own_fence_settled(
-                    wait.publication,
-                    index,
-                    wait.instance,
-                    drained,
-                );
+                self.context.cluster.own_fence_settled(wait.publication, index, wait.instance, drained);
                 self.context.note(|| {
                     format!(
                         "gateway {index}: its own fence for sequence {sequence} {}",
-                        if drained {
-                            "drained"
-                        } else {
-                            "did not drain within its bound: it fences itself"
-                        }
+                        if drained { "drained" } else { "did not drain within its bound: it fences itself" }
                     )
                 });
             } else if drained {
                 if !wait.acknowledgement_lost {
-                    self.context
-                        .cluster
-                        .acknowledge(wait.publication, index, wait.instance);
+                    self.context.cluster.acknowledge(wait.publication, index, wait.instance);
                 }
-                self.context.note(|| {
-                    format!("gateway {index}: the fence drained, sequence {sequence} acknowledged")
-                });
+                self.context.note(|| format!("gateway {index}: the fence drained, sequence {sequence} acknowledged"));
             } else {
                 self.fences.withheld_count += 1;
-                self.fences
-                    .withheld
-                    .insert((wait.instance, wait.publication));
+                self.fences.withheld.insert((wait.instance, wait.publication));
                 self.context.note(|| {
                     format!("gateway {index}: the fence did not drain within its bound, sequence {sequence} not acknowledged")
                 });
@@ -327,13 +280,7 @@ impl GroupWorld {
                 let Some(queued) = self.fences.backlog[index].pop_front() else {
                     break;
                 };
-                self.install(
-                    index,
-                    queued.instance,
-                    &queued.update,
-                    queued.publication,
-                    queued.acknowledgement_lost,
-                );
+                self.install(index, queued.instance, &queued.update, queued.publication, queued.acknowledgement_lost);
             }
         }
         moved
@@ -345,26 +292,16 @@ impl GroupWorld {
         let now_ns = self.context.clock.elapsed_ns();
         for record in self.context.cluster.take_fences() {
             let cause = record.cause;
-            self.context.note(|| {
-                format!(
-                    "gateway {} fenced for sequence {}: {cause:?}",
-                    record.gateway, record.sequence
-                )
-            });
+            self.context
+                .note(|| format!("gateway {} fenced for sequence {}: {cause:?}", record.gateway, record.sequence));
             if !matches!(cause, FenceCause::Silent | FenceCause::OwnFenceUndrained)
-                || self
-                    .fences
-                    .stalled_during(record.gateway, record.committed_ns, now_ns)
+                || self.fences.stalled_during(record.gateway, record.committed_ns, now_ns)
             {
                 continue;
             }
             let why = if cause == FenceCause::OwnFenceUndrained {
                 "it made the change and its own fence did not drain within the bound"
-            } else if self
-                .fences
-                .withheld
-                .contains(&(record.instance, record.publication))
-            {
+            } else if self.fences.withheld.contains(&(record.instance, record.publication)) {
                 "it withheld its acknowledgement: its fence did not drain within the bound"
             } else {
                 "it never acknowledged"

@@ -12,9 +12,7 @@ mod workload;
 
 use std::collections::BTreeMap;
 
-use nvme_host::{
-    commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState,
-};
+use nvme_host::{commands, HostCommand, HostCompletion, HostError, HostQueue, QueueConfig, QueueState};
 use nvme_spec::admin::{async_event_type, AsynchronousEventCompletion};
 use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::log_page::log_id;
@@ -106,11 +104,7 @@ impl Work {
     fn is_io(&self) -> bool {
         !matches!(
             self,
-            Work::PropertySetEnable
-                | Work::SetQueueCount
-                | Work::KeepAlive
-                | Work::AsyncEvent
-                | Work::NoticeLog
+            Work::PropertySetEnable | Work::SetQueueCount | Work::KeepAlive | Work::AsyncEvent | Work::NoticeLog
         )
     }
 
@@ -210,22 +204,11 @@ impl GroupHost {
         QueueConfig {
             queue_id: QueueId(queue_id),
             queue_size: if admin { 32 } else { self.settings.queue_size },
-            controller_id: if admin {
-                ControllerId::DYNAMIC
-            } else {
-                self.controller_id
-            },
+            controller_id: if admin { ControllerId::DYNAMIC } else { self.controller_id },
             subsystem_nqn: SUBSYSTEM_NQN.into(),
-            host_nqn: format!(
-                "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{:012x}",
-                self.index + 1
-            ),
+            host_nqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{:012x}", self.index + 1),
             host_identifier: host_identifier(self.index),
-            keep_alive_timeout_ms: if admin {
-                self.settings.keep_alive_timeout_ms
-            } else {
-                0
-            },
+            keep_alive_timeout_ms: if admin { self.settings.keep_alive_timeout_ms } else { 0 },
             digests: DigestSettings::default(),
             command_timeout_ms: self.settings.command_timeout_ms,
             max_r2t_outstanding: 0,
@@ -235,11 +218,7 @@ impl GroupHost {
 
     /// The queue a link carries.
     pub fn queue_for(&mut self, link: u64) -> Option<&mut HostQueue> {
-        self.admin
-            .iter_mut()
-            .chain(self.io.iter_mut())
-            .find(|end| end.link == link)
-            .map(|end| &mut end.queue)
+        self.admin.iter_mut().chain(self.io.iter_mut()).find(|end| end.link == link).map(|end| &mut end.queue)
     }
 
     /// The link ended under a queue: the association is gone.
@@ -250,32 +229,18 @@ impl GroupHost {
     }
 
     fn open_queue(&mut self, context: &mut GroupContext, queue_id: u16) -> QueueEnd {
-        let link = context.open_link(
-            Link::new(LinkOwner {
-                host: self.index,
-                admin: queue_id == 0,
-            }),
-            self.gateway,
-        );
+        let link = context.open_link(Link::new(LinkOwner { host: self.index, admin: queue_id == 0 }), self.gateway);
         if queue_id == 0 {
             context.notices.controller_opened(self.me(), link);
         }
-        QueueEnd {
-            queue: HostQueue::new(self.config(queue_id), context.clock.now()),
-            link,
-        }
+        QueueEnd { queue: HostQueue::new(self.config(queue_id), context.clock.now()), link }
     }
 
     /// Fails what is outstanding, drops both queues, and reconnects later through
     /// another gateway (a path failed).
     fn tear_down(&mut self, context: &mut GroupContext, why: &str) {
         let now_ns = context.clock.elapsed_ns();
-        let ends: Vec<QueueEnd> = self
-            .admin
-            .take()
-            .into_iter()
-            .chain(self.io.take())
-            .collect();
+        let ends: Vec<QueueEnd> = self.admin.take().into_iter().chain(self.io.take()).collect();
         for QueueEnd { mut queue, link } in ends {
             queue.abandon(HostError::ConnectionLost);
             while let Some(completion) = queue.poll_completion() {
@@ -292,30 +257,19 @@ impl GroupHost {
                 Work::Read { watch, .. } => {
                     let _ = context.oracle.end_read(watch, None);
                 }
-                Work::Write {
-                    lba, blocks, tag, ..
-                } => context.oracle.end_write(
-                    lba,
-                    blocks,
-                    tag,
-                    WriteOutcome::Floating {
-                        link: outstanding.link,
-                    },
-                ),
+                Work::Write { lba, blocks, tag, .. } => {
+                    context.oracle.end_write(lba, blocks, tag, WriteOutcome::Floating { link: outstanding.link })
+                }
                 _ => {}
             }
         }
         self.failures_in_a_row += 1;
-        let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(10))
-            .min(RECONNECT_MAX_DELAY_NS);
-        self.phase = Phase::Down {
-            retry_at_ns: now_ns + delay,
-        };
+        let delay = (RECONNECT_FIRST_DELAY_NS << self.failures_in_a_row.min(10)).min(RECONNECT_MAX_DELAY_NS);
+        self.phase = Phase::Down { retry_at_ns: now_ns + delay };
         self.reconnects += 1;
         if context.gateways > 1 {
             self.gateway =
-                (self.gateway + 1 + context.rng.below(context.gateways as u64 - 1) as usize)
-                    % context.gateways;
+                (self.gateway + 1 + context.rng.below(context.gateways as u64 - 1) as usize) % context.gateways;
         }
         let (index, gateway) = (self.index, self.gateway);
         context.note(|| {
@@ -353,19 +307,14 @@ impl GroupHost {
             .iter()
             .chain(self.io.iter())
             .find(|end| end.queue.state() == QueueState::Failed)
-            .map(|end| {
-                end.queue
-                    .error()
-                    .map_or_else(|| "queue failed".to_string(), |error| error.to_string())
-            });
+            .map(|end| end.queue.error().map_or_else(|| "queue failed".to_string(), |error| error.to_string()));
         if let Some(why) = failed {
             self.tear_down(context, &why);
         }
         self.advance_bring_up(context);
         if self.phase == Phase::Running {
             if now_ns >= self.keep_alive_due_ns {
-                self.keep_alive_due_ns =
-                    now_ns + u64::from(self.settings.keep_alive_timeout_ms) * 1_000_000 / 3;
+                self.keep_alive_due_ns = now_ns + u64::from(self.settings.keep_alive_timeout_ms) * 1_000_000 / 3;
                 self.submit(context, false, commands::keep_alive(), Work::KeepAlive);
             }
             if submit_io {
@@ -380,11 +329,7 @@ impl GroupHost {
             context.send(end.link, &self.transmit_buffer, true);
         }
         // What other hosts' Preempts aim at.
-        context.writing[self.index] = self
-            .outstanding
-            .values()
-            .filter(|entry| entry.work.is_write())
-            .count() as u32;
+        context.writing[self.index] = self.outstanding.values().filter(|entry| entry.work.is_write()).count() as u32;
         context.keys[self.index] = self.key;
     }
 
@@ -420,18 +365,8 @@ impl GroupHost {
         }
     }
 
-    fn submit(
-        &mut self,
-        context: &mut GroupContext,
-        io: bool,
-        mut command: HostCommand,
-        work: Work,
-    ) -> bool {
-        let end = if io {
-            self.io.as_mut()
-        } else {
-            self.admin.as_mut()
-        };
+    fn submit(&mut self, context: &mut GroupContext, io: bool, mut command: HostCommand, work: Work) -> bool {
+        let end = if io { self.io.as_mut() } else { self.admin.as_mut() };
         let Some(end) = end else {
             return false;
         };
@@ -442,38 +377,23 @@ impl GroupHost {
         let link = end.link;
         let index = self.index;
         context.note(|| format!("host {index} submits {work:?} on link {link}"));
-        self.outstanding.insert(
-            self.next_user_tag,
-            Outstanding {
-                work,
-                submitted_ns: context.clock.elapsed_ns(),
-                link,
-            },
-        );
+        self.outstanding
+            .insert(self.next_user_tag, Outstanding { work, submitted_ns: context.clock.elapsed_ns(), link });
         self.next_user_tag += 1;
         true
     }
 
     fn io_in_flight(&self) -> usize {
-        self.outstanding
-            .values()
-            .filter(|entry| entry.work.is_io())
-            .count()
+        self.outstanding.values().filter(|entry| entry.work.is_io()).count()
     }
 
     fn reservation_in_flight(&self) -> bool {
-        self.outstanding
-            .values()
-            .any(|entry| matches!(entry.work, Work::Reservation { .. } | Work::Report { .. }))
+        self.outstanding.values().any(|entry| matches!(entry.work, Work::Reservation { .. } | Work::Report { .. }))
     }
-
 
     fn complete(&mut self, context: &mut GroupContext, completion: HostCompletion) {
         let Some(outstanding) = self.outstanding.remove(&completion.user_tag) else {
-            context.violation(format!(
-                "host {}: completion for unknown tag {}",
-                self.index, completion.user_tag
-            ));
+            context.violation(format!("host {}: completion for unknown tag {}", self.index, completion.user_tag));
             return;
         };
         let status = if completion.transport_error.is_some() {
@@ -484,13 +404,7 @@ impl GroupHost {
         let ok = status.is_success();
         let me = self.me();
         let index = self.index;
-        context.note(|| {
-            format!(
-                "host {index} completes {:?}: status {:#x}",
-                outstanding.work,
-                status.field()
-            )
-        });
+        context.note(|| format!("host {index} completes {:?}: status {:#x}", outstanding.work, status.field()));
         context.mix(u64::from(status.field()) << 8 | u64::from(me));
         if ok {
             self.completed_ok += 1;
@@ -498,17 +412,14 @@ impl GroupHost {
         if status.kind() == Status::RESERVATION_CONFLICT.kind() {
             self.conflicts += 1;
         }
-        let path_error = [Status::INTERNAL_PATH_ERROR, Status::NAMESPACE_NOT_READY]
-            .iter()
-            .any(|path| path.kind() == status.kind());
+        let path_error =
+            [Status::INTERNAL_PATH_ERROR, Status::NAMESPACE_NOT_READY].iter().any(|path| path.kind() == status.kind());
         if path_error {
             // Path errors are the answer of a gateway that cannot vouch for its
             // reservations (copy unknown, or fenced), and only of one.
             let instance = context.link_instance.get(&outstanding.link).copied();
             let now_ns = context.clock.elapsed_ns();
-            if !instance.is_some_and(|instance| {
-                context.had_trouble(instance, outstanding.submitted_ns, now_ns)
-            }) {
+            if !instance.is_some_and(|instance| context.had_trouble(instance, outstanding.submitted_ns, now_ns)) {
                 context.violation(format!(
                     "host {index}: {:?} got path error {:#x} from gateway process {instance:?}, which vouched for its reservations all along",
                     outstanding.work,
@@ -549,38 +460,22 @@ impl GroupHost {
                 self.reading_notices = false;
                 Ok(())
             }
-            Work::Reservation {
-                calls_before,
-                instance,
-                replaced_to,
-            } => {
+            Work::Reservation { calls_before, instance, replaced_to } => {
                 if let Some(key) = replaced_to.filter(|_| ok) {
                     self.key = key;
                 }
                 let now_ns = context.clock.elapsed_ns();
-                context
-                    .group
-                    .change_answered(instance, me, calls_before, status, now_ns)
+                context.group.change_answered(instance, me, calls_before, status, now_ns)
             }
             Work::Report { floor } if ok => context.group.report_answered(&completion.data, floor),
             Work::Report { .. } => expect_path_failure(status),
             Work::Read { watch, floor } => {
                 let data = ok.then_some(completion.data.as_slice());
-                context
-                    .oracle
-                    .end_read(watch, data)
-                    .and_then(|()| self.check_access(context, false, status, floor))
+                context.oracle.end_read(watch, data).and_then(|()| self.check_access(context, false, status, floor))
             }
-            Work::Write {
-                lba,
-                blocks,
-                tag,
-                floor,
-            } => {
+            Work::Write { lba, blocks, tag, floor } => {
                 let outcome = if ok {
-                    WriteOutcome::Acknowledged {
-                        force_unit_access: false,
-                    }
+                    WriteOutcome::Acknowledged { force_unit_access: false }
                 } else if status.kind() == Status::RESERVATION_CONFLICT.kind() {
                     WriteOutcome::NotApplied
                 } else {
@@ -589,21 +484,21 @@ impl GroupHost {
                 context.oracle.end_write(lba, blocks, tag, outcome);
                 self.check_access(context, true, status, floor)
             }
-            Work::LockRead { lba, floor } => {
-                self.check_access(context, false, status, floor).and_then(|()| {
-                    if !ok {
-                        return Ok(());
-                    }
-                    let value = decode_block(lba, &completion.data)?;
-                    self.lock_values[lba as usize] = value;
-                    let log = context.store.register_log(lba);
-                    if reference::was_current(&log, value, outstanding.submitted_ns, context.clock.elapsed_ns()) {
-                        Ok(())
-                    } else {
-                        Err(format!("lock block {lba} read as {value}, which it did not hold while the read was outstanding"))
-                    }
-                })
-            }
+            Work::LockRead { lba, floor } => self.check_access(context, false, status, floor).and_then(|()| {
+                if !ok {
+                    return Ok(());
+                }
+                let value = decode_block(lba, &completion.data)?;
+                self.lock_values[lba as usize] = value;
+                let log = context.store.register_log(lba);
+                if reference::was_current(&log, value, outstanding.submitted_ns, context.clock.elapsed_ns()) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "lock block {lba} read as {value}, which it did not hold while the read was outstanding"
+                    ))
+                }
+            }),
             // A miscompare, or the pair aborted because its Write was refused, is
             // checked with the Write; a reservation answer is checked here.
             Work::Compare { floor } => {
@@ -616,12 +511,9 @@ impl GroupHost {
                     self.check_access(context, false, status, floor)
                 }
             }
-            Work::CompareWrite {
-                lba,
-                compare,
-                new,
-                floor,
-            } => self.compare_and_write_answered(context, lba, compare, new, floor, status, outstanding.submitted_ns),
+            Work::CompareWrite { lba, compare, new, floor } => {
+                self.compare_and_write_answered(context, lba, compare, new, floor, status, outstanding.submitted_ns)
+            }
         };
         if let Err(problem) = checked {
             context.violation(format!("host {}: {problem}", self.index));
@@ -648,15 +540,8 @@ impl GroupHost {
                 .map_err(|problem| format!("lock block {lba}: {problem}"));
         }
         if status.kind() == Status::COMPARE_FAILURE.kind() {
-            if reference::was_current_throughout(
-                &log,
-                compare,
-                submitted_ns,
-                context.clock.elapsed_ns(),
-            ) {
-                return Err(format!(
-                    "lock block {lba}: Compare Failure though it held {compare} all along"
-                ));
+            if reference::was_current_throughout(&log, compare, submitted_ns, context.clock.elapsed_ns()) {
+                return Err(format!("lock block {lba}: Compare Failure though it held {compare} all along"));
             }
             return Ok(());
         }
@@ -687,12 +572,7 @@ impl GroupHost {
     }
 
     fn read_notice_log(&mut self, context: &mut GroupContext) {
-        let command = commands::get_log_page(
-            log_id::RESERVATION_NOTIFICATION,
-            NamespaceId::BROADCAST,
-            0,
-            64,
-        );
+        let command = commands::get_log_page(log_id::RESERVATION_NOTIFICATION, NamespaceId::BROADCAST, 0, 64);
         if !self.submit(context, false, command, Work::NoticeLog) {
             self.reading_notices = false;
         }
@@ -718,22 +598,14 @@ impl GroupHost {
     /// The end: the notices owed to the controller the host still uses were read.
     pub fn check_notices(&self, context: &GroupContext, before_ns: u64) -> Result<(), String> {
         match (&self.admin, self.phase) {
-            (Some(admin), Phase::Running) => {
-                context.notices.check_end(self.me(), admin.link, before_ns)
-            }
+            (Some(admin), Phase::Running) => context.notices.check_end(self.me(), admin.link, before_ns),
             _ => Ok(()),
         }
     }
 
     /// Success and Reservation Conflict are checked against the reference; a path
     /// failure is always allowed; anything else is a violation.
-    fn check_access(
-        &self,
-        context: &mut GroupContext,
-        write: bool,
-        status: Status,
-        floor: u64,
-    ) -> Result<(), String> {
+    fn check_access(&self, context: &mut GroupContext, write: bool, status: Status, floor: u64) -> Result<(), String> {
         if status.is_success() || status.kind() == Status::RESERVATION_CONFLICT.kind() {
             return context.group.io_answered(self.me(), write, status, floor);
         }
@@ -744,9 +616,10 @@ impl GroupHost {
     pub fn check_liveness(&self, context: &mut GroupContext) {
         let now_ns = context.clock.elapsed_ns();
         let limit_ns = self.settings.command_timeout_ms * 1_000_000 + LIVENESS_GRACE_NS;
-        if let Some((tag, entry)) = self.outstanding.iter().find(|(_, entry)| {
-            !matches!(entry.work, Work::AsyncEvent) && now_ns - entry.submitted_ns > limit_ns
-        })
+        if let Some((tag, entry)) = self
+            .outstanding
+            .iter()
+            .find(|(_, entry)| !matches!(entry.work, Work::AsyncEvent) && now_ns - entry.submitted_ns > limit_ns)
         {
             context.violation(format!(
                 "host {}: command {tag} ({:?}) outstanding for {} ms, past its {} ms timeout",

@@ -99,11 +99,7 @@ impl GroupContext {
     /// Writes a trace line (only computed when tracing).
     pub fn note(&mut self, line: impl FnOnce() -> String) {
         if self.trace {
-            println!(
-                "{:>12.6} ms  {}",
-                self.clock.elapsed_ns() as f64 / 1e6,
-                line()
-            );
+            println!("{:>12.6} ms  {}", self.clock.elapsed_ns() as f64 / 1e6, line());
         }
     }
 
@@ -146,22 +142,14 @@ impl GroupContext {
         if link.reset {
             return;
         }
-        let pipe = if to_target {
-            &mut link.to_target
-        } else {
-            &mut link.to_host
-        };
+        let pipe = if to_target { &mut link.to_target } else { &mut link.to_host };
         pipe.send(bytes, now_ns, &mut self.network_rng, &self.network);
     }
 
     /// Gateway process `instance` could not vouch for its reservations at some time
     /// in `from_ns..=to_ns` (so a path error then is its honest answer).
     pub fn had_trouble(&self, instance: u64, from_ns: u64, to_ns: u64) -> bool {
-        self.trouble.get(&instance).is_some_and(|spans| {
-            spans
-                .iter()
-                .any(|&(from, to)| from <= to_ns && to >= from_ns)
-        })
+        self.trouble.get(&instance).is_some_and(|spans| spans.iter().any(|&(from, to)| from <= to_ns && to >= from_ns))
     }
 
     /// Mixes one event into the run's fingerprint.

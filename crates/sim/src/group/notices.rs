@@ -52,10 +52,7 @@ struct ControllerNotices {
 
 impl ControllerNotices {
     fn owed_before(&self, kind: usize, before_ns: u64) -> u64 {
-        self.owed
-            .iter()
-            .filter(|&&(at_ns, owed)| usize::from(owed) == kind && at_ns < before_ns)
-            .count() as u64
+        self.owed.iter().filter(|&&(at_ns, owed)| usize::from(owed) == kind && at_ns < before_ns).count() as u64
     }
 
     /// Every notice owed before `before_ns` has been read (per type).
@@ -107,13 +104,7 @@ impl NoticeLedger {
     /// Gateway process `instance`'s copy is at `sequence` now: the controllers there
     /// are owed the notices of the changes it took on since last time.
     /// `link_instance` says which process accepted each connection.
-    pub fn copy_at(
-        &mut self,
-        instance: u64,
-        sequence: u64,
-        now_ns: u64,
-        link_instance: &BTreeMap<u64, u64>,
-    ) {
+    pub fn copy_at(&mut self, instance: u64, sequence: u64, now_ns: u64, link_instance: &BTreeMap<u64, u64>) {
         let previous = self.copies.insert(instance, sequence).unwrap_or(0);
         if sequence <= previous {
             return;
@@ -194,10 +185,7 @@ impl NoticeLedger {
             return Err(format!("host {host}: a log 80h entry of type {kind} for namespace {nsid}"));
         }
         if count <= controller.last_count {
-            return Err(format!(
-                "host {host}: log 80h page count {count} after {}",
-                controller.last_count
-            ));
+            return Err(format!("host {host}: log 80h page count {count} after {}", controller.last_count));
         }
         if count != controller.last_count + 1 {
             controller.overflowed = true;

@@ -57,18 +57,10 @@ impl GroupPlan {
             cluster: ClusterFaults {
                 change_latency_max_ns: rng.between(100_000, 3 * MS),
                 notice_delay_max_ns: rng.between(50_000, 5 * MS),
-                lost_notice_per_million: if calm {
-                    0
-                } else {
-                    [0, 40_000, 150_000][rng.below(3) as usize]
-                },
+                lost_notice_per_million: if calm { 0 } else { [0, 40_000, 150_000][rng.below(3) as usize] },
                 lease_ns: rng.between(20 * MS, 200 * MS),
             },
-            mean_fault_interval_ns: if calm {
-                0
-            } else {
-                rng.between(10 * MS, 150 * MS)
-            },
+            mean_fault_interval_ns: if calm { 0 } else { rng.between(10 * MS, 150 * MS) },
             run_ns: 300 * MS,
             max_commands: 3_000,
         }
@@ -92,4 +84,3 @@ impl GroupPlan {
         )
     }
 }
-

@@ -37,9 +37,7 @@ use std::collections::BTreeMap;
 
 use nvme_spec::Status;
 use nvme_target::group_reservations::ReservationChange;
-use nvme_target::reservations::{
-    AcquireAction, HostId, RegisterAction, ReleaseAction, ReservationState,
-};
+use nvme_target::reservations::{AcquireAction, HostId, RegisterAction, ReleaseAction, ReservationState};
 
 use super::authority::Commit;
 use super::store::Committed;
@@ -78,12 +76,8 @@ const WRITE_EXCLUSIVE_REGISTRANTS_ONLY: u8 = 3;
 const EXCLUSIVE_ACCESS_REGISTRANTS_ONLY: u8 = 4;
 
 /// The types the hosts take (the ones with a single holder).
-pub const TYPES: [u8; 4] = [
-    WRITE_EXCLUSIVE,
-    EXCLUSIVE_ACCESS,
-    WRITE_EXCLUSIVE_REGISTRANTS_ONLY,
-    EXCLUSIVE_ACCESS_REGISTRANTS_ONLY,
-];
+pub const TYPES: [u8; 4] =
+    [WRITE_EXCLUSIVE, EXCLUSIVE_ACCESS, WRITE_EXCLUSIVE_REGISTRANTS_ONLY, EXCLUSIVE_ACCESS_REGISTRANTS_ONLY];
 
 impl ReferenceState {
     fn authorized(&self, host: u8, current_key: u64) -> Result<(), Status> {
@@ -139,20 +133,9 @@ impl ReferenceState {
         }
     }
 
-    fn apply_inner(
-        &mut self,
-        change: &ReservationChange,
-        notices: &mut Vec<(u8, u8)>,
-    ) -> Result<(), Status> {
+    fn apply_inner(&mut self, change: &ReservationChange, notices: &mut Vec<(u8, u8)>) -> Result<(), Status> {
         match *change {
-            ReservationChange::Register {
-                host,
-                action,
-                current_key,
-                new_key,
-                persist,
-                ..
-            } => {
+            ReservationChange::Register { host, action, current_key, new_key, persist, .. } => {
                 let host = host_index(&host);
                 match action {
                     RegisterAction::Register => match self.registrants.get(&host) {
@@ -182,14 +165,7 @@ impl ReferenceState {
                     self.persist = persist;
                 }
             }
-            ReservationChange::Acquire {
-                host,
-                action,
-                kind,
-                current_key,
-                preempt_key,
-                ..
-            } => {
+            ReservationChange::Acquire { host, action, kind, current_key, preempt_key, .. } => {
                 let host = host_index(&host);
                 let kind = kind as u8;
                 self.authorized(host, current_key)?;
@@ -201,9 +177,7 @@ impl ReferenceState {
                     }
                     return Ok(());
                 }
-                let holder_key = self
-                    .holder
-                    .and_then(|(_, holder)| self.registrants.get(&holder).copied());
+                let holder_key = self.holder.and_then(|(_, holder)| self.registrants.get(&holder).copied());
                 let removed: Vec<u8> = self
                     .registrants
                     .iter()
@@ -213,10 +187,7 @@ impl ReferenceState {
                 if holder_key == Some(preempt_key) {
                     self.registrants.retain(|other, _| !removed.contains(other));
                     if self.holder != Some((kind, host)) {
-                        notices.extend(
-                            self.others(host)
-                                .map(|other| (other, RESERVATION_PREEMPTED)),
-                        );
+                        notices.extend(self.others(host).map(|other| (other, RESERVATION_PREEMPTED)));
                     }
                     self.holder = Some((kind, host));
                 } else {
@@ -231,13 +202,7 @@ impl ReferenceState {
                 notices.extend(removed.iter().map(|&other| (other, REGISTRATION_PREEMPTED)));
                 self.generation += 1;
             }
-            ReservationChange::Release {
-                host,
-                action,
-                kind,
-                current_key,
-                ..
-            } => {
+            ReservationChange::Release { host, action, kind, current_key, .. } => {
                 let host = host_index(&host);
                 self.authorized(host, current_key)?;
                 match action {
@@ -290,12 +255,9 @@ impl ReferenceState {
                 .iter()
                 .map(|registrant| (host_index(&registrant.host), registrant.key))
                 .collect(),
-            holder: state.holder.map(|holder| {
-                (
-                    holder.kind as u8,
-                    holder.host.map_or(u8::MAX, |host| host_index(&host)),
-                )
-            }),
+            holder: state
+                .holder
+                .map(|holder| (holder.kind as u8, holder.host.map_or(u8::MAX, |host| host_index(&host)))),
             persist: state.persist_through_power_loss,
         }
     }
@@ -312,11 +274,8 @@ impl ReferenceState {
         }
         let kind = data[4];
         let entries = word(5, 2) as usize;
-        let mut state = ReferenceState {
-            generation: word(0, 4) as u32,
-            persist: data[9] & 1 != 0,
-            ..ReferenceState::default()
-        };
+        let mut state =
+            ReferenceState { generation: word(0, 4) as u32, persist: data[9] & 1 != 0, ..ReferenceState::default() };
         for index in 0..entries {
             let offset = 64 + index * 64;
             if offset + 64 > data.len() {
@@ -387,10 +346,7 @@ pub struct GroupOracle {
 
 impl GroupOracle {
     pub fn new() -> Self {
-        GroupOracle {
-            versions: vec![ReferenceState::default()],
-            ..GroupOracle::default()
-        }
+        GroupOracle { versions: vec![ReferenceState::default()], ..GroupOracle::default() }
     }
 
     /// The newest version answered to a host so far (taken when a command is
@@ -418,14 +374,11 @@ impl GroupOracle {
             }
         };
         if let Some(host) = commit.host {
-            self.decided
-                .entry((commit.instance, host_index(&host)))
-                .or_default()
-                .push(Decision {
-                    call: commit.call,
-                    status: commit.status,
-                    sequence: commit.sequence,
-                });
+            self.decided.entry((commit.instance, host_index(&host))).or_default().push(Decision {
+                call: commit.call,
+                status: commit.status,
+                sequence: commit.sequence,
+            });
         }
         if expected.kind() != commit.status.kind() {
             return Err(format!(
@@ -451,11 +404,7 @@ impl GroupOracle {
                     commit.change
                 ));
             }
-            if let Some(ReservationChange::Acquire {
-                action: AcquireAction::PreemptAndAbort,
-                ..
-            }) = commit.change
-            {
+            if let Some(ReservationChange::Acquire { action: AcquireAction::PreemptAndAbort, .. }) = commit.change {
                 let victims = notices
                     .iter()
                     .filter(|(_, notice)| *notice == REGISTRATION_PREEMPTED)
@@ -503,10 +452,7 @@ impl GroupOracle {
             .copied()
             .collect();
         if candidates.is_empty() {
-            return Err(format!(
-                "a reservation change answered {:#x} that the group never decided",
-                status.field()
-            ));
+            return Err(format!("a reservation change answered {:#x} that the group never decided", status.field()));
         }
         let Some(sequence) = candidates
             .iter()
@@ -520,10 +466,7 @@ impl GroupOracle {
         };
         if status.is_success() {
             self.floor = self.floor.max(sequence);
-            let successes = candidates
-                .iter()
-                .filter(|decision| decision.status.is_success())
-                .count();
+            let successes = candidates.iter().filter(|decision| decision.status.is_success()).count();
             // Only when it is sure which change this answer was.
             if let Some(victims) = self.preempted.get(&sequence).filter(|_| successes == 1) {
                 self.preempts_answered += 1;
@@ -588,13 +531,7 @@ impl GroupOracle {
 
     /// An I/O answered `status`: success must be allowed, and Reservation Conflict
     /// refused, by some version from `floor` (at submission) to the newest.
-    pub fn io_answered(
-        &self,
-        host: u8,
-        write: bool,
-        status: Status,
-        floor: u64,
-    ) -> Result<(), String> {
+    pub fn io_answered(&self, host: u8, write: bool, status: Status, floor: u64) -> Result<(), String> {
         let allowed = |state: &ReferenceState| state.allows(host, write);
         let versions = &self.versions[floor as usize..];
         let what = if write { "write" } else { "read" };
@@ -617,11 +554,7 @@ impl GroupOracle {
 
 /// A Compare and Write of `new` over `compare` succeeded: the store must have
 /// committed `new` right after `compare` (so no two succeed over one value).
-pub fn check_register_swap(
-    log: &[Committed],
-    compare: WriteTag,
-    new: WriteTag,
-) -> Result<(), String> {
+pub fn check_register_swap(log: &[Committed], compare: WriteTag, new: WriteTag) -> Result<(), String> {
     let Some(position) = log.iter().position(|entry| entry.tag == new) else {
         return Err(format!("value {new} acknowledged but never committed"));
     };
@@ -638,24 +571,15 @@ pub fn check_register_swap(
 /// True when `value` was the register's value at some time in `from_ns..=to_ns`.
 pub fn was_current(log: &[Committed], value: WriteTag, from_ns: u64, to_ns: u64) -> bool {
     log.iter().enumerate().any(|(index, entry)| {
-        entry.tag == value
-            && entry.at_ns <= to_ns
-            && log.get(index + 1).is_none_or(|next| next.at_ns >= from_ns)
+        entry.tag == value && entry.at_ns <= to_ns && log.get(index + 1).is_none_or(|next| next.at_ns >= from_ns)
     })
 }
 
 /// True when `value` was the register's value all through `from_ns..=to_ns` (then a
 /// compare against it cannot fail).
-pub fn was_current_throughout(
-    log: &[Committed],
-    value: WriteTag,
-    from_ns: u64,
-    to_ns: u64,
-) -> bool {
+pub fn was_current_throughout(log: &[Committed], value: WriteTag, from_ns: u64, to_ns: u64) -> bool {
     log.iter().enumerate().any(|(index, entry)| {
-        entry.tag == value
-            && entry.at_ns < from_ns
-            && log.get(index + 1).is_none_or(|next| next.at_ns > to_ns)
+        entry.tag == value && entry.at_ns < from_ns && log.get(index + 1).is_none_or(|next| next.at_ns > to_ns)
     })
 }
 
@@ -692,24 +616,10 @@ mod tests {
         let mut state = ReferenceState::default();
         assert_eq!(state.apply(&register(0, 10)), Status::SUCCESS);
         assert_eq!(state.apply(&register(1, 11)), Status::SUCCESS);
-        assert_eq!(
-            state.apply(&acquire(0, AcquireAction::Acquire, 10, 0)),
-            Status::SUCCESS
-        );
-        assert!(
-            !state.allows(1, false),
-            "Exclusive Access: a registrant may not read"
-        );
-        assert_eq!(
-            state
-                .apply(&acquire(1, AcquireAction::Acquire, 11, 0))
-                .kind(),
-            Status::RESERVATION_CONFLICT.kind()
-        );
-        assert_eq!(
-            state.apply(&acquire(1, AcquireAction::Preempt, 11, 10)),
-            Status::SUCCESS
-        );
+        assert_eq!(state.apply(&acquire(0, AcquireAction::Acquire, 10, 0)), Status::SUCCESS);
+        assert!(!state.allows(1, false), "Exclusive Access: a registrant may not read");
+        assert_eq!(state.apply(&acquire(1, AcquireAction::Acquire, 11, 0)).kind(), Status::RESERVATION_CONFLICT.kind());
+        assert_eq!(state.apply(&acquire(1, AcquireAction::Preempt, 11, 10)), Status::SUCCESS);
         assert_eq!(state.holder, Some((EXCLUSIVE_ACCESS, 1)));
         assert!(!state.registrants.contains_key(&0));
         assert_eq!(state.generation, 3, "two registrations and a preempt");
@@ -721,17 +631,10 @@ mod tests {
         state.apply(&register(0, 10));
         let before = state.clone();
         assert_eq!(
-            state
-                .apply(&acquire(0, AcquireAction::Preempt, 10, 99))
-                .kind(),
+            state.apply(&acquire(0, AcquireAction::Preempt, 10, 99)).kind(),
             Status::RESERVATION_CONFLICT.kind()
         );
-        assert_eq!(
-            state
-                .apply(&acquire(0, AcquireAction::Preempt, 10, 0))
-                .kind(),
-            Status::INVALID_FIELD.kind()
-        );
+        assert_eq!(state.apply(&acquire(0, AcquireAction::Preempt, 10, 0)).kind(), Status::INVALID_FIELD.kind());
         assert_eq!(state, before);
     }
 
@@ -759,10 +662,7 @@ mod tests {
             preempt_key: 0,
             ignore_key: false,
         };
-        assert_eq!(
-            state.apply_with_notices(&take(ReservationType::WriteExclusiveRegistrantsOnly)).1,
-            []
-        );
+        assert_eq!(state.apply_with_notices(&take(ReservationType::WriteExclusiveRegistrantsOnly)).1, []);
         // The holder's Release of a Registrants Only type: the others are told.
         assert_eq!(
             state.apply_with_notices(&release(0, ReleaseAction::Release, WRITE_EXCLUSIVE_REGISTRANTS_ONLY, 10)),
@@ -828,20 +728,10 @@ mod tests {
 
     #[test]
     fn two_swaps_over_one_value_cannot_both_be_in_the_log() {
-        let log = [
-            Committed { at_ns: 0, tag: 0 },
-            Committed { at_ns: 5, tag: 1 },
-            Committed { at_ns: 9, tag: 2 },
-        ];
+        let log = [Committed { at_ns: 0, tag: 0 }, Committed { at_ns: 5, tag: 1 }, Committed { at_ns: 9, tag: 2 }];
         assert!(check_register_swap(&log, 0, 1).is_ok());
-        assert!(
-            check_register_swap(&log, 0, 2).is_err(),
-            "2 was written over 1"
-        );
-        assert!(
-            check_register_swap(&log, 1, 3).is_err(),
-            "3 was never written"
-        );
+        assert!(check_register_swap(&log, 0, 2).is_err(), "2 was written over 1");
+        assert!(check_register_swap(&log, 1, 3).is_err(), "3 was never written");
         assert!(was_current(&log, 1, 6, 8));
         assert!(!was_current(&log, 0, 6, 8));
         assert!(was_current_throughout(&log, 1, 6, 8));

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use storage::{
-    validate_compare_and_write, validate_request, Backend, BackendQueue, Geometry, IoCompletion,
-    IoError, IoOp, IoRequest,
+    validate_compare_and_write, validate_request, Backend, BackendQueue, Geometry, IoCompletion, IoError, IoOp,
+    IoRequest,
 };
 
 use crate::oracle::{decode_block, WriteTag};
@@ -91,14 +91,7 @@ pub struct SharedStore {
 impl SharedStore {
     /// A zeroed image of `blocks` 512-byte blocks, the first `lock_blocks` of which are
     /// the lock blocks whose every value is logged.
-    pub fn new(
-        blocks: u64,
-        lock_blocks: u64,
-        gateways: usize,
-        clock: SimClock,
-        rng: Rng,
-        latency_max_ns: u64,
-    ) -> Self {
+    pub fn new(blocks: u64, lock_blocks: u64, gateways: usize, clock: SimClock, rng: Rng, latency_max_ns: u64) -> Self {
         let block_bytes = COMPARE_AND_WRITE_REGION_BYTES as usize;
         let state = StoreState {
             block_bytes,
@@ -110,9 +103,7 @@ impl SharedStore {
             fenced: vec![false; gateways],
             paused_until_ns: 0,
             next_queue: 1,
-            register_log: (0..lock_blocks)
-                .map(|_| vec![Committed { at_ns: 0, tag: 0 }])
-                .collect(),
+            register_log: (0..lock_blocks).map(|_| vec![Committed { at_ns: 0, tag: 0 }]).collect(),
             done: BTreeMap::new(),
             held: vec![false; gateways],
             stalled_until_ns: vec![0; gateways],
@@ -120,10 +111,7 @@ impl SharedStore {
         };
         SharedStore {
             shared: Arc::new(StoreShared {
-                geometry: Geometry {
-                    block_size_bytes: block_bytes as u32,
-                    block_count: blocks,
-                },
+                geometry: Geometry { block_size_bytes: block_bytes as u32, block_count: blocks },
                 clock,
                 state: Mutex::new(state),
             }),
@@ -132,18 +120,12 @@ impl SharedStore {
 
     fn state(&self) -> MutexGuard<'_, StoreState> {
         // Single-threaded: a poisoned lock only means a panic the run reports anyway.
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The backend gateway `gateway` serves the namespace from.
     pub fn backend_for(&self, gateway: usize) -> Arc<dyn Backend> {
-        Arc::new(GatewayBackend {
-            store: self.clone(),
-            gateway,
-        })
+        Arc::new(GatewayBackend { store: self.clone(), gateway })
     }
 
     /// The gateway is blocklisted (true) or restarted with a new client (false).
@@ -208,12 +190,7 @@ impl SharedStore {
         state
             .in_flight
             .iter()
-            .map(|entry| {
-                entry
-                    .ready_at_ns
-                    .max(paused)
-                    .max(state.stalled_until_ns[entry.gateway])
-            })
+            .map(|entry| entry.ready_at_ns.max(paused).max(state.stalled_until_ns[entry.gateway]))
             .min()
     }
 
@@ -246,43 +223,22 @@ fn land_due(state: &mut StoreState, now_ns: u64) {
         .partition(|entry| entry.ready_at_ns <= now_ns && stalled[entry.gateway] <= now_ns);
     state.in_flight = rest;
     due.sort_by_key(|entry| entry.ready_at_ns);
-    for InFlight {
-        gateway,
-        queue,
-        request,
-        ..
-    } in due
-    {
-        let IoRequest {
-            token,
-            op,
-            mut buffer,
-        } = request;
+    for InFlight { gateway, queue, request, .. } in due {
+        let IoRequest { token, op, mut buffer } = request;
         let result = execute(state, gateway, op, &mut buffer, now_ns);
         if queue != 0 {
-            state.done.entry(queue).or_default().push(IoCompletion {
-                token,
-                result,
-                buffer,
-            });
+            state.done.entry(queue).or_default().push(IoCompletion { token, result, buffer });
         }
     }
 }
 
 /// Carries out one request now.
-fn execute(
-    state: &mut StoreState,
-    gateway: usize,
-    op: IoOp,
-    buffer: &mut [u8],
-    now_ns: u64,
-) -> Result<(), IoError> {
+fn execute(state: &mut StoreState, gateway: usize, op: IoOp, buffer: &mut [u8], now_ns: u64) -> Result<(), IoError> {
     if state.fenced[gateway] {
         return Err(IoError::Unavailable);
     }
     let block_bytes = state.block_bytes;
-    let span =
-        |lba: u64, blocks: u64| lba as usize * block_bytes..(lba + blocks) as usize * block_bytes;
+    let span = |lba: u64, blocks: u64| lba as usize * block_bytes..(lba + blocks) as usize * block_bytes;
     let changed = match op {
         IoOp::Read { lba, blocks } => {
             buffer.copy_from_slice(&state.image[span(lba, u64::from(blocks))]);
@@ -309,12 +265,7 @@ fn execute(
     };
     if let Some((lba, blocks)) = changed {
         if let Ok(tag) = decode_block(lba, &state.image[span(lba, 1)]) {
-            state.landings.push(Landing {
-                at_ns: now_ns,
-                gateway,
-                lba,
-                tag,
-            });
+            state.landings.push(Landing { at_ns: now_ns, gateway, lba, tag });
         }
         for block in lba..lba + blocks {
             let Some(log) = state.register_log.get_mut(block as usize) else {
@@ -354,12 +305,7 @@ impl Backend for GatewayBackend {
             state.next_queue += 1;
             state.next_queue
         };
-        Box::new(StoreQueue {
-            store: self.store.clone(),
-            gateway: self.gateway,
-            id,
-            ready: BTreeMap::new(),
-        })
+        Box::new(StoreQueue { store: self.store.clone(), gateway: self.gateway, id, ready: BTreeMap::new() })
     }
 
     fn atomic_compare_and_write_boundary_bytes(&self) -> Option<u64> {
@@ -391,11 +337,7 @@ impl BackendQueue for StoreQueue {
         if let Some(error) = refused {
             self.ready.insert(
                 request.token,
-                IoCompletion {
-                    token: request.token,
-                    result: Err(error),
-                    buffer: request.buffer,
-                },
+                IoCompletion { token: request.token, result: Err(error), buffer: request.buffer },
             );
             return;
         }
@@ -429,11 +371,7 @@ impl BackendQueue for StoreQueue {
         let state = self.store.state();
         self.ready.len()
             + state.done.get(&self.id).map_or(0, Vec::len)
-            + state
-                .in_flight
-                .iter()
-                .filter(|entry| entry.queue == self.id)
-                .count()
+            + state.in_flight.iter().filter(|entry| entry.queue == self.id).count()
     }
 }
 
@@ -441,11 +379,7 @@ impl Drop for StoreQueue {
     fn drop(&mut self) {
         let mut state = self.store.state();
         state.done.remove(&self.id);
-        for entry in state
-            .in_flight
-            .iter_mut()
-            .filter(|entry| entry.queue == self.id)
-        {
+        for entry in state.in_flight.iter_mut().filter(|entry| entry.queue == self.id) {
             entry.queue = 0;
         }
     }

@@ -1,5 +1,5 @@
 //! The bound in time of each gateway's copy of the reservations (`CopyVouch`), as
-//! `sluice serve` keeps it (`apps/sluice/src/gateway/copy_vouch.rs`): every quarter of
+//! `sluice serve` keeps it (`crates/sluice-gateway/src/copy_vouch.rs`): every quarter of
 //! the bound, a round trip to the cluster that succeeds (the gateway is not fenced,
 //! the cluster not restarting) vouches for the copy until the bound after it; a copy
 //! not vouched for answers no Reservation Report or Conflict from itself (a path
@@ -32,8 +32,7 @@ impl GroupWorld {
                 gateway.mark_unknown_at_ns = None;
                 target.mark_group_reservations_unknown(&NGUID);
                 moved = true;
-                self.context
-                    .note(|| format!("gateway {index} learns it was fenced: reservations unknown"));
+                self.context.note(|| format!("gateway {index} learns it was fenced: reservations unknown"));
             }
             let gateway = &mut self.gateways[index];
             let Some(vouch) = gateway.vouch.clone() else {
@@ -43,11 +42,7 @@ impl GroupWorld {
                 continue;
             }
             gateway.next_renewal_ns = now_ns + (bound_ns / 4).max(1);
-            if self
-                .context
-                .cluster
-                .round_trip_succeeds(index, gateway.instance)
-            {
+            if self.context.cluster.round_trip_succeeds(index, gateway.instance) {
                 vouch.extend_to(self.context.clock.instant_at(now_ns + bound_ns));
             }
             moved = true;
@@ -60,11 +55,7 @@ impl GroupWorld {
     pub(super) fn vouch_events_ns(&self) -> Vec<u64> {
         let now_ns = self.context.clock.elapsed_ns();
         let mut events = Vec::new();
-        for gateway in self
-            .gateways
-            .iter()
-            .filter(|gateway| gateway.target.is_some())
-        {
+        for gateway in self.gateways.iter().filter(|gateway| gateway.target.is_some()) {
             events.extend(gateway.mark_unknown_at_ns);
             if let Some(vouch) = &gateway.vouch {
                 events.push(gateway.next_renewal_ns);

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use nvme_target::group_reservations::CopyVouch;
 use nvme_target::{
-    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings,
-    TargetSpec,
+    Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 
 use super::authority::{Cluster, GatewayAction};
@@ -81,11 +80,7 @@ pub struct GroupWorld {
     whole_group_restarts: u64,
 }
 
-fn target_spec(
-    backend: Arc<dyn storage::Backend>,
-    gateway: usize,
-    canary: Option<Canary>,
-) -> TargetSpec {
+fn target_spec(backend: Arc<dyn storage::Backend>, gateway: usize, canary: Option<Canary>) -> TargetSpec {
     TargetSpec {
         listeners: vec![ListenerSpec::tcp(&format!("192.0.2.{}", gateway + 1), 4420)],
         subsystems: vec![SubsystemSpec {
@@ -94,20 +89,13 @@ fn target_spec(
             nqn: SUBSYSTEM_NQN.into(),
             serial_number: None,
             model_number: None,
-            namespaces: vec![NamespaceSpec {
-                id: NAMESPACE,
-                backend,
-                nguid: Some(NGUID),
-                uuid: None,
-                ana_group: None,
-            }],
+            namespaces: vec![NamespaceSpec { id: NAMESPACE, backend, nguid: Some(NGUID), uuid: None, ana_group: None }],
         }],
         settings: TargetSettings {
             connection_setup_timeout_ms: 2_000,
             // `local-compare-and-write`: the test-only switch the gateway race test
             // uses to show two winners.
-            compare_and_write_in_process_only_for_tests: canary
-                == Some(Canary::LocalCompareAndWrite),
+            compare_and_write_in_process_only_for_tests: canary == Some(Canary::LocalCompareAndWrite),
             ..TargetSettings::default()
         },
     }
@@ -126,13 +114,7 @@ impl GroupWorld {
             rng.fork(),
             plan.store_latency_max_ns,
         );
-        let cluster = Cluster::new(
-            plan.gateways,
-            clock.clone(),
-            rng.fork(),
-            plan.cluster.clone(),
-            options.canary,
-        );
+        let cluster = Cluster::new(plan.gateways, clock.clone(), rng.fork(), plan.cluster.clone(), options.canary);
         let network_rng = rng.fork();
         let hosts = (0..plan.hosts)
             .map(|index| {
@@ -198,26 +180,19 @@ impl GroupWorld {
         let target = match Target::new(target_spec(backend, index, self.canary)) {
             Ok(target) => target,
             Err(error) => {
-                self.context
-                    .violation(format!("gateway {index} does not start: {error}"));
+                self.context.violation(format!("gateway {index} does not start: {error}"));
                 return;
             }
         };
-        let vouch =
-            (self.canary != Some(Canary::NoCopyVouch)).then(|| Arc::new(CopyVouch::default()));
-        target.set_group_reservations(Arc::new(self.context.cluster.authority_for(
-            index,
-            instance,
-            vouch.clone(),
-        )));
+        let vouch = (self.canary != Some(Canary::NoCopyVouch)).then(|| Arc::new(CopyVouch::default()));
+        target.set_group_reservations(Arc::new(self.context.cluster.authority_for(index, instance, vouch.clone())));
         self.context.store.set_fenced(index, false);
         if self.context.cluster.gateway_started(index, instance) {
             // The group's power loss: the reference checks what the record holds
             // when this process loads it.
             if self.context.clock.elapsed_ns() > 0 {
                 self.whole_group_restarts += 1;
-                self.context
-                    .note(|| format!("gateway {index} finds every other gateway's lease run out"));
+                self.context.note(|| format!("gateway {index} finds every other gateway's lease run out"));
             }
         }
         let gateway = &mut self.gateways[index];
@@ -228,8 +203,7 @@ impl GroupWorld {
         gateway.vouch = vouch;
         gateway.next_renewal_ns = self.context.clock.elapsed_ns();
         gateway.mark_unknown_at_ns = None;
-        self.context
-            .note(|| format!("gateway {index} started (process {instance})"));
+        self.context.note(|| format!("gateway {index} started (process {instance})"));
     }
 
     /// Carries out what the cluster did to the gateways.
@@ -239,8 +213,7 @@ impl GroupWorld {
         let moved = !actions.is_empty() || !commits.is_empty();
         for commit in &commits {
             let sequence = commit.sequence;
-            self.context
-                .mix(sequence << 16 | u64::from(commit.status.field()));
+            self.context.mix(sequence << 16 | u64::from(commit.status.field()));
             if let Err(problem) = self.context.group.committed(commit) {
                 self.context.violation(problem);
             }
@@ -248,42 +221,25 @@ impl GroupWorld {
         }
         for action in actions {
             let (index, instance) = match action {
-                GatewayAction::OwnFence {
-                    gateway,
-                    instance,
-                    publication,
-                    update,
-                } => {
+                GatewayAction::OwnFence { gateway, instance, publication, update } => {
                     self.own_fence(gateway, instance, publication, &update);
                     continue;
                 }
-                GatewayAction::Install {
-                    gateway, instance, ..
-                }
+                GatewayAction::Install { gateway, instance, .. }
                 | GatewayAction::MarkUnknown { gateway, instance }
                 | GatewayAction::Fence { gateway, instance } => (gateway, instance),
             };
             let gateway = &mut self.gateways[index];
-            let Some(target) = gateway
-                .target
-                .clone()
-                .filter(|_| gateway.instance == instance)
-            else {
+            let Some(target) = gateway.target.clone().filter(|_| gateway.instance == instance) else {
                 continue;
             };
             match action {
-                GatewayAction::Install {
-                    update,
-                    publication,
-                    acknowledgement_lost,
-                    ..
-                } => {
+                GatewayAction::Install { update, publication, acknowledgement_lost, .. } => {
                     self.notice_arrived(index, instance, update, publication, acknowledgement_lost)
                 }
                 GatewayAction::MarkUnknown { .. } => {
                     target.mark_group_reservations_unknown(&NGUID);
-                    self.context
-                        .note(|| format!("gateway {index}: reservations unknown"));
+                    self.context.note(|| format!("gateway {index}: reservations unknown"));
                 }
                 GatewayAction::OwnFence { .. } => {}
                 GatewayAction::Fence { .. } => {
@@ -291,17 +247,10 @@ impl GroupWorld {
                     // it learns of the fence, meanwhile bounded by its vouch.
                     self.context.store.set_fenced(index, true);
                     let now_ns = self.context.clock.elapsed_ns();
-                    let learns_ns = now_ns
-                        + self
-                            .context
-                            .rng
-                            .between(10 * MS, self.plan.cluster.lease_ns.max(20 * MS));
+                    let learns_ns = now_ns + self.context.rng.between(10 * MS, self.plan.cluster.lease_ns.max(20 * MS));
                     gateway.mark_unknown_at_ns = Some(learns_ns);
-                    gateway.restart_at_ns =
-                        Some(learns_ns + self.context.rng.between(10 * MS, 100 * MS));
-                    self.context.note(|| {
-                        format!("gateway {index} fenced: it did not acknowledge a notice")
-                    });
+                    gateway.restart_at_ns = Some(learns_ns + self.context.rng.between(10 * MS, 100 * MS));
+                    self.context.note(|| format!("gateway {index} fenced: it did not acknowledge a notice"));
                 }
             }
         }
@@ -314,21 +263,15 @@ impl GroupWorld {
     fn observe_copies(&mut self) {
         let now_ns = self.context.clock.elapsed_ns();
         for gateway in &self.gateways {
-            let Some(namespace) = gateway.target.as_ref().and_then(|target| {
-                target
-                    .subsystems()
-                    .first()
-                    .and_then(|subsystem| subsystem.namespace(NAMESPACE))
-            }) else {
+            let Some(namespace) = gateway
+                .target
+                .as_ref()
+                .and_then(|target| target.subsystems().first().and_then(|subsystem| subsystem.namespace(NAMESPACE)))
+            else {
                 continue;
             };
             let sequence = namespace.reservations.group_sequence();
-            self.context.notices.copy_at(
-                gateway.instance,
-                sequence,
-                now_ns,
-                &self.context.link_instance,
-            );
+            self.context.notices.copy_at(gateway.instance, sequence, now_ns, &self.context.link_instance);
         }
     }
 
@@ -340,13 +283,9 @@ impl GroupWorld {
             let Some(target) = &gateway.target else {
                 continue;
             };
-            let lapsed = gateway
-                .vouch
-                .as_ref()
-                .is_some_and(|vouch| !vouch.covers(self.context.clock.instant_at(now_ns)));
-            let troubled = target.group_reservations_unknown() > 0
-                || gateway.restart_at_ns.is_some()
-                || lapsed;
+            let lapsed =
+                gateway.vouch.as_ref().is_some_and(|vouch| !vouch.covers(self.context.clock.instant_at(now_ns)));
+            let troubled = target.group_reservations_unknown() > 0 || gateway.restart_at_ns.is_some() || lapsed;
             let spans = self.context.trouble.entry(gateway.instance).or_default();
             let ongoing = spans.last_mut().filter(|span| span.1 == u64::MAX);
             match ongoing {
@@ -365,9 +304,7 @@ impl GroupWorld {
         loop {
             let now_ns = self.context.clock.elapsed_ns();
             let working = now_ns < run_end_ns;
-            if !working
-                && (self.hosts.iter().all(GroupHost::idle) || now_ns > run_end_ns + QUIESCE_NS)
-            {
+            if !working && (self.hosts.iter().all(GroupHost::idle) || now_ns > run_end_ns + QUIESCE_NS) {
                 break;
             }
             if !self.advance(working, &mut pacing, None) {
@@ -418,13 +355,7 @@ impl GroupWorld {
     /// while more; then every notice owed before the last moments has been read.
     fn read_owed_notices(&mut self, pacing: &mut (u32, u32)) {
         let now_ns = self.context.clock.elapsed_ns();
-        let held_ns = self
-            .context
-            .links
-            .values()
-            .map(|link| link.held_until_ns)
-            .max()
-            .unwrap_or(0);
+        let held_ns = self.context.links.values().map(|link| link.held_until_ns).max().unwrap_or(0);
         let end_ns = now_ns.max(held_ns) + NOTICE_TAIL_NS;
         while self.context.clock.elapsed_ns() < end_ns {
             if !self.advance(false, pacing, Some(end_ns)) {
@@ -432,8 +363,7 @@ impl GroupWorld {
             }
         }
         for index in 0..self.hosts.len() {
-            let checked =
-                self.hosts[index].check_notices(&self.context, end_ns - NOTICE_READ_SLACK_NS);
+            let checked = self.hosts[index].check_notices(&self.context, end_ns - NOTICE_READ_SLACK_NS);
             if let Err(problem) = checked {
                 self.context.violation(problem);
             }
@@ -453,9 +383,7 @@ impl GroupWorld {
         if moved {
             *steps_at_instant += 1;
             if *steps_at_instant > MAX_STEPS_AT_ONE_INSTANT {
-                self.context.violation(format!(
-                    "no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"
-                ));
+                self.context.violation(format!("no progress: {MAX_STEPS_AT_ONE_INSTANT} steps without time passing"));
                 return false;
             }
             return true;
@@ -468,9 +396,8 @@ impl GroupWorld {
         if next <= now_ns {
             *stale_wakes += 1;
             if *stale_wakes > MAX_STALE_WAKES {
-                self.context.violation(
-                    "spinning: something asks to be woken at a time already passed, again and again".into(),
-                );
+                self.context
+                    .violation("spinning: something asks to be woken at a time already passed, again and again".into());
                 return false;
             }
         } else {
@@ -536,8 +463,7 @@ impl GroupWorld {
             }
             match gateway.target.as_ref().filter(|_| gateway.loaded) {
                 Some(target) => {
-                    let connection =
-                        Connection::new(target.clone(), 0, format!("sim-link-{id}"), now);
+                    let connection = Connection::new(target.clone(), 0, format!("sim-link-{id}"), now);
                     gateway.connections.insert(id, connection);
                     self.context.link_instance.insert(id, gateway.instance);
                 }
@@ -616,12 +542,7 @@ impl GroupWorld {
                 }
                 moved = true;
             }
-            if self
-                .context
-                .links
-                .get(&id)
-                .is_some_and(|link| link.target_gone && link.host_gone)
-            {
+            if self.context.links.get(&id).is_some_and(|link| link.target_gone && link.host_gone) {
                 self.context.links.remove(&id);
             }
         }
@@ -662,10 +583,7 @@ impl GroupWorld {
                     continue;
                 };
                 connection.poll_storage(now);
-                if connection
-                    .next_deadline()
-                    .is_some_and(|deadline| deadline <= now)
-                {
+                if connection.next_deadline().is_some_and(|deadline| deadline <= now) {
                     connection.handle_timeout(now);
                 }
                 let mut sent = Vec::new();
@@ -694,12 +612,7 @@ impl GroupWorld {
     fn next_event_ns(&self, working: bool) -> Option<u64> {
         let clock = &self.context.clock;
         let mut candidates: Vec<u64> = Vec::new();
-        candidates.extend(
-            self.context
-                .links
-                .values()
-                .filter_map(|link| link.next_due_ns()),
-        );
+        candidates.extend(self.context.links.values().filter_map(|link| link.next_due_ns()));
         for gateway in &self.gateways {
             candidates.extend(
                 gateway
@@ -718,11 +631,7 @@ impl GroupWorld {
         candidates.extend(self.context.cluster.next_event_ns());
         candidates.extend(self.fences.next_deadline_ns());
         candidates.extend(self.vouch_events_ns());
-        candidates.extend(
-            self.hosts
-                .iter()
-                .filter_map(|host| host.next_wake_ns(&self.context, working)),
-        );
+        candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context, working)));
         if working {
             candidates.push(self.next_fault_ns);
             candidates.push(self.plan.run_ns);
@@ -735,10 +644,7 @@ impl GroupWorld {
     /// block reads back as the oracle allows.
     fn verify_at_rest(&mut self) {
         if self.context.oracle.open_reads() != 0 {
-            self.context.violation(format!(
-                "{} reads never ended",
-                self.context.oracle.open_reads()
-            ));
+            self.context.violation(format!("{} reads never ended", self.context.oracle.open_reads()));
             return;
         }
         for gateway in &mut self.gateways {
@@ -754,10 +660,7 @@ impl GroupWorld {
             self.service_gateways(now);
             self.settle_fences();
             self.check_landings();
-            let draining = self
-                .gateways
-                .iter()
-                .any(|gateway| !gateway.draining.is_empty());
+            let draining = self.gateways.iter().any(|gateway| !gateway.draining.is_empty());
             let next = self
                 .context
                 .cluster
@@ -768,9 +671,7 @@ impl GroupWorld {
                 .min();
             let now_ns = self.context.clock.elapsed_ns();
             match next {
-                Some(at) if now_ns < give_up_ns => {
-                    self.context.clock.advance_to(at.max(now_ns + 1))
-                }
+                Some(at) if now_ns < give_up_ns => self.context.clock.advance_to(at.max(now_ns + 1)),
                 _ if draining && now_ns < give_up_ns => self.context.clock.advance_to(now_ns + MS),
                 _ => break,
             }
@@ -780,19 +681,14 @@ impl GroupWorld {
             let Some(target) = &gateway.target else {
                 continue;
             };
-            let Some(namespace) = target
-                .subsystems()
-                .first()
-                .and_then(|subsystem| subsystem.namespace(NAMESPACE))
+            let Some(namespace) = target.subsystems().first().and_then(|subsystem| subsystem.namespace(NAMESPACE))
             else {
                 continue;
             };
             let copy = namespace.reservations.group_sequence();
             // Not fenced and its watch registered again by now: it must vouch again.
             if namespace.reservations.is_unknown() && gateway.restart_at_ns.is_none() {
-                self.context.violation(format!(
-                    "at rest: gateway {index} still has no known copy of the reservations"
-                ));
+                self.context.violation(format!("at rest: gateway {index} still has no known copy of the reservations"));
             } else if !namespace.reservations.is_unknown() && copy != sequence {
                 self.context.violation(format!(
                     "at rest: gateway {index} serves reservations of sequence {copy}, the group is at {sequence}"

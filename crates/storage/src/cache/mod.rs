@@ -89,8 +89,7 @@ impl CacheShared {
 
     /// Blocks of line `line` on the slow tier (the last line may be short).
     pub(crate) fn line_length_blocks(&self, line: u64) -> u64 {
-        self.line_blocks
-            .min(self.geometry.block_count - line * self.line_blocks)
+        self.line_blocks.min(self.geometry.block_count - line * self.line_blocks)
     }
 
     /// The metadata block recording `line` as dirty (or invalid for `None`).
@@ -123,11 +122,7 @@ impl std::fmt::Debug for CacheBackend {
 impl CacheBackend {
     /// A cache with 64 KiB lines. Recovers the dirty lines recorded on `fast` by an
     /// earlier cache over the same two backends.
-    pub fn new(
-        fast: Arc<dyn Backend>,
-        slow: Arc<dyn Backend>,
-        mode: CacheMode,
-    ) -> Result<Arc<Self>, CompositionError> {
+    pub fn new(fast: Arc<dyn Backend>, slow: Arc<dyn Backend>, mode: CacheMode) -> Result<Arc<Self>, CompositionError> {
         Self::with_line_size(fast, slow, mode, DEFAULT_LINE_SIZE_BYTES)
     }
 
@@ -175,9 +170,7 @@ impl CacheBackend {
             slots: (0..slot_count).map(|_| AtomicU64::new(0)).collect(),
         };
         recover_or_format(&shared, line_size_bytes)?;
-        Ok(Arc::new(Self {
-            shared: Arc::new(shared),
-        }))
+        Ok(Arc::new(Self { shared: Arc::new(shared) }))
     }
 
     /// Number of cache slots (lines the fast tier holds).
@@ -187,11 +180,7 @@ impl CacheBackend {
 
     /// Slots currently holding dirty data.
     pub fn dirty_slots(&self) -> u64 {
-        self.shared
-            .slots
-            .iter()
-            .filter(|slot| slot.load(Ordering::Acquire) & DIRTY != 0)
-            .count() as u64
+        self.shared.slots.iter().filter(|slot| slot.load(Ordering::Acquire) & DIRTY != 0).count() as u64
     }
 
     /// Writes every dirty line to the slow tier and flushes it (a Flush on a private
@@ -238,9 +227,7 @@ impl Backend for CacheBackend {
 /// Largest slot count s with header + s metadata blocks, rounded up to a line, plus s
 /// lines fitting in `fast_blocks`.
 fn slots_that_fit(fast_blocks: u64, line_blocks: u64) -> u64 {
-    let fits = |slots: u64| {
-        (1 + slots).div_ceil(line_blocks) * line_blocks + slots * line_blocks <= fast_blocks
-    };
+    let fits = |slots: u64| (1 + slots).div_ceil(line_blocks) * line_blocks + slots * line_blocks <= fast_blocks;
     let mut slots = fast_blocks / (line_blocks + 1);
     while slots > 0 && !fits(slots) {
         slots -= 1;
@@ -250,16 +237,8 @@ fn slots_that_fit(fast_blocks: u64, line_blocks: u64) -> u64 {
 
 /// Runs one request to completion on `queue` (setup and `destage` only, not the data
 /// path).
-fn run_one(
-    queue: &mut dyn BackendQueue,
-    op: IoOp,
-    buffer: Vec<u8>,
-) -> Result<Vec<u8>, crate::IoError> {
-    queue.submit(IoRequest {
-        token: 0,
-        op,
-        buffer,
-    });
+fn run_one(queue: &mut dyn BackendQueue, op: IoOp, buffer: Vec<u8>) -> Result<Vec<u8>, crate::IoError> {
+    queue.submit(IoRequest { token: 0, op, buffer });
     let deadline = Instant::now() + SETUP_IO_TIMEOUT;
     let mut completions = Vec::with_capacity(1);
     loop {
@@ -312,17 +291,11 @@ fn recover_slot(shared: &CacheShared, slot: u64, block: &[u8]) -> Result<(), Com
 
 /// Loads the dirty lines recorded by an earlier cache, or formats a fresh fast tier.
 fn recover_or_format(shared: &CacheShared, line_size_bytes: u32) -> Result<(), CompositionError> {
-    let device_error =
-        |error: crate::IoError| CompositionError::Tiers(format!("fast tier I/O failed: {error}"));
+    let device_error = |error: crate::IoError| CompositionError::Tiers(format!("fast tier I/O failed: {error}"));
     let block_size = shared.geometry.block_size_bytes as usize;
     let mut queue = shared.fast.open_queue();
     let expected_header = header_block(shared, line_size_bytes);
-    let header = run_one(
-        &mut *queue,
-        IoOp::Read { lba: 0, blocks: 1 },
-        vec![0; block_size],
-    )
-    .map_err(device_error)?;
+    let header = run_one(&mut *queue, IoOp::Read { lba: 0, blocks: 1 }, vec![0; block_size]).map_err(device_error)?;
     if header[..16] == HEADER_MAGIC[..] {
         if header != expected_header {
             return Err(CompositionError::Tiers(
@@ -336,10 +309,7 @@ fn recover_or_format(shared: &CacheShared, line_size_bytes: u32) -> Result<(), C
             let batch = (shared.slot_count - first_slot).min(RECOVERY_BATCH_BLOCKS);
             let blocks = run_one(
                 &mut *queue,
-                IoOp::Read {
-                    lba: shared.metadata_lba(first_slot),
-                    blocks: batch as u32,
-                },
+                IoOp::Read { lba: shared.metadata_lba(first_slot), blocks: batch as u32 },
                 vec![0; batch as usize * block_size],
             )
             .map_err(device_error)?;
@@ -351,18 +321,9 @@ fn recover_or_format(shared: &CacheShared, line_size_bytes: u32) -> Result<(), C
         return Ok(());
     }
     // Fresh: every slot invalid on the medium before the header says the area is ours.
-    let zeroes = IoOp::WriteZeroes {
-        lba: 1,
-        blocks: shared.slot_count,
-        deallocate: false,
-        force_unit_access: true,
-    };
+    let zeroes = IoOp::WriteZeroes { lba: 1, blocks: shared.slot_count, deallocate: false, force_unit_access: true };
     run_one(&mut *queue, zeroes, Vec::new()).map_err(device_error)?;
-    let write = IoOp::Write {
-        lba: 0,
-        blocks: 1,
-        force_unit_access: true,
-    };
+    let write = IoOp::Write { lba: 0, blocks: 1, force_unit_access: true };
     run_one(&mut *queue, write, expected_header).map_err(device_error)?;
     Ok(())
 }

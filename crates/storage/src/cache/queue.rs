@@ -126,12 +126,7 @@ impl CacheQueue {
                     self.release(start, index);
                     return false;
                 }
-                match slot.compare_exchange_weak(
-                    word,
-                    word | BUSY,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
+                match slot.compare_exchange_weak(word, word | BUSY, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => break,
                     Err(current) => word = current,
                 }
@@ -143,8 +138,7 @@ impl CacheQueue {
     fn release(&self, start: u64, count: u64) {
         let slot_count = self.shared.slot_count;
         for index in 0..count {
-            self.shared.slots[((start + index) % slot_count) as usize]
-                .fetch_and(!BUSY, Ordering::Release);
+            self.shared.slots[((start + index) % slot_count) as usize].fetch_and(!BUSY, Ordering::Release);
         }
     }
 
@@ -175,20 +169,9 @@ impl CacheQueue {
         (start < end).then(|| (start, end - start))
     }
 
-    fn submit_child(
-        &mut self,
-        parent: usize,
-        kind: Child,
-        to_fast: bool,
-        op: IoOp,
-        buffer: Vec<u8>,
-    ) -> Step {
+    fn submit_child(&mut self, parent: usize, kind: Child, to_fast: bool, op: IoOp, buffer: Vec<u8>) -> Step {
         self.parents[parent].child = kind;
-        let request = IoRequest {
-            token: parent as u64,
-            op,
-            buffer,
-        };
+        let request = IoRequest { token: parent as u64, op, buffer };
         if to_fast {
             self.fast.submit(request);
         } else {
@@ -207,10 +190,7 @@ impl CacheQueue {
             let blocks = shared.line_length_blocks(victim);
             let mut buffer = self.take_buffer();
             buffer.resize(blocks as usize * self.block_size_bytes, 0);
-            let op = IoOp::Read {
-                lba: shared.slot_lba(slot),
-                blocks: blocks as u32,
-            };
+            let op = IoOp::Read { lba: shared.slot_lba(slot), blocks: blocks as u32 };
             return self.submit_child(parent, Child::DestageRead, true, op, buffer);
         }
         if word & PERSISTED != 0 {
@@ -226,19 +206,12 @@ impl CacheQueue {
         let blocks = shared.line_length_blocks(line);
         let mut buffer = self.take_buffer();
         buffer.resize(blocks as usize * self.block_size_bytes, 0);
-        let op = IoOp::Read {
-            lba: line * shared.line_blocks,
-            blocks: blocks as u32,
-        };
+        let op = IoOp::Read { lba: line * shared.line_blocks, blocks: blocks as u32 };
         self.submit_child(parent, Child::FillRead, false, op, buffer)
     }
 
     fn meta_write(&mut self, parent: usize, slot: u64, buffer: Vec<u8>) -> Step {
-        let op = IoOp::Write {
-            lba: self.shared.metadata_lba(slot),
-            blocks: 1,
-            force_unit_access: true,
-        };
+        let op = IoOp::Write { lba: self.shared.metadata_lba(slot), blocks: 1, force_unit_access: true };
         self.submit_child(parent, Child::MetaWrite, true, op, buffer)
     }
 
@@ -252,22 +225,15 @@ impl CacheQueue {
         let slot = line % shared.slot_count;
         let word = self.word(slot);
         let present = word & TAG_MASK == line + 1;
-        let IoOp::Write {
-            lba,
-            force_unit_access,
-            ..
-        } = self.parents[parent].op
-        else {
+        let IoOp::Write { lba, force_unit_access, .. } = self.parents[parent].op else {
             // Read.
             if !present {
                 return self.make_room(parent, slot, line);
             }
             let mut buffer = self.take_buffer();
             buffer.resize(blocks as usize * self.block_size_bytes, 0);
-            let op = IoOp::Read {
-                lba: shared.slot_lba(slot) + start - line * shared.line_blocks,
-                blocks: blocks as u32,
-            };
+            let op =
+                IoOp::Read { lba: shared.slot_lba(slot) + start - line * shared.line_blocks, blocks: blocks as u32 };
             return self.submit_child(parent, Child::FastRead, true, op, buffer);
         };
         let mut buffer = self.take_buffer();
@@ -275,11 +241,7 @@ impl CacheQueue {
         let to = from + blocks as usize * self.block_size_bytes;
         if !present && shared.mode == CacheMode::WriteThrough {
             buffer.extend_from_slice(&self.parents[parent].buffer[from..to]);
-            let op = IoOp::Write {
-                lba: start,
-                blocks: blocks as u32,
-                force_unit_access,
-            };
+            let op = IoOp::Write { lba: start, blocks: blocks as u32, force_unit_access };
             return self.submit_child(parent, Child::SlowWrite, false, op, buffer);
         }
         if !present {
@@ -418,11 +380,7 @@ impl CacheQueue {
         } else {
             let (first_line, last_line) = self.lines(lba, blocks);
             let count = (last_line - first_line + 1).min(self.shared.slot_count);
-            let cursor = if matches!(op, IoOp::Read { .. } | IoOp::Write { .. }) {
-                first_line
-            } else {
-                0
-            };
+            let cursor = if matches!(op, IoOp::Read { .. } | IoOp::Write { .. }) { first_line } else { 0 };
             (first_line % self.shared.slot_count, count, cursor)
         };
         if !self.try_claim(start, count) {
@@ -437,19 +395,13 @@ impl CacheQueue {
     }
 
     fn finish(&mut self, parent: usize) {
-        let (start, count) = (
-            self.parents[parent].held_start,
-            self.parents[parent].held_count,
-        );
+        let (start, count) = (self.parents[parent].held_start, self.parents[parent].held_count);
         self.release(start, count);
         let state = &mut self.parents[parent];
         state.held_count = 0;
         state.active = false;
-        let completion = IoCompletion {
-            token: state.token,
-            result: state.result,
-            buffer: std::mem::take(&mut state.buffer),
-        };
+        let completion =
+            IoCompletion { token: state.token, result: state.result, buffer: std::mem::take(&mut state.buffer) };
         self.ready.push(completion);
         self.free_parents.push(parent);
         self.active_parents -= 1;
@@ -460,13 +412,9 @@ impl CacheQueue {
         let kind = std::mem::replace(&mut self.parents[parent].child, Child::Nothing);
         let shared = Arc::clone(&self.shared);
         let slot = match self.parents[parent].op {
-            IoOp::Read { .. } | IoOp::Write { .. } => {
-                self.parents[parent].cursor % shared.slot_count
-            }
+            IoOp::Read { .. } | IoOp::Write { .. } => self.parents[parent].cursor % shared.slot_count,
             IoOp::Flush => self.parents[parent].cursor,
-            _ => {
-                (self.parents[parent].held_start + self.parents[parent].cursor) % shared.slot_count
-            }
+            _ => (self.parents[parent].held_start + self.parents[parent].cursor) % shared.slot_count,
         };
         if let Err(error) = completion.result {
             if kind == Child::MetaWrite {
@@ -506,18 +454,10 @@ impl CacheQueue {
             Child::FastWrite | Child::SlowWrite => self.parents[parent].cursor += 1,
             Child::FastWriteThenSlow => {
                 let line = self.parents[parent].cursor;
-                if let (
-                    Some((start, blocks)),
-                    IoOp::Write {
-                        force_unit_access, ..
-                    },
-                ) = (self.piece(parent, line), self.parents[parent].op)
+                if let (Some((start, blocks)), IoOp::Write { force_unit_access, .. }) =
+                    (self.piece(parent, line), self.parents[parent].op)
                 {
-                    let op = IoOp::Write {
-                        lba: start,
-                        blocks: blocks as u32,
-                        force_unit_access,
-                    };
+                    let op = IoOp::Write { lba: start, blocks: blocks as u32, force_unit_access };
                     self.submit_child(parent, Child::SlowWrite, false, op, buffer);
                     return;
                 }
@@ -567,8 +507,7 @@ impl CacheQueue {
                 self.set_word(slot, line + 1);
             }
             Child::SlowFinal
-                if shared.mode == CacheMode::WriteBack
-                    && matches!(self.parents[parent].op, IoOp::Flush) =>
+                if shared.mode == CacheMode::WriteBack && matches!(self.parents[parent].op, IoOp::Flush) =>
             {
                 // A destaged line stays recorded dirty on the fast tier, and a restart
                 // serves it from there: the fast copy must be as durable as the slow
@@ -599,11 +538,7 @@ impl BackendQueue for CacheQueue {
     fn submit(&mut self, request: IoRequest) {
         let IoRequest { token, op, buffer } = request;
         if let Err(error) = validate_request(&self.shared.geometry, &op, buffer.len()) {
-            self.ready.push(IoCompletion {
-                token,
-                result: Err(error),
-                buffer,
-            });
+            self.ready.push(IoCompletion { token, result: Err(error), buffer });
             return;
         }
         let parent = match self.free_parents.pop() {

@@ -28,11 +28,7 @@ impl Device {
         let backend = make_backend();
         let geometry = backend.geometry();
         let kind = backend.kind();
-        assert_eq!(
-            geometry.validate(),
-            Ok(()),
-            "{kind}: invalid geometry {geometry:?}"
-        );
+        assert_eq!(geometry.validate(), Ok(()), "{kind}: invalid geometry {geometry:?}");
         assert!(
             geometry.block_count >= MIN_BLOCK_COUNT,
             "{kind}: the suite needs at least {MIN_BLOCK_COUNT} blocks, got {geometry:?}"
@@ -61,11 +57,7 @@ impl Device {
         let (buffer_len, buffer_address) = (buffer.len(), buffer.as_ptr());
         let completion = submit_and_wait(&mut *self.queue, IoRequest { token, op, buffer });
         let kind = self.kind;
-        assert_eq!(
-            completion.buffer.len(),
-            buffer_len,
-            "{kind}: {op:?} changed the buffer length"
-        );
+        assert_eq!(completion.buffer.len(), buffer_len, "{kind}: {op:?} changed the buffer length");
         if completion.buffer.capacity() > 0 {
             assert_eq!(
                 completion.buffer.as_ptr(),
@@ -76,32 +68,15 @@ impl Device {
         completion
     }
 
-    pub(super) fn expect(
-        &mut self,
-        op: IoOp,
-        buffer: Vec<u8>,
-        expected: Result<(), IoError>,
-    ) -> Vec<u8> {
+    pub(super) fn expect(&mut self, op: IoOp, buffer: Vec<u8>, expected: Result<(), IoError>) -> Vec<u8> {
         let completion = self.run(op, buffer);
-        assert_eq!(
-            completion.result, expected,
-            "{}: unexpected result for {op:?}",
-            self.kind
-        );
+        assert_eq!(completion.result, expected, "{}: unexpected result for {op:?}", self.kind);
         completion.buffer
     }
 
     pub(super) fn write(&mut self, lba: u64, data: Vec<u8>, force_unit_access: bool) {
         let blocks = u32::try_from(data.len() / self.block_size).expect("test writes are small");
-        self.expect(
-            IoOp::Write {
-                lba,
-                blocks,
-                force_unit_access,
-            },
-            data,
-            Ok(()),
-        );
+        self.expect(IoOp::Write { lba, blocks, force_unit_access }, data, Ok(()));
     }
 
     /// Writes fresh pattern data and returns it.
@@ -122,10 +97,7 @@ impl Device {
         let blocks = u32::try_from(expected.len() / self.block_size).expect("test reads are small");
         let actual = self.read(lba, blocks);
         if self.retains_data {
-            let context = format!(
-                "{}: {context} (read {blocks} blocks at lba {lba})",
-                self.kind
-            );
+            let context = format!("{}: {context} (read {blocks} blocks at lba {lba})", self.kind);
             assert_same_bytes(&actual, expected, &context);
         }
     }
@@ -143,20 +115,11 @@ impl Device {
 pub fn describes_itself(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     let mut device = Device::new(make_backend);
     assert!(!device.kind.is_empty(), "kind() is empty");
-    assert_eq!(
-        device.backend.geometry(),
-        device.geometry,
-        "{}: geometry is not stable",
-        device.kind
-    );
+    assert_eq!(device.backend.geometry(), device.geometry, "{}: geometry is not stable", device.kind);
     let _ = device.backend.has_volatile_write_cache();
     let mut out = Vec::new();
     device.queue.reap(&mut out);
-    assert!(
-        out.is_empty(),
-        "{}: a new queue reaped completions",
-        device.kind
-    );
+    assert!(out.is_empty(), "{}: a new queue reaped completions", device.kind);
     assert_eq!(device.queue.in_flight(), 0);
     let second_queue = device.backend.open_queue();
     assert_eq!(second_queue.in_flight(), 0);
@@ -178,81 +141,35 @@ pub fn queue_depth_round_trip(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
             0 | 1 => {
                 let data = pattern(token, block_size);
                 written.push((token * 2, data.clone()));
-                (
-                    IoOp::Write {
-                        lba: token * 2,
-                        blocks: 1,
-                        force_unit_access: token % 4 == 1,
-                    },
-                    data,
-                )
+                (IoOp::Write { lba: token * 2, blocks: 1, force_unit_access: token % 4 == 1 }, data)
             }
-            2 => (
-                IoOp::Read {
-                    lba: token * 2 + 1,
-                    blocks: 1,
-                },
-                vec![STALE_BYTE; block_size],
-            ),
+            2 => (IoOp::Read { lba: token * 2 + 1, blocks: 1 }, vec![STALE_BYTE; block_size]),
             _ => (IoOp::Flush, Vec::new()),
         };
         submitted.insert(token, (buffer.len(), buffer.as_ptr()));
         device.queue.submit(IoRequest { token, op, buffer });
-        assert!(
-            device.queue.in_flight() as u64 <= token + 1,
-            "{kind}: in_flight over-counts"
-        );
+        assert!(device.queue.in_flight() as u64 <= token + 1, "{kind}: in_flight over-counts");
     }
-    assert_eq!(
-        device.queue.in_flight() as u64,
-        DEPTH,
-        "{kind}: in_flight before any reap"
-    );
+    assert_eq!(device.queue.in_flight() as u64, DEPTH, "{kind}: in_flight before any reap");
 
     let mut out = Vec::with_capacity(DEPTH as usize);
     let capacity = out.capacity();
     let deadline = std::time::Instant::now() + super::COMPLETION_TIMEOUT;
     while out.len() < DEPTH as usize {
         device.queue.reap(&mut out);
-        assert_eq!(
-            out.capacity(),
-            capacity,
-            "{kind}: reap reallocated a vector that had room"
-        );
-        assert_eq!(
-            out.len() + device.queue.in_flight(),
-            DEPTH as usize,
-            "{kind}: in_flight after reap"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{kind}: requests did not complete"
-        );
+        assert_eq!(out.capacity(), capacity, "{kind}: reap reallocated a vector that had room");
+        assert_eq!(out.len() + device.queue.in_flight(), DEPTH as usize, "{kind}: in_flight after reap");
+        assert!(std::time::Instant::now() < deadline, "{kind}: requests did not complete");
         std::thread::yield_now();
     }
     for completion in out {
         let (len, address) = submitted
             .remove(&completion.token)
             .unwrap_or_else(|| panic!("{kind}: unknown or repeated token {}", completion.token));
-        assert_eq!(
-            completion.result,
-            Ok(()),
-            "{kind}: token {} failed",
-            completion.token
-        );
-        assert_eq!(
-            completion.buffer.len(),
-            len,
-            "{kind}: token {} buffer length",
-            completion.token
-        );
+        assert_eq!(completion.result, Ok(()), "{kind}: token {} failed", completion.token);
+        assert_eq!(completion.buffer.len(), len, "{kind}: token {} buffer length", completion.token);
         if completion.buffer.capacity() > 0 {
-            assert_eq!(
-                completion.buffer.as_ptr(),
-                address,
-                "{kind}: token {} buffer",
-                completion.token
-            );
+            assert_eq!(completion.buffer.as_ptr(), address, "{kind}: token {} buffer", completion.token);
         }
     }
     for (lba, data) in written {
@@ -279,11 +196,7 @@ pub fn read_after_write(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     device.expect_contents(10, &middle, "eight blocks");
     device.expect_contents(9, &before, "block before a write");
     device.expect_contents(18, &after, "block after a write");
-    device.expect_contents(
-        12,
-        &middle[2 * block_size as usize..5 * block_size as usize],
-        "part of a write",
-    );
+    device.expect_contents(12, &middle[2 * block_size as usize..5 * block_size as usize], "part of a write");
 
     // Across 1 MiB and 64 KiB boundaries, where chunked or striped backends split I/O.
     for boundary_bytes in [1u64 << 20, 1 << 16] {
@@ -303,10 +216,7 @@ pub fn read_after_write(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     expected[block_size as usize..3 * block_size as usize].copy_from_slice(&new);
     device.expect_contents(30, &expected, "partial overwrite");
     // Another queue on the same backend sees the data.
-    let mut other = Device {
-        queue: device.backend.open_queue(),
-        ..device
-    };
+    let mut other = Device { queue: device.backend.open_queue(), ..device };
     other.expect_contents(30, &expected, "read from a second queue");
 }
 
@@ -344,18 +254,11 @@ pub fn write_zeroes(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     let mut device = Device::new(make_backend);
     let block_size = device.block_size;
     for (round, (deallocate, force_unit_access)) in
-        [(false, false), (true, false), (false, true), (true, true)]
-            .into_iter()
-            .enumerate()
+        [(false, false), (true, false), (false, true), (true, true)].into_iter().enumerate()
     {
         let base = 16 * round as u64;
         let data = device.write_pattern(base, 16, 30 + round as u64);
-        let op = IoOp::WriteZeroes {
-            lba: base + 3,
-            blocks: 9,
-            deallocate,
-            force_unit_access,
-        };
+        let op = IoOp::WriteZeroes { lba: base + 3, blocks: 9, deallocate, force_unit_access };
         // The buffer is unused; a non-empty one must still come back.
         device.expect(op, vec![7; 3], Ok(()));
         let mut expected = data;
@@ -366,12 +269,7 @@ pub fn write_zeroes(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     // The whole device at once (sparse and thin backends must not materialise it).
     let last = device.last_lba();
     device.write_pattern(last, 1, 39);
-    let whole = IoOp::WriteZeroes {
-        lba: 0,
-        blocks: last + 1,
-        deallocate: false,
-        force_unit_access: false,
-    };
+    let whole = IoOp::WriteZeroes { lba: 0, blocks: last + 1, deallocate: false, force_unit_access: false };
     device.expect(whole, Vec::new(), Ok(()));
     device.expect_zeroes(0, 64, "after zeroing the whole device");
     device.expect_zeroes(last, 1, "last block after zeroing the whole device");
@@ -407,14 +305,7 @@ pub fn deallocate_reads_zeroes(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     // The last block, and writing again after deallocate.
     let last = device.last_lba();
     device.write_pattern(last, 1, 42);
-    device.expect(
-        IoOp::Deallocate {
-            lba: last,
-            blocks: 1,
-        },
-        Vec::new(),
-        Ok(()),
-    );
+    device.expect(IoOp::Deallocate { lba: last, blocks: 1 }, Vec::new(), Ok(()));
     device.expect_zeroes(last, 1, "deallocated last block");
     let again = device.write_pattern(5, 2, 43);
     device.expect_contents(5, &again, "write after deallocate");
@@ -428,26 +319,12 @@ pub fn out_of_range(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     let last = device.last_lba();
     let tail = device.write_pattern(last - 3, 4, 51);
 
-    let small_ranges: [(u64, u32); 6] = [
-        (count, 1),
-        (last, 2),
-        (last - 3, 5),
-        (u64::MAX, 1),
-        (u64::MAX - 1, 3),
-        (u64::MAX - 2, 4),
-    ];
+    let small_ranges: [(u64, u32); 6] =
+        [(count, 1), (last, 2), (last - 3, 5), (u64::MAX, 1), (u64::MAX - 1, 3), (u64::MAX - 2, 4)];
     for (lba, blocks) in small_ranges {
         let len = blocks as usize * device.block_size;
-        device.expect(
-            IoOp::Read { lba, blocks },
-            vec![0; len],
-            Err(IoError::OutOfRange),
-        );
-        let write = IoOp::Write {
-            lba,
-            blocks,
-            force_unit_access: false,
-        };
+        device.expect(IoOp::Read { lba, blocks }, vec![0; len], Err(IoError::OutOfRange));
+        let write = IoOp::Write { lba, blocks, force_unit_access: false };
         device.expect(write, pattern(52, len), Err(IoError::OutOfRange));
     }
     let large_ranges: [(u64, u64); 8] = [
@@ -462,52 +339,20 @@ pub fn out_of_range(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     ];
     for (lba, blocks) in large_ranges {
         for deallocate in [false, true] {
-            let op = IoOp::WriteZeroes {
-                lba,
-                blocks,
-                deallocate,
-                force_unit_access: false,
-            };
+            let op = IoOp::WriteZeroes { lba, blocks, deallocate, force_unit_access: false };
             device.expect(op, Vec::new(), Err(IoError::OutOfRange));
         }
-        device.expect(
-            IoOp::Deallocate { lba, blocks },
-            Vec::new(),
-            Err(IoError::OutOfRange),
-        );
+        device.expect(IoOp::Deallocate { lba, blocks }, Vec::new(), Err(IoError::OutOfRange));
     }
     device.expect_contents(last - 3, &tail, "data at the end after rejected requests");
 
     // The last block itself is in range for every op.
-    device.expect(
-        IoOp::Read {
-            lba: last,
-            blocks: 1,
-        },
-        vec![0; device.block_size],
-        Ok(()),
-    );
-    let write = IoOp::Write {
-        lba: last,
-        blocks: 1,
-        force_unit_access: false,
-    };
+    device.expect(IoOp::Read { lba: last, blocks: 1 }, vec![0; device.block_size], Ok(()));
+    let write = IoOp::Write { lba: last, blocks: 1, force_unit_access: false };
     device.expect(write, vec![0; device.block_size], Ok(()));
-    let zeroes = IoOp::WriteZeroes {
-        lba: last,
-        blocks: 1,
-        deallocate: false,
-        force_unit_access: false,
-    };
+    let zeroes = IoOp::WriteZeroes { lba: last, blocks: 1, deallocate: false, force_unit_access: false };
     device.expect(zeroes, Vec::new(), Ok(()));
-    device.expect(
-        IoOp::Deallocate {
-            lba: last,
-            blocks: 1,
-        },
-        Vec::new(),
-        Ok(()),
-    );
+    device.expect(IoOp::Deallocate { lba: last, blocks: 1 }, Vec::new(), Ok(()));
 }
 
 /// Read and Write buffers that are not blocks * block_size long fail with
@@ -526,16 +371,8 @@ pub fn buffer_length_mismatch(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     ];
     for (blocks, len) in cases {
         let read = IoOp::Read { lba: 6, blocks };
-        device.expect(
-            read,
-            vec![STALE_BYTE; len],
-            Err(IoError::BufferLengthMismatch),
-        );
-        let write = IoOp::Write {
-            lba: 6,
-            blocks,
-            force_unit_access: false,
-        };
+        device.expect(read, vec![STALE_BYTE; len], Err(IoError::BufferLengthMismatch));
+        let write = IoOp::Write { lba: 6, blocks, force_unit_access: false };
         device.expect(write, pattern(62, len), Err(IoError::BufferLengthMismatch));
     }
     device.expect_contents(6, &kept, "data after rejected writes");
@@ -569,39 +406,23 @@ pub fn concurrent_disjoint_ranges(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
                     let mut offset = 0;
                     while offset < region_blocks {
                         let blocks = piece_blocks.min(region_blocks - offset);
-                        let bytes =
-                            offset as usize * block_size..(offset + blocks) as usize * block_size;
+                        let bytes = offset as usize * block_size..(offset + blocks) as usize * block_size;
                         let op = IoOp::Write {
                             lba: region_start + offset,
                             blocks: blocks as u32,
                             force_unit_access: round % 2 == 1,
                         };
-                        queue.submit(IoRequest {
-                            token,
-                            op,
-                            buffer: data[bytes].to_vec(),
-                        });
+                        queue.submit(IoRequest { token, op, buffer: data[bytes].to_vec() });
                         token += 1;
                         offset += blocks;
                     }
                     for completion in reap_exactly(&mut *queue, token as usize) {
-                        assert_eq!(
-                            completion.result,
-                            Ok(()),
-                            "{kind}: thread {thread} write failed"
-                        );
+                        assert_eq!(completion.result, Ok(()), "{kind}: thread {thread} write failed");
                     }
-                    let op = IoOp::Read {
-                        lba: region_start,
-                        blocks: region_blocks as u32,
-                    };
+                    let op = IoOp::Read { lba: region_start, blocks: region_blocks as u32 };
                     let buffer = vec![STALE_BYTE; data.len()];
                     let completion = submit_and_wait(&mut *queue, IoRequest { token, op, buffer });
-                    assert_eq!(
-                        completion.result,
-                        Ok(()),
-                        "{kind}: thread {thread} read failed"
-                    );
+                    assert_eq!(completion.result, Ok(()), "{kind}: thread {thread} read failed");
                     if retains_data {
                         let context = format!("{kind}: thread {thread} round {round} read-back");
                         assert_same_bytes(&completion.buffer, &data, &context);
@@ -615,18 +436,10 @@ pub fn concurrent_disjoint_ranges(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
 
     let results: Vec<Vec<u8>> = workers
         .into_iter()
-        .map(|worker| {
-            worker
-                .join()
-                .unwrap_or_else(|_| panic!("{kind}: a worker thread panicked"))
-        })
+        .map(|worker| worker.join().unwrap_or_else(|_| panic!("{kind}: a worker thread panicked")))
         .collect();
     for (thread, data) in results.iter().enumerate() {
         let lba = thread as u64 * region_blocks;
-        device.expect_contents(
-            lba,
-            data,
-            &format!("region of thread {thread} after all threads"),
-        );
+        device.expect_contents(lba, data, &format!("region of thread {thread} after all threads"));
     }
 }

@@ -36,9 +36,8 @@ use std::time::{Duration, Instant};
 use crate::{Backend, BackendQueue, IoCompletion, IoRequest};
 
 pub use checks::{
-    buffer_length_mismatch, concurrent_disjoint_ranges, deallocate_reads_zeroes, describes_itself,
-    fua_write, out_of_range, queue_depth_round_trip, read_after_write, write_flush_read,
-    write_zeroes,
+    buffer_length_mismatch, concurrent_disjoint_ranges, deallocate_reads_zeroes, describes_itself, fua_write,
+    out_of_range, queue_depth_round_trip, read_after_write, write_flush_read, write_zeroes,
 };
 pub use oracle::random_ops_match_model;
 
@@ -72,13 +71,8 @@ pub fn submit_and_wait(queue: &mut dyn BackendQueue, request: IoRequest) -> IoCo
     let token = request.token;
     queue.submit(request);
     let mut completions = reap_exactly(queue, 1);
-    let completion = completions
-        .pop()
-        .expect("reap_exactly returns one completion");
-    assert_eq!(
-        completion.token, token,
-        "completion carries another request's token"
-    );
+    let completion = completions.pop().expect("reap_exactly returns one completion");
+    assert_eq!(completion.token, token, "completion carries another request's token");
     completion
 }
 
@@ -88,17 +82,9 @@ pub fn reap_exactly(queue: &mut dyn BackendQueue, count: usize) -> Vec<IoComplet
     let mut completions = Vec::with_capacity(count);
     loop {
         queue.reap(&mut completions);
-        assert!(
-            completions.len() <= count,
-            "reaped {} completions for {count} requests",
-            completions.len()
-        );
+        assert!(completions.len() <= count, "reaped {} completions for {count} requests", completions.len());
         if completions.len() == count {
-            assert_eq!(
-                queue.in_flight(),
-                0,
-                "in_flight is not zero after reaping everything"
-            );
+            assert_eq!(queue.in_flight(), 0, "in_flight is not zero after reaping everything");
             return completions;
         }
         assert!(
@@ -106,10 +92,7 @@ pub fn reap_exactly(queue: &mut dyn BackendQueue, count: usize) -> Vec<IoComplet
             "{} of {count} requests vanished: nothing in flight and no completion",
             count - completions.len()
         );
-        assert!(
-            Instant::now() < deadline,
-            "no completion within {COMPLETION_TIMEOUT:?}"
-        );
+        assert!(Instant::now() < deadline, "no completion within {COMPLETION_TIMEOUT:?}");
         std::thread::yield_now();
     }
 }

@@ -21,27 +21,11 @@ const DEFAULT_CASES: u32 = 48;
 /// byte by byte, which keeps cases small and shrinking fast.
 #[derive(Clone, Debug)]
 enum ModelOp {
-    Read {
-        lba: u64,
-        blocks: u32,
-    },
-    Write {
-        lba: u64,
-        blocks: u32,
-        force_unit_access: bool,
-        seed: u64,
-    },
+    Read { lba: u64, blocks: u32 },
+    Write { lba: u64, blocks: u32, force_unit_access: bool, seed: u64 },
     Flush,
-    WriteZeroes {
-        lba: u64,
-        blocks: u64,
-        deallocate: bool,
-        force_unit_access: bool,
-    },
-    Deallocate {
-        lba: u64,
-        blocks: u64,
-    },
+    WriteZeroes { lba: u64, blocks: u64, deallocate: bool, force_unit_access: bool },
+    Deallocate { lba: u64, blocks: u64 },
 }
 
 /// Where generated ops may land.
@@ -63,21 +47,11 @@ impl Window {
         let limit_blocks = MODEL_LIMIT_BYTES / block_size;
         if geometry.block_count <= limit_blocks + max_op_blocks {
             let block_count = geometry.block_count;
-            Self {
-                model_blocks: block_count,
-                lba_limit: block_count,
-                max_op_blocks,
-                block_count,
-            }
+            Self { model_blocks: block_count, lba_limit: block_count, max_op_blocks, block_count }
         } else {
             // Every in-range op starting below limit_blocks ends inside the model.
             let model_blocks = limit_blocks + max_op_blocks;
-            Self {
-                model_blocks,
-                lba_limit: limit_blocks,
-                max_op_blocks,
-                block_count: geometry.block_count,
-            }
+            Self { model_blocks, lba_limit: limit_blocks, max_op_blocks, block_count: geometry.block_count }
         }
     }
 
@@ -122,21 +96,11 @@ pub fn random_ops_match_model(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     let (kind, window) = (probe.kind(), Window::new(probe.geometry()));
     drop(probe);
 
-    let cases = if std::env::var_os("PROPTEST_CASES").is_some() {
-        Config::default().cases
-    } else {
-        DEFAULT_CASES
-    };
+    let cases = if std::env::var_os("PROPTEST_CASES").is_some() { Config::default().cases } else { DEFAULT_CASES };
     // No failure persistence: the suite runs from other crates' test directories.
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
+    let config = Config { cases, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new(config);
-    let outcome = runner.run(&window.strategy(), |ops| {
-        run_case(make_backend, window, &ops)
-    });
+    let outcome = runner.run(&window.strategy(), |ops| run_case(make_backend, window, &ops));
     match outcome {
         Ok(()) => {}
         Err(TestError::Fail(reason, ops)) => {
@@ -146,11 +110,7 @@ pub fn random_ops_match_model(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
     }
 }
 
-fn run_case(
-    make_backend: &dyn Fn() -> Arc<dyn Backend>,
-    window: Window,
-    ops: &[ModelOp],
-) -> Result<(), TestCaseError> {
+fn run_case(make_backend: &dyn Fn() -> Arc<dyn Backend>, window: Window, ops: &[ModelOp]) -> Result<(), TestCaseError> {
     let mut device = Device::new(make_backend);
     let block_size = device.block_size;
     let mut model = read_blocks(&mut device, 0, window.model_blocks);
@@ -161,28 +121,11 @@ fn run_case(
     for op in ops {
         let io_op = match *op {
             ModelOp::Read { lba, blocks } => IoOp::Read { lba, blocks },
-            ModelOp::Write {
-                lba,
-                blocks,
-                force_unit_access,
-                ..
-            } => IoOp::Write {
-                lba,
-                blocks,
-                force_unit_access,
-            },
+            ModelOp::Write { lba, blocks, force_unit_access, .. } => IoOp::Write { lba, blocks, force_unit_access },
             ModelOp::Flush => IoOp::Flush,
-            ModelOp::WriteZeroes {
-                lba,
-                blocks,
-                deallocate,
-                force_unit_access,
-            } => IoOp::WriteZeroes {
-                lba,
-                blocks,
-                deallocate,
-                force_unit_access,
-            },
+            ModelOp::WriteZeroes { lba, blocks, deallocate, force_unit_access } => {
+                IoOp::WriteZeroes { lba, blocks, deallocate, force_unit_access }
+            }
             ModelOp::Deallocate { lba, blocks } => IoOp::Deallocate { lba, blocks },
         };
         let range = io_op.range();
@@ -194,11 +137,7 @@ fn run_case(
         };
         let written = buffer.clone();
         let completion = device.run(io_op, buffer);
-        let expected = if in_range {
-            Ok(())
-        } else {
-            Err(IoError::OutOfRange)
-        };
+        let expected = if in_range { Ok(()) } else { Err(IoError::OutOfRange) };
         prop_assert_eq!(completion.result, expected, "result of {:?}", op);
         if !in_range || !device.retains_data {
             continue;
@@ -212,9 +151,7 @@ fn run_case(
             ModelOp::Read { .. } if inside_model => {
                 let defined = &defined[bytes.clone()];
                 if let Some(offset) = first_defined_difference(&completion.buffer, &model[bytes], defined) {
-                    return Err(TestCaseError::fail(format!(
-                        "{op:?} differs from the model at byte {offset}"
-                    )));
+                    return Err(TestCaseError::fail(format!("{op:?} differs from the model at byte {offset}")));
                 }
             }
             ModelOp::Write { .. } if inside_model => {
@@ -238,9 +175,7 @@ fn run_case(
     if device.retains_data {
         let contents = read_blocks(&mut device, 0, window.model_blocks);
         if let Some(offset) = first_defined_difference(&contents, &model, &defined) {
-            return Err(TestCaseError::fail(format!(
-                "final contents differ from the model at byte {offset}"
-            )));
+            return Err(TestCaseError::fail(format!("final contents differ from the model at byte {offset}")));
         }
     }
     Ok(())

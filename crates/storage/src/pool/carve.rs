@@ -9,8 +9,8 @@ use arc_swap::ArcSwap;
 use std::task::Waker;
 
 use super::PoolShared;
-use crate::service::Ticket;
 use crate::raid0::{Layout, Piece, SplitKind, SplitQueue, Target};
+use crate::service::Ticket;
 use crate::{Backend, BackendQueue, Geometry, GrowError, IoError, LiveGeometry};
 
 /// A thin carve's unit map: entry = physical unit + 1, or 0 while unallocated. Entries
@@ -22,9 +22,7 @@ pub(super) struct ThinMap {
 
 impl ThinMap {
     pub(super) fn new(unit_count: u64) -> Self {
-        Self {
-            units: (0..unit_count).map(|_| AtomicU64::new(0)).collect(),
-        }
+        Self { units: (0..unit_count).map(|_| AtomicU64::new(0)).collect() }
     }
 
     pub(super) fn physical_unit(&self, logical_unit: u64) -> Option<u64> {
@@ -37,10 +35,14 @@ impl ThinMap {
 
 #[derive(Debug)]
 pub(super) enum Placement {
-    Thick { start_lba: u64 },
+    Thick {
+        start_lba: u64,
+    },
     /// Swapped for a larger copy when the carve grows (under the pool lock, which
     /// every mapping takes too, so no mapping is lost); readers load it lock-free.
-    Thin { map: ArcSwap<ThinMap> },
+    Thin {
+        map: ArcSwap<ThinMap>,
+    },
 }
 
 /// The mapping of one carve; shared by its backend handle and queues.
@@ -102,10 +104,7 @@ impl Layout for CarveLayout {
         let map = match &self.placement {
             Placement::Thick { start_lba } => {
                 visit(Piece {
-                    target: Target::Member {
-                        member: 0,
-                        lba: start_lba + lba,
-                    },
+                    target: Target::Member { member: 0, lba: start_lba + lba },
                     blocks,
                     parent_block_offset: 0,
                 });
@@ -131,9 +130,7 @@ impl Layout for CarveLayout {
                 let next_unit = next / unit_blocks;
                 let continues = match (physical, map.physical_unit(next_unit)) {
                     (None, None) => true,
-                    (Some(first), Some(next_physical)) => {
-                        next_physical == first + (next_unit - unit)
-                    }
+                    (Some(first), Some(next_physical)) => next_physical == first + (next_unit - unit),
                     _ => false,
                 };
                 if !continues {
@@ -143,16 +140,9 @@ impl Layout for CarveLayout {
             }
             let target = match physical {
                 None => Target::Zeroes,
-                Some(physical_unit) => Target::Member {
-                    member: 0,
-                    lba: physical_unit * unit_blocks + within_unit,
-                },
+                Some(physical_unit) => Target::Member { member: 0, lba: physical_unit * unit_blocks + within_unit },
             };
-            visit(Piece {
-                target,
-                blocks: piece_blocks,
-                parent_block_offset: current - lba,
-            });
+            visit(Piece { target, blocks: piece_blocks, parent_block_offset: current - lba });
             current += piece_blocks;
         }
     }
@@ -175,8 +165,7 @@ impl Backend for CarveBackend {
     fn has_volatile_write_cache(&self) -> bool {
         // Thin mappings made since the last Flush are volatile too, so a thin carve has
         // a volatile write cache even over a device without one.
-        matches!(self.layout.placement, Placement::Thin { .. })
-            || self.layout.pool.backend.has_volatile_write_cache()
+        matches!(self.layout.placement, Placement::Thin { .. }) || self.layout.pool.backend.has_volatile_write_cache()
     }
 
     fn kind(&self) -> &'static str {

@@ -169,10 +169,7 @@ impl PoolShared {
         }
         let count = self.unit_count as usize;
         let hint = state.allocation_hint as usize;
-        let found = (hint..count)
-            .chain(0..hint)
-            .find(|&unit| !state.used_units[unit])
-            .ok_or(IoError::NoSpace)?;
+        let found = (hint..count).chain(0..hint).find(|&unit| !state.used_units[unit]).ok_or(IoError::NoSpace)?;
         state.used_units[found] = true;
         state.free_units -= 1;
         state.allocation_hint = (found as u64 + 1) % self.unit_count;
@@ -286,7 +283,8 @@ impl PoolShared {
         if wanted == current {
             return Ok(current);
         }
-        let too_large = |reason: &str| GrowError::TooLarge { requested_blocks: block_count, reason: reason.to_string() };
+        let too_large =
+            |reason: &str| GrowError::TooLarge { requested_blocks: block_count, reason: reason.to_string() };
         let units = units_for_blocks(block_count, self.unit_blocks)
             .ok_or_else(|| too_large("the capacity overflows 64 bits"))?;
         // A thin carve's larger map is made before the pool lock, which I/O threads
@@ -427,9 +425,7 @@ impl Pool {
         let geometry = backend.geometry();
         let block_size_bytes = geometry.block_size_bytes;
         let loaded = table.load()?;
-        let unit_size_bytes = loaded
-            .as_ref()
-            .map_or(unit_size_bytes, |loaded| loaded.unit_size_bytes);
+        let unit_size_bytes = loaded.as_ref().map_or(unit_size_bytes, |loaded| loaded.unit_size_bytes);
         let unit_count = geometry.capacity_bytes() / unit_size_bytes.max(1);
         if !unit_size_bytes.is_power_of_two()
             || unit_size_bytes < u64::from(block_size_bytes)
@@ -489,10 +485,7 @@ impl Pool {
         }
         if fresh {
             // Establish "free space reads as zeroes" before the first carve exists.
-            pool.zero_units(&[UnitExtent {
-                start_unit: 0,
-                unit_count,
-            }])?;
+            pool.zero_units(&[UnitExtent { start_unit: 0, unit_count }])?;
             pool.shared.save()?;
         } else if left_by_crash {
             // A thin unit mapped after the last save was free again in the table the
@@ -529,14 +522,11 @@ impl Pool {
             let units = units_for_blocks(record.size_blocks, shared.unit_blocks).unwrap_or(0);
             let map = ThinMap::new(units);
             for mapping in record.unit_map.drain(..) {
-                map.units[mapping.logical_unit as usize]
-                    .store(mapping.physical_unit + 1, Ordering::Relaxed);
+                map.units[mapping.logical_unit as usize].store(mapping.physical_unit + 1, Ordering::Relaxed);
             }
             Placement::Thin { map: ArcSwap::from_pointee(map) }
         } else {
-            Placement::Thick {
-                start_lba: record.extents[0].start_unit * shared.unit_blocks,
-            }
+            Placement::Thick { start_lba: record.extents[0].start_unit * shared.unit_blocks }
         };
         let layout = Arc::new(CarveLayout {
             geometry: LiveGeometry::new(Geometry {
@@ -578,10 +568,7 @@ impl Pool {
         identity: CarveIdentity,
     ) -> Result<CarvedId, PoolError> {
         let shared = &self.shared;
-        let geometry = Geometry {
-            block_size_bytes: shared.block_size_bytes,
-            block_count: size_blocks,
-        };
+        let geometry = Geometry { block_size_bytes: shared.block_size_bytes, block_count: size_blocks };
         let units = units_for_blocks(size_blocks, shared.unit_blocks)
             .filter(|_| geometry.validate().is_ok())
             .ok_or(PoolError::InvalidSize(size_blocks))?;
@@ -596,26 +583,15 @@ impl Pool {
             Vec::new()
         } else {
             let start_unit = first_fit(&state.used_units, units).ok_or(PoolError::NoSpace)?;
-            vec![UnitExtent {
-                start_unit,
-                unit_count: units,
-            }]
+            vec![UnitExtent { start_unit, unit_count: units }]
         };
         let id = CarvedId(state.next_id);
         let next_id = state.next_id.checked_add(1).ok_or(PoolError::NoSpace)?;
         let (generated_nguid, generated_uuid) = new_identity(id);
         let nguid = identity.nguid.unwrap_or(generated_nguid);
         let uuid = identity.uuid.unwrap_or(generated_uuid);
-        let record = CarveRecord {
-            id,
-            nguid,
-            uuid,
-            size_blocks,
-            thin,
-            extents: extents.clone(),
-            unit_map: Vec::new(),
-            binding,
-        };
+        let record =
+            CarveRecord { id, nguid, uuid, size_blocks, thin, extents: extents.clone(), unit_map: Vec::new(), binding };
         for extent in &extents {
             for unit in extent.start_unit..extent.start_unit + extent.unit_count {
                 state.used_units[unit as usize] = true;
@@ -649,10 +625,9 @@ impl Pool {
             entry.layout.deleted.store(true, Ordering::Release);
             let record = entry.snapshot();
             let mut units = record.extents;
-            units.extend(record.unit_map.iter().map(|mapping| UnitExtent {
-                start_unit: mapping.physical_unit,
-                unit_count: 1,
-            }));
+            units.extend(
+                record.unit_map.iter().map(|mapping| UnitExtent { start_unit: mapping.physical_unit, unit_count: 1 }),
+            );
             units
         };
         // Zeroed outside the lock (it is device I/O); the carve stays in the table until
@@ -698,9 +673,8 @@ impl Pool {
             Placement::Thick { .. } => entry.record.size_blocks,
             Placement::Thin { map } => {
                 let map = map.load();
-                let mapped = (0..map.units.len() as u64)
-                    .filter(|&unit| map.physical_unit(unit).is_some())
-                    .count() as u64;
+                let mapped =
+                    (0..map.units.len() as u64).filter(|&unit| map.physical_unit(unit).is_some()).count() as u64;
                 (mapped * self.shared.unit_blocks).min(entry.record.size_blocks)
             }
         })
@@ -730,9 +704,7 @@ impl Pool {
     pub fn get(&self, id: CarvedId) -> Result<Arc<dyn Backend>, PoolError> {
         let state = self.shared.lock();
         let entry = state.carves.get(&id).ok_or(PoolError::NotFound(id))?;
-        Ok(Arc::new(CarveBackend {
-            layout: Arc::clone(&entry.layout),
-        }))
+        Ok(Arc::new(CarveBackend { layout: Arc::clone(&entry.layout) }))
     }
 
     /// The identity and placement of one carve (thin map as of now).
@@ -803,11 +775,7 @@ impl Pool {
         let mut queue = self.shared.backend.open_queue();
         let mut completions = Vec::with_capacity(1);
         for (token, op) in ops.enumerate() {
-            queue.submit(IoRequest {
-                token: token as u64,
-                op,
-                buffer: Vec::new(),
-            });
+            queue.submit(IoRequest { token: token as u64, op, buffer: Vec::new() });
             let deadline = Instant::now() + MANAGEMENT_IO_TIMEOUT;
             while completions.is_empty() {
                 queue.reap(&mut completions);
@@ -880,9 +848,8 @@ fn new_identity(id: CarvedId) -> ([u8; 16], [u8; 16]) {
         hasher.write_u32(id.0);
         hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
         hasher.write_usize(index);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_nanos());
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos());
         hasher.write_u128(nanos);
         *word = hasher.finish();
     }

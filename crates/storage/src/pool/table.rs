@@ -61,8 +61,7 @@ impl TableStore {
     pub(super) fn save(&self, table: &TableFile) -> Result<(), PoolError> {
         // Also for the memory store, so tests with it catch a save on an I/O thread.
         crate::service::debug_assert_may_block("saving a pool table");
-        let text = serde_json::to_string_pretty(table)
-            .map_err(|error| PoolError::TableIo(error.to_string()))?;
+        let text = serde_json::to_string_pretty(table).map_err(|error| PoolError::TableIo(error.to_string()))?;
         match self {
             Self::Memory(memory) => {
                 *lock(&memory.0) = Some(text);
@@ -77,11 +76,8 @@ impl TableStore {
 /// A poisoned table lock only means another thread panicked mid-update of a String that
 /// is replaced wholesale, so the value is still usable.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
-
 
 /// A run of pool allocation units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,11 +159,7 @@ pub(super) const TABLE_VERSION: u32 = 1;
 impl TableFile {
     /// Checks a loaded table against the backend: every extent and mapping inside the
     /// pool, no unit used twice, sizes consistent. Returns the used-unit bitmap.
-    pub(super) fn validate(
-        &self,
-        block_size_bytes: u32,
-        unit_count: u64,
-    ) -> Result<Vec<bool>, PoolError> {
+    pub(super) fn validate(&self, block_size_bytes: u32, unit_count: u64) -> Result<Vec<bool>, PoolError> {
         let corrupt = |message: String| Err(PoolError::CorruptTable(message));
         if self.version != TABLE_VERSION {
             return corrupt(format!("unknown table version {}", self.version));
@@ -186,10 +178,9 @@ impl TableFile {
                     "carve {} uses unit {unit} beyond the pool's {unit_count} units",
                     carve.0
                 ))),
-                Some(true) => Err(PoolError::CorruptTable(format!(
-                    "carve {} overlaps another carve at unit {unit}",
-                    carve.0
-                ))),
+                Some(true) => {
+                    Err(PoolError::CorruptTable(format!("carve {} overlaps another carve at unit {unit}", carve.0)))
+                }
                 Some(slot) => {
                     *slot = true;
                     Ok(())
@@ -203,10 +194,7 @@ impl TableFile {
                 return corrupt(format!("carve id {} is duplicated or invalid", id.0));
             }
             let Some(carve_units) = units_for_blocks(carve.size_blocks, unit_blocks) else {
-                return corrupt(format!(
-                    "carve {} has invalid size {}",
-                    id.0, carve.size_blocks
-                ));
+                return corrupt(format!("carve {} has invalid size {}", id.0, carve.size_blocks));
             };
             if carve.thin {
                 if !carve.extents.is_empty() {
@@ -214,9 +202,7 @@ impl TableFile {
                 }
                 let mut logical_seen = std::collections::BTreeSet::new();
                 for mapping in &carve.unit_map {
-                    if mapping.logical_unit >= carve_units
-                        || !logical_seen.insert(mapping.logical_unit)
-                    {
+                    if mapping.logical_unit >= carve_units || !logical_seen.insert(mapping.logical_unit) {
                         return corrupt(format!(
                             "thin carve {} maps logical unit {} twice or beyond its size",
                             id.0, mapping.logical_unit
@@ -229,10 +215,7 @@ impl TableFile {
                     return corrupt(format!("thick carve {} needs exactly one extent", id.0));
                 };
                 if extent.unit_count != carve_units || !carve.unit_map.is_empty() {
-                    return corrupt(format!(
-                        "thick carve {} extent does not match its size",
-                        id.0
-                    ));
+                    return corrupt(format!("thick carve {} extent does not match its size", id.0));
                 }
                 let end = extent.start_unit.checked_add(extent.unit_count);
                 if !matches!(end, Some(end) if end <= unit_count) {

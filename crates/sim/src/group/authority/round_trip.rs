@@ -12,8 +12,8 @@ use nvme_target::group_reservations::{AppliedChange, ChangeTicket, MAX_KEPT_NOTI
 use nvme_target::reservations::{Notice, ReservationState};
 
 use super::{
-    fenced_answer_delay_ns, host_of, ClusterState, Commit, Delivery, FenceCause, FenceRecord,
-    GatewayAction, Loss, Publication,
+    fenced_answer_delay_ns, host_of, ClusterState, Commit, Delivery, FenceCause, FenceRecord, GatewayAction, Loss,
+    Publication,
 };
 
 impl ClusterState {
@@ -57,18 +57,13 @@ impl ClusterState {
     /// counts on), written and announced like any change.
     pub(super) fn forget_without_persistence(&mut self, now_ns: u64, instance: u64) {
         let current = &self.record.state;
-        if current.persist_through_power_loss
-            || (current.registrants.is_empty() && current.holder.is_none())
-        {
+        if current.persist_through_power_loss || (current.registrants.is_empty() && current.holder.is_none()) {
             return;
         }
         let generation = current.generation.wrapping_add(1);
         self.power_loss_clears += 1;
         self.record.sequence += 1;
-        self.record.state = ReservationState {
-            generation,
-            ..ReservationState::default()
-        };
+        self.record.state = ReservationState { generation, ..ReservationState::default() };
         self.commits.push(Commit {
             instance,
             call: 0,
@@ -78,10 +73,7 @@ impl ClusterState {
             sequence: self.record.sequence,
             update: self.record.clone(),
         });
-        let answer = AppliedChange {
-            status: Status::SUCCESS,
-            update: self.record.clone(),
-        };
+        let answer = AppliedChange { status: Status::SUCCESS, update: self.record.clone() };
         self.publish(now_ns, None, answer, None, false);
     }
 
@@ -100,28 +92,18 @@ impl ClusterState {
             };
             let request = self.requests.remove(position);
             if self.fenced[request.gateway] {
-                request
-                    .done
-                    .finish(Err("this gateway is blocklisted".into()));
+                request.done.finish(Err("this gateway is blocklisted".into()));
                 continue;
             }
             let mut state = self.record.state.clone();
             let mut preempts = false;
             let status = match request.change.apply(&mut state) {
                 Ok(effects) => {
-                    preempts = effects
-                        .notices
-                        .iter()
-                        .any(|(_, notice)| *notice == Notice::RegistrationPreempted);
+                    preempts = effects.notices.iter().any(|(_, notice)| *notice == Notice::RegistrationPreempted);
                     self.record.sequence += 1;
                     self.record.state = state;
                     let sequence = self.record.sequence;
-                    self.record.notices.extend(
-                        effects
-                            .notices
-                            .iter()
-                            .map(|(host, notice)| (sequence, *host, *notice)),
-                    );
+                    self.record.notices.extend(effects.notices.iter().map(|(host, notice)| (sequence, *host, *notice)));
                     let excess = self.record.notices.len().saturating_sub(MAX_KEPT_NOTICES);
                     self.record.notices.drain(..excess);
                     Status::SUCCESS
@@ -137,22 +119,13 @@ impl ClusterState {
                 sequence: self.record.sequence,
                 update: self.record.clone(),
             });
-            let answer = AppliedChange {
-                status,
-                update: self.record.clone(),
-            };
+            let answer = AppliedChange { status, update: self.record.clone() };
             if !status.is_success() {
                 // Refused from the state read: nothing written, nobody notified.
                 request.done.finish(Ok(answer));
                 continue;
             }
-            self.publish(
-                now_ns,
-                Some(request.done),
-                answer,
-                Some((request.gateway, request.instance)),
-                preempts,
-            );
+            self.publish(now_ns, Some(request.done), answer, Some((request.gateway, request.instance)), preempts);
         }
     }
 
@@ -239,10 +212,7 @@ impl ClusterState {
                 self.lost_notices += 1;
                 if self.canary_missed_notice {
                     // The planted bug: acknowledged without installing.
-                    if let Some(publication) = delivery
-                        .publication
-                        .and_then(|id| self.publications.get_mut(&id))
-                    {
+                    if let Some(publication) = delivery.publication.and_then(|id| self.publications.get_mut(&id)) {
                         if publication.waiting.remove(&key) {
                             publication.acknowledged.insert(key);
                         }
@@ -282,9 +252,7 @@ impl ClusterState {
                 }
                 continue;
             }
-            if publication.awaiting_own_fence
-                || (!publication.waiting.is_empty() && publication.deadline_ns > now_ns)
-            {
+            if publication.awaiting_own_fence || (!publication.waiting.is_empty() && publication.deadline_ns > now_ns) {
                 continue;
             }
             let Some(mut publication) = self.publications.remove(&id) else {
@@ -316,9 +284,7 @@ impl ClusterState {
             let unanswered: Vec<(usize, u64)> = (0..self.watches.len())
                 .filter_map(|gateway| {
                     let key = (gateway, self.watches[gateway].instance?);
-                    let answered = publication
-                        .notifier
-                        .is_some_and(|(notifier, _)| notifier == gateway)
+                    let answered = publication.notifier.is_some_and(|(notifier, _)| notifier == gateway)
                         || publication.acknowledged.contains(&key)
                         || publication.waiting.contains(&key);
                     (!answered).then_some(key)
@@ -350,14 +316,12 @@ impl ClusterState {
             }
             // The notifier's own notice went unacknowledged: nobody waited for its
             // writes of the preempted hosts; it waits for them itself.
-            if let Some((gateway, instance)) =
-                publication.notifier.filter(|&(gateway, instance)| {
-                    publication.preempts
-                        && !self.fenced[gateway]
-                        && self.watches[gateway].instance == Some(instance)
-                        && !publication.acknowledged.contains(&(gateway, instance))
-                })
-            {
+            if let Some((gateway, instance)) = publication.notifier.filter(|&(gateway, instance)| {
+                publication.preempts
+                    && !self.fenced[gateway]
+                    && self.watches[gateway].instance == Some(instance)
+                    && !publication.acknowledged.contains(&(gateway, instance))
+            }) {
                 self.actions.push(GatewayAction::OwnFence {
                     gateway,
                     instance,
@@ -379,9 +343,7 @@ impl ClusterState {
         let at_ns = publication
             .vouch_wait_from_ns
             .filter(|_| !self.canary_no_copy_vouch)
-            .map_or(0, |fenced_ns| {
-                fenced_ns + fenced_answer_delay_ns(self.faults.lease_ns)
-            });
+            .map_or(0, |fenced_ns| fenced_ns + fenced_answer_delay_ns(self.faults.lease_ns));
         if at_ns > now_ns {
             publication.answer_at_ns = Some(at_ns);
             self.publications.insert(id, publication);
@@ -398,7 +360,6 @@ impl ClusterState {
         for publication in self.publications.values_mut() {
             publication.waiting.remove(&(gateway, instance));
         }
-        self.actions
-            .push(GatewayAction::Fence { gateway, instance });
+        self.actions.push(GatewayAction::Fence { gateway, instance });
     }
 }

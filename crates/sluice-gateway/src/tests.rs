@@ -1,0 +1,330 @@
+//! The coordinator against an in-memory cluster with a settable clock: locks that
+//! expire, attributes, and a blocklist that makes every later request of a fenced
+//! client fail as librados does (ESHUTDOWN).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::ana::{AnaGroupId, AnaState};
+use runtime::{Locker, RadosErrno};
+
+use super::coordinator::*;
+
+#[derive(Default)]
+struct World {
+    now: Option<Instant>,
+    /// lock name -> (client, cookie, address, expires)
+    locks: HashMap<String, (String, String, String, Instant)>,
+    attributes: HashMap<String, Vec<u8>>,
+    blocklist: Vec<String>,
+    /// Clients whose requests time out (cut off from the cluster).
+    unreachable: Vec<String>,
+}
+
+#[derive(Clone)]
+struct FakeStore {
+    world: Rc<RefCell<World>>,
+    client: String,
+    address: String,
+}
+
+impl FakeStore {
+    fn check(&self) -> Result<(), RadosErrno> {
+        let world = self.world.borrow();
+        if world.unreachable.contains(&self.client) {
+            return Err(RadosErrno::TIMED_OUT);
+        }
+        if world.blocklist.contains(&self.address) {
+            return Err(RadosErrno::BLOCKLISTED);
+        }
+        Ok(())
+    }
+}
+
+impl LeaseStore for FakeStore {
+    fn lock(&self, name: &str, cookie: &str, _: &str, duration: Duration) -> Result<(), RadosErrno> {
+        self.check()?;
+        let mut world = self.world.borrow_mut();
+        let now = world.now.unwrap();
+        if let Some((client, held_cookie, _, expires)) = world.locks.get(name) {
+            if *expires > now && (*client != self.client || held_cookie != cookie) {
+                return Err(RadosErrno::BUSY);
+            }
+        }
+        world.locks.insert(name.into(), (self.client.clone(), cookie.into(), self.address.clone(), now + duration));
+        Ok(())
+    }
+    fn unlock(&self, name: &str, cookie: &str) -> Result<(), RadosErrno> {
+        self.check()?;
+        let mut world = self.world.borrow_mut();
+        match world.locks.get(name) {
+            Some((client, held, _, _)) if *client == self.client && held == cookie => {
+                world.locks.remove(name);
+                Ok(())
+            }
+            _ => Err(RadosErrno::NOT_FOUND),
+        }
+    }
+    fn lockers(&self, name: &str) -> Result<Vec<Locker>, RadosErrno> {
+        self.check()?;
+        let world = self.world.borrow();
+        let now = world.now.unwrap();
+        Ok(world
+            .locks
+            .get(name)
+            .filter(|(_, _, _, expires)| *expires > now)
+            .map(|(client, cookie, address, _)| Locker {
+                client: client.clone(),
+                cookie: cookie.clone(),
+                address: address.clone(),
+            })
+            .into_iter()
+            .collect())
+    }
+    fn attribute(&self, name: &str) -> Result<Option<Vec<u8>>, RadosErrno> {
+        self.check()?;
+        Ok(self.world.borrow().attributes.get(name).cloned())
+    }
+    fn set_attribute(&self, name: &str, value: &[u8]) -> Result<(), RadosErrno> {
+        self.check()?;
+        self.world.borrow_mut().attributes.insert(name.into(), value.to_vec());
+        Ok(())
+    }
+    fn blocklist(&self, address: &str, _: Duration) -> Result<(), RadosErrno> {
+        self.check()?;
+        self.world.borrow_mut().blocklist.push(address.into());
+        Ok(())
+    }
+}
+
+/// The ANA states one gateway reports.
+#[derive(Default)]
+struct Sink(RefCell<HashMap<u32, AnaState>>);
+
+impl AnaSink for Sink {
+    fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool {
+        self.0.borrow_mut().insert(group.0, state) != Some(state)
+    }
+}
+
+impl Sink {
+    fn state(&self, group: u32) -> AnaState {
+        self.0.borrow()[&group]
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(6);
+
+struct Gateway {
+    coordinator: Coordinator<FakeStore>,
+    sink: Sink,
+}
+
+fn gateway(world: &Rc<RefCell<World>>, name: &str, life: u32) -> Gateway {
+    let client = format!("client.{name}{life}");
+    let address = format!("127.0.0.1:0/{name}{life}");
+    let store = FakeStore { world: Rc::clone(world), client: client.clone(), address: address.clone() };
+    let settings = CoordinatorSettings {
+        name: name.into(),
+        cookie: format!("{name}@{life}"),
+        address,
+        members: vec!["a".into(), "b".into()],
+        groups: vec![(AnaGroupId(1), "a".into()), (AnaGroupId(2), "b".into())],
+        lease: LEASE,
+        failback: true,
+    };
+    let sink = Sink::default();
+    let coordinator = Coordinator::new(store, settings, &sink);
+    Gateway { coordinator, sink }
+}
+
+fn advance(world: &Rc<RefCell<World>>, by: Duration) -> Instant {
+    let mut world = world.borrow_mut();
+    let now = world.now.unwrap() + by;
+    world.now = Some(now);
+    now
+}
+
+fn join(world: &Rc<RefCell<World>>, gateway: &mut Gateway) {
+    let now = world.borrow().now.unwrap();
+    gateway.coordinator.join(|| now, |_| {}).unwrap();
+}
+
+/// Steps every running gateway `rounds` times, a quarter lease apart.
+fn run(world: &Rc<RefCell<World>>, gateways: &mut [&mut Gateway], rounds: usize) {
+    for _ in 0..rounds {
+        let now = advance(world, LEASE / 4);
+        for gateway in gateways.iter_mut() {
+            gateway.coordinator.step(now, &gateway.sink);
+        }
+    }
+}
+
+fn world() -> Rc<RefCell<World>> {
+    Rc::new(RefCell::new(World { now: Some(Instant::now()), ..World::default() }))
+}
+
+#[test]
+fn each_group_is_optimized_on_its_preferred_gateway_and_non_optimized_elsewhere() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    assert_eq!(a.sink.state(1), AnaState::Inaccessible, "nothing is known before the first round");
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    assert_eq!((a.sink.state(1), a.sink.state(2)), (AnaState::Optimized, AnaState::NonOptimized));
+    assert_eq!((b.sink.state(1), b.sink.state(2)), (AnaState::NonOptimized, AnaState::Optimized));
+    assert!(world.borrow().blocklist.is_empty(), "nobody is fenced when nobody failed");
+}
+
+#[test]
+fn a_dead_owner_is_fenced_and_its_group_taken_within_a_lease_and_a_round() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    // a stops (SIGKILL or SIGSTOP): b alone steps on.
+    let mut rounds = 0;
+    while b.sink.state(1) != AnaState::Optimized {
+        run(&world, &mut [&mut b], 1);
+        rounds += 1;
+        assert!(rounds <= 5, "b must take group 1 within a lease plus a round");
+    }
+    assert!(rounds >= 3, "not before a's lease expired (took {rounds} rounds)");
+    assert_eq!(world.borrow().blocklist, ["127.0.0.1:0/a1"], "a is fenced before b serves its group");
+    assert_eq!(b.coordinator.counters.takeovers, 2, "its own group at start, then a's");
+    assert_eq!(b.coordinator.counters.fenced_peers, 1);
+    // a resumes: its requests fail as a blocklisted client's do; it never reports a
+    // group accessible again.
+    run(&world, &mut [&mut a, &mut b], 2);
+    assert_eq!(a.coordinator.phase, Phase::Fenced);
+    assert_eq!((a.sink.state(1), a.sink.state(2)), (AnaState::Inaccessible, AnaState::Inaccessible));
+    assert_eq!(b.sink.state(2), AnaState::Optimized);
+}
+
+#[test]
+fn a_restarted_preferred_gateway_gets_its_group_back_without_fencing_the_other() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    run(&world, &mut [&mut b], 6);
+    assert_eq!(b.sink.state(1), AnaState::Optimized);
+    // a restarts: a new process, a new client.
+    let mut a2 = gateway(&world, "a", 2);
+    join(&world, &mut a2);
+    run(&world, &mut [&mut a2, &mut b], 3);
+    assert_eq!(a2.sink.state(1), AnaState::Optimized);
+    assert_eq!(b.sink.state(1), AnaState::NonOptimized);
+    assert_eq!(world.borrow().blocklist, ["127.0.0.1:0/a1"], "the failback fenced nobody new");
+    assert_eq!(b.coordinator.phase, Phase::Serving);
+}
+
+#[test]
+fn without_failback_the_group_stays_where_it_is() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    let (store, settings) = (b.coordinator_store(), b.coordinator.settings().clone());
+    b.coordinator = Coordinator::new(store, CoordinatorSettings { failback: false, ..settings }, &b.sink);
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    run(&world, &mut [&mut b], 6);
+    let mut a2 = gateway(&world, "a", 2);
+    join(&world, &mut a2);
+    run(&world, &mut [&mut a2, &mut b], 4);
+    assert_eq!((a2.sink.state(1), b.sink.state(1)), (AnaState::NonOptimized, AnaState::Optimized));
+}
+
+#[test]
+fn a_gateway_cut_off_from_the_cluster_reports_inaccessible_and_recovers() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    world.borrow_mut().unreachable.push("client.b1".into());
+    run(&world, &mut [&mut a, &mut b], 2);
+    assert_eq!(b.sink.state(2), AnaState::Optimized, "a short outage changes nothing");
+    run(&world, &mut [&mut a, &mut b], 3);
+    assert_eq!(b.coordinator.phase, Phase::ClusterLost);
+    assert_eq!((b.sink.state(1), b.sink.state(2)), (AnaState::Inaccessible, AnaState::Inaccessible));
+    assert_eq!(a.sink.state(2), AnaState::Optimized, "a took b's group");
+    world.borrow_mut().unreachable.clear();
+    run(&world, &mut [&mut a, &mut b], 1);
+    // b was fenced by a's takeover (the service then rejoins it with a new client).
+    assert_eq!(b.coordinator.phase, Phase::Fenced);
+}
+
+#[test]
+fn a_second_process_with_the_same_name_is_refused_while_the_first_lives() {
+    let world = world();
+    let mut a = gateway(&world, "a", 1);
+    join(&world, &mut a);
+    let first = a.coordinator_store();
+    let mut twin = gateway(&world, "a", 2);
+    let clock = Rc::clone(&world);
+    let error = twin
+        .coordinator
+        .join(
+            || clock.borrow().now.unwrap(),
+            |pause| {
+                advance(&clock, pause);
+                // The first process keeps renewing while the twin waits.
+                first.lock(&member_lock("a"), "a@1", "", LEASE).unwrap();
+            },
+        )
+        .unwrap_err();
+    assert!(error.contains("another live process holds gateway name \"a\""), "{error}");
+    // Once the first is gone for a lease, a restarted process gets the name.
+    let mut restarted = gateway(&world, "a", 3);
+    let clock = Rc::clone(&world);
+    restarted
+        .coordinator
+        .join(
+            || clock.borrow().now.unwrap(),
+            |pause| {
+                advance(&clock, pause);
+            },
+        )
+        .unwrap();
+}
+
+impl Gateway {
+    fn coordinator_store(&self) -> FakeStore {
+        self.coordinator.store().clone()
+    }
+}
+
+#[test]
+fn the_metrics_say_which_group_configuration_runs_and_whether_one_is_pending() {
+    let mut status = super::service::GatewayStatus {
+        group: "ha".into(),
+        subsystems: Vec::new(),
+        name: "a".into(),
+        object: String::new(),
+        client_address: String::new(),
+        phase: "serving",
+        lease_ms: 6000,
+        failback: true,
+        members: Vec::new(),
+        ana_groups: Vec::new(),
+        takeovers: 0,
+        releases: 0,
+        fenced_peers: 0,
+        last_takeover_ms: None,
+        rejoins: 1,
+        config_versions: None,
+    };
+    let text = super::service::render_metrics(&status);
+    assert!(text.contains("sluice_gateway_rejoins_total{group=\"ha\",gateway=\"a\"} 1"), "{text}");
+    assert!(!text.contains("sluice_gateway_config_version"), "a file-configured gateway has none: {text}");
+    status.config_versions = Some((7, Some(8)));
+    let text = super::service::render_metrics(&status);
+    assert!(text.contains("sluice_gateway_config_version{group=\"ha\",gateway=\"a\"} 7"), "{text}");
+    assert!(text.contains("sluice_gateway_config_pending{group=\"ha\",gateway=\"a\"} 1"), "{text}");
+}
