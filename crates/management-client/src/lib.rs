@@ -3,12 +3,15 @@
 //! the server side). The `sluice` management commands and `sluice-csi` both call through it, so
 //! they reach a gateway the same way and see the same errors.
 //!
+//! - `api`: one request type per method and the reply it answers with.
 //! - `codes`: the error codes the server answers with, for callers that branch on them.
 //! - `methods`: the method table (every method and whether it changes anything).
 //! - `Endpoint`: where the API is offered.
-//! - `Client::call`: one request, its result or the server's error.
+//! - `Client::send`: one typed request, its typed reply or the server's error
+//!   (`Client::call` for a method named at run time, as `sluice rpc` does).
 //! - `tls`: the network endpoint (mutual TLS).
 
+pub mod api;
 pub mod codes;
 pub mod methods;
 mod tls;
@@ -121,6 +124,17 @@ impl Client {
 
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// Sends one typed request ([`api`]) and reads its answer as the method's reply
+    /// type; an answer that does not read as it is a broken call, naming the method.
+    pub fn send<M: api::Method>(&self, request: &M) -> Result<M::Reply, CallError> {
+        let params = serde_json::to_value(request).map_err(|error| self.broken(error))?;
+        let answer = self.call(M::NAME, params)?;
+        serde_json::from_value(answer).map_err(|error| CallError::Broken {
+            endpoint: self.endpoint.to_string(),
+            reason: format!("the answer to {} does not read as its reply: {error}", M::NAME),
+        })
     }
 
     /// Sends one request and waits for its answer (at most `RESPONSE_TIMEOUT`).

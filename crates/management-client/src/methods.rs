@@ -3,6 +3,15 @@
 //! authorises by it (`rpc_methods` lists it, a method missing here is not found), the
 //! audit log follows it, and a test checks docs/operations.md against it.
 
+/// The management API's version, answered by `api_version` so a client can tell what
+/// it talks to before it relies on a method. Bumped when a method changes in a way an
+/// existing client would misread (a parameter or reply field removed, renamed or given
+/// another meaning); a method or an optional field added keeps it.
+///
+/// History:
+/// - 1 (Sluice 0.1, 2026-12): the methods of [`METHODS`].
+pub const API_VERSION: u32 = 1;
+
 /// What a method does to the target: decides who may call it and what is audited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
@@ -16,7 +25,7 @@ pub enum Effect {
 /// Every method and its effect, in the order `rpc_methods` lists them. A new method
 /// needs a line here (and a row in docs/operations.md), and whether read-only clients
 /// may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 28] = [
+pub const METHODS: [(&str, Effect); 29] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -36,6 +45,7 @@ pub const METHODS: [(&str, Effect); 28] = [
     ("listener_list", Effect::ReadsOnly),
     ("config_show", Effect::ReadsOnly),
     ("rpc_methods", Effect::ReadsOnly),
+    ("api_version", Effect::ReadsOnly),
     ("target_show", Effect::ReadsOnly),
     ("backend_list", Effect::ReadsOnly),
     ("backend_remove", Effect::Changes),

@@ -17,6 +17,9 @@
     deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::unreachable)
 )]
 
+// Persistent reservations are their own crate; their modules keep their paths here.
+pub use nvme_reservations::{copy_vouch, reservation_store, reservations};
+
 mod abort;
 pub mod access;
 mod admin;
@@ -25,7 +28,6 @@ pub mod ana;
 pub mod connection;
 pub mod controller;
 mod copy;
-pub mod copy_vouch;
 mod discovery;
 mod dispatch;
 mod fabrics;
@@ -37,12 +39,11 @@ pub mod limits;
 pub mod management;
 pub mod namespaces;
 mod outcome;
+mod ptpl;
 pub mod qos;
 mod quiesce;
 pub mod range_locks;
 mod reservation_commands;
-pub mod reservation_store;
-pub mod reservations;
 mod retiring;
 pub mod secure_channel;
 pub mod slots;

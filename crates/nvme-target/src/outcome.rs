@@ -47,9 +47,7 @@ impl HeldTicket {
     /// notices) before the command completes.
     pub(crate) fn take(&self, target: &crate::Target, now: std::time::Instant) -> Option<(Status, u64)> {
         match self {
-            HeldTicket::Persist(ticket) => {
-                ticket.take().map(|result| (crate::reservation_store::persist_status(result), 0))
-            }
+            HeldTicket::Persist(ticket) => ticket.take().map(|result| (crate::ptpl::persist_status(result), 0)),
             HeldTicket::Management(ticket) => ticket.take(),
             HeldTicket::Group { ticket, nguid } => ticket.take().map(|result| match result {
                 Ok(applied) => {

@@ -312,7 +312,7 @@ impl Connection {
         // PTPL off: the record goes, so a restart starts without reservations.
         store.save(key, state.persist_through_power_loss.then(|| state.clone()), ticket.clone());
         if let Some(result) = ticket.take() {
-            return Outcome::status(crate::reservation_store::persist_status(result));
+            return Outcome::status(crate::ptpl::persist_status(result));
         }
         self.slots.slot(slot_index).state = SlotState::HeldPersist;
         self.held_tickets.push((slot_index, crate::outcome::HeldTicket::Persist(ticket)));

@@ -246,7 +246,7 @@ impl Subsystem {
     pub(crate) fn replace_table(&self, table: NamespaceTable) {
         if let Some(store) = self.reservation_store.get() {
             for entry in table.entries() {
-                crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
+                crate::ptpl::restore(&entry.namespace, store, &self.nqn);
             }
         }
         // A namespace new to the group is marked unknown before anyone can reach it,
@@ -284,7 +284,7 @@ impl Subsystem {
     pub(crate) fn attach_reservation_store(&self, store: crate::reservation_store::SharedReservationStore) {
         let store = self.reservation_store.get_or_init(|| store);
         for entry in self.table().entries() {
-            crate::reservation_store::restore(&entry.namespace, store, &self.nqn);
+            crate::ptpl::restore(&entry.namespace, store, &self.nqn);
         }
     }
 

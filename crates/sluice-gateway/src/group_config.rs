@@ -78,11 +78,40 @@ pub fn config_object(group: &str) -> String {
     format!("sluice.config.{group}")
 }
 
+/// The layout of the group's configuration record. Bumped when the layout changes; a
+/// gateway refuses a record of another format by name rather than misread it.
+///
+/// History:
+/// - 1: `{ "version", "config" }` (records written before the field existed carry no
+///   `format` and are read as 1).
+const GROUP_CONFIG_FORMAT: u32 = 1;
+
 /// What the object holds.
 #[derive(Serialize, Deserialize)]
 struct Record {
+    /// [`GROUP_CONFIG_FORMAT`]; absent in the first records, which are format 1.
+    #[serde(default = "first_format")]
+    format: u32,
     version: u64,
     config: String,
+}
+
+fn first_format() -> u32 {
+    1
+}
+
+/// The group's configuration from the bytes of its record in `object`.
+fn decode_record(bytes: &[u8], object: &str) -> Result<GroupConfig, String> {
+    let record: Record = serde_json::from_slice(bytes)
+        .map_err(|error| format!("{object} does not hold a group configuration: {error}"))?;
+    if record.format != GROUP_CONFIG_FORMAT {
+        return Err(format!(
+            "{object} holds a group configuration of record format {} (this sluice reads {GROUP_CONFIG_FORMAT}): \
+             upgrade this gateway to the version the group's other members run",
+            record.format
+        ));
+    }
+    Ok(GroupConfig { version: record.version, text: record.config })
 }
 
 /// One version of the group's configuration.
@@ -402,9 +431,7 @@ impl GroupConfigStore {
             .read_record_up_to(MAX_GROUP_CONFIG_BYTES)
             .map_err(|errno| format!("reading {}: {errno}", self.describe()))?;
         let Some(bytes) = bytes else { return Ok(None) };
-        let record: Record = serde_json::from_slice(&bytes)
-            .map_err(|error| format!("{} does not hold a group configuration: {error}", self.describe()))?;
-        Ok(Some(GroupConfig { version: record.version, text: record.config }))
+        decode_record(&bytes, &self.describe()).map(Some)
     }
 
     /// The version attribute alone (a cheap check for a newer version).
@@ -451,7 +478,7 @@ impl GroupConfigStore {
                 text.len()
             )));
         }
-        let record = serde_json::to_vec(&Record { version, config: text.to_string() })
+        let record = serde_json::to_vec(&Record { format: GROUP_CONFIG_FORMAT, version, config: text.to_string() })
             .map_err(|error| WriteError::Cluster(error.to_string()))?;
         let expected_text = expected.map(|version| version.to_string());
         match self.object.replace_record(
@@ -605,6 +632,22 @@ device = "img"
 [runtime]
 threads = 1
 "#;
+
+    #[test]
+    fn the_record_carries_its_format_and_the_first_records_read_as_format_one() {
+        let written = serde_json::to_vec(&Record { format: GROUP_CONFIG_FORMAT, version: 7, config: "x = 1".into() })
+            .expect("a record serialises");
+        assert!(String::from_utf8_lossy(&written).contains("\"format\":1"));
+        assert_eq!(decode_record(&written, "o"), Ok(GroupConfig { version: 7, text: "x = 1".into() }));
+        // Written before the field existed.
+        let first = br#"{"version":3,"config":"y = 2"}"#;
+        assert_eq!(decode_record(first, "o"), Ok(GroupConfig { version: 3, text: "y = 2".into() }));
+        // A newer layout is refused by name, not misread.
+        let newer = br#"{"format":2,"version":4,"config":""}"#;
+        let refused = decode_record(newer, "rbd/sluice.config.g").expect_err("format 2 is refused");
+        assert!(refused.contains("record format 2 (this sluice reads 1)"), "{refused}");
+        assert!(refused.contains("rbd/sluice.config.g"), "{refused}");
+    }
 
     #[test]
     fn a_file_splits_into_its_own_part_and_the_groups_and_merges_back() {

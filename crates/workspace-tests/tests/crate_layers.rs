@@ -17,7 +17,7 @@ const LAYERS: [(&str, &[&str]); 11] = [
     // The storage seam: backends behind one trait, no sockets.
     ("storage", &["storage"]),
     // Sans-io state machines: authentication, the target, the host.
-    ("core", &["nvme-auth", "nvme-target", "nvme-host"]),
+    ("core", &["nvme-auth", "nvme-reservations", "nvme-target", "nvme-host"]),
     // Where I/O happens: the io_uring runtime and the host driver on it.
     ("io", &["runtime", "nvme-host-client"]),
     // Libraries of the applications, and the simulator (which runs the cores
@@ -41,9 +41,10 @@ const LAYERS: [(&str, &[&str]); 11] = [
 ];
 
 /// Edges inside one layer, each with why it is not a tangle.
-const SAME_LAYER_EDGES: [(&str, &str, &str); 5] = [
+const SAME_LAYER_EDGES: [(&str, &str, &str); 6] = [
     ("nvme-tcp-wire", "nvme-spec", "the PDUs carry the spec's command and completion layouts"),
     ("nvme-target", "nvme-auth", "the target answers DH-HMAC-CHAP with the auth state machines"),
+    ("nvme-target", "nvme-reservations", "the target's reservation commands drive the reservation state and its store"),
     ("nvme-host", "nvme-auth", "the host authenticates with the same state machines"),
     ("nvme-host-client", "runtime", "the host driver's I/O queues run on the runtime's ClientRing"),
     ("sim", "workload", "the simulator draws its I/O mix with the workload engine's generators"),

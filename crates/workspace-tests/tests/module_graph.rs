@@ -28,7 +28,7 @@ const LONG_FILES_BASELINE: [(&str, usize); 12] = [
     ("sim/world", 890),
     ("sluice-bench/(root)", 803),
     ("sluice-config/(root)", 896),
-    ("sluice-daemon/manage/service", 944),
+    ("sluice-daemon/manage/service", 902),
     ("sluice-gateway/reservations", 815),
     ("sluice-csi/controller", 802),
 ];

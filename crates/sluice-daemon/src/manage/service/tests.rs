@@ -542,6 +542,7 @@ fn every_method_is_in_the_table_once_and_classified() {
             "listener_list",
             "config_show",
             "rpc_methods",
+            "api_version",
             "target_show",
             "backend_list",
             "pool_list",
@@ -551,6 +552,10 @@ fn every_method_is_in_the_table_once_and_classified() {
             "rbd_snapshot_list",
         ]
     );
+    // The API's version, and the daemon's release beside it.
+    let version = fixture.call("api_version", json!({})).expect("api_version answers");
+    assert_eq!(version["api_version"], json!(management_client::methods::API_VERSION));
+    assert_eq!(version["sluice_version"], json!(env!("CARGO_PKG_VERSION")));
     // Not in the table: not found, whatever `call` might know.
     let error = fixture.call("subsystem_list_all", json!({})).unwrap_err();
     assert_eq!(error.code, METHOD_NOT_FOUND);
@@ -558,6 +563,7 @@ fn every_method_is_in_the_table_once_and_classified() {
 }
 
 mod attachment;
+mod contract;
 mod resize;
 
 /// `delete_image`, `clone_from` and the snapshot methods refuse what they cannot apply
