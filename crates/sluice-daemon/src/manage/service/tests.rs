@@ -563,7 +563,6 @@ fn every_method_is_in_the_table_once_and_classified() {
 }
 
 mod attachment;
-mod contract;
 mod resize;
 
 /// `delete_image`, `clone_from` and the snapshot methods refuse what they cannot apply

@@ -13,6 +13,9 @@ use nvme_spec::NamespaceId;
 use nvme_target::Target;
 use sluice_config::Config;
 
+// The typed API against this daemon (the fixture below has every kind of storage).
+mod contract;
+
 const A: &str = "nqn.2026-11.io.sluice:a";
 
 /// The config both these tests and the reload tests start from: subsystem A with

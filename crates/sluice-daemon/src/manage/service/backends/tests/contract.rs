@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::super::backends::tests::{Fixture, FILE};
+use super::{Fixture, FILE};
 use management_client::api::{self, Hosts, Method, Quantity};
 
 const A: &str = "nqn.2026-11.io.sluice:a";
