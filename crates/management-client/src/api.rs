@@ -52,11 +52,11 @@ impl Quantity {
     }
 }
 
-/// The hosts that see a namespace: a list, or one comma-separated string; empty
-/// means no host.
+/// Names the daemon takes as a list or as one comma-separated string: the hosts that
+/// see a namespace (empty: no host), DH-HMAC-CHAP hash and group names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Hosts {
+pub enum Names {
     List(Vec<String>),
     CommaSeparated(String),
 }
@@ -153,7 +153,7 @@ method! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uuid: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        hosts: Option<Hosts>,
+        hosts: Option<Names>,
         /// With `rbd`: `"POOL/IMAGE@SNAPSHOT"`, the new image a clone of it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         clone_from: Option<String>,
@@ -237,9 +237,9 @@ method! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dhchap_ctrl_secret: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        dhchap_hashes: Option<Vec<String>>,
+        dhchap_hashes: Option<Names>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        dhchap_groups: Option<Vec<String>>,
+        dhchap_groups: Option<Names>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tls_key: Option<String>,
         /// `rfc8446` or `compat`.
@@ -413,7 +413,7 @@ mod tests {
         assert_eq!(serde_json::to_value(&request).ok(), Some(json!({ "nqn": "nqn.a", "size": "64MiB" })));
         assert_eq!(Quantity::from_text("4096"), Quantity::Number(4096));
         assert_eq!(serde_json::to_value(SubsystemList {}).ok(), Some(json!({})));
-        let hosts = NamespaceAdd { hosts: Some(Hosts::List(vec!["h".into()])), ..Default::default() };
+        let hosts = NamespaceAdd { hosts: Some(Names::List(vec!["h".into()])), ..Default::default() };
         assert_eq!(serde_json::to_value(&hosts).ok().map(|value| value["hosts"].clone()), Some(json!(["h"])));
         // Parameters keep the order the commands send them in.
         let text = serde_json::to_string(&HostAllow {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 
+use management_client::api::{self, Method, Names, Quantity};
 use management_client::{CallError, Client, Endpoint, TlsEndpoint};
 
 use super::cli_output::{render, View};
@@ -430,30 +431,16 @@ type Call = (ClientOptions, String, Value, View);
 
 /// The method, params and view of a command.
 fn request_of(command: ManageCommand) -> Result<Call, Failure> {
-    let mut params = Map::new();
-    let mut put = |key: &str, value: Option<Value>| {
-        if let Some(value) = value {
-            params.insert(key.to_string(), value);
-        }
-    };
-    let (client, method, view) = match command {
+    let (client, (method, params), view) = match command {
         ManageCommand::Subsystem { command, client } => match command {
-            SubsystemCommand::Add { nqn, serial, model, allow_any_host } => {
-                put("nqn", Some(json!(nqn)));
-                put("serial", serial.map(Value::from));
-                put("model", model.map(Value::from));
-                put("allow_any_host", allow_any_host.then_some(json!(true)));
-                (client, "subsystem_add", View::SubsystemAdded)
-            }
-            SubsystemCommand::Remove { nqn } => {
-                put("nqn", Some(json!(nqn)));
-                (client, "subsystem_remove", View::SubsystemRemoved)
-            }
-            SubsystemCommand::List => (client, "subsystem_list", View::Subsystems),
-            SubsystemCommand::Show { nqn } => {
-                put("nqn", Some(json!(nqn)));
-                (client, "subsystem_show", View::Subsystem)
-            }
+            SubsystemCommand::Add { nqn, serial, model, allow_any_host } => (
+                client,
+                typed(api::SubsystemAdd { nqn, serial, model, allow_any_host: allow_any_host.then_some(true) }),
+                View::SubsystemAdded,
+            ),
+            SubsystemCommand::Remove { nqn } => (client, typed(api::SubsystemRemove { nqn }), View::SubsystemRemoved),
+            SubsystemCommand::List => (client, typed(api::SubsystemList {}), View::Subsystems),
+            SubsystemCommand::Show { nqn } => (client, typed(api::SubsystemShow { nqn }), View::Subsystem),
         },
         ManageCommand::Ns { command, client } => match command {
             NamespaceCommand::Add {
@@ -472,49 +459,36 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
                 uuid,
                 hosts,
             } => {
-                put("nqn", Some(json!(nqn)));
-                put("nsid", nsid.map(Value::from));
-                put("backend", backend.map(Value::from));
-                put("rbd", rbd.map(Value::from));
-                put("device", device.map(Value::from));
-                put("pool", pool.map(Value::from));
-                put("thin", thin.then_some(json!(true)));
-                put("size", size.map(|size| size_value(&size)));
-                put("block_size", block_size.map(Value::from));
-                put("path", path.map(|path| json!(path.display().to_string())));
-                put("direct_io", direct_io.map(Value::from));
-                put("nguid", nguid.map(Value::from));
-                put("uuid", uuid.map(Value::from));
-                // A comma-separated string; the method splits it (empty: no host).
-                put("hosts", hosts.map(Value::from));
-                (client, "ns_add", View::NamespaceAdded)
+                let request = api::NamespaceAdd {
+                    nqn,
+                    nsid,
+                    backend,
+                    rbd,
+                    device,
+                    pool,
+                    thin: thin.then_some(true),
+                    // "4096" is sent as a number of bytes, anything else as written.
+                    size: size.map(|size| Quantity::from_text(&size)),
+                    block_size,
+                    path: path.map(|path| path.display().to_string()),
+                    direct_io,
+                    nguid,
+                    uuid,
+                    // A comma-separated string; the method splits it (empty: no host).
+                    hosts: hosts.map(Names::CommaSeparated),
+                    clone_from: None,
+                };
+                (client, typed(request), View::NamespaceAdded)
             }
             NamespaceCommand::Remove { nqn, nsid } => {
-                put("nqn", Some(json!(nqn)));
-                put("nsid", Some(json!(nsid)));
-                (client, "ns_remove", View::NamespaceRemoved)
+                (client, typed(api::NamespaceRemove { nqn, nsid, delete_image: None }), View::NamespaceRemoved)
             }
-            NamespaceCommand::List { nqn } => {
-                put("nqn", Some(json!(nqn)));
-                (client, "ns_list", View::Namespaces)
-            }
-            NamespaceCommand::Qos(arguments) => {
-                arguments.into_params(&mut params);
-                (client, "ns_qos", View::QosChanged)
-            }
-            NamespaceCommand::Attach(arguments) => {
-                arguments.into_params(&mut params);
-                (client, "ns_attach", View::AttachmentChanged)
-            }
-            NamespaceCommand::Detach(arguments) => {
-                arguments.into_params(&mut params);
-                (client, "ns_detach", View::AttachmentChanged)
-            }
+            NamespaceCommand::List { nqn } => (client, typed(api::NamespaceListRequest { nqn }), View::Namespaces),
+            NamespaceCommand::Qos(arguments) => (client, typed(arguments.into_request()), View::QosChanged),
+            NamespaceCommand::Attach(arguments) => (client, typed(arguments.into_attach()), View::AttachmentChanged),
+            NamespaceCommand::Detach(arguments) => (client, typed(arguments.into_detach()), View::AttachmentChanged),
             NamespaceCommand::Resize { nqn, nsid, size } => {
-                put("nqn", Some(json!(nqn)));
-                put("nsid", Some(json!(nsid)));
-                put("size", Some(json!(size)));
-                (client, "ns_resize", View::Resized)
+                (client, typed(api::NamespaceResize { nqn, nsid, size: Quantity::Text(size) }), View::Resized)
             }
         },
         ManageCommand::Host { command, client } => match command {
@@ -528,49 +502,49 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
                 tls_key,
                 tls_key_derivation,
             } => {
-                put("nqn", Some(json!(nqn)));
-                put("host", Some(json!(host)));
-                put("dhchap_secret", dhchap_secret.map(|text| secret_value(&text)).transpose()?);
-                put("dhchap_ctrl_secret", dhchap_ctrl_secret.map(|text| secret_value(&text)).transpose()?);
-                put("dhchap_hashes", dhchap_hashes.map(|list| json!(list)));
-                put("dhchap_groups", dhchap_groups.map(|list| json!(list)));
-                put("tls_key", tls_key.map(|text| secret_value(&text)).transpose()?);
-                put("tls_key_derivation", tls_key_derivation.map(|name| json!(name)));
-                (client, "host_allow", View::HostChanged)
+                let request = api::HostAllow {
+                    nqn,
+                    host,
+                    dhchap_secret: dhchap_secret.map(|text| secret_value(&text)).transpose()?,
+                    dhchap_ctrl_secret: dhchap_ctrl_secret.map(|text| secret_value(&text)).transpose()?,
+                    dhchap_hashes: dhchap_hashes.map(Names::CommaSeparated),
+                    dhchap_groups: dhchap_groups.map(Names::CommaSeparated),
+                    tls_key: tls_key.map(|text| secret_value(&text)).transpose()?,
+                    tls_key_derivation,
+                };
+                (client, typed(request), View::HostChanged)
             }
-            HostAccessCommand::Deny { nqn, host } => {
-                put("nqn", Some(json!(nqn)));
-                put("host", Some(json!(host)));
-                (client, "host_deny", View::HostChanged)
-            }
-            HostAccessCommand::List { nqn } => {
-                put("nqn", Some(json!(nqn)));
-                (client, "host_list", View::Hosts)
-            }
+            HostAccessCommand::Deny { nqn, host } => (client, typed(api::HostDeny { nqn, host }), View::HostChanged),
+            HostAccessCommand::List { nqn } => (client, typed(api::HostListRequest { nqn }), View::Hosts),
         },
         ManageCommand::Listener { command, client } => match command {
             ListenerCommand::Add { address, discovery_only, tls } => {
-                put("address", Some(json!(address)));
-                put("discovery_only", discovery_only.then_some(json!(true)));
                 let tls = tls.secure_channel();
-                put("tls", (tls != nvme_target::SecureChannel::None).then(|| json!(tls.name())));
-                (client, "listener_add", View::ListenerChanged)
+                let request = api::ListenerAdd {
+                    address,
+                    discovery_only: discovery_only.then_some(true),
+                    tls: (tls != nvme_target::SecureChannel::None).then(|| tls.name().to_string()),
+                };
+                (client, typed(request), View::ListenerChanged)
             }
             ListenerCommand::Remove { address } => {
-                put("address", Some(json!(address)));
-                (client, "listener_remove", View::ListenerChanged)
+                (client, typed(api::ListenerRemove { address }), View::ListenerChanged)
             }
-            ListenerCommand::List => (client, "listener_list", View::Listeners),
+            ListenerCommand::List => (client, typed(api::ListenerList {}), View::Listeners),
         },
-        ManageCommand::Backend { command: BackendCommand::List, client } => (client, "backend_list", View::Backends),
-        ManageCommand::Backend { command: BackendCommand::Remove { name, delete_image }, client } => {
-            put("name", Some(json!(name)));
-            put("delete_image", Some(json!(delete_image)));
-            (client, "backend_remove", View::Raw)
+        ManageCommand::Backend { command: BackendCommand::List, client } => {
+            (client, typed(api::BackendList {}), View::Backends)
         }
-        ManageCommand::Pool { command: PoolCommand::List, client } => (client, "pool_list", View::Pools),
-        ManageCommand::Limits { command: LimitsCommand::Show, client } => (client, "limits_show", View::Limits),
-        ManageCommand::Gateway { command: GatewayCommand::Status, client } => (client, "gateway_status", View::Gateway),
+        ManageCommand::Backend { command: BackendCommand::Remove { name, delete_image }, client } => {
+            (client, typed(api::BackendRemove { name, delete_image: Some(delete_image) }), View::Raw)
+        }
+        ManageCommand::Pool { command: PoolCommand::List, client } => (client, typed(api::PoolList {}), View::Pools),
+        ManageCommand::Limits { command: LimitsCommand::Show, client } => {
+            (client, typed(api::LimitsShow {}), View::Limits)
+        }
+        ManageCommand::Gateway { command: GatewayCommand::Status, client } => {
+            (client, typed(api::GatewayStatus {}), View::Gateway)
+        }
         ManageCommand::Gateway { command: GatewayCommand::Import { .. }, .. } => {
             return Err(Failure::failed("gateway import runs without the management socket"))
         }
@@ -583,20 +557,21 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
             return Ok((client, method, params, View::Raw));
         }
     };
-    Ok((client, method.to_string(), Value::Object(params), view))
+    Ok((client, method.to_string(), params, view))
+}
+
+/// A typed request as the method's name and its parameters.
+fn typed<M: Method>(request: M) -> (&'static str, Value) {
+    // A request type is plain data (strings, numbers, lists): it always serialises.
+    (M::NAME, serde_json::to_value(&request).unwrap_or_default())
 }
 
 /// A secret given as `@FILE` is read from FILE (surrounding whitespace dropped).
-fn secret_value(text: &str) -> Result<Value, Failure> {
-    let Some(path) = text.strip_prefix('@') else { return Ok(json!(text)) };
+fn secret_value(text: &str) -> Result<String, Failure> {
+    let Some(path) = text.strip_prefix('@') else { return Ok(text.to_string()) };
     std::fs::read_to_string(path)
-        .map(|secret| json!(secret.trim()))
+        .map(|secret| secret.trim().to_string())
         .map_err(|error| Failure::refused(format!("cannot read the secret file {path}: {error}")))
-}
-
-/// "4096" is sent as a number of bytes, anything else as the text the user wrote.
-fn size_value(text: &str) -> Value {
-    text.trim().parse::<u64>().map_or_else(|_| json!(text), Value::from)
 }
 
 fn socket_path(client: &ClientOptions) -> Result<PathBuf, Failure> {
@@ -651,7 +626,7 @@ mod tests {
 
     #[test]
     fn sizes_are_sent_as_bytes_or_as_written() {
-        assert_eq!(size_value("4096"), json!(4096));
-        assert_eq!(size_value("1GiB"), json!("1GiB"));
+        assert_eq!(Quantity::from_text("4096"), Quantity::Number(4096));
+        assert_eq!(Quantity::from_text("1GiB"), Quantity::Text("1GiB".into()));
     }
 }

@@ -2,7 +2,8 @@
 //! `ns_detach` methods, and how their answer and a namespace's hosts read.
 
 use clap::Args;
-use serde_json::{json, Map, Value};
+use management_client::api;
+use serde_json::Value;
 
 /// Which namespace and host. The subsystem and NSID are positional like the other
 /// `sluice ns` commands, or given as `--nqn` and `--nsid`.
@@ -27,10 +28,25 @@ pub struct AttachArgs {
 
 impl AttachArgs {
     /// The `ns_attach` / `ns_detach` parameters.
-    pub fn into_params(self, params: &mut Map<String, Value>) {
-        params.insert("nqn".into(), json!(self.nqn.or(self.nqn_option)));
-        params.insert("nsid".into(), json!(self.nsid.or(self.nsid_option)));
-        params.insert("host".into(), json!(self.host));
+    /// The `ns_attach` request (clap requires the NQN and NSID, as a position or an
+    /// option).
+    pub fn into_attach(self) -> api::NamespaceAttach {
+        let (nqn, nsid, host) = self.parts();
+        api::NamespaceAttach { nqn, nsid, host }
+    }
+
+    /// The `ns_detach` request.
+    pub fn into_detach(self) -> api::NamespaceDetach {
+        let (nqn, nsid, host) = self.parts();
+        api::NamespaceDetach { nqn, nsid, host }
+    }
+
+    fn parts(self) -> (String, u32, String) {
+        (
+            self.nqn.or(self.nqn_option).unwrap_or_default(),
+            self.nsid.or(self.nsid_option).unwrap_or_default(),
+            self.host,
+        )
     }
 }
 

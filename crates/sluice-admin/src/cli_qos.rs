@@ -2,7 +2,8 @@
 //! namespace's limits read in `sluice ns list`.
 
 use clap::Args;
-use serde_json::{json, Map, Value};
+use management_client::api::{self, Quantity};
+use serde_json::{json, Value};
 
 /// The limits `sluice ns qos` sets (each optional) and removes.
 #[derive(Debug, Args)]
@@ -40,22 +41,20 @@ pub struct QosArgs {
 
 impl QosArgs {
     /// The `ns_qos` parameters (numbers as given: the target checks them).
-    pub fn into_params(self, params: &mut Map<String, Value>) {
-        params.insert("nqn".into(), json!(self.nqn));
-        params.insert("nsid".into(), json!(self.nsid));
-        let values = [
-            ("host", self.host),
-            ("rw_ios_per_second", self.rw_ios_per_second),
-            ("rw_mbytes_per_second", self.rw_mbytes_per_second),
-            ("r_mbytes_per_second", self.r_mbytes_per_second),
-            ("w_mbytes_per_second", self.w_mbytes_per_second),
-            ("burst_ms", self.burst_ms),
-            ("remove", if self.clear { Some("all".to_string()) } else { self.remove }),
-        ];
-        for (key, value) in values {
-            if let Some(value) = value {
-                params.insert(key.into(), json!(value));
-            }
+    /// The `ns_qos` request: the limits as written (the daemon checks them as the
+    /// file's keys), `--clear` as `remove = "all"`.
+    pub fn into_request(self) -> api::NamespaceQos {
+        let text = |value: Option<String>| value.map(Quantity::Text);
+        api::NamespaceQos {
+            nqn: self.nqn,
+            nsid: self.nsid,
+            host: self.host,
+            rw_ios_per_second: text(self.rw_ios_per_second),
+            rw_mbytes_per_second: text(self.rw_mbytes_per_second),
+            r_mbytes_per_second: text(self.r_mbytes_per_second),
+            w_mbytes_per_second: text(self.w_mbytes_per_second),
+            burst_ms: text(self.burst_ms),
+            remove: if self.clear { Some("all".to_string()) } else { self.remove },
         }
     }
 }

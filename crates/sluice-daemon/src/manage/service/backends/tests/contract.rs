@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{Fixture, FILE};
-use management_client::api::{self, Hosts, Method, Quantity};
+use management_client::api::{self, Method, Names, Quantity};
 
 const A: &str = "nqn.2026-11.io.sluice:a";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
@@ -49,7 +49,7 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
                 direct_io: Some(false),
                 nguid: text("00000000000000000000000000000009"),
                 uuid: text("00000000-0000-0000-0000-000000000009"),
-                hosts: Some(Hosts::List(vec![HOST.into()])),
+                hosts: Some(Names::List(vec![HOST.into()])),
                 clone_from: text("rbd/image@snapshot"),
             },
         ),
@@ -82,8 +82,8 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
                 host: HOST.into(),
                 dhchap_secret: text("DHHC-1:00:bad"),
                 dhchap_ctrl_secret: text("DHHC-1:00:bad"),
-                dhchap_hashes: Some(vec!["sha256".into()]),
-                dhchap_groups: Some(vec!["null".into()]),
+                dhchap_hashes: Some(Names::List(vec!["sha256".into()])),
+                dhchap_groups: Some(Names::CommaSeparated("null".into())),
                 tls_key: text("NVMeTLSkey-1:01:bad"),
                 tls_key_derivation: text("rfc8446"),
             },
@@ -173,7 +173,7 @@ fn the_daemons_answers_read_back_as_the_reply_types() {
             pool: Some("capacity".into()),
             size: Some(Quantity::from_text("1MiB")),
             thin: Some(true),
-            hosts: Some(Hosts::List(Vec::new())),
+            hosts: Some(Names::List(Vec::new())),
             ..Default::default()
         },
     );
