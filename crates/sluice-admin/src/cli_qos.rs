@@ -3,7 +3,7 @@
 
 use clap::Args;
 use management_client::api::{self, Quantity};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The limits `sluice ns qos` sets (each optional) and removes.
 #[derive(Debug, Args)]
@@ -87,6 +87,7 @@ pub fn render_changed(result: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn limits_read_as_key_value_pairs() {
