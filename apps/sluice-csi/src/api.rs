@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use management_client::api::Method;
 use management_client::codes::{self, causes};
 use management_client::{CallError, Client, Endpoint, RemoteError, TlsEndpoint};
-use serde_json::Value;
 use tonic::{Code, Status};
 
 /// Files for a TLS management endpoint (`--api-ca`, `--api-cert`, `--api-key`).
@@ -68,17 +68,22 @@ impl Api {
         }
     }
 
-    /// One call, on a blocking thread (the client waits on its socket). A gateway
-    /// that cannot be reached (nothing was sent) passes the call to the next
-    /// endpoint; any answer, a refusal included, is the group's answer. A call cut
-    /// off mid-way is not repeated elsewhere: it may have taken effect.
-    pub async fn call_raw(&self, method: &'static str, params: Value) -> Result<Value, CallError> {
+    /// One request, on a blocking thread (the client waits on its socket), its
+    /// answer read as the method's reply. A gateway that cannot be reached (nothing
+    /// was sent) passes the call to the next endpoint; any answer, a refusal
+    /// included, is the group's answer. A call cut off mid-way is not repeated
+    /// elsewhere: it may have taken effect.
+    pub async fn send_raw<M>(&self, request: M) -> Result<M::Reply, CallError>
+    where
+        M: Method + Clone + Send + 'static,
+        M::Reply: Send + 'static,
+    {
         let start = self.current.load(Ordering::Relaxed);
         let mut last_error = None;
         for index in try_order(start, self.clients.len()) {
             let client = self.clients[index].clone();
-            let params = params.clone();
-            let outcome = match tokio::task::spawn_blocking(move || client.call(method, params)).await {
+            let request = request.clone();
+            let outcome = match tokio::task::spawn_blocking(move || client.send(&request)).await {
                 Ok(outcome) => outcome,
                 Err(join_error) => Err(CallError::Broken {
                     endpoint: self.clients[index].endpoint().to_string(),
@@ -88,7 +93,7 @@ impl Api {
             match outcome {
                 Err(error @ CallError::Unreachable { .. }) => {
                     if self.clients.len() > 1 {
-                        tracing::warn!(endpoint = %self.clients[index].endpoint(), %error, method, "gateway unreachable; trying the next --api endpoint");
+                        tracing::warn!(endpoint = %self.clients[index].endpoint(), %error, method = M::NAME, "gateway unreachable; trying the next --api endpoint");
                     }
                     last_error = Some(error);
                 }
@@ -104,9 +109,13 @@ impl Api {
         }))
     }
 
-    /// One call, its refusal mapped to a gRPC status.
-    pub async fn call(&self, method: &'static str, params: Value) -> Result<Value, Status> {
-        self.call_raw(method, params).await.map_err(|error| status_of(method, &error))
+    /// One request, its refusal mapped to a gRPC status.
+    pub async fn send<M>(&self, request: M) -> Result<M::Reply, Status>
+    where
+        M: Method + Clone + Send + 'static,
+        M::Reply: Send + 'static,
+    {
+        self.send_raw(request).await.map_err(|error| status_of(M::NAME, &error))
     }
 }
 
@@ -208,7 +217,8 @@ mod tests {
             Endpoint::Unix(std::env::temp_dir().join(format!("sluice-csi-no-such-{name}-{}.sock", std::process::id())))
         };
         let api = Api::new(vec![missing("a"), missing("b")]);
-        let error = api.call_raw("ns_list", serde_json::json!({})).await.unwrap_err();
+        let request = management_client::api::NamespaceListRequest { nqn: "nqn.2026-11.io.sluice:gold".to_string() };
+        let error = api.send_raw(request).await.unwrap_err();
         // Both were tried: the error is the last one's.
         assert!(matches!(&error, CallError::Unreachable { endpoint, .. } if endpoint.contains("no-such-b")), "{error}");
     }

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use management_client::api::{self, replies, Method, Names, Quantity};
 use tonic::{Request, Response, Status};
 
 use crate::api::{is_not_found, status_of, Api};
@@ -40,53 +40,14 @@ use crate::parameters::{
 use crate::secrets::{self, DhchapKeys};
 use crate::volume_id::{VolumeId, MAX_VOLUME_ID_BYTES};
 
+mod publish;
+// The publish rules, for the tests beside this file.
+#[cfg(test)]
+use publish::{host_allow_params, host_step, HostStep};
+
 /// Publish context key: the gateway's NVMe/TCP addresses (`HOST:PORT,...`) a
 /// node discovers the subsystem's paths through.
 pub const DISCOVERY_ADDRESSES_KEY: &str = "discoveryAddresses";
-
-/// What publish does about the node's entry in the subsystem's allowed hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HostStep {
-    /// Not allowed yet: `host_allow`, with the keys if any.
-    Allow,
-    /// Allowed, and the call has keys: `host_allow` again, which replaces the
-    /// entry's keys in place (the gateway's secret rotation; the host stays allowed
-    /// and its sessions keep running, so its other volumes are untouched).
-    UpdateKeys,
-    /// Allowed and left as it is.
-    Keep,
-    /// Allowed with a TLS key, which only an operator sets: replacing the entry
-    /// would drop that key and tear down the host's TLS sessions, so it is kept
-    /// (the operator manages that host's keys).
-    KeepOperatorsEntry,
-}
-
-/// The step for a node whose entry in `host_list` is `entry` (None: not allowed).
-/// A call without keys never touches an existing entry: another StorageClass of
-/// the subsystem, or the operator, may have given it a key, and dropping it would
-/// turn authentication off for the host.
-fn host_step(entry: Option<&Value>, keys: &DhchapKeys) -> HostStep {
-    let Some(entry) = entry else { return HostStep::Allow };
-    if keys.host.is_none() {
-        return HostStep::Keep;
-    }
-    if entry.get("tls").and_then(Value::as_bool).unwrap_or(false) {
-        return HostStep::KeepOperatorsEntry;
-    }
-    HostStep::UpdateKeys
-}
-
-/// The `host_allow` parameters for `host` on `subsystem_nqn`, with its keys.
-fn host_allow_params(subsystem_nqn: &str, host: &str, keys: &DhchapKeys) -> Value {
-    let mut params = json!({ "nqn": subsystem_nqn, "host": host });
-    if let Some(key) = &keys.host {
-        params["dhchap_secret"] = json!(key);
-    }
-    if let Some(key) = &keys.controller {
-        params["dhchap_ctrl_secret"] = json!(key);
-    }
-    params
-}
 
 pub struct ControllerService {
     pub api: Api,
@@ -190,21 +151,22 @@ impl ControllerService {
         };
         // Attached to no host: ControllerPublishVolume attaches it to the node that
         // mounts it, so that no other node of the subsystem sees it.
-        let mut params = json!({
-            "nqn": class.subsystem_nqn,
-            "uuid": id.namespace_uuid.hyphenated().to_string(),
-            "nguid": id.namespace_uuid.simple().to_string(),
-            "hosts": [],
-        });
+        let mut params = api::NamespaceAdd {
+            nqn: class.subsystem_nqn.clone(),
+            uuid: Some(id.namespace_uuid.hyphenated().to_string()),
+            nguid: Some(id.namespace_uuid.simple().to_string()),
+            hosts: Some(Names::List(Vec::new())),
+            ..Default::default()
+        };
         match &class.backing {
             Backing::Pool { name, thin } => {
                 let block_size_bytes = self.check_pool(&class, name).await?;
                 let size_bytes = volume_size_bytes(required_bytes, limit_bytes, block_size_bytes)
                     .map_err(|error| Status::out_of_range(error.to_string()))?;
                 self.check_room(name, size_bytes, *thin).await?;
-                params["pool"] = json!(name);
-                params["size"] = json!(size_bytes);
-                params["thin"] = json!(thin);
+                params.pool = Some(name.clone());
+                params.size = Some(Quantity::Number(size_bytes));
+                params.thin = Some(*thin);
             }
             Backing::Rbd { ceph_pool } => {
                 let block_size_bytes = class.block_size_bytes.unwrap_or(512);
@@ -220,14 +182,14 @@ impl ControllerService {
                         )));
                     }
                     size_bytes = size_bytes.max(source.size_bytes);
-                    params["clone_from"] = json!(source.clone_from);
+                    params.clone_from = Some(source.clone_from.clone());
                 }
-                params["rbd"] = json!(format!("{ceph_pool}/csi-{}", id.namespace_uuid.simple()));
-                params["size"] = json!(size_bytes);
-                params["block_size"] = json!(block_size_bytes);
+                params.rbd = Some(format!("{ceph_pool}/csi-{}", id.namespace_uuid.simple()));
+                params.size = Some(Quantity::Number(size_bytes));
+                params.block_size = Some(block_size_bytes);
             }
         }
-        let added = self.api.call_raw("ns_add", params).await;
+        let added = self.api.send_raw(params).await;
         if let Some(source) = &source {
             self.drop_internal_snapshot(&source.internal_snapshot).await;
         }
@@ -237,7 +199,7 @@ impl ControllerService {
             if let Some(namespace) = gateway::find(&self.api, &id).await? {
                 return self.already_made(&id, &namespace, required_bytes, limit_bytes, &class);
             }
-            return Err(status_of("ns_add", &error));
+            return Err(status_of(api::NamespaceAdd::NAME, &error));
         }
         let namespace = gateway::find(&self.api, &id)
             .await?
@@ -329,14 +291,12 @@ impl ControllerService {
             self.drop_clone_leftovers(image).await?;
         }
         let delete_image = image.is_some();
-        match self
-            .api
-            .call_raw(
-                "ns_remove",
-                json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "delete_image": delete_image }),
-            )
-            .await
-        {
+        let remove = api::NamespaceRemove {
+            nqn: id.subsystem_nqn.clone(),
+            nsid: namespace.nsid,
+            delete_image: Some(delete_image),
+        };
+        match self.api.send_raw(remove).await {
             Ok(_) => {
                 tracing::info!(volume = %request.volume_id, nsid = namespace.nsid, "volume deleted");
                 Ok(())
@@ -357,7 +317,7 @@ impl ControllerService {
                     snapshots.join(", ")
                 )))
             }
-            Err(error) => Err(status_of("ns_remove", &error)),
+            Err(error) => Err(status_of(api::NamespaceRemove::NAME, &error)),
         }
     }
 
@@ -365,145 +325,20 @@ impl ControllerService {
     /// failed deletion left (still named by an unused `[[backend]]` entry).
     async fn delete_leftover_image(&self, id: &VolumeId) -> Result<(), Status> {
         let image = format!("csi-{}", id.namespace_uuid.simple());
-        let listed = self.api.call("backend_list", json!({})).await?;
-        let leftovers =
-            listed.get("backends").and_then(|backends| backends.as_array()).into_iter().flatten().filter(|backend| {
-                let unused =
-                    backend.get("used_by").and_then(|users| users.as_array()).is_none_or(|users| users.is_empty())
-                        && backend.get("namespace").is_none_or(|namespace| namespace.is_null());
-                unused && backend.pointer("/rbd/image").and_then(|name| name.as_str()) == Some(image.as_str())
-            });
+        let listed = self.api.send(api::BackendList {}).await?;
+        let leftovers = listed.backends.into_iter().filter(|backend| {
+            let unused = backend.used_by.is_empty() && backend.namespace.is_none();
+            unused && backend.rbd.as_ref().is_some_and(|rbd| rbd.image == image)
+        });
         for backend in leftovers {
-            let Some(name) = backend.get("name").and_then(|name| name.as_str()) else { continue };
-            match self.api.call_raw("backend_remove", json!({ "name": name, "delete_image": true })).await {
+            let name = backend.name;
+            match self.api.send_raw(api::BackendRemove { name: name.clone(), delete_image: Some(true) }).await {
                 Ok(_) => tracing::info!(backend = %name, %image, "deleted the image a failed deletion left"),
                 Err(error) if is_not_found(&error) => {}
-                Err(error) => return Err(status_of("backend_remove", &error)),
+                Err(error) => return Err(status_of(api::BackendRemove::NAME, &error)),
             }
         }
         Ok(())
-    }
-
-    async fn publish(&self, request: ControllerPublishVolumeRequest) -> Result<HashMap<String, String>, Status> {
-        required_volume_id(&request.volume_id)?;
-        if request.node_id.is_empty() {
-            return Err(Status::invalid_argument("node_id: missing"));
-        }
-        let capability =
-            request.volume_capability.ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
-        if let Some(reason) = unsupported_capability(&[capability]) {
-            return Err(Status::invalid_argument(reason));
-        }
-        let keys = secrets::dhchap_keys(&request.secrets)?;
-        let (id, namespace) = self.existing(&request.volume_id).await?;
-        // Node ids are host NQNs (NodeGetInfo); anything else names no node.
-        if !request.node_id.starts_with("nqn.") || request.node_id.len() > 223 {
-            return Err(Status::not_found(format!("node {:?} is not an NVMe host NQN: no such node", request.node_id)));
-        }
-        let entry = self.host_entry(&id.subsystem_nqn, &request.node_id).await?;
-        match host_step(entry.as_ref(), &keys) {
-            step @ (HostStep::Allow | HostStep::UpdateKeys) => {
-                // A refused host_allow may quote what it was given (the gateway's
-                // own log leaves its message out for that reason): scrubbed before it
-                // reaches the CO's events.
-                self.api
-                    .call("host_allow", host_allow_params(&id.subsystem_nqn, &request.node_id, &keys))
-                    .await
-                    .map_err(|status| Status::new(status.code(), keys.scrub(status.message())))?;
-                tracing::info!(volume = %request.volume_id, node = %request.node_id, ?step,
-                    dhchap = keys.host.is_some(), bidirectional = keys.controller.is_some(), "host allowed on the subsystem");
-            }
-            HostStep::KeepOperatorsEntry => {
-                tracing::warn!(volume = %request.volume_id, node = %request.node_id,
-                    "the node's entry on the subsystem has a TLS key, so it was set up by an operator: the \
-                     DH-HMAC-CHAP keys of the StorageClass's Secret are not applied to it");
-            }
-            HostStep::Keep => {}
-        }
-        // Idempotent on the gateway: a retried publish finds it attached already.
-        self.api
-            .call("ns_attach", json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }))
-            .await?;
-        tracing::info!(volume = %request.volume_id, node = %request.node_id, nsid = namespace.nsid, "namespace attached to the node");
-        let addresses = if self.discovery_addresses.is_empty() {
-            gateway::reachable_listeners(&self.api).await?
-        } else {
-            self.discovery_addresses.clone()
-        };
-        Ok(HashMap::from([
-            (DISCOVERY_ADDRESSES_KEY.to_string(), addresses.join(",")),
-            ("subsystemNqn".to_string(), id.subsystem_nqn.clone()),
-            ("nsid".to_string(), namespace.nsid.to_string()),
-        ]))
-    }
-
-    async fn host_allowed(&self, subsystem_nqn: &str, host: &str) -> Result<bool, Status> {
-        Ok(self.host_entry(subsystem_nqn, host).await?.is_some())
-    }
-
-    /// `host`'s entry in the subsystem's `host_list` (whether it has keys, never the
-    /// keys); None when it is not allowed.
-    async fn host_entry(&self, subsystem_nqn: &str, host: &str) -> Result<Option<Value>, Status> {
-        let hosts = self.api.call("host_list", json!({ "nqn": subsystem_nqn })).await?;
-        Ok(hosts.get("hosts").and_then(Value::as_array).and_then(|hosts| {
-            hosts.iter().find(|entry| entry.get("host").and_then(Value::as_str) == Some(host)).cloned()
-        }))
-    }
-
-    /// Unpublish: the namespace is detached from the node (idempotent on the
-    /// gateway), and the host is denied on the subsystem only when no other
-    /// namespace of it is attached to the node (its other volumes may be mounted).
-    async fn unpublish(&self, request: ControllerUnpublishVolumeRequest) -> Result<(), Status> {
-        let Some(id) = required_volume_id(&request.volume_id)? else {
-            return Ok(());
-        };
-        if request.node_id.is_empty() || !request.node_id.starts_with("nqn.") {
-            return Ok(());
-        }
-        let Some(listed) = gateway::namespaces(&self.api, &id.subsystem_nqn).await? else {
-            return Ok(());
-        };
-        if let Some(namespace) = listed.iter().find(|namespace| {
-            namespace.uuid == id.namespace_uuid && crate::volume_id::made_by_driver(&namespace.uuid, &namespace.nguid)
-        }) {
-            match self
-                .api
-                .call_raw(
-                    "ns_detach",
-                    json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "host": request.node_id }),
-                )
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(volume = %request.volume_id, node = %request.node_id, "namespace detached from the node")
-                }
-                // Deleted meanwhile: nothing left to detach.
-                Err(error) if is_not_found(&error) => {}
-                Err(error) => return Err(status_of("ns_detach", &error)),
-            }
-        }
-        // Any other namespace the node still sees keeps it allowed: the driver's
-        // volumes, and an operator's namespaces too (one with no host list is seen
-        // by every allowed host, and denying the node would take it away).
-        let others = listed
-            .iter()
-            .filter(|namespace| namespace.uuid != id.namespace_uuid)
-            .filter(|namespace| namespace.attached_to(&request.node_id))
-            .count();
-        if others > 0 || !self.host_allowed(&id.subsystem_nqn, &request.node_id).await? {
-            return Ok(());
-        }
-        match self.api.call_raw("host_deny", json!({ "nqn": id.subsystem_nqn, "host": request.node_id })).await {
-            Ok(_) => {
-                tracing::info!(volume = %request.volume_id, node = %request.node_id, "host denied on the subsystem");
-                Ok(())
-            }
-            Err(error) if is_not_found(&error) => Ok(()),
-            // A namespace that is not this driver's still lists the node: the node
-            // keeps its access for that one; this volume is detached all the same.
-            Err(error) if crate::api::is_still_attached(&error) => Ok(()),
-            Err(error) => Err(status_of("host_deny", &error)),
-        }
     }
 }
 
@@ -695,108 +530,4 @@ impl Controller for ControllerService {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
-
-    fn capability(access_type: AccessType, mode: Mode) -> VolumeCapability {
-        VolumeCapability { access_type: Some(access_type), access_mode: Some(AccessMode { mode: mode as i32 }) }
-    }
-
-    #[test]
-    fn shared_writers_need_block_access() {
-        let mount = || AccessType::Mount(MountVolume::default());
-        assert_eq!(unsupported_capability(&[capability(mount(), Mode::SingleNodeWriter)]), None);
-        assert_eq!(
-            unsupported_capability(&[capability(AccessType::Block(BlockVolume {}), Mode::MultiNodeMultiWriter)]),
-            None
-        );
-        assert!(unsupported_capability(&[capability(mount(), Mode::MultiNodeMultiWriter)]).is_some());
-        assert!(unsupported_capability(&[capability(mount(), Mode::Unknown)]).is_some());
-        assert!(unsupported_capability(&[]).is_some());
-        assert!(unsupported_capability(&[VolumeCapability { access_type: None, access_mode: None }]).is_some());
-    }
-
-    #[test]
-    fn host_allow_gets_the_keys_of_the_secrets() {
-        let host_key = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA:";
-        let controller_key = "DHHC-1:00:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB:";
-        let secrets = HashMap::from([
-            (secrets::HOST_SECRET_KEY.to_string(), host_key.to_string()),
-            (secrets::CONTROLLER_SECRET_KEY.to_string(), controller_key.to_string()),
-        ]);
-        let keys = secrets::dhchap_keys(&secrets).unwrap();
-        assert_eq!(
-            host_allow_params("nqn.a:gold", "nqn.b:node", &keys),
-            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node", "dhchap_secret": host_key, "dhchap_ctrl_secret": controller_key })
-        );
-        let one_way = DhchapKeys { controller: None, ..keys };
-        assert_eq!(
-            host_allow_params("nqn.a:gold", "nqn.b:node", &one_way),
-            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node", "dhchap_secret": host_key })
-        );
-        assert_eq!(
-            host_allow_params("nqn.a:gold", "nqn.b:node", &DhchapKeys::default()),
-            json!({ "nqn": "nqn.a:gold", "host": "nqn.b:node" })
-        );
-    }
-
-    #[test]
-    fn an_allowed_host_keeps_its_entry_unless_the_call_brings_keys_and_it_has_no_tls_key() {
-        let keys = DhchapKeys { host: Some("DHHC-1:00:x:".to_string()), controller: None };
-        let none = DhchapKeys::default();
-        let plain = json!({ "host": "nqn.b:node", "dhchap": false, "bidirectional": false, "tls": false });
-        let authenticated = json!({ "host": "nqn.b:node", "dhchap": true, "bidirectional": false, "tls": false });
-        let tls = json!({ "host": "nqn.b:node", "dhchap": true, "bidirectional": false, "tls": true });
-        assert_eq!(host_step(None, &none), HostStep::Allow);
-        assert_eq!(host_step(None, &keys), HostStep::Allow);
-        // Never turns authentication off, nor touches an entry without reason.
-        assert_eq!(host_step(Some(&authenticated), &none), HostStep::Keep);
-        assert_eq!(host_step(Some(&plain), &none), HostStep::Keep);
-        // A rotated Secret reaches a host that is allowed already.
-        assert_eq!(host_step(Some(&plain), &keys), HostStep::UpdateKeys);
-        assert_eq!(host_step(Some(&authenticated), &keys), HostStep::UpdateKeys);
-        assert_eq!(host_step(Some(&tls), &keys), HostStep::KeepOperatorsEntry);
-    }
-
-    #[test]
-    fn an_id_that_is_missing_is_invalid_and_one_never_made_is_none() {
-        assert_eq!(required_volume_id("").unwrap_err().code(), tonic::Code::InvalidArgument);
-        assert_eq!(required_volume_id("fake-vol-id").unwrap(), None);
-    }
-
-    /// DeleteVolume of a volume whose namespace is gone but whose image a failed
-    /// deletion left: the unused backend naming `csi-<uuid>` is removed with its image;
-    /// other backends are left alone.
-    #[tokio::test]
-    async fn a_deletion_that_left_its_image_is_finished_by_the_next() {
-        let id = crate::volume_id::VolumeId::for_name("nqn.2026-11.io.sluice:gold", "leftover");
-        let image = format!("csi-{}", id.namespace_uuid.simple());
-        let calls = Arc::new(std::sync::Mutex::new(Vec::<(String, Value)>::new()));
-        let recorded = Arc::clone(&calls);
-        let backends = json!([
-            { "name": "left", "used_by": [], "namespace": null, "rbd": { "image": image } },
-            { "name": "other", "used_by": [], "namespace": null, "rbd": { "image": "csi-0000" } },
-            { "name": "busy", "used_by": ["namespace 3"], "namespace": { "nqn": "n", "nsid": 3 }, "rbd": { "image": image } },
-        ]);
-        let socket = crate::fake_gateway::serve("leftover", move |method, params| {
-            recorded.lock().unwrap().push((method.to_string(), params.clone()));
-            match method {
-                "ns_list" => json!({ "result": { "namespaces": [] } }),
-                "backend_list" => json!({ "result": { "backends": backends } }),
-                "backend_remove" => json!({ "result": { "removed": true, "image_deleted": true } }),
-                other => json!({ "error": { "code": -32601, "message": format!("no method {other}") } }),
-            }
-        });
-        let service = ControllerService {
-            api: Api::new(vec![management_client::Endpoint::Unix(socket)]),
-            locks: Arc::new(VolumeLocks::default()),
-            discovery_addresses: Vec::new(),
-        };
-        service.delete(DeleteVolumeRequest { volume_id: id.encode(), ..Default::default() }).await.unwrap();
-        let calls = calls.lock().unwrap().clone();
-        let removed: Vec<&Value> =
-            calls.iter().filter(|(method, _)| method == "backend_remove").map(|(_, params)| params).collect();
-        assert_eq!(removed, [&json!({ "name": "left", "delete_image": true })], "{calls:?}");
-    }
-}
+mod tests;

@@ -17,8 +17,8 @@
 //!
 //! Calls for one volume run one at a time (the per-volume lock of `controller`).
 
+use management_client::api::{self, Method, Quantity};
 use management_client::codes::causes;
-use serde_json::{json, Value};
 use tonic::Status;
 
 use crate::api::{has_cause, is_not_found, status_of};
@@ -51,11 +51,6 @@ pub fn node_expansion_required(capability: Option<&VolumeCapability>) -> bool {
     !matches!(capability.and_then(|capability| capability.access_type.as_ref()), Some(AccessType::Block(_)))
 }
 
-/// The size `ns_resize` reports, or `asked` when its answer does not say.
-fn resized_bytes(result: &Value, asked: u64) -> u64 {
-    result.get("size_bytes").and_then(Value::as_u64).unwrap_or(asked)
-}
-
 fn response(size_bytes: u64, capability: Option<&VolumeCapability>) -> ControllerExpandVolumeResponse {
     ControllerExpandVolumeResponse {
         capacity_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX),
@@ -86,10 +81,14 @@ impl ControllerService {
                 "volume expansion: the namespace is that large already");
             return Ok(response(namespace.size_bytes, capability));
         }
-        let params = json!({ "nqn": id.subsystem_nqn, "nsid": namespace.nsid, "size": target });
-        match self.api.call_raw("ns_resize", params).await {
-            Ok(result) => {
-                let size_bytes = resized_bytes(&result, target);
+        let resize = api::NamespaceResize {
+            nqn: id.subsystem_nqn.clone(),
+            nsid: namespace.nsid,
+            size: Quantity::Number(target),
+        };
+        match self.api.send_raw(resize).await {
+            Ok(resized) => {
+                let size_bytes = resized.size_bytes;
                 tracing::info!(volume = %request.volume_id, nsid = namespace.nsid, previous_bytes = namespace.size_bytes,
                     size_bytes, "volume expanded");
                 Ok(response(size_bytes, capability))
@@ -99,11 +98,11 @@ impl ControllerService {
                 // Grown past `target` by someone else since it was listed: done.
                 match gateway::find(&self.api, &id).await? {
                     Some(now) if now.size_bytes >= target => Ok(response(now.size_bytes, capability)),
-                    Some(_) => Err(status_of("ns_resize", &error)),
+                    Some(_) => Err(status_of(api::NamespaceResize::NAME, &error)),
                     None => Err(not_found(&request.volume_id)),
                 }
             }
-            Err(error) => Err(status_of("ns_resize", &error)),
+            Err(error) => Err(status_of(api::NamespaceResize::NAME, &error)),
         }
     }
 }
@@ -113,11 +112,14 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
+    use management_client::api::replies;
     use management_client::{codes, Endpoint};
+    use serde_json::Value;
     use tonic::Code;
 
     use crate::api::Api;
     use crate::csi::volume_capability::{access_mode::Mode, AccessMode, BlockVolume, MountVolume};
+    use crate::fake_gateway::{self, Answer};
     use crate::locks::VolumeLocks;
     use crate::volume_id::VolumeId;
 
@@ -171,34 +173,48 @@ mod tests {
     }
 
     impl FakeGateway {
-        fn answer(&self, method: &str, params: &Value) -> Value {
+        fn answer(&self, method: &str, params: &Value) -> Answer {
             self.calls.lock().unwrap().push((method.to_string(), params.clone()));
             let mut size = self.size_bytes.lock().unwrap();
             match method {
-                "ns_list" => json!({ "result": { "namespaces": [{
-                    "nsid": 1, "size_bytes": *size, "block_size": self.block_size,
-                    "uuid": self.uuid.hyphenated().to_string(), "nguid": self.uuid.simple().to_string(),
-                }]}}),
-                "ns_resize" => {
-                    let asked = params["size"].as_u64().unwrap();
+                api::NamespaceListRequest::NAME => {
+                    let asked: api::NamespaceListRequest = serde_json::from_value(params.clone()).unwrap();
+                    fake_gateway::reply::<api::NamespaceListRequest>(replies::NamespaceList {
+                        nqn: asked.nqn,
+                        namespaces: vec![fake_gateway::namespace(1, self.uuid, *size, self.block_size)],
+                    })
+                }
+                api::NamespaceResize::NAME => {
+                    let asked: api::NamespaceResize = serde_json::from_value(params.clone()).unwrap();
+                    let Quantity::Number(asked) = asked.size else { panic!("the driver sends sizes in bytes") };
                     if let Some(cause) = self.refuse_with {
                         if let Some(after) = self.size_after_refusal {
                             *size = after;
                         }
-                        return json!({ "error": { "code": codes::CHANGE_REFUSED,
-                            "message": format!("size: refused ({cause})"), "data": { "field": "size", "cause": cause } } });
+                        // `data` has no type: the refusal's fields as the daemon writes them.
+                        let data = serde_json::json!({ "field": "size", "cause": cause });
+                        return fake_gateway::refusal(
+                            codes::CHANGE_REFUSED,
+                            format!("size: refused ({cause})"),
+                            Some(data),
+                        );
                     }
                     if !asked.is_multiple_of(self.block_size) {
-                        return json!({ "error": { "code": codes::INVALID_PARAMS, "message": "size: not a multiple" } });
+                        return fake_gateway::refusal(codes::INVALID_PARAMS, "size: not a multiple", None);
                     }
                     let previous = *size;
                     *size = asked;
-                    json!({ "result": { "nqn": NQN, "nsid": 1, "size_bytes": asked, "block_size": self.block_size,
-                        "blocks": asked / self.block_size, "previous_size_bytes": previous, "changed": asked != previous } })
+                    fake_gateway::reply::<api::NamespaceResize>(replies::NamespaceResized {
+                        nqn: NQN.to_string(),
+                        nsid: 1,
+                        size_bytes: asked,
+                        block_size: self.block_size,
+                        blocks: asked / self.block_size,
+                        previous_size_bytes: previous,
+                        changed: asked != previous,
+                    })
                 }
-                other => {
-                    json!({ "error": { "code": codes::METHOD_NOT_FOUND, "message": format!("no method {other}") } })
-                }
+                other => fake_gateway::refusal(codes::METHOD_NOT_FOUND, format!("no method {other}"), None),
             }
         }
 
@@ -224,9 +240,8 @@ mod tests {
             uuid: id.namespace_uuid,
         });
         let answering = Arc::clone(&gateway);
-        let socket = crate::fake_gateway::serve(&format!("expand-{name}"), move |method, params| {
-            answering.answer(method, params)
-        });
+        let socket =
+            fake_gateway::serve(&format!("expand-{name}"), move |method, params| answering.answer(method, params));
         let service = ControllerService {
             api: Api::new(vec![Endpoint::Unix(socket)]),
             locks: Arc::new(VolumeLocks::default()),
@@ -253,8 +268,11 @@ mod tests {
         assert!(grown.node_expansion_required);
         let calls = gateway.calls.lock().unwrap().clone();
         let (method, params) = calls.last().unwrap();
-        assert_eq!(method, "ns_resize");
-        assert_eq!(params, &json!({ "nqn": NQN, "nsid": 1, "size": 16 * MIB + 4096 }));
+        assert_eq!(method, api::NamespaceResize::NAME);
+        assert_eq!(
+            serde_json::from_value::<api::NamespaceResize>(params.clone()).unwrap(),
+            api::NamespaceResize { nqn: NQN.to_string(), nsid: 1, size: Quantity::Number(16 * MIB + 4096) }
+        );
         // A retry finds it done and calls nothing more than the listing.
         let again = service.expand(request(&id.encode(), 16 * MIB as i64 + 1, None)).await.unwrap();
         assert_eq!(again.capacity_bytes, (16 * MIB + 4096) as i64);

@@ -1,7 +1,7 @@
 //! What the controller reads from the gateway: namespaces by UUID, pools,
 //! listeners. Each function is one or two management calls, parsed.
 
-use serde_json::{json, Value};
+use management_client::api::{self, replies, Method};
 use tonic::Status;
 use uuid::Uuid;
 
@@ -16,9 +16,8 @@ pub struct NamespaceInfo {
     pub block_size_bytes: u64,
     pub uuid: Uuid,
     pub nguid: [u8; 16],
-    /// The hosts that see it: `None` every host the subsystem allows (a gateway
-    /// older than per-host attachment shows no list either), else these (none when
-    /// empty).
+    /// The hosts that see it: `None` every host the subsystem allows, else these
+    /// (none when empty).
     pub hosts: Option<Vec<String>>,
 }
 
@@ -29,30 +28,25 @@ impl NamespaceInfo {
     }
 }
 
-fn parse_namespace(value: &Value) -> Option<NamespaceInfo> {
-    let nguid_text = value.get("nguid")?.as_str()?;
+/// The driver's view of a listed namespace; None when its UUID or NGUID does not
+/// parse (not one this driver could have made: it is skipped).
+fn parse_namespace(listed: &replies::Namespace) -> Option<NamespaceInfo> {
     Some(NamespaceInfo {
-        nsid: u32::try_from(value.get("nsid")?.as_u64()?).ok()?,
-        size_bytes: value.get("size_bytes")?.as_u64()?,
-        block_size_bytes: value.get("block_size")?.as_u64()?,
-        uuid: Uuid::try_parse(value.get("uuid")?.as_str()?).ok()?,
-        nguid: *Uuid::try_parse(nguid_text).ok()?.as_bytes(),
-        hosts: value
-            .get("hosts")
-            .and_then(Value::as_array)
-            .map(|hosts| hosts.iter().filter_map(|host| host.as_str().map(str::to_string)).collect()),
+        nsid: listed.nsid,
+        size_bytes: listed.size_bytes,
+        block_size_bytes: listed.block_size,
+        uuid: Uuid::try_parse(&listed.uuid).ok()?,
+        nguid: *Uuid::try_parse(&listed.nguid).ok()?.as_bytes(),
+        hosts: listed.hosts.clone(),
     })
 }
 
 /// The namespaces of `subsystem_nqn`; None when the gateway has no such subsystem.
 pub async fn namespaces(api: &Api, subsystem_nqn: &str) -> Result<Option<Vec<NamespaceInfo>>, Status> {
-    match api.call_raw("ns_list", json!({ "nqn": subsystem_nqn })).await {
-        Ok(result) => {
-            let listed = result.get("namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
-            Ok(Some(listed.iter().filter_map(parse_namespace).collect()))
-        }
+    match api.send_raw(api::NamespaceListRequest { nqn: subsystem_nqn.to_string() }).await {
+        Ok(listed) => Ok(Some(listed.namespaces.iter().filter_map(parse_namespace).collect())),
         Err(error) if is_not_found(&error) => Ok(None),
-        Err(error) => Err(status_of("ns_list", &error)),
+        Err(error) => Err(status_of(api::NamespaceListRequest::NAME, &error)),
     }
 }
 
@@ -69,15 +63,12 @@ pub async fn find(api: &Api, volume: &VolumeId) -> Result<Option<NamespaceInfo>,
 
 /// Every volume this driver made, on every subsystem of the gateway, by id.
 pub async fn all_volumes(api: &Api) -> Result<Vec<(VolumeId, NamespaceInfo)>, Status> {
-    let subsystems = api.call("subsystem_list", json!({})).await?;
+    let listed = api.send(api::SubsystemList {}).await?;
     let mut volumes = Vec::new();
-    for subsystem in subsystems.get("subsystems").and_then(Value::as_array).cloned().unwrap_or_default() {
-        let Some(nqn) = subsystem.get("nqn").and_then(Value::as_str) else {
-            continue;
-        };
-        for namespace in namespaces(api, nqn).await?.unwrap_or_default() {
+    for subsystem in listed.subsystems {
+        for namespace in namespaces(api, &subsystem.nqn).await?.unwrap_or_default() {
             if made_by_driver(&namespace.uuid, &namespace.nguid) {
-                let id = VolumeId { subsystem_nqn: nqn.to_string(), namespace_uuid: namespace.uuid };
+                let id = VolumeId { subsystem_nqn: subsystem.nqn.clone(), namespace_uuid: namespace.uuid };
                 volumes.push((id, namespace));
             }
         }
@@ -99,26 +90,16 @@ pub struct PoolInfo {
 }
 
 pub async fn pools(api: &Api) -> Result<Vec<PoolInfo>, Status> {
-    let result = api.call("pool_list", json!({})).await?;
-    let strings = |value: Option<&Value>| -> Vec<String> {
-        value
-            .and_then(Value::as_array)
-            .map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
-    };
-    Ok(result
-        .get("pools")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|pool| {
-            Some(PoolInfo {
-                name: pool.get("name")?.as_str()?.to_string(),
-                management_subsystems: strings(pool.get("management_subsystems")),
-                block_size_bytes: pool.get("block_size").and_then(Value::as_u64),
-                capacity_bytes: pool.get("capacity_bytes").and_then(Value::as_u64),
-                free_bytes: pool.get("free_bytes").and_then(Value::as_u64),
-            })
+    let listed = api.send(api::PoolList {}).await?;
+    Ok(listed
+        .pools
+        .into_iter()
+        .map(|pool| PoolInfo {
+            name: pool.name,
+            management_subsystems: pool.management_subsystems,
+            block_size_bytes: pool.block_size,
+            capacity_bytes: pool.capacity_bytes,
+            free_bytes: pool.free_bytes,
         })
         .collect())
 }
@@ -128,11 +109,11 @@ pub async fn pools(api: &Api) -> Result<Vec<PoolInfo>, Status> {
 /// reachable behind NAT), else its bound address; wildcard binds without one name no
 /// address and are left out.
 pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
-    let mut addresses = reachable_addresses(&api.call("listener_list", json!({})).await?);
+    let mut addresses = reachable_addresses(&api.send(api::ListenerList {}).await?);
     // A gateway group: every member's address too, so a node that stages while the
     // gateway that answered here is down still finds the others (each member's
     // discovery log also names its peers, but only while that member is up).
-    match api.call_raw("gateway_status", json!({})).await {
+    match api.send_raw(api::GatewayStatus {}).await {
         Ok(status) => {
             for address in member_addresses(&status) {
                 if !addresses.contains(&address) {
@@ -143,7 +124,7 @@ pub async fn reachable_listeners(api: &Api) -> Result<Vec<String>, Status> {
         // Not a gateway, or one too old to know the method: its own listeners are
         // all there is. Any other failure (access denied, internal) is reported.
         Err(error) if is_not_a_gateway(&error) => {}
-        Err(error) => return Err(status_of("gateway_status", &error)),
+        Err(error) => return Err(status_of(api::GatewayStatus::NAME, &error)),
     }
     Ok(addresses)
 }
@@ -156,25 +137,15 @@ fn is_not_a_gateway(error: &management_client::CallError) -> bool {
 }
 
 /// The members' NVMe/TCP addresses from a `gateway_status` answer.
-fn member_addresses(status: &Value) -> Vec<String> {
-    status
-        .get("members")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|member| member.get("address").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect()
+fn member_addresses(status: &replies::GatewayStatus) -> Vec<String> {
+    status.members.iter().map(|member| member.address.clone()).collect()
 }
 
 /// [`reachable_listeners`] from a `listener_list` answer.
-fn reachable_addresses(listed: &Value) -> Vec<String> {
+fn reachable_addresses(listed: &replies::Listeners) -> Vec<String> {
     let mut addresses = Vec::new();
-    for listener in listed.get("listeners").and_then(Value::as_array).into_iter().flatten() {
-        let Some(address) = listener.get("advertise").or_else(|| listener.get("address")).and_then(Value::as_str)
-        else {
-            continue;
-        };
+    for listener in &listed.listeners {
+        let address = listener.advertise.as_deref().unwrap_or(&listener.address);
         match address.parse::<std::net::SocketAddr>() {
             Ok(socket) if socket.ip().is_unspecified() => {}
             _ => addresses.push(address.to_string()),
@@ -186,38 +157,84 @@ fn reachable_addresses(listed: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_gateway;
 
-    #[test]
-    fn every_member_of_a_group_is_a_discovery_address() {
-        let status = json!({ "members": [
-            { "name": "a", "address": "10.0.0.5:4420", "alive": false, "this_gateway": false },
-            { "name": "b", "address": "10.0.0.6:4420", "alive": true, "this_gateway": true },
-        ]});
-        assert_eq!(member_addresses(&status), ["10.0.0.5:4420", "10.0.0.6:4420"]);
-        assert!(member_addresses(&json!({})).is_empty());
+    fn member(name: &str, address: &str, alive: bool) -> replies::GatewayMember {
+        replies::GatewayMember { name: name.to_string(), address: address.to_string(), alive, this_gateway: alive }
     }
 
     #[test]
-    fn a_listed_namespace_parses_and_a_partial_one_does_not() {
+    fn every_member_of_a_group_is_a_discovery_address() {
+        let mut status = replies::GatewayStatus {
+            group: "g".to_string(),
+            name: "b".to_string(),
+            members: vec![member("a", "10.0.0.5:4420", false), member("b", "10.0.0.6:4420", true)],
+            rest: serde_json::Map::new(),
+        };
+        assert_eq!(member_addresses(&status), ["10.0.0.5:4420", "10.0.0.6:4420"]);
+        status.members.clear();
+        assert!(member_addresses(&status).is_empty());
+    }
+
+    #[test]
+    fn a_listed_namespace_parses_and_one_with_a_foreign_uuid_or_nguid_does_not() {
         let uuid = crate::volume_id::namespace_uuid_for_name("pvc-a");
-        let listed = json!({
-            "nsid": 3, "size_bytes": 1048576, "block_size": 4096,
-            "nguid": uuid.simple().to_string(), "uuid": uuid.hyphenated().to_string(),
-        });
+        let listed = fake_gateway::namespace(3, uuid, 1048576, 4096);
         let namespace = parse_namespace(&listed).unwrap();
-        assert_eq!(namespace.nsid, 3);
+        assert_eq!((namespace.nsid, namespace.size_bytes, namespace.block_size_bytes), (3, 1048576, 4096));
+        assert_eq!(namespace.hosts, Some(Vec::new()));
         assert!(made_by_driver(&namespace.uuid, &namespace.nguid));
-        assert_eq!(parse_namespace(&json!({ "nsid": 3 })), None);
+        assert_eq!(parse_namespace(&replies::Namespace { uuid: "not-a-uuid".to_string(), ..listed.clone() }), None);
+        assert_eq!(parse_namespace(&replies::Namespace { nguid: String::new(), ..listed }), None);
+    }
+
+    /// A namespace whose UUID does not parse (not one the driver could have made)
+    /// is left out; the others are listed, and a missing subsystem is None.
+    #[tokio::test]
+    async fn namespaces_with_a_foreign_uuid_are_skipped() {
+        let uuid = crate::volume_id::namespace_uuid_for_name("pvc-a");
+        let socket = fake_gateway::serve("namespaces", move |method, params| {
+            use management_client::codes;
+            if method != api::NamespaceListRequest::NAME {
+                return fake_gateway::refusal(codes::METHOD_NOT_FOUND, format!("no method {method}"), None);
+            }
+            let asked: api::NamespaceListRequest = serde_json::from_value(params.clone()).unwrap();
+            if asked.nqn != "nqn.a:gold" {
+                // `data` has no type: the refusal's cause as the daemon writes it.
+                let data = serde_json::json!({ "cause": codes::causes::NOT_FOUND });
+                return fake_gateway::refusal(codes::CHANGE_REFUSED, "no such subsystem", Some(data));
+            }
+            let foreign =
+                replies::Namespace { uuid: "operator".to_string(), ..fake_gateway::namespace(1, uuid, 4096, 512) };
+            fake_gateway::reply::<api::NamespaceListRequest>(replies::NamespaceList {
+                nqn: asked.nqn,
+                namespaces: vec![foreign, fake_gateway::namespace(2, uuid, 8192, 512)],
+            })
+        });
+        let api = Api::new(vec![management_client::Endpoint::Unix(socket)]);
+        let listed = namespaces(&api, "nqn.a:gold").await.unwrap().unwrap();
+        assert_eq!(listed.iter().map(|namespace| namespace.nsid).collect::<Vec<_>>(), [2]);
+        assert_eq!(namespaces(&api, "nqn.a:other").await.unwrap(), None);
     }
 
     #[test]
     fn nodes_are_given_the_advertised_address_and_never_a_wildcard() {
-        let listed = json!({ "listeners": [
-            { "address": "127.0.0.1:4420", "advertise": "10.0.2.2:4420" },
-            { "address": "0.0.0.0:8009" },
-            { "address": "0.0.0.0:4421", "advertise": "192.0.2.7:4421" },
-            { "address": "192.0.2.8:4420" },
-        ]});
+        let listener = |address: &str, advertise: Option<&str>| replies::Listener {
+            address: address.to_string(),
+            discovery_only: false,
+            tls: "none".to_string(),
+            configured: true,
+            active: true,
+            advertise: advertise.map(str::to_string),
+        };
+        let listed = replies::Listeners {
+            listeners: vec![
+                listener("127.0.0.1:4420", Some("10.0.2.2:4420")),
+                listener("0.0.0.0:8009", None),
+                listener("0.0.0.0:4421", Some("192.0.2.7:4421")),
+                listener("192.0.2.8:4420", None),
+            ],
+        };
         assert_eq!(reachable_addresses(&listed), ["10.0.2.2:4420", "192.0.2.7:4421", "192.0.2.8:4420"]);
     }
 }

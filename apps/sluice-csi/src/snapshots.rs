@@ -15,7 +15,7 @@
 //!   CSI spec's answer for snapshots that are not independent of their volume):
 //!   deleting the image would delete them.
 
-use serde_json::{json, Value};
+use management_client::api::{self, replies, Method};
 use tonic::Status;
 use uuid::Uuid;
 
@@ -94,12 +94,8 @@ pub struct RbdSnapshot {
     pub created_unix_seconds: i64,
 }
 
-fn parse_snapshot(value: &Value) -> Option<RbdSnapshot> {
-    Some(RbdSnapshot {
-        name: value.get("name")?.as_str()?.to_string(),
-        size_bytes: value.get("size_bytes")?.as_u64()?,
-        created_unix_seconds: value.get("created_unix_seconds").and_then(Value::as_i64).unwrap_or(0),
-    })
+fn parse_snapshot(listed: replies::Snapshot) -> RbdSnapshot {
+    RbdSnapshot { name: listed.name, size_bytes: listed.size_bytes, created_unix_seconds: listed.created_unix_seconds }
 }
 
 /// The CSI message for snapshot `id` as the gateway lists it.
@@ -118,17 +114,13 @@ pub fn snapshot_message(id: &SnapshotId, listed: &RbdSnapshot) -> Snapshot {
 
 /// The RBD images ("POOL/IMAGE") of the gateway's RBD backends, by backend name.
 pub async fn rbd_images(api: &Api) -> Result<Vec<(String, String)>, Status> {
-    let listed = api.call("backend_list", json!({})).await?;
+    let listed = api.send(api::BackendList {}).await?;
     Ok(listed
-        .get("backends")
-        .and_then(Value::as_array)
+        .backends
         .into_iter()
-        .flatten()
         .filter_map(|backend| {
-            let name = backend.get("name")?.as_str()?;
-            let rbd = backend.get("rbd")?;
-            let spec = format!("{}/{}", rbd.get("pool")?.as_str()?, rbd.get("image")?.as_str()?);
-            Some((name.to_string(), spec))
+            let rbd = backend.rbd?;
+            Some((backend.name, format!("{}/{}", rbd.pool, rbd.image)))
         })
         .collect())
 }
@@ -142,16 +134,10 @@ pub async fn image_of(api: &Api, volume: &VolumeId) -> Result<Option<String>, St
 
 /// The RBD snapshots of `image` ("POOL/IMAGE"); empty when the image is gone.
 pub async fn list(api: &Api, image: &str) -> Result<Vec<RbdSnapshot>, Status> {
-    match api.call_raw("rbd_snapshot_list", json!({ "rbd": image })).await {
-        Ok(result) => Ok(result
-            .get("snapshots")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(parse_snapshot)
-            .collect()),
+    match api.send_raw(api::SnapshotListRequest { rbd: image.to_string() }).await {
+        Ok(listed) => Ok(listed.snapshots.into_iter().map(parse_snapshot).collect()),
         Err(error) if crate::api::is_not_found(&error) => Ok(Vec::new()),
-        Err(error) => Err(status_of("rbd_snapshot_list", &error)),
+        Err(error) => Err(status_of(api::SnapshotListRequest::NAME, &error)),
     }
 }
 
@@ -221,10 +207,8 @@ impl ControllerService {
                 request.name, other.snapshot_id, other.source_volume_id
             )));
         }
-        let result = self.api.call("rbd_snapshot_create", json!({ "rbd": image, "snapshot": id.rbd_name() })).await?;
-        let listed = result.get("snapshot").and_then(parse_snapshot).ok_or_else(|| {
-            Status::internal("rbd_snapshot_create answered without the snapshot (a gateway of another version?)")
-        })?;
+        let created = self.api.send(api::SnapshotCreate { rbd: image.clone(), snapshot: id.rbd_name() }).await?;
+        let listed = parse_snapshot(created.snapshot);
         tracing::info!(snapshot = %id.encode(), name = %request.name, %image, "snapshot taken");
         Ok(snapshot_message(&id, &listed))
     }
@@ -241,7 +225,7 @@ impl ControllerService {
         let Some(image) = image_of(&self.api, &id.volume).await? else {
             return Ok(());
         };
-        self.api.call("rbd_snapshot_remove", json!({ "rbd": image, "snapshot": id.rbd_name() })).await?;
+        self.api.send(api::SnapshotRemove { rbd: image, snapshot: id.rbd_name() }).await?;
         tracing::info!(snapshot = %request.snapshot_id, "snapshot deleted");
         Ok(())
     }
@@ -298,7 +282,7 @@ impl ControllerService {
                     return Err(carves_have_no_snapshots("volume_content_source"));
                 };
                 let snapshot = format!("{CLONE_SNAPSHOT_PREFIX}{}", target.namespace_uuid.simple());
-                self.api.call("rbd_snapshot_create", json!({ "rbd": image, "snapshot": snapshot })).await?;
+                self.api.send(api::SnapshotCreate { rbd: image.clone(), snapshot: snapshot.clone() }).await?;
                 Ok(CloneSource {
                     clone_from: format!("{image}@{snapshot}"),
                     size_bytes: namespace.size_bytes,
@@ -339,7 +323,7 @@ impl ControllerService {
     pub(crate) async fn drop_internal_snapshot(&self, internal: &Option<(String, String)>) {
         if let Some((image, snapshot)) = internal {
             if let Err(error) =
-                self.api.call("rbd_snapshot_remove", json!({ "rbd": image, "snapshot": snapshot })).await
+                self.api.send(api::SnapshotRemove { rbd: image.clone(), snapshot: snapshot.clone() }).await
             {
                 tracing::warn!(%image, %snapshot, %error, "cannot remove the snapshot a clone was made through; remove it with rbd snap rm");
             }

@@ -251,3 +251,46 @@ pub fn sample_result() -> BenchResult {
         }),
     }
 }
+
+// The schedule's one-line summary of a run, on the sample's run (here rather than in
+// schedule.rs, so the schedule does not depend on the sample built from it).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that fell behind its offered rate.
+    fn schedule() -> crate::schedule::Schedule {
+        crate::schedule::Schedule {
+            achieved_percent: 61.2,
+            issued: 100_000,
+            lag_mean_us: 12_100.0,
+            lag_max_us: 80_400.0,
+            lag_final_us: 40_000.0,
+            backlog_final_ios: 3_200,
+            late_threshold_us: 1_000.0,
+            late_ios: 12_000,
+            late_ios_queue_full: 9_000,
+            fell_behind: true,
+        }
+    }
+
+    #[test]
+    fn run_summaries_add_the_cpu_wait() {
+        let mut run = sample_result().runs.pop().unwrap();
+        run.duration_seconds = 4.0;
+        run.schedule = Some(schedule());
+        run.cpu.initiator_runqueue_seconds = Some(4.8);
+        run.cpu.target_runqueue_seconds = Some(1.76);
+        let text = crate::schedule::run_summary(&run).unwrap();
+        assert!(text.starts_with(&schedule().summary()), "{text}");
+        assert!(text.ends_with("; on average 1.20 host and 0.44 target threads waited for a CPU"), "{text}");
+        run.cpu.target_runqueue_seconds = None;
+        assert!(crate::schedule::run_summary(&run)
+            .unwrap()
+            .ends_with("; on average 1.20 host threads waited for a CPU"));
+        run.cpu.initiator_runqueue_seconds = None;
+        assert_eq!(crate::schedule::run_summary(&run), Some(schedule().summary()));
+        run.schedule = None;
+        assert_eq!(crate::schedule::run_summary(&run), None);
+    }
+}

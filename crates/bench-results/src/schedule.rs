@@ -170,22 +170,4 @@ mod tests {
         assert!(!Schedule { lag_final_us: 900.0, backlog_final_ios: 2, ..kept }.behind_by_rule());
         assert_eq!(human_us(1_250_000.0), "1.25 s");
     }
-
-    #[test]
-    fn run_summaries_add_the_cpu_wait() {
-        let mut run = crate::sample::sample_result().runs.pop().unwrap();
-        run.duration_seconds = 4.0;
-        run.schedule = Some(schedule());
-        run.cpu.initiator_runqueue_seconds = Some(4.8);
-        run.cpu.target_runqueue_seconds = Some(1.76);
-        let text = run_summary(&run).unwrap();
-        assert!(text.starts_with(&schedule().summary()), "{text}");
-        assert!(text.ends_with("; on average 1.20 host and 0.44 target threads waited for a CPU"), "{text}");
-        run.cpu.target_runqueue_seconds = None;
-        assert!(run_summary(&run).unwrap().ends_with("; on average 1.20 host threads waited for a CPU"));
-        run.cpu.initiator_runqueue_seconds = None;
-        assert_eq!(run_summary(&run), Some(schedule().summary()));
-        run.schedule = None;
-        assert_eq!(run_summary(&run), None);
-    }
 }

@@ -18,14 +18,9 @@ use nvme_spec::{ControllerId, IdentifyController, IdentifyNamespace, NamespaceDe
 
 use crate::admin::{check_admin, establish, identify_data, shut_down, Association, ASYNC_EVENT_TAG};
 use crate::io_queue::{IoQueue, IoQueueInner};
+use crate::shared::MAX_ACTIVE_NAMESPACES;
 use crate::shared::{lock, AdminLink, AssociationState, LinkStatus, Shared, MAX_COMMAND_RESENDS};
 use crate::{ClientError, ConnectOptions};
-
-/// Most active NSIDs [`Controller::active_namespaces`] lists: 64 Identify pages
-/// (256 KiB). Far above what targets serve per subsystem (Sluice 4096, Linux
-/// nvmet's NVMET_MAX_NAMESPACES 1024), so only a target inventing namespaces
-/// reaches it.
-pub const MAX_ACTIVE_NAMESPACES: usize = 64 * NAMESPACE_LIST_CAPACITY;
 
 /// Longest `disconnect` (or a drop) waits for the supervisor thread to stop. It
 /// stops at once unless it is inside a reconnect attempt, which a target that does

@@ -92,13 +92,14 @@ mod ring_connection;
 mod shared;
 
 pub use command_queue::CommandQueue;
-pub use controller::{ana_log_length, Controller, MAX_ACTIVE_NAMESPACES};
+pub use controller::{ana_log_length, Controller};
 pub use discovery::{discover, MAX_DISCOVERY_RECORDS};
 pub use error::{command_name, ClientError};
 pub use io_queue::{IoQueue, Refused};
 pub use multipath::{discover_paths, Multipath, MultipathQueue, PathPolicy, PathStatus, MAX_FAILOVERS};
 pub use options::{default_host_identity, format_uuid, parse_uuid, ConnectOptions, IdentityChoice, IoPath, TlsOptions};
 pub use runtime::PollMode;
+pub use shared::MAX_ACTIVE_NAMESPACES;
 
 pub use nvme_host::{commands, status, HostCommand, HostCompletion, HostError, StatusDisplay};
 

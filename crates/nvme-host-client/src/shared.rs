@@ -14,6 +14,12 @@ use crate::connection::QueueConnection;
 use crate::io_queue::IoQueueInner;
 use crate::ConnectOptions;
 
+/// Most active NSIDs [`crate::Controller::active_namespaces`] lists: 64 Identify pages
+/// (256 KiB). Far above what targets serve per subsystem (Sluice 4096, Linux
+/// nvmet's NVMET_MAX_NAMESPACES 1024), so only a target inventing namespaces
+/// reaches it.
+pub const MAX_ACTIVE_NAMESPACES: usize = 64 * nvme_spec::identify::NAMESPACE_LIST_CAPACITY;
+
 /// Whether the association is usable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LinkStatus {
@@ -254,14 +260,11 @@ impl Shared {
     }
 
     /// Caches (or, with `None`, forgets) the block size of `nsid`; at most
-    /// [`crate::controller::MAX_ACTIVE_NAMESPACES`] namespaces are kept, so notices
+    /// [`MAX_ACTIVE_NAMESPACES`] namespaces are kept, so notices
     /// naming ever new NSIDs cannot grow the cache.
     pub fn cache_block_size(&self, nsid: NamespaceId, block_size: Option<u32>) {
         let mut sizes = self.block_sizes.write().unwrap_or_else(|poison| poison.into_inner());
-        if block_size.is_some()
-            && sizes.len() >= crate::controller::MAX_ACTIVE_NAMESPACES
-            && !sizes.contains_key(&nsid.0)
-        {
+        if block_size.is_some() && sizes.len() >= MAX_ACTIVE_NAMESPACES && !sizes.contains_key(&nsid.0) {
             return;
         }
         match block_size {

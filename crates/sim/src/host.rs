@@ -14,53 +14,16 @@ use nvme_spec::fabrics::property_offset;
 use nvme_spec::features::{feature_id, number_of_queues_request};
 use nvme_spec::registers::ControllerConfiguration;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
-use nvme_tcp_wire::DigestSettings;
 
 use crate::network::{Link, LinkOwner};
 use crate::oracle::{fill_block, ReadId, WriteOutcome};
+use crate::plan::HostSettings;
 use crate::world::Context;
 
 /// The subsystem every simulated host connects to.
 pub const SUBSYSTEM_NQN: &str = "nqn.2026-11.io.sluice:sim";
 /// The namespace every simulated host uses.
 pub const NAMESPACE: NamespaceId = NamespaceId(1);
-
-/// How a host drives its queues; drawn from the seed.
-#[derive(Clone, Debug)]
-pub struct HostSettings {
-    /// I/O queues per controller.
-    pub io_queues: u16,
-    /// I/O queue size (SQSIZE + 1).
-    pub queue_size: u16,
-    /// Commands the workload keeps outstanding at most.
-    pub queue_depth: usize,
-    /// Largest I/O in blocks.
-    pub max_io_blocks: u32,
-    /// KATO asked for in the admin Connect.
-    pub keep_alive_timeout_ms: u32,
-    /// A command outstanding longer fails the queue.
-    pub command_timeout_ms: u64,
-    /// HDGST / DDGST.
-    pub digests: DigestSettings,
-    /// MAXR2T offered in ICReq (0's based).
-    pub max_r2t_outstanding: u32,
-    /// Chance, each time the host is serviced, that it aborts a command picked by CID.
-    pub abort_per_million: u32,
-    /// Chance, each time the host is serviced, that it takes the next step with a
-    /// namespace of its own in the pool: create, attach, detach, delete (0 without a
-    /// pool).
-    pub namespace_management_per_million: u32,
-    /// Reads name a destination, so their data goes straight into the host's memory as
-    /// it arrives (as the fio engine's do) instead of into the completion.
-    pub direct_reads: bool,
-    /// Writes name a source, so their data is sent from the host's memory (as the fio
-    /// engine's writes in place are) instead of from the command's buffer.
-    pub source_writes: bool,
-    /// Every third send stays "in flight" (the batch holding the commands' data is
-    /// kept) for a while, as a ring's send whose completion comes after the target's
-    /// responses: those commands must complete only once it is over.
-    pub hold_sends: bool,
-}
 
 /// The host's memory for reads that name a destination: destination (the command's
 /// user tag) -> the bytes written there so far.

@@ -5,9 +5,45 @@ use nvme_tcp_wire::DigestSettings;
 
 use crate::disk::DiskFaults;
 use crate::disks::StorageShape;
-use crate::host::HostSettings;
 use crate::network::NetworkFaults;
 use crate::rng::Rng;
+
+/// How a host drives its queues; drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct HostSettings {
+    /// I/O queues per controller.
+    pub io_queues: u16,
+    /// I/O queue size (SQSIZE + 1).
+    pub queue_size: u16,
+    /// Commands the workload keeps outstanding at most.
+    pub queue_depth: usize,
+    /// Largest I/O in blocks.
+    pub max_io_blocks: u32,
+    /// KATO asked for in the admin Connect.
+    pub keep_alive_timeout_ms: u32,
+    /// A command outstanding longer fails the queue.
+    pub command_timeout_ms: u64,
+    /// HDGST / DDGST.
+    pub digests: DigestSettings,
+    /// MAXR2T offered in ICReq (0's based).
+    pub max_r2t_outstanding: u32,
+    /// Chance, each time the host is serviced, that it aborts a command picked by CID.
+    pub abort_per_million: u32,
+    /// Chance, each time the host is serviced, that it takes the next step with a
+    /// namespace of its own in the pool: create, attach, detach, delete (0 without a
+    /// pool).
+    pub namespace_management_per_million: u32,
+    /// Reads name a destination, so their data goes straight into the host's memory as
+    /// it arrives (as the fio engine's do) instead of into the completion.
+    pub direct_reads: bool,
+    /// Writes name a source, so their data is sent from the host's memory (as the fio
+    /// engine's writes in place are) instead of from the command's buffer.
+    pub source_writes: bool,
+    /// Every third send stays "in flight" (the batch holding the commands' data is
+    /// kept) for a while, as a ring's send whose completion comes after the target's
+    /// responses: those commands must complete only once it is over.
+    pub hold_sends: bool,
+}
 
 /// One seed's world.
 #[derive(Clone, Debug)]

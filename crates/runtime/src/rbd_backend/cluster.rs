@@ -11,8 +11,8 @@ use std::ffi::{c_int, CStr, CString};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
+use super::errors::RbdError;
 use super::library::{self, IoContext, Library, Rados};
-use super::RbdError;
 
 /// How long connecting may take before librados gives up (`client_mount_timeout`,
 /// whose default of 300 s would hold `sluice serve` for five minutes when a monitor
@@ -450,7 +450,13 @@ pub(crate) fn open_image(
             // argument. Shrinking is refused by librbd itself: another gateway may
             // have grown the image past `wanted` since `current` was read.
             let code = unsafe {
-                (library.rbd_resize2)(opened_image.image, wanted, false, super::resize_progress, std::ptr::null_mut())
+                (library.rbd_resize2)(
+                    opened_image.image,
+                    wanted,
+                    false,
+                    super::errors::resize_progress,
+                    std::ptr::null_mut(),
+                )
             };
             let mut after: u64 = 0;
             // SAFETY: as above; `after` is a valid out pointer.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cluster::{self, Cluster};
+use super::errors::RbdError;
 use super::library::{describe_errno, IoContext};
-use super::RbdError;
 
 /// `LIBRADOS_LOCK_FLAG_MAY_RENEW`: take the lock, or extend it if this client holds
 /// it with the same cookie.
@@ -110,7 +110,7 @@ fn split_list(buffer: &[u8], count: usize) -> Vec<String> {
 impl RadosObject {
     /// Opens `object` in `pool` on the process's connection for `spec` (connecting if
     /// needed). Blocks up to the connect timeout: call it off the I/O threads.
-    pub fn open(spec: &super::ClusterSpec, pool: &str, object: &str) -> Result<RadosObject, RbdError> {
+    pub fn open(spec: &super::cluster::ClusterSpec, pool: &str, object: &str) -> Result<RadosObject, RbdError> {
         let cluster = cluster::connect(spec)?;
         let library = cluster.library;
         let pool_c = cstring(pool, "pool")?;

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::cluster::{connect, cstring, Cluster, ClusterSpec};
+use super::errors::RbdError;
 use super::library::{self, IoContext, SnapshotInfo as RawSnapshot};
-use super::RbdError;
 
 /// One snapshot of an image.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,8 @@ use storage::{
 };
 
 use super::cluster::OpenImage;
+use super::errors::Health;
 use super::library::{self, Completion, Library, OP_FLAG_FADVISE_FUA};
-use super::Health;
 
 /// Requests one queue has at librbd at once. The target's deepest I/O queue is 1024;
 /// librbd itself throttles well below that per image, so more slots would only cost

@@ -19,8 +19,8 @@ use nvme_spec::log_page::log_id;
 use nvme_spec::{ControllerId, NamespaceId, QueueId, Status};
 use nvme_tcp_wire::DigestSettings;
 
+use super::context::{GroupContext, LOCK_BLOCKS};
 use super::reference::{self, host_identifier, is_path_or_transport_failure};
-use super::{GroupContext, LOCK_BLOCKS};
 use crate::host::SUBSYSTEM_NQN;
 use crate::network::{Link, LinkOwner};
 use crate::oracle::{decode_block, ReadId, WriteOutcome, WriteTag};

@@ -1,8 +1,8 @@
 //! What a gateway-group seed draws.
 
 use super::authority::ClusterFaults;
+use super::context::LOCK_BLOCKS;
 use super::host::GroupHostSettings;
-use super::LOCK_BLOCKS;
 use crate::network::NetworkFaults;
 use crate::rng::Rng;
 

@@ -12,13 +12,13 @@ use nvme_target::{
 };
 
 use super::authority::{Cluster, GatewayAction};
+use super::context::{GroupContext, LOCK_BLOCKS};
 use super::fences::Fences;
 use super::host::{key_of, GroupHost};
 use super::notices::NoticeLedger;
 use super::plan::GroupPlan;
 use super::reference::GroupOracle;
 use super::store::SharedStore;
-use super::{GroupContext, LOCK_BLOCKS};
 use crate::host::{NAMESPACE, SUBSYSTEM_NQN};
 use crate::oracle::Oracle;
 use crate::rng::{Rng, SimClock};

@@ -48,18 +48,10 @@ use super::protocol::{
     METHOD_NOT_FOUND, NO_CONFIG_FILE, PERSIST_FAILED,
 };
 use sluice_config::OpenStorage;
-use views::{hosts_json, namespace_json};
+use views::{hosts_json, method_not_found, namespace_json};
 
 // The method table lives with the API's types, which every side shares.
 pub use management_client::methods::{method_effect, method_names, read_only_method_names, Effect};
-
-fn method_not_found(method: &str) -> RpcError {
-    RpcError {
-        code: METHOD_NOT_FOUND,
-        message: format!("no method {method:?}; `rpc_methods` lists them"),
-        data: Some(json!({ "method": method, "methods": method_names() })),
-    }
-}
 
 /// A listener the runtime accepts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -891,6 +883,7 @@ impl Management {
 mod attachment;
 mod backends;
 mod listeners;
+mod listing;
 mod qos;
 mod rbd_images;
 mod reload;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{assert_same_bytes, pattern, reap_exactly, submit_and_wait, MIN_BLOCK_COUNT};
+use super::io::{assert_same_bytes, pattern, reap_exactly, submit_and_wait, COMPLETION_TIMEOUT, MIN_BLOCK_COUNT};
 use crate::{Backend, BackendQueue, Geometry, IoCompletion, IoError, IoOp, IoRequest};
 
 /// Garbage that read buffers start with, so a backend that leaves the buffer untouched
@@ -154,7 +154,7 @@ pub fn queue_depth_round_trip(make_backend: &dyn Fn() -> Arc<dyn Backend>) {
 
     let mut out = Vec::with_capacity(DEPTH as usize);
     let capacity = out.capacity();
-    let deadline = std::time::Instant::now() + super::COMPLETION_TIMEOUT;
+    let deadline = std::time::Instant::now() + COMPLETION_TIMEOUT;
     while out.len() < DEPTH as usize {
         device.queue.reap(&mut out);
         assert_eq!(out.capacity(), capacity, "{kind}: reap reallocated a vector that had room");

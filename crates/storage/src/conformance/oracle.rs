@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
 use super::checks::Device;
-use super::pattern;
+use super::io::pattern;
 use crate::{Backend, Geometry, IoError, IoOp};
 
 /// The model covers the whole device up to this size, and otherwise its first this many

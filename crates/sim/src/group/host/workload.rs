@@ -4,8 +4,8 @@
 use nvme_host::commands;
 
 use super::{key_of, other_key, GroupHost, Work, REPORT_BYTES};
+use crate::group::context::{GroupContext, LOCK_BLOCKS};
 use crate::group::reference::{host_identifier, TYPES};
-use crate::group::{GroupContext, LOCK_BLOCKS};
 use crate::host::NAMESPACE;
 use crate::oracle::{fill_block, WriteOutcome};
 

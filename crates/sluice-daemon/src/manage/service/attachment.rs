@@ -210,12 +210,3 @@ fn answer(nqn: &str, nsid: u32, host: &str, change: &str, hosts: Option<&[String
         "in_config_file": in_config_file,
     })
 }
-
-/// The `hosts` field of a namespace in `ns_list` and `subsystem_show`: `null` when
-/// every admitted host sees it, else the list (empty: no host).
-pub(super) fn hosts_field(attachment: &Attachment) -> Value {
-    match attachment {
-        Attachment::AllHosts => Value::Null,
-        Attachment::Hosts(hosts) => json!(hosts),
-    }
-}

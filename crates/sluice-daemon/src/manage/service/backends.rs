@@ -41,8 +41,7 @@ pub(super) fn name_the_size(mut error: RpcError, pool: Option<&str>) -> RpcError
     error
 }
 
-/// A running namespace, as (subsystem NQN, NSID).
-pub(super) type NamespaceKey = (String, u32);
+pub(super) use super::views::NamespaceKey;
 
 impl Management {
     /// The running namespaces that serve the open backend `name`, leaving out `except`
@@ -374,9 +373,6 @@ fn pool_details(entry: &mut Value, pool: &storage::Pool, served: &[NamespaceKey]
     entry["free_bytes"] = json!(pool.free_bytes());
     entry["carves"] = Value::Array(carves);
 }
-
-#[cfg(test)]
-pub(super) mod tests;
 
 /// `ns_add --rbd POOL/IMAGE`: the namespace is served from a `[[backend]] kind =
 /// "rbd"` named after the image, added to `document` unless one describes that image

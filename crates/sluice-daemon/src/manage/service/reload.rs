@@ -28,7 +28,7 @@ use nvme_target::{HostAccess, Subsystem};
 use target_server::PendingListener;
 use toml_edit::DocumentMut;
 
-use super::backends::NamespaceKey;
+use super::views::NamespaceKey;
 use super::Management;
 use crate::manage::assemble::{self, BuiltNamespace, BuiltSubsystem};
 use crate::manage::document::Namespaces;
@@ -485,6 +485,3 @@ fn removed_namespaces(running: &Config, changes: &[Change]) -> Vec<NamespaceKey>
     }
     removed
 }
-
-#[cfg(test)]
-mod tests;

@@ -562,7 +562,103 @@ fn every_method_is_in_the_table_once_and_classified() {
     assert_eq!(fixture.file(), FILE, "no call above changed the file");
 }
 
+/// The config the storage, reload and API contract tests (backends.rs, reload.rs,
+/// contract.rs) start from: subsystem A with
+/// namespace 1 over the named backend "disk", a named backend "spare" nothing uses,
+/// and a pool "capacity" over "pooldev".
+pub(crate) const STORAGE_FILE: &str = r#"[[listener]]
+address = "127.0.0.1:4420"
+
+[[backend]]
+name = "disk"
+kind = "ram"
+size = "4MiB"
+
+[[backend]]
+name = "spare"
+kind = "null"
+size = "2MiB"
+block_size = 4096
+
+[[backend]]
+name = "pooldev"
+kind = "ram"
+size = "8MiB"
+
+[[pool]]
+name = "capacity"
+device = "pooldev"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.sluice:a"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+device = "disk"
+"#;
+
+pub(crate) struct StorageFixture {
+    pub directory: PathBuf,
+    pub path: PathBuf,
+    pub management: Management,
+    pub target: Arc<Target>,
+}
+
+impl StorageFixture {
+    pub fn new(name: &str, text: &str) -> StorageFixture {
+        let directory = std::env::temp_dir().join(format!("sluice-storage-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("sluice.toml");
+        std::fs::write(&path, text).unwrap();
+        let (spec, storage) = Config::parse(text).unwrap().open().unwrap();
+        let target = Target::new(spec).unwrap();
+        let listeners = vec![ActiveListener {
+            address: "127.0.0.1:4420".parse().unwrap(),
+            discovery_only: false,
+            secure_channel: nvme_target::SecureChannel::None,
+        }];
+        let management = Management::new(Arc::clone(&target), Some(&path), listeners).unwrap().with_storage(storage);
+        StorageFixture { directory, path, management, target }
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.management.call(method, Params::new(params.as_object().cloned().unwrap_or_default()))
+    }
+
+    pub fn file(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap()
+    }
+
+    pub fn live_ids(&self, nqn: &str) -> Vec<u32> {
+        self.target
+            .subsystem_by_nqn(nqn)
+            .map_or_else(Vec::new, |subsystem| subsystem.namespace_ids().iter().map(|id| id.0).collect())
+    }
+
+    /// Refused with `code` naming `field`; the file and the target are unchanged.
+    fn assert_refused(&mut self, params: Value, field: &str, says: &str) {
+        let (before, live_before) = (self.file(), self.live_ids(A));
+        let error = self.call("ns_add", params.clone()).expect_err(&params.to_string());
+        assert_eq!(error.code, CHANGE_REFUSED, "{params}: {error:?}");
+        assert_eq!(error.data.as_ref().unwrap()["field"], field, "{params}: {error:?}");
+        assert!(error.message.contains(says), "{params}: {error:?}");
+        assert_eq!(self.file(), before, "{params}: the file must be byte-identical");
+        assert_eq!(self.live_ids(A), live_before, "{params}: the target must be unchanged");
+    }
+}
+
+impl Drop for StorageFixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
 mod attachment;
+mod backends;
+mod contract;
+mod reload;
 mod resize;
 
 /// `delete_image`, `clone_from` and the snapshot methods refuse what they cannot apply

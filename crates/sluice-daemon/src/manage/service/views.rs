@@ -2,10 +2,21 @@
 
 use serde_json::{json, Value};
 
-use super::attachment;
-use crate::manage::document;
-use nvme_target::{HostAccess, Namespace, Subsystem};
-use toml_edit::DocumentMut;
+use crate::manage::protocol::{RpcError, METHOD_NOT_FOUND};
+use management_client::methods::method_names;
+use nvme_target::{Attachment, HostAccess, Namespace};
+
+/// A running namespace, as (subsystem NQN, NSID).
+pub(super) type NamespaceKey = (String, u32);
+
+/// The refusal of a method that is not in the table, listing the ones that are.
+pub(super) fn method_not_found(method: &str) -> RpcError {
+    RpcError {
+        code: METHOD_NOT_FOUND,
+        message: format!("no method {method:?}; `rpc_methods` lists them"),
+        data: Some(json!({ "method": method, "methods": method_names() })),
+    }
+}
 
 pub(super) fn namespace_json(
     namespace: &Namespace,
@@ -34,7 +45,7 @@ pub(super) fn namespace_json(
         "qos_throttled_commands": throttled_commands,
         "qos_throttled_seconds": throttled_seconds,
         "all_hosts": *attachment == nvme_target::Attachment::AllHosts,
-        "hosts": attachment::hosts_field(attachment),
+        "hosts": hosts_field(attachment),
     })
 }
 
@@ -55,59 +66,19 @@ pub(super) fn hosts_json(nqn: &str, hosts: &HostAccess) -> Value {
     json!({ "nqn": nqn, "allow_any_host": hosts.allow_any_host, "hosts": entries })
 }
 
-/// The views that read the running target beside the config file.
-impl super::Management {
-    /// NSIDs the config file describes for `nqn` (the rest come from a pool).
-    pub(super) fn configured_ids(&self, nqn: &str) -> Vec<u32> {
-        let Some(file) = &self.config_file else { return Vec::new() };
-        file.text
-            .parse::<DocumentMut>()
-            .ok()
-            .and_then(|document| document::subsystem(&document, nqn).and_then(document::namespace_ids).ok())
-            .unwrap_or_default()
-    }
-
-    pub(super) fn namespaces_json(&self, subsystem: &Subsystem) -> Vec<Value> {
-        let configured = self.configured_ids(&subsystem.nqn);
-        let table = subsystem.table();
-        table
-            .entries()
-            .map(|entry| {
-                namespace_json(&entry.namespace, configured.contains(&entry.namespace.id.0), &entry.attachment)
-            })
-            .collect()
-    }
-
-    pub(super) fn subsystem_json(&self, subsystem: &Subsystem, detailed: bool) -> Value {
-        let controllers = self.target.controllers_of(subsystem.index);
-        let hosts = subsystem.hosts.current();
-        let mut summary = json!({
-            "nqn": subsystem.nqn,
-            "serial": subsystem.serial_number,
-            "model": subsystem.model_number,
-            "namespaces": subsystem.namespace_ids().len(),
-            "capacity_bytes": subsystem.capacity_bytes(),
-            "namespace_management": subsystem.supports_namespace_management(),
-            "allow_any_host": hosts.allow_any_host,
-            "hosts": hosts.hosts.len(),
-            "controllers": controllers.len(),
-        });
-        if detailed {
-            summary["namespace_list"] = Value::Array(self.namespaces_json(subsystem));
-            summary["host_list"] = hosts_json(&subsystem.nqn, &hosts)["hosts"].clone();
-            summary["controller_list"] = controllers
-                .iter()
-                .map(|controller| json!({ "cntlid": controller.id.0, "host": controller.host_nqn }))
-                .collect();
-        }
-        summary
-    }
-}
-
 /// `api_version`: this API's version, and the daemon's release beside it.
 pub(super) fn api_version() -> Value {
     json!({
         "api_version": management_client::methods::API_VERSION,
         "sluice_version": env!("CARGO_PKG_VERSION"),
     })
+}
+
+/// The `hosts` field of a namespace in `ns_list` and `subsystem_show`: `null` when
+/// every admitted host sees it, else the list (empty: no host).
+pub(super) fn hosts_field(attachment: &Attachment) -> Value {
+    match attachment {
+        Attachment::AllHosts => Value::Null,
+        Attachment::Hosts(hosts) => json!(hosts),
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::super::backends::tests::{Fixture, FILE};
+use super::{StorageFixture as Fixture, STORAGE_FILE as FILE};
 use nvme_spec::NamespaceId;
 
 const A: &str = "nqn.2026-11.io.sluice:a";

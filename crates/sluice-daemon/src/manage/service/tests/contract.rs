@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{Fixture, FILE};
+use super::{StorageFixture as Fixture, STORAGE_FILE as FILE};
 use management_client::api::{self, Method, Names, Quantity};
 
 const A: &str = "nqn.2026-11.io.sluice:a";
