@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use management_client::api::{self, replies, Method, Names, Quantity};
+use management_client::api::{self, Method, Names, Quantity};
 use tonic::{Request, Response, Status};
 
 use crate::api::{is_not_found, status_of, Api};
@@ -37,7 +37,6 @@ use crate::locks::VolumeLocks;
 use crate::parameters::{
     capacity_pool, size_fits, volume_size_bytes, Backing, StorageClass, DEFAULT_VOLUME_SIZE_BYTES,
 };
-use crate::secrets::{self, DhchapKeys};
 use crate::volume_id::{VolumeId, MAX_VOLUME_ID_BYTES};
 
 mod publish;

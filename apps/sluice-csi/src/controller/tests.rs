@@ -3,6 +3,8 @@
 use super::*;
 use crate::csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
 use crate::fake_gateway;
+use crate::secrets::{self, DhchapKeys};
+use management_client::api::replies;
 use management_client::codes;
 
 fn capability(access_type: AccessType, mode: Mode) -> VolumeCapability {

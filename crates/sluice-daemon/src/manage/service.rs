@@ -45,7 +45,7 @@ use super::assemble::{self, edit_error};
 use super::document::{self, Namespaces};
 use super::protocol::{
     Params, RpcError, SizeParam, APPLY_FAILED, CONFIG_CHANGED_ON_DISK, CONFIG_INVALID, GROUP_CONFIG_CONFLICT,
-    METHOD_NOT_FOUND, NO_CONFIG_FILE, PERSIST_FAILED,
+    NO_CONFIG_FILE, PERSIST_FAILED,
 };
 use sluice_config::OpenStorage;
 use views::{hosts_json, method_not_found, namespace_json};

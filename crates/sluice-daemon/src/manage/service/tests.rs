@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::manage::protocol::{CHANGE_REFUSED, INVALID_PARAMS};
+use crate::manage::protocol::{CHANGE_REFUSED, INVALID_PARAMS, METHOD_NOT_FOUND};
 use sluice_config::Config;
 
 const A: &str = "nqn.2026-11.io.sluice:a";
