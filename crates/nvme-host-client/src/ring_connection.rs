@@ -118,8 +118,12 @@ impl RingConnection {
         connection: QueueConnection,
         poll_mode: PollMode,
     ) -> Result<RingConnection, Box<(QueueConnection, runtime::RuntimeError)>> {
-        let config =
-            ClientRingConfig { poll_mode, recv_buffer_bytes: RING_RECEIVE_BUFFER_BYTES, ring_entries: RING_ENTRIES };
+        let config = ClientRingConfig {
+            poll_mode,
+            recv_buffer_bytes: RING_RECEIVE_BUFFER_BYTES,
+            ring_entries: RING_ENTRIES,
+            ..ClientRingConfig::default()
+        };
         let mut ring = match ClientRing::new(config) {
             Ok(ring) => ring,
             Err(error) => return Err(Box::new((connection, error))),

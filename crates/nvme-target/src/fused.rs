@@ -388,7 +388,7 @@ impl Connection {
     /// Releases ranges held by pairs whose storage will never be answered (the
     /// connection is going away).
     pub(crate) fn release_all_held_ranges(&mut self) {
-        for slot_index in 0..self.slots.depth() as u16 {
+        for slot_index in 0..self.slots.made() as u16 {
             self.release_held_range(slot_index);
         }
         self.fused.parked.clear();

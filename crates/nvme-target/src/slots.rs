@@ -147,10 +147,17 @@ impl CommandSlot {
 }
 
 /// The slots of one queue and a stack of free indices.
+///
+/// Slots are made as the host's commands in flight first reach each count, not at
+/// Connect: a queue of 128 entries with one command at a time holds one slot (about
+/// 200 bytes) instead of 128, so an idle or lightly used connection costs what it
+/// uses. Once made, a slot stays (steady state allocates nothing).
 #[derive(Debug)]
 pub struct SlotTable {
     slots: Vec<CommandSlot>,
     free: Vec<u16>,
+    /// The queue depth: the most slots the table makes.
+    depth: u16,
     /// Stands in for a slot asked for by an index out of range (a bug of ours: every
     /// index used is one `allocate` gave, a transfer tag from the network goes through
     /// `get`), so that a release build goes on instead of panicking.
@@ -158,16 +165,19 @@ pub struct SlotTable {
 }
 
 impl SlotTable {
-    /// `depth` slots, all free. Depth is bounded by the queue-depth limits (<= 1024).
+    /// Room for `depth` slots, none made yet. Depth is bounded by the queue-depth
+    /// limits (<= 1024).
     pub fn new(depth: u16) -> Self {
-        let slots = (0..depth).map(|_| CommandSlot::new()).collect();
-        // Pop from the end: hand out low indices first (easier to read in captures).
-        let free = (0..depth).rev().collect();
-        SlotTable { slots, free, spare: CommandSlot::new() }
+        SlotTable { slots: Vec::new(), free: Vec::new(), depth, spare: CommandSlot::new() }
     }
 
-    /// Number of slots.
+    /// The queue depth: the most commands the table holds at once.
     pub fn depth(&self) -> usize {
+        usize::from(self.depth)
+    }
+
+    /// Slots made so far (indices `0..made()`), at most the depth.
+    pub fn made(&self) -> usize {
         self.slots.len()
     }
 
@@ -179,7 +189,16 @@ impl SlotTable {
     /// Takes a free slot for `sqe`; `None` when the host has more commands outstanding
     /// than the queue depth.
     pub fn allocate(&mut self, sqe: SubmissionQueueEntry) -> Option<u16> {
-        let index = self.free.pop()?;
+        // A free slot if there is one (the lowest-numbered freed last: easier to read
+        // in captures), else a new one while the depth allows.
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None if self.slots.len() < usize::from(self.depth) => {
+                self.slots.push(CommandSlot::new());
+                (self.slots.len() - 1) as u16
+            }
+            None => return None,
+        };
         let slot = self.slots.get_mut(index as usize)?;
         debug_assert_eq!(slot.state, SlotState::Free);
         slot.reset(sqe);
@@ -244,5 +263,22 @@ mod tests {
         table.release(a);
         assert_eq!(table.allocate(SubmissionQueueEntry::default()), Some(a));
         assert!(table.get(2).is_none());
+    }
+
+    #[test]
+    fn slots_are_made_as_commands_in_flight_first_reach_each_count() {
+        let mut table = SlotTable::new(128);
+        assert_eq!((table.depth(), table.made()), (128, 0), "nothing made at Connect");
+        for _ in 0..1000 {
+            let index = table.allocate(SubmissionQueueEntry::default()).unwrap();
+            assert_eq!(index, 0, "one command at a time reuses slot 0");
+            table.release(index);
+        }
+        assert_eq!(table.made(), 1);
+        let held: Vec<u16> = (0..128).map(|_| table.allocate(SubmissionQueueEntry::default()).unwrap()).collect();
+        assert_eq!(held, (0..128).collect::<Vec<u16>>(), "every index below the depth, once");
+        assert!(table.allocate(SubmissionQueueEntry::default()).is_none(), "the depth still bounds it");
+        assert_eq!(table.made(), 128);
+        assert!(table.get(127).is_some() && table.get(128).is_none());
     }
 }

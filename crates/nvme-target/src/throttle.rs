@@ -36,17 +36,20 @@ struct Waiting {
     state: SlotState,
 }
 
-/// The commands a connection holds for their limits; room for the whole queue is
-/// taken at Connect, so holding one allocates nothing.
+/// The commands a connection holds for their limits. Room for the whole queue is
+/// taken when the first command is held (not at Connect: a connection never held
+/// to a limit costs nothing here), so holding one later allocates nothing.
 #[derive(Debug, Default)]
 pub(crate) struct ThrottledCommands {
     waiting: Vec<Waiting>,
+    /// The queue's depth: the room taken at the first hold.
+    depth: u16,
 }
 
 impl ThrottledCommands {
-    /// Room for `depth` commands (the queue's, at Connect).
+    /// Room for `depth` commands (the queue's, at Connect), taken at the first hold.
     pub(crate) fn with_depth(depth: u16) -> Self {
-        ThrottledCommands { waiting: Vec::with_capacity(usize::from(depth)) }
+        ThrottledCommands { waiting: Vec::new(), depth }
     }
 
     /// When the next command may run, or its limits must be looked at again.
@@ -129,8 +132,11 @@ impl Connection {
             return false;
         }
         let state = std::mem::replace(&mut slot.state, SlotState::Throttled);
-        // Room for the whole queue was taken at Connect: this push never allocates.
-        debug_assert!(self.throttled.waiting.len() < self.throttled.waiting.capacity());
+        // Room for the whole queue is taken once, at the first hold: later pushes
+        // never allocate.
+        if self.throttled.waiting.capacity() == 0 {
+            self.throttled.waiting.reserve_exact(usize::from(self.throttled.depth.max(1)));
+        }
         self.throttled.waiting.push(Waiting { slot: slot_index, release_at, since: now, generations, state });
         self.timers.throttle_check_at = self.throttled.next_check(now);
         true

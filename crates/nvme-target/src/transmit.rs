@@ -177,23 +177,29 @@ impl TransmitBatch {
 }
 
 /// Data buffers of one connection, reused across commands so that steady state
-/// allocates nothing. The pool keeps at most `max_kept` buffers.
+/// allocates nothing. The pool keeps at most `max_kept` buffers, and
+/// [`BufferPool::trim_unused`] (once a second) frees those that stayed idle since the
+/// last trim, so a connection's memory follows its load rather than its peak.
 #[derive(Debug)]
 pub struct BufferPool {
     free: Vec<Vec<u8>>,
     max_kept: usize,
+    /// The fewest idle buffers since the last trim: that many were not needed.
+    low_water: usize,
 }
 
 impl BufferPool {
     /// A pool that keeps up to `max_kept` idle buffers.
     pub fn new(max_kept: usize) -> Self {
-        BufferPool { free: Vec::with_capacity(max_kept), max_kept }
+        // The list grows as buffers come back: a connection that never needed a data
+        // buffer holds no room for one.
+        BufferPool { free: Vec::new(), max_kept, low_water: 0 }
     }
 
     /// A buffer of exactly `length` bytes. Its contents are unspecified (the caller
     /// overwrites all of it), which saves clearing on every command.
     pub fn take(&mut self, length: usize) -> Vec<u8> {
-        let mut buffer = self.free.pop().unwrap_or_default();
+        let mut buffer = self.pop();
         if buffer.len() < length {
             buffer.resize(length, 0);
         } else {
@@ -204,10 +210,31 @@ impl BufferPool {
 
     /// A buffer of `length` zero bytes.
     pub fn take_zeroed(&mut self, length: usize) -> Vec<u8> {
-        let mut buffer = self.free.pop().unwrap_or_default();
+        let mut buffer = self.pop();
         buffer.clear();
         buffer.resize(length, 0);
         buffer
+    }
+
+    fn pop(&mut self) -> Vec<u8> {
+        let buffer = self.free.pop().unwrap_or_default();
+        self.low_water = self.low_water.min(self.free.len());
+        buffer
+    }
+
+    /// Frees the idle buffers no command took since the last trim (the low-water
+    /// mark of the idle list): a connection that went quiet gives back its buffers,
+    /// one under steady load keeps what it cycles through.
+    pub fn trim_unused(&mut self) {
+        let unused = self.low_water.min(self.free.len());
+        // The buffers at the bottom of the list are the ones that sat idle longest.
+        self.free.drain(..unused);
+        self.low_water = self.free.len();
+    }
+
+    /// Idle buffers kept.
+    pub fn kept(&self) -> usize {
+        self.free.len()
     }
 
     /// Bytes allocated for the idle buffers kept.
@@ -248,5 +275,24 @@ mod tests {
         let reused = pool.take(3);
         assert_eq!(reused.len(), 3);
         assert!(reused.capacity() >= 10);
+    }
+
+    #[test]
+    fn trimming_frees_what_no_command_needed_since_the_last_trim() {
+        let mut pool = BufferPool::new(16);
+        // A burst of eight commands in flight, then back to one at a time.
+        let burst: Vec<Vec<u8>> = (0..8).map(|_| pool.take(4096)).collect();
+        burst.into_iter().for_each(|buffer| pool.give(buffer));
+        pool.trim_unused();
+        assert_eq!(pool.kept(), 8, "the burst's interval needed all eight");
+        for _ in 0..100 {
+            let buffer = pool.take(4096);
+            pool.give(buffer);
+        }
+        pool.trim_unused();
+        assert_eq!(pool.kept(), 1, "one command at a time needs one buffer");
+        pool.trim_unused();
+        assert_eq!(pool.kept(), 0, "an idle interval needs none");
+        assert_eq!(pool.take(4096).len(), 4096, "and a new command still gets one");
     }
 }

@@ -17,7 +17,7 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use crate::event_loop::build_ring;
-use crate::ring_core::{Outcome, Released, RingCore};
+use crate::ring_core::{Outcome, ReceiveSettings, Released, RingCore};
 use crate::spin_window::SpinWindow;
 use crate::user_data::UserData;
 use crate::{CloseReason, ConnectionHandler, PollMode, RuntimeError};
@@ -30,15 +30,25 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy)]
 pub struct ClientRingConfig {
     pub poll_mode: PollMode,
-    /// Per connection: the most `on_receive` gets in one call.
+    /// The most `on_receive` gets in one call: the size of each receive buffer.
     pub recv_buffer_bytes: usize,
+    /// Receive buffers the ring's connections share (multishot receive from a
+    /// provided-buffer ring, rounded up to a power of two); 0 (the default: a host's
+    /// ring usually drives one connection) gives every connection a buffer of its
+    /// own. See [`crate::RuntimeConfig::shared_receive_buffers`].
+    pub shared_receive_buffers: u16,
     /// Submission queue entries (the completion queue is twice that).
     pub ring_entries: u32,
 }
 
 impl Default for ClientRingConfig {
     fn default() -> Self {
-        ClientRingConfig { poll_mode: PollMode::ADAPTIVE, recv_buffer_bytes: 128 * 1024, ring_entries: 256 }
+        ClientRingConfig {
+            poll_mode: PollMode::ADAPTIVE,
+            recv_buffer_bytes: 128 * 1024,
+            shared_receive_buffers: 0,
+            ring_entries: 256,
+        }
     }
 }
 
@@ -81,7 +91,11 @@ impl<H: ConnectionHandler> ClientRing<H> {
             return Err(RuntimeError::InvalidConfig("ring_entries must be at least 8".into()));
         }
         let ring = build_ring(config.ring_entries).map_err(RuntimeError::RingSetup)?;
-        let mut core = RingCore::new(usize::MAX, config.recv_buffer_bytes, ring);
+        let mut core = RingCore::new(
+            usize::MAX,
+            ReceiveSettings { buffer_bytes: config.recv_buffer_bytes, shared_buffers: config.shared_receive_buffers },
+            ring,
+        );
         core.released = Some(Vec::new());
         core.spin_window = Some(SpinWindow::new(Instant::now()));
         Ok(ClientRing { core, poll_mode: config.poll_mode, owner: current_thread_id(), to_flush: Vec::new() })
@@ -150,7 +164,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
         if let Some(error) = self.core.fatal.take() {
             return Err(RuntimeError::Submit(error));
         }
-        let wakeup = match (until, self.core.earliest_deadline) {
+        let wakeup = match (until, self.core.next_deadline()) {
             (Some(until), Some(deadline)) => Some(until.min(deadline)),
             (until, deadline) => until.or(deadline),
         };
@@ -176,10 +190,10 @@ impl<H: ConnectionHandler> ClientRing<H> {
         // completions onto the end of this Vec.
         let mut next = 0;
         while next < self.core.completions.len() {
-            let (user_data, result, _flags) = self.core.completions[next];
+            let (user_data, result, flags) = self.core.completions[next];
             next += 1;
             match UserData::decode(user_data) {
-                Some(data) if self.core.dispatch_connection_op(data, result, now) => {}
+                Some(data) if self.core.dispatch_connection_op(data, result, flags, now) => {}
                 _ => tracing::error!(user_data, "client ring: completion of an unknown operation"),
             }
         }

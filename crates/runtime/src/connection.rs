@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use io_uring::{opcode, types};
 
-use crate::ring_core::{Outcome, Released, RingCore, MAX_SPARE_BUFFERS};
+use crate::receive_pool::RECEIVE_BUFFER_GROUP;
+use crate::ring_core::{Outcome, ReceiveBuffers, Released, RingCore, MAX_SPARE_BUFFERS};
 use crate::send::SendState;
 use crate::user_data::{OpKind, UserData};
 use crate::{CloseReason, ConnectionHandler, ListenerId};
@@ -21,15 +22,20 @@ pub struct Connection<H: ConnectionHandler> {
     /// The listener it was accepted through: removing that listener closes it.
     /// None for a connection the owner opened (a host's).
     listener: Option<ListenerId>,
-    /// The kernel writes received bytes here; boxed, so moving the Connection
-    /// (the slab's Vec may grow) never moves the buffer.
-    recv_buffer: Box<[u8]>,
+    /// With a buffer per connection (`ReceiveBuffers::PerConnection`), the kernel
+    /// writes received bytes here; boxed, so moving the Connection (the slab's Vec
+    /// may grow) never moves the buffer. `None` when the ring's shared pool is used.
+    recv_buffer: Option<Box<[u8]>>,
+    /// A receive is armed (single-shot, or multishot until its final completion).
     recv_in_flight: bool,
     /// Boxed for the same reason: the kernel reads its msghdr and iovecs.
     send: Box<SendState<H::Batch>>,
     send_in_flight: bool,
     /// `handler.next_deadline()` as of the last call into the handler.
     deadline: Option<Instant>,
+    /// The earliest entry the ring's timer queue holds for this connection: a
+    /// deadline later than it needs no new entry (the entry re-reads `deadline`).
+    scheduled: Option<Instant>,
     /// `handler.has_pending_work()` as of the last call into the handler.
     pending_work: bool,
     /// `handler.awaits_storage()` as of the last call into the handler.
@@ -77,8 +83,12 @@ impl<H: ConnectionHandler> RingCore<H> {
         listener: Option<ListenerId>,
         now: Instant,
     ) -> (u32, u32) {
-        let recv_buffer =
-            self.spare_recv_buffers.pop().unwrap_or_else(|| vec![0u8; self.recv_buffer_bytes].into_boxed_slice());
+        let recv_buffer = match &mut self.receive {
+            ReceiveBuffers::PerConnection { bytes, spares } => {
+                Some(spares.pop().unwrap_or_else(|| vec![0u8; *bytes].into_boxed_slice()))
+            }
+            ReceiveBuffers::Shared(_) => None,
+        };
         let connection = Connection {
             stream,
             handler,
@@ -88,6 +98,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             send: SendState::new(),
             send_in_flight: false,
             deadline: None,
+            scheduled: None,
             pending_work: false,
             awaits_storage: false,
             listed_pending: false,
@@ -104,16 +115,33 @@ impl<H: ConnectionHandler> RingCore<H> {
     fn arm_recv(&mut self, index: u32, generation: u32) {
         let Some(connection) = self.connections.get_mut(index, generation) else { return };
         connection.recv_in_flight = true;
-        let entry = opcode::Recv::new(
-            types::Fd(connection.stream.as_raw_fd()),
-            connection.recv_buffer.as_mut_ptr(),
-            connection.recv_buffer.len() as u32,
-        )
-        .build()
-        .user_data(UserData::new(OpKind::Recv, generation, index).encode());
-        // SAFETY: the receive buffer is boxed and the connection (with it) is
-        // only removed from the slab once `recv_in_flight` is false again.
+        let fd = types::Fd(connection.stream.as_raw_fd());
+        let entry = match connection.recv_buffer.as_mut() {
+            Some(buffer) => opcode::Recv::new(fd, buffer.as_mut_ptr(), buffer.len() as u32).build(),
+            None => opcode::RecvMulti::new(fd, RECEIVE_BUFFER_GROUP).build(),
+        };
+        let entry = entry.user_data(UserData::new(OpKind::Recv, generation, index).encode());
+        // SAFETY: a per-connection receive buffer is boxed and the connection (with
+        // it) is only removed from the slab once `recv_in_flight` is false again; a
+        // multishot receive writes into the ring's pool, which is freed only with no
+        // operation outstanding (RingCore's Drop).
         unsafe { self.push(&entry) };
+    }
+
+    /// A receive found the pool empty: provide more buffers, if any are left.
+    fn grow_receive_pool(&mut self) {
+        if let ReceiveBuffers::Shared(pool) = &mut self.receive {
+            if let Some(provided) = pool.grow() {
+                tracing::debug!(thread = self.thread, provided, "receive buffer pool grown");
+            }
+        }
+    }
+
+    /// Gives a pool buffer a completion carried back to the pool.
+    fn give_back_receive_buffer(&mut self, flags: u32) {
+        if let (ReceiveBuffers::Shared(pool), Some(id)) = (&mut self.receive, io_uring::cqueue::buffer_select(flags)) {
+            pool.give_back(id);
+        }
     }
 
     fn submit_send(&mut self, index: u32, generation: u32) {
@@ -130,31 +158,61 @@ impl<H: ConnectionHandler> RingCore<H> {
         unsafe { self.push(&entry) };
     }
 
-    pub(crate) fn on_recv_completion(&mut self, index: u32, generation: u32, result: i32, now: Instant) {
-        self.outstanding_ops -= 1;
+    /// A receive completed: single-shot into the connection's buffer, or one of a
+    /// multishot receive's completions (`IORING_CQE_F_MORE` while it stays armed)
+    /// into a pool buffer, which goes back to the pool before this returns.
+    pub(crate) fn on_recv_completion(&mut self, index: u32, generation: u32, result: i32, flags: u32, now: Instant) {
+        let final_completion = !io_uring::cqueue::more(flags);
+        if final_completion {
+            self.outstanding_ops -= 1;
+        }
         let Some(connection) = self.connections.get_mut(index, generation) else {
             tracing::error!(index, "receive completion for a freed slot");
+            self.give_back_receive_buffer(flags);
             return;
         };
-        connection.recv_in_flight = false;
+        if final_completion {
+            connection.recv_in_flight = false;
+        }
+        let received = match usize::try_from(result) {
+            Ok(length) if length > 0 => match (&connection.recv_buffer, &self.receive) {
+                (Some(buffer), _) => buffer.get(..length),
+                (None, ReceiveBuffers::Shared(pool)) => {
+                    io_uring::cqueue::buffer_select(flags).and_then(|id| pool.received(id, length))
+                }
+                (None, ReceiveBuffers::PerConnection { .. }) => None,
+            },
+            _ => None,
+        };
         if connection.closing.is_some() {
+            self.give_back_receive_buffer(flags);
             self.finish_close_if_idle(index, generation);
             return;
         }
         if connection.detaching {
             // Bytes that raced the cancellation still belong to the handler; an
             // error is left for the owner to meet on the socket itself.
-            if result > 0 && !connection.handler.wants_close() {
-                connection.handler.on_receive(&connection.recv_buffer[..result as usize], now);
+            if let Some(data) = received {
+                if !connection.handler.wants_close() {
+                    connection.handler.on_receive(data, now);
+                }
             }
+            self.give_back_receive_buffer(flags);
             self.finish_detach_if_idle(index, generation);
             return;
         }
         if result > 0 {
+            let Some(data) = received else {
+                // A completion naming no buffer of ours: the kernel broke the
+                // contract; drop the connection rather than guess.
+                tracing::error!(thread = self.thread, result, flags, "receive completion without its buffer");
+                self.give_back_receive_buffer(flags);
+                self.begin_close(index, generation, CloseReason::Error(io::ErrorKind::InvalidData));
+                return;
+            };
             // Once the handler wants to close, further bytes are discarded:
             // the runtime is only flushing what the handler still sends.
             if !connection.handler.wants_close() {
-                let data = &connection.recv_buffer[..result as usize];
                 connection.handler.on_receive(data, now);
                 // Mid-message, the peer may hold its next segment until our ACK
                 // (Nagle): acknowledge now rather than in 40 ms. A failure only
@@ -163,13 +221,24 @@ impl<H: ConnectionHandler> RingCore<H> {
                     let _ = crate::sys::set_quick_ack(connection.stream.as_raw_fd());
                 }
             }
-            self.arm_recv(index, generation);
+            self.give_back_receive_buffer(flags);
+            if final_completion {
+                self.arm_recv(index, generation);
+            }
             self.drive(index, generation, now);
         } else if result == 0 {
             self.begin_close(index, generation, CloseReason::PeerClosed);
         } else {
+            self.give_back_receive_buffer(flags);
+            if -result == libc::ENOBUFS {
+                self.grow_receive_pool();
+            }
             match -result {
-                libc::EINTR | libc::EAGAIN | libc::ENOBUFS => self.arm_recv(index, generation),
+                // ENOBUFS: every pool buffer was taken when bytes arrived; they are
+                // back (and the pool has grown) by the time this re-armed receive
+                // is submitted.
+                libc::EINTR | libc::EAGAIN | libc::ENOBUFS if final_completion => self.arm_recv(index, generation),
+                libc::EINTR | libc::EAGAIN | libc::ENOBUFS => {}
                 errno => self.close_on_error(index, generation, errno, "receive"),
             }
         }
@@ -288,12 +357,31 @@ impl<H: ConnectionHandler> RingCore<H> {
             connection.listed_pending = true;
             self.pending_list.push(index);
         }
-        // Written out rather than Option::is_none_or, which is newer than the
-        // workspace's rust-version (1.80).
-        self.earliest_deadline = match (self.earliest_deadline, deadline) {
-            (Some(earliest), Some(deadline)) => Some(earliest.min(deadline)),
-            (earliest, deadline) => earliest.or(deadline),
-        };
+        if let Some(deadline) = deadline {
+            // Written out rather than Option::is_none_or, which is newer than the
+            // workspace's rust-version (1.80).
+            let earlier = match connection.scheduled {
+                Some(scheduled) => deadline < scheduled,
+                None => true,
+            };
+            if earlier {
+                connection.scheduled = Some(deadline);
+                self.timers.schedule(deadline, index, generation);
+            }
+        }
+    }
+
+    /// Rebuilds the timer queue from the connections' deadlines, dropping stale
+    /// entries (see `TIMER_ENTRIES_PER_CONNECTION_BEFORE_REBUILD`).
+    pub(crate) fn rebuild_timers(&mut self) {
+        self.timers.clear();
+        for index in 0..self.connections.index_bound() {
+            let Some((connection, generation)) = self.connections.get_mut_at(index) else { continue };
+            connection.scheduled = connection.deadline;
+            if let Some(deadline) = connection.deadline {
+                self.timers.schedule(deadline, index, generation);
+            }
+        }
     }
 
     /// Polls the connections that reported pending work, and only those, so a loop
@@ -335,10 +423,15 @@ impl<H: ConnectionHandler> RingCore<H> {
         self.drive(index, generation, now);
     }
 
-    /// Part of the timer scan: fires the timer if due and folds the
-    /// connection's (possibly new) deadline into `earliest_deadline`.
-    pub(crate) fn fire_timer_if_due(&mut self, index: u32, now: Instant) {
-        let Some((connection, generation)) = self.connections.get_mut_at(index) else { return };
+    /// A timer entry for `at` came due: fires the connection's timer if its deadline
+    /// has passed, or schedules its later deadline. Skips entries of closed
+    /// connections and entries an earlier one superseded.
+    pub(crate) fn fire_timer_if_due(&mut self, at: Instant, index: u32, generation: u32, now: Instant) {
+        let Some(connection) = self.connections.get_mut(index, generation) else { return };
+        if connection.scheduled != Some(at) {
+            return;
+        }
+        connection.scheduled = None;
         if !connection.is_active() {
             return;
         }
@@ -346,7 +439,7 @@ impl<H: ConnectionHandler> RingCore<H> {
             connection.handler.on_timer(now);
             self.drive(index, generation, now);
         } else {
-            // Not due: keep it in the recomputed lower bound.
+            // Moved later since it was scheduled: schedule where it is now.
             self.refresh_handler_state(index, generation);
         }
     }
@@ -420,12 +513,19 @@ impl<H: ConnectionHandler> RingCore<H> {
                     self.draining.push(handler);
                     self.draining_pending_work |= self.draining.last().is_some_and(ConnectionHandler::has_pending_work);
                     let deadline = self.draining.last().and_then(ConnectionHandler::next_deadline);
-                    self.earliest_deadline = deadline.into_iter().chain(self.earliest_deadline).min();
+                    self.draining_deadline = deadline.into_iter().chain(self.draining_deadline).min();
                 }
             }
         }
-        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.recv_buffer_bytes {
-            self.spare_recv_buffers.push(recv_buffer);
+        self.recycle_recv_buffer(recv_buffer);
+    }
+
+    /// Keeps a closed connection's own receive buffer for the next connection.
+    fn recycle_recv_buffer(&mut self, recv_buffer: Option<Box<[u8]>>) {
+        if let (ReceiveBuffers::PerConnection { bytes, spares }, Some(buffer)) = (&mut self.receive, recv_buffer) {
+            if spares.len() < MAX_SPARE_BUFFERS && buffer.len() == *bytes {
+                spares.push(buffer);
+            }
         }
     }
 }
@@ -468,9 +568,7 @@ impl<H: ConnectionHandler> RingCore<H> {
         let Some(connection) = self.connections.remove(index) else { return };
         let Connection { stream, handler, recv_buffer, mut send, .. } = connection;
         drop(send.take_batch());
-        if self.spare_recv_buffers.len() < MAX_SPARE_BUFFERS && recv_buffer.len() == self.recv_buffer_bytes {
-            self.spare_recv_buffers.push(recv_buffer);
-        }
+        self.recycle_recv_buffer(recv_buffer);
         let released = Released { index, generation, handler, outcome: Outcome::Detached(stream) };
         match self.released.as_mut() {
             Some(list) => list.push(released),

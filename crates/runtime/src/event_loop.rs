@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, types, IoUring};
 
 use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
-use crate::ring_core::RingCore;
+use crate::ring_core::{ReceiveSettings, RingCore};
 use crate::storage_wake::StorageWake;
 use crate::user_data::{OpKind, UserData};
 use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};
@@ -34,6 +34,7 @@ pub struct ThreadSettings {
     pub pin_core: Option<usize>,
     pub poll_mode: PollMode,
     pub recv_buffer_bytes: usize,
+    pub shared_receive_buffers: u16,
     pub ring_entries: u32,
     pub tcp_nodelay: bool,
 }
@@ -113,7 +114,9 @@ pub fn run_thread<S: Service>(
         }
     };
     let storage_waker = storage_wake.waker();
-    let core = RingCore::new(settings.thread, settings.recv_buffer_bytes, ring);
+    let receive =
+        ReceiveSettings { buffer_bytes: settings.recv_buffer_bytes, shared_buffers: settings.shared_receive_buffers };
+    let core = RingCore::new(settings.thread, receive, ring);
     let mut event_loop = EventLoop {
         settings,
         core,
@@ -237,7 +240,7 @@ impl<S: Service> EventLoop<S> {
         // draining are looked at every few milliseconds instead.
         let draining = (self.shutting_down_since.is_some() && !self.core.draining.is_empty())
             .then(|| Instant::now() + SHUTDOWN_DRAINING_POLL);
-        listeners.chain(drain).chain(draining).chain(self.core.earliest_deadline).min()
+        listeners.chain(drain).chain(draining).chain(self.core.next_deadline()).min()
     }
 
     fn dispatch_completions(&mut self, now: Instant) {
@@ -257,7 +260,7 @@ impl<S: Service> EventLoop<S> {
             };
             match data.kind {
                 OpKind::Recv | OpKind::Send | OpKind::Cancel => {
-                    self.core.dispatch_connection_op(data, result, now);
+                    self.core.dispatch_connection_op(data, result, flags, now);
                 }
                 OpKind::Accept => self.on_accept_completion(ListenerId::new(data.index), result, flags, now),
                 OpKind::Wake => {

@@ -28,12 +28,14 @@ pub mod file_backend;
 pub mod huge_pages;
 mod listeners;
 pub mod rbd_backend;
+mod receive_pool;
 mod ring_core;
 mod send;
 mod slab;
 mod spin_window;
 mod storage_wake;
 mod sys;
+mod timers;
 pub mod tls;
 mod user_data;
 
@@ -52,6 +54,7 @@ pub use rbd_backend::{
     reopen_images, Acknowledgement, ClusterSpec, Locker, NotifyReplies, RadosErrno, RadosObject, RbdBackend, RbdError,
     RbdOptions, RbdStatus, ReplaceError, Watch, WatchEvent, WatchHandler,
 };
+pub use receive_pool::MAX_SHARED_RECEIVE_BUFFERS;
 pub use send::SendParts;
 pub use tls::{TlsBatch, TlsConnection, TlsListener, TlsPolicy};
 
@@ -231,6 +234,16 @@ impl PollMode {
 /// initiator here), so a host with one command in flight finds the thread awake.
 pub const DEFAULT_ADAPTIVE_SPIN_US: u32 = 50;
 
+/// Shared receive buffers per runtime thread by default
+/// ([`RuntimeConfig::shared_receive_buffers`]): enough for 1,024 connections of a
+/// thread to receive in the same loop turn before any waits for a buffer.
+pub const DEFAULT_SHARED_RECEIVE_BUFFERS: u16 = 1024;
+
+/// The receive buffer size a target uses: the largest data PDU a host sends (a
+/// 128 KiB H2CData) arrives in two completions or fewer, and the pool's address
+/// space is 128 MiB per thread at its default count (resident only as used).
+pub const TARGET_RECEIVE_BUFFER_BYTES: usize = 128 * 1024;
+
 /// Everything [`Runtime::start`] needs.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -244,8 +257,17 @@ pub struct RuntimeConfig {
     /// These get [`ListenerId`]s 0, 1, ... in order; more can be added later
     /// through [`Runtime::listener_control`].
     pub listeners: Vec<SocketAddr>,
-    /// Per connection, e.g. 64 KiB: the most `on_receive` gets in one call.
+    /// The most `on_receive` gets in one call, e.g. 64 KiB: the size of each
+    /// receive buffer (of the shared pool, or of each connection's own).
     pub recv_buffer_bytes: usize,
+    /// Receive buffers each thread's connections share: a multishot receive per
+    /// connection draws from a provided-buffer ring of this many buffers (rounded up
+    /// to a power of two, at most [`MAX_SHARED_RECEIVE_BUFFERS`]), so an idle
+    /// connection holds no receive memory and the pool needs about as many buffers
+    /// as connections receive in one loop turn (more only cost a re-armed receive).
+    /// 0: a buffer of `recv_buffer_bytes` per connection and a single-shot receive
+    /// (also the fallback on kernels before 5.19).
+    pub shared_receive_buffers: u16,
     /// Submission queue entries per thread (the completion queue is twice that).
     pub ring_entries: u32,
     pub tcp_nodelay: bool,
@@ -259,6 +281,7 @@ impl Default for RuntimeConfig {
             poll_mode: PollMode::Sleep,
             listeners: Vec::new(),
             recv_buffer_bytes: 64 * 1024,
+            shared_receive_buffers: DEFAULT_SHARED_RECEIVE_BUFFERS,
             ring_entries: 1024,
             tcp_nodelay: true,
         }
@@ -382,6 +405,7 @@ impl Runtime {
                 pin_core: config.pin_threads.then_some(thread),
                 poll_mode: config.poll_mode,
                 recv_buffer_bytes: config.recv_buffer_bytes,
+                shared_receive_buffers: config.shared_receive_buffers,
                 ring_entries: config.ring_entries,
                 tcp_nodelay: config.tcp_nodelay,
             };

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use io_uring::{squeue, types, IoUring};
 
 use crate::connection::Connection;
+use crate::receive_pool::ReceivePool;
 use crate::slab::Slab;
 use crate::spin_window::SpinWindow;
+use crate::timers::{TimerEntry, TimerQueue, TIMER_ENTRIES_PER_CONNECTION_BEFORE_REBUILD};
 use crate::user_data::{OpKind, UserData};
 use crate::{CloseReason, ConnectionHandler, PollMode};
 
@@ -38,7 +40,9 @@ pub(crate) enum Outcome {
 pub(crate) struct RingCore<H: ConnectionHandler> {
     /// For log lines: the runtime thread, or `usize::MAX` for a client ring.
     pub(crate) thread: usize,
-    pub(crate) recv_buffer_bytes: usize,
+    /// Where received bytes land: a pool shared by the ring's connections, or a
+    /// buffer per connection.
+    pub(crate) receive: ReceiveBuffers,
     pub(crate) ring: IoUring,
     pub(crate) connections: Slab<Connection<H>>,
     /// Operations submitted whose final completion has not been seen. Nothing
@@ -46,8 +50,12 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     pub(crate) outstanding_ops: usize,
     /// Completions copied out of the ring, then dispatched. Reused.
     pub(crate) completions: Vec<(u64, i32, u32)>,
-    /// A lower bound on every connection's deadline; a scan runs when it passes.
-    pub(crate) earliest_deadline: Option<Instant>,
+    /// Every live connection's deadline (see `timers.rs`).
+    pub(crate) timers: TimerQueue,
+    /// Timer entries taken from `timers` and being fired. Reused.
+    pub(crate) due_timers: Vec<TimerEntry>,
+    /// The earliest deadline of the handlers in `draining`.
+    pub(crate) draining_deadline: Option<Instant>,
     /// How many connections reported `has_pending_work`.
     pub(crate) pending_work_connections: usize,
     /// How many connections reported `awaits_storage`: adaptive polling does not
@@ -64,8 +72,6 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
     /// `Some` (client rings): the adaptive window follows the gaps between
     /// completions (see `spin_window.rs`); `None`: the configured window as is.
     pub(crate) spin_window: Option<SpinWindow>,
-    /// Receive buffers of closed connections, for reuse.
-    pub(crate) spare_recv_buffers: Vec<Box<[u8]>>,
     /// A submission that could not be queued; the owner stops with it.
     pub(crate) fatal: Option<io::Error>,
     /// `Some` when handlers of closed (and detached) connections go back to the
@@ -80,23 +86,63 @@ pub(crate) struct RingCore<H: ConnectionHandler> {
 /// Spare buffers kept per ring; beyond this, closed connections' buffers are freed.
 pub(crate) const MAX_SPARE_BUFFERS: usize = 64;
 
+/// How a ring's connections receive ([`RingCore::new`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReceiveSettings {
+    /// The most one receive completion carries (the size of each buffer).
+    pub buffer_bytes: usize,
+    /// Buffers in the ring's shared pool; 0 for a buffer per connection.
+    pub shared_buffers: u16,
+}
+
+/// Where a ring's received bytes land.
+pub(crate) enum ReceiveBuffers {
+    /// One buffer of `bytes` per connection and a single-shot receive into it: the
+    /// fallback for kernels without provided-buffer rings, and a configured mode.
+    PerConnection {
+        bytes: usize,
+        /// Buffers of closed connections, for reuse (at most `MAX_SPARE_BUFFERS`).
+        spares: Vec<Box<[u8]>>,
+    },
+    /// A multishot receive per connection drawing from the ring's shared pool.
+    Shared(ReceivePool),
+}
+
 impl<H: ConnectionHandler> RingCore<H> {
-    pub(crate) fn new(thread: usize, recv_buffer_bytes: usize, ring: IoUring) -> Self {
+    pub(crate) fn new(thread: usize, receive: ReceiveSettings, ring: IoUring) -> Self {
+        let per_connection = || ReceiveBuffers::PerConnection { bytes: receive.buffer_bytes, spares: Vec::new() };
+        let receive = if receive.shared_buffers == 0 {
+            per_connection()
+        } else {
+            match ReceivePool::register(&ring, receive.shared_buffers, receive.buffer_bytes) {
+                Ok(pool) => ReceiveBuffers::Shared(pool),
+                Err(error) => {
+                    tracing::info!(
+                        thread,
+                        %error,
+                        "io_uring provided-buffer rings unavailable (Linux 5.19 or later has them); \
+                         receiving into a buffer per connection"
+                    );
+                    per_connection()
+                }
+            }
+        };
         RingCore {
             thread,
-            recv_buffer_bytes,
+            receive,
             ring,
             connections: Slab::new(),
             outstanding_ops: 0,
             completions: Vec::with_capacity(1024),
-            earliest_deadline: None,
+            timers: TimerQueue::default(),
+            due_timers: Vec::new(),
+            draining_deadline: None,
             pending_work_connections: 0,
             storage_waiting_connections: 0,
             pending_list: Vec::new(),
             pending_scratch: Vec::new(),
             last_completion_at: Instant::now(),
             spin_window: None,
-            spare_recv_buffers: Vec::new(),
             fatal: None,
             released: None,
             draining: Vec::new(),
@@ -198,9 +244,9 @@ impl<H: ConnectionHandler> RingCore<H> {
 
     /// Dispatches a completion of a connection's operation (receive, send or
     /// cancel). Returns false for other kinds, which the owner handles.
-    pub(crate) fn dispatch_connection_op(&mut self, data: UserData, result: i32, now: Instant) -> bool {
+    pub(crate) fn dispatch_connection_op(&mut self, data: UserData, result: i32, flags: u32, now: Instant) -> bool {
         match data.kind {
-            OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, now),
+            OpKind::Recv => self.on_recv_completion(data.index, data.generation, result, flags, now),
             OpKind::Send => self.on_send_completion(data.index, data.generation, result, now),
             OpKind::Cancel => self.outstanding_ops -= 1,
             OpKind::Accept | OpKind::Wake | OpKind::StorageWake => return false,
@@ -219,13 +265,17 @@ impl<H: ConnectionHandler> RingCore<H> {
         } else if self.pending_work_connections > 0 {
             self.poll_pending_connections(now);
         }
-        if self.earliest_deadline.is_some_and(|deadline| deadline <= now) {
-            // Recomputed by the scan: every live connection's deadline is
-            // re-read and due timers fire.
-            self.earliest_deadline = None;
-            for index in 0..self.connections.index_bound() {
-                self.fire_timer_if_due(index, now);
+        if self.timers.earliest().is_some_and(|deadline| deadline <= now) {
+            let mut due = std::mem::take(&mut self.due_timers);
+            self.timers.take_due(now, &mut due);
+            for &(at, index, generation) in &due {
+                self.fire_timer_if_due(at, index, generation, now);
             }
+            due.clear();
+            self.due_timers = due;
+        }
+        if self.timers.len() > TIMER_ENTRIES_PER_CONNECTION_BEFORE_REBUILD * self.connections.len() + 64 {
+            self.rebuild_timers();
         }
         if !self.draining.is_empty() {
             self.drive_draining(now);
@@ -238,8 +288,12 @@ impl<H: ConnectionHandler> RingCore<H> {
     pub(crate) fn drive_draining(&mut self, now: Instant) {
         self.draining.retain_mut(|handler| !handler.drain(now));
         self.draining_pending_work = self.draining.iter().any(ConnectionHandler::has_pending_work);
-        let deadlines = self.draining.iter().filter_map(ConnectionHandler::next_deadline);
-        self.earliest_deadline = deadlines.chain(self.earliest_deadline).min();
+        self.draining_deadline = self.draining.iter().filter_map(ConnectionHandler::next_deadline).min();
+    }
+
+    /// The earliest time the owner's loop must wake up for a timer.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.timers.earliest().into_iter().chain(self.draining_deadline).min()
     }
 
     /// The abnormal exit path: operations may still be in flight, so the
@@ -248,6 +302,22 @@ impl<H: ConnectionHandler> RingCore<H> {
         let connections = std::mem::replace(&mut self.connections, Slab::new());
         for connection in connections.into_values() {
             connection.abandon();
+        }
+    }
+}
+
+impl<H: ConnectionHandler> Drop for RingCore<H> {
+    /// The shared receive pool is unregistered and freed while the ring is still
+    /// open, and only when no operation may still draw from it; otherwise leaked.
+    fn drop(&mut self) {
+        let receive =
+            std::mem::replace(&mut self.receive, ReceiveBuffers::PerConnection { bytes: 0, spares: Vec::new() });
+        if let ReceiveBuffers::Shared(pool) = receive {
+            if self.outstanding_ops == 0 {
+                pool.release(&self.ring);
+            } else {
+                std::mem::forget(pool);
+            }
         }
     }
 }

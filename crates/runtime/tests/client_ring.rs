@@ -97,7 +97,8 @@ fn pattern(length: usize, seed: u8) -> Vec<u8> {
 fn echoes_through_the_ring_then_detaches_to_a_blocking_socket() {
     for poll_mode in [PollMode::Sleep, PollMode::BusyPoll, PollMode::ADAPTIVE] {
         let (address, server) = echo_server();
-        let config = ClientRingConfig { poll_mode, recv_buffer_bytes: 4096, ring_entries: 16 };
+        let config =
+            ClientRingConfig { poll_mode, recv_buffer_bytes: 4096, shared_receive_buffers: 0, ring_entries: 16 };
         let mut ring = ClientRing::new(config).unwrap();
         let stream = TcpStream::connect(address).unwrap();
         let token = ring.add(stream, Collector::default()).unwrap();

@@ -44,7 +44,11 @@ fn echo_clients(address: SocketAddr, clients: usize, bytes_per_client: usize) {
 }
 
 fn echo_many_connections(threads: usize, poll_mode: PollMode) {
-    let (runtime, events) = start(Behavior::Echo, config(threads, poll_mode));
+    echo_many_connections_with(config(threads, poll_mode));
+}
+
+fn echo_many_connections_with(config: runtime::RuntimeConfig) {
+    let (runtime, events) = start(Behavior::Echo, config);
     let address = runtime.local_addrs()[0];
     echo_clients(address, 16, 256 * 1024);
     let reasons = events.wait_for_closed(16);
@@ -64,6 +68,22 @@ fn echo_many_connections_sleep_mode_two_threads() {
 fn echo_many_connections_busy_poll_mode() {
     // One busy thread: two would leave the clients no core on a 2-core machine.
     echo_many_connections(1, PollMode::BusyPoll);
+}
+
+#[test]
+fn echo_with_a_receive_buffer_per_connection() {
+    // The single-shot mode (and the fallback on kernels without buffer rings).
+    let config = runtime::RuntimeConfig { shared_receive_buffers: 0, ..config(2, PollMode::Sleep) };
+    echo_many_connections_with(config);
+}
+
+#[test]
+fn echo_survives_a_shared_receive_pool_of_one_small_buffer() {
+    // Sixteen connections and one 512-byte buffer: receives keep finding the pool
+    // empty (ENOBUFS), are re-armed, and not a byte is lost or reordered.
+    let config =
+        runtime::RuntimeConfig { shared_receive_buffers: 1, recv_buffer_bytes: 512, ..config(1, PollMode::Sleep) };
+    echo_many_connections_with(config);
 }
 
 #[test]

@@ -211,7 +211,8 @@ pub fn start_embedded(
         pin_threads: false,
         poll_mode,
         listeners: vec![bind],
-        recv_buffer_bytes: 256 * 1024,
+        recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
+        shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
         ring_entries: 1024,
         tcp_nodelay: true,
     };

@@ -146,7 +146,8 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
             },
         },
         listeners: config.listen_addresses()?,
-        recv_buffer_bytes: 256 * 1024,
+        recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
+        shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
         ring_entries: 1024,
         tcp_nodelay: true,
     };

@@ -45,7 +45,8 @@ impl LoopbackTarget {
             pin_threads: false,
             poll_mode: PollMode::Sleep,
             listeners: vec![SocketAddr::from(([127, 0, 0, 1], port))],
-            recv_buffer_bytes: 256 * 1024,
+            recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
+            shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
             ring_entries: 256,
             tcp_nodelay: true,
         };

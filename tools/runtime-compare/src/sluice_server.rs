@@ -72,6 +72,7 @@ pub fn run(address: SocketAddr, threads: usize, busy_poll: bool) {
         recv_buffer_bytes: RECV_BUFFER_BYTES,
         ring_entries: 1024,
         tcp_nodelay: true,
+        ..RuntimeConfig::default()
     };
     let runtime = Runtime::start(config, Arc::new(Bench)).expect("runtime start");
     runtime.join().expect("runtime join");

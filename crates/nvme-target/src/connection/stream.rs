@@ -46,7 +46,9 @@ pub(crate) struct PduStream {
     writer: PduWriter,
     /// DDGST negotiated: C2HData PDUs carry a data digest.
     data_digest: bool,
-    /// PDUs queued since the runtime last took a batch.
+    /// PDUs queued since the runtime last took a batch. Empty with no capacity at
+    /// first: it grows to what the connection sends in one batch (an idle
+    /// connection's stays a few bytes).
     pending: TransmitBatch,
     /// A sent batch kept for reuse (its capacity), so a steady stream allocates none.
     spare: Option<TransmitBatch>,
@@ -66,7 +68,7 @@ impl PduStream {
             ),
             writer: PduWriter::new(),
             data_digest: false,
-            pending: TransmitBatch::with_capacity(4096, 64),
+            pending: TransmitBatch::default(),
             spare: None,
             sink: DataSink::None,
             terminated: false,
@@ -219,7 +221,7 @@ impl PduStream {
         if self.pending.is_empty() {
             return None;
         }
-        let replacement = self.spare.take().unwrap_or_else(|| TransmitBatch::with_capacity(4096, 64));
+        let replacement = self.spare.take().unwrap_or_default();
         Some(std::mem::replace(&mut self.pending, replacement))
     }
 

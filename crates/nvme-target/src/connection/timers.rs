@@ -108,6 +108,9 @@ impl Connection {
                 self.refresh_namespaces();
                 self.serve_abort_requests();
                 self.retry_parked(now);
+                // Data buffers no command needed over the last interval go back to
+                // the allocator: a connection keeps what its load uses, not its peak.
+                self.pool.trim_unused();
             }
         }
         if self.timers.abort_check_at.is_some_and(|check_at| now >= check_at) {

@@ -356,6 +356,7 @@ pub fn config(threads: usize, poll_mode: PollMode) -> RuntimeConfig {
         poll_mode,
         listeners: vec!["127.0.0.1:0".parse().unwrap()],
         recv_buffer_bytes: 64 * 1024,
+        shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
         ring_entries: 256,
         tcp_nodelay: true,
     }
