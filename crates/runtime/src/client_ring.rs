@@ -173,7 +173,7 @@ impl<H: ConnectionHandler> ClientRing<H> {
         let blocked = self.core.wait(self.poll_mode, wakeup, before).map_err(RuntimeError::Submit)?;
         let now = if blocked { Instant::now() } else { before };
         let dispatched = self.dispatch(now);
-        self.core.run_polls_and_timers(false, now);
+        self.core.run_polls_and_timers(false, &[], now);
         Ok(dispatched)
     }
 

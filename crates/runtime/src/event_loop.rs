@@ -8,14 +8,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
-use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
 use crate::listeners::{self, CloseMailboxOnExit, ListenerCommand};
 use crate::ring_core::{ReceiveSettings, RingCore};
-use crate::storage_wake::StorageWake;
+use crate::storage_wake::{StorageWake, MAX_CONNECTIONS_PER_THREAD};
 use crate::user_data::{OpKind, UserData};
 use crate::{sys, CloseReason, ListenerId, PollMode, RuntimeError, Service, ShutdownHandle};
 
@@ -27,6 +26,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a shutting-down thread looks at closed connections still draining.
 const SHUTDOWN_DRAINING_POLL: Duration = Duration::from_millis(5);
+
+/// The storage eventfd that connections' wakers ring (`OpKind::StorageWake` index).
+const STORAGE_WAKE_WAKERS: usize = 0;
+/// The storage eventfd that rings the kernel completes ring.
+const STORAGE_WAKE_KERNEL: usize = 1;
 
 /// What a thread needs from `RuntimeConfig`.
 pub struct ThreadSettings {
@@ -75,15 +79,17 @@ pub struct EventLoop<S: Service> {
     /// The wake eventfd fired: look at the mailbox after this round of
     /// completions.
     mailbox_due: bool,
-    /// Storage completing on other threads (RBD) rings this; its waker goes to every
-    /// connection accepted here.
+    /// Storage completing on other threads (RBD) rings this through each connection's
+    /// own waker; rings the kernel completes (files) ring its second eventfd.
     storage_wake: Arc<StorageWake>,
-    storage_waker: Waker,
-    /// The storage eventfd read lands here; boxed so its address is stable.
-    storage_wake_buffer: Box<u64>,
-    storage_wake_armed: bool,
-    /// The storage eventfd fired: poll every connection this iteration.
-    storage_due: bool,
+    /// The storage eventfd reads land here (wakers', the kernel's); boxed so their
+    /// addresses are stable.
+    storage_wake_buffers: Box<[u64; 2]>,
+    storage_wake_armed: [bool; 2],
+    /// Slots whose waker fired, to poll this iteration. Reused.
+    storage_woken: Vec<u32>,
+    /// The kernel's storage eventfd fired: poll every connection this iteration.
+    storage_due_everyone: bool,
     /// Commands taken from the mailbox, applied, then cleared. Reused.
     listener_commands: Vec<ListenerCommand>,
     shutting_down_since: Option<Instant>,
@@ -113,7 +119,6 @@ pub fn run_thread<S: Service>(
             return Ok(());
         }
     };
-    let storage_waker = storage_wake.waker();
     let receive =
         ReceiveSettings { buffer_bytes: settings.recv_buffer_bytes, shared_buffers: settings.shared_receive_buffers };
     let core = RingCore::new(settings.thread, receive, ring);
@@ -127,10 +132,10 @@ pub fn run_thread<S: Service>(
         wake_armed: false,
         mailbox_due: false,
         storage_wake,
-        storage_waker,
-        storage_wake_buffer: Box::new(0),
-        storage_wake_armed: false,
-        storage_due: false,
+        storage_wake_buffers: Box::new([0; 2]),
+        storage_wake_armed: [false; 2],
+        storage_woken: Vec::new(),
+        storage_due_everyone: false,
         listener_commands: Vec::new(),
         shutting_down_since: None,
     };
@@ -189,9 +194,10 @@ pub(crate) fn build_ring(entries: u32) -> io::Result<IoUring> {
 
 impl<S: Service> EventLoop<S> {
     fn run(&mut self) -> Result<(), RuntimeError> {
-        crate::storage_wake::set_current_wake_fd(Some(self.storage_wake.raw_fd()));
+        crate::storage_wake::set_current_wake_fd(Some(self.storage_wake.kernel_raw_fd()));
         self.arm_wake();
-        self.arm_storage_wake();
+        self.arm_storage_wake(STORAGE_WAKE_WAKERS);
+        self.arm_storage_wake(STORAGE_WAKE_KERNEL);
         for position in 0..self.listeners.len() {
             self.arm_accept(position);
         }
@@ -273,13 +279,21 @@ impl<S: Service> EventLoop<S> {
                 }
                 OpKind::StorageWake => {
                     self.core.outstanding_ops -= 1;
-                    self.storage_wake_armed = false;
-                    // Taken before the connections are polled (run_polls_and_timers),
-                    // so a completion after that poll wakes the thread again.
-                    self.storage_wake.take();
-                    self.storage_due = true;
+                    let which = data.index as usize;
+                    if which == STORAGE_WAKE_WAKERS {
+                        // Taken before the connections are polled (run_polls_and_timers),
+                        // so a completion after that poll wakes the thread again.
+                        self.storage_wake.take();
+                        let bound = self.core.connections.index_bound();
+                        self.storage_wake.take_ready(bound, &mut self.storage_woken);
+                    } else {
+                        self.storage_due_everyone = true;
+                    }
+                    if let Some(armed) = self.storage_wake_armed.get_mut(which) {
+                        *armed = false;
+                    }
                     if self.shutting_down_since.is_none() {
-                        self.arm_storage_wake();
+                        self.arm_storage_wake(which);
                     }
                 }
             }
@@ -299,16 +313,19 @@ impl<S: Service> EventLoop<S> {
         self.wake_armed = true;
     }
 
-    fn arm_storage_wake(&mut self) {
-        let buffer: *mut u64 = &mut *self.storage_wake_buffer;
-        let entry = opcode::Read::new(types::Fd(self.storage_wake.raw_fd()), buffer.cast(), 8)
+    /// Arms the read of storage eventfd `which` (`STORAGE_WAKE_WAKERS` or `_KERNEL`).
+    fn arm_storage_wake(&mut self, which: usize) {
+        let fd =
+            if which == STORAGE_WAKE_WAKERS { self.storage_wake.raw_fd() } else { self.storage_wake.kernel_raw_fd() };
+        let buffer: *mut u64 = &mut self.storage_wake_buffers[which.min(1)];
+        let entry = opcode::Read::new(types::Fd(fd), buffer.cast(), 8)
             .build()
-            .user_data(UserData::new(OpKind::StorageWake, 0, 0).encode());
-        // SAFETY: `storage_wake_buffer` is boxed and lives as long as the loop; Drop
-        // leaks it if the read is still outstanding. The eventfd lives in
+            .user_data(UserData::new(OpKind::StorageWake, 0, which as u32).encode());
+        // SAFETY: `storage_wake_buffers` is boxed and lives as long as the loop; Drop
+        // leaks it if a read is still outstanding. The eventfds live in
         // `storage_wake`, which the loop holds as long as it runs.
         unsafe { self.core.push(&entry) };
-        self.storage_wake_armed = true;
+        self.storage_wake_armed[which.min(1)] = true;
     }
 
     /// Arms the multishot accept of the listener at `position` in `listeners`.
@@ -423,8 +440,15 @@ impl<S: Service> EventLoop<S> {
                 return;
             }
         };
+        if self.core.connections.len() >= MAX_CONNECTIONS_PER_THREAD {
+            tracing::warn!(thread = self.settings.thread, %peer,
+                "refusing a connection: this runtime thread already serves {MAX_CONNECTIONS_PER_THREAD} \
+                 (MAX_CONNECTIONS_PER_THREAD); spread hosts over more gateways or runtime threads");
+            return;
+        }
         let listener = self.listeners[position].id;
-        let accepted = self.service.accept(self.settings.thread, listener, local, peer, &self.storage_waker, now);
+        let waker = self.storage_wake.connection_waker(self.core.connections.next_index());
+        let accepted = self.service.accept(self.settings.thread, listener, local, peer, &waker, now);
         let Some(handler) = accepted else {
             tracing::debug!(%peer, "service refused connection");
             return;
@@ -495,8 +519,10 @@ impl<S: Service> EventLoop<S> {
         if self.wake_armed {
             self.core.cancel(UserData::new(OpKind::Wake, 0, 0));
         }
-        if self.storage_wake_armed {
-            self.core.cancel(UserData::new(OpKind::StorageWake, 0, 0));
+        for which in [STORAGE_WAKE_WAKERS, STORAGE_WAKE_KERNEL] {
+            if self.storage_wake_armed[which] {
+                self.core.cancel(UserData::new(OpKind::StorageWake, 0, which as u32));
+            }
         }
         for index in 0..self.core.connections.index_bound() {
             self.core.close_connection_at(index, crate::CloseReason::Shutdown);
@@ -512,9 +538,13 @@ impl<S: Service> EventLoop<S> {
                 }
             }
         }
-        // Storage woke the thread: any connection may have completions to reap.
-        let storage_due = std::mem::take(&mut self.storage_due);
-        self.core.run_polls_and_timers(storage_due, now);
+        // Storage woke the thread: the woken connections (or, after a kernel-completed
+        // ring's wake, every connection) may have completions to reap.
+        let everyone = std::mem::take(&mut self.storage_due_everyone);
+        let woken = std::mem::take(&mut self.storage_woken);
+        self.core.run_polls_and_timers(everyone, &woken, now);
+        self.storage_woken = woken;
+        self.storage_woken.clear();
     }
 }
 
@@ -527,7 +557,7 @@ impl<S: Service> Drop for EventLoop<S> {
         if self.core.outstanding_ops > 0 {
             self.core.abandon_connections();
             std::mem::forget(std::mem::replace(&mut self.wake_buffer, Box::new(0)));
-            std::mem::forget(std::mem::replace(&mut self.storage_wake_buffer, Box::new(0)));
+            std::mem::forget(std::mem::replace(&mut self.storage_wake_buffers, Box::new([0; 2])));
             // The eventfd too: an outstanding read may still name it.
             std::mem::forget(Arc::clone(&self.storage_wake));
         }

@@ -181,10 +181,11 @@ pub trait Service: Send + Sync + 'static {
     /// listener it came through (the configured ones are 0, 1, ... in
     /// [`RuntimeConfig::listeners`] order; added ones get new ids); `local` is
     /// the connection's own local address (the concrete address even when
-    /// listening on 0.0.0.0). `storage_waker` wakes the owning thread: storage
+    /// listening on 0.0.0.0). `storage_waker` is this connection's own: storage
     /// that completes on threads of its own calls it, and the runtime then polls
-    /// every connection of the thread, so a handler need not report such work in
-    /// [`ConnectionHandler::has_pending_work`]. Return None to refuse (the
+    /// this connection (and only the connections woken), so a handler need not
+    /// report such work in [`ConnectionHandler::has_pending_work`]. It must not be
+    /// handed to another connection's storage. Return None to refuse (the
     /// socket is closed).
     fn accept(
         &self,

@@ -254,15 +254,20 @@ impl<H: ConnectionHandler> RingCore<H> {
         true
     }
 
-    /// Polls connections with pending work (all of them when `storage_due`) and
-    /// fires due timers.
-    pub(crate) fn run_polls_and_timers(&mut self, storage_due: bool, now: Instant) {
-        if storage_due {
-            // A storage wake does not say whose storage completed: poll everyone.
+    /// Polls the connections whose storage woke the thread (`woken`, or all of them
+    /// when `poll_everyone`: a ring the kernel completes does not say whose), those
+    /// with pending work, and fires due timers.
+    pub(crate) fn run_polls_and_timers(&mut self, poll_everyone: bool, woken: &[u32], now: Instant) {
+        if poll_everyone {
             for index in 0..self.connections.index_bound() {
                 self.poll_connection(index, true, now);
             }
-        } else if self.pending_work_connections > 0 {
+        } else {
+            for &index in woken {
+                self.poll_connection(index, true, now);
+            }
+        }
+        if self.pending_work_connections > 0 {
             self.poll_pending_connections(now);
         }
         if self.timers.earliest().is_some_and(|deadline| deadline <= now) {

@@ -60,6 +60,11 @@ impl<T> Slab<T> {
         Some(value)
     }
 
+    /// The index the next `insert` will use.
+    pub fn next_index(&self) -> u32 {
+        self.free.last().copied().unwrap_or(self.entries.len() as u32)
+    }
+
     /// One past the largest index ever used: scans run over `0..index_bound()`.
     pub fn index_bound(&self) -> u32 {
         self.entries.len() as u32

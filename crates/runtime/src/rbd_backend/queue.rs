@@ -3,9 +3,12 @@
 //! Requests go to librbd's asynchronous API from the thread that owns the queue. librbd
 //! completes them on its own threads, in a callback that only records the result in a
 //! preallocated slot, sets the slot's bit in a bitmap and wakes the owning thread; the
-//! owner reaps the bits. So the data path takes no lock and allocates nothing: slots,
-//! the bitmap and the completion list are sized when the queue opens, and a request
-//! beyond the slots waits in a list of its own until one frees up.
+//! owner reaps the bits. So the data path takes no lock, and allocates only while the
+//! queue first grows: slots come in chunks of [`SLOTS_PER_CHUNK`], made when the
+//! requests in flight first need them (a queue is per connection and namespace, so
+//! with thousands of namespaces a queue made whole at open would cost 47 KiB per
+//! namespace each connection touched), and a request beyond the slots waits in a list
+//! of its own until one frees up.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -26,18 +29,43 @@ use super::library::{self, Completion, Library, OP_FLAG_FADVISE_FUA};
 /// memory per connection and namespace (about 40 bytes each). Requests beyond this
 /// wait in the queue, in order.
 pub const RBD_QUEUE_SLOTS: usize = 256;
-const BITMAP_WORDS: usize = RBD_QUEUE_SLOTS / 64;
+/// Slots made at a time: one completion bitmap word's worth.
+const SLOTS_PER_CHUNK: usize = 64;
+/// The most chunks a queue makes.
+const MAX_CHUNKS: usize = RBD_QUEUE_SLOTS / SLOTS_PER_CHUNK;
 /// How long a dropped queue's requests may stay at librbd before their buffers are
 /// leaked: well above the op timeout (`op_timeout_ms`, 20 s by default) that ends
 /// every request at the cluster.
 const DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// What the completion callback reaches: shared by the queue and librbd's threads.
-struct Shared {
-    slots: Box<[SlotShared]>,
-    /// Bit `i` set: slot `i` finished and waits to be reaped.
-    finished: [AtomicU64; BITMAP_WORDS],
+/// What the completion callback reaches: [`SLOTS_PER_CHUNK`] slots, shared by the
+/// queue and librbd's threads, at a fixed address for the queue's life.
+struct Chunk {
+    slots: [SlotShared; SLOTS_PER_CHUNK],
+    /// Bit `i` set: slot `i` of this chunk finished and waits to be reaped.
+    finished: AtomicU64,
     waker: Option<Waker>,
+}
+
+impl Chunk {
+    /// A chunk whose slots point back at it.
+    fn new(waker: Option<&Waker>) -> Arc<Chunk> {
+        let chunk = Arc::new(Chunk {
+            slots: std::array::from_fn(|index| SlotShared {
+                result: AtomicI64::new(0),
+                mismatch_offset: AtomicU64::new(0),
+                index: index as u32,
+                owner: AtomicPtr::new(std::ptr::null_mut()),
+            }),
+            finished: AtomicU64::new(0),
+            waker: waker.cloned(),
+        });
+        let owner = Arc::as_ptr(&chunk).cast_mut();
+        for slot in &chunk.slots {
+            slot.owner.store(owner, Ordering::Release);
+        }
+        chunk
+    }
 }
 
 /// The callback's argument: one per slot, at a fixed address for the queue's life.
@@ -47,9 +75,10 @@ struct SlotShared {
     /// Where librbd writes the offset of a compare-and-write's first mismatch (only
     /// librbd touches it; the value is not used, the result code says mismatch).
     mismatch_offset: AtomicU64,
+    /// The slot's place in its chunk.
     index: u32,
-    /// The `Shared` this slot lives in (set once, right after the Arc is made).
-    owner: AtomicPtr<Shared>,
+    /// The `Chunk` this slot lives in (set once, right after the Arc is made).
+    owner: AtomicPtr<Chunk>,
 }
 
 /// A request at librbd: what comes back with its completion.
@@ -65,8 +94,12 @@ pub(crate) struct RbdQueue {
     /// The backend's: it grows live ([`super::RbdBackend`]'s `grow`).
     geometry: Arc<LiveGeometry>,
     library: &'static Library,
-    shared: Arc<Shared>,
-    slots: Box<[Option<InFlight>]>,
+    /// Made as needed, at most `MAX_CHUNKS`; slot `n` is slot `n % 64` of chunk `n / 64`.
+    chunks: Vec<Arc<Chunk>>,
+    /// The waker new chunks get.
+    waker: Option<Waker>,
+    /// What is at librbd in each slot made so far.
+    slots: Vec<Option<InFlight>>,
     free_slots: Vec<u32>,
     /// Requests beyond the slots, in arrival order.
     waiting: VecDeque<IoRequest>,
@@ -88,44 +121,50 @@ impl RbdQueue {
         waker: Option<&Waker>,
         health: Arc<Health>,
     ) -> RbdQueue {
-        let slots = (0..RBD_QUEUE_SLOTS as u32)
-            .map(|index| SlotShared {
-                result: AtomicI64::new(0),
-                mismatch_offset: AtomicU64::new(0),
-                index,
-                owner: AtomicPtr::new(std::ptr::null_mut()),
-            })
-            .collect();
-        let shared =
-            Arc::new(Shared { slots, finished: std::array::from_fn(|_| AtomicU64::new(0)), waker: waker.cloned() });
-        let owner = Arc::as_ptr(&shared).cast_mut();
-        for slot in shared.slots.iter() {
-            slot.owner.store(owner, Ordering::Release);
-        }
         RbdQueue {
             image,
             geometry,
             library,
-            shared,
-            slots: (0..RBD_QUEUE_SLOTS).map(|_| None).collect(),
-            free_slots: (0..RBD_QUEUE_SLOTS as u32).rev().collect(),
-            waiting: VecDeque::with_capacity(RBD_QUEUE_SLOTS),
-            ready: Vec::with_capacity(RBD_QUEUE_SLOTS),
+            chunks: Vec::new(),
+            waker: waker.cloned(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            waiting: VecDeque::new(),
+            ready: Vec::new(),
             in_flight: 0,
             health,
         }
     }
 
+    /// A free slot, making a chunk of them when none is free and fewer than
+    /// `MAX_CHUNKS` exist.
+    fn take_free_slot(&mut self) -> Option<u32> {
+        if self.free_slots.is_empty() && self.chunks.len() < MAX_CHUNKS {
+            let first = self.slots.len() as u32;
+            self.chunks.push(Chunk::new(self.waker.as_ref()));
+            self.slots.extend((0..SLOTS_PER_CHUNK).map(|_| None));
+            // Popped from the end: the lowest slot first.
+            self.free_slots.extend((first..first + SLOTS_PER_CHUNK as u32).rev());
+        }
+        self.free_slots.pop()
+    }
+
+    /// The shared part of slot `slot`.
+    fn slot_shared(&self, slot: u32) -> &SlotShared {
+        let slot = slot as usize;
+        &self.chunks[slot / SLOTS_PER_CHUNK].slots[slot % SLOTS_PER_CHUNK]
+    }
+
     /// Hands `request` to librbd in a free slot (the caller checked there is one).
     fn start(&mut self, request: IoRequest) {
-        let Some(slot) = self.free_slots.pop() else {
+        let Some(slot) = self.take_free_slot() else {
             self.waiting.push_back(request);
             return;
         };
         let IoRequest { token, op, mut buffer } = request;
-        let argument = (&self.shared.slots[slot as usize] as *const SlotShared).cast_mut().cast::<c_void>();
+        let argument = (self.slot_shared(slot) as *const SlotShared).cast_mut().cast::<c_void>();
         let mut completion: Completion = std::ptr::null_mut();
-        // SAFETY: `argument` points into `shared`, which outlives every request of this
+        // SAFETY: `argument` points into a chunk, which outlives every request of this
         // queue (Drop waits or leaks); `completion` is a valid out pointer.
         let code = unsafe { (self.library.rbd_aio_create_completion)(argument, on_complete, &mut completion) };
         if code < 0 {
@@ -193,9 +232,9 @@ impl RbdQueue {
                 // The buffer holds the compare data, then the write data (validated).
                 let half = buffer.len() / 2;
                 let flags = if force_unit_access { OP_FLAG_FADVISE_FUA } else { 0 };
-                let mismatch = self.shared.slots[slot as usize].mismatch_offset.as_ptr();
+                let mismatch = self.slot_shared(slot).mismatch_offset.as_ptr();
                 // SAFETY: see above; both halves are readable for `half` bytes, and
-                // `mismatch` points into `shared`, alive until the request is reaped.
+                // `mismatch` points into a chunk, alive until the request is reaped.
                 unsafe {
                     (library.rbd_aio_compare_and_write)(
                         image,
@@ -229,17 +268,17 @@ impl RbdQueue {
 
     /// Moves every finished slot's completion to `out` and starts waiting requests.
     fn collect_finished(&mut self, out: &mut Vec<IoCompletion>) {
-        for word in 0..BITMAP_WORDS {
+        for chunk in 0..self.chunks.len() {
             // Acquire pairs with the callback's Release: the result is visible.
-            let mut bits = self.shared.finished[word].swap(0, Ordering::Acquire);
+            let mut bits = self.chunks[chunk].finished.swap(0, Ordering::Acquire);
             while bits != 0 {
-                let slot = word * 64 + bits.trailing_zeros() as usize;
+                let slot = chunk * SLOTS_PER_CHUNK + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let Some(request) = self.slots[slot].take() else {
                     debug_assert!(false, "slot {slot} finished with nothing in flight");
                     continue;
                 };
-                let code = self.shared.slots[slot].result.load(Ordering::Relaxed);
+                let code = self.slot_shared(slot as u32).result.load(Ordering::Relaxed);
                 // SAFETY: the request finished (its bit was set after librbd had
                 // produced the result), and only this queue releases it, once.
                 unsafe { (self.library.rbd_aio_release)(request.completion) };
@@ -257,7 +296,7 @@ impl RbdQueue {
                 out.push(IoCompletion { token: request.token, result, buffer: request.buffer });
             }
         }
-        while !self.free_slots.is_empty() {
+        while !self.free_slots.is_empty() || self.chunks.len() < MAX_CHUNKS {
             let Some(request) = self.waiting.pop_front() else { break };
             self.start(request);
         }
@@ -268,17 +307,17 @@ impl RbdQueue {
 /// result, publishes the slot's bit, then wakes the owner.
 ///
 /// # Safety
-/// `argument` is the `SlotShared` pointer given at submission; its `Shared` is alive
+/// `argument` is the `SlotShared` pointer given at submission; its `Chunk` is alive
 /// (the queue holds it until the request is reaped, and this callback holds its own
 /// reference from before it publishes the bit until it returns).
 unsafe extern "C" fn on_complete(completion: Completion, argument: *mut c_void) {
     // SAFETY: per the contract, `argument` is a live SlotShared.
     let slot = unsafe { &*argument.cast::<SlotShared>() };
     let owner = slot.owner.load(Ordering::Acquire);
-    // SAFETY: `owner` came from Arc::as_ptr of a Shared the queue still holds (its
+    // SAFETY: `owner` came from Arc::as_ptr of a Chunk the queue still holds (its
     // request has not been reaped: its bit is not set yet), so taking another strong
-    // reference is sound; it keeps the Shared alive after the bit is published.
-    let shared = unsafe {
+    // reference is sound; it keeps the Chunk alive after the bit is published.
+    let chunk = unsafe {
         Arc::increment_strong_count(owner);
         Arc::from_raw(owner)
     };
@@ -290,9 +329,9 @@ unsafe extern "C" fn on_complete(completion: Completion, argument: *mut c_void) 
     slot.result.store(code, Ordering::Relaxed);
     let index = slot.index as usize;
     // Release: the result above is visible to the owner's Acquire swap. After this
-    // line the slot may be reaped and reused; only `shared` is touched from here on.
-    shared.finished[index / 64].fetch_or(1 << (index % 64), Ordering::Release);
-    if let Some(waker) = &shared.waker {
+    // line the slot may be reaped and reused; only `chunk` is touched from here on.
+    chunk.finished.fetch_or(1 << index, Ordering::Release);
+    if let Some(waker) = &chunk.waker {
         waker.wake_by_ref();
     }
 }
@@ -353,7 +392,7 @@ impl BackendQueue for RbdQueue {
     /// Completions at librbd wake the owner; ones made here (errors before librbd)
     /// do not, so the caller must poll while any are ready.
     fn wakes_on_completion(&self) -> bool {
-        self.shared.waker.is_some() && self.ready.is_empty()
+        self.waker.is_some() && self.ready.is_empty()
     }
 }
 
@@ -384,7 +423,8 @@ impl Drop for RbdQueue {
                 image: Arc::clone(&self.image),
                 geometry: Arc::clone(&self.geometry),
                 library: self.library,
-                shared: Arc::clone(&self.shared),
+                chunks: self.chunks.clone(),
+                waker: self.waker.clone(),
                 slots: std::mem::take(&mut self.slots),
                 free_slots: Vec::new(),
                 waiting: VecDeque::new(),
@@ -406,7 +446,7 @@ impl Drop for RbdQueue {
             tracing::warn!(%image, requests = at_librbd(self),
                 "RBD requests of a closed queue still at librbd; leaking their buffers until librbd completes them");
             std::mem::forget(std::mem::take(&mut self.slots));
-            std::mem::forget(Arc::clone(&self.shared));
+            std::mem::forget(self.chunks.clone());
             std::mem::forget(Arc::clone(&self.image));
         }
     }
