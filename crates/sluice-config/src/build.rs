@@ -73,6 +73,24 @@ struct Builder<'a> {
     /// Names of the backends and pools left out (under `OnUnavailable::Skip`).
     down: std::collections::BTreeSet<String>,
     unavailable: Vec<Unavailable>,
+    /// RBD images opened ahead of the walk, all at once (`open_rbd_images`), by
+    /// backend index; taken when the walk reaches them.
+    opened_images: std::collections::HashMap<usize, Result<Arc<RbdBackend>, ConfigError>>,
+}
+
+/// Opens the images of `indices` (RBD backends) all at once
+/// (`runtime::rbd_backend::PARALLEL_RBD_OPENS` at a time), so that a gateway's start
+/// does not wait for the cluster's round trips image after image. Each result is
+/// reported when the walk reaches its backend, as if it had been opened there.
+fn open_rbd_images(
+    config: &Config,
+    indices: &[usize],
+) -> std::collections::HashMap<usize, Result<Arc<RbdBackend>, ConfigError>> {
+    let opened = runtime::rbd_backend::in_parallel(indices, |&index| {
+        let backend = &config.backends[index];
+        open_rbd(backend, &backend.location())
+    });
+    indices.iter().copied().zip(opened).collect()
 }
 
 impl Builder<'_> {
@@ -179,7 +197,21 @@ pub fn build(
         reused_backends: Vec::new(),
         down: Default::default(),
         unavailable: Vec::new(),
+        opened_images: Default::default(),
     };
+    let images: Vec<usize> = plan
+        .order
+        .iter()
+        .filter_map(|&node| match node {
+            Node::Backend(index) if config.backends[index].kind == StorageKind::Rbd && !builder.is_open(node) => {
+                Some(index)
+            }
+            _ => None,
+        })
+        .collect();
+    if images.len() > 1 {
+        builder.opened_images = open_rbd_images(config, &images);
+    }
     for &node in &plan.order {
         if builder.is_open(node) {
             continue;
@@ -436,7 +468,10 @@ fn build_backend(config: &Config, index: usize, builder: &mut Builder<'_>) -> Re
                 .map_err(|error| invalid(&location, composition_message(&error, backend)))?
         }
         StorageKind::Rbd => {
-            let rbd = open_rbd(backend, &location)?;
+            let rbd = match builder.opened_images.remove(&index) {
+                Some(opened) => opened?,
+                None => open_rbd(backend, &location)?,
+            };
             return Ok(BuiltBackend { backend: Arc::clone(&rbd) as Arc<dyn Backend>, file: None, rbd: Some(rbd) });
         }
         StorageKind::Carve => {
