@@ -5,7 +5,7 @@
 //! connections. The kernel spreads incoming connections across the threads and
 //! a connection never moves, so protocol handlers are single-threaded and need
 //! not be `Send`. The runtime knows nothing about NVMe: it accepts TCP
-//! connections, receives bytes into a per-connection buffer, sends batches with
+//! connections, receives bytes into buffers its connections share, sends batches with
 //! one vectored `sendmsg` at a time per connection, runs per-connection timers,
 //! and calls a [`ConnectionHandler`]. Listening addresses can be added and
 //! removed while it runs ([`ListenerControl`]).
