@@ -228,6 +228,8 @@ pub struct Controller {
     unquiet_queues: AtomicU32,
     /// Queues of this controller closed with storage requests still in flight.
     draining_queues: AtomicU32,
+    /// The namespace view its queues share (built by the first to see a generation).
+    pub(crate) view: crate::namespaces::SharedView,
 }
 
 /// One Abort the admin queue received for a command of an I/O queue.
@@ -295,6 +297,7 @@ impl Controller {
             abort_requested: AtomicBool::new(false),
             unquiet_queues: AtomicU32::new(0),
             draining_queues: AtomicU32::new(0),
+            view: crate::namespaces::SharedView::default(),
         }
     }
 

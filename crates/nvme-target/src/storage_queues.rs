@@ -93,8 +93,10 @@ pub(crate) struct QueuesActivity {
 /// A connection's backend queues.
 #[derive(Default)]
 pub(crate) struct StorageQueues {
-    /// Open queues by NSID - 1.
-    open: Vec<Option<OpenQueue>>,
+    /// Open queues by NSID - 1, boxed: the table is as long as the highest NSID the
+    /// connection used, so with thousands of namespaces an empty entry should cost a
+    /// pointer (8 bytes), not a whole queue handle (40).
+    open: Vec<Option<Box<OpenQueue>>>,
     /// NSIDs with an open queue (to poll only those).
     opened: Vec<u32>,
     /// Queues of namespaces that went away (detached, deleted) with I/O still in
@@ -139,10 +141,10 @@ impl StorageQueues {
                 self.open.resize_with(index + 1, || None);
             }
             let entry = self.open.get_mut(index).ok_or(Status::INTERNAL_ERROR)?;
-            *entry = Some(OpenQueue::new(namespace, self.waker.as_ref(), self.host));
+            *entry = Some(Box::new(OpenQueue::new(namespace, self.waker.as_ref(), self.host)));
             self.opened.push(namespace_id.0);
         }
-        self.open.get_mut(index).and_then(Option::as_mut).ok_or(Status::INTERNAL_ERROR)
+        self.open.get_mut(index).and_then(Option::as_mut).map(|queue| &mut **queue).ok_or(Status::INTERNAL_ERROR)
     }
 
     /// Submits `request` to `namespace_id`'s queue, opening it first if need be. A
@@ -199,7 +201,8 @@ impl StorageQueues {
 
     /// Requests in flight on every queue, retired ones included.
     pub(crate) fn in_flight(&self) -> usize {
-        let open = self.open.iter().flatten().map(|open| open.queue.in_flight());
+        // The queues opened, not the whole table (as long as the highest NSID used).
+        let open = self.opened_queues().map(|open| open.queue.in_flight());
         open.chain(self.retired.iter().map(|open| open.queue.in_flight())).sum()
     }
 
@@ -245,7 +248,7 @@ impl StorageQueues {
             };
             if !still_active {
                 if let Some(queue) = entry.take().filter(|queue| queue.queue.in_flight() > 0) {
-                    retired.push(queue);
+                    retired.push(*queue);
                 }
             }
             still_active
@@ -264,6 +267,7 @@ impl StorageQueues {
             .iter()
             .filter_map(|&nsid| (nsid as usize).checked_sub(1).and_then(|index| self.open.get(index)))
             .flatten()
+            .map(|queue| &**queue)
     }
 }
 

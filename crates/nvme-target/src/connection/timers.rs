@@ -138,11 +138,12 @@ impl Connection {
         let Some(binding) = &self.binding else { return };
         let Some(subsystem) = &binding.controller.subsystem else { return };
         let generation = subsystem.generation();
-        if self.view.generation == Some(generation) {
+        if self.view.generation() == Some(generation) {
             return;
         }
         let table = subsystem.table();
-        self.view.rebuild(&table, &binding.controller.host_nqn, generation, &subsystem.qos_host_defaults);
+        let controller = &binding.controller;
+        self.view.rebuild(&table, &controller.host_nqn, generation, &subsystem.qos_host_defaults, &controller.view);
         self.storage.retire_inactive(&self.view);
     }
 
