@@ -8,7 +8,11 @@
 #
 #   scripts/compare-spdk.sh [--rounds N] [--seconds S] [--modes "adaptive sleep busy-poll"]
 #                           [--workloads "randread:4096:1 ..."] [--precondition-seconds S]
-#                           [--out DIR]
+#                           [--baseline BIN] [--out DIR]
+#
+# --baseline BIN also runs each mode on another build of sluice (a build before a
+# change), as target `base-MODE`, interleaved with the rest: the one-connection
+# profiles of a change against the build before it, with SPDK's figures beside them.
 #
 # Each target is preconditioned first (128 KiB sequential writes for S seconds, default
 # 3; 0 skips it), so no workload measures first writes into unallocated memory.
@@ -24,6 +28,7 @@ SECONDS_PER_RUN=10
 # 1 GiB at 128 KiB QD8 takes well under a second here; 3 s covers a slow sitting.
 PRECONDITION_SECONDS=3
 MODES="adaptive sleep busy-poll"
+BASELINE_BIN=''
 WORKLOADS="randread:4096:1 randread:4096:32 randread:4096:128 randwrite:4096:32 read:131072:8 write:131072:8"
 OUT=${OUT:-$REPO/target/compare-spdk}
 NQN=nqn.2026-11.io.sluice:compare
@@ -38,8 +43,9 @@ while [ $# -gt 0 ]; do
     --modes) MODES=$2; shift 2 ;;
     --precondition-seconds) PRECONDITION_SECONDS=$2; shift 2 ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
+    --baseline) BASELINE_BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "compare-spdk: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -75,6 +81,9 @@ start_target() {
     TARGET_PID=$!
   else
     TARGET_NQN=$NQN
+    # base-MODE: the baseline build in MODE.
+    local mode=${name#base-} binary=$SLUICE_BIN
+    [ "$mode" != "$name" ] && binary=$BASELINE_BIN
     cat >"$OUT/sluice-$name.toml" <<EOF
 [[listener]]
 address = "127.0.0.1:$PORT"
@@ -91,9 +100,9 @@ block_size = 4096
 
 [runtime]
 threads = 1
-poll_mode = "$name"
+poll_mode = "$mode"
 EOF
-    SLUICE_LOG=warn taskset -c 0 "$SLUICE_BIN" serve --config "$OUT/sluice-$name.toml" >"$OUT/target-$name.log" 2>&1 &
+    SLUICE_LOG=warn taskset -c 0 "$binary" serve --config "$OUT/sluice-$name.toml" >"$OUT/target-$name.log" 2>&1 &
     TARGET_PID=$!
   fi
   local waited=0
@@ -121,6 +130,12 @@ write_raw_header
 
 log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 targets="spdk $MODES"
+sides=$MODES
+if [ -n "$BASELINE_BIN" ]; then
+  [ -x "$BASELINE_BIN" ] || { echo "compare-spdk: --baseline $BASELINE_BIN is not an executable" >&2; exit 2; }
+  for mode in $MODES; do sides="$sides base-$mode"; done
+  targets="spdk $sides"
+fi
 for round in $(seq 1 "$ROUNDS"); do
   order=$targets
   [ $((round % 2)) -eq 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
@@ -133,5 +148,5 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # Best round per target and workload (highest IOPS), then ratios to SPDK.
-python3 "$REPO/scripts/lib/best-ratios.py" "$RAW" target spdk "$MODES" target_cpu_us_per_io SPDK | tee "$OUT/summary.md"
+python3 "$REPO/scripts/lib/best-ratios.py" "$RAW" target spdk "$sides" target_cpu_us_per_io SPDK | tee "$OUT/summary.md"
 log "raw rounds: $RAW"
