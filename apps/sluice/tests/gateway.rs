@@ -72,7 +72,7 @@ fn owner_fenced_on_takeover_rejoins_by_itself_and_fails_back() {
     let discovery =
         support::sluice(&["discover", "-t", "tcp", "-a", "127.0.0.1", "-s", &group.ports[1].to_string(), "-o", "json"]);
     let listed = String::from_utf8_lossy(&discovery.stdout);
-    for port in group.ports {
+    for port in &group.ports {
         assert!(
             listed.contains(&format!("\"{port}\"")) || listed.contains(&format!(": {port}")),
             "port {port} in {listed}"

@@ -1,5 +1,8 @@
-//! A gateway group of two `sluice serve` processes exporting one RBD image on the
-//! cluster at `CEPH_CONF`, and hosts that reach it as the tests need them.
+//! A gateway group of `sluice serve` processes exporting RBD images on the cluster at
+//! `CEPH_CONF`, and hosts that reach it as the tests need them. Two members ("a" and
+//! "b") exporting one image unless a test asks for more members ("a", "b", "c", ...),
+//! more namespaces (each on its own image, in an ANA group of its own choosing) and
+//! preferred owners of ANA groups.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,36 +27,95 @@ pub fn unique(what: &str) -> String {
     format!("sluice-gw-{what}-{}", std::process::id())
 }
 
-/// Two members, "a" and "b", of one group exporting one image.
+/// The name of member `member`: "a", "b", "c", ... (a group has at most 16).
+pub fn member_name(member: usize) -> String {
+    assert!(member < 16, "a gateway group has at most 16 members");
+    char::from(b'a' + member as u8).to_string()
+}
+
+/// One namespace the group exports, on an image of its own.
+#[derive(Clone, Debug)]
+pub struct GroupNamespace {
+    pub nsid: u32,
+    pub ana_group: u32,
+    /// The RBD image (in pool "rbd").
+    pub image: String,
+}
+
+/// Members "a", "b", ... of one group exporting its namespaces (by default one, NSID 1
+/// in ANA group 1, on `image`).
 pub struct Group {
     pub dir: PathBuf,
     pub image: String,
     pub group: String,
-    pub ports: [u16; 2],
+    /// Each member's I/O listener, by position.
+    pub ports: Vec<u16>,
     pub block_bytes: usize,
+    /// The namespaces every member exports; the first is on `image`.
+    pub namespaces: Vec<GroupNamespace>,
+    /// `[[gateway.ana_group]]` entries: (ANA group, preferred member's position).
+    pub preferred: Vec<(u32, usize)>,
 }
 
 impl Group {
+    /// Two members exporting one namespace.
     pub fn new(test: &str) -> Group {
+        Group::with_members(test, 2)
+    }
+
+    /// `members` members exporting one namespace.
+    pub fn with_members(test: &str, members: usize) -> Group {
+        assert!((1..=16).contains(&members), "1..=16 members");
         let dir = scratch_dir(&format!("gateway-{test}"));
+        let image = unique(test);
         Group {
             dir,
-            image: unique(test),
+            namespaces: vec![GroupNamespace { nsid: NAMESPACE.0, ana_group: 1, image: image.clone() }],
+            image,
             group: unique(test),
-            ports: [free_port(), free_port()],
+            ports: (0..members).map(|_| free_port()).collect(),
             block_bytes: BLOCK_BYTES,
+            preferred: Vec::new(),
         }
+    }
+
+    /// Exports these (NSID, ANA group) namespaces instead, each on its own image (the
+    /// first on `image`), every ANA group preferred by the member given.
+    pub fn with_namespaces(mut self, namespaces: &[(u32, u32, usize)]) -> Group {
+        self.namespaces = namespaces
+            .iter()
+            .enumerate()
+            .map(|(index, &(nsid, ana_group, _))| GroupNamespace {
+                nsid,
+                ana_group,
+                image: if index == 0 { self.image.clone() } else { format!("{}-ns{nsid}", self.image) },
+            })
+            .collect();
+        self.preferred.clear();
+        for &(_, ana_group, member) in namespaces {
+            assert!(member < self.ports.len(), "member {member} of {}", self.ports.len());
+            if !self.preferred.iter().any(|(group, _)| *group == ana_group) {
+                self.preferred.push((ana_group, member));
+            }
+        }
+        self
+    }
+
+    pub fn members(&self) -> usize {
+        self.ports.len()
     }
 
     pub fn address(&self, member: usize) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.ports[member]))
     }
 
-    /// The config of member `member` ("a" or "b"), its namespace with `nsid`.
+    /// The config of member `member` ("a", "b", ...). `nsid` replaces the first
+    /// namespace's NSID (to describe its image differently from the other members).
     pub fn config(&self, member: usize, nsid: u32) -> PathBuf {
-        let name = ["a", "b"][member];
+        use std::fmt::Write;
+        let name = member_name(member);
         let path = self.dir.join(format!("gateway-{name}.toml"));
-        let text = format!(
+        let mut text = format!(
             r#"[[listener]]
 address = "127.0.0.1:{port}"
 
@@ -62,43 +124,53 @@ name = "{name}"
 group = "{group}"
 lease_ms = {LEASE_MS}
 op_timeout_ms = 5000
-
-[[gateway.member]]
-name = "a"
-address = "127.0.0.1:{port_a}"
-
-[[gateway.member]]
-name = "b"
-address = "127.0.0.1:{port_b}"
-
+"#,
+            port = self.ports[member],
+            group = self.group,
+        );
+        for (index, port) in self.ports.iter().enumerate() {
+            let _ = write!(
+                text,
+                "\n[[gateway.member]]\nname = \"{}\"\naddress = \"127.0.0.1:{port}\"\n",
+                member_name(index)
+            );
+        }
+        for (ana_group, preferred) in &self.preferred {
+            let _ = write!(
+                text,
+                "\n[[gateway.ana_group]]\nid = {ana_group}\npreferred = \"{}\"\n",
+                member_name(*preferred)
+            );
+        }
+        for (index, namespace) in self.namespaces.iter().enumerate() {
+            let _ = write!(
+                text,
+                r#"
 [[backend]]
-name = "shared"
+name = "{backend}"
 kind = "rbd"
 pool = "rbd"
 image = "{image}"
 size = "64MiB"
 block_size = {block_bytes}
 op_timeout_ms = 5000
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = {nsid}
-device = "shared"
-ana_group = 1
-
-[runtime]
-threads = 1
 "#,
-            port = self.ports[member],
-            group = self.group,
-            port_a = self.ports[0],
-            port_b = self.ports[1],
-            image = self.image,
-            block_bytes = self.block_bytes,
-        );
+                backend = backend_name(index),
+                image = namespace.image,
+                block_bytes = self.block_bytes,
+            );
+        }
+        let _ = write!(text, "\n[[subsystem]]\nnqn = \"{NQN}\"\nallow_any_host = true\n");
+        for (index, namespace) in self.namespaces.iter().enumerate() {
+            let _ = write!(
+                text,
+                "\n[[subsystem.namespace]]\nnsid = {nsid}\ndevice = \"{backend}\"\nana_group = {ana_group}\n",
+                nsid = if index == 0 { nsid } else { namespace.nsid },
+                backend = backend_name(index),
+                ana_group = namespace.ana_group,
+            );
+        }
+        text.push_str("\n[runtime]\nthreads = 1\n");
         std::fs::write(&path, text).expect("write gateway config");
         path
     }
@@ -150,19 +222,48 @@ threads = 1
     }
 }
 
+/// The `[[backend]]` name of the namespace at `index`.
+fn backend_name(index: usize) -> String {
+    if index == 0 {
+        "shared".to_string()
+    } else {
+        format!("shared-{}", index + 1)
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
-        remove_image(&format!("rbd/{}", self.image));
+        let mut removed = true;
+        for namespace in &self.namespaces {
+            removed &= remove_image(&format!("rbd/{}", namespace.image));
+        }
         remove_image(&format!("rbd/{}-2", self.image));
         let _ = Command::new("rados")
             .args(["-p", "rbd", "rm", &format!("sluice.config.{}", self.group)])
             .stderr(Stdio::null())
             .status();
+        // The leases and reservation records too, once no gateway holds the images
+        // (a gateway still running would only make them again).
+        if removed {
+            remove_objects(&format!("sluice.gateway.{}", self.group), &format!("sluice.reservations.{}.", self.group));
+        }
     }
 }
 
-/// Removes an image (retrying while a gateway that just stopped still holds it).
-pub fn remove_image(spec: &str) {
+/// Removes the object `exact` and every object whose name starts with `prefix` from
+/// pool "rbd" (best effort).
+fn remove_objects(exact: &str, prefix: &str) {
+    let Ok(listed) = Command::new("rados").args(["-p", "rbd", "ls"]).stderr(Stdio::null()).output() else { return };
+    for name in String::from_utf8_lossy(&listed.stdout).lines() {
+        if name == exact || name.starts_with(prefix) {
+            let _ = Command::new("rados").args(["-p", "rbd", "rm", name]).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+/// Removes an image (retrying while a gateway that just stopped still holds it);
+/// false when it is still there after 30 s.
+pub fn remove_image(spec: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         let child = Command::new("rbd")
@@ -173,11 +274,12 @@ pub fn remove_image(spec: &str) {
             .expect("run rbd");
         match wait_bounded(child, Duration::from_secs(60)) {
             Some(output) if output.status.success() || String::from_utf8_lossy(&output.stderr).contains("No such") => {
-                return
+                return true
             }
             _ => std::thread::sleep(Duration::from_millis(500)),
         }
     }
+    false
 }
 
 pub fn connect(address: SocketAddr) -> Controller {
@@ -198,9 +300,9 @@ pub fn connect_as(address: SocketAddr, host: Option<[u8; 16]>) -> Controller {
     Controller::connect(options).unwrap_or_else(|error| panic!("connect to {address}: {error}"))
 }
 
-/// The state of ANA group 1 at `address`, as a host reads it; `None` when the gateway
-/// does not answer.
-pub fn group_state(address: SocketAddr) -> Option<AnaState> {
+/// The ANA log (0Ch) at `address`, as a host reads it; `None` when the gateway does
+/// not answer.
+pub fn ana_log(address: SocketAddr) -> Option<AnaLog> {
     let mut options = ConnectOptions::new(address, NQN);
     options.io_queues = 0;
     options.connect_timeout = Duration::from_secs(2);
@@ -208,7 +310,25 @@ pub fn group_state(address: SocketAddr) -> Option<AnaState> {
     options.controller_loss_timeout = Duration::ZERO;
     let controller = Controller::connect(options).ok()?;
     let data = controller.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, 4096).ok()?;
-    let log = AnaLog::decode(&data).expect("a well-formed ANA log");
+    Some(AnaLog::decode(&data).expect("a well-formed ANA log"))
+}
+
+/// The state of ANA group `ana_group` in `log` (which must list it).
+pub fn state_in(log: &AnaLog, ana_group: u32) -> AnaState {
+    let descriptor = log.groups.iter().find(|group| group.descriptor.group_id.0 == ana_group);
+    descriptor.unwrap_or_else(|| panic!("ANA group {ana_group} missing from the log: {log:?}")).descriptor.state
+}
+
+/// The state of ANA group `ana_group` at `address`; `None` when the gateway does not
+/// answer.
+pub fn ana_group_state(address: SocketAddr, ana_group: u32) -> Option<AnaState> {
+    ana_log(address).map(|log| state_in(&log, ana_group))
+}
+
+/// The state of ANA group 1 at `address`, the only group there, with [`NAMESPACE`]
+/// alone in it; `None` when the gateway does not answer.
+pub fn group_state(address: SocketAddr) -> Option<AnaState> {
+    let log = ana_log(address)?;
     assert_eq!(log.groups.len(), 1, "one ANA group: {log:?}");
     assert_eq!(log.groups[0].namespaces, [NAMESPACE]);
     Some(log.groups[0].descriptor.state)
@@ -216,13 +336,23 @@ pub fn group_state(address: SocketAddr) -> Option<AnaState> {
 
 /// Polls until `address` reports `state` for group 1; returns how long it took.
 pub fn await_state(address: SocketAddr, state: AnaState, limit: Duration) -> Duration {
+    await_until(address, limit, &format!("{state:?}"), || group_state(address) == Some(state))
+}
+
+/// Polls until `address` reports `state` for ANA group `ana_group`; returns how long
+/// it took.
+pub fn await_group_state(address: SocketAddr, ana_group: u32, state: AnaState, limit: Duration) -> Duration {
+    let what = format!("{state:?} for ANA group {ana_group}");
+    await_until(address, limit, &what, || ana_group_state(address, ana_group) == Some(state))
+}
+
+fn await_until(address: SocketAddr, limit: Duration, what: &str, mut reached: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     loop {
-        let seen = group_state(address);
-        if seen == Some(state) {
+        if reached() {
             return start.elapsed();
         }
-        assert!(start.elapsed() < limit, "{address} reports {seen:?}, not {state:?}, after {limit:?}");
+        assert!(start.elapsed() < limit, "{address} does not report {what} after {limit:?} ({:?})", ana_log(address));
         std::thread::sleep(Duration::from_millis(100));
     }
 }
