@@ -16,6 +16,56 @@ use super::{invalid, ConfigError};
 
 /// Most gateways in one group: each gets 1/16 of the CNTLID space (4094 controllers).
 pub const MAX_GATEWAYS: usize = 16;
+
+/// The longest attribute name a Ceph OSD stores (`osd_max_attr_name_len`, 100 bytes
+/// by default; measured: 101 bytes fail with ENAMETOOLONG). The group's object keeps
+/// an attribute per shared image (`namespace.rbd:<pool>/<image>`) and two per member
+/// (`lock.member.<name>`, `sluice.client.<name>`), so the names below are bounded by
+/// it, and checked with the configuration rather than failing a gateway's start.
+pub const MAX_CLUSTER_ATTRIBUTE_NAME_BYTES: usize = 100;
+
+/// The longest member name: its client attribute `sluice.client.<name>` must fit
+/// [`MAX_CLUSTER_ATTRIBUTE_NAME_BYTES`].
+pub const MAX_MEMBER_NAME_BYTES: usize = MAX_CLUSTER_ATTRIBUTE_NAME_BYTES - "sluice.client.".len();
+
+/// The most bytes of pool and image name together of an image a gateway group shares:
+/// its identity attribute `namespace.rbd:<pool>/<image>` must fit
+/// [`MAX_CLUSTER_ATTRIBUTE_NAME_BYTES`].
+pub const MAX_SHARED_IMAGE_NAME_BYTES: usize = MAX_CLUSTER_ATTRIBUTE_NAME_BYTES - "namespace.rbd:/".len();
+
+/// Refuses a member name too long for the group object's attributes.
+fn check_member_name_length(name: &str, location: &str) -> Result<(), ConfigError> {
+    if name.len() > MAX_MEMBER_NAME_BYTES {
+        return Err(invalid(
+            location,
+            format!(
+                "member name {name:?} is {} bytes; the group's object in the cluster keeps an attribute named after \
+                 each member, and Ceph takes attribute names of at most {MAX_CLUSTER_ATTRIBUTE_NAME_BYTES} bytes \
+                 (osd_max_attr_name_len), so a member name may be at most {MAX_MEMBER_NAME_BYTES} bytes",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an image whose pool and image names are too long for its identity
+/// attribute on the group's object.
+pub fn check_shared_image_name_length(pool: &str, image: &str, location: &str) -> Result<(), ConfigError> {
+    let bytes = pool.len() + image.len();
+    if bytes > MAX_SHARED_IMAGE_NAME_BYTES {
+        return Err(invalid(
+            location,
+            format!(
+                "rbd image {pool}/{image} has {bytes} bytes of pool and image name; a gateway group records each \
+                 image it shares under an attribute of the group's object, and Ceph takes attribute names of at \
+                 most {MAX_CLUSTER_ATTRIBUTE_NAME_BYTES} bytes (osd_max_attr_name_len), so pool and image together \
+                 may be at most {MAX_SHARED_IMAGE_NAME_BYTES} bytes: give the image a shorter name"
+            ),
+        ));
+    }
+    Ok(())
+}
 /// Default lease: a gateway that has not renewed its leases for this long is taken
 /// over (and fenced). Shorter fails over faster but fences a gateway that stalls
 /// (an overloaded cluster or machine) for that long.
@@ -156,6 +206,7 @@ impl GatewaySection {
     pub fn plan(&self) -> Result<GatewayPlan, ConfigError> {
         let location = "[gateway]";
         check_name(&self.name, location)?;
+        check_member_name_length(&self.name, location)?;
         check_name(&self.group, &format!("{location}.group"))?;
         if self.members.is_empty() || self.members.len() > MAX_GATEWAYS {
             return Err(invalid(
@@ -167,6 +218,7 @@ impl GatewaySection {
         for (index, member) in self.members.iter().enumerate() {
             let where_ = format!("[[gateway.member]] {index} ({})", member.name);
             check_name(&member.name, &where_)?;
+            check_member_name_length(&member.name, &where_)?;
             if members.iter().any(|(name, _): &(String, SocketAddr)| *name == member.name) {
                 return Err(invalid(where_, "the name is listed twice"));
             }
@@ -261,5 +313,18 @@ mod tests {
         assert!(error.is_err());
         let error = section(&format!("{TWO}\n[[ana_group]]\nid = 1\npreferred = \"z\"")).plan().unwrap_err();
         assert!(error.to_string().contains("is not a [[gateway.member]]"), "{error}");
+    }
+
+    #[test]
+    fn names_too_long_for_the_clusters_attributes_are_refused_with_the_limit() {
+        let long = "m".repeat(MAX_MEMBER_NAME_BYTES + 1);
+        let text = TWO.replace("name = \"b\"", &format!("name = \"{long}\""));
+        let error = section(&text).plan().unwrap_err().to_string();
+        assert!(error.contains("at most 86 bytes") && error.contains("osd_max_attr_name_len"), "{error}");
+        assert!(section(&TWO.replace("name = \"b\"", &format!("name = \"{}\"", &long[1..]))).plan().is_ok());
+        let image = "i".repeat(MAX_SHARED_IMAGE_NAME_BYTES - "rbd".len());
+        assert!(check_shared_image_name_length("rbd", &image, "here").is_ok(), "85 bytes fit");
+        let error = check_shared_image_name_length("rbd", &format!("{image}x"), "here").unwrap_err().to_string();
+        assert!(error.contains("86 bytes of pool and image name") && error.contains("at most 85"), "{error}");
     }
 }

@@ -623,6 +623,7 @@ impl Config {
                         "a gateway serves only namespaces on rbd images (device = \"<rbd backend>\"): every gateway of the group must serve the same blocks",
                     ));
                 };
+                gateway::check_shared_image_name_length(&options.pool, &options.image, &location)?;
                 if options.cluster != plan.cluster {
                     return Err(invalid(
                         location,
