@@ -74,6 +74,21 @@ pub struct GroupView {
     ownerless_since: Option<Instant>,
 }
 
+impl GroupView {
+    /// A group just coordinated: inaccessible here until its lease is decided.
+    fn new(id: AnaGroupId, preferred: &str, sink: &dyn AnaSink) -> GroupView {
+        sink.set_ana_state(id, AnaState::Inaccessible);
+        GroupView {
+            id,
+            preferred: preferred.to_string(),
+            state: AnaState::Inaccessible,
+            owned: false,
+            owner: String::new(),
+            ownerless_since: None,
+        }
+    }
+}
+
 /// Counters for the metrics endpoint and status.
 #[derive(Clone, Debug, Default)]
 pub struct GatewayCounters {
@@ -128,23 +143,18 @@ pub fn owner_attribute(group: AnaGroupId) -> String {
 }
 
 impl<S: LeaseStore> Coordinator<S> {
-    /// A coordinator whose groups start inaccessible (nothing is known yet).
+    /// A coordinator whose groups start inaccessible (nothing is known yet). Every
+    /// other ANA group is reported inaccessible too: a namespace a reload later puts
+    /// in a group nobody coordinates must not be optimized on every gateway at once
+    /// (the target's own default, right for a lone target); [`Coordinator::add_group`]
+    /// brings such a group under the leases.
     pub fn new(store: S, settings: CoordinatorSettings, sink: &dyn AnaSink) -> Coordinator<S> {
-        let groups = settings
-            .groups
-            .iter()
-            .map(|(id, preferred)| {
-                sink.set_ana_state(*id, AnaState::Inaccessible);
-                GroupView {
-                    id: *id,
-                    preferred: preferred.clone(),
-                    state: AnaState::Inaccessible,
-                    owned: false,
-                    owner: String::new(),
-                    ownerless_since: None,
-                }
-            })
-            .collect();
+        for id in 1..=nvme_target::limits::MAX_ANA_GROUP_ID {
+            if !settings.groups.iter().any(|(group, _)| group.0 == id) {
+                sink.set_ana_state(AnaGroupId(id), AnaState::Inaccessible);
+            }
+        }
+        let groups = settings.groups.iter().map(|(id, preferred)| GroupView::new(*id, preferred, sink)).collect();
         Coordinator {
             store,
             settings,
@@ -154,6 +164,19 @@ impl<S: LeaseStore> Coordinator<S> {
             last_renewal: None,
             counters: GatewayCounters::default(),
         }
+    }
+
+    /// Coordinates `group` from the next round (a reload served a namespace in a group
+    /// none had at the start): inaccessible until its lease is decided, as at start.
+    /// Returns false when it is coordinated already.
+    pub fn add_group(&mut self, group: AnaGroupId, preferred: &str, sink: &dyn AnaSink) -> bool {
+        if self.groups.iter().any(|view| view.id == group) {
+            return false;
+        }
+        self.groups.push(GroupView::new(group, preferred, sink));
+        self.settings.groups.push((group, preferred.to_string()));
+        tracing::info!(ana_group = group.0, preferred, "a namespace was added in a new ANA group; coordinating it");
+        true
     }
 
     pub fn settings(&self) -> &CoordinatorSettings {

@@ -270,6 +270,10 @@ fn run(
             }
         }
         next += interval;
+        // A reload may have served a namespace in an ANA group none had before.
+        for group in served_groups(target) {
+            coordinator.add_group(group, plan.preferred_owner(group), sink);
+        }
         coordinator.step(Instant::now(), sink);
         publish(status, snapshot(plan, subsystems, &coordinator));
         if coordinator.phase == Phase::Fenced {

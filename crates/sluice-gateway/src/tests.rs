@@ -180,6 +180,23 @@ fn each_group_is_optimized_on_its_preferred_gateway_and_non_optimized_elsewhere(
 }
 
 #[test]
+fn a_group_a_reload_adds_is_inaccessible_everywhere_until_coordinated_then_optimized_on_one_gateway() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    // Group 3 was not served at the start: no gateway may report it optimized.
+    assert_eq!((a.sink.state(3), b.sink.state(3)), (AnaState::Inaccessible, AnaState::Inaccessible));
+    assert!(a.coordinator.add_group(AnaGroupId(3), "b", &a.sink));
+    assert!(b.coordinator.add_group(AnaGroupId(3), "b", &b.sink));
+    assert!(!b.coordinator.add_group(AnaGroupId(3), "b", &b.sink), "coordinated once");
+    run(&world, &mut [&mut a, &mut b], 2);
+    assert_eq!((a.sink.state(3), b.sink.state(3)), (AnaState::NonOptimized, AnaState::Optimized));
+    assert_eq!((a.sink.state(1), b.sink.state(2)), (AnaState::Optimized, AnaState::Optimized), "others unchanged");
+}
+
+#[test]
 fn a_dead_owner_is_fenced_and_its_group_taken_within_a_lease_and_a_round() {
     let world = world();
     let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
