@@ -34,6 +34,15 @@
 #            malloc namespace (all spdk-peer target offers), so there every controller
 #            is on that namespace.
 #
+# --reference picks the reference targets beside Sluice: spdk (the default), responder,
+# all (spdk and responder) or none. The responder is tools/minimal-responder (built
+# here with cargo into target/minimal-responder unless RESPONDER_BIN is set): one
+# io_uring thread on core 0 that answers the same connections with a 4 KiB data PDU and
+# a response from memory and no NVMe logic, the kernel path's limit for this load (in
+# sleep mode, or busy-poll when --poll-mode is busy-poll). Every target runs interleaved
+# in each round (Sluice, SPDK, responder; the next round in reverse order), and the
+# summary adds each target's share of the responder's IOPS.
+#
 # spdk_nvme_perf takes at most 256 -r (controllers), hence 250 x 3 queues by default.
 # Also reported: the initiator's CPU over the sample (cores: below 1, the machine's
 # other load took part of core 1 from the polling initiator). --profile records the
@@ -42,7 +51,7 @@
 #   scripts/measure-scale.sh [--subsystems S] [--namespaces N] [--jobs J] [--seconds T]
 #                            [--rounds R] [--poll-mode sleep|adaptive|busy-poll] [--out DIR]
 #                            [--initiator fio|spdk] [--controllers C] [--qpairs P] [--qd D]
-#                            [--reference spdk|none] [--profile]
+#                            [--reference spdk|responder|all|none] [--profile]
 #
 # Defaults: 100 subsystems x 100 namespaces (10,000), 500 jobs (1,000 connections),
 # 20 s, 2 rounds; with spdk: 250 controllers x 3 I/O queues (1,000 connections), QD 3
@@ -113,7 +122,13 @@ case $INITIATOR in
     (( QPAIRS >= 1 && QD >= 1 )) || die "--qpairs and --qd are at least 1"
     # The one-connection way runs at QD CONTROLLERS x QD on one queue (Sluice: 1,024 entries).
     [ $(( CONTROLLERS * QD )) -le 1023 ] || die "--controllers x --qd is at most 1023 (one queue holds the total depth)"
-    case $REFERENCE in spdk|none) ;; *) die "--reference is spdk or none" ;; esac
+    case $REFERENCE in
+      spdk) REFERENCES=spdk ;;
+      responder) REFERENCES=responder ;;
+      all) REFERENCES="spdk responder" ;;
+      none) REFERENCES='' ;;
+      *) die "--reference is spdk, responder, all or none" ;;
+    esac
     ;;
   *) die "--initiator is fio or spdk" ;;
 esac
@@ -121,6 +136,13 @@ mkdir -p "$OUT"
 if [ -z "${SLUICE_BIN:-}" ]; then
   (cd "$REPO" && cargo build --release -p sluice --bin sluice --quiet)
   SLUICE_BIN=$REPO/target/release/sluice
+fi
+if [[ " ${REFERENCES:-} " == *" responder "* ]] && [ -z "${RESPONDER_BIN:-}" ]; then
+  # Its own workspace: its own target directory, beside the workspace's.
+  RESPONDER_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}/minimal-responder
+  CARGO_TARGET_DIR=$RESPONDER_TARGET_DIR cargo build --release --quiet \
+    --manifest-path "$REPO/tools/minimal-responder/Cargo.toml"
+  RESPONDER_BIN=$RESPONDER_TARGET_DIR/release/minimal-responder
 fi
 CONNECTIONS=$(( 2 * JOBS ))
 [ "$INITIATOR" = fio ] || CONNECTIONS=$(( CONTROLLERS * (1 + QPAIRS) ))
@@ -143,10 +165,10 @@ write_config() {  # write_config FILE SUBSYSTEMS NAMESPACES
   } >"$1"
 }
 
-SERVE_PID='' SPDK_TGT_WRAPPER='' PERF_PID=''
+SERVE_PID='' SPDK_TGT_WRAPPER='' RESPONDER_PID='' PERF_PID=''
 cleanup() {
   local pid
-  for pid in "$PERF_PID" "$SPDK_TGT_WRAPPER" "$SERVE_PID"; do
+  for pid in "$PERF_PID" "$SPDK_TGT_WRAPPER" "$RESPONDER_PID" "$SERVE_PID"; do
     [ -n "$pid" ] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }
   done
   return 0
@@ -202,6 +224,24 @@ if [ "$INITIATOR" = spdk ]; then
     die "spdk-peer target not ready within 60 s"
   }
   stop_spdk_target() { kill "$SPDK_TGT_WRAPPER"; wait "$SPDK_TGT_WRAPPER" || true; SPDK_TGT_WRAPPER=''; }
+  # The minimal responder: any subsystem NQN, one 1 GiB namespace; same core as the others.
+  RESPONDER_NQN=nqn.2026-12.io.sluice:responder
+  RESPONDER_PORT=''
+  RESPONDER_POLL_MODE='sleep'
+  [ "$POLL_MODE" = busy-poll ] && RESPONDER_POLL_MODE=busy-poll
+  start_responder() {  # sets RESPONDER_PID and RESPONDER_PORT
+    RESPONDER_PORT=$(free_port)
+    taskset -c 0 "$RESPONDER_BIN" --address "127.0.0.1:$RESPONDER_PORT" --core 0 \
+      --poll-mode "$RESPONDER_POLL_MODE" >"$OUT/responder.log" 2>&1 &
+    RESPONDER_PID=$!
+    for _ in $(seq 1 100); do
+      grep -q '^READY ' "$OUT/responder.log" && return 0
+      kill -0 "$RESPONDER_PID" 2>/dev/null || { cat "$OUT/responder.log" >&2; die "minimal-responder exited"; }
+      sleep 0.1
+    done
+    die "minimal-responder not ready within 10 s"
+  }
+  stop_responder() { kill "$RESPONDER_PID"; wait "$RESPONDER_PID" || true; RESPONDER_PID=''; }
   established() { ss -Htn state established "( sport = :$1 )" | wc -l; }
   hostnqn() { printf 'nqn.2014-08.org.nvmexpress:uuid:5d899820-a9a5-4def-bb57-%012x' "$1"; }
   RAW=$OUT/raw.tsv
@@ -211,16 +251,20 @@ if [ "$INITIATOR" = spdk ]; then
   run_spdk_way() {
     local round=$1 target=$2 way=$3 profile=${4:-} port pid args=() c sub ns trid expect
     local before after ibefore iafter t0 t1 rss=- line
-    if [ "$target" = sluice ]; then port=$PORT pid=$SERVE_PID; else port=$SPDK_PORT pid=$SPDK_TGT_PID; fi
+    local nqn=$SPDK_NQN   # the references' one subsystem
+    case $target in
+      sluice) port=$PORT pid=$SERVE_PID nqn=${NQN_PREFIX}1 ;;
+      spdk) port=$SPDK_PORT pid=$SPDK_TGT_PID ;;
+      responder) port=$RESPONDER_PORT pid=$RESPONDER_PID nqn=$RESPONDER_NQN ;;
+    esac
     if [ "$way" = one ]; then
-      if [ "$target" = sluice ]; then trid=$("$SPDK_PEER" trid 127.0.0.1 "$port" "${NQN_PREFIX}1")
-      else trid=$("$SPDK_PEER" trid 127.0.0.1 "$port" "$SPDK_NQN"); fi
+      trid=$("$SPDK_PEER" trid 127.0.0.1 "$port" "$nqn")
       args=(-q "$TOTAL_QD" -P 1 --io-queue-size $(( TOTAL_QD + 1 )) -r "$trid ns:1")
       expect=2
     else
       for c in $(seq 0 $(( CONTROLLERS - 1 ))); do
         if [ "$target" = sluice ]; then sub=$NQN_PREFIX$(( c % SUBSYSTEMS + 1 )) ns=$(( c / SUBSYSTEMS + 1 ))
-        else sub=$SPDK_NQN ns=1; fi
+        else sub=$nqn ns=1; fi
         args+=(-r "$("$SPDK_PEER" trid 127.0.0.1 "$port" "$sub" "$(hostnqn "$c")") ns:$ns")
       done
       # 128 entries per queue: Linux's default queue size and SPDK's target's maximum.
@@ -273,14 +317,13 @@ if [ "$INITIATOR" = spdk ]; then
     log "round $round $target $way: $(tail -1 "$dest")"
   }
   run_target() {  # run_target ROUND TARGET: both ways, one then many in odd rounds
-    [ "$2" = spdk ] && start_spdk_target
+    case $2 in spdk) start_spdk_target ;; responder) start_responder ;; esac
     if [ $(( $1 % 2 )) -eq 1 ]; then run_spdk_way "$1" "$2" one; run_spdk_way "$1" "$2" many
     else run_spdk_way "$1" "$2" many; run_spdk_way "$1" "$2" one; fi
-    [ "$2" = spdk ] && stop_spdk_target
+    case $2 in spdk) stop_spdk_target ;; responder) stop_responder ;; esac
     return 0
   }
-  targets=sluice
-  [ "$REFERENCE" = spdk ] && targets="sluice spdk"
+  targets="sluice${REFERENCES:+ $REFERENCES}"
   log "machine load before: $LOAD_BEFORE"
   for round in $(seq 1 "$ROUNDS"); do
     order=$targets
@@ -305,14 +348,15 @@ if [ "$INITIATOR" = spdk ]; then
 import csv, sys
 raw, subsystems, namespaces, controllers, qpairs, qd, rss_one, rss_idle, ready_s, load_before, load_after = sys.argv[1:12]
 rows = list(csv.DictReader(open(raw), delimiter="\t"))
-targets = [t for t in ("sluice", "spdk") if any(r["target"] == t for r in rows)]
+targets = [t for t in ("sluice", "spdk", "responder") if any(r["target"] == t for r in rows)]
 rounds = sorted({r["round"] for r in rows}, key=int)
 def get(target, way, round_=None):
     sel = [r for r in rows if r["target"] == target and r["way"] == way and (round_ is None or r["round"] == round_)]
     return max(sel, key=lambda r: float(r["iops"]))
 total_ns = int(subsystems) * int(namespaces)
 name = {"sluice": f"Sluice ({subsystems} subsystems x {namespaces} namespaces)",
-        "spdk": "SPDK nvmf_tgt (1 subsystem, 1 namespace)"}
+        "spdk": "SPDK nvmf_tgt (1 subsystem, 1 namespace)",
+        "responder": "minimal responder (kernel path, no NVMe logic)"}
 print(f"| target | way | TCP connections | total depth | IOPS (best of {len(rounds)}) | avg us | target CPU us/IO | initiator cores | loss vs one |")
 print("| --- | --- | --: | --: | --: | --: | --: | --: | --: |")
 for t in targets:
@@ -330,6 +374,20 @@ for r in rounds:
         print(f"| {r} | {t} | {float(one['iops']):.0f} | {float(many['iops']):.0f} | "
               f"{(1 - float(many['iops']) / float(one['iops'])) * 100:.1f} % | "
               f"{one['target_cpu_us_per_io']} / {many['target_cpu_us_per_io']} |")
+if "responder" in targets:
+    # The responder does the least work per I/O the kernel path allows: each target's
+    # share of its rate (best rounds) says how much of that limit the target reaches.
+    print()
+    print("| target | share of the responder's IOPS, one | many | CPU us/IO vs the responder's, one | many |")
+    print("| --- | --: | --: | --: | --: |")
+    reference = {way: get("responder", way) for way in ("one", "many")}
+    for t in targets:
+        if t == "responder":
+            continue
+        cells = [f"{float(get(t, w)['iops']) / float(reference[w]['iops']) * 100:.1f} %" for w in ("one", "many")]
+        cells += [f"{float(get(t, w)['target_cpu_us_per_io']) / max(float(reference[w]['target_cpu_us_per_io']), 1e-9):.2f}x"
+                  for w in ("one", "many")]
+        print(f"| {t} | " + " | ".join(cells) + " |")
 print()
 print(f"many: {controllers} controllers x (1 admin + {qpairs} I/O queues), QD {qd} per controller over its queues; "
       f"one: 1 controller, 1 I/O queue at the same total depth. spdk_nvme_perf on core 1 (one thread), targets on core 0.")

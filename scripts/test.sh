@@ -4,8 +4,9 @@
 # Stages, in order, failing fast (the failing stage is named at the end):
 #   setup       scripts/setup.sh (installs missing tools; no-op when present)
 #   fmt         cargo fmt --all --check (rustfmt.toml: one style for the workspace)
-#   build       cargo build --release --workspace --all-targets, and cargo check of
-#               tools/runtime-compare (its own workspace, so nothing else builds it),
+#   build       cargo build --release --workspace --all-targets, cargo check of
+#               tools/runtime-compare and cargo test of tools/minimal-responder (their
+#               own workspaces, so nothing else builds them),
 #               then the fio engines (scripts/build-fio-engine.sh) for the bench's fio
 #               driver test; "release" here is the checked build below, in
 #               target/checked
@@ -190,6 +191,9 @@ build_all() {
   cargo build --release --workspace --all-targets || return 1
   echo "+ cargo check --manifest-path tools/runtime-compare/Cargo.toml"
   cargo check --manifest-path tools/runtime-compare/Cargo.toml || return 1
+  # The scale measurements' kernel-limit reference (issue 46): its PDU tests.
+  echo "+ cargo test --release --manifest-path tools/minimal-responder/Cargo.toml"
+  cargo test --release --manifest-path tools/minimal-responder/Cargo.toml || return 1
   # The fio engines, before the test stage: the bench's fio driver test needs them,
   # and SLUICE_REQUIRE_FIO makes it fail rather than skip without them.
   echo "+ scripts/build-fio-engine.sh"

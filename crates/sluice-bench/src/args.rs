@@ -21,7 +21,8 @@ fn parse_u32_size_arg(text: &str) -> Result<u32, String> {
 
 /// `sluice bench`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
+#[command(
+    after_help = "\
 Suites: quick (default, about a minute), four-corners, eswa, curves, hci.
 Without --target an embedded Sluice target is started on 127.0.0.1 (a free port)
 with one RAM namespace. Results: a table on stdout, JSON and HTML under
@@ -43,7 +44,12 @@ once the OSDs have them on both sides), and prints them side by side.
 Sizes (--block-size, --size, --namespace-size, a suite file's block_size and
 region): 4096, 0x1000, 4k or 4KiB; K, M, G, T and KiB, MiB, GiB, TiB are powers
 of 1024, KB, MB, GB, TB powers of 1000 (as dd reads them; fio by default reads
-4KB as 4096).")]
+4KB as 4096).
+
+`sluice bench hold` brings up many idle controllers on a target and says what
+they cost it (see `sluice bench hold --help`).",
+    args_conflicts_with_subcommands = true
+)]
 pub struct BenchArgs {
     /// Named suite.
     #[arg(long, default_value = "quick", value_parser = clap::builder::PossibleValuesParser::new(super::suites::SUITES))]
@@ -156,6 +162,18 @@ pub struct BenchArgs {
     /// socket, when the target is on this machine].
     #[arg(long, value_name = "PATH")]
     pub(super) target_rpc_socket: Option<PathBuf>,
+    /// `sluice bench hold`; none: a suite.
+    #[command(subcommand)]
+    pub(super) command: Option<BenchCommand>,
+}
+
+/// `sluice bench`'s subcommands (without one: a suite).
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Bring up many controllers on a target (the Linux host's way, each with one
+    /// I/O queue and one 4 KiB read), hold them idle with keep-alives, and report
+    /// the target's RSS, open files and CPU per connection.
+    Hold(super::hold::HoldArgs),
 }
 
 /// `--target-poll-mode`.

@@ -22,6 +22,7 @@ mod compare_rbd;
 mod engine;
 mod exec;
 mod fio;
+pub mod hold;
 mod iscsi;
 mod output;
 mod qos;
@@ -40,7 +41,7 @@ use workload::{JobSpec, Pattern};
 
 use exec::{EmbeddedBackend, Endpoint, Protocol};
 
-pub use args::{BenchArgs, ReportArgs};
+pub use args::{BenchArgs, BenchCommand, ReportArgs};
 pub use suites::Scale;
 
 /// Exit status of an interrupted run (128 + SIGINT).
@@ -105,7 +106,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), BenchError> {
 
 /// Runs `sluice bench`.
 pub fn bench(args: BenchArgs) -> ExitCode {
-    match bench_inner(args) {
+    match hold::or_suite(args, bench_inner) {
         Ok(code) => code,
         Err(error) => fail(&error),
     }
@@ -557,8 +558,7 @@ fn run_suite(
     let mut max_rates: Vec<(String, f64)> = Vec::new();
     let mut any_errors = false;
     let mut target_failures = 0;
-    // Groups whose maximum-rate run the target failed: their load levels have no
-    // rate to run at.
+    // Groups whose maximum-rate run the target failed: their load levels have no rate to run at.
     let mut failed_groups: Vec<String> = Vec::new();
     for job in jobs {
         if stop.load(Ordering::Relaxed) {

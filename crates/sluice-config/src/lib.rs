@@ -32,14 +32,13 @@ mod validation_tests;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use nvme_auth::{KeyDerivation, TlsKey};
 use nvme_host::Secret;
 use nvme_target::{
     AddressFamily, ControllerPolicy, DhGroup, HashFunction, HostAccess, HostEntry, ListenerSpec, SecureChannel,
     TargetSettings, TargetSpec,
 };
+use serde::Deserialize;
 
 pub use build::BuildOutput;
 pub use diff::{diff, Change};
