@@ -5,9 +5,9 @@
 //! connections. The kernel spreads incoming connections across the threads and
 //! a connection never moves, so protocol handlers are single-threaded and need
 //! not be `Send`. The runtime knows nothing about NVMe: it accepts TCP
-//! connections, receives bytes into buffers its connections share, sends batches with
-//! one vectored `sendmsg` at a time per connection, runs per-connection timers,
-//! and calls a [`ConnectionHandler`]. Listening addresses can be added and
+//! connections, receives bytes into a per-connection buffer (or a pool the
+//! connections share), sends batches with one vectored `sendmsg` at a time per
+//! connection, runs per-connection timers, and calls a [`ConnectionHandler`]. Listening addresses can be added and
 //! removed while it runs ([`ListenerControl`]).
 //!
 //! Why a hand-written loop on `io-uring` rather than an existing runtime, and
@@ -235,15 +235,23 @@ impl PollMode {
 /// initiator here), so a host with one command in flight finds the thread awake.
 pub const DEFAULT_ADAPTIVE_SPIN_US: u32 = 50;
 
-/// Shared receive buffers per runtime thread by default
+/// The most buffers a shared receive pool grows to, when a ring uses one
 /// ([`RuntimeConfig::shared_receive_buffers`]): enough for 1,024 connections of a
 /// thread to receive in the same loop turn before any waits for a buffer.
 pub const DEFAULT_SHARED_RECEIVE_BUFFERS: u16 = 1024;
 
-/// The receive buffer size a target uses: the largest data PDU a host sends (a
-/// 128 KiB H2CData) arrives in two completions or fewer, and the pool's address
-/// space is 128 MiB per thread at its default count (resident only as used).
-pub const TARGET_RECEIVE_BUFFER_BYTES: usize = 128 * 1024;
+/// The receive buffer size a target uses: a whole 128 KiB data PDU and its header fit
+/// in one receive, with room for the next PDU's start.
+pub const TARGET_RECEIVE_BUFFER_BYTES: usize = 256 * 1024;
+
+/// How a target receives: into a buffer per connection (0), not a shared pool.
+/// Measured (docs/results/scale.md, issue 46): the shared pool made 128 KiB writes on
+/// one connection 15-18 % slower (a multishot receive completes as each segment
+/// arrives, so a large PDU comes in more, smaller pieces), while a buffer per
+/// connection costs an idle connection only the pages its receives touched (about 5
+/// KiB more per connection than the pool: 14.9 against 10.0 KiB at 10,000 idle
+/// connections, both within the 16 KiB goal).
+pub const TARGET_SHARED_RECEIVE_BUFFERS: u16 = 0;
 
 /// Everything [`Runtime::start`] needs.
 #[derive(Debug, Clone)]
@@ -266,8 +274,9 @@ pub struct RuntimeConfig {
     /// to a power of two, at most [`MAX_SHARED_RECEIVE_BUFFERS`]), so an idle
     /// connection holds no receive memory and the pool needs about as many buffers
     /// as connections receive in one loop turn (more only cost a re-armed receive).
-    /// 0: a buffer of `recv_buffer_bytes` per connection and a single-shot receive
-    /// (also the fallback on kernels before 5.19).
+    /// 0 (the default): a buffer of `recv_buffer_bytes` per connection and a
+    /// single-shot receive (also the fallback on kernels before 5.19); its memory is
+    /// resident only as far as receives have touched it.
     pub shared_receive_buffers: u16,
     /// Submission queue entries per thread (the completion queue is twice that).
     pub ring_entries: u32,
@@ -282,7 +291,7 @@ impl Default for RuntimeConfig {
             poll_mode: PollMode::Sleep,
             listeners: Vec::new(),
             recv_buffer_bytes: 64 * 1024,
-            shared_receive_buffers: DEFAULT_SHARED_RECEIVE_BUFFERS,
+            shared_receive_buffers: 0,
             ring_entries: 1024,
             tcp_nodelay: true,
         }

@@ -212,7 +212,7 @@ pub fn start_embedded(
         poll_mode,
         listeners: vec![bind],
         recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
-        shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
+        shared_receive_buffers: runtime::TARGET_SHARED_RECEIVE_BUFFERS,
         ring_entries: 1024,
         tcp_nodelay: true,
     };

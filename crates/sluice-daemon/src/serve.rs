@@ -147,7 +147,7 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         },
         listeners: config.listen_addresses()?,
         recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
-        shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
+        shared_receive_buffers: runtime::TARGET_SHARED_RECEIVE_BUFFERS,
         ring_entries: 1024,
         tcp_nodelay: true,
     };

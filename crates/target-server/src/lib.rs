@@ -46,7 +46,7 @@ impl LoopbackTarget {
             poll_mode: PollMode::Sleep,
             listeners: vec![SocketAddr::from(([127, 0, 0, 1], port))],
             recv_buffer_bytes: runtime::TARGET_RECEIVE_BUFFER_BYTES,
-            shared_receive_buffers: runtime::DEFAULT_SHARED_RECEIVE_BUFFERS,
+            shared_receive_buffers: runtime::TARGET_SHARED_RECEIVE_BUFFERS,
             ring_entries: 256,
             tcp_nodelay: true,
         };
