@@ -124,7 +124,8 @@ impl<H: ConnectionHandler> ClientRing<H> {
     /// whatever the handler has to send goes out at the next turn.
     pub fn add(&mut self, stream: TcpStream, handler: H) -> Result<ConnectionToken, RuntimeError> {
         self.check_thread()?;
-        let (index, generation) = self.core.add_connection(stream, handler, None, Instant::now());
+        let (index, generation) =
+            self.core.add_connection(stream, handler, None, Instant::now()).map_err(RuntimeError::Submit)?;
         Ok(ConnectionToken { index, generation })
     }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use io_uring::{opcode, types};
 
+use crate::mapped_buffer::MappedBuffer;
 use crate::receive_pool::RECEIVE_BUFFER_GROUP;
 use crate::ring_core::{Outcome, ReceiveBuffers, Released, RingCore, MAX_SPARE_BUFFERS};
 use crate::send::SendState;
@@ -25,7 +26,7 @@ pub struct Connection<H: ConnectionHandler> {
     /// With a buffer per connection (`ReceiveBuffers::PerConnection`), the kernel
     /// writes received bytes here; boxed, so moving the Connection (the slab's Vec
     /// may grow) never moves the buffer. `None` when the ring's shared pool is used.
-    recv_buffer: Option<Box<[u8]>>,
+    recv_buffer: Option<MappedBuffer>,
     /// A receive is armed (single-shot, or multishot until its final completion).
     recv_in_flight: bool,
     /// Boxed for the same reason: the kernel reads its msghdr and iovecs.
@@ -82,11 +83,22 @@ impl<H: ConnectionHandler> RingCore<H> {
         handler: H,
         listener: Option<ListenerId>,
         now: Instant,
-    ) -> (u32, u32) {
+    ) -> io::Result<(u32, u32)> {
         let recv_buffer = match &mut self.receive {
-            ReceiveBuffers::PerConnection { bytes, spares } => {
-                Some(spares.pop().unwrap_or_else(|| vec![0u8; *bytes].into_boxed_slice()))
-            }
+            ReceiveBuffers::PerConnection { bytes, spares } => match spares.pop() {
+                Some(spare) => Some(spare),
+                None => match MappedBuffer::new(*bytes) {
+                    Ok(buffer) => Some(buffer),
+                    Err(error) => {
+                        // Out of address space or mappings (vm.max_map_count): this
+                        // connection ends, the others carry on.
+                        let mut handler = handler;
+                        drop(stream);
+                        handler.on_closed(CloseReason::Error(error.kind()));
+                        return Err(error);
+                    }
+                },
+            },
             ReceiveBuffers::Shared(_) => None,
         };
         let connection = Connection {
@@ -109,7 +121,7 @@ impl<H: ConnectionHandler> RingCore<H> {
         self.arm_recv(index, generation);
         // A handler may have something to say before the peer speaks.
         self.drive(index, generation, now);
-        (index, generation)
+        Ok((index, generation))
     }
 
     fn arm_recv(&mut self, index: u32, generation: u32) {
@@ -521,9 +533,11 @@ impl<H: ConnectionHandler> RingCore<H> {
     }
 
     /// Keeps a closed connection's own receive buffer for the next connection.
-    fn recycle_recv_buffer(&mut self, recv_buffer: Option<Box<[u8]>>) {
-        if let (ReceiveBuffers::PerConnection { bytes, spares }, Some(buffer)) = (&mut self.receive, recv_buffer) {
+    fn recycle_recv_buffer(&mut self, recv_buffer: Option<MappedBuffer>) {
+        if let (ReceiveBuffers::PerConnection { bytes, spares }, Some(mut buffer)) = (&mut self.receive, recv_buffer) {
             if spares.len() < MAX_SPARE_BUFFERS && buffer.len() == *bytes {
+                // Its pages go back to the kernel: a spare costs no memory.
+                buffer.release_pages();
                 spares.push(buffer);
             }
         }

@@ -454,7 +454,10 @@ impl<S: Service> EventLoop<S> {
             return;
         };
         tracing::debug!(thread = self.settings.thread, %local, %peer, "connection accepted");
-        self.core.add_connection(stream, handler, Some(listener), now);
+        if let Err(error) = self.core.add_connection(stream, handler, Some(listener), now) {
+            tracing::warn!(thread = self.settings.thread, %peer, %error,
+                "cannot map a receive buffer for a new connection (address space or vm.max_map_count); closed it");
+        }
     }
 
     /// Applies the listener changes waiting in this thread's mailbox. Runs only

@@ -27,6 +27,7 @@ mod event_loop;
 pub mod file_backend;
 pub mod huge_pages;
 mod listeners;
+mod mapped_buffer;
 pub mod rbd_backend;
 mod receive_pool;
 mod ring_core;

@@ -101,8 +101,9 @@ pub(crate) enum ReceiveBuffers {
     /// fallback for kernels without provided-buffer rings, and a configured mode.
     PerConnection {
         bytes: usize,
-        /// Buffers of closed connections, for reuse (at most `MAX_SPARE_BUFFERS`).
-        spares: Vec<Box<[u8]>>,
+        /// Buffers of closed connections, their pages released, for reuse (at most
+        /// `MAX_SPARE_BUFFERS`).
+        spares: Vec<crate::mapped_buffer::MappedBuffer>,
     },
     /// A multishot receive per connection drawing from the ring's shared pool.
     Shared(ReceivePool),
