@@ -162,13 +162,26 @@ fn check_landed(readers: [&Controller; 2], late_tags: &[(u64, u64)]) {
     }
 }
 
-/// The group and its three hosts: H1 and H3 on gateway a, H2 on gateway b.
+/// The group and its three hosts: H1 and H3 on gateway a, H2 on gateway b. Fields
+/// drop in this order: the hosts, then the gateways, then the group (which removes
+/// its images: with the gateways still running, their locks made that retry for 30 s
+/// and leak the image).
 struct Scenario {
-    group: Group,
-    _gateways: [support::ServeProcess; 2],
     h1: Controller,
     h2: Controller,
     h3: Controller,
+    _gateways: [support::ServeProcess; 2],
+    group: Group,
+}
+
+/// Sets the flag when dropped: a failed assertion in a `thread::scope` must still
+/// stop the threads the scope waits for, or the test hangs instead of failing.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Scenario {
@@ -218,6 +231,7 @@ fn preempt_and_abort_of_a_writing_host_completes_at_once_and_fences_no_gateway()
     let mut report = Vec::new();
     let (bystander_reads, bystander_errors) = std::thread::scope(|scope| {
         let bystander = scope.spawn(|| read_until(h3, &stop_bystander));
+        let _stop_on_failure = SetOnDrop(&stop_bystander);
         let mut next_tag = 1u64 << 32;
         for depth in [1usize, 16] {
             let mut latencies = Vec::new();
