@@ -295,9 +295,12 @@ pub(crate) struct ViewData {
 }
 
 /// The newest view a controller's queues built, for its other queues to take instead
-/// of building their own. Locked only when the subsystem's generation changed.
+/// of building their own. Locked only when the subsystem's generation changed. Weak:
+/// the view holds its namespaces (and so their backends, an RBD image open), and a
+/// controller may outlive its queues; a removed namespace's image must close once
+/// the last queue that saw it moved on.
 #[derive(Debug, Default)]
-pub(crate) struct SharedView(std::sync::Mutex<Option<Arc<ViewData>>>);
+pub(crate) struct SharedView(std::sync::Mutex<std::sync::Weak<ViewData>>);
 
 impl NamespaceView {
     /// Subsystem generation the view was built from; `None` before the first build.
@@ -316,12 +319,12 @@ impl NamespaceView {
         shared: &SharedView,
     ) {
         let mut newest = shared.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(data) = newest.as_ref().filter(|data| data.generation == Some(generation)) {
-            self.data = Arc::clone(data);
+        if let Some(data) = newest.upgrade().filter(|data| data.generation == Some(generation)) {
+            self.data = data;
             return;
         }
         let data = Arc::new(ViewData::build(table, host_nqn, generation, qos_defaults));
-        *newest = Some(Arc::clone(&data));
+        *newest = Arc::downgrade(&data);
         self.data = data;
     }
 
