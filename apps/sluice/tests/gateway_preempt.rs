@@ -18,7 +18,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -66,8 +66,15 @@ fn block_of(tag: u64) -> Vec<u8> {
 
 /// H1's writer: keeps `depth` writes in flight on its own I/O queue until `stop`,
 /// refused or not (the losing node of a cluster is usually still writing when it is
-/// preempted, and goes on until it notices); returns every write with its status.
-fn write_until_stopped(controller: &Controller, depth: usize, first_tag: u64, stop: &AtomicBool) -> Vec<Sent> {
+/// preempted, and goes on until it notices); counts answers in `answered` and returns
+/// every write with its status.
+fn write_until_stopped(
+    controller: &Controller,
+    depth: usize,
+    first_tag: u64,
+    stop: &AtomicBool,
+    answered: &AtomicUsize,
+) -> Vec<Sent> {
     let mut queue = controller.take_io_queue(1).expect("H1's second I/O queue");
     let mut sent: Vec<Sent> = Vec::new();
     let mut out = Vec::new();
@@ -88,9 +95,23 @@ fn write_until_stopped(controller: &Controller, depth: usize, first_tag: u64, st
         for completion in out.drain(..) {
             in_flight -= 1;
             sent[completion.user_tag as usize].status = completion.cqe.status.kind();
+            answered.fetch_add(1, Ordering::SeqCst);
         }
     }
     sent
+}
+
+/// Waits until H1's writer has had `depth` writes answered (its queue is connected
+/// and writes are flowing: under load the connection alone can outlast a fixed
+/// sleep, and a Preempt with nothing in flight needs no fence), then lets it write
+/// [`WRITING_BEFORE_PREEMPT`] more.
+fn await_writes_flowing(answered: &AtomicUsize, depth: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered.load(Ordering::SeqCst) < depth {
+        assert!(Instant::now() < deadline, "H1's writer had no {depth} writes answered in 20 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(WRITING_BEFORE_PREEMPT);
 }
 
 /// The bystander: reads through gateway a until `stop`; returns (reads, errors).
@@ -113,9 +134,12 @@ fn one_try(h1: &Controller, h2: &Controller, depth: usize, first_tag: u64) -> (D
     assert_eq!(acquire_write_exclusive(h1, 0, H1_KEY, 0), Status::SUCCESS, "H1 takes Write Exclusive");
     assert_eq!(register(h2, H2_KEY), Status::SUCCESS, "H2 registers");
     let stop = AtomicBool::new(false);
+    let answered = AtomicUsize::new(0);
     let (latency, completed_at, sent) = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| write_until_stopped(h1, depth, first_tag, &stop));
-        std::thread::sleep(WRITING_BEFORE_PREEMPT);
+        // A failed assertion below must stop the writer, or the scope waits forever.
+        let _stop_on_failure = SetOnDrop(&stop);
+        let writer = scope.spawn(|| write_until_stopped(h1, depth, first_tag, &stop, &answered));
+        await_writes_flowing(&answered, depth);
         let started = Instant::now();
         let status = acquire_write_exclusive(h2, 2, H2_KEY, H1_KEY);
         let completed_at = Instant::now();
@@ -290,12 +314,15 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
     assert_eq!(acquire_write_exclusive(h1, 0, H1_KEY, 0), Status::SUCCESS);
     assert_eq!(register(h2, H2_KEY), Status::SUCCESS);
     let stop = AtomicBool::new(false);
+    let answered = AtomicUsize::new(0);
     let latency = std::thread::scope(|scope| {
         // The writer's connection is closed when gateway a is fenced: its errors are
         // expected here.
-        let writer = scope
-            .spawn(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_until_stopped(h1, 16, 1, &stop))));
-        std::thread::sleep(WRITING_BEFORE_PREEMPT);
+        let _stop_on_failure = SetOnDrop(&stop);
+        let writer = scope.spawn(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_until_stopped(h1, 16, 1, &stop, &answered)))
+        });
+        await_writes_flowing(&answered, 16);
         let started = Instant::now();
         let status = acquire_write_exclusive(h2, 2, H2_KEY, H1_KEY);
         let latency = started.elapsed();
