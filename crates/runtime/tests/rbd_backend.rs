@@ -256,8 +256,9 @@ fn open_errors_name_the_pool_image_and_fix() {
 /// A watch pinged no more often than it times out lapses every few seconds, and a
 /// lapsed header watch makes the client's exclusive lock look dead: another gateway's
 /// next write breaks the lock and blocklists the client, which a gateway then reads
-/// as being fenced. Sluice's connections ping every second, so a watch with a 3 s
-/// timeout must stay registered (with 5 s ticks it is lost within one tick).
+/// as being fenced. Sluice's connections ping four times within the shortest timeout
+/// they know of (1.25 s with the test cluster's 5 s), so a watch with a 3 s timeout
+/// must stay registered (with librados' 5 s ticks it is lost within one tick).
 #[test]
 fn watches_are_pinged_often_enough_to_outlive_a_short_watch_timeout() {
     let Some(_images) = cluster() else { return };

@@ -34,6 +34,11 @@ pub trait LeaseStore {
     fn attribute(&self, name: &str) -> Result<Option<Vec<u8>>, RadosErrno>;
     fn set_attribute(&self, name: &str, value: &[u8]) -> Result<(), RadosErrno>;
     fn blocklist(&self, address: &str, expire: Duration) -> Result<(), RadosErrno>;
+    /// After `address` was blocklisted: frees the RBD exclusive locks its client still
+    /// holds on the images this gateway serves, so the first write of each after the
+    /// takeover needs no lock break of librbd's (a monitor round per image); returns
+    /// how many were freed.
+    fn break_image_locks_of(&self, address: &str) -> Result<usize, String>;
 }
 
 /// Where ANA states go (the target), so tests can watch them.
@@ -407,6 +412,20 @@ impl<S: LeaseStore> Coordinator<S> {
         }
         self.store.blocklist(address, FENCE_DURATION)?;
         self.counters.fenced_peers += 1;
+        // Only now, with its client refused: a lock that stays is broken by librbd
+        // itself at the image's first write (slowly, but safely).
+        let started = std::time::Instant::now();
+        match self.store.break_image_locks_of(address) {
+            Ok(broken) => tracing::info!(
+                ana_group = group.0,
+                gateway = name,
+                images = broken,
+                took_ms = started.elapsed().as_millis() as u64,
+                "freed the fenced owner's image locks"
+            ),
+            Err(error) => tracing::warn!(ana_group = group.0, gateway = name, %error,
+                "cannot free the fenced owner's image locks; each image's first write breaks its lock instead (slower)"),
+        }
         tracing::warn!(
             ana_group = group.0,
             gateway = name,

@@ -51,8 +51,9 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a change's writer waits for the members' acknowledgements of its notice
 /// (they acknowledge on receipt; applying follows on their management threads).
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the cluster keeps a watch without hearing from its client.
-const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the cluster keeps a watch without hearing from its client (the runtime
+/// pings watches often enough for it).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(runtime::rbd_backend::SLUICE_WATCH_TIMEOUT_SECONDS);
 /// How long a gateway whose file holds only its own part waits for the group's
 /// configuration when the cluster has none yet. Gateways of a group started at the
 /// same moment (systemd starts them at boot) race: the member whose file holds the

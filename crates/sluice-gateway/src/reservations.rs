@@ -47,8 +47,9 @@ const RECORD_FORMAT: u32 = 1;
 const SEQUENCE_ATTRIBUTE: &str = "sluice.sequence";
 /// How often the watches are checked.
 const WATCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-/// How long an OSD keeps the watch of a gateway it does not hear from.
-const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an OSD keeps the watch of a gateway it does not hear from (the runtime
+/// pings watches often enough for it).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(runtime::rbd_backend::SLUICE_WATCH_TIMEOUT_SECONDS);
 /// Changes retried after losing the compare to another gateway, before giving up
 /// (the host gets a path error and retries).
 const MAX_CHANGE_ATTEMPTS: usize = 32;
@@ -269,6 +270,14 @@ impl GroupReservations for ClusterReservations {
     }
 }
 
+/// A watch registered and the record read, by [`Worker::establish`]; with the object
+/// opened again through a new client when the old one was fenced.
+struct Established {
+    watch: Watch,
+    update: GroupUpdate,
+    reopened: Option<Arc<RadosObject>>,
+}
+
 /// One namespace followed in the cluster.
 struct Followed {
     key: NamespaceKey,
@@ -296,22 +305,32 @@ impl Worker {
     fn run(mut self, jobs: Receiver<Job>) {
         loop {
             match jobs.recv_timeout(WATCH_CHECK_INTERVAL) {
-                Ok(Job::Track(key)) => self.follow_or_retry(key),
-                Ok(Job::Apply(key, change, done)) => {
-                    let result = self.apply(&key, change);
-                    done.finish(result);
-                }
-                Ok(Job::Reload(nguid)) => {
-                    if let Some(followed) = self.followed.get_mut(&nguid) {
-                        followed.watch = None;
+                Ok(Job::Track(key)) => {
+                    // A start (or a reload) tracks every namespace at once: follow
+                    // those queued together in one parallel batch. A job of another
+                    // kind ends the batch and runs after it, in order.
+                    let mut keys = vec![key];
+                    let mut next = None;
+                    while let Ok(job) = jobs.try_recv() {
+                        match job {
+                            Job::Track(key) => keys.push(key),
+                            other => {
+                                next = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    self.follow_or_retry(keys);
+                    if let Some(job) = next {
+                        if !self.run_one(job) {
+                            return;
+                        }
                     }
                 }
-                Ok(Job::EndStartup) => self.clear_without_persistence = false,
-                Ok(Job::Stop(done)) => {
-                    // Dropping the watches unregisters them.
-                    self.followed.clear();
-                    let _ = done.send(());
-                    return;
+                Ok(job) => {
+                    if !self.run_one(job) {
+                        return;
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -319,8 +338,9 @@ impl Worker {
             if self.target.strong_count() == 0 {
                 break;
             }
-            for key in std::mem::take(&mut self.pending) {
-                self.follow_or_retry(key);
+            let pending = std::mem::take(&mut self.pending);
+            if !pending.is_empty() {
+                self.follow_or_retry(pending);
             }
             self.check_watches();
         }
@@ -332,8 +352,47 @@ impl Worker {
         }
     }
 
-    fn follow_or_retry(&mut self, key: NamespaceKey) {
-        if let Err(error) = self.follow(&key) {
+    /// Runs one job other than a batch of tracks; false once the thread must end.
+    fn run_one(&mut self, job: Job) -> bool {
+        match job {
+            Job::Track(key) => self.follow_or_retry(vec![key]),
+            Job::Apply(key, change, done) => {
+                let result = self.apply(&key, change);
+                done.finish(result);
+            }
+            Job::Reload(nguid) => {
+                if let Some(followed) = self.followed.get_mut(&nguid) {
+                    followed.watch = None;
+                }
+            }
+            Job::EndStartup => self.clear_without_persistence = false,
+            Job::Stop(done) => {
+                // Dropping the watches unregisters them.
+                self.followed.clear();
+                let _ = done.send(());
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Follows `keys`; those that fail are retried every second.
+    fn follow_or_retry(&mut self, keys: Vec<NamespaceKey>) {
+        let mut watch = Vec::with_capacity(keys.len());
+        let mut failed = Vec::new();
+        for key in keys {
+            match self.open(&key) {
+                Ok(()) => watch.push(key),
+                Err(error) => failed.push((key, error)),
+            }
+        }
+        let nguids: Vec<[u8; 16]> = watch.iter().map(|key| key.nguid).collect();
+        for (key, result) in watch.into_iter().zip(self.rewatch(&nguids)) {
+            if let Err(error) = result {
+                failed.push((key, error));
+            }
+        }
+        for (key, error) in failed {
             tracing::error!(subsystem = %key.subsystem_nqn, nsid = key.namespace_id.0, %error,
                 "cannot follow the group's reservations yet: I/O to the namespace gets path errors until it can (retrying every second)");
             if !self.followed.contains_key(&key.nguid) && !self.pending.iter().any(|pending| pending.nguid == key.nguid)
@@ -343,9 +402,9 @@ impl Worker {
         }
     }
 
-    /// Watches the namespace's object (first, so no change between the read and the
-    /// watch is missed), then installs what it holds.
-    fn follow(&mut self, key: &NamespaceKey) -> Result<(), String> {
+    /// Opens the namespace's object (local: no round trip), once; clears its state
+    /// after the group's power loss.
+    fn open(&mut self, key: &NamespaceKey) -> Result<(), String> {
         if !self.followed.contains_key(&key.nguid) {
             let name = reservation_object(&self.settings.group, &key.nguid);
             let object = RadosObject::open(&self.settings.cluster, &self.settings.pool, &name)
@@ -355,61 +414,124 @@ impl Worker {
                 self.forget_without_persistence(&key.nguid)?;
             }
         }
-        self.rewatch(&key.nguid)
+        Ok(())
     }
 
-    fn rewatch(&mut self, nguid: &[u8; 16]) -> Result<(), String> {
-        let Some(followed) = self.followed.get_mut(nguid) else { return Ok(()) };
-        // Drop the old watch first (its flush waits out any callback still running),
-        // then mark the copy unknown: no late notice can vouch for it after that.
-        followed.watch = None;
-        if let Some(target) = self.target.upgrade() {
-            target.mark_group_reservations_unknown(nguid);
+    /// Watches each namespace's object (first, so no change between the read and the
+    /// watch is missed), then installs what it holds; the round trips of all of them
+    /// at once ([`runtime::rbd_backend::in_parallel`]: a gateway of 4,096 namespaces
+    /// loaded them one after another for seconds after it started, each one's I/O
+    /// getting path errors meanwhile). One result per NGUID, in order.
+    fn rewatch(&mut self, nguids: &[[u8; 16]]) -> Vec<Result<(), String>> {
+        let mut objects = Vec::with_capacity(nguids.len());
+        for nguid in nguids {
+            let Some(followed) = self.followed.get_mut(nguid) else {
+                objects.push(None);
+                continue;
+            };
+            // Drop the old watch first (its flush waits out any callback still
+            // running), then mark the copy unknown: no late notice can vouch for it
+            // after that.
+            followed.watch = None;
+            if let Some(target) = self.target.upgrade() {
+                target.mark_group_reservations_unknown(nguid);
+            }
+            objects.push(Some((*nguid, followed.key.clone(), Arc::clone(&followed.object))));
         }
-        let object_name = followed.object.describe();
-        let handler = || {
-            watch_handler(self.target.clone(), *nguid, self.jobs.clone(), self.fence_waits.clone(), object_name.clone())
+        let established = {
+            let this = &*self;
+            runtime::rbd_backend::in_parallel(&objects, |object| {
+                object.as_ref().map(|(nguid, key, object)| this.establish(*nguid, key, object))
+            })
         };
-        let watch = match followed.object.watch(handler(), WATCH_TIMEOUT) {
+        let mut results = Vec::with_capacity(nguids.len());
+        for (nguid, outcome) in nguids.iter().zip(established) {
+            let Some(outcome) = outcome else {
+                results.push(Ok(()));
+                continue;
+            };
+            let Some(followed) = self.followed.get_mut(nguid) else {
+                results.push(Ok(()));
+                continue;
+            };
+            match outcome {
+                Ok(Established { watch, update, reopened }) => {
+                    if let Some(object) = reopened {
+                        followed.object = object;
+                    }
+                    followed.watch = Some(watch);
+                    if let Some(target) = self.target.upgrade() {
+                        // No one waits for this load: while the watch was lost the copy
+                        // was unknown (writes refused), and a change made meanwhile
+                        // fenced this gateway as silent.
+                        let _ = target.install_group_reservations(nguid, &update);
+                    }
+                    tracing::debug!(object = %followed.object.describe(), sequence = update.sequence, "group reservations loaded");
+                    results.push(Ok(()));
+                }
+                Err((reopened, error)) => {
+                    if let Some(object) = reopened {
+                        followed.object = object;
+                    }
+                    results.push(Err(error));
+                }
+            }
+        }
+        results
+    }
+
+    /// The round trips of one rewatch: the watch (creating the object when it is
+    /// missing), then the record. The watch counts only once the record is read and
+    /// installed: a failed read leaves it unset, so the next check retries both.
+    fn establish(
+        &self,
+        nguid: [u8; 16],
+        key: &NamespaceKey,
+        object: &Arc<RadosObject>,
+    ) -> Result<Established, (Option<Arc<RadosObject>>, String)> {
+        let object_name = object.describe();
+        let handler = || {
+            watch_handler(self.target.clone(), nguid, self.jobs.clone(), self.fence_waits.clone(), object_name.clone())
+        };
+        let mut reopened = None;
+        let watch = match object.watch(handler(), WATCH_TIMEOUT) {
             // Only an existing object can be watched: the first gateway creates it
             // with the empty state (or finds that another one just did).
             Err(errno) if errno.is_missing() => {
-                let empty = encode(&followed.key, &GroupUpdate::default());
-                match followed.object.replace_record(SEQUENCE_ATTRIBUTE, None, b"0", &empty) {
+                let empty = encode(key, &GroupUpdate::default());
+                match object.replace_record(SEQUENCE_ATTRIBUTE, None, b"0", &empty) {
                     Ok(()) | Err(ReplaceError::Changed) => {}
                     Err(ReplaceError::Cluster(errno)) => {
-                        return Err(format!("creating {}: {errno}", followed.object.describe()))
+                        return Err((None, format!("creating {}: {errno}", object.describe())))
                     }
                 }
-                followed.object.watch(handler(), WATCH_TIMEOUT)
+                object.watch(handler(), WATCH_TIMEOUT)
             }
             // This gateway was fenced: its client stays refused. Open the object
             // again, through the new client the gateway service starts when it
             // rejoins (until then the same one, and the next check tries again).
             Err(errno) if errno.is_blocklisted() => {
-                match RadosObject::open(&self.settings.cluster, &self.settings.pool, &followed.object.name()) {
-                    Ok(object) => {
-                        followed.object = Arc::new(object);
-                        followed.object.watch(handler(), WATCH_TIMEOUT)
+                match RadosObject::open(&self.settings.cluster, &self.settings.pool, &object.name()) {
+                    Ok(fresh) => {
+                        let fresh = Arc::new(fresh);
+                        let watched = fresh.watch(handler(), WATCH_TIMEOUT);
+                        reopened = Some(fresh);
+                        watched
                     }
                     Err(_) => Err(errno),
                 }
             }
             other => other,
+        };
+        let object = reopened.as_ref().unwrap_or(object);
+        let watch = match watch {
+            Ok(watch) => watch,
+            Err(errno) => return Err((reopened.clone(), format!("watching {}: {errno}", object.describe()))),
+        };
+        match read(object) {
+            Ok(update) => Ok(Established { watch, update: update.unwrap_or_default(), reopened }),
+            Err(error) => Err((reopened, error)),
         }
-        .map_err(|errno| format!("watching {}: {errno}", followed.object.describe()))?;
-        // The watch counts only once the record is read and installed: a failed read
-        // leaves it unset, so the next check retries both.
-        let update = read(&followed.object)?.unwrap_or_default();
-        followed.watch = Some(watch);
-        if let Some(target) = self.target.upgrade() {
-            // No one waits for this load: while the watch was lost the copy was
-            // unknown (writes refused), and a change made meanwhile fenced this
-            // gateway as silent.
-            let _ = target.install_group_reservations(nguid, &update);
-        }
-        tracing::debug!(object = %followed.object.describe(), sequence = update.sequence, "group reservations loaded");
-        Ok(())
     }
 
     /// The group's power loss for a namespace with PTPL off: its registrations and
@@ -458,10 +580,8 @@ impl Worker {
             })
             .map(|(nguid, _)| *nguid)
             .collect();
-        for nguid in broken {
-            if let Err(error) = self.rewatch(&nguid) {
-                tracing::warn!(%error, "group reservations still unknown: retrying in a second");
-            }
+        for error in self.rewatch(&broken).into_iter().filter_map(Result::err) {
+            tracing::warn!(%error, "group reservations still unknown: retrying in a second");
         }
     }
 
@@ -469,7 +589,8 @@ impl Worker {
     /// another gateway wrote first), then notify every gateway.
     fn apply(&mut self, key: &NamespaceKey, change: ReservationChange) -> Result<AppliedChange, String> {
         if !self.followed.contains_key(&key.nguid) {
-            self.follow(key)?;
+            self.open(key)?;
+            self.rewatch(&[key.nguid]).pop().unwrap_or(Ok(()))?;
         }
         let Some(followed) = self.followed.get(&key.nguid) else { return Err("namespace not followed".into()) };
         if followed.watch.is_none() {

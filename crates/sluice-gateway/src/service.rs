@@ -43,6 +43,10 @@ impl LeaseStore for RadosObject {
     fn blocklist(&self, address: &str, expire: Duration) -> Result<(), RadosErrno> {
         RadosObject::blocklist(self, address, expire)
     }
+    fn break_image_locks_of(&self, address: &str) -> Result<usize, String> {
+        runtime::rbd_backend::break_locks_of_fenced_client(&self.cluster_spec(), address)
+            .map_err(|error| error.to_string())
+    }
 }
 
 /// One gateway of the group as this gateway sees it.

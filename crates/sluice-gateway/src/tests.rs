@@ -21,6 +21,8 @@ struct World {
     blocklist: Vec<String>,
     /// Clients whose requests time out (cut off from the cluster).
     unreachable: Vec<String>,
+    /// Addresses whose image locks a takeover freed, in order.
+    image_locks_freed: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -96,6 +98,13 @@ impl LeaseStore for FakeStore {
         self.check()?;
         self.world.borrow_mut().blocklist.push(address.into());
         Ok(())
+    }
+    fn break_image_locks_of(&self, address: &str) -> Result<usize, String> {
+        let mut world = self.world.borrow_mut();
+        // Never for a client the cluster does not refuse yet.
+        assert!(world.blocklist.iter().any(|fenced| fenced == address), "locks of {address} freed before its fence");
+        world.image_locks_freed.push(address.into());
+        Ok(1)
     }
 }
 
@@ -212,6 +221,8 @@ fn a_dead_owner_is_fenced_and_its_group_taken_within_a_lease_and_a_round() {
     }
     assert!(rounds >= 3, "not before a's lease expired (took {rounds} rounds)");
     assert_eq!(world.borrow().blocklist, ["127.0.0.1:0/a1"], "a is fenced before b serves its group");
+    // ... and a's image locks freed after its fence (the fake checks the order).
+    assert_eq!(world.borrow().image_locks_freed, ["127.0.0.1:0/a1"], "a's image locks freed once");
     assert_eq!(b.coordinator.counters.takeovers, 2, "its own group at start, then a's");
     assert_eq!(b.coordinator.counters.fenced_peers, 1);
     // a resumes: its requests fail as a blocklisted client's do; it never reports a

@@ -300,6 +300,12 @@ pub fn connect_as(address: SocketAddr, host: Option<[u8; 16]>) -> Controller {
     Controller::connect(options).unwrap_or_else(|error| panic!("connect to {address}: {error}"))
 }
 
+/// Bytes read of the ANA log: the most a target can return (every ANA group and
+/// every NSID listed), so a group of 4,096 namespaces decodes whole.
+const ANA_LOG_READ_BYTES: u32 = (nvme_spec::ana::ANA_LOG_HEADER_BYTES
+    + nvme_target::limits::MAX_ANA_GROUP_ID as usize * nvme_spec::ana::ANA_GROUP_DESCRIPTOR_BYTES
+    + nvme_target::limits::MAX_NAMESPACE_ID as usize * 4) as u32;
+
 /// The ANA log (0Ch) at `address`, as a host reads it; `None` when the gateway does
 /// not answer.
 pub fn ana_log(address: SocketAddr) -> Option<AnaLog> {
@@ -309,7 +315,9 @@ pub fn ana_log(address: SocketAddr) -> Option<AnaLog> {
     options.command_timeout = Duration::from_secs(2);
     options.controller_loss_timeout = Duration::ZERO;
     let controller = Controller::connect(options).ok()?;
-    let data = controller.get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, 4096).ok()?;
+    let data = controller
+        .get_log_page(log_id::ASYMMETRIC_NAMESPACE_ACCESS, NamespaceId::BROADCAST, 0, ANA_LOG_READ_BYTES)
+        .ok()?;
     Some(AnaLog::decode(&data).expect("a well-formed ANA log"))
 }
 

@@ -116,6 +116,17 @@ impl ServeProcess {
 
     /// `start` with extra environment variables.
     pub fn start_with_env(config: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Option<ServeProcess> {
+        Self::start_within(config, extra_args, env, READY_DEADLINE)
+    }
+
+    /// `start_with_env` that waits up to `deadline` for "sluice: ready" (a gateway
+    /// opening thousands of images takes longer than [`READY_DEADLINE`]).
+    pub fn start_within(
+        config: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        deadline: Duration,
+    ) -> Option<ServeProcess> {
         let child = Command::new(SLUICE)
             .args(["serve", "--config"])
             .arg(config)
@@ -127,7 +138,7 @@ impl ServeProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn sluice serve");
-        let (child, stdout_lines) = wait_until_ready(child)?;
+        let (child, stdout_lines) = wait_until_ready_within(child, deadline)?;
         Some(ServeProcess { child, stdout_lines })
     }
 
@@ -140,7 +151,8 @@ impl ServeProcess {
 
 impl Drop for ServeProcess {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        // Quietly: a test may have SIGKILLed and reaped it already.
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).stderr(Stdio::null()).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.child.try_wait() {
@@ -159,7 +171,12 @@ impl Drop for ServeProcess {
 /// Collects the stdout lines of `child` (spawned with piped stdout) on a thread of
 /// their own and waits for "sluice: ready"; if it exits or hangs first, kills and
 /// reaps it and returns `None`.
-pub fn wait_until_ready(mut child: Child) -> Option<(Child, Arc<Mutex<Vec<String>>>)> {
+pub fn wait_until_ready(child: Child) -> Option<(Child, Arc<Mutex<Vec<String>>>)> {
+    wait_until_ready_within(child, READY_DEADLINE)
+}
+
+/// [`wait_until_ready`] with a deadline of the caller's.
+pub fn wait_until_ready_within(mut child: Child, deadline: Duration) -> Option<(Child, Arc<Mutex<Vec<String>>>)> {
     let stdout = child.stdout.take().expect("piped stdout");
     let lines = Arc::new(Mutex::new(Vec::new()));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -174,7 +191,7 @@ pub fn wait_until_ready(mut child: Child) -> Option<(Child, Arc<Mutex<Vec<String
             }
         }
     });
-    match ready_rx.recv_timeout(READY_DEADLINE) {
+    match ready_rx.recv_timeout(deadline) {
         Ok(()) => Some((child, lines)),
         Err(_) => {
             let _ = child.kill();

@@ -19,16 +19,40 @@ use super::library::{self, IoContext, Library, Rados};
 /// is unreachable).
 pub const CONNECT_TIMEOUT_SECONDS: u64 = 10;
 
-/// Longest pause between two pings of a watch (`objecter_tick_interval`, librados'
-/// default 5 s; a lower configured value stays). librados pings every watch once per
-/// tick, and an OSD drops a watch it has not heard from within the watch's timeout:
-/// for an RBD image's header watch `osd_client_watch_timeout` (30 s by default; 5 s
-/// on clusters tuned for a fast takeover, such as the test cluster). With pings no
-/// more frequent than the timeout, the watch lapses every few seconds although the
-/// client is healthy, and a lapsed header watch makes this client's exclusive lock
-/// look dead: another gateway's next write breaks it and blocklists this client
-/// (`rbd_blocklist_on_break_lock`), which a gateway must take as being fenced.
-const WATCH_PING_INTERVAL_SECONDS: f64 = 1.0;
+/// How long an OSD keeps a watch Sluice registers itself (a gateway group's
+/// reservation records and configuration) once it stops hearing from the client.
+pub const SLUICE_WATCH_TIMEOUT_SECONDS: u64 = 10;
+
+/// Pings each watch gets within the shortest watch timeout it may have.
+///
+/// librados pings every watch once per tick (`objecter_tick_interval`, 5 s by
+/// default), and an OSD drops a watch it has not heard from within the watch's
+/// timeout: Sluice's own watches [`SLUICE_WATCH_TIMEOUT_SECONDS`], an RBD image's
+/// header watch the cluster's `osd_client_watch_timeout` (30 s by default; 5 s on
+/// clusters tuned for a fast takeover, such as the test cluster). A watch pinged no
+/// more often than it times out lapses every few seconds although the client is
+/// healthy, and a lapsed header watch makes this client's exclusive lock look dead:
+/// another gateway's next write breaks it and blocklists this client
+/// (`rbd_blocklist_on_break_lock`), which a gateway must take as being fenced. Four
+/// pings per timeout leave room for three late ones.
+///
+/// Each ping is an op the OSD serves: a gateway with N namespaces holds 2N+1 watches,
+/// so the tick is as long as the timeouts allow (a fixed 1 s tick cost the one-node
+/// cluster's OSD most of a core, and each gateway a third of one, with 4,096
+/// namespaces on three gateways).
+const PINGS_PER_WATCH_TIMEOUT: f64 = 4.0;
+
+/// librados' own `objecter_tick_interval`: never lengthened past it.
+const LIBRADOS_TICK_SECONDS: f64 = 5.0;
+
+/// The tick for watches that time out after `osd_client_watch_timeout` seconds (as
+/// this client's configuration resolves it) or Sluice's own timeout, whichever is
+/// shorter.
+fn watch_ping_interval_seconds(osd_client_watch_timeout_seconds: Option<f64>) -> f64 {
+    let header = osd_client_watch_timeout_seconds.filter(|timeout| *timeout > 0.0).unwrap_or(30.0);
+    let shortest = header.min(SLUICE_WATCH_TIMEOUT_SECONDS as f64);
+    (shortest / PINGS_PER_WATCH_TIMEOUT).min(LIBRADOS_TICK_SECONDS)
+}
 
 /// Which cluster, as whom, and how long an operation may take.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -222,10 +246,11 @@ fn connect_new(spec: &ClusterSpec) -> Result<Cluster, RbdError> {
             return Err(failed(&format!("setting {option}"), code));
         }
     }
-    let tick = conf_get(library, handle, "objecter_tick_interval").and_then(|value| value.trim().parse::<f64>().ok());
-    if tick.is_none_or(|tick| tick > WATCH_PING_INTERVAL_SECONDS) {
+    let number = |option: &str| conf_get(library, handle, option).and_then(|value| value.trim().parse::<f64>().ok());
+    let ping_interval = watch_ping_interval_seconds(number("osd_client_watch_timeout"));
+    if number("objecter_tick_interval").is_none_or(|tick| tick > ping_interval) {
         let option_c = cstring("objecter_tick_interval", "option")?;
-        let value_c = cstring(&WATCH_PING_INTERVAL_SECONDS.to_string(), "value")?;
+        let value_c = cstring(&ping_interval.to_string(), "value")?;
         // SAFETY: the handle is live; both strings are NUL-terminated.
         let code = unsafe { (library.rados_conf_set)(handle, option_c.as_ptr(), value_c.as_ptr()) };
         if code < 0 {
@@ -476,7 +501,21 @@ pub(crate) fn open_image(
 
 #[cfg(test)]
 mod tests {
-    use super::operator_sets;
+    use super::{operator_sets, watch_ping_interval_seconds};
+
+    #[test]
+    fn watches_are_pinged_four_times_within_the_shortest_timeout_and_never_less_often_than_librados_does() {
+        // Ceph's default header watch timeout (30 s): Sluice's own 10 s bounds it.
+        assert_eq!(watch_ping_interval_seconds(Some(30.0)), 2.5);
+        assert_eq!(watch_ping_interval_seconds(None), 2.5);
+        // A cluster tuned for fast takeover (the test cluster's 5 s).
+        assert_eq!(watch_ping_interval_seconds(Some(5.0)), 1.25);
+        assert_eq!(watch_ping_interval_seconds(Some(0.0)), 2.5, "0 is not a timeout");
+        for timeout in [0.5, 1.0, 3.0, 7.0, 10.0, 60.0, 600.0] {
+            let interval = watch_ping_interval_seconds(Some(timeout));
+            assert!(interval * 4.0 <= timeout.min(10.0) + 1e-9 && interval <= 5.0, "{timeout}: {interval}");
+        }
+    }
 
     #[test]
     fn operator_settings_are_found_in_every_spelling() {

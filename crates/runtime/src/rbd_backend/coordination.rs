@@ -131,6 +131,11 @@ impl RadosObject {
         Ok(RadosObject { object: cstring(object, "object")?, cluster, io, pool: pool.to_string() })
     }
 
+    /// The cluster it is reached through.
+    pub fn cluster_spec(&self) -> super::cluster::ClusterSpec {
+        self.cluster.spec.clone()
+    }
+
     /// The object's name within its pool.
     pub fn name(&self) -> String {
         self.object.to_string_lossy().into_owned()
@@ -219,6 +224,27 @@ impl RadosObject {
             .zip(addresses)
             .map(|((client, cookie), address)| Locker { client, cookie, address })
             .collect())
+    }
+
+    /// Removes `locker`'s hold on lock `name` (`rados_break_lock`): only for a holder
+    /// the cluster already refuses (blocklisted), whose writes can no longer land.
+    pub fn break_lock(&self, name: &str, locker: &Locker) -> Result<(), RadosErrno> {
+        let (name, client, cookie) = (c(name), c(&locker.client), c(&locker.cookie));
+        // SAFETY: the context is live; the strings are NUL-terminated.
+        let code = unsafe {
+            (self.cluster.library.rados_break_lock)(
+                self.io,
+                self.object.as_ptr(),
+                name.as_ptr(),
+                client.as_ptr(),
+                cookie.as_ptr(),
+            )
+        };
+        match checked(code) {
+            // Released or broken by someone else meanwhile.
+            Err(errno) if errno.is_missing() => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     /// Extended attribute `name`; `None` when the object or attribute is missing.

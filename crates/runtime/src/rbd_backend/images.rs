@@ -287,21 +287,19 @@ pub enum Flattened {
 /// cut off part way is finished by the next one.
 pub fn flatten_image(spec: &ClusterSpec, pool: &str, image: &str, cancel: &AtomicBool) -> Result<Flattened, RbdError> {
     storage::service::debug_assert_may_block("flattening an RBD image");
+    // A served image (every one at a start asks) is asked through its open handle.
+    if super::open_image_has_parent(spec, pool, image) == Some(false) {
+        return Ok(Flattened::Independent);
+    }
     let pool = open_pool(spec, pool)?;
     let Some(opened) = pool.open(image)? else {
         return Ok(Flattened::Independent);
     };
     let library = pool.cluster.library;
-    let mut overlap_bytes = 0u64;
-    // SAFETY: the image is open; `overlap_bytes` is a valid out pointer.
-    let code = unsafe { (library.rbd_get_overlap)(opened.handle, &mut overlap_bytes) };
-    // ENOENT: no parent. Asked first so that images with no parent (most of them, at
-    // a start) cost no flatten call, which librbd would log as an error.
-    if code == -libc::ENOENT {
+    // Asked first so that images with no parent (most of them, at a start) cost no
+    // flatten call, which librbd would log as an error.
+    if super::has_parent(library, opened.handle) == Some(false) {
         return Ok(Flattened::Independent);
-    }
-    if code < 0 {
-        return Err(pool.failed(image, "reading how much of the clone its parent still holds", code));
     }
     // SAFETY: the image is open; `cancel` outlives the call, which is the only time
     // librbd calls `stop_when_cancelled` with it.

@@ -34,6 +34,24 @@ pub(crate) struct SnapshotInfo {
     pub size: u64,
     pub name: *const c_char,
 }
+/// `rbd_linked_image_spec_t`: an image a clone is linked to, as `rbd_get_parent` fills
+/// it (freed with `rbd_linked_image_spec_cleanup`).
+#[repr(C)]
+pub(crate) struct LinkedImageSpec {
+    pub pool_name: *mut c_char,
+    pub pool_namespace: *mut c_char,
+    pub image_id: *mut c_char,
+    pub image_name: *mut c_char,
+    pub trash: bool,
+}
+/// `rbd_snap_spec_t`: a snapshot, as `rbd_get_parent` fills it (freed with
+/// `rbd_snap_spec_cleanup`).
+#[repr(C)]
+pub(crate) struct SnapshotSpec {
+    pub id: u64,
+    pub namespace_type: c_int,
+    pub name: *mut c_char,
+}
 /// `struct notify_timeout_t` (rados_types.h): a watcher that did not acknowledge.
 #[repr(C)]
 pub(crate) struct NotifyTimeout {
@@ -96,6 +114,7 @@ pub(crate) struct Library {
         unsafe extern "C" fn(io: IoContext, name: *const c_char, image: *mut Image, snapshot: *const c_char) -> c_int,
     pub rbd_close: unsafe extern "C" fn(image: Image) -> c_int,
     pub rbd_get_size: unsafe extern "C" fn(image: Image, size: *mut u64) -> c_int,
+    pub rbd_get_id: unsafe extern "C" fn(image: Image, id: *mut c_char, length: usize) -> c_int,
     pub rbd_resize2: unsafe extern "C" fn(
         image: Image,
         size: u64,
@@ -148,6 +167,13 @@ pub(crate) struct Library {
     ) -> c_int,
     pub rados_unlock:
         unsafe extern "C" fn(io: IoContext, object: *const c_char, name: *const c_char, cookie: *const c_char) -> c_int,
+    pub rados_break_lock: unsafe extern "C" fn(
+        io: IoContext,
+        object: *const c_char,
+        name: *const c_char,
+        client: *const c_char,
+        cookie: *const c_char,
+    ) -> c_int,
     pub rados_list_lockers: unsafe extern "C" fn(
         io: IoContext,
         object: *const c_char,
@@ -272,9 +298,12 @@ pub(crate) struct Library {
         child_name: *const c_char,
         options: ImageOptions,
     ) -> c_int,
-    /// How many bytes of the image still read from its parent snapshot (0: none,
-    /// or no parent); a copy that needs no flatten is told apart without one.
-    pub rbd_get_overlap: unsafe extern "C" fn(image: Image, overlap: *mut u64) -> c_int,
+    /// The image's parent and its snapshot; ENOENT when it has none (`rbd_get_overlap`
+    /// answers 0 bytes then, the same as for a clone that reads nothing from its parent).
+    pub rbd_get_parent:
+        unsafe extern "C" fn(image: Image, parent: *mut LinkedImageSpec, snapshot: *mut SnapshotSpec) -> c_int,
+    pub rbd_linked_image_spec_cleanup: unsafe extern "C" fn(spec: *mut LinkedImageSpec),
+    pub rbd_snap_spec_cleanup: unsafe extern "C" fn(spec: *mut SnapshotSpec),
     /// `rbd_flatten_with_progress`: the callback is called as objects are copied;
     /// a negative return stops the copy (no new object is started) and is returned.
     pub rbd_flatten_with_progress:
@@ -330,6 +359,7 @@ fn load() -> Result<Library, String> {
         rados_ioctx_destroy: symbol!(rados, rados_ioctx_destroy),
         rados_lock_exclusive: symbol!(rados, rados_lock_exclusive),
         rados_unlock: symbol!(rados, rados_unlock),
+        rados_break_lock: symbol!(rados, rados_break_lock),
         rados_list_lockers: symbol!(rados, rados_list_lockers),
         rados_getxattr: symbol!(rados, rados_getxattr),
         rados_setxattr: symbol!(rados, rados_setxattr),
@@ -358,6 +388,7 @@ fn load() -> Result<Library, String> {
         rbd_open: symbol!(rbd, rbd_open),
         rbd_close: symbol!(rbd, rbd_close),
         rbd_get_size: symbol!(rbd, rbd_get_size),
+        rbd_get_id: symbol!(rbd, rbd_get_id),
         rbd_resize2: symbol!(rbd, rbd_resize2),
         rbd_aio_create_completion: symbol!(rbd, rbd_aio_create_completion),
         rbd_aio_get_return_value: symbol!(rbd, rbd_aio_get_return_value),
@@ -379,7 +410,9 @@ fn load() -> Result<Library, String> {
         rbd_image_options_destroy: symbol!(rbd, rbd_image_options_destroy),
         rbd_image_options_set_uint64: symbol!(rbd, rbd_image_options_set_uint64),
         rbd_clone3: symbol!(rbd, rbd_clone3),
-        rbd_get_overlap: symbol!(rbd, rbd_get_overlap),
+        rbd_get_parent: symbol!(rbd, rbd_get_parent),
+        rbd_linked_image_spec_cleanup: symbol!(rbd, rbd_linked_image_spec_cleanup),
+        rbd_snap_spec_cleanup: symbol!(rbd, rbd_snap_spec_cleanup),
         rbd_flatten_with_progress: symbol!(rbd, rbd_flatten_with_progress),
         _rados: rados,
         _rbd: rbd,

@@ -7,7 +7,8 @@
 //! calls go on. A copy that fails is tried again, later and later (every image of a
 //! cluster that cannot be reached waits together: one failed connect, not one each).
 //! One cut off by a stop is finished after the next start, which asks for a copy of
-//! every RBD image the configuration serves (one that has no parent costs an open).
+//! every RBD image the configuration serves (an image served here is asked through
+//! its open handle, which costs no round trip; only a clone is opened again).
 //!
 //! Until its copy is done a clone keeps its parent snapshot: removing that snapshot
 //! moves it to the source image's trash (clone format 2), and the source image cannot

@@ -247,7 +247,8 @@ impl Management {
     }
 
     /// At start: a copy of every RBD image the configuration serves, so that a clone
-    /// whose copy a stop cut off is finished (an image with no parent costs an open).
+    /// whose copy a stop cut off is finished (one without a parent is told apart through
+    /// its open handle, at no cost to the cluster).
     pub fn copy_unfinished_clones(&mut self) {
         let images: Vec<runtime::RbdOptions> = self
             .running_config()
