@@ -303,6 +303,22 @@ pub(crate) struct ViewData {
 pub(crate) struct SharedView(std::sync::Mutex<std::sync::Weak<ViewData>>);
 
 impl NamespaceView {
+    /// A view of exactly `namespaces` (each at its own NSID), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn of(namespaces: Vec<Arc<Namespace>>) -> NamespaceView {
+        let mut data = ViewData { generation: Some(1), ..ViewData::default() };
+        for namespace in namespaces {
+            let index = namespace.id.0 as usize - 1;
+            if data.active.len() <= index {
+                data.active.resize(index + 1, None);
+                data.host_qos.resize(index + 1, None);
+            }
+            data.active_ids.push(namespace.id);
+            data.active[index] = Some(namespace);
+        }
+        NamespaceView { data: Arc::new(data) }
+    }
+
     /// Subsystem generation the view was built from; `None` before the first build.
     pub(crate) fn generation(&self) -> Option<u64> {
         self.data.generation
