@@ -35,20 +35,31 @@ pub trait LeaseStore {
     fn set_attribute(&self, name: &str, value: &[u8]) -> Result<(), RadosErrno>;
     fn blocklist(&self, address: &str, expire: Duration) -> Result<(), RadosErrno>;
     /// After `address` was blocklisted: frees the RBD exclusive locks its client still
-    /// holds on the images this gateway serves, so the first write of each after the
-    /// takeover needs no lock break of librbd's (a monitor round per image); returns
-    /// how many were freed.
-    fn break_image_locks_of(&self, address: &str) -> Result<usize, String>;
+    /// holds on `images` (shared names, "rbd:POOL/IMAGE": those of the group taken
+    /// over), so the first write of each after the takeover needs no lock break of
+    /// librbd's (a monitor round per image); returns how many were freed.
+    fn break_image_locks_of(&self, address: &str, images: &[String]) -> Result<usize, String>;
 }
 
 /// Where ANA states go (the target), so tests can watch them.
 pub trait AnaSink {
     fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool;
+    /// The shared names of the images behind ANA group `group`'s namespaces.
+    fn images_in(&self, group: AnaGroupId) -> Vec<String>;
 }
 
 impl AnaSink for nvme_target::Target {
     fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool {
         nvme_target::Target::set_ana_state(self, group, state)
+    }
+    fn images_in(&self, group: AnaGroupId) -> Vec<String> {
+        let mut images = Vec::new();
+        for subsystem in self.subsystems() {
+            let table = subsystem.table();
+            let in_group = table.entries().filter(|entry| entry.namespace.ana_group == group);
+            images.extend(in_group.filter_map(|entry| entry.namespace.backend.shared_name()));
+        }
+        images
     }
 }
 
@@ -367,7 +378,7 @@ impl<S: LeaseStore> Coordinator<S> {
             Err(errno) => return Err(errno),
         }
         self.report(index, AnaState::Change, sink);
-        let fenced = match self.fence_previous_owner(id) {
+        let fenced = match self.fence_previous_owner(id, sink) {
             Ok(fenced) => fenced,
             Err(errno) => {
                 // Never serve without fencing: give the group back and retry.
@@ -402,7 +413,7 @@ impl<S: LeaseStore> Coordinator<S> {
 
     /// Blocklists the owner recorded for `group` unless it is this process or none.
     /// Returns whom it fenced.
-    fn fence_previous_owner(&mut self, group: AnaGroupId) -> Result<Option<String>, RadosErrno> {
+    fn fence_previous_owner(&mut self, group: AnaGroupId, sink: &dyn AnaSink) -> Result<Option<String>, RadosErrno> {
         let Some(record) = self.store.attribute(&owner_attribute(group))? else { return Ok(None) };
         let record = String::from_utf8_lossy(&record).into_owned();
         let mut fields = record.split_whitespace();
@@ -415,7 +426,7 @@ impl<S: LeaseStore> Coordinator<S> {
         // Only now, with its client refused: a lock that stays is broken by librbd
         // itself at the image's first write (slowly, but safely).
         let started = std::time::Instant::now();
-        match self.store.break_image_locks_of(address) {
+        match self.store.break_image_locks_of(address, &sink.images_in(group)) {
             Ok(broken) => tracing::info!(
                 ana_group = group.0,
                 gateway = name,

@@ -43,9 +43,12 @@ impl LeaseStore for RadosObject {
     fn blocklist(&self, address: &str, expire: Duration) -> Result<(), RadosErrno> {
         RadosObject::blocklist(self, address, expire)
     }
-    fn break_image_locks_of(&self, address: &str) -> Result<usize, String> {
-        runtime::rbd_backend::break_locks_of_fenced_client(&self.cluster_spec(), address)
-            .map_err(|error| error.to_string())
+    fn break_image_locks_of(&self, address: &str, images: &[String]) -> Result<usize, String> {
+        let images: std::collections::HashSet<&str> = images.iter().map(String::as_str).collect();
+        runtime::rbd_backend::break_locks_of_fenced_client(&self.cluster_spec(), address, |shared_name| {
+            images.contains(shared_name)
+        })
+        .map_err(|error| error.to_string())
     }
 }
 
@@ -419,41 +422,49 @@ pub fn whole_group_was_down(plan: &GatewayPlan) -> bool {
 }
 
 /// Records each namespace's identity on the group object under its image, or refuses
-/// to start when another gateway recorded a different one for the same image.
+/// to start when another gateway recorded a different one for the same image. The
+/// records are read all at once ([`runtime::rbd_backend::in_parallel`]) and written
+/// only where they differ: a restart of a gateway with 4,096 namespaces read and
+/// rewrote them one after another, 8,192 round trips on the group object.
 fn check_namespace_identities(plan: &GatewayPlan, target: &Target, object: &RadosObject) -> Result<(), String> {
+    let mut identities = Vec::new();
     for subsystem in target.subsystems() {
         for entry in subsystem.table().entries() {
             let namespace = &entry.namespace;
             let Some(image) = namespace.backend.shared_name() else { continue };
             let key = format!("namespace.{image}");
-            let mine = identity_record(plan, &subsystem.nqn, namespace);
-            let recorded = object
-                .attribute(&key)
-                .map_err(|errno| format!("cannot read {key} on {}: {errno}", object.describe()))?;
-            if let Some(recorded) = recorded.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()) {
-                let strip = |record: &str| record.split_once(' ').map(|(_, rest)| rest.to_string()).unwrap_or_default();
-                let other =
-                    recorded.split_whitespace().next().and_then(|field| field.strip_prefix("gateway=")).unwrap_or("?");
-                if strip(&recorded) != strip(&mine) && other != plan.name {
-                    let alive = object.lockers(&member_lock(other)).map(|lockers| !lockers.is_empty()).unwrap_or(true);
-                    if alive {
-                        return Err(format!(
-                            "image {image} is served with conflicting identities: gateway {other} serves it as [{}], \
-                             gateway {} (this one) as [{}]; make the namespace entries (subsystem NQN, nsid, nguid, uuid, \
-                             size, block_size, ana_group) equal in both configs",
-                            strip(&recorded),
-                            plan.name,
-                            strip(&mine)
-                        ));
-                    }
-                    tracing::warn!(%image, other_gateway = other,
-                        "replacing the identity another (stopped) gateway recorded for this image");
-                }
-            }
-            object
-                .set_attribute(&key, mine.as_bytes())
-                .map_err(|errno| format!("cannot record {key} on {}: {errno}", object.describe()))?;
+            identities.push((image, key, identity_record(plan, &subsystem.nqn, namespace)));
         }
+    }
+    let recorded = runtime::rbd_backend::in_parallel(&identities, |(_, key, _)| object.attribute(key));
+    let strip = |record: &str| record.split_once(' ').map(|(_, rest)| rest.to_string()).unwrap_or_default();
+    for ((image, key, mine), recorded) in identities.iter().zip(recorded) {
+        let recorded = recorded.map_err(|errno| format!("cannot read {key} on {}: {errno}", object.describe()))?;
+        if let Some(recorded) = recorded.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()) {
+            if strip(&recorded) == strip(mine) {
+                continue;
+            }
+            let other =
+                recorded.split_whitespace().next().and_then(|field| field.strip_prefix("gateway=")).unwrap_or("?");
+            if other != plan.name {
+                let alive = object.lockers(&member_lock(other)).map(|lockers| !lockers.is_empty()).unwrap_or(true);
+                if alive {
+                    return Err(format!(
+                        "image {image} is served with conflicting identities: gateway {other} serves it as [{}], \
+                         gateway {} (this one) as [{}]; make the namespace entries (subsystem NQN, nsid, nguid, uuid, \
+                         size, block_size, ana_group) equal in both configs",
+                        strip(&recorded),
+                        plan.name,
+                        strip(mine)
+                    ));
+                }
+                tracing::warn!(%image, other_gateway = other,
+                    "replacing the identity another (stopped) gateway recorded for this image");
+            }
+        }
+        object
+            .set_attribute(key, mine.as_bytes())
+            .map_err(|errno| format!("cannot record {key} on {}: {errno}", object.describe()))?;
     }
     Ok(())
 }

@@ -99,7 +99,7 @@ impl LeaseStore for FakeStore {
         self.world.borrow_mut().blocklist.push(address.into());
         Ok(())
     }
-    fn break_image_locks_of(&self, address: &str) -> Result<usize, String> {
+    fn break_image_locks_of(&self, address: &str, _: &[String]) -> Result<usize, String> {
         let mut world = self.world.borrow_mut();
         // Never for a client the cluster does not refuse yet.
         assert!(world.blocklist.iter().any(|fenced| fenced == address), "locks of {address} freed before its fence");
@@ -115,6 +115,9 @@ struct Sink(RefCell<HashMap<u32, AnaState>>);
 impl AnaSink for Sink {
     fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool {
         self.0.borrow_mut().insert(group.0, state) != Some(state)
+    }
+    fn images_in(&self, group: AnaGroupId) -> Vec<String> {
+        vec![format!("rbd:pool/image-of-group-{}", group.0)]
     }
 }
 

@@ -44,7 +44,7 @@ pub use images::{
     clone_image, create_snapshot, flatten_image, list_snapshots, remove_image, remove_snapshot, Flattened, Snapshot,
 };
 pub use library::{available as library_available, INSTALL_HINT};
-pub use lock_breaks::break_locks_of_fenced_client;
+pub use lock_breaks::{break_locks_of_fenced_client, PARALLEL_LOCK_BREAKS};
 pub use queue::RBD_QUEUE_SLOTS;
 pub use watched::{Acknowledgement, NotifyReplies, ReplaceError, Watch, WatchEvent, WatchHandler, MAX_RECORD_BYTES};
 
@@ -165,13 +165,18 @@ pub const PARALLEL_RBD_OPENS: usize = 32;
 /// `work` applied to every item on up to [`PARALLEL_RBD_OPENS`] threads, the results
 /// in the items' order. For blocking cluster calls; never from an I/O thread.
 pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    in_parallel_on(PARALLEL_RBD_OPENS, items, work)
+}
+
+/// [`in_parallel`] on up to `threads` threads.
+pub fn in_parallel_on<T: Sync, R: Send>(threads: usize, items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     if items.len() <= 1 {
         return items.iter().map(work).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..PARALLEL_RBD_OPENS.min(items.len()) {
+        for _ in 0..threads.clamp(1, items.len()) {
             scope.spawn(|| loop {
                 let position = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(item) = items.get(position) else { break };
