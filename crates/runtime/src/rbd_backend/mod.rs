@@ -168,6 +168,24 @@ pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync)
     in_parallel_on(PARALLEL_RBD_OPENS, items, work)
 }
 
+/// Drops `items` on up to [`PARALLEL_RBD_OPENS`] threads: for things whose drop
+/// blocks on the cluster (an image's close releases its lock and unregisters its
+/// watch; a watch's drop unregisters it). A gateway stopping with 4,096 images closed
+/// them one after another for minutes.
+pub fn drop_in_parallel<T: Send>(items: Vec<T>) {
+    if items.len() <= 1 {
+        return;
+    }
+    let per_thread = items.len().div_ceil(PARALLEL_RBD_OPENS);
+    let mut items = items;
+    std::thread::scope(|scope| {
+        while !items.is_empty() {
+            let chunk: Vec<T> = items.drain(..per_thread.min(items.len())).collect();
+            scope.spawn(move || drop(chunk));
+        }
+    });
+}
+
 /// [`in_parallel`] on up to `threads` threads.
 pub fn in_parallel_on<T: Sync, R: Send>(threads: usize, items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     if items.len() <= 1 {
