@@ -198,8 +198,9 @@ fn three_gateways_take_over_a_killed_members_group_hand_over_on_stop_and_fail_ba
     // b stops gracefully: it hands its groups over (group 2, and group 3 if it took
     // it), so a serves all three without waiting out a lease.
     let stopping_at = Instant::now();
-    drop(gateways[1].take());
+    let status = gateways[1].take().expect("b runs").terminate();
     let stopped = stopping_at.elapsed();
+    assert!(status.success(), "b did not stop cleanly on SIGTERM: {status}");
     let (_, moved) = await_owner(&group, &[0], 2, Some(0));
     await_owner(&group, &[0], 3, Some(0));
     eprintln!(

@@ -142,6 +142,20 @@ impl ServeProcess {
         Some(ServeProcess { child, stdout_lines })
     }
 
+    /// Stops it with SIGTERM and waits (up to a minute) for it to exit; its exit status
+    /// (a clean stop is a success).
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => panic!("sluice serve did not stop within a minute of SIGTERM"),
+            }
+        }
+    }
+
     /// The first stdout line starting with `prefix`, without the prefix.
     pub fn printed(&self, prefix: &str) -> Option<String> {
         let lines = self.stdout_lines.lock().unwrap();
@@ -156,7 +170,15 @@ impl Drop for ServeProcess {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.child.try_wait() {
-                Ok(Some(_)) => break,
+                Ok(Some(status)) => {
+                    // Killed by the test (SIGKILL) or stopped cleanly are expected; an
+                    // abort or a failure on the way out is worth a line in the output.
+                    use std::os::unix::process::ExitStatusExt;
+                    if !status.success() && status.signal() != Some(libc::SIGKILL) {
+                        eprintln!("warning: sluice serve (pid {}) ended with {status}", self.child.id());
+                    }
+                    break;
+                }
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
                     let _ = self.child.kill();
