@@ -20,7 +20,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CEPH_SINGLE_NODE=${CEPH_SINGLE_NODE:-$REPO/../shared/ceph-single-node.sh}
-LINUX_PEER=${LINUX_PEER:-$REPO/../shared/linux-nvme-peer/linux-nvme-peer}
+LINUX_PEER=${LINUX_PEER:-$REPO/../shared/linux-nvme-peer}
 NAMESPACES="1,4096"
 LINUX=0
 OUT="$REPO/docs/results/scale/namespaces-$(date +%Y-%m-%d).md"

@@ -337,10 +337,10 @@ fn measure(size: u32, linux_peer: Option<&str>) {
     let row = |what: &str, value: String| eprintln!("| {size} | {what} | {value} |");
 
     let mut gateways: Vec<Option<ServeProcess>> = Vec::new();
-    for member in 0..MEMBERS {
-        let (process, ready) = start_member(&group, member, &configs[member]);
+    for (member, config) in configs.iter().enumerate() {
+        let (process, ready) = start_member(&group, member, config);
         let serving = await_serving(group.address(member), member as u32 + 1, configured as usize);
-        let what = if member == 0 { "start a (seeds the group, creates the images)" } else { "start" };
+        let what = if member == 0 { "start (seeds the group, creates the images)" } else { "start" };
         row(
             &format!("{what} {}: ready, then serving", member_name(member)),
             format!("{:.2} s, +{:.2} s", ready.as_secs_f64(), serving.as_secs_f64()),
@@ -533,21 +533,25 @@ fn measure(size: u32, linux_peer: Option<&str>) {
 fn linux_view(peer: &str, address: SocketAddr, namespaces: u32) {
     let script = format!(
         r#"set -e
-t0=$(date +%s%N)
+# Milliseconds since boot (busybox date has no %N).
+ms() {{ awk '{{ printf "%d", $1 * 1000 }}' /proc/uptime; }}
+# Namespace block devices (nvme0n1, not the hidden per-path nvme0c0n1).
+count() {{ ls /sys/block | grep -cE '^nvme[0-9]+n[0-9]+$' || true; }}
+t0=$(ms)
 nvme discover -t tcp -a "$LNP_TARGET_ADDR" -s "$LNP_TARGET_PORT" | grep -c subnqn | sed 's/^/discovery log entries: /'
-t1=$(date +%s%N)
+t1=$(ms)
 nvme connect -t tcp -a "$LNP_TARGET_ADDR" -s "$LNP_TARGET_PORT" -n "{NQN}"
 want={namespaces}
 i=0
-while [ "$(ls /sys/block | grep -c '^nvme')" -lt "$want" ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done
-t2=$(date +%s%N)
-echo "block devices: $(ls /sys/block | grep -c '^nvme')"
+while [ "$(count)" -lt "$want" ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done
+t2=$(ms)
+echo "block devices: $(count)"
 echo "nvme list lines: $(nvme list | grep -c '/dev/nvme')"
-t3=$(date +%s%N)
+t3=$(ms)
 dev=$(ls /dev | grep -E '^nvme[0-9]+$' | head -1)
 nvme ana-log /dev/$dev | grep -E 'ana_state|ngrps|nnsids' | sort | uniq -c
-t4=$(date +%s%N)
-echo "ms: discover $(( (t1-t0)/1000000 )), connect until $want block devices $(( (t2-t1)/1000000 )), nvme list $(( (t3-t2)/1000000 )), ana-log $(( (t4-t3)/1000000 ))"
+t4=$(ms)
+echo "ms: discover $((t1-t0)), connect until $want block devices $((t2-t1)), nvme list $((t3-t2)), ana-log $((t4-t3))"
 nvme disconnect -n "{NQN}"
 "#
     );

@@ -10,6 +10,7 @@ pub mod copy_vouch;
 pub mod fence_waits;
 pub mod group_config;
 pub mod reservation_files;
+pub mod reservation_record;
 pub mod reservations;
 pub mod service;
 pub mod status;
