@@ -312,11 +312,8 @@ fn ns_list(group: &Group, member: usize) -> (usize, Duration) {
 /// Sends `process` SIGTERM and waits (up to [`START_DEADLINE`]) for it to exit.
 fn stop_time(mut process: ServeProcess) -> Duration {
     let started = Instant::now();
-    let _ = std::process::Command::new("kill").args(["-TERM", &process.child.id().to_string()]).status();
-    while process.child.try_wait().ok().flatten().is_none() {
-        assert!(started.elapsed() < START_DEADLINE, "a gateway did not stop within {START_DEADLINE:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let stopped = process.terminate_within(START_DEADLINE);
+    assert!(stopped.is_some(), "a gateway did not stop within {START_DEADLINE:?}");
     started.elapsed()
 }
 

@@ -145,13 +145,20 @@ impl ServeProcess {
     /// Stops it with SIGTERM and waits (up to a minute) for it to exit; its exit status
     /// (a clean stop is a success).
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        self.terminate_within(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("sluice serve did not stop within a minute of SIGTERM"))
+    }
+
+    /// Sends SIGTERM (quietly: a test may have SIGKILLed and reaped it already) and
+    /// waits up to `limit` for it to exit; `None` when it is still running then.
+    pub fn terminate_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).stderr(Stdio::null()).status();
+        let deadline = Instant::now() + limit;
         loop {
             match self.child.try_wait() {
-                Ok(Some(status)) => return status,
+                Ok(Some(status)) => return Some(status),
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => panic!("sluice serve did not stop within a minute of SIGTERM"),
+                _ => return None,
             }
         }
     }
@@ -165,26 +172,18 @@ impl ServeProcess {
 
 impl Drop for ServeProcess {
     fn drop(&mut self) {
-        // Quietly: a test may have SIGKILLed and reaped it already.
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).stderr(Stdio::null()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    // Killed by the test (SIGKILL) or stopped cleanly are expected; an
-                    // abort or a failure on the way out is worth a line in the output.
-                    use std::os::unix::process::ExitStatusExt;
-                    if !status.success() && status.signal() != Some(libc::SIGKILL) {
-                        eprintln!("warning: sluice serve (pid {}) ended with {status}", self.child.id());
-                    }
-                    break;
+        match self.terminate_within(Duration::from_secs(10)) {
+            Some(status) => {
+                // Killed by the test (SIGKILL) or stopped cleanly are expected; an
+                // abort or a failure on the way out is worth a line in the output.
+                use std::os::unix::process::ExitStatusExt;
+                if !status.success() && status.signal() != Some(libc::SIGKILL) {
+                    eprintln!("warning: sluice serve (pid {}) ended with {status}", self.child.id());
                 }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break;
-                }
+            }
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
             }
         }
     }

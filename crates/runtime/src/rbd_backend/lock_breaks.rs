@@ -52,8 +52,8 @@ pub fn break_locks_of_fenced_client(
         open.iter()
             .filter_map(Weak::upgrade)
             .filter(|backend| {
-                let options = &backend.options;
-                options.cluster == *spec && chosen(&format!("rbd:{}/{}", options.pool, options.image))
+                backend.options.cluster == *spec
+                    && storage::Backend::shared_name(&**backend).is_some_and(|name| chosen(&name))
             })
             .collect()
     };
