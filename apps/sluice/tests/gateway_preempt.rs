@@ -299,6 +299,11 @@ fn preempt_and_abort_of_a_writing_host_completes_at_once_and_fences_no_gateway()
     await_state(scenario.group.address(0), AnaState::Optimized, Duration::from_secs(1));
 }
 
+/// How many fresh groups the planted-cause test tries before it gives up: the cause
+/// bites only when a completion of H1's writes is queued behind the notice on
+/// librados' thread, which most tries hit and some do not (CI saw an 11 ms Acquire).
+const PLANTED_CAUSE_TRIES: usize = 3;
+
 /// The test above can fail: with the fence waited for on librados' thread again (the
 /// cause of issue 49, planted by a test-only switch), one Preempt and Abort of a
 /// writing host takes the fence bound and gateway a is fenced.
@@ -308,14 +313,36 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
         return;
     }
     let _turn = CLUSTER.lock().unwrap_or_else(|poison| poison.into_inner());
-    let scenario = Scenario::start("preempt-planted", &[("SLUICE_TEST_FENCE_WAIT_ON_WATCH_THREAD", "1")]);
-    let Scenario { h1, h2, .. } = &scenario;
+    let mut latencies = Vec::new();
+    for attempt in 1..=PLANTED_CAUSE_TRIES {
+        let scenario =
+            Scenario::start(&format!("preempt-planted{attempt}"), &[("SLUICE_TEST_FENCE_WAIT_ON_WATCH_THREAD", "1")]);
+        let latency = preempt_a_writing_host(&scenario);
+        eprintln!("planted cause, try {attempt}: the Acquire took {:.0} ms", latency.as_secs_f64() * 1000.0);
+        latencies.push(latency);
+        if latency <= ACQUIRE_LIMIT * 10 {
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while scenario.rejoins(0) == 0 {
+            assert!(Instant::now() < deadline, "gateway a was not fenced (no rejoin in 20 s) with the planted cause");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        return;
+    }
+    panic!("the planted cause did not delay the Acquire in {PLANTED_CAUSE_TRIES} tries ({latencies:?}): the test cannot tell");
+}
+
+/// H1 registered, holding Write Exclusive and writing at QD 16 through a; H2 preempts
+/// and aborts it through b. Returns the Acquire's latency.
+fn preempt_a_writing_host(scenario: &Scenario) -> Duration {
+    let Scenario { h1, h2, .. } = scenario;
     assert_eq!(register(h1, H1_KEY), Status::SUCCESS);
     assert_eq!(acquire_write_exclusive(h1, 0, H1_KEY, 0), Status::SUCCESS);
     assert_eq!(register(h2, H2_KEY), Status::SUCCESS);
     let stop = AtomicBool::new(false);
     let answered = AtomicUsize::new(0);
-    let latency = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         // The writer's connection is closed when gateway a is fenced: its errors are
         // expected here.
         let _stop_on_failure = SetOnDrop(&stop);
@@ -330,17 +357,7 @@ fn with_the_fence_waited_for_on_the_watch_thread_the_gateway_is_fenced() {
         let _ = writer.join();
         assert_eq!(status, Status::SUCCESS);
         latency
-    });
-    eprintln!("planted cause: the Acquire took {:.0} ms", latency.as_secs_f64() * 1000.0);
-    assert!(
-        latency > ACQUIRE_LIMIT * 10,
-        "the planted cause did not delay the Acquire ({latency:?}): the test cannot tell"
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while scenario.rejoins(0) == 0 {
-        assert!(Instant::now() < deadline, "gateway a was not fenced (no rejoin in 20 s) with the planted cause");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// What a Reservation Report through a resumed, fenced gateway said.
