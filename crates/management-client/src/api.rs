@@ -339,6 +339,29 @@ method! {
 }
 
 method! {
+    /// `gateway_drain`: takes member `gateway` out of service (any member answers):
+    /// its ANA groups move to the other live members, it keeps its listeners and
+    /// serves non-optimized until undrained; refused when no other member could
+    /// take its groups. With `wait` (default true), answers once the groups moved
+    /// or `timeout_ms` passed.
+    GatewayDrain = "gateway_drain" -> replies::GatewayPlacement {
+        gateway: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    }
+}
+
+method! {
+    /// `gateway_undrain`: puts member `gateway` back in service; its groups come
+    /// back by the usual rules (failback to their preferred member).
+    GatewayUndrain = "gateway_undrain" -> replies::GatewayPlacement {
+        gateway: String,
+    }
+}
+
+method! {
     /// `rbd_snapshot_create`: a snapshot of an RBD image.
     SnapshotCreate = "rbd_snapshot_create" -> SnapshotCreated {
         rbd: String,
@@ -364,7 +387,7 @@ method! {
 
 /// Every method's name as its request type gives it, in the table's order (a test
 /// checks it is the table).
-pub const REQUEST_NAMES: [&str; 29] = [
+pub const REQUEST_NAMES: [&str; 31] = [
     SubsystemAdd::NAME,
     SubsystemRemove::NAME,
     SubsystemList::NAME,
@@ -391,6 +414,8 @@ pub const REQUEST_NAMES: [&str; 29] = [
     PoolList::NAME,
     LimitsShow::NAME,
     GatewayStatus::NAME,
+    GatewayDrain::NAME,
+    GatewayUndrain::NAME,
     SnapshotCreate::NAME,
     SnapshotRemove::NAME,
     SnapshotListRequest::NAME,

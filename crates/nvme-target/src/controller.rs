@@ -230,6 +230,8 @@ pub struct Controller {
     draining_queues: AtomicU32,
     /// The namespace view its queues share (built by the first to see a generation).
     pub(crate) view: crate::namespaces::SharedView,
+    /// When its host learned of ANA changes and used the new path (path timelines).
+    pub path_watch: crate::path_watch::PathWatch,
 }
 
 /// One Abort the admin queue received for a command of an I/O queue.
@@ -298,6 +300,7 @@ impl Controller {
             unquiet_queues: AtomicU32::new(0),
             draining_queues: AtomicU32::new(0),
             view: crate::namespaces::SharedView::default(),
+            path_watch: Default::default(),
         }
     }
 
@@ -440,6 +443,7 @@ impl Controller {
         if !retain_event {
             self.notices().ana.masked = false;
         }
+        self.path_watch.log_read();
     }
 
     /// The DW0 of a due asynchronous event, which is then reported (and masked until
@@ -455,6 +459,9 @@ impl Controller {
             let event = Self::notice_event(&mut notices, *kind);
             if taken.is_none() && event.take() {
                 taken = Some(Self::notice_result(*kind));
+                if *kind == NoticeKind::Ana {
+                    self.path_watch.notice_sent();
+                }
             } else {
                 still_due |= event.due;
             }

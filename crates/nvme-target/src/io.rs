@@ -42,6 +42,7 @@ impl Connection {
         let namespace = self.view.get(namespace_id).ok_or_else(invalid_namespace)?;
         self.target.ana.check_io(namespace.ana_group)?;
         if let Some(binding) = &self.binding {
+            binding.controller.path_watch.note_command(namespace.ana_group);
             namespace.reservations.check(&binding.controller.host_identifier, write, self.now)?;
         }
         Ok(namespace.geometry())

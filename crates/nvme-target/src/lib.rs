@@ -39,6 +39,7 @@ pub mod limits;
 pub mod management;
 pub mod namespaces;
 mod outcome;
+pub mod path_watch;
 mod ptpl;
 pub mod qos;
 mod quiesce;

@@ -459,7 +459,11 @@ impl Target {
                 .filter_map(|(_, c)| c.upgrade())
                 .collect()
         };
+        let now = std::time::Instant::now();
         for controller in controllers {
+            if state == AnaState::Optimized {
+                controller.path_watch.group_optimized(group, now);
+            }
             controller.note_ana_changed();
         }
         true

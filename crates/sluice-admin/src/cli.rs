@@ -289,6 +289,26 @@ pub enum LimitsCommand {
 pub enum GatewayCommand {
     /// Shows the group, its members and ANA group owners and states.
     Status,
+    /// Takes member NAME out of service (through any member): its ANA groups move to
+    /// the other live members, it keeps its listeners and serves non-optimized until
+    /// `undrain`. Refused when no other member could take its groups. Waits until
+    /// the groups moved (or --timeout-ms) unless --no-wait.
+    Drain {
+        /// The member's [gateway] name.
+        name: String,
+        /// Return once the drain is recorded.
+        #[arg(long)]
+        no_wait: bool,
+        /// Longest wait for the groups to move (default: one and a half leases).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+    },
+    /// Puts member NAME back in service; its groups come back by the usual rules
+    /// (failback to their preferred member).
+    Undrain {
+        /// The member's [gateway] name.
+        name: String,
+    },
     /// Moves the group's part of a gateway's config file (members, ANA groups,
     /// backends, subsystems) into the cluster as the group's configuration, once;
     /// offline, through the cluster (no sluice serve needed).
@@ -544,6 +564,14 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
         }
         ManageCommand::Gateway { command: GatewayCommand::Status, client } => {
             (client, typed(api::GatewayStatus {}), View::Gateway)
+        }
+        ManageCommand::Gateway { command: GatewayCommand::Drain { name, no_wait, timeout_ms }, client } => (
+            client,
+            typed(api::GatewayDrain { gateway: name, wait: Some(!no_wait), timeout_ms }),
+            View::GatewayPlacement,
+        ),
+        ManageCommand::Gateway { command: GatewayCommand::Undrain { name }, client } => {
+            (client, typed(api::GatewayUndrain { gateway: name }), View::GatewayPlacement)
         }
         ManageCommand::Gateway { command: GatewayCommand::Import { .. }, .. } => {
             return Err(Failure::failed("gateway import runs without the management socket"))

@@ -27,6 +27,7 @@ pub(super) enum View {
     Pools,
     Limits,
     Gateway,
+    GatewayPlacement,
     Raw,
 }
 
@@ -309,6 +310,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
             out
         }
         View::Gateway => sluice_gateway::status::render(result),
+        View::GatewayPlacement => sluice_gateway::status::render_placement(result),
         View::Raw => format!("{}\n", serde_json::to_string_pretty(result).unwrap_or_default()),
     }
 }

@@ -113,6 +113,9 @@ pub struct GatewaySection {
     /// `(id - 1) % members`.
     #[serde(default, rename = "ana_group")]
     pub ana_groups: Vec<AnaGroupConfig>,
+    /// Moving ANA groups between members to even out their load (default off).
+    #[serde(default)]
+    pub rebalance: Option<super::rebalance::RebalanceSection>,
 }
 
 /// `[gateway] config`.
@@ -157,6 +160,8 @@ pub struct GatewayPlan {
     pub preferred: Vec<(AnaGroupId, String)>,
     /// Where the group's configuration lives.
     pub config: GroupConfigSource,
+    /// Whether and how ownership moves to even out load.
+    pub rebalance: super::rebalance::RebalancePlan,
 }
 
 impl GatewayPlan {
@@ -263,6 +268,7 @@ impl GatewaySection {
             position,
             preferred,
             config: self.config.unwrap_or_default(),
+            rebalance: self.rebalance.clone().unwrap_or_default().plan()?,
         })
     }
 }

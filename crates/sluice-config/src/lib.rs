@@ -21,6 +21,7 @@ pub mod management;
 mod namespaces;
 mod plan;
 pub mod qos;
+pub mod rebalance;
 mod schema;
 mod shapes;
 mod storage;

@@ -168,7 +168,7 @@ pub fn serve(config: &Config, options: &ServeOptions) -> Result<(), ServeError> 
         crate::manage::ApiEndpoints { socket: options.rpc_socket.clone(), network: network_management },
         listeners,
         storage,
-        gateway_status.clone(),
+        gateway.as_ref().map(|gateway| gateway.handle()),
         group_state,
     )?;
     // Members' changes to the group's configuration reach the management thread.

@@ -16,11 +16,24 @@
 //! A gateway that cannot renew for a whole lease reports every group inaccessible; a
 //! gateway that finds itself blocklisted reports them inaccessible too, and the
 //! service rejoins it with a new cluster client (`service::rejoin`).
+//!
+//! Where a group should be served comes from the placement record (`placement`):
+//! drains and balancing moves assign groups to members; each round the owner of a
+//! group that should be elsewhere hands it over the same way (ANA change, the hand-over
+//! noted in `released.ana-group.<id>` for the timeline, record cleared, lock released,
+//! non-optimized), and the member it should go to takes it at its next round. The
+//! taker records the change's timeline ([`crate::timeline`]).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
 
 use nvme_spec::ana::{AnaGroupId, AnaState};
 use runtime::{Locker, RadosErrno};
+
+use crate::load::GroupTotals;
+use crate::placement::{desired_owner, Members, MoveKind, PlacementRecord, PLACEMENT_ATTRIBUTE};
+use crate::timeline::{unix_ms, ChangeKind, ChangeStart, ControllerPath, Timelines};
 
 /// How long a fenced gateway's client stays blocklisted: longer than any request of
 /// it could still be in flight, short enough not to pile up entries.
@@ -46,6 +59,15 @@ pub trait AnaSink {
     fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool;
     /// The shared names of the images behind ANA group `group`'s namespaces.
     fn images_in(&self, group: AnaGroupId) -> Vec<String>;
+    /// Commands and bytes the namespaces of `group` served so far.
+    fn group_totals(&self, group: AnaGroupId) -> GroupTotals {
+        let _ = group;
+        GroupTotals::default()
+    }
+    /// What each host controller saw of the ANA changes (path timelines).
+    fn path_events(&self) -> Vec<ControllerPath> {
+        Vec::new()
+    }
 }
 
 impl AnaSink for nvme_target::Target {
@@ -61,6 +83,50 @@ impl AnaSink for nvme_target::Target {
         }
         images
     }
+    fn group_totals(&self, group: AnaGroupId) -> GroupTotals {
+        let mut totals = GroupTotals::default();
+        for subsystem in self.subsystems() {
+            let table = subsystem.table();
+            for entry in table.entries().filter(|entry| entry.namespace.ana_group == group) {
+                let stats = entry.namespace.stats.snapshot();
+                totals.commands += stats.read_commands + stats.write_commands + stats.other_commands;
+                totals.bytes += stats.bytes_read + stats.bytes_written;
+            }
+        }
+        totals
+    }
+    fn path_events(&self) -> Vec<ControllerPath> {
+        let mut paths = Vec::new();
+        for subsystem in self.subsystems() {
+            for controller in self.controllers_of(subsystem.index) {
+                paths.push(ControllerPath {
+                    controller_id: controller.id.0,
+                    host_nqn: controller.host_nqn.clone(),
+                    events: controller.path_watch.snapshot(),
+                });
+            }
+        }
+        paths
+    }
+}
+
+/// The attribute an owner writes when it hands a group over: what the taker needs for
+/// the change's timeline.
+pub fn released_attribute(group: AnaGroupId) -> String {
+    format!("released.ana-group.{}", group.0)
+}
+
+/// The hand-over note (`released.ana-group.<id>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HandOver {
+    pub from: String,
+    pub to: String,
+    pub kind: ChangeKind,
+    pub reason: String,
+    /// When the move was decided (Unix ms).
+    pub decided_unix_ms: u64,
+    /// When the group was released (Unix ms).
+    pub released_unix_ms: u64,
 }
 
 /// The life of this gateway in its group.
@@ -86,6 +152,8 @@ pub struct GroupView {
     pub owned: bool,
     /// The owner as the cluster shows it ("" when none).
     pub owner: String,
+    /// The member that should own it by the placement record ("" when none is alive).
+    pub desired: String,
     /// Since when no gateway holds the group.
     ownerless_since: Option<Instant>,
 }
@@ -100,6 +168,7 @@ impl GroupView {
             state: AnaState::Inaccessible,
             owned: false,
             owner: String::new(),
+            desired: String::new(),
             ownerless_since: None,
         }
     }
@@ -118,6 +187,8 @@ pub struct GatewayCounters {
     pub last_takeover_ms: Option<u64>,
     /// Times this gateway came back after being fenced, without a restart.
     pub rejoins: u64,
+    /// Groups it handed over to another member (drain, balancing, failback, stop).
+    pub handovers: u64,
 }
 
 /// The settings the coordinator runs with.
@@ -146,6 +217,10 @@ pub struct Coordinator<S> {
     pub alive: Vec<String>,
     last_renewal: Option<Instant>,
     pub counters: GatewayCounters,
+    /// The placement record as of the last round.
+    pub placement: PlacementRecord,
+    /// The path changes this gateway made as the new owner.
+    pub timelines: Timelines,
 }
 
 pub fn member_lock(name: &str) -> String {
@@ -179,6 +254,8 @@ impl<S: LeaseStore> Coordinator<S> {
             alive: Vec::new(),
             last_renewal: None,
             counters: GatewayCounters::default(),
+            placement: PlacementRecord::default(),
+            timelines: Timelines::default(),
         }
     }
 
@@ -295,6 +372,15 @@ impl<S: LeaseStore> Coordinator<S> {
             }
         }
         self.alive = alive;
+        match self.store.attribute(PLACEMENT_ATTRIBUTE).map_err(|errno| errno.to_string()).and_then(|bytes| PlacementRecord::parse(bytes.as_deref())) {
+            Ok(record) => self.placement = record,
+            // Keep the last record read: a move waits a round rather than misfire.
+            Err(error) => tracing::warn!(%error, "cannot read the group's placement record; keeping the last one read"),
+        }
+        for index in 0..self.groups.len() {
+            let desired = self.desired_owner(index).unwrap_or_default().to_string();
+            self.groups[index].desired = desired;
+        }
         for index in 0..self.groups.len() {
             if let Err(errno) = self.step_group(index, now, sink) {
                 if errno.is_blocklisted() {
@@ -303,6 +389,44 @@ impl<S: LeaseStore> Coordinator<S> {
                 tracing::warn!(ana_group = self.groups[index].id.0, %errno, "cluster request failed; retrying next round");
             }
         }
+        let open = self.timelines.open_groups();
+        if !open.is_empty() {
+            let paths = sink.path_events();
+            for group in open {
+                self.timelines.update(group, &paths, Instant::now());
+            }
+        }
+    }
+
+    /// The member that should own group `index` now (see `placement::desired_owner`).
+    pub fn desired_owner(&self, index: usize) -> Option<&str> {
+        let group = &self.groups[index];
+        let members = Members { all: &self.settings.members, alive: &self.alive };
+        desired_owner(group.id, &group.preferred, &self.placement, &members)
+    }
+
+    /// True when the placement record drains this gateway.
+    pub fn drained(&self) -> bool {
+        self.placement.is_drained(&self.settings.name)
+    }
+
+    /// Why group `index`, owned here, should go to `desired` now (`None`: it stays).
+    fn hand_over_reason(&self, index: usize, desired: &str) -> Option<(ChangeKind, String, u64)> {
+        let group = &self.groups[index];
+        let now_ms = unix_ms(SystemTime::now());
+        if let Some(assignment) = self.placement.assignment(group.id).filter(|assignment| assignment.gateway == desired)
+        {
+            let kind = match assignment.kind {
+                MoveKind::Drain => ChangeKind::Drain,
+                MoveKind::Rebalance => ChangeKind::Rebalance,
+            };
+            return Some((kind, assignment.reason.clone(), assignment.decided_unix_ms));
+        }
+        if self.drained() {
+            return Some((ChangeKind::Drain, format!("{} is drained", self.settings.name), now_ms));
+        }
+        (self.settings.failback && desired == group.preferred)
+            .then(|| (ChangeKind::Failback, format!("{desired} is its preferred member and up again"), now_ms))
     }
 
     fn fenced(&mut self, sink: &dyn AnaSink) {
@@ -322,9 +446,12 @@ impl<S: LeaseStore> Coordinator<S> {
         if self.groups[index].owned {
             return match self.store.lock(&lock, &self.settings.cookie, "owner", self.settings.lease) {
                 Ok(()) => {
-                    let preferred = self.groups[index].preferred.clone();
-                    if self.settings.failback && preferred != self.settings.name && self.alive.contains(&preferred) {
-                        self.hand_back(index, sink)
+                    let desired = self.groups[index].desired.clone();
+                    let reason = (!desired.is_empty() && desired != self.settings.name)
+                        .then(|| self.hand_over_reason(index, &desired))
+                        .flatten();
+                    if let Some((kind, reason, decided_unix_ms)) = reason {
+                        self.hand_over(index, &desired, kind, &reason, decided_unix_ms, sink)
                     } else {
                         self.groups[index].owner = self.settings.name.clone();
                         self.report(index, AnaState::Optimized, sink);
@@ -353,10 +480,12 @@ impl<S: LeaseStore> Coordinator<S> {
         }
         let since = *self.groups[index].ownerless_since.get_or_insert(now);
         self.groups[index].owner.clear();
-        let preferred = &self.groups[index].preferred;
-        let take = *preferred == self.settings.name
-            || !self.alive.contains(preferred)
-            || now.duration_since(since) >= self.settings.lease;
+        let desired = &self.groups[index].desired;
+        // The lease rule (a desired owner that does not take the group) never makes a
+        // drained gateway serve while another could.
+        let take = *desired == self.settings.name
+            || desired.is_empty()
+            || (now.duration_since(since) >= self.settings.lease && !self.drained());
         if take {
             self.take_over(index, since, now, sink)
         } else {
@@ -378,6 +507,8 @@ impl<S: LeaseStore> Coordinator<S> {
             Err(errno) => return Err(errno),
         }
         self.report(index, AnaState::Change, sink);
+        let hand_over = self.take_hand_over_note(id);
+        let previous_owner = self.previous_owner_name(id);
         let fenced = match self.fence_previous_owner(id, sink) {
             Ok(fenced) => fenced,
             Err(errno) => {
@@ -408,7 +539,51 @@ impl<S: LeaseStore> Coordinator<S> {
             "took ANA group ownership"
         );
         self.report(index, AnaState::Optimized, sink);
+        let now_unix_ms = unix_ms(SystemTime::now());
+        let start = match hand_over {
+            Some(note) => ChangeStart {
+                ana_group: id,
+                kind: note.kind,
+                from: note.from,
+                to: self.settings.name.clone(),
+                reason: note.reason,
+                started_unix_ms: note.decided_unix_ms.min(note.released_unix_ms),
+                released_unix_ms: Some(note.released_unix_ms),
+                fenced_unix_ms: None,
+            },
+            None => ChangeStart {
+                ana_group: id,
+                kind: ChangeKind::Takeover,
+                from: previous_owner,
+                to: self.settings.name.clone(),
+                reason: match &fenced {
+                    Some(fenced) => format!("no owner for {waited_ms} ms; fenced {fenced}"),
+                    None => format!("no owner for {waited_ms} ms"),
+                },
+                started_unix_ms: now_unix_ms.saturating_sub(now.elapsed().as_millis() as u64 + waited_ms),
+                released_unix_ms: None,
+                fenced_unix_ms: fenced.as_ref().map(|_| now_unix_ms),
+            },
+        };
+        self.timelines.record(start, Instant::now(), now_unix_ms);
         Ok(())
+    }
+
+    /// The hand-over note of `group`, cleared once read (a takeover after a crash must
+    /// not find an old one). `None` when the group was not handed over.
+    fn take_hand_over_note(&self, group: AnaGroupId) -> Option<HandOver> {
+        let bytes = self.store.attribute(&released_attribute(group)).ok().flatten()?;
+        if bytes.is_empty() {
+            return None;
+        }
+        let _ = self.store.set_attribute(&released_attribute(group), b"");
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The name in `group`'s owner record ("" when none).
+    fn previous_owner_name(&self, group: AnaGroupId) -> String {
+        let record = self.store.attribute(&owner_attribute(group)).ok().flatten().unwrap_or_default();
+        String::from_utf8_lossy(&record).split_whitespace().next().unwrap_or_default().to_string()
     }
 
     /// Blocklists the owner recorded for `group` unless it is this process or none.
@@ -446,16 +621,35 @@ impl<S: LeaseStore> Coordinator<S> {
         Ok(Some(format!("{name} ({address})")))
     }
 
-    /// Failback: the preferred owner is alive again. Clear the record (so it does not
-    /// fence this live gateway), release, report non-optimized.
-    fn hand_back(&mut self, index: usize, sink: &dyn AnaSink) -> Result<(), RadosErrno> {
+    /// Hands group `index` over to `to` (a drain, a balancing move, failback or a
+    /// stop): ANA change, the hand-over note, the owner record cleared (so the next
+    /// owner does not fence this live gateway), the lock released, non-optimized.
+    fn hand_over(
+        &mut self,
+        index: usize,
+        to: &str,
+        kind: ChangeKind,
+        reason: &str,
+        decided_unix_ms: u64,
+        sink: &dyn AnaSink,
+    ) -> Result<(), RadosErrno> {
         let id = self.groups[index].id;
         self.report(index, AnaState::Change, sink);
+        let note = HandOver {
+            from: self.settings.name.clone(),
+            to: to.to_string(),
+            kind,
+            reason: reason.to_string(),
+            decided_unix_ms,
+            released_unix_ms: unix_ms(SystemTime::now()),
+        };
+        self.store.set_attribute(&released_attribute(id), &serde_json::to_vec(&note).unwrap_or_default())?;
         self.store.set_attribute(&owner_attribute(id), b"")?;
         self.store.unlock(&group_lock(id), &self.settings.cookie)?;
         self.groups[index].owned = false;
         self.counters.releases += 1;
-        tracing::info!(ana_group = id.0, to = %self.groups[index].preferred, "gave the ANA group back to its preferred gateway");
+        self.counters.handovers += 1;
+        tracing::info!(ana_group = id.0, to, kind = kind.name(), reason, "handed the ANA group over");
         self.report(index, AnaState::NonOptimized, sink);
         Ok(())
     }
@@ -466,9 +660,11 @@ impl<S: LeaseStore> Coordinator<S> {
         if self.phase == Phase::Fenced {
             return;
         }
+        let now_ms = unix_ms(SystemTime::now());
         for index in 0..self.groups.len() {
             if self.groups[index].owned {
-                let _ = self.hand_back(index, sink);
+                let reason = format!("{} stopped", self.settings.name);
+                let _ = self.hand_over(index, "", ChangeKind::Stop, &reason, now_ms, sink);
             }
         }
         let _ = self.store.unlock(&member_lock(&self.settings.name), &self.settings.cookie);

@@ -72,7 +72,7 @@ const SEED_WAIT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Top-level arrays of tables that belong to the group.
 const GROUP_TABLES: [&str; 3] = ["backend", "pool", "subsystem"];
 /// Keys of `[gateway]` that belong to the group.
-const GROUP_GATEWAY_KEYS: [&str; 4] = ["member", "ana_group", "lease_ms", "failback"];
+const GROUP_GATEWAY_KEYS: [&str; 5] = ["member", "ana_group", "lease_ms", "failback", "rebalance"];
 
 /// The RADOS object holding a group's configuration.
 pub fn config_object(group: &str) -> String {

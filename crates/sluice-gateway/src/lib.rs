@@ -5,14 +5,21 @@
 //! cluster ([`group_config`]). Reservations persist in files with Persist Through Power
 //! Loss ([`reservation_files`]) and, in a group, in the cluster ([`reservations`]).
 
+pub mod balance;
+pub mod control;
 pub mod coordinator;
 pub mod copy_vouch;
 pub mod fence_waits;
 pub mod group_config;
+pub mod load;
+pub mod metrics;
+pub mod placement;
+pub mod published;
 pub mod reservation_files;
 pub mod reservation_record;
 pub mod reservations;
 pub mod service;
 pub mod status;
+pub mod timeline;
 #[cfg(test)]
 mod tests;

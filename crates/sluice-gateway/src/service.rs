@@ -19,10 +19,14 @@ use std::time::{Duration, Instant};
 use nvme_spec::ana::AnaGroupId;
 use nvme_target::{AddressFamily, ListenerSpec, PeerPath, Target};
 use runtime::{Locker, RadosErrno, RadosObject};
-use serde::Serialize;
 
 use super::coordinator::{member_lock, AnaSink, Coordinator, CoordinatorSettings, GatewayCounters, LeaseStore, Phase};
+use crate::balance::{self, Balancer};
+use crate::control::{self, SignalHandle, Signals};
+use crate::load::{load_attribute, LoadMeter, LoadRecord};
+use crate::published::publish;
 use sluice_config::gateway::GatewayPlan;
+use sluice_config::rebalance::RebalanceMode;
 
 impl LeaseStore for RadosObject {
     fn lock(&self, name: &str, cookie: &str, description: &str, duration: Duration) -> Result<(), RadosErrno> {
@@ -52,77 +56,28 @@ impl LeaseStore for RadosObject {
     }
 }
 
-/// One gateway of the group as this gateway sees it.
-#[derive(Clone, Debug, Serialize)]
-pub struct MemberStatus {
-    pub name: String,
-    pub address: String,
-    /// Its membership lease is held (it renews within its lease).
-    pub alive: bool,
-    pub this_gateway: bool,
-}
-
-/// One ANA group as this gateway sees it.
-#[derive(Clone, Debug, Serialize)]
-pub struct GroupStatus {
-    pub ana_group: u32,
-    pub preferred: String,
-    /// The owner holding the group's lease ("" when none).
-    pub owner: String,
-    /// The state this gateway reports for it.
-    pub state: &'static str,
-}
-
-/// What `gateway_status` returns.
-#[derive(Clone, Debug, Serialize)]
-pub struct GatewayStatus {
-    pub group: String,
-    /// The subsystems the group exports.
-    pub subsystems: Vec<String>,
-    pub name: String,
-    pub object: String,
-    pub client_address: String,
-    /// "serving", "cluster-lost" or "fenced".
-    pub phase: &'static str,
-    pub lease_ms: u64,
-    pub failback: bool,
-    pub members: Vec<MemberStatus>,
-    pub ana_groups: Vec<GroupStatus>,
-    pub takeovers: u64,
-    pub releases: u64,
-    pub fenced_peers: u64,
-    pub last_takeover_ms: Option<u64>,
-    /// Times it came back after being fenced, without a restart.
-    pub rejoins: u64,
-    /// With the group's configuration in the cluster: the version this gateway runs
-    /// and one it could not apply yet (kept up to date by the management thread).
-    #[serde(skip)]
-    pub config_versions: Option<(u64, Option<u64>)>,
-}
-
-/// Publishes the coordinator's view, keeping what the management thread set.
-fn publish(status: &StatusHandle, mut next: GatewayStatus) {
-    let mut current = status.lock().unwrap_or_else(|poison| poison.into_inner());
-    next.config_versions = current.config_versions;
-    *current = next;
-}
-
-/// The published status, shared with the management API and the metrics.
-pub type StatusHandle = Arc<Mutex<GatewayStatus>>;
+pub use crate::control::{GatewayHandle, PlacementRequest};
+pub use crate::published::{GatewayStatus, GroupStatus, MemberStatus, StatusHandle};
 
 /// The running coordinator thread; dropping it leaves the group cleanly (owned groups
 /// handed over, membership released) so peers take over at once.
 pub struct GatewayService {
     pub status: StatusHandle,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    signals: SignalHandle,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GatewayService {
+    /// What the management API needs: the status and the way to drain and undrain.
+    pub fn handle(&self) -> GatewayHandle {
+        GatewayHandle { status: Arc::clone(&self.status), signals: Arc::clone(&self.signals) }
+    }
 }
 
 impl Drop for GatewayService {
     fn drop(&mut self) {
-        let (lock, signal) = &*self.stop;
-        *lock.lock().unwrap_or_else(|poison| poison.into_inner()) = true;
-        signal.notify_all();
+        control::lock(&self.signals).stopping = true;
+        self.signals.1.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -147,19 +102,20 @@ pub fn start(plan: &GatewayPlan, target: &Arc<Target>) -> Result<GatewayService,
     target.set_peer_paths(peer_paths(plan, target));
     let coordinator = join_group(plan, target, object)?;
     let subsystems: Vec<String> = target.subsystems().iter().map(|subsystem| subsystem.nqn.clone()).collect();
-    let status = Arc::new(Mutex::new(snapshot(plan, &subsystems, &coordinator)));
+    let status = Arc::new(Mutex::new(snapshot(plan, &subsystems, &coordinator, &Balancer::default(), None)));
     tracing::info!(gateway = %plan.name, group = %plan.group, client = %coordinator.settings().address,
         groups = ?status.lock().map(|status| status.ana_groups.iter().map(|group| (group.ana_group, group.state)).collect::<Vec<_>>()).unwrap_or_default(),
         "joined the gateway group");
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let signals: SignalHandle = Arc::new((Mutex::new(Signals::default()), Condvar::new()));
     let thread = {
-        let (status, stop, target, plan) = (Arc::clone(&status), Arc::clone(&stop), Arc::clone(target), plan.clone());
+        let (status, signals, target, plan) =
+            (Arc::clone(&status), Arc::clone(&signals), Arc::clone(target), plan.clone());
         std::thread::Builder::new()
             .name("sluice-gateway".into())
-            .spawn(move || run(coordinator, &plan, &subsystems, &target, &status, &stop))
+            .spawn(move || run(coordinator, &plan, &subsystems, &target, &status, &signals))
             .map_err(|error| format!("cannot start the gateway thread: {error}"))?
     };
-    Ok(GatewayService { status, stop, thread: Some(thread) })
+    Ok(GatewayService { status, signals, thread: Some(thread) })
 }
 
 /// A coordinator over the group's `object` (opened through this process's current
@@ -189,19 +145,34 @@ fn join_group(
 }
 
 /// Waits `duration` unless the service is told to stop first (then true).
-fn stopped_within(stop: &(Mutex<bool>, Condvar), duration: Duration) -> bool {
-    let (lock, signal) = stop;
+fn stopped_within(signals: &SignalHandle, duration: Duration) -> bool {
     let deadline = Instant::now() + duration;
-    let mut stopping = lock.lock().unwrap_or_else(|poison| poison.into_inner());
-    while !*stopping {
+    let mut guard = control::lock(signals);
+    while !guard.stopping {
         let now = Instant::now();
         if now >= deadline {
             return false;
         }
-        stopping = signal.wait_timeout(stopping, deadline - now).unwrap_or_else(|poison| poison.into_inner()).0;
+        guard = signals.1.wait_timeout(guard, deadline - now).unwrap_or_else(|poison| poison.into_inner()).0;
     }
     true
 }
+
+/// Waits until `deadline`, a request or the stop. Returns the requests (empty at the
+/// deadline) and whether to stop.
+fn wait_for_work(signals: &SignalHandle, deadline: Instant) -> (Vec<(PlacementRequest, Reply)>, bool) {
+    let mut guard = control::lock(signals);
+    while !guard.stopping && guard.requests.is_empty() {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        guard = signals.1.wait_timeout(guard, deadline - now).unwrap_or_else(|poison| poison.into_inner()).0;
+    }
+    (std::mem::take(&mut guard.requests), guard.stopping)
+}
+
+type Reply = std::sync::mpsc::Sender<Result<crate::balance::PlacementChange, String>>;
 
 /// Brings a fenced gateway back (see the module comment): closes every host
 /// connection, starts a new cluster client, reopens the images through it and joins
@@ -209,7 +180,7 @@ fn stopped_within(stop: &(Mutex<bool>, Condvar), duration: Duration) -> bool {
 fn rejoin(
     plan: &GatewayPlan,
     target: &Arc<Target>,
-    stop: &(Mutex<bool>, Condvar),
+    stop: &SignalHandle,
 ) -> Option<Result<Coordinator<RadosObject>, String>> {
     let mut closed = 0;
     for subsystem in target.subsystems() {
@@ -255,26 +226,45 @@ fn run(
     subsystems: &[String],
     target: &Arc<Target>,
     status: &StatusHandle,
-    stop: &(Mutex<bool>, Condvar),
+    signals: &SignalHandle,
 ) {
     let sink: &dyn AnaSink = target.as_ref();
     let interval = coordinator.interval();
     let mut next = Instant::now() + interval;
     let mut rejoin_backoff = Duration::from_millis(plan.lease_ms);
+    let rebalance = plan.rebalance;
+    let load_window = Duration::from_millis(rebalance.load_window_ms);
+    let mut meter = LoadMeter::default();
+    let mut next_load = Instant::now();
+    let mut load: Option<LoadRecord> = None;
+    let mut balancer = Balancer::default();
+    let mut next_pass = Instant::now() + Duration::from_millis(rebalance.interval_ms);
     loop {
-        {
-            let (lock, signal) = stop;
-            let mut stopping = lock.lock().unwrap_or_else(|poison| poison.into_inner());
-            while !*stopping {
-                let now = Instant::now();
-                if now >= next {
-                    break;
-                }
-                stopping = signal.wait_timeout(stopping, next - now).unwrap_or_else(|poison| poison.into_inner()).0;
-            }
-            if *stopping {
-                break;
-            }
+        let (requests, stopping) = wait_for_work(signals, next.min(next_load).min(next_pass));
+        for (request, reply) in requests {
+            let answer = match &request {
+                PlacementRequest::Drain(member) => balance::drain(&coordinator, member),
+                PlacementRequest::Undrain(member) => balance::undrain(&coordinator, member),
+            };
+            let _ = reply.send(answer);
+            // Apply it here at once rather than a round later.
+            next = Instant::now();
+        }
+        if stopping {
+            break;
+        }
+        let now = Instant::now();
+        if now >= next_load {
+            next_load = now + load_window;
+            load = sample_load(&mut meter, &coordinator, plan, target).or(load);
+        }
+        if now >= next_pass {
+            next_pass = now + Duration::from_millis(rebalance.interval_ms);
+            balancer.pass(&coordinator, &rebalance);
+        }
+        if now < next {
+            publish(status, snapshot(plan, subsystems, &coordinator, &balancer, load.as_ref()));
+            continue;
         }
         next += interval;
         // A reload may have served a namespace in an ANA group none had before.
@@ -282,26 +272,27 @@ fn run(
             coordinator.add_group(group, plan.preferred_owner(group), sink);
         }
         coordinator.step(Instant::now(), sink);
-        publish(status, snapshot(plan, subsystems, &coordinator));
+        publish(status, snapshot(plan, subsystems, &coordinator, &balancer, load.as_ref()));
         if coordinator.phase == Phase::Fenced {
-            match rejoin(plan, target, stop) {
+            match rejoin(plan, target, signals) {
                 None => break,
                 Some(Ok(mut rejoined)) => {
                     rejoined.counters =
                         GatewayCounters { rejoins: coordinator.counters.rejoins + 1, ..coordinator.counters.clone() };
+                    rejoined.timelines = std::mem::take(&mut coordinator.timelines);
                     coordinator = rejoined;
                     rejoin_backoff = Duration::from_millis(plan.lease_ms);
                 }
                 Some(Err(error)) => {
                     tracing::error!(gateway = %plan.name, %error, retry_in_ms = rejoin_backoff.as_millis() as u64,
                         "could not rejoin the gateway group after being fenced; retrying");
-                    if stopped_within(stop, rejoin_backoff) {
+                    if stopped_within(signals, rejoin_backoff) {
                         break;
                     }
                     rejoin_backoff = (rejoin_backoff * 2).min(MAX_REJOIN_BACKOFF);
                 }
             }
-            publish(status, snapshot(plan, subsystems, &coordinator));
+            publish(status, snapshot(plan, subsystems, &coordinator, &balancer, load.as_ref()));
             next = Instant::now() + interval;
         }
         // A late round (a stalled machine) must not be followed by a burst.
@@ -311,48 +302,45 @@ fn run(
     tracing::info!(gateway = %plan.name, "left the gateway group");
 }
 
-fn snapshot(plan: &GatewayPlan, subsystems: &[String], coordinator: &Coordinator<RadosObject>) -> GatewayStatus {
-    let GatewayCounters { takeovers, releases, fenced_peers, last_takeover_ms, rejoins } = coordinator.counters.clone();
-    GatewayStatus {
-        group: plan.group.clone(),
-        subsystems: subsystems.to_vec(),
-        name: plan.name.clone(),
-        object: coordinator.store().describe(),
-        client_address: coordinator.settings().address.clone(),
-        phase: match coordinator.phase {
-            Phase::Serving => "serving",
-            Phase::ClusterLost => "cluster-lost",
-            Phase::Fenced => "fenced",
-        },
-        lease_ms: plan.lease_ms,
-        failback: plan.failback,
-        members: plan
-            .members
-            .iter()
-            .map(|(name, address)| MemberStatus {
-                name: name.clone(),
-                address: address.to_string(),
-                alive: coordinator.alive.contains(name),
-                this_gateway: *name == plan.name,
-            })
-            .collect(),
-        ana_groups: coordinator
-            .groups
-            .iter()
-            .map(|group| GroupStatus {
-                ana_group: group.id.0,
-                preferred: group.preferred.clone(),
-                owner: group.owner.clone(),
-                state: group.state.name(),
-            })
-            .collect(),
-        takeovers,
-        releases,
-        fenced_peers,
-        last_takeover_ms,
-        rejoins,
-        config_versions: None,
+/// Measures the window that just ended; publishes it for the balancing member when
+/// balancing is on. Returns the window's record (`None` at the first sample).
+fn sample_load(
+    meter: &mut LoadMeter,
+    coordinator: &Coordinator<RadosObject>,
+    plan: &GatewayPlan,
+    target: &Target,
+) -> Option<LoadRecord> {
+    let sink: &dyn AnaSink = target;
+    let totals = coordinator.groups.iter().map(|group| (group.id, sink.group_totals(group.id))).collect();
+    let owned: Vec<AnaGroupId> =
+        coordinator.groups.iter().filter(|group| group.owned).map(|group| group.id).collect();
+    // Owned through the whole window: owned at both ends (a group that left and came
+    // back within one window is rare and only blurs one sample).
+    let owned_through = meter.owned_through(&owned);
+    let record = meter.sample(
+        Instant::now(),
+        crate::timeline::unix_ms(std::time::SystemTime::now()),
+        &plan.name,
+        crate::load::io_threads_busy(),
+        totals,
+        &owned_through,
+    )?;
+    if plan.rebalance.mode != RebalanceMode::Off {
+        if let Err(errno) = coordinator.store().set_attribute(&load_attribute(&plan.name), &record.encode()) {
+            tracing::warn!(%errno, "cannot publish this gateway's load; the balancing member waits for it");
+        }
     }
+    Some(record)
+}
+
+fn snapshot(
+    plan: &GatewayPlan,
+    subsystems: &[String],
+    coordinator: &Coordinator<RadosObject>,
+    balancer: &Balancer,
+    load: Option<&LoadRecord>,
+) -> GatewayStatus {
+    crate::published::snapshot(plan, subsystems, coordinator, coordinator.store().describe(), balancer, load)
 }
 
 /// The ANA groups of every namespace served (group 1 when there are none yet).
@@ -469,77 +457,4 @@ fn check_namespace_identities(plan: &GatewayPlan, target: &Target, object: &Rado
     Ok(())
 }
 
-/// Prometheus lines of the gateway state (appended to /metrics).
-pub fn render_metrics(status: &GatewayStatus) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let labels = format!("group=\"{}\",gateway=\"{}\"", status.group, status.name);
-    let _ = writeln!(out, "# HELP sluice_gateway_fenced 1 when another gateway fenced (blocklisted) this one.");
-    let _ = writeln!(out, "# TYPE sluice_gateway_fenced gauge");
-    let _ = writeln!(out, "sluice_gateway_fenced{{{labels}}} {}", u8::from(status.phase == "fenced"));
-    let _ = writeln!(out, "# HELP sluice_gateway_cluster_lost 1 while leases cannot be renewed (groups inaccessible).");
-    let _ = writeln!(out, "# TYPE sluice_gateway_cluster_lost gauge");
-    let _ = writeln!(out, "sluice_gateway_cluster_lost{{{labels}}} {}", u8::from(status.phase == "cluster-lost"));
-    let _ = writeln!(out, "# HELP sluice_gateway_member_alive 1 when the member renews its membership lease.");
-    let _ = writeln!(out, "# TYPE sluice_gateway_member_alive gauge");
-    for member in &status.members {
-        let _ = writeln!(
-            out,
-            "sluice_gateway_member_alive{{{labels},member=\"{}\"}} {}",
-            member.name,
-            u8::from(member.alive)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP sluice_gateway_ana_group_optimized 1 when this gateway reports the ANA group optimized (owns it)."
-    );
-    let _ = writeln!(out, "# TYPE sluice_gateway_ana_group_optimized gauge");
-    for group in &status.ana_groups {
-        let _ = writeln!(
-            out,
-            "sluice_gateway_ana_group_optimized{{{labels},ana_group=\"{}\",state=\"{}\"}} {}",
-            group.ana_group,
-            group.state,
-            u8::from(group.state == "optimized")
-        );
-    }
-    for (name, help, value) in [
-        ("sluice_gateway_takeovers_total", "ANA groups this gateway took ownership of.", status.takeovers),
-        ("sluice_gateway_releases_total", "ANA groups this gateway gave back or lost.", status.releases),
-        (
-            "sluice_gateway_fenced_peers_total",
-            "Previous owners this gateway fenced before a takeover.",
-            status.fenced_peers,
-        ),
-        (
-            "sluice_gateway_rejoins_total",
-            "Times this gateway rejoined its group with a new cluster client after being fenced.",
-            status.rejoins,
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}");
-    }
-    if let Some((version, pending)) = status.config_versions {
-        let _ = writeln!(
-            out,
-            "# HELP sluice_gateway_config_version The group configuration version (in the cluster) this gateway runs."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE sluice_gateway_config_version gauge\nsluice_gateway_config_version{{{labels}}} {version}"
-        );
-        let _ = writeln!(out, "# HELP sluice_gateway_config_pending 1 while a newer group configuration version could not be applied here (see the log).");
-        let _ = writeln!(
-            out,
-            "# TYPE sluice_gateway_config_pending gauge\nsluice_gateway_config_pending{{{labels}}} {}",
-            u8::from(pending.is_some())
-        );
-    }
-    if let Some(ms) = status.last_takeover_ms {
-        let _ = writeln!(out, "# HELP sluice_gateway_last_takeover_seconds Time an ANA group was ownerless before this gateway's last takeover.");
-        let _ = writeln!(out, "# TYPE sluice_gateway_last_takeover_seconds gauge");
-        let _ = writeln!(out, "sluice_gateway_last_takeover_seconds{{{labels}}} {:.3}", ms as f64 / 1000.0);
-    }
-    out
-}
+pub use crate::metrics::render_metrics;

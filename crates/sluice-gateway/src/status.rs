@@ -69,9 +69,14 @@ pub fn render(result: &Value) -> String {
     for member in members {
         let this = if member["this_gateway"].as_bool() == Some(true) { " (this gateway)" } else { "" };
         let alive = if member["alive"].as_bool() == Some(true) { "held" } else { "expired" };
-        out.push_str(&format!("{:<11} {:<23} {alive}{this}\n", text(&member["name"]), text(&member["address"])));
+        let drained = if member["drained"].as_bool() == Some(true) { ", drained" } else { "" };
+        out.push_str(&format!(
+            "{:<11} {:<23} {alive}{drained}{this}\n",
+            text(&member["name"]),
+            text(&member["address"])
+        ));
     }
-    out.push_str("\nANA GROUP  PREFERRED   OWNER");
+    out.push_str("\nANA GROUP  PREFERRED   OWNER  SHOULD BE  LOAD/s  ");
     for member in members {
         out.push_str(&format!("  {:<15}", format!("AT {}", text(&member["name"]))));
     }
@@ -79,7 +84,15 @@ pub fn render(result: &Value) -> String {
     for group in groups {
         let id = group["ana_group"].as_u64().unwrap_or(0);
         let owner = if text(&group["owner"]).is_empty() { "(none)".to_string() } else { text(&group["owner"]) };
-        out.push_str(&format!("{:<10} {:<11} {:<5}", id, text(&group["preferred"]), owner));
+        let load = group["load"].as_f64().map_or("-".to_string(), |load| format!("{load:.0}"));
+        out.push_str(&format!(
+            "{:<10} {:<11} {:<6} {:<10} {:<7} ",
+            id,
+            text(&group["preferred"]),
+            owner,
+            text(&group["desired"]),
+            load
+        ));
         for member in members {
             let reported = &member["reported"];
             let state = if let Some(error) = reported["error"].as_str() {
@@ -113,6 +126,102 @@ pub fn render(result: &Value) -> String {
     if let Some(ms) = result["last_takeover_ms"].as_u64() {
         out.push_str(&format!(", last takeover after {:.1} s without an owner", ms as f64 / 1000.0));
     }
-    out.push('\n');
+    out.push_str(&format!(", handovers {}\n", result["handovers"]));
+    out.push_str(&render_rebalance(&result["rebalance"]));
+    out.push_str(&render_path_changes(result["path_changes"].as_array().unwrap_or(&empty)));
+    out
+}
+
+fn render_rebalance(rebalance: &Value) -> String {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let mut out = format!(
+        "\nbalancing: {}, every {} ms, threshold {}%, at most {} moves a pass{}\n",
+        text(&rebalance["mode"]),
+        rebalance["interval_ms"],
+        rebalance["threshold_percent"],
+        rebalance["max_moves"],
+        if rebalance["leader"].as_bool() == Some(true) { "; this gateway runs the passes" } else { "" }
+    );
+    if let Some(totals) = rebalance["totals"].as_array().filter(|totals| !totals.is_empty()) {
+        let sum: f64 = totals.iter().filter_map(|total| total["load"].as_f64()).sum();
+        let shares: Vec<String> = totals
+            .iter()
+            .map(|total| {
+                let load = total["load"].as_f64().unwrap_or(0.0);
+                let share = if sum > 0.0 { load / sum * 100.0 } else { 0.0 };
+                format!("{} {load:.0} ({share:.0}%)", text(&total["name"]))
+            })
+            .collect();
+        out.push_str(&format!("  last pass: {}\n", shares.join(", ")));
+    }
+    if !text(&rebalance["idle_reason"]).is_empty() {
+        out.push_str(&format!("  last pass moved nothing: {}\n", text(&rebalance["idle_reason"])));
+    }
+    for found in rebalance["recent_moves"].as_array().into_iter().flatten().rev().take(8) {
+        out.push_str(&format!(
+            "  pass {}: ANA group {} {} -> {} ({})\n",
+            found["pass"],
+            found["ana_group"],
+            text(&found["from"]),
+            text(&found["to"]),
+            text(&found["reason"])
+        ));
+    }
+    out
+}
+
+fn render_path_changes(changes: &[Value]) -> String {
+    if changes.is_empty() {
+        return String::new();
+    }
+    let ms = |value: &Value| value.as_u64().map_or("-".to_string(), |ms| ms.to_string());
+    let mut out = String::from(
+        "\nPATH CHANGES (as the new owner; ms from the start)\nGROUP KIND       FROM        RELEASED FENCED OPTIMIZED NO-PATH HOSTS LAST-HOST\n",
+    );
+    for change in changes.iter().rev().take(10) {
+        let hosts = change["controllers"].as_array().map_or(0, Vec::len);
+        out.push_str(&format!(
+            "{:<5} {:<10} {:<11} {:>8} {:>6} {:>9} {:>7} {:>5} {:>9}\n",
+            change["ana_group"],
+            change["kind"].as_str().unwrap_or_default(),
+            change["from"].as_str().unwrap_or_default(),
+            ms(&change["released_ms"]),
+            ms(&change["fenced_ms"]),
+            ms(&change["optimized_ms"]),
+            ms(&change["without_optimized_ms"]),
+            hosts,
+            if change["open"].as_bool() == Some(true) { "waiting".to_string() } else { ms(&change["last_first_command_ms"]) }
+        ));
+    }
+    out
+}
+
+/// The text view of `gateway_drain` and `gateway_undrain`.
+pub fn render_placement(result: &Value) -> String {
+    let name = result["gateway"].as_str().unwrap_or_default();
+    let note = result["note"].as_str().filter(|note| !note.is_empty());
+    if result["drained"].as_bool() != Some(true) {
+        return format!("undrained {name}{}\n", note.map(|note| format!(" ({note})")).unwrap_or_default());
+    }
+    let moves: Vec<String> = result["moves"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|found| format!("ANA group {} -> {}", found["ana_group"], found["to"].as_str().unwrap_or_default()))
+        .collect();
+    let still: Vec<String> =
+        result["still_owned"].as_array().into_iter().flatten().map(|group| group.to_string()).collect();
+    let mut out = format!("drained {name}{}\n", note.map(|note| format!(" ({note})")).unwrap_or_default());
+    if !moves.is_empty() {
+        out.push_str(&format!("  moves: {}\n", moves.join(", ")));
+    }
+    if still.is_empty() {
+        out.push_str(&format!("  {name} owns no ANA group (waited {} ms)\n", result["waited_ms"]));
+    } else {
+        out.push_str(&format!(
+            "  {name} still owns ANA group(s) {} (moving; see `sluice gateway status`)\n",
+            still.join(", ")
+        ));
+    }
     out
 }

@@ -333,24 +333,30 @@ impl Gateway {
 
 #[test]
 fn the_metrics_say_which_group_configuration_runs_and_whether_one_is_pending() {
-    let mut status = super::service::GatewayStatus {
-        group: "ha".into(),
-        subsystems: Vec::new(),
+    let world = world();
+    let a = gateway(&world, "a", 1);
+    let plan = sluice_config::gateway::GatewayPlan {
         name: "a".into(),
-        object: String::new(),
-        client_address: String::new(),
-        phase: "serving",
+        group: "ha".into(),
+        pool: "rbd".into(),
+        cluster: runtime::ClusterSpec { ceph_conf: None, client: "admin".into(), op_timeout_ms: 0 },
         lease_ms: 6000,
         failback: true,
         members: Vec::new(),
-        ana_groups: Vec::new(),
-        takeovers: 0,
-        releases: 0,
-        fenced_peers: 0,
-        last_takeover_ms: None,
-        rejoins: 1,
-        config_versions: None,
+        position: 0,
+        preferred: Vec::new(),
+        config: Default::default(),
+        rebalance: Default::default(),
     };
+    let mut status = crate::published::snapshot(
+        &plan,
+        &[],
+        &a.coordinator,
+        String::new(),
+        &crate::balance::Balancer::default(),
+        None,
+    );
+    status.rejoins = 1;
     let text = super::service::render_metrics(&status);
     assert!(text.contains("sluice_gateway_rejoins_total{group=\"ha\",gateway=\"a\"} 1"), "{text}");
     assert!(!text.contains("sluice_gateway_config_version"), "a file-configured gateway has none: {text}");
@@ -358,4 +364,114 @@ fn the_metrics_say_which_group_configuration_runs_and_whether_one_is_pending() {
     let text = super::service::render_metrics(&status);
     assert!(text.contains("sluice_gateway_config_version{group=\"ha\",gateway=\"a\"} 7"), "{text}");
     assert!(text.contains("sluice_gateway_config_pending{group=\"ha\",gateway=\"a\"} 1"), "{text}");
+}
+
+fn three(world: &Rc<RefCell<World>>) -> (Gateway, Gateway, Gateway) {
+    let make = |name: &str| {
+        let mut gateway = gateway(world, name, 1);
+        let (store, settings) = (gateway.coordinator_store(), gateway.coordinator.settings().clone());
+        let settings = CoordinatorSettings {
+            members: vec!["a".into(), "b".into(), "c".into()],
+            groups: (1..=6).map(|id| (AnaGroupId(id), ["a", "b", "c"][(id as usize - 1) % 3].to_string())).collect(),
+            ..settings
+        };
+        gateway.coordinator = Coordinator::new(store, settings, &gateway.sink);
+        gateway
+    };
+    let (mut a, mut b, mut c) = (make("a"), make("b"), make("c"));
+    join(world, &mut a);
+    join(world, &mut b);
+    join(world, &mut c);
+    (a, b, c)
+}
+
+/// The members reporting `group` optimized.
+fn optimized_at(group: u32, gateways: &[&Gateway]) -> Vec<String> {
+    gateways
+        .iter()
+        .filter(|gateway| gateway.sink.0.borrow().get(&group) == Some(&AnaState::Optimized))
+        .map(|gateway| gateway.coordinator.settings().name.clone())
+        .collect()
+}
+
+#[test]
+fn a_drain_moves_every_group_of_the_member_without_fencing_and_never_optimized_twice() {
+    let world = world();
+    let (mut a, mut b, mut c) = three(&world);
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    assert_eq!(optimized_at(1, &[&a, &b, &c]), ["a"]);
+    let change = crate::balance::drain(&b.coordinator, "a").unwrap();
+    assert_eq!(change.moves.len(), 2, "a owns groups 1 and 4: {change:?}");
+    // Round by round: each group optimized on at most one member, always.
+    for _ in 0..4 {
+        run(&world, &mut [&mut a, &mut b, &mut c], 1);
+        for group in 1..=6 {
+            assert!(optimized_at(group, &[&a, &b, &c]).len() <= 1, "group {group} optimized twice");
+        }
+    }
+    for group in 1..=6 {
+        assert_eq!(optimized_at(group, &[&a, &b, &c]).len(), 1, "group {group} optimized somewhere");
+        assert_ne!(optimized_at(group, &[&a, &b, &c]), ["a"], "a is drained");
+    }
+    assert_eq!(a.sink.state(1), AnaState::NonOptimized, "the drained member keeps serving non-optimized");
+    assert!(world.borrow().blocklist.is_empty(), "a drain fences nobody");
+    assert!(a.coordinator.drained());
+    // The takers recorded the changes' timelines as drains.
+    let changes: Vec<_> = [&b, &c].iter().flat_map(|gateway| gateway.coordinator.timelines.changes.clone()).collect();
+    let drains: Vec<_> = changes.iter().filter(|change| change.kind == crate::timeline::ChangeKind::Drain).collect();
+    assert_eq!(drains.len(), 2, "{changes:?}");
+    assert!(drains.iter().all(|change| change.from == "a" && change.released_ms.is_some()));
+    // Undrain: failback brings a's preferred groups back.
+    crate::balance::undrain(&c.coordinator, "a").unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 4);
+    assert_eq!(optimized_at(1, &[&a, &b, &c]), ["a"]);
+    assert_eq!(optimized_at(4, &[&a, &b, &c]), ["a"]);
+    assert!(world.borrow().blocklist.is_empty());
+}
+
+#[test]
+fn a_drain_that_would_leave_no_optimized_path_is_refused() {
+    let world = world();
+    let (mut a, mut b, mut c) = three(&world);
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    crate::balance::drain(&a.coordinator, "b").unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    // c dies; a is the only one left undrained and alive: draining a is refused.
+    run(&world, &mut [&mut a, &mut b], 6);
+    let error = crate::balance::drain(&a.coordinator, "a").unwrap_err();
+    assert!(error.contains("no optimized path") && error.contains("b drained") && error.contains("c down"), "{error}");
+    // A drained member still takes groups when nobody else can: a dies too.
+    run(&world, &mut [&mut b], 8);
+    for group in 1..=6 {
+        assert_eq!(b.sink.state(group), AnaState::Optimized, "group {group}: b serves rather than leave it pathless");
+    }
+}
+
+#[test]
+fn a_balancing_move_hands_the_group_over_and_the_taker_records_it() {
+    let world = world();
+    let (mut a, mut b, mut c) = three(&world);
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    // What a pass commits: group 2 (b's) to c.
+    crate::balance::update_placement(a.coordinator.store(), "test", |record| {
+        record.assign(crate::placement::Assignment {
+            ana_group: 2,
+            gateway: "c".into(),
+            from: "b".into(),
+            kind: crate::placement::MoveKind::Rebalance,
+            reason: "test".into(),
+            decided_unix_ms: crate::timeline::unix_ms(std::time::SystemTime::now()),
+            pass: 1,
+        });
+        Ok(((), true))
+    })
+    .unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 3);
+    assert_eq!(optimized_at(2, &[&a, &b, &c]), ["c"]);
+    assert_eq!(b.sink.state(2), AnaState::NonOptimized);
+    let change = c.coordinator.timelines.changes.back().unwrap();
+    assert_eq!((change.kind, change.from.as_str(), change.ana_group), (crate::timeline::ChangeKind::Rebalance, "b", 2));
+    // Failback does not undo a balancing move: b is group 2's preferred member.
+    run(&world, &mut [&mut a, &mut b, &mut c], 4);
+    assert_eq!(optimized_at(2, &[&a, &b, &c]), ["c"]);
 }

@@ -289,6 +289,30 @@ pub struct GatewayMember {
     pub this_gateway: bool,
 }
 
+/// `gateway_drain` and `gateway_undrain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayPlacement {
+    /// The member drained or undrained.
+    pub gateway: String,
+    /// It is drained now.
+    pub drained: bool,
+    /// The ANA groups the drain moves, and where.
+    pub moves: Vec<GatewayMove>,
+    /// ANA groups it still owned when the wait ended (empty once drained).
+    pub still_owned: Vec<u32>,
+    /// How long the wait took (0 without one), ms.
+    pub waited_ms: u64,
+    /// "already drained", "was not drained", or empty.
+    pub note: String,
+}
+
+/// One ANA group a drain moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayMove {
+    pub ana_group: u32,
+    pub to: String,
+}
+
 /// One RBD snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {

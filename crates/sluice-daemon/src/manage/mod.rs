@@ -84,7 +84,7 @@ pub fn start_for_serve(
     endpoints: ApiEndpoints,
     listeners: target_server::LiveListeners,
     storage: OpenStorage,
-    gateway: Option<sluice_gateway::service::StatusHandle>,
+    gateway: Option<sluice_gateway::service::GatewayHandle>,
     group_config: Option<(sluice_gateway::group_config::GroupConfigState, String)>,
 ) -> Result<ManagementRunning, SocketError> {
     let ApiEndpoints { socket: choice, network } = endpoints;

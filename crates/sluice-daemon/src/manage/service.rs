@@ -85,7 +85,7 @@ pub struct Management {
     /// The named backends and pools the target holds open (see the module comment).
     storage: OpenStorage,
     /// The gateway coordinator's published state, when this target is a gateway.
-    gateway: Option<sluice_gateway::service::StatusHandle>,
+    gateway: Option<sluice_gateway::service::GatewayHandle>,
     /// A gateway whose group's configuration is kept in the cluster: changes write
     /// the group's part there and the gateway's own part to the file.
     group_config: Option<GroupConfigState>,
@@ -197,7 +197,8 @@ impl Management {
     /// read.
     fn publish_group_config_versions(&self) {
         if let Some(gateway) = &self.gateway {
-            gateway.lock().unwrap_or_else(|poison| poison.into_inner()).config_versions = self.group_config_versions();
+            gateway.status.lock().unwrap_or_else(|poison| poison.into_inner()).config_versions =
+                self.group_config_versions();
         }
     }
 
@@ -209,28 +210,10 @@ impl Management {
     }
 
     /// Answers `gateway_status` from the gateway coordinator's published state.
-    pub fn with_gateway(mut self, gateway: Option<sluice_gateway::service::StatusHandle>) -> Management {
+    pub fn with_gateway(mut self, gateway: Option<sluice_gateway::service::GatewayHandle>) -> Management {
         self.gateway = gateway;
         self.publish_group_config_versions();
         self
-    }
-
-    fn gateway_status(&mut self, params: Params) -> Result<Value, RpcError> {
-        params.finish("gateway_status")?;
-        let Some(gateway) = &self.gateway else {
-            return Err(RpcError::refused(
-                "gateway",
-                "this target is not a gateway (its config has no [gateway] section)",
-            ));
-        };
-        let status = gateway.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
-        let mut value = serde_json::to_value(status)
-            .map_err(|error| RpcError::new(super::protocol::INTERNAL_ERROR, error.to_string()))?;
-        value["config"] = match self.group_config_versions() {
-            Some((version, pending)) => json!({ "source": "cluster", "version": version, "pending": pending }),
-            None => json!({ "source": "file" }),
-        };
-        Ok(value)
     }
 
     /// Runs one method.
@@ -263,6 +246,8 @@ impl Management {
             "pool_list" => self.pool_list(params),
             "limits_show" => self.limits_show(params),
             "gateway_status" => self.gateway_status(params),
+            "gateway_drain" => self.gateway_drain(params),
+            "gateway_undrain" => self.gateway_undrain(params),
             "rbd_snapshot_create" => self.rbd_snapshot_create(params),
             "rbd_snapshot_remove" => self.rbd_snapshot_remove(params),
             "rbd_snapshot_list" => self.rbd_snapshot_list(params),
@@ -882,6 +867,7 @@ impl Management {
 
 mod attachment;
 mod backends;
+mod gateway;
 mod listeners;
 mod listing;
 mod qos;

@@ -108,6 +108,11 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
         pair(api::PoolList {}, api::PoolList {}),
         pair(api::LimitsShow {}, api::LimitsShow {}),
         pair(api::GatewayStatus {}, api::GatewayStatus {}),
+        pair(
+            api::GatewayDrain { gateway: "b".into(), ..Default::default() },
+            api::GatewayDrain { gateway: "b".into(), wait: Some(false), timeout_ms: Some(10) },
+        ),
+        pair(api::GatewayUndrain { gateway: "b".into() }, Default::default()),
         pair(api::SnapshotCreate { rbd: "rbd/image".into(), snapshot: "s".into() }, Default::default()),
         pair(api::SnapshotRemove { rbd: "rbd/image".into(), snapshot: "s".into() }, Default::default()),
         pair(api::SnapshotListRequest { rbd: "rbd/image".into() }, Default::default()),
