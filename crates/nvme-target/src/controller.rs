@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvme_spec::admin::{async_event_notice, async_event_result, async_event_type};
+use nvme_spec::ana::{AnaGroupId, AnaState};
 use nvme_spec::log_page::{
     encode_changed_namespace_list, log_id, ErrorInformationEntry, CHANGED_NAMESPACE_LIST_BYTES,
     ERROR_INFORMATION_ENTRY_BYTES,
@@ -365,9 +366,13 @@ impl Controller {
         }
     }
 
-    /// An ANA group's state changed on this target: an ANA change notice becomes due
-    /// if the host enabled them and none is outstanding.
-    pub fn note_ana_changed(&self) {
+    /// ANA group `group` changed to `state` on this target at `at`: an ANA change
+    /// notice becomes due if the host enabled them and none is outstanding, and a
+    /// group turned optimized waits for the host's first command (path timelines).
+    pub fn note_ana_changed(&self, group: AnaGroupId, state: AnaState, at: std::time::Instant) {
+        if state == AnaState::Optimized {
+            self.path_watch.group_optimized(group, at);
+        }
         let enabled = self.async_event_enabled(ANA_CHANGE_NOTICES_ENABLED);
         if self.notices().ana.raise(enabled) {
             self.notice_due.store(true, Ordering::Release);

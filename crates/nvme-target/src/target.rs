@@ -461,10 +461,7 @@ impl Target {
         };
         let now = std::time::Instant::now();
         for controller in controllers {
-            if state == AnaState::Optimized {
-                controller.path_watch.group_optimized(group, now);
-            }
-            controller.note_ana_changed();
+            controller.note_ana_changed(group, state, now);
         }
         true
     }

@@ -3,6 +3,8 @@
 //! arbitrates: which gateway owns which ANA group is decided with locks that expire on
 //! one RADOS object per group (see gateway/ and docs/config.md).
 
+pub mod rebalance;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -115,7 +117,7 @@ pub struct GatewaySection {
     pub ana_groups: Vec<AnaGroupConfig>,
     /// Moving ANA groups between members to even out their load (default off).
     #[serde(default)]
-    pub rebalance: Option<super::rebalance::RebalanceSection>,
+    pub rebalance: Option<rebalance::RebalanceSection>,
 }
 
 /// `[gateway] config`.
@@ -161,7 +163,7 @@ pub struct GatewayPlan {
     /// Where the group's configuration lives.
     pub config: GroupConfigSource,
     /// Whether and how ownership moves to even out load.
-    pub rebalance: super::rebalance::RebalancePlan,
+    pub rebalance: rebalance::RebalancePlan,
 }
 
 impl GatewayPlan {

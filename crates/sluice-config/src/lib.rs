@@ -21,7 +21,6 @@ pub mod management;
 mod namespaces;
 mod plan;
 pub mod qos;
-pub mod rebalance;
 mod schema;
 mod shapes;
 mod storage;

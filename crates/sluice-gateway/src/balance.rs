@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use nvme_spec::ana::AnaGroupId;
-use sluice_config::rebalance::{RebalanceMode, RebalancePlan};
+use sluice_config::gateway::rebalance::{RebalanceMode, RebalancePlan};
 
 use crate::coordinator::{Coordinator, LeaseStore, Phase};
 use crate::load::{load_attribute, LoadRecord};
@@ -45,7 +45,8 @@ pub fn update_placement<S: LeaseStore, T>(
         }
     }
     let result = (|| {
-        let bytes = store.attribute(PLACEMENT_ATTRIBUTE).map_err(|errno| format!("reading the placement record: {errno}"))?;
+        let bytes =
+            store.attribute(PLACEMENT_ATTRIBUTE).map_err(|errno| format!("reading the placement record: {errno}"))?;
         let mut record = PlacementRecord::parse(bytes.as_deref())?;
         let (value, changed) = change(&mut record)?;
         if changed {
@@ -101,7 +102,15 @@ pub fn drain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Resul
     let alive = coordinator.alive.clone();
     update_placement(coordinator.store(), &settings.cookie, |record| {
         if record.is_drained(member) {
-            return Ok((PlacementChange { gateway: member.into(), drained: true, moves: Vec::new(), note: "already drained".into() }, false));
+            return Ok((
+                PlacementChange {
+                    gateway: member.into(),
+                    drained: true,
+                    moves: Vec::new(),
+                    note: "already drained".into(),
+                },
+                false,
+            ));
         }
         let members = Members { all: &settings.members, alive: &alive };
         let with_desired: Vec<(GroupLoad, Option<&str>)> = groups
@@ -138,7 +147,10 @@ pub fn drain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Resul
 pub fn undrain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Result<PlacementChange, String> {
     let settings = coordinator.settings();
     if !settings.members.iter().any(|name| name == member) {
-        return Err(format!("{member:?} is not a member of this gateway group (members: {})", settings.members.join(", ")));
+        return Err(format!(
+            "{member:?} is not a member of this gateway group (members: {})",
+            settings.members.join(", ")
+        ));
     }
     update_placement(coordinator.store(), &settings.cookie, |record| {
         let was = record.is_drained(member);
@@ -215,7 +227,11 @@ impl Balancer {
     }
 
     /// The moves of a pass, or why it moves nothing.
-    fn plan_pass<S: LeaseStore>(&mut self, coordinator: &Coordinator<S>, plan: &RebalancePlan) -> Result<Vec<Move>, String> {
+    fn plan_pass<S: LeaseStore>(
+        &mut self,
+        coordinator: &Coordinator<S>,
+        plan: &RebalancePlan,
+    ) -> Result<Vec<Move>, String> {
         // Settled: every group owned by the member it should be, nothing in flight.
         for group in &coordinator.groups {
             if group.owner.is_empty() || group.owner != group.desired {
@@ -317,4 +333,3 @@ impl Balancer {
         }
     }
 }
-

@@ -51,7 +51,10 @@ impl GatewayHandle {
         }
         self.signals.1.notify_all();
         answer.recv_timeout(timeout).map_err(|_| {
-            format!("the gateway's coordinator did not answer within {} ms (the cluster may be slow)", timeout.as_millis())
+            format!(
+                "the gateway's coordinator did not answer within {} ms (the cluster may be slow)",
+                timeout.as_millis()
+            )
         })?
     }
 }

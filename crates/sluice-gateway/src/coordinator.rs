@@ -372,7 +372,12 @@ impl<S: LeaseStore> Coordinator<S> {
             }
         }
         self.alive = alive;
-        match self.store.attribute(PLACEMENT_ATTRIBUTE).map_err(|errno| errno.to_string()).and_then(|bytes| PlacementRecord::parse(bytes.as_deref())) {
+        match self
+            .store
+            .attribute(PLACEMENT_ATTRIBUTE)
+            .map_err(|errno| errno.to_string())
+            .and_then(|bytes| PlacementRecord::parse(bytes.as_deref()))
+        {
             Ok(record) => self.placement = record,
             // Keep the last record read: a move waits a round rather than misfire.
             Err(error) => tracing::warn!(%error, "cannot read the group's placement record; keeping the last one read"),

@@ -20,6 +20,6 @@ pub mod reservation_record;
 pub mod reservations;
 pub mod service;
 pub mod status;
-pub mod timeline;
 #[cfg(test)]
 mod tests;
+pub mod timeline;

@@ -107,7 +107,8 @@ impl LoadMeter {
             .iter()
             .filter(|(group, _)| owned.contains(group))
             .map(|(group, now_totals)| {
-                let before = totals_then.iter().find(|(id, _)| id == group).map(|(_, totals)| *totals).unwrap_or_default();
+                let before =
+                    totals_then.iter().find(|(id, _)| id == group).map(|(_, totals)| *totals).unwrap_or_default();
                 let commands_per_second = now_totals.commands.saturating_sub(before.commands) as f64 / seconds;
                 let bytes_per_second = now_totals.bytes.saturating_sub(before.bytes) as f64 / seconds;
                 GroupRate {

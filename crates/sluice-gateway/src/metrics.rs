@@ -84,22 +84,39 @@ pub fn render_metrics(status: &GatewayStatus) -> String {
 
 /// Drains, handovers, balancing, owned groups' load and the path change histograms.
 fn render_placement(out: &mut String, status: &GatewayStatus, labels: &str) {
-    let _ = writeln!(out, "# HELP sluice_gateway_member_drained 1 when the member is drained (out of service, listeners kept).");
+    let _ = writeln!(
+        out,
+        "# HELP sluice_gateway_member_drained 1 when the member is drained (out of service, listeners kept)."
+    );
     let _ = writeln!(out, "# TYPE sluice_gateway_member_drained gauge");
     for member in &status.members {
-        let _ = writeln!(out, "sluice_gateway_member_drained{{{labels},member=\"{}\"}} {}", member.name, u8::from(member.drained));
+        let _ = writeln!(
+            out,
+            "sluice_gateway_member_drained{{{labels},member=\"{}\"}} {}",
+            member.name,
+            u8::from(member.drained)
+        );
     }
-    let _ = writeln!(out, "# HELP sluice_gateway_handovers_total ANA groups this gateway handed over to another member.");
-    let _ = writeln!(out, "# TYPE sluice_gateway_handovers_total counter\nsluice_gateway_handovers_total{{{labels}}} {}", status.handovers);
+    let _ =
+        writeln!(out, "# HELP sluice_gateway_handovers_total ANA groups this gateway handed over to another member.");
+    let _ = writeln!(
+        out,
+        "# TYPE sluice_gateway_handovers_total counter\nsluice_gateway_handovers_total{{{labels}}} {}",
+        status.handovers
+    );
     let rebalance = &status.rebalance;
-    let _ = writeln!(out, "# HELP sluice_gateway_rebalance_leader 1 when this gateway runs the group's balancing passes.");
+    let _ =
+        writeln!(out, "# HELP sluice_gateway_rebalance_leader 1 when this gateway runs the group's balancing passes.");
     let _ = writeln!(
         out,
         "# TYPE sluice_gateway_rebalance_leader gauge\nsluice_gateway_rebalance_leader{{{labels},mode=\"{}\"}} {}",
         rebalance.mode,
         u8::from(rebalance.leader)
     );
-    let _ = writeln!(out, "# HELP sluice_gateway_rebalance_moves_total ANA groups moved by this gateway's balancing passes.");
+    let _ = writeln!(
+        out,
+        "# HELP sluice_gateway_rebalance_moves_total ANA groups moved by this gateway's balancing passes."
+    );
     let _ = writeln!(
         out,
         "# TYPE sluice_gateway_rebalance_moves_total counter\nsluice_gateway_rebalance_moves_total{{{labels}}} {}",
@@ -114,14 +131,18 @@ fn render_placement(out: &mut String, status: &GatewayStatus, labels: &str) {
     let _ = writeln!(out, "# TYPE sluice_gateway_ana_group_load gauge");
     for group in &status.ana_groups {
         if let Some(load) = group.load {
-            let _ = writeln!(out, "sluice_gateway_ana_group_load{{{labels},ana_group=\"{}\"}} {load:.1}", group.ana_group);
+            let _ =
+                writeln!(out, "sluice_gateway_ana_group_load{{{labels},ana_group=\"{}\"}} {load:.1}", group.ana_group);
         }
     }
     if let Some(busy) = status.io_threads_busy_percent {
         let _ = writeln!(out, "# HELP sluice_gateway_io_threads_busy_percent Busy time of the I/O threads over the last load window (percent of one thread).");
         let _ = writeln!(out, "# TYPE sluice_gateway_io_threads_busy_percent gauge\nsluice_gateway_io_threads_busy_percent{{{labels}}} {busy:.1}");
     }
-    let _ = writeln!(out, "# HELP sluice_gateway_path_changes_total Path changes this gateway completed as the new owner, by kind.");
+    let _ = writeln!(
+        out,
+        "# HELP sluice_gateway_path_changes_total Path changes this gateway completed as the new owner, by kind."
+    );
     let _ = writeln!(out, "# TYPE sluice_gateway_path_changes_total counter");
     for (kind, count) in &status.histograms.counts {
         let _ = writeln!(out, "sluice_gateway_path_changes_total{{{labels},kind=\"{}\"}} {count}", kind.name());

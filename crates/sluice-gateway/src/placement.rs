@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use nvme_spec::ana::AnaGroupId;
-use sluice_config::rebalance::RebalanceMode;
+use sluice_config::gateway::rebalance::RebalanceMode;
 
 /// The record's attribute on the group's object.
 pub const PLACEMENT_ATTRIBUTE: &str = "placement";

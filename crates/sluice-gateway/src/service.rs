@@ -25,8 +25,8 @@ use crate::balance::{self, Balancer};
 use crate::control::{self, SignalHandle, Signals};
 use crate::load::{load_attribute, LoadMeter, LoadRecord};
 use crate::published::publish;
+use sluice_config::gateway::rebalance::RebalanceMode;
 use sluice_config::gateway::GatewayPlan;
-use sluice_config::rebalance::RebalanceMode;
 
 impl LeaseStore for RadosObject {
     fn lock(&self, name: &str, cookie: &str, description: &str, duration: Duration) -> Result<(), RadosErrno> {
@@ -312,8 +312,7 @@ fn sample_load(
 ) -> Option<LoadRecord> {
     let sink: &dyn AnaSink = target;
     let totals = coordinator.groups.iter().map(|group| (group.id, sink.group_totals(group.id))).collect();
-    let owned: Vec<AnaGroupId> =
-        coordinator.groups.iter().filter(|group| group.owned).map(|group| group.id).collect();
+    let owned: Vec<AnaGroupId> = coordinator.groups.iter().filter(|group| group.owned).map(|group| group.id).collect();
     // Owned through the whole window: owned at both ends (a group that left and came
     // back within one window is rare and only blurs one sample).
     let owned_through = meter.owned_through(&owned);

@@ -190,7 +190,11 @@ fn render_path_changes(changes: &[Value]) -> String {
             ms(&change["optimized_ms"]),
             ms(&change["without_optimized_ms"]),
             hosts,
-            if change["open"].as_bool() == Some(true) { "waiting".to_string() } else { ms(&change["last_first_command_ms"]) }
+            if change["open"].as_bool() == Some(true) {
+                "waiting".to_string()
+            } else {
+                ms(&change["last_first_command_ms"])
+            }
         ));
     }
     out

@@ -209,7 +209,8 @@ impl Timelines {
                     change.optimized_ms.saturating_sub(optimized_at.duration_since(at).as_millis() as u64)
                 }
             };
-            let started_at = optimized_at.checked_sub(Duration::from_millis(change.optimized_ms)).unwrap_or(optimized_at);
+            let started_at =
+                optimized_at.checked_sub(Duration::from_millis(change.optimized_ms)).unwrap_or(optimized_at);
             change.controllers = paths
                 .iter()
                 .map(|path| {

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use super::{invalid, ConfigError};
+use crate::{invalid, ConfigError};
 
 /// Default pause between two balancing passes. Ceph's gateway balances every 7 s; a
 /// pass here also waits for the loads measured after the previous pass's moves, so a
