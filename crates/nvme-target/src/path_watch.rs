@@ -3,9 +3,11 @@
 //! change timeline (the gateway keeps the other half: when the move was decided, the
 //! fence, the state change).
 //!
-//! The I/O path pays one relaxed load per command ([`PathWatch::note_command`]): a
-//! bit per ANA group is set when the group becomes optimized here and cleared by the
-//! first command for it, which alone takes the lock to record its time.
+//! The I/O path pays two relaxed loads of one cache line per command
+//! ([`PathWatch::note_command`]): a bit per ANA group is set when the group becomes
+//! optimized here and cleared by the first command for it, which alone takes the lock
+//! to record its time; another bit per group says the controller ever sent a command
+//! for it (so a timeline waits only for the controllers that use the group).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -29,12 +31,23 @@ pub struct PathEvents {
     /// Per ANA group: when it last became optimized here, and the first command for
     /// one of its namespaces after that (none yet).
     pub groups: Vec<(AnaGroupId, Instant, Option<Instant>)>,
+    /// Bit `g - 1`: the controller sent a command for group `g` at least once.
+    pub groups_used: u64,
+}
+
+impl PathEvents {
+    /// The controller sent a command for `group` at least once.
+    pub fn used(&self, group: AnaGroupId) -> bool {
+        self.groups_used & bit(group) != 0
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct PathWatch {
     /// Bit `g - 1`: group `g` became optimized here and no command for it came since.
     awaiting_first_command: AtomicU64,
+    /// Bit `g - 1`: a command for group `g` came at least once.
+    groups_used: AtomicU64,
     events: Mutex<PathEvents>,
 }
 
@@ -59,6 +72,9 @@ impl PathWatch {
     #[inline]
     pub fn note_command(&self, group: AnaGroupId) {
         let bit = bit(group);
+        if self.groups_used.load(Ordering::Relaxed) & bit == 0 {
+            self.groups_used.fetch_or(bit, Ordering::Relaxed);
+        }
         if self.awaiting_first_command.load(Ordering::Relaxed) & bit != 0 {
             self.first_command(group, bit);
         }
@@ -87,7 +103,9 @@ impl PathWatch {
     }
 
     pub fn snapshot(&self) -> PathEvents {
-        self.events().clone()
+        let mut events = self.events().clone();
+        events.groups_used = self.groups_used.load(Ordering::Relaxed);
+        events
     }
 }
 
@@ -116,5 +134,7 @@ mod tests {
         watch.note_command(AnaGroupId(64));
         assert!(watch.snapshot().groups.iter().any(|(group, _, first)| group.0 == 64 && first.is_some()));
         watch.note_command(AnaGroupId(0)); // out of range: ignored
+        let events = watch.snapshot();
+        assert!(events.used(AnaGroupId(3)) && events.used(AnaGroupId(2)) && !events.used(AnaGroupId(1)));
     }
 }

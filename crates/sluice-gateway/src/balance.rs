@@ -117,7 +117,14 @@ pub fn drain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Resul
             .iter()
             .zip(&coordinator.groups)
             .map(|(load, view)| {
-                let desired = crate::placement::desired_owner(view.id, &view.preferred, record, &members);
+                let desired = crate::placement::desired_owner(
+                    view.id,
+                    &view.preferred,
+                    &view.owner,
+                    settings.failback,
+                    record,
+                    &members,
+                );
                 (load.clone(), desired)
             })
             .collect();
@@ -162,7 +169,7 @@ pub fn undrain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Res
             tracing::warn!(gateway = member, "undrained: it may own ANA groups again");
         }
         let note = if was { String::new() } else { "was not drained".to_string() };
-        Ok((PlacementChange { gateway: member.into(), drained: false, moves: Vec::new(), note: note }, changed))
+        Ok((PlacementChange { gateway: member.into(), drained: false, moves: Vec::new(), note }, changed))
     })
 }
 

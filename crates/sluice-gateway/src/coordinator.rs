@@ -407,7 +407,7 @@ impl<S: LeaseStore> Coordinator<S> {
     pub fn desired_owner(&self, index: usize) -> Option<&str> {
         let group = &self.groups[index];
         let members = Members { all: &self.settings.members, alive: &self.alive };
-        desired_owner(group.id, &group.preferred, &self.placement, &members)
+        desired_owner(group.id, &group.preferred, &group.owner, self.settings.failback, &self.placement, &members)
     }
 
     /// True when the placement record drains this gateway.
@@ -415,7 +415,7 @@ impl<S: LeaseStore> Coordinator<S> {
         self.placement.is_drained(&self.settings.name)
     }
 
-    /// Why group `index`, owned here, should go to `desired` now (`None`: it stays).
+    /// Why group `index`, owned here, goes to `desired` (another member) now.
     fn hand_over_reason(&self, index: usize, desired: &str) -> Option<(ChangeKind, String, u64)> {
         let group = &self.groups[index];
         let now_ms = unix_ms(SystemTime::now());
@@ -430,8 +430,10 @@ impl<S: LeaseStore> Coordinator<S> {
         if self.drained() {
             return Some((ChangeKind::Drain, format!("{} is drained", self.settings.name), now_ms));
         }
-        (self.settings.failback && desired == group.preferred)
-            .then(|| (ChangeKind::Failback, format!("{desired} is its preferred member and up again"), now_ms))
+        if desired == group.preferred {
+            return Some((ChangeKind::Failback, format!("{desired} is its preferred member and up again"), now_ms));
+        }
+        Some((ChangeKind::Rebalance, format!("the placement rule names {desired}"), now_ms))
     }
 
     fn fenced(&mut self, sink: &dyn AnaSink) {
@@ -543,6 +545,8 @@ impl<S: LeaseStore> Coordinator<S> {
             ownerless_ms = waited_ms,
             "took ANA group ownership"
         );
+        // Before the state change: the controllers' first commands count from it.
+        let optimized_at = Instant::now();
         self.report(index, AnaState::Optimized, sink);
         let now_unix_ms = unix_ms(SystemTime::now());
         let start = match hand_over {
@@ -570,7 +574,7 @@ impl<S: LeaseStore> Coordinator<S> {
                 fenced_unix_ms: fenced.as_ref().map(|_| now_unix_ms),
             },
         };
-        self.timelines.record(start, Instant::now(), now_unix_ms);
+        self.timelines.record(start, optimized_at, now_unix_ms);
         Ok(())
     }
 

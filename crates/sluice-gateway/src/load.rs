@@ -68,11 +68,13 @@ impl LoadRecord {
     }
 }
 
+/// One sample: when, the I/O threads' busy time so far, each group's totals.
+type Sample = (Instant, Duration, Vec<(AnaGroupId, GroupTotals)>);
+
 /// Turns totals sampled at the end of each window into rates.
 #[derive(Debug, Default)]
 pub struct LoadMeter {
-    /// The previous sample: when, the I/O threads' busy time, each group's totals.
-    previous: Option<(Instant, Duration, Vec<(AnaGroupId, GroupTotals)>)>,
+    previous: Option<Sample>,
     /// The groups owned at the previous sample.
     owned_before: Vec<AnaGroupId>,
 }

@@ -140,14 +140,22 @@ impl Members<'_> {
     }
 }
 
-/// The member that should own `group`: its assignment when that member is alive and
-/// not drained, else its preferred member on the same terms, else a live undrained
-/// member picked by the group's id (every member computes the same), else, when
-/// every live member is drained, a live one all the same (a drained member serves
-/// rather than leave the group without a path). `None` when no member is alive.
+/// The member that should own `group`, whose owner now is `owner` ("" when none):
+/// 1. its assignment, when that member is alive and not drained;
+/// 2. its preferred member on the same terms, when `failback` is on or nobody owns it;
+/// 3. its owner on the same terms (a group does not move without a reason);
+/// 4. its preferred member on the same terms;
+/// 5. a live undrained member picked by the group's id (every member computes the
+///    same);
+/// 6. when every live member is drained, a live one all the same, by the same order
+///    (a drained member serves rather than leave the group without a path).
+///
+/// `None` when no member is alive.
 pub fn desired_owner<'a>(
     group: AnaGroupId,
     preferred: &'a str,
+    owner: &'a str,
+    failback: bool,
     record: &'a PlacementRecord,
     members: &Members<'a>,
 ) -> Option<&'a str> {
@@ -161,6 +169,12 @@ pub fn desired_owner<'a>(
         }
     }
     let pick = |list: &[&'a str]| -> Option<&'a str> {
+        if (failback || owner.is_empty()) && list.contains(&preferred) {
+            return Some(preferred);
+        }
+        if !owner.is_empty() && list.contains(&owner) {
+            return Some(owner);
+        }
         if list.contains(&preferred) {
             return Some(preferred);
         }
@@ -362,7 +376,9 @@ mod tests {
         let alive = names(&["a", "b", "c"]);
         let members = Members { all: &all, alive: &alive };
         let mut record = PlacementRecord::default();
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), Some("a"));
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "", true, &record, &members), Some("a"));
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "b", true, &record, &members), Some("a"), "failback");
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "b", false, &record, &members), Some("b"), "no failback");
         record.assign(Assignment {
             ana_group: 1,
             gateway: "c".into(),
@@ -372,16 +388,26 @@ mod tests {
             decided_unix_ms: 0,
             pass: 1,
         });
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), Some("c"));
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "a", true, &record, &members), Some("c"));
         record.drained.push("c".into());
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), Some("a"), "drained: the preferred again");
+        assert_eq!(
+            desired_owner(AnaGroupId(1), "a", "c", true, &record, &members),
+            Some("a"),
+            "drained: the preferred"
+        );
         record.drained.push("a".into());
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), Some("b"));
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "a", true, &record, &members), Some("b"));
         record.drained.push("b".into());
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), Some("a"), "all drained: serve anyway");
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "b", true, &record, &members), Some("a"), "all drained: anyway");
+        // The preferred member down: the owner keeps it (no move without a reason).
+        let record = PlacementRecord::default();
+        let alive = names(&["b", "c"]);
+        let members = Members { all: &all, alive: &alive };
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "c", true, &record, &members), Some("c"));
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "", true, &record, &members), Some("b"), "by the group's id");
         let alive = names(&[]);
         let members = Members { all: &all, alive: &alive };
-        assert_eq!(desired_owner(AnaGroupId(1), "a", &record, &members), None);
+        assert_eq!(desired_owner(AnaGroupId(1), "a", "", true, &record, &members), None);
     }
 
     #[test]

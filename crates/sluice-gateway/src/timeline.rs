@@ -211,8 +211,10 @@ impl Timelines {
             };
             let started_at =
                 optimized_at.checked_sub(Duration::from_millis(change.optimized_ms)).unwrap_or(optimized_at);
+            // Only controllers that use the group: the others never send it a command.
             change.controllers = paths
                 .iter()
+                .filter(|path| path.events.used(group))
                 .map(|path| {
                     let first = path
                         .events
@@ -283,6 +285,7 @@ mod tests {
                 ana_notice_sent: Some(optimized + Duration::from_millis(5)),
                 ana_log_read: Some(optimized + Duration::from_millis(8)),
                 groups: vec![(AnaGroupId(2), optimized, first)],
+                groups_used: 1 << 1,
             },
         };
         let later = optimized + Duration::from_millis(50);

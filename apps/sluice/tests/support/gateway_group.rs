@@ -206,6 +206,15 @@ op_timeout_ms = 5000
             .unwrap_or_else(|| panic!("gateway {member} did not start (ports {:?})", self.ports))
     }
 
+    /// Starts member `member` with its config text passed through `edit` first.
+    pub fn start_edited(&self, member: usize, edit: impl Fn(String) -> String) -> ServeProcess {
+        let config = self.config(member, NAMESPACE.0);
+        std::fs::write(&config, edit(std::fs::read_to_string(&config).unwrap())).unwrap();
+        let socket = self.socket(member);
+        ServeProcess::start_with_env(&config, &["--rpc-socket", socket.to_str().unwrap()], &[])
+            .unwrap_or_else(|| panic!("gateway {member} did not start (ports {:?})", self.ports))
+    }
+
     /// Member `member`'s management socket.
     pub fn socket(&self, member: usize) -> PathBuf {
         self.dir.join(format!("{member}.sock"))
