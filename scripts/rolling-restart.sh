@@ -8,12 +8,16 @@
 #   1. the group is whole: every member alive (holds its lease), every ANA group
 #      optimized on some member, as the member's management API and the members'
 #      own ANA logs say (`sluice gateway status -o json` through another member);
-#   2. STOP: `sluice serve` hands its ANA groups over on SIGTERM (no lease to wait
-#      out) and leaves the group; wait until its management socket stops answering and
-#      every ANA group is optimized on another member;
-#   3. START; wait until it serves (phase "serving", the same group configuration
-#      version as the others when it lives in the cluster), the group is whole again
-#      (with failback its preferred groups come back to it), and as many host
+#   2. DRAIN (`sluice gateway drain`, through another member): its ANA groups move to
+#      the other members while it still runs, each through an ANA change; the drain
+#      answers once it owns none (it is refused, and the script stops, when no other
+#      member could take them);
+#   3. STOP: wait until its management socket stops answering and every ANA group is
+#      optimized on another member;
+#   4. START; wait until it serves (phase "serving", the same group configuration
+#      version as the others when it lives in the cluster; it comes back drained:
+#      the state is in the cluster), then UNDRAIN it and wait until the group is whole
+#      again (with failback its preferred groups come back to it), and as many host
 #      controllers are connected to it as before the stop (hosts reconnect on their
 #      own schedule: Linux retries every 10 s), so that no host is left with one path
 #      when the next member stops.
@@ -128,14 +132,21 @@ for member in "${members[@]}"; do
   peer=$(other_than "$member")
   wait_until "the group to be whole before stopping $member" whole "$peer"
   before=$(controllers "$member")
-  log "stopping $member ($before host controller(s) connected)"
+  log "draining $member ($before host controller(s) connected)"
   t0=$SECONDS
+  if ! drained=$("$SLUICE" gateway drain "$member" --socket "$(socket_of "$peer")" 2>&1); then
+    log "FAILED: draining $member: $drained"
+    exit 1
+  fi
+  log "$drained"
+  log "stopping $member"
   bash -c "${stop_cmd//%n/$member}"
   wait_until "$member to stop" gone "$member"
   wait_until "every ANA group optimized on another member than $member" whole "$peer" "$member"
   log "$member stopped; its groups are served by the others ($((SECONDS - t0)) s)"
   bash -c "${start_cmd//%n/$member}"
   wait_until "$member to serve again with the group" whole "$member"
+  "$SLUICE" gateway undrain "$member" --socket "$(socket_of "$peer")" >/dev/null
   wait_until "the group to be whole again" whole "$peer"
   wait_until "the hosts to reconnect to $member" reconnected "$member" "$before"
   log "$member is back with its hosts ($((SECONDS - t0)) s in all)"
