@@ -12,8 +12,10 @@ use runtime::{Locker, RadosErrno};
 
 use super::coordinator::*;
 
+mod ownership_sim;
+
 #[derive(Default)]
-struct World {
+pub(super) struct World {
     now: Option<Instant>,
     /// lock name -> (client, cookie, address, expires)
     locks: HashMap<String, (String, String, String, Instant)>,
@@ -26,7 +28,7 @@ struct World {
 }
 
 #[derive(Clone)]
-struct FakeStore {
+pub(super) struct FakeStore {
     world: Rc<RefCell<World>>,
     client: String,
     address: String,
@@ -110,7 +112,7 @@ impl LeaseStore for FakeStore {
 
 /// The ANA states one gateway reports.
 #[derive(Default)]
-struct Sink(RefCell<HashMap<u32, AnaState>>);
+pub(super) struct Sink(RefCell<HashMap<u32, AnaState>>);
 
 impl AnaSink for Sink {
     fn set_ana_state(&self, group: AnaGroupId, state: AnaState) -> bool {
@@ -127,14 +129,14 @@ impl Sink {
     }
 }
 
-const LEASE: Duration = Duration::from_secs(6);
+pub(super) const LEASE: Duration = Duration::from_secs(6);
 
-struct Gateway {
+pub(super) struct Gateway {
     coordinator: Coordinator<FakeStore>,
     sink: Sink,
 }
 
-fn gateway(world: &Rc<RefCell<World>>, name: &str, life: u32) -> Gateway {
+pub(super) fn gateway(world: &Rc<RefCell<World>>, name: &str, life: u32) -> Gateway {
     let client = format!("client.{name}{life}");
     let address = format!("127.0.0.1:0/{name}{life}");
     let store = FakeStore { world: Rc::clone(world), client: client.clone(), address: address.clone() };
@@ -152,7 +154,7 @@ fn gateway(world: &Rc<RefCell<World>>, name: &str, life: u32) -> Gateway {
     Gateway { coordinator, sink }
 }
 
-fn advance(world: &Rc<RefCell<World>>, by: Duration) -> Instant {
+pub(super) fn advance(world: &Rc<RefCell<World>>, by: Duration) -> Instant {
     let mut world = world.borrow_mut();
     let now = world.now.unwrap() + by;
     world.now = Some(now);
@@ -174,7 +176,7 @@ fn run(world: &Rc<RefCell<World>>, gateways: &mut [&mut Gateway], rounds: usize)
     }
 }
 
-fn world() -> Rc<RefCell<World>> {
+pub(super) fn world() -> Rc<RefCell<World>> {
     Rc::new(RefCell::new(World { now: Some(Instant::now()), ..World::default() }))
 }
 
