@@ -477,3 +477,23 @@ fn a_balancing_move_hands_the_group_over_and_the_taker_records_it() {
     run(&world, &mut [&mut a, &mut b, &mut c], 4);
     assert_eq!(optimized_at(2, &[&a, &b, &c]), ["c"]);
 }
+
+#[test]
+fn a_lock_of_this_gateway_on_a_group_it_does_not_serve_is_released_and_the_group_taken_properly() {
+    let world = world();
+    let (mut a, mut b) = (gateway(&world, "a", 1), gateway(&world, "b", 1));
+    join(&world, &mut a);
+    join(&world, &mut b);
+    run(&world, &mut [&mut a, &mut b], 2);
+    // a dies; b takes group 1 half-way: its lock is taken, then the takeover failed
+    // and the unlock did not reach the cluster (as after a cut-off).
+    run(&world, &mut [&mut b], 6);
+    let (store, cookie) = (b.coordinator_store(), b.coordinator.settings().cookie.clone());
+    store.unlock(&group_lock(AnaGroupId(1)), &cookie).unwrap();
+    b.coordinator.groups[0].owned = false;
+    store.lock(&group_lock(AnaGroupId(1)), &cookie, "owner", LEASE).unwrap();
+    run(&world, &mut [&mut b], 1);
+    assert!(store.lockers(&group_lock(AnaGroupId(1))).unwrap().is_empty(), "released at the next round");
+    run(&world, &mut [&mut b], 2);
+    assert_eq!(b.sink.state(1), AnaState::Optimized, "then taken the whole way");
+}
