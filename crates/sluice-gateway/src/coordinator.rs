@@ -581,10 +581,15 @@ impl<S: LeaseStore> Coordinator<S> {
                 from: previous_owner,
                 to: self.settings.name.clone(),
                 reason: match &fenced {
-                    Some(fenced) => format!("no owner for {waited_ms} ms; fenced {fenced}"),
-                    None => format!("no owner for {waited_ms} ms"),
+                    Some(fenced) => format!("seen without an owner for {waited_ms} ms; fenced {fenced}"),
+                    None => format!("seen without an owner for {waited_ms} ms"),
                 },
-                started_unix_ms: now_unix_ms.saturating_sub(now.elapsed().as_millis() as u64 + waited_ms),
+                // The owner was lost at its last renewal: its lock expired a lease
+                // later, by the time this gateway saw the group without an owner (a
+                // quarter lease later at most). So the start is a lease before that.
+                started_unix_ms: now_unix_ms.saturating_sub(
+                    now.elapsed().as_millis() as u64 + waited_ms + self.settings.lease.as_millis() as u64,
+                ),
                 released_unix_ms: None,
                 fenced_unix_ms: fenced.as_ref().map(|_| now_unix_ms),
             },

@@ -8,9 +8,10 @@
 //!
 //! Times are milliseconds from the change's start. A move's start is its decision
 //! (Unix time in the placement record, possibly on another member: the members'
-//! clocks are assumed in step, as Ceph itself assumes); a takeover's start is when
-//! this gateway saw the group without an owner, up to a lease after the old owner's
-//! last renewal.
+//! clocks are assumed in step, as Ceph itself assumes); a takeover's start is the old
+//! owner's last renewal, estimated as a lease before this gateway saw the group
+//! without an owner (its lock expired a lease after that renewal, and this gateway
+//! looks every quarter lease: the estimate is early by up to a quarter lease).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
