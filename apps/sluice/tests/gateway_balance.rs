@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{CommandQueue, ConnectOptions, Multipath, PathPolicy};
+use nvme_host_client::CommandQueue;
 use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{member_name, Group, BLOCK_BYTES, NQN};
+use support::gateway_group::{member_name, multipath_to, Group, BLOCK_BYTES};
 use support::{ceph_cluster_given, ServeProcess};
 
 const GROUPS: u32 = 24;
@@ -53,16 +53,7 @@ fn shares(group: &Group) -> ([f64; 3], u64) {
 }
 
 fn reader(group: &Group, nsid: u32, rate: f64, stop: &AtomicBool, errors: &AtomicU64) {
-    let paths = (0..3)
-        .map(|member| {
-            let mut options = ConnectOptions::new(group.address(member), NQN);
-            options.io_queues = 1;
-            options.command_timeout = Duration::from_secs(30);
-            options
-        })
-        .collect();
-    let multipath = Multipath::connect(paths, NamespaceId(nsid), PathPolicy::RoundRobin).expect("multipath connect");
-    let mut queue = multipath.take_io_queue(0).expect("an I/O queue");
+    let (multipath, mut queue) = multipath_to(group, nsid).expect("multipath connect");
     let interval = Duration::from_secs_f64(1.0 / rate);
     let mut next = Instant::now();
     let mut block = 0u64;

@@ -18,12 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::CommandQueue;
-use nvme_host_client::ConnectOptions;
-use nvme_host_client::{Multipath, PathPolicy};
 use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{ana_log, member_name, state_in, Group, BLOCK_BYTES, NQN};
+use support::gateway_group::{ana_log, member_name, multipath_to, state_in, Group, BLOCK_BYTES};
 use support::{ceph_cluster_given, ServeProcess};
 
 const GROUPS: u32 = 6;
@@ -82,16 +80,7 @@ struct Verifier {
 /// Writes block after block of namespace `nsid` (its generation in every byte) and
 /// reads each back through the multipath host until `stop`.
 fn verify(group: &Group, nsid: u32, stop: &AtomicBool, result: &Verifier) {
-    let paths = (0..3)
-        .map(|member| {
-            let mut options = ConnectOptions::new(group.address(member), NQN);
-            options.io_queues = 1;
-            options.command_timeout = Duration::from_secs(30);
-            options
-        })
-        .collect();
-    let multipath = Multipath::connect(paths, NamespaceId(nsid), PathPolicy::RoundRobin).expect("multipath connect");
-    let mut queue = multipath.take_io_queue(0).expect("an I/O queue");
+    let (multipath, mut queue) = multipath_to(group, nsid).expect("multipath connect");
     let mut last_success = Instant::now();
     let mut generation = 0u64;
     let patience = Duration::from_secs(30);

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_host_client::{CommandQueue, ConnectOptions, Multipath, PathPolicy};
+use nvme_host_client::CommandQueue;
 use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{ana_log, member_name, state_in, Group, BLOCK_BYTES, NQN};
+use support::gateway_group::{ana_log, member_name, multipath_to, state_in, Group, BLOCK_BYTES};
 use support::{ceph_cluster_given, ServeProcess};
 
 const HOSTS: usize = 32;
@@ -93,19 +93,10 @@ fn print_change(what: &str, namespaces: u32, change: &Value) {
 }
 
 fn reader(group: &Group, nsid: u32, stop: &AtomicBool, errors: &AtomicU64, longest_pause_us: &AtomicU64) {
-    let paths = (0..3)
-        .map(|member| {
-            let mut options = ConnectOptions::new(group.address(member), NQN);
-            options.io_queues = 1;
-            options.command_timeout = Duration::from_secs(30);
-            options
-        })
-        .collect();
-    let Ok(multipath) = Multipath::connect(paths, NamespaceId(nsid), PathPolicy::RoundRobin) else {
+    let Ok((multipath, mut queue)) = multipath_to(group, nsid) else {
         errors.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let mut queue = multipath.take_io_queue(0).expect("an I/O queue");
     let mut last = Instant::now();
     let mut block = 0;
     while !stop.load(Ordering::Relaxed) {

@@ -291,6 +291,28 @@ pub fn remove_image(spec: &str) -> bool {
     false
 }
 
+/// Namespace `nsid` through Sluice's multipath host over every member (one I/O
+/// queue, round-robin, 30 s command timeout): the multipath and its queue.
+pub fn multipath_to(
+    group: &Group,
+    nsid: u32,
+) -> Result<(nvme_host_client::Multipath, nvme_host_client::MultipathQueue), nvme_host_client::ClientError> {
+    let paths = (0..group.members())
+        .map(|member| {
+            let mut options = ConnectOptions::new(group.address(member), NQN);
+            options.io_queues = 1;
+            options.command_timeout = Duration::from_secs(30);
+            options
+        })
+        .collect();
+    let multipath =
+        nvme_host_client::Multipath::connect(paths, NamespaceId(nsid), nvme_host_client::PathPolicy::RoundRobin)?;
+    let queue = multipath
+        .take_io_queue(0)
+        .ok_or_else(|| nvme_host_client::ClientError::InvalidArgument("no I/O queue on a path".into()))?;
+    Ok((multipath, queue))
+}
+
 pub fn connect(address: SocketAddr) -> Controller {
     connect_as(address, None)
 }
