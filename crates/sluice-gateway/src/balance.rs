@@ -20,8 +20,11 @@ use crate::timeline::unix_ms;
 /// How long the placement lock is held at most (a member that dies holding it
 /// blocks changes no longer than this).
 const PLACEMENT_LOCK_DURATION: Duration = Duration::from_secs(10);
-/// How long a change waits for the placement lock before giving up.
-const PLACEMENT_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How long a change waits for the placement lock before giving up. Short: the
+/// change runs on the coordinator's thread, whose renewals (every quarter lease, at
+/// least 500 ms) must not wait behind it; the caller retries (the API answers that
+/// another change is in progress, a balancing pass tries again at the next one).
+const PLACEMENT_LOCK_WAIT: Duration = Duration::from_millis(200);
 /// Moves of the last passes kept for `gateway status`.
 pub const MOVES_KEPT: usize = 32;
 
@@ -39,9 +42,12 @@ pub fn update_placement<S: LeaseStore, T>(
             Err(errno) if errno.is_busy() && started.elapsed() < PLACEMENT_LOCK_WAIT => {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(errno) => {
-                return Err(format!("cannot take the group's placement lock: {errno} (another change in progress?)"))
+            Err(errno) if errno.is_busy() => {
+                return Err("another drain, undrain or balancing pass is changing the group's placement now; \
+                            retry in a few seconds"
+                    .into())
             }
+            Err(errno) => return Err(format!("cannot take the group's placement lock: {errno}")),
         }
     }
     let result = (|| {
