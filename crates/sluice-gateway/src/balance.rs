@@ -12,7 +12,7 @@ use sluice_config::gateway::rebalance::{RebalanceMode, RebalancePlan};
 use crate::coordinator::{Coordinator, LeaseStore, Phase};
 use crate::load::{load_attribute, LoadRecord};
 use crate::placement::{
-    plan_drain, plan_rebalance, Assignment, GroupLoad, MemberLoad, Members, Move, MoveKind, PlacementRecord,
+    plan_drain, plan_rebalance, GroupLoad, MemberLoad, Members, Move, MoveKind, PlacementRecord,
     MIN_PASSES_BETWEEN_MOVES_OF_A_GROUP, PLACEMENT_ATTRIBUTE, PLACEMENT_LOCK, REBALANCE_LOCK,
 };
 use crate::timeline::unix_ms;
@@ -137,17 +137,7 @@ pub fn drain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Resul
         let moves = plan_drain(member, &with_desired, record, &members)?;
         let now_ms = unix_ms(SystemTime::now());
         record.drained.push(member.to_string());
-        for found in &moves {
-            record.assign(Assignment {
-                ana_group: found.group.0,
-                gateway: found.to.clone(),
-                from: found.from.clone(),
-                kind: MoveKind::Drain,
-                reason: found.reason.clone(),
-                decided_unix_ms: now_ms,
-                pass: 0,
-            });
-        }
+        record.assign_moves(&moves, MoveKind::Drain, now_ms, 0);
         tracing::warn!(gateway = member, moves = ?moves.iter().map(|found| (found.group.0, found.to.as_str())).collect::<Vec<_>>(),
             "drained: its ANA groups move to the other members; it keeps its listeners and serves non-optimized");
         let moves = moves.into_iter().map(|found| (found.group.0, found.to)).collect();
@@ -305,17 +295,7 @@ impl Balancer {
         let outcome = update_placement(coordinator.store(), &settings.cookie, |record| {
             record.passes += 1;
             let pass = record.passes;
-            for found in &moves {
-                record.assign(Assignment {
-                    ana_group: found.group.0,
-                    gateway: found.to.clone(),
-                    from: found.from.clone(),
-                    kind: MoveKind::Rebalance,
-                    reason: found.reason.clone(),
-                    decided_unix_ms: now_ms,
-                    pass,
-                });
-            }
+            record.assign_moves(&moves, MoveKind::Rebalance, now_ms, pass);
             Ok((pass, true))
         });
         match outcome {

@@ -422,7 +422,7 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     /// Why group `index`, owned here, goes to `desired` (another member) now.
-    fn hand_over_reason(&self, index: usize, desired: &str) -> Option<(ChangeKind, String, u64)> {
+    fn hand_over_reason(&self, index: usize, desired: &str) -> (ChangeKind, String, u64) {
         let group = &self.groups[index];
         let now_ms = unix_ms(SystemTime::now());
         if let Some(assignment) = self.placement.assignment(group.id).filter(|assignment| assignment.gateway == desired)
@@ -431,15 +431,15 @@ impl<S: LeaseStore> Coordinator<S> {
                 MoveKind::Drain => ChangeKind::Drain,
                 MoveKind::Rebalance => ChangeKind::Rebalance,
             };
-            return Some((kind, assignment.reason.clone(), assignment.decided_unix_ms));
+            return (kind, assignment.reason.clone(), assignment.decided_unix_ms);
         }
         if self.drained() {
-            return Some((ChangeKind::Drain, format!("{} is drained", self.settings.name), now_ms));
+            return (ChangeKind::Drain, format!("{} is drained", self.settings.name), now_ms);
         }
         if desired == group.preferred {
-            return Some((ChangeKind::Failback, format!("{desired} is its preferred member and up again"), now_ms));
+            return (ChangeKind::Failback, format!("{desired} is its preferred member and up again"), now_ms);
         }
-        Some((ChangeKind::Rebalance, format!("the placement rule names {desired}"), now_ms))
+        (ChangeKind::Rebalance, format!("the placement rule names {desired}"), now_ms)
     }
 
     fn fenced(&mut self, sink: &dyn AnaSink) {
@@ -461,8 +461,7 @@ impl<S: LeaseStore> Coordinator<S> {
                 Ok(()) => {
                     let desired = self.groups[index].desired.clone();
                     let reason = (!desired.is_empty() && desired != self.settings.name)
-                        .then(|| self.hand_over_reason(index, &desired))
-                        .flatten();
+                        .then(|| self.hand_over_reason(index, &desired));
                     if let Some((kind, reason, decided_unix_ms)) = reason {
                         self.hand_over(index, &desired, kind, &reason, decided_unix_ms, sink)
                     } else {

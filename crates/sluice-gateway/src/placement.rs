@@ -113,6 +113,22 @@ impl PlacementRecord {
         self.assignments.iter().find(|assignment| assignment.ana_group == group.0)
     }
 
+    /// Assigns each of `moves` (decided at `decided_unix_ms`, by balancing pass
+    /// `pass`, 0 for a drain).
+    pub fn assign_moves(&mut self, moves: &[Move], kind: MoveKind, decided_unix_ms: u64, pass: u64) {
+        for found in moves {
+            self.assign(Assignment {
+                ana_group: found.group.0,
+                gateway: found.to.clone(),
+                from: found.from.clone(),
+                kind,
+                reason: found.reason.clone(),
+                decided_unix_ms,
+                pass,
+            });
+        }
+    }
+
     /// Sets `assignment`, replacing the group's previous one.
     pub fn assign(&mut self, assignment: Assignment) {
         self.assignments.retain(|old| old.ana_group != assignment.ana_group);

@@ -248,6 +248,7 @@ impl Timelines {
     pub fn open_groups(&self) -> Vec<AnaGroupId> {
         let mut groups: Vec<AnaGroupId> =
             self.changes.iter().filter(|change| change.open).map(|change| AnaGroupId(change.ana_group)).collect();
+        groups.sort_by_key(|group| group.0);
         groups.dedup();
         groups
     }
