@@ -7,6 +7,8 @@
 //! - a drain that would leave a group with no optimized path is refused;
 //! - undrain, then drain/undrain cycles with balancing by count (failback off): each
 //!   undrained member gets groups back through balancing passes, at least 20 moves;
+//! - an operator's `sluice gateway move` of group 1, answered once its new owner
+//!   holds it; balancing then evens the count with other groups;
 //! - no host command fails, every block reads back what was last written, and each
 //!   change's timeline (released, optimized, each controller's first command) is in
 //!   `gateway status`. The longest I/O pause is printed.
@@ -183,6 +185,22 @@ fn drains_undrains_and_balancing_moves_lose_no_host_command() {
         eprintln!("cycle {cycle}: balanced again after {:.1?}", cycle_started.elapsed());
     }
     eprintln!("{CYCLES} cycles done after {:.1?}", test_started.elapsed());
+
+    // An operator's move of group 1 to a member that does not own it: answered once
+    // that member owns it; balancing by count then evens the members out again,
+    // moving some other group (group 1 stays, as it was moved by the operator).
+    let before = owners(&group).expect("settled owners");
+    let to = (before[0] + 1) % 3;
+    let started = Instant::now();
+    let text = group.manage(2, &["gateway", "move", "1", &member_name(to), "-o", "json"]);
+    let reply: Value = serde_json::from_str(&text).unwrap_or_else(|error| panic!("gateway move: {error}: {text}"));
+    eprintln!("move of group 1 answered after {:.2?}: {reply}", started.elapsed());
+    assert_eq!(reply["owner"].as_str(), Some(member_name(to).as_str()), "{reply}");
+    let refused = support::sluice(&["gateway", "move", "1", "z", "--socket", group.socket(0).to_str().unwrap()]);
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && message.contains("not a member"), "{message}");
+    let found = await_owners(&group, balanced, "balanced after the move");
+    assert_eq!(found[0], to, "group 1 stays where the operator moved it: {found:?}");
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
     let stopping = Instant::now();
@@ -210,6 +228,7 @@ fn drains_undrains_and_balancing_moves_lose_no_host_command() {
     assert!(moves >= MIN_REBALANCE_MOVES, "{moves} balancing moves, expected at least {MIN_REBALANCE_MOVES}");
     assert!(changes.iter().any(|change| change["kind"] == "drain"), "drain timelines kept");
     assert!(changes.iter().any(|change| change["kind"] == "rebalance"), "rebalance timelines kept");
+    assert!(changes.iter().any(|change| change["kind"] == "move"), "the operator's move's timeline kept");
     // Each host uses one namespace, so one controller per change: once the host
     // moved to the new owner, its first command there closes the change.
     let closed: Vec<&Value> = changes.iter().filter(|change| change["last_first_command_ms"].is_u64()).collect();

@@ -362,6 +362,21 @@ method! {
 }
 
 method! {
+    /// `gateway_move`: moves ANA group `ana_group` to member `to` (any member
+    /// answers) through the ANA change state, like a balancing move; the assignment
+    /// holds until `to` is drained or down (balancing passes move other groups).
+    /// With `wait` (default true), answers once `to` owns it or `timeout_ms` passed.
+    GatewayMoveAnaGroup = "gateway_move" -> replies::GatewayMoved {
+        ana_group: u32,
+        to: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    }
+}
+
+method! {
     /// `rbd_snapshot_create`: a snapshot of an RBD image.
     SnapshotCreate = "rbd_snapshot_create" -> SnapshotCreated {
         rbd: String,
@@ -387,7 +402,7 @@ method! {
 
 /// Every method's name as its request type gives it, in the table's order (a test
 /// checks it is the table).
-pub const REQUEST_NAMES: [&str; 31] = [
+pub const REQUEST_NAMES: [&str; 32] = [
     SubsystemAdd::NAME,
     SubsystemRemove::NAME,
     SubsystemList::NAME,
@@ -416,6 +431,7 @@ pub const REQUEST_NAMES: [&str; 31] = [
     GatewayStatus::NAME,
     GatewayDrain::NAME,
     GatewayUndrain::NAME,
+    GatewayMoveAnaGroup::NAME,
     SnapshotCreate::NAME,
     SnapshotRemove::NAME,
     SnapshotListRequest::NAME,

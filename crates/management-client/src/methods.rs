@@ -25,7 +25,7 @@ pub enum Effect {
 /// Every method and its effect, in the order `rpc_methods` lists them. A new method
 /// needs a line here (and a row in docs/operations.md), and whether read-only clients
 /// may call it is decided on that line.
-pub const METHODS: [(&str, Effect); 31] = [
+pub const METHODS: [(&str, Effect); 32] = [
     ("subsystem_add", Effect::Changes),
     ("subsystem_remove", Effect::Changes),
     ("subsystem_list", Effect::ReadsOnly),
@@ -54,6 +54,7 @@ pub const METHODS: [(&str, Effect); 31] = [
     ("gateway_status", Effect::ReadsOnly),
     ("gateway_drain", Effect::Changes),
     ("gateway_undrain", Effect::Changes),
+    ("gateway_move", Effect::Changes),
     ("rbd_snapshot_create", Effect::Changes),
     ("rbd_snapshot_remove", Effect::Changes),
     ("rbd_snapshot_list", Effect::ReadsOnly),

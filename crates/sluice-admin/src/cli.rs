@@ -309,6 +309,22 @@ pub enum GatewayCommand {
         /// The member's [gateway] name.
         name: String,
     },
+    /// Moves ANA group GROUP to member TO (through any member) through the ANA
+    /// change state, as a balancing pass would. It stays there until TO is drained or
+    /// down (balancing passes move other groups around it). Waits until TO owns it (or
+    /// --timeout-ms) unless --no-wait.
+    Move {
+        /// The ANA group's id.
+        group: u32,
+        /// The member's [gateway] name.
+        to: String,
+        /// Return once the move is recorded.
+        #[arg(long)]
+        no_wait: bool,
+        /// Longest wait for the group to move (default: one and a half leases).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+    },
     /// Moves the group's part of a gateway's config file (members, ANA groups,
     /// backends, subsystems) into the cluster as the group's configuration, once;
     /// offline, through the cluster (no sluice serve needed).
@@ -573,6 +589,11 @@ fn request_of(command: ManageCommand) -> Result<Call, Failure> {
         ManageCommand::Gateway { command: GatewayCommand::Undrain { name }, client } => {
             (client, typed(api::GatewayUndrain { gateway: name }), View::GatewayPlacement)
         }
+        ManageCommand::Gateway { command: GatewayCommand::Move { group, to, no_wait, timeout_ms }, client } => (
+            client,
+            typed(api::GatewayMoveAnaGroup { ana_group: group, to, wait: Some(!no_wait), timeout_ms }),
+            View::GatewayMoved,
+        ),
         ManageCommand::Gateway { command: GatewayCommand::Import { .. }, .. } => {
             return Err(Failure::failed("gateway import runs without the management socket"))
         }

@@ -28,6 +28,7 @@ pub(super) enum View {
     Limits,
     Gateway,
     GatewayPlacement,
+    GatewayMoved,
     Raw,
 }
 
@@ -311,6 +312,7 @@ pub(super) fn render(view: View, result: &Value) -> String {
         }
         View::Gateway => sluice_gateway::status::render(result),
         View::GatewayPlacement => sluice_gateway::status::render_placement(result),
+        View::GatewayMoved => sluice_gateway::status::render_move(result),
         View::Raw => format!("{}\n", serde_json::to_string_pretty(result).unwrap_or_default()),
     }
 }

@@ -169,6 +169,52 @@ pub fn undrain<S: LeaseStore>(coordinator: &Coordinator<S>, member: &str) -> Res
     })
 }
 
+/// Moves ANA group `ana_group` to member `to` (an operator's move): refused when the
+/// group is not coordinated here, or `to` is not a live undrained member. The
+/// assignment holds until `to` is drained or down; balancing passes leave the group
+/// where it is and move others around it.
+pub fn move_group<S: LeaseStore>(
+    coordinator: &Coordinator<S>,
+    ana_group: u32,
+    to: &str,
+) -> Result<PlacementChange, String> {
+    if coordinator.phase != Phase::Serving {
+        return Err("this gateway cannot reach the cluster or was fenced; ask another member".into());
+    }
+    let settings = coordinator.settings();
+    let Some(index) = coordinator.groups.iter().position(|group| group.id.0 == ana_group) else {
+        let known: Vec<String> = coordinator.groups.iter().map(|group| group.id.0.to_string()).collect();
+        return Err(format!("ANA group {ana_group} is not one of the group's ANA groups ({})", known.join(", ")));
+    };
+    let members = Members { all: &settings.members, alive: &coordinator.alive };
+    if !settings.members.iter().any(|name| name == to) {
+        return Err(format!("{to:?} is not a member of this gateway group (members: {})", settings.members.join(", ")));
+    }
+    if !coordinator.alive.iter().any(|name| name == to) {
+        return Err(format!("{to} is down (its membership lease is not held): start it first"));
+    }
+    if coordinator.placement.is_drained(to) {
+        return Err(format!("{to} is drained: undrain it first"));
+    }
+    let from = coordinator.groups[index].owner.clone();
+    let note = if from == to { format!("ANA group {ana_group} is already on {to}") } else { String::new() };
+    update_placement(coordinator.store(), &settings.cookie, |record| {
+        if !members.candidates(record).contains(&to) {
+            return Err(format!("{to} was drained meanwhile: undrain it first"));
+        }
+        let found = Move {
+            group: coordinator.groups[index].id,
+            from: from.clone(),
+            to: to.to_string(),
+            reason: format!("moved by an operator from {} to {to}", if from.is_empty() { "none" } else { &from }),
+        };
+        let pass = record.passes;
+        record.assign_moves(std::slice::from_ref(&found), MoveKind::Operator, unix_ms(SystemTime::now()), pass);
+        tracing::warn!(ana_group, from = %from, to, "moving the ANA group (an operator's move)");
+        Ok((PlacementChange { gateway: to.into(), drained: false, moves: vec![(ana_group, to.into())], note }, true))
+    })
+}
+
 /// Every member's latest load record (unreadable or absent ones left out).
 pub fn read_loads<S: LeaseStore>(store: &S, members: &[String]) -> Vec<LoadRecord> {
     members
@@ -272,7 +318,14 @@ impl Balancer {
                 }
             }
         }
-        let recent: Vec<AnaGroupId> = self.recent.iter().flatten().copied().collect();
+        // Groups an operator placed stay where they are: balancing works around them.
+        let operator_placed = coordinator
+            .placement
+            .assignments
+            .iter()
+            .filter(|assignment| assignment.kind == MoveKind::Operator)
+            .map(|assignment| AnaGroupId(assignment.ana_group));
+        let recent: Vec<AnaGroupId> = self.recent.iter().flatten().copied().chain(operator_placed).collect();
         let (moves, totals) = plan_rebalance(
             plan.mode,
             &group_loads(coordinator, &loads),

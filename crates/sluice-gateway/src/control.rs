@@ -1,4 +1,4 @@
-//! How the management API reaches the coordinator thread: a drain or undrain is
+//! How the management API reaches the coordinator thread: a drain, undrain or move is
 //! queued, the thread is woken, runs it with its cluster client and its view of the
 //! group between two rounds, and answers. The same signal tells the thread to stop.
 
@@ -14,6 +14,11 @@ use crate::published::StatusHandle;
 pub enum PlacementRequest {
     Drain(String),
     Undrain(String),
+    /// ANA group `ana_group` to member `to`.
+    Move {
+        ana_group: u32,
+        to: String,
+    },
 }
 
 type Reply = mpsc::Sender<Result<PlacementChange, String>>;

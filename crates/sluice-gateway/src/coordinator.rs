@@ -430,6 +430,7 @@ impl<S: LeaseStore> Coordinator<S> {
             let kind = match assignment.kind {
                 MoveKind::Drain => ChangeKind::Drain,
                 MoveKind::Rebalance => ChangeKind::Rebalance,
+                MoveKind::Operator => ChangeKind::Move,
             };
             return (kind, assignment.reason.clone(), assignment.decided_unix_ms);
         }

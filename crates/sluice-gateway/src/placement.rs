@@ -32,8 +32,12 @@ pub const PLACEMENT_LOCK: &str = "placement";
 /// Held by the one member that runs balancing passes.
 pub const REBALANCE_LOCK: &str = "rebalance";
 /// The record's format version: a member refuses a record of a later version rather
-/// than misread it.
-pub const PLACEMENT_RECORD_VERSION: u32 = 1;
+/// than misread it. Version 2 added operator moves: a record holding one is written
+/// as version 2, so that a member not yet upgraded says to upgrade it rather than
+/// fail on the unknown kind; any other record stays version 1.
+pub const PLACEMENT_RECORD_VERSION: u32 = 2;
+/// The version of a record without operator moves.
+const PLACEMENT_RECORD_VERSION_WITHOUT_OPERATOR_MOVES: u32 = 1;
 /// A move is kept no longer than this before a pass may move the same ANA group
 /// again: a group moved back and forth would pause its hosts' I/O at each change.
 pub const MIN_PASSES_BETWEEN_MOVES_OF_A_GROUP: u64 = 3;
@@ -50,6 +54,8 @@ pub enum MoveKind {
     Drain,
     /// A balancing pass moved it.
     Rebalance,
+    /// An operator moved it (`gateway_move`).
+    Operator,
 }
 
 /// Where one ANA group should be served, until the member is drained or down.
@@ -101,7 +107,11 @@ impl PlacementRecord {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut record = self.clone();
-        record.version = PLACEMENT_RECORD_VERSION;
+        record.version = if record.assignments.iter().any(|assignment| assignment.kind == MoveKind::Operator) {
+            PLACEMENT_RECORD_VERSION
+        } else {
+            PLACEMENT_RECORD_VERSION_WITHOUT_OPERATOR_MOVES
+        };
         serde_json::to_vec(&record).unwrap_or_default()
     }
 
@@ -295,7 +305,8 @@ pub struct MemberLoad {
 /// The moves of one balancing pass: while the busiest and the idlest member differ
 /// by more than `threshold_percent` of the mean, move from the busiest to the idlest
 /// the group that brings the two closest, if it shrinks their spread by at least
-/// [`MIN_MOVE_GAIN_PERCENT`]; at most `max_moves`. Groups in `recently_moved` stay.
+/// [`MIN_MOVE_GAIN_PERCENT`], or else lighter groups together on the same rule (see
+/// [`pick_groups_to_move`]); at most `max_moves`. Groups in `recently_moved` stay.
 /// With `mode` count, every group weighs 1.
 pub fn plan_rebalance(
     mode: RebalanceMode,
@@ -339,39 +350,76 @@ pub fn plan_rebalance(
         if total <= 0.0 || spread <= mean * f64::from(threshold_percent) / 100.0 {
             break;
         }
-        let best = owners
+        let movable: Vec<(usize, f64)> = owners
             .iter()
             .enumerate()
             .filter(|(_, (group, owner, load))| {
                 *owner == busiest.name && *load > 0.0 && !recently_moved.contains(group)
             })
-            .map(|(index, (_, _, load))| (index, (spread - 2.0 * load).abs()))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((index, spread_after)) = best else { break };
-        if spread_after > spread * (100 - MIN_MOVE_GAIN_PERCENT) as f64 / 100.0 {
-            break;
+            .map(|(index, (_, _, load))| (index, *load))
+            .collect();
+        let room = max_moves as usize - moves.len();
+        let Some(chosen) = pick_groups_to_move(spread, &movable, room) else { break };
+        let moved: f64 = chosen.iter().map(|&index| owners[index].2).sum();
+        let together = if chosen.len() > 1 {
+            format!(", {} groups of load {moved:.0} together", chosen.len())
+        } else {
+            String::new()
+        };
+        for index in chosen {
+            let (group, _, load) = owners[index].clone();
+            moves.push(Move {
+                group,
+                from: busiest.name.clone(),
+                to: idlest.name.clone(),
+                reason: format!(
+                    "{} spread {:.0} > {}% of mean {:.0}: {} {:.0} -> {} {:.0}, group load {:.0}{together}",
+                    mode.name(),
+                    spread,
+                    threshold_percent,
+                    mean,
+                    busiest.name,
+                    busiest.load,
+                    idlest.name,
+                    idlest.load,
+                    load
+                ),
+            });
+            owners[index].1 = idlest.name.clone();
         }
-        let (group, _, load) = owners[index].clone();
-        moves.push(Move {
-            group,
-            from: busiest.name.clone(),
-            to: idlest.name.clone(),
-            reason: format!(
-                "{} spread {:.0} > {}% of mean {:.0}: {} {:.0} -> {} {:.0}, group load {:.0}",
-                mode.name(),
-                spread,
-                threshold_percent,
-                mean,
-                busiest.name,
-                busiest.load,
-                idlest.name,
-                idlest.load,
-                load
-            ),
-        });
-        owners[index].1 = idlest.name.clone();
     }
     (moves, before)
+}
+
+/// Which of the busiest member's `movable` groups (index, load) to move to the
+/// idlest, whose loads differ by `spread`: the one group that brings the two closest,
+/// when it shrinks their spread by [`MIN_MOVE_GAIN_PERCENT`]; otherwise (every group
+/// too heavy or too light alone) lighter groups together, heaviest first while each
+/// brings the two closer, at most `room` of them, on the same gain rule. Without the
+/// second way, a member left with one heavy group too many and many light ones stays
+/// out of balance: no single group is worth a move.
+fn pick_groups_to_move(spread: f64, movable: &[(usize, f64)], room: usize) -> Option<Vec<usize>> {
+    let worth_it = |moved: f64| (spread - 2.0 * moved).abs() <= spread * (100 - MIN_MOVE_GAIN_PERCENT) as f64 / 100.0;
+    if room == 0 {
+        return None;
+    }
+    let single = movable.iter().min_by(|a, b| (spread - 2.0 * a.1).abs().total_cmp(&(spread - 2.0 * b.1).abs()))?;
+    if worth_it(single.1) {
+        return Some(vec![single.0]);
+    }
+    let mut heaviest_first = movable.to_vec();
+    heaviest_first.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (mut chosen, mut moved) = (Vec::new(), 0.0);
+    for (index, load) in heaviest_first {
+        if chosen.len() == room {
+            break;
+        }
+        if (spread - 2.0 * (moved + load)).abs() < (spread - 2.0 * moved).abs() {
+            chosen.push(index);
+            moved += load;
+        }
+    }
+    (chosen.len() > 1 && worth_it(moved)).then_some(chosen)
 }
 
 #[cfg(test)]
@@ -464,6 +512,59 @@ mod tests {
             assert!(member.load / total <= 0.40, "{after:?} after {moves:?}");
         }
         assert!(again.is_empty(), "balanced: no more moves, got {again:?}");
+    }
+
+    /// Runs passes as the balancer does (moved groups stay out of the next passes)
+    /// until one moves nothing; returns the shares (percent) and the moves made.
+    fn passes_until_still(groups: &mut [GroupLoad], threshold_percent: u32) -> (Vec<f64>, usize) {
+        let candidates = ["a", "b", "c"];
+        let mut recent: Vec<Vec<AnaGroupId>> = Vec::new();
+        let mut moved = 0;
+        for _ in 0..20 {
+            let excluded: Vec<AnaGroupId> = recent.iter().rev().take(3).flatten().copied().collect();
+            let (moves, _) = plan_rebalance(RebalanceMode::Load, groups, &candidates, threshold_percent, 8, &excluded);
+            if moves.is_empty() {
+                break;
+            }
+            moved += moves.len();
+            for found in &moves {
+                groups.iter_mut().find(|load| load.group == found.group).unwrap().owner = found.to.clone();
+            }
+            recent.push(moves.iter().map(|found| found.group).collect());
+        }
+        let (_, totals) = plan_rebalance(RebalanceMode::Off, groups, &candidates, threshold_percent, 8, &[]);
+        let total: f64 = totals.iter().map(|member| member.load).sum();
+        (totals.iter().map(|member| 100.0 * member.load / total).collect(), moved)
+    }
+
+    #[test]
+    fn light_groups_move_together_when_no_single_one_is_worth_a_move() {
+        // The measured shape: 24 groups, 8 per member, loads 90/5/5.
+        let skewed = || -> Vec<GroupLoad> {
+            (1..=24)
+                .map(|id| {
+                    let owner = ["a", "b", "c"][(id as usize - 1) / 8];
+                    load(id, owner, if owner == "a" { 1125.0 } else { 62.5 })
+                })
+                .collect()
+        };
+        let mut groups = skewed();
+        let (shares, moved) = passes_until_still(&mut groups, 10);
+        assert!(shares.iter().all(|share| (30.0..=40.0).contains(share)), "{shares:?} after {moved} moves");
+        // Single moves alone stop at 33.8/27.5/38.8: one heavy group too many on c.
+        let (moves, _) = plan_rebalance(RebalanceMode::Load, &groups, &["a", "b", "c"], 10, 8, &[]);
+        assert!(moves.is_empty(), "settled: {moves:?}");
+        // A batch never takes more than the pass has room for.
+        let mut groups = skewed();
+        for (index, group) in groups.iter_mut().enumerate().take(5) {
+            group.owner = ["b", "c"][index % 2].into();
+        }
+        let (moves, _) = plan_rebalance(RebalanceMode::Load, &groups, &["a", "b", "c"], 10, 2, &[]);
+        assert!(moves.len() <= 2, "{moves:?}");
+        // Light groups alone never add up to a worthwhile move: nothing moves.
+        let groups = vec![load(1, "a", 20.0), load(2, "a", 1.0), load(3, "b", 10.0)];
+        let (moves, _) = plan_rebalance(RebalanceMode::Load, &groups, &["a", "b"], 10, 8, &[]);
+        assert!(moves.is_empty(), "{moves:?}");
     }
 
     #[test]

@@ -245,6 +245,7 @@ fn run(
             let answer = match &request {
                 PlacementRequest::Drain(member) => balance::drain(&coordinator, member),
                 PlacementRequest::Undrain(member) => balance::undrain(&coordinator, member),
+                PlacementRequest::Move { ana_group, to } => balance::move_group(&coordinator, *ana_group, to),
             };
             let _ = reply.send(answer);
             // Apply it here at once rather than a round later.

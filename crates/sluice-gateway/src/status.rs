@@ -229,3 +229,24 @@ pub fn render_placement(result: &Value) -> String {
     }
     out
 }
+
+/// The text view of `gateway_move`.
+pub fn render_move(result: &Value) -> String {
+    let text = |key: &str| result[key].as_str().unwrap_or_default().to_string();
+    let (to, owner) = (text("to"), text("owner"));
+    let from = if text("from").is_empty() { "none".to_string() } else { text("from") };
+    let mut out = format!("ANA group {}: {from} -> {to}", result["ana_group"]);
+    if let Some(note) = result["note"].as_str().filter(|note| !note.is_empty()) {
+        out.push_str(&format!(" ({note})"));
+    }
+    out.push('\n');
+    if owner == to {
+        out.push_str(&format!("  {to} owns it (waited {} ms)\n", result["waited_ms"]));
+    } else {
+        out.push_str(&format!(
+            "  owned by {} when the wait ended (moving; see `sluice gateway status`)\n",
+            if owner.is_empty() { "none" } else { &owner }
+        ));
+    }
+    out
+}

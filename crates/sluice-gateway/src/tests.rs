@@ -497,3 +497,37 @@ fn a_lock_of_this_gateway_on_a_group_it_does_not_serve_is_released_and_the_group
     run(&world, &mut [&mut b], 2);
     assert_eq!(b.sink.state(1), AnaState::Optimized, "then taken the whole way");
 }
+
+#[test]
+fn an_operator_move_hands_the_group_over_and_refuses_what_it_cannot_do() {
+    let world = world();
+    let (mut a, mut b, mut c) = three(&world);
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    assert!(crate::balance::move_group(&a.coordinator, 9, "c").unwrap_err().contains("not one of"));
+    assert!(crate::balance::move_group(&a.coordinator, 2, "z").unwrap_err().contains("not a member"));
+    let change = crate::balance::move_group(&a.coordinator, 2, "c").unwrap();
+    assert_eq!((change.moves.as_slice(), change.note.as_str()), (&[(2, "c".to_string())][..], ""));
+    let bytes = a.coordinator_store().attribute(crate::placement::PLACEMENT_ATTRIBUTE).unwrap().unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(record["version"], 2, "a record with an operator move is version 2: {record}");
+    run(&world, &mut [&mut a, &mut b, &mut c], 3);
+    assert_eq!(optimized_at(2, &[&a, &b, &c]), ["c"]);
+    assert!(world.borrow().blocklist.is_empty(), "a move fences nobody");
+    let change = c.coordinator.timelines.changes.back().unwrap();
+    assert_eq!((change.kind, change.from.as_str(), change.ana_group), (crate::timeline::ChangeKind::Move, "b", 2));
+    // Failback does not undo it (b is group 2's preferred member); a move back does.
+    run(&world, &mut [&mut a, &mut b, &mut c], 4);
+    assert_eq!(optimized_at(2, &[&a, &b, &c]), ["c"]);
+    assert!(crate::balance::move_group(&a.coordinator, 2, "c").unwrap().note.contains("already on c"));
+    crate::balance::drain(&a.coordinator, "b").unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 1);
+    assert!(crate::balance::move_group(&a.coordinator, 2, "b").unwrap_err().contains("drained"));
+    crate::balance::undrain(&a.coordinator, "b").unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 2);
+    crate::balance::move_group(&a.coordinator, 2, "b").unwrap();
+    run(&world, &mut [&mut a, &mut b, &mut c], 3);
+    assert_eq!(optimized_at(2, &[&a, &b, &c]), ["b"]);
+    // c dies: moving to it is refused once its membership lease lapsed.
+    run(&world, &mut [&mut a, &mut b], 6);
+    assert!(crate::balance::move_group(&a.coordinator, 1, "c").unwrap_err().contains("down"));
+}

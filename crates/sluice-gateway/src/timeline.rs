@@ -42,11 +42,19 @@ pub enum ChangeKind {
     Failback,
     /// Handed over because its owner stopped (SIGTERM).
     Stop,
+    /// Moved by an operator (`gateway_move`).
+    Move,
 }
 
 impl ChangeKind {
-    pub const ALL: [ChangeKind; 5] =
-        [ChangeKind::Takeover, ChangeKind::Drain, ChangeKind::Rebalance, ChangeKind::Failback, ChangeKind::Stop];
+    pub const ALL: [ChangeKind; 6] = [
+        ChangeKind::Takeover,
+        ChangeKind::Drain,
+        ChangeKind::Rebalance,
+        ChangeKind::Failback,
+        ChangeKind::Stop,
+        ChangeKind::Move,
+    ];
 
     pub const fn name(self) -> &'static str {
         match self {
@@ -55,6 +63,7 @@ impl ChangeKind {
             ChangeKind::Rebalance => "rebalance",
             ChangeKind::Failback => "failback",
             ChangeKind::Stop => "stop",
+            ChangeKind::Move => "move",
         }
     }
 }

@@ -306,6 +306,21 @@ pub struct GatewayPlacement {
     pub note: String,
 }
 
+/// `gateway_move`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayMoved {
+    pub ana_group: u32,
+    /// Its owner when the move was asked ("" when none).
+    pub from: String,
+    pub to: String,
+    /// Its owner when the wait ended, as the answering member's last round saw it.
+    pub owner: String,
+    /// How long the wait took (0 without one), ms.
+    pub waited_ms: u64,
+    /// "ANA group N is already on NAME", or empty.
+    pub note: String,
+}
+
 /// One ANA group a drain moves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GatewayMove {

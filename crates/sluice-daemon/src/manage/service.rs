@@ -248,6 +248,7 @@ impl Management {
             "gateway_status" => self.gateway_status(params),
             "gateway_drain" => self.gateway_drain(params),
             "gateway_undrain" => self.gateway_undrain(params),
+            "gateway_move" => self.gateway_move(params),
             "rbd_snapshot_create" => self.rbd_snapshot_create(params),
             "rbd_snapshot_remove" => self.rbd_snapshot_remove(params),
             "rbd_snapshot_list" => self.rbd_snapshot_list(params),

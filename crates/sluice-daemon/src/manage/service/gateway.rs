@@ -1,8 +1,9 @@
-//! `gateway_status`, `gateway_drain` and `gateway_undrain`: the gateway group as this
-//! member sees it, and taking a member out of service and back (Ceph's
-//! `nvme-gw disable/enable`), asked through any member. The coordinator thread makes
-//! the change in the cluster; a drain then waits, by default, until the drained
-//! member owns no ANA group.
+//! `gateway_status`, `gateway_drain`, `gateway_undrain` and `gateway_move`: the
+//! gateway group as this member sees it, taking a member out of service and back
+//! (Ceph's `nvme-gw disable/enable`) and moving one ANA group, asked through any
+//! member. The coordinator thread makes the change in the cluster; a drain then
+//! waits, by default, until the drained member owns no ANA group, a move until the
+//! group's new owner holds it.
 
 use std::time::{Duration, Instant};
 
@@ -10,13 +11,13 @@ use serde_json::{json, Value};
 
 use super::Management;
 use crate::manage::protocol::{Params, RpcError, APPLY_FAILED};
-use management_client::api::replies::{GatewayMove, GatewayPlacement};
+use management_client::api::replies::{GatewayMove, GatewayMoved, GatewayPlacement};
 use sluice_gateway::service::PlacementRequest;
 
 /// How long the coordinator thread may take to answer (it answers between two rounds,
 /// and a change is a few cluster round trips).
 const COORDINATOR_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait for a drain to complete that a caller may ask for.
+/// Longest wait for a drain or move to complete that a caller may ask for.
 const MAX_DRAIN_WAIT_MS: u64 = 600_000;
 /// How often the wait looks at the published ownership.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
@@ -47,15 +48,7 @@ impl Management {
         let timeout_ms = params.optional_integer("timeout_ms")?;
         params.finish("gateway_drain")?;
         let gateway = self.gateway_handle()?;
-        let lease_ms = gateway.status.lock().unwrap_or_else(|poison| poison.into_inner()).lease_ms;
-        // By default: a lease for the hand-overs plus two rounds to see them.
-        let timeout_ms = match timeout_ms {
-            None => lease_ms + lease_ms / 2,
-            Some(ms) if (0..=MAX_DRAIN_WAIT_MS as i64).contains(&ms) => ms as u64,
-            Some(ms) => {
-                return Err(RpcError::invalid_params("timeout_ms", format!("{ms} is not 0..={MAX_DRAIN_WAIT_MS}")))
-            }
-        };
+        let timeout_ms = wait_limit_ms(gateway, timeout_ms)?;
         let change = gateway
             .request(PlacementRequest::Drain(member.clone()), COORDINATOR_ANSWER_TIMEOUT)
             .map_err(|error| RpcError::refused("gateway", error))?;
@@ -91,6 +84,57 @@ impl Management {
             note: change.note,
         })
     }
+
+    pub(super) fn gateway_move(&mut self, mut params: Params) -> Result<Value, RpcError> {
+        let ana_group = params.required_u32("ana_group")?;
+        let to = params.required_string("to")?;
+        let wait = params.optional_bool("wait")?.unwrap_or(true);
+        let timeout_ms = params.optional_integer("timeout_ms")?;
+        params.finish("gateway_move")?;
+        let gateway = self.gateway_handle()?;
+        let timeout_ms = wait_limit_ms(gateway, timeout_ms)?;
+        let from = owner_of(gateway, ana_group);
+        let change = gateway
+            .request(PlacementRequest::Move { ana_group, to: to.clone() }, COORDINATOR_ANSWER_TIMEOUT)
+            .map_err(|error| RpcError::refused("gateway", error))?;
+        let started = Instant::now();
+        let mut owner = owner_of(gateway, ana_group);
+        while wait && owner != to && started.elapsed() < Duration::from_millis(timeout_ms) {
+            std::thread::sleep(DRAIN_POLL);
+            owner = owner_of(gateway, ana_group);
+        }
+        serde_json::to_value(GatewayMoved {
+            ana_group,
+            from,
+            to,
+            owner,
+            waited_ms: if wait { started.elapsed().as_millis() as u64 } else { 0 },
+            note: change.note,
+        })
+        .map_err(|error| RpcError::new(APPLY_FAILED, error.to_string()))
+    }
+}
+
+/// The longest wait a caller asked for (`timeout_ms`), checked; by default a lease
+/// for the hand-overs plus two rounds to see them.
+fn wait_limit_ms(gateway: &sluice_gateway::service::GatewayHandle, asked: Option<i64>) -> Result<u64, RpcError> {
+    let lease_ms = gateway.status.lock().unwrap_or_else(|poison| poison.into_inner()).lease_ms;
+    match asked {
+        None => Ok(lease_ms + lease_ms / 2),
+        Some(ms) if (0..=MAX_DRAIN_WAIT_MS as i64).contains(&ms) => Ok(ms as u64),
+        Some(ms) => Err(RpcError::invalid_params("timeout_ms", format!("{ms} is not 0..={MAX_DRAIN_WAIT_MS}"))),
+    }
+}
+
+/// The owner of `ana_group` ("" when none), as this gateway's last round saw it.
+fn owner_of(gateway: &sluice_gateway::service::GatewayHandle, ana_group: u32) -> String {
+    let status = gateway.status.lock().unwrap_or_else(|poison| poison.into_inner());
+    status
+        .ana_groups
+        .iter()
+        .find(|group| group.ana_group == ana_group)
+        .map(|group| group.owner.clone())
+        .unwrap_or_default()
 }
 
 /// The ANA groups `member` owns, as this gateway's last round saw them.

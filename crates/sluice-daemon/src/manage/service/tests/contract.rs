@@ -113,6 +113,10 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
             api::GatewayDrain { gateway: "b".into(), wait: Some(false), timeout_ms: Some(10) },
         ),
         pair(api::GatewayUndrain { gateway: "b".into() }, Default::default()),
+        pair(
+            api::GatewayMoveAnaGroup { ana_group: 2, to: "b".into(), ..Default::default() },
+            api::GatewayMoveAnaGroup { ana_group: 2, to: "b".into(), wait: Some(false), timeout_ms: Some(10) },
+        ),
         pair(api::SnapshotCreate { rbd: "rbd/image".into(), snapshot: "s".into() }, Default::default()),
         pair(api::SnapshotRemove { rbd: "rbd/image".into(), snapshot: "s".into() }, Default::default()),
         pair(api::SnapshotListRequest { rbd: "rbd/image".into() }, Default::default()),
