@@ -6,6 +6,8 @@
 //! the load measure inside two minutes with no host error, then move nothing for the
 //! watch that follows (`SLUICE_BALANCE_WATCH_S`, default 600); the same load with
 //! balancing by count is shown beside it (it sees 8/8/8 groups and moves nothing).
+//! Both with `threshold_percent` `SLUICE_BALANCE_THRESHOLD_PERCENT` (default 10: the
+//! default 25 tolerates a spread of about 8 points, more than 40/30/30 allows).
 //! Prints one line per sample for docs/results.
 
 mod support;
@@ -71,12 +73,12 @@ fn reader(group: &Group, nsid: u32, rate: f64, stop: &AtomicBool, errors: &Atomi
     let _ = multipath.disconnect();
 }
 
-fn run(mode: &str, watch: Duration) {
+fn run(mode: &str, watch: Duration, threshold_percent: u32) {
     let namespaces: Vec<(u32, u32, usize)> = (1..=GROUPS).map(|id| (id, id, (id as usize - 1) % 3)).collect();
     let group = Arc::new(Group::with_members(&format!("balance-{mode}"), 3).with_namespaces(&namespaces));
     let edit = |text: String| {
         text + &format!(
-            "\n[gateway.rebalance]\nmode = \"{mode}\"\ninterval_ms = 10000\nload_window_ms = 5000\nthreshold_percent = 25\nmax_moves = 8\n"
+            "\n[gateway.rebalance]\nmode = \"{mode}\"\ninterval_ms = 10000\nload_window_ms = 5000\nthreshold_percent = {threshold_percent}\nmax_moves = 8\n"
         )
     };
     let _gateways: Vec<ServeProcess> = (0..3).map(|member| group.start_edited(member, edit)).collect();
@@ -94,10 +96,12 @@ fn run(mode: &str, watch: Duration) {
     let mut converged: Option<(Duration, u64)> = None;
     let mut moves_after = 0;
     let mut worst_after = 0.0f64;
+    let mut idlest_after = 100.0f64;
     while started.elapsed() < CONVERGE_LIMIT + watch {
         std::thread::sleep(SAMPLE);
         let (shares, moves) = shares(&group);
         let top = shares.iter().cloned().fold(0.0, f64::max);
+        let bottom = shares.iter().cloned().fold(100.0, f64::min);
         eprintln!(
             "[{mode}] t={:>4.0} s  a {:>5.1} %  b {:>5.1} %  c {:>5.1} %  moves {moves}  errors {}",
             started.elapsed().as_secs_f64(),
@@ -107,7 +111,7 @@ fn run(mode: &str, watch: Duration) {
             errors.load(Ordering::Relaxed)
         );
         match converged {
-            None if top <= 40.0 && shares.iter().all(|share| *share > 0.0) => {
+            None if top <= 40.0 && bottom >= 30.0 => {
                 converged = Some((started.elapsed(), moves));
                 eprintln!("[{mode}] within 40/30/30 after {:.0} s, {moves} moves", started.elapsed().as_secs_f64());
             }
@@ -116,6 +120,7 @@ fn run(mode: &str, watch: Duration) {
             Some((_, at)) => {
                 moves_after = moves - at;
                 worst_after = worst_after.max(top);
+                idlest_after = idlest_after.min(bottom);
             }
         }
     }
@@ -125,7 +130,8 @@ fn run(mode: &str, watch: Duration) {
     }
     let errors = errors.load(Ordering::Relaxed);
     eprintln!(
-        "[{mode}] result: converged {:?}, moves after convergence {moves_after}, busiest share after {worst_after:.1} %, host errors {errors}",
+        "[{mode}] result (threshold {threshold_percent} %): converged {:?}, moves after convergence {moves_after}, \
+         busiest share after {worst_after:.1} %, idlest {idlest_after:.1} %, host errors {errors}",
         converged.map(|(at, moves)| (at.as_secs(), moves))
     );
     assert_eq!(errors, 0, "no host error");
@@ -133,7 +139,10 @@ fn run(mode: &str, watch: Duration) {
         let (at, _) = converged.expect("load balancing reaches 40/30/30");
         assert!(at <= CONVERGE_LIMIT, "within two minutes: {at:?}");
         assert_eq!(moves_after, 0, "no move after convergence (no oscillation)");
-        assert!(worst_after <= 40.0, "stays within 40/30/30: {worst_after:.1} %");
+        assert!(
+            worst_after <= 40.0 && idlest_after >= 30.0,
+            "stays within 40/30/30: {worst_after:.1} / {idlest_after:.1} %"
+        );
     }
 }
 
@@ -145,6 +154,8 @@ fn skewed_load_is_balanced_by_measured_load_and_stays() {
     }
     let watch =
         Duration::from_secs(std::env::var("SLUICE_BALANCE_WATCH_S").ok().and_then(|s| s.parse().ok()).unwrap_or(600));
-    run("count", Duration::ZERO);
-    run("load", watch);
+    let threshold_percent =
+        std::env::var("SLUICE_BALANCE_THRESHOLD_PERCENT").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    run("count", Duration::ZERO, threshold_percent);
+    run("load", watch, threshold_percent);
 }

@@ -1,6 +1,7 @@
 //! Measurement (ignored; run by hand, see docs/results/gateway.md): the timelines of a
-//! drain and of a SIGKILL takeover of ANA group 1 with 32 host controllers on it, for
-//! each namespace count of `SLUICE_TIMELINE_NAMESPACES` (default "1,1000"). Three
+//! drain, a balancing move (with more than one ANA group), an operator's move and a
+//! SIGKILL takeover of ANA group 1 with 32 host controllers on it, for each namespace
+//! count of `SLUICE_TIMELINE_NAMESPACES` (default "1,1000"). Three
 //! gateways, the namespaces spread over ANA groups 1..=3 (group n preferred by member
 //! n - 1); 32 host threads, each reading at QD1 through Sluice's multipath host over
 //! the three gateways from a namespace of group 1. Prints the new owner's timeline of
@@ -30,20 +31,44 @@ fn status(group: &Group, member: usize) -> Value {
 
 /// The member reporting ANA group 1 optimized among `live`, once exactly one does.
 fn owner_of_group_1(group: &Group, live: &[usize], limit: Duration) -> usize {
+    owner_of(group, 1, live, limit)
+}
+
+/// The member reporting ANA group `ana_group` optimized among `live`, once exactly
+/// one does.
+fn owner_of(group: &Group, ana_group: u32, live: &[usize], limit: Duration) -> usize {
     let start = Instant::now();
     loop {
         let optimized: Vec<usize> = live
             .iter()
             .copied()
             .filter(|&member| {
-                ana_log(group.address(member)).is_some_and(|log| state_in(&log, 1) == AnaState::Optimized)
+                ana_log(group.address(member)).is_some_and(|log| state_in(&log, ana_group) == AnaState::Optimized)
             })
             .collect();
         if let [owner] = optimized[..] {
             return owner;
         }
-        assert!(start.elapsed() < limit, "ANA group 1 not settled on one of {live:?}: {optimized:?}");
+        assert!(start.elapsed() < limit, "ANA group {ana_group} not settled on one of {live:?}: {optimized:?}");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// How many changes each member keeps now (a later change is found after them).
+fn kept_changes(group: &Group) -> Vec<usize> {
+    (0..3).map(|member| status(group, member)["path_changes"].as_array().map_or(0, Vec::len)).collect()
+}
+
+/// Waits until ANA groups 1..=3 are on three different members; returns their owners.
+fn one_group_each(group: &Group) -> [usize; 3] {
+    let start = Instant::now();
+    loop {
+        let owners = [1, 2, 3].map(|ana_group| owner_of(group, ana_group, &[0, 1, 2], Duration::from_secs(30)));
+        if owners[0] != owners[1] && owners[1] != owners[2] && owners[0] != owners[2] {
+            return owners;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "ANA groups 1..=3 not one per member: {owners:?}");
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -118,8 +143,12 @@ fn measure(namespaces: u32) {
         (1..=namespaces).map(|nsid| (nsid, (nsid - 1) % 3 + 1, ((nsid - 1) % 3) as usize)).collect();
     let group = Arc::new(Group::with_members(&format!("timeline{namespaces}"), 3).with_namespaces(&layout));
     let started = Instant::now();
-    let mut gateways: Vec<Option<ServeProcess>> =
-        (0..3).map(|member| Some(group.start_edited(member, |text| text))).collect();
+    // Balancing by count, a pass every 2 s: it moves nothing while each member has
+    // one group (and nothing at all with one namespace, one group).
+    let edit = |text: String| {
+        text + "\n[gateway.rebalance]\nmode = \"count\"\ninterval_ms = 2000\nload_window_ms = 1000\nthreshold_percent = 25\nmax_moves = 8\n"
+    };
+    let mut gateways: Vec<Option<ServeProcess>> = (0..3).map(|member| Some(group.start_edited(member, edit))).collect();
     let owner = owner_of_group_1(&group, &[0, 1, 2], Duration::from_secs(600));
     eprintln!(
         "[{namespaces} namespaces] group up after {:.1?}; ANA group 1 on {}",
@@ -142,8 +171,7 @@ fn measure(namespaces: u32) {
 
     // A drain of group 1's owner.
     let others: Vec<usize> = (0..3).filter(|&member| member != owner).collect();
-    let kept: Vec<usize> =
-        (0..3).map(|member| status(&group, member)["path_changes"].as_array().map_or(0, Vec::len)).collect();
+    let kept = kept_changes(&group);
     group.manage(others[0], &["gateway", "drain", &member_name(owner)]);
     let taker = owner_of_group_1(&group, &others, Duration::from_secs(30));
     print_change("drain", namespaces, &closed_change(&group, taker, kept[taker]));
@@ -158,11 +186,34 @@ fn measure(namespaces: u32) {
     eprintln!("[{namespaces} namespaces] after undrain group 1 on {}", member_name(back));
     std::thread::sleep(Duration::from_secs(5));
 
+    if namespaces >= 3 {
+        // A balancing move of group 1: the operator moves another group onto group
+        // 1's owner, which then has two groups while one member has none; the pass
+        // (by count) may move only group 1 (an operator's group stays).
+        let owners = one_group_each(&group);
+        let (owner, other) = (owners[0], owners[1]);
+        let kept = kept_changes(&group);
+        group.manage(owner, &["gateway", "move", "2", &member_name(owner)]);
+        let taker = owner_of_group_1(&group, &[other], Duration::from_secs(60));
+        print_change("balancing move", namespaces, &closed_change(&group, taker, kept[taker]));
+        std::thread::sleep(Duration::from_secs(5));
+    } else {
+        eprintln!("[{namespaces} namespaces] no balancing move: one ANA group, nothing to balance it with");
+    }
+
+    // An operator's move of group 1 to the next member.
+    let owner = owner_of_group_1(&group, &[0, 1, 2], Duration::from_secs(30));
+    let to = (owner + 1) % 3;
+    let kept = kept_changes(&group);
+    group.manage(to, &["gateway", "move", "1", &member_name(to)]);
+    owner_of_group_1(&group, &[to], Duration::from_secs(30));
+    print_change("operator move", namespaces, &closed_change(&group, to, kept[to]));
+    std::thread::sleep(Duration::from_secs(5));
+
     // A SIGKILL of group 1's owner.
     let owner = owner_of_group_1(&group, &[0, 1, 2], Duration::from_secs(30));
     let others: Vec<usize> = (0..3).filter(|&member| member != owner).collect();
-    let kept: Vec<usize> =
-        (0..3).map(|member| status(&group, member)["path_changes"].as_array().map_or(0, Vec::len)).collect();
+    let kept = kept_changes(&group);
     let mut killed = gateways[owner].take().unwrap();
     killed.child.kill().expect("SIGKILL");
     let killed_at = Instant::now();
