@@ -18,7 +18,7 @@ first=${SIM_FIRST_SEED:-0}
 echo "+ sluice-sim run --seeds $seeds --first-seed $first"
 "$SIM" run --seeds "$seeds" --first-seed "$first"
 
-for canary in lost-flush reordered-completion stale-read undrained-close missed-notice local-compare-and-write fence-wait-on-finisher no-copy-vouch; do
+for canary in lost-flush reordered-completion stale-read undrained-close missed-notice local-compare-and-write fence-wait-on-finisher no-copy-vouch skip-ana-change; do
   echo "+ sluice-sim run --seeds 200 --first-seed $first --canary $canary"
   "$SIM" run --seeds 200 --first-seed "$first" --canary "$canary" | tail -n 2
 done

@@ -43,11 +43,15 @@ pub enum Canary {
     /// learns of its fence only later, answers Reservation Report and Conflict from
     /// its old copy meanwhile, after the change was answered.
     NoCopyVouch,
+    /// On a gateway group: an ANA group moves without the change state: the member
+    /// it goes to reports it optimized at once, while the old owner still does until
+    /// it releases it (issue 47).
+    SkipAnaChange,
 }
 
 impl Canary {
     /// Every canary, with the name `--canary` takes.
-    pub const ALL: [(&'static str, Canary); 8] = [
+    pub const ALL: [(&'static str, Canary); 9] = [
         ("lost-flush", Canary::LostFlush),
         ("reordered-completion", Canary::ReorderedCompletion),
         ("stale-read", Canary::StaleRead),
@@ -56,6 +60,7 @@ impl Canary {
         ("local-compare-and-write", Canary::LocalCompareAndWrite),
         ("fence-wait-on-finisher", Canary::FenceWaitOnFinisher),
         ("no-copy-vouch", Canary::NoCopyVouch),
+        ("skip-ana-change", Canary::SkipAnaChange),
     ];
 
     /// The canary called `name`.

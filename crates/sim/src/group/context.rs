@@ -35,6 +35,9 @@ pub struct GroupContext {
     /// When each gateway process could not vouch for its reservations (its copy
     /// unknown, or it was fenced): (from, to) in ns, `to` u64::MAX while it lasts.
     pub trouble: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// When each gateway process reported the ANA group in the change state (a
+    /// hand-over): (from, to) in ns.
+    pub ana_changing: BTreeMap<u64, Vec<(u64, u64)>>,
     /// What each host's controller is owed of reservation notices, and read.
     pub notices: notices::NoticeLedger,
     /// Writes (and Compare and Writes) each host has out now.
@@ -107,6 +110,14 @@ impl GroupContext {
     /// in `from_ns..=to_ns` (so a path error then is its honest answer).
     pub fn had_trouble(&self, instance: u64, from_ns: u64, to_ns: u64) -> bool {
         self.trouble.get(&instance).is_some_and(|spans| spans.iter().any(|&(from, to)| from <= to_ns && to >= from_ns))
+    }
+
+    /// Gateway process `instance` reported the ANA group in the change state at some
+    /// time in `from_ns..=to_ns` (so ANA Transition then is its honest answer).
+    pub fn was_changing(&self, instance: u64, from_ns: u64, to_ns: u64) -> bool {
+        self.ana_changing
+            .get(&instance)
+            .is_some_and(|spans| spans.iter().any(|&(from, to)| from <= to_ns && to >= from_ns))
     }
 
     /// Mixes one event into the run's fingerprint.

@@ -12,6 +12,7 @@ impl GroupWorld {
         self.context.store.gateway_crashed(index);
         self.context.cluster.gateway_crashed(index);
         self.fences.gateway_crashed(index);
+        self.ana_gateway_crashed(index);
         self.context.notices.gateway_gone(self.gateways[index].instance);
         let gateway = &mut self.gateways[index];
         gateway.target = None;

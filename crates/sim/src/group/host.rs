@@ -164,6 +164,8 @@ pub struct GroupHost {
     pub reconnects: u64,
     pub reservation_commands: u64,
     pub conflicts: u64,
+    /// Commands refused with ANA Transition (a gateway handing the group over).
+    pub ana_transitions: u64,
     pub swaps: u64,
 }
 
@@ -191,6 +193,7 @@ impl GroupHost {
             reconnects: 0,
             reservation_commands: 0,
             conflicts: 0,
+            ana_transitions: 0,
             swaps: 0,
         }
     }
@@ -414,6 +417,21 @@ impl GroupHost {
         }
         let path_error =
             [Status::INTERNAL_PATH_ERROR, Status::NAMESPACE_NOT_READY].iter().any(|path| path.kind() == status.kind());
+        if status.kind() == Status::ASYMMETRIC_ACCESS_TRANSITION.kind() {
+            // Only a gateway whose ANA group was changing refuses with it; a
+            // multipath host retries on another path.
+            self.ana_transitions += 1;
+            let instance = context.link_instance.get(&outstanding.link).copied();
+            let now_ns = context.clock.elapsed_ns();
+            if !instance.is_some_and(|instance| context.was_changing(instance, outstanding.submitted_ns, now_ns)) {
+                context.violation(format!(
+                    "host {index}: {:?} got ANA Transition from gateway process {instance:?}, whose ANA group was not \
+                     changing",
+                    outstanding.work
+                ));
+            }
+            self.fail_over = true;
+        }
         if path_error {
             // Path errors are the answer of a gateway that cannot vouch for its
             // reservations (copy unknown, or fenced), and only of one.

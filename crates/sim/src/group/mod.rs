@@ -22,9 +22,11 @@
 //!   gateway's finisher, and the oracles of safety (no preempted write lands after the
 //!   answer) and liveness (no gateway fenced that did nothing wrong).
 //! - [`plan`]: what a group seed draws; [`faults`]: the faults injected.
+//! - [`ana`]: the ANA group's owner and its moves through the change state.
 //! - [`world`]: the step loop, gateway starts, the end phase for notices, and the
 //!   checks at rest.
 
+pub mod ana;
 pub mod authority;
 pub mod context;
 pub mod faults;

@@ -19,6 +19,8 @@ pub(super) struct GroupPlan {
     pub(super) store_latency_max_ns: u64,
     pub(super) cluster: ClusterFaults,
     pub(super) mean_fault_interval_ns: u64,
+    /// Mean time between two moves of the ANA group (a drain, a balancing move).
+    pub(super) mean_ana_move_interval_ns: u64,
     pub(super) run_ns: u64,
     pub(super) max_commands: u64,
 }
@@ -61,6 +63,7 @@ impl GroupPlan {
                 lease_ns: rng.between(20 * MS, 200 * MS),
             },
             mean_fault_interval_ns: if calm { 0 } else { rng.between(10 * MS, 150 * MS) },
+            mean_ana_move_interval_ns: rng.between(20 * MS, 150 * MS),
             run_ns: 300 * MS,
             max_commands: 3_000,
         }
@@ -69,7 +72,7 @@ impl GroupPlan {
     pub(super) fn describe(&self) -> String {
         format!(
             "gateway group: {} gateways, {} hosts, {} x 512 B blocks ({LOCK_BLOCKS} lock blocks), queue of {} at QD {}, \
-             store latency <= {} us, changes <= {} us, notices <= {} us ({} ppm lost), lease {} ms, faults every ~{} ms",
+             store latency <= {} us, changes <= {} us, notices <= {} us ({} ppm lost), lease {} ms, faults every ~{} ms, ANA moves every ~{} ms",
             self.gateways,
             self.hosts,
             self.namespace_blocks,
@@ -81,6 +84,7 @@ impl GroupPlan {
             self.cluster.lost_notice_per_million,
             self.cluster.lease_ns / MS,
             self.mean_fault_interval_ns / MS,
+            self.mean_ana_move_interval_ns / MS,
         )
     }
 }

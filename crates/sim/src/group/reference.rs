@@ -300,6 +300,7 @@ pub fn is_path_or_transport_failure(status: Status) -> bool {
     [
         Status::INTERNAL_PATH_ERROR,
         Status::NAMESPACE_NOT_READY,
+        Status::ASYMMETRIC_ACCESS_TRANSITION,
         Status::TRANSIENT_TRANSPORT_ERROR,
         Status::ABORTED_SQ_DELETION,
         Status::KEEP_ALIVE_TIMER_EXPIRED,

@@ -11,6 +11,7 @@ use nvme_target::{
     Connection, HostAccess, ListenerSpec, NamespaceSpec, SubsystemSpec, Target, TargetSettings, TargetSpec,
 };
 
+use super::ana::AnaOwnership;
 use super::authority::{Cluster, GatewayAction};
 use super::context::{GroupContext, LOCK_BLOCKS};
 use super::fences::Fences;
@@ -78,6 +79,7 @@ pub struct GroupWorld {
     /// Gateways that started while no other held its membership lease (after the
     /// first start of all).
     whole_group_restarts: u64,
+    pub(super) ana: AnaOwnership,
 }
 
 fn target_spec(backend: Arc<dyn storage::Backend>, gateway: usize, canary: Option<Canary>) -> TargetSpec {
@@ -135,6 +137,7 @@ impl GroupWorld {
             link_gateway: BTreeMap::new(),
             link_instance: BTreeMap::new(),
             trouble: BTreeMap::new(),
+            ana_changing: BTreeMap::new(),
             notices: NoticeLedger::default(),
             writing: vec![0; plan.hosts],
             keys: (0..plan.hosts).map(|index| key_of(index as u8)).collect(),
@@ -161,11 +164,13 @@ impl GroupWorld {
             cluster_restarts: 0,
             power_losses: 0,
             whole_group_restarts: 0,
+            ana: AnaOwnership::default(),
             plan,
         };
         for gateway in 0..world.gateways.len() {
             world.start_gateway(gateway);
         }
+        world.start_ana();
         world.schedule_fault();
         world
     }
@@ -203,6 +208,7 @@ impl GroupWorld {
         gateway.vouch = vouch;
         gateway.next_renewal_ns = self.context.clock.elapsed_ns();
         gateway.mark_unknown_at_ns = None;
+        self.ana_gateway_started(index);
         self.context.note(|| format!("gateway {index} started (process {instance})"));
     }
 
@@ -319,7 +325,7 @@ impl GroupWorld {
         }
         let (fences, lost_notices) = self.context.cluster.counters();
         let summary = format!(
-            "{} ms simulated, {} commands ok, {} reservation changes, {} versions, {} conflicts, {} lock swaps, {} reconnects, {} gateway restarts, {} fences, {} lost notices or acknowledgements, {} watch breaks, {} cluster restarts, {} fence waits, {} acknowledgements withheld, {} preempt and abort answers, {} power losses, {} whole-group restarts, {} cleared without PTPL, {} notices owed, {} notices read, {} faults",
+            "{} ms simulated, {} commands ok, {} reservation changes, {} versions, {} conflicts, {} lock swaps, {} reconnects, {} gateway restarts, {} fences, {} lost notices or acknowledgements, {} watch breaks, {} cluster restarts, {} fence waits, {} acknowledgements withheld, {} preempt and abort answers, {} power losses, {} whole-group restarts, {} cleared without PTPL, {} notices owed, {} notices read, {} faults, {} ANA moves, {} ANA takeovers, {} commands refused with ANA Transition",
             self.context.clock.elapsed_ns() / MS,
             self.hosts.iter().map(|host| host.completed_ok).sum::<u64>(),
             self.hosts.iter().map(|host| host.reservation_commands).sum::<u64>(),
@@ -341,6 +347,9 @@ impl GroupWorld {
             self.context.notices.owed,
             self.context.notices.read,
             self.faults_injected,
+            self.ana.moves,
+            self.ana.takeovers,
+            self.hosts.iter().map(|host| host.ana_transitions).sum::<u64>(),
         );
         SeedReport {
             seed,
@@ -424,6 +433,7 @@ impl GroupWorld {
             }
         }
         moved |= self.apply_cluster();
+        moved |= self.step_ana(working);
         moved |= self.renew_vouches();
         self.observe_copies();
         self.note_trouble();
@@ -631,6 +641,7 @@ impl GroupWorld {
         candidates.extend(self.context.cluster.next_event_ns());
         candidates.extend(self.fences.next_deadline_ns());
         candidates.extend(self.vouch_events_ns());
+        candidates.extend(self.ana_events_ns(working));
         candidates.extend(self.hosts.iter().filter_map(|host| host.next_wake_ns(&self.context, working)));
         if working {
             candidates.push(self.next_fault_ns);
