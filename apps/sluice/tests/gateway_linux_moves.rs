@@ -16,7 +16,11 @@
 //!    (`sluice gateway move`); each leaves the count 3/1, and a balancing pass moves
 //!    another group back: one balancing move each.
 //!
-//! Checks: fio ends without an error on every job; at least `MIN_BALANCING_MOVES`
+//! Sluice's own multipath host runs beside the guest: 4 threads writing and reading
+//! back their own blocks (past fio's region) through both gateways.
+//!
+//! Checks: fio ends without an error on every job and Sluice's host without an error
+//! or a mismatch; at least `MIN_BALANCING_MOVES`
 //! balancing moves. Prints, per change, the longest I/O completion in the guest
 //! between that change and the next (fio's latency log, its clock aligned on the
 //! fio.started marker), and the longest overall.
@@ -25,11 +29,15 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nvme_host_client::CommandQueue;
 use nvme_spec::ana::AnaState;
+use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{ana_log, member_name, state_in, Group, NQN};
+use support::gateway_group::{ana_log, member_name, multipath_to, state_in, Group, BLOCK_BYTES, NQN};
 use support::{ceph_cluster_given, ServeProcess};
 
 const ANA_GROUPS: u32 = 4;
@@ -48,6 +56,55 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// namespaces and with more (their changes are slower).
 const FIO_SECONDS: u64 = 160;
 const FIO_SECONDS_MANY_NAMESPACES: u64 = 300;
+/// Threads of Sluice's own multipath host writing and reading back beside the guest.
+const SLUICE_HOSTS: u32 = 4;
+/// Where they write: past fio's 8 MiB (blocks of 4 KiB), 64 blocks each.
+const SLUICE_FIRST_BLOCK: u64 = 4096;
+const SLUICE_BLOCKS: u64 = 64;
+/// Changes the per-change pauses are kept for (more than the test makes).
+const MAX_CHANGES: usize = 64;
+
+/// What Sluice's host threads saw: per change (by index), the longest pause between
+/// two successful write+read pairs, in µs.
+struct SluiceHosts {
+    stop: AtomicBool,
+    change: AtomicUsize,
+    longest_pause_us: Vec<AtomicU64>,
+    commands: AtomicU64,
+    errors: Mutex<Vec<String>>,
+}
+
+/// One thread of Sluice's multipath host: writes block after block of its own range
+/// of `nsid` (a tag in every byte) and reads each back, until told to stop.
+fn sluice_host(group: &Group, nsid: u32, thread: u32, hosts: &SluiceHosts) {
+    let (multipath, mut queue) = match multipath_to(group, nsid) {
+        Ok(connected) => connected,
+        Err(error) => return hosts.errors.lock().unwrap().push(format!("thread {thread}: connect: {error}")),
+    };
+    let patience = Duration::from_secs(30);
+    let mut last_success = Instant::now();
+    let mut generation = 0u64;
+    while !hosts.stop.load(Ordering::Relaxed) {
+        generation += 1;
+        let block = SLUICE_FIRST_BLOCK + u64::from(thread) * SLUICE_BLOCKS + generation % SLUICE_BLOCKS;
+        let data = vec![(generation as u8) ^ (thread as u8).wrapping_mul(37); BLOCK_BYTES];
+        let write = nvme_host::commands::write(NamespaceId(nsid), block, data.clone(), BLOCK_BYTES as u32, false);
+        let outcome = queue.execute(write, patience).and_then(|_| {
+            queue.execute(nvme_host::commands::read(NamespaceId(nsid), block, 1, BLOCK_BYTES as u32), patience)
+        });
+        match outcome {
+            Ok(completion) if completion.data == data => {}
+            Ok(_) => hosts.errors.lock().unwrap().push(format!("nsid {nsid} block {block}: read back other data")),
+            Err(error) => hosts.errors.lock().unwrap().push(format!("nsid {nsid} block {block}: {error}")),
+        }
+        let change = hosts.change.load(Ordering::Relaxed).min(MAX_CHANGES - 1);
+        hosts.longest_pause_us[change].fetch_max(last_success.elapsed().as_micros() as u64, Ordering::Relaxed);
+        last_success = Instant::now();
+        hosts.commands.fetch_add(2, Ordering::Relaxed);
+    }
+    drop(queue);
+    let _ = multipath.disconnect();
+}
 
 fn status(group: &Group, member: usize) -> Value {
     let text = group.manage(member, &["gateway", "status", "-o", "json"]);
@@ -131,7 +188,7 @@ fn measure(namespaces: u32) {
             (nsid, ana_group, ((ana_group - 1) % 2) as usize)
         })
         .collect();
-    let group = Group::with_members(&format!("linuxmoves{namespaces}"), 2).with_namespaces(&layout);
+    let group = Arc::new(Group::with_members(&format!("linuxmoves{namespaces}"), 2).with_namespaces(&layout));
     let edit = |text: String| {
         text.replacen("lease_ms = 3000\n", "lease_ms = 3000\nfailback = false\n", 1)
             + "\n[gateway.rebalance]\nmode = \"count\"\ninterval_ms = 2000\nload_window_ms = 1000\nthreshold_percent = 25\nmax_moves = 8\n"
@@ -177,12 +234,29 @@ fn measure(namespaces: u32) {
     }
     let fio_started = Instant::now();
     eprintln!("[{namespaces} namespaces] guest connected and fio started after {:.1?}", waiting.elapsed());
+    let sluice = Arc::new(SluiceHosts {
+        stop: AtomicBool::new(false),
+        change: AtomicUsize::new(0),
+        longest_pause_us: (0..MAX_CHANGES).map(|_| AtomicU64::new(0)).collect(),
+        commands: AtomicU64::new(0),
+        errors: Mutex::new(Vec::new()),
+    });
+    let threads: Vec<_> = (0..SLUICE_HOSTS)
+        .map(|thread| {
+            let nsid = 1 + thread % namespaces.min(SLUICE_HOSTS);
+            let (group, sluice) = (Arc::clone(&group), Arc::clone(&sluice));
+            std::thread::spawn(move || sluice_host(&group, nsid, thread, &sluice))
+        })
+        .collect();
     std::thread::sleep(PACE);
 
     // (what, seconds since fio started) for each change.
     let mut changes: Vec<(String, f64)> = vec![("before any change (fio alone)".into(), 0.0)];
     let several = ana_groups(&group) > 1;
-    let mut mark = |what: String| changes.push((what, fio_started.elapsed().as_secs_f64()));
+    let mut mark = |what: String| {
+        changes.push((what, fio_started.elapsed().as_secs_f64()));
+        sluice.change.store(changes.len() - 1, Ordering::Relaxed);
+    };
     mark("drain a".into());
     group.manage(1, &["gateway", "drain", "a"]);
     await_owners(&group, |found| found.iter().all(|&owner| owner == 1), "drain");
@@ -202,6 +276,10 @@ fn measure(namespaces: u32) {
         std::thread::sleep(PACE);
     }
     let changes_done = fio_started.elapsed();
+    sluice.stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().expect("Sluice host thread");
+    }
     let balancing_moves: u64 =
         (0..2).map(|member| status(&group, member)["rebalance"]["moves_total"].as_u64().unwrap_or(0)).sum();
     eprintln!(
@@ -238,7 +316,11 @@ fn measure(namespaces: u32) {
             .filter(|(done_ms, _)| *done_ms / 1000.0 >= *at_s && *done_ms / 1000.0 < until_s)
             .map(|(_, latency)| *latency)
             .fold(0.0, f64::max);
-        eprintln!("[{namespaces} namespaces] t={at_s:>6.1} s {what}: longest I/O {longest:.0} ms");
+        let sluice_pause = sluice.longest_pause_us[index.min(MAX_CHANGES - 1)].load(Ordering::Relaxed) as f64 / 1000.0;
+        eprintln!(
+            "[{namespaces} namespaces] t={at_s:>6.1} s {what}: longest I/O {longest:.0} ms (Linux), \
+             longest pause {sluice_pause:.0} ms (Sluice's host)"
+        );
     }
     eprintln!(
         "[{namespaces} namespaces] result: guest {guest_status}, {} fio jobs, {io_total} I/Os ({} logged), \
@@ -247,7 +329,15 @@ fn measure(namespaces: u32) {
         completions.len(),
         jobs.iter().filter(|job| job["error"] != 0).count()
     );
+    let sluice_errors = sluice.errors.lock().unwrap().clone();
+    eprintln!(
+        "[{namespaces} namespaces] Sluice's multipath host: {SLUICE_HOSTS} threads, {} commands, {} errors{}",
+        sluice.commands.load(Ordering::Relaxed),
+        sluice_errors.len(),
+        sluice_errors.first().map(|first| format!(", first: {first}")).unwrap_or_default()
+    );
     assert!(guest_status.success(), "the guest failed: see {}", group.dir.join("guest.log").display());
+    assert!(sluice_errors.is_empty(), "Sluice's host: {sluice_errors:?}");
     assert!(!jobs.is_empty() && jobs.iter().all(|job| job["error"] == 0), "a fio job failed: {text}");
     if several {
         assert!(balancing_moves >= MIN_BALANCING_MOVES, "{balancing_moves} balancing moves");
@@ -255,7 +345,7 @@ fn measure(namespaces: u32) {
     drop(gateways);
     if namespaces > 64 {
         // `rbd rm` of a thousand images one at a time outlasts the measurement.
-        std::mem::forget(group);
+        std::mem::forget(Arc::try_unwrap(group).ok());
     }
 }
 

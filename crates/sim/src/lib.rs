@@ -29,7 +29,9 @@
 //!   Abort's fence drained there, lost notices, broken watches, cluster restarts,
 //!   fencing of a gateway that does not acknowledge, with its cause), membership
 //!   leases and the group's power loss (PTPL), gateway crashes and restarts, storage
-//!   stalls, and 2-4 hosts that reach it through any gateway, move to another when a
+//!   stalls, moves of the namespace's ANA group through the change state (and its
+//!   takeover after the owner crashed), and 2-4 hosts that reach it through any
+//!   gateway, move to another when a
 //!   path fails, and read log 80h on reservation events. Its oracle: an independent
 //!   reference reservation model in commit order (every answer, every Report, every
 //!   I/O's success or Reservation Conflict against the states from the newest one
@@ -38,8 +40,9 @@
 //!   oracle for the other blocks, no preempted host's write landing after the Preempt
 //!   and Abort was answered, no gateway fenced that did nothing wrong, every notice
 //!   owed to a host's controller read, path errors only from a gateway whose copy was
-//!   unknown or that was fenced, and at rest every gateway's copy known and at the
-//!   record's sequence.
+//!   unknown or that was fenced, ANA Transition only from a gateway whose group was
+//!   changing, never two gateways reporting the group optimized, and at rest every
+//!   gateway's copy known and at the record's sequence.
 //!
 //! Invariants: no acknowledged write lost or torn (after a crash, only flushed or FUA
 //! data is promised), reads return the last acknowledged or a concurrent write, every
