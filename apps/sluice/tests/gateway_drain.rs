@@ -20,10 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::CommandQueue;
-use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{ana_log, member_name, multipath_to, state_in, Group, BLOCK_BYTES};
+use support::gateway_group::{member_name, multipath_to, Group, BLOCK_BYTES};
 use support::{ceph_cluster_given, ServeProcess};
 
 const GROUPS: u32 = 6;
@@ -42,33 +41,12 @@ fn status(group: &Group, member: usize) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("gateway status: {error}: {text}"))
 }
 
-/// ANA group -> member reporting it optimized, for every group with exactly one such
-/// member and the others non-optimized; `None` when some group is not settled.
 fn owners(group: &Group) -> Option<Vec<usize>> {
-    let logs: Vec<_> = (0..3).map(|member| ana_log(group.address(member))).collect::<Option<Vec<_>>>()?;
-    (1..=GROUPS)
-        .map(|ana_group| {
-            let states: Vec<AnaState> = logs.iter().map(|log| state_in(log, ana_group)).collect();
-            let optimized: Vec<usize> = (0..3).filter(|&member| states[member] == AnaState::Optimized).collect();
-            let rest_non_optimized =
-                (0..3).all(|member| optimized.contains(&member) || states[member] == AnaState::NonOptimized);
-            match optimized[..] {
-                [owner] if rest_non_optimized => Some(owner),
-                _ => None,
-            }
-        })
-        .collect()
+    support::gateway_group::owners(group, GROUPS)
 }
 
 fn await_owners(group: &Group, accept: impl Fn(&[usize]) -> bool, what: &str) -> Vec<usize> {
-    let start = Instant::now();
-    loop {
-        if let Some(found) = owners(group).filter(|found| accept(found)) {
-            return found;
-        }
-        assert!(start.elapsed() < SETTLE, "{what}: not settled within {SETTLE:?}, owners {:?}", owners(group));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::gateway_group::await_owners(group, GROUPS, accept, what, SETTLE)
 }
 
 /// One host thread's result.

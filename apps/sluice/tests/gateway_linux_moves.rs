@@ -34,10 +34,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme_host_client::CommandQueue;
-use nvme_spec::ana::AnaState;
 use nvme_spec::NamespaceId;
 use serde_json::Value;
-use support::gateway_group::{ana_log, member_name, multipath_to, state_in, Group, BLOCK_BYTES, NQN};
+use support::gateway_group::{member_name, multipath_to, Group, BLOCK_BYTES, NQN};
 use support::{ceph_cluster_given, ServeProcess};
 
 const ANA_GROUPS: u32 = 4;
@@ -116,31 +115,12 @@ fn ana_groups(group: &Group) -> u32 {
     group.namespaces.len().min(ANA_GROUPS as usize) as u32
 }
 
-/// ANA group -> its one optimized member (the other non-optimized); `None` while
-/// some group is not settled.
 fn owners(group: &Group) -> Option<Vec<usize>> {
-    let logs: Vec<_> = (0..2).map(|member| ana_log(group.address(member))).collect::<Option<Vec<_>>>()?;
-    (1..=ana_groups(group))
-        .map(|ana_group| {
-            let states: Vec<AnaState> = logs.iter().map(|log| state_in(log, ana_group)).collect();
-            match states[..] {
-                [AnaState::Optimized, AnaState::NonOptimized] => Some(0),
-                [AnaState::NonOptimized, AnaState::Optimized] => Some(1),
-                _ => None,
-            }
-        })
-        .collect()
+    support::gateway_group::owners(group, ana_groups(group))
 }
 
 fn await_owners(group: &Group, accept: impl Fn(&[usize]) -> bool, what: &str) -> Vec<usize> {
-    let start = Instant::now();
-    loop {
-        if let Some(found) = owners(group).filter(|found| accept(found)) {
-            return found;
-        }
-        assert!(start.elapsed() < SETTLE, "{what}: not settled within {SETTLE:?}, owners {:?}", owners(group));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::gateway_group::await_owners(group, ana_groups(group), accept, what, SETTLE)
 }
 
 /// Each member owns half the groups (one group: anywhere).

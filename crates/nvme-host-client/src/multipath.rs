@@ -48,6 +48,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// ANA log reads while a path is not optimized, and while it is.
 const ANA_RECHECK_NOT_OPTIMIZED: Duration = Duration::from_secs(1);
 const ANA_RECHECK_OPTIMIZED: Duration = Duration::from_secs(5);
+/// ANA log reads while a path reports the change state. It is transient (a gateway
+/// hands a group over, or takes one, within a round), and while every path of a
+/// namespace is changing commands wait parked until a checker reads a state that
+/// serves: at the non-optimized pace that was a 0.7 s pause per move with two
+/// gateways (docs/results/gateway.md).
+const ANA_RECHECK_CHANGE: Duration = Duration::from_millis(100);
 /// Longest single wait on one path while others may complete too.
 const WAIT_SLICE: Duration = Duration::from_micros(200);
 
@@ -350,10 +356,10 @@ impl Drop for Multipath {
 /// at once when asked.
 fn check_ana(path: &PathShared, nsid: NamespaceId, stop: &AtomicBool) {
     loop {
-        let interval = if path.state() == Some(AnaState::Optimized) || path.state().is_none() {
-            ANA_RECHECK_OPTIMIZED
-        } else {
-            ANA_RECHECK_NOT_OPTIMIZED
+        let interval = match path.state() {
+            Some(AnaState::Optimized) | None => ANA_RECHECK_OPTIMIZED,
+            Some(AnaState::Change) => ANA_RECHECK_CHANGE,
+            Some(_) => ANA_RECHECK_NOT_OPTIMIZED,
         };
         {
             let asked = lock(&path.recheck);

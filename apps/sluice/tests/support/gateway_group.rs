@@ -373,6 +373,48 @@ pub fn group_state(address: SocketAddr) -> Option<AnaState> {
     Some(log.groups[0].descriptor.state)
 }
 
+/// ANA group (1..=`ana_groups`) -> the member reporting it optimized, for every group
+/// with exactly one such member and every other member reporting it non-optimized;
+/// `None` while some group is not settled (or a member cannot be asked).
+pub fn owners(group: &Group, ana_groups: u32) -> Option<Vec<usize>> {
+    let members = group.members();
+    let logs: Vec<_> = (0..members).map(|member| ana_log(group.address(member))).collect::<Option<Vec<_>>>()?;
+    (1..=ana_groups)
+        .map(|ana_group| {
+            let states: Vec<AnaState> = logs.iter().map(|log| state_in(log, ana_group)).collect();
+            let optimized: Vec<usize> = (0..members).filter(|&member| states[member] == AnaState::Optimized).collect();
+            let rest_non_optimized =
+                (0..members).all(|member| optimized.contains(&member) || states[member] == AnaState::NonOptimized);
+            match optimized[..] {
+                [owner] if rest_non_optimized => Some(owner),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Polls [`owners`] until `accept` takes them; fails after `limit`.
+pub fn await_owners(
+    group: &Group,
+    ana_groups: u32,
+    accept: impl Fn(&[usize]) -> bool,
+    what: &str,
+    limit: Duration,
+) -> Vec<usize> {
+    let start = Instant::now();
+    loop {
+        if let Some(found) = owners(group, ana_groups).filter(|found| accept(found)) {
+            return found;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not settled within {limit:?}, owners {:?}",
+            owners(group, ana_groups)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Polls until `address` reports `state` for group 1; returns how long it took.
 pub fn await_state(address: SocketAddr, state: AnaState, limit: Duration) -> Duration {
     await_until(address, limit, &format!("{state:?}"), || group_state(address) == Some(state))

@@ -52,18 +52,14 @@ impl Management {
         let change = gateway
             .request(PlacementRequest::Drain(member.clone()), COORDINATOR_ANSWER_TIMEOUT)
             .map_err(|error| RpcError::refused("gateway", error))?;
-        let started = Instant::now();
-        let mut still_owned = owned_by(gateway, &member);
-        while wait && !still_owned.is_empty() && started.elapsed() < Duration::from_millis(timeout_ms) {
-            std::thread::sleep(DRAIN_POLL);
-            still_owned = owned_by(gateway, &member);
-        }
+        let (still_owned, waited_ms) =
+            poll_until(wait, timeout_ms, || owned_by(gateway, &member), |owned: &Vec<u32>| owned.is_empty());
         reply(GatewayPlacement {
             gateway: change.gateway,
             drained: change.drained,
             moves: change.moves.into_iter().map(|(ana_group, to)| GatewayMove { ana_group, to }).collect(),
             still_owned,
-            waited_ms: if wait { started.elapsed().as_millis() as u64 } else { 0 },
+            waited_ms,
             note: change.note,
         })
     }
@@ -97,22 +93,22 @@ impl Management {
         let change = gateway
             .request(PlacementRequest::Move { ana_group, to: to.clone() }, COORDINATOR_ANSWER_TIMEOUT)
             .map_err(|error| RpcError::refused("gateway", error))?;
-        let started = Instant::now();
-        let mut owner = owner_of(gateway, ana_group);
-        while wait && owner != to && started.elapsed() < Duration::from_millis(timeout_ms) {
-            std::thread::sleep(DRAIN_POLL);
-            owner = owner_of(gateway, ana_group);
-        }
-        serde_json::to_value(GatewayMoved {
-            ana_group,
-            from,
-            to,
-            owner,
-            waited_ms: if wait { started.elapsed().as_millis() as u64 } else { 0 },
-            note: change.note,
-        })
-        .map_err(|error| RpcError::new(APPLY_FAILED, error.to_string()))
+        let (owner, waited_ms) = poll_until(wait, timeout_ms, || owner_of(gateway, ana_group), |owner| *owner == to);
+        serde_json::to_value(GatewayMoved { ana_group, from, to, owner, waited_ms, note: change.note })
+            .map_err(|error| RpcError::new(APPLY_FAILED, error.to_string()))
     }
+}
+
+/// Looks at what `look` returns until `done` says so, or `timeout_ms` passed (once,
+/// without `wait`); returns the last look and how long it waited (0 without `wait`).
+fn poll_until<T>(wait: bool, timeout_ms: u64, look: impl Fn() -> T, done: impl Fn(&T) -> bool) -> (T, u64) {
+    let started = Instant::now();
+    let mut seen = look();
+    while wait && !done(&seen) && started.elapsed() < Duration::from_millis(timeout_ms) {
+        std::thread::sleep(DRAIN_POLL);
+        seen = look();
+    }
+    (seen, if wait { started.elapsed().as_millis() as u64 } else { 0 })
 }
 
 /// The longest wait a caller asked for (`timeout_ms`), checked; by default a lease
