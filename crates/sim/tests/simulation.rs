@@ -121,14 +121,16 @@ fn a_quarter_of_seeds_run_a_gateway_group_that_does_its_work() {
 
 /// Gateway-group seeds that go through the group's faults (cluster restarts, broken
 /// watches, fences, gateway restarts, the group's power loss, a state without PTPL
-/// cleared by it, an acknowledgement withheld at the fence's bound), each with the
+/// cleared by it, an acknowledgement withheld at the fence's bound, ANA moves and a
+/// takeover with hosts refused by a changing gateway), each with the
 /// summary counters it must show: they must stay clean, and keep doing so (if what a
 /// seed draws changes, pick new ones: `sluice-sim replay S --quiet`).
-const GROUP_SEEDS_THROUGH_EVERY_FAULT: [(u64, &[&str]); 4] = [
-    (69, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " power losses"]),
-    (5, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " fence waits", " notices read"]),
-    (177, &[" fences", " whole-group restarts", " cleared without PTPL", " fence waits"]),
-    (886, &[" acknowledgements withheld", " fences"]),
+const GROUP_SEEDS_THROUGH_EVERY_FAULT: [(u64, &[&str]); 5] = [
+    (124, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " power losses"]),
+    (194, &[" fences", " gateway restarts", " watch breaks", " cluster restarts", " fence waits", " notices read"]),
+    (1001, &[" fences", " whole-group restarts", " cleared without PTPL", " fence waits"]),
+    (1651, &[" acknowledgements withheld", " fences"]),
+    (5, &[" ANA moves", " ANA takeovers", " commands refused with ANA Transition", " fences", " gateway restarts"]),
 ];
 
 #[test]
