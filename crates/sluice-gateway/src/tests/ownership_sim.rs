@@ -1,5 +1,5 @@
 //! The ownership simulation: three gateways (real coordinators) on the simulated
-//! cluster, stepped from one seed through drains, undrains, balancing moves, crashes,
+//! cluster, stepped from one seed through drains, undrains, balancing and operator moves, crashes,
 //! restarts and cluster partitions, each round in a drawn order. Oracles:
 //! - never two gateways report a group optimized while both are current (stepped
 //!   since they last could reach the cluster and within a lease, serving, not
@@ -131,6 +131,9 @@ fn run_seed(seed: u64, canary: bool) -> Result<(), String> {
                     });
                     Ok(((), true))
                 });
+            } else if faults && rng.chance(10) {
+                // An operator's move (refused when the target is down or drained).
+                let _ = crate::balance::move_group(coordinator, 1 + rng.below(u64::from(GROUPS)) as u32, target);
             }
         }
         // Restarts and reachability.
