@@ -100,6 +100,10 @@ stage() {
   summary
   echo
   echo "scripts/test.sh: FAILED in stage '$name': $hint" >&2
+  # CI keeps only the tail of the output: the interop failures' own lines go last.
+  if [ "$name" = interop ] && [ -s "${OUT:-$REPO/target/interop}/failed-checks.txt" ]; then
+    cat "${OUT:-$REPO/target/interop}/failed-checks.txt" >&2
+  fi
   exit 1
 }
 

@@ -14,6 +14,9 @@ REPO=$(cd "$HERE/../.." && pwd)
 export OUT=${OUT:-$REPO/target/interop}
 mkdir -p "$OUT"
 
+# Lines repeated at the end for each failed test (its failing checks, the verdict).
+FAILED_LINES_PER_TEST=8
+
 tests=()
 if [ $# -gt 0 ]; then
   for name in "$@"; do
@@ -33,18 +36,28 @@ passed=() failed=() skipped=()
 declare -A took=()
 # Tests that cannot run on this machine (exit 77) and parts of tests that could not
 # (a peer that does not run on this CPU) are listed here, never counted as passed.
-rm -f "$OUT/skipped.txt"
+rm -f "$OUT/skipped.txt" "$OUT/failed-checks.txt"
 for t in "${tests[@]}"; do
   name=$(basename "$t" .sh)
   echo
   echo "#### interop test: $name"
   start=$SECONDS
-  rc=0
-  bash "$t" || rc=$?
+  # The output is kept too (beside the test's directory, which the test empties), so
+  # that a failure's own lines can be repeated at the end (CI shows only the tail).
+  set +e
+  bash "$t" 2>&1 | tee "$OUT/$name.out"
+  rc=${PIPESTATUS[0]}
+  set -e
   case $rc in
     0) passed+=("$name") ;;
     77) skipped+=("$name") ;;
-    *) failed+=("$name") ;;
+    *)
+      failed+=("$name")
+      {
+        echo "  $name (exit status $rc):"
+        grep -E 'CHECK [^ ]+: FAIL|FAIL[:( ]|ERROR|panicked at' "$OUT/$name.out" | tail -n "$FAILED_LINES_PER_TEST" | cut -c1-300 | sed 's/^/    /'
+      } >>"$OUT/failed-checks.txt"
+      ;;
   esac
   took[$name]=$((SECONDS - start))
 done
@@ -57,6 +70,10 @@ for n in "${failed[@]}"; do printf '  FAIL  %-24s %4ss   (artifacts: %s/%s/)\n' 
 if [ -s "$OUT/skipped.txt" ]; then
   echo "#### skipped checks (the machine cannot run them)"
   sed 's/^/  /' "$OUT/skipped.txt"
+fi
+if [ -s "$OUT/failed-checks.txt" ]; then
+  echo "#### what failed (the failed tests' FAIL lines; all of it in their artifacts)"
+  cat "$OUT/failed-checks.txt"
 fi
 echo "interop: ${#passed[@]} passed, ${#skipped[@]} skipped, ${#failed[@]} failed"
 [ ${#failed[@]} -eq 0 ]
