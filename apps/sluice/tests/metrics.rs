@@ -78,6 +78,29 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     assert!(text.contains(&format!(
         "sluice_namespace_read_latency_seconds_bucket{{subsystem=\"{NQN}\",nsid=\"2\",le=\"+Inf\"}} 2"
     )));
+    // The latency split: receive, QoS and storage add up to receipt-to-completion;
+    // the Send phase is counted once each response is out (3 commands, none held).
+    let phase = |scope: &str, labels: &str, phase: &str| {
+        let labels = labels.trim_end_matches('}');
+        value(&text, &format!("sluice_{scope}_io_phase_seconds_total{labels},phase=\"{phase}\"}}"))
+    };
+    let latency_sum = value(&text, &format!("sluice_namespace_read_latency_seconds_sum{ns2}"))
+        + value(&text, &format!("sluice_namespace_write_latency_seconds_sum{ns2}"));
+    let split_sum =
+        phase("namespace", &ns2, "receive") + phase("namespace", &ns2, "qos") + phase("namespace", &ns2, "storage");
+    assert!((split_sum - latency_sum).abs() < 1e-9, "phases {split_sum} s against latency {latency_sum} s");
+    assert_eq!(phase("namespace", &ns2, "qos"), 0.0, "no QoS limit");
+    // (RAM completes within the call that submitted it, so its Storage time is 0
+    // at the runtime's clock, read once per call.)
+    let subsystem_labels = format!("subsystem=\"{NQN}\"");
+    for name in ["receive", "qos", "storage", "send"] {
+        let count = value(
+            &text,
+            &format!("sluice_subsystem_io_phase_latency_seconds_count{{{subsystem_labels},phase=\"{name}\"}}"),
+        );
+        assert_eq!(count, 3.0, "phase {name}: one write and two reads");
+    }
+    assert_eq!(phase("namespace", &ns1, "send"), 0.0);
 
     // A live controller: its own counters (from its queues' shards), and errors of
     // any kind (here LBA Out of Range) counted at the subsystem and controller.

@@ -24,6 +24,7 @@ use nvme_spec::{CompletionQueueEntry, QueueId, Status};
 use nvme_tcp_wire::{DataHeader, FatalErrorStatus, InitializeConnectionRequest, PduHeader, ReadEvent};
 
 mod r2t;
+mod send_timing;
 mod stream;
 mod timers;
 
@@ -108,6 +109,8 @@ pub struct Connection {
     pub(crate) fused: crate::fused::FusedQueue,
     /// Commands waiting for their QoS limits (`throttle`).
     pub(crate) throttled: crate::throttle::ThrottledCommands,
+    /// Counted commands whose responses are not yet sent (the Send phase).
+    pub(crate) send_timing: send_timing::SendTiming,
     /// The TLS identity this connection's queue must connect as (`secure_channel`).
     pub(crate) secure_channel: Option<crate::secure_channel::SecureChannelBinding>,
     /// Its count in the controller, its drain once closed, a held Connect.
@@ -165,6 +168,7 @@ impl Connection {
             held_tickets: Vec::new(),
             fused: crate::fused::FusedQueue::default(),
             throttled: crate::throttle::ThrottledCommands::default(),
+            send_timing: send_timing::SendTiming::default(),
             secure_channel: None,
             quiesce: crate::quiesce::QueueQuiesce::default(),
             cleaned_up: false,
@@ -502,12 +506,23 @@ impl Connection {
                 stats.outstanding_commands.store(self.slots.in_use() as u64, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        self.stream.take_transmit()
+        let batch = self.stream.take_transmit();
+        if batch.is_some() {
+            self.send_timing.batch_taken();
+        }
+        batch
     }
 
-    /// A batch from `take_transmit` was sent; its buffers return to the pool.
-    pub fn transmit_complete(&mut self, batch: TransmitBatch) {
+    /// A batch from `take_transmit` was sent (every byte written to the socket) at
+    /// `now`; its buffers return to the pool and its responses' Send phase is counted.
+    pub fn transmit_complete(&mut self, batch: TransmitBatch, now: Instant) {
         self.stream.transmit_complete(batch, &mut self.pool);
+        let (subsystem, storage) = (self.stats.as_deref(), &self.storage);
+        self.send_timing.batch_sent(now, |namespace_id, microseconds| {
+            for stats in [subsystem, storage.stats(namespace_id)].into_iter().flatten() {
+                stats.record_phase(crate::stats::IoPhase::Send, microseconds);
+            }
+        });
     }
 
     /// True while the host is in the middle of a PDU (its header or data partly
@@ -535,6 +550,7 @@ impl Connection {
         // did stay held until they land (`finish_drain`, or their own completion).
         self.fused.parked.clear();
         self.throttled.clear();
+        self.send_timing.clear();
         self.timers.throttle_check_at = None;
         self.target.counters.connections_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.phase = Phase::Closing;

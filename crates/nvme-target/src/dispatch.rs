@@ -11,7 +11,7 @@ use crate::connection::{Connection, Phase};
 use crate::limits::MAX_DATA_TRANSFER_BYTES;
 use crate::outcome::Outcome;
 use crate::slots::{PendingKind, SlotState};
-use crate::stats::QueueStats;
+use crate::stats::{PhaseSplit, QueueStats};
 use crate::storage_queues::{OpenQueue, StorageActivity};
 
 /// Reaping rounds of one `poll_storage`: enough for the longest chain of storage
@@ -25,11 +25,31 @@ fn transfers_host_data(sqe: &SubmissionQueueEntry) -> bool {
     sqe.opcode() != AdminOpcode::Fabrics as u8 && sqe.opcode() & 0b01 != 0
 }
 
+/// True when a finished storage command counts into the latency histograms and
+/// the phase split (reads, compares and writes that succeeded).
+fn counts_latency(kind: PendingKind, status: Status) -> bool {
+    status.is_success()
+        && matches!(
+            kind,
+            PendingKind::Read
+                | PendingKind::Compare
+                | PendingKind::FusedCompare
+                | PendingKind::Write
+                | PendingKind::FusedWrite
+                | PendingKind::FusedAtomic
+        )
+}
+
 /// Counts one finished storage command into a shard.
-fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_bytes: u64, latency_microseconds: u64) {
+fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_bytes: u64, split: PhaseSplit) {
     if !status.is_success() {
         QueueStats::add(&stats.media_errors, 1);
         return;
+    }
+    // Receipt to storage completion; the Send phase is counted once the response is out.
+    let latency_microseconds = split.receive_microseconds + split.qos_microseconds + split.storage_microseconds;
+    if counts_latency(kind, status) {
+        stats.record_split(split);
     }
     match kind {
         PendingKind::Read | PendingKind::Compare | PendingKind::FusedCompare => {
@@ -45,6 +65,25 @@ fn count_completion(stats: &QueueStats, kind: PendingKind, status: Status, data_
         PendingKind::Other | PendingKind::CopyRead | PendingKind::CopyWrite => {
             QueueStats::add(&stats.other_commands, 1)
         }
+    }
+}
+
+/// Splits receipt-to-completion into its phases: the storage request's own time,
+/// the QoS hold, and the rest before the storage request (Receive).
+fn phase_split(
+    received_at: Option<Instant>,
+    storage_submitted_at: Option<Instant>,
+    qos_held_microseconds: u64,
+    now: Instant,
+) -> PhaseSplit {
+    let since = |at: Option<Instant>| at.map_or(0, |at| now.saturating_duration_since(at).as_micros() as u64);
+    let total_microseconds = since(received_at);
+    let storage_microseconds = since(storage_submitted_at).min(total_microseconds);
+    let qos_microseconds = qos_held_microseconds.min(total_microseconds - storage_microseconds);
+    PhaseSplit {
+        receive_microseconds: total_microseconds - storage_microseconds - qos_microseconds,
+        qos_microseconds,
+        storage_microseconds,
     }
 }
 
@@ -178,6 +217,9 @@ impl Connection {
         let slot = self.slots.slot(slot_index);
         slot.pending_operations += 1;
         slot.state = SlotState::AwaitingStorage;
+        if slot.storage_submitted_at.is_none() {
+            slot.storage_submitted_at = Some(self.now);
+        }
         Ok(())
     }
 
@@ -286,8 +328,7 @@ impl Connection {
     pub(crate) fn storage_done(&mut self, slot_index: u16, now: Instant) {
         let slot = self.slots.slot(slot_index);
         let status = slot.storage_status;
-        let latency_microseconds =
-            slot.received_at.map_or(0, |received_at| now.saturating_duration_since(received_at).as_micros() as u64);
+        let split = phase_split(slot.received_at, slot.storage_submitted_at, slot.qos_held_microseconds, now);
         let kind = slot.pending_kind;
         let data_bytes = match kind {
             PendingKind::Read => slot.lent.as_ref().map_or(slot.buffer.len(), storage::LentBytes::len) as u64,
@@ -299,7 +340,11 @@ impl Connection {
         // broadcast Flush has no single namespace.
         let namespace_stats = self.storage.stats(slot.sqe.namespace_id());
         for stats in [self.stats.as_deref(), namespace_stats].into_iter().flatten() {
-            count_completion(stats, kind, status, data_bytes, latency_microseconds);
+            count_completion(stats, kind, status, data_bytes, split);
+        }
+        if counts_latency(kind, status) {
+            let namespace_id = slot.sqe.namespace_id();
+            self.send_timing.completed(namespace_id, now);
         }
         if matches!(kind, PendingKind::FusedCompare | PendingKind::FusedWrite | PendingKind::FusedAtomic) {
             self.fused_storage_done(slot_index, status);
@@ -348,5 +393,29 @@ impl Connection {
     /// Used by `transmit`-side tests: number of commands outstanding.
     pub fn outstanding_commands(&self) -> usize {
         self.slots.in_use()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_phases_add_up_to_receipt_to_completion() {
+        let received = Instant::now();
+        let at = |microseconds| received + Duration::from_micros(microseconds);
+        // 10 µs of host data, 25 µs held by QoS, then 65 µs at storage.
+        let split = phase_split(Some(received), Some(at(100)), 25, at(165));
+        assert_eq!(
+            split,
+            PhaseSplit { receive_microseconds: 75, qos_microseconds: 25, storage_microseconds: 65 },
+            "receive is what is left before the storage request"
+        );
+        // Never more than the total, whatever the inputs.
+        let split = phase_split(Some(at(50)), Some(at(10)), 1_000, at(60));
+        assert_eq!(split.receive_microseconds + split.qos_microseconds + split.storage_microseconds, 10);
+        assert_eq!(phase_split(None, None, 0, at(5)), PhaseSplit::default());
     }
 }

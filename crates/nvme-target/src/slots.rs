@@ -102,6 +102,10 @@ pub struct CommandSlot {
     pub lent: Option<storage::LentBytes>,
     /// Booked against the QoS limits already (a command run again is not booked twice).
     pub qos_admitted: bool,
+    /// When the command's first storage request went out (the Storage phase starts).
+    pub storage_submitted_at: Option<std::time::Instant>,
+    /// Time a QoS limit held the command (the Qos phase).
+    pub qos_held_microseconds: u64,
 }
 
 impl CommandSlot {
@@ -124,6 +128,8 @@ impl CommandSlot {
             held_range: None,
             lent: None,
             qos_admitted: false,
+            storage_submitted_at: None,
+            qos_held_microseconds: 0,
         }
     }
 
@@ -143,6 +149,8 @@ impl CommandSlot {
         self.held_range = None;
         self.lent = None;
         self.qos_admitted = false;
+        self.storage_submitted_at = None;
+        self.qos_held_microseconds = 0;
     }
 }
 

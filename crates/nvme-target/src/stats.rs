@@ -11,6 +11,59 @@ use std::sync::{Arc, Mutex};
 /// 2^25 µs is about 33 s.
 pub const LATENCY_BUCKETS: usize = 26;
 
+/// Where an I/O command's time goes, from the capsule's receipt to the response's
+/// last byte handed to the socket (reads, compares and writes that succeeded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPhase {
+    /// Receipt to the storage request: host data in (R2T round trips for writes),
+    /// parked behind other commands' ranges or a reservation change. QoS holds are
+    /// not in it.
+    Receive,
+    /// Held by a QoS limit.
+    Qos,
+    /// The storage request (every step of a fused pair or a Copy) to its completion.
+    Storage,
+    /// Storage completion to the response's last byte sent: the wait for the
+    /// connection's previous batch and the socket (a slow host's receive window
+    /// shows here).
+    Send,
+}
+
+impl IoPhase {
+    /// Every phase, in the order of a command's life (the index of its counters).
+    pub const ALL: [IoPhase; 4] = [IoPhase::Receive, IoPhase::Qos, IoPhase::Storage, IoPhase::Send];
+
+    /// The metric label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            IoPhase::Receive => "receive",
+            IoPhase::Qos => "qos",
+            IoPhase::Storage => "storage",
+            IoPhase::Send => "send",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The phases of one command, in microseconds (Send is recorded separately, once
+/// the response is out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseSplit {
+    pub receive_microseconds: u64,
+    pub qos_microseconds: u64,
+    pub storage_microseconds: u64,
+}
+
+/// Per-phase histograms, kept for subsystem shards only: a subsystem has one shard
+/// per queue, a namespace one per queue that used it, and at thousands of
+/// namespaces four more histograms each would cost 864 bytes per shard and 108
+/// series per namespace. Namespaces and hosts get the per-phase sums.
+#[derive(Default, Debug)]
+pub struct PhaseHistograms([LatencyHistogram; 4]);
+
 /// A latency histogram with power-of-two microsecond buckets: coarse, but one add per
 /// I/O and no allocation, and enough for percentiles to within a factor of two.
 #[derive(Default, Debug)]
@@ -85,6 +138,11 @@ pub struct QueueStats {
     pub read_latency: LatencyHistogram,
     /// Receipt to completion, writes.
     pub write_latency: LatencyHistogram,
+    /// Time spent in each `IoPhase`, summed over the commands in the latency
+    /// histograms (index: `IoPhase::ALL`).
+    phase_microseconds: [AtomicU64; 4],
+    /// The same as histograms, on subsystem shards (see `PhaseHistograms`).
+    phase_histograms: Option<Box<PhaseHistograms>>,
 }
 
 impl QueueStats {
@@ -92,6 +150,23 @@ impl QueueStats {
     /// need an eventually consistent sum.
     pub fn add(counter: &AtomicU64, amount: u64) {
         counter.store(counter.load(Ordering::Relaxed).saturating_add(amount), Ordering::Relaxed);
+    }
+
+    /// Counts time spent in one phase by one command.
+    pub fn record_phase(&self, phase: IoPhase, microseconds: u64) {
+        if let Some(sum) = self.phase_microseconds.get(phase.index()) {
+            Self::add(sum, microseconds);
+        }
+        if let Some(histogram) = self.phase_histograms.as_ref().and_then(|histograms| histograms.0.get(phase.index())) {
+            histogram.record(microseconds);
+        }
+    }
+
+    /// Counts the phases a command went through before its response was queued.
+    pub fn record_split(&self, split: PhaseSplit) {
+        self.record_phase(IoPhase::Receive, split.receive_microseconds);
+        self.record_phase(IoPhase::Qos, split.qos_microseconds);
+        self.record_phase(IoPhase::Storage, split.storage_microseconds);
     }
 }
 
@@ -109,6 +184,10 @@ pub struct StatsSnapshot {
     pub outstanding_commands: u64,
     pub read_latency: HistogramSnapshot,
     pub write_latency: HistogramSnapshot,
+    /// Microseconds spent in each `IoPhase` (index: `IoPhase::ALL`).
+    pub phase_microseconds: [u64; 4],
+    /// Per-phase histograms (subsystems only; empty elsewhere).
+    pub phase_latency: [HistogramSnapshot; 4],
     /// Queues counting now (connected I/O and admin queues, or for a namespace, the
     /// queues that have used it).
     pub live_queues: u64,
@@ -125,6 +204,24 @@ impl StatsSnapshot {
         self.error_completions += stats.error_completions.load(Ordering::Relaxed);
         stats.read_latency.add_to(&mut self.read_latency);
         stats.write_latency.add_to(&mut self.write_latency);
+        for (total, sum) in self.phase_microseconds.iter_mut().zip(&stats.phase_microseconds) {
+            *total += sum.load(Ordering::Relaxed);
+        }
+        if let Some(histograms) = &stats.phase_histograms {
+            for (total, histogram) in self.phase_latency.iter_mut().zip(&histograms.0) {
+                histogram.add_to(total);
+            }
+        }
+    }
+
+    /// Microseconds spent in `phase`.
+    pub fn phase(&self, phase: IoPhase) -> u64 {
+        self.phase_microseconds.get(phase.index()).copied().unwrap_or(0)
+    }
+
+    /// The histogram of `phase` (subsystems only).
+    pub fn phase_histogram(&self, phase: IoPhase) -> HistogramSnapshot {
+        self.phase_latency.get(phase.index()).copied().unwrap_or_default()
     }
 
     /// Adds another snapshot (e.g. to total several namespaces).
@@ -139,6 +236,12 @@ impl StatsSnapshot {
         self.outstanding_commands += other.outstanding_commands;
         self.read_latency.merge(&other.read_latency);
         self.write_latency.merge(&other.write_latency);
+        for (total, sum) in self.phase_microseconds.iter_mut().zip(&other.phase_microseconds) {
+            *total += sum;
+        }
+        for (total, histogram) in self.phase_latency.iter_mut().zip(&other.phase_latency) {
+            total.merge(histogram);
+        }
         self.live_queues += other.live_queues;
     }
 }
@@ -265,7 +368,17 @@ struct StatsRegistryInner {
 impl StatsRegistry {
     /// Registers a new queue's shard.
     pub fn register(&self) -> Arc<QueueStats> {
-        let shard = Arc::new(QueueStats::default());
+        self.register_shard(QueueStats::default())
+    }
+
+    /// Registers a new queue's shard that also keeps per-phase histograms (a
+    /// subsystem's: see `PhaseHistograms`).
+    pub fn register_with_phase_histograms(&self) -> Arc<QueueStats> {
+        self.register_shard(QueueStats { phase_histograms: Some(Box::default()), ..QueueStats::default() })
+    }
+
+    fn register_shard(&self, shard: QueueStats) -> Arc<QueueStats> {
+        let shard = Arc::new(shard);
         let mut inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
         inner.live.push(shard.clone());
         shard
@@ -355,6 +468,29 @@ mod tests {
         }
         let counts: Vec<u64> = ConnectRefusalReason::ALL.iter().map(|reason| counters.refusals(*reason)).collect();
         assert_eq!(counts, vec![2, 1, 1, 1]);
+    }
+
+    #[test]
+    fn phases_are_summed_everywhere_and_histogrammed_where_asked() {
+        let subsystem = StatsRegistry::default();
+        let namespace = StatsRegistry::default();
+        let queue = subsystem.register_with_phase_histograms();
+        let used = namespace.register();
+        for shard in [&queue, &used] {
+            shard.record_split(PhaseSplit { receive_microseconds: 3, qos_microseconds: 0, storage_microseconds: 40 });
+            shard.record_split(PhaseSplit { receive_microseconds: 5, qos_microseconds: 100, storage_microseconds: 60 });
+            shard.record_phase(IoPhase::Send, 7);
+        }
+        subsystem.retire(&queue);
+        let (subsystem, namespace) = (subsystem.snapshot(), namespace.snapshot());
+        for snapshot in [&subsystem, &namespace] {
+            let sums: Vec<u64> = IoPhase::ALL.iter().map(|phase| snapshot.phase(*phase)).collect();
+            assert_eq!(sums, vec![8, 100, 100, 7]);
+        }
+        assert_eq!(subsystem.phase_histogram(IoPhase::Storage).count(), 2, "kept after the queue closed");
+        assert_eq!(subsystem.phase_histogram(IoPhase::Storage).buckets[6], 2, "40 and 60 µs are under 64");
+        assert_eq!(subsystem.phase_histogram(IoPhase::Send).count(), 1);
+        assert_eq!(namespace.phase_histogram(IoPhase::Storage).count(), 0, "namespaces keep sums only");
     }
 
     #[test]

@@ -188,7 +188,9 @@ impl Connection {
         if let Some(host) = self.view.host_qos(namespace_id) {
             host.count_throttled(waited);
         }
-        self.slots.slot(waiting.slot).state = waiting.state;
+        let slot = self.slots.slot(waiting.slot);
+        slot.state = waiting.state;
+        slot.qos_held_microseconds = slot.qos_held_microseconds.saturating_add(waited.as_micros() as u64);
         let outcome = self.execute_io(waiting.slot, now);
         self.finish(waiting.slot, outcome);
     }

@@ -653,7 +653,7 @@ impl World {
             }
             while let Some(batch) = connection.take_transmit() {
                 let bytes = batch.to_bytes();
-                connection.transmit_complete(batch);
+                connection.transmit_complete(batch, now);
                 self.context.send(id, &bytes, false);
                 moved = true;
             }

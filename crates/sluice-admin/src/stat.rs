@@ -7,6 +7,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use nvme_target::stats::IoPhase;
+
 /// Longest metrics response read (a target with thousands of namespaces stays well
 /// below this).
 const MAX_RESPONSE_BYTES: u64 = 64 << 20;
@@ -89,6 +91,18 @@ pub struct NamespaceRates {
     /// Upper bound of the power-of-two bucket holding the 99th percentile.
     pub read_latency_p99_microseconds: Option<f64>,
     pub write_latency_p99_microseconds: Option<f64>,
+    /// Where a read's or write's time went, mean microseconds per command over the
+    /// interval (`IoPhase`: receive, qos, storage, send); `None` without completions.
+    pub phase_average_microseconds: Option<PhaseAverages>,
+}
+
+/// Mean microseconds per read or write in each `IoPhase`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PhaseAverages {
+    pub receive: f64,
+    pub qos: f64,
+    pub storage: f64,
+    pub send: f64,
 }
 
 fn scrape(address: SocketAddr) -> Result<Samples, StatError> {
@@ -152,6 +166,19 @@ pub fn namespace_rates(before: &Samples, after: &Samples, seconds: f64) -> Vec<N
         };
         let (read_average, read_p99) = latency("read");
         let (write_average, write_p99) = latency("write");
+        let commands = delta(&of("sluice_namespace_read_latency_seconds_count"))
+            + delta(&of("sluice_namespace_write_latency_seconds_count"));
+        let phase = |phase: IoPhase| {
+            delta(&format!("sluice_namespace_io_phase_seconds_total{{{labels},phase=\"{}\"}}", phase.label()))
+                / commands
+                * 1e6
+        };
+        let phases = (commands > 0.0).then(|| PhaseAverages {
+            receive: phase(IoPhase::Receive),
+            qos: phase(IoPhase::Qos),
+            storage: phase(IoPhase::Storage),
+            send: phase(IoPhase::Send),
+        });
         rows.push(NamespaceRates {
             subsystem: subsystem.to_string(),
             nsid: nsid.to_string(),
@@ -163,6 +190,7 @@ pub fn namespace_rates(before: &Samples, after: &Samples, seconds: f64) -> Vec<N
             write_latency_average_microseconds: write_average,
             read_latency_p99_microseconds: read_p99,
             write_latency_p99_microseconds: write_p99,
+            phase_average_microseconds: phases,
         });
     }
     rows
@@ -186,7 +214,7 @@ fn percentile_bound(before: &Samples, after: &Samples, labels: &str, kind: &str,
 fn print_table(rows: &[NamespaceRates]) {
     let micros = |value: Option<f64>| value.map_or_else(|| "-".to_string(), |value| format!("{value:.0}"));
     println!(
-        "{:<44} {:>5} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<44} {:>5} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   {:>7} {:>7} {:>7} {:>7}",
         "subsystem",
         "nsid",
         "read IOPS",
@@ -196,11 +224,16 @@ fn print_table(rows: &[NamespaceRates]) {
         "rd avg µs",
         "rd p99 µs",
         "wr avg µs",
-        "wr p99 µs"
+        "wr p99 µs",
+        "recv µs",
+        "qos µs",
+        "stor µs",
+        "send µs"
     );
     for row in rows {
+        let phase = |pick: fn(&PhaseAverages) -> f64| micros(row.phase_average_microseconds.as_ref().map(pick));
         println!(
-            "{:<44} {:>5} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9} {:>9} {:>9} {:>9}",
+            "{:<44} {:>5} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9} {:>9} {:>9} {:>9}   {:>7} {:>7} {:>7} {:>7}",
             row.subsystem,
             row.nsid,
             row.read_iops,
@@ -211,6 +244,10 @@ fn print_table(rows: &[NamespaceRates]) {
             micros(row.read_latency_p99_microseconds),
             micros(row.write_latency_average_microseconds),
             micros(row.write_latency_p99_microseconds),
+            phase(|split| split.receive),
+            phase(|split| split.qos),
+            phase(|split| split.storage),
+            phase(|split| split.send),
         );
     }
     println!();
@@ -233,7 +270,13 @@ mod tests {
                  sluice_namespace_read_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {large}\n\
                  sluice_namespace_read_latency_seconds_sum{{{labels}}} {sum}\n\
                  sluice_namespace_read_latency_seconds_count{{{labels}}} {large}\n\
-                 garbage line\n"
+                 sluice_namespace_io_phase_seconds_total{{{labels},phase=\"receive\"}} {receive}\n\
+                 sluice_namespace_io_phase_seconds_total{{{labels},phase=\"storage\"}} {storage}\n\
+                 sluice_namespace_io_phase_seconds_total{{{labels},phase=\"send\"}} {send}\n\
+                 garbage line\n",
+                receive = sum * 0.2,
+                storage = sum * 0.8,
+                send = sum * 0.1,
             ))
         };
         let before = scrape(100.0, 409_600.0, 100.0, 100.0, 0.01);
@@ -248,5 +291,10 @@ mod tests {
         assert!((row.read_latency_average_microseconds.unwrap() - 100.0).abs() < 1e-6);
         assert_eq!(row.read_latency_p99_microseconds, Some(256.0), "the 990th of 1000 is in the 256 µs bucket");
         assert_eq!(row.write_latency_average_microseconds, None);
+        let phases = row.phase_average_microseconds.expect("1000 reads");
+        // 0.1 s over 1000 reads: 20 µs receiving, 80 µs at storage, 10 µs sending.
+        assert!((phases.receive - 20.0).abs() < 1e-6 && (phases.storage - 80.0).abs() < 1e-6);
+        assert!((phases.send - 10.0).abs() < 1e-6);
+        assert_eq!(phases.qos, 0.0, "a phase with no series counts as none");
     }
 }

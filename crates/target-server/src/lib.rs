@@ -174,8 +174,8 @@ impl ConnectionHandler for TargetConnection {
         self.connection.take_transmit().map(Outgoing)
     }
 
-    fn on_sent(&mut self, batch: Outgoing, _now: Instant) {
-        self.connection.transmit_complete(batch.0);
+    fn on_sent(&mut self, batch: Outgoing, now: Instant) {
+        self.connection.transmit_complete(batch.0, now);
     }
 
     fn on_timer(&mut self, now: Instant) {

@@ -161,7 +161,7 @@ impl Link {
             while let Some(batch) = self.connection.take_transmit() {
                 moved = true;
                 let bytes = batch.to_bytes();
-                self.connection.transmit_complete(batch);
+                self.connection.transmit_complete(batch, self.now);
                 self.bytes_to_host += bytes.len();
                 for piece in Self::chunks(&mut self.rng, self.max_chunk_bytes, &bytes) {
                     self.host.handle_received(piece, self.now);

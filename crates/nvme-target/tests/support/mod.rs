@@ -120,7 +120,7 @@ impl FakeHost {
     pub fn collect(&mut self) {
         while let Some(batch) = self.connection.take_transmit() {
             let bytes = batch.to_bytes();
-            self.connection.transmit_complete(batch);
+            self.connection.transmit_complete(batch, self.now);
             self.wire_bytes_out.extend_from_slice(&bytes);
             let mut input = &bytes[..];
             loop {

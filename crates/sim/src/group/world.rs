@@ -599,7 +599,7 @@ impl GroupWorld {
                 let mut sent = Vec::new();
                 while let Some(batch) = connection.take_transmit() {
                     sent.push(batch.to_bytes());
-                    connection.transmit_complete(batch);
+                    connection.transmit_complete(batch, now);
                 }
                 let wants_close = connection.wants_close();
                 for bytes in sent {

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use nvme_target::stats::{ConnectRefusalReason, HistogramSnapshot, StatsSnapshot, TargetCounters, LATENCY_BUCKETS};
+use nvme_target::stats::{
+    ConnectRefusalReason, HistogramSnapshot, IoPhase, StatsSnapshot, TargetCounters, LATENCY_BUCKETS,
+};
 use nvme_target::Target;
 
 /// Renders every metric. Label values are NQNs (printable ASCII, checked at
@@ -242,6 +244,36 @@ fn counters(out: &mut String, prefix: &str, rows: &[(String, StatsSnapshot)], sc
         header(out, &metric, kind, help);
         for (labels, snapshot) in rows {
             let _ = writeln!(out, "{metric}{{{labels}}} {}", value(snapshot));
+        }
+    }
+    // Where the time of reads and writes goes (IoPhase), per subsystem, namespace and
+    // host: divided by the commands, the mean split per command.
+    let metric = format!("{prefix}_io_phase_seconds_total");
+    header(
+        out,
+        &metric,
+        "counter",
+        "Time reads and writes spent per phase: receive (receipt to the storage request, host data in), qos (held by a limit), storage, send (storage completion to the response sent).",
+    );
+    for (labels, snapshot) in rows {
+        for phase in IoPhase::ALL {
+            let seconds = snapshot.phase(phase) as f64 / 1e6;
+            let _ = writeln!(out, "{metric}{{{labels},phase=\"{}\"}} {seconds}", phase.label());
+        }
+    }
+    if scope == Scope::Subsystem {
+        // Per-phase percentiles: subsystems only (see nvme_target::stats::PhaseHistograms).
+        let metric = format!("{prefix}_io_phase_latency_seconds");
+        header(out, &metric, "histogram", "Time each read or write spent per phase (see io_phase_seconds_total).");
+        for (labels, snapshot) in rows {
+            for phase in IoPhase::ALL {
+                histogram(
+                    out,
+                    &metric,
+                    &format!("{labels},phase=\"{}\"", phase.label()),
+                    &snapshot.phase_histogram(phase),
+                );
+            }
         }
     }
     if scope == Scope::Controller {
