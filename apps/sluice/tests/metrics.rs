@@ -117,6 +117,22 @@ fn counters_match_the_io_done_and_stat_shows_it() {
     assert_eq!(value(&text, &format!("sluice_controller_write_commands_total{labels}")), 1.0);
     assert_eq!(value(&text, &format!("sluice_controller_written_bytes_total{labels}")), 8192.0);
     assert_eq!(value(&text, &format!("sluice_controller_error_completions_total{labels}")), 1.0);
+    let by_class = |class: &str| {
+        let labels = labels.trim_end_matches('}');
+        value(&text, &format!("sluice_controller_error_completions_by_class_total{labels},class=\"{class}\"}}"))
+    };
+    assert_eq!(by_class("out_of_range"), 1.0, "the read past the end");
+    assert_eq!(by_class("invalid_command") + by_class("media") + by_class("path"), 0.0);
+    assert!(value(&text, "process_cpu_seconds_total") >= 0.0, "present (a young process may not have 10 ms yet)");
+    assert!(value(&text, "process_resident_memory_bytes") > 0.0);
+    assert_eq!(value(&text, &format!("sluice_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))), 1.0);
+    assert_eq!(
+        value(
+            &text,
+            &format!("sluice_listener_accepting{{address=\"127.0.0.1\",port=\"{io_port}\",role=\"io\",tls=\"none\"}}")
+        ),
+        1.0
+    );
     assert_eq!(value(&text, &format!("sluice_controller_outstanding_commands{labels}")), 0.0, "nothing in flight");
     assert_eq!(value(&text, &format!("sluice_controller_queues{labels}")), 2.0, "admin and one I/O queue");
     assert_eq!(value(&text, &format!("sluice_subsystem_written_bytes_total{subsystem}")), 65536.0 + 8192.0);

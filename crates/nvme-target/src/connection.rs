@@ -437,10 +437,16 @@ impl Connection {
         if let Some(data) = data {
             self.stream.push_read_data(command_id, send_bytes, data);
         }
-        if !status.is_success() {
-            if let Some(stats) = &self.stats {
-                QueueStats::add(&stats.error_completions, 1);
+        if let Some(stats) = &self.stats {
+            if !status.is_success() {
+                stats.count_error(status);
+            } else if !queue_id.is_admin() {
+                if let Some(change) = reservation_change(slot.sqe.opcode()) {
+                    stats.count_reservation_change(change);
+                }
             }
+        }
+        if !status.is_success() {
             self.record_error(slot_index, queue_id, status);
         }
         let cqe = CompletionQueueEntry {
@@ -634,5 +640,17 @@ impl Connection {
             None => true,
             Some(binding) => binding.host_nqn == host_nqn && binding.subsystem_nqn == subsystem_nqn,
         }
+    }
+}
+
+/// The reservation change a successful I/O command made, by its opcode.
+fn reservation_change(opcode: u8) -> Option<crate::stats::ReservationChange> {
+    use crate::stats::ReservationChange;
+    use nvme_spec::opcode::IoOpcode;
+    match IoOpcode::from_u8(opcode)? {
+        IoOpcode::ReservationRegister => Some(ReservationChange::Register),
+        IoOpcode::ReservationAcquire => Some(ReservationChange::Acquire),
+        IoOpcode::ReservationRelease => Some(ReservationChange::Release),
+        _ => None,
     }
 }

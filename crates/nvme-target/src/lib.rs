@@ -30,6 +30,7 @@ pub mod controller;
 mod copy;
 mod discovery;
 mod dispatch;
+pub mod error_class;
 mod fabrics;
 mod fused;
 pub mod group_reservations;

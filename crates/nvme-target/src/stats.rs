@@ -57,12 +57,42 @@ pub struct PhaseSplit {
     pub storage_microseconds: u64,
 }
 
-/// Per-phase histograms, kept for subsystem shards only: a subsystem has one shard
-/// per queue, a namespace one per queue that used it, and at thousands of
-/// namespaces four more histograms each would cost 864 bytes per shard and 108
-/// series per namespace. Namespaces and hosts get the per-phase sums.
+/// Reservation commands that changed the reservation state, by command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReservationChange {
+    Register,
+    Acquire,
+    Release,
+}
+
+impl ReservationChange {
+    /// Every kind, in counter order.
+    pub const ALL: [ReservationChange; 3] =
+        [ReservationChange::Register, ReservationChange::Acquire, ReservationChange::Release];
+
+    /// The metric label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            ReservationChange::Register => "register",
+            ReservationChange::Acquire => "acquire",
+            ReservationChange::Release => "release",
+        }
+    }
+}
+
+/// Counters kept on a queue's subsystem shard only (which its controller adopts): a
+/// subsystem has one shard per queue, a namespace one per queue that used it, and at
+/// thousands of namespaces these would cost 960 bytes per shard and, for the
+/// histograms, 108 series per namespace. Namespaces get the per-phase sums.
 #[derive(Default, Debug)]
-pub struct PhaseHistograms([LatencyHistogram; 4]);
+pub struct QueueOnlyCounters {
+    /// Per-phase histograms (index: `IoPhase::ALL`).
+    phase_latency: [LatencyHistogram; 4],
+    /// Error completions by class (index: `ErrorClass::ALL`).
+    errors_by_class: [AtomicU64; 10],
+    /// Reservation changes by command (index: `ReservationChange::ALL`).
+    reservation_changes: [AtomicU64; 3],
+}
 
 /// A latency histogram with power-of-two microsecond buckets: coarse, but one add per
 /// I/O and no allocation, and enough for percentiles to within a factor of two.
@@ -141,8 +171,8 @@ pub struct QueueStats {
     /// Time spent in each `IoPhase`, summed over the commands in the latency
     /// histograms (index: `IoPhase::ALL`).
     phase_microseconds: [AtomicU64; 4],
-    /// The same as histograms, on subsystem shards (see `PhaseHistograms`).
-    phase_histograms: Option<Box<PhaseHistograms>>,
+    /// Present on subsystem shards (see `QueueOnlyCounters`).
+    queue_only: Option<Box<QueueOnlyCounters>>,
 }
 
 impl QueueStats {
@@ -157,8 +187,28 @@ impl QueueStats {
         if let Some(sum) = self.phase_microseconds.get(phase.index()) {
             Self::add(sum, microseconds);
         }
-        if let Some(histogram) = self.phase_histograms.as_ref().and_then(|histograms| histograms.0.get(phase.index())) {
+        if let Some(histogram) = self.queue_only.as_ref().and_then(|counters| counters.phase_latency.get(phase.index()))
+        {
             histogram.record(microseconds);
+        }
+    }
+
+    /// Counts an error completion by its class (subsystem shards).
+    pub fn count_error(&self, status: nvme_spec::Status) {
+        QueueStats::add(&self.error_completions, 1);
+        let class = crate::error_class::ErrorClass::of(status);
+        if let Some(counter) = self.queue_only.as_ref().and_then(|counters| counters.errors_by_class.get(class.index()))
+        {
+            QueueStats::add(counter, 1);
+        }
+    }
+
+    /// Counts a reservation command that succeeded (subsystem shards).
+    pub fn count_reservation_change(&self, change: ReservationChange) {
+        if let Some(counter) =
+            self.queue_only.as_ref().and_then(|counters| counters.reservation_changes.get(change as usize))
+        {
+            QueueStats::add(counter, 1);
         }
     }
 
@@ -188,6 +238,10 @@ pub struct StatsSnapshot {
     pub phase_microseconds: [u64; 4],
     /// Per-phase histograms (subsystems only; empty elsewhere).
     pub phase_latency: [HistogramSnapshot; 4],
+    /// Error completions by `ErrorClass` (subsystems and controllers only).
+    pub errors_by_class: [u64; 10],
+    /// Reservation changes by `ReservationChange` (subsystems and controllers only).
+    pub reservation_changes: [u64; 3],
     /// Queues counting now (connected I/O and admin queues, or for a namespace, the
     /// queues that have used it).
     pub live_queues: u64,
@@ -207,9 +261,15 @@ impl StatsSnapshot {
         for (total, sum) in self.phase_microseconds.iter_mut().zip(&stats.phase_microseconds) {
             *total += sum.load(Ordering::Relaxed);
         }
-        if let Some(histograms) = &stats.phase_histograms {
-            for (total, histogram) in self.phase_latency.iter_mut().zip(&histograms.0) {
+        if let Some(counters) = &stats.queue_only {
+            for (total, histogram) in self.phase_latency.iter_mut().zip(&counters.phase_latency) {
                 histogram.add_to(total);
+            }
+            for (total, counter) in self.errors_by_class.iter_mut().zip(&counters.errors_by_class) {
+                *total += counter.load(Ordering::Relaxed);
+            }
+            for (total, counter) in self.reservation_changes.iter_mut().zip(&counters.reservation_changes) {
+                *total += counter.load(Ordering::Relaxed);
             }
         }
     }
@@ -241,6 +301,12 @@ impl StatsSnapshot {
         }
         for (total, histogram) in self.phase_latency.iter_mut().zip(&other.phase_latency) {
             total.merge(histogram);
+        }
+        for (total, count) in self.errors_by_class.iter_mut().zip(&other.errors_by_class) {
+            *total += count;
+        }
+        for (total, count) in self.reservation_changes.iter_mut().zip(&other.reservation_changes) {
+            *total += count;
         }
         self.live_queues += other.live_queues;
     }
@@ -371,10 +437,10 @@ impl StatsRegistry {
         self.register_shard(QueueStats::default())
     }
 
-    /// Registers a new queue's shard that also keeps per-phase histograms (a
-    /// subsystem's: see `PhaseHistograms`).
-    pub fn register_with_phase_histograms(&self) -> Arc<QueueStats> {
-        self.register_shard(QueueStats { phase_histograms: Some(Box::default()), ..QueueStats::default() })
+    /// Registers a new queue's subsystem shard, which also keeps the counters of
+    /// `QueueOnlyCounters`.
+    pub fn register_queue_shard(&self) -> Arc<QueueStats> {
+        self.register_shard(QueueStats { queue_only: Some(Box::default()), ..QueueStats::default() })
     }
 
     fn register_shard(&self, shard: QueueStats) -> Arc<QueueStats> {
@@ -474,7 +540,7 @@ mod tests {
     fn phases_are_summed_everywhere_and_histogrammed_where_asked() {
         let subsystem = StatsRegistry::default();
         let namespace = StatsRegistry::default();
-        let queue = subsystem.register_with_phase_histograms();
+        let queue = subsystem.register_queue_shard();
         let used = namespace.register();
         for shard in [&queue, &used] {
             shard.record_split(PhaseSplit { receive_microseconds: 3, qos_microseconds: 0, storage_microseconds: 40 });
@@ -491,6 +557,31 @@ mod tests {
         assert_eq!(subsystem.phase_histogram(IoPhase::Storage).buckets[6], 2, "40 and 60 µs are under 64");
         assert_eq!(subsystem.phase_histogram(IoPhase::Send).count(), 1);
         assert_eq!(namespace.phase_histogram(IoPhase::Storage).count(), 0, "namespaces keep sums only");
+    }
+
+    #[test]
+    fn errors_and_reservation_changes_are_counted_by_kind_on_queue_shards() {
+        use crate::error_class::ErrorClass;
+        use nvme_spec::Status;
+        let subsystem = StatsRegistry::default();
+        let namespace = StatsRegistry::default();
+        let queue = subsystem.register_queue_shard();
+        let used = namespace.register();
+        for shard in [&queue, &used] {
+            shard.count_error(Status::RESERVATION_CONFLICT);
+            shard.count_error(Status::LBA_OUT_OF_RANGE.with_do_not_retry());
+            shard.count_error(Status::RESERVATION_CONFLICT);
+            shard.count_reservation_change(ReservationChange::Acquire);
+        }
+        let snapshot = subsystem.snapshot();
+        assert_eq!(snapshot.error_completions, 3);
+        let conflicts = ErrorClass::ALL.iter().position(|class| *class == ErrorClass::ReservationConflict).unwrap();
+        assert_eq!(snapshot.errors_by_class[conflicts], 2);
+        assert_eq!(snapshot.errors_by_class.iter().sum::<u64>(), 3, "every error in one class");
+        assert_eq!(snapshot.reservation_changes, [0, 1, 0]);
+        let namespace = namespace.snapshot();
+        assert_eq!(namespace.errors_by_class.iter().sum::<u64>(), 0, "queue shards only");
+        assert_eq!(namespace.reservation_changes, [0, 0, 0]);
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Connection {
         // elsewhere (host denied or its TLS key changed, subsystem removed).
         self.timers.controller_check_at = Some(now + Duration::from_millis(CONTROLLER_CHECK_INTERVAL_MS));
         if let Some(subsystem) = &binding.controller.subsystem {
-            let shard = subsystem.stats.register_with_phase_histograms();
+            let shard = subsystem.stats.register_queue_shard();
             binding.controller.stats.adopt(shard.clone());
             self.stats = Some(shard);
         }

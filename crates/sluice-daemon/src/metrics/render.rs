@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nvme_target::error_class::ErrorClass;
 use nvme_target::stats::{
-    ConnectRefusalReason, HistogramSnapshot, IoPhase, StatsSnapshot, TargetCounters, LATENCY_BUCKETS,
+    ConnectRefusalReason, HistogramSnapshot, IoPhase, ReservationChange, StatsSnapshot, TargetCounters, LATENCY_BUCKETS,
 };
 use nvme_target::Target;
 
@@ -18,6 +19,7 @@ pub fn render(target: &Target) -> String {
     let _ = writeln!(out, "sluice_discovery_generation {}", target.discovery_generation());
 
     target_counters(&mut out, &target.counters);
+    super::process::render(&mut out, target);
 
     header(&mut out, "sluice_subsystem_namespaces", "gauge", "Allocated namespaces per subsystem.");
     for subsystem in &subsystems {
@@ -273,6 +275,28 @@ fn counters(out: &mut String, prefix: &str, rows: &[(String, StatsSnapshot)], sc
                     &format!("{labels},phase=\"{}\"", phase.label()),
                     &snapshot.phase_histogram(phase),
                 );
+            }
+        }
+    }
+    if scope != Scope::Namespace {
+        // Counted on queue shards only (nvme_target::stats::QueueOnlyCounters).
+        let metric = format!("{prefix}_error_completions_by_class_total");
+        header(
+            out,
+            &metric,
+            "counter",
+            "Error completions by class of status (invalid_command, out_of_range, reservation_conflict, compare_failure, media, path, aborted, not_ready, command_specific, other).",
+        );
+        for (labels, snapshot) in rows {
+            for (class, count) in ErrorClass::ALL.iter().zip(snapshot.errors_by_class) {
+                let _ = writeln!(out, "{metric}{{{labels},class=\"{}\"}} {count}", class.label());
+            }
+        }
+        let metric = format!("{prefix}_reservation_changes_total");
+        header(out, &metric, "counter", "Reservation Register, Acquire and Release commands that succeeded.");
+        for (labels, snapshot) in rows {
+            for (kind, count) in ReservationChange::ALL.iter().zip(snapshot.reservation_changes) {
+                let _ = writeln!(out, "{metric}{{{labels},kind=\"{}\"}} {count}", kind.label());
             }
         }
     }

@@ -111,6 +111,15 @@ fn answer(stream: TcpStream, target: &Target, gateway: Option<&StatusHandle>) ->
             if let Some(gateway) = gateway {
                 let status = gateway.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
                 body.push_str(&sluice_gateway::service::render_metrics(&status));
+                // With the group's labels, so a member with fewer I/O listeners than
+                // the others (hosts lose a path there) can be told apart by rule.
+                let io_listeners = target.listeners().iter().filter(|(_, listener)| !listener.discovery_only).count();
+                body.push_str(&format!(
+                    "# HELP sluice_gateway_io_listeners I/O listeners this gateway accepts on now.\n\
+                     # TYPE sluice_gateway_io_listeners gauge\n\
+                     sluice_gateway_io_listeners{{group=\"{}\",gateway=\"{}\"}} {io_listeners}\n",
+                    status.group, status.name
+                ));
             }
             body
         })
