@@ -87,8 +87,15 @@ for path in paths:
     print("  %s: driver %s, target %s/%s, %d run(s), partial %s" % (
         path.rsplit("/", 1)[-1], r["driver"], r["target"]["kind"], r["target"]["backend"],
         len(runs), r["partial"]))
-    if r["schema"] != "sluice-bench/2": bad.append(path + ": schema " + r["schema"])
+    if r["schema"] != "sluice-bench/3": bad.append(path + ": schema " + r["schema"])
     if any(run["schedule"] is not None for run in runs): bad.append(path + ": fio runs have no schedule")
+    # The embedded target's split of each run's time; none for tgt.
+    embedded = r["target"]["kind"] == "embedded"
+    for run in runs:
+        phases = run["target_phases_us"]
+        if embedded and not r["partial"] and (phases is None or phases["commands"] < run["ios"]):
+            bad.append("%s: %s: target split %r for %d I/Os" % (path, run["name"], phases, run["ios"]))
+        if not embedded and phases is not None: bad.append("%s: %s: a split from tgt" % (path, run["name"]))
     if r["driver"] != "fio": bad.append(path + ": driver " + r["driver"])
     if mode == "partial":
         if not r["partial"]: bad.append(path + ": not marked partial")

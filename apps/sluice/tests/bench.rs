@@ -58,6 +58,9 @@ fn mini_suite(suite: &str, duration: &str, extra: &[&str]) -> BenchResult {
         assert_eq!(run.errors, 0, "{suite}: {}", run.name);
         assert!(run.cpu.initiator_seconds > 0.0 && run.cpu.target_seconds.unwrap() > 0.0, "{}", run.name);
         assert!(run.percent_of_ceiling.is_some(), "{}", run.name);
+        // The embedded target's split of the run's time, over at least the run's I/Os.
+        let phases = run.target_phases_us.as_ref().unwrap_or_else(|| panic!("{suite}: {} has no split", run.name));
+        assert!(phases.commands >= run.ios, "{suite}: {}: {phases:?}", run.name);
     }
     let html = std::fs::read_to_string(json.with_extension("html")).unwrap();
     assert!(html.contains("<html") || html.contains("<!DOCTYPE") || html.contains("<!doctype"));

@@ -24,6 +24,10 @@ fn main() {
         }
         run.latency_us.min /= k;
         run.latency_us.max /= k;
+        if let Some(phases) = &mut run.target_phases_us {
+            phases.receive /= k;
+            phases.send /= k;
+        }
     }
     let html = render_html(&[("sample-sluice-host.json".into(), a.clone()), ("sample-fio.json".into(), b)]);
     std::fs::write(&out, html).unwrap_or_else(|e| panic!("writing {out}: {e}"));

@@ -3,12 +3,15 @@
 //!
 //! Per result: a header (suite, driver, machine, target, ceilings, notes, a warning when
 //! the result is partial), preconditioning rounds with the steady-state window, a table of
-//! runs, and per group of runs: IOPS and mean latency versus threads x queue depth,
+//! runs, where the embedded target's time went (runs with `target_phases_us`), and per
+//! group of runs: IOPS and mean latency versus threads x queue depth,
 //! latency versus load level, percentile curves and time series. With several results,
-//! a comparison table aligns runs by name and shows the change against the first result.
+//! a comparison table aligns runs by name and shows the change against the first result
+//! (and the target's split of the runs that have one in two or more results).
 
+use crate::phases::{short, TargetPhases, PHASE_NAMES};
 use crate::result::{BenchResult, RunResult};
-use crate::svg::{esc, si, Plot, Scale, Series};
+use crate::svg::{esc, si, Plot, Scale, Series, StackedBars};
 use std::fmt::Write;
 
 const CSS: &str = r#"
@@ -86,6 +89,7 @@ fn result_section(h: &mut String, index: usize, label: &str, r: &BenchResult) {
     header(h, r);
     preconditioning(h, r);
     runs_table(h, r);
+    phases_section(h, r);
     group_plots(h, r);
     h.push_str("</section>\n");
 }
@@ -285,6 +289,43 @@ fn schedule_cell(run: &RunResult) -> String {
     }
 }
 
+/// The title of the split's sections.
+const PHASES_TITLE: &str = "Where the target's time went (mean µs per command: receive / QoS / storage / send)";
+/// Colours of the phases, in [`PHASE_NAMES`] order.
+const PHASE_COLOURS: [&str; 4] = ["#0072b2", "#e69f00", "#009e73", "#cc79a7"];
+
+fn phase_bars(title: &str) -> StackedBars {
+    let segments = PHASE_NAMES.iter().zip(PHASE_COLOURS).map(|(name, colour)| (name.to_string(), colour)).collect();
+    StackedBars::new(title, "mean µs per command", segments)
+}
+
+/// The target's split of each run that has one (runs against the embedded target): a
+/// table next to the host's mean latency and a stacked bar per run. Nothing without.
+fn phases_section(h: &mut String, r: &BenchResult) {
+    let runs: Vec<(&RunResult, &TargetPhases)> =
+        r.runs.iter().filter_map(|run| Some((run, run.target_phases_us.as_ref()?))).collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<h3>{}</h3><p class=\"muted\">Measured by the embedded target, from its counters read right before and right after each run (ramp included): from a command's receipt to its response's last byte handed to the socket (a host I/O larger than the target's maximum transfer size is several commands). The rest of the host's latency is the host and the network. Send is recorded when the response batch was written, slightly after the other phases; a RAM backend's storage shows about 0 because the runtime reads its clock once per call.</p>",
+        esc(PHASES_TITLE)
+    );
+    h.push_str("<div class=\"scroll\"><table class=\"runs phases\"><tr><th class=\"l\">run</th><th>commands</th><th>receive<br>µs</th><th>QoS<br>µs</th><th>storage<br>µs</th><th>send<br>µs</th><th>target<br>total µs</th><th>host avg<br>latency µs</th></tr>");
+    for (run, phases) in &runs {
+        let _ = write!(h, "<tr><td class=\"l\">{}</td><td>{}</td>", esc(&run.name), phases.commands);
+        for mean in phases.means() {
+            let _ = write!(h, "<td>{}</td>", short(mean));
+        }
+        let _ = write!(h, "<td>{}</td><td>{}</td></tr>", short(phases.total()), fmt_us(run.latency_us.mean));
+    }
+    h.push_str("</table></div>");
+    let mut bars = phase_bars("Where the target's time went, per run");
+    bars.bars = runs.iter().map(|(run, phases)| (run.name.clone(), phases.means().to_vec())).collect();
+    let _ = write!(h, "<div class=\"plots\">{}</div>", bars.render());
+}
+
 fn size_h(b: u32) -> String {
     if b >= 1 << 20 && b % (1 << 20) == 0 {
         format!("{}M", b >> 20)
@@ -468,7 +509,7 @@ fn comparison(h: &mut String, results: &[(String, BenchResult)]) {
             }
         }
     }
-    for name in names {
+    for &name in &names {
         let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(name));
         let base = results[0].1.runs.iter().find(|r| r.name == name);
         for (i, (_, r)) in results.iter().enumerate() {
@@ -500,7 +541,48 @@ fn comparison(h: &mut String, results: &[(String, BenchResult)]) {
         }
         h.push_str("</tr>");
     }
-    h.push_str("</table></div></section>\n");
+    h.push_str("</table></div>");
+    comparison_phases(h, results, &names);
+    h.push_str("</section>\n");
+}
+
+/// The target's split of the runs (by name) that have one in two or more results, each
+/// result's next to the others': a table and a stacked bar per run and result.
+fn comparison_phases(h: &mut String, results: &[(String, BenchResult)], names: &[&str]) {
+    let rows: Vec<(&str, Vec<Option<&TargetPhases>>)> = names
+        .iter()
+        .map(|name| {
+            let phases = results
+                .iter()
+                .map(|(_, r)| r.runs.iter().find(|run| run.name == *name)?.target_phases_us.as_ref())
+                .collect::<Vec<_>>();
+            (*name, phases)
+        })
+        .filter(|(_, phases)| phases.iter().flatten().count() >= 2)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(h, "<h3>{}</h3><div class=\"scroll\"><table><tr><th class=\"l\">run</th>", esc(PHASES_TITLE));
+    for i in 0..results.len() {
+        let _ = write!(h, "<th>#{} receive / QoS / storage / send µs</th><th>#{} total µs</th>", i + 1, i + 1);
+    }
+    h.push_str("</tr>");
+    let mut bars = phase_bars("Where the target's time went, per run and result");
+    for (name, phases) in &rows {
+        let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(name));
+        for (i, phases) in phases.iter().enumerate() {
+            let Some(phases) = phases else {
+                h.push_str("<td class=\"muted\">—</td><td class=\"muted\">—</td>");
+                continue;
+            };
+            let means: Vec<String> = phases.means().iter().map(|mean| short(*mean)).collect();
+            let _ = write!(h, "<td>{}</td><td>{}</td>", means.join(" / "), short(phases.total()));
+            bars.bars.push((format!("#{} {name}", i + 1), phases.means().to_vec()));
+        }
+        h.push_str("</tr>");
+    }
+    let _ = write!(h, "</table></div><div class=\"plots\">{}</div>", bars.render());
 }
 
 #[cfg(test)]
@@ -548,6 +630,60 @@ mod tests {
         let html = render_html(&[("old.json".into(), old)]);
         assert_eq!(html.matches("not recorded").count(), 6);
         assert!(!html.contains("fell behind"));
+        assert!(!html.contains("NaN"));
+    }
+
+    #[test]
+    fn phases_section_shows_the_runs_with_a_split() {
+        let r = sample_result();
+        let title = esc(PHASES_TITLE);
+        let row = |run: &RunResult| {
+            let p = run.target_phases_us.as_ref().unwrap();
+            format!(
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&run.name),
+                p.commands,
+                short(p.receive),
+                short(p.qos),
+                short(p.storage),
+                short(p.send),
+                short(p.total()),
+                fmt_us(run.latency_us.mean)
+            )
+        };
+        let html = render_html(&[("a.json".into(), r.clone())]);
+        assert_eq!(html.matches(title.as_str()).count(), 1);
+        assert!(r.runs.iter().all(|run| html.contains(&row(run))));
+        assert!(html.contains("Where the target&#39;s time went, per run</title>"));
+        assert_eq!(html.matches("</title></rect>").count(), 3 * r.runs.len(), "receive, storage, send (QoS is 0)");
+
+        // Runs without a split are left out; a result without any has no section.
+        let mut some = r.clone();
+        some.runs[0].target_phases_us = None;
+        let html = render_html(&[("some.json".into(), some.clone())]);
+        assert!(!html.contains(&format!("<tr><td class=\"l\">{}</td><td>", r.runs[0].name)));
+        assert!(html.contains(&row(&r.runs[1])));
+        let mut none = r.clone();
+        for run in &mut none.runs {
+            run.target_phases_us = None;
+        }
+        assert!(!render_html(&[("none.json".into(), none.clone())]).contains(title.as_str()));
+
+        // Compared: the runs with a split in two or more results, each result's side by side.
+        let html = render_html(&[("a.json".into(), r.clone()), ("none.json".into(), none), ("some.json".into(), some)]);
+        let comparison = &html[..html.find("id=\"result-0\"").unwrap()];
+        assert!(comparison.contains(title.as_str()));
+        let (first, second) = (&r.runs[0].name, &r.runs[1].name);
+        assert!(
+            comparison.contains(&format!(">#1 {second}</text>"))
+                && comparison.contains(&format!(">#3 {second}</text>"))
+        );
+        assert!(!comparison.contains(&format!(">#1 {first}</text>")), "only #1 has {first}");
+        assert!(!comparison.contains(&format!(">#2 {second}</text>")), "#2 has no split");
+        let p = r.runs[1].target_phases_us.as_ref().unwrap();
+        let cells =
+            format!("<td>{} / {} / {} / {}</td>", short(p.receive), short(p.qos), short(p.storage), short(p.send));
+        assert_eq!(comparison.matches(&cells).count(), 2);
         assert!(!html.contains("NaN"));
     }
 

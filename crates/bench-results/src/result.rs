@@ -6,22 +6,27 @@
 //! latencies are microseconds from submission (or, for rate-limited runs, from the
 //! intended issue time) to completion. `docs/bench-result.schema.json` describes the same
 //! shape as JSON Schema (draft 2020-12); [`validate`] adds the checks a schema cannot make.
-//! Results of the previous shape ([`SCHEMA_ID_1`]) are still read: see
+//! Results of the previous shapes ([`SCHEMA_ID_2`], [`SCHEMA_ID_1`]) are still read: see
 //! [`BenchResult::from_json`].
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
+pub use crate::phases::TargetPhases;
 pub use crate::schedule::{Schedule, BEHIND_ACHIEVED_PERCENT, BEHIND_LATE_PERCENT};
 
 /// The schema id written in [`BenchResult::schema`]; [`BenchResult::from_json`] also
-/// reads [`SCHEMA_ID_1`] and refuses any other.
-pub const SCHEMA_ID: &str = "sluice-bench/2";
-/// The previous shape: the same without [`RunResult::schedule`].
+/// reads [`SCHEMA_ID_2`] and [`SCHEMA_ID_1`] and refuses any other.
+pub const SCHEMA_ID: &str = "sluice-bench/3";
+/// The previous shape: the same without [`RunResult::target_phases_us`].
+pub const SCHEMA_ID_2: &str = "sluice-bench/2";
+/// The first shape: [`SCHEMA_ID_2`] without [`RunResult::schedule`] and the run-queue times.
 pub const SCHEMA_ID_1: &str = "sluice-bench/1";
 /// The note an upgraded [`SCHEMA_ID_1`] result gets.
-pub const UPGRADED_NOTE: &str =
-    "read from a sluice-bench/1 result: no schedule (how far rate-limited runs fell behind) and no run-queue time";
+pub const UPGRADED_NOTE: &str = "read from a sluice-bench/1 result: no schedule (how far rate-limited runs fell \
+     behind), no run-queue time and no split of the target's time";
+/// The note an upgraded [`SCHEMA_ID_2`] result gets.
+pub const UPGRADED_NOTE_2: &str = "read from a sluice-bench/2 result: no split of the target's time (target_phases_us)";
 
 /// Drivers a run can be made with.
 pub const DRIVERS: &[&str] = &["sluice-host", "fio", "local"];
@@ -210,6 +215,9 @@ pub struct RunResult {
     /// its arrival schedule. `None` for maximum-rate runs and for drivers that do not
     /// report it (fio).
     pub schedule: Option<Schedule>,
+    /// Runs against the embedded target: the mean microseconds per command it spent
+    /// in each phase. `None` for other targets and when no command completed.
+    pub target_phases_us: Option<TargetPhases>,
 }
 
 /// Total latency in microseconds.
@@ -286,52 +294,28 @@ impl BenchResult {
     /// Parses a result, checking the schema id first and naming the offending field
     /// (e.g. `runs[2].latency_us.mean`) on a shape error. Semantic checks are in [`validate`].
     ///
-    /// A [`SCHEMA_ID_1`] result is read in that shape and upgraded: its runs get
-    /// `schedule: None`, its schema becomes [`SCHEMA_ID`] and its notes
-    /// [`UPGRADED_NOTE`].
+    /// A [`SCHEMA_ID_2`] or [`SCHEMA_ID_1`] result is read in its shape and upgraded:
+    /// the fields it lacks become `None`, its schema [`SCHEMA_ID`], and its notes get
+    /// [`UPGRADED_NOTE_2`] or [`UPGRADED_NOTE`] (see `upgrade.rs`).
     pub fn from_json(text: &str) -> Result<Self, ResultError> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(ResultError::Syntax)?;
-        match value.get("schema") {
-            Some(serde_json::Value::String(s)) if s == SCHEMA_ID => {}
-            Some(serde_json::Value::String(s)) if s == SCHEMA_ID_1 => {
-                return upgrade_1(value);
-            }
-            Some(serde_json::Value::String(s)) => {
-                return Err(ResultError::Schema { found: s.clone(), expected: SCHEMA_ID })
-            }
+        let schema = match value.get("schema") {
+            Some(serde_json::Value::String(s)) => s.clone(),
             _ => return Err(ResultError::NotAResult),
+        };
+        if schema == SCHEMA_ID {
+            return deserialize(value);
         }
-        deserialize(value)
+        crate::upgrade::upgrade(&schema, value)
+            .unwrap_or(Err(ResultError::Schema { found: schema, expected: SCHEMA_ID }))
     }
 }
 
-fn deserialize(value: serde_json::Value) -> Result<BenchResult, ResultError> {
+pub(crate) fn deserialize(value: serde_json::Value) -> Result<BenchResult, ResultError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         ResultError::Field { path, message: e.into_inner().to_string() }
     })
-}
-
-/// A [`SCHEMA_ID_1`] result as the current shape (see [`BenchResult::from_json`]).
-fn upgrade_1(mut value: serde_json::Value) -> Result<BenchResult, ResultError> {
-    if let Some(runs) = value.get_mut("runs").and_then(|r| r.as_array_mut()) {
-        for (i, run) in runs.iter_mut().enumerate() {
-            let Some(run) = run.as_object_mut() else {
-                continue;
-            };
-            if run.contains_key("schedule") {
-                return Err(ResultError::Field {
-                    path: format!("runs[{i}].schedule"),
-                    message: format!("unknown field `schedule` in a {SCHEMA_ID_1} result"),
-                });
-            }
-            run.insert("schedule".into(), serde_json::Value::Null);
-        }
-    }
-    let mut result = deserialize(value)?;
-    result.schema = SCHEMA_ID.into();
-    result.notes.push(UPGRADED_NOTE.into());
-    Ok(result)
 }
 
 /// Semantic checks on a result: known enum strings, finite numbers, ascending
@@ -611,6 +595,9 @@ impl Checker {
         if let Some(schedule) = &run.schedule {
             self.schedule(&f("schedule"), schedule, run);
         }
+        if let Some(phases) = &run.target_phases_us {
+            self.problems.extend(phases.problems(&f("target_phases_us")));
+        }
 
         // Time series.
         let mut last_t = -1.0;
@@ -730,7 +717,7 @@ mod tests {
     fn from_json_names_schema_and_field() {
         let r = sample_result();
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
-        v["schema"] = "sluice-bench/3".into();
+        v["schema"] = "sluice-bench/4".into();
         let e = BenchResult::from_json(&v.to_string()).unwrap_err();
         assert!(matches!(e, ResultError::Schema { .. }), "{e}");
 
@@ -788,6 +775,9 @@ mod tests {
         let mut r = base.clone();
         r.ceilings.local_baseline[0].run = "nope".into();
         expect(r, "names no run");
+        let mut r = base.clone();
+        r.runs[1].target_phases_us.as_mut().unwrap().storage = -1.0;
+        expect(r, "runs[1].target_phases_us.storage");
         let mut r = base.clone();
         r.runs[0].time_series[2].t_seconds = 0.0;
         expect(r, "time_series[2].t_seconds");

@@ -1,6 +1,7 @@
 //! A hand-built, internally consistent result (feature `sample`): four-corners runs, a
 //! thread x queue-depth sweep, a latency-versus-load curve and preconditioning that did not
-//! reach steady state. Deterministic, so tests and screenshots are stable.
+//! reach steady state, and the embedded target's split of every run's time. Deterministic,
+//! so tests and screenshots are stable.
 
 use crate::result::*;
 
@@ -56,6 +57,16 @@ impl RunSpec<'_> {
                 }
             })
             .collect();
+        // The embedded target's split: the ramp's commands too; a RAM backend's storage
+        // close to 0, receive and send a share of the host's latency.
+        let round = |us: f64| (us * 10.0).round() / 10.0;
+        let target_phases_us = Some(TargetPhases {
+            commands: ios + ios / 40,
+            receive: round(mean * 0.16),
+            qos: 0.0,
+            storage: round(0.1 + self.block_size as f64 / 65536.0),
+            send: round(mean * 0.09 + self.block_size as f64 / 16384.0),
+        });
         RunResult {
             name: self.name.to_string(),
             group: self.group.to_string(),
@@ -86,11 +97,12 @@ impl RunSpec<'_> {
             bound_by: None,
             time_series,
             schedule: None,
+            target_phases_us,
         }
     }
 }
 
-/// A realistic `sluice-bench/2` result that passes [`validate`].
+/// A realistic `sluice-bench/3` result that passes [`validate`].
 pub fn sample_result() -> BenchResult {
     let four = |name, pattern, read, bs, t, qd, iops, mean| RunSpec {
         name,

@@ -347,6 +347,108 @@ fn render(p: &Plot) -> String {
     s
 }
 
+/// Horizontal stacked bars: one bar per row (a label, then one value per segment),
+/// segments left to right in [`StackedBars::segments`] order, a linear x axis from 0,
+/// the bar's total at its end and a legend. Non-finite and negative values draw nothing.
+#[derive(Clone, Debug)]
+pub struct StackedBars {
+    pub title: String,
+    pub x_label: String,
+    /// Segment names and colours.
+    pub segments: Vec<(String, &'static str)>,
+    /// Label and values (one per segment) of each bar, top to bottom.
+    pub bars: Vec<(String, Vec<f64>)>,
+    pub width: f64,
+}
+
+impl StackedBars {
+    pub fn new(title: impl Into<String>, x_label: impl Into<String>, segments: Vec<(String, &'static str)>) -> Self {
+        StackedBars { title: title.into(), x_label: x_label.into(), segments, bars: Vec::new(), width: 760.0 }
+    }
+
+    pub fn render(&self) -> String {
+        const LABEL_W: f64 = 240.0;
+        const BAR_H: f64 = 14.0;
+        const ROW_H: f64 = 20.0;
+        let value = |v: f64| if v.is_finite() && v > 0.0 { v } else { 0.0 };
+        let totals: Vec<f64> = self.bars.iter().map(|(_, vs)| vs.iter().map(|v| value(*v)).sum()).collect();
+        let (_, hi, ticks) = axis(Scale::Linear, &totals, true);
+        let (w, pw) = (self.width, self.width - LABEL_W - 56.0);
+        let ph = ROW_H * self.bars.len().max(1) as f64;
+        let total_h = TOP + ph + 38.0 + 22.0;
+        let sx = |v: f64| LABEL_W + v / hi.max(1e-12) * pw;
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r##"<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{total_h}" viewBox="0 0 {w} {total_h}" role="img" aria-label="{t}"><title>{t}</title><rect x="0" y="0" width="{w}" height="{total_h}" fill="#fff"/><text x="{}" y="18" class="pt" text-anchor="middle">{t}</text>"##,
+            w / 2.0,
+            t = esc(&self.title)
+        );
+        for (v, _) in ticks.iter().filter(|(v, _)| *v <= hi + 1e-9) {
+            let x = sx(*v);
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#e3e3e3"/><text x="{x:.1}" y="{:.1}" class="tk" text-anchor="middle">{}</text>"##,
+                TOP + ph,
+                TOP + ph + 14.0,
+                esc(&si(*v))
+            );
+        }
+        let _ = write!(
+            s,
+            r##"<line x1="{LABEL_W}" x2="{LABEL_W}" y1="{TOP}" y2="{:.1}" stroke="#555"/><text x="{:.1}" y="{:.1}" class="al" text-anchor="middle">{}</text>"##,
+            TOP + ph,
+            LABEL_W + pw / 2.0,
+            TOP + ph + 32.0,
+            esc(&self.x_label)
+        );
+        for (row, ((label, values), total)) in self.bars.iter().zip(&totals).enumerate() {
+            let y = TOP + row as f64 * ROW_H + (ROW_H - BAR_H) / 2.0;
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" class="tk" text-anchor="end">{}</text>"#,
+                LABEL_W - 6.0,
+                y + BAR_H - 3.0,
+                esc(&truncate(label, 40))
+            );
+            let mut x = 0.0;
+            for (v, (name, colour)) in values.iter().zip(&self.segments) {
+                let v = value(*v);
+                if v > 0.0 {
+                    let _ = write!(
+                        s,
+                        r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{BAR_H}" fill="{colour}"><title>{}: {}</title></rect>"#,
+                        sx(x),
+                        (sx(x + v) - sx(x)).max(0.5),
+                        esc(label),
+                        esc(&format!("{name} {}", si(v)))
+                    );
+                }
+                x += v;
+            }
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" class="tk">{}</text>"#,
+                sx(*total) + 4.0,
+                y + BAR_H - 3.0,
+                esc(&si(*total))
+            );
+        }
+        for (i, (name, colour)) in self.segments.iter().enumerate() {
+            let (lx, ly) = (LABEL_W + i as f64 * 110.0, total_h - 16.0);
+            let _ = write!(
+                s,
+                r#"<rect x="{lx:.1}" y="{ly:.1}" width="14" height="10" fill="{colour}"/><text x="{:.1}" y="{:.1}" class="lg">{}</text>"#,
+                lx + 18.0,
+                ly + 9.0,
+                esc(name)
+            );
+        }
+        s.push_str("</svg>");
+        s
+    }
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -380,6 +482,20 @@ mod tests {
         assert!((Scale::Nines.map(99.0).unwrap() - 2.0).abs() < 1e-9);
         assert!((Scale::Nines.map(99.99).unwrap() - 4.0).abs() < 1e-6);
         assert_eq!(Scale::Log10.map(0.0), None);
+    }
+
+    #[test]
+    fn stacked_bars_stack_and_escape() {
+        let segments = vec![("a".to_string(), "#111111"), ("b<".to_string(), "#222222")];
+        let mut bars = StackedBars::new("split", "µs", segments);
+        assert!(bars.render().ends_with("</svg>"), "no bars");
+        bars.bars.push(("<run>".into(), vec![3.0, 1.0]));
+        bars.bars.push(("zero".into(), vec![0.0, f64::NAN]));
+        let svg = bars.render();
+        assert_eq!(svg.matches("</title></rect>").count(), 2, "the first bar's two segments only");
+        assert_eq!(svg.matches(r#"width="14" height="10""#).count(), 2, "two legend keys");
+        assert!(svg.contains("&lt;run&gt;: b&lt; 1</title>") && !svg.contains("<run>"));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
     }
 
     #[test]

@@ -48,7 +48,14 @@ fn mutations_fail_schema_and_parse() {
     let v = validator();
     type Mutation = fn(&mut Value);
     let mutations: &[(&str, Mutation)] = &[
-        ("wrong schema id", |x| x["schema"] = json!("sluice-bench/3")),
+        ("wrong schema id", |x| x["schema"] = json!("sluice-bench/4")),
+        ("unknown target_phases_us field", |x| x["runs"][0]["target_phases_us"]["network"] = json!(1.0)),
+        ("missing target_phases_us.send", |x| {
+            x["runs"][0]["target_phases_us"].as_object_mut().unwrap().remove("send");
+        }),
+        ("negative receive", |x| x["runs"][0]["target_phases_us"]["receive"] = json!(-0.5)),
+        ("string commands", |x| x["runs"][1]["target_phases_us"]["commands"] = json!("many")),
+        ("no commands", |x| x["runs"][1]["target_phases_us"]["commands"] = json!(0)),
         ("unknown schedule field", |x| {
             let last = x["runs"].as_array().unwrap().len() - 1;
             x["runs"][last]["schedule"]["lag_p99_us"] = json!(1.0)
@@ -117,7 +124,7 @@ fn recorded_schema_1_results_are_read() {
         assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
         let r = BenchResult::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(r.schema, bench_results::SCHEMA_ID);
-        assert!(r.runs.iter().all(|run| run.schedule.is_none()));
+        assert!(r.runs.iter().all(|run| run.schedule.is_none() && run.target_phases_us.is_none()));
         assert_eq!(r.notes.last().map(String::as_str), Some(bench_results::result::UPGRADED_NOTE));
         // Upgraded, it is a valid current result.
         let upgraded: Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
@@ -131,11 +138,53 @@ fn recorded_schema_1_results_are_read() {
     x["schema"] = json!(bench_results::SCHEMA_ID_1);
     let e = BenchResult::from_json(&x.to_string()).unwrap_err().to_string();
     assert!(e.contains("runs[0].schedule"), "{e}");
-    // Without it, the sample reads as /1 and comes back as the sample (plus the note).
+    // Without it and the split, the sample reads as /1 and comes back as the sample
+    // without them (plus the note).
     for run in x["runs"].as_array_mut().unwrap() {
         run.as_object_mut().unwrap().remove("schedule");
+        run.as_object_mut().unwrap().remove("target_phases_us");
     }
     let r = BenchResult::from_json(&x.to_string()).unwrap();
     assert_eq!(r.runs.len(), sample_result().runs.len());
-    assert!(r.runs.iter().all(|run| run.schedule.is_none()));
+    assert!(r.runs.iter().all(|run| run.schedule.is_none() && run.target_phases_us.is_none()));
+    assert_eq!(r.notes.last().map(String::as_str), Some(bench_results::result::UPGRADED_NOTE));
+}
+
+/// Every run of the sample has the target's split, and a run without one (null) is valid.
+#[test]
+fn sample_has_target_phases() {
+    let r = sample_result();
+    assert!(r.runs.iter().all(|run| run.target_phases_us.as_ref().is_some_and(|p| p.commands >= run.ios)));
+    let mut x = sample_value();
+    x["runs"][0]["target_phases_us"] = Value::Null;
+    assert!(validator().is_valid(&x));
+    let back = BenchResult::from_json(&x.to_string()).unwrap();
+    assert_eq!(back.runs[0].target_phases_us, None);
+    assert_eq!(back.runs[1], r.runs[1], "round trip of a split");
+}
+
+/// A sluice-bench/2 result (the sample without the split) reads as the current shape:
+/// no split, an upgraded schema id and a note saying so; a split in it is refused.
+#[test]
+fn schema_2_results_are_read() {
+    let mut x = sample_value();
+    x["schema"] = json!(bench_results::SCHEMA_ID_2);
+    let e = BenchResult::from_json(&x.to_string()).unwrap_err().to_string();
+    assert!(e.contains("runs[0].target_phases_us") && e.contains("sluice-bench/2"), "{e}");
+    for run in x["runs"].as_array_mut().unwrap() {
+        run.as_object_mut().unwrap().remove("target_phases_us");
+    }
+    let r = BenchResult::from_json(&x.to_string()).unwrap();
+    assert_eq!(r.schema, bench_results::SCHEMA_ID);
+    assert_eq!(r.notes.last().map(String::as_str), Some(bench_results::result::UPGRADED_NOTE_2));
+    assert_eq!(r.notes.len(), sample_result().notes.len() + 1);
+    let mut expected = sample_result();
+    for run in &mut expected.runs {
+        run.target_phases_us = None;
+    }
+    assert_eq!(r.runs, expected.runs, "everything else as written");
+    assert!(r.runs.iter().any(|run| run.schedule.is_some()), "a /2 result keeps its schedules");
+    assert_eq!(bench_results::validate(&r), Ok(()));
+    let upgraded: Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
+    assert!(validator().is_valid(&upgraded));
 }

@@ -25,6 +25,7 @@ mod fio;
 pub mod hold;
 mod iscsi;
 mod output;
+mod phases;
 mod qos;
 mod suites;
 mod system;
@@ -439,7 +440,7 @@ fn plan_jobs(
     for job in &jobs {
         exec::check_fits(job, endpoint)?;
     }
-    dedupe_names(&mut jobs);
+    suites::dedupe_names(&mut jobs);
     Ok(jobs)
 }
 
@@ -522,29 +523,8 @@ fn run_suite(
     }
 
     // Ceilings measured on this machine, now.
-    let loopback = if endpoint.is_local() {
-        let window = if mini || args.duration.is_some_and(|d| d < Duration::from_secs(2)) {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(1)
-        };
-        match system::loopback_tcp_bandwidth(window) {
-            Ok(bandwidth) => {
-                eprintln!("  ceiling: loopback TCP stream {:.0} MB/s", bandwidth / 1e6);
-                Some(bandwidth)
-            }
-            Err(error) => {
-                notes.push(format!("loopback TCP ceiling not measured: {error}"));
-                None
-            }
-        }
-    } else {
-        notes.push(
-            "remote target: no ceilings (the loopback TCP and local-baseline ceilings describe this machine only)"
-                .into(),
-        );
-        None
-    };
+    let short = mini || args.duration.is_some_and(|d| d < Duration::from_secs(2));
+    let loopback = loopback_ceiling(endpoint, short, &mut notes);
 
     let preconditioning = if args.precondition && !stop.load(Ordering::Relaxed) {
         Some(precondition(&jobs[0], endpoint, stop, mini)?)
@@ -586,6 +566,7 @@ fn run_suite(
             job.rate_limit_iops = Some(max * load / 100.0);
         }
         let mut target_failure = None;
+        let phases_before = phases::PhaseReading::take(endpoint);
         let (mut run, first_error) = match driver {
             Driver::SluiceHost => {
                 let measured = exec::run_network(&job, endpoint, stop, true)?;
@@ -602,6 +583,7 @@ fn run_suite(
                 )
             }
         };
+        run.target_phases_us = phases::since(endpoint, phases_before);
         let interrupted = stop.load(Ordering::Relaxed);
         if interrupted && run.ios == 0 {
             break;
@@ -721,18 +703,25 @@ fn run_suite(
     Ok(Outcome { result, any_errors, target_failures })
 }
 
-/// Makes run names unique ("name", "name #2", ...).
-fn dedupe_names(jobs: &mut [JobSpec]) {
-    let mut seen: Vec<String> = Vec::new();
-    for job in jobs.iter_mut() {
-        let mut name = job.name.clone();
-        let mut n = 2;
-        while seen.contains(&name) {
-            name = format!("{} #{n}", job.name);
-            n += 1;
+/// The loopback TCP ceiling, measured now (over 200 ms for `short` runs, else 1 s) when
+/// the target runs on this machine; `None`, and why in `notes`, otherwise.
+fn loopback_ceiling(endpoint: &Endpoint, short: bool, notes: &mut Vec<String>) -> Option<f64> {
+    if !endpoint.is_local() {
+        let note =
+            "remote target: no ceilings (the loopback TCP and local-baseline ceilings describe this machine only)";
+        notes.push(note.into());
+        return None;
+    }
+    let window = if short { Duration::from_millis(200) } else { Duration::from_secs(1) };
+    match system::loopback_tcp_bandwidth(window) {
+        Ok(bandwidth) => {
+            eprintln!("  ceiling: loopback TCP stream {:.0} MB/s", bandwidth / 1e6);
+            Some(bandwidth)
         }
-        job.name = name.clone();
-        seen.push(name);
+        Err(error) => {
+            notes.push(format!("loopback TCP ceiling not measured: {error}"));
+            None
+        }
     }
 }
 

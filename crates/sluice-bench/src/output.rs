@@ -148,6 +148,7 @@ fn assemble(job: &JobSpec, totals: Totals) -> RunResult {
         bound_by: None,
         time_series,
         schedule,
+        target_phases_us: None,
     }
 }
 
@@ -267,6 +268,9 @@ pub fn print_table(result: &BenchResult) {
         if let Some(line) = schedule_line(run) {
             println!("{line}");
         }
+        if let Some(line) = phases_line(run) {
+            println!("{line}");
+        }
         if let Some(reason) = failure {
             println!("  ! {TARGET_FAILED}{reason} ({} I/O errors)", run.errors);
         }
@@ -276,6 +280,9 @@ pub fn print_table(result: &BenchResult) {
             "schedule: rate-limited runs without a line under them kept to their arrival schedule (no I/O submitted > {} late)",
             bench_results::schedule::human_us(LATE_THRESHOLD.as_secs_f64() * 1e6)
         );
+    }
+    if result.runs.iter().any(|run| run.target_phases_us.is_some()) {
+        println!("target: where the embedded target's time went (mean per command, receipt to response sent)");
     }
     if let Some(bandwidth) = result.ceilings.loopback_tcp_bytes_per_second {
         println!("ceilings: loopback TCP {:.0} MB/s (n); local baseline per run (b)", bandwidth / 1e6);
@@ -295,6 +302,18 @@ fn schedule_line(run: &RunResult) -> Option<String> {
         (false, false) => return None,
     };
     Some(format!("  {mark} {}", bench_results::schedule::run_summary(run)?))
+}
+
+/// The line under a run's row with the embedded target's split of its time, if any:
+/// "    target: receive 12.0 / QoS 0.0 / storage 0.1 / send 7.5 us per command (19.6 of avg 45.2)".
+fn phases_line(run: &RunResult) -> Option<String> {
+    let phases = run.target_phases_us.as_ref()?;
+    Some(format!(
+        "    target: {} ({} of avg {:.1})",
+        phases.summary(),
+        bench_results::phases::short(phases.total()),
+        run.latency_us.mean
+    ))
 }
 
 /// `new` against `old` in percent, e.g. "+14.6%"; "-" when `old` is zero.
@@ -490,6 +509,18 @@ mod tests {
         assert_eq!(run.schedule, None);
         let run = assemble(&job, Totals { lag: Some(lag), ..totals() });
         assert!(run.schedule.is_some_and(|s| s.achieved_percent == 50.0));
+    }
+
+    #[test]
+    fn the_split_gets_a_line_under_its_run() {
+        let mut r = result(&[("4K random read", 20_000.0, 45.2)]);
+        assert_eq!(phases_line(&r.runs[0]), None, "fio against no embedded target: no split");
+        r.runs[0].target_phases_us = bench_results::TargetPhases::from_sums(400, [4_800, 0, 40, 3_000]);
+        assert_eq!(bench_results::validate(&r), Ok(()));
+        assert_eq!(
+            phases_line(&r.runs[0]).unwrap(),
+            "    target: receive 12.0 / QoS 0.0 / storage 0.10 / send 7.5 us per command (19.6 of avg 45.2)"
+        );
     }
 
     fn totals() -> Totals {

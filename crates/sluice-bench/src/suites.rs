@@ -163,6 +163,21 @@ pub fn apply(jobs: &mut [JobSpec], scale: Scale, overrides: &Overrides) {
     }
 }
 
+/// Makes run names unique ("name", "name #2", ...).
+pub fn dedupe_names(jobs: &mut [JobSpec]) {
+    let mut seen: Vec<String> = Vec::new();
+    for job in jobs.iter_mut() {
+        let mut name = job.name.clone();
+        let mut n = 2;
+        while seen.contains(&name) {
+            name = format!("{} #{n}", job.name);
+            n += 1;
+        }
+        job.name = name.clone();
+        seen.push(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
