@@ -12,6 +12,7 @@
 #   SETUP_LOG         log file (default: <repo>/target/setup/setup.log)
 #   SETUP_NO_FUZZ=1   do not install cargo-fuzz / the nightly toolchain
 #   SETUP_NO_PEER=1   do not build the linux-nvme-peer guest image
+#   SETUP_NO_SYSTEMD_GUEST=1  do not build the systemd guest image (tests/interop/package.sh)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +20,7 @@ LOG=${SETUP_LOG:-$REPO/target/setup/setup.log}
 CHECK_ONLY=0
 case "${1:-}" in
   --check) CHECK_ONLY=1 ;;
-  -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
@@ -77,6 +78,13 @@ missing=()     # (--check) what is missing
 #   library Linux's tlshd handshakes with.
 #   e2fsprogs (mkfs.ext4, e2fsck, resize2fs) and util-linux (blkid): what the CSI node
 #   service runs; scripts/lib/guest-node-kit.sh copies them into the peer's guest.
+#   help2man (man pages from --help), lintian and dpkg-dev (dpkg-shlibdeps):
+#   scripts/build-deb.sh, the Debian package; mmdebstrap, e2fsprogs (mkfs.ext4 -d,
+#   debugfs): the systemd guest image tests/interop/package.sh installs it in
+#   (tests/interop/lib/systemd-guest.sh).
+#   prometheus (prometheus, promtool) and python3-yaml: the alert rules' checks and
+#   unit tests (scripts/test-alert-rules.sh) and the real Prometheus of
+#   tests/interop/monitoring.sh.
 # ---------------------------------------------------------------------------
 APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshark
   cpio:cpio kmod:kmod depmod:kmod xz:xz-utils zstd:zstd gzip:gzip jq:jq ss:iproute2
@@ -86,7 +94,9 @@ APT_TOOLS="qemu-system-x86_64:qemu-system-x86 fio:fio nvme:nvme-cli tshark:tshar
   ceph-mon:ceph-mon ceph-osd:ceph-osd ceph:ceph-common rbd:ceph-common
   /usr/include/rbd/librbd.h:librbd-dev /usr/include/rados/librados.h:librados-dev
   /usr/include/openssl/ssl.h:libssl-dev pkg-config:pkg-config gnutls-cli:gnutls-bin
-  mkfs.ext4:e2fsprogs resize2fs:e2fsprogs blkid:util-linux"
+  mkfs.ext4:e2fsprogs resize2fs:e2fsprogs blkid:util-linux debugfs:e2fsprogs
+  help2man:help2man lintian:lintian dpkg-shlibdeps:dpkg-dev mmdebstrap:mmdebstrap
+  prometheus:prometheus promtool:prometheus /usr/lib/python3/dist-packages/yaml/__init__.py:python3-yaml"
 
 apt_missing=()
 for entry in $APT_TOOLS; do
@@ -222,6 +232,25 @@ if [ "${SETUP_NO_PEER:-0}" != 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# The systemd guest image of tests/interop/package.sh (Debian 12 with systemd and apt,
+# made with mmdebstrap and cached under ~/.cache/sluice-systemd-guest; about 2 min and
+# 120 MB of packages from deb.debian.org on a fresh machine, a no-op afterwards).
+# ---------------------------------------------------------------------------
+SYSTEMD_GUEST=$REPO/tests/interop/lib/systemd-guest.sh
+if [ "${SETUP_NO_SYSTEMD_GUEST:-0}" != 1 ] && [ "$(id -u)" != 0 ]; then
+  echo "systemd guest image: not built (building it needs root; tests/interop/package.sh needs it)" >>"$LOG"
+elif [ "${SETUP_NO_SYSTEMD_GUEST:-0}" != 1 ]; then
+  if ! "$SYSTEMD_GUEST" info 2>/dev/null | grep '^ *BUILT=' >/dev/null; then
+    if [ "$CHECK_ONLY" = 1 ]; then missing+=("systemd guest image")
+    else
+      echo "+ $SYSTEMD_GUEST build" >>"$LOG"
+      "$SYSTEMD_GUEST" build >>"$LOG" 2>&1 || die "building the systemd guest image failed ($SYSTEMD_GUEST build)"
+      installed+=("systemd guest image")
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 elapsed=$(( $(date +%s) - t0 ))
 if [ "$CHECK_ONLY" = 1 ]; then
   if [ ${#missing[@]} -gt 0 ]; then
@@ -236,5 +265,5 @@ if [ ${#installed[@]} -gt 0 ]; then
   summary=${summary%; }
   echo "setup: installed ${summary} in ${elapsed}s (log: $LOG)"
 else
-  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, rustfmt, clippy, nightly, cargo-fuzz, csi-sanity, peer image) in ${elapsed}s"
+  echo "setup: all tools present (qemu, fio, nvme-cli, tshark, tgt, libiscsi, ceph, shellcheck, rustfmt, clippy, nightly, cargo-fuzz, csi-sanity, peer image, systemd guest image) in ${elapsed}s"
 fi

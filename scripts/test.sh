@@ -19,8 +19,11 @@
 #               against sluice-csi and a sluice serve over the network API; its Node
 #               suite runs in the interop stage's guest (tests/interop/csi-node.sh)
 #   sim         scripts/sim.sh: sluice-sim over 2000 seeds, and its canaries caught
-#   harness     ShellCheck on scripts/, tests/interop/, .ci/run, and the
-#               self-test of the interop capture check (tshark filters)
+#   harness     ShellCheck on scripts/, tests/interop/, .ci/run, the package's
+#               maintainer scripts (dist/debian/), the
+#               self-test of the interop capture check (tshark filters), and the
+#               Prometheus rules (promtool check and unit tests:
+#               scripts/test-alert-rules.sh)
 #   fuzz        every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each
 #   report      a sample benchmark report rendered in headless Chromium (screenshot)
 #   interop     tests/interop/run-all.sh (Linux kernel host vs sluice, in QEMU)
@@ -142,11 +145,13 @@ ceph_down() {
 harness_checks() {
   local files=()
   mapfile -t files < <(find scripts tests/interop tests/report -type f -name '*.sh' | LC_ALL=C sort)
-  files+=(.ci/run tests/interop/lib/lnp-retry)
+  files+=(.ci/run tests/interop/lib/lnp-retry dist/debian/postinst dist/debian/prerm dist/debian/postrm)
   echo "+ shellcheck -x (${#files[@]} files)"
   shellcheck -x "${files[@]}" || return 1
   echo "+ tests/interop/tools/capture-selftest.sh"
-  tests/interop/tools/capture-selftest.sh
+  tests/interop/tools/capture-selftest.sh || return 1
+  echo "+ scripts/test-alert-rules.sh"
+  scripts/test-alert-rules.sh
 }
 
 # In a subshell: cargo-fuzz builds with its own profile and target directory.
@@ -218,7 +223,7 @@ stage csi "a CSI conformance test failed: see csi-sanity's output above" \
   env SLUICE_BIN="$TARGET_DIR/release/sluice" SLUICE_CSI_BIN="$TARGET_DIR/release/sluice-csi" scripts/csi-sanity.sh
 stage sim "a simulated seed broke an invariant: replay it with the command printed above" \
   scripts/sim.sh
-stage harness "fix the ShellCheck findings / capture-check self-test failures above" \
+stage harness "fix the ShellCheck findings / capture-check self-test / alert rule test failures above" \
   harness_checks
 if [ "${SKIP_FUZZ:-0}" = 1 ]; then skip fuzz "SKIP_FUZZ=1"
 else
