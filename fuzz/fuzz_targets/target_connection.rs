@@ -55,10 +55,10 @@ struct Observer {
 }
 
 impl Observer {
-    fn drain(&mut self, connection: &mut Connection) {
+    fn drain(&mut self, connection: &mut Connection, now: Instant) {
         while let Some(batch) = connection.take_transmit() {
             let bytes = batch.to_bytes();
-            connection.transmit_complete(batch);
+            connection.transmit_complete(batch, now);
             let mut input = &bytes[..];
             loop {
                 match self.reader.next_event(&mut input) {
@@ -175,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
 
     let (connection, mut stream, mut observer) = if io_queue {
         admin.handle_received(&stream, start);
-        observer.drain(&mut admin);
+        observer.drain(&mut admin, start);
         let controller = admin.binding().map(|binding| binding.controller.id).expect("admin connected");
         let io = Connection::new(target, 0, "fuzz-io".into(), start);
         let mut io_writer = PduWriter::new();
@@ -191,10 +191,10 @@ fuzz_target!(|data: &[u8]| {
     let mut now = start;
     for piece in stream.chunks(chunk) {
         connection.handle_received(piece, now);
-        observer.drain(&mut connection);
+        observer.drain(&mut connection, now);
         now += Duration::from_millis(tick_ms);
         connection.handle_timeout(now);
-        observer.drain(&mut connection);
+        observer.drain(&mut connection, now);
         if connection.wants_close() {
             break;
         }
