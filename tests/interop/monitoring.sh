@@ -52,7 +52,9 @@ for tool in prometheus promtool curl jq python3 rados rbd ss; do
   command -v "$tool" >/dev/null || die "'$tool' is not installed: run scripts/setup.sh"
 done
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port (scripts/lib/common.sh)
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
 
 remove_group_state() {
   local object image

@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 
 use nvme_target::Target;
 
+use super::render::header;
+
 /// Clock ticks per second of /proc/PID/stat's times: USER_HZ is 100 on every Linux
 /// architecture Sluice builds for (the kernel converts to it for userspace).
 const USER_HZ: f64 = 100.0;
@@ -93,11 +95,6 @@ fn resident_bytes() -> Option<u64> {
 fn boot_time_seconds() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     text.lines().find_map(|line| line.strip_prefix("btime ")?.trim().parse().ok())
-}
-
-fn header(out: &mut String, metric: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {metric} {help}");
-    let _ = writeln!(out, "# TYPE {metric} {kind}");
 }
 
 #[cfg(test)]

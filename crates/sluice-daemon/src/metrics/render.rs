@@ -336,7 +336,7 @@ fn histogram(out: &mut String, metric: &str, labels: &str, histogram: &Histogram
     let _ = writeln!(out, "{metric}_count{{{labels}}} {cumulative}");
 }
 
-fn header(out: &mut String, metric: &str, kind: &str, help: &str) {
+pub(super) fn header(out: &mut String, metric: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {metric} {help}");
     let _ = writeln!(out, "# TYPE {metric} {kind}");
 }
